@@ -1,0 +1,242 @@
+"""The catalog: where every shard of every checkpoint lives, and in what state.
+
+States are stored as text with CHECK constraints rather than native Postgres enums, so adding a
+state is a one-line migration.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSONB, datetime: DateTime(timezone=True)}
+
+
+class ReplicaState(StrEnum):
+    PENDING = "pending"
+    COPYING = "copying"
+    VERIFIED = "verified"
+    CORRUPT = "corrupt"
+    LOST = "lost"
+    EXPIRING = "expiring"
+    EXPIRED = "expired"
+
+
+class TierState(StrEnum):
+    PENDING = "pending"
+    RESTORABLE = "restorable"
+    EXPIRING = "expiring"
+    EXPIRED = "expired"
+    FAILED = "failed"
+
+
+def _in(column: str, enum: type[StrEnum]) -> str:
+    return f"{column} IN ({', '.join(repr(m.value) for m in enum)})"
+
+
+class Node(Base):
+    __tablename__ = "node"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    # tier name -> root path on this node, as its worker reported them
+    local_roots: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))
+    last_seen_at: Mapped[datetime | None]
+    lost_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class RetentionPolicy(Base):
+    __tablename__ = "retention_policy"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    spec: Mapped[dict[str, Any]]
+    is_default: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (
+        # At most one default policy.
+        Index(
+            "uq_retention_policy_default",
+            "is_default",
+            unique=True,
+            postgresql_where=text("is_default"),
+        ),
+    )
+
+
+class Job(Base):
+    __tablename__ = "job"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    policy_id: Mapped[int | None] = mapped_column(
+        ForeignKey("retention_policy.id", ondelete="RESTRICT")
+    )
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoint"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", server_default=text("'{}'::jsonb"))
+    pinned: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    quarantine_reason: Mapped[str | None] = mapped_column(Text)
+    total_bytes: Mapped[int] = mapped_column(BigInteger)
+    shard_count: Mapped[int] = mapped_column(Integer)
+    # sha256 of the canonical manifest: the same (job, step, manifest) registers once (invariant 5)
+    manifest_digest: Mapped[str] = mapped_column(String(64))
+    workflow_started_at: Mapped[datetime | None]
+
+    job: Mapped[Job] = relationship(lazy="raise")
+
+    __table_args__ = (
+        UniqueConstraint("job_id", "step", name="uq_checkpoint_job_step"),
+        CheckConstraint("step >= 0", name="step_nonnegative"),
+        Index(
+            "ix_checkpoint_unstarted",
+            "created_at",
+            postgresql_where=text("workflow_started_at IS NULL"),
+        ),
+    )
+
+
+class Shard(Base):
+    __tablename__ = "shard"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoint.id", ondelete="CASCADE"))
+    # position in the manifest; batches are ranges of it
+    ordinal: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(Text)
+    size: Mapped[int] = mapped_column(BigInteger)
+    checksum_algorithm: Mapped[str] = mapped_column(String(16), server_default=text("'crc32c'"))
+    # null until the seal stage computes it, when the job did not send one
+    checksum: Mapped[str | None] = mapped_column(String(64))
+    node_id: Mapped[str] = mapped_column(ForeignKey("node.id"))
+
+    __table_args__ = (
+        UniqueConstraint("checkpoint_id", "ordinal", name="uq_shard_checkpoint_ordinal"),
+        UniqueConstraint("checkpoint_id", "path", name="uq_shard_checkpoint_path"),
+        CheckConstraint("size >= 0", name="size_nonnegative"),
+        Index("ix_shard_checkpoint_node_ordinal", "checkpoint_id", "node_id", "ordinal"),
+    )
+
+
+class Replica(Base):
+    __tablename__ = "replica"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    shard_id: Mapped[int] = mapped_column(ForeignKey("shard.id", ondelete="CASCADE"))
+    # denormalised so that per-checkpoint progress and promotion read one index
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoint.id", ondelete="CASCADE"))
+    tier: Mapped[str] = mapped_column(String(128))
+    node_id: Mapped[str | None] = mapped_column(ForeignKey("node.id"))
+    state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
+    location: Mapped[str] = mapped_column(Text)
+    bytes_done: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    verified_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (
+        UniqueConstraint("shard_id", "tier", name="uq_replica_shard_tier"),
+        CheckConstraint(_in("state", ReplicaState), name="state_valid"),
+        Index("ix_replica_checkpoint_tier_state", "checkpoint_id", "tier", "state"),
+        Index("ix_replica_node_state", "node_id", "state"),
+    )
+
+
+class CheckpointTier(Base):
+    """The promotion marker: restorable only when every shard has a verified replica on the tier."""
+
+    __tablename__ = "checkpoint_tier"
+
+    checkpoint_id: Mapped[int] = mapped_column(
+        ForeignKey("checkpoint.id", ondelete="CASCADE"), primary_key=True
+    )
+    tier: Mapped[str] = mapped_column(String(128), primary_key=True)
+    # denormalised so that "latest restorable" is one index range scan
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
+    reason: Mapped[str | None] = mapped_column(Text)
+    quarantine_reason: Mapped[str | None] = mapped_column(Text)
+    restorable_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (
+        CheckConstraint(_in("state", TierState), name="state_valid"),
+        Index("ix_checkpoint_tier_latest", "job_id", "state", "tier", text("step DESC")),
+    )
+
+
+class RestoreLease(Base):
+    __tablename__ = "restore_lease"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoint.id", ondelete="CASCADE"))
+    holder: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    expires_at: Mapped[datetime]
+    released_at: Mapped[datetime | None]
+
+    __table_args__ = (Index("ix_restore_lease_checkpoint_expires", "checkpoint_id", "expires_at"),)
+
+
+class Event(Base):
+    """Append-only history per checkpoint (and per job, for policy changes)."""
+
+    __tablename__ = "event"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))
+    checkpoint_id: Mapped[int | None] = mapped_column(
+        ForeignKey("checkpoint.id", ondelete="CASCADE")
+    )
+    kind: Mapped[str] = mapped_column(String(32))
+    tier: Mapped[str | None] = mapped_column(String(128))
+    actor: Mapped[str | None] = mapped_column(String(128))
+    detail: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (
+        Index("ix_event_checkpoint_id", "checkpoint_id", "id"),
+        Index("ix_event_job_id", "job_id", "id"),
+    )

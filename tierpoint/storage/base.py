@@ -1,0 +1,105 @@
+"""What every tier backend offers. Activities speak only this interface.
+
+A checkpoint's directory on a tier is `<root>/<job>/<step>/` (or `<prefix><job>/<step>/` in a
+bucket); shard paths are relative to it and confined to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Protocol
+
+from tierpoint.config import TierConfig
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    job: str
+    step: int
+    path: str  # relative to the checkpoint directory; validated by tierpoint.storage.paths
+
+
+@dataclass
+class ResumeState:
+    """What a retried copy needs to go on where the last attempt stopped (heartbeat details).
+
+    Primitive fields only: it travels as Temporal heartbeat details.
+    """
+
+    offset: int = 0
+    crc: int = 0  # crc32c of bytes [0, offset)
+    upload_id: str | None = None  # S3 multipart upload in progress
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    size: int
+    crc32c: str  # 8 lowercase hex digits of what was read from the source and written
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    size: int | None
+    crc32c: str | None
+    reason: str | None = None  # why not ok: "missing", "size 10 != 12", "crc32c 0badf00d != ..."
+
+
+ProgressFn = Callable[[ResumeState], None]
+"""Called as a copy makes progress (at chunk granularity); the caller rate-limits what it does."""
+
+
+class TierStore(Protocol):
+    config: TierConfig
+
+    def location(self, ref: ShardRef) -> str:
+        """Where the shard lives, as a reader would name it: an absolute path or s3://bucket/key."""
+        ...
+
+    def open_read(self, ref: ShardRef, offset: int = 0) -> BinaryIO:
+        """A raw reader positioned at offset (throttled when the tier has a read bandwidth limit)."""
+        ...
+
+    def size(self, ref: ShardRef) -> int | None:
+        """Size of the committed shard, None if there is none."""
+        ...
+
+    def write(
+        self,
+        ref: ShardRef,
+        source: BinaryIO,
+        size: int,
+        resume: ResumeState | None,
+        progress: ProgressFn | None,
+    ) -> CopyResult:
+        """Write size bytes from source (positioned at resume.offset) atomically.
+
+        Computes crc32c in the same pass. Nothing is visible under the final name until every byte
+        is durable (temp name + fsync + rename; S3: multipart complete with checksums).
+        """
+        ...
+
+    def verify(self, ref: ShardRef, size: int, crc32c: str) -> VerifyResult:
+        """Read the committed shard back from the device (not the page cache) or use the
+        object store's stored checksum, and compare with the registered size and crc32c."""
+        ...
+
+    def checksum(
+        self, ref: ShardRef, progress: Callable[[int], None] | None = None
+    ) -> VerifyResult:
+        """Compute size and crc32c of the committed shard reading from the device (seal stage)."""
+        ...
+
+    def delete(self, ref: ShardRef) -> None:
+        """Remove the shard; removing an absent shard is not an error (idempotent)."""
+        ...
+
+    def delete_checkpoint(self, job: str, step: int) -> None:
+        """Remove the checkpoint directory (or prefix) with everything under it, idempotently."""
+        ...
+
+    def cleanup_partial(self, ref: ShardRef, resume: ResumeState | None) -> None:
+        """Drop abandoned temp files / multipart uploads for this shard."""
+        ...

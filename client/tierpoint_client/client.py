@@ -1,0 +1,244 @@
+"""The training-side client: register checkpoints, ask for the latest restorable one, restore it."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from tierpoint_client.errors import CheckpointFailedError, NotFoundError
+from tierpoint_client.manifest import PathLike, build_manifest
+from tierpoint_client.models import (
+    Checkpoint,
+    LatestCheckpoint,
+    RestoreResult,
+    ShardSpec,
+    TierInfo,
+)
+from tierpoint_client.paths import validate_relative_path
+from tierpoint_client.restore import ProgressCallback, restore_plan
+from tierpoint_client.transport import RetryPolicy, Transport
+
+# Tier states from which a checkpoint will not (again) become restorable without an operator.
+_TERMINAL_STATES = frozenset({"failed", "expiring", "expired"})
+
+
+def _job(job: str) -> str:
+    return quote(job, safe="")
+
+
+class Client:
+    """A tierpoint API client. Thread-safe: every call opens its own HTTP request."""
+
+    def __init__(
+        self,
+        api_url: str,
+        token: str | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._http = Transport(api_url, token, timeout, retry or RetryPolicy())
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> Client:
+        """From TIERPOINT_API_URL and TIERPOINT_TOKEN (as `tierpoint dev` writes to stack.env)."""
+        url = os.environ.get("TIERPOINT_API_URL")
+        if not url:
+            raise ValueError("TIERPOINT_API_URL is not set")
+        return cls(url, token=os.environ.get("TIERPOINT_TOKEN") or None, **kwargs)
+
+    # -- registration -------------------------------------------------------------------------
+
+    def register(
+        self,
+        job: str,
+        step: int,
+        directory: PathLike,
+        node: str,
+        metadata: Mapping[str, Any] | None = None,
+        files: Iterable[PathLike] | None = None,
+        workers: int = 8,
+    ) -> dict[str, Any]:
+        """Hash the checkpoint's shards and register them; returns the Checkpoint JSON.
+
+        `directory` is this node's local-tier copy of the checkpoint (<local root>/<job>/<step>/);
+        every file under it is a shard unless `files` lists them (relative to it, or absolute
+        inside it). Safe to call again after a crash or timeout: the same manifest answers 200
+        with the existing checkpoint; a different one raises ConflictError.
+        """
+        shards = build_manifest(directory, node, files=files, workers=workers)
+        return self.register_manifest(job, step, shards, metadata=metadata)
+
+    def register_manifest(
+        self,
+        job: str,
+        step: int,
+        shards: Sequence[ShardSpec | Mapping[str, Any]],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Register shards whose sizes and checksums the caller already has (e.g. computed while
+        writing). Entries are ShardSpec or dicts with path, size, crc32c (or None), node."""
+        body = {
+            "step": step,
+            "shards": [_shard_json(s) for s in shards],
+            "metadata": dict(metadata or {}),
+        }
+        resp = self._http.request("POST", f"/v1/jobs/{_job(job)}/checkpoints", body=body)
+        result: dict[str, Any] = resp.body
+        return result
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def checkpoint(self, job: str, step: int) -> Checkpoint:
+        """One checkpoint with its per-tier state and per-shard replicas."""
+        resp = self._http.request("GET", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}")
+        return Checkpoint.from_json(resp.body)
+
+    def checkpoints(
+        self,
+        job: str,
+        *,
+        state: str | None = None,
+        tier: str | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[Checkpoint]:
+        """Every checkpoint of the job (optionally in `state` on `tier`), following pagination."""
+        cursor: str | None = None
+        while True:
+            resp = self._http.request(
+                "GET",
+                f"/v1/jobs/{_job(job)}/checkpoints",
+                query={"state": state, "tier": tier, "limit": page_size, "cursor": cursor},
+            )
+            for item in resp.body["items"]:
+                yield Checkpoint.from_json(item)
+            cursor = resp.body.get("next_cursor")
+            if not cursor:
+                return
+
+    def latest(
+        self, job: str, tier: str | None = None, node: str | None = None
+    ) -> LatestCheckpoint | None:
+        """The newest restorable checkpoint with its restore plan, or None if there is none.
+
+        `tier` restricts the answer to copies on that tier; `node` lets the local copies on that
+        node count (pass this node's id when restarting on the same machine).
+        """
+        try:
+            resp = self._http.request(
+                "GET",
+                f"/v1/jobs/{_job(job)}/checkpoints/latest",
+                query={"tier": tier, "node": node},
+            )
+        except NotFoundError as e:
+            if e.code == "no_restorable_checkpoint":
+                return None
+            raise
+        return LatestCheckpoint.from_json(resp.body)
+
+    def tiers(self) -> list[TierInfo]:
+        resp = self._http.request("GET", "/v1/tiers")
+        return [TierInfo.from_json(t) for t in resp.body]
+
+    def wait_restorable(
+        self,
+        job: str,
+        step: int,
+        tier: str,
+        timeout: float = 600.0,
+        poll: float = 0.5,
+    ) -> Checkpoint:
+        """Poll until the checkpoint is restorable on `tier`.
+
+        Raises CheckpointFailedError as soon as the tier's copy failed or is being expired, and
+        TimeoutError (with the last seen state) when `timeout` seconds pass first.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            cp = self.checkpoint(job, step)
+            state = cp.tier(tier)
+            if state is not None:
+                if state.state == "restorable":
+                    return cp
+                if state.state in _TERMINAL_STATES:
+                    raise CheckpointFailedError(job, step, tier, state.state, state.reason)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                seen = state.state if state is not None else "absent"
+                raise TimeoutError(
+                    f"{job}/{step} not restorable on {tier} after {timeout}s (state: {seen})"
+                )
+            time.sleep(min(poll, remaining))
+
+    # -- restore ------------------------------------------------------------------------------
+
+    def restore(
+        self,
+        job: str,
+        dest_dir: PathLike,
+        *,
+        node: str | None = None,
+        tier: str | None = None,
+        workers: int = 4,
+        progress: ProgressCallback | None = None,
+    ) -> RestoreResult:
+        """Restore the latest restorable checkpoint into dest_dir/<shard path>.
+
+        Every shard is read from the plan's source (a POSIX path on a local or shared tier, or an
+        S3 object read with boto3 using the tier's endpoint and the standard AWS credential
+        chain), checked against the registered size and crc32c while it is copied, and renamed
+        into place only when it matches. A mismatch raises ChecksumMismatchError and leaves no
+        file under that shard's final name. Raises NotFoundError if nothing is restorable.
+        `progress(bytes_done, bytes_total)` is called from the copying threads as bytes arrive.
+        """
+        latest = self.latest(job, tier=tier, node=node)
+        if latest is None:
+            raise NotFoundError(
+                404,
+                "no_restorable_checkpoint",
+                f"job {job!r} has no restorable checkpoint"
+                + (f" on tier {tier!r}" if tier else "")
+                + (f" for node {node!r}" if node else ""),
+            )
+        return self.restore_checkpoint(latest, dest_dir, workers=workers, progress=progress)
+
+    def restore_checkpoint(
+        self,
+        latest: LatestCheckpoint,
+        dest_dir: PathLike,
+        *,
+        workers: int = 4,
+        progress: ProgressCallback | None = None,
+    ) -> RestoreResult:
+        """Restore a plan obtained from `latest()` (e.g. after inspecting it)."""
+        for entry in latest.plan:
+            validate_relative_path(entry.path)
+        needs_s3 = any(e.kind == "s3" for e in latest.plan)
+        tiers = {t.name: t for t in self.tiers()} if needs_s3 else {}
+        files, seconds = restore_plan(
+            latest.plan, dest_dir, tiers, workers=workers, progress=progress
+        )
+        return RestoreResult(
+            job=latest.job,
+            step=latest.step,
+            dest_dir=os.fspath(Path(dest_dir)),
+            files=tuple(files),
+            bytes_total=sum(f.size for f in files),
+            seconds=seconds,
+            checkpoint=latest.checkpoint,
+            skipped=latest.skipped,
+        )
+
+
+def _shard_json(shard: ShardSpec | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(shard, ShardSpec):
+        return shard.to_json()
+    return {
+        "path": shard["path"],
+        "size": shard["size"],
+        "crc32c": shard.get("crc32c"),
+        "node": shard["node"],
+    }

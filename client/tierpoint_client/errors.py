@@ -1,0 +1,124 @@
+"""Errors raised by the client. API errors carry the RFC 9457 problem's stable `code`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TierpointError(Exception):
+    """Base class of every error this package raises."""
+
+
+class TransportError(TierpointError):
+    """The API could not be reached (after retries): connection refused, reset, timed out."""
+
+
+class ApiError(TierpointError):
+    """The API answered with an error status; `code` is the problem's machine-readable code."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str | None,
+        detail: str | None,
+        problem: dict[str, Any] | None = None,
+    ) -> None:
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.problem: dict[str, Any] = problem or {}
+        super().__init__(
+            f"HTTP {status} {code or 'error'}: {detail or self.problem.get('title', '')}"
+        )
+
+    @property
+    def errors(self) -> list[Any]:
+        """Per-field validation errors, when the API gives them."""
+        errs = self.problem.get("errors")
+        return errs if isinstance(errs, list) else []
+
+
+class InvalidRequestError(ApiError):
+    """400/413/422: the request was refused and nothing was changed (e.g. unsafe_path)."""
+
+
+class AuthError(ApiError):
+    """401/403: missing or insufficient bearer token."""
+
+
+class NotFoundError(ApiError):
+    """404: no such job, checkpoint or tier."""
+
+
+class ConflictError(ApiError):
+    """409: a different manifest is already registered for this (job, step)."""
+
+
+class ServerError(ApiError):
+    """5xx that persisted through every retry."""
+
+
+def error_for(
+    status: int, code: str | None, detail: str | None, problem: dict[str, Any] | None
+) -> ApiError:
+    cls: type[ApiError]
+    if status == 409:
+        cls = ConflictError
+    elif status == 404:
+        cls = NotFoundError
+    elif status in (401, 403):
+        cls = AuthError
+    elif status >= 500:
+        cls = ServerError
+    elif 400 <= status < 500:
+        cls = InvalidRequestError
+    else:
+        cls = ApiError
+    return cls(status, code, detail, problem)
+
+
+class CheckpointFailedError(TierpointError):
+    """The checkpoint can no longer become restorable on the awaited tier."""
+
+    def __init__(self, job: str, step: int, tier: str, state: str, reason: str | None) -> None:
+        self.job, self.step, self.tier, self.state, self.reason = job, step, tier, state, reason
+        super().__init__(f"{job}/{step} is {state} on tier {tier}: {reason or 'no reason given'}")
+
+
+class UnsafePathError(TierpointError, ValueError):
+    """A shard path would land outside its checkpoint directory (or is otherwise malformed)."""
+
+
+class ManifestError(TierpointError, ValueError):
+    """The checkpoint directory or file list cannot be turned into a manifest."""
+
+
+class ChecksumMismatchError(TierpointError):
+    """Bytes read from a restore source do not match the registered size or crc32c.
+
+    Nothing is left under the final name when this is raised.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        source: str,
+        expected_size: int,
+        actual_size: int,
+        expected_crc32c: str | None,
+        actual_crc32c: str,
+    ) -> None:
+        self.path = path
+        self.source = source
+        self.expected_size = expected_size
+        self.actual_size = actual_size
+        self.expected_crc32c = expected_crc32c
+        self.actual_crc32c = actual_crc32c
+        super().__init__(
+            f"{path}: bytes from {source} do not match the registered checkpoint "
+            f"(size {actual_size} vs {expected_size}, crc32c {actual_crc32c} vs {expected_crc32c})"
+        )
+
+
+class MissingDependencyError(TierpointError, ImportError):
+    """An optional dependency (boto3 for S3 restores) is not installed."""

@@ -1,0 +1,264 @@
+"""Dataclasses mirroring the REST API's JSON shapes.
+
+Parsing is tolerant of fields the client does not know yet (newer servers), strict about the ones
+it relies on (a missing one raises KeyError at parse time, not later during a restore).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+def _dt(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    text = str(value)
+    # Python 3.10's fromisoformat does not take the "Z" suffix.
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    return datetime.fromisoformat(text)
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One manifest entry as registered."""
+
+    path: str
+    size: int
+    crc32c: str | None
+    node: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "crc32c": self.crc32c, "node": self.node}
+
+
+@dataclass(frozen=True)
+class Progress:
+    shards_total: int
+    shards_verified: int
+    bytes_total: int
+    bytes_done: int
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Progress:
+        return cls(
+            shards_total=int(d.get("shards_total", 0)),
+            shards_verified=int(d.get("shards_verified", 0)),
+            bytes_total=int(d.get("bytes_total", 0)),
+            bytes_done=int(d.get("bytes_done", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class TierState:
+    tier: str
+    kind: str
+    state: str  # pending | restorable | expiring | expired | failed
+    reason: str | None
+    restorable_at: datetime | None
+    progress: Progress | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TierState:
+        progress = d.get("progress")
+        return cls(
+            tier=d["tier"],
+            kind=d.get("kind", ""),
+            state=d["state"],
+            reason=d.get("reason"),
+            restorable_at=_dt(d.get("restorable_at")),
+            progress=Progress.from_json(progress) if isinstance(progress, dict) else None,
+        )
+
+
+@dataclass(frozen=True)
+class Replica:
+    tier: str
+    node: str | None
+    state: str
+    location: str | None
+    bytes_done: int | None
+    verified_at: datetime | None
+    error: str | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Replica:
+        return cls(
+            tier=d["tier"],
+            node=d.get("node"),
+            state=d["state"],
+            location=d.get("location"),
+            bytes_done=d.get("bytes_done"),
+            verified_at=_dt(d.get("verified_at")),
+            error=d.get("error"),
+        )
+
+
+@dataclass(frozen=True)
+class Shard:
+    path: str
+    size: int
+    crc32c: str | None
+    node: str
+    replicas: tuple[Replica, ...]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Shard:
+        return cls(
+            path=d["path"],
+            size=int(d["size"]),
+            crc32c=d.get("crc32c"),
+            node=d["node"],
+            replicas=tuple(Replica.from_json(r) for r in d.get("replicas") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    job: str
+    step: int
+    created_at: datetime | None
+    metadata: dict[str, Any]
+    pinned: bool
+    quarantine_reason: str | None
+    total_bytes: int
+    shard_count: int
+    tiers: tuple[TierState, ...]
+    # Only GET /v1/jobs/{job}/checkpoints/{step} lists the shards.
+    shards: tuple[Shard, ...] | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Checkpoint:
+        shards = d.get("shards")
+        return cls(
+            job=d["job"],
+            step=int(d["step"]),
+            created_at=_dt(d.get("created_at")),
+            metadata=dict(d.get("metadata") or {}),
+            pinned=bool(d.get("pinned", False)),
+            quarantine_reason=d.get("quarantine_reason"),
+            total_bytes=int(d.get("total_bytes", 0)),
+            shard_count=int(d.get("shard_count", 0)),
+            tiers=tuple(TierState.from_json(t) for t in d.get("tiers") or ()),
+            shards=tuple(Shard.from_json(s) for s in shards) if shards is not None else None,
+        )
+
+    def tier(self, name: str) -> TierState | None:
+        return next((t for t in self.tiers if t.tier == name), None)
+
+    def restorable_tiers(self) -> list[str]:
+        return [t.tier for t in self.tiers if t.state == "restorable"]
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """Where to read one shard from for a restore: the fastest verified copy."""
+
+    path: str
+    size: int
+    crc32c: str | None
+    tier: str
+    kind: str  # local | shared | s3
+    node: str | None
+    location: str  # absolute POSIX path, or s3://bucket/key
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PlanEntry:
+        return cls(
+            path=d["path"],
+            size=int(d["size"]),
+            crc32c=d.get("crc32c"),
+            tier=d["tier"],
+            kind=d["kind"],
+            node=d.get("node"),
+            location=d["location"],
+        )
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A newer step that was not chosen, and why."""
+
+    step: int
+    reasons: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Skipped:
+        return cls(step=int(d["step"]), reasons=tuple(str(r) for r in d.get("reasons") or ()))
+
+
+@dataclass(frozen=True)
+class LatestCheckpoint:
+    job: str
+    step: int
+    checkpoint: Checkpoint
+    plan: tuple[PlanEntry, ...]
+    skipped: tuple[Skipped, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LatestCheckpoint:
+        return cls(
+            job=d["job"],
+            step=int(d["step"]),
+            checkpoint=Checkpoint.from_json(d["checkpoint"]),
+            plan=tuple(PlanEntry.from_json(p) for p in d.get("plan") or ()),
+            skipped=tuple(Skipped.from_json(s) for s in d.get("skipped") or ()),
+        )
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(p.size for p in self.plan)
+
+
+@dataclass(frozen=True)
+class TierInfo:
+    name: str
+    kind: str
+    root: str | None
+    bucket: str | None
+    prefix: str
+    endpoint_url: str | None
+    region: str | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TierInfo:
+        return cls(
+            name=d["name"],
+            kind=d["kind"],
+            root=d.get("root"),
+            bucket=d.get("bucket"),
+            prefix=d.get("prefix") or "",
+            endpoint_url=d.get("endpoint_url"),
+            region=d.get("region"),
+        )
+
+
+@dataclass(frozen=True)
+class RestoredFile:
+    path: str
+    size: int
+    crc32c: str
+    tier: str
+    source: str
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    job: str
+    step: int
+    dest_dir: str
+    files: tuple[RestoredFile, ...]
+    bytes_total: int
+    seconds: float
+    checkpoint: Checkpoint
+    skipped: tuple[Skipped, ...] = field(default=())
+
+    @property
+    def tiers_used(self) -> dict[str, int]:
+        """How many shards came from each tier."""
+        used: dict[str, int] = {}
+        for f in self.files:
+            used[f.tier] = used.get(f.tier, 0) + 1
+        return used

@@ -1,0 +1,135 @@
+"""JSON over HTTP with the standard library, retrying what is safe to retry."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from tierpoint_client._version import __version__
+from tierpoint_client.errors import ApiError, TransportError, error_for
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 6
+    initial_backoff: float = 0.2
+    max_backoff: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        # Full jitter: many nodes restarting at once should not retry in lockstep.
+        cap = min(self.max_backoff, self.initial_backoff * (2**attempt))
+        return random.uniform(cap / 2, cap)
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: Any
+
+
+class Transport:
+    def __init__(
+        self,
+        api_url: str,
+        token: str | None,
+        timeout: float,
+        retry: RetryPolicy,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(api_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"api_url must be an http(s) URL, got {api_url!r}")
+        self.base = api_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.retry = retry
+        # No proxies from the environment: the API is usually on the cluster network, and a
+        # proxy set for internet access would intercept it.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+    ) -> Response:
+        """Send the request; retry connection errors and 5xx; raise ApiError for other errors.
+
+        Every call site is idempotent (GETs, and registration which returns the existing
+        checkpoint for the same manifest), so retrying after an ambiguous failure is safe.
+        """
+        url = self.base + path
+        if query:
+            params = {k: v for k, v in query.items() if v is not None}
+            if params:
+                url += "?" + urllib.parse.urlencode(params)
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        headers = {"Accept": "application/json", "User-Agent": f"tierpoint-client/{__version__}"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+
+        last: Exception | None = None
+        for attempt in range(self.retry.attempts):
+            if attempt:
+                time.sleep(self.retry.delay(attempt - 1))
+            req = urllib.request.Request(url, data=data, headers=headers, method=method)
+            try:
+                with self._opener.open(req, timeout=self.timeout) as resp:
+                    return Response(resp.status, _decode(resp.read()))
+            except urllib.error.HTTPError as e:
+                err = _api_error(e)
+                if e.code >= 500:
+                    last = err
+                    continue
+                raise err from None
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+                # Connection refused/reset, timeouts, truncated responses.
+                last = e
+                continue
+        if isinstance(last, ApiError):
+            raise last
+        raise TransportError(
+            f"{method} {url} failed after {self.retry.attempts} attempts: {last}"
+        ) from last
+
+
+def _decode(raw: bytes) -> Any:
+    if not raw:
+        return None
+    return json.loads(raw)
+
+
+def _api_error(e: urllib.error.HTTPError) -> ApiError:
+    try:
+        raw = e.read()
+    except (OSError, http.client.HTTPException):
+        raw = b""
+    problem: dict[str, Any] | None = None
+    try:
+        parsed = json.loads(raw) if raw else None
+        if isinstance(parsed, dict):
+            problem = parsed
+    except ValueError:
+        pass
+    code = problem.get("code") if problem else None
+    raw_detail = problem.get("detail") if problem else None
+    detail: str | None
+    if raw_detail is None or isinstance(raw_detail, str):
+        detail = raw_detail
+    else:
+        detail = json.dumps(raw_detail)
+    if detail is None and problem and "title" in problem:
+        detail = str(problem["title"])
+    if detail is None and raw:
+        detail = raw[:500].decode("utf-8", "replace")
+    return error_for(e.code, code, detail, problem)

@@ -1,0 +1,162 @@
+"""Restoring a plan from POSIX and S3 sources, without the API: bytes, verification, atomicity."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import boto3
+import crc32c
+import pytest
+from tierpoint_client import ChecksumMismatchError, PlanEntry, TierInfo, UnsafePathError
+from tierpoint_client.restore import SourceError, restore_plan
+
+from tests.conftest import Services, make_bucket
+
+
+def _entry(path: str, data: bytes, location: str, kind: str = "shared") -> PlanEntry:
+    return PlanEntry(
+        path=path,
+        size=len(data),
+        crc32c=f"{crc32c.crc32c(data):08x}",
+        tier="lustre" if kind == "shared" else kind,
+        kind=kind,
+        node=None,
+        location=location,
+    )
+
+
+def _posix_plan(src: Path, shards: dict[str, bytes]) -> list[PlanEntry]:
+    plan = []
+    for rel, data in shards.items():
+        f = src / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(data)
+        plan.append(_entry(rel, data, str(f)))
+    return plan
+
+
+def _files_under(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_posix_restore_copies_bytes_and_reports_progress(tmp_path: Path) -> None:
+    shards = {"a.bin": os.urandom(5_000_000), "d/e/f.bin": os.urandom(1234), "empty": b""}
+    plan = _posix_plan(tmp_path / "src", shards)
+    seen: list[tuple[int, int]] = []
+    files, _ = restore_plan(
+        plan, tmp_path / "dest", {}, workers=3, progress=lambda d, t: seen.append((d, t))
+    )
+    assert _files_under(tmp_path / "dest") == shards
+    assert [f.path for f in files] == list(shards)
+    total = sum(map(len, shards.values()))
+    assert seen[-1] == (total, total)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@pytest.mark.parametrize("corruption", ["flip", "truncate"])
+def test_mismatch_raises_and_leaves_no_final_file(tmp_path: Path, corruption: str) -> None:
+    good = os.urandom(100_000)
+    plan = _posix_plan(tmp_path / "src", {"bad/shard.bin": good})
+    src = Path(plan[0].location)
+    if corruption == "flip":
+        data = bytearray(good)
+        data[4242] ^= 0x01
+        src.write_bytes(bytes(data))
+    else:
+        src.write_bytes(good[:-1])
+    dest = tmp_path / "dest"
+    with pytest.raises(ChecksumMismatchError) as info:
+        restore_plan(plan, dest, {}, workers=1)
+    assert info.value.path == "bad/shard.bin"
+    assert info.value.expected_crc32c == plan[0].crc32c
+    # Neither the final name nor a temporary file is left behind.
+    assert _files_under(dest) == {}
+
+
+def test_mismatch_in_a_parallel_restore_raises(tmp_path: Path) -> None:
+    shards = {f"s{i}.bin": os.urandom(50_000) for i in range(8)}
+    plan = _posix_plan(tmp_path / "src", shards)
+    Path(plan[5].location).write_bytes(os.urandom(50_000))
+    with pytest.raises(ChecksumMismatchError):
+        restore_plan(plan, tmp_path / "dest", {}, workers=4)
+    left = _files_under(tmp_path / "dest")
+    assert "s5.bin" not in left
+    assert all(shards[k] == v for k, v in left.items())
+
+
+def test_restore_overwrites_an_existing_file_atomically(tmp_path: Path) -> None:
+    plan = _posix_plan(tmp_path / "src", {"x.bin": b"new bytes"})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "x.bin").write_bytes(b"old")
+    restore_plan(plan, dest, {})
+    assert (dest / "x.bin").read_bytes() == b"new bytes"
+
+
+@pytest.mark.parametrize("bad", ["../escape.bin", "/abs.bin", "a/../../b", "a\\b"])
+def test_plan_paths_outside_dest_are_refused_before_writing(tmp_path: Path, bad: str) -> None:
+    plan = _posix_plan(tmp_path / "src", {"ok.bin": b"fine"})
+    plan.append(_entry(bad, b"evil", plan[0].location))
+    dest = tmp_path / "dest"
+    with pytest.raises(UnsafePathError):
+        restore_plan(plan, dest, {})
+    assert not (tmp_path / "escape.bin").exists()
+    assert _files_under(dest) == {}
+
+
+def test_symlink_in_dest_cannot_redirect_a_write(tmp_path: Path) -> None:
+    plan = _posix_plan(tmp_path / "src", {"sub/shard.bin": b"data"})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (dest / "sub").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(UnsafePathError):
+        restore_plan(plan, dest, {})
+    assert list(outside.iterdir()) == []
+
+
+def test_missing_source_raises_source_error(tmp_path: Path) -> None:
+    plan = [_entry("a.bin", b"abc", str(tmp_path / "gone.bin"))]
+    with pytest.raises(SourceError, match="does not exist"):
+        restore_plan(plan, tmp_path / "dest", {})
+    assert _files_under(tmp_path / "dest") == {}
+
+
+def test_s3_restore_reads_with_tier_endpoint(tmp_path: Path, services: Services) -> None:
+    bucket = make_bucket(services)
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=services.s3_endpoint_url,
+        region_name=services.s3_region,
+    )
+    shards = {"r0.bin": os.urandom(3_000_000), "nested/r1.bin": os.urandom(10)}
+    prefix = f"pfx/job-{uuid.uuid4().hex[:8]}/3/"
+    plan = []
+    for rel, data in shards.items():
+        s3.put_object(Bucket=bucket, Key=prefix + rel, Body=data)
+        plan.append(_entry(rel, data, f"s3://{bucket}/{prefix}{rel}", kind="s3"))
+    tiers = {
+        "s3": TierInfo(
+            name="s3",
+            kind="s3",
+            root=None,
+            bucket=bucket,
+            prefix="pfx/",
+            endpoint_url=services.s3_endpoint_url,
+            region=services.s3_region,
+        )
+    }
+    restore_plan(plan, tmp_path / "dest", tiers, workers=2)
+    assert _files_under(tmp_path / "dest") == shards
+
+    # A corrupted object fails verification like a corrupted file.
+    s3.put_object(Bucket=bucket, Key=prefix + "r0.bin", Body=b"x" + shards["r0.bin"][1:])
+    with pytest.raises(ChecksumMismatchError):
+        restore_plan(plan[:1], tmp_path / "dest2", tiers)
+    assert _files_under(tmp_path / "dest2") == {}
+
+    with pytest.raises(SourceError, match="lacks"):
+        restore_plan(plan, tmp_path / "dest3", {})

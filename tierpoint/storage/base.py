@@ -47,6 +47,18 @@ class VerifyResult:
     reason: str | None = None  # why not ok: "missing", "size 10 != 12", "crc32c 0badf00d != ..."
 
 
+class StorageError(Exception):
+    """A tier operation that failed for a reason retrying with the same input will not fix."""
+
+
+class SourceSizeMismatch(StorageError):
+    """The source holds fewer or more bytes than the size the copy was asked to write."""
+
+
+class ChecksumMismatch(StorageError):
+    """The destination's own checksum of what it stored differs from what was sent."""
+
+
 ProgressFn = Callable[[ResumeState], None]
 """Called as a copy makes progress (at chunk granularity); the caller rate-limits what it does."""
 
@@ -59,7 +71,7 @@ class TierStore(Protocol):
         ...
 
     def open_read(self, ref: ShardRef, offset: int = 0) -> BinaryIO:
-        """A raw reader positioned at offset (throttled when the tier has a read bandwidth limit)."""
+        """A raw reader positioned at offset (throttled if the tier has a read bandwidth limit)."""
         ...
 
     def size(self, ref: ShardRef) -> int | None:

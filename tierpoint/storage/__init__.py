@@ -1,0 +1,1 @@
+"""Tier storage backends: POSIX directories (local and shared tiers) and S3."""

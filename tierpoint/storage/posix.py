@@ -1,0 +1,424 @@
+"""POSIX tiers (`local` per node, `shared` such as Lustre): atomic, checksummed, resumable copies.
+
+A write streams through one reused buffer, computes crc32c in the same pass, and goes to a temp
+name in the shard's directory (`.<name>.tierpoint-partial`, deterministic so a retry finds it).
+Writeback is started chunk by chunk with sync_file_range, which keeps dirty pages bounded, lets
+the device write while the next chunk is read, and tells us which prefix is on the device: only
+that prefix is reported as resumable. The file is then fsynced, renamed onto the final name and
+the directory fsynced (invariant 4).
+
+Verification and sealing read from the device: fsync (so no dirty page pins the cache), drop the
+file's pages with POSIX_FADV_DONTNEED, then read, dropping pages behind the reader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import io
+import os
+import shutil
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO, cast
+
+from tierpoint.config import TierConfig, TierKind
+from tierpoint.storage.base import (
+    CopyResult,
+    ProgressFn,
+    ResumeState,
+    ShardRef,
+    SourceSizeMismatch,
+    VerifyResult,
+)
+from tierpoint.storage.checksum import crc32c_hex, crc32c_update, parse_crc32c
+from tierpoint.storage.paths import (
+    PARTIAL_SUFFIX,
+    UnsafePath,
+    checkpoint_parts,
+    ensure_parent_dirs,
+    open_nofollow,
+    resolve_checkpoint_dir,
+    resolve_shard_path,
+    shard_entry,
+)
+from tierpoint.storage.throttle import TokenBucket
+
+DEFAULT_BUFFER_SIZE = 8 * 1024 * 1024
+# Readers drop the pages behind them in windows of this size.
+DROP_WINDOW = 32 * 1024 * 1024
+
+_SYNC_FILE_RANGE_WAIT_BEFORE = 1
+_SYNC_FILE_RANGE_WRITE = 2
+_SYNC_FILE_RANGE_WAIT_AFTER = 4
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    # Linux only, and not exposed by the os module.
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name, use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int, int, int, int], int], fn)
+
+
+_sync_file_range = _load_sync_file_range()
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    if _sync_file_range is not None and length > 0:
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
+def _wait_writeback(fd: int, offset: int, length: int) -> bool:
+    """Write back [offset, offset+length) and wait for it; False if the call is unavailable."""
+    if _sync_file_range is None or length <= 0:
+        return False
+    flags = _SYNC_FILE_RANGE_WAIT_BEFORE | _SYNC_FILE_RANGE_WRITE | _SYNC_FILE_RANGE_WAIT_AFTER
+    if _sync_file_range(fd, offset, length, flags) != 0:
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EINVAL, errno.ESPIPE, errno.EOPNOTSUPP):
+            return False
+        raise OSError(err, os.strerror(err))
+    return True
+
+
+def _drop_cache(fd: int, offset: int = 0, length: int = 0) -> None:
+    # Advisory: some filesystems ignore it, which only costs cache, never correctness.
+    with contextlib.suppress(OSError):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+class PosixReader(io.RawIOBase):
+    """Raw reader over a file descriptor: throttled, dropping the pages it has read."""
+
+    def __init__(self, fd: int, limiter: TokenBucket | None = None, *, drop_behind: bool = True):
+        super().__init__()
+        self._fd = fd
+        self._limiter = limiter
+        self._drop_behind = drop_behind
+        self._pos = os.lseek(fd, 0, os.SEEK_CUR)
+        self._dropped = self._pos
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        if self._limiter is not None:
+            self._limiter.consume(len(buffer))
+        n = os.readv(self._fd, [buffer])
+        self._pos += n
+        if self._drop_behind and self._pos - self._dropped >= DROP_WINDOW:
+            _drop_cache(self._fd, self._dropped, self._pos - self._dropped)
+            self._dropped = self._pos
+        return n
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._pos = os.lseek(self._fd, offset, whence)
+        self._dropped = self._pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                if self._drop_behind and self._pos > self._dropped:
+                    _drop_cache(self._fd, self._dropped, self._pos - self._dropped)
+            finally:
+                os.close(self._fd)
+        super().close()
+
+
+def read_full(source: BinaryIO, buffer: memoryview) -> int:
+    """Fill buffer from source; fewer bytes only at end of stream."""
+    readinto = getattr(source, "readinto", None)
+    got = 0
+    want = len(buffer)
+    while got < want:
+        if readinto is not None:
+            n = readinto(buffer[got:])
+        else:
+            data = source.read(want - got)
+            n = len(data)
+            buffer[got : got + n] = data
+        if not n:
+            break
+        got += n
+    return got
+
+
+def position_source(source: BinaryIO, current: int, wanted: int) -> None:
+    """Move the source from where the caller put it to where the copy really starts."""
+    if current != wanted:
+        source.seek(wanted)
+
+
+def partial_name(name: str) -> str:
+    candidate = f".{name}{PARTIAL_SUFFIX}"
+    if len(candidate.encode("utf-8")) <= 255:
+        return candidate
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+    return f".{digest}{PARTIAL_SUFFIX}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        n = os.pwrite(fd, data, offset)
+        data = data[n:]
+        offset += n
+
+
+class PosixStore:
+    """A `local` or `shared` tier rooted at a directory (for a local tier: this node's root)."""
+
+    def __init__(
+        self,
+        config: TierConfig,
+        node_id: str | None = None,
+        *,
+        limiter: TokenBucket | None = None,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+    ) -> None:
+        if config.kind is TierKind.S3:
+            raise ValueError(f"tier {config.name!r} is an s3 tier, not a POSIX one")
+        self.config = config
+        self.node_id = node_id
+        self.root = Path(os.path.abspath(config.root_for(node_id)))
+        if limiter is None and config.read_bandwidth_limit > 0:
+            limiter = TokenBucket(config.read_bandwidth_limit)
+        self.limiter = limiter
+        self.buffer_size = buffer_size
+
+    # -- naming ---------------------------------------------------------------------------
+
+    def location(self, ref: ShardRef) -> str:
+        return str(self.root.joinpath(*checkpoint_parts(ref.job, ref.step, ref.path)))
+
+    def _entry(self, ref: ShardRef) -> Path:
+        return shard_entry(self.root, ref.job, ref.step, ref.path)
+
+    def _partial(self, entry: Path) -> Path:
+        return entry.with_name(partial_name(entry.name))
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _open_committed(self, ref: ShardRef) -> int:
+        path = resolve_shard_path(self.root, ref.job, ref.step, ref.path)
+        fd = open_nofollow(path, os.O_RDONLY)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UnsafePath(f"shard {ref.path!r} is not a regular file")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def open_read(self, ref: ShardRef, offset: int = 0) -> BinaryIO:
+        fd = self._open_committed(ref)
+        try:
+            if offset:
+                os.lseek(fd, offset, os.SEEK_SET)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cast(BinaryIO, PosixReader(fd, self.limiter))
+
+    def size(self, ref: ShardRef) -> int | None:
+        try:
+            path = resolve_shard_path(self.root, ref.job, ref.step, ref.path)
+            st = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return st.st_size
+
+    def _device_crc(self, ref: ShardRef, progress: Callable[[int], None] | None) -> tuple[int, int]:
+        """(size, crc32c) of the committed shard, read from the device rather than the cache."""
+        fd = self._open_committed(ref)
+        reader = PosixReader(fd, self.limiter)
+        with reader:
+            # Dirty pages cannot be dropped: flush them first, then drop the whole file.
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+            _drop_cache(fd)
+            buf = memoryview(bytearray(self.buffer_size))
+            crc = 0
+            total = 0
+            while True:
+                n = reader.readinto(buf)
+                if not n:
+                    break
+                crc = crc32c_update(crc, buf[:n])
+                total += n
+                if progress is not None:
+                    progress(total)
+        return total, crc
+
+    def checksum(
+        self, ref: ShardRef, progress: Callable[[int], None] | None = None
+    ) -> VerifyResult:
+        try:
+            size, crc = self._device_crc(ref, progress)
+        except FileNotFoundError:
+            return VerifyResult(ok=False, size=None, crc32c=None, reason="missing")
+        return VerifyResult(ok=True, size=size, crc32c=crc32c_hex(crc))
+
+    def verify(self, ref: ShardRef, size: int, crc32c: str) -> VerifyResult:
+        expected = parse_crc32c(crc32c)
+        actual_size = self.size(ref)
+        if actual_size is None:
+            return VerifyResult(ok=False, size=None, crc32c=None, reason="missing")
+        if actual_size != size:
+            return VerifyResult(
+                ok=False, size=actual_size, crc32c=None, reason=f"size {actual_size} != {size}"
+            )
+        try:
+            read_size, crc = self._device_crc(ref, None)
+        except FileNotFoundError:
+            return VerifyResult(ok=False, size=None, crc32c=None, reason="missing")
+        got = crc32c_hex(crc)
+        if read_size != size:
+            return VerifyResult(
+                ok=False, size=read_size, crc32c=got, reason=f"size {read_size} != {size}"
+            )
+        if crc != expected:
+            return VerifyResult(
+                ok=False, size=read_size, crc32c=got, reason=f"crc32c {got} != {crc32c.lower()}"
+            )
+        return VerifyResult(ok=True, size=read_size, crc32c=got)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _open_partial(
+        self, tmp: Path, resume: ResumeState | None, size: int
+    ) -> tuple[int, int, int]:
+        """(fd, offset, crc) of the temp file: resumed at resume.offset when it holds that much."""
+        if resume is not None and 0 < resume.offset <= size:
+            try:
+                fd = open_nofollow(tmp, os.O_WRONLY)
+            except FileNotFoundError:
+                pass
+            else:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode) and st.st_size >= resume.offset:
+                    os.ftruncate(fd, resume.offset)
+                    return fd, resume.offset, resume.crc
+                os.close(fd)
+        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        return fd, 0, 0
+
+    def write(
+        self,
+        ref: ShardRef,
+        source: BinaryIO,
+        size: int,
+        resume: ResumeState | None,
+        progress: ProgressFn | None,
+    ) -> CopyResult:
+        if size < 0:
+            raise ValueError("size must be >= 0")
+        ensure_parent_dirs(self.root, ref.job, ref.step, ref.path)
+        entry = self._entry(ref)
+        tmp = self._partial(entry)
+        fd, offset, crc = self._open_partial(tmp, resume, size)
+        try:
+            position_source(source, resume.offset if resume else 0, offset)
+            buf = memoryview(bytearray(min(self.buffer_size, max(size - offset, 1))))
+            # The chunk written just before: its writeback runs while the next one is read.
+            prev_start, prev_len, prev_crc = offset, 0, crc
+            while offset < size:
+                want = min(len(buf), size - offset)
+                n = read_full(source, buf[:want])
+                if n < want:
+                    raise SourceSizeMismatch(
+                        f"source of {ref.path!r} ended at {offset + n} bytes, expected {size}"
+                    )
+                chunk = buf[:n]
+                crc = crc32c_update(crc, chunk)
+                _pwrite_all(fd, chunk, offset)
+                if prev_len and _wait_writeback(fd, prev_start, prev_len):
+                    _drop_cache(fd, prev_start, prev_len)
+                    if progress is not None:
+                        progress(ResumeState(offset=prev_start + prev_len, crc=prev_crc))
+                _start_writeback(fd, offset, n)
+                offset += n
+                prev_start, prev_len, prev_crc = offset - n, n, crc
+            if read_full(source, memoryview(bytearray(1))):
+                raise SourceSizeMismatch(f"source of {ref.path!r} holds more than {size} bytes")
+            os.fsync(fd)
+            _drop_cache(fd)
+        finally:
+            os.close(fd)
+        if os.path.isdir(entry) and not os.path.islink(entry):
+            raise UnsafePath(f"shard path {ref.path!r} names an existing directory")
+        os.rename(tmp, entry)
+        _fsync_dir(entry.parent)
+        if progress is not None:
+            progress(ResumeState(offset=size, crc=crc))
+        return CopyResult(size=size, crc32c=crc32c_hex(crc))
+
+    # -- removing -------------------------------------------------------------------------
+
+    def _prune_empty_dirs(self, start: Path, stop: Path) -> None:
+        """rmdir start and its parents while empty, never at or above stop."""
+        current = start
+        while current != stop and stop in current.parents:
+            try:
+                current.rmdir()
+            except OSError as e:
+                if e.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.EBUSY):
+                    return
+                if e.errno != errno.ENOENT:
+                    raise
+            current = current.parent
+
+    def delete(self, ref: ShardRef) -> None:
+        entry = self._entry(ref)
+        for p in (entry, self._partial(entry)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+        self._prune_empty_dirs(entry.parent, Path(os.path.realpath(self.root)))
+
+    def delete_checkpoint(self, job: str, step: int) -> None:
+        real_root = Path(os.path.realpath(self.root))
+        entry = real_root.joinpath(*checkpoint_parts(job, step))
+        if os.path.islink(entry):
+            os.unlink(entry)
+        else:
+            target = resolve_checkpoint_dir(self.root, job, step)
+            # rmtree removes symlinks inside the tree without following them.
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(target)
+        self._prune_empty_dirs(entry.parent, real_root)
+
+    def cleanup_partial(self, ref: ShardRef, resume: ResumeState | None) -> None:
+        entry = self._entry(ref)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._partial(entry))

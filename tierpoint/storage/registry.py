@@ -1,0 +1,71 @@
+"""One entry point from a tier's configuration to its backend."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import boto3
+from botocore.config import Config
+
+from tierpoint.config import TierConfig, TierKind
+from tierpoint.storage.base import TierStore
+from tierpoint.storage.posix import PosixStore
+from tierpoint.storage.s3 import S3Store
+from tierpoint.storage.throttle import TokenBucket
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+_lock = threading.Lock()
+_clients: dict[tuple[str | None, str, int], S3Client] = {}
+_limiters: dict[tuple[str, str | None, int], TokenBucket] = {}
+
+
+def s3_client(endpoint_url: str | None, region: str, max_pool_connections: int = 32) -> S3Client:
+    """A cached client per endpoint: clients are thread-safe, building one costs ~50 ms.
+
+    Credentials come from the standard AWS chain (environment, profile, instance role).
+    """
+    key = (endpoint_url, region, max_pool_connections)
+    with _lock:
+        client = _clients.get(key)
+        if client is None:
+            config = Config(
+                max_pool_connections=max_pool_connections,
+                retries={"mode": "standard", "max_attempts": 5},
+                tcp_keepalive=True,
+                # We send CRC32C ourselves; do not let botocore add a CRC32 of its own.
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+                # Custom endpoints (MinIO, RGW, moto) rarely have wildcard DNS for buckets.
+                s3={"addressing_style": "path"} if endpoint_url else None,
+            )
+            # A session per client: sessions are not thread-safe, clients are.
+            session = boto3.session.Session()
+            client = session.client(
+                "s3", endpoint_url=endpoint_url, region_name=region, config=config
+            )
+            _clients[key] = client
+        return client
+
+
+def read_limiter(tier: TierConfig, node_id: str | None) -> TokenBucket | None:
+    """The bandwidth limiter shared by every reader of this tier on this node (None = off)."""
+    if tier.read_bandwidth_limit <= 0:
+        return None
+    key = (tier.name, node_id, tier.read_bandwidth_limit)
+    with _lock:
+        limiter = _limiters.get(key)
+        if limiter is None:
+            limiter = _limiters[key] = TokenBucket(tier.read_bandwidth_limit)
+        return limiter
+
+
+def open_store(tier: TierConfig, node_id: str | None) -> TierStore:
+    """The backend of a tier; a local tier is per node and needs node_id."""
+    limiter = read_limiter(tier, node_id)
+    if tier.kind is TierKind.S3:
+        pool = max(32, tier.multipart_concurrency * tier.parallelism * 2)
+        return S3Store(tier, s3_client(tier.endpoint_url, tier.region, pool), limiter=limiter)
+    return PosixStore(tier, node_id, limiter=limiter)

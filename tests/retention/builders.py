@@ -1,0 +1,106 @@
+"""Small builders for retention snapshots, and a simulator that applies plans the way the executor
+will (marker -> expired), so that tests can replay a job's history."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tierpoint.catalog.models import TierState
+from tierpoint.config import TierKind
+from tierpoint.retention import (
+    CheckpointInfo,
+    Policy,
+    RetentionPlan,
+    RetentionSnapshot,
+    TierCopy,
+    TierRef,
+    plan,
+    promotion_targets,
+)
+
+TIERS = (
+    TierRef("ssd", TierKind.LOCAL),
+    TierRef("lustre", TierKind.SHARED),
+    TierRef("s3", TierKind.S3),
+)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def good(nbytes: int = 100) -> TierCopy:
+    return TierCopy(state=TierState.RESTORABLE, verified=True, bytes=nbytes)
+
+
+def checkpoint(
+    step: int,
+    tiers: dict[str, TierCopy],
+    *,
+    created_at: datetime | None = None,
+    total_bytes: int = 100,
+    **kw: object,
+) -> CheckpointInfo:
+    return CheckpointInfo(
+        id=1000 + step,
+        step=step,
+        created_at=created_at or T0 + timedelta(hours=step),
+        total_bytes=total_bytes,
+        copies=tiers,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def snapshot(*checkpoints: CheckpointInfo, tiers: tuple[TierRef, ...] = TIERS) -> RetentionSnapshot:
+    return RetentionSnapshot(job="job", tiers=tiers, checkpoints=checkpoints)
+
+
+def apply(snap: RetentionSnapshot, p: RetentionPlan) -> RetentionSnapshot:
+    """The executor's effect: every planned or unfinished expiry ends with the marker expired."""
+    gone = {(e.checkpoint_id, e.tier) for e in p.expiries}
+    gone |= {(u.checkpoint_id, u.tier) for u in p.unfinished}
+    out = []
+    for c in snap.checkpoints:
+        copies = {
+            name: (
+                TierCopy(state=TierState.EXPIRED, verified=False, bytes=0)
+                if (c.id, name) in gone
+                else copy
+            )
+            for name, copy in c.copies.items()
+        }
+        out.append(c.model_copy(update={"copies": copies}))
+    return snap.model_copy(update={"checkpoints": tuple(out)})
+
+
+def holding(snap: RetentionSnapshot) -> dict[str, list[int]]:
+    """tier -> steps with a restorable copy there."""
+    return {
+        t.name: sorted(
+            c.step
+            for c in snap.checkpoints
+            if t.name in c.copies and c.copies[t.name].state == TierState.RESTORABLE
+        )
+        for t in snap.tiers
+    }
+
+
+def run_history(
+    policy: Policy, steps: list[int], *, nbytes: int = 100, tiers: tuple[TierRef, ...] = TIERS
+) -> RetentionSnapshot:
+    """Register each step, promote it tier by tier to its targets, and run retention after every
+    promotion, as the lifecycle workflow will."""
+    snap = snapshot(tiers=tiers)
+    for n, step in enumerate(steps):
+        now = T0 + timedelta(hours=n)
+        c = CheckpointInfo(id=1000 + step, step=step, created_at=now, total_bytes=nbytes)
+        snap = snap.model_copy(update={"checkpoints": (*snap.checkpoints, c)})
+        for name in promotion_targets(policy, tiers, step):
+            snap = _set_copy(snap, c.id, name, good(nbytes))
+            snap = apply(snap, plan(snap, policy, now))
+    return snap
+
+
+def _set_copy(snap: RetentionSnapshot, cid: int, tier: str, copy: TierCopy) -> RetentionSnapshot:
+    out = tuple(
+        c.model_copy(update={"copies": {**c.copies, tier: copy}}) if c.id == cid else c
+        for c in snap.checkpoints
+    )
+    return snap.model_copy(update={"checkpoints": out})

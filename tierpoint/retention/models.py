@@ -1,0 +1,145 @@
+"""What the retention planner reads (a snapshot of one job's catalog rows) and what it returns.
+
+Plain frozen pydantic models: they travel through Temporal's pydantic data converter and render as
+the API's dry-run answer without translation.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tierpoint.catalog.models import TierState
+
+from .policy import TierRef
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TierCopy(_Frozen):
+    """One checkpoint's copy on one tier: its marker and what its replicas hold."""
+
+    state: TierState
+    # every shard has a replica on the tier whose bytes were read back and matched (invariant 1)
+    verified: bool
+    # bytes the copy occupies on the tier now (partial copies count what was written)
+    bytes: int = Field(ge=0)
+    quarantined: bool = False
+
+
+class CheckpointInfo(_Frozen):
+    id: int
+    step: int = Field(ge=0)
+    created_at: datetime
+    total_bytes: int = Field(ge=0)
+    pinned: bool = False
+    tags: frozenset[str] = frozenset()
+    quarantined: bool = False
+    # an unreleased restore lease that has not expired at snapshot time
+    leased: bool = False
+    copies: dict[str, TierCopy] = Field(default_factory=dict)
+
+
+class RetentionSnapshot(_Frozen):
+    job: str
+    tiers: tuple[TierRef, ...]
+    checkpoints: tuple[CheckpointInfo, ...]
+
+
+class KeepReason(StrEnum):
+    """Why a copy stays. The first group are protections: never overridden, not even by a quota."""
+
+    PINNED = "pinned"
+    LEASED = "leased"
+    QUARANTINED = "quarantined"  # evidence for the operator; never expired automatically
+    LATEST_DURABLE = "latest_durable"  # the job's latest restorable checkpoint on its last tier
+    IN_FLIGHT = "in_flight"  # a copy to a more durable tier is pending (this may be its source)
+    AWAITING_DURABLE = "awaiting_durable"  # local, not yet restorable on a more durable target
+    LAST_COPY = "last_copy"  # the only restorable copy left of a checkpoint some tier keeps
+    NO_GOOD_COPY = "no_good_copy"  # a kept checkpoint with no restorable copy: keep every remnant
+    # Rules of the tier's policy: a quota (max_bytes) may override these, oldest first.
+    KEEP_ALL = "keep_all"
+    KEEP_LAST = "keep_last"
+    KEEP_EVERY_STEPS = "keep_every.steps"
+    KEEP_EVERY_INTERVAL = "keep_every.interval"
+    KEEP_WITHIN = "keep_within"
+    KEEP_TAGS = "keep_tags"
+
+
+PROTECTIONS = frozenset(
+    {
+        KeepReason.PINNED,
+        KeepReason.LEASED,
+        KeepReason.QUARANTINED,
+        KeepReason.LATEST_DURABLE,
+        KeepReason.IN_FLIGHT,
+        KeepReason.AWAITING_DURABLE,
+        KeepReason.LAST_COPY,
+        KeepReason.NO_GOOD_COPY,
+    }
+)
+
+
+class ExpiryRule(StrEnum):
+    NOT_KEPT = "not_kept"  # none of the tier's keep rules keeps this checkpoint
+    MAX_BYTES = "max_bytes"  # the tier's quota evicted it (oldest unprotected first)
+
+
+class Expiry(_Frozen):
+    checkpoint_id: int
+    step: int
+    tier: str
+    bytes: int
+    rule: ExpiryRule
+    reason: str
+
+
+class Keep(_Frozen):
+    checkpoint_id: int
+    step: int
+    tier: str
+    bytes: int
+    # every reason that keeps the copy, protections first, in KeepReason order
+    reasons: tuple[KeepReason, ...]
+
+    @property
+    def protected(self) -> bool:
+        """True if a protection holds the copy (a quota cannot evict it)."""
+        return any(r in PROTECTIONS for r in self.reasons)
+
+
+class Unfinished(_Frozen):
+    """A copy whose marker is already `expiring`: an earlier run committed to deleting it and did
+    not finish. No reader is sent there any more; the executor completes the deletion."""
+
+    checkpoint_id: int
+    step: int
+    tier: str
+    bytes: int
+
+
+class TierUsage(_Frozen):
+    tier: str
+    kind: str
+    bytes_now: int
+    bytes_after: int
+    max_bytes: int | None
+    # None without a quota; False when protections leave the tier over its quota
+    quota_met: bool | None
+    over_by: int = 0
+    rule: str  # the tier's rules as written, for the dry-run reader
+
+
+class RetentionPlan(_Frozen):
+    job: str
+    now: datetime
+    # ordered by tier (fastest first), then step, then checkpoint id
+    expiries: tuple[Expiry, ...]
+    keeps: tuple[Keep, ...]
+    unfinished: tuple[Unfinished, ...]
+    usage: tuple[TierUsage, ...]
+    notes: tuple[str, ...] = ()

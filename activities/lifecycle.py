@@ -1,0 +1,418 @@
+"""The lifecycle activities: plan, seal, copy+verify and promote a checkpoint, batch by batch.
+
+Activities are sync (blocking file and socket I/O) and run in the worker's thread pool. Every one
+may run twice: replicas are upserted, verified ones are skipped, state changes are conditional and
+stores write under a temporary name before renaming. Bad bytes are an outcome reported in the
+result (and the catalog), never an exception, so they are not retried.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import groupby
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from tierpoint import metrics_worker as metrics
+from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.models import ReplicaState
+from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.storage.base import ChecksumMismatch, ShardRef, SourceSizeMismatch, TierStore
+from tierpoint.storage.paths import UnsafePath
+
+from .progress import BatchReporter, resume_details, resume_state_for
+from .schemas import (
+    COPY_BATCH,
+    PLAN,
+    PROMOTE,
+    SEAL_BATCH,
+    Batch,
+    BatchResult,
+    CopyInput,
+    Plan,
+    PlanInput,
+    PlanTier,
+    PromoteInput,
+    PromoteResult,
+    SealInput,
+)
+from .stores import Stores
+
+# How many "path: reason" examples a batch result carries back into the history.
+PROBLEM_EXAMPLES = 5
+
+
+def batch_size(settings: Settings, shard_count: int) -> int:
+    """History grows with batches, not shards: at most about max_batches_per_stage batches."""
+    return max(settings.shard_batch_size, math.ceil(shard_count / settings.max_batches_per_stage))
+
+
+def make_batches(ordinals_by_node: list[tuple[str, int]], size: int) -> list[Batch]:
+    batches = []
+    for node, group in groupby(ordinals_by_node, key=lambda r: r[0]):
+        ordinals = [o for _, o in group]
+        for i in range(0, len(ordinals), size):
+            chunk = ordinals[i : i + size]
+            batches.append(Batch(node=node, first=chunk[0], last=chunk[-1]))
+    return batches
+
+
+@contextmanager
+def _non_retryable_input_errors() -> Iterator[None]:
+    """Input that can never work (unsafe path, unknown tier) fails at once, without retries."""
+    try:
+        yield
+    except UnsafePath as exc:
+        raise ApplicationError(str(exc), type="UnsafePath", non_retryable=True) from exc
+    except KeyError as exc:
+        raise ApplicationError(
+            f"unknown tier {exc}", type="UnknownTier", non_retryable=True
+        ) from exc
+
+
+def _heartbeat_bytes(reporter: BatchReporter, ordinal: int, _bytes_read: int) -> None:
+    reporter.heartbeat(ordinal)
+
+
+def _note(result: BatchResult, path: str, reason: str) -> None:
+    if len(result.problems) < PROBLEM_EXAMPLES:
+        result.problems.append(f"{path}: {reason}")
+
+
+class LifecycleActivities:
+    """Built once per worker. `node` is the node this worker serves (None: the shared worker);
+    activities that touch a local tier refuse batches of other nodes."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        settings: Settings,
+        stores: Stores,
+        node: str | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._settings = settings
+        self._stores = stores
+        self._node = node
+
+    def _store(self, tier: TierConfig, batch_node: str) -> TierStore:
+        if tier.kind is TierKind.LOCAL and batch_node != self._node:
+            # A local tier is readable only on its node: a task here is a routing bug.
+            raise ApplicationError(
+                f"tier {tier.name} of node {batch_node} is not reachable from worker "
+                f"{self._node or 'shared'}",
+                type="WrongNode",
+                non_retryable=True,
+            )
+        return self._stores.get(tier, batch_node)
+
+    # ---------------------------------------------------------------- plan
+
+    @activity.defn(name=PLAN)
+    def plan(self, inp: PlanInput) -> Plan:
+        with metrics.timed(PLAN), self._sessions.begin() as s:
+            head = repo.checkpoint_head(s, inp.checkpoint_id)
+            if head is None:
+                raise ApplicationError(
+                    f"checkpoint {inp.checkpoint_id} is not in the catalog",
+                    type="CheckpointNotFound",
+                    non_retryable=True,
+                )
+            tiers = self._settings.tiers
+            if not tiers:
+                raise ApplicationError(
+                    "no tiers are configured", type="NoTiers", non_retryable=True
+                )
+            repo.ensure_markers(s, head, [t.name for t in tiers])
+            ordinals = repo.shard_ordinals_by_node(s, head.id)
+        size = batch_size(self._settings, len(ordinals))
+        return Plan(
+            checkpoint_id=head.id,
+            job=head.job,
+            step=head.step,
+            shard_count=len(ordinals),
+            total_bytes=head.total_bytes,
+            tiers=[PlanTier(name=t.name, kind=t.kind, parallelism=t.parallelism) for t in tiers],
+            batches=make_batches(ordinals, size),
+        )
+
+    # ---------------------------------------------------------------- seal
+
+    @activity.defn(name=SEAL_BATCH)
+    def seal_batch(self, inp: SealInput) -> BatchResult:
+        with metrics.timed(SEAL_BATCH), _non_retryable_input_errors():
+            return self._seal(inp)
+
+    def _seal(self, inp: SealInput) -> BatchResult:
+        tier = self._stores.tier(inp.tier)
+        store = self._store(tier, inp.batch.node)
+        b = inp.batch
+        with self._sessions.begin() as s:
+            shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, tier.name)
+        result = BatchResult(shards=len(shards))
+        reporter = BatchReporter(
+            self._sessions, inp.checkpoint_id, tier.name, self._settings.progress_interval_seconds
+        )
+        local_node = b.node if tier.kind is TierKind.LOCAL else None
+        for sh in shards:
+            if sh.state == ReplicaState.VERIFIED:
+                result.skipped += 1
+                result.verified += 1
+                continue
+            ref = ShardRef(inp.job, inp.step, sh.path)
+            reporter.heartbeat(sh.ordinal)
+            v = store.checksum(ref, functools.partial(_heartbeat_bytes, reporter, sh.ordinal))
+            result.bytes += v.size or 0
+            problem: str | None = None
+            if v.size is None:
+                problem = v.reason or f"missing on {tier.name}"
+            elif v.size != sh.size:
+                problem = f"size {v.size} != registered {sh.size}"
+            elif v.crc32c is None:
+                problem = v.reason or "no checksum could be computed"
+            elif sh.checksum is not None and v.crc32c != sh.checksum:
+                problem = f"crc32c {v.crc32c} != registered {sh.checksum}"
+            location = store.location(ref)
+            if problem is None:
+                if sh.checksum is None:
+                    assert v.crc32c is not None
+                    reporter.checksum(sh.id, v.crc32c)
+                reporter.replica(
+                    repo.ReplicaWrite(
+                        sh.id, ReplicaState.VERIFIED, location, local_node, bytes_done=sh.size
+                    )
+                )
+                result.verified += 1
+            else:
+                reporter.replica(
+                    repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, local_node, 0, problem)
+                )
+                result.corrupt += 1
+                _note(result, sh.path, problem)
+            reporter.flush_if_due()
+        reporter.flush()
+        self._batch_events(inp.checkpoint_id, tier.name, EventKind.SEALED, b, result)
+        metrics.BYTES_SEALED.labels(tier.name).inc(result.bytes)
+        metrics.SHARDS_VERIFIED.labels(tier.name).inc(result.verified - result.skipped)
+        metrics.CORRUPT_FOUND.labels(tier.name).inc(result.corrupt)
+        return result
+
+    # ---------------------------------------------------------------- copy + verify
+
+    @activity.defn(name=COPY_BATCH)
+    def copy_batch(self, inp: CopyInput) -> BatchResult:
+        with metrics.timed(COPY_BATCH), _non_retryable_input_errors():
+            return self._copy(inp)
+
+    def _copy(self, inp: CopyInput) -> BatchResult:
+        info = activity.info()
+        details = resume_details(info.heartbeat_details)
+        b = inp.batch
+        src_tier = self._stores.tier(inp.source)
+        dst_tier = self._stores.tier(inp.destination)
+        src = self._store(src_tier, b.node)
+        dst = self._store(dst_tier, b.node)
+        dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None
+        with self._sessions.begin() as s:
+            shards = repo.batch_shards(
+                s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name, src_tier.name
+            )
+        result = BatchResult(shards=len(shards))
+        reporter = BatchReporter(
+            self._sessions,
+            inp.checkpoint_id,
+            dst_tier.name,
+            self._settings.progress_interval_seconds,
+        )
+        todo = [sh for sh in shards if sh.state != ReplicaState.VERIFIED]
+        result.skipped = result.verified = len(shards) - len(todo)
+        for sh in todo:
+            reporter.replica(
+                repo.ReplicaWrite(
+                    sh.id,
+                    ReplicaState.COPYING,
+                    dst.location(ShardRef(inp.job, inp.step, sh.path)),
+                    dst_node,
+                )
+            )
+        reporter.flush()
+
+        resumed: list[dict[str, object]] = []
+        for sh in todo:
+            ref = ShardRef(inp.job, inp.step, sh.path)
+            location = dst.location(ref)
+            reporter.heartbeat(sh.ordinal)
+
+            def fail(reason: str, sh: repo.BatchShard = sh, location: str = location) -> None:
+                reporter.replica(
+                    repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, dst_node, 0, reason)
+                )
+                result.corrupt += 1
+                _note(result, sh.path, reason)
+
+            if sh.source_state != ReplicaState.VERIFIED:
+                # The source tier was promoted, so this does not happen unless someone changed
+                # the catalog since; the shard stays unverified and promotion fails naming it.
+                reason = f"no verified source replica on {src_tier.name} ({sh.source_state})"
+                reporter.replica(
+                    repo.ReplicaWrite(sh.id, ReplicaState.PENDING, location, dst_node, 0, reason)
+                )
+                _note(result, sh.path, reason)
+                continue
+            registered = sh.checksum
+            if registered is None:
+                reason = "no registered or sealed checksum"
+                reporter.replica(
+                    repo.ReplicaWrite(sh.id, ReplicaState.PENDING, location, dst_node, 0, reason)
+                )
+                _note(result, sh.path, reason)
+                continue
+
+            resume = resume_state_for(details, sh.ordinal)
+            if resume is None and info.attempt > 1 and dst.size(ref) == sh.size:
+                # An earlier attempt may have committed this shard and died before the catalog
+                # heard of it: reading it back is cheaper than copying it again.
+                v = dst.verify(ref, sh.size, registered)
+                if v.ok:
+                    self._verified(reporter, result, sh, location, dst_node)
+                    continue
+            if resume is not None:
+                resumed.append({"path": sh.path, "offset": resume.offset})
+            start = resume.offset if resume else 0
+            try:
+                with src.open_read(ref, start) as reader:
+                    copied = dst.write(
+                        ref,
+                        reader,
+                        sh.size,
+                        resume,
+                        functools.partial(reporter.progress, sh.id, sh.ordinal),
+                    )
+            except SourceSizeMismatch as exc:
+                reporter.corrupt_on(src_tier.name, sh.id, str(exc))
+                metrics.CORRUPT_FOUND.labels(src_tier.name).inc()
+                dst.cleanup_partial(ref, None)
+                fail(f"source corrupt: {exc}")
+                continue
+            except ChecksumMismatch as exc:
+                # The destination refused what it received: bad in transit; a later run retries.
+                dst.cleanup_partial(ref, None)
+                fail(f"write to {dst_tier.name}: {exc}")
+                metrics.CORRUPT_FOUND.labels(dst_tier.name).inc()
+                continue
+            result.bytes += sh.size - start
+            metrics.BYTES_COPIED.labels(dst_tier.name).inc(sh.size - start)
+            if copied.crc32c != registered or copied.size != sh.size:
+                # The bytes read off the source are not what was registered: the source replica
+                # is corrupt, and so is what we wrote from it, which must not be taken for a copy.
+                why = (
+                    f"read {copied.size} bytes with crc32c {copied.crc32c} from {src_tier.name}, "
+                    f"registered {sh.size} bytes with crc32c {registered}"
+                )
+                reporter.corrupt_on(src_tier.name, sh.id, why)
+                metrics.CORRUPT_FOUND.labels(src_tier.name).inc()
+                dst.delete(ref)
+                fail(f"source corrupt: {why}")
+                metrics.CORRUPT_FOUND.labels(dst_tier.name).inc()
+            else:
+                v = dst.verify(ref, sh.size, registered)
+                if v.ok:
+                    self._verified(reporter, result, sh, location, dst_node)
+                else:
+                    fail(f"read back from {dst_tier.name}: {v.reason or 'mismatch'}")
+                    metrics.CORRUPT_FOUND.labels(dst_tier.name).inc()
+            reporter.flush_if_due()
+        reporter.flush()
+        self._batch_events(
+            inp.checkpoint_id,
+            dst_tier.name,
+            EventKind.COPIED,
+            b,
+            result,
+            {"source": src_tier.name, "attempt": info.attempt, "resumed": resumed},
+        )
+        return result
+
+    @staticmethod
+    def _verified(
+        reporter: BatchReporter,
+        result: BatchResult,
+        sh: repo.BatchShard,
+        location: str,
+        node: str | None,
+    ) -> None:
+        reporter.replica(
+            repo.ReplicaWrite(sh.id, ReplicaState.VERIFIED, location, node, bytes_done=sh.size)
+        )
+        result.verified += 1
+
+    # ---------------------------------------------------------------- promote
+
+    @activity.defn(name=PROMOTE)
+    def promote(self, inp: PromoteInput) -> PromoteResult:
+        with metrics.timed(PROMOTE), self._sessions.begin() as s:
+            outcome = repo.promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
+        return PromoteResult(tier=inp.tier, state=outcome.state, reason=outcome.reason)
+
+    # ---------------------------------------------------------------- events
+
+    def _batch_events(
+        self,
+        checkpoint_id: int,
+        tier: str,
+        kind: EventKind,
+        batch: Batch,
+        result: BatchResult,
+        extra: dict[str, object] | None = None,
+    ) -> None:
+        """One event per batch (and one more if it found corruption), never one per shard."""
+        detail: dict[str, object] = {
+            "node": batch.node,
+            "first": batch.first,
+            "last": batch.last,
+            "shards": result.shards,
+            "verified": result.verified,
+            "skipped": result.skipped,
+            "corrupt": result.corrupt,
+            "bytes": result.bytes,
+            **(extra or {}),
+        }
+        with self._sessions.begin() as s:
+            job_id = repo.job_id_of(s, checkpoint_id)
+            record(
+                s,
+                kind,
+                checkpoint_id=checkpoint_id,
+                job_id=job_id,
+                tier=tier,
+                actor=repo.ACTOR,
+                detail=detail,
+            )
+            if kind is EventKind.COPIED and result.verified > result.skipped:
+                record(
+                    s,
+                    EventKind.VERIFIED,
+                    checkpoint_id=checkpoint_id,
+                    job_id=job_id,
+                    tier=tier,
+                    actor=repo.ACTOR,
+                    detail={"node": batch.node, "verified": result.verified - result.skipped},
+                )
+            if result.corrupt:
+                record(
+                    s,
+                    EventKind.CORRUPT,
+                    checkpoint_id=checkpoint_id,
+                    job_id=job_id,
+                    tier=tier,
+                    actor=repo.ACTOR,
+                    detail={"count": result.corrupt, "examples": result.problems},
+                )
+        if kind is EventKind.COPIED:
+            metrics.SHARDS_VERIFIED.labels(tier).inc(result.verified - result.skipped)

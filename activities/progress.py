@@ -1,0 +1,94 @@
+"""Heartbeats and catalog writes of a batch activity, at a bounded rate.
+
+Replica states and bytes-done of a batch accumulate here and reach the catalog in one transaction
+at most every `interval` seconds (and at the end), so a batch of 500 tiny shards costs a handful
+of round trips, not 500.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+
+from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.storage.base import ResumeState
+
+
+def resume_details(details: Any) -> dict[str, Any]:
+    """The last heartbeat of a previous attempt, or {}."""
+    if details and isinstance(details[-1], dict):
+        return dict(details[-1])
+    return {}
+
+
+def resume_state_for(details: dict[str, Any], ordinal: int) -> ResumeState | None:
+    """Where the previous attempt was in this shard, if it was in this shard."""
+    if details.get("ordinal") != ordinal or int(details.get("offset") or 0) <= 0:
+        return None
+    return ResumeState(
+        offset=int(details["offset"]),
+        crc=int(details.get("crc") or 0),
+        upload_id=details.get("upload_id"),
+        extra=dict(details.get("extra") or {}),
+    )
+
+
+class BatchReporter:
+    def __init__(
+        self, sessions: sessionmaker[Session], checkpoint_id: int, tier: str, interval: float
+    ) -> None:
+        self._sessions = sessions
+        self._checkpoint_id = checkpoint_id
+        self._tier = tier
+        self._interval = interval
+        self._last_flush = time.monotonic()
+        self._writes: list[repo.ReplicaWrite] = []
+        self._bytes_done: dict[int, int] = {}
+        self._corrupt_elsewhere: dict[str, dict[int, str]] = {}
+        self._checksums: dict[int, str] = {}
+
+    def heartbeat(self, ordinal: int | None, state: ResumeState | None = None) -> None:
+        details: dict[str, Any] = {"ordinal": ordinal}
+        if state is not None:
+            details.update(asdict(state))
+        activity.heartbeat(details)
+
+    def progress(self, shard_id: int, ordinal: int, state: ResumeState) -> None:
+        self.heartbeat(ordinal, state)
+        self._bytes_done[shard_id] = state.offset
+        self.flush_if_due()
+
+    def replica(self, write: repo.ReplicaWrite) -> None:
+        self._writes.append(write)
+        self._bytes_done.pop(write.shard_id, None)
+
+    def corrupt_on(self, tier: str, shard_id: int, error: str) -> None:
+        self._corrupt_elsewhere.setdefault(tier, {})[shard_id] = error
+
+    def checksum(self, shard_id: int, crc32c: str) -> None:
+        self._checksums[shard_id] = crc32c
+
+    def flush_if_due(self) -> None:
+        if time.monotonic() - self._last_flush >= self._interval:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._sessions.begin() as s:
+            repo.fill_checksums(s, self._checksums)
+            repo.upsert_replicas(s, self._checkpoint_id, self._tier, self._writes)
+            repo.set_bytes_done(s, self._tier, self._bytes_done)
+            for tier, errors in self._corrupt_elsewhere.items():
+                repo.mark_corrupt(s, tier, errors)
+                # That tier was promoted on bytes that have gone bad since: readers must skip it.
+                repo.quarantine_tier(
+                    s, self._checkpoint_id, tier, f"{len(errors)} shard(s) found corrupt on {tier}"
+                )
+        self._checksums.clear()
+        self._writes.clear()
+        self._bytes_done.clear()
+        self._corrupt_elsewhere.clear()
+        self._last_flush = time.monotonic()

@@ -1,0 +1,82 @@
+"""What lifecycle activities take and return. Small by design: ids and ordinal ranges travel
+through the workflow history, never shard lists or bytes."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from tierpoint.config import TierKind
+
+# Activity names (the workflow calls them by name, so it imports nothing with I/O).
+PLAN = "lifecycle.plan"
+SEAL_BATCH = "lifecycle.seal_batch"
+COPY_BATCH = "lifecycle.copy_batch"
+PROMOTE = "lifecycle.promote"
+
+
+class PlanInput(BaseModel):
+    checkpoint_id: int
+
+
+class PlanTier(BaseModel):
+    name: str
+    kind: TierKind
+    parallelism: int
+
+
+class Batch(BaseModel):
+    """The shards of one node whose manifest ordinals lie in [first, last]."""
+
+    node: str
+    first: int
+    last: int
+
+
+class Plan(BaseModel):
+    checkpoint_id: int
+    job: str
+    step: int
+    shard_count: int
+    total_bytes: int
+    tiers: list[PlanTier]
+    batches: list[Batch]
+
+
+class BatchInput(BaseModel):
+    checkpoint_id: int
+    job: str
+    step: int
+    batch: Batch
+
+
+class SealInput(BatchInput):
+    tier: str
+
+
+class CopyInput(BatchInput):
+    source: str
+    destination: str
+
+
+class BatchResult(BaseModel):
+    shards: int = 0
+    verified: int = 0  # now verified on the tier (including ones that already were)
+    skipped: int = 0  # already verified before this attempt
+    corrupt: int = 0
+    bytes: int = 0  # bytes read in this attempt
+    problems: list[str] = Field(default_factory=list)  # first few "path: reason"
+
+
+class PromoteInput(BaseModel):
+    checkpoint_id: int
+    tier: str
+    # Tiers after this one: failed with "source tier <tier> failed" if this one fails.
+    later_tiers: list[str] = Field(default_factory=list)
+    # Why the stage could not finish (e.g. a batch that exhausted its retries), for the reason.
+    stage_error: str | None = None
+
+
+class PromoteResult(BaseModel):
+    tier: str
+    state: str
+    reason: str | None = None

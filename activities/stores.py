@@ -1,0 +1,29 @@
+"""Open tier stores once per worker process and share them between activity threads."""
+
+from __future__ import annotations
+
+import threading
+
+from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.storage.base import TierStore
+from tierpoint.storage.registry import open_store
+
+
+class Stores:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._open: dict[tuple[str, str | None], TierStore] = {}
+
+    def tier(self, name: str) -> TierConfig:
+        return self._settings.tier(name)
+
+    def get(self, tier: TierConfig, node: str | None) -> TierStore:
+        """The store of `tier`; local tiers are per node, the others ignore the node."""
+        key = (tier.name, node if tier.kind is TierKind.LOCAL else None)
+        with self._lock:
+            store = self._open.get(key)
+            if store is None:
+                store = open_store(tier, key[1])
+                self._open[key] = store
+            return store

@@ -1,0 +1,173 @@
+"""Helpers of the lifecycle tests: real shard files on the node roots, checkpoints inserted in the
+catalog as the API would register them, and real workers running in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import crc32c
+import pytest
+from sqlalchemy import Engine, func, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
+
+from tierpoint.catalog.engine import make_sync_engine, sync_sessions
+from tierpoint.catalog.models import Checkpoint, Job, Shard
+from tierpoint.catalog.nodes import upsert_node
+from tierpoint.config import Settings, TierKind
+from tierpoint.temporal import connect
+from tierpoint.worker import node_roots, run_workers
+
+NODES = ("node-a", "node-b")
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    node: str
+    path: str
+    data: bytes
+    # What the job registers: None lets the seal stage compute it.
+    crc32c: str | None
+
+
+@dataclass(frozen=True)
+class Seeded:
+    checkpoint_id: int
+    job: str
+    step: int
+    shards: list[ShardSpec]
+
+
+def crc_hex(data: bytes) -> str:
+    return f"{crc32c.crc32c(data):08x}"
+
+
+def random_shards(nodes: Sequence[str], per_node: int, size: int) -> list[ShardSpec]:
+    out = []
+    for node in nodes:
+        for i in range(per_node):
+            data = os.urandom(size)
+            out.append(ShardSpec(node, f"rank-{node}/shard-{i:05d}.bin", data, crc_hex(data)))
+    return out
+
+
+def new_job() -> str:
+    return f"job-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    eng = make_sync_engine(settings.database_url, pool_size=2)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def sessions(engine: Engine) -> sessionmaker[Session]:
+    return sync_sessions(engine)
+
+
+@pytest.fixture
+async def client(settings: Settings) -> Client:
+    return await connect(settings)
+
+
+def seed_checkpoint(
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    job: str,
+    step: int,
+    shards: Sequence[ShardSpec],
+    *,
+    started: bool = True,
+) -> Seeded:
+    """Write the shard files on their nodes' local tier and register the checkpoint as the API
+    would (job, checkpoint with manifest digest, shards). `started=False` leaves it to the
+    reconciler."""
+    local = settings.local_tier()
+    assert local is not None
+    for sh in shards:
+        f = local.root_for(sh.node) / job / str(step) / sh.path
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(sh.data)
+    manifest = [
+        {"path": s.path, "size": len(s.data), "crc32c": s.crc32c, "node": s.node} for s in shards
+    ]
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    with sessions.begin() as s:
+        for node in sorted({sh.node for sh in shards}):
+            upsert_node(s, node, node_roots(settings, node))
+        s.execute(pg_insert(Job).values(name=job).on_conflict_do_nothing(index_elements=["name"]))
+        job_id = s.scalar(select(Job.id).where(Job.name == job))
+        cp_id = s.scalar(
+            insert(Checkpoint)
+            .values(
+                job_id=job_id,
+                step=step,
+                total_bytes=sum(len(x.data) for x in shards),
+                shard_count=len(shards),
+                manifest_digest=digest,
+                workflow_started_at=func.now() if started else None,
+            )
+            .returning(Checkpoint.id)
+        )
+        assert cp_id is not None
+        s.execute(
+            insert(Shard),
+            [
+                {
+                    "checkpoint_id": cp_id,
+                    "ordinal": i,
+                    "path": sh.path,
+                    "size": len(sh.data),
+                    "checksum": sh.crc32c,
+                    "node_id": sh.node,
+                }
+                for i, sh in enumerate(shards)
+            ],
+        )
+    return Seeded(cp_id, job, step, list(shards))
+
+
+@asynccontextmanager
+async def running_workers(
+    settings: Settings,
+    client: Client,
+    nodes: Sequence[str] = NODES,
+    shared: bool = True,
+    graceful_shutdown: timedelta = timedelta(seconds=5),
+) -> AsyncIterator[asyncio.Event]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_workers(
+            settings,
+            client,
+            nodes=nodes,
+            shared=shared,
+            stop=stop,
+            graceful_shutdown=graceful_shutdown,
+        )
+    )
+    try:
+        yield stop
+    finally:
+        stop.set()
+        await task
+
+
+def shard_file(
+    settings: Settings, tier: str, node: str | None, job: str, step: int, path: str
+) -> Path:
+    cfg = settings.tier(tier)
+    assert cfg.kind is not TierKind.S3
+    return cfg.root_for(node) / job / str(step) / path

@@ -1,0 +1,294 @@
+"""The lifecycle end to end on real services: Temporal dev server, Postgres, moto S3, real files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client, WorkflowHandle
+
+from activities.lifecycle import batch_size
+from tests.conftest import Services
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
+from tierpoint.config import Settings
+from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
+from workflows.schemas import LifecycleResult, LifecycleStatus
+
+from .conftest import (
+    NODES,
+    Seeded,
+    ShardSpec,
+    crc_hex,
+    new_job,
+    random_shards,
+    running_workers,
+    seed_checkpoint,
+    shard_file,
+)
+
+HISTORIES = Path(__file__).parent / "histories"
+# Guards against a hang, not a performance assertion.
+RESULT_TIMEOUT = 480.0
+
+
+async def run_lifecycle(
+    client: Client, seeded: Seeded
+) -> tuple[LifecycleResult, WorkflowHandle[Any, Any]]:
+    await start_lifecycle(
+        client, LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=seeded.job, step=seeded.step)
+    )
+    handle = client.get_workflow_handle(
+        workflow_id(seeded.job, seeded.step), result_type=LifecycleResult
+    )
+    result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    assert isinstance(result, LifecycleResult)
+    return result, handle
+
+
+def markers(
+    sessions: sessionmaker[Session], checkpoint_id: int
+) -> dict[str, tuple[str, str | None]]:
+    with sessions() as s:
+        rows = s.execute(
+            select(CheckpointTier.tier, CheckpointTier.state, CheckpointTier.reason).where(
+                CheckpointTier.checkpoint_id == checkpoint_id
+            )
+        )
+        return {t: (st, r) for t, st, r in rows}
+
+
+def replica_states(
+    sessions: sessionmaker[Session], checkpoint_id: int
+) -> dict[tuple[str, str], str]:
+    with sessions() as s:
+        rows = s.execute(
+            select(Shard.path, Replica.tier, Replica.state)
+            .join(Shard, Shard.id == Replica.shard_id)
+            .where(Replica.checkpoint_id == checkpoint_id)
+        )
+        return {(p, t): st for p, t, st in rows}
+
+
+def events(
+    sessions: sessionmaker[Session], checkpoint_id: int
+) -> list[tuple[str, str | None, dict[str, Any]]]:
+    with sessions() as s:
+        rows = s.execute(
+            select(Event.kind, Event.tier, Event.detail)
+            .where(Event.checkpoint_id == checkpoint_id)
+            .order_by(Event.id)
+        )
+        return [(k, t, d) for k, t, d in rows]
+
+
+def s3_client(services: Services) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=services.s3_endpoint_url,
+        region_name=services.s3_region,
+        aws_access_key_id=services.s3_access_key_id,
+        aws_secret_access_key=services.s3_secret_access_key,
+    )
+
+
+def assert_bytes_everywhere(settings: Settings, services: Services, seeded: Seeded) -> None:
+    s3 = s3_client(services)
+    s3_tier = settings.tier("s3")
+    for sh in seeded.shards:
+        for tier, node in (("ssd", sh.node), ("lustre", None)):
+            f = shard_file(settings, tier, node, seeded.job, seeded.step, sh.path)
+            assert f.read_bytes() == sh.data, f"{tier}: {sh.path}"
+        key = f"{s3_tier.prefix}{seeded.job}/{seeded.step}/{sh.path}"
+        body = s3.get_object(Bucket=s3_tier.bucket, Key=key)["Body"].read()
+        assert body == sh.data, f"s3: {sh.path}"
+
+
+async def test_two_nodes_become_restorable_on_every_tier(
+    settings: Settings, services: Services, sessions: sessionmaker[Session], client: Client
+) -> None:
+    shards = random_shards(NODES, 3, 300_000)
+    # A shard registered without a checksum: the seal stage computes and records it.
+    data = os.urandom(123_457)
+    shards.append(ShardSpec("node-b", "extra/no-checksum.bin", data, None))
+    seeded = seed_checkpoint(settings, sessions, new_job(), 100, shards)
+
+    async with running_workers(settings, client):
+        result, handle = await run_lifecycle(client, seeded)
+        status = await handle.query("status", result_type=LifecycleStatus)
+
+    assert [(t.tier, t.state) for t in result.tiers] == [
+        ("ssd", "restorable"),
+        ("lustre", "restorable"),
+        ("s3", "restorable"),
+    ]
+    assert status.stage == "done"
+    assert status.tiers_done == ["ssd", "lustre", "s3"]
+    assert {t: st for t, (st, _) in markers(sessions, seeded.checkpoint_id).items()} == {
+        "ssd": "restorable",
+        "lustre": "restorable",
+        "s3": "restorable",
+    }
+    states = replica_states(sessions, seeded.checkpoint_id)
+    assert len(states) == 3 * len(shards)
+    assert set(states.values()) == {"verified"}
+    assert_bytes_everywhere(settings, services, seeded)
+
+    with sessions() as s:
+        sealed_crc = s.scalar(
+            select(Shard.checksum).where(
+                Shard.checkpoint_id == seeded.checkpoint_id, Shard.path == "extra/no-checksum.bin"
+            )
+        )
+        bytes_done = s.scalar(
+            select(func.sum(Replica.bytes_done)).where(
+                Replica.checkpoint_id == seeded.checkpoint_id, Replica.tier == "s3"
+            )
+        )
+    assert sealed_crc == crc_hex(data)
+    assert bytes_done == sum(len(x.data) for x in shards)
+
+    kinds = [(k, t) for k, t, _ in events(sessions, seeded.checkpoint_id)]
+    for tier in ("ssd", "lustre", "s3"):
+        assert ("promoted", tier) in kinds
+    assert ("sealed", "ssd") in kinds
+    assert ("copied", "lustre") in kinds and ("copied", "s3") in kinds
+    assert not any(k in ("corrupt", "failed") for k, _ in kinds)
+
+    if os.environ.get("TIERPOINT_RECORD_HISTORY"):
+        history = await handle.fetch_history()
+        HISTORIES.mkdir(exist_ok=True)
+        (HISTORIES / "lifecycle_two_nodes.json").write_text(history.to_json())
+
+
+async def test_shard_with_wrong_checksum_is_never_promoted(
+    settings: Settings, sessions: sessionmaker[Session], client: Client
+) -> None:
+    shards = random_shards(NODES, 2, 50_000)
+    bad = shards[1]
+    shards[1] = ShardSpec(bad.node, bad.path, bad.data, crc_hex(b"not these bytes"))
+    seeded = seed_checkpoint(settings, sessions, new_job(), 7, shards)
+
+    async with running_workers(settings, client):
+        result, _ = await run_lifecycle(client, seeded)
+
+    outcome = {t.tier: (t.state, t.reason) for t in result.tiers}
+    assert outcome["ssd"][0] == "failed"
+    marks = markers(sessions, seeded.checkpoint_id)
+    state, reason = marks["ssd"]
+    assert state == "failed"
+    assert reason is not None and "1 of 4 shards" in reason and bad.path in reason
+    assert marks["lustre"] == ("failed", "source tier ssd failed")
+    assert marks["s3"] == ("failed", "source tier ssd failed")
+    states = replica_states(sessions, seeded.checkpoint_id)
+    assert states[(bad.path, "ssd")] == "corrupt"
+    # Nothing went further than the tier that failed.
+    assert not any(t != "ssd" for _, t in states)
+    assert not shard_file(settings, "lustre", None, seeded.job, seeded.step, bad.path).exists()
+    kinds = {(k, t) for k, t, _ in events(sessions, seeded.checkpoint_id)}
+    assert {("corrupt", "ssd"), ("failed", "ssd"), ("failed", "lustre"), ("failed", "s3")} <= kinds
+    assert not any(k == "promoted" for k, _ in kinds)
+
+
+@pytest.mark.slow
+async def test_ten_thousand_shards_keep_history_small(
+    settings: Settings, sessions: sessionmaker[Session], client: Client
+) -> None:
+    shards = random_shards(NODES, 5_000, 16)
+    seeded = seed_checkpoint(settings, sessions, new_job(), 1, shards)
+
+    async with running_workers(settings, client):
+        result, handle = await run_lifecycle(client, seeded)
+        history = await handle.fetch_history()
+
+    assert [t.state for t in result.tiers] == ["restorable"] * 3
+    assert result.batches <= settings.max_batches_per_stage + len(NODES)
+    assert result.batches == -(-5_000 // batch_size(settings, 10_000)) * len(NODES)
+    n = len(history.events)
+    print(f"10,000 shards, {result.batches} batches per stage: {n} history events")
+    assert n < 2_000
+    # The event table grows with batches too.
+    assert len(events(sessions, seeded.checkpoint_id)) < 10 * result.batches + 10
+
+
+async def test_reconciler_starts_a_missing_lifecycle(
+    settings: Settings, sessions: sessionmaker[Session], client: Client
+) -> None:
+    seeded = seed_checkpoint(
+        settings, sessions, new_job(), 3, random_shards(NODES, 1, 1000), started=False
+    )
+    async with running_workers(settings, client):
+        for _ in range(600):
+            with sessions() as s:
+                started = s.scalar(
+                    select(Checkpoint.workflow_started_at).where(
+                        Checkpoint.id == seeded.checkpoint_id
+                    )
+                )
+            if started is not None:
+                break
+            await asyncio.sleep(0.2)
+        assert started is not None
+        handle = client.get_workflow_handle(
+            workflow_id(seeded.job, seeded.step), result_type=LifecycleResult
+        )
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    assert [t.state for t in result.tiers] == ["restorable"] * 3
+
+
+async def test_copy_resumes_after_workers_stop_mid_copy(
+    settings: Settings, services: Services, sessions: sessionmaker[Session], client: Client
+) -> None:
+    # Reads off the local tier at 500 kB/s: copying the shard to lustre takes seconds.
+    ssd = settings.tier("ssd").model_copy(update={"read_bandwidth_limit": 500_000})
+    slow = settings.model_copy(update={"tiers": [ssd, *settings.tiers[1:]]})
+    data = os.urandom(4_000_000)
+    shards = [ShardSpec("node-a", "big.bin", data, crc_hex(data))]
+    seeded = seed_checkpoint(slow, sessions, new_job(), 11, shards)
+    await start_lifecycle(
+        client, LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=seeded.job, step=seeded.step)
+    )
+
+    def lustre_progress() -> tuple[str | None, int]:
+        with sessions() as s:
+            row = s.execute(
+                select(Replica.state, Replica.bytes_done).where(
+                    Replica.checkpoint_id == seeded.checkpoint_id, Replica.tier == "lustre"
+                )
+            ).one_or_none()
+        return (row[0], row[1]) if row else (None, 0)
+
+    async with running_workers(slow, client, nodes=["node-a"], graceful_shutdown=timedelta(0)):
+        for _ in range(1200):
+            state, done = lustre_progress()
+            if state == "copying" and done > 0:
+                break
+            await asyncio.sleep(0.1)
+        assert state == "copying" and 0 < done < len(data)
+        # Leaving the block stops the workers, without grace, in the middle of the copy.
+
+    state, done_after_stop = lustre_progress()
+    assert state == "copying" and done_after_stop < len(data)
+
+    async with running_workers(slow, client, nodes=["node-a"]):
+        handle = client.get_workflow_handle(
+            workflow_id(seeded.job, seeded.step), result_type=LifecycleResult
+        )
+        result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+    assert [t.state for t in result.tiers] == ["restorable"] * 3
+    assert_bytes_everywhere(slow, services, seeded)
+    copied = [
+        d for k, t, d in events(sessions, seeded.checkpoint_id) if (k, t) == ("copied", "lustre")
+    ]
+    assert len(copied) == 1
+    assert copied[0]["attempt"] >= 2
+    assert copied[0]["resumed"] and copied[0]["resumed"][0]["offset"] > 0
+    # Only what was left was read again.
+    assert copied[0]["bytes"] < len(data)

@@ -1,0 +1,413 @@
+"""Catalog reads and writes of the lifecycle activities (seal, copy, verify, promote, reconcile).
+
+Every write is idempotent: replicas are upserted on (shard, tier), state changes are conditional,
+and a verified replica is never downgraded by a copy that runs again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, bindparam, case, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session, aliased
+
+from .events import EventKind, record
+from .models import Checkpoint, CheckpointTier, Job, Replica, ReplicaState, Shard, TierState
+
+ACTOR = "lifecycle"
+# How many bad shards a failure reason names.
+REASON_EXAMPLES = 3
+
+_replica_table = cast(Table, Replica.__table__)
+_shard_table = cast(Table, Shard.__table__)
+
+
+@dataclass(frozen=True)
+class CheckpointHead:
+    id: int
+    job_id: int
+    job: str
+    step: int
+    shard_count: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class BatchShard:
+    id: int
+    ordinal: int
+    path: str
+    size: int
+    checksum: str | None
+    node_id: str
+    source_state: str | None  # replica state on the source tier (None: no replica)
+    state: str | None  # replica state on the tier being written (None: no replica yet)
+
+
+@dataclass(frozen=True)
+class ReplicaWrite:
+    shard_id: int
+    state: ReplicaState
+    location: str
+    node_id: str | None = None
+    bytes_done: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PromoteOutcome:
+    state: str
+    reason: str | None
+    changed: bool
+
+
+@dataclass(frozen=True)
+class Unstarted:
+    checkpoint_id: int
+    job: str
+    step: int
+
+
+def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | None:
+    row = session.execute(
+        select(
+            Checkpoint.id,
+            Checkpoint.job_id,
+            Job.name,
+            Checkpoint.step,
+            Checkpoint.shard_count,
+            Checkpoint.total_bytes,
+        )
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(Checkpoint.id == checkpoint_id)
+    ).one_or_none()
+    return None if row is None else CheckpointHead(*row)
+
+
+def job_id_of(session: Session, checkpoint_id: int) -> int | None:
+    return session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
+
+
+def shard_ordinals_by_node(session: Session, checkpoint_id: int) -> list[tuple[str, int]]:
+    """(node, ordinal) of every shard, ordered by node then ordinal: the input of batching."""
+    rows = session.execute(
+        select(Shard.node_id, Shard.ordinal)
+        .where(Shard.checkpoint_id == checkpoint_id)
+        .order_by(Shard.node_id, Shard.ordinal)
+    )
+    return [(n, o) for n, o in rows]
+
+
+def ensure_markers(session: Session, head: CheckpointHead, tiers: Sequence[str]) -> None:
+    """A `pending` marker per target tier; existing markers keep their state."""
+    if not tiers:
+        return
+    stmt = insert(CheckpointTier).values(
+        [
+            {
+                "checkpoint_id": head.id,
+                "tier": t,
+                "job_id": head.job_id,
+                "step": head.step,
+                "state": TierState.PENDING.value,
+            }
+            for t in tiers
+        ]
+    )
+    session.execute(stmt.on_conflict_do_nothing(index_elements=["checkpoint_id", "tier"]))
+
+
+def batch_shards(
+    session: Session,
+    checkpoint_id: int,
+    node: str,
+    first: int,
+    last: int,
+    tier: str,
+    source_tier: str | None = None,
+) -> list[BatchShard]:
+    dst = aliased(Replica)
+    src = aliased(Replica)
+    source_state: Any = src.state if source_tier is not None else None
+    stmt = (
+        select(
+            Shard.id,
+            Shard.ordinal,
+            Shard.path,
+            Shard.size,
+            Shard.checksum,
+            Shard.node_id,
+            source_state,
+            dst.state,
+        )
+        .outerjoin(dst, and_(dst.shard_id == Shard.id, dst.tier == tier))
+        .where(
+            Shard.checkpoint_id == checkpoint_id,
+            Shard.node_id == node,
+            Shard.ordinal.between(first, last),
+        )
+        .order_by(Shard.ordinal)
+    )
+    if source_tier is not None:
+        stmt = stmt.outerjoin(src, and_(src.shard_id == Shard.id, src.tier == source_tier))
+    return [BatchShard(*row) for row in session.execute(stmt)]
+
+
+def upsert_replicas(
+    session: Session, checkpoint_id: int, tier: str, writes: Iterable[ReplicaWrite]
+) -> None:
+    """Insert or update replicas of one tier. A verified replica only changes through
+    `mark_corrupt` (a later read proved it bad), and one being expired is left to retention."""
+    rows = [
+        {
+            "shard_id": w.shard_id,
+            "checkpoint_id": checkpoint_id,
+            "tier": tier,
+            "node_id": w.node_id,
+            "state": w.state.value,
+            "location": w.location,
+            "bytes_done": w.bytes_done,
+            "error": w.error,
+            "verified_at": func.now() if w.state is ReplicaState.VERIFIED else None,
+        }
+        for w in writes
+    ]
+    if not rows:
+        return
+    stmt = insert(Replica).values(rows)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["shard_id", "tier"],
+            set_={
+                "state": stmt.excluded.state,
+                "location": stmt.excluded.location,
+                "node_id": stmt.excluded.node_id,
+                # A copy that starts again keeps showing the progress it had.
+                "bytes_done": case(
+                    (stmt.excluded.state == ReplicaState.COPYING.value, Replica.bytes_done),
+                    else_=stmt.excluded.bytes_done,
+                ),
+                "error": stmt.excluded.error,
+                "verified_at": stmt.excluded.verified_at,
+                "updated_at": func.now(),
+            },
+            where=Replica.state.notin_([ReplicaState.VERIFIED.value, ReplicaState.EXPIRING.value]),
+        )
+    )
+
+
+def mark_corrupt(session: Session, tier: str, errors: dict[int, str]) -> None:
+    """A read proved these replicas bad, whatever they were believed to be."""
+    if not errors:
+        return
+    session.connection().execute(
+        update(_replica_table)
+        .where(
+            _replica_table.c.shard_id == bindparam("sid"),
+            _replica_table.c.tier == tier,
+        )
+        .values(state=ReplicaState.CORRUPT.value, error=bindparam("err"), updated_at=func.now()),
+        [{"sid": sid, "err": err} for sid, err in errors.items()],
+    )
+
+
+def quarantine_tier(session: Session, checkpoint_id: int, tier: str, reason: str) -> None:
+    """Take a tier's copy out of "latest restorable" after its bytes were found corrupt."""
+    result = session.execute(
+        update(CheckpointTier)
+        .where(
+            CheckpointTier.checkpoint_id == checkpoint_id,
+            CheckpointTier.tier == tier,
+            CheckpointTier.quarantine_reason.is_(None),
+        )
+        .values(quarantine_reason=reason, updated_at=func.now())
+        .returning(CheckpointTier.job_id)
+    )
+    job_id = result.scalar_one_or_none()
+    if job_id is not None:
+        record(
+            session,
+            EventKind.QUARANTINED,
+            checkpoint_id=checkpoint_id,
+            job_id=job_id,
+            tier=tier,
+            actor=ACTOR,
+            detail={"reason": reason},
+        )
+
+
+def set_bytes_done(session: Session, tier: str, progress: dict[int, int]) -> None:
+    if not progress:
+        return
+    session.connection().execute(
+        update(_replica_table)
+        .where(
+            _replica_table.c.shard_id == bindparam("sid"),
+            _replica_table.c.tier == tier,
+            _replica_table.c.state == ReplicaState.COPYING.value,
+        )
+        .values(bytes_done=bindparam("done"), updated_at=func.now()),
+        [{"sid": sid, "done": done} for sid, done in progress.items()],
+    )
+
+
+def fill_checksums(session: Session, checksums: dict[int, str]) -> None:
+    """Record checksums computed at seal for shards registered without one."""
+    if not checksums:
+        return
+    session.connection().execute(
+        update(_shard_table)
+        .where(_shard_table.c.id == bindparam("sid"), _shard_table.c.checksum.is_(None))
+        .values(checksum=bindparam("crc")),
+        [{"sid": sid, "crc": crc} for sid, crc in checksums.items()],
+    )
+
+
+def _bad_examples(session: Session, checkpoint_id: int, tier: str) -> list[str]:
+    rows = session.execute(
+        select(Shard.path, Replica.state, Replica.error)
+        .outerjoin(Replica, and_(Replica.shard_id == Shard.id, Replica.tier == tier))
+        .where(
+            Shard.checkpoint_id == checkpoint_id,
+            func.coalesce(Replica.state, "") != ReplicaState.VERIFIED.value,
+        )
+        .order_by(Shard.ordinal)
+        .limit(REASON_EXAMPLES)
+    )
+    out = []
+    for path, state, error in rows:
+        what = error or state or "no replica"
+        out.append(f"{path} ({what})")
+    return out
+
+
+def promote(
+    session: Session,
+    checkpoint_id: int,
+    tier: str,
+    later_tiers: Sequence[str],
+    stage_error: str | None,
+) -> PromoteOutcome:
+    """Flip the tier's marker in the caller's transaction: `restorable` only if every shard has a
+    verified replica on the tier, else `failed` with a reason, and later tiers `failed` too."""
+    marker = session.execute(
+        select(CheckpointTier.state, CheckpointTier.reason, CheckpointTier.job_id)
+        .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+        .with_for_update()
+    ).one_or_none()
+    if marker is None:
+        raise LookupError(f"checkpoint {checkpoint_id} has no marker for tier {tier!r}")
+    state, reason, job_id = marker
+    if state not in (TierState.PENDING.value, TierState.FAILED.value):
+        # restorable already (a rerun), or retention has taken over.
+        return PromoteOutcome(state, reason, changed=False)
+
+    total = session.scalar(
+        select(func.count()).select_from(Shard).where(Shard.checkpoint_id == checkpoint_id)
+    )
+    verified = session.scalar(
+        select(func.count())
+        .select_from(Replica)
+        .where(
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier == tier,
+            Replica.state == ReplicaState.VERIFIED.value,
+        )
+    )
+    assert total is not None and verified is not None
+    if verified == total and stage_error is None:
+        session.execute(
+            update(CheckpointTier)
+            .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+            .values(
+                state=TierState.RESTORABLE.value,
+                reason=None,
+                restorable_at=func.now(),
+                updated_at=func.now(),
+            )
+        )
+        record(
+            session,
+            EventKind.PROMOTED,
+            checkpoint_id=checkpoint_id,
+            job_id=job_id,
+            tier=tier,
+            actor=ACTOR,
+            detail={"shards": total},
+        )
+        return PromoteOutcome(TierState.RESTORABLE.value, None, changed=True)
+
+    bad = total - verified
+    parts = []
+    if bad:
+        examples = ", ".join(_bad_examples(session, checkpoint_id, tier))
+        parts.append(f"{bad} of {total} shards have no verified replica on {tier}: {examples}")
+    if stage_error:
+        parts.append(stage_error)
+    why = "; ".join(parts)
+    _fail(
+        session, checkpoint_id, job_id, tier, why, from_states=(TierState.PENDING, TierState.FAILED)
+    )
+    source_failed = f"source tier {tier} failed"
+    for later in later_tiers:
+        _fail(
+            session, checkpoint_id, job_id, later, source_failed, from_states=(TierState.PENDING,)
+        )
+    return PromoteOutcome(TierState.FAILED.value, why, changed=True)
+
+
+def _fail(
+    session: Session,
+    checkpoint_id: int,
+    job_id: int,
+    tier: str,
+    reason: str,
+    from_states: Sequence[TierState],
+) -> None:
+    result = session.execute(
+        update(CheckpointTier)
+        .where(
+            CheckpointTier.checkpoint_id == checkpoint_id,
+            CheckpointTier.tier == tier,
+            CheckpointTier.state.in_([s.value for s in from_states]),
+        )
+        .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
+    )
+    if getattr(result, "rowcount", 0):
+        record(
+            session,
+            EventKind.FAILED,
+            checkpoint_id=checkpoint_id,
+            job_id=job_id,
+            tier=tier,
+            actor=ACTOR,
+            detail={"reason": reason},
+        )
+
+
+def unstarted_checkpoints(session: Session, older_than: timedelta, limit: int) -> list[Unstarted]:
+    """Registered checkpoints whose lifecycle nobody has started (reads the partial index)."""
+    rows = session.execute(
+        select(Checkpoint.id, Job.name, Checkpoint.step)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(
+            Checkpoint.workflow_started_at.is_(None),
+            Checkpoint.created_at < func.now() - older_than,
+        )
+        .order_by(Checkpoint.created_at)
+        .limit(limit)
+    )
+    return [Unstarted(i, j, s) for i, j, s in rows]
+
+
+def mark_workflow_started(session: Session, checkpoint_id: int) -> bool:
+    result = session.execute(
+        update(Checkpoint)
+        .where(Checkpoint.id == checkpoint_id, Checkpoint.workflow_started_at.is_(None))
+        .values(workflow_started_at=func.now())
+    )
+    return bool(getattr(result, "rowcount", 0))

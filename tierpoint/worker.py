@@ -1,0 +1,178 @@
+"""Temporal workers: one per node (its local tier) and the shared one (workflows, shared and S3
+tiers, and the reconciler that starts lifecycles nobody started)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.lifecycle import LifecycleActivities
+from activities.stores import Stores
+from tierpoint import logs
+from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog.engine import make_sync_engine, sync_sessions
+from tierpoint.catalog.migrate import check_schema
+from tierpoint.catalog.nodes import upsert_node
+from tierpoint.config import SHARED_TASK_QUEUE, Settings, TierKind, node_task_queue
+from tierpoint.lifecycle import LifecycleInput, start_lifecycle
+from workflows.checkpoint_lifecycle import CheckpointLifecycle
+
+log = logs.get(__name__)
+
+# A node worker refreshes its node row's last_seen this often.
+NODE_HEARTBEAT_SECONDS = 15.0
+# The reconciler leaves a just-registered checkpoint to the API's own start for this long.
+RECONCILE_GRACE = timedelta(seconds=2)
+RECONCILE_BATCH = 500
+# Batch activities a worker runs at once (each moves one shard at a time).
+ACTIVITY_THREADS = 16
+
+
+def node_roots(settings: Settings, node: str) -> dict[str, str]:
+    return {t.name: str(t.root_for(node)) for t in settings.tiers if t.kind is TierKind.LOCAL}
+
+
+async def _every(
+    seconds: float, stop: asyncio.Event, what: str, fn: Callable[[], Awaitable[None]]
+) -> None:
+    """Run fn now and then every `seconds` until stop; a failing round is logged, not fatal."""
+    while not stop.is_set():
+        try:
+            await fn()
+        except Exception:
+            log.exception("periodic task failed", task=what)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def reconcile_once(
+    client: Client, sessions: sessionmaker[Session], grace: timedelta = RECONCILE_GRACE
+) -> int:
+    """Start the lifecycle of every registered checkpoint that has none. Returns how many."""
+
+    def unstarted() -> list[repo.Unstarted]:
+        with sessions.begin() as s:
+            return repo.unstarted_checkpoints(s, grace, RECONCILE_BATCH)
+
+    def mark(checkpoint_id: int) -> bool:
+        with sessions.begin() as s:
+            return repo.mark_workflow_started(s, checkpoint_id)
+
+    started = 0
+    for cp in await asyncio.to_thread(unstarted):
+        # start_lifecycle is idempotent: an existing workflow for this id counts as started.
+        await start_lifecycle(
+            client, LifecycleInput(checkpoint_id=cp.checkpoint_id, job=cp.job, step=cp.step)
+        )
+        if await asyncio.to_thread(mark, cp.checkpoint_id):
+            started += 1
+            log.info("reconciler started lifecycle", job=cp.job, step=cp.step)
+    return started
+
+
+async def run_workers(
+    settings: Settings,
+    client: Client,
+    *,
+    nodes: Sequence[str],
+    shared: bool,
+    stop: asyncio.Event,
+    graceful_shutdown: timedelta = timedelta(seconds=5),
+) -> None:
+    """Run a worker per node on its node queue and, if `shared`, the shared worker with the
+    workflows, the shared/S3 activities and the reconciler, until `stop` is set.
+
+    Refuses to start (raises SchemaMismatch) when the catalog schema is not at this code's head.
+    On stop, running activities get `graceful_shutdown` to finish; the ones that do not are
+    cancelled and resume from their last heartbeat on the next worker.
+    """
+    if not nodes and not shared:
+        raise ValueError("nothing to run: give nodes and/or shared=True")
+    engine: Engine = make_sync_engine(settings.database_url)
+    try:
+        await asyncio.to_thread(check_schema, engine)
+        sessions = sync_sessions(engine)
+        stores = Stores(settings)
+        executor = ThreadPoolExecutor(
+            max_workers=ACTIVITY_THREADS * (len(nodes) + int(shared)),
+            thread_name_prefix="tierpoint-activity",
+        )
+        workers: list[Worker] = []
+        periodic: list[Callable[[], Awaitable[None]]] = []
+        for node in nodes:
+            acts = LifecycleActivities(sessions, settings, stores, node=node)
+            workers.append(
+                Worker(
+                    client,
+                    task_queue=node_task_queue(node),
+                    activities=[acts.seal_batch, acts.copy_batch],
+                    activity_executor=executor,
+                    max_concurrent_activities=ACTIVITY_THREADS,
+                    graceful_shutdown_timeout=graceful_shutdown,
+                )
+            )
+            roots = node_roots(settings, node)
+
+            def report_in(node: str = node, roots: dict[str, str] = roots) -> None:
+                with sessions.begin() as s:
+                    upsert_node(s, node, roots)
+
+            # Registration accepts shards only on known nodes: report in before serving.
+            await asyncio.to_thread(report_in)
+            periodic.append(functools.partial(asyncio.to_thread, report_in))
+        if shared:
+            acts = LifecycleActivities(sessions, settings, stores)
+            workers.append(
+                Worker(
+                    client,
+                    task_queue=SHARED_TASK_QUEUE,
+                    workflows=[CheckpointLifecycle],
+                    activities=[acts.plan, acts.promote, acts.copy_batch],
+                    activity_executor=executor,
+                    max_concurrent_activities=ACTIVITY_THREADS,
+                    graceful_shutdown_timeout=graceful_shutdown,
+                )
+            )
+
+        # Our own event, so a crashed worker stops our loops without touching the caller's `stop`.
+        halt = asyncio.Event()
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        loops = [
+            asyncio.create_task(_every(NODE_HEARTBEAT_SECONDS, halt, "node heartbeat", fn))
+            for fn in periodic
+        ]
+        if shared:
+
+            async def reconcile() -> None:
+                await reconcile_once(client, sessions)
+
+            loops.append(
+                asyncio.create_task(
+                    _every(settings.reconcile_interval_seconds, halt, "reconciler", reconcile)
+                )
+            )
+        log.info("workers running", nodes=list(nodes), shared=shared)
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for t in tasks:
+                if t in done and t.exception() is not None:
+                    raise RuntimeError("a worker stopped unexpectedly") from t.exception()
+        finally:
+            halt.set()
+            stopped.cancel()
+            await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+            await asyncio.gather(*tasks, *loops, return_exceptions=True)
+            executor.shutdown(wait=False, cancel_futures=True)
+            log.info("workers stopped", nodes=list(nodes), shared=shared)
+    finally:
+        engine.dispose()

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from tierpoint_client.errors import ChecksumMismatchError, MissingDependencyError, TierpointError
 from tierpoint_client.hashing import CHUNK_SIZE, crc32c_hex, update
 from tierpoint_client.models import PlanEntry, RestoredFile, TierInfo
-from tierpoint_client.paths import safe_join, validate_relative_path
+from tierpoint_client.paths import PARTIAL_SUFFIX, safe_join, validate_relative_path
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -146,7 +146,7 @@ def restore_shard(
 ) -> RestoredFile:
     final = safe_join(dest_dir, validate_relative_path(entry.path))
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}.tierpoint-tmp")
+    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{PARTIAL_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     crc = 0
     size = 0

@@ -1,0 +1,315 @@
+"""The product end to end, as a user runs it: `tierpoint dev`, `tierpoint demo`,
+`tierpoint restore`, Ctrl-C, and `tierpoint dev` again on the same data dir.
+
+Every piece is real: the embedded Postgres, Temporal dev server and moto S3 that `tierpoint dev`
+starts, its workers and API, and the CLI as subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+
+from tierpoint.devstack.stack import StackInfo, read_stack_info
+
+pytestmark = pytest.mark.slow
+
+START_TIMEOUT = 240.0
+STOP_TIMEOUT = 120.0
+CHECKPOINTS = 3
+SHARDS = 4
+STEPS = [100 * (k + 1) for k in range(CHECKPOINTS)]
+
+
+def _env() -> dict[str, str]:
+    # The CLI must find everything through --data-dir, not through the test session's settings.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERPOINT_", "AWS_"))}
+    env["COLUMNS"] = "160"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tierpoint.cli.main", *args]
+
+
+def _tail(path: Path, lines: int = 60) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no output)"
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live descendant of pid, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@dataclass
+class DevProcess:
+    proc: subprocess.Popen[bytes]
+    data_dir: Path
+    log: Path
+    info: StackInfo
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.info.api_url, timeout=30)
+
+    def owned_pids(self) -> set[int]:
+        """The dev process, its descendants, and the postmaster (pg_ctl daemonizes it)."""
+        pids = {self.proc.pid} | _descendants(self.proc.pid)
+        pm = self.data_dir / "postgres" / "postmaster.pid"
+        if pm.exists():
+            postmaster = int(pm.read_text().splitlines()[0])
+            pids |= {postmaster} | _descendants(postmaster)
+        return pids
+
+    def interrupt(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"tierpoint dev did not stop on SIGINT:\n{_tail(self.log)}")
+
+
+def start_dev(data_dir: Path, log: Path) -> DevProcess:
+    stack_json = data_dir / "stack.json"
+    out = open(log, "ab")  # noqa: SIM115  # owned by the process for its lifetime
+    proc = subprocess.Popen(
+        _cli("dev", "--data-dir", str(data_dir), "--port", "0", "--nodes", "2"),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=_env(),
+    )
+    out.close()
+    deadline = time.monotonic() + START_TIMEOUT
+    while not stack_json.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"tierpoint dev exited with {proc.returncode}:\n{_tail(log)}")
+        if time.monotonic() > deadline:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(STOP_TIMEOUT)
+            pytest.fail(f"no stack.json after {START_TIMEOUT}s:\n{_tail(log)}")
+        time.sleep(0.5)
+    return DevProcess(proc, data_dir, log, read_stack_info(data_dir))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("devstack")
+
+
+@pytest.fixture(scope="module")
+def dev(data_dir: Path) -> Iterator[DevProcess]:
+    running = start_dev(data_dir / "dev", data_dir / "dev-1.log")
+    yield running
+    if running.proc.poll() is None:
+        running.interrupt()
+
+
+@pytest.fixture(scope="module")
+def demo_job(dev: DevProcess) -> str:
+    job = f"e2e-{uuid.uuid4().hex[:8]}"
+    result = subprocess.run(
+        _cli(
+            "demo",
+            "--data-dir",
+            str(dev.data_dir),
+            "--job",
+            job,
+            "--checkpoints",
+            str(CHECKPOINTS),
+            "--shards",
+            str(SHARDS),
+            "--shard-size",
+            "1MiB",
+            "--interval",
+            "0.5",
+        ),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
+    assert result.returncode == 0, (
+        f"demo failed ({result.returncode}):\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+        f"\n--- tierpoint dev ---\n{_tail(dev.log)}"
+    )
+    assert f"step {STEPS[-1]}" in result.stdout
+    return job
+
+
+def _checkpoint(dev: DevProcess, job: str, step: int) -> dict[str, Any]:
+    with dev.api() as api:
+        resp = api.get(f"/v1/jobs/{job}/checkpoints/{step}")
+    assert resp.status_code == 200, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+def test_stack_json_describes_the_running_stack(dev: DevProcess) -> None:
+    info = dev.info
+    assert set(info.nodes) == {"node-1", "node-2"}
+    for node, root in info.nodes.items():
+        assert Path(root) == dev.data_dir.resolve() / "nodes" / node / "ssd"
+        assert Path(root).is_dir()
+    assert Path(info.shared_root) == dev.data_dir.resolve() / "lustre"
+    assert info.api_url.startswith("http://127.0.0.1:")
+    with dev.api() as api:
+        assert api.get("/healthz").status_code == 200
+        tiers = api.get("/v1/tiers").json()
+    assert [(t["name"], t["kind"]) for t in tiers] == [
+        ("ssd", "local"),
+        ("lustre", "shared"),
+        ("s3", "s3"),
+    ]
+    env = (dev.data_dir / "stack.env").read_text()
+    assert f"export TIERPOINT_API_URL={info.api_url}" in env
+
+
+def test_demo_checkpoints_are_restorable_on_s3_with_the_original_bytes(
+    dev: DevProcess, demo_job: str
+) -> None:
+    with dev.api() as api:
+        resp = api.get(f"/v1/jobs/{demo_job}/checkpoints/latest", params={"tier": "s3"})
+    assert resp.status_code == 200, resp.text
+    latest = resp.json()
+    assert latest["step"] == STEPS[-1]
+    assert {e["tier"] for e in latest["plan"]} == {"s3"}
+    assert len(latest["plan"]) == SHARDS
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=dev.info.s3.endpoint_url,
+        region_name=dev.info.s3.region,
+        aws_access_key_id=dev.info.s3.access_key_id,
+        aws_secret_access_key=dev.info.s3.secret_access_key,
+    )
+    for step in STEPS:
+        cp = _checkpoint(dev, demo_job, step)
+        states = {t["tier"]: t["state"] for t in cp["tiers"]}
+        assert states["lustre"] == "restorable", states
+        assert states["s3"] == "restorable", states
+        assert len(cp["shards"]) == SHARDS
+        for shard in cp["shards"]:
+            original_path = Path(dev.info.nodes[shard["node"]]) / demo_job / str(step)
+            original = (original_path / shard["path"]).read_bytes()
+            assert len(original) == shard["size"]
+            replicas = {r["tier"]: r for r in shard["replicas"]}
+
+            lustre = Path(dev.info.shared_root) / demo_job / str(step) / shard["path"]
+            assert replicas["lustre"]["state"] == "verified"
+            assert replicas["lustre"]["location"] == str(lustre)
+            assert lustre.read_bytes() == original
+
+            assert replicas["s3"]["state"] == "verified"
+            key = f"{demo_job}/{step}/{shard['path']}"
+            assert replicas["s3"]["location"] == f"s3://{dev.info.s3.bucket}/{key}"
+            body = s3.get_object(Bucket=dev.info.s3.bucket, Key=key)["Body"].read()
+            assert body == original
+
+
+def test_restore_gives_the_original_bytes(dev: DevProcess, demo_job: str, tmp_path: Path) -> None:
+    dest = tmp_path / "restored"
+    result = subprocess.run(
+        _cli("restore", demo_job, str(dest), "--data-dir", str(dev.data_dir), "--tier", "s3"),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert result.returncode == 0, f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    cp = _checkpoint(dev, demo_job, STEPS[-1])
+    restored = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert restored == sorted(s["path"] for s in cp["shards"])
+    for shard in cp["shards"]:
+        original = Path(dev.info.nodes[shard["node"]]) / demo_job / str(STEPS[-1]) / shard["path"]
+        assert (dest / shard["path"]).read_bytes() == original.read_bytes()
+
+
+def test_checkpoints_cli_lists_the_demo_job(dev: DevProcess, demo_job: str) -> None:
+    result = subprocess.run(
+        _cli("checkpoints", "list", demo_job, "--data-dir", str(dev.data_dir)),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    for step in STEPS:
+        assert str(step) in result.stdout
+    missing = subprocess.run(
+        _cli("checkpoints", "show", demo_job, "999999", "--data-dir", str(dev.data_dir)),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+    assert missing.returncode == 1
+    assert "checkpoint_not_found" in missing.stderr
+
+
+def test_sigint_stops_everything_and_a_restart_keeps_the_catalog(
+    dev: DevProcess, demo_job: str, data_dir: Path
+) -> None:
+    pids = dev.owned_pids()
+    # Postgres, Temporal and moto at least, besides the dev process itself.
+    assert len(pids) >= 4, pids
+    assert dev.interrupt() == 0, _tail(dev.log)
+    assert not (dev.data_dir / "stack.json").exists()
+    left = {pid for pid in pids if _alive(pid)}
+    assert left == set(), f"processes left after SIGINT: {left}"
+
+    again = start_dev(dev.data_dir, data_dir / "dev-2.log")
+    try:
+        with again.api() as api:
+            resp = api.get(f"/v1/jobs/{demo_job}/checkpoints")
+        assert resp.status_code == 200, resp.text
+        steps = sorted(item["step"] for item in resp.json()["items"])
+        assert steps == STEPS
+        cp = _checkpoint(again, demo_job, STEPS[-1])
+        states = {t["tier"]: t["state"] for t in cp["tiers"]}
+        assert states["lustre"] == "restorable"
+    finally:
+        pids = again.owned_pids()
+        assert again.interrupt() == 0, _tail(again.log)
+    assert {pid for pid in pids if _alive(pid)} == set()
+    assert not (again.data_dir / "stack.json").exists()

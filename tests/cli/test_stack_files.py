@@ -1,0 +1,129 @@
+"""The facts `tierpoint dev` writes for other programs: stack.json and a sourceable stack.env."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+from tierpoint.cli.demo import parse_size, write_checkpoint
+from tierpoint.devstack.stack import (
+    S3Facts,
+    StackInfo,
+    StackNotRunning,
+    StackPaths,
+    build_settings,
+    read_stack_info,
+    stack_env_text,
+)
+
+
+def _info(tmp_path: Path) -> tuple[StackInfo, StackPaths]:
+    paths = StackPaths(tmp_path / "dev dir")  # a space: the env file must quote
+    s3 = S3Facts("http://127.0.0.1:5000", "tierpoint-dev", "us-east-1", "key", "se'cret")
+    info = StackInfo(
+        api_url="http://127.0.0.1:8080",
+        token=None,
+        nodes={n: str(paths.node_root(n)) for n in ("node-1", "node-2")},
+        shared_root=str(paths.lustre),
+        s3=s3,
+    )
+    return info, paths
+
+
+def test_stack_json_has_exactly_the_documented_keys(tmp_path: Path) -> None:
+    info, _ = _info(tmp_path)
+    data = info.to_json()
+    assert set(data) == {"api_url", "token", "nodes", "shared_root", "s3"}
+    assert set(data["s3"]) == {
+        "endpoint_url",
+        "bucket",
+        "region",
+        "access_key_id",
+        "secret_access_key",
+    }
+    (tmp_path / "stack.json").write_text(json.dumps(data))
+    assert read_stack_info(tmp_path) == info
+
+
+def test_missing_stack_json_says_how_to_start_one(tmp_path: Path) -> None:
+    with pytest.raises(StackNotRunning, match="tierpoint dev"):
+        read_stack_info(tmp_path)
+
+
+def test_stack_env_lets_a_worker_join_the_stack(tmp_path: Path) -> None:
+    """Sourcing stack.env gives a process the same Settings as the stack's own workers."""
+    info, paths = _info(tmp_path)
+    settings = build_settings(
+        paths,
+        database_url="postgresql+psycopg://postgres@/tierpoint?host=/tmp/x y",
+        temporal_address="127.0.0.1:7233",
+        s3=info.s3,
+        api_port=8080,
+    )
+    env_file = tmp_path / "stack.env"
+    env_file.write_text(stack_env_text(info, settings))
+    probe = (
+        "import json; from tierpoint.config import Settings; "
+        "print(json.dumps(Settings().model_dump(mode='json')))"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TIERPOINT_", "AWS_"))}
+    out = subprocess.run(
+        ["bash", "-c", f'source "$1" && exec "{sys.executable}" -c "{probe}"', "_", env_file],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=clean,
+        cwd=tmp_path,
+    ).stdout
+    joined = json.loads(out)
+    assert joined["database_url"] == settings.database_url
+    assert joined["temporal_address"] == settings.temporal_address
+    assert joined["tiers"] == settings.model_dump(mode="json")["tiers"]
+    shell = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'source "$1" && printf "%s|%s|%s" "$TIERPOINT_API_URL" '
+            '"$AWS_SECRET_ACCESS_KEY" "$TIERPOINT_NODE_ROOT_NODE_2"',
+            "_",
+            env_file,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=clean,
+    ).stdout
+    assert shell == f"{info.api_url}|se'cret|{info.nodes['node-2']}"
+
+
+def test_parse_size() -> None:
+    assert parse_size("4MiB") == 4 * 1024 * 1024
+    assert parse_size("512 KiB") == 512 * 1024
+    assert parse_size("1000") == 1000
+    assert parse_size("2mb") == 2_000_000
+    for bad in ("", "4 parsecs", "-1", "MiB"):
+        with pytest.raises(typer.BadParameter):
+            parse_size(bad)
+
+
+def test_demo_writes_shards_under_job_and_step_on_each_node(tmp_path: Path) -> None:
+    import random
+
+    import crc32c
+
+    nodes = {"node-1": str(tmp_path / "n1"), "node-2": str(tmp_path / "n2")}
+    specs = write_checkpoint(nodes, "job-x", 200, 3, 1000, random.Random(1))
+    assert [s.node for s in specs] == ["node-1", "node-2", "node-1"]
+    for s in specs:
+        data = (Path(nodes[s.node]) / "job-x" / "200" / s.path).read_bytes()
+        assert len(data) == s.size == 1000
+        assert s.crc32c == f"{crc32c.crc32c(data):08x}"
+    # No temp files are left next to the shards.
+    leftovers = [p for p in tmp_path.rglob(".*.tmp")]
+    assert leftovers == []

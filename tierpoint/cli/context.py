@@ -1,0 +1,85 @@
+"""What every client command needs: where the API is, the token, and clear failures."""
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from tierpoint_client import ApiError, Client, TierpointError, TransportError
+
+from tierpoint.devstack.stack import StackInfo, StackNotRunning, read_stack_info
+
+console = Console()
+err_console = Console(stderr=True)
+
+DataDirOpt = Annotated[
+    Path,
+    typer.Option(
+        "--data-dir",
+        envvar="TIERPOINT_DATA_DIR",
+        help="Data dir of a `tierpoint dev` stack (its stack.json says where the API is).",
+    ),
+]
+ApiUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-url",
+        envvar="TIERPOINT_API_URL",
+        help="tierpoint API base URL.",
+        show_default="from DATA_DIR/stack.json",
+    ),
+]
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def stack_info(data_dir: Path) -> StackInfo | None:
+    with contextlib.suppress(StackNotRunning):
+        return read_stack_info(data_dir)
+    return None
+
+
+def resolve_api(api_url: str | None, data_dir: Path) -> tuple[str, str | None]:
+    """API URL and token: --api-url / TIERPOINT_API_URL, else the dev stack's stack.json."""
+    token = os.environ.get("TIERPOINT_TOKEN") or None
+    if api_url:
+        return api_url.rstrip("/"), token
+    try:
+        info = read_stack_info(data_dir)
+    except StackNotRunning as exc:
+        fail(f"{exc}; or pass --api-url / set TIERPOINT_API_URL")
+    return info.api_url, token or info.token
+
+
+def make_client(api_url: str | None, data_dir: Path) -> Client:
+    url, token = resolve_api(api_url, data_dir)
+    return Client(url, token=token)
+
+
+def use_stack_s3_credentials(data_dir: Path) -> None:
+    """Restores from the dev stack's S3 need its credentials; real ones come from the AWS chain."""
+    info = stack_info(data_dir)
+    if info is None or os.environ.get("AWS_ACCESS_KEY_ID"):
+        return
+    os.environ["AWS_ACCESS_KEY_ID"] = info.s3.access_key_id
+    os.environ["AWS_SECRET_ACCESS_KEY"] = info.s3.secret_access_key
+
+
+@contextlib.contextmanager
+def api_errors() -> Iterator[None]:
+    """Render client errors as one clear line (with the problem's stable code) and exit 1."""
+    try:
+        yield
+    except ApiError as exc:
+        detail = exc.detail or exc.problem.get("title") or ""
+        fail(f"{detail} [dim]({exc.status} {exc.code or 'error'})[/]")
+    except TransportError as exc:
+        fail(f"cannot reach the API: {exc}")
+    except TierpointError as exc:
+        fail(str(exc))

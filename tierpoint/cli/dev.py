@@ -1,0 +1,128 @@
+"""`tierpoint dev`: the whole embedded stack in one process, until Ctrl-C."""
+
+import asyncio
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+from rich.panel import Panel
+from rich.table import Table
+
+from tierpoint.cli.context import console, fail
+from tierpoint.devstack.stack import (
+    DEFAULT_API_PORT,
+    DEFAULT_DATA_DIR,
+    DEFAULT_NODES,
+    DevStack,
+    StackInfo,
+    node_ids,
+)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _summary(stack: DevStack, info: StackInfo) -> Panel:
+    settings = stack.settings
+    assert settings is not None
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("API", f"{info.api_url}  (OpenAPI: {info.api_url}/docs)")
+    grid.add_row(
+        "Temporal", f"{settings.temporal_address}  namespace {settings.temporal_namespace}"
+    )
+    if stack.temporal_ui_url:
+        grid.add_row("Temporal UI", stack.temporal_ui_url)
+    grid.add_row("Postgres", f"{settings.public_dict()['database_url']}")
+    grid.add_row(
+        "S3 (moto)",
+        f"{info.s3.endpoint_url}  bucket {info.s3.bucket}\n"
+        "[yellow]in memory: S3 copies of earlier checkpoints do not survive a restart of "
+        "`tierpoint dev`[/]",
+    )
+    tiers = " -> ".join(f"{t.name} ({t.kind})" for t in settings.tiers)
+    grid.add_row("tiers", tiers)
+    for node, root in info.nodes.items():
+        grid.add_row(f"  ssd on {node}", root)
+    grid.add_row("  lustre", info.shared_root)
+    grid.add_row("stack facts", f"{stack.paths.stack_json}\n{stack.paths.stack_env}")
+    grid.add_row("logs", str(stack.paths.logs))
+    data_dir = stack.data_dir
+    grid.add_row(
+        "try",
+        f"tierpoint demo --data-dir {data_dir}\n"
+        f"tierpoint status --data-dir {data_dir}\n"
+        f"source {stack.paths.stack_env} && tierpoint checkpoints list JOB",
+    )
+    return Panel(
+        grid,
+        title="[bold green]tierpoint dev stack is up[/]",
+        subtitle="Ctrl-C stops everything",
+        expand=False,
+    )
+
+
+async def _serve(stack: DevStack) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stack.serve(stop, on_ready=lambda info: console.print(_summary(stack, info)))
+    finally:
+        if stop.is_set():
+            console.print("stopping: API, workers, then S3, Temporal and Postgres ...")
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def dev(
+    data_dir: Annotated[
+        Path, typer.Option(help="Where Postgres, Temporal and the tiers keep their data.")
+    ] = DEFAULT_DATA_DIR,
+    port: Annotated[int, typer.Option(help="API port on 127.0.0.1 (0: a free port).")] = (
+        DEFAULT_API_PORT
+    ),
+    nodes: Annotated[int, typer.Option(min=1, max=64, help="Simulated nodes.")] = DEFAULT_NODES,
+    temporal_ui: Annotated[
+        bool, typer.Option("--temporal-ui/--no-temporal-ui", help="Serve Temporal's web UI.")
+    ] = True,
+    log_level: Annotated[str, typer.Option(help="Log level of workers and API.")] = "WARNING",
+) -> None:
+    """Run the whole stack on embedded services until Ctrl-C.
+
+    Postgres, the Temporal dev server, S3 (moto), catalog migrations, workers for every simulated
+    node plus the shared worker, and the API. Writes DATA_DIR/stack.json and DATA_DIR/stack.env.
+    """
+    from tierpoint import logs
+
+    logs.configure(log_level)
+    # Until the event loop owns the signals, SIGTERM unwinds like Ctrl-C so nothing is left behind.
+    signal.signal(signal.SIGTERM, _interrupt)
+    stack = DevStack(data_dir, api_port=port, nodes=node_ids(nodes), temporal_ui=temporal_ui)
+    try:
+        stack.claim_data_dir()
+    except RuntimeError as exc:
+        fail(str(exc))
+    error: BaseException | None = None
+    try:
+        with console.status("starting the dev stack ...") as status:
+            stack.start_services(step=lambda what: status.update(f"starting {what} ..."))
+        asyncio.run(_serve(stack))
+    except KeyboardInterrupt:
+        console.print("interrupted: stopping ...")
+    except Exception as exc:
+        error = exc
+    finally:
+        # Stopping must not be cut short by a second Ctrl-C: that would leave servers behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stack.remove_facts()
+        stack.stop_services()
+    if error is not None:
+        fail(f"the dev stack failed: {error!r} (logs in {stack.paths.logs})")
+    console.print(f"[green]stopped[/]; Postgres and Temporal state are kept in {stack.data_dir}")

@@ -1,0 +1,130 @@
+"""Production processes: `tierpoint api`, `tierpoint worker`, `tierpoint migrate`.
+
+Settings come from TIERPOINT_* environment variables and the TOML file named by
+TIERPOINT_CONFIG_FILE (default ./tierpoint.toml); see tierpoint.config.Settings.
+"""
+
+import asyncio
+import signal
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tierpoint.cli.context import console, fail
+
+if TYPE_CHECKING:
+    from tierpoint.config import Settings
+
+
+def _settings() -> "Settings":
+    from pydantic import ValidationError
+
+    from tierpoint.config import Settings
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        fail(f"invalid settings (TIERPOINT_* environment / TOML file):\n{exc}")
+
+
+def api(
+    host: Annotated[
+        str | None, typer.Option(help="Bind address.", show_default="settings.api_host")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port.", show_default="settings.api_port")
+    ] = None,
+) -> None:
+    """Serve the REST API (uvicorn). Run N of these behind a load balancer."""
+    import uvicorn
+    from api.app import create_app
+
+    from tierpoint import logs
+
+    settings = _settings()
+    logs.configure(settings.log_level, settings.log_json)
+    uvicorn.run(
+        create_app(settings),
+        host=host or settings.api_host,
+        port=settings.api_port if port is None else port,
+        log_level=settings.log_level.lower(),
+    )
+
+
+def worker(
+    node: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--node",
+            help="Serve this node's task queue (its local tier). Repeat for several.",
+            show_default=False,
+        ),
+    ] = None,
+    shared: Annotated[
+        bool,
+        typer.Option(
+            "--shared/--no-shared",
+            help="Also run the shared worker: workflows, shared and S3 tiers, the reconciler.",
+        ),
+    ] = True,
+) -> None:
+    """Run Temporal workers: `--node N --no-shared` on each training node.
+
+    Plain `tierpoint worker` runs the shared worker (workflows, shared and S3 tiers, reconciler)
+    and can run anywhere.
+    """
+    nodes = list(node or [])
+    if not nodes and not shared:
+        fail("nothing to run: give --node N, or leave --shared on")
+    settings = _settings()
+
+    async def main() -> None:
+        from tierpoint import logs
+        from tierpoint.temporal import connect
+        from tierpoint.worker import run_workers
+
+        logs.configure(settings.log_level, settings.log_json)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        client = await connect(settings)
+        what = ", ".join([*(f"node {n}" for n in nodes), *(["shared"] if shared else [])])
+        console.print(f"tierpoint worker: {what} (Temporal {settings.temporal_address})")
+        await run_workers(settings, client, nodes=nodes, shared=shared, stop=stop)
+
+    asyncio.run(main())
+
+
+def migrate(
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Only check that the catalog is at this version's head."),
+    ] = False,
+    database_url: Annotated[
+        str | None,
+        typer.Option(help="Catalog URL.", show_default="settings.database_url"),
+    ] = None,
+) -> None:
+    """Apply the catalog migrations (Alembic) up to head, or check that they are applied."""
+    from tierpoint.catalog import migrate as m
+    from tierpoint.catalog.engine import make_sync_engine
+
+    url = database_url or _settings().database_url
+    if check:
+        engine = make_sync_engine(url, pool_size=1)
+        try:
+            m.check_schema(engine)
+        except m.SchemaMismatch as exc:
+            fail(str(exc))
+        except Exception as exc:
+            fail(f"cannot read the catalog: {exc}")
+        finally:
+            engine.dispose()
+        console.print(f"catalog schema is at head ({m.head_revision()})")
+        return
+    try:
+        m.upgrade(url)
+    except Exception as exc:
+        fail(f"migration failed: {exc}")
+    console.print(f"catalog schema upgraded to head ({m.head_revision()})")

@@ -1,0 +1,432 @@
+"""The whole embedded stack in one process: `tierpoint dev`.
+
+Embedded Postgres (data in DIR/postgres), the Temporal dev server (SQLite file DIR/temporal.db),
+a moto S3 server (in memory), the catalog migrations, N simulated nodes with their local roots
+DIR/nodes/<node>/ssd, the shared root DIR/lustre, workers for every node plus the shared worker,
+and the API. DIR/stack.json and DIR/stack.env tell other programs how to reach it; both are
+removed when the stack stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import uvicorn
+from botocore.exceptions import ClientError
+from sqlalchemy import text
+
+from tierpoint.catalog import migrate
+from tierpoint.catalog.engine import make_sync_engine
+from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer, free_port
+
+DEFAULT_DATA_DIR = Path(".tierpoint/dev")
+DEFAULT_API_PORT = 8080
+DEFAULT_NODES = 2
+BUCKET = "tierpoint-dev"
+STACK_JSON = "stack.json"
+STACK_ENV = "stack.env"
+PID_FILE = "dev.pid"
+READY_TIMEOUT = 120.0
+
+
+class StackNotRunning(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class S3Facts:
+    endpoint_url: str
+    bucket: str
+    region: str
+    access_key_id: str
+    secret_access_key: str
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """What DIR/stack.json says (issue 2 item 7), nothing more."""
+
+    api_url: str
+    token: str | None
+    nodes: dict[str, str]  # node id -> its local (ssd) root
+    shared_root: str
+    s3: S3Facts
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StackInfo:
+        return cls(
+            api_url=data["api_url"],
+            token=data.get("token"),
+            nodes=dict(data["nodes"]),
+            shared_root=data["shared_root"],
+            s3=S3Facts(**data["s3"]),
+        )
+
+
+def read_stack_info(data_dir: Path) -> StackInfo:
+    path = data_dir / STACK_JSON
+    try:
+        return StackInfo.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise StackNotRunning(
+            f"no running stack: {path} does not exist (start one with `tierpoint dev"
+            f" --data-dir {data_dir}`)"
+        ) from None
+
+
+def node_ids(count: int) -> list[str]:
+    return [f"node-{i}" for i in range(1, count + 1)]
+
+
+@dataclass(frozen=True)
+class StackPaths:
+    data_dir: Path
+
+    @property
+    def postgres(self) -> Path:
+        return self.data_dir / "postgres"
+
+    @property
+    def temporal_db(self) -> Path:
+        return self.data_dir / "temporal.db"
+
+    @property
+    def logs(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def lustre(self) -> Path:
+        return self.data_dir / "lustre"
+
+    def node_root(self, node: str) -> Path:
+        return self.data_dir / "nodes" / node / "ssd"
+
+    @property
+    def local_root_template(self) -> str:
+        return str(self.data_dir / "nodes" / "{node}" / "ssd")
+
+    @property
+    def stack_json(self) -> Path:
+        return self.data_dir / STACK_JSON
+
+    @property
+    def stack_env(self) -> Path:
+        return self.data_dir / STACK_ENV
+
+    @property
+    def pid_file(self) -> Path:
+        return self.data_dir / PID_FILE
+
+
+def build_settings(
+    paths: StackPaths, *, database_url: str, temporal_address: str, s3: S3Facts, api_port: int
+) -> Settings:
+    """The dev stack's tiers as the seed names them: ssd (local) -> lustre (shared) -> s3."""
+    return Settings(
+        database_url=database_url,
+        temporal_address=temporal_address,
+        tiers=[
+            TierConfig(name="ssd", kind=TierKind.LOCAL, root=paths.local_root_template),
+            TierConfig(name="lustre", kind=TierKind.SHARED, root=str(paths.lustre)),
+            TierConfig(
+                name="s3",
+                kind=TierKind.S3,
+                bucket=s3.bucket,
+                endpoint_url=s3.endpoint_url,
+                region=s3.region,
+            ),
+        ],
+        api_host="127.0.0.1",
+        api_port=api_port,
+    )
+
+
+def stack_env_text(info: StackInfo, settings: Settings) -> str:
+    """A shell-sourceable file with the facts of stack.json and the settings that let
+    `tierpoint worker` or `tierpoint api` join the stack."""
+    tiers = json.dumps([t.model_dump(mode="json", exclude_defaults=True) for t in settings.tiers])
+    values: dict[str, str] = {
+        "TIERPOINT_API_URL": info.api_url,
+        "TIERPOINT_TOKEN": info.token or "",
+        "TIERPOINT_DATABASE_URL": settings.database_url,
+        "TIERPOINT_TEMPORAL_ADDRESS": settings.temporal_address,
+        "TIERPOINT_TEMPORAL_NAMESPACE": settings.temporal_namespace,
+        "TIERPOINT_TIERS": tiers,
+        "TIERPOINT_NODES": ",".join(info.nodes),
+        "TIERPOINT_SHARED_ROOT": info.shared_root,
+        "TIERPOINT_S3_BUCKET": info.s3.bucket,
+        "AWS_ENDPOINT_URL_S3": info.s3.endpoint_url,
+        "AWS_ACCESS_KEY_ID": info.s3.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": info.s3.secret_access_key,
+        "AWS_DEFAULT_REGION": info.s3.region,
+    }
+    for node, root in info.nodes.items():
+        key = "TIERPOINT_NODE_ROOT_" + node.upper().replace("-", "_").replace(".", "_")
+        values[key] = root
+    lines = ["# Written by `tierpoint dev`; removed when it stops. Use: source stack.env"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _write_atomic(path: Path, content: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(content)
+    tmp.replace(path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the stack decides when and in what order to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class DevStack:
+    data_dir: Path
+    api_port: int = DEFAULT_API_PORT
+    nodes: list[str] = field(default_factory=lambda: node_ids(DEFAULT_NODES))
+    temporal_ui: bool = True
+    paths: StackPaths = field(init=False)
+    postgres: EmbeddedPostgres = field(init=False)
+    temporal: TemporalDevServer = field(init=False)
+    moto: MotoS3Server = field(init=False)
+    settings: Settings | None = field(default=None, init=False)
+    info: StackInfo | None = field(default=None, init=False)
+    temporal_ui_url: str | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.data_dir = self.data_dir.expanduser().resolve()
+        self.paths = StackPaths(self.data_dir)
+        self.postgres = EmbeddedPostgres(self.paths.postgres)
+        ui_port = free_port() if self.temporal_ui else None
+        self.temporal = TemporalDevServer(self.paths.temporal_db, ui_port=ui_port, detach=True)
+        self.moto = MotoS3Server(detach=True)
+        if ui_port:
+            self.temporal_ui_url = f"http://127.0.0.1:{ui_port}"
+
+    # -- services (blocking; run before the event loop work starts) --------------------------
+
+    def claim_data_dir(self) -> None:
+        """One `tierpoint dev` per data dir: two would share one Postgres and one SQLite file."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        pid_file = self.paths.pid_file
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            other = int(pid_file.read_text().strip())
+            if other != os.getpid() and _pid_alive(other):
+                raise RuntimeError(
+                    f"another `tierpoint dev` (pid {other}) is running on {self.data_dir}"
+                )
+        pid_file.write_text(f"{os.getpid()}\n")
+        # A stack that was killed hard leaves its facts behind; they point at dead ports.
+        for stale in (self.paths.stack_json, self.paths.stack_env):
+            stale.unlink(missing_ok=True)
+
+    def start_services(self, step: Callable[[str], None] = lambda _: None) -> None:
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        for node in self.nodes:
+            self.paths.node_root(node).mkdir(parents=True, exist_ok=True)
+        self.paths.lustre.mkdir(parents=True, exist_ok=True)
+
+        step("Postgres")
+        database_url = self.postgres.start()
+        step("catalog migrations")
+        migrate.upgrade(database_url)
+        step("Temporal dev server")
+        self.temporal.start(log_file=self.paths.logs / "temporal.log")
+        step("S3 (moto)")
+        self.moto.start(log_file=self.paths.logs / "moto.log")
+        s3 = S3Facts(
+            endpoint_url=self.moto.endpoint_url,
+            bucket=BUCKET,
+            region=self.moto.region,
+            access_key_id=self.moto.access_key_id,
+            secret_access_key=self.moto.secret_access_key,
+        )
+        self._create_bucket(s3)
+        # Workers and API reach S3 through boto3's standard credential chain.
+        os.environ["AWS_ACCESS_KEY_ID"] = s3.access_key_id
+        os.environ["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
+        self.settings = build_settings(
+            self.paths,
+            database_url=database_url,
+            temporal_address=self.temporal.address,
+            s3=s3,
+            api_port=self.api_port,
+        )
+
+    @staticmethod
+    def _create_bucket(s3: S3Facts) -> None:
+        client = boto3.client(
+            "s3",
+            endpoint_url=s3.endpoint_url,
+            region_name=s3.region,
+            aws_access_key_id=s3.access_key_id,
+            aws_secret_access_key=s3.secret_access_key,
+        )
+        try:
+            client.create_bucket(Bucket=s3.bucket)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "BucketAlreadyOwnedByYou":
+                raise
+
+    def stop_services(self) -> None:
+        """Stop in reverse order of start; each stop is a no-op for what never started."""
+        self.moto.stop()
+        self.temporal.stop()
+        self.postgres.stop()
+
+    def child_pids(self) -> dict[str, int]:
+        pids = {"temporal": self.temporal.pid, "moto": self.moto.pid}
+        with contextlib.suppress(Exception):
+            pids["postgres"] = self.postgres.pid
+        return {k: v for k, v in pids.items() if v is not None}
+
+    def remove_facts(self) -> None:
+        self.paths.stack_json.unlink(missing_ok=True)
+        self.paths.stack_env.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            if int(self.paths.pid_file.read_text().strip()) == os.getpid():
+                self.paths.pid_file.unlink()
+
+    # -- workers and API (one asyncio loop) --------------------------------------------------
+
+    async def serve(self, stop: asyncio.Event, on_ready: Callable[[StackInfo], None]) -> None:
+        """Run the workers and the API until `stop` is set, then stop them: API first (no new
+        registrations), then the workers (graceful: running activities finish or heartbeat)."""
+        from api.app import create_app
+
+        from tierpoint.temporal import connect
+        from tierpoint.worker import run_workers
+
+        settings = self.settings
+        assert settings is not None, "start_services() first"
+        client = await connect(settings)
+        since = await asyncio.to_thread(self._catalog_now)
+
+        workers_stop = asyncio.Event()
+        workers = asyncio.create_task(
+            run_workers(settings, client, nodes=self.nodes, shared=True, stop=workers_stop),
+            name="workers",
+        )
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.api_port))
+        port = sock.getsockname()[1]
+        server = _EmbeddedUvicorn(
+            uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
+        )
+        api = asyncio.create_task(server.serve(sockets=[sock]), name="api")
+        stopping = asyncio.create_task(stop.wait(), name="stop")
+        try:
+            await self._until_ready(server, since, [workers, api, stopping])
+            if stop.is_set():
+                return
+            self.info = StackInfo(
+                api_url=f"http://127.0.0.1:{port}",
+                token=None,
+                nodes={n: str(self.paths.node_root(n)) for n in self.nodes},
+                shared_root=str(self.paths.lustre),
+                s3=S3Facts(
+                    endpoint_url=self.moto.endpoint_url,
+                    bucket=BUCKET,
+                    region=self.moto.region,
+                    access_key_id=self.moto.access_key_id,
+                    secret_access_key=self.moto.secret_access_key,
+                ),
+            )
+            _write_atomic(self.paths.stack_env, stack_env_text(self.info, settings))
+            _write_atomic(self.paths.stack_json, json.dumps(self.info.to_json(), indent=2) + "\n")
+            on_ready(self.info)
+            done, _ = await asyncio.wait(
+                [workers, api, stopping], return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                if task is not stopping:
+                    task.result()  # a worker or API crash ends the stack with its error
+                    raise RuntimeError(f"the {task.get_name()} stopped unexpectedly")
+        finally:
+            self.remove_facts()
+            server.should_exit = True
+            await _settle(api)
+            workers_stop.set()
+            await _settle(workers)
+            stopping.cancel()
+            sock.close()
+
+    def _catalog_now(self) -> float:
+        assert self.settings is not None
+        engine = make_sync_engine(self.settings.database_url, pool_size=1)
+        try:
+            with engine.connect() as conn:
+                now = conn.execute(text("SELECT extract(epoch FROM now())")).scalar_one()
+                return float(now)
+        finally:
+            engine.dispose()
+
+    def _nodes_reported(self, since: float) -> bool:
+        assert self.settings is not None
+        engine = make_sync_engine(self.settings.database_url, pool_size=1)
+        try:
+            with engine.connect() as conn:
+                seen = conn.execute(
+                    text(
+                        "SELECT count(*) FROM node WHERE id = ANY(:ids)"
+                        " AND last_seen_at >= to_timestamp(:since)"
+                    ),
+                    {"ids": self.nodes, "since": since},
+                ).scalar_one()
+                return int(seen) == len(self.nodes)
+        finally:
+            engine.dispose()
+
+    async def _until_ready(
+        self, server: uvicorn.Server, since: float, tasks: list[asyncio.Task[Any]]
+    ) -> None:
+        """The API answers and every node's worker has reported in (so the API accepts its
+        shards). A task that ends first (a crash, or a stop request) ends the wait."""
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            for task in tasks:
+                if task.done():
+                    if task.get_name() == "stop":
+                        return
+                    task.result()
+                    raise RuntimeError(f"the {task.get_name()} stopped while starting")
+            if server.started and await asyncio.to_thread(self._nodes_reported, since):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the stack was not ready within {READY_TIMEOUT:.0f}s")
+            await asyncio.sleep(0.2)
+
+
+async def _settle(task: Awaitable[Any]) -> None:
+    """Wait for a task to finish during shutdown; its error was already reported or is moot."""
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await task

@@ -1,0 +1,89 @@
+"""The tierpoint REST API: `create_app(settings)`, served by uvicorn (`tierpoint api`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+
+from api import problems
+from api.deps import ApiState
+from api.middleware import ManifestSizeLimit, RequestObserver
+from api.routers import checkpoints, health, jobs, tiers
+from api.temporal_link import TemporalLink
+from tierpoint import logs
+from tierpoint.catalog.engine import async_sessions, make_async_engine
+from tierpoint.catalog.migrate import check_schema_async
+from tierpoint.config import Settings
+from tierpoint.metrics_api import ApiMetrics
+
+log = logs.get(__name__)
+
+
+def _operation_id(route: APIRoute) -> str:
+    return route.name
+
+
+def get_openapi_schema(app: FastAPI) -> dict[str, Any]:
+    return get_openapi(
+        title=app.title,
+        version=app.version,
+        summary=app.summary,
+        routes=app.routes,
+    )
+
+
+def create_app(settings: Settings) -> FastAPI:
+    metrics = ApiMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_async_engine(settings.database_url)
+        try:
+            # Refuses an un-migrated or newer catalog with a message that says what to do.
+            await check_schema_async(engine)
+            temporal = TemporalLink(settings)
+            # One attempt now; if Temporal is down the API still serves (and registers).
+            await temporal.client(force=True)
+            app.state.tierpoint = ApiState(
+                settings=settings,
+                metrics=metrics,
+                engine=engine,
+                sessions=async_sessions(engine),
+                temporal=temporal,
+            )
+            log.info("api ready", tiers=settings.tier_names())
+            yield
+        finally:
+            await engine.dispose()
+
+    app = FastAPI(
+        title="tierpoint",
+        summary="Tiered checkpoint storage for large-model training.",
+        version="0.1.0",
+        lifespan=lifespan,
+        generate_unique_id_function=_operation_id,
+        docs_url="/docs",
+        openapi_url="/openapi.json",
+    )
+    app.state.metrics = metrics
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = problems.add_problem_schemas(get_openapi_schema(app))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    problems.install(app)
+    app.include_router(checkpoints.router)
+    app.include_router(jobs.router)
+    app.include_router(tiers.router)
+    app.include_router(health.router)
+    # Outermost last: the observer sees every response, including refused oversize bodies.
+    app.add_middleware(ManifestSizeLimit, max_bytes=settings.max_manifest_bytes, metrics=metrics)
+    app.add_middleware(RequestObserver, metrics=metrics)
+    return app

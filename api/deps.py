@@ -1,0 +1,62 @@
+"""Request dependencies: the app's state, one catalog session per request, validated names."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, Path, Request
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from api.temporal_link import TemporalLink
+from tierpoint.config import Settings
+from tierpoint.metrics_api import ApiMetrics
+from tierpoint.storage.paths import UnsafePath, validate_name
+
+
+@dataclass
+class ApiState:
+    settings: Settings
+    metrics: ApiMetrics
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+    temporal: TemporalLink
+    # boto3 S3 clients per tier name, for readiness checks (created on first use).
+    s3_clients: dict[str, Any] = field(default_factory=dict)
+
+
+def get_state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.tierpoint
+    return state
+
+
+StateDep = Annotated[ApiState, Depends(get_state)]
+
+
+async def get_session(state: StateDep) -> AsyncIterator[AsyncSession]:
+    # Handlers commit explicitly before they return: the cleanup below runs after the response
+    # may already be on its way, so it only closes (rolling back anything uncommitted).
+    async with state.sessions() as session:
+        yield session
+
+
+SessionDep = Annotated[AsyncSession, Depends(get_session)]
+
+
+def _job_name(value: str) -> str:
+    try:
+        return validate_name(value)
+    except UnsafePath as exc:
+        raise PydanticCustomError(
+            "invalid_job_name", str(exc).replace("name", "job name", 1)
+        ) from None
+
+
+JobName = Annotated[
+    str,
+    Path(description="Job name: [A-Za-z0-9][A-Za-z0-9._-]{0,127}", examples=["llama3-70b.run-7"]),
+    AfterValidator(_job_name),
+]

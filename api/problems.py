@@ -1,0 +1,186 @@
+"""RFC 9457 problem+json for every error the API returns, each with a stable `code`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.schemas.problem import Problem
+from tierpoint import logs
+from tierpoint.errors import TierpointError
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+MAX_FIELD_ERRORS = 100
+# Routes whose body is a checkpoint manifest: body errors there are `invalid_manifest`.
+MANIFEST_ROUTES = frozenset({"register_checkpoint"})
+
+log = logs.get(__name__)
+
+_HTTP_CODES = {
+    400: ("bad_request", "Bad request"),
+    404: ("not_found", "Not found"),
+    405: ("method_not_allowed", "Method not allowed"),
+    413: ("request_too_large", "Request too large"),
+}
+
+
+class ProblemHTTPException(HTTPException):
+    """An HTTPException with a stable code; raised where a domain error cannot be (middleware
+    feeding the request body), and re-raised untouched by FastAPI's body parsing."""
+
+    def __init__(self, status: int, code: str, title: str, detail: str) -> None:
+        super().__init__(status_code=status, detail=detail)
+        self.code = code
+        self.title = title
+
+
+def problem_type(code: str) -> str:
+    return f"urn:tierpoint:problem:{code}"
+
+
+def problem_body(
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    errors: Sequence[dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": problem_type(code),
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    if errors is not None:
+        body["errors"] = list(errors)
+    for k, v in (extra or {}).items():
+        body.setdefault(k, v)
+    return body
+
+
+def problem_response(
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    errors: Sequence[dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        jsonable_encoder(problem_body(status, code, title, detail, errors, extra)),
+        status_code=status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+def _count(request: Request, code: str) -> None:
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is None:
+        return
+    metrics.problems.labels(code).inc()
+    if code == "checkpoint_conflict":
+        metrics.conflicts.inc()
+
+
+def _field(loc: Sequence[Any]) -> tuple[str, str]:
+    where = str(loc[0]) if loc else "body"
+    parts = list(loc[1:]) if where in ("body", "path", "query", "header", "cookie") else list(loc)
+    text = ""
+    for p in parts:
+        text += f"[{p}]" if isinstance(p, int) else (f".{p}" if text else str(p))
+    return where, text or where
+
+
+def validation_problem(request: Request, exc: RequestValidationError) -> JSONResponse:
+    raw = list(exc.errors())
+    errors = []
+    for e in raw[:MAX_FIELD_ERRORS]:
+        where, name = _field(e.get("loc", ()))
+        errors.append(
+            {"field": name, "location": where, "message": str(e.get("msg")), "code": e["type"]}
+        )
+    types = {e["type"] for e in raw}
+    route = request.scope.get("route")
+    in_body = any(e.get("loc", ("",))[0] == "body" for e in raw)
+    if "invalid_job_name" in types:
+        code, title = "invalid_job_name", "Invalid job name"
+    elif getattr(route, "name", None) in MANIFEST_ROUTES and in_body:
+        if "unsafe_path" in types:
+            code, title = "unsafe_path", "Unsafe shard path"
+        else:
+            code, title = "invalid_manifest", "Invalid checkpoint manifest"
+    else:
+        code, title = "validation_error", "Invalid request"
+    first = errors[0] if errors else None
+    detail = f"{first['field']}: {first['message']}" if first else "the request is invalid"
+    if len(raw) > 1:
+        detail += f" (and {len(raw) - 1} more)"
+    _count(request, code)
+    return problem_response(422, code, title, detail, errors)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(TierpointError)
+    async def _domain(request: Request, exc: TierpointError) -> JSONResponse:
+        _count(request, exc.code)
+        return problem_response(exc.status, exc.code, exc.title, exc.detail, exc.errors, exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_problem(request, exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code, title = _HTTP_CODES.get(exc.status_code, ("http_error", "HTTP error"))
+        code = getattr(exc, "code", code)
+        title = getattr(exc, "title", title)
+        _count(request, code)
+        return problem_response(
+            exc.status_code, code, title, str(exc.detail), headers=getattr(exc, "headers", None)
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", path=request.url.path)
+        _count(request, "internal_error")
+        return problem_response(
+            500, "internal_error", "Internal error", "an unexpected error occurred; see the logs"
+        )
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` entries declaring problem+json for the given statuses in OpenAPI."""
+    descriptions = {
+        404: "Not found (problem+json)",
+        409: "Conflict (problem+json)",
+        413: "Too large (problem+json)",
+        422: "Invalid request (problem+json)",
+        503: "Not ready (problem+json)",
+    }
+    return {
+        s: {
+            "description": descriptions.get(s, "Problem"),
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for s in statuses
+    }
+
+
+def add_problem_schemas(openapi: dict[str, Any]) -> dict[str, Any]:
+    """Register the Problem schema that `problem_responses` refers to."""
+    schema = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+    defs = schema.pop("$defs", {})
+    components = openapi.setdefault("components", {}).setdefault("schemas", {})
+    components.update(defs)
+    components["Problem"] = schema
+    return openapi

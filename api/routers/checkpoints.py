@@ -1,0 +1,222 @@
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
+
+from api.deps import ApiState, JobName, SessionDep, StateDep
+from api.pagination import decode_cursor, encode_cursor
+from api.problems import problem_responses
+from api.schemas.checkpoints import (
+    Checkpoint,
+    CheckpointDetail,
+    CheckpointPage,
+    LatestRestorable,
+    RegisterCheckpoint,
+)
+from tierpoint import logs
+from tierpoint.catalog import checkpoint_queries as queries
+from tierpoint.catalog import registration
+from tierpoint.catalog.models import TierState
+from tierpoint.errors import RequestInvalid, UnknownTier
+from tierpoint.lifecycle import LifecycleInput, start_lifecycle
+from tierpoint.manifest import MAX_INT64, check_limits
+from tierpoint.storage.paths import UnsafePath, validate_name
+
+router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"])
+log = logs.get(__name__)
+
+# A workflow start that takes longer than this is left to the reconciler.
+WORKFLOW_START_TIMEOUT = 5.0
+
+Step = Annotated[int, Path(ge=0, le=MAX_INT64, description="Training step of the checkpoint.")]
+
+
+def _tier(state: ApiState, tier: str | None) -> str | None:
+    if tier is not None and tier not in state.settings.tier_names():
+        raise UnknownTier(
+            f"tier {tier!r} is not configured; tiers are {', '.join(state.settings.tier_names())}",
+            errors=[
+                {
+                    "field": "tier",
+                    "location": "query",
+                    "message": f"unknown tier {tier!r}",
+                    "code": "unknown_tier",
+                }
+            ],
+        )
+    return tier
+
+
+async def start_workflow(state: ApiState, checkpoint_id: int, job: str, step: int) -> None:
+    """Runs after the response: any failure is logged, never returned (the reconciler in the
+    workers starts workflows for registered checkpoints that have none)."""
+    client = await state.temporal.client()
+    if client is None:
+        state.metrics.workflow_starts.labels("failed").inc()
+        log.warning("workflow not started: temporal unreachable", job=job, step=step)
+        return
+    try:
+        started = await asyncio.wait_for(
+            start_lifecycle(
+                client, LifecycleInput(checkpoint_id=checkpoint_id, job=job, step=step)
+            ),
+            timeout=WORKFLOW_START_TIMEOUT,
+        )
+    except Exception as exc:
+        state.metrics.workflow_starts.labels("failed").inc()
+        log.warning("workflow not started", job=job, step=step, error=repr(exc))
+        return
+    state.metrics.workflow_starts.labels("started" if started else "existing").inc()
+    try:
+        async with state.sessions() as session:
+            await registration.mark_workflow_started(session, checkpoint_id)
+            await session.commit()
+    except Exception as exc:
+        log.warning("could not record workflow start", job=job, step=step, error=repr(exc))
+
+
+@router.post(
+    "/{job:path}/checkpoints",
+    status_code=201,
+    response_model=Checkpoint,
+    responses={
+        200: {"model": Checkpoint, "description": "The same manifest was already registered."},
+        **problem_responses(409, 413, 422),
+    },
+    summary="Register a checkpoint",
+)
+async def register_checkpoint(
+    job: JobName,
+    manifest: RegisterCheckpoint,
+    response: Response,
+    background: BackgroundTasks,
+    session: SessionDep,
+    state: StateDep,
+) -> Checkpoint:
+    """Record a checkpoint whose shards the job has written to its nodes' local tier. The catalog
+    commit is the acknowledgement; the lifecycle workflow that copies the shards to slower tiers
+    starts right after (or later through the reconciler if Temporal is unreachable).
+
+    Registering the same manifest again answers 200 with the existing checkpoint; a different
+    manifest for a registered step is a 409. Nothing is written for a refused request."""
+    check_limits(manifest, max_shards=state.settings.max_shards_per_checkpoint)
+    result = await registration.register_checkpoint(
+        session, job, manifest, state.settings.tier_names()
+    )
+    view = await queries.checkpoint_view(session, job, result.checkpoint_id, state.settings.tiers)
+    await session.commit()
+    if result.created:
+        response.status_code = 201
+        state.metrics.registrations.labels("created").inc()
+        state.metrics.registered_shards.inc(len(manifest.shards))
+    else:
+        response.status_code = 200
+        state.metrics.registrations.labels("existing").inc()
+    if not result.workflow_started:
+        background.add_task(start_workflow, state, result.checkpoint_id, job, manifest.step)
+    return Checkpoint.model_validate(view)
+
+
+@router.get(
+    "/{job:path}/checkpoints/latest",
+    response_model=LatestRestorable,
+    responses=problem_responses(404, 422),
+    summary="Latest restorable checkpoint and restore plan",
+)
+async def latest_restorable(
+    job: JobName,
+    session: SessionDep,
+    state: StateDep,
+    tier: Annotated[str | None, Query(description="Only restore from this tier.")] = None,
+    node: Annotated[
+        str | None,
+        Query(description="The caller's node: its node-local copies count.", max_length=128),
+    ] = None,
+) -> LatestRestorable:
+    """The highest step the caller can restore, with the fastest verified source of each shard,
+    and for every newer step why it was not chosen. 404 (`no_restorable_checkpoint`, with the
+    same `skipped` list) when there is none."""
+    _tier(state, tier)
+    if node is not None:
+        try:
+            validate_name(node)
+        except UnsafePath as exc:
+            raise RequestInvalid(
+                f"node {node!r} is not a valid node id",
+                errors=[
+                    {
+                        "field": "node",
+                        "location": "query",
+                        "message": str(exc),
+                        "code": "invalid_node",
+                    }
+                ],
+            ) from None
+    result = await queries.latest_restorable(
+        session, job, state.settings.tiers, tier=tier, node=node
+    )
+    return LatestRestorable.model_validate(result)
+
+
+@router.get(
+    "/{job:path}/checkpoints/{step}",
+    response_model=CheckpointDetail,
+    responses=problem_responses(404, 422),
+    summary="One checkpoint with its tiers and replicas",
+)
+async def get_checkpoint(
+    job: JobName,
+    step: Step,
+    session: SessionDep,
+    state: StateDep,
+    shards: Annotated[bool, Query(description="Include shards and their replicas.")] = True,
+) -> CheckpointDetail:
+    detail = await queries.get_checkpoint(
+        session, job, step, state.settings.tiers, include_shards=shards
+    )
+    out = CheckpointDetail.model_validate(detail)
+    if not shards:
+        out.shards = None
+    return out
+
+
+@router.get(
+    "/{job:path}/checkpoints",
+    response_model=CheckpointPage,
+    responses=problem_responses(404, 422),
+    summary="A job's checkpoints, newest first",
+)
+async def list_checkpoints(
+    job: JobName,
+    session: SessionDep,
+    state: StateDep,
+    tier: Annotated[
+        str | None, Query(description="Only checkpoints with a marker on this tier.")
+    ] = None,
+    tier_state: Annotated[
+        TierState | None,
+        Query(
+            alias="state",
+            description="Only checkpoints with a tier marker in this state (on `tier` if given).",
+        ),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> CheckpointPage:
+    _tier(state, tier)
+    before = decode_cursor(cursor, int) if cursor is not None else None
+    items, next_step = await queries.list_checkpoints(
+        session,
+        job,
+        state.settings.tiers,
+        tier=tier,
+        state=tier_state.value if tier_state is not None else None,
+        limit=limit,
+        before_step=before,
+    )
+    return CheckpointPage(
+        items=[Checkpoint.model_validate(i) for i in items],
+        next_cursor=encode_cursor(next_step) if next_step is not None else None,
+    )

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from fastapi import APIRouter, Response
+from sqlalchemy import text
+
+from api.deps import ApiState, StateDep
+from api.problems import problem_responses
+from api.schemas.health import Health, Readiness
+from tierpoint.config import TierConfig, TierKind
+from tierpoint.errors import NotReady
+
+router = APIRouter(tags=["health"])
+
+CHECK_TIMEOUT = 3.0
+
+
+@router.get("/healthz", response_model=Health, summary="The process is alive")
+async def healthz() -> Health:
+    return Health()
+
+
+async def _catalog(state: ApiState) -> str | None:
+    async with state.engine.connect() as conn:
+        await conn.execute(text("SELECT 1"))
+    return None
+
+
+def _s3_client(state: ApiState, tier: TierConfig) -> Any:
+    client = state.s3_clients.get(tier.name)
+    if client is None:
+        client = boto3.client(
+            "s3",
+            endpoint_url=tier.endpoint_url,
+            region_name=tier.region,
+            config=Config(connect_timeout=2, read_timeout=2, retries={"max_attempts": 1}),
+        )
+        state.s3_clients[tier.name] = client
+    return client
+
+
+async def _s3(state: ApiState, tier: TierConfig) -> str | None:
+    client = _s3_client(state, tier)
+    try:
+        await asyncio.to_thread(client.head_bucket, Bucket=tier.bucket)
+    except Exception as exc:
+        return f"bucket {tier.bucket!r}: {type(exc).__name__}: {exc}"
+    return None
+
+
+async def _guard(name: str, check: Any) -> tuple[str, str]:
+    try:
+        problem = await asyncio.wait_for(check, timeout=CHECK_TIMEOUT)
+    except TimeoutError:
+        problem = f"no answer within {CHECK_TIMEOUT:g}s"
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    return name, problem or "ok"
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses=problem_responses(503),
+    summary="The catalog, Temporal and every S3 tier answer",
+)
+async def readyz(state: StateDep) -> Readiness:
+    checks = [
+        _guard("catalog", _catalog(state)),
+        _guard("temporal", state.temporal.check()),
+        *(
+            _guard(f"s3:{t.name}", _s3(state, t))
+            for t in state.settings.tiers
+            if t.kind is TierKind.S3
+        ),
+    ]
+    results = dict(await asyncio.gather(*checks))
+    down = {k: v for k, v in results.items() if v != "ok"}
+    if down:
+        raise NotReady(
+            "not ready: " + "; ".join(f"{k}: {v}" for k, v in down.items()),
+            extra={"checks": results},
+        )
+    return Readiness(checks=results)
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(state: StateDep) -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

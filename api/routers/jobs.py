@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import SessionDep
+from api.pagination import decode_cursor, encode_cursor
+from api.problems import problem_responses
+from api.schemas.jobs import JobOut, JobPage
+from tierpoint.catalog import checkpoint_queries as queries
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+@router.get("", response_model=JobPage, responses=problem_responses(422), summary="List jobs")
+async def list_jobs(
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> JobPage:
+    after = decode_cursor(cursor, str) if cursor is not None else None
+    jobs, last = await queries.list_jobs(session, limit=limit, after_name=after)
+    return JobPage(
+        items=[JobOut.model_validate(j) for j in jobs],
+        next_cursor=encode_cursor(last) if last is not None else None,
+    )

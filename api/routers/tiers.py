@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.deps import StateDep
+from api.schemas.tiers import TierOut
+
+router = APIRouter(prefix="/v1/tiers", tags=["tiers"])
+
+
+@router.get("", response_model=list[TierOut], summary="Configured tiers, fastest first")
+async def list_tiers(state: StateDep) -> list[TierOut]:
+    return [TierOut.of(t) for t in state.settings.tiers]

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tierpoint.catalog.models import ReplicaState, TierState
+from tierpoint.config import TierKind
+from tierpoint.manifest import Manifest, ShardSpec
+
+# The request body is the manifest model shared with the CLI.
+RegisterCheckpoint = Manifest
+ShardIn = ShardSpec
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class Progress(_Out):
+    shards_total: int
+    shards_verified: int
+    bytes_total: int
+    bytes_done: int
+
+
+class TierStatus(_Out):
+    tier: str
+    kind: TierKind | None = Field(description="null for a tier no longer configured")
+    state: TierState
+    reason: str | None
+    quarantine_reason: str | None
+    restorable_at: datetime | None
+    progress: Progress
+
+
+class Checkpoint(_Out):
+    job: str
+    step: int
+    created_at: datetime
+    metadata: dict[str, Any]
+    pinned: bool
+    quarantine_reason: str | None
+    total_bytes: int
+    shard_count: int
+    workflow_started: bool = Field(
+        description="false until a lifecycle workflow is known to run (the API starts it right "
+        "after registration, the reconciler catches up if Temporal was unreachable)"
+    )
+    tiers: list[TierStatus]
+
+
+class Replica(_Out):
+    tier: str
+    node: str | None
+    state: ReplicaState
+    location: str
+    bytes_done: int
+    verified_at: datetime | None
+    error: str | None
+
+
+class ShardOut(_Out):
+    path: str
+    size: int
+    crc32c: str | None
+    node: str
+    replicas: list[Replica]
+
+
+class CheckpointDetail(Checkpoint):
+    shards: list[ShardOut] | None = Field(
+        default=None, description="omitted (null) when requested with shards=false"
+    )
+
+
+class CheckpointPage(BaseModel):
+    items: list[Checkpoint]
+    next_cursor: str | None = Field(
+        description="pass as cursor= for the next page; null at the end"
+    )
+
+
+class PlanEntry(_Out):
+    path: str
+    size: int
+    crc32c: str | None
+    tier: str
+    kind: TierKind
+    node: str | None = Field(description="the node holding a node-local copy, else null")
+    location: str = Field(description="absolute path on that node/tier, or s3://bucket/key")
+
+
+class Skipped(_Out):
+    step: int
+    reasons: list[str]
+
+
+class LatestRestorable(_Out):
+    job: str
+    step: int
+    checkpoint: Checkpoint
+    plan: list[PlanEntry]
+    skipped: list[Skipped] = Field(description="every newer step, and why it was not chosen")

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+
+class JobOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str
+    created_at: datetime
+    checkpoint_count: int
+    latest_step: int | None
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None

@@ -1,0 +1,181 @@
+"""Writing a checkpoint registration into the catalog (invariant 5: idempotent, conflicts refused).
+
+Nothing here commits: the caller commits once, before it answers the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Shard, TierState
+from tierpoint.errors import CheckpointConflict, UnknownNode
+from tierpoint.manifest import Manifest, manifest_digest
+
+
+@dataclass(frozen=True)
+class RegistrationResult:
+    checkpoint_id: int
+    job_id: int
+    created: bool
+    # Set when a lifecycle workflow is known to have been started for the checkpoint.
+    workflow_started: bool
+
+
+async def check_nodes(session: AsyncSession, node_ids: Iterable[str]) -> None:
+    """Every shard must live on a node whose worker has reported in and that is not lost."""
+    wanted = sorted(set(node_ids))
+    rows = (await session.execute(select(Node.id, Node.lost_at).where(Node.id.in_(wanted)))).all()
+    known = {r.id for r in rows}
+    lost = sorted(r.id for r in rows if r.lost_at is not None)
+    unknown = [n for n in wanted if n not in known]
+    if not unknown and not lost:
+        return
+    parts = []
+    if unknown:
+        parts.append(f"unknown nodes: {', '.join(unknown)}")
+    if lost:
+        parts.append(f"lost nodes: {', '.join(lost)}")
+    errors = [
+        {"field": "shards[].node", "message": f"node {n!r} is unknown", "code": "unknown_node"}
+        for n in unknown
+    ] + [
+        {"field": "shards[].node", "message": f"node {n!r} is lost", "code": "lost_node"}
+        for n in lost
+    ]
+    raise UnknownNode(
+        "shards name nodes that cannot hold them ("
+        + "; ".join(parts)
+        + "): a node is known once its worker has reported in",
+        errors=errors,
+        extra={"nodes": unknown + lost},
+    )
+
+
+async def _job_id(session: AsyncSession, name: str) -> int:
+    found = await session.scalar(select(Job.id).where(Job.name == name))
+    if found is not None:
+        return found
+    created = await session.scalar(
+        pg_insert(Job).values(name=name).on_conflict_do_nothing().returning(Job.id)
+    )
+    if created is not None:
+        return int(created)
+    # A concurrent registration created it and has committed (the insert waited for it).
+    again = await session.scalar(select(Job.id).where(Job.name == name))
+    assert again is not None
+    return int(again)
+
+
+async def _existing(
+    session: AsyncSession, job: str, job_id: int, step: int, digest: str
+) -> RegistrationResult | None:
+    row = (
+        await session.execute(
+            select(Checkpoint.id, Checkpoint.manifest_digest, Checkpoint.workflow_started_at).where(
+                Checkpoint.job_id == job_id, Checkpoint.step == step
+            )
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    if row.manifest_digest != digest:
+        raise CheckpointConflict(
+            f"step {step} of job {job!r} is already registered with a different manifest",
+            extra={"registered_digest": row.manifest_digest, "request_digest": digest},
+        )
+    return RegistrationResult(row.id, job_id, False, row.workflow_started_at is not None)
+
+
+async def register_checkpoint(
+    session: AsyncSession, job: str, manifest: Manifest, tiers: Sequence[str]
+) -> RegistrationResult:
+    """Insert job (if new), checkpoint, shards, one `pending` marker per tier and the
+    `registered` event; or return the existing checkpoint when the same manifest is registered
+    again. Raises CheckpointConflict for a different manifest at the same step and UnknownNode
+    for shards on unknown or lost nodes. The caller has validated `job` and the manifest."""
+    digest = manifest_digest(manifest.shards)
+    await check_nodes(session, (s.node for s in manifest.shards))
+
+    job_id = await _job_id(session, job)
+    existing = await _existing(session, job, job_id, manifest.step, digest)
+    if existing is not None:
+        return existing
+
+    checkpoint_id = await session.scalar(
+        pg_insert(Checkpoint)
+        .values(
+            job_id=job_id,
+            step=manifest.step,
+            meta=manifest.metadata,
+            total_bytes=manifest.total_bytes,
+            shard_count=len(manifest.shards),
+            manifest_digest=digest,
+        )
+        .on_conflict_do_nothing(constraint="uq_checkpoint_job_step")
+        .returning(Checkpoint.id)
+    )
+    if checkpoint_id is None:
+        # Lost the race against a concurrent registration of the same step, which has committed.
+        raced = await _existing(session, job, job_id, manifest.step, digest)
+        assert raced is not None
+        return raced
+
+    await session.execute(
+        insert(Shard),
+        [
+            {
+                "checkpoint_id": checkpoint_id,
+                "ordinal": i,
+                "path": s.path,
+                "size": s.size,
+                "checksum": s.crc32c,
+                "node_id": s.node,
+            }
+            for i, s in enumerate(manifest.shards)
+        ],
+    )
+    if tiers:
+        await session.execute(
+            insert(CheckpointTier).values(
+                [
+                    {
+                        "checkpoint_id": checkpoint_id,
+                        "tier": t,
+                        "job_id": job_id,
+                        "step": manifest.step,
+                        "state": TierState.PENDING.value,
+                    }
+                    for t in tiers
+                ]
+            )
+        )
+    await arecord(
+        session,
+        EventKind.REGISTERED,
+        checkpoint_id=checkpoint_id,
+        job_id=job_id,
+        actor="api",
+        detail={
+            "step": manifest.step,
+            "shards": len(manifest.shards),
+            "bytes": manifest.total_bytes,
+            "digest": digest,
+        },
+    )
+    return RegistrationResult(checkpoint_id, job_id, True, False)
+
+
+async def mark_workflow_started(session: AsyncSession, checkpoint_id: int) -> bool:
+    """Record that the lifecycle workflow runs; first writer wins (the API or the reconciler)."""
+    result = await session.execute(
+        update(Checkpoint)
+        .where(Checkpoint.id == checkpoint_id, Checkpoint.workflow_started_at.is_(None))
+        .values(workflow_started_at=func.now())
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]

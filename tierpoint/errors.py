@@ -1,0 +1,117 @@
+"""Domain errors with a stable machine-readable code and the HTTP status the API answers with.
+
+The API renders every one of them as RFC 9457 problem+json through one exception handler; the CLI
+prints `code: detail`. Codes are part of the public contract: never rename one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class TierpointError(Exception):
+    code: ClassVar[str] = "internal_error"
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        errors: list[dict[str, Any]] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        # Per-field problems: [{"field", "message", "code"}].
+        self.errors = errors
+        # Extension members of the problem document (RFC 9457 section 3.2).
+        self.extra = extra or {}
+
+
+class InvalidManifest(TierpointError):
+    code = "invalid_manifest"
+    status = 422
+    title = "Invalid checkpoint manifest"
+
+
+class InvalidJobName(TierpointError):
+    code = "invalid_job_name"
+    status = 422
+    title = "Invalid job name"
+
+
+class UnsafePathError(TierpointError):
+    code = "unsafe_path"
+    status = 422
+    title = "Unsafe shard path"
+
+
+class UnknownNode(TierpointError):
+    code = "unknown_node"
+    status = 422
+    title = "Unknown or lost node"
+
+
+class UnknownTier(TierpointError):
+    code = "unknown_tier"
+    status = 422
+    title = "Unknown tier"
+
+
+class RequestInvalid(TierpointError):
+    code = "validation_error"
+    status = 422
+    title = "Invalid request"
+
+
+class ManifestTooLarge(TierpointError):
+    code = "manifest_too_large"
+    status = 413
+    title = "Manifest too large"
+
+
+class CheckpointConflict(TierpointError):
+    code = "checkpoint_conflict"
+    status = 409
+    title = "A different manifest is registered for this step"
+
+
+class CheckpointNotFound(TierpointError):
+    code = "checkpoint_not_found"
+    status = 404
+    title = "Checkpoint not found"
+
+
+class JobNotFound(TierpointError):
+    code = "job_not_found"
+    status = 404
+    title = "Job not found"
+
+
+class NoRestorableCheckpoint(TierpointError):
+    code = "no_restorable_checkpoint"
+    status = 404
+    title = "No restorable checkpoint"
+
+
+class NotReady(TierpointError):
+    code = "not_ready"
+    status = 503
+    title = "Service not ready"
+
+
+ALL_ERRORS: tuple[type[TierpointError], ...] = (
+    InvalidManifest,
+    InvalidJobName,
+    UnsafePathError,
+    UnknownNode,
+    UnknownTier,
+    RequestInvalid,
+    ManifestTooLarge,
+    CheckpointConflict,
+    CheckpointNotFound,
+    JobNotFound,
+    NoRestorableCheckpoint,
+    NotReady,
+)

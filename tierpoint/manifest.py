@@ -1,0 +1,176 @@
+"""The checkpoint manifest a training job registers, and every check it must pass before anything
+is written (invariant 6). Shared by the API (request body) and the CLI.
+
+Each failed check is a pydantic error whose `type` is a stable code (`unsafe_path`,
+`invalid_crc32c`, ...), so the API can name the field and pick the problem code without parsing
+messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from tierpoint.errors import InvalidJobName, ManifestTooLarge
+from tierpoint.storage.checksum import crc32c_hex, parse_crc32c
+from tierpoint.storage.paths import UnsafePath, validate_name, validate_relative_path
+
+# Columns are BIGINT.
+MAX_INT64 = 2**63 - 1
+MAX_METADATA_DEPTH = 32
+
+
+def _path(value: str) -> str:
+    try:
+        return validate_relative_path(value)
+    except UnsafePath as exc:
+        raise PydanticCustomError("unsafe_path", str(exc)) from None
+
+
+def _crc32c(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        # One spelling in the catalog, so that digests and comparisons do not depend on case.
+        return crc32c_hex(parse_crc32c(value))
+    except ValueError:
+        raise PydanticCustomError(
+            "invalid_crc32c", f"crc32c must be exactly 8 hex digits or null, got {value[:40]!r}"
+        ) from None
+
+
+def _text(value: str) -> str:
+    # Postgres text refuses NUL; lone surrogates cannot be encoded for the wire.
+    if "\x00" in value:
+        raise PydanticCustomError("invalid_text", "must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PydanticCustomError("invalid_text", "must be valid Unicode text") from None
+    return value
+
+
+def _json_value(value: Any, depth: int) -> None:
+    if depth > MAX_METADATA_DEPTH:
+        raise PydanticCustomError(
+            "invalid_metadata", f"metadata nests deeper than {MAX_METADATA_DEPTH} levels"
+        )
+    if isinstance(value, str):
+        _text(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise PydanticCustomError("invalid_metadata", "metadata numbers must be finite")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        # jsonb numerics are arbitrary precision, but keep them sane for every reader.
+        if abs(value) > 10**30:
+            raise PydanticCustomError("invalid_metadata", "metadata integer out of range")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _text(k)
+            _json_value(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _json_value(v, depth + 1)
+
+
+ShardPath = Annotated[str, Field(strict=True), AfterValidator(_path)]
+NodeId = Annotated[str, Field(strict=True, min_length=1, max_length=128), AfterValidator(_text)]
+Crc32c = Annotated[str | None, Field(strict=True), AfterValidator(_crc32c)]
+
+
+class ShardSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: ShardPath = Field(description="Relative to the checkpoint directory, '/'-separated.")
+    size: int = Field(strict=True, ge=0, le=MAX_INT64, description="Bytes.")
+    crc32c: Crc32c = Field(
+        default=None, description="8 hex digits; null lets the seal stage compute it on the node."
+    )
+    node: NodeId = Field(description="The node whose local tier holds the shard.")
+
+
+class Manifest(BaseModel):
+    """Body of POST /v1/jobs/{job}/checkpoints."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "step": 1000,
+                    "shards": [
+                        {
+                            "path": "model/rank0.pt",
+                            "size": 1048576,
+                            "crc32c": "e3069283",
+                            "node": "node-a",
+                        },
+                    ],
+                    "metadata": {"loss": 1.93},
+                }
+            ]
+        },
+    )
+
+    step: int = Field(strict=True, ge=0, le=MAX_INT64)
+    shards: list[ShardSpec] = Field(min_length=1)
+    metadata: dict[str, Any] = Field(default_factory=dict, strict=True)
+
+    @field_validator("shards")
+    @classmethod
+    def _unique_paths(cls, shards: list[ShardSpec]) -> list[ShardSpec]:
+        seen: dict[str, int] = {}
+        for i, shard in enumerate(shards):
+            first = seen.setdefault(shard.path, i)
+            if first != i:
+                raise PydanticCustomError(
+                    "duplicate_path",
+                    f"shard path {shard.path!r} appears twice (shards[{first}] and shards[{i}])",
+                )
+        if sum(s.size for s in shards) > MAX_INT64:
+            raise PydanticCustomError("invalid_manifest", "total size of the shards is too large")
+        return shards
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        _json_value(metadata, 1)
+        return metadata
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.size for s in self.shards)
+
+
+def check_job_name(job: str) -> str:
+    try:
+        return validate_name(job)
+    except UnsafePath as exc:
+        raise InvalidJobName(str(exc).replace("name", "job name", 1)) from None
+
+
+def check_limits(manifest: Manifest, *, max_shards: int) -> None:
+    if len(manifest.shards) > max_shards:
+        raise ManifestTooLarge(
+            f"the manifest has {len(manifest.shards)} shards; the limit is {max_shards}"
+        )
+
+
+def canonical_shards(shards: Sequence[ShardSpec]) -> bytes:
+    """The bytes the manifest digest is taken over: the shards sorted by path, nothing else, so
+    metadata or shard order do not make a retried registration look different."""
+    rows = [
+        {"crc32c": s.crc32c, "node": s.node, "path": s.path, "size": s.size}
+        for s in sorted(shards, key=lambda s: s.path)
+    ]
+    return json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def manifest_digest(shards: Sequence[ShardSpec]) -> str:
+    return hashlib.sha256(canonical_shards(shards)).hexdigest()

@@ -3,6 +3,7 @@ will (marker -> expired), so that tests can replay a job's history."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from tierpoint.catalog.models import TierState
@@ -44,7 +45,7 @@ def checkpoint(
         created_at=created_at or T0 + timedelta(hours=step),
         total_bytes=total_bytes,
         copies=tiers,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 
@@ -82,8 +83,16 @@ def holding(snap: RetentionSnapshot) -> dict[str, list[int]]:
     }
 
 
+Check = Callable[[RetentionSnapshot, Policy, datetime, RetentionPlan], None]
+
+
 def run_history(
-    policy: Policy, steps: list[int], *, nbytes: int = 100, tiers: tuple[TierRef, ...] = TIERS
+    policy: Policy,
+    steps: list[int],
+    *,
+    nbytes: int = 100,
+    tiers: tuple[TierRef, ...] = TIERS,
+    check: Check | None = None,
 ) -> RetentionSnapshot:
     """Register each step, promote it tier by tier to its targets, and run retention after every
     promotion, as the lifecycle workflow will."""
@@ -94,7 +103,10 @@ def run_history(
         snap = snap.model_copy(update={"checkpoints": (*snap.checkpoints, c)})
         for name in promotion_targets(policy, tiers, step):
             snap = _set_copy(snap, c.id, name, good(nbytes))
-            snap = apply(snap, plan(snap, policy, now))
+            p = plan(snap, policy, now)
+            if check is not None:
+                check(snap, policy, now, p)
+            snap = apply(snap, p)
     return snap
 
 

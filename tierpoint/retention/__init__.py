@@ -22,6 +22,7 @@ from .policy import (
     TierRule,
     check_tiers,
     promotion_targets,
+    tier_refs,
 )
 
 __all__ = [
@@ -44,4 +45,5 @@ __all__ = [
     "check_tiers",
     "plan",
     "promotion_targets",
+    "tier_refs",
 ]

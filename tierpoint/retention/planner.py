@@ -168,16 +168,19 @@ def plan(snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> Retentio
     keepers: dict[int, set[int]] = {}
     for c in checkpoints:
         keepers[c.id] = set()
+        # Copies flow from the fastest tier to the most durable one: a tier before the last one
+        # with a marker will never receive the checkpoint if it has no marker by now.
+        reached = max((t.index for t in tiers if t.ref.name in c.copies), default=-1)
         for t in tiers:
             copy = c.copies.get(t.ref.name)
             if _is_good(c, copy):
                 claims = True
+            elif copy is None:
+                claims = t.ref.name in targets[c.id] and t.index > reached
             else:
-                # Meant for this tier and not yet (or not validly) there: the tier still claims it,
-                # unless it already let the checkpoint go.
-                claims = t.ref.name in targets[c.id] and (
-                    copy is None or copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
-                )
+                # Meant for this tier and not (validly) there: the tier still claims it, unless
+                # it already let the checkpoint go.
+                claims = copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
             if claims and t.keeps(c, now):
                 keepers[c.id].add(t.index)
 

@@ -16,7 +16,7 @@ keeps everything (so `{"max_bytes": ...}` alone is a pure quota).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Annotated, Any, Literal, NamedTuple, Self
 
@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from tierpoint.config import NAME_RE, TierKind
+from tierpoint.config import NAME_RE, TierConfig, TierKind
 
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION_RE = re.compile(r"^(?:\d+[wdhms])+$")
@@ -183,6 +183,11 @@ class TierRef(NamedTuple):
 
     name: str
     kind: TierKind
+
+
+def tier_refs(tiers: Iterable[TierConfig]) -> tuple[TierRef, ...]:
+    """The configured tiers (Settings.tiers) as retention sees them."""
+    return tuple(TierRef(t.name, t.kind) for t in tiers)
 
 
 class Policy(BaseModel):

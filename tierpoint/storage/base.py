@@ -6,6 +6,7 @@ bucket); shard paths are relative to it and confined to it.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
@@ -59,6 +60,9 @@ class ChecksumMismatch(StorageError):
     """The destination's own checksum of what it stored differs from what was sent."""
 
 
+ByteSource = BinaryIO | io.RawIOBase
+"""What a copy reads from: a binary file object, or a raw reader (what open_read returns)."""
+
 ProgressFn = Callable[[ResumeState], None]
 """Called as a copy makes progress (at chunk granularity); the caller rate-limits what it does."""
 
@@ -81,7 +85,7 @@ class TierStore(Protocol):
     def write(
         self,
         ref: ShardRef,
-        source: BinaryIO,
+        source: ByteSource,
         size: int,
         resume: ResumeState | None,
         progress: ProgressFn | None,

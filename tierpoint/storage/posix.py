@@ -28,6 +28,7 @@ from typing import BinaryIO, cast
 
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import (
+    ByteSource,
     CopyResult,
     ProgressFn,
     ResumeState,
@@ -147,7 +148,7 @@ class PosixReader(io.RawIOBase):
         super().close()
 
 
-def read_full(source: BinaryIO, buffer: memoryview) -> int:
+def read_full(source: ByteSource, buffer: memoryview) -> int:
     """Fill buffer from source; fewer bytes only at end of stream."""
     readinto = getattr(source, "readinto", None)
     got = 0
@@ -165,7 +166,7 @@ def read_full(source: BinaryIO, buffer: memoryview) -> int:
     return got
 
 
-def position_source(source: BinaryIO, current: int, wanted: int) -> None:
+def position_source(source: ByteSource, current: int, wanted: int) -> None:
     """Move the source from where the caller put it to where the copy really starts."""
     if current != wanted:
         source.seek(wanted)
@@ -337,7 +338,7 @@ class PosixStore:
     def write(
         self,
         ref: ShardRef,
-        source: BinaryIO,
+        source: ByteSource,
         size: int,
         resume: ResumeState | None,
         progress: ProgressFn | None,
@@ -363,8 +364,12 @@ class PosixStore:
                 chunk = buf[:n]
                 crc = crc32c_update(crc, chunk)
                 _pwrite_all(fd, chunk, offset)
-                if prev_len and _wait_writeback(fd, prev_start, prev_len):
-                    _drop_cache(fd, prev_start, prev_len)
+                if prev_len:
+                    # Without sync_file_range the prefix is only in the page cache: enough to
+                    # resume after a worker crash; a node crash shortens the file (restart) or
+                    # leaves bad bytes that verification catches.
+                    if _wait_writeback(fd, prev_start, prev_len):
+                        _drop_cache(fd, prev_start, prev_len)
                     if progress is not None:
                         progress(ResumeState(offset=prev_start + prev_len, crc=prev_crc))
                 _start_writeback(fd, offset, n)

@@ -19,13 +19,14 @@ import io
 import math
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
 
 from botocore.exceptions import ClientError
 
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import (
+    ByteSource,
     ChecksumMismatch,
     CopyResult,
     ProgressFn,
@@ -198,6 +199,27 @@ class _Upload:
     parts: dict[int, tuple[str, str | None]]
 
 
+@dataclass
+class _Prefix:
+    """The contiguous run of finished parts from the start, and its crc32c."""
+
+    offset: int
+    crc: int
+    part_size: int
+    pending: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def add(self, number: int, crc: int, length: int) -> bool:
+        """Record a finished part; True if the prefix grew."""
+        self.pending[number] = (crc, length)
+        grew = False
+        while (nxt := self.offset // self.part_size + 1) in self.pending:
+            part_crc, part_len = self.pending.pop(nxt)
+            self.crc = crc32c_combine(self.crc, part_crc, part_len)
+            self.offset += part_len
+            grew = True
+        return grew
+
+
 class S3Store:
     def __init__(
         self, config: TierConfig, client: S3Client, *, limiter: TokenBucket | None = None
@@ -318,7 +340,7 @@ class S3Store:
     def write(
         self,
         ref: ShardRef,
-        source: BinaryIO,
+        source: ByteSource,
         size: int,
         resume: ResumeState | None,
         progress: ProgressFn | None,
@@ -330,12 +352,12 @@ class S3Store:
             return self._put_whole(ref, source, size, resume)
         return self._multipart(ref, source, size, part_size, resume, progress)
 
-    def _check_source_end(self, ref: ShardRef, source: BinaryIO, size: int) -> None:
+    def _check_source_end(self, ref: ShardRef, source: ByteSource, size: int) -> None:
         if read_full(source, memoryview(bytearray(1))):
             raise SourceSizeMismatch(f"source of {ref.path!r} holds more than {size} bytes")
 
     def _put_whole(
-        self, ref: ShardRef, source: BinaryIO, size: int, resume: ResumeState | None
+        self, ref: ShardRef, source: ByteSource, size: int, resume: ResumeState | None
     ) -> CopyResult:
         position_source(source, resume.offset if resume else 0, 0)
         buf = bytearray(size)
@@ -438,7 +460,7 @@ class S3Store:
     def _multipart(
         self,
         ref: ShardRef,
-        source: BinaryIO,
+        source: ByteSource,
         size: int,
         part_size: int,
         resume: ResumeState | None,
@@ -466,10 +488,20 @@ class S3Store:
         buffers = [bytearray(part_size) for _ in range(concurrency + 1)]
         free = list(range(len(buffers)))
         inflight: dict[Future[str], tuple[int, int, int, int]] = {}
-        finished: dict[int, tuple[int, int]] = {}  # part number -> (crc, length)
+        prefix = _Prefix(offset=upload.offset, crc=upload.crc, part_size=part_size)
         offset = upload.offset
-        prefix_offset, prefix_crc = upload.offset, upload.crc
-        next_prefix_part = upload.offset // part_size + 1
+
+        def harvest(done: set[Future[str]], *, strict: bool) -> None:
+            for fut in done:
+                number, index, part_crc, length = inflight.pop(fut)
+                free.append(index)
+                if fut.cancelled() or fut.exception() is not None:
+                    if strict:
+                        fut.result()
+                    continue
+                upload.parts[number] = (fut.result(), crc32c_to_base64(part_crc))
+                if prefix.add(number, part_crc, length):
+                    report(prefix.offset, prefix.crc)
 
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="s3-part") as pool:
             try:
@@ -485,30 +517,23 @@ class S3Store:
                                 f"expected {size}"
                             )
                         number = offset // part_size + 1
-                        part_crc = crc32c_of(view)
                         fut = pool.submit(self._upload_part, key, upload.upload_id, number, view)
-                        inflight[fut] = (number, index, part_crc, length)
+                        inflight[fut] = (number, index, crc32c_of(view), length)
                         offset += length
                         continue
                     done, _ = wait(inflight, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        number, index, part_crc, length = inflight.pop(fut)
-                        free.append(index)
-                        etag = fut.result()
-                        upload.parts[number] = (etag, crc32c_to_base64(part_crc))
-                        finished[number] = (part_crc, length)
-                    while next_prefix_part in finished:
-                        part_crc, length = finished.pop(next_prefix_part)
-                        prefix_crc = crc32c_combine(prefix_crc, part_crc, length)
-                        prefix_offset += length
-                        next_prefix_part += 1
-                        report(prefix_offset, prefix_crc)
-            finally:
+                    harvest(done, strict=True)
+            except BaseException:
+                # Parts already on their way may still land: record them, so that the retry
+                # resumes after them instead of sending them again.
                 for fut in inflight:
                     fut.cancel()
+                done, _ = wait(inflight)
+                harvest(done, strict=False)
+                raise
         self._check_source_end(ref, source, size)
-        self._complete(key, upload, size, prefix_crc)
-        return CopyResult(size=size, crc32c=crc32c_hex(prefix_crc))
+        self._complete(key, upload, size, prefix.crc)
+        return CopyResult(size=size, crc32c=crc32c_hex(prefix.crc))
 
     def _complete(self, key: str, upload: _Upload, size: int, crc: int) -> None:
         parts: list[dict[str, Any]] = []

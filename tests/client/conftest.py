@@ -1,0 +1,132 @@
+"""A real tierpoint stack for the client: the API under uvicorn on a free 127.0.0.1 port (the
+stdlib client needs a real HTTP server) and real workers for two nodes plus the shared worker.
+
+Node ids are unique per stack so that its node task queues never meet another module's workers on
+the session's shared Temporal server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import uvicorn
+from sqlalchemy import select
+from tierpoint_client import Client, RetryPolicy
+
+from tests.conftest import Services, make_bucket, make_settings
+from tierpoint.catalog.engine import make_sync_engine, sync_sessions
+from tierpoint.catalog.models import Node
+from tierpoint.config import Settings
+from tierpoint.devstack.services import free_port
+from tierpoint.temporal import connect
+
+
+@dataclass(frozen=True)
+class Stack:
+    settings: Settings
+    api_url: str
+    client: Client
+    nodes: tuple[str, str]
+
+    def local_dir(self, node: str, job: str, step: int) -> Path:
+        return self.settings.tier("ssd").root_for(node) / job / str(step)
+
+    def shared_dir(self, job: str, step: int) -> Path:
+        return self.settings.tier("lustre").root_for(None) / job / str(step)
+
+
+class _ApiServer:
+    def __init__(self, settings: Settings) -> None:
+        from api.app import create_app
+
+        self.port = free_port()
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="tierpoint-api", daemon=True)
+
+    async def start(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the API server exited while starting")
+            await asyncio.sleep(0.05)
+        return f"http://127.0.0.1:{self.port}"
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await asyncio.to_thread(self.thread.join)
+
+
+async def _wait_nodes_known(settings: Settings, nodes: tuple[str, ...]) -> None:
+    """Shards are accepted only on known nodes; node workers insert their row at start."""
+    engine = make_sync_engine(settings.database_url, pool_size=1)
+    sessions = sync_sessions(engine)
+
+    def known() -> set[str]:
+        with sessions() as s:
+            return set(s.scalars(select(Node.id).where(Node.id.in_(nodes))))
+
+    try:
+        # The catalog is polled: there is no event to wait on across processes.
+        while await asyncio.to_thread(known) != set(nodes):  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+    finally:
+        engine.dispose()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def stack(
+    services: Services, migrated_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    from tierpoint.worker import run_workers
+
+    suffix = uuid.uuid4().hex[:6]
+    nodes = (f"node-a-{suffix}", f"node-b-{suffix}")
+    root = tmp_path_factory.mktemp("client-stack")
+    for node in nodes:
+        (root / "nodes" / node / "ssd").mkdir(parents=True)
+    (root / "lustre").mkdir()
+    settings = make_settings(services, migrated_url, root, make_bucket(services))
+
+    temporal = await connect(settings)
+    stop = asyncio.Event()
+    workers = asyncio.create_task(
+        run_workers(settings, temporal, nodes=nodes, shared=True, stop=stop)
+    )
+    api = _ApiServer(settings)
+    try:
+        api_url = await api.start()
+        await asyncio.wait_for(_wait_nodes_known(settings, nodes), 120)
+        client = Client(api_url, timeout=30, retry=RetryPolicy(attempts=4, initial_backoff=0.1))
+        yield Stack(settings, api_url, client, nodes)
+    finally:
+        stop.set()
+        await api.stop()
+        await workers
+
+
+def write_shards(directory: Path, sizes: dict[str, int]) -> dict[str, bytes]:
+    """Random shards under directory; returns {relative path: bytes}."""
+    written = {}
+    for rel, size in sizes.items():
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = os.urandom(size)
+        path.write_bytes(data)
+        written[rel] = data
+    return written
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    """Every file under root (temporary files included, so leftovers show up)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}

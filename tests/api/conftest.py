@@ -121,10 +121,18 @@ def set_marker(
         conn.execute(
             text(
                 "UPDATE checkpoint_tier SET state = :state, reason = :reason, "
-                "quarantine_reason = :q, restorable_at = CASE WHEN :state = 'restorable' "
+                "quarantine_reason = :q, restorable_at = CASE "
+                "WHEN CAST(:r AS boolean) "
                 "THEN now() END WHERE checkpoint_id = :cid AND tier = :tier"
             ),
-            {"state": state, "reason": reason, "q": quarantine, "cid": cid, "tier": tier},
+            {
+                "state": state,
+                "r": state == "restorable",
+                "reason": reason,
+                "q": quarantine,
+                "cid": cid,
+                "tier": tier,
+            },
         )
 
 
@@ -160,7 +168,7 @@ def set_replicas(
                 text(
                     "INSERT INTO replica (shard_id, checkpoint_id, tier, node_id, state, location, "
                     "bytes_done, verified_at) VALUES (:sid, :cid, :tier, :node, :state, :loc, "
-                    ":done, CASE WHEN :state = 'verified' THEN now() END) "
+                    ":done, CASE WHEN CAST(:v AS boolean) THEN now() END) "
                     "ON CONFLICT (shard_id, tier) DO UPDATE SET state = excluded.state, "
                     "bytes_done = excluded.bytes_done, verified_at = excluded.verified_at"
                 ),
@@ -170,6 +178,7 @@ def set_replicas(
                     "tier": tier,
                     "node": node,
                     "state": state,
+                    "v": state == "verified",
                     "loc": location,
                     "done": s.size if state == "verified" else s.size // 2,
                 },

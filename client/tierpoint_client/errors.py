@@ -55,7 +55,7 @@ class ConflictError(ApiError):
 
 
 class ServerError(ApiError):
-    """5xx that persisted through every retry."""
+    """5xx (or 429 Too Many Requests) that persisted through every retry."""
 
 
 def error_for(
@@ -68,7 +68,7 @@ def error_for(
         cls = NotFoundError
     elif status in (401, 403):
         cls = AuthError
-    elif status >= 500:
+    elif status >= 500 or status == 429:
         cls = ServerError
     elif 400 <= status < 500:
         cls = InvalidRequestError

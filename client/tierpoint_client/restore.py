@@ -62,6 +62,7 @@ class Sources:
 
     def __init__(self, tiers: dict[str, TierInfo], entries: Sequence[PlanEntry]) -> None:
         self._s3: dict[str, S3Client] = {}
+        self._tiers = tiers
         for tier in sorted({e.tier for e in entries if e.kind == "s3"}):
             info = tiers.get(tier)
             if info is None:
@@ -81,6 +82,13 @@ class Sources:
 
     def _s3_chunks(self, entry: PlanEntry, chunk_size: int) -> Iterator[bytes]:
         bucket, key = parse_s3_location(entry.location)
+        info = self._tiers[entry.tier]
+        # Read only inside the tier's own bucket and prefix, whatever the plan says.
+        if bucket != info.bucket or not key.startswith(info.prefix):
+            raise SourceError(
+                f"{entry.location} is outside tier {entry.tier!r} "
+                f"(s3://{info.bucket}/{info.prefix})"
+            )
         client = self._s3[entry.tier]
         try:
             resp = client.get_object(Bucket=bucket, Key=key)

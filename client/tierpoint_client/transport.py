@@ -79,17 +79,20 @@ class Transport:
             headers["Authorization"] = f"Bearer {self.token}"
 
         last: Exception | None = None
+        retry_after = 0.0
         for attempt in range(self.retry.attempts):
             if attempt:
-                time.sleep(self.retry.delay(attempt - 1))
+                time.sleep(max(self.retry.delay(attempt - 1), retry_after))
+                retry_after = 0.0
             req = urllib.request.Request(url, data=data, headers=headers, method=method)
             try:
                 with self._opener.open(req, timeout=self.timeout) as resp:
                     return Response(resp.status, _decode(resp.read()))
             except urllib.error.HTTPError as e:
                 err = _api_error(e)
-                if e.code >= 500:
+                if e.code >= 500 or e.code == 429:
                     last = err
+                    retry_after = _retry_after(e, self.retry.max_backoff)
                     continue
                 raise err from None
             except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
@@ -101,6 +104,15 @@ class Transport:
         raise TransportError(
             f"{method} {url} failed after {self.retry.attempts} attempts: {last}"
         ) from last
+
+
+def _retry_after(e: urllib.error.HTTPError, cap: float) -> float:
+    """Seconds the server asked us to wait (delta-seconds form only), capped."""
+    value = e.headers.get("Retry-After") if e.headers else None
+    try:
+        return min(max(float(value), 0.0), cap) if value else 0.0
+    except ValueError:
+        return 0.0
 
 
 def _decode(raw: bytes) -> Any:

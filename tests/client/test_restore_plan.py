@@ -160,3 +160,13 @@ def test_s3_restore_reads_with_tier_endpoint(tmp_path: Path, services: Services)
 
     with pytest.raises(SourceError, match="lacks"):
         restore_plan(plan, tmp_path / "dest3", {})
+
+    # A plan pointing outside the tier's bucket or prefix is not followed.
+    other = make_bucket(services)
+    s3.put_object(Bucket=other, Key=prefix + "r0.bin", Body=shards["r0.bin"])
+    stray = [_entry("r0.bin", shards["r0.bin"], f"s3://{other}/{prefix}r0.bin", kind="s3")]
+    stray.append(_entry("r1.bin", b"", f"s3://{bucket}/elsewhere/r1.bin", kind="s3"))
+    for entry in stray:
+        with pytest.raises(SourceError, match="outside tier"):
+            restore_plan([entry], tmp_path / "dest4", tiers)
+    assert _files_under(tmp_path / "dest4") == {}

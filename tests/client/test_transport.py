@@ -28,7 +28,7 @@ FAST = RetryPolicy(attempts=3, initial_backoff=0.01, max_backoff=0.02)
 
 class Script:
     def __init__(self) -> None:
-        self.replies: list[tuple[int, dict[str, object] | None]] = []
+        self.replies: list[tuple[int, object]] = []
         self.requests: list[tuple[str, str, bytes, str | None]] = []
 
 
@@ -101,6 +101,13 @@ def test_5xx_is_retried_then_succeeds(scripted: tuple[str, Script]) -> None:
         "shards": [{"path": "a", "size": 1, "crc32c": None, "node": "n"}],
         "metadata": {},
     }
+
+
+def test_429_is_retried(scripted: tuple[str, Script]) -> None:
+    url, script = scripted
+    script.replies = [(429, _problem(429, "too_many_requests")), (200, [])]
+    assert Client(url, retry=FAST).tiers() == []
+    assert len(script.requests) == 2
 
 
 def test_persistent_5xx_raises_server_error(scripted: tuple[str, Script]) -> None:

@@ -321,7 +321,6 @@ class DevStack:
         """Run the workers and the API until `stop` is set, then stop them: API first (no new
         registrations), then the workers (graceful: running activities finish or heartbeat)."""
         from api.app import create_app
-
         from tierpoint.temporal import connect
         from tierpoint.worker import run_workers
 

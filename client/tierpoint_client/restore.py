@@ -168,6 +168,11 @@ def restore_shard(
                     assert written is not None  # raw files in blocking mode
                     view = view[written:]
                 size += len(chunk)
+                if size > entry.size:
+                    # Do not copy the rest of an oversized source only to reject it.
+                    raise ChecksumMismatchError(
+                        entry.path, entry.location, entry.size, size, entry.crc32c, "(partial)"
+                    )
                 progress.add(len(chunk))
             os.fsync(out.fileno())
         actual = crc32c_hex(crc)

@@ -55,7 +55,7 @@ def test_posix_restore_copies_bytes_and_reports_progress(tmp_path: Path) -> None
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
-@pytest.mark.parametrize("corruption", ["flip", "truncate"])
+@pytest.mark.parametrize("corruption", ["flip", "truncate", "grow"])
 def test_mismatch_raises_and_leaves_no_final_file(tmp_path: Path, corruption: str) -> None:
     good = os.urandom(100_000)
     plan = _posix_plan(tmp_path / "src", {"bad/shard.bin": good})
@@ -64,8 +64,10 @@ def test_mismatch_raises_and_leaves_no_final_file(tmp_path: Path, corruption: st
         data = bytearray(good)
         data[4242] ^= 0x01
         src.write_bytes(bytes(data))
-    else:
+    elif corruption == "truncate":
         src.write_bytes(good[:-1])
+    else:
+        src.write_bytes(good + os.urandom(10_000_000))
     dest = tmp_path / "dest"
     with pytest.raises(ChecksumMismatchError) as info:
         restore_plan(plan, dest, {}, workers=1)

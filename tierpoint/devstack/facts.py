@@ -1,0 +1,69 @@
+"""What a running `tierpoint dev` stack tells other programs (DIR/stack.json), readable without
+importing the stack itself (the CLI's client commands start fast)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATA_DIR = Path(".tierpoint/dev")
+DEFAULT_API_PORT = 8080
+DEFAULT_NODES = 2
+BUCKET = "tierpoint-dev"
+STACK_JSON = "stack.json"
+STACK_ENV = "stack.env"
+PID_FILE = "dev.pid"
+
+
+class StackNotRunning(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class S3Facts:
+    endpoint_url: str
+    bucket: str
+    region: str
+    access_key_id: str
+    secret_access_key: str
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """What DIR/stack.json says (issue 2 item 7), nothing more."""
+
+    api_url: str
+    token: str | None
+    nodes: dict[str, str]  # node id -> its local (ssd) root
+    shared_root: str
+    s3: S3Facts
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StackInfo:
+        return cls(
+            api_url=data["api_url"],
+            token=data.get("token"),
+            nodes=dict(data["nodes"]),
+            shared_root=data["shared_root"],
+            s3=S3Facts(**data["s3"]),
+        )
+
+
+def read_stack_info(data_dir: Path) -> StackInfo:
+    path = data_dir / STACK_JSON
+    try:
+        return StackInfo.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise StackNotRunning(
+            f"no running stack: {path} does not exist (start one with `tierpoint dev"
+            f" --data-dir {data_dir}`)"
+        ) from None
+
+
+def node_ids(count: int) -> list[str]:
+    return [f"node-{i}" for i in range(1, count + 1)]

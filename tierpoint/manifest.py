@@ -8,6 +8,7 @@ messages.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -26,9 +27,13 @@ MAX_INT64 = 2**63 - 1
 MAX_METADATA_DEPTH = 32
 
 
+# A job registers the same shard paths at every step: remember the ones that passed.
+_valid_path = functools.lru_cache(maxsize=1 << 16)(validate_relative_path)
+
+
 def _path(value: str) -> str:
     try:
-        return validate_relative_path(value)
+        return _valid_path(value)
     except UnsafePath as exc:
         raise PydanticCustomError("unsafe_path", str(exc)) from None
 

@@ -105,7 +105,13 @@ async def register_checkpoint(
     result = await registration.register_checkpoint(
         session, job, manifest, state.settings.tier_names()
     )
-    view = await queries.checkpoint_view(session, job, result.checkpoint_id, state.settings.tiers)
+    tiers = state.settings.tiers
+    if result.created:
+        view = queries.registered_view(
+            job, result.checkpoint_id, result.created_at, manifest, tiers
+        )
+    else:
+        view = await queries.checkpoint_view(session, job, result.checkpoint_id, tiers)
     await session.commit()
     if result.created:
         response.status_code = 201

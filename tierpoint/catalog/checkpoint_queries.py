@@ -27,6 +27,7 @@ from tierpoint.catalog.models import (
 )
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import CheckpointNotFound, JobNotFound, NoRestorableCheckpoint
+from tierpoint.manifest import Manifest
 
 # How many checkpoints newer than the chosen one are examined to explain why they were skipped.
 SKIPPED_LIMIT = 100
@@ -236,6 +237,43 @@ async def _views(
             )
         )
     return views
+
+
+def registered_view(
+    job: str,
+    checkpoint_id: int,
+    created_at: datetime,
+    manifest: Manifest,
+    tiers: Sequence[TierConfig],
+) -> CheckpointView:
+    """The view of a checkpoint just registered, without reading back what was just written:
+    every tier pending, nothing copied yet."""
+    total = manifest.total_bytes
+    n = len(manifest.shards)
+    return CheckpointView(
+        id=checkpoint_id,
+        job=job,
+        step=manifest.step,
+        created_at=created_at,
+        metadata=manifest.metadata,
+        pinned=False,
+        quarantine_reason=None,
+        total_bytes=total,
+        shard_count=n,
+        workflow_started=False,
+        tiers=[
+            TierView(
+                t.name,
+                t.kind.value,
+                TierState.PENDING.value,
+                None,
+                None,
+                None,
+                Progress(n, 0, total, 0),
+            )
+            for t in tiers
+        ],
+    )
 
 
 async def checkpoint_view(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 from pathlib import Path
@@ -239,3 +240,27 @@ def test_long_names_get_a_short_temp_name(posix_store: PosixStore) -> None:
     )
     assert result.crc32c == crc32c_hex(crc32c_of(b"a" * MiB))
     assert os.path.getsize(posix_store.location(ref)) == MiB
+
+
+def test_a_second_writer_of_the_same_shard_is_turned_away(posix_store: PosixStore) -> None:
+    data = random_bytes(MiB)
+    ref = new_ref()
+    progress = Progress()
+    with pytest.raises(OSError, match="went away"):
+        posix_store.write(ref, InterruptedSource(data, fail_after=MiB // 2), MiB, None, progress)
+    (tmp,) = partials(posix_store.root)
+    # Another attempt at this shard still holds its temp file.
+    other = os.open(tmp, os.O_WRONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(BlockingIOError):
+            posix_store.write(ref, io.BytesIO(data), MiB, None, None)
+        assert posix_store.size(ref) is None
+        assert tmp.stat().st_size > 0  # its bytes were left alone
+    finally:
+        os.close(other)
+    result = posix_store.write(
+        ref, InterruptedSource(data, start=progress.last.offset), MiB, progress.last, None
+    )
+    assert result.crc32c == crc32c_hex(crc32c_of(data))
+    assert Path(posix_store.location(ref)).read_bytes() == data

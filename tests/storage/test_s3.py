@@ -39,6 +39,8 @@ def test_round_trip(s3_store: S3Store, raw_s3: Any, size: int) -> None:
     head = raw_s3.head_object(Bucket=s3_store.bucket, Key=s3_store.key(ref), ChecksumMode="ENABLED")
     # S3 holds the whole-object CRC32C: verification compares it without reading the bytes.
     assert head["ChecksumCRC32C"] == crc32c_to_base64(crc32c_of(data))
+    if size > 5 * MiB:
+        assert head["ChecksumType"] == "FULL_OBJECT"
     check = s3_store.verify(ref, size, result.crc32c)
     assert check.ok and check.crc32c == result.crc32c
     sealed = s3_store.checksum(ref)

@@ -7,7 +7,6 @@ cannot lead outside it (`resolve_shard_path`, `ensure_checkpoint_parent`).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 from pathlib import Path
@@ -130,15 +129,22 @@ def resolve_shard_path(root: Path, job: str, step: int, rel: str) -> Path:
 
 def ensure_parent_dirs(root: Path, job: str, step: int, rel: str) -> Path:
     """Create the directories above a shard one level at a time, never through a symlink that
-    leaves the root, and return the shard's path (as `resolve_shard_path`)."""
+    leaves the root, fsyncing the parent of each new one; return the shard's path (as
+    `resolve_shard_path`)."""
     real_root = _real_root(root)
     os.makedirs(real_root, exist_ok=True)
     parts = checkpoint_parts(job, step, rel)
     current = real_root
     for part in parts[:-1]:
         nxt = os.path.join(current, part)
-        with contextlib.suppress(FileExistsError):
+        try:
             os.mkdir(nxt, 0o755)
+        except FileExistsError:
+            pass
+        else:
+            # A new directory is durable only once its parent's entry is: a shard that is
+            # fsynced and renamed must not vanish with its directory after a crash.
+            _fsync_dir(current)
         real = os.path.realpath(nxt)
         if not _inside(real_root, real):
             raise UnsafePath(f"shard path {rel!r} resolves outside the tier root")
@@ -146,6 +152,14 @@ def ensure_parent_dirs(root: Path, job: str, step: int, rel: str) -> Path:
             raise UnsafePath(f"shard path {rel!r}: {part!r} exists and is not a directory")
         current = real
     return resolve_shard_path(root, job, step, rel)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:

@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import hashlib
 import io
 import os
@@ -121,9 +122,9 @@ class PosixReader(io.RawIOBase):
         return self._fd
 
     def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        if self._limiter is not None:
-            self._limiter.consume(len(buffer))
         n = os.readv(self._fd, [buffer])
+        if self._limiter is not None:
+            self._limiter.consume(n)
         self._pos += n
         if self._drop_behind and self._pos - self._dropped >= DROP_WINDOW:
             _drop_cache(self._fd, self._dropped, self._pos - self._dropped)
@@ -186,6 +187,30 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _lock_partial(fd: int, tmp: Path) -> None:
+    """Take the temp file for this writer alone (two attempts at one shard, e.g. a retry while
+    the first attempt still runs, must not interleave their bytes)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise BlockingIOError(
+            errno.EWOULDBLOCK, f"another copy is writing {tmp.name!r}; retry later"
+        ) from None
+    except OSError as e:
+        # Some shared file systems (Lustre without -o flock) do not do flock at all.
+        if e.errno not in (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL):
+            raise
+    # The inode we locked may have been renamed onto a final name meanwhile: only the inode that
+    # is still under the temp name is ours to write.
+    try:
+        current = os.stat(tmp, follow_symlinks=False)
+    except FileNotFoundError:
+        current = None
+    st = os.fstat(fd)
+    if current is None or (current.st_dev, current.st_ino) != (st.st_dev, st.st_ino):
+        raise BlockingIOError(errno.EWOULDBLOCK, f"{tmp.name!r} was replaced; retry")
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -320,20 +345,22 @@ class PosixStore:
     def _open_partial(
         self, tmp: Path, resume: ResumeState | None, size: int
     ) -> tuple[int, int, int]:
-        """(fd, offset, crc) of the temp file: resumed at resume.offset when it holds that much."""
-        if resume is not None and 0 < resume.offset <= size:
-            try:
-                fd = open_nofollow(tmp, os.O_WRONLY)
-            except FileNotFoundError:
-                pass
-            else:
-                st = os.fstat(fd)
-                if stat.S_ISREG(st.st_mode) and st.st_size >= resume.offset:
-                    os.ftruncate(fd, resume.offset)
-                    return fd, resume.offset, resume.crc
-                os.close(fd)
-        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        return fd, 0, 0
+        """(fd, offset, crc) of the temp file, locked for this writer; resumed at resume.offset
+        when the file holds that much, else truncated to start over."""
+        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            _lock_partial(fd, tmp)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafePath(f"temp file {tmp.name!r} is not a regular file")
+            if resume is not None and 0 < resume.offset <= min(size, st.st_size):
+                os.ftruncate(fd, resume.offset)
+                return fd, resume.offset, resume.crc
+            os.ftruncate(fd, 0)
+            return fd, 0, 0
+        except BaseException:
+            os.close(fd)
+            raise
 
     def write(
         self,
@@ -379,12 +406,13 @@ class PosixStore:
                 raise SourceSizeMismatch(f"source of {ref.path!r} holds more than {size} bytes")
             os.fsync(fd)
             _drop_cache(fd)
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                raise UnsafePath(f"shard path {ref.path!r} names an existing directory")
+            # Renamed while still locked: a concurrent writer can never lock the committed file.
+            os.rename(tmp, entry)
+            _fsync_dir(entry.parent)
         finally:
             os.close(fd)
-        if os.path.isdir(entry) and not os.path.islink(entry):
-            raise UnsafePath(f"shard path {ref.path!r} names an existing directory")
-        os.rename(tmp, entry)
-        _fsync_dir(entry.parent)
         if progress is not None:
             progress(ResumeState(offset=size, crc=crc))
         return CopyResult(size=size, crc32c=crc32c_hex(crc))

@@ -122,9 +122,9 @@ class S3Reader(io.RawIOBase):
         self._open()
         if self._eof:
             return 0
-        if self._limiter is not None:
-            self._limiter.consume(len(buffer))
         n = int(self._body.readinto(buffer))
+        if self._limiter is not None:
+            self._limiter.consume(n)
         if n == 0:
             self._eof = True
         self._pos += n

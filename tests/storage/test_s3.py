@@ -246,3 +246,17 @@ def test_part_size_fits_s3_limits(s3_tier: TierConfig) -> None:
     assert part * 10_000 >= big and part % MiB == 0
     tiny = s3_tier.model_copy(update={"multipart_part_size": 1024})
     assert part_size_for(tiny, 10 * MiB) == 5 * MiB
+
+
+def test_a_completed_write_cleans_up_uploads_of_lost_attempts(
+    s3_store: S3Store, raw_s3: Any
+) -> None:
+    ref = new_ref()
+    data = random_bytes(11 * MiB)
+    for _ in range(2):  # two attempts died and their heartbeat state was lost
+        with pytest.raises(OSError):
+            s3_store.write(ref, InterruptedSource(data, fail_after=6 * MiB), len(data), None, None)
+    assert len(uploads(raw_s3, s3_store)) == 2
+    result = s3_store.write(ref, io.BytesIO(data), len(data), None, None)
+    assert result.crc32c == crc32c_hex(crc32c_of(data))
+    assert uploads(raw_s3, s3_store) == []

@@ -533,6 +533,9 @@ class S3Store:
                 raise
         self._check_source_end(ref, source, size)
         self._complete(key, upload, size, prefix.crc)
+        # Earlier attempts whose state was lost left uploads behind; the object is whole now,
+        # so whatever else is pending for this key is garbage.
+        self._abort_uploads(key, exact_key=key)
         return CopyResult(size=size, crc32c=crc32c_hex(prefix.crc))
 
     def _complete(self, key: str, upload: _Upload, size: int, crc: int) -> None:

@@ -245,10 +245,11 @@ async def test_reconciler_starts_a_missing_lifecycle(
 async def test_copy_resumes_after_workers_stop_mid_copy(
     settings: Settings, services: Services, sessions: sessionmaker[Session], client: Client
 ) -> None:
-    # Reads off the local tier at 500 kB/s: copying the shard to lustre takes seconds.
-    ssd = settings.tier("ssd").model_copy(update={"read_bandwidth_limit": 500_000})
+    # Reads off the local tier at 4 MB/s: copying the 40 MiB shard to lustre takes ~10 s, in
+    # 8 MiB chunks (the POSIX store's buffer), each reported as progress.
+    ssd = settings.tier("ssd").model_copy(update={"read_bandwidth_limit": 4_000_000})
     slow = settings.model_copy(update={"tiers": [ssd, *settings.tiers[1:]]})
-    data = os.urandom(4_000_000)
+    data = os.urandom(40 * 1024 * 1024)
     shards = [ShardSpec("node-a", "big.bin", data, crc_hex(data))]
     seeded = seed_checkpoint(slow, sessions, new_job(), 11, shards)
     await start_lifecycle(

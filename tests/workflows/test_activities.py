@@ -75,6 +75,7 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
             )
         )
     state, error = replicas[(rotten.path, "ssd")]
+    assert rotten.crc32c is not None
     assert state == "corrupt" and error is not None and rotten.crc32c in error
     assert replicas[(rotten.path, "lustre")][0] == "corrupt"
     assert replicas[(seeded.shards[1].path, "lustre")][0] == "verified"

@@ -287,6 +287,40 @@ def test_checkpoints_cli_lists_the_demo_job(dev: DevProcess, demo_job: str) -> N
     assert "checkpoint_not_found" in missing.stderr
 
 
+def _stack_env(dev: DevProcess) -> dict[str, str]:
+    """The environment a shell gets from `source DIR/stack.env`."""
+    out = subprocess.run(
+        ["bash", "-c", 'source "$1" && env -0', "_", str(dev.data_dir / "stack.env")],
+        capture_output=True,
+        check=True,
+        env=_env(),
+    ).stdout.decode()
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+
+def test_status_and_migrate_check_against_the_stack(dev: DevProcess) -> None:
+    status = subprocess.run(
+        _cli("status", "--data-dir", str(dev.data_dir)),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+    assert status.returncode == 0, f"{status.stdout}\n{status.stderr}"
+    assert "/readyz" in status.stdout
+    # A shell that sourced stack.env reaches the stack's catalog with the production commands.
+    check = subprocess.run(
+        _cli("migrate", "--check"),
+        capture_output=True,
+        text=True,
+        env=_stack_env(dev),
+        timeout=120,
+        cwd=dev.data_dir,
+    )
+    assert check.returncode == 0, f"{check.stdout}\n{check.stderr}"
+    assert "at head" in check.stdout
+
+
 def test_sigint_stops_everything_and_a_restart_keeps_the_catalog(
     dev: DevProcess, demo_job: str, data_dir: Path
 ) -> None:

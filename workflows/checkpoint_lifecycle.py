@@ -46,7 +46,9 @@ CATALOG_RETRY = RetryPolicy(
 )
 # Batch activities move bytes: long, heartbeating, resumed from their heartbeat on retry.
 BATCH_TIMEOUT = timedelta(hours=12)
-BATCH_HEARTBEAT = timedelta(seconds=30)
+# Progress is reported per chunk (8 MiB on POSIX): at the slowest read limit a chunk must still
+# arrive within this, i.e. read_bandwidth_limit >= ~150 kB/s.
+BATCH_HEARTBEAT = timedelta(seconds=60)
 BATCH_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,

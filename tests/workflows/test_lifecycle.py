@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WorkflowHandle
@@ -118,6 +119,9 @@ async def test_two_nodes_become_restorable_on_every_tier(
     data = os.urandom(123_457)
     shards.append(ShardSpec("node-b", "extra/no-checksum.bin", data, None))
     seeded = seed_checkpoint(settings, sessions, new_job(), 100, shards)
+    copied_before = (
+        REGISTRY.get_sample_value("tierpoint_worker_bytes_copied_total", {"tier": "s3"}) or 0.0
+    )
 
     async with running_workers(settings, client):
         result, handle = await run_lifecycle(client, seeded)
@@ -152,6 +156,8 @@ async def test_two_nodes_become_restorable_on_every_tier(
             )
         )
     assert sealed_crc == crc_hex(data)
+    copied_after = REGISTRY.get_sample_value("tierpoint_worker_bytes_copied_total", {"tier": "s3"})
+    assert copied_after == copied_before + sum(len(x.data) for x in shards)
     assert bytes_done == sum(len(x.data) for x in shards)
 
     kinds = [(k, t) for k, t, _ in events(sessions, seeded.checkpoint_id)]

@@ -207,7 +207,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--total-mib", type=int, default=1024)
     p.add_argument("--files", type=int, default=8)
-    p.add_argument("--repeat", type=int, default=3, help="runs per method; the median counts")
+    p.add_argument("--repeat", type=int, default=6, help="runs per method; the median counts")
     p.add_argument("--dir", type=Path, default=None, help="work dir (default: a temp dir)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--src", type=Path, default=None, help=argparse.SUPPRESS)
@@ -227,8 +227,11 @@ def main() -> None:
             f"source and destination on the same device\n"
         )
         runs: dict[str, list[dict[str, float]]] = {m: [] for m in METHODS}
-        for _ in range(args.repeat):  # interleaved, so that drifting load hits every method
-            for method in METHODS:
+        order = list(METHODS)
+        for r in range(args.repeat):
+            # Interleaved and rotated, so that drifting load and the after-effects of the
+            # previous run (freeing its blocks) hit every method alike.
+            for method in order[r % len(order) :] + order[: r % len(order)]:
                 runs[method].append(run(method, src, dst, args.files))
         rows = []
         for method, rs in runs.items():

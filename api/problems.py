@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,15 @@ class ProblemHTTPException(HTTPException):
         self.title = title
 
 
+class ProblemResponse(JSONResponse):
+    media_type = PROBLEM_MEDIA_TYPE
+
+    def render(self, content: Any) -> bytes:
+        # ASCII-escaped: a detail may quote client input, which can hold lone surrogates that
+        # have no UTF-8 encoding.
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def problem_type(code: str) -> str:
     return f"urn:tierpoint:problem:{code}"
 
@@ -75,10 +85,9 @@ def problem_response(
     extra: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    return JSONResponse(
+    return ProblemResponse(
         jsonable_encoder(problem_body(status, code, title, detail, errors, extra)),
         status_code=status,
-        media_type=PROBLEM_MEDIA_TYPE,
         headers=headers,
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -45,6 +46,13 @@ def _drop(key: str) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
+def _deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"x": value}
+    return value
+
+
 def _duplicate(body: dict[str, Any]) -> None:
     body["shards"][1]["path"] = body["shards"][0]["path"]
 
@@ -78,6 +86,13 @@ BAD_BODIES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("string-step", _set("step", "5"), "invalid_manifest", "step"),
     ("metadata-list", _set("metadata", [1, 2]), "invalid_manifest", "metadata"),
     ("metadata-nul", _set("metadata", {"a": "x\x00y"}), "invalid_manifest", "metadata"),
+    ("metadata-surrogate", _set("metadata", {"k\ud800": "v"}), "invalid_manifest", "metadata"),
+    ("metadata-nan", _set("metadata", {"loss": float("nan")}), "invalid_manifest", "metadata"),
+    ("metadata-deep", _set("metadata", _deep(40)), "invalid_manifest", "deeper"),
+    ("path-surrogate", _shard0(path="a\ud800"), "unsafe_path", "shards[0].path"),
+    ("node-surrogate", _shard0(node="n\ud800"), "invalid_manifest", "shards[0].node"),
+    ("node-nul", _shard0(node="n\x00"), "invalid_manifest", "shards[0].node"),
+    ("extra-surrogate-key", _shard0(**{"\ud800": 1}), "invalid_manifest", "shards[0]"),
 ]
 
 
@@ -96,7 +111,12 @@ async def test_bad_manifest_is_refused_and_writes_nothing(
     body = copy.deepcopy(_valid())
     mutate(body)
     before = counts(catalog)
-    r = await client.post(f"/v1/jobs/{job}/checkpoints", json=body)
+    # json.dumps escapes lone surrogates (httpx's json= would refuse to encode them).
+    r = await client.post(
+        f"/v1/jobs/{job}/checkpoints",
+        content=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 422, r.text
     assert r.headers["content-type"] == PROBLEM
     problem = r.json()
@@ -190,8 +210,6 @@ async def test_oversize_manifest_by_content_length(
 async def test_oversize_manifest_streamed_without_length(
     small_client: httpx.AsyncClient, catalog: Engine, job: str
 ) -> None:
-    import json
-
     payload = json.dumps(_big(40)).encode()
 
     async def chunks() -> AsyncIterator[bytes]:

@@ -105,15 +105,23 @@ class CheckpointLifecycle:
             result.tiers.append(outcome)
             source = tier
         if outcome.state != "restorable":
-            # Later tiers were marked failed by the promote activity, in its transaction.
+            # A failed tier's promote activity marked the later tiers failed in its transaction.
+            # Any other state (retention took the tier over meanwhile) leaves them pending.
+            failed = outcome.state == "failed"
             done = {t.tier for t in result.tiers}
             for t in plan.tiers:
-                if t.name not in done:
-                    result.tiers.append(
-                        TierOutcome(
-                            tier=t.name, state="failed", reason=f"source tier {outcome.tier} failed"
-                        )
+                if t.name in done:
+                    continue
+                result.tiers.append(
+                    TierOutcome(
+                        tier=t.name,
+                        state="failed" if failed else "pending",
+                        reason=f"source tier {outcome.tier} failed"
+                        if failed
+                        else f"not copied: source tier {outcome.tier} is {outcome.state}",
                     )
+                )
+                if failed:
                     self._status.tiers_failed.append(t.name)
         self._status.stage = "done"
         return result

@@ -186,6 +186,7 @@ async def test_shard_with_wrong_checksum_is_never_promoted(
 
     outcome = {t.tier: (t.state, t.reason) for t in result.tiers}
     assert outcome["ssd"][0] == "failed"
+    assert outcome["lustre"] == outcome["s3"] == ("failed", "source tier ssd failed")
     marks = markers(sessions, seeded.checkpoint_id)
     state, reason = marks["ssd"]
     assert state == "failed"
@@ -220,7 +221,9 @@ async def test_ten_thousand_shards_keep_history_small(
     print(f"10,000 shards, {result.batches} batches per stage: {n} history events")
     assert n < 2_000
     # The event table grows with batches too.
-    assert len(events(sessions, seeded.checkpoint_id)) < 10 * result.batches + 10
+    catalog_events = len(events(sessions, seeded.checkpoint_id))
+    print(f"catalog events for the checkpoint: {catalog_events}")
+    assert catalog_events < 10 * result.batches + 10
 
 
 async def test_reconciler_starts_a_missing_lifecycle(

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.storage.conftest import InterruptedSource, MiB, Progress, new_ref, random_bytes
 from tierpoint.config import TierConfig, TierKind
@@ -264,3 +266,41 @@ def test_a_second_writer_of_the_same_shard_is_turned_away(posix_store: PosixStor
     )
     assert result.crc32c == crc32c_hex(crc32c_of(data))
     assert Path(posix_store.location(ref)).read_bytes() == data
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    size=st.integers(min_value=1, max_value=600_000),
+    cuts=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=3),
+)
+def test_any_sequence_of_interruptions_ends_with_the_right_bytes(
+    tmp_path: Path, size: int, cuts: list[float]
+) -> None:
+    store = PosixStore(
+        TierConfig(name="l", kind=TierKind.SHARED, root=str(tmp_path / "root")), buffer_size=65536
+    )
+    data = random_bytes(size)
+    ref = new_ref()
+    state: ResumeState | None = None
+    for cut in cuts:
+        start = state.offset if state else 0
+        progress = Progress()
+        with pytest.raises(OSError):
+            store.write(
+                ref,
+                InterruptedSource(data, start=start, fail_after=int(cut * (size - start))),
+                size,
+                state,
+                progress,
+            )
+        assert store.size(ref) is None
+        if progress.states:
+            state = progress.last
+            assert state.crc == crc32c_of(data[: state.offset])
+    start = state.offset if state else 0
+    result = store.write(ref, InterruptedSource(data, start=start), size, state, None)
+    assert result.crc32c == crc32c_hex(crc32c_of(data))
+    assert Path(store.location(ref)).read_bytes() == data
+    store.delete_checkpoint(ref.job, ref.step)

@@ -302,6 +302,14 @@ class S3Store:
         except ValueError:
             return None
 
+    @staticmethod
+    def whole_object_checksum(head: dict[str, Any]) -> bool:
+        """Whether the stored CRC32C certainly covers the whole content: labelled FULL_OBJECT,
+        or the object was a single PUT (its ETag has no '-<parts>' suffix)."""
+        if head.get("ChecksumType") == FULL_OBJECT:
+            return True
+        return "-" not in str(head.get("ETag", "")).strip('"')
+
     def verify(self, ref: ShardRef, size: int, crc32c: str) -> VerifyResult:
         expected = parse_crc32c(crc32c)
         head = self._head(ref)
@@ -314,8 +322,9 @@ class S3Store:
             )
         stored = self.stored_crc32c(head)
         how = "stored by S3"
-        if stored is None:
-            # No comparable stored checksum: read the object back.
+        if stored is None or (stored != expected and not self.whole_object_checksum(head)):
+            # No stored checksum we can compare (none, or maybe a checksum of part checksums
+            # from a server that does not label it): read the object back.
             actual_size, stored = self._read_crc(ref, None)
             how = "read back"
             if actual_size != size:

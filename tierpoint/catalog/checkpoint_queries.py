@@ -33,6 +33,7 @@ from tierpoint.manifest import Manifest
 SKIPPED_LIMIT = 100
 VERIFIED = ReplicaState.VERIFIED.value
 RESTORABLE = TierState.RESTORABLE.value
+NOT_VERIFIED = [s.value for s in ReplicaState if s is not ReplicaState.VERIFIED]
 
 
 @dataclass
@@ -416,32 +417,53 @@ async def list_jobs(
 # Latest restorable checkpoint and its restore plan
 
 
-def _candidate_query(job_id: int, source: TierConfig, node: str | None, below: int | None) -> Any:
+def _candidate_query(
+    job_id: int,
+    source: TierConfig,
+    node: str | None,
+    below: int | None,
+    above: int | None,
+    scan_limit: int,
+) -> Any:
+    """The newest checkpoint restorable from `source` for the caller, with a step in
+    (above, below). Only the newest `scan_limit` restorable markers are examined (one range of
+    the (job_id, state, tier, step DESC) index), so the cost does not grow with the history."""
     ct = CheckpointTier
-    unverified = exists().where(
-        Replica.checkpoint_id == ct.checkpoint_id,
-        Replica.tier == ct.tier,
-        Replica.state != VERIFIED,
-    )
-    q = (
+    markers = (
         select(ct.step, ct.checkpoint_id)
-        .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
         .where(
             ct.job_id == job_id,
             ct.state == RESTORABLE,
             ct.tier == source.name,
             ct.quarantine_reason.is_(None),
-            Checkpoint.quarantine_reason.is_(None),
-            ~unverified,
         )
         .order_by(ct.step.desc())
+        .limit(scan_limit)
+    )
+    if below is not None:
+        markers = markers.where(ct.step < below)
+    if above is not None:
+        markers = markers.where(ct.step > above)
+    m = markers.subquery()
+    # Spelled as IN (other states), not != verified: a few probes of the (checkpoint_id, tier,
+    # state) index instead of a scan over every verified replica of the checkpoint.
+    unverified = exists().where(
+        Replica.checkpoint_id == m.c.checkpoint_id,
+        Replica.tier == source.name,
+        Replica.state.in_(NOT_VERIFIED),
+    )
+    q = (
+        select(m.c.step, m.c.checkpoint_id)
+        .join(Checkpoint, Checkpoint.id == m.c.checkpoint_id)
+        .where(Checkpoint.quarantine_reason.is_(None), ~unverified)
+        .order_by(m.c.step.desc())
         .limit(1)
     )
     if source.kind is TierKind.LOCAL:
         # A node-local copy restores the checkpoint only if every shard lives on the caller's node.
-        q = q.where(~exists().where(Shard.checkpoint_id == ct.checkpoint_id, Shard.node_id != node))
-    if below is not None:
-        q = q.where(ct.step < below)
+        # Two probes of the (checkpoint_id, node_id, ordinal) index rather than a scan of them all.
+        for elsewhere in (Shard.node_id < node, Shard.node_id > node):
+            q = q.where(~exists().where(Shard.checkpoint_id == m.c.checkpoint_id, elsewhere))
     return q
 
 
@@ -652,8 +674,11 @@ async def latest_restorable(
     below: int | None = None
     for _ in range(skipped_limit):
         best: tuple[int, int] | None = None
-        for source in sources:
-            hit = (await session.execute(_candidate_query(job_id, source, node, below))).first()
+        # Durable tiers first: a node-local copy matters only if it is newer than their best.
+        for source in sorted(sources, key=lambda t: t.kind is TierKind.LOCAL):
+            floor = best[0] if best is not None else None
+            query = _candidate_query(job_id, source, node, below, floor, skipped_limit)
+            hit = (await session.execute(query)).first()
             if hit is not None and (best is None or hit.step > best[0]):
                 best = (hit.step, hit.checkpoint_id)
         if best is None:

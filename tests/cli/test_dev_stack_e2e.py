@@ -8,9 +8,11 @@ starts, its workers and API, and the CLI as subprocesses.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import crc32c
 import httpx
 import pytest
 
@@ -133,8 +136,13 @@ def start_dev(data_dir: Path, log: Path) -> DevProcess:
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("devstack")
+def data_dir() -> Iterator[Path]:
+    # Outside pytest's basetemp: the embedded Postgres runs as its own system user (we are root in
+    # CI), and a concurrent pytest session re-chmods basetemp to 0700, locking that user out.
+    root = Path(tempfile.mkdtemp(prefix="tierpoint-e2e-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -223,28 +231,36 @@ def test_demo_checkpoints_are_restorable_on_s3_with_the_original_bytes(
         aws_access_key_id=dev.info.s3.access_key_id,
         aws_secret_access_key=dev.info.s3.secret_access_key,
     )
+    compared = 0
     for step in STEPS:
         cp = _checkpoint(dev, demo_job, step)
         states = {t["tier"]: t["state"] for t in cp["tiers"]}
-        assert states["lustre"] == "restorable", states
+        # The most durable tier keeps everything; faster tiers at least the newest checkpoint.
         assert states["s3"] == "restorable", states
+        if step == STEPS[-1]:
+            assert states["ssd"] == states["lustre"] == "restorable", states
         assert len(cp["shards"]) == SHARDS
         for shard in cp["shards"]:
-            original_path = Path(dev.info.nodes[shard["node"]]) / demo_job / str(step)
-            original = (original_path / shard["path"]).read_bytes()
-            assert len(original) == shard["size"]
             replicas = {r["tier"]: r for r in shard["replicas"]}
+            key = f"{demo_job}/{step}/{shard['path']}"
+            assert replicas["s3"]["state"] == "verified"
+            assert replicas["s3"]["location"] == f"s3://{dev.info.s3.bucket}/{key}"
+            in_s3 = s3.get_object(Bucket=dev.info.s3.bucket, Key=key)["Body"].read()
+            assert len(in_s3) == shard["size"]
+            assert f"{crc32c.crc32c(in_s3):08x}" == shard["crc32c"]
 
             lustre = Path(dev.info.shared_root) / demo_job / str(step) / shard["path"]
-            assert replicas["lustre"]["state"] == "verified"
-            assert replicas["lustre"]["location"] == str(lustre)
-            assert lustre.read_bytes() == original
-
-            assert replicas["s3"]["state"] == "verified"
-            key = f"{demo_job}/{step}/{shard['path']}"
-            assert replicas["s3"]["location"] == f"s3://{dev.info.s3.bucket}/{key}"
-            body = s3.get_object(Bucket=dev.info.s3.bucket, Key=key)["Body"].read()
-            assert body == original
+            if states["lustre"] == "restorable":
+                assert replicas["lustre"]["state"] == "verified"
+                assert replicas["lustre"]["location"] == str(lustre)
+                assert lustre.read_bytes() == in_s3
+            # Retention may already have expired older local copies; the ones left are the
+            # bytes the job wrote, and every copy must equal them.
+            original = Path(dev.info.nodes[shard["node"]]) / demo_job / str(step) / shard["path"]
+            if states["ssd"] == "restorable":
+                assert original.read_bytes() == in_s3
+                compared += 1
+    assert compared >= SHARDS
 
 
 def test_restore_gives_the_original_bytes(dev: DevProcess, demo_job: str, tmp_path: Path) -> None:

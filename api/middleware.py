@@ -20,6 +20,7 @@ from tierpoint.metrics_api import ApiMetrics
 
 log = logs.get("tierpoint.api.access")
 
+QUIET_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
 REGISTER_PATH = re.compile(r"^/v1/jobs/.*/checkpoints/?$")
 
 
@@ -58,7 +59,9 @@ class RequestObserver:
                 method = scope["method"]
                 self.metrics.requests.labels(method, template, str(status)).inc()
                 self.metrics.latency.labels(method, template).observe(duration)
-                log.info(
+                # Probes and scrapes arrive every few seconds: keep them out of the info log.
+                emit = log.debug if template in QUIET_ROUTES else log.info
+                emit(
                     "request",
                     method=method,
                     path=scope["path"],

@@ -113,8 +113,10 @@ def dev(
     signal.signal(signal.SIGTERM, _interrupt)
     stack = DevStack(data_dir, api_port=port, nodes=node_ids(nodes), temporal_ui=temporal_ui)
     try:
+        stack.bind_api()
         stack.claim_data_dir()
     except RuntimeError as exc:
+        stack.stop_services()
         fail(str(exc))
     error: BaseException | None = None
     try:

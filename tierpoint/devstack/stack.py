@@ -190,6 +190,7 @@ class DevStack:
     settings: Settings | None = field(default=None, init=False)
     info: StackInfo | None = field(default=None, init=False)
     temporal_ui_url: str | None = field(default=None, init=False)
+    _api_socket: socket.socket | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.data_dir = self.data_dir.expanduser().resolve()
@@ -218,7 +219,24 @@ class DevStack:
         for stale in (self.paths.stack_json, self.paths.stack_env):
             stale.unlink(missing_ok=True)
 
+    def bind_api(self) -> socket.socket:
+        """The API's listening socket, bound before anything starts so a busy port fails fast."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", self.api_port))
+        except OSError as exc:
+            sock.close()
+            raise RuntimeError(
+                f"cannot listen on 127.0.0.1:{self.api_port} ({exc.strerror}): "
+                "pass --port with a free port, or --port 0 for any"
+            ) from None
+        self._api_socket = sock
+        return sock
+
     def start_services(self, step: Callable[[str], None] = lambda _: None) -> None:
+        if self._api_socket is None:
+            self.bind_api()
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         for node in self.nodes:
             self.paths.node_root(node).mkdir(parents=True, exist_ok=True)
@@ -268,6 +286,9 @@ class DevStack:
 
     def stop_services(self) -> None:
         """Stop in reverse order of start; each stop is a no-op for what never started."""
+        if self._api_socket is not None:
+            self._api_socket.close()
+            self._api_socket = None
         self.moto.stop()
         self.temporal.stop()
         self.postgres.stop()
@@ -304,9 +325,8 @@ class DevStack:
             run_workers(settings, client, nodes=self.nodes, shared=True, stop=workers_stop),
             name="workers",
         )
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.api_port))
+        sock = self._api_socket or self.bind_api()
+        self._api_socket = None
         port = sock.getsockname()[1]
         server = _EmbeddedUvicorn(
             uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")

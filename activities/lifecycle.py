@@ -44,6 +44,9 @@ from .schemas import (
 )
 from .stores import Stores
 
+# Beyond this many batches in a stage (one node has at least one batch, so this is about the
+# number of nodes), the stage runs in child workflows of this many batches each.
+BATCHES_PER_CHILD = 1000
 # How many "path: reason" examples a batch result carries back into the history.
 PROBLEM_EXAMPLES = 5
 
@@ -140,6 +143,7 @@ class LifecycleActivities:
             total_bytes=head.total_bytes,
             tiers=[PlanTier(name=t.name, kind=t.kind, parallelism=t.parallelism) for t in tiers],
             batches=make_batches(ordinals, size),
+            batches_per_child=BATCHES_PER_CHILD,
         )
 
     # ---------------------------------------------------------------- seal

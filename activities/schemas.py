@@ -40,6 +40,9 @@ class Plan(BaseModel):
     total_bytes: int
     tiers: list[PlanTier]
     batches: list[Batch]
+    # A stage with more batches than this runs them in child workflows of at most this many,
+    # so no history grows with the number of nodes either.
+    batches_per_child: int = 1000
 
 
 class BatchInput(BaseModel):

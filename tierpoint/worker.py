@@ -24,7 +24,7 @@ from tierpoint.catalog.migrate import check_schema
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.config import SHARED_TASK_QUEUE, Settings, TierKind, node_task_queue
 from tierpoint.lifecycle import LifecycleInput, start_lifecycle
-from workflows.checkpoint_lifecycle import CheckpointLifecycle
+from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
 
 log = logs.get(__name__)
 
@@ -135,7 +135,7 @@ async def run_workers(
                 Worker(
                     client,
                     task_queue=SHARED_TASK_QUEUE,
-                    workflows=[CheckpointLifecycle],
+                    workflows=[CheckpointLifecycle, CheckpointLifecycleStage],
                     activities=[acts.plan, acts.promote, acts.copy_batch],
                     activity_executor=executor,
                     max_concurrent_activities=ACTIVITY_THREADS,

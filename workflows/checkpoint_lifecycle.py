@@ -3,14 +3,14 @@ next tier: copy+verify -> promote -> done.
 
 Deterministic: no I/O, no clocks; every catalog write happens in an activity. The history grows
 with batches (ranges of shard ordinals per node), never with shards, and at most
-`parallelism` batch activities of a stage are in flight at once.
+`parallelism` batch activities of a stage are in flight at once. A stage with more batches than
+`Plan.batches_per_child` (checkpoints spread over thousands of nodes) runs its batches in child
+workflows (CheckpointLifecycleStage), one after the other, so no history grows with nodes either.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -35,7 +35,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from tierpoint.config import SHARED_TASK_QUEUE, TierKind, node_task_queue
     from tierpoint.lifecycle import LIFECYCLE_WORKFLOW, LifecycleInput
-    from workflows.schemas import LifecycleResult, LifecycleStatus, TierOutcome
+    from workflows.schemas import (
+        LifecycleResult,
+        LifecycleStatus,
+        StageInput,
+        StageResult,
+        TierOutcome,
+    )
+
+STAGE_WORKFLOW = "CheckpointLifecycleStage"
 
 # Catalog-only activities: short, retried for as long as the catalog is down.
 CATALOG_TIMEOUT = timedelta(minutes=2)
@@ -61,6 +69,87 @@ BATCH_RETRY = RetryPolicy(
 def _error_message(err: BaseException) -> str:
     cause = err.__cause__ if isinstance(err, ActivityError) and err.__cause__ else err
     return str(cause) or type(cause).__name__
+
+
+def _batch_queue(batch: Batch, *tiers: PlanTier) -> str:
+    """Work touching a local tier runs on the batch's node; the rest on the shared queue."""
+    if any(t.kind is TierKind.LOCAL for t in tiers):
+        return node_task_queue(batch.node)
+    return SHARED_TASK_QUEUE
+
+
+async def _run_batch(stage: StageInput, batch: Batch) -> BatchResult:
+    if stage.source is None:
+        result: BatchResult = await workflow.execute_activity(
+            SEAL_BATCH,
+            SealInput(
+                checkpoint_id=stage.checkpoint_id,
+                job=stage.job,
+                step=stage.step,
+                batch=batch,
+                tier=stage.tier.name,
+            ),
+            result_type=BatchResult,
+            task_queue=_batch_queue(batch, stage.tier),
+            start_to_close_timeout=BATCH_TIMEOUT,
+            heartbeat_timeout=BATCH_HEARTBEAT,
+            retry_policy=BATCH_RETRY,
+        )
+        return result
+    result = await workflow.execute_activity(
+        COPY_BATCH,
+        CopyInput(
+            checkpoint_id=stage.checkpoint_id,
+            job=stage.job,
+            step=stage.step,
+            batch=batch,
+            source=stage.source.name,
+            destination=stage.tier.name,
+        ),
+        result_type=BatchResult,
+        task_queue=_batch_queue(batch, stage.source, stage.tier),
+        start_to_close_timeout=BATCH_TIMEOUT,
+        heartbeat_timeout=BATCH_HEARTBEAT,
+        retry_policy=BATCH_RETRY,
+    )
+    return result
+
+
+async def _run_window(stage: StageInput, status: LifecycleStatus | None = None) -> StageResult:
+    """One activity per batch, at most tier.parallelism at once (a sliding window).
+
+    Failures are batches that gave up after their retries; corrupt shards are not failures here:
+    the promote activity finds them in the catalog.
+    """
+    window = asyncio.Semaphore(stage.tier.parallelism)
+    failures: list[str] = []
+
+    async def one(batch: Batch) -> None:
+        async with window:
+            try:
+                await _run_batch(stage, batch)
+            except ActivityError as err:
+                failures.append(
+                    f"batch {batch.node}[{batch.first}..{batch.last}]: {_error_message(err)}"
+                )
+            if status is not None:
+                status.batches_done += 1
+
+    await asyncio.gather(*(one(b) for b in stage.batches))
+    return StageResult(
+        batches=len(stage.batches),
+        failures=len(failures),
+        first_failure=failures[0] if failures else None,
+    )
+
+
+@workflow.defn(name=STAGE_WORKFLOW)
+class CheckpointLifecycleStage:
+    """A slice of one stage's batches, for stages too large for the parent's history."""
+
+    @workflow.run
+    async def run(self, inp: StageInput) -> StageResult:
+        return await _run_window(inp)
 
 
 @workflow.defn(name=LIFECYCLE_WORKFLOW)
@@ -91,7 +180,7 @@ class CheckpointLifecycle:
         first, *later = plan.tiers
 
         self._status.stage = f"seal:{first.name}"
-        error = await self._stage(plan, first, functools.partial(self._seal, plan, first))
+        error = await self._stage(plan, first, None)
         outcome = await self._promote(plan, first, later, error)
         result.tiers.append(outcome)
 
@@ -100,7 +189,7 @@ class CheckpointLifecycle:
             if outcome.state != "restorable":
                 break
             self._status.stage = f"copy:{tier.name}"
-            error = await self._stage(plan, tier, functools.partial(self._copy, plan, source, tier))
+            error = await self._stage(plan, tier, source)
             outcome = await self._promote(plan, tier, later[i + 1 :], error)
             result.tiers.append(outcome)
             source = tier
@@ -126,80 +215,43 @@ class CheckpointLifecycle:
         self._status.stage = "done"
         return result
 
-    async def _stage(
-        self,
-        plan: Plan,
-        tier: PlanTier,
-        run: Callable[[Batch], Awaitable[BatchResult]],
-    ) -> str | None:
-        """Run one activity per batch, at most tier.parallelism at once (a sliding window).
-
-        Returns why the stage is incomplete, if a batch gave up after its retries; corrupt shards
-        are not errors here: the promote activity reads them from the catalog.
-        """
-        window = asyncio.Semaphore(tier.parallelism)
+    async def _stage(self, plan: Plan, tier: PlanTier, source: PlanTier | None) -> str | None:
+        """Run a stage's batches; returns why the stage is incomplete, if it is."""
         self._status.batches_total = len(plan.batches)
         self._status.batches_done = 0
-        failures: list[str] = []
+        size = plan.batches_per_child
 
-        async def one(batch: Batch) -> None:
-            async with window:
-                try:
-                    await run(batch)
-                except ActivityError as err:
-                    failures.append(
-                        f"batch {batch.node}[{batch.first}..{batch.last}]: {_error_message(err)}"
-                    )
-                self._status.batches_done += 1
+        def stage(batches: list[Batch]) -> StageInput:
+            return StageInput(
+                checkpoint_id=plan.checkpoint_id,
+                job=plan.job,
+                step=plan.step,
+                tier=tier,
+                source=source,
+                batches=batches,
+            )
 
-        await asyncio.gather(*(one(b) for b in plan.batches))
-        if not failures:
+        if len(plan.batches) <= size:
+            results = [await _run_window(stage(plan.batches), self._status)]
+        else:
+            # Children run one after the other so that the stage's parallelism still holds.
+            kind = "seal" if source is None else "copy"
+            results = []
+            for n, i in enumerate(range(0, len(plan.batches), size)):
+                chunk = plan.batches[i : i + size]
+                res: StageResult = await workflow.execute_child_workflow(
+                    STAGE_WORKFLOW,
+                    stage(chunk),
+                    id=f"{workflow.info().workflow_id}/{kind}-{tier.name}/{n}",
+                    result_type=StageResult,
+                )
+                results.append(res)
+                self._status.batches_done += len(chunk)
+        failed = sum(r.failures for r in results)
+        if not failed:
             return None
-        return f"{len(failures)} of {len(plan.batches)} batches failed, first: {failures[0]}"
-
-    def _batch_queue(self, batch: Batch, *tiers: PlanTier) -> str:
-        if any(t.kind is TierKind.LOCAL for t in tiers):
-            return node_task_queue(batch.node)
-        return SHARED_TASK_QUEUE
-
-    async def _seal(self, plan: Plan, tier: PlanTier, batch: Batch) -> BatchResult:
-        result: BatchResult = await workflow.execute_activity(
-            SEAL_BATCH,
-            SealInput(
-                checkpoint_id=plan.checkpoint_id,
-                job=plan.job,
-                step=plan.step,
-                batch=batch,
-                tier=tier.name,
-            ),
-            result_type=BatchResult,
-            task_queue=self._batch_queue(batch, tier),
-            start_to_close_timeout=BATCH_TIMEOUT,
-            heartbeat_timeout=BATCH_HEARTBEAT,
-            retry_policy=BATCH_RETRY,
-        )
-        return result
-
-    async def _copy(
-        self, plan: Plan, source: PlanTier, destination: PlanTier, batch: Batch
-    ) -> BatchResult:
-        result: BatchResult = await workflow.execute_activity(
-            COPY_BATCH,
-            CopyInput(
-                checkpoint_id=plan.checkpoint_id,
-                job=plan.job,
-                step=plan.step,
-                batch=batch,
-                source=source.name,
-                destination=destination.name,
-            ),
-            result_type=BatchResult,
-            task_queue=self._batch_queue(batch, source, destination),
-            start_to_close_timeout=BATCH_TIMEOUT,
-            heartbeat_timeout=BATCH_HEARTBEAT,
-            retry_policy=BATCH_RETRY,
-        )
-        return result
+        first = next(r.first_failure for r in results if r.first_failure)
+        return f"{failed} of {len(plan.batches)} batches failed, first: {first}"
 
     async def _promote(
         self, plan: Plan, tier: PlanTier, later: list[PlanTier], error: str | None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from activities.schemas import Batch, PlanTier
+
 
 class TierOutcome(BaseModel):
     tier: str
@@ -25,3 +27,21 @@ class LifecycleStatus(BaseModel):
     tiers_failed: list[str] = Field(default_factory=list)
     batches_total: int = 0
     batches_done: int = 0  # of the current stage
+
+
+class StageInput(BaseModel):
+    """One slice of a stage's batches, run by a child workflow when a stage has too many
+    batches for one history (e.g. a checkpoint spread over thousands of nodes)."""
+
+    checkpoint_id: int
+    job: str
+    step: int
+    tier: PlanTier
+    source: PlanTier | None = None  # None: seal `tier`; else copy source -> tier
+    batches: list[Batch]
+
+
+class StageResult(BaseModel):
+    batches: int
+    failures: int = 0
+    first_failure: str | None = None

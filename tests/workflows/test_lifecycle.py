@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -13,8 +14,10 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
+import activities.lifecycle
 from activities.lifecycle import batch_size
 from tests.conftest import Services
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
@@ -37,6 +40,11 @@ from .conftest import (
 HISTORIES = Path(__file__).parent / "histories"
 # Guards against a hang, not a performance assertion.
 RESULT_TIMEOUT = 480.0
+
+
+def save_history(path: Path, workflow_id: str, history_json: str) -> None:
+    """A history with the id it ran under: replay compares child workflow ids derived from it."""
+    path.write_text(json.dumps({"workflow_id": workflow_id, **json.loads(history_json)}, indent=1))
 
 
 async def run_lifecycle(
@@ -170,7 +178,7 @@ async def test_two_nodes_become_restorable_on_every_tier(
     if os.environ.get("TIERPOINT_RECORD_HISTORY"):
         history = await handle.fetch_history()
         HISTORIES.mkdir(exist_ok=True)
-        (HISTORIES / "lifecycle_two_nodes.json").write_text(history.to_json())
+        save_history(HISTORIES / "lifecycle_two_nodes.json", handle.id, history.to_json())
 
 
 async def test_shard_with_wrong_checksum_is_never_promoted(
@@ -302,3 +310,42 @@ async def test_copy_resumes_after_workers_stop_mid_copy(
     assert copied[0]["resumed"] and copied[0]["resumed"][0]["offset"] > 0
     # Only what was left was read again.
     assert copied[0]["bytes"] < len(data)
+
+
+async def test_stage_with_many_batches_runs_in_child_workflows(
+    settings: Settings,
+    services: Services,
+    sessions: sessionmaker[Session],
+    client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Checkpoints over thousands of nodes have thousands of batches per stage; the same path,
+    # scaled down: 8 batches per stage, at most 3 per child workflow.
+    monkeypatch.setattr(activities.lifecycle, "BATCHES_PER_CHILD", 3)
+    small_batches = settings.model_copy(update={"shard_batch_size": 2})
+    seeded = seed_checkpoint(small_batches, sessions, new_job(), 9, random_shards(NODES, 7, 2000))
+
+    async with running_workers(small_batches, client):
+        result, handle = await run_lifecycle(client, seeded)
+        history = await handle.fetch_history()
+
+    assert result.batches == 8
+    assert [t.state for t in result.tiers] == ["restorable"] * 3
+    assert_bytes_everywhere(small_batches, services, seeded)
+    children = [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+    ]
+    assert len(children) == 3 * 3  # three stages (seal, copy, copy) of ceil(8 / 3) children
+    scheduled = [
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert len(scheduled) == 1 + 3  # plan and the three promotes; batches ran in the children
+
+    if os.environ.get("TIERPOINT_RECORD_HISTORY"):
+        HISTORIES.mkdir(exist_ok=True)
+        save_history(HISTORIES / "lifecycle_in_children.json", handle.id, history.to_json())
+        child = client.get_workflow_handle(f"{handle.id}/copy-lustre/0")
+        child_history = await child.fetch_history()
+        save_history(HISTORIES / "stage_child.json", child.id, child_history.to_json())

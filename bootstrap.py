@@ -64,11 +64,13 @@ def sync(uv: str) -> None:
 
 
 def mypy_targets() -> list[str]:
-    """Every Python package and script of the project (the client distribution separately)."""
+    """Every top-level folder with Python code (packages, benchmarks, ...) and script; the client
+    distribution is checked separately (see lint_commands)."""
+    skip = {"client", "build", "dist"}
     targets = sorted(
         p.name
         for p in ROOT.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and (p / "__init__.py").exists()
+        if p.is_dir() and not p.name.startswith(".") and p.name not in skip and any(p.glob("*.py"))
     )
     targets += sorted(p.name for p in ROOT.glob("*.py"))
     return targets

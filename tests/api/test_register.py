@@ -143,3 +143,35 @@ async def test_registration_succeeds_without_temporal(
             {"j": job},
         ).one()
     assert started.workflow_started_at is None
+
+
+async def test_concurrent_different_manifests_one_wins(
+    client: httpx.AsyncClient, job: str, catalog: Engine
+) -> None:
+    a = manifest(4, [shard("x", NODE_A, 1)])
+    b = manifest(4, [shard("x", NODE_A, 2)])
+    answers = await asyncio.gather(
+        *(client.post(f"/v1/jobs/{job}/checkpoints", json=body) for body in (a, b, a, b))
+    )
+    created = [r for r in answers if r.status_code == 201]
+    assert len(created) == 1, [r.text for r in answers]
+    winner = created[0].json()["total_bytes"]
+    for r in answers:
+        if r.status_code == 200:
+            assert r.json()["total_bytes"] == winner
+        elif r.status_code != 201:
+            assert r.status_code == 409 and r.json()["code"] == "checkpoint_conflict"
+    assert sorted(r.status_code for r in answers) == [200, 201, 409, 409]
+    with catalog.connect() as conn:
+        sizes = (
+            conn.execute(
+                text(
+                    "SELECT s.size FROM shard s JOIN checkpoint c ON c.id = s.checkpoint_id "
+                    "JOIN job j ON j.id = c.job_id WHERE j.name = :j"
+                ),
+                {"j": job},
+            )
+            .scalars()
+            .all()
+        )
+    assert sizes == [winner]

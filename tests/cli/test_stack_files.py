@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import typer
+from tierpoint_client import Checkpoint
 
-from tierpoint.cli.demo import parse_size, write_checkpoint
+from tierpoint.cli.demo import Tracked, parse_size, write_checkpoint
 from tierpoint.devstack.stack import (
     S3Facts,
     StackInfo,
@@ -127,3 +128,38 @@ def test_demo_writes_shards_under_job_and_step_on_each_node(tmp_path: Path) -> N
     # No temp files are left next to the shards.
     leftovers = [p for p in tmp_path.rglob(".*.tmp")]
     assert leftovers == []
+
+
+def _checkpoint(states: dict[str, str], quarantine: str | None = None) -> Checkpoint:
+    return Checkpoint.from_json(
+        {
+            "job": "j",
+            "step": 100,
+            "created_at": None,
+            "metadata": {},
+            "pinned": False,
+            "quarantine_reason": quarantine,
+            "total_bytes": 10,
+            "shard_count": 1,
+            "tiers": [
+                {"tier": t, "kind": "local", "state": s, "reason": f"why {t}", "progress": None}
+                for t, s in states.items()
+            ],
+        }
+    )
+
+
+def test_demo_counts_a_checkpoint_done_only_when_every_tier_settled_and_failed_if_any_failed() -> (
+    None
+):
+    tracked = Tracked(step=100, registered_at=0.0)
+    assert not tracked.done and tracked.failed == []
+    tracked.last = _checkpoint({"ssd": "restorable", "lustre": "pending", "s3": "pending"})
+    assert not tracked.done
+    tracked.last = _checkpoint({"ssd": "expired", "lustre": "restorable", "s3": "restorable"})
+    assert tracked.done and tracked.failed == []
+    tracked.last = _checkpoint({"ssd": "restorable", "lustre": "failed", "s3": "failed"})
+    assert tracked.done
+    assert tracked.failed == ["lustre: failed (why lustre)", "s3: failed (why s3)"]
+    tracked.last = _checkpoint({"ssd": "restorable"}, quarantine="bad load")
+    assert tracked.failed == ["quarantined: bad load"]

@@ -59,6 +59,15 @@ def _manifest(step: int, shards: int, rng: random.Random) -> bytes:
     return json.dumps(body).encode()
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (Linux), to report the API's CPU cost per request."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
@@ -153,8 +162,11 @@ def main() -> None:
             bodies = [_manifest(step, args.shards, rng) for step in range(total)]
             headers = {"content-type": "application/json"}
             created: list[float] = []
+            cpu_before: float | None = None
             with httpx.Client(base_url=base, timeout=30) as client:
                 for step, body in enumerate(bodies):
+                    if step == args.warmup:
+                        cpu_before = _cpu_seconds(server.pid)
                     t0 = time.perf_counter()
                     r = client.post(f"/v1/jobs/{job}/checkpoints", content=body, headers=headers)
                     elapsed = time.perf_counter() - t0
@@ -162,6 +174,7 @@ def main() -> None:
                         raise SystemExit(f"step {step}: {r.status_code} {r.text[:500]}")
                     if step >= args.warmup:
                         created.append(elapsed)
+                cpu_after = _cpu_seconds(server.pid)
                 # The retry path: the same manifests again answer 200 without writing.
                 again: list[float] = []
                 for step in range(args.warmup, args.warmup + min(50, args.requests)):
@@ -179,6 +192,9 @@ def main() -> None:
                 f"{len(created)} requests after {args.warmup} warm-up, "
                 f"temporal {'down' if args.no_temporal else 'up'}:"
             )
+            if cpu_before is not None and cpu_after is not None:
+                per = (cpu_after - cpu_before) / len(created) * 1000
+                print(f"  API process CPU per new registration: {per:.1f} ms")
             for name, values in (("new (201)", created), ("retry (200)", again)):
                 ms = [v * 1000 for v in values]
                 print(

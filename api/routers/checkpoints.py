@@ -19,10 +19,9 @@ from tierpoint import logs
 from tierpoint.catalog import checkpoint_queries as queries
 from tierpoint.catalog import registration
 from tierpoint.catalog.models import TierState
-from tierpoint.errors import RequestInvalid, UnknownTier
+from tierpoint.errors import UnknownTier
 from tierpoint.lifecycle import LifecycleInput, start_lifecycle
 from tierpoint.manifest import MAX_INT64, check_limits
-from tierpoint.storage.paths import UnsafePath, validate_name
 
 router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"])
 log = logs.get(__name__)
@@ -138,28 +137,18 @@ async def latest_restorable(
     tier: Annotated[str | None, Query(description="Only restore from this tier.")] = None,
     node: Annotated[
         str | None,
-        Query(description="The caller's node: its node-local copies count.", max_length=128),
+        Query(
+            description="The caller's node: its node-local copies count.",
+            min_length=1,
+            max_length=128,
+            pattern=r"^[^\x00-\x1f\x7f]+$",
+        ),
     ] = None,
 ) -> LatestRestorable:
     """The highest step the caller can restore, with the fastest verified source of each shard,
     and for every newer step why it was not chosen. 404 (`no_restorable_checkpoint`, with the
     same `skipped` list) when there is none."""
     _tier(state, tier)
-    if node is not None:
-        try:
-            validate_name(node)
-        except UnsafePath as exc:
-            raise RequestInvalid(
-                f"node {node!r} is not a valid node id",
-                errors=[
-                    {
-                        "field": "node",
-                        "location": "query",
-                        "message": str(exc),
-                        "code": "invalid_node",
-                    }
-                ],
-            ) from None
     result = await queries.latest_restorable(
         session, job, state.settings.tiers, tier=tier, node=node
     )

@@ -48,6 +48,9 @@ async def test_no_checkpoint_at_all(client: httpx.AsyncClient, job: str) -> None
     assert r.status_code == 404
     assert r.headers["content-type"] == "application/problem+json"
     assert r.json()["code"] == "no_restorable_checkpoint"
+    bad_node = await client.get(f"/v1/jobs/{job}/checkpoints/latest", params={"node": "a\x00b"})
+    assert bad_node.status_code == 422 and bad_node.json()["code"] == "validation_error"
+    assert bad_node.json()["errors"][0]["field"] == "node"
 
 
 async def test_local_only_checkpoint_needs_the_callers_node(

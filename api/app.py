@@ -19,6 +19,7 @@ from tierpoint import logs
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.migrate import check_schema_async
 from tierpoint.config import Settings
+from tierpoint.manifest import Manifest
 from tierpoint.metrics_api import ApiMetrics
 
 log = logs.get(__name__)
@@ -74,7 +75,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = problems.add_problem_schemas(get_openapi_schema(app))
+            app.openapi_schema = problems.add_schemas(get_openapi_schema(app), Manifest)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -10,6 +10,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas.problem import Problem
@@ -185,11 +186,13 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-def add_problem_schemas(openapi: dict[str, Any]) -> dict[str, Any]:
-    """Register the Problem schema that `problem_responses` refers to."""
-    schema = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
-    defs = schema.pop("$defs", {})
+def add_schemas(openapi: dict[str, Any], *models: type[BaseModel]) -> dict[str, Any]:
+    """Register schemas that operations refer to by $ref without FastAPI knowing the model:
+    Problem (problem+json responses) and the manifest (a body parsed by hand)."""
     components = openapi.setdefault("components", {}).setdefault("schemas", {})
-    components.update(defs)
-    components["Problem"] = schema
+    every: list[type[BaseModel]] = [Problem, *models]
+    for model in every:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(schema.pop("$defs", {}))
+        components[model.__name__] = schema
     return openapi

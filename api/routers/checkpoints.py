@@ -3,7 +3,9 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
+from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from api.deps import ApiState, JobName, SessionDep, StateDep
 from api.pagination import decode_cursor, encode_cursor
@@ -76,6 +78,18 @@ async def start_workflow(state: ApiState, checkpoint_id: int, job: str, step: in
         log.warning("could not record workflow start", job=job, step=step, error=repr(exc))
 
 
+async def manifest_body(job: JobName, request: Request) -> RegisterCheckpoint:
+    """The manifest, parsed and validated from the raw bytes in one pass (pydantic's JSON
+    validator: about half the CPU of json.loads followed by validation). Taking `job` makes
+    FastAPI refuse a bad job name before the body is read."""
+    body = await request.body()
+    try:
+        return RegisterCheckpoint.model_validate_json(body)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+
+
 @router.post(
     "/{job:path}/checkpoints",
     status_code=201,
@@ -85,10 +99,16 @@ async def start_workflow(state: ApiState, checkpoint_id: int, job: str, step: in
         **problem_responses(409, 413, 422),
     },
     summary="Register a checkpoint",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Manifest"}}},
+        }
+    },
 )
 async def register_checkpoint(
     job: JobName,
-    manifest: RegisterCheckpoint,
+    manifest: Annotated[RegisterCheckpoint, Depends(manifest_body)],
     response: Response,
     background: BackgroundTasks,
     session: SessionDep,

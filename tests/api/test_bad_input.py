@@ -86,13 +86,14 @@ BAD_BODIES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("string-step", _set("step", "5"), "invalid_manifest", "step"),
     ("metadata-list", _set("metadata", [1, 2]), "invalid_manifest", "metadata"),
     ("metadata-nul", _set("metadata", {"a": "x\x00y"}), "invalid_manifest", "metadata"),
-    ("metadata-surrogate", _set("metadata", {"k\ud800": "v"}), "invalid_manifest", "metadata"),
+    ("metadata-surrogate", _set("metadata", {"k\ud800": "v"}), "invalid_manifest", "Invalid JSON"),
     ("metadata-nan", _set("metadata", {"loss": float("nan")}), "invalid_manifest", "metadata"),
     ("metadata-deep", _set("metadata", _deep(40)), "invalid_manifest", "deeper"),
-    ("path-surrogate", _shard0(path="a\ud800"), "unsafe_path", "shards[0].path"),
-    ("node-surrogate", _shard0(node="n\ud800"), "invalid_manifest", "shards[0].node"),
+    # A lone surrogate escape is not Unicode text: the JSON itself is refused.
+    ("path-surrogate", _shard0(path="a\ud800"), "invalid_manifest", "Invalid JSON"),
+    ("node-surrogate", _shard0(node="n\ud800"), "invalid_manifest", "Invalid JSON"),
     ("node-nul", _shard0(node="n\x00"), "invalid_manifest", "shards[0].node"),
-    ("extra-surrogate-key", _shard0(**{"\ud800": 1}), "invalid_manifest", "shards[0]"),
+    ("extra-surrogate-key", _shard0(**{"\ud800": 1}), "invalid_manifest", "Invalid JSON"),
 ]
 
 

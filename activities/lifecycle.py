@@ -23,7 +23,13 @@ from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import ReplicaState
 from tierpoint.config import Settings, TierConfig, TierKind
-from tierpoint.storage.base import ChecksumMismatch, ShardRef, SourceSizeMismatch, TierStore
+from tierpoint.storage.base import (
+    ChecksumMismatch,
+    ShardRef,
+    SourceSizeMismatch,
+    TierStore,
+    VerifyResult,
+)
 from tierpoint.storage.paths import UnsafePath
 
 from .progress import BatchReporter, resume_details, resume_state_for
@@ -171,16 +177,21 @@ class LifecycleActivities:
                 continue
             ref = ShardRef(inp.job, inp.step, sh.path)
             reporter.heartbeat(sh.ordinal)
-            v = store.checksum(ref, functools.partial(_heartbeat_bytes, reporter, sh.ordinal))
-            result.bytes += v.size or 0
             problem: str | None = None
+            try:
+                v = store.checksum(ref, functools.partial(_heartbeat_bytes, reporter, sh.ordinal))
+            except UnsafePath as exc:
+                # E.g. a symlink out of the root, put there after registration: this shard is
+                # bad, the rest of the batch is not.
+                v = VerifyResult(ok=False, size=None, crc32c=None, reason=f"unsafe: {exc}")
+            result.bytes += v.size or 0
             if v.size is None:
                 problem = v.reason or f"missing on {tier.name}"
             elif v.size != sh.size:
                 problem = f"size {v.size} != registered {sh.size}"
             elif v.crc32c is None:
                 problem = v.reason or "no checksum could be computed"
-            elif sh.checksum is not None and v.crc32c != sh.checksum:
+            elif sh.checksum is not None and v.crc32c != sh.checksum.lower():
                 problem = f"crc32c {v.crc32c} != registered {sh.checksum}"
             location = store.location(ref)
             if problem is None:
@@ -260,6 +271,12 @@ class LifecycleActivities:
                 result.corrupt += 1
                 _note(result, sh.path, reason)
 
+            def source_bad(why: str, sh: repo.BatchShard = sh, ref: ShardRef = ref) -> None:
+                reporter.corrupt_on(src_tier.name, sh.id, why)
+                metrics.CORRUPT_FOUND.labels(src_tier.name).inc()
+                dst.cleanup_partial(ref, None)
+                fail(f"source corrupt: {why}", sh)
+
             if sh.source_state != ReplicaState.VERIFIED:
                 # The source tier was promoted, so this does not happen unless someone changed
                 # the catalog since; the shard stays unverified and promotion fails naming it.
@@ -269,7 +286,7 @@ class LifecycleActivities:
                 )
                 _note(result, sh.path, reason)
                 continue
-            registered = sh.checksum
+            registered = sh.checksum.lower() if sh.checksum else None
             if registered is None:
                 reason = "no registered or sealed checksum"
                 reporter.replica(
@@ -290,7 +307,13 @@ class LifecycleActivities:
                 resumed.append({"path": sh.path, "offset": resume.offset})
             start = resume.offset if resume else 0
             try:
-                with src.open_read(ref, start) as reader:
+                reader = src.open_read(ref, start)
+            except (FileNotFoundError, UnsafePath) as exc:
+                # Gone, or replaced by something that leaves the root, since it was verified.
+                source_bad(f"cannot read from {src_tier.name}: {exc}")
+                continue
+            try:
+                with reader:
                     copied = dst.write(
                         ref,
                         reader,
@@ -299,13 +322,11 @@ class LifecycleActivities:
                         functools.partial(reporter.progress, sh.id, sh.ordinal),
                     )
             except SourceSizeMismatch as exc:
-                reporter.corrupt_on(src_tier.name, sh.id, str(exc))
-                metrics.CORRUPT_FOUND.labels(src_tier.name).inc()
-                dst.cleanup_partial(ref, None)
-                fail(f"source corrupt: {exc}")
+                source_bad(str(exc))
                 continue
-            except ChecksumMismatch as exc:
-                # The destination refused what it received: bad in transit; a later run retries.
+            except (ChecksumMismatch, UnsafePath) as exc:
+                # The destination refused what it received (bad in transit), or cannot hold this
+                # path: this shard stays unverified there and the tier's promotion names it.
                 dst.cleanup_partial(ref, None)
                 fail(f"write to {dst_tier.name}: {exc}")
                 metrics.CORRUPT_FOUND.labels(dst_tier.name).inc()

@@ -36,7 +36,7 @@ def test_batches_are_ranges_per_node_and_bounded(settings: Settings) -> None:
 def test_source_rotting_after_seal_is_caught_by_the_copy(
     settings: Settings, sessions: sessionmaker[Session]
 ) -> None:
-    seeded = seed_checkpoint(settings, sessions, new_job(), 5, random_shards(["node-a"], 2, 4096))
+    seeded = seed_checkpoint(settings, sessions, new_job(), 5, random_shards(["node-a"], 3, 4096))
     acts = LifecycleActivities(sessions, settings, Stores(settings), node="node-a")
     env = ActivityEnvironment()
     cp, job, step = seeded.checkpoint_id, seeded.job, seeded.step
@@ -45,7 +45,7 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
     assert [t.name for t in plan.tiers] == ["ssd", "lustre", "s3"]
     (batch,) = plan.batches
     seal = SealInput(checkpoint_id=cp, job=job, step=step, batch=batch, tier="ssd")
-    assert env.run(acts.seal_batch, seal).verified == 2
+    assert env.run(acts.seal_batch, seal).verified == 3
     ssd = env.run(
         acts.promote, PromoteInput(checkpoint_id=cp, tier="ssd", later_tiers=["lustre", "s3"])
     )
@@ -54,13 +54,15 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
     rotten = seeded.shards[0]
     f = shard_file(settings, "ssd", "node-a", job, step, rotten.path)
     f.write_bytes(bytes(b ^ 0xFF for b in rotten.data))
+    gone = seeded.shards[2]
+    shard_file(settings, "ssd", "node-a", job, step, gone.path).unlink()
 
     copy = CopyInput(
         checkpoint_id=cp, job=job, step=step, batch=batch, source="ssd", destination="lustre"
     )
     first = env.run(acts.copy_batch, copy)
-    assert (first.verified, first.corrupt, first.skipped) == (1, 1, 0)
-    assert rotten.path in first.problems[0]
+    assert (first.verified, first.corrupt, first.skipped) == (1, 2, 0)
+    assert rotten.path in first.problems[0] and gone.path in first.problems[1]
 
     with sessions() as s:
         rows = s.execute(
@@ -78,6 +80,8 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
     assert rotten.crc32c is not None
     assert state == "corrupt" and error is not None and rotten.crc32c in error
     assert replicas[(rotten.path, "lustre")][0] == "corrupt"
+    state, error = replicas[(gone.path, "ssd")]
+    assert state == "corrupt" and error is not None and "cannot read from ssd" in error
     assert replicas[(seeded.shards[1].path, "lustre")][0] == "verified"
     # The tier promoted on these bytes is taken out of "latest restorable".
     assert quarantine is not None
@@ -93,7 +97,7 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
         acts.promote, PromoteInput(checkpoint_id=cp, tier="lustre", later_tiers=["s3"])
     )
     assert lustre.state == "failed"
-    assert lustre.reason is not None and "1 of 2 shards" in lustre.reason
+    assert lustre.reason is not None and "2 of 3 shards" in lustre.reason
     with sessions() as s:
         s3_marker = s.execute(
             select(CheckpointTier.state, CheckpointTier.reason).where(

@@ -148,7 +148,7 @@ class Manifest(BaseModel):
         _json_value(metadata, 1)
         return metadata
 
-    @property
+    @functools.cached_property
     def total_bytes(self) -> int:
         return sum(s.size for s in self.shards)
 

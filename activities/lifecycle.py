@@ -24,18 +24,18 @@ from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import ReplicaState
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.storage.base import (
-    ChecksumMismatch,
     ShardRef,
-    SourceSizeMismatch,
     TierStore,
     VerifyResult,
 )
 from tierpoint.storage.paths import UnsafePath
 
-from .progress import BatchReporter, resume_details, resume_state_for
+from .copy import BatchCopy
+from .progress import BatchReporter, resume_details
 from .schemas import (
     COPY_BATCH,
     PLAN,
+    PROBLEM_EXAMPLES,
     PROMOTE,
     SEAL_BATCH,
     Batch,
@@ -53,8 +53,6 @@ from .stores import Stores
 # Beyond this many batches in a stage (one node has at least one batch, so this is about the
 # number of nodes), the stage runs in child workflows of this many batches each.
 BATCHES_PER_CHILD = 1000
-# How many "path: reason" examples a batch result carries back into the history.
-PROBLEM_EXAMPLES = 5
 
 
 def batch_size(settings: Settings, shard_count: int) -> int:
@@ -258,101 +256,20 @@ class LifecycleActivities:
             )
         reporter.flush()
 
-        resumed: list[dict[str, object]] = []
-        for sh in todo:
-            ref = ShardRef(inp.job, inp.step, sh.path)
-            location = dst.location(ref)
-            reporter.heartbeat(sh.ordinal)
-
-            def fail(reason: str, sh: repo.BatchShard = sh, location: str = location) -> None:
-                reporter.replica(
-                    repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, dst_node, 0, reason)
-                )
-                result.corrupt += 1
-                _note(result, sh.path, reason)
-
-            def source_bad(why: str, sh: repo.BatchShard = sh, ref: ShardRef = ref) -> None:
-                reporter.corrupt_on(src_tier.name, sh.id, why)
-                metrics.CORRUPT_FOUND.labels(src_tier.name).inc()
-                dst.cleanup_partial(ref, None)
-                fail(f"source corrupt: {why}", sh)
-
-            if sh.source_state != ReplicaState.VERIFIED:
-                # The source tier was promoted, so this does not happen unless someone changed
-                # the catalog since; the shard stays unverified and promotion fails naming it.
-                reason = f"no verified source replica on {src_tier.name} ({sh.source_state})"
-                reporter.replica(
-                    repo.ReplicaWrite(sh.id, ReplicaState.PENDING, location, dst_node, 0, reason)
-                )
-                _note(result, sh.path, reason)
-                continue
-            registered = sh.checksum.lower() if sh.checksum else None
-            if registered is None:
-                reason = "no registered or sealed checksum"
-                reporter.replica(
-                    repo.ReplicaWrite(sh.id, ReplicaState.PENDING, location, dst_node, 0, reason)
-                )
-                _note(result, sh.path, reason)
-                continue
-
-            resume = resume_state_for(details, sh.ordinal)
-            if resume is None and info.attempt > 1 and dst.size(ref) == sh.size:
-                # An earlier attempt may have committed this shard and died before the catalog
-                # heard of it: reading it back is cheaper than copying it again.
-                v = dst.verify(ref, sh.size, registered)
-                if v.ok:
-                    self._verified(reporter, result, sh, location, dst_node)
-                    continue
-            if resume is not None:
-                resumed.append({"path": sh.path, "offset": resume.offset})
-            start = resume.offset if resume else 0
-            try:
-                reader = src.open_read(ref, start)
-            except (FileNotFoundError, UnsafePath) as exc:
-                # Gone, or replaced by something that leaves the root, since it was verified.
-                source_bad(f"cannot read from {src_tier.name}: {exc}")
-                continue
-            try:
-                with reader:
-                    copied = dst.write(
-                        ref,
-                        reader,
-                        sh.size,
-                        resume,
-                        functools.partial(reporter.progress, sh.id, sh.ordinal),
-                    )
-            except SourceSizeMismatch as exc:
-                source_bad(str(exc))
-                continue
-            except (ChecksumMismatch, UnsafePath) as exc:
-                # The destination refused what it received (bad in transit), or cannot hold this
-                # path: this shard stays unverified there and the tier's promotion names it.
-                dst.cleanup_partial(ref, None)
-                fail(f"write to {dst_tier.name}: {exc}")
-                metrics.CORRUPT_FOUND.labels(dst_tier.name).inc()
-                continue
-            result.bytes += sh.size - start
-            metrics.BYTES_COPIED.labels(dst_tier.name).inc(sh.size - start)
-            if copied.crc32c != registered or copied.size != sh.size:
-                # The bytes read off the source are not what was registered: the source replica
-                # is corrupt, and so is what we wrote from it, which must not be taken for a copy.
-                why = (
-                    f"read {copied.size} bytes with crc32c {copied.crc32c} from {src_tier.name}, "
-                    f"registered {sh.size} bytes with crc32c {registered}"
-                )
-                reporter.corrupt_on(src_tier.name, sh.id, why)
-                metrics.CORRUPT_FOUND.labels(src_tier.name).inc()
-                dst.delete(ref)
-                fail(f"source corrupt: {why}")
-                metrics.CORRUPT_FOUND.labels(dst_tier.name).inc()
-            else:
-                v = dst.verify(ref, sh.size, registered)
-                if v.ok:
-                    self._verified(reporter, result, sh, location, dst_node)
-                else:
-                    fail(f"read back from {dst_tier.name}: {v.reason or 'mismatch'}")
-                    metrics.CORRUPT_FOUND.labels(dst_tier.name).inc()
-            reporter.flush_if_due()
+        copy = BatchCopy(
+            job=inp.job,
+            step=inp.step,
+            src_tier=src_tier,
+            dst_tier=dst_tier,
+            src=src,
+            dst=dst,
+            dst_node=dst_node,
+            reporter=reporter,
+            result=result,
+            heartbeat_details=details,
+            attempt=info.attempt,
+        )
+        copy.run(todo)
         reporter.flush()
         self._batch_events(
             inp.checkpoint_id,
@@ -360,22 +277,9 @@ class LifecycleActivities:
             EventKind.COPIED,
             b,
             result,
-            {"source": src_tier.name, "attempt": info.attempt, "resumed": resumed},
+            {"source": src_tier.name, "attempt": info.attempt, "resumed": copy.resumed},
         )
         return result
-
-    @staticmethod
-    def _verified(
-        reporter: BatchReporter,
-        result: BatchResult,
-        sh: repo.BatchShard,
-        location: str,
-        node: str | None,
-    ) -> None:
-        reporter.replica(
-            repo.ReplicaWrite(sh.id, ReplicaState.VERIFIED, location, node, bytes_done=sh.size)
-        )
-        result.verified += 1
 
     # ---------------------------------------------------------------- promote
 

@@ -13,6 +13,9 @@ SEAL_BATCH = "lifecycle.seal_batch"
 COPY_BATCH = "lifecycle.copy_batch"
 PROMOTE = "lifecycle.promote"
 
+# How many "path: reason" examples a batch result carries back into the history.
+PROBLEM_EXAMPLES = 5
+
 
 class PlanInput(BaseModel):
     checkpoint_id: int

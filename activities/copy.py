@@ -1,0 +1,199 @@
+"""Copy + verify of one batch of shards from one tier to the next.
+
+Each shard is read once off the source with its crc32c computed in the same pass, written
+atomically by the destination store, then read back from the destination. The read-back of a
+shard runs in a helper thread while the next shard is copied (a pipeline one shard deep): the
+copy is bound by the source and the write, the verify by the destination's reads.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from tierpoint import metrics_worker as metrics
+from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog.models import ReplicaState
+from tierpoint.config import TierConfig
+from tierpoint.storage.base import (
+    ChecksumMismatch,
+    ShardRef,
+    SourceSizeMismatch,
+    TierStore,
+    VerifyResult,
+)
+from tierpoint.storage.paths import UnsafePath
+
+from .progress import BatchReporter, resume_state_for
+from .schemas import PROBLEM_EXAMPLES, BatchResult
+
+HEARTBEAT_WHILE_WAITING = 5.0
+
+
+@dataclass
+class _Pending:
+    shard: repo.BatchShard
+    location: str
+    verify: Future[VerifyResult]
+
+
+@dataclass
+class BatchCopy:
+    job: str
+    step: int
+    src_tier: TierConfig
+    dst_tier: TierConfig
+    src: TierStore
+    dst: TierStore
+    dst_node: str | None
+    reporter: BatchReporter
+    result: BatchResult
+    heartbeat_details: dict[str, Any]
+    attempt: int
+    resumed: list[dict[str, object]] = field(default_factory=list)
+    _pending: _Pending | None = None
+
+    def run(self, shards: list[repo.BatchShard]) -> None:
+        with self._verifier() as verifier:
+            for sh in shards:
+                self._copy_one(sh, verifier)
+                self.reporter.flush_if_due()
+            self._settle()
+
+    @contextmanager
+    def _verifier(self) -> Iterator[ThreadPoolExecutor]:
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tierpoint-verify")
+        try:
+            yield pool
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- outcomes (always on the activity's thread) ------------------------------------------
+
+    def _note(self, path: str, reason: str) -> None:
+        if len(self.result.problems) < PROBLEM_EXAMPLES:
+            self.result.problems.append(f"{path}: {reason}")
+
+    def _verified(self, sh: repo.BatchShard, location: str) -> None:
+        self.reporter.replica(
+            repo.ReplicaWrite(
+                sh.id, ReplicaState.VERIFIED, location, self.dst_node, bytes_done=sh.size
+            )
+        )
+        self.result.verified += 1
+
+    def _corrupt(self, sh: repo.BatchShard, location: str, reason: str) -> None:
+        self.reporter.replica(
+            repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.dst_node, 0, reason)
+        )
+        self.result.corrupt += 1
+        metrics.CORRUPT_FOUND.labels(self.dst_tier.name).inc()
+        self._note(sh.path, reason)
+
+    def _not_copied(self, sh: repo.BatchShard, location: str, reason: str) -> None:
+        self.reporter.replica(
+            repo.ReplicaWrite(sh.id, ReplicaState.PENDING, location, self.dst_node, 0, reason)
+        )
+        self._note(sh.path, reason)
+
+    def _source_bad(self, sh: repo.BatchShard, ref: ShardRef, location: str, why: str) -> None:
+        """What was read off the source is not what was registered: the source replica is
+        corrupt, and whatever was written from it must not be taken for a copy."""
+        self.reporter.corrupt_on(self.src_tier.name, sh.id, why)
+        metrics.CORRUPT_FOUND.labels(self.src_tier.name).inc()
+        self.dst.cleanup_partial(ref, None)
+        self.dst.delete(ref)
+        self._corrupt(sh, location, f"source corrupt: {why}")
+
+    def _settle(self) -> None:
+        """Wait for the read-back of the previous shard and record it."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        v = self._wait(pending.verify, pending.shard.ordinal)
+        if v.ok:
+            self._verified(pending.shard, pending.location)
+        else:
+            reason = f"read back from {self.dst_tier.name}: {v.reason or 'mismatch'}"
+            self._corrupt(pending.shard, pending.location, reason)
+
+    def _wait(self, fut: Future[VerifyResult], ordinal: int) -> VerifyResult:
+        """A read-back of a large shard takes long: keep heartbeating while it runs."""
+        while True:
+            try:
+                return fut.result(timeout=HEARTBEAT_WHILE_WAITING)
+            except TimeoutError:
+                self.reporter.heartbeat(ordinal)
+
+    # -- one shard ---------------------------------------------------------------------------
+
+    def _copy_one(self, sh: repo.BatchShard, verifier: ThreadPoolExecutor) -> None:
+        ref = ShardRef(self.job, self.step, sh.path)
+        location = self.dst.location(ref)
+        self.reporter.heartbeat(sh.ordinal)
+        if sh.source_state != ReplicaState.VERIFIED:
+            # The source tier was promoted, so only a later change to the catalog gets here: the
+            # shard stays unverified and the promotion names it.
+            src = self.src_tier.name
+            self._not_copied(
+                sh, location, f"no verified source replica on {src} ({sh.source_state})"
+            )
+            return
+        if not sh.checksum:
+            self._not_copied(sh, location, "no registered or sealed checksum")
+            return
+        registered = sh.checksum.lower()
+
+        resume = resume_state_for(self.heartbeat_details, sh.ordinal)
+        # An earlier attempt may have committed this shard and died before the catalog heard of
+        # it: reading it back is cheaper than copying it again.
+        committed = resume is None and self.attempt > 1 and self.dst.size(ref) == sh.size
+        if committed:
+            check = verifier.submit(self.dst.verify, ref, sh.size, registered)
+            if self._wait(check, sh.ordinal).ok:
+                self._verified(sh, location)
+                return
+        if resume is not None:
+            self.resumed.append({"path": sh.path, "offset": resume.offset})
+        start = resume.offset if resume else 0
+        try:
+            reader = self.src.open_read(ref, start)
+        except (FileNotFoundError, UnsafePath) as exc:
+            # Gone, or replaced by something leading out of the root, since it was verified.
+            self._source_bad(sh, ref, location, f"cannot read from {self.src_tier.name}: {exc}")
+            return
+        try:
+            with reader:
+                copied = self.dst.write(
+                    ref,
+                    reader,
+                    sh.size,
+                    resume,
+                    functools.partial(self.reporter.progress, sh.id, sh.ordinal),
+                )
+        except SourceSizeMismatch as exc:
+            self._source_bad(sh, ref, location, str(exc))
+            return
+        except (ChecksumMismatch, UnsafePath) as exc:
+            # The destination refused what it received (bad in transit), or cannot hold this
+            # path: the shard stays unverified there and the tier's promotion names it.
+            self.dst.cleanup_partial(ref, None)
+            self._corrupt(sh, location, f"write to {self.dst_tier.name}: {exc}")
+            return
+        self.result.bytes += sh.size - start
+        metrics.BYTES_COPIED.labels(self.dst_tier.name).inc(sh.size - start)
+        if copied.crc32c != registered or copied.size != sh.size:
+            why = (
+                f"read {copied.size} bytes with crc32c {copied.crc32c} from "
+                f"{self.src_tier.name}, registered {sh.size} bytes with crc32c {registered}"
+            )
+            self._source_bad(sh, ref, location, why)
+            return
+        self._settle()
+        self._pending = _Pending(
+            sh, location, verifier.submit(self.dst.verify, ref, sh.size, registered)
+        )

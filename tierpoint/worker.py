@@ -17,7 +17,7 @@ from temporalio.worker import Worker
 
 from activities.lifecycle import LifecycleActivities
 from activities.stores import Stores
-from tierpoint import logs
+from tierpoint import logs, metrics_worker
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.migrate import check_schema
@@ -87,19 +87,23 @@ async def run_workers(
     shared: bool,
     stop: asyncio.Event,
     graceful_shutdown: timedelta = timedelta(seconds=5),
+    metrics_port: int | None = None,
 ) -> None:
     """Run a worker per node on its node queue and, if `shared`, the shared worker with the
     workflows, the shared/S3 activities and the reconciler, until `stop` is set.
 
     Refuses to start (raises SchemaMismatch) when the catalog schema is not at this code's head.
     On stop, running activities get `graceful_shutdown` to finish; the ones that do not are
-    cancelled and resume from their last heartbeat on the next worker.
+    cancelled and resume from their last heartbeat on the next worker. With `metrics_port`, the
+    worker metrics (tierpoint.metrics_worker) are served on 127.0.0.1:<port>/metrics.
     """
     if not nodes and not shared:
         raise ValueError("nothing to run: give nodes and/or shared=True")
     engine: Engine = make_sync_engine(settings.database_url)
     try:
         await asyncio.to_thread(check_schema, engine)
+        if metrics_port is not None:
+            metrics_worker.serve(metrics_port)
         sessions = sync_sessions(engine)
         stores = Stores(settings)
         executor = ThreadPoolExecutor(

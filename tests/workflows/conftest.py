@@ -146,6 +146,7 @@ async def running_workers(
     nodes: Sequence[str] = NODES,
     shared: bool = True,
     graceful_shutdown: timedelta = timedelta(seconds=5),
+    metrics_port: int | None = None,
 ) -> AsyncIterator[asyncio.Event]:
     stop = asyncio.Event()
     task = asyncio.create_task(
@@ -156,6 +157,7 @@ async def running_workers(
             shared=shared,
             stop=stop,
             graceful_shutdown=graceful_shutdown,
+            metrics_port=metrics_port,
         )
     )
     try:

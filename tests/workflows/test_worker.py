@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import func, select
@@ -14,6 +15,7 @@ from tests.conftest import Services, _fresh_database
 from tierpoint.catalog.migrate import SchemaMismatch
 from tierpoint.catalog.models import Node
 from tierpoint.config import Settings
+from tierpoint.devstack.services import free_port
 from tierpoint.temporal import connect
 from tierpoint.worker import node_roots, run_workers
 
@@ -41,12 +43,17 @@ async def test_node_workers_report_in_with_their_local_roots(
 
     with sessions() as s:
         started = s.scalar(select(func.now()))
-    async with running_workers(settings, client):
+    port = free_port()
+    async with running_workers(settings, client, metrics_port=port):
         for _ in range(600):
             rows = reported()
             if len(rows) == len(NODES):
                 break
             await asyncio.sleep(0.1)
+        async with httpx.AsyncClient() as http:
+            exposed = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert "tierpoint_worker_bytes_copied_total" in exposed
+    assert "tierpoint_worker_activity_seconds" in exposed
     assert set(rows) == set(NODES)
     for node in NODES:
         assert rows[node].local_roots == node_roots(settings, node)

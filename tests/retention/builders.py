@@ -93,21 +93,43 @@ def run_history(
     nbytes: int = 100,
     tiers: tuple[TierRef, ...] = TIERS,
     check: Check | None = None,
+    pinned: frozenset[int] = frozenset(),
+    fails: dict[int, str] | None = None,
 ) -> RetentionSnapshot:
-    """Register each step, promote it tier by tier to its targets, and run retention after every
-    promotion, as the lifecycle workflow will."""
+    """Register each step, promote it tier by tier to its targets (each copy pending first), and
+    run retention at every change, as the lifecycle workflow will. `fails` maps a step to the tier
+    whose copy fails: its marker becomes failed and the step goes no further."""
     snap = snapshot(tiers=tiers)
     for n, step in enumerate(steps):
         now = T0 + timedelta(hours=n)
-        c = CheckpointInfo(id=1000 + step, step=step, created_at=now, total_bytes=nbytes)
+        c = CheckpointInfo(
+            id=1000 + step, step=step, created_at=now, total_bytes=nbytes, pinned=step in pinned
+        )
         snap = snap.model_copy(update={"checkpoints": (*snap.checkpoints, c)})
         for name in promotion_targets(policy, tiers, step):
-            snap = _set_copy(snap, c.id, name, good(nbytes))
-            p = plan(snap, policy, now)
-            if check is not None:
-                check(snap, policy, now, p)
-            snap = apply(snap, p)
+            if name != tiers[0].name:
+                snap = _set_copy(
+                    snap, c.id, name, TierCopy(state=TierState.PENDING, verified=False, bytes=0)
+                )
+                snap = _retain(snap, policy, now, check)
+            failed = (fails or {}).get(step) == name
+            state = TierState.FAILED if failed else TierState.RESTORABLE
+            snap = _set_copy(
+                snap, c.id, name, TierCopy(state=state, verified=not failed, bytes=nbytes)
+            )
+            snap = _retain(snap, policy, now, check)
+            if failed:
+                break
     return snap
+
+
+def _retain(
+    snap: RetentionSnapshot, policy: Policy, now: datetime, check: Check | None
+) -> RetentionSnapshot:
+    p = plan(snap, policy, now)
+    if check is not None:
+        check(snap, policy, now, p)
+    return apply(snap, p)
 
 
 def _set_copy(snap: RetentionSnapshot, cid: int, tier: str, copy: TierCopy) -> RetentionSnapshot:

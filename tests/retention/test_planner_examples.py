@@ -241,7 +241,11 @@ def test_a_kept_checkpoint_without_any_good_copy_keeps_its_remnants() -> None:
         checkpoint(2, {"ssd": good(), "lustre": good(), "s3": good()}),
     )
     p = plan(snap, DEFAULT_POLICY, T0)
-    assert reasons(p, 1, "ssd") == (KeepReason.AWAITING_DURABLE, KeepReason.NO_GOOD_COPY)
+    assert reasons(p, 1, "ssd") == (
+        KeepReason.AWAITING_DURABLE,
+        KeepReason.NO_GOOD_COPY,
+        KeepReason.KEEP_LAST,
+    )
     # Not kept anywhere (meant for the local tier only, which keeps none): the remnant may go.
     skip = Policy.from_spec(
         {

@@ -165,6 +165,8 @@ def plan(snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> Retentio
     notes = _notes(snapshot, policy)
 
     targets = {c.id: set(promotion_targets(policy, refs, c.step)) for c in checkpoints}
+    # wants[(checkpoint id, tier index)]: the keep rules of the tier that claim the checkpoint.
+    wants: dict[tuple[int, int], list[KeepReason]] = {}
     keepers: dict[int, set[int]] = {}
     for c in checkpoints:
         keepers[c.id] = set()
@@ -180,8 +182,13 @@ def plan(snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> Retentio
             else:
                 # Meant for this tier and not (validly) there: the tier still claims it, unless
                 # it already let the checkpoint go.
-                claims = copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
-            if claims and t.keeps(c, now):
+                claims = t.ref.name in targets[c.id] and copy.state not in (
+                    TierState.EXPIRING,
+                    TierState.EXPIRED,
+                )
+            why = t.keeps(c, now) if claims else []
+            wants[(c.id, t.index)] = why
+            if why:
                 keepers[c.id].add(t.index)
 
     latest_durable = tiers[last].good[-1].id if refs and tiers[last].good else None
@@ -195,9 +202,8 @@ def plan(snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> Retentio
             if copy is None or copy.state != TierState.RESTORABLE:
                 continue
             why = _protections(c, t, tiers, targets[c.id], keepers[c.id], latest_durable)
+            why += wants[(c.id, t.index)]
             good = _is_good(c, copy)
-            if good:
-                why += t.keeps(c, now)
             if why:
                 reasons[(c.id, t.index)] = why
             else:
@@ -209,7 +215,8 @@ def plan(snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> Retentio
                     rule=ExpiryRule.NOT_KEPT,
                     reason=t.why_not(c, now)
                     if good
-                    else f"the copy on {t.ref.name!r} is not verified and no rule needs it",
+                    else f"the copy on {t.ref.name!r} is not verified, quarantined or meant for "
+                    "this tier, and no rule keeps it",
                 )
 
     # A checkpoint some tier keeps keeps its most durable good copy.

@@ -1,0 +1,224 @@
+"""The planner's safety rules, restated independently of the planner (simple, quadratic code) so
+that property tests can check any plan against any snapshot."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from tierpoint.catalog.models import TierState
+from tierpoint.config import TierKind
+from tierpoint.retention import (
+    CheckpointInfo,
+    ExpiryRule,
+    KeepReason,
+    Policy,
+    RetentionPlan,
+    RetentionSnapshot,
+    TierCopy,
+    TierRule,
+    promotion_targets,
+)
+from tierpoint.retention.models import PROTECTIONS
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def is_good(c: CheckpointInfo, copy: TierCopy | None) -> bool:
+    if copy is None or c.quarantined or copy.quarantined:
+        return False
+    return copy.state == TierState.RESTORABLE and copy.verified
+
+
+def rule_reasons(
+    rule: TierRule, good_here: list[CheckpointInfo], c: CheckpointInfo, now: datetime
+) -> set[KeepReason]:
+    """The keep rules that would keep `c` on a tier whose good copies are `good_here`."""
+    if not rule.has_keep_rules():
+        return {KeepReason.KEEP_ALL}
+    others = [x for x in good_here if x.id != c.id]
+    out = set()
+    if rule.keep_last is not None:
+        newer = [x for x in others if (x.step, x.created_at, x.id) > (c.step, c.created_at, c.id)]
+        if len(newer) < rule.keep_last:
+            out.add(KeepReason.KEEP_LAST)
+    if rule.keep_every is not None:
+        if rule.keep_every.steps is not None and c.step % rule.keep_every.steps == 0:
+            out.add(KeepReason.KEEP_EVERY_STEPS)
+        interval = rule.keep_every.interval
+        if interval is not None:
+            bucket = (c.created_at - EPOCH) // interval
+            older_in_bucket = [
+                x
+                for x in others
+                if (x.created_at - EPOCH) // interval == bucket
+                and (x.created_at, x.step, x.id) < (c.created_at, c.step, c.id)
+            ]
+            if not older_in_bucket:
+                out.add(KeepReason.KEEP_EVERY_INTERVAL)
+    if rule.keep_within is not None and now - c.created_at <= rule.keep_within:
+        out.add(KeepReason.KEEP_WITHIN)
+    if set(rule.keep_tags) & c.tags:
+        out.add(KeepReason.KEEP_TAGS)
+    return out
+
+
+def rule_keeps(
+    rule: TierRule, good_here: list[CheckpointInfo], c: CheckpointInfo, now: datetime
+) -> bool:
+    return bool(rule_reasons(rule, good_here, c, now))
+
+
+def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: RetentionPlan) -> None:
+    tiers = snap.tiers
+    last = len(tiers) - 1
+    names = [t.name for t in tiers]
+    rules = {
+        t.name: policy.rule_for(t.name, t.kind, most_durable=i == last) for i, t in enumerate(tiers)
+    }
+    by_id = {c.id: c for c in snap.checkpoints}
+    expired = {(e.checkpoint_id, e.tier): e for e in p.expiries}
+    kept = {(k.checkpoint_id, k.tier): k for k in p.keeps}
+    good_on = {t: [c for c in snap.checkpoints if is_good(c, c.copies.get(t))] for t in names}
+
+    # Every restorable copy is decided exactly once; nothing else is touched.
+    restorable = {
+        (c.id, t)
+        for c in snap.checkpoints
+        for t in names
+        if t in c.copies and c.copies[t].state == TierState.RESTORABLE
+    }
+    assert set(expired) | set(kept) == restorable
+    assert not set(expired) & set(kept)
+    assert len(expired) == len(p.expiries) and len(kept) == len(p.keeps)
+    assert all(k.reasons for k in p.keeps)
+    assert {(u.checkpoint_id, u.tier) for u in p.unfinished} == {
+        (c.id, t)
+        for c in snap.checkpoints
+        for t in names
+        if t in c.copies and c.copies[t].state == TierState.EXPIRING
+    }
+
+    def claims(c: CheckpointInfo, i: int) -> bool:
+        """The tier has the checkpoint, or it is meant for it and has not been let go."""
+        t = names[i]
+        copy = c.copies.get(t)
+        if is_good(c, copy):
+            return True
+        targets = promotion_targets(policy, tiers, c.step)
+        if copy is None:
+            reached = max((names.index(x) for x in c.copies if x in names), default=-1)
+            return t in targets and i > reached
+        return t in targets and copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
+
+    durable_good = good_on[names[-1]] if names else []
+    latest_durable = max(durable_good, key=lambda c: (c.step, c.created_at, c.id), default=None)
+
+    for (cid, tier), e in expired.items():
+        c = by_id[cid]
+        i = names.index(tier)
+        copy = c.copies[tier]
+        assert e.reason, e
+        assert e.bytes == copy.bytes
+        # Invariant 2: pins, leases; quarantined copies are evidence.
+        assert not c.pinned, e
+        assert not c.leased, e
+        assert not c.quarantined and not copy.quarantined, e
+        # The job's latest restorable checkpoint on its most durable tier.
+        assert not (i == last and latest_durable is not None and cid == latest_durable.id), e
+        # A local copy before its checkpoint is restorable on a more durable tier it is meant for.
+        slower = names[i + 1 :]
+        if tiers[i].kind is TierKind.LOCAL:
+            targets = promotion_targets(policy, tiers, c.step)
+            if any(t in targets for t in slower):
+                assert any(is_good(c, c.copies.get(t)) for t in slower), e
+        # No source of a copy in flight.
+        assert all(c.copies[t].state != TierState.PENDING for t in slower if t in c.copies), e
+        # The rule named is the one that decided.
+        if e.rule is ExpiryRule.NOT_KEPT:
+            assert not (claims(c, i) and rule_keeps(rules[tier], good_on[tier], c, now)), e
+        else:
+            assert e.rule is ExpiryRule.MAX_BYTES and rules[tier].max_bytes is not None, e
+
+    # Last good copy of a checkpoint some tier keeps.
+    for c in snap.checkpoints:
+        good_tiers = [t for t in names if is_good(c, c.copies.get(t))]
+        keepers = [
+            t
+            for i, t in enumerate(names)
+            if claims(c, i) and rule_keeps(rules[t], good_on[t], c, now)
+        ]
+        remaining = [t for t in good_tiers if (c.id, t) not in expired]
+        if good_tiers and not remaining:
+            # only a quota may take a kept checkpoint's last copy, and only from the tiers that
+            # kept it
+            for t in keepers:
+                by = expired.get((c.id, t))
+                assert by is not None and by.rule is ExpiryRule.MAX_BYTES, (c, keepers)
+        if not good_tiers and keepers:
+            assert not any((c.id, t) in expired for t in names), c
+
+    # Every reason given for a keep is true, and the tier's rules are all named.
+    for (cid, tier), k in kept.items():
+        c = by_id[cid]
+        i = names.index(tier)
+        copy = c.copies[tier]
+        slower = names[i + 1 :]
+        targets = promotion_targets(policy, tiers, c.step)
+        soft = {r for r in k.reasons if r not in PROTECTIONS}
+        expected = rule_reasons(rules[tier], good_on[tier], c, now) if claims(c, i) else set()
+        assert soft == expected, (k, expected)
+        facts = {
+            KeepReason.PINNED: c.pinned,
+            KeepReason.LEASED: c.leased,
+            KeepReason.QUARANTINED: c.quarantined or copy.quarantined,
+            KeepReason.LATEST_DURABLE: i == last
+            and latest_durable is not None
+            and cid == latest_durable.id,
+            KeepReason.IN_FLIGHT: any(
+                c.copies[t].state == TierState.PENDING for t in slower if t in c.copies
+            ),
+            KeepReason.AWAITING_DURABLE: tiers[i].kind is TierKind.LOCAL
+            and any(t in targets for t in slower)
+            and not any(is_good(c, c.copies.get(t)) for t in slower),
+        }
+        for reason, fact in facts.items():
+            assert (reason in k.reasons) == fact, (k, reason)
+        if KeepReason.LAST_COPY in k.reasons:
+            assert is_good(c, copy), k
+            assert all(
+                (cid, t) in expired for t in names if t != tier and is_good(c, c.copies.get(t))
+            ), k
+        if KeepReason.NO_GOOD_COPY in k.reasons:
+            assert not any(is_good(c, cp) for cp in c.copies.values()), k
+
+    # Plans list copies by tier, then oldest first.
+    order = {c.id: (c.step, c.created_at, c.id) for c in snap.checkpoints}
+    for items in (p.expiries, p.keeps, p.unfinished):
+        keys = [(names.index(x.tier), order[x.checkpoint_id]) for x in items]
+        assert keys == sorted(keys)
+
+    # Usage and quotas.
+    for u in p.usage:
+        t = u.tier
+        now_bytes = sum(c.copies[t].bytes for c in snap.checkpoints if t in c.copies)
+        gone = sum(e.bytes for (_, tt), e in expired.items() if tt == t)
+        gone += sum(x.bytes for x in p.unfinished if x.tier == t)
+        assert (u.bytes_now, u.bytes_after) == (now_bytes, now_bytes - gone)
+        quota = rules[t].max_bytes
+        assert u.max_bytes == quota
+        if quota is None:
+            assert u.quota_met is None
+            assert not [e for (_, tt), e in expired.items() if tt == t and e.rule == "max_bytes"]
+            continue
+        assert u.quota_met == (u.bytes_after <= quota)
+        assert u.over_by == max(0, u.bytes_after - quota)
+        keeps_here = [k for (_, tt), k in kept.items() if tt == t]
+        if not u.quota_met:
+            assert all(k.protected for k in keeps_here), (t, keeps_here)
+        evicted = [e for (_, tt), e in expired.items() if tt == t and e.rule == "max_bytes"]
+        if evicted:
+            newest = max(evicted, key=lambda e: order[e.checkpoint_id])
+            assert u.bytes_after + newest.bytes > quota, "evicted more than the quota needed"
+            for k in keeps_here:
+                if not k.protected:
+                    assert order[k.checkpoint_id] > order[newest.checkpoint_id], (k, newest)

@@ -104,12 +104,12 @@ class DevProcess:
             pids |= {postmaster} | _descendants(postmaster)
         return pids
 
-    def interrupt(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
+    def interrupt(self, sig: signal.Signals = signal.SIGINT) -> int:
+        self.proc.send_signal(sig)
         try:
             return self.proc.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"tierpoint dev did not stop on SIGINT:\n{_tail(self.log)}")
+            pytest.fail(f"tierpoint dev did not stop on {sig.name}:\n{_tail(self.log)}")
 
 
 def start_dev(data_dir: Path, log: Path) -> DevProcess:
@@ -337,7 +337,7 @@ def test_status_and_migrate_check_against_the_stack(dev: DevProcess) -> None:
     assert "at head" in check.stdout
 
 
-def test_sigint_stops_everything_and_a_restart_keeps_the_catalog(
+def test_sigint_stops_everything_and_a_restart_keeps_the_catalog_until_sigterm(
     dev: DevProcess, demo_job: str, data_dir: Path
 ) -> None:
     pids = dev.owned_pids()
@@ -360,6 +360,7 @@ def test_sigint_stops_everything_and_a_restart_keeps_the_catalog(
         assert states["lustre"] == "restorable"
     finally:
         pids = again.owned_pids()
-        assert again.interrupt() == 0, _tail(again.log)
+        # A service manager stops it with SIGTERM: the same orderly shutdown.
+        assert again.interrupt(signal.SIGTERM) == 0, _tail(again.log)
     assert {pid for pid in pids if _alive(pid)} == set()
     assert not (again.data_dir / "stack.json").exists()

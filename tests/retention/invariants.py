@@ -127,12 +127,12 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         assert not (i == last and latest_durable is not None and cid == latest_durable.id), e
         # A local copy before its checkpoint is restorable on a more durable tier it is meant for.
         slower = names[i + 1 :]
-        if tiers[i].kind is TierKind.LOCAL:
-            targets = promotion_targets(policy, tiers, c.step)
-            if any(t in targets for t in slower):
-                assert any(is_good(c, c.copies.get(t)) for t in slower), e
-        # No source of a copy in flight.
-        assert all(c.copies[t].state != TierState.PENDING for t in slower if t in c.copies), e
+        targets = promotion_targets(policy, tiers, c.step)
+        if tiers[i].kind is TierKind.LOCAL and any(t in targets for t in slower):
+            assert any(is_good(c, c.copies.get(t)) for t in slower), e
+        # No source of a copy in flight to a tier the checkpoint is meant for.
+        in_flight = [t for t in slower if t in c.copies and t in targets]
+        assert all(c.copies[t].state != TierState.PENDING for t in in_flight), e
         # The rule named is the one that decided.
         if e.rule is ExpiryRule.NOT_KEPT:
             assert not (claims(c, i) and rule_keeps(rules[tier], good_on[tier], c, now)), e
@@ -175,7 +175,9 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
             and latest_durable is not None
             and cid == latest_durable.id,
             KeepReason.IN_FLIGHT: any(
-                c.copies[t].state == TierState.PENDING for t in slower if t in c.copies
+                c.copies[t].state == TierState.PENDING
+                for t in slower
+                if t in c.copies and t in targets
             ),
             KeepReason.AWAITING_DURABLE: tiers[i].kind is TierKind.LOCAL
             and any(t in targets for t in slower)

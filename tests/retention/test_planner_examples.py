@@ -338,3 +338,18 @@ def test_notes_for_tiers_the_configuration_does_not_have() -> None:
         "copies on unconfigured tier 'old-nfs' are left alone",
     )
     assert [k.tier for k in p.keeps] == ["s3"]
+
+
+def test_pending_markers_on_tiers_a_checkpoint_is_not_meant_for_hold_nothing() -> None:
+    """Registration may create a pending marker on every tier; with promote_every=3 on s3 the
+    s3 markers of steps 1, 2, 4, ... stay pending forever and must not hold their sources."""
+    snap = snapshot(
+        *(
+            checkpoint(
+                s, {"ssd": good(), "lustre": good(), "s3": good() if s % 3 == 0 else pending()}
+            )
+            for s in range(1, 13)
+        )
+    )
+    p = plan(snap, ISSUE_POLICY, T0 + timedelta(days=1))
+    assert kept(p) == ISSUE_OUTCOME

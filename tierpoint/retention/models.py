@@ -57,7 +57,7 @@ class KeepReason(StrEnum):
     LEASED = "leased"
     QUARANTINED = "quarantined"  # evidence for the operator; never expired automatically
     LATEST_DURABLE = "latest_durable"  # the job's latest restorable checkpoint on its last tier
-    IN_FLIGHT = "in_flight"  # a copy to a more durable tier is pending (this may be its source)
+    IN_FLIGHT = "in_flight"  # a copy to a more durable target is pending (this may be its source)
     AWAITING_DURABLE = "awaiting_durable"  # local, not yet restorable on a more durable target
     LAST_COPY = "last_copy"  # the only restorable copy left of a checkpoint some tier keeps
     NO_GOOD_COPY = "no_good_copy"  # a kept checkpoint with no restorable copy: keep every remnant

@@ -269,8 +269,8 @@ def plan(snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> Retentio
                     tier=name,
                     bytes=copy.bytes,
                     rule=ExpiryRule.MAX_BYTES,
-                    reason=f"max_bytes={quota} on {name!r}: {after} bytes would remain, "
-                    "the oldest copies not protected go first",
+                    reason=f"max_bytes={quota} on {name!r}: {after} bytes would remain "
+                    "without this expiry; the oldest copies that no protection holds go first",
                 )
                 after -= copy.bytes
         usage.append(
@@ -339,8 +339,14 @@ def _protections(
     if t.index == len(tiers) - 1 and c.id == latest_durable:
         why.append(KeepReason.LATEST_DURABLE)
     slower = tiers[t.index + 1 :]
-    states = [c.copies[u.ref.name].state for u in slower if u.ref.name in c.copies]
-    if TierState.PENDING in states:
+    # A pending marker on a tier the checkpoint is not meant for (the policy changed, or a marker
+    # was made for every tier) is no copy anyone waits for: it must not hold sources forever.
+    if any(
+        u.ref.name in c.copies
+        and c.copies[u.ref.name].state == TierState.PENDING
+        and u.ref.name in targets
+        for u in slower
+    ):
         why.append(KeepReason.IN_FLIGHT)
     if (
         t.ref.kind is TierKind.LOCAL

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,3 +155,12 @@ def test_json_schema_describes_durations_as_strings() -> None:
     schema = Policy.model_json_schema()
     rule = schema["$defs"]["TierRule"]["properties"]["keep_within"]
     assert any(alt.get("type") == "string" for alt in rule["anyOf"])
+
+
+def test_every_policy_in_the_docs_validates() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "retention.md").read_text()
+    blocks = re.findall(r"```json\n(.*?)```", text, flags=re.DOTALL)
+    policies = [json.loads(b) for b in blocks if '"expiries"' not in b]
+    assert len(policies) >= 6
+    for doc in policies:
+        assert check_tiers(Policy.from_spec(doc), TIERS) == [], doc

@@ -191,7 +191,7 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
                 (cid, t) in expired for t in names if t != tier and is_good(c, c.copies.get(t))
             ), k
         if KeepReason.NO_GOOD_COPY in k.reasons:
-            assert not any(is_good(c, cp) for cp in c.copies.values()), k
+            assert not any(is_good(c, c.copies.get(t)) for t in names), k
 
     # Plans list copies by tier, then oldest first.
     order = {c.id: (c.step, c.created_at, c.id) for c in snap.checkpoints}

@@ -30,7 +30,7 @@ from tierpoint.retention import (
     TierCopy,
     plan,
 )
-from tierpoint.retention.snapshot import UnknownJob, policy_for_job, take_snapshot
+from tierpoint.retention.snapshot import UnknownJob, dry_run, policy_for_job, take_snapshot
 
 from .builders import TIERS
 
@@ -295,3 +295,31 @@ def test_a_stored_policy_that_does_not_validate_is_refused(session: Session) -> 
 def test_expiry_rule_values_are_stable() -> None:
     # The API and events carry these strings.
     assert [r.value for r in ExpiryRule] == ["not_kept", "max_bytes"]
+
+
+def test_dry_run_plans_with_the_jobs_policy(session: Session) -> None:
+    node = _node(session)
+    own = RetentionPolicy(
+        name=f"own-{uuid.uuid4().hex[:8]}",
+        spec={"kinds": {"local": {"keep_last": 1}}, "durable": {"keep_last": 1}},
+    )
+    session.add(own)
+    session.flush()
+    job = _job(session, policy_id=own.id)
+    everywhere = {"ssd": "restorable", "lustre": "restorable", "s3": "restorable"}
+    verified = {t: [("verified", 8)] for t in everywhere}
+    for step in (10, 20, 30):
+        _checkpoint(session, job, node, step, [8], markers=everywhere, replicas=verified)
+    assigned, p = dry_run(session, job.name, TIERS, NOW)
+    assert assigned.policy_id == own.id
+    assert [(e.step, e.tier) for e in p.expiries] == [
+        (10, "ssd"),
+        (20, "ssd"),
+        (10, "s3"),
+        (20, "s3"),
+    ]
+    assert [(u.tier, u.bytes_now, u.bytes_after) for u in p.usage] == [
+        ("ssd", 24, 8),
+        ("lustre", 24, 24),
+        ("s3", 24, 8),
+    ]

@@ -354,7 +354,7 @@ def _protections(
         and not any(_is_good(c, c.copies.get(u.ref.name)) for u in slower)
     ):
         why.append(KeepReason.AWAITING_DURABLE)
-    if keepers and not any(_is_good(c, cp) for cp in c.copies.values()):
+    if keepers and not any(_is_good(c, c.copies.get(u.ref.name)) for u in tiers):
         why.append(KeepReason.NO_GOOD_COPY)
     return why
 

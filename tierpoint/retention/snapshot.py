@@ -28,7 +28,8 @@ from tierpoint.catalog.models import (
     TierState,
 )
 
-from .models import CheckpointInfo, RetentionSnapshot, TierCopy
+from .models import CheckpointInfo, RetentionPlan, RetentionSnapshot, TierCopy
+from .planner import plan
 from .policy import DEFAULT_POLICY, Policy, TierRef
 
 
@@ -188,3 +189,12 @@ def take_snapshot(
             for c in checkpoints
         ),
     )
+
+
+def dry_run(
+    session: Session, job: str, tiers: Sequence[TierRef], now: datetime
+) -> tuple[AssignedPolicy, RetentionPlan]:
+    """What retention would do to the job now, under the policy that applies to it. From an
+    AsyncSession: `await session.run_sync(dry_run, job, tiers, now)`. Raises UnknownJob."""
+    assigned = policy_for_job(session, job)
+    return assigned, plan(take_snapshot(session, job, tiers, now), assigned.policy, now)

@@ -29,6 +29,12 @@ def is_good(c: CheckpointInfo, copy: TierCopy | None) -> bool:
     return copy.state == TierState.RESTORABLE and copy.verified
 
 
+def expects(c: CheckpointInfo, tier: str) -> bool:
+    """The tier is still to receive the checkpoint, or has it: it did not let it go."""
+    copy = c.copies.get(tier)
+    return copy is None or copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
+
+
 def rule_reasons(
     rule: TierRule, good_here: list[CheckpointInfo], c: CheckpointInfo, now: datetime
 ) -> set[KeepReason]:
@@ -128,7 +134,7 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         # A local copy before its checkpoint is restorable on a more durable tier it is meant for.
         slower = names[i + 1 :]
         targets = promotion_targets(policy, tiers, c.step)
-        if tiers[i].kind is TierKind.LOCAL and any(t in targets for t in slower):
+        if tiers[i].kind is TierKind.LOCAL and any(t in targets and expects(c, t) for t in slower):
             assert any(is_good(c, c.copies.get(t)) for t in slower), e
         # No source of a copy in flight to a tier the checkpoint is meant for.
         in_flight = [t for t in slower if t in c.copies and t in targets]
@@ -180,7 +186,7 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
                 if t in c.copies and t in targets
             ),
             KeepReason.AWAITING_DURABLE: tiers[i].kind is TierKind.LOCAL
-            and any(t in targets for t in slower)
+            and any(t in targets and expects(c, t) for t in slower)
             and not any(is_good(c, c.copies.get(t)) for t in slower),
         }
         for reason, fact in facts.items():

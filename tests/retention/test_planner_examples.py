@@ -353,3 +353,23 @@ def test_pending_markers_on_tiers_a_checkpoint_is_not_meant_for_hold_nothing() -
     )
     p = plan(snap, ISSUE_POLICY, T0 + timedelta(days=1))
     assert kept(p) == ISSUE_OUTCOME
+
+
+def test_a_local_copy_does_not_wait_for_a_tier_that_let_the_checkpoint_go() -> None:
+    """Its shared copy was expired on purpose (here by a quota) and s3 never wanted it: the local
+    copy is not waiting for anything, and the local rules decide."""
+    policy = Policy.from_spec({"tiers": {"ssd": {"keep_last": 1}, "s3": {"promote_every": 2}}})
+    gone = TierCopy(state=TierState.EXPIRED, verified=False, bytes=0)
+    snap = snapshot(
+        checkpoint(1, {"ssd": good(), "lustre": gone}),
+        checkpoint(2, {"ssd": good(), "lustre": good(), "s3": good()}),
+    )
+    p = plan(snap, policy, T0)
+    assert expired(p) == {"ssd": [1]}
+    # While s3 still expects it, the local copy waits.
+    snap = snapshot(
+        checkpoint(2, {"ssd": good(), "lustre": gone, "s3": failed()}),
+        checkpoint(3, {"ssd": good(), "lustre": good()}),
+    )
+    p = plan(snap, policy, T0)
+    assert reasons(p, 2, "ssd") == (KeepReason.AWAITING_DURABLE,)

@@ -350,13 +350,19 @@ def _protections(
         why.append(KeepReason.IN_FLIGHT)
     if (
         t.ref.kind is TierKind.LOCAL
-        and any(u.ref.name in targets for u in slower)
+        and any(u.ref.name in targets and _expects(c, u.ref.name) for u in slower)
         and not any(_is_good(c, c.copies.get(u.ref.name)) for u in slower)
     ):
         why.append(KeepReason.AWAITING_DURABLE)
     if keepers and not any(_is_good(c, c.copies.get(u.ref.name)) for u in tiers):
         why.append(KeepReason.NO_GOOD_COPY)
     return why
+
+
+def _expects(c: CheckpointInfo, tier: str) -> bool:
+    """The tier has not received the checkpoint and let it go again (marker expiring/expired)."""
+    copy = c.copies.get(tier)
+    return copy is None or copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
 
 
 def _notes(snapshot: RetentionSnapshot, policy: Policy) -> tuple[str, ...]:

@@ -245,9 +245,7 @@ def upgrade() -> None:
             name=op.f("fk_shard_checkpoint_id_checkpoint"),
             ondelete="CASCADE",
         ),
-        sa.ForeignKeyConstraint(["node_id"], ["node.id"], name=op.f("fk_shard_node_id_node")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_shard")),
-        sa.UniqueConstraint("checkpoint_id", "ordinal", name="uq_shard_checkpoint_ordinal"),
         sa.UniqueConstraint("checkpoint_id", "path", name="uq_shard_checkpoint_path"),
     )
     op.create_index(

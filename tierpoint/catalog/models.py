@@ -149,10 +149,12 @@ class Shard(Base):
     checksum_algorithm: Mapped[str] = mapped_column(String(16), server_default=text("'crc32c'"))
     # null until the seal stage computes it, when the job did not send one
     checksum: Mapped[str | None] = mapped_column(String(64))
-    node_id: Mapped[str] = mapped_column(ForeignKey("node.id"))
+    # No foreign key to node, and no unique index on (checkpoint_id, ordinal): registration is
+    # the training job's hot path and each costs a per-row check on 1,000s of inserted rows.
+    # Registration checks the nodes and numbers the ordinals itself, in the same transaction.
+    node_id: Mapped[str] = mapped_column(String(128))
 
     __table_args__ = (
-        UniqueConstraint("checkpoint_id", "ordinal", name="uq_shard_checkpoint_ordinal"),
         UniqueConstraint("checkpoint_id", "path", name="uq_shard_checkpoint_path"),
         CheckConstraint("size >= 0", name="size_nonnegative"),
         Index("ix_shard_checkpoint_node_ordinal", "checkpoint_id", "node_id", "ordinal"),

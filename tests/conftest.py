@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +41,7 @@ class Services:
 
 def _docker_reachable() -> bool:
     try:
-        import docker
+        import docker  # type: ignore[import-untyped]
 
         docker.from_env(timeout=2).ping()
         return True
@@ -63,7 +63,7 @@ def _fresh_database(admin_url: str) -> str:
 @pytest.fixture(scope="session")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     root = tmp_path_factory.mktemp("services")
-    stoppers = []
+    stoppers: list[Callable[[], object]] = []
 
     db_url = os.environ.get("TIERPOINT_TEST_DATABASE_URL")
     if not db_url and _docker_reachable():

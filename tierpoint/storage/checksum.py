@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Callable
+from typing import Protocol
 
 import crc32c as _crc32c
 
@@ -22,6 +24,25 @@ def crc32c_update(crc: int, data: bytes | bytearray | memoryview) -> int:
     """CRC of (bytes whose CRC is `crc`) followed by `data`."""
     value: int = _crc32c.crc32c(data, crc)
     return value
+
+
+class _ReadsInto(Protocol):
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
+
+
+def crc32c_of_stream(
+    reader: _ReadsInto, buffer_size: int, progress: Callable[[int], None] | None = None
+) -> tuple[int, int]:
+    """(size, crc32c) of everything `reader` yields, through one reused buffer."""
+    buf = memoryview(bytearray(buffer_size))
+    crc = 0
+    total = 0
+    while n := reader.readinto(buf):
+        crc = crc32c_update(crc, buf[:n])
+        total += n
+        if progress is not None:
+            progress(total)
+    return total, crc
 
 
 def crc32c_of(data: bytes | bytearray | memoryview) -> int:

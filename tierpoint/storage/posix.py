@@ -37,7 +37,12 @@ from tierpoint.storage.base import (
     SourceSizeMismatch,
     VerifyResult,
 )
-from tierpoint.storage.checksum import crc32c_hex, crc32c_update, parse_crc32c
+from tierpoint.storage.checksum import (
+    crc32c_hex,
+    crc32c_of_stream,
+    crc32c_update,
+    parse_crc32c,
+)
 from tierpoint.storage.paths import (
     PARTIAL_SUFFIX,
     UnsafePath,
@@ -294,18 +299,7 @@ class PosixStore:
             with contextlib.suppress(OSError):
                 os.fsync(fd)
             _drop_cache(fd)
-            buf = memoryview(bytearray(self.buffer_size))
-            crc = 0
-            total = 0
-            while True:
-                n = reader.readinto(buf)
-                if not n:
-                    break
-                crc = crc32c_update(crc, buf[:n])
-                total += n
-                if progress is not None:
-                    progress(total)
-        return total, crc
+            return crc32c_of_stream(reader, self.buffer_size, progress)
 
     def checksum(
         self, ref: ShardRef, progress: Callable[[int], None] | None = None

@@ -40,8 +40,8 @@ from tierpoint.storage.checksum import (
     crc32c_from_base64,
     crc32c_hex,
     crc32c_of,
+    crc32c_of_stream,
     crc32c_to_base64,
-    crc32c_update,
     parse_crc32c,
 )
 from tierpoint.storage.paths import checkpoint_parts
@@ -265,19 +265,8 @@ class S3Store:
         return None if head is None else int(head["ContentLength"])
 
     def _read_crc(self, ref: ShardRef, progress: Callable[[int], None] | None) -> tuple[int, int]:
-        buf = memoryview(bytearray(READ_BUFFER_SIZE))
-        crc = 0
-        total = 0
         with S3Reader(self.client, self.bucket, self.key(ref), 0, self.limiter) as reader:
-            while True:
-                n = reader.readinto(buf)
-                if not n:
-                    break
-                crc = crc32c_update(crc, buf[:n])
-                total += n
-                if progress is not None:
-                    progress(total)
-        return total, crc
+            return crc32c_of_stream(reader, READ_BUFFER_SIZE, progress)
 
     def checksum(
         self, ref: ShardRef, progress: Callable[[int], None] | None = None

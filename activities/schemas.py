@@ -86,3 +86,86 @@ class PromoteResult(BaseModel):
     tier: str
     state: str
     reason: str | None = None
+
+
+# ------------------------------------------------------------------ retention
+
+RETENTION_PLAN = "retention.plan"
+RETENTION_BEGIN = "retention.begin_expiry"
+RETENTION_DELETE = "retention.delete_copy"
+RETENTION_FINISH = "retention.finish_expiry"
+RETENTION_REQUEST = "retention.request"
+RETENTION_LIST_JOBS = "retention.list_jobs"
+RETENTION_REQUEST_MANY = "retention.request_many"
+
+# Expiries one plan activity hands to the workflow; the workflow plans again for the rest.
+EXPIRIES_PER_ROUND = 200
+
+
+class RetentionPlanInput(BaseModel):
+    job: str
+    limit: int = EXPIRIES_PER_ROUND
+
+
+class ExpiryTask(BaseModel):
+    checkpoint_id: int
+    step: int
+    tier: str
+    kind: TierKind
+    bytes: int
+    # not_kept / max_bytes; None: an expiry an earlier run began (marker already `expiring`)
+    rule: str | None = None
+    # local tiers: the nodes whose local root may hold the copy (deleted on each node's queue)
+    nodes: list[str] = Field(default_factory=list)
+
+
+class RetentionPlanResult(BaseModel):
+    tasks: list[ExpiryTask] = Field(default_factory=list)
+    more: bool = False
+    policy: str = ""
+
+
+class ExpiryInput(BaseModel):
+    job: str
+    checkpoint_id: int
+    tier: str
+
+
+class BeginResult(BaseModel):
+    # expiring: delete the bytes now; expired: already done; skipped: must not expire now
+    state: str
+    rule: str | None = None
+    reason: str | None = None
+
+
+class DeleteInput(BaseModel):
+    job: str
+    checkpoint_id: int
+    step: int
+    tier: str
+    node: str | None = None  # local tiers: the node whose copy this deletes
+
+
+class FinishResult(BaseModel):
+    state: str
+
+
+class RequestInput(BaseModel):
+    job: str
+    reason: str
+
+
+class RequestManyInput(BaseModel):
+    jobs: list[str]
+    reason: str
+
+
+class ListJobsInput(BaseModel):
+    after: str | None = None
+    limit: int = 1000
+
+
+class JobPage(BaseModel):
+    jobs: list[str] = Field(default_factory=list)
+    # name to continue after, None on the last page
+    next_after: str | None = None

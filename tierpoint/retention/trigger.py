@@ -4,13 +4,29 @@ time and requests that arrive while it runs coalesce into one more pass."""
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
+
 from pydantic import BaseModel
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
 
 from tierpoint.config import SHARED_TASK_QUEUE
 
 RETENTION_WORKFLOW = "JobRetention"
 REQUEST_SIGNAL = "request"
+SWEEP_WORKFLOW = "RetentionSweep"
+SWEEP_SCHEDULE_ID = "tierpoint.retention-sweep"
 
 
 class RetentionInput(BaseModel):
@@ -41,3 +57,41 @@ async def request_retention(client: Client, job: str, reason: str) -> None:
         start_signal=REQUEST_SIGNAL,
         start_signal_args=[RetentionRequest(reason=reason)],
     )
+
+
+def _sweep_schedule(interval: timedelta) -> Schedule:
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            SWEEP_WORKFLOW,
+            id=f"{SWEEP_SCHEDULE_ID}/run",
+            task_queue=SHARED_TASK_QUEUE,
+            execution_timeout=max(interval, timedelta(minutes=30)),
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)]),
+        # A sweep still running when the next is due makes the next one pointless.
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+
+
+async def ensure_sweep_schedule(client: Client, interval: timedelta) -> None:
+    """Create the `tierpoint.retention-sweep` schedule, or bring an existing one's action, interval
+    and overlap policy up to date (keeping its state, e.g. paused by an operator). Safe to call
+    from every shared worker at every start."""
+    wanted = _sweep_schedule(interval)
+    try:
+        await client.create_schedule(SWEEP_SCHEDULE_ID, wanted)
+        return
+    except ScheduleAlreadyRunningError:
+        pass
+
+    def update(current: ScheduleUpdateInput) -> ScheduleUpdate | None:
+        have = current.description.schedule
+        if have.spec.intervals == wanted.spec.intervals and have.policy == wanted.policy:
+            return None
+        return ScheduleUpdate(
+            schedule=dataclasses.replace(
+                have, action=wanted.action, spec=wanted.spec, policy=wanted.policy
+            )
+        )
+
+    await client.get_schedule_handle(SWEEP_SCHEDULE_ID).update(update)

@@ -1,0 +1,194 @@
+"""Retention activities: plan the job's expiries, and run each one as begin (marker -> expiring,
+committed) -> delete the bytes (local tiers on their node's queue) -> finish (-> expired).
+
+Catalog and storage activities are sync (they run in the worker's thread pool); the ones that ask
+Temporal for a retention run are async. Every one may run twice with the same outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from tierpoint import logs
+from tierpoint.catalog import expiry_repo as repo
+from tierpoint.catalog.models import TierState
+from tierpoint.config import Settings, TierKind
+from tierpoint.retention.policy import tier_refs
+from tierpoint.retention.snapshot import UnknownJob
+from tierpoint.retention.trigger import request_retention
+
+from .schemas import (
+    RETENTION_BEGIN,
+    RETENTION_DELETE,
+    RETENTION_FINISH,
+    RETENTION_LIST_JOBS,
+    RETENTION_PLAN,
+    RETENTION_REQUEST,
+    RETENTION_REQUEST_MANY,
+    BeginResult,
+    DeleteInput,
+    ExpiryInput,
+    ExpiryTask,
+    FinishResult,
+    JobPage,
+    ListJobsInput,
+    RequestInput,
+    RequestManyInput,
+    RetentionPlanInput,
+    RetentionPlanResult,
+)
+from .stores import Stores
+
+log = logs.get(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _policy_error(job: str, exc: ValidationError) -> ApplicationError:
+    # Retention must not act on a policy it cannot read; retrying will not fix the document.
+    return ApplicationError(
+        f"the retention policy of job {job!r} does not validate: {exc}",
+        type="InvalidPolicy",
+        non_retryable=True,
+    )
+
+
+class RetentionActivities:
+    """Built once per worker. `node` is the node this worker serves (None: the shared worker);
+    deleting a local copy is refused on any other worker. `client` is needed only by the
+    activities that request retention runs."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        settings: Settings,
+        stores: Stores,
+        client: Client | None = None,
+        node: str | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._settings = settings
+        self._stores = stores
+        self._client = client
+        self._node = node
+
+    # ---------------------------------------------------------------- plan
+
+    @activity.defn(name=RETENTION_PLAN)
+    def plan(self, inp: RetentionPlanInput) -> RetentionPlanResult:
+        tiers = tier_refs(self._settings.tiers)
+        try:
+            with self._sessions.begin() as s:
+                batch = repo.plan_expiries(s, inp.job, tiers, _now(), inp.limit)
+        except UnknownJob:
+            return RetentionPlanResult()
+        except ValidationError as exc:
+            raise _policy_error(inp.job, exc) from exc
+        return RetentionPlanResult(
+            tasks=[
+                ExpiryTask(
+                    checkpoint_id=t.checkpoint_id,
+                    step=t.step,
+                    tier=t.tier,
+                    kind=t.kind,
+                    bytes=t.bytes,
+                    rule=t.rule,
+                    nodes=list(t.nodes),
+                )
+                for t in batch.tasks
+            ],
+            more=batch.more,
+            policy=batch.policy,
+        )
+
+    # ---------------------------------------------------------------- begin
+
+    @activity.defn(name=RETENTION_BEGIN)
+    def begin_expiry(self, inp: ExpiryInput) -> BeginResult:
+        tiers = tier_refs(self._settings.tiers)
+        try:
+            with self._sessions.begin() as s:
+                out = repo.begin_expiry(s, inp.job, inp.checkpoint_id, inp.tier, tiers, _now())
+        except UnknownJob:
+            return BeginResult(state="skipped", reason=f"job {inp.job!r} is gone")
+        except ValidationError as exc:
+            raise _policy_error(inp.job, exc) from exc
+        if out.state == "skipped":
+            log.info(
+                "expiry skipped",
+                job=inp.job,
+                checkpoint_id=inp.checkpoint_id,
+                tier=inp.tier,
+                reason=out.reason,
+            )
+        return BeginResult(state=out.state, rule=out.rule, reason=out.reason)
+
+    # ---------------------------------------------------------------- delete
+
+    @activity.defn(name=RETENTION_DELETE)
+    def delete_copy(self, inp: DeleteInput) -> None:
+        tier = self._stores.tier(inp.tier)
+        if tier.kind is TierKind.LOCAL and (inp.node is None or inp.node != self._node):
+            raise ApplicationError(
+                f"the copy on tier {tier.name} of node {inp.node} is not reachable from worker "
+                f"{self._node or 'shared'}",
+                type="WrongNode",
+                non_retryable=True,
+            )
+        # Invariant 3, checked where the bytes go: only a copy that no reader is sent to any more.
+        with self._sessions.begin() as s:
+            state = repo.marker_state(s, inp.checkpoint_id, inp.tier)
+        if state not in (TierState.EXPIRING.value, TierState.EXPIRED.value):
+            raise ApplicationError(
+                f"refusing to delete checkpoint {inp.checkpoint_id} on {inp.tier}: its marker is "
+                f"{state or 'missing'}, not expiring",
+                type="NotExpiring",
+                non_retryable=True,
+            )
+        store = self._stores.get(tier, inp.node)
+        store.delete_checkpoint(inp.job, inp.step)
+        log.info("copy deleted", job=inp.job, step=inp.step, tier=inp.tier, node=inp.node)
+
+    # ---------------------------------------------------------------- finish
+
+    @activity.defn(name=RETENTION_FINISH)
+    def finish_expiry(self, inp: ExpiryInput) -> FinishResult:
+        with self._sessions.begin() as s:
+            state = repo.finish_expiry(s, inp.checkpoint_id, inp.tier)
+        return FinishResult(state=state)
+
+    # ---------------------------------------------------------------- triggers
+
+    def _need_client(self) -> Client:
+        if self._client is None:
+            raise ApplicationError("this worker has no Temporal client", non_retryable=True)
+        return self._client
+
+    @activity.defn(name=RETENTION_REQUEST)
+    async def request(self, inp: RequestInput) -> None:
+        await request_retention(self._need_client(), inp.job, inp.reason)
+
+    @activity.defn(name=RETENTION_REQUEST_MANY)
+    async def request_many(self, inp: RequestManyInput) -> None:
+        client = self._need_client()
+        for n, job in enumerate(inp.jobs):
+            await request_retention(client, job, inp.reason)
+            activity.heartbeat(n)
+
+    @activity.defn(name=RETENTION_LIST_JOBS)
+    async def list_jobs(self, inp: ListJobsInput) -> JobPage:
+        def page() -> list[str]:
+            with self._sessions.begin() as s:
+                return repo.job_names(s, inp.after, inp.limit)
+
+        jobs = await asyncio.to_thread(page)
+        return JobPage(jobs=jobs, next_after=jobs[-1] if len(jobs) == inp.limit else None)

@@ -1,0 +1,284 @@
+"""Catalog side of executing retention: what to expire now, and the marker/replica transitions of
+one expiry (restorable -> expiring, committed before any byte is deleted; expiring -> expired after
+the bytes are gone).
+
+Every function runs in the caller's transaction and is idempotent. `begin_expiry` decides again,
+under row locks, with the same pure planner the dry run uses: a snapshot taken earlier (the plan
+activity's) may be stale by then (a pin, a lease, a quarantine, a failed promotion elsewhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from tierpoint.config import TierKind
+from tierpoint.retention.models import RetentionPlan
+from tierpoint.retention.planner import plan
+from tierpoint.retention.policy import TierRef
+from tierpoint.retention.snapshot import policy_for_job, take_snapshot
+
+from .events import EventKind, record
+from .models import (
+    Checkpoint,
+    CheckpointTier,
+    Event,
+    Job,
+    Node,
+    Replica,
+    ReplicaState,
+    Shard,
+    TierState,
+)
+
+ACTOR = "retention"
+# The rule recorded for an expiry that an earlier run began and did not finish, when its
+# `expiring` event cannot be found.
+UNFINISHED_RULE = "unfinished"
+
+
+@dataclass(frozen=True)
+class ExpiryTask:
+    checkpoint_id: int
+    step: int
+    tier: str
+    kind: TierKind
+    bytes: int
+    # `not_kept` / `max_bytes` for a planned expiry; None for one already `expiring` (unfinished)
+    rule: str | None
+    # nodes whose local root may hold bytes of this copy (local tiers only; lost nodes left out)
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExpiryBatch:
+    tasks: list[ExpiryTask]
+    # the plan held more than `limit` tasks: another round follows
+    more: bool
+    policy: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BeginOutcome:
+    # expiring: bytes may be deleted now; expired: nothing left to do; skipped: must not expire
+    state: Literal["expiring", "expired", "skipped"]
+    rule: str | None = None
+    reason: str | None = None
+
+
+def _local_nodes(session: Session, checkpoint_id: int, tier: str) -> tuple[str, ...]:
+    """Nodes that may hold the copy: the shards' nodes and any node a replica names, except nodes
+    declared lost (their bytes are unreachable; their replicas are `lost` already)."""
+    shard_nodes = select(Shard.node_id).where(Shard.checkpoint_id == checkpoint_id)
+    replica_nodes = select(Replica.node_id).where(
+        Replica.checkpoint_id == checkpoint_id,
+        Replica.tier == tier,
+        Replica.node_id.is_not(None),
+    )
+    candidates = set(session.scalars(shard_nodes.union(replica_nodes)))
+    lost = set(
+        session.scalars(select(Node.id).where(Node.id.in_(candidates), Node.lost_at.is_not(None)))
+    )
+    return tuple(sorted(n for n in candidates - lost if n is not None))
+
+
+def job_plan(session: Session, job: str, tiers: Sequence[TierRef], now: datetime) -> RetentionPlan:
+    """The job's plan now, under its policy (raises UnknownJob, or ValidationError for a stored
+    policy that does not validate: retention must not run on a policy it cannot read)."""
+    assigned = policy_for_job(session, job)
+    return plan(take_snapshot(session, job, tiers, now), assigned.policy, now)
+
+
+def plan_expiries(
+    session: Session, job: str, tiers: Sequence[TierRef], now: datetime, limit: int
+) -> ExpiryBatch:
+    """At most `limit` expiries to run now: unfinished ones (`expiring`, an earlier run began
+    them) first, then the plan's, in plan order (fastest tier first, oldest step first)."""
+    assigned = policy_for_job(session, job)
+    result = plan(take_snapshot(session, job, tiers, now), assigned.policy, now)
+    kinds = {t.name: t.kind for t in tiers}
+    wanted: list[tuple[int, int, str, int, str | None]] = [
+        (u.checkpoint_id, u.step, u.tier, u.bytes, None) for u in result.unfinished
+    ] + [(e.checkpoint_id, e.step, e.tier, e.bytes, e.rule.value) for e in result.expiries]
+    tasks = [
+        ExpiryTask(
+            checkpoint_id=cid,
+            step=step,
+            tier=tier,
+            kind=kinds[tier],
+            bytes=nbytes,
+            rule=rule,
+            nodes=_local_nodes(session, cid, tier) if kinds[tier] is TierKind.LOCAL else (),
+        )
+        for cid, step, tier, nbytes, rule in wanted[:limit]
+    ]
+    return ExpiryBatch(
+        tasks=tasks,
+        more=len(wanted) > limit,
+        policy=f"{assigned.name} v{assigned.version} ({assigned.source})",
+        notes=list(result.notes),
+    )
+
+
+def _lock(session: Session, checkpoint_id: int) -> dict[str, str] | None:
+    """Lock the checkpoint row and all its markers, in this order, until commit. The row lock
+    serialises with pins and with lease inserts (their foreign key check takes KEY SHARE on the
+    row); the marker locks with promotions and quarantines of other tiers, which the re-check
+    reads. Returns the markers' states, or None if the checkpoint is gone."""
+    found = session.scalar(
+        select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update()
+    )
+    if found is None:
+        return None
+    rows = session.execute(
+        select(CheckpointTier.tier, CheckpointTier.state)
+        .where(CheckpointTier.checkpoint_id == checkpoint_id)
+        .order_by(CheckpointTier.tier)
+        .with_for_update()
+    )
+    return {t: s for t, s in rows}
+
+
+def begin_expiry(
+    session: Session,
+    job: str,
+    checkpoint_id: int,
+    tier: str,
+    tiers: Sequence[TierRef],
+    now: datetime,
+) -> BeginOutcome:
+    """Flip the copy's marker and replicas to `expiring` if retention still wants it gone, judged
+    now under locks by the planner over a fresh snapshot. The caller commits before it deletes a
+    byte (invariant 3). An `expiring` marker is an expiry begun earlier: it is continued, never
+    turned back."""
+    states = _lock(session, checkpoint_id)
+    if states is None:
+        return BeginOutcome("skipped", reason=f"checkpoint {checkpoint_id} is gone")
+    state = states.get(tier)
+    if state == TierState.EXPIRING.value:
+        return BeginOutcome("expiring", rule=_begun_rule(session, checkpoint_id, tier))
+    if state == TierState.EXPIRED.value:
+        return BeginOutcome("expired")
+    if state != TierState.RESTORABLE.value:
+        return BeginOutcome("skipped", reason=f"the marker on {tier!r} is {state or 'missing'}")
+
+    fresh = job_plan(session, job, tiers, now)
+    expiry = next(
+        (e for e in fresh.expiries if e.checkpoint_id == checkpoint_id and e.tier == tier), None
+    )
+    if expiry is None:
+        keep = next(
+            (k for k in fresh.keeps if k.checkpoint_id == checkpoint_id and k.tier == tier), None
+        )
+        why = ", ".join(keep.reasons) if keep is not None else "not planned any more"
+        return BeginOutcome("skipped", reason=f"kept now: {why}")
+
+    job_id = session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
+    session.execute(
+        update(CheckpointTier)
+        .where(
+            CheckpointTier.checkpoint_id == checkpoint_id,
+            CheckpointTier.tier == tier,
+            CheckpointTier.state == TierState.RESTORABLE.value,
+        )
+        .values(
+            state=TierState.EXPIRING.value,
+            reason=f"{expiry.rule.value}: {expiry.reason}",
+            updated_at=func.now(),
+        )
+    )
+    session.execute(
+        update(Replica)
+        .where(
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier == tier,
+            Replica.state != ReplicaState.EXPIRED.value,
+        )
+        .values(state=ReplicaState.EXPIRING.value, updated_at=func.now())
+    )
+    record(
+        session,
+        EventKind.EXPIRING,
+        checkpoint_id=checkpoint_id,
+        job_id=job_id,
+        tier=tier,
+        actor=ACTOR,
+        detail={"rule": expiry.rule.value, "reason": expiry.reason, "bytes": expiry.bytes},
+    )
+    return BeginOutcome("expiring", rule=expiry.rule.value, reason=expiry.reason)
+
+
+def marker_state(session: Session, checkpoint_id: int, tier: str) -> str | None:
+    return session.scalar(
+        select(CheckpointTier.state).where(
+            CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier
+        )
+    )
+
+
+def _begun_rule(session: Session, checkpoint_id: int, tier: str) -> str:
+    """The rule recorded when the expiry began (its `expiring` event)."""
+    detail = session.scalar(
+        select(Event.detail)
+        .where(
+            Event.checkpoint_id == checkpoint_id,
+            Event.tier == tier,
+            Event.kind == EventKind.EXPIRING.value,
+        )
+        .order_by(Event.id.desc())
+        .limit(1)
+    )
+    rule = detail.get("rule") if detail else None
+    return rule if isinstance(rule, str) else UNFINISHED_RULE
+
+
+def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
+    """After the bytes are deleted: replicas then marker -> `expired`, event `expired` with the
+    rule. Returns the marker's state afterwards (`expired`, or what it was if it was not
+    `expiring`: nothing is changed then)."""
+    states = _lock(session, checkpoint_id)
+    if states is None:
+        return "gone"
+    state = states.get(tier)
+    if state != TierState.EXPIRING.value:
+        return state or "missing"
+    session.execute(
+        update(Replica)
+        .where(
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier == tier,
+            Replica.state != ReplicaState.EXPIRED.value,
+        )
+        .values(state=ReplicaState.EXPIRED.value, updated_at=func.now())
+    )
+    rule = _begun_rule(session, checkpoint_id, tier)
+    session.execute(
+        update(CheckpointTier)
+        .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+        .values(state=TierState.EXPIRED.value, updated_at=func.now())
+    )
+    job_id = session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
+    record(
+        session,
+        EventKind.EXPIRED,
+        checkpoint_id=checkpoint_id,
+        job_id=job_id,
+        tier=tier,
+        actor=ACTOR,
+        detail={"rule": rule},
+    )
+    return TierState.EXPIRED.value
+
+
+def job_names(session: Session, after: str | None, limit: int) -> list[str]:
+    """Jobs in name order after `after` (keyset paging for the sweep)."""
+    stmt = select(Job.name).order_by(Job.name).limit(limit)
+    if after is not None:
+        stmt = stmt.where(Job.name > after)
+    return list(session.scalars(stmt))

@@ -14,15 +14,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import groupby
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from tierpoint import logs
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import ReplicaState
 from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.retention.policy import promotion_targets, tier_refs
+from tierpoint.retention.snapshot import policy_for_job
 from tierpoint.storage.base import (
     ShardRef,
     TierStore,
@@ -49,6 +53,8 @@ from .schemas import (
     SealInput,
 )
 from .stores import Stores
+
+log = logs.get(__name__)
 
 # Beyond this many batches in a stage (one node has at least one batch, so this is about the
 # number of nodes), the stage runs in child workflows of this many batches each.
@@ -136,7 +142,11 @@ class LifecycleActivities:
                 raise ApplicationError(
                     "no tiers are configured", type="NoTiers", non_retryable=True
                 )
+            tiers = self._targets(s, head)
             repo.ensure_markers(s, head, [t.name for t in tiers])
+            repo.drop_skipped_markers(
+                s, head, [t.name for t in self._settings.tiers if t not in tiers]
+            )
             ordinals = repo.shard_ordinals_by_node(s, head.id)
         size = batch_size(self._settings, len(ordinals))
         return Plan(
@@ -149,6 +159,19 @@ class LifecycleActivities:
             batches=make_batches(ordinals, size),
             batches_per_child=BATCHES_PER_CHILD,
         )
+
+    def _targets(self, session: Session, head: repo.CheckpointHead) -> list[TierConfig]:
+        """The tiers the job's retention policy sends this checkpoint to (`promote_every`, by step
+        multiple); each copies from the previous one in this list. A policy that does not
+        validate sends it everywhere: an extra copy is safe, a missing one is not."""
+        tiers = self._settings.tiers
+        try:
+            policy = policy_for_job(session, head.job).policy
+        except ValidationError:
+            log.warning("unreadable retention policy: copying to every tier", job=head.job)
+            return list(tiers)
+        targets = set(promotion_targets(policy, tier_refs(tiers), head.step))
+        return [t for t in tiers if t.name in targets]
 
     # ---------------------------------------------------------------- seal
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
@@ -100,6 +101,9 @@ class Settings(BaseSettings):
     # Catalog progress writes per replica at most this often.
     progress_interval_seconds: float = 1.0
     reconcile_interval_seconds: float = 10.0
+    # How often the retention sweep schedule requests a retention run for every job (time-based
+    # rules such as keep_within change their answer without any promotion).
+    retention_sweep_interval: timedelta = timedelta(minutes=10)
     log_json: bool = False
     log_level: str = "INFO"
 

@@ -1,5 +1,6 @@
-"""Temporal workers: one per node (its local tier) and the shared one (workflows, shared and S3
-tiers, and the reconciler that starts lifecycles nobody started)."""
+"""Temporal workers: one per node (its local tier: seal, copy, delete expired local copies) and the
+shared one (workflows, shared and S3 tiers, retention, the reconciler that starts lifecycles nobody
+started, and the retention sweep schedule)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.lifecycle import LifecycleActivities
+from activities.retention import RetentionActivities
 from activities.stores import Stores
 from tierpoint import logs, metrics_worker
 from tierpoint.catalog import lifecycle_repo as repo
@@ -24,7 +26,9 @@ from tierpoint.catalog.migrate import check_schema
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.config import SHARED_TASK_QUEUE, Settings, TierKind, node_task_queue
 from tierpoint.lifecycle import LifecycleInput, start_lifecycle
+from tierpoint.retention.trigger import ensure_sweep_schedule
 from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
+from workflows.retention import JobRetention, RetentionSweep
 
 log = logs.get(__name__)
 
@@ -114,11 +118,12 @@ async def run_workers(
         periodic: list[Callable[[], Awaitable[None]]] = []
         for node in nodes:
             acts = LifecycleActivities(sessions, settings, stores, node=node)
+            expiry = RetentionActivities(sessions, settings, stores, node=node)
             workers.append(
                 Worker(
                     client,
                     task_queue=node_task_queue(node),
-                    activities=[acts.seal_batch, acts.copy_batch],
+                    activities=[acts.seal_batch, acts.copy_batch, expiry.delete_copy],
                     activity_executor=executor,
                     max_concurrent_activities=ACTIVITY_THREADS,
                     graceful_shutdown_timeout=graceful_shutdown,
@@ -135,12 +140,31 @@ async def run_workers(
             periodic.append(functools.partial(asyncio.to_thread, report_in))
         if shared:
             acts = LifecycleActivities(sessions, settings, stores)
+            retention = RetentionActivities(sessions, settings, stores, client=client)
+            # Periodic retention for time-based rules; idempotent, so every shared worker does it.
+            await ensure_sweep_schedule(client, settings.retention_sweep_interval)
             workers.append(
                 Worker(
                     client,
                     task_queue=SHARED_TASK_QUEUE,
-                    workflows=[CheckpointLifecycle, CheckpointLifecycleStage],
-                    activities=[acts.plan, acts.promote, acts.copy_batch],
+                    workflows=[
+                        CheckpointLifecycle,
+                        CheckpointLifecycleStage,
+                        JobRetention,
+                        RetentionSweep,
+                    ],
+                    activities=[
+                        acts.plan,
+                        acts.promote,
+                        acts.copy_batch,
+                        retention.plan,
+                        retention.begin_expiry,
+                        retention.delete_copy,
+                        retention.finish_expiry,
+                        retention.request,
+                        retention.request_many,
+                        retention.list_jobs,
+                    ],
                     activity_executor=executor,
                     max_concurrent_activities=ACTIVITY_THREADS,
                     graceful_shutdown_timeout=graceful_shutdown,

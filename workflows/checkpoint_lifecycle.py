@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         COPY_BATCH,
         PLAN,
         PROMOTE,
+        RETENTION_REQUEST,
         SEAL_BATCH,
         Batch,
         BatchResult,
@@ -31,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         PlanTier,
         PromoteInput,
         PromoteResult,
+        RequestInput,
         SealInput,
     )
     from tierpoint.config import SHARED_TASK_QUEUE, TierKind, node_task_queue
@@ -44,6 +46,15 @@ with workflow.unsafe.imports_passed_through():
     )
 
 STAGE_WORKFLOW = "CheckpointLifecycleStage"
+# Histories recorded before the lifecycle asked for retention runs replay without those activities.
+RETENTION_PATCH = "request-retention-after-promote"
+# Asking for a retention run is best effort: the periodic sweep asks again.
+REQUEST_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+)
 
 # Catalog-only activities: short, retried for as long as the catalog is down.
 CATALOG_TIMEOUT = timedelta(minutes=2)
@@ -272,6 +283,24 @@ class CheckpointLifecycle:
         )
         if res.state == "restorable":
             self._status.tiers_done.append(tier.name)
+            if workflow.patched(RETENTION_PATCH):
+                await self._request_retention(plan, tier)
         else:
             self._status.tiers_failed.append(tier.name)
         return TierOutcome(tier=res.tier, state=res.state, reason=res.reason)
+
+    async def _request_retention(self, plan: Plan, tier: PlanTier) -> None:
+        """A new restorable copy can let older copies go (a local copy waits for a durable one;
+        keep_last counts restorable copies): ask for the job's retention run. Requests coalesce
+        in the job's one JobRetention workflow, so one per promotion is cheap."""
+        try:
+            await workflow.execute_activity(
+                RETENTION_REQUEST,
+                RequestInput(job=plan.job, reason=f"step {plan.step} restorable on {tier.name}"),
+                task_queue=SHARED_TASK_QUEUE,
+                start_to_close_timeout=CATALOG_TIMEOUT,
+                retry_policy=REQUEST_RETRY,
+            )
+        except ActivityError:
+            # The checkpoint is safe either way; only cleanup waits for the next sweep.
+            workflow.logger.warning("could not request retention for job %s", plan.job)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, case, func, select, update
+from sqlalchemy import Table, and_, bindparam, case, delete, exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, aliased
 
@@ -119,6 +119,21 @@ def ensure_markers(session: Session, head: CheckpointHead, tiers: Sequence[str])
         ]
     )
     session.execute(stmt.on_conflict_do_nothing(index_elements=["checkpoint_id", "tier"]))
+
+
+def drop_skipped_markers(session: Session, head: CheckpointHead, skipped: Sequence[str]) -> None:
+    """Tiers the retention policy does not send this checkpoint to (promote_every) get no marker:
+    remove the `pending` ones registration created, unless a copy was started there already."""
+    if not skipped:
+        return
+    session.execute(
+        delete(CheckpointTier).where(
+            CheckpointTier.checkpoint_id == head.id,
+            CheckpointTier.tier.in_(skipped),
+            CheckpointTier.state == TierState.PENDING.value,
+            ~exists().where(Replica.checkpoint_id == head.id, Replica.tier == CheckpointTier.tier),
+        )
+    )
 
 
 def batch_shards(

@@ -101,6 +101,48 @@ class NotReady(TierpointError):
     title = "Service not ready"
 
 
+class InvalidPolicy(TierpointError):
+    code = "invalid_policy"
+    status = 422
+    title = "Invalid retention policy"
+
+
+class PolicyNotFound(TierpointError):
+    code = "policy_not_found"
+    status = 404
+    title = "Retention policy not found"
+
+
+class PolicyExists(TierpointError):
+    code = "policy_exists"
+    status = 409
+    title = "A retention policy with this name exists"
+
+
+class PolicyInUse(TierpointError):
+    code = "policy_in_use"
+    status = 409
+    title = "Retention policy in use"
+
+
+class NotLeasable(TierpointError):
+    code = "not_leasable"
+    status = 409
+    title = "Checkpoint cannot be leased"
+
+
+class LeaseNotFound(TierpointError):
+    code = "lease_not_found"
+    status = 404
+    title = "Restore lease not found"
+
+
+class LeaseEnded(TierpointError):
+    code = "lease_ended"
+    status = 409
+    title = "Restore lease already released or expired"
+
+
 ALL_ERRORS: tuple[type[TierpointError], ...] = (
     InvalidManifest,
     InvalidJobName,
@@ -114,4 +156,11 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     JobNotFound,
     NoRestorableCheckpoint,
     NotReady,
+    InvalidPolicy,
+    PolicyNotFound,
+    PolicyExists,
+    PolicyInUse,
+    NotLeasable,
+    LeaseNotFound,
+    LeaseEnded,
 )

@@ -10,16 +10,18 @@ from pydantic import ValidationError
 from api.deps import ApiState, JobName, SessionDep, StateDep
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
+from api.routers.retention import Actor
 from api.schemas.checkpoints import (
     Checkpoint,
     CheckpointDetail,
     CheckpointPage,
-    LatestRestorable,
     RegisterCheckpoint,
 )
+from api.schemas.leases import LatestWithLease
 from tierpoint import logs
 from tierpoint.catalog import checkpoint_queries as queries
 from tierpoint.catalog import registration
+from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
 from tierpoint.catalog.models import TierState
 from tierpoint.errors import UnknownTier
 from tierpoint.lifecycle import LifecycleInput, start_lifecycle
@@ -146,7 +148,7 @@ async def register_checkpoint(
 
 @router.get(
     "/{job:path}/checkpoints/latest",
-    response_model=LatestRestorable,
+    response_model=LatestWithLease,
     responses=problem_responses(404, 422),
     summary="Latest restorable checkpoint and restore plan",
 )
@@ -154,6 +156,7 @@ async def latest_restorable(
     job: JobName,
     session: SessionDep,
     state: StateDep,
+    actor: Actor,
     tier: Annotated[str | None, Query(description="Only restore from this tier.")] = None,
     node: Annotated[
         str | None,
@@ -164,15 +167,36 @@ async def latest_restorable(
             pattern=r"^[^\x00-\x1f\x7f]+$",
         ),
     ] = None,
-) -> LatestRestorable:
+    lease_ttl: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_LEASE_SECONDS,
+            description="Also take a restore lease of this many seconds on the chosen checkpoint, "
+            "atomically with the answer (returned as `lease`).",
+        ),
+    ] = None,
+    holder: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=256,
+            pattern=r"^[^\x00-\x1f\x7f]+$",
+            description="Holder recorded on the lease (with lease_ttl).",
+        ),
+    ] = None,
+) -> LatestWithLease:
     """The highest step the caller can restore, with the fastest verified source of each shard,
     and for every newer step why it was not chosen. 404 (`no_restorable_checkpoint`, with the
     same `skipped` list) when there is none."""
     _tier(state, tier)
+    lease = queries.LeaseRequest(lease_ttl, holder, actor) if lease_ttl is not None else None
     result = await queries.latest_restorable(
-        session, job, state.settings.tiers, tier=tier, node=node
+        session, job, state.settings.tiers, tier=tier, node=node, lease=lease
     )
-    return LatestRestorable.model_validate(result)
+    if lease is not None:
+        await session.commit()
+    return LatestWithLease.model_validate(result)
 
 
 @router.get(

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import and_, case, exists, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from tierpoint.catalog.leases_repo import LeaseView, insert_lease
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,
@@ -121,12 +122,20 @@ class SkippedStep:
 
 
 @dataclass
+class LeaseRequest:
+    ttl_seconds: int
+    holder: str | None
+    actor: str
+
+
+@dataclass
 class LatestRestorable:
     job: str
     step: int
     checkpoint: CheckpointView
     plan: list[PlanEntry]
     skipped: list[SkippedStep]
+    lease: LeaseView | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -659,10 +668,15 @@ async def latest_restorable(
     tier: str | None = None,
     node: str | None = None,
     skipped_limit: int = SKIPPED_LIMIT,
+    lease: LeaseRequest | None = None,
 ) -> LatestRestorable:
     """The highest step the caller can restore, with a plan, and why each newer step was not
     chosen. `tiers` is the configured tier list (fastest first); `tier` restricts the sources
-    (the caller validated it); node-local copies count only when `node` is given."""
+    (the caller validated it); node-local copies count only when `node` is given.
+
+    With `lease`, the chosen checkpoint's row is locked before its plan is read and a restore lease
+    is inserted in the same transaction (the caller commits): retention locks the row too before
+    it flips a marker to `expiring`, so the plan returned stays restorable while the lease lives."""
     job_id = await job_id_of(session, job)
     if job_id is None:
         raise NoRestorableCheckpoint(f"job {job!r} has no checkpoints", extra={"skipped": []})
@@ -683,13 +697,30 @@ async def latest_restorable(
                 best = (hit.step, hit.checkpoint_id)
         if best is None:
             break
+        if lease is not None:
+            # Waits for a retention flip in progress; the plan below then sees its outcome.
+            await session.execute(
+                select(Checkpoint.id).where(Checkpoint.id == best[1]).with_for_update()
+            )
         plan = await _plan(session, best[1], sources, node)
         if plan is not None:
             skipped = await _skipped(
                 session, job_id, best[0], sources, explain, node, skipped_limit
             )
+            taken = None
+            if lease is not None:
+                taken = await insert_lease(
+                    session,
+                    best[1],
+                    job_id,
+                    job,
+                    best[0],
+                    lease.ttl_seconds,
+                    lease.holder,
+                    lease.actor,
+                )
             view = await checkpoint_view(session, job, best[1], tiers)
-            return LatestRestorable(job, best[0], view, plan, skipped)
+            return LatestRestorable(job, best[0], view, plan, skipped, taken)
         below = best[0]
 
     skipped = await _skipped(session, job_id, None, sources, explain, node, skipped_limit)

@@ -1,0 +1,96 @@
+"""Restore leases: while one is active (unreleased, not expired) the checkpoint cannot expire on
+any tier. A restarting job takes one with the latest-restorable answer
+(`GET .../checkpoints/latest?lease_ttl=N`) or on a given step here, renews it while it reads, and
+releases it when done."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
+
+from api.deps import JobName, SessionDep, StateDep
+from api.problems import problem_responses
+from api.routers.checkpoints import Step
+from api.routers.retention import Actor, request_retention_runs
+from api.schemas.leases import CreateLease, Lease, LeaseList, RenewLease
+from tierpoint.catalog import leases_repo as repo
+from tierpoint.manifest import MAX_INT64
+
+router = APIRouter(prefix="/v1/jobs", tags=["leases"])
+
+LeaseId = Annotated[int, Path(ge=1, le=MAX_INT64, description="Lease id.")]
+
+
+@router.post(
+    "/{job:path}/checkpoints/{step}/leases",
+    status_code=201,
+    response_model=Lease,
+    responses=problem_responses(404, 409, 422),
+    summary="Take a restore lease on a checkpoint",
+)
+async def create_lease(
+    job: JobName, step: Step, body: CreateLease, session: SessionDep, actor: Actor
+) -> Lease:
+    """409 `not_leasable` when the checkpoint is restorable from no tier."""
+    lease = await repo.create_lease(session, job, step, body.ttl_seconds, body.holder, actor)
+    await session.commit()
+    return Lease.model_validate(lease)
+
+
+@router.get(
+    "/{job:path}/checkpoints/{step}/leases",
+    response_model=LeaseList,
+    responses=problem_responses(404, 422),
+    summary="Leases on a checkpoint (active ones unless all=true)",
+)
+async def list_leases(
+    job: JobName,
+    step: Step,
+    session: SessionDep,
+    all_: Annotated[bool, Query(alias="all", description="Include released and expired.")] = False,
+) -> LeaseList:
+    leases = await repo.list_leases(session, job, step, include_ended=all_)
+    return LeaseList(items=[Lease.model_validate(x) for x in leases])
+
+
+@router.put(
+    "/{job:path}/checkpoints/{step}/leases/{lease_id}",
+    response_model=Lease,
+    responses=problem_responses(404, 409, 422),
+    summary="Renew a restore lease (expires ttl_seconds from now)",
+)
+async def renew_lease(
+    job: JobName,
+    step: Step,
+    lease_id: LeaseId,
+    body: RenewLease,
+    session: SessionDep,
+    actor: Actor,
+) -> Lease:
+    """409 `lease_ended` for a released or expired lease: take a new one."""
+    lease = await repo.renew_lease(session, job, step, lease_id, body.ttl_seconds, actor)
+    await session.commit()
+    return Lease.model_validate(lease)
+
+
+@router.delete(
+    "/{job:path}/checkpoints/{step}/leases/{lease_id}",
+    status_code=204,
+    responses=problem_responses(404, 422),
+    summary="Release a restore lease (idempotent)",
+)
+async def release_lease(
+    job: JobName,
+    step: Step,
+    lease_id: LeaseId,
+    session: SessionDep,
+    state: StateDep,
+    actor: Actor,
+    background: BackgroundTasks,
+) -> Response:
+    _, released = await repo.release_lease(session, job, step, lease_id, actor)
+    await session.commit()
+    if released:
+        background.add_task(request_retention_runs, state, [job], "lease released")
+    return Response(status_code=204, background=background)

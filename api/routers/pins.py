@@ -1,0 +1,47 @@
+"""Pins: a pinned checkpoint never expires on any tier, whatever the policy or quota."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, BackgroundTasks
+
+from api.deps import JobName, SessionDep, StateDep
+from api.problems import problem_responses
+from api.routers.checkpoints import Step
+from api.routers.retention import Actor, request_retention_runs
+from api.schemas.leases import Pin
+from tierpoint.catalog import leases_repo as repo
+
+router = APIRouter(prefix="/v1/jobs", tags=["pins"])
+
+
+@router.put(
+    "/{job:path}/checkpoints/{step}/pin",
+    response_model=Pin,
+    responses=problem_responses(404, 422),
+    summary="Pin a checkpoint: it never expires anywhere",
+)
+async def pin_checkpoint(job: JobName, step: Step, session: SessionDep, actor: Actor) -> Pin:
+    pin = await repo.set_pinned(session, job, step, True, actor)
+    await session.commit()
+    return Pin.model_validate(pin)
+
+
+@router.delete(
+    "/{job:path}/checkpoints/{step}/pin",
+    response_model=Pin,
+    responses=problem_responses(404, 422),
+    summary="Unpin a checkpoint: the job's policy decides again",
+)
+async def unpin_checkpoint(
+    job: JobName,
+    step: Step,
+    session: SessionDep,
+    state: StateDep,
+    actor: Actor,
+    background: BackgroundTasks,
+) -> Pin:
+    pin = await repo.set_pinned(session, job, step, False, actor)
+    await session.commit()
+    if pin.changed:
+        background.add_task(request_retention_runs, state, [job], "checkpoint unpinned")
+    return Pin.model_validate(pin)

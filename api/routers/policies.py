@@ -1,0 +1,170 @@
+"""Retention policies: create, list, show, revise, delete, history; assign one to a job.
+
+Every change is an event (`policy_changed`) with the actor from the `X-Tierpoint-Actor` header;
+after a change that affects jobs, a retention run is requested for each of them (best effort)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
+
+from api.deps import JobName, SessionDep, StateDep
+from api.problems import problem_responses
+from api.routers.retention import Actor, job_policy, parse_policy, request_retention_runs
+from api.schemas.policies import (
+    POLICY_NAME_PATTERN,
+    AssignPolicy,
+    CreatePolicy,
+    JobPolicy,
+    PolicyChangeOut,
+    PolicyHistory,
+    PolicyList,
+    PolicyOut,
+    UpdatePolicy,
+)
+from tierpoint.catalog import policies_repo as repo
+from tierpoint.errors import JobNotFound
+from tierpoint.retention import tier_refs
+from tierpoint.retention.snapshot import UnknownJob, policy_for_job
+
+router = APIRouter(tags=["policies"])
+
+PolicyName = Annotated[
+    str, Path(pattern=POLICY_NAME_PATTERN, description="Policy name.", examples=["llama-70b"])
+]
+
+
+@router.post(
+    "/v1/policies",
+    status_code=201,
+    response_model=PolicyOut,
+    responses=problem_responses(409, 422),
+    summary="Create a retention policy",
+)
+async def create_policy(
+    body: CreatePolicy,
+    session: SessionDep,
+    state: StateDep,
+    actor: Actor,
+    background: BackgroundTasks,
+) -> PolicyOut:
+    """422 `invalid_policy` (errors name the fields under `spec`) or `unknown_tier`; 409
+    `policy_exists`. With `default: true` it replaces the current default policy."""
+    policy = parse_policy(body.spec, tier_refs(state.settings.tiers), ("spec",))
+    record = await repo.create_policy(session, body.name, policy, default=body.default, actor=actor)
+    affected = await repo.assigned_jobs(session, body.name) if body.default else []
+    await session.commit()
+    background.add_task(request_retention_runs, state, affected, f"policy {body.name} is default")
+    return PolicyOut.model_validate(record)
+
+
+@router.get("/v1/policies", response_model=PolicyList, summary="List retention policies")
+async def list_policies(session: SessionDep) -> PolicyList:
+    return PolicyList(
+        items=[PolicyOut.model_validate(p) for p in await repo.list_policies(session)]
+    )
+
+
+@router.get(
+    "/v1/policies/{name}",
+    response_model=PolicyOut,
+    responses=problem_responses(404, 422),
+    summary="One retention policy",
+)
+async def get_policy(name: PolicyName, session: SessionDep) -> PolicyOut:
+    return PolicyOut.model_validate(await repo.get_policy(session, name))
+
+
+@router.get(
+    "/v1/policies/{name}/history",
+    response_model=PolicyHistory,
+    responses=problem_responses(422),
+    summary="Changes of a retention policy, newest first (versions with old and new document)",
+)
+async def policy_history(
+    name: PolicyName,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> PolicyHistory:
+    changes = await repo.history(session, name, limit=limit)
+    return PolicyHistory(name=name, items=[PolicyChangeOut.model_validate(c) for c in changes])
+
+
+@router.put(
+    "/v1/policies/{name}",
+    response_model=PolicyOut,
+    responses=problem_responses(404, 422),
+    summary="Revise a retention policy (a different document is a new version)",
+)
+async def update_policy(
+    name: PolicyName,
+    body: UpdatePolicy,
+    session: SessionDep,
+    state: StateDep,
+    actor: Actor,
+    background: BackgroundTasks,
+) -> PolicyOut:
+    policy = parse_policy(body.spec, tier_refs(state.settings.tiers), ("spec",))
+    before = await repo.assigned_jobs(session, name)
+    record, changed = await repo.update_policy(
+        session, name, policy, default=body.default, actor=actor
+    )
+    after = await repo.assigned_jobs(session, name)
+    await session.commit()
+    # A new document affects its jobs; a default change affects the jobs that gain it (the ones
+    # that lose it gain the built-in policy, or the next default, which is requested there).
+    affected = sorted(set(after) | (set(before) if changed else set()))
+    if changed or set(after) != set(before):
+        background.add_task(request_retention_runs, state, affected, f"policy {name} changed")
+    return PolicyOut.model_validate(record)
+
+
+@router.delete(
+    "/v1/policies/{name}",
+    status_code=204,
+    responses=problem_responses(404, 409, 422),
+    summary="Delete a retention policy that no job uses",
+)
+async def delete_policy(name: PolicyName, session: SessionDep, actor: Actor) -> Response:
+    """409 `policy_in_use` while it is assigned to a job or is the default."""
+    await repo.delete_policy(session, name, actor=actor)
+    await session.commit()
+    return Response(status_code=204)
+
+
+@router.put(
+    "/v1/jobs/{job:path}/policy",
+    response_model=JobPolicy,
+    responses=problem_responses(404, 422),
+    summary="Assign a retention policy to a job (null: the default policy)",
+)
+async def assign_policy(
+    job: JobName,
+    body: AssignPolicy,
+    session: SessionDep,
+    state: StateDep,
+    actor: Actor,
+    background: BackgroundTasks,
+) -> JobPolicy:
+    """The job need not have registered a checkpoint yet. Answers the policy that now applies."""
+    previous, new = await repo.assign_policy(session, job, body.policy, actor=actor)
+    assigned = await session.run_sync(policy_for_job, job)
+    await session.commit()
+    if previous != new:
+        background.add_task(request_retention_runs, state, [job], "policy assigned")
+    return job_policy(job, assigned)
+
+
+@router.get(
+    "/v1/jobs/{job:path}/policy",
+    response_model=JobPolicy,
+    responses=problem_responses(404, 422),
+    summary="The retention policy that applies to a job",
+)
+async def job_policy_of(job: JobName, session: SessionDep) -> JobPolicy:
+    try:
+        assigned = await session.run_sync(policy_for_job, job)
+    except UnknownJob:
+        raise JobNotFound(f"no job named {job!r}") from None
+    return job_policy(job, assigned)

@@ -1,0 +1,63 @@
+"""Bodies of the restore lease and pin endpoints."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.schemas.checkpoints import LatestRestorable
+from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
+
+TtlSeconds = Field(ge=1, le=MAX_LEASE_SECONDS, description="Lease duration in seconds.")
+
+
+class CreateLease(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ttl_seconds: int = TtlSeconds
+    holder: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="Who holds it (free text, e.g. the restarting job's node).",
+    )
+
+
+class RenewLease(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ttl_seconds: int = TtlSeconds
+
+
+class Lease(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    job: str
+    step: int
+    holder: str | None
+    created_at: datetime
+    expires_at: datetime
+    released_at: datetime | None
+    active: bool = Field(description="unreleased and not expired: the checkpoint cannot expire")
+
+
+class LeaseList(BaseModel):
+    items: list[Lease]
+
+
+class Pin(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    job: str
+    step: int
+    pinned: bool
+    changed: bool = Field(description="false when it already was (un)pinned")
+
+
+class LatestWithLease(LatestRestorable):
+    lease: Lease | None = Field(
+        default=None, description="the lease taken with the answer when lease_ttl was given"
+    )

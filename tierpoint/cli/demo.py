@@ -89,7 +89,8 @@ class Tracked:
     step: int
     registered_at: float
     tasks: dict[str, TaskID] = field(default_factory=dict)
-    settled_after: dict[str, float] = field(default_factory=dict)  # tier -> seconds
+    # tier -> seconds from registration until the tier was first seen restorable
+    restorable_after: dict[str, float] = field(default_factory=dict)
     last: Checkpoint | None = None
 
     @property
@@ -106,9 +107,13 @@ class Tracked:
         return bad
 
 
-def _poll(client: Client, job: str, tracked: list[Tracked], progress: Progress) -> None:
+def _poll(
+    client: Client, job: str, tracked: list[Tracked], progress: Progress, force: bool = False
+) -> None:
+    """Refresh the checkpoints still moving (all with `force`: retention may expire old copies
+    after they settled) and their progress rows."""
     for t in tracked:
-        if t.done:
+        if t.done and not force:
             continue
         cp = client.checkpoint(job, t.step)
         t.last = cp
@@ -122,10 +127,10 @@ def _poll(client: Client, job: str, tracked: list[Tracked], progress: Progress) 
             state = state_text(tier.state)
             if p is not None and p.shards_total:
                 state.append(f"  {p.shards_verified}/{p.shards_total} shards", style="dim")
-            if tier.state in SETTLED and tier.tier not in t.settled_after:
-                t.settled_after[tier.tier] = time.monotonic() - t.registered_at
-            if tier.tier in t.settled_after:
-                state.append(f"  after {t.settled_after[tier.tier]:.1f}s", style="dim")
+            if tier.state == "restorable" and tier.tier not in t.restorable_after:
+                t.restorable_after[tier.tier] = time.monotonic() - t.registered_at
+            if tier.tier in t.restorable_after:
+                state.append(f"  after {t.restorable_after[tier.tier]:.1f}s", style="dim")
             completed = p.bytes_done if p is not None else 0
             if tier.state == "restorable":
                 completed = p.bytes_total if p is not None else cp.total_bytes
@@ -138,7 +143,10 @@ def _poll(client: Client, job: str, tracked: list[Tracked], progress: Progress) 
 
 
 def _summary(job: str, tracked: list[Tracked], tiers: list[str]) -> Table:
-    table = Table(title=f"{job}: seconds from registration to each tier", title_justify="left")
+    table = Table(
+        title=f"{job}: state per tier now (seconds from registration until it was restorable)",
+        title_justify="left",
+    )
     table.add_column("step", justify="right", style="bold")
     table.add_column("size", justify="right")
     for tier in tiers:
@@ -148,8 +156,8 @@ def _summary(job: str, tracked: list[Tracked], tiers: list[str]) -> Table:
         for tier in tiers:
             ts = t.last.tier(tier) if t.last else None
             cell = state_text(ts.state if ts else None)
-            if tier in t.settled_after:
-                cell.append(f" {t.settled_after[tier]:.1f}s", style="dim")
+            if tier in t.restorable_after:
+                cell.append(f" {t.restorable_after[tier]:.1f}s", style="dim")
             cells.append(cell)
         size = human_bytes(t.last.total_bytes) if t.last else "-"
         table.add_row(str(t.step), size, *cells)
@@ -228,7 +236,7 @@ def demo(
             while not all(t.done for t in tracked) and time.monotonic() < deadline:
                 _poll(client, job, tracked, progress)
                 time.sleep(0.25)
-            _poll(client, job, tracked, progress)
+            _poll(client, job, tracked, progress, force=True)
 
         console.print(_summary(job, tracked, tiers))
         failures = {t.step: t.failed for t in tracked if t.failed}

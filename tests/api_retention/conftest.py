@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
 
 import httpx
 import pytest
@@ -87,7 +88,7 @@ async def seed(
             restorable(catalog, job, step, tier, local=tier == "ssd")
 
 
-def events(engine: Engine, kind: str, *, job: str | None = None) -> list[dict[str, object]]:
+def events(engine: Engine, kind: str, *, job: str | None = None) -> list[dict[str, Any]]:
     q = "SELECT e.actor, e.detail, e.checkpoint_id, j.name AS job FROM event e "
     q += "LEFT JOIN job j ON j.id = e.job_id WHERE e.kind = :kind"
     params: dict[str, object] = {"kind": kind}

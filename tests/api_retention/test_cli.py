@@ -110,5 +110,5 @@ async def test_policy_commands(
 
     actors = {
         e["actor"] for e in events(catalog, "policy_changed") if e["detail"]["policy"] == name
-    }  # type: ignore[index]
+    }
     assert actors == {"carol"}

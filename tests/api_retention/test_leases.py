@@ -53,7 +53,7 @@ async def test_lease_create_renew_release(
     late = await client.put(f"{url}/{lease['id']}", json={"ttl_seconds": 60})
     assert late.status_code == 409 and late.json()["code"] == "lease_ended"
 
-    actions = [(e["actor"], e["detail"]["action"]) for e in events(catalog, "leased", job=job)]  # type: ignore[index]
+    actions = [(e["actor"], e["detail"]["action"]) for e in events(catalog, "leased", job=job)]
     assert actions == [("bob", "created"), ("anonymous", "renewed"), ("bob", "released")]
     # The release asked for a retention run of the job.
     await temporal.get_workflow_handle(retention_workflow_id(job)).describe()

@@ -49,16 +49,16 @@ async def test_create_list_show_revise_delete(
     assert (await client.get(f"/v1/policies/{name}")).json()["code"] == "policy_not_found"
     assert (await client.delete(f"/v1/policies/{name}")).status_code == 404
 
-    mine = [e for e in events(catalog, "policy_changed") if e["detail"]["policy"] == name]  # type: ignore[index]
-    actions = [(e["actor"], e["detail"]["action"], e["detail"]["version"]) for e in mine]  # type: ignore[index]
+    mine = [e for e in events(catalog, "policy_changed") if e["detail"]["policy"] == name]
+    actions = [(e["actor"], e["detail"]["action"], e["detail"]["version"]) for e in mine]
     assert actions == [
         ("alice", "created", 1),
         ("alice", "revised", 2),
         ("anonymous", "deleted", 2),
     ]
     revision = mine[1]["detail"]
-    assert revision["old_spec"] == {"format": 1, **KEEP2}  # type: ignore[index]
-    assert revision["new_spec"] == revised.json()["spec"]  # type: ignore[index]
+    assert revision["old_spec"] == {"format": 1, **KEEP2}
+    assert revision["new_spec"] == revised.json()["spec"]
 
     history = (await client.get(f"/v1/policies/{name}/history")).json()["items"]
     assert [h["detail"]["action"] for h in history] == ["deleted", "revised", "created"]
@@ -181,7 +181,7 @@ async def test_assign_refuses_delete_and_requests_retention(
     assert (await client.delete(f"/v1/policies/{name}")).status_code == 204
 
     assigned = events(catalog, "policy_changed", job=job)
-    assert [(e["actor"], e["detail"]["policy"], e["detail"]["previous"]) for e in assigned] == [  # type: ignore[index]
+    assert [(e["actor"], e["detail"]["policy"], e["detail"]["previous"]) for e in assigned] == [
         ("alice", name, None),
         ("anonymous", None, name),
     ]

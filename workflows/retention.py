@@ -146,14 +146,19 @@ class JobRetention:
         window = asyncio.Semaphore(EXPIRY_WINDOW)
         while True:
             rounds += 1
-            batch: RetentionPlanResult = await workflow.execute_activity(
-                RETENTION_PLAN,
-                RetentionPlanInput(job=job),
-                result_type=RetentionPlanResult,
-                task_queue=SHARED_TASK_QUEUE,
-                start_to_close_timeout=CATALOG_TIMEOUT,
-                retry_policy=CATALOG_RETRY,
-            )
+            try:
+                batch: RetentionPlanResult = await workflow.execute_activity(
+                    RETENTION_PLAN,
+                    RetentionPlanInput(job=job),
+                    result_type=RetentionPlanResult,
+                    task_queue=SHARED_TASK_QUEUE,
+                    start_to_close_timeout=CATALOG_TIMEOUT,
+                    retry_policy=CATALOG_RETRY,
+                )
+            except ActivityError as err:
+                # A policy that does not validate: nothing expires until it is fixed.
+                self._status.last_failure = f"plan: {_message(err)}"
+                return rounds
             self._status.policy = batch.policy
             if not batch.tasks:
                 return rounds

@@ -5,6 +5,7 @@ workflow to settle. Shard files and catalog rows are made by tests/workflows' he
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +38,7 @@ from workflows.retention import RetentionResult
 from workflows.schemas import LifecycleResult
 
 NODES = ("node-a", "node-b")
+HISTORIES = Path(__file__).parent / "histories"
 # Guards against a hang, not a performance assertion.
 RESULT_TIMEOUT = 480.0
 
@@ -203,3 +205,12 @@ def utcnow(sessions: sessionmaker[Session]) -> datetime:
         now = s.scalar(select(func.now()))
         assert isinstance(now, datetime)
         return now
+
+
+async def record_history(client: Client, workflow_id: str, name: str) -> None:
+    """Save a workflow's history (latest run) for test_replay, with the id it ran under."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    HISTORIES.mkdir(exist_ok=True)
+    (HISTORIES / f"{name}.json").write_text(
+        json.dumps({"workflow_id": workflow_id, **json.loads(history.to_json())}, indent=1)
+    )

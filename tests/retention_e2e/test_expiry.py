@@ -3,6 +3,7 @@ files on two nodes' local roots and a shared root, real workers (tierpoint.worke
 
 from __future__ import annotations
 
+import os
 import uuid
 from datetime import timedelta
 
@@ -18,6 +19,7 @@ from tests.conftest import Services
 from tests.workflows.conftest import running_workers
 from tierpoint.catalog.models import Event, Job, RestoreLease
 from tierpoint.config import Settings
+from tierpoint.lifecycle import workflow_id
 from tierpoint.retention.trigger import (
     SWEEP_SCHEDULE_ID,
     SWEEP_WORKFLOW,
@@ -30,6 +32,7 @@ from .conftest import (
     create_job,
     latest,
     markers,
+    record_history,
     replica_states,
     s3_keys,
     set_policy,
@@ -71,6 +74,10 @@ async def test_issue_scenario_leaves_exactly_what_the_policy_says(
             assert all(t.state == "restorable" for t in result.tiers), result
         outcome = await settle(client, job)
         assert outcome.failed == 0
+        if os.environ.get("TIERPOINT_RECORD_HISTORY"):
+            # A lifecycle with a skipped tier (promote_every) and a retention request per promote.
+            await record_history(client, workflow_id(job, 11), "lifecycle_skips_s3")
+            await record_history(client, workflow_id(job, 12), "lifecycle_requests_retention")
 
     kept = {"ssd": {11, 12}, "lustre": {9, 10, 11, 12}, "s3": {6, 12}}
     sent = {"ssd": set(range(1, 13)), "lustre": set(range(1, 13)), "s3": {3, 6, 9, 12}}
@@ -192,6 +199,8 @@ async def test_crash_between_begin_and_delete_is_finished_by_the_next_run(
     ]
     async with running_workers(settings, client):
         outcome = await settle(client, job)
+        if os.environ.get("TIERPOINT_RECORD_HISTORY"):
+            await record_history(client, retention_workflow_id(job), "job_retention_resumes")
     assert outcome.expired == 3 and outcome.failed == 0
     state = markers(sessions, job)
     assert {step: st for (step, tier), st in state.items() if tier == "ssd"} == {

@@ -341,7 +341,10 @@ async def test_stage_with_many_batches_runs_in_child_workflows(
     scheduled = [
         e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
-    assert len(scheduled) == 1 + 3  # plan and the three promotes; batches ran in the children
+    names = [e.activity_task_scheduled_event_attributes.activity_type.name for e in scheduled]
+    # plan, and per tier a promote and a retention request; batches ran in the children
+    assert len(scheduled) == 1 + 3 + 3
+    assert names.count("retention.request") == 3
 
     if os.environ.get("TIERPOINT_RECORD_HISTORY"):
         HISTORIES.mkdir(exist_ok=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -214,3 +214,12 @@ async def record_history(client: Client, workflow_id: str, name: str) -> None:
     (HISTORIES / f"{name}.json").write_text(
         json.dumps({"workflow_id": workflow_id, **json.loads(history.to_json())}, indent=1)
     )
+
+
+async def wait_for(condition: Callable[[], bool], attempts: int = 2400) -> None:
+    """Poll until `condition` holds (a guard against hangs, not a timing assertion)."""
+    for _ in range(attempts):
+        if await asyncio.to_thread(condition):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError("condition never held")

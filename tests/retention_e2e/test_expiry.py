@@ -24,6 +24,7 @@ from tierpoint.retention.trigger import (
     SWEEP_SCHEDULE_ID,
     SWEEP_WORKFLOW,
     ensure_sweep_schedule,
+    request_retention,
     retention_workflow_id,
 )
 
@@ -39,6 +40,7 @@ from .conftest import (
     settle,
     steps_on_disk,
     utcnow,
+    wait_for,
     write_checkpoint,
 )
 
@@ -321,3 +323,41 @@ def test_job_table_is_the_sweep_source(sessions: sessionmaker[Session]) -> None:
         assert first == sorted(first)
         after = job_names(s, min(names), 10_000)
         assert min(names) not in after and set(names) - {min(names)} <= set(after)
+
+
+async def test_workers_stopped_mid_expiry_then_the_same_run_finishes(
+    settings: Settings, sessions: sessionmaker[Session], client: Client
+) -> None:
+    """The real workflow, stopped between begin and delete: only the shared worker runs, so the
+    expiries begin (shared queue) and their deletions wait on node queues nobody serves; then the
+    shared worker stops too. When all workers are back, the same run carries on and finishes."""
+    job = new_job()
+    policy_id = create_job(sessions, job, KEEP_ALL)
+    async with running_workers(settings, client):
+        for step in (1, 2):
+            await write_checkpoint(settings, sessions, client, job, step)
+        await settle(client, job)
+    set_policy(sessions, policy_id, SSD_NONE)
+
+    async with running_workers(settings, client, nodes=()):
+        await request_retention(client, job, "test: policy changed")
+        await wait_for(lambda: _ssd_states(sessions, job) == {1: "expiring", 2: "expiring"})
+    # Nobody runs now. The bytes are still there, and no reader is sent to them.
+    for node in NODES:
+        assert steps_on_disk(settings.tier("ssd").root_for(node), job) == {1, 2}
+        answer = await latest(settings, job, node=node)
+        assert answer.step == 2
+        assert {e.tier for e in answer.plan} & {"ssd"} == set()
+
+    async with running_workers(settings, client):
+        # No new request: the run that was interrupted completes its expiries.
+        result = await settle(client, job, request=False)
+    assert result.expired == 2 and result.failed == 0
+    assert _ssd_states(sessions, job) == {1: "expired", 2: "expired"}
+    for node in NODES:
+        assert steps_on_disk(settings.tier("ssd").root_for(node), job) == set()
+    assert (await latest(settings, job)).step == 2
+
+
+def _ssd_states(sessions: sessionmaker[Session], job: str) -> dict[int, str]:
+    return {step: st for (step, tier), st in markers(sessions, job).items() if tier == "ssd"}

@@ -125,6 +125,12 @@ class PolicyInUse(TierpointError):
     title = "Retention policy in use"
 
 
+class PolicyConflict(TierpointError):
+    code = "policy_conflict"
+    status = 409
+    title = "Concurrent change of the default policy"
+
+
 class NotLeasable(TierpointError):
     code = "not_leasable"
     status = 409
@@ -160,6 +166,7 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     PolicyNotFound,
     PolicyExists,
     PolicyInUse,
+    PolicyConflict,
     NotLeasable,
     LeaseNotFound,
     LeaseEnded,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from temporalio.client import Client
 
 from tests.api_retention.conftest import events, row_counts
@@ -211,3 +212,26 @@ async def test_default_policy(
     assert (await client.get(f"/v1/jobs/{job}/policy")).json()["source"] == "builtin"
     assert (await client.delete(f"/v1/policies/{first}")).status_code == 204
     assert (await client.delete(f"/v1/policies/{second}")).status_code == 204
+
+
+async def test_concurrent_defaults_leave_one(
+    client: httpx.AsyncClient, catalog: Engine, new_policy: Callable[[], str]
+) -> None:
+    names = [new_policy() for _ in range(4)]
+    answers = await asyncio.gather(
+        *(
+            client.post("/v1/policies", json={"name": n, "spec": KEEP2, "default": True})
+            for n in names
+        )
+    )
+    for r in answers:
+        assert r.status_code == 201 or (
+            r.status_code == 409 and r.json()["code"] == "policy_conflict"
+        ), r.text
+    with catalog.connect() as conn:
+        defaults = (
+            conn.execute(text("SELECT name FROM retention_policy WHERE is_default")).scalars().all()
+        )
+    assert len(defaults) == 1 and defaults[0] in names
+    off = await client.put(f"/v1/policies/{defaults[0]}", json={"spec": KEEP2, "default": False})
+    assert off.status_code == 200

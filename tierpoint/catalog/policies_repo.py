@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.events import EventKind, arecord
 from tierpoint.catalog.models import Event, Job, RetentionPolicy
-from tierpoint.errors import PolicyExists, PolicyInUse, PolicyNotFound
+from tierpoint.errors import PolicyConflict, PolicyExists, PolicyInUse, PolicyNotFound
 from tierpoint.retention.policy import Policy
 from tierpoint.retention.snapshot import BUILTIN_POLICY_NAME
 
@@ -69,6 +69,12 @@ async def _event(
     await arecord(session, EventKind.POLICY_CHANGED, job_id=job_id, actor=actor, detail=detail)
 
 
+def _default_race() -> PolicyConflict:
+    # Only the one-default index can be violated here: another request made a policy the default
+    # at the same moment, when there was none to lock.
+    return PolicyConflict("another policy became the default at the same time; retry")
+
+
 async def _take_default(session: AsyncSession, name: str, actor: str) -> None:
     """Clear the current default (if another policy holds it) so that `name` can take it; the
     partial unique index allows one default, and the row lock orders concurrent takers."""
@@ -91,12 +97,15 @@ async def create_policy(
     spec = policy.to_spec()
     if default:
         await _take_default(session, name, actor)
-    inserted = await session.scalar(
-        pg_insert(RetentionPolicy)
-        .values(name=name, spec=spec, version=1, is_default=default)
-        .on_conflict_do_nothing(index_elements=["name"])
-        .returning(RetentionPolicy.id)
-    )
+    try:
+        inserted = await session.scalar(
+            pg_insert(RetentionPolicy)
+            .values(name=name, spec=spec, version=1, is_default=default)
+            .on_conflict_do_nothing(index_elements=["name"])
+            .returning(RetentionPolicy.id)
+        )
+    except IntegrityError:
+        raise _default_race() from None
     if inserted is None:
         raise PolicyExists(
             f"a retention policy named {name!r} exists; PUT /v1/policies/{name} revises it"
@@ -167,6 +176,10 @@ async def update_policy(
             await session.flush()
         row.is_default = default
         row.updated_at = func.now()
+        try:
+            await session.flush()
+        except IntegrityError:
+            raise _default_race() from None
         await _event(
             session,
             actor,

@@ -158,6 +158,7 @@ class LifecycleActivities:
             tiers=[PlanTier(name=t.name, kind=t.kind, parallelism=t.parallelism) for t in tiers],
             batches=make_batches(ordinals, size),
             batches_per_child=BATCHES_PER_CHILD,
+            batch_heartbeat_seconds=self._settings.batch_heartbeat_timeout_seconds,
         )
 
     def _targets(self, session: Session, head: repo.CheckpointHead) -> list[TierConfig]:

@@ -46,6 +46,9 @@ class Plan(BaseModel):
     # A stage with more batches than this runs them in child workflows of at most this many,
     # so no history grows with the number of nodes either.
     batches_per_child: int = 1000
+    # heartbeat_timeout of the batch activities (Settings.batch_heartbeat_timeout_seconds); the
+    # default is what histories recorded before this field ran with.
+    batch_heartbeat_seconds: float = 60.0
 
 
 class BatchInput(BaseModel):

@@ -100,6 +100,11 @@ class Settings(BaseSettings):
     max_batches_per_stage: PositiveInt = 64
     # Catalog progress writes per replica at most this often.
     progress_interval_seconds: float = 1.0
+    # A batch activity (seal, copy) whose worker has not heartbeated for this long is retried
+    # elsewhere, resuming from its last heartbeat: how long a killed worker's copy waits. Progress
+    # is reported per chunk (8 MiB on POSIX), so a chunk at the slowest read_bandwidth_limit must
+    # arrive well within it.
+    batch_heartbeat_timeout_seconds: float = Field(default=60.0, gt=0)
     reconcile_interval_seconds: float = 10.0
     # How often the retention sweep schedule requests a retention run for every job (time-based
     # rules such as keep_within change their answer without any promotion).

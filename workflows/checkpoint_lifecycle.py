@@ -65,9 +65,8 @@ CATALOG_RETRY = RetryPolicy(
 )
 # Batch activities move bytes: long, heartbeating, resumed from their heartbeat on retry.
 BATCH_TIMEOUT = timedelta(hours=12)
-# Progress is reported per chunk (8 MiB on POSIX): at the slowest read limit a chunk must still
-# arrive within this, i.e. read_bandwidth_limit >= ~150 kB/s.
-BATCH_HEARTBEAT = timedelta(seconds=60)
+# The batch activities' heartbeat_timeout comes with the plan (Settings.
+# batch_heartbeat_timeout_seconds): the workflow reads no settings of its own.
 BATCH_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
@@ -103,7 +102,7 @@ async def _run_batch(stage: StageInput, batch: Batch) -> BatchResult:
             result_type=BatchResult,
             task_queue=_batch_queue(batch, stage.tier),
             start_to_close_timeout=BATCH_TIMEOUT,
-            heartbeat_timeout=BATCH_HEARTBEAT,
+            heartbeat_timeout=timedelta(seconds=stage.batch_heartbeat_seconds),
             retry_policy=BATCH_RETRY,
         )
         return result
@@ -120,7 +119,7 @@ async def _run_batch(stage: StageInput, batch: Batch) -> BatchResult:
         result_type=BatchResult,
         task_queue=_batch_queue(batch, stage.source, stage.tier),
         start_to_close_timeout=BATCH_TIMEOUT,
-        heartbeat_timeout=BATCH_HEARTBEAT,
+        heartbeat_timeout=timedelta(seconds=stage.batch_heartbeat_seconds),
         retry_policy=BATCH_RETRY,
     )
     return result
@@ -240,6 +239,7 @@ class CheckpointLifecycle:
                 tier=tier,
                 source=source,
                 batches=batches,
+                batch_heartbeat_seconds=plan.batch_heartbeat_seconds,
             )
 
         if len(plan.batches) <= size:

@@ -39,6 +39,8 @@ class StageInput(BaseModel):
     tier: PlanTier
     source: PlanTier | None = None  # None: seal `tier`; else copy source -> tier
     batches: list[Batch]
+    # Plan.batch_heartbeat_seconds; the default is what earlier histories ran with.
+    batch_heartbeat_seconds: float = 60.0
 
 
 class StageResult(BaseModel):

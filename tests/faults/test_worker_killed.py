@@ -1,0 +1,215 @@
+"""A node worker process SIGKILLed in the middle of a copy loses nothing: the copy resumes on a
+new worker process from the killed attempt's last heartbeat, no partial file is ever seen under
+the shard's final name, and every tier ends restorable with the original bytes.
+
+Real services (Temporal dev server, Postgres, moto S3), a real `tierpoint worker` process for the
+node, the shared worker (workflows, lustre -> s3) in the test process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import boto3
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client, WorkflowHandle
+
+from activities.schemas import COPY_BATCH
+from tests.conftest import Services
+from tests.workflows.conftest import ShardSpec, crc_hex, new_job, running_workers, seed_checkpoint
+from tierpoint.catalog.models import Event, Replica
+from tierpoint.config import Settings
+from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
+from tierpoint.storage.posix import partial_name
+from workflows.schemas import LifecycleResult
+
+from .conftest import worker_process
+
+SHARD = "big.bin"
+SHARD_SIZE = 40 * 1024 * 1024
+# Reads off the node's ssd at 3 MB/s: the copy to lustre takes ~14 s in 8 MiB chunks (one
+# heartbeat each, ~2.8 s apart), long enough to kill the worker in the middle of it.
+READ_LIMIT = 3_000_000
+# How long Temporal waits for a killed worker's heartbeat before retrying the batch elsewhere;
+# twice the chunk interval so a busy machine does not time out a live worker.
+HEARTBEAT_TIMEOUT = 6.0
+# Guards against a hang, not a performance assertion.
+OVERALL_TIMEOUT = 180.0
+POLL = 0.2
+
+
+def lustre_replica(sessions: sessionmaker[Session], checkpoint_id: int) -> tuple[str | None, int]:
+    with sessions() as s:
+        row = s.execute(
+            select(Replica.state, Replica.bytes_done).where(
+                Replica.checkpoint_id == checkpoint_id, Replica.tier == "lustre"
+            )
+        ).one_or_none()
+    return (str(row[0]), int(row[1] or 0)) if row else (None, 0)
+
+
+async def copy_activity(client: Client, handle: WorkflowHandle[Any, Any]) -> tuple[int, int, int]:
+    """(attempt, state, heartbeat offset) of the pending copy batch as the Temporal server knows
+    it (the offset a retry would resume from), or (0, 0, 0) when none is pending."""
+    desc = await handle.describe()
+    for pa in desc.raw_description.pending_activities:
+        if pa.activity_type.name != COPY_BATCH:
+            continue
+        offset = 0
+        if pa.heartbeat_details.payloads:
+            details = await client.data_converter.decode(pa.heartbeat_details.payloads)
+            last = details[-1] if details else None
+            if isinstance(last, dict):
+                offset = int(last.get("offset") or 0)
+        return pa.attempt, int(pa.state), offset
+    return 0, 0, 0
+
+
+def assert_no_partial_under_final_name(final: Path, size: int) -> None:
+    """The final name appears only by an atomic rename of a complete, fsynced temp file."""
+    try:
+        seen = final.stat().st_size
+    except FileNotFoundError:
+        return
+    assert seen == size, f"{final.name} seen with {seen} of {size} bytes"
+
+
+def s3_bytes(settings: Settings, services: Services, job: str, step: int, path: str) -> bytes:
+    tier = settings.tier("s3")
+    assert tier.bucket is not None
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=services.s3_endpoint_url,
+        region_name=services.s3_region,
+        aws_access_key_id=services.s3_access_key_id,
+        aws_secret_access_key=services.s3_secret_access_key,
+    )
+    body: bytes = s3.get_object(Bucket=tier.bucket, Key=f"{tier.prefix}{job}/{step}/{path}")[
+        "Body"
+    ].read()
+    return body
+
+
+async def test_copy_resumes_after_node_worker_is_killed_mid_copy(
+    settings: Settings,
+    services: Services,
+    sessions: sessionmaker[Session],
+    client: Client,
+    tmp_path: Path,
+) -> None:
+    node = f"node-{uuid.uuid4().hex[:10]}"
+    ssd = settings.tier("ssd").model_copy(update={"read_bandwidth_limit": READ_LIMIT})
+    ssd.root_for(node).mkdir(parents=True)
+    slow = settings.model_copy(
+        update={
+            "tiers": [ssd, *settings.tiers[1:]],
+            "batch_heartbeat_timeout_seconds": HEARTBEAT_TIMEOUT,
+        }
+    )
+    data = os.urandom(SHARD_SIZE)
+    seeded = seed_checkpoint(
+        slow, sessions, new_job(), 7, [ShardSpec(node, SHARD, data, crc_hex(data))]
+    )
+    job, step = seeded.job, seeded.step
+    lustre_dir = slow.tier("lustre").root_for(None) / job / str(step)
+    final = lustre_dir / SHARD
+    await start_lifecycle(
+        client, LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=job, step=step)
+    )
+    handle = client.get_workflow_handle(workflow_id(job, step), result_type=LifecycleResult)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + OVERALL_TIMEOUT
+
+    async with running_workers(slow, client, nodes=[], shared=True):
+        with worker_process(slow, node, tmp_path / "node-worker-1.log") as first:
+            # Wait until the catalog shows the copy under way and the server holds a heartbeat
+            # with an offset to resume from.
+            while True:
+                assert first.alive(), f"node worker exited:\n{first.output()}"
+                assert loop.time() < deadline, f"copy never got under way:\n{first.output()}"
+                assert_no_partial_under_final_name(final, SHARD_SIZE)
+                state, done = lustre_replica(sessions, seeded.checkpoint_id)
+                assert state != "verified", "the copy finished before the worker could be killed"
+                _, _, heartbeat_offset = await copy_activity(client, handle)
+                if state == "copying" and done > 0 and heartbeat_offset > 0:
+                    break
+                await asyncio.sleep(POLL)
+            status = first.kill()
+            killed_at = time.monotonic()
+        assert status == -9, first.output()
+
+        # The worker is dead: the copy stands where it was, only under the temp name.
+        state, done_when_dead = lustre_replica(sessions, seeded.checkpoint_id)
+        assert state == "copying" and 0 < done_when_dead < SHARD_SIZE
+        assert sorted(os.listdir(lustre_dir)) == [partial_name(SHARD)]
+        partial_size = (lustre_dir / partial_name(SHARD)).stat().st_size
+        assert heartbeat_offset <= partial_size <= SHARD_SIZE
+
+        with worker_process(slow, node, tmp_path / "node-worker-2.log") as second:
+            result_task = asyncio.ensure_future(handle.result())
+            resumed_at: float | None = None
+            try:
+                while not result_task.done():
+                    assert second.alive(), f"node worker exited:\n{second.output()}"
+                    assert loop.time() < deadline, f"lifecycle did not finish:\n{second.output()}"
+                    assert_no_partial_under_final_name(final, SHARD_SIZE)
+                    if resumed_at is None:
+                        attempt, pa_state, _ = await copy_activity(client, handle)
+                        if (
+                            attempt >= 2
+                            and pa_state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                        ):
+                            resumed_at = time.monotonic()
+                    await asyncio.wait({result_task}, timeout=POLL)
+                result = result_task.result()
+            finally:
+                result_task.cancel()
+            done_at = time.monotonic()
+
+    assert isinstance(result, LifecycleResult)
+    assert [(t.tier, t.state) for t in result.tiers] == [
+        ("ssd", "restorable"),
+        ("lustre", "restorable"),
+        ("s3", "restorable"),
+    ]
+    # Every tier holds the original bytes, and lustre nothing but the committed shard.
+    assert (ssd.root_for(node) / job / str(step) / SHARD).read_bytes() == data
+    assert final.read_bytes() == data
+    assert sorted(os.listdir(lustre_dir)) == [SHARD]
+    assert s3_bytes(slow, services, job, step, SHARD) == data
+
+    with sessions() as s:
+        copied = [
+            d
+            for (d,) in s.execute(
+                select(Event.detail)
+                .where(
+                    Event.checkpoint_id == seeded.checkpoint_id,
+                    Event.kind == "copied",
+                    Event.tier == "lustre",
+                )
+                .order_by(Event.id)
+            )
+        ]
+    # The killed attempt never reported; the retry resumed from the last heartbeat it saw.
+    assert len(copied) == 1
+    assert copied[0]["attempt"] >= 2
+    resumed = copied[0]["resumed"]
+    assert [r["path"] for r in resumed] == [SHARD]
+    assert resumed[0]["offset"] >= heartbeat_offset > 0
+    # Only what was left was read again.
+    assert copied[0]["bytes"] == SHARD_SIZE - resumed[0]["offset"]
+
+    print(
+        f"killed at heartbeat offset {heartbeat_offset} (catalog bytes_done {done_when_dead}, "
+        f"partial {partial_size}); retry resumed at {resumed[0]['offset']}; "
+        f"kill -> attempt {copied[0]['attempt']} started: "
+        f"{'?' if resumed_at is None else f'{resumed_at - killed_at:.1f}'} s; "
+        f"kill -> lifecycle done: {done_at - killed_at:.1f} s"
+    )

@@ -11,11 +11,12 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas.problem import Problem
 from tierpoint import logs
-from tierpoint.errors import TierpointError
+from tierpoint.errors import CatalogUnavailable, TierpointError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 MAX_FIELD_ERRORS = 100
@@ -144,6 +145,17 @@ def install(app: FastAPI) -> None:
     async def _domain(request: Request, exc: TierpointError) -> JSONResponse:
         _count(request, exc.code)
         return problem_response(exc.status, exc.code, exc.title, exc.detail, exc.errors, exc.extra)
+
+    async def _catalog_down(request: Request, exc: Exception) -> JSONResponse:
+        # The catalog's server is down or unreachable: the request wrote nothing (its transaction
+        # never committed) and the same request can be sent again once the catalog is back.
+        log.warning("catalog unavailable", path=request.url.path, error=str(exc).splitlines()[0])
+        return await _domain(
+            request, CatalogUnavailable("the catalog database is unavailable; retry later")
+        )
+
+    app.add_exception_handler(OperationalError, _catalog_down)
+    app.add_exception_handler(InterfaceError, _catalog_down)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -101,6 +101,12 @@ class NotReady(TierpointError):
     title = "Service not ready"
 
 
+class CatalogUnavailable(TierpointError):
+    code = "catalog_unavailable"
+    status = 503
+    title = "Catalog unavailable"
+
+
 class InvalidPolicy(TierpointError):
     code = "invalid_policy"
     status = 422
@@ -162,6 +168,7 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     JobNotFound,
     NoRestorableCheckpoint,
     NotReady,
+    CatalogUnavailable,
     InvalidPolicy,
     PolicyNotFound,
     PolicyExists,

@@ -1,0 +1,142 @@
+"""Fault tests of the services tierpoint depends on: an S3 endpoint or the catalog's Postgres
+going away in the middle of a checkpoint's lifecycle. Each test runs its own instance of the
+service it stops, so the session's services stay untouched."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from sqlalchemy import Engine, select, text
+from temporalio.client import WorkflowHandle
+
+from tests.conftest import NODES
+from tierpoint.catalog import migrate
+from tierpoint.catalog.engine import make_sync_engine
+from tierpoint.catalog.models import CheckpointTier
+from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server
+
+# Guards against a hang, not a performance assertion.
+OVERALL_TIMEOUT = 180.0
+POLL = 0.2
+
+
+def make_tier_dirs(root: Path) -> None:
+    for node in NODES:
+        (root / "nodes" / node / "ssd").mkdir(parents=True, exist_ok=True)
+    (root / "lustre").mkdir(exist_ok=True)
+
+
+def s3_client_for(moto: MotoS3Server) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=moto.endpoint_url,
+        region_name=moto.region,
+        aws_access_key_id=moto.access_key_id,
+        aws_secret_access_key=moto.secret_access_key,
+    )
+
+
+async def eventually(
+    what: str, check: Callable[[], Awaitable[bool]], limit: float = OVERALL_TIMEOUT
+) -> None:
+    """Poll `check` until it holds; fail naming `what` if it never does."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"never happened within {limit:g}s: {what}")
+        await asyncio.sleep(POLL)
+
+
+def marker_states(engine: Engine, checkpoint_id: int) -> dict[str, str]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(CheckpointTier.tier, CheckpointTier.state).where(
+                CheckpointTier.checkpoint_id == checkpoint_id
+            )
+        )
+        return {t: st for t, st in rows}
+
+
+async def retried_activity(handle: WorkflowHandle[Any, Any], activity_type: str) -> str | None:
+    """The last failure of a pending activity of this type that is on its second attempt or
+    later (so one attempt has failed), else None."""
+    desc = await handle.describe()
+    for act in desc.raw_description.pending_activities:
+        if act.activity_type.name == activity_type and act.attempt >= 2:
+            return act.last_failure.message or "failed"
+    return None
+
+
+async def wait_for_retry(handle: WorkflowHandle[Any, Any], activity_type: str) -> str:
+    """Wait until an activity of this type has failed once and waits for (or runs) a retry;
+    returns its last failure."""
+    seen: list[str] = []
+
+    async def check() -> bool:
+        msg = await retried_activity(handle, activity_type)
+        if msg is not None:
+            seen.append(msg)
+        return msg is not None
+
+    await eventually(f"an activity {activity_type} failed and is retried", check)
+    return seen[-1]
+
+
+@pytest.fixture
+def dedicated_postgres() -> Iterator[EmbeddedPostgres]:
+    """A migrated catalog on a Postgres server of its own, which the test may stop and start.
+
+    Outside pytest's basetemp (see tests/conftest.py): the server user must reach its data dir."""
+    root = Path(tempfile.mkdtemp(prefix="tierpoint-fault-pg-"))
+    root.chmod(0o755)
+    pg = EmbeddedPostgres(root / "data", database="tierpoint")
+    try:
+        pg.start()
+        migrate.upgrade(pg.url)
+        engine = make_sync_engine(pg.url, pool_size=1)
+        try:
+            with engine.begin() as conn:
+                # Workflows are keyed by checkpoint id: ids far from the session catalog's keep a
+                # lifecycle left over in the shared Temporal server from ever matching ours.
+                conn.execute(
+                    text("SELECT setval(pg_get_serial_sequence('checkpoint', 'id'), :n)"),
+                    {"n": random.randint(10**9, 2 * 10**9)},
+                )
+        finally:
+            engine.dispose()
+        yield pg
+    finally:
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def db_now(engine: Engine) -> Any:
+    with engine.connect() as conn:
+        return conn.scalar(text("SELECT now()"))
+
+
+async def workers_reported_in(engine: Engine, nodes: tuple[str, ...], since: Any) -> None:
+    """Node workers report in after their schema check: once every node row is fresh, the
+    workers need the catalog no more to start."""
+
+    def fresh() -> bool:
+        with engine.connect() as conn:
+            n = conn.scalar(
+                text("SELECT count(*) FROM node WHERE id = ANY(:ids) AND last_seen_at > :since"),
+                {"ids": list(nodes), "since": since},
+            )
+        return int(n or 0) == len(nodes)
+
+    async def check() -> bool:
+        return await asyncio.to_thread(fresh)
+
+    await eventually("every node worker reported in", check)

@@ -1,0 +1,198 @@
+"""The catalog's Postgres goes away while a checkpoint's lifecycle runs: the workflow waits it out
+(its catalog activities retry) and finishes with every tier restorable and the right bytes; the
+API refuses registrations meanwhile with a 503 problem, writes nothing, and accepts the same
+registration once the catalog is back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+from sqlalchemy import func, select
+from sqlalchemy.orm import sessionmaker
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from activities.schemas import PLAN
+from api.app import create_app
+from tests.api.conftest import running_client
+from tests.conftest import Services, make_bucket, make_settings
+from tests.workflows.conftest import (
+    NODES,
+    ShardSpec,
+    crc_hex,
+    new_job,
+    random_shards,
+    running_workers,
+    seed_checkpoint,
+    shard_file,
+)
+from tierpoint.catalog.engine import make_sync_engine
+from tierpoint.catalog.models import Replica
+from tierpoint.config import Settings
+from tierpoint.devstack.services import EmbeddedPostgres
+from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
+from tierpoint.temporal import connect
+from workflows.schemas import LifecycleResult
+
+from .conftest import (
+    OVERALL_TIMEOUT,
+    db_now,
+    eventually,
+    make_tier_dirs,
+    marker_states,
+    wait_for_retry,
+    workers_reported_in,
+)
+
+PROBLEM = "application/problem+json"
+# How long the catalog stays down at least: several retries of the catalog activities (1 s, 2 s,
+# 4 s backoff) fall inside it, and the next one comes within seconds of its return.
+OUTAGE_SECONDS = 6.0
+SECOND_OUTAGE_SECONDS = 4.0
+TIERS = ["ssd", "lustre", "s3"]
+
+
+def write_local(settings: Settings, job: str, step: int, shards: list[ShardSpec]) -> None:
+    local = settings.local_tier()
+    assert local is not None
+    for sh in shards:
+        f = local.root_for(sh.node) / job / str(step) / sh.path
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(sh.data)
+
+
+def manifest(step: int, shards: list[ShardSpec]) -> dict[str, Any]:
+    return {
+        "step": step,
+        "shards": [
+            {"path": s.path, "size": len(s.data), "crc32c": crc_hex(s.data), "node": s.node}
+            for s in shards
+        ],
+        "metadata": {"fault": "postgres"},
+    }
+
+
+def assert_bytes(
+    settings: Settings, services: Services, job: str, step: int, shards: list[ShardSpec]
+) -> None:
+    s3_tier = settings.tier("s3")
+    assert s3_tier.bucket is not None
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=services.s3_endpoint_url,
+        region_name=services.s3_region,
+        aws_access_key_id=services.s3_access_key_id,
+        aws_secret_access_key=services.s3_secret_access_key,
+    )
+    for sh in shards:
+        for tier, node in (("ssd", sh.node), ("lustre", None)):
+            f = shard_file(settings, tier, node, job, step, sh.path)
+            assert f.read_bytes() == sh.data, f"{tier}: {sh.path}"
+        key = f"{s3_tier.prefix}{job}/{step}/{sh.path}"
+        assert s3.get_object(Bucket=s3_tier.bucket, Key=key)["Body"].read() == sh.data
+
+
+async def finish(client: Client, job: str, step: int) -> LifecycleResult:
+    handle = client.get_workflow_handle(workflow_id(job, step), result_type=LifecycleResult)
+    result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
+    assert isinstance(result, LifecycleResult)
+    return result
+
+
+async def test_postgres_down_mid_lifecycle_loses_nothing(
+    dedicated_postgres: EmbeddedPostgres, services: Services, tmp_path: Path
+) -> None:
+    pg = dedicated_postgres
+    url = pg.url
+    make_tier_dirs(tmp_path)
+    cfg = make_settings(services, url, tmp_path, make_bucket(services))
+    engine = make_sync_engine(url, pool_size=2)
+    client = await connect(cfg)
+    job = new_job()
+    first = random_shards(NODES, 2, 200_000)
+    second = random_shards(NODES, 1, 150_000)
+    write_local(cfg, job, 2, second)
+    register = f"/v1/jobs/{job}/checkpoints"
+    try:
+        seeded = seed_checkpoint(cfg, sessionmaker(engine), job, 1, first)
+        handle = client.get_workflow_handle(workflow_id(job, 1))
+        async for api in running_client(create_app(cfg)):
+            since = await asyncio.to_thread(db_now, engine)
+            async with running_workers(cfg, client):
+                await workers_reported_in(engine, NODES, since)
+                await asyncio.to_thread(pg.stop)
+                went_down = time.monotonic()
+                await start_lifecycle(
+                    client, LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=job, step=1)
+                )
+                failure = await wait_for_retry(handle, PLAN)
+                print(f"plan while the catalog is down: {failure[:200]}")
+
+                r = await api.post(register, json=manifest(2, second))
+                assert r.status_code == 503, r.text
+                assert r.headers["content-type"] == PROBLEM
+                problem = r.json()
+                assert problem["code"] == "catalog_unavailable"
+                assert problem["status"] == 503
+                assert "Traceback" not in r.text
+                r = await api.get("/readyz")
+                assert r.status_code == 503
+                assert r.json()["checks"]["catalog"] != "ok"
+
+                await asyncio.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - went_down)))
+                await asyncio.to_thread(pg.start)
+                back = time.monotonic()
+                print(f"catalog was down {back - went_down:.1f}s")
+                assert pg.url == url
+
+                # A second outage in the middle: once the ssd copy is promoted, the copies to
+                # lustre and s3 and their promotions still need the catalog.
+                async def ssd_restorable() -> bool:
+                    states = await asyncio.to_thread(marker_states, engine, seeded.checkpoint_id)
+                    return states.get("ssd") == "restorable"
+
+                await eventually("ssd restorable", ssd_restorable)
+                await asyncio.to_thread(pg.stop)
+                await asyncio.sleep(SECOND_OUTAGE_SECONDS)
+                await asyncio.to_thread(pg.start)
+                back = time.monotonic()
+                result = await finish(client, job, 1)
+                print(f"step 1 finished {time.monotonic() - back:.1f}s after the catalog returned")
+
+                # Nothing of the refused registration reached the catalog: this one creates it.
+                r = await api.post(register, json=manifest(2, second))
+                assert r.status_code == 201, r.text
+                assert r.json()["shard_count"] == len(second)
+                again = await finish(client, job, 2)
+
+            for res in (result, again):
+                assert [(t.tier, t.state) for t in res.tiers] == [(t, "restorable") for t in TIERS]
+            for step, shards in ((1, first), (2, second)):
+                r = await api.get(f"{register}/{step}")
+                assert r.status_code == 200, r.text
+                body = r.json()
+                assert {t["tier"]: t["state"] for t in body["tiers"]} == dict.fromkeys(
+                    TIERS, "restorable"
+                )
+                replicas = [rep for sh in body["shards"] for rep in sh["replicas"]]
+                assert len(replicas) == len(TIERS) * len(shards)
+                assert {rep["state"] for rep in replicas} == {"verified"}
+                assert_bytes(cfg, services, job, step, shards)
+            r = await api.get(f"{register}/latest", params={"tier": "s3"})
+            assert r.status_code == 200 and r.json()["step"] == 2
+        with engine.connect() as conn:
+            total = conn.scalar(select(func.count()).select_from(Replica))
+        assert total == len(TIERS) * (len(first) + len(second))
+    finally:
+        # A lifecycle of this catalog must not outlive it: later workers would look for it in
+        # another catalog.
+        for step in (1, 2):
+            h = client.get_workflow_handle(workflow_id(job, step))
+            with contextlib.suppress(Exception):
+                if (await h.describe()).status == WorkflowExecutionStatus.RUNNING:
+                    await h.terminate("postgres fault test ended")
+        engine.dispose()

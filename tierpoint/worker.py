@@ -52,8 +52,11 @@ async def _every(
     while not stop.is_set():
         try:
             await fn()
-        except Exception:
-            log.exception("periodic task failed", task=what)
+        except Exception as exc:
+            # Expected while the catalog or Temporal is away: one line per round, not a traceback.
+            log.warning(
+                "periodic task failed", task=what, error=f"{type(exc).__name__}: {exc}"[:500]
+            )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), seconds)
 

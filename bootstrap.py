@@ -54,6 +54,10 @@ def find_uv() -> str:
 def sync(uv: str) -> None:
     """Make .venv match uv.lock exactly (a no-op taking ~0.1 s when it already does)."""
     env = dict(os.environ, UV_PROJECT_ENVIRONMENT=str(VENV))
+    # Trust the platform's certificate store (as pip does), not only uv's bundled roots: machines
+    # behind a TLS-inspecting proxy have its CA there, whether or not SSL_CERT_FILE is set.
+    env.setdefault("UV_SYSTEM_CERTS", "1")
+    env.setdefault("UV_NATIVE_TLS", "1")
     cmd = [uv, "sync", "--frozen"]
     if VENV.exists():
         cmd.append("--quiet")

@@ -19,11 +19,15 @@ from pathlib import Path
 import boto3
 import psycopg
 import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
 
 from tierpoint.catalog import migrate
-from tierpoint.catalog.engine import normalize_url
+from tierpoint.catalog.engine import make_sync_engine, normalize_url, sync_sessions
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
+from tierpoint.temporal import connect
 
 NODES = ("node-a", "node-b")
 
@@ -173,3 +177,23 @@ def settings(services: Services, migrated_url: str, tmp_path: Path) -> Settings:
         (tmp_path / "nodes" / node / "ssd").mkdir(parents=True)
     (tmp_path / "lustre").mkdir()
     return make_settings(services, migrated_url, tmp_path, bucket)
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    """A sync catalog engine, as the workers' activities use."""
+    eng = make_sync_engine(settings.database_url, pool_size=2)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def sessions(engine: Engine) -> sessionmaker[Session]:
+    return sync_sessions(engine)
+
+
+@pytest.fixture
+async def client(settings: Settings) -> Client:
+    """A Temporal client with the project's data converter (tests/api overrides `client` with
+    its HTTP client)."""
+    return await connect(settings)

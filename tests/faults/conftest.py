@@ -13,33 +13,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
-from temporalio.client import Client
-
-from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.config import Settings
-from tierpoint.temporal import connect
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
-    eng = make_sync_engine(settings.database_url, pool_size=2)
-    yield eng
-    eng.dispose()
-
-
-@pytest.fixture
-def sessions(engine: Engine) -> sessionmaker[Session]:
-    return sync_sessions(engine)
-
-
-@pytest.fixture
-async def client(settings: Settings) -> Client:
-    return await connect(settings)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

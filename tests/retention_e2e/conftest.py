@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import boto3
-import pytest
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
@@ -25,15 +24,12 @@ from tierpoint.catalog.checkpoint_queries import LatestRestorable, latest_restor
 from tierpoint.catalog.engine import (
     async_sessions,
     make_async_engine,
-    make_sync_engine,
-    sync_sessions,
 )
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, RetentionPolicy
 from tierpoint.config import Settings, TierKind
 from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
 from tierpoint.retention.policy import Policy
 from tierpoint.retention.trigger import request_retention, retention_workflow_id
-from tierpoint.temporal import connect
 from workflows.retention import RetentionResult
 from workflows.schemas import LifecycleResult
 
@@ -41,23 +37,6 @@ NODES = ("node-a", "node-b")
 HISTORIES = Path(__file__).parent / "histories"
 # Guards against a hang, not a performance assertion.
 RESULT_TIMEOUT = 480.0
-
-
-@pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
-    eng = make_sync_engine(settings.database_url, pool_size=2)
-    yield eng
-    eng.dispose()
-
-
-@pytest.fixture
-def sessions(engine: Engine) -> sessionmaker[Session]:
-    return sync_sessions(engine)
-
-
-@pytest.fixture
-async def client(settings: Settings) -> Client:
-    return await connect(settings)
 
 
 def create_job(sessions: sessionmaker[Session], job: str, spec: dict[str, Any]) -> int:

@@ -8,24 +8,21 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import crc32c
-import pytest
-from sqlalchemy import Engine, func, insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
-from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Checkpoint, Job, Shard
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.config import Settings, TierKind
-from tierpoint.temporal import connect
 from tierpoint.worker import node_roots, run_workers
 
 NODES = ("node-a", "node-b")
@@ -63,23 +60,6 @@ def random_shards(nodes: Sequence[str], per_node: int, size: int) -> list[ShardS
 
 def new_job() -> str:
     return f"job-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
-    eng = make_sync_engine(settings.database_url, pool_size=2)
-    yield eng
-    eng.dispose()
-
-
-@pytest.fixture
-def sessions(engine: Engine) -> sessionmaker[Session]:
-    return sync_sessions(engine)
-
-
-@pytest.fixture
-async def client(settings: Settings) -> Client:
-    return await connect(settings)
 
 
 def seed_checkpoint(

@@ -193,15 +193,7 @@ def begin_expiry(
             updated_at=func.now(),
         )
     )
-    session.execute(
-        update(Replica)
-        .where(
-            Replica.checkpoint_id == checkpoint_id,
-            Replica.tier == tier,
-            Replica.state != ReplicaState.EXPIRED.value,
-        )
-        .values(state=ReplicaState.EXPIRING.value, updated_at=func.now())
-    )
+    _move_replicas(session, checkpoint_id, tier, ReplicaState.EXPIRING)
     record(
         session,
         EventKind.EXPIRING,
@@ -248,15 +240,7 @@ def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
     state = states.get(tier)
     if state != TierState.EXPIRING.value:
         return state or "missing"
-    session.execute(
-        update(Replica)
-        .where(
-            Replica.checkpoint_id == checkpoint_id,
-            Replica.tier == tier,
-            Replica.state != ReplicaState.EXPIRED.value,
-        )
-        .values(state=ReplicaState.EXPIRED.value, updated_at=func.now())
-    )
+    _move_replicas(session, checkpoint_id, tier, ReplicaState.EXPIRED)
     rule = _begun_rule(session, checkpoint_id, tier)
     session.execute(
         update(CheckpointTier)
@@ -282,3 +266,16 @@ def job_names(session: Session, after: str | None, limit: int) -> list[str]:
     if after is not None:
         stmt = stmt.where(Job.name > after)
     return list(session.scalars(stmt))
+
+
+def _move_replicas(session: Session, checkpoint_id: int, tier: str, to: ReplicaState) -> None:
+    """Every replica of the checkpoint on the tier that is not expired yet goes to `to`."""
+    session.execute(
+        update(Replica)
+        .where(
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier == tier,
+            Replica.state != ReplicaState.EXPIRED.value,
+        )
+        .values(state=to.value, updated_at=func.now())
+    )

@@ -17,8 +17,10 @@ from typing import Any
 
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog.models import ReplicaState
 from tierpoint.config import TierConfig
+from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
+from tierpoint.errors import UnsafePath
+from tierpoint.states import ReplicaState
 from tierpoint.storage.base import (
     ChecksumMismatch,
     ShardRef,
@@ -26,10 +28,8 @@ from tierpoint.storage.base import (
     TierStore,
     VerifyResult,
 )
-from tierpoint.storage.paths import UnsafePath
 
 from .progress import BatchReporter, resume_state_for
-from .schemas import PROBLEM_EXAMPLES, BatchResult
 
 HEARTBEAT_WHILE_WAITING = 5.0
 

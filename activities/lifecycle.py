@@ -23,20 +23,11 @@ from tierpoint import logs
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.models import ReplicaState
+from tierpoint.catalog.snapshot import policy_for_job
 from tierpoint.config import Settings, TierConfig, TierKind
-from tierpoint.retention.policy import promotion_targets, tier_refs
-from tierpoint.retention.snapshot import policy_for_job
-from tierpoint.storage.base import (
-    ShardRef,
-    TierStore,
-    VerifyResult,
-)
-from tierpoint.storage.paths import UnsafePath
-
-from .copy import BatchCopy
-from .progress import BatchReporter, resume_details
-from .schemas import (
+from tierpoint.contract.common import FailureType
+from tierpoint.contract.lifecycle import (
+    BATCHES_PER_CHILD,
     COPY_BATCH,
     PLAN,
     PROBLEM_EXAMPLES,
@@ -45,20 +36,27 @@ from .schemas import (
     Batch,
     BatchResult,
     CopyInput,
-    Plan,
+    LifecyclePlan,
     PlanInput,
     PlanTier,
     PromoteInput,
     PromoteResult,
     SealInput,
 )
+from tierpoint.errors import UnknownTier, UnsafePath
+from tierpoint.retention.policy import promotion_targets, tier_refs
+from tierpoint.states import ReplicaState
+from tierpoint.storage.base import (
+    ShardRef,
+    TierStore,
+    VerifyResult,
+)
+
+from .copy import BatchCopy
+from .progress import BatchReporter, resume_details
 from .stores import Stores
 
 log = logs.get(__name__)
-
-# Beyond this many batches in a stage (one node has at least one batch, so this is about the
-# number of nodes), the stage runs in child workflows of this many batches each.
-BATCHES_PER_CHILD = 1000
 
 
 def batch_size(settings: Settings, shard_count: int) -> int:
@@ -78,15 +76,14 @@ def make_batches(ordinals_by_node: list[tuple[str, int]], size: int) -> list[Bat
 
 @contextmanager
 def _non_retryable_input_errors() -> Iterator[None]:
-    """Input that can never work (unsafe path, unknown tier) fails at once, without retries."""
+    """Input that can never work (an unsafe path, a tier not configured) fails at once, without
+    retries."""
     try:
         yield
     except UnsafePath as exc:
-        raise ApplicationError(str(exc), type="UnsafePath", non_retryable=True) from exc
-    except KeyError as exc:
-        raise ApplicationError(
-            f"unknown tier {exc}", type="UnknownTier", non_retryable=True
-        ) from exc
+        raise ApplicationError(str(exc), type=FailureType.UNSAFE_PATH, non_retryable=True) from exc
+    except UnknownTier as exc:
+        raise ApplicationError(str(exc), type=FailureType.UNKNOWN_TIER, non_retryable=True) from exc
 
 
 def _heartbeat_bytes(reporter: BatchReporter, ordinal: int, _bytes_read: int) -> None:
@@ -120,7 +117,7 @@ class LifecycleActivities:
             raise ApplicationError(
                 f"tier {tier.name} of node {batch_node} is not reachable from worker "
                 f"{self._node or 'shared'}",
-                type="WrongNode",
+                type=FailureType.WRONG_NODE,
                 non_retryable=True,
             )
         return self._stores.get(tier, batch_node)
@@ -128,13 +125,13 @@ class LifecycleActivities:
     # ---------------------------------------------------------------- plan
 
     @activity.defn(name=PLAN)
-    def plan(self, inp: PlanInput) -> Plan:
+    def plan(self, inp: PlanInput) -> LifecyclePlan:
         with metrics.timed(PLAN), self._sessions.begin() as s:
             head = repo.checkpoint_head(s, inp.checkpoint_id)
             if head is None:
                 raise ApplicationError(
                     f"checkpoint {inp.checkpoint_id} is not in the catalog",
-                    type="CheckpointNotFound",
+                    type=FailureType.CHECKPOINT_NOT_FOUND,
                     non_retryable=True,
                 )
             tiers = self._settings.tiers
@@ -149,7 +146,7 @@ class LifecycleActivities:
             )
             ordinals = repo.shard_ordinals_by_node(s, head.id)
         size = batch_size(self._settings, len(ordinals))
-        return Plan(
+        return LifecyclePlan(
             checkpoint_id=head.id,
             job=head.job,
             step=head.step,

@@ -18,32 +18,27 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint.catalog import expiry_repo as repo
-from tierpoint.catalog.models import TierState
 from tierpoint.config import Settings, TierKind
-from tierpoint.retention.policy import tier_refs
-from tierpoint.retention.snapshot import UnknownJob
-from tierpoint.retention.trigger import request_retention
-
-from .schemas import (
-    RETENTION_BEGIN,
-    RETENTION_DELETE,
-    RETENTION_FINISH,
-    RETENTION_LIST_JOBS,
-    RETENTION_PLAN,
-    RETENTION_REQUEST,
-    RETENTION_REQUEST_MANY,
+from tierpoint.contract import retention as c
+from tierpoint.contract.common import FailureType
+from tierpoint.contract.retention import (
     BeginResult,
+    BeginState,
     DeleteInput,
     ExpiryInput,
-    ExpiryTask,
     FinishResult,
-    JobPage,
+    JobNamesPage,
     ListJobsInput,
     RequestInput,
     RequestManyInput,
     RetentionPlanInput,
     RetentionPlanResult,
 )
+from tierpoint.errors import JobNotFound
+from tierpoint.retention.policy import tier_refs
+from tierpoint.states import TierState
+from tierpoint.temporal import request_retention
+
 from .stores import Stores
 
 log = logs.get(__name__)
@@ -57,7 +52,7 @@ def _policy_error(job: str, exc: ValidationError) -> ApplicationError:
     # Retention must not act on a policy it cannot read; retrying will not fix the document.
     return ApplicationError(
         f"the retention policy of job {job!r} does not validate: {exc}",
-        type="InvalidPolicy",
+        type=FailureType.INVALID_POLICY,
         non_retryable=True,
     )
 
@@ -83,46 +78,30 @@ class RetentionActivities:
 
     # ---------------------------------------------------------------- plan
 
-    @activity.defn(name=RETENTION_PLAN)
+    @activity.defn(name=c.PLAN)
     def plan(self, inp: RetentionPlanInput) -> RetentionPlanResult:
         tiers = tier_refs(self._settings.tiers)
         try:
             with self._sessions.begin() as s:
-                batch = repo.plan_expiries(s, inp.job, tiers, _now(), inp.limit)
-        except UnknownJob:
+                return repo.plan_expiries(s, inp.job, tiers, _now(), inp.limit)
+        except JobNotFound:
             return RetentionPlanResult()
         except ValidationError as exc:
             raise _policy_error(inp.job, exc) from exc
-        return RetentionPlanResult(
-            tasks=[
-                ExpiryTask(
-                    checkpoint_id=t.checkpoint_id,
-                    step=t.step,
-                    tier=t.tier,
-                    kind=t.kind,
-                    bytes=t.bytes,
-                    rule=t.rule,
-                    nodes=list(t.nodes),
-                )
-                for t in batch.tasks
-            ],
-            more=batch.more,
-            policy=batch.policy,
-        )
 
     # ---------------------------------------------------------------- begin
 
-    @activity.defn(name=RETENTION_BEGIN)
+    @activity.defn(name=c.BEGIN)
     def begin_expiry(self, inp: ExpiryInput) -> BeginResult:
         tiers = tier_refs(self._settings.tiers)
         try:
             with self._sessions.begin() as s:
                 out = repo.begin_expiry(s, inp.job, inp.checkpoint_id, inp.tier, tiers, _now())
-        except UnknownJob:
-            return BeginResult(state="skipped", reason=f"job {inp.job!r} is gone")
+        except JobNotFound:
+            return BeginResult(state=BeginState.SKIPPED, reason=f"job {inp.job!r} is gone")
         except ValidationError as exc:
             raise _policy_error(inp.job, exc) from exc
-        if out.state == "skipped":
+        if out.state is BeginState.SKIPPED:
             log.info(
                 "expiry skipped",
                 job=inp.job,
@@ -130,18 +109,18 @@ class RetentionActivities:
                 tier=inp.tier,
                 reason=out.reason,
             )
-        return BeginResult(state=out.state, rule=out.rule, reason=out.reason)
+        return out
 
     # ---------------------------------------------------------------- delete
 
-    @activity.defn(name=RETENTION_DELETE)
+    @activity.defn(name=c.DELETE)
     def delete_copy(self, inp: DeleteInput) -> None:
         tier = self._stores.tier(inp.tier)
         if tier.kind is TierKind.LOCAL and (inp.node is None or inp.node != self._node):
             raise ApplicationError(
                 f"the copy on tier {tier.name} of node {inp.node} is not reachable from worker "
                 f"{self._node or 'shared'}",
-                type="WrongNode",
+                type=FailureType.WRONG_NODE,
                 non_retryable=True,
             )
         # Invariant 3, checked where the bytes go: only a copy that no reader is sent to any more.
@@ -151,7 +130,7 @@ class RetentionActivities:
             raise ApplicationError(
                 f"refusing to delete checkpoint {inp.checkpoint_id} on {inp.tier}: its marker is "
                 f"{state or 'missing'}, not expiring",
-                type="NotExpiring",
+                type=FailureType.NOT_EXPIRING,
                 non_retryable=True,
             )
         store = self._stores.get(tier, inp.node)
@@ -160,7 +139,7 @@ class RetentionActivities:
 
     # ---------------------------------------------------------------- finish
 
-    @activity.defn(name=RETENTION_FINISH)
+    @activity.defn(name=c.FINISH)
     def finish_expiry(self, inp: ExpiryInput) -> FinishResult:
         with self._sessions.begin() as s:
             state = repo.finish_expiry(s, inp.checkpoint_id, inp.tier)
@@ -173,22 +152,22 @@ class RetentionActivities:
             raise ApplicationError("this worker has no Temporal client", non_retryable=True)
         return self._client
 
-    @activity.defn(name=RETENTION_REQUEST)
+    @activity.defn(name=c.REQUEST)
     async def request(self, inp: RequestInput) -> None:
         await request_retention(self._need_client(), inp.job, inp.reason)
 
-    @activity.defn(name=RETENTION_REQUEST_MANY)
+    @activity.defn(name=c.REQUEST_MANY)
     async def request_many(self, inp: RequestManyInput) -> None:
         client = self._need_client()
         for n, job in enumerate(inp.jobs):
             await request_retention(client, job, inp.reason)
             activity.heartbeat(n)
 
-    @activity.defn(name=RETENTION_LIST_JOBS)
-    async def list_jobs(self, inp: ListJobsInput) -> JobPage:
+    @activity.defn(name=c.LIST_JOBS)
+    async def list_jobs(self, inp: ListJobsInput) -> JobNamesPage:
         def page() -> list[str]:
             with self._sessions.begin() as s:
                 return repo.job_names(s, inp.after, inp.limit)
 
         jobs = await asyncio.to_thread(page)
-        return JobPage(jobs=jobs, next_after=jobs[-1] if len(jobs) == inp.limit else None)
+        return JobNamesPage(jobs=jobs, next_after=jobs[-1] if len(jobs) == inp.limit else None)

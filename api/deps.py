@@ -1,4 +1,5 @@
-"""Request dependencies: the app's state, one catalog session per request, validated names."""
+"""Request dependencies every router shares: the app's state, one catalog session per request,
+the actor of a change, and validated path parameters (job name, step)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Header, Path, Request
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.temporal_link import TemporalLink
 from tierpoint.config import Settings
+from tierpoint.errors import UnsafePath
+from tierpoint.manifest import MAX_INT64
 from tierpoint.metrics_api import ApiMetrics
-from tierpoint.storage.paths import UnsafePath, validate_name
+from tierpoint.storage.paths import validate_name
 
 
 @dataclass
@@ -60,3 +63,25 @@ JobName = Annotated[
     Path(description="Job name: [A-Za-z0-9][A-Za-z0-9._-]{0,127}", examples=["llama3-70b.run-7"]),
     AfterValidator(_job_name),
 ]
+
+
+Step = Annotated[int, Path(ge=0, le=MAX_INT64, description="Training step of the checkpoint.")]
+
+ANONYMOUS = "anonymous"
+
+
+def actor_header(
+    x_tierpoint_actor: Annotated[
+        str | None,
+        Header(
+            min_length=1,
+            max_length=128,
+            pattern=r"^[^\x00-\x1f\x7f]+$",
+            description="Who makes the change, recorded in its event (no authentication yet).",
+        ),
+    ] = None,
+) -> str:
+    return x_tierpoint_actor or ANONYMOUS
+
+
+Actor = Annotated[str, Depends(actor_header)]

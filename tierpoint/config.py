@@ -21,12 +21,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from tierpoint.errors import UnknownTier
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-SHARED_TASK_QUEUE = "tierpoint.shared"
-
-
-def node_task_queue(node_id: str) -> str:
-    return f"tierpoint.node.{node_id}"
 
 
 class TierKind(StrEnum):
@@ -135,7 +132,9 @@ class Settings(BaseSettings):
         for t in self.tiers:
             if t.name == name:
                 return t
-        raise KeyError(name)
+        raise UnknownTier(
+            f"tier {name!r} is not configured; tiers are {', '.join(self.tier_names())}"
+        )
 
     def tier_names(self) -> list[str]:
         return [t.name for t in self.tiers]

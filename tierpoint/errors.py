@@ -41,7 +41,10 @@ class InvalidJobName(TierpointError):
     title = "Invalid job name"
 
 
-class UnsafePathError(TierpointError):
+class UnsafePath(TierpointError, ValueError):
+    """A path or name that could leave its tier root or is not portable across tiers. Raised by
+    path validation and by every store; a ValueError too, so pydantic validators may raise it."""
+
     code = "unsafe_path"
     status = 422
     title = "Unsafe shard path"
@@ -158,7 +161,7 @@ class LeaseEnded(TierpointError):
 ALL_ERRORS: tuple[type[TierpointError], ...] = (
     InvalidManifest,
     InvalidJobName,
-    UnsafePathError,
+    UnsafePath,
     UnknownNode,
     UnknownTier,
     RequestInvalid,

@@ -18,9 +18,9 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from tierpoint.errors import InvalidJobName, ManifestTooLarge
+from tierpoint.errors import InvalidJobName, ManifestTooLarge, UnsafePath
 from tierpoint.storage.checksum import crc32c_hex, parse_crc32c
-from tierpoint.storage.paths import UnsafePath, validate_name, validate_relative_path
+from tierpoint.storage.paths import validate_name, validate_relative_path
 
 # Columns are BIGINT.
 MAX_INT64 = 2**63 - 1

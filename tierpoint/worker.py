@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -20,13 +20,18 @@ from activities.lifecycle import LifecycleActivities
 from activities.retention import RetentionActivities
 from activities.stores import Stores
 from tierpoint import logs, metrics_worker
-from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog.engine import make_sync_engine, sync_sessions
+from tierpoint.catalog.engine import (
+    async_sessions,
+    make_async_engine,
+    make_sync_engine,
+    sync_sessions,
+)
 from tierpoint.catalog.migrate import check_schema
 from tierpoint.catalog.nodes import upsert_node
-from tierpoint.config import SHARED_TASK_QUEUE, Settings, TierKind, node_task_queue
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle
-from tierpoint.retention.trigger import ensure_sweep_schedule
+from tierpoint.config import Settings, TierKind
+from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
+from tierpoint.services.lifecycle_start import start_unstarted
+from tierpoint.temporal import ensure_sweep_schedule
 from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
 from workflows.retention import JobRetention, RetentionSweep
 
@@ -62,28 +67,15 @@ async def _every(
 
 
 async def reconcile_once(
-    client: Client, sessions: sessionmaker[Session], grace: timedelta = RECONCILE_GRACE
+    client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    grace: timedelta = RECONCILE_GRACE,
 ) -> int:
     """Start the lifecycle of every registered checkpoint that has none. Returns how many."""
-
-    def unstarted() -> list[repo.Unstarted]:
-        with sessions.begin() as s:
-            return repo.unstarted_checkpoints(s, grace, RECONCILE_BATCH)
-
-    def mark(checkpoint_id: int) -> bool:
-        with sessions.begin() as s:
-            return repo.mark_workflow_started(s, checkpoint_id)
-
-    started = 0
-    for cp in await asyncio.to_thread(unstarted):
-        # start_lifecycle is idempotent: an existing workflow for this id counts as started.
-        await start_lifecycle(
-            client, LifecycleInput(checkpoint_id=cp.checkpoint_id, job=cp.job, step=cp.step)
-        )
-        if await asyncio.to_thread(mark, cp.checkpoint_id):
-            started += 1
-            log.info("reconciler started lifecycle", job=cp.job, step=cp.step)
-    return started
+    started = await start_unstarted(client, sessions, older_than=grace, limit=RECONCILE_BATCH)
+    for ref in started:
+        log.info("reconciler started lifecycle", job=ref.job, step=ref.step)
+    return len(started)
 
 
 async def run_workers(
@@ -107,6 +99,8 @@ async def run_workers(
     if not nodes and not shared:
         raise ValueError("nothing to run: give nodes and/or shared=True")
     engine: Engine = make_sync_engine(settings.database_url)
+    # The reconciler's own small pool (async, like the API's starts it shares a service with).
+    reconciler_engine = make_async_engine(settings.database_url, pool_size=2)
     try:
         await asyncio.to_thread(check_schema, engine)
         if metrics_port is not None:
@@ -184,7 +178,7 @@ async def run_workers(
         if shared:
 
             async def reconcile() -> None:
-                await reconcile_once(client, sessions)
+                await reconcile_once(client, async_sessions(reconciler_engine))
 
             loops.append(
                 asyncio.create_task(
@@ -207,3 +201,4 @@ async def run_workers(
             log.info("workers stopped", nodes=list(nodes), shared=shared)
     finally:
         engine.dispose()
+        await reconciler_engine.dispose()

@@ -4,8 +4,9 @@ next tier: copy+verify -> promote -> done.
 Deterministic: no I/O, no clocks; every catalog write happens in an activity. The history grows
 with batches (ranges of shard ordinals per node), never with shards, and at most
 `parallelism` batch activities of a stage are in flight at once. A stage with more batches than
-`Plan.batches_per_child` (checkpoints spread over thousands of nodes) runs its batches in child
-workflows (CheckpointLifecycleStage), one after the other, so no history grows with nodes either.
+`LifecyclePlan.batches_per_child` (checkpoints spread over thousands of nodes) runs its batches in
+child workflows (CheckpointLifecycleStage), one after the other, so no history grows with nodes
+either.
 """
 
 from __future__ import annotations
@@ -14,71 +15,45 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.schemas import (
+    from tierpoint.config import TierKind
+    from tierpoint.contract import retention as retention_contract
+    from tierpoint.contract.common import (
+        CATALOG_RETRY,
+        CATALOG_TIMEOUT,
+        SHARED_TASK_QUEUE,
+        error_message,
+        node_task_queue,
+    )
+    from tierpoint.contract.lifecycle import (
+        BATCH_RETRY,
+        BATCH_TIMEOUT,
         COPY_BATCH,
+        LIFECYCLE_WORKFLOW,
         PLAN,
         PROMOTE,
-        RETENTION_REQUEST,
+        RETENTION_PATCH,
         SEAL_BATCH,
+        STAGE_WORKFLOW,
         Batch,
         BatchResult,
         CopyInput,
-        Plan,
+        LifecycleInput,
+        LifecyclePlan,
+        LifecycleResult,
+        LifecycleStatus,
         PlanInput,
         PlanTier,
         PromoteInput,
         PromoteResult,
-        RequestInput,
         SealInput,
-    )
-    from tierpoint.config import SHARED_TASK_QUEUE, TierKind, node_task_queue
-    from tierpoint.lifecycle import LIFECYCLE_WORKFLOW, LifecycleInput
-    from workflows.schemas import (
-        LifecycleResult,
-        LifecycleStatus,
         StageInput,
         StageResult,
         TierOutcome,
     )
-
-STAGE_WORKFLOW = "CheckpointLifecycleStage"
-# Histories recorded before the lifecycle asked for retention runs replay without those activities.
-RETENTION_PATCH = "request-retention-after-promote"
-# Asking for a retention run is best effort: the periodic sweep asks again.
-REQUEST_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=5,
-)
-
-# Catalog-only activities: short, retried for as long as the catalog is down.
-CATALOG_TIMEOUT = timedelta(minutes=2)
-CATALOG_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=1),
-)
-# Batch activities move bytes: long, heartbeating, resumed from their heartbeat on retry.
-BATCH_TIMEOUT = timedelta(hours=12)
-# The batch activities' heartbeat_timeout comes with the plan (Settings.
-# batch_heartbeat_timeout_seconds): the workflow reads no settings of its own.
-BATCH_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=2),
-    maximum_attempts=20,
-    non_retryable_error_types=["UnsafePath", "UnknownTier", "WrongNode", "CheckpointNotFound"],
-)
-
-
-def _error_message(err: BaseException) -> str:
-    cause = err.__cause__ if isinstance(err, ActivityError) and err.__cause__ else err
-    return str(cause) or type(cause).__name__
+    from tierpoint.states import TierState
 
 
 def _batch_queue(batch: Batch, *tiers: PlanTier) -> str:
@@ -140,7 +115,7 @@ async def _run_window(stage: StageInput, status: LifecycleStatus | None = None) 
                 await _run_batch(stage, batch)
             except ActivityError as err:
                 failures.append(
-                    f"batch {batch.node}[{batch.first}..{batch.last}]: {_error_message(err)}"
+                    f"batch {batch.node}[{batch.first}..{batch.last}]: {error_message(err)}"
                 )
             if status is not None:
                 status.batches_done += 1
@@ -177,7 +152,7 @@ class CheckpointLifecycle:
         plan = await workflow.execute_activity(
             PLAN,
             PlanInput(checkpoint_id=inp.checkpoint_id),
-            result_type=Plan,
+            result_type=LifecyclePlan,
             task_queue=SHARED_TASK_QUEUE,
             start_to_close_timeout=CATALOG_TIMEOUT,
             retry_policy=CATALOG_RETRY,
@@ -196,17 +171,17 @@ class CheckpointLifecycle:
 
         source = first
         for i, tier in enumerate(later):
-            if outcome.state != "restorable":
+            if outcome.state is not TierState.RESTORABLE:
                 break
             self._status.stage = f"copy:{tier.name}"
             error = await self._stage(plan, tier, source)
             outcome = await self._promote(plan, tier, later[i + 1 :], error)
             result.tiers.append(outcome)
             source = tier
-        if outcome.state != "restorable":
+        if outcome.state is not TierState.RESTORABLE:
             # A failed tier's promote activity marked the later tiers failed in its transaction.
             # Any other state (retention took the tier over meanwhile) leaves them pending.
-            failed = outcome.state == "failed"
+            failed = outcome.state is TierState.FAILED
             done = {t.tier for t in result.tiers}
             for t in plan.tiers:
                 if t.name in done:
@@ -214,7 +189,7 @@ class CheckpointLifecycle:
                 result.tiers.append(
                     TierOutcome(
                         tier=t.name,
-                        state="failed" if failed else "pending",
+                        state=TierState.FAILED if failed else TierState.PENDING,
                         reason=f"source tier {outcome.tier} failed"
                         if failed
                         else f"not copied: source tier {outcome.tier} is {outcome.state}",
@@ -225,7 +200,9 @@ class CheckpointLifecycle:
         self._status.stage = "done"
         return result
 
-    async def _stage(self, plan: Plan, tier: PlanTier, source: PlanTier | None) -> str | None:
+    async def _stage(
+        self, plan: LifecyclePlan, tier: PlanTier, source: PlanTier | None
+    ) -> str | None:
         """Run a stage's batches; returns why the stage is incomplete, if it is."""
         self._status.batches_total = len(plan.batches)
         self._status.batches_done = 0
@@ -265,7 +242,7 @@ class CheckpointLifecycle:
         return f"{failed} of {len(plan.batches)} batches failed, first: {first}"
 
     async def _promote(
-        self, plan: Plan, tier: PlanTier, later: list[PlanTier], error: str | None
+        self, plan: LifecyclePlan, tier: PlanTier, later: list[PlanTier], error: str | None
     ) -> TierOutcome:
         self._status.stage = f"promote:{tier.name}"
         res = await workflow.execute_activity(
@@ -281,7 +258,7 @@ class CheckpointLifecycle:
             start_to_close_timeout=CATALOG_TIMEOUT,
             retry_policy=CATALOG_RETRY,
         )
-        if res.state == "restorable":
+        if res.state is TierState.RESTORABLE:
             self._status.tiers_done.append(tier.name)
             if workflow.patched(RETENTION_PATCH):
                 await self._request_retention(plan, tier)
@@ -289,17 +266,19 @@ class CheckpointLifecycle:
             self._status.tiers_failed.append(tier.name)
         return TierOutcome(tier=res.tier, state=res.state, reason=res.reason)
 
-    async def _request_retention(self, plan: Plan, tier: PlanTier) -> None:
+    async def _request_retention(self, plan: LifecyclePlan, tier: PlanTier) -> None:
         """A new restorable copy can let older copies go (a local copy waits for a durable one;
         keep_last counts restorable copies): ask for the job's retention run. Requests coalesce
         in the job's one JobRetention workflow, so one per promotion is cheap."""
         try:
             await workflow.execute_activity(
-                RETENTION_REQUEST,
-                RequestInput(job=plan.job, reason=f"step {plan.step} restorable on {tier.name}"),
+                retention_contract.REQUEST,
+                retention_contract.RequestInput(
+                    job=plan.job, reason=f"step {plan.step} restorable on {tier.name}"
+                ),
                 task_queue=SHARED_TASK_QUEUE,
                 start_to_close_timeout=CATALOG_TIMEOUT,
-                retry_policy=REQUEST_RETRY,
+                retry_policy=retention_contract.REQUEST_RETRY,
             )
         except ActivityError:
             # The checkpoint is safe either way; only cleanup waits for the next sweep.

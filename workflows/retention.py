@@ -16,88 +16,48 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from pydantic import BaseModel, Field
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.schemas import (
-        RETENTION_BEGIN,
-        RETENTION_DELETE,
-        RETENTION_FINISH,
-        RETENTION_LIST_JOBS,
-        RETENTION_PLAN,
-        RETENTION_REQUEST_MANY,
+    from tierpoint.config import TierKind
+    from tierpoint.contract import retention as c
+    from tierpoint.contract.common import (
+        CATALOG_RETRY,
+        CATALOG_TIMEOUT,
+        SHARED_TASK_QUEUE,
+        error_message,
+        node_task_queue,
+    )
+    from tierpoint.contract.retention import (
+        REQUEST_SIGNAL,
+        RETENTION_WORKFLOW,
+        SWEEP_REASON,
+        SWEEP_WORKFLOW,
         BeginResult,
+        BeginState,
         DeleteInput,
         ExpiryInput,
         ExpiryTask,
         FinishResult,
-        JobPage,
+        JobNamesPage,
         ListJobsInput,
         RequestManyInput,
+        RetentionInput,
         RetentionPlanInput,
         RetentionPlanResult,
-    )
-    from tierpoint.config import SHARED_TASK_QUEUE, TierKind, node_task_queue
-    from tierpoint.retention.trigger import (
-        REQUEST_SIGNAL,
-        RETENTION_WORKFLOW,
-        SWEEP_WORKFLOW,
-        RetentionInput,
         RetentionRequest,
+        RetentionResult,
+        RetentionStatus,
+        SweepResult,
     )
 
-CATALOG_TIMEOUT = timedelta(minutes=2)
-CATALOG_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=1),
-    non_retryable_error_types=["InvalidPolicy"],
-)
-# Deleting a checkpoint's directory or S3 prefix. A node that stays away longer than
-# DELETE_DEADLINE leaves the copy `expiring` (never restorable again) for a later run.
-DELETE_TIMEOUT = timedelta(minutes=30)
-DELETE_DEADLINE = timedelta(hours=1)
-DELETE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=1),
-    non_retryable_error_types=["WrongNode", "NotExpiring"],
-)
 # Expiries in flight at once within a round (each locks its own checkpoint row).
 EXPIRY_WINDOW = 8
 # Rounds (plan + its expiries) per run before continuing as new.
 ROUNDS_PER_RUN = 20
 # Reasons kept for the status query.
 REASONS_KEPT = 10
-
-
-class RetentionStatus(BaseModel):
-    job: str
-    passes: int = 0  # passes finished, this run and the runs it continued from
-    requests: int = 0  # requests received by this run
-    expired: int = 0  # expiries finished by this run
-    skipped: int = 0  # expiries the re-check refused in this run
-    failed: int = 0  # expiries left `expiring` by this run (deletion failed)
-    last_reasons: list[str] = Field(default_factory=list)
-    last_skip: str | None = None
-    last_failure: str | None = None
-    policy: str = ""
-
-
-class RetentionResult(BaseModel):
-    job: str
-    passes: int
-    expired: int
-    skipped: int
-    failed: int
-
-
-def _message(err: BaseException) -> str:
-    cause = err.__cause__ if isinstance(err, ActivityError) and err.__cause__ else err
-    return str(cause) or type(cause).__name__
 
 
 @workflow.defn(name=RETENTION_WORKFLOW)
@@ -148,7 +108,7 @@ class JobRetention:
             rounds += 1
             try:
                 batch: RetentionPlanResult = await workflow.execute_activity(
-                    RETENTION_PLAN,
+                    c.PLAN,
                     RetentionPlanInput(job=job),
                     result_type=RetentionPlanResult,
                     task_queue=SHARED_TASK_QUEUE,
@@ -157,7 +117,7 @@ class JobRetention:
                 )
             except ActivityError as err:
                 # A policy that does not validate: nothing expires until it is fixed.
-                self._status.last_failure = f"plan: {_message(err)}"
+                self._status.last_failure = f"plan: {error_message(err)}"
                 return rounds
             self._status.policy = batch.policy
             if not batch.tasks:
@@ -177,21 +137,21 @@ class JobRetention:
         ref = ExpiryInput(job=job, checkpoint_id=task.checkpoint_id, tier=task.tier)
         try:
             begun: BeginResult = await workflow.execute_activity(
-                RETENTION_BEGIN,
+                c.BEGIN,
                 ref,
                 result_type=BeginResult,
                 task_queue=SHARED_TASK_QUEUE,
                 start_to_close_timeout=CATALOG_TIMEOUT,
                 retry_policy=CATALOG_RETRY,
             )
-            if begun.state == "skipped":
+            if begun.state is BeginState.SKIPPED:
                 self._status.skipped += 1
                 self._status.last_skip = f"step {task.step} on {task.tier}: {begun.reason}"
                 return False
-            if begun.state == "expiring":
+            if begun.state is BeginState.EXPIRING:
                 await self._delete(job, task)
             finished: FinishResult = await workflow.execute_activity(
-                RETENTION_FINISH,
+                c.FINISH,
                 ref,
                 result_type=FinishResult,
                 task_queue=SHARED_TASK_QUEUE,
@@ -201,7 +161,7 @@ class JobRetention:
         except ActivityError as err:
             # The marker stays `expiring` (no reader is sent there); a later run finishes it.
             self._status.failed += 1
-            self._status.last_failure = f"step {task.step} on {task.tier}: {_message(err)}"
+            self._status.last_failure = f"step {task.step} on {task.tier}: {error_message(err)}"
             return False
         if finished.state == "expired":
             self._status.expired += 1
@@ -211,7 +171,7 @@ class JobRetention:
     async def _delete(self, job: str, task: ExpiryTask) -> None:
         async def delete(node: str | None, queue: str) -> None:
             await workflow.execute_activity(
-                RETENTION_DELETE,
+                c.DELETE,
                 DeleteInput(
                     job=job,
                     checkpoint_id=task.checkpoint_id,
@@ -220,9 +180,9 @@ class JobRetention:
                     node=node,
                 ),
                 task_queue=queue,
-                start_to_close_timeout=DELETE_TIMEOUT,
-                schedule_to_close_timeout=DELETE_DEADLINE,
-                retry_policy=DELETE_RETRY,
+                start_to_close_timeout=c.DELETE_TIMEOUT,
+                schedule_to_close_timeout=c.DELETE_DEADLINE,
+                retry_policy=c.DELETE_RETRY,
             )
 
         if task.kind is TierKind.LOCAL:
@@ -230,13 +190,6 @@ class JobRetention:
             await asyncio.gather(*(delete(n, node_task_queue(n)) for n in task.nodes))
         else:
             await delete(None, SHARED_TASK_QUEUE)
-
-
-SWEEP_REASON = "periodic sweep"
-
-
-class SweepResult(BaseModel):
-    jobs: int
 
 
 @workflow.defn(name=SWEEP_WORKFLOW)
@@ -249,17 +202,17 @@ class RetentionSweep:
         after: str | None = None
         total = 0
         while True:
-            page: JobPage = await workflow.execute_activity(
-                RETENTION_LIST_JOBS,
+            page: JobNamesPage = await workflow.execute_activity(
+                c.LIST_JOBS,
                 ListJobsInput(after=after),
-                result_type=JobPage,
+                result_type=JobNamesPage,
                 task_queue=SHARED_TASK_QUEUE,
                 start_to_close_timeout=CATALOG_TIMEOUT,
                 retry_policy=CATALOG_RETRY,
             )
             if page.jobs:
                 await workflow.execute_activity(
-                    RETENTION_REQUEST_MANY,
+                    c.REQUEST_MANY,
                     RequestManyInput(jobs=page.jobs, reason=SWEEP_REASON),
                     task_queue=SHARED_TASK_QUEUE,
                     start_to_close_timeout=timedelta(minutes=10),

@@ -1,42 +1,37 @@
+"""Checkpoints: register, list, get one, and the latest restorable with its restore plan."""
+
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from api.deps import ApiState, JobName, SessionDep, StateDep
+from api import background
+from api.deps import Actor, ApiState, JobName, SessionDep, StateDep, Step
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
-from api.routers.retention import Actor
 from api.schemas.checkpoints import (
-    Checkpoint,
-    CheckpointDetail,
+    CheckpointDetailOut,
+    CheckpointOut,
     CheckpointPage,
     RegisterCheckpoint,
 )
 from api.schemas.leases import LatestWithLease
-from tierpoint import logs
-from tierpoint.catalog import checkpoint_queries as queries
-from tierpoint.catalog import registration
+from tierpoint.catalog import checkpoint_reads, registration
 from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
-from tierpoint.catalog.models import TierState
+from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import UnknownTier
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle
-from tierpoint.manifest import MAX_INT64, check_limits
+from tierpoint.manifest import check_limits
+from tierpoint.services.restore import LeaseRequest, latest_with_lease
+from tierpoint.states import TierState
 
 router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"])
-log = logs.get(__name__)
-
-# A workflow start that takes longer than this is left to the reconciler.
-WORKFLOW_START_TIMEOUT = 5.0
-
-Step = Annotated[int, Path(ge=0, le=MAX_INT64, description="Training step of the checkpoint.")]
 
 
 def _tier(state: ApiState, tier: str | None) -> str | None:
+    """A tier named in the query must be configured."""
     if tier is not None and tier not in state.settings.tier_names():
         raise UnknownTier(
             f"tier {tier!r} is not configured; tiers are {', '.join(state.settings.tier_names())}",
@@ -50,34 +45,6 @@ def _tier(state: ApiState, tier: str | None) -> str | None:
             ],
         )
     return tier
-
-
-async def start_workflow(state: ApiState, checkpoint_id: int, job: str, step: int) -> None:
-    """Runs after the response: any failure is logged, never returned (the reconciler in the
-    workers starts workflows for registered checkpoints that have none)."""
-    client = await state.temporal.client()
-    if client is None:
-        state.metrics.workflow_starts.labels("failed").inc()
-        log.warning("workflow not started: temporal unreachable", job=job, step=step)
-        return
-    try:
-        started = await asyncio.wait_for(
-            start_lifecycle(
-                client, LifecycleInput(checkpoint_id=checkpoint_id, job=job, step=step)
-            ),
-            timeout=WORKFLOW_START_TIMEOUT,
-        )
-    except Exception as exc:
-        state.metrics.workflow_starts.labels("failed").inc()
-        log.warning("workflow not started", job=job, step=step, error=repr(exc))
-        return
-    state.metrics.workflow_starts.labels("started" if started else "existing").inc()
-    try:
-        async with state.sessions() as session:
-            await registration.mark_workflow_started(session, checkpoint_id)
-            await session.commit()
-    except Exception as exc:
-        log.warning("could not record workflow start", job=job, step=step, error=repr(exc))
 
 
 async def manifest_body(job: JobName, request: Request) -> RegisterCheckpoint:
@@ -95,9 +62,9 @@ async def manifest_body(job: JobName, request: Request) -> RegisterCheckpoint:
 @router.post(
     "/{job:path}/checkpoints",
     status_code=201,
-    response_model=Checkpoint,
+    response_model=CheckpointOut,
     responses={
-        200: {"model": Checkpoint, "description": "The same manifest was already registered."},
+        200: {"model": CheckpointOut, "description": "The same manifest was already registered."},
         **problem_responses(409, 413, 422),
     },
     summary="Register a checkpoint",
@@ -112,10 +79,10 @@ async def register_checkpoint(
     job: JobName,
     manifest: Annotated[RegisterCheckpoint, Depends(manifest_body)],
     response: Response,
-    background: BackgroundTasks,
+    background_tasks: BackgroundTasks,
     session: SessionDep,
     state: StateDep,
-) -> Checkpoint:
+) -> CheckpointOut:
     """Record a checkpoint whose shards the job has written to its nodes' local tier. The catalog
     commit is the acknowledgement; the lifecycle workflow that copies the shards to slower tiers
     starts right after (or later through the reconciler if Temporal is unreachable).
@@ -128,11 +95,11 @@ async def register_checkpoint(
     )
     tiers = state.settings.tiers
     if result.created:
-        view = queries.registered_view(
+        view = checkpoint_reads.registered_view(
             job, result.checkpoint_id, result.created_at, manifest, tiers
         )
     else:
-        view = await queries.checkpoint_view(session, job, result.checkpoint_id, tiers)
+        view = await checkpoint_reads.checkpoint_view(session, job, result.checkpoint_id, tiers)
     await session.commit()
     if result.created:
         response.status_code = 201
@@ -142,8 +109,12 @@ async def register_checkpoint(
         response.status_code = 200
         state.metrics.registrations.labels("existing").inc()
     if not result.workflow_started:
-        background.add_task(start_workflow, state, result.checkpoint_id, job, manifest.step)
-    return Checkpoint.model_validate(view)
+        background_tasks.add_task(
+            background.start_lifecycle,
+            state,
+            LifecycleInput(checkpoint_id=result.checkpoint_id, job=job, step=manifest.step),
+        )
+    return CheckpointOut.model_validate(view)
 
 
 @router.get(
@@ -190,8 +161,8 @@ async def latest_restorable(
     and for every newer step why it was not chosen. 404 (`no_restorable_checkpoint`, with the
     same `skipped` list) when there is none."""
     _tier(state, tier)
-    lease = queries.LeaseRequest(lease_ttl, holder, actor) if lease_ttl is not None else None
-    result = await queries.latest_restorable(
+    lease = LeaseRequest(lease_ttl, holder, actor) if lease_ttl is not None else None
+    result = await latest_with_lease(
         session, job, state.settings.tiers, tier=tier, node=node, lease=lease
     )
     if lease is not None:
@@ -201,7 +172,7 @@ async def latest_restorable(
 
 @router.get(
     "/{job:path}/checkpoints/{step}",
-    response_model=CheckpointDetail,
+    response_model=CheckpointDetailOut,
     responses=problem_responses(404, 422),
     summary="One checkpoint with its tiers and replicas",
 )
@@ -211,11 +182,11 @@ async def get_checkpoint(
     session: SessionDep,
     state: StateDep,
     shards: Annotated[bool, Query(description="Include shards and their replicas.")] = True,
-) -> CheckpointDetail:
-    detail = await queries.get_checkpoint(
+) -> CheckpointDetailOut:
+    detail = await checkpoint_reads.get_checkpoint(
         session, job, step, state.settings.tiers, include_shards=shards
     )
-    out = CheckpointDetail.model_validate(detail)
+    out = CheckpointDetailOut.model_validate(detail)
     if not shards:
         out.shards = None
     return out
@@ -246,7 +217,7 @@ async def list_checkpoints(
 ) -> CheckpointPage:
     _tier(state, tier)
     before = decode_cursor(cursor, int) if cursor is not None else None
-    items, next_step = await queries.list_checkpoints(
+    items, next_step = await checkpoint_reads.list_checkpoints(
         session,
         job,
         state.settings.tiers,
@@ -256,6 +227,6 @@ async def list_checkpoints(
         before_step=before,
     )
     return CheckpointPage(
-        items=[Checkpoint.model_validate(i) for i in items],
+        items=[CheckpointOut.model_validate(i) for i in items],
         next_cursor=encode_cursor(next_step) if next_step is not None else None,
     )

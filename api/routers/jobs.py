@@ -8,7 +8,7 @@ from api.deps import SessionDep
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
 from api.schemas.jobs import JobOut, JobPage
-from tierpoint.catalog import checkpoint_queries as queries
+from tierpoint.catalog import checkpoint_reads
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -20,7 +20,7 @@ async def list_jobs(
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> JobPage:
     after = decode_cursor(cursor, str) if cursor is not None else None
-    jobs, last = await queries.list_jobs(session, limit=limit, after_name=after)
+    jobs, last = await checkpoint_reads.list_jobs(session, limit=limit, after_name=after)
     return JobPage(
         items=[JobOut.model_validate(j) for j in jobs],
         next_cursor=encode_cursor(last) if last is not None else None,

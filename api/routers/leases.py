@@ -9,10 +9,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
 
-from api.deps import JobName, SessionDep, StateDep
+from api import background
+from api.deps import Actor, JobName, SessionDep, StateDep, Step
 from api.problems import problem_responses
-from api.routers.checkpoints import Step
-from api.routers.retention import Actor, request_retention_runs
 from api.schemas.leases import CreateLease, Lease, LeaseList, RenewLease
 from tierpoint.catalog import leases_repo as repo
 from tierpoint.manifest import MAX_INT64
@@ -87,10 +86,10 @@ async def release_lease(
     session: SessionDep,
     state: StateDep,
     actor: Actor,
-    background: BackgroundTasks,
+    background_tasks: BackgroundTasks,
 ) -> Response:
     _, released = await repo.release_lease(session, job, step, lease_id, actor)
     await session.commit()
     if released:
-        background.add_task(request_retention_runs, state, [job], "lease released")
-    return Response(status_code=204, background=background)
+        background_tasks.add_task(background.request_retention, state, [job], "lease released")
+    return Response(status_code=204, background=background_tasks)

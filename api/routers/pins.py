@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, BackgroundTasks
 
-from api.deps import JobName, SessionDep, StateDep
+from api import background
+from api.deps import Actor, JobName, SessionDep, StateDep, Step
 from api.problems import problem_responses
-from api.routers.checkpoints import Step
-from api.routers.retention import Actor, request_retention_runs
 from api.schemas.leases import Pin
 from tierpoint.catalog import leases_repo as repo
 
@@ -38,10 +37,10 @@ async def unpin_checkpoint(
     session: SessionDep,
     state: StateDep,
     actor: Actor,
-    background: BackgroundTasks,
+    background_tasks: BackgroundTasks,
 ) -> Pin:
     pin = await repo.set_pinned(session, job, step, False, actor)
     await session.commit()
     if pin.changed:
-        background.add_task(request_retention_runs, state, [job], "checkpoint unpinned")
+        background_tasks.add_task(background.request_retention, state, [job], "checkpoint unpinned")
     return Pin.model_validate(pin)

@@ -9,9 +9,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
 
-from api.deps import JobName, SessionDep, StateDep
+from api import background
+from api.deps import Actor, JobName, SessionDep, StateDep
 from api.problems import problem_responses
-from api.routers.retention import Actor, job_policy, parse_policy, request_retention_runs
 from api.schemas.policies import (
     POLICY_NAME_PATTERN,
     AssignPolicy,
@@ -24,9 +24,8 @@ from api.schemas.policies import (
     UpdatePolicy,
 )
 from tierpoint.catalog import policies_repo as repo
-from tierpoint.errors import JobNotFound
 from tierpoint.retention import tier_refs
-from tierpoint.retention.snapshot import UnknownJob, policy_for_job
+from tierpoint.services.retention import parse_policy, resolve_policy
 
 router = APIRouter(tags=["policies"])
 
@@ -47,7 +46,7 @@ async def create_policy(
     session: SessionDep,
     state: StateDep,
     actor: Actor,
-    background: BackgroundTasks,
+    background_tasks: BackgroundTasks,
 ) -> PolicyOut:
     """422 `invalid_policy` (errors name the fields under `spec`) or `unknown_tier`; 409
     `policy_exists`. With `default: true` it replaces the current default policy."""
@@ -55,7 +54,9 @@ async def create_policy(
     record = await repo.create_policy(session, body.name, policy, default=body.default, actor=actor)
     affected = await repo.assigned_jobs(session, body.name) if body.default else []
     await session.commit()
-    background.add_task(request_retention_runs, state, affected, f"policy {body.name} is default")
+    background_tasks.add_task(
+        background.request_retention, state, affected, f"policy {body.name} is default"
+    )
     return PolicyOut.model_validate(record)
 
 
@@ -103,7 +104,7 @@ async def update_policy(
     session: SessionDep,
     state: StateDep,
     actor: Actor,
-    background: BackgroundTasks,
+    background_tasks: BackgroundTasks,
 ) -> PolicyOut:
     policy = parse_policy(body.spec, tier_refs(state.settings.tiers), ("spec",))
     before = await repo.assigned_jobs(session, name)
@@ -116,7 +117,9 @@ async def update_policy(
     # that lose it gain the built-in policy, or the next default, which is requested there).
     affected = sorted(set(after) | (set(before) if changed else set()))
     if changed or set(after) != set(before):
-        background.add_task(request_retention_runs, state, affected, f"policy {name} changed")
+        background_tasks.add_task(
+            background.request_retention, state, affected, f"policy {name} changed"
+        )
     return PolicyOut.model_validate(record)
 
 
@@ -145,15 +148,15 @@ async def assign_policy(
     session: SessionDep,
     state: StateDep,
     actor: Actor,
-    background: BackgroundTasks,
+    background_tasks: BackgroundTasks,
 ) -> JobPolicy:
     """The job need not have registered a checkpoint yet. Answers the policy that now applies."""
     previous, new = await repo.assign_policy(session, job, body.policy, actor=actor)
-    assigned = await session.run_sync(policy_for_job, job)
+    assigned = await resolve_policy(session, job)
     await session.commit()
     if previous != new:
-        background.add_task(request_retention_runs, state, [job], "policy assigned")
-    return job_policy(job, assigned)
+        background_tasks.add_task(background.request_retention, state, [job], "policy assigned")
+    return JobPolicy.of(job, assigned)
 
 
 @router.get(
@@ -163,8 +166,4 @@ async def assign_policy(
     summary="The retention policy that applies to a job",
 )
 async def job_policy_of(job: JobName, session: SessionDep) -> JobPolicy:
-    try:
-        assigned = await session.run_sync(policy_for_job, job)
-    except UnknownJob:
-        raise JobNotFound(f"no job named {job!r}") from None
-    return job_policy(job, assigned)
+    return JobPolicy.of(job, await resolve_policy(session, job))

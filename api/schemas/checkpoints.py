@@ -1,3 +1,5 @@
+"""Response schemas of the checkpoint endpoints (`...Out`); the request body is the manifest."""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -5,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tierpoint.catalog.models import ReplicaState, TierState
 from tierpoint.config import TierKind
 from tierpoint.manifest import Manifest, ShardSpec
+from tierpoint.states import ReplicaState, TierState
 
 # The request body is the manifest model shared with the CLI.
 RegisterCheckpoint = Manifest
@@ -18,24 +20,24 @@ class _Out(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
-class Progress(_Out):
+class ProgressOut(_Out):
     shards_total: int
     shards_verified: int
     bytes_total: int
     bytes_done: int
 
 
-class TierStatus(_Out):
+class TierStatusOut(_Out):
     tier: str
     kind: TierKind | None = Field(description="null for a tier no longer configured")
     state: TierState
     reason: str | None
     quarantine_reason: str | None
     restorable_at: datetime | None
-    progress: Progress
+    progress: ProgressOut
 
 
-class Checkpoint(_Out):
+class CheckpointOut(_Out):
     job: str
     step: int
     created_at: datetime
@@ -48,10 +50,10 @@ class Checkpoint(_Out):
         description="false until a lifecycle workflow is known to run (the API starts it right "
         "after registration, the reconciler catches up if Temporal was unreachable)"
     )
-    tiers: list[TierStatus]
+    tiers: list[TierStatusOut]
 
 
-class Replica(_Out):
+class ReplicaOut(_Out):
     tier: str
     node: str | None
     state: ReplicaState
@@ -66,23 +68,23 @@ class ShardOut(_Out):
     size: int
     crc32c: str | None
     node: str
-    replicas: list[Replica]
+    replicas: list[ReplicaOut]
 
 
-class CheckpointDetail(Checkpoint):
+class CheckpointDetailOut(CheckpointOut):
     shards: list[ShardOut] | None = Field(
         default=None, description="omitted (null) when requested with shards=false"
     )
 
 
 class CheckpointPage(BaseModel):
-    items: list[Checkpoint]
+    items: list[CheckpointOut]
     next_cursor: str | None = Field(
         description="pass as cursor= for the next page; null at the end"
     )
 
 
-class PlanEntry(_Out):
+class RestorePlanEntryOut(_Out):
     path: str
     size: int
     crc32c: str | None
@@ -92,14 +94,14 @@ class PlanEntry(_Out):
     location: str = Field(description="absolute path on that node/tier, or s3://bucket/key")
 
 
-class Skipped(_Out):
+class SkippedOut(_Out):
     step: int
     reasons: list[str]
 
 
-class LatestRestorable(_Out):
+class LatestRestorableOut(_Out):
     job: str
     step: int
-    checkpoint: Checkpoint
-    plan: list[PlanEntry]
-    skipped: list[Skipped] = Field(description="every newer step, and why it was not chosen")
+    checkpoint: CheckpointOut
+    plan: list[RestorePlanEntryOut]
+    skipped: list[SkippedOut] = Field(description="every newer step, and why it was not chosen")

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.schemas.checkpoints import LatestRestorable
+from api.schemas.checkpoints import LatestRestorableOut
 from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
 
 TtlSeconds = Field(ge=1, le=MAX_LEASE_SECONDS, description="Lease duration in seconds.")
@@ -57,7 +57,7 @@ class Pin(BaseModel):
     changed: bool = Field(description="false when it already was (un)pinned")
 
 
-class LatestWithLease(LatestRestorable):
+class LatestWithLease(LatestRestorableOut):
     lease: Lease | None = Field(
         default=None, description="the lease taken with the answer when lease_ttl was given"
     )

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tierpoint.catalog.snapshot import AssignedPolicy
 from tierpoint.config import NAME_RE
 
 POLICY_NAME_PATTERN = NAME_RE.pattern
@@ -88,3 +89,13 @@ class JobPolicy(BaseModel):
     name: str
     version: int
     spec: dict[str, Any]
+
+    @classmethod
+    def of(cls, job: str, assigned: AssignedPolicy) -> JobPolicy:
+        return cls(
+            job=job,
+            source=assigned.source,
+            name=assigned.name,
+            version=assigned.version,
+            spec=assigned.policy.to_spec(),
+        )

@@ -21,7 +21,7 @@ from tests.conftest import Services
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.config import Settings
-from tierpoint.lifecycle import workflow_id
+from tierpoint.contract.lifecycle import workflow_id
 
 NODE_A, NODE_B = "node-a", "node-b"
 COUNTED_TABLES = ("job", "checkpoint", "shard", "checkpoint_tier", "replica", "event")

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, text
 from temporalio.client import Client
 
 from tests.api.conftest import catalog, client, manifest, nodes, restorable, shard, temporal
-from tierpoint.retention.trigger import retention_workflow_id
+from tierpoint.contract.retention import retention_workflow_id
 
 __all__ = ["catalog", "client", "nodes", "temporal"]
 

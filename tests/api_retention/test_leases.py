@@ -9,7 +9,7 @@ from temporalio.client import Client
 
 from tests.api.conftest import NODE_A, manifest, shard
 from tests.api_retention.conftest import events, row_counts, seed
-from tierpoint.retention.trigger import retention_workflow_id
+from tierpoint.contract.retention import retention_workflow_id
 
 BOB = {"X-Tierpoint-Actor": "bob"}
 

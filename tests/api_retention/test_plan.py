@@ -12,9 +12,9 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from tests.api_retention.conftest import SHARD_BYTES, row_counts, seed
+from tierpoint.catalog.snapshot import take_snapshot
 from tierpoint.config import Settings
 from tierpoint.retention import Policy, RetentionPlan, plan, tier_refs
-from tierpoint.retention.snapshot import take_snapshot
 
 POLICY = {"tiers": {"ssd": {"keep_last": 1}, "lustre": {"keep_last": 2}}}
 CHECKPOINT_BYTES = 2 * SHARD_BYTES

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, text
 from temporalio.client import Client
 
 from tests.api_retention.conftest import events, row_counts
-from tierpoint.retention.trigger import retention_workflow_id
+from tierpoint.contract.retention import retention_workflow_id
 
 KEEP2 = {"kinds": {"local": {"keep_last": 2}}}
 KEEP3 = {"kinds": {"local": {"keep_last": 3}}, "durable": {"keep_every": 6}}

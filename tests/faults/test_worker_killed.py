@@ -20,14 +20,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
-from activities.schemas import COPY_BATCH
 from tests.conftest import Services
 from tests.workflows.conftest import ShardSpec, crc_hex, new_job, running_workers, seed_checkpoint
 from tierpoint.catalog.models import Event, Replica
 from tierpoint.config import Settings
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
+from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.storage.posix import partial_name
-from workflows.schemas import LifecycleResult
+from tierpoint.temporal import start_lifecycle
 
 from .conftest import worker_process
 

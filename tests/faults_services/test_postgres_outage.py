@@ -16,7 +16,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from activities.schemas import PLAN
 from api.app import create_app
 from tests.api.conftest import running_client
 from tests.conftest import Services, make_bucket, make_settings
@@ -33,10 +32,9 @@ from tests.workflows.conftest import (
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Replica
 from tierpoint.config import Settings
+from tierpoint.contract.lifecycle import PLAN, LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.devstack.services import EmbeddedPostgres
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
-from tierpoint.temporal import connect
-from workflows.schemas import LifecycleResult
+from tierpoint.temporal import connect, start_lifecycle
 
 from .conftest import (
     OVERALL_TIMEOUT,

@@ -13,7 +13,6 @@ from pathlib import Path
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import WorkflowExecutionStatus
 
-from activities.schemas import COPY_BATCH
 from api.app import create_app
 from tests.api.conftest import running_client
 from tests.workflows.conftest import (
@@ -25,10 +24,9 @@ from tests.workflows.conftest import (
 )
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.config import Settings
+from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.devstack.services import MotoS3Server
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
-from tierpoint.temporal import connect
-from workflows.schemas import LifecycleResult
+from tierpoint.temporal import connect, start_lifecycle
 
 from .conftest import (
     OVERALL_TIMEOUT,

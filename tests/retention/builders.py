@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from tierpoint.catalog.models import TierState
 from tierpoint.config import TierKind
 from tierpoint.retention import (
     CheckpointInfo,
@@ -18,6 +17,7 @@ from tierpoint.retention import (
     plan,
     promotion_targets,
 )
+from tierpoint.states import TierState
 
 TIERS = (
     TierRef("ssd", TierKind.LOCAL),

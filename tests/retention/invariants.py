@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from tierpoint.catalog.models import TierState
 from tierpoint.config import TierKind
 from tierpoint.retention import (
     CheckpointInfo,
@@ -19,6 +18,7 @@ from tierpoint.retention import (
     promotion_targets,
 )
 from tierpoint.retention.models import PROTECTIONS
+from tierpoint.states import TierState
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

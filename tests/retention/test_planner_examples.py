@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tierpoint.catalog.models import TierState
 from tierpoint.config import TierKind
 from tierpoint.retention import (
     DEFAULT_POLICY,
@@ -16,6 +15,7 @@ from tierpoint.retention import (
     TierRef,
     plan,
 )
+from tierpoint.states import TierState
 
 from .builders import T0, apply, checkpoint, good, holding, run_history, snapshot
 

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tierpoint.catalog.models import TierState
 from tierpoint.config import TierKind
 from tierpoint.retention import (
     CheckpointInfo,
@@ -24,6 +23,7 @@ from tierpoint.retention import (
     plan,
 )
 from tierpoint.retention.policy import parse_duration
+from tierpoint.states import TierState
 
 from .builders import T0, apply, run_history
 from .invariants import check_plan

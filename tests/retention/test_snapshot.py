@@ -19,8 +19,9 @@ from tierpoint.catalog.models import (
     RestoreLease,
     RetentionPolicy,
     Shard,
-    TierState,
 )
+from tierpoint.catalog.snapshot import dry_run, policy_for_job, take_snapshot
+from tierpoint.errors import JobNotFound
 from tierpoint.retention import (
     DEFAULT_POLICY,
     CheckpointInfo,
@@ -30,7 +31,7 @@ from tierpoint.retention import (
     TierCopy,
     plan,
 )
-from tierpoint.retention.snapshot import UnknownJob, dry_run, policy_for_job, take_snapshot
+from tierpoint.states import TierState
 
 from .builders import TIERS
 
@@ -236,9 +237,9 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
 
 
 def test_snapshot_of_unknown_job(session: Session) -> None:
-    with pytest.raises(UnknownJob):
+    with pytest.raises(JobNotFound):
         take_snapshot(session, f"nope-{uuid.uuid4().hex}", TIERS, NOW)
-    with pytest.raises(UnknownJob):
+    with pytest.raises(JobNotFound):
         policy_for_job(session, f"nope-{uuid.uuid4().hex}")
 
 

@@ -20,18 +20,18 @@ from temporalio.client import Client
 from tests.conftest import Services
 from tests.workflows.conftest import Seeded, random_shards, seed_checkpoint
 from tierpoint.catalog import lifecycle_repo
-from tierpoint.catalog.checkpoint_queries import LatestRestorable, latest_restorable
 from tierpoint.catalog.engine import (
     async_sessions,
     make_async_engine,
 )
+from tierpoint.catalog.latest_restorable import latest_restorable
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, RetentionPolicy
+from tierpoint.catalog.views import LatestRestorableView
 from tierpoint.config import Settings, TierKind
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
+from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
+from tierpoint.contract.retention import RetentionResult, retention_workflow_id
 from tierpoint.retention.policy import Policy
-from tierpoint.retention.trigger import request_retention, retention_workflow_id
-from workflows.retention import RetentionResult
-from workflows.schemas import LifecycleResult
+from tierpoint.temporal import request_retention, start_lifecycle
 
 NODES = ("node-a", "node-b")
 HISTORIES = Path(__file__).parent / "histories"
@@ -166,7 +166,7 @@ def s3_keys(services: Services, settings: Settings, job: str) -> dict[int, set[s
 
 async def latest(
     settings: Settings, job: str, *, tier: str | None = None, node: str | None = None
-) -> LatestRestorable:
+) -> LatestRestorableView:
     """GET latest's answer, from the catalog query the API serves it with."""
     engine = make_async_engine(settings.database_url, pool_size=1)
     try:

@@ -13,20 +13,21 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
 from activities.retention import RetentionActivities
-from activities.schemas import DeleteInput, ExpiryInput, RetentionPlanInput
 from activities.stores import Stores
 from tests.conftest import Services
 from tests.workflows.conftest import running_workers
 from tierpoint.catalog.models import Event, Job, RestoreLease
 from tierpoint.config import Settings
-from tierpoint.lifecycle import workflow_id
-from tierpoint.retention.trigger import (
+from tierpoint.contract.lifecycle import workflow_id
+from tierpoint.contract.retention import (
     SWEEP_SCHEDULE_ID,
     SWEEP_WORKFLOW,
-    ensure_sweep_schedule,
-    request_retention,
+    DeleteInput,
+    ExpiryInput,
+    RetentionPlanInput,
     retention_workflow_id,
 )
+from tierpoint.temporal import ensure_sweep_schedule, request_retention
 
 from .conftest import (
     NODES,

@@ -9,13 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.storage.conftest import new_ref
+from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import ShardRef
-from tierpoint.storage.paths import (
-    UnsafePath,
-    resolve_shard_path,
-    validate_name,
-    validate_relative_path,
-)
+from tierpoint.storage.paths import resolve_shard_path, validate_name, validate_relative_path
 from tierpoint.storage.posix import PosixStore
 
 BAD_PATHS = [

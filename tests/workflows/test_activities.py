@@ -8,10 +8,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.testing import ActivityEnvironment
 
 from activities.lifecycle import LifecycleActivities, batch_size, make_batches
-from activities.schemas import Batch, CopyInput, PlanInput, PromoteInput, SealInput
 from activities.stores import Stores
 from tierpoint.catalog.models import CheckpointTier, Replica, Shard
 from tierpoint.config import Settings
+from tierpoint.contract.lifecycle import Batch, CopyInput, PlanInput, PromoteInput, SealInput
 
 from .conftest import new_job, random_shards, seed_checkpoint, shard_file
 

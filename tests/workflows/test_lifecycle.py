@@ -22,8 +22,13 @@ from activities.lifecycle import batch_size
 from tests.conftest import Services
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
 from tierpoint.config import Settings
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
-from workflows.schemas import LifecycleResult, LifecycleStatus
+from tierpoint.contract.lifecycle import (
+    LifecycleInput,
+    LifecycleResult,
+    LifecycleStatus,
+    workflow_id,
+)
+from tierpoint.temporal import start_lifecycle
 
 from .conftest import (
     NODES,

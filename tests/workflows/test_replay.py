@@ -16,12 +16,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tierpoint.lifecycle import LIFECYCLE_WORKFLOW
-from workflows.checkpoint_lifecycle import (
-    STAGE_WORKFLOW,
-    CheckpointLifecycle,
-    CheckpointLifecycleStage,
-)
+from tierpoint.contract.lifecycle import LIFECYCLE_WORKFLOW, STAGE_WORKFLOW
+from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
 
 HISTORIES = {
     p.stem: p.read_text() for p in sorted((Path(__file__).parent / "histories").glob("*.json"))

@@ -10,66 +10,26 @@ activity's) may be stale by then (a pin, a lease, a quarantine, a failed promoti
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.snapshot import policy_for_job, take_snapshot
 from tierpoint.config import TierKind
+from tierpoint.contract.retention import BeginResult, BeginState, ExpiryTask, RetentionPlanResult
 from tierpoint.retention.models import RetentionPlan
 from tierpoint.retention.planner import plan
 from tierpoint.retention.policy import TierRef
-from tierpoint.retention.snapshot import policy_for_job, take_snapshot
+from tierpoint.states import ReplicaState, TierState
 
 from .events import EventKind, record
-from .models import (
-    Checkpoint,
-    CheckpointTier,
-    Event,
-    Job,
-    Node,
-    Replica,
-    ReplicaState,
-    Shard,
-    TierState,
-)
+from .models import Checkpoint, CheckpointTier, Event, Job, Node, Replica, Shard
 
 ACTOR = "retention"
 # The rule recorded for an expiry that an earlier run began and did not finish, when its
 # `expiring` event cannot be found.
 UNFINISHED_RULE = "unfinished"
-
-
-@dataclass(frozen=True)
-class ExpiryTask:
-    checkpoint_id: int
-    step: int
-    tier: str
-    kind: TierKind
-    bytes: int
-    # `not_kept` / `max_bytes` for a planned expiry; None for one already `expiring` (unfinished)
-    rule: str | None
-    # nodes whose local root may hold bytes of this copy (local tiers only; lost nodes left out)
-    nodes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ExpiryBatch:
-    tasks: list[ExpiryTask]
-    # the plan held more than `limit` tasks: another round follows
-    more: bool
-    policy: str = ""
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class BeginOutcome:
-    # expiring: bytes may be deleted now; expired: nothing left to do; skipped: must not expire
-    state: Literal["expiring", "expired", "skipped"]
-    rule: str | None = None
-    reason: str | None = None
 
 
 def _local_nodes(session: Session, checkpoint_id: int, tier: str) -> tuple[str, ...]:
@@ -89,7 +49,7 @@ def _local_nodes(session: Session, checkpoint_id: int, tier: str) -> tuple[str, 
 
 
 def job_plan(session: Session, job: str, tiers: Sequence[TierRef], now: datetime) -> RetentionPlan:
-    """The job's plan now, under its policy (raises UnknownJob, or ValidationError for a stored
+    """The job's plan now, under its policy (raises JobNotFound, or ValidationError for a stored
     policy that does not validate: retention must not run on a policy it cannot read)."""
     assigned = policy_for_job(session, job)
     return plan(take_snapshot(session, job, tiers, now), assigned.policy, now)
@@ -97,7 +57,7 @@ def job_plan(session: Session, job: str, tiers: Sequence[TierRef], now: datetime
 
 def plan_expiries(
     session: Session, job: str, tiers: Sequence[TierRef], now: datetime, limit: int
-) -> ExpiryBatch:
+) -> RetentionPlanResult:
     """At most `limit` expiries to run now: unfinished ones (`expiring`, an earlier run began
     them) first, then the plan's, in plan order (fastest tier first, oldest step first)."""
     assigned = policy_for_job(session, job)
@@ -114,15 +74,14 @@ def plan_expiries(
             kind=kinds[tier],
             bytes=nbytes,
             rule=rule,
-            nodes=_local_nodes(session, cid, tier) if kinds[tier] is TierKind.LOCAL else (),
+            nodes=list(_local_nodes(session, cid, tier)) if kinds[tier] is TierKind.LOCAL else [],
         )
         for cid, step, tier, nbytes, rule in wanted[:limit]
     ]
-    return ExpiryBatch(
+    return RetentionPlanResult(
         tasks=tasks,
         more=len(wanted) > limit,
         policy=f"{assigned.name} v{assigned.version} ({assigned.source})",
-        notes=list(result.notes),
     )
 
 
@@ -152,21 +111,25 @@ def begin_expiry(
     tier: str,
     tiers: Sequence[TierRef],
     now: datetime,
-) -> BeginOutcome:
+) -> BeginResult:
     """Flip the copy's marker and replicas to `expiring` if retention still wants it gone, judged
     now under locks by the planner over a fresh snapshot. The caller commits before it deletes a
     byte (invariant 3). An `expiring` marker is an expiry begun earlier: it is continued, never
     turned back."""
     states = _lock(session, checkpoint_id)
     if states is None:
-        return BeginOutcome("skipped", reason=f"checkpoint {checkpoint_id} is gone")
+        return BeginResult(state=BeginState.SKIPPED, reason=f"checkpoint {checkpoint_id} is gone")
     state = states.get(tier)
     if state == TierState.EXPIRING.value:
-        return BeginOutcome("expiring", rule=_begun_rule(session, checkpoint_id, tier))
+        return BeginResult(
+            state=BeginState.EXPIRING, rule=_begun_rule(session, checkpoint_id, tier)
+        )
     if state == TierState.EXPIRED.value:
-        return BeginOutcome("expired")
+        return BeginResult(state=BeginState.EXPIRED)
     if state != TierState.RESTORABLE.value:
-        return BeginOutcome("skipped", reason=f"the marker on {tier!r} is {state or 'missing'}")
+        return BeginResult(
+            state=BeginState.SKIPPED, reason=f"the marker on {tier!r} is {state or 'missing'}"
+        )
 
     fresh = job_plan(session, job, tiers, now)
     expiry = next(
@@ -177,7 +140,7 @@ def begin_expiry(
             (k for k in fresh.keeps if k.checkpoint_id == checkpoint_id and k.tier == tier), None
         )
         why = ", ".join(keep.reasons) if keep is not None else "not planned any more"
-        return BeginOutcome("skipped", reason=f"kept now: {why}")
+        return BeginResult(state=BeginState.SKIPPED, reason=f"kept now: {why}")
 
     job_id = session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
     session.execute(
@@ -203,7 +166,7 @@ def begin_expiry(
         actor=ACTOR,
         detail={"rule": expiry.rule.value, "reason": expiry.reason, "bytes": expiry.bytes},
     )
-    return BeginOutcome("expiring", rule=expiry.rule.value, reason=expiry.reason)
+    return BeginResult(state=BeginState.EXPIRING, rule=expiry.rule.value, reason=expiry.reason)
 
 
 def marker_state(session: Session, checkpoint_id: int, tier: str) -> str | None:

@@ -16,8 +16,9 @@ from sqlalchemy import exists, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.events import EventKind, arecord
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, RestoreLease, TierState
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, RestoreLease
 from tierpoint.errors import CheckpointNotFound, LeaseEnded, LeaseNotFound, NotLeasable
+from tierpoint.states import TierState
 
 MAX_LEASE_SECONDS = 86400
 

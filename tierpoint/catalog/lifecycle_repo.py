@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, case, delete, exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, aliased
 
+from tierpoint.states import ReplicaState, TierState
+
 from .events import EventKind, record
-from .models import Checkpoint, CheckpointTier, Job, Replica, ReplicaState, Shard, TierState
+from .models import Checkpoint, CheckpointTier, Job, Replica, Shard
 
 ACTOR = "lifecycle"
 # How many bad shards a failure reason names.
@@ -63,13 +64,6 @@ class PromoteOutcome:
     state: str
     reason: str | None
     changed: bool
-
-
-@dataclass(frozen=True)
-class Unstarted:
-    checkpoint_id: int
-    job: str
-    step: int
 
 
 def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | None:
@@ -402,27 +396,3 @@ def _fail(
             actor=ACTOR,
             detail={"reason": reason},
         )
-
-
-def unstarted_checkpoints(session: Session, older_than: timedelta, limit: int) -> list[Unstarted]:
-    """Registered checkpoints whose lifecycle nobody has started (reads the partial index)."""
-    rows = session.execute(
-        select(Checkpoint.id, Job.name, Checkpoint.step)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(
-            Checkpoint.workflow_started_at.is_(None),
-            Checkpoint.created_at < func.now() - older_than,
-        )
-        .order_by(Checkpoint.created_at)
-        .limit(limit)
-    )
-    return [Unstarted(i, j, s) for i, j, s in rows]
-
-
-def mark_workflow_started(session: Session, checkpoint_id: int) -> bool:
-    result = session.execute(
-        update(Checkpoint)
-        .where(Checkpoint.id == checkpoint_id, Checkpoint.workflow_started_at.is_(None))
-        .values(workflow_started_at=func.now())
-    )
-    return bool(getattr(result, "rowcount", 0))

@@ -28,6 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from tierpoint.states import ReplicaState, TierState
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -40,24 +42,6 @@ NAMING_CONVENTION = {
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {dict[str, Any]: JSONB, datetime: DateTime(timezone=True)}
-
-
-class ReplicaState(StrEnum):
-    PENDING = "pending"
-    COPYING = "copying"
-    VERIFIED = "verified"
-    CORRUPT = "corrupt"
-    LOST = "lost"
-    EXPIRING = "expiring"
-    EXPIRED = "expired"
-
-
-class TierState(StrEnum):
-    PENDING = "pending"
-    RESTORABLE = "restorable"
-    EXPIRING = "expiring"
-    EXPIRED = "expired"
-    FAILED = "failed"
 
 
 def _in(column: str, enum: type[StrEnum]) -> str:

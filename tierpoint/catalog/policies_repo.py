@@ -18,9 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.events import EventKind, arecord
 from tierpoint.catalog.models import Event, Job, RetentionPolicy
+from tierpoint.catalog.snapshot import BUILTIN_POLICY_NAME
 from tierpoint.errors import PolicyConflict, PolicyExists, PolicyInUse, PolicyNotFound
 from tierpoint.retention.policy import Policy
-from tierpoint.retention.snapshot import BUILTIN_POLICY_NAME
 
 
 @dataclass

@@ -8,16 +8,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.events import EventKind, arecord
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, TierState
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node
+from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import CheckpointConflict, UnknownNode
 from tierpoint.manifest import Manifest, manifest_digest
+from tierpoint.states import TierState
 
 # One statement whatever the shard count: the shards travel as one JSON document that Postgres
 # unpacks (cheaper for both sides than an array per column, far cheaper than a row per statement).
@@ -193,3 +195,21 @@ async def mark_workflow_started(session: AsyncSession, checkpoint_id: int) -> bo
         .values(workflow_started_at=func.now())
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def unstarted_checkpoints(
+    session: AsyncSession, older_than: timedelta, limit: int
+) -> list[LifecycleInput]:
+    """Registered checkpoints whose lifecycle nobody has started, oldest first (reads the partial
+    index `ix_checkpoint_unstarted`)."""
+    rows = await session.execute(
+        select(Checkpoint.id, Job.name, Checkpoint.step)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(
+            Checkpoint.workflow_started_at.is_(None),
+            Checkpoint.created_at < func.now() - older_than,
+        )
+        .order_by(Checkpoint.created_at)
+        .limit(limit)
+    )
+    return [LifecycleInput(checkpoint_id=i, job=j, step=s) for i, j, s in rows]

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tierpoint.catalog.models import TierState
+from tierpoint.states import TierState
 
 from .policy import TierRef
 

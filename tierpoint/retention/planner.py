@@ -27,8 +27,8 @@ import bisect
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from tierpoint.catalog.models import TierState
 from tierpoint.config import TierKind
+from tierpoint.states import TierState
 
 from .models import (
     PROTECTIONS,

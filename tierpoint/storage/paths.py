@@ -12,16 +12,13 @@ import os
 from pathlib import Path
 
 from tierpoint.config import NAME_RE
+from tierpoint.errors import UnsafePath
 
 # S3 keys are at most 1024 bytes: leave room for the tier prefix, the job name and the step.
 MAX_PATH_BYTES = 768
 MAX_COMPONENT_BYTES = 255
 # Temp files of copies in progress end with this; shard names may not, so they never collide.
 PARTIAL_SUFFIX = ".tierpoint-partial"
-
-
-class UnsafePath(ValueError):
-    """A path or name that could leave its tier root or is not portable across tiers."""
 
 
 def validate_relative_path(path: str) -> str:

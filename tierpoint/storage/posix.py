@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from tierpoint.config import TierConfig, TierKind
+from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import (
     ByteSource,
     CopyResult,
@@ -45,7 +46,6 @@ from tierpoint.storage.checksum import (
 )
 from tierpoint.storage.paths import (
     PARTIAL_SUFFIX,
-    UnsafePath,
     checkpoint_parts,
     ensure_parent_dirs,
     open_nofollow,

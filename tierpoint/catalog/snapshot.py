@@ -21,22 +21,15 @@ from tierpoint.catalog.models import (
     CheckpointTier,
     Job,
     Replica,
-    ReplicaState,
     RestoreLease,
     RetentionPolicy,
     Shard,
-    TierState,
 )
-
-from .models import CheckpointInfo, RetentionPlan, RetentionSnapshot, TierCopy
-from .planner import plan
-from .policy import DEFAULT_POLICY, Policy, TierRef
-
-
-class UnknownJob(LookupError):
-    def __init__(self, job: str) -> None:
-        super().__init__(f"no job named {job!r}")
-        self.job = job
+from tierpoint.errors import JobNotFound
+from tierpoint.retention.models import CheckpointInfo, RetentionPlan, RetentionSnapshot, TierCopy
+from tierpoint.retention.planner import plan
+from tierpoint.retention.policy import DEFAULT_POLICY, Policy, TierRef
+from tierpoint.states import ReplicaState, TierState
 
 
 class AssignedPolicy(BaseModel):
@@ -57,11 +50,11 @@ BUILTIN_POLICY_NAME = "builtin-default"
 def policy_for_job(session: Session, job: str) -> AssignedPolicy:
     """The job's own policy, else the catalog's default policy, else DEFAULT_POLICY.
 
-    Raises UnknownJob, or pydantic.ValidationError if a stored spec does not validate (retention
+    Raises JobNotFound, or pydantic.ValidationError if a stored spec does not validate (retention
     must not run on a policy it cannot read)."""
     row = session.execute(select(Job.id, Job.policy_id).where(Job.name == job)).one_or_none()
     if row is None:
-        raise UnknownJob(job)
+        raise JobNotFound(f"no job named {job!r}")
     if row.policy_id is not None:
         pol = session.get_one(RetentionPolicy, row.policy_id)
         source: Literal["job", "default"] = "job"
@@ -105,10 +98,10 @@ def take_snapshot(
     session: Session, job: str, tiers: Sequence[TierRef], now: datetime
 ) -> RetentionSnapshot:
     """The job's checkpoints with their copies on the configured tiers (markers on other tiers are
-    left out). A lease counts if it is unreleased and expires after `now`. Raises UnknownJob."""
+    left out). A lease counts if it is unreleased and expires after `now`. Raises JobNotFound."""
     job_id = session.scalar(select(Job.id).where(Job.name == job))
     if job_id is None:
-        raise UnknownJob(job)
+        raise JobNotFound(f"no job named {job!r}")
     names = [t.name for t in tiers]
 
     active_lease = exists().where(
@@ -195,6 +188,6 @@ def dry_run(
     session: Session, job: str, tiers: Sequence[TierRef], now: datetime
 ) -> tuple[AssignedPolicy, RetentionPlan]:
     """What retention would do to the job now, under the policy that applies to it. From an
-    AsyncSession: `await session.run_sync(dry_run, job, tiers, now)`. Raises UnknownJob."""
+    AsyncSession: `await session.run_sync(dry_run, job, tiers, now)`. Raises JobNotFound."""
     assigned = policy_for_job(session, job)
     return assigned, plan(take_snapshot(session, job, tiers, now), assigned.policy, now)

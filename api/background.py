@@ -1,0 +1,42 @@
+"""What the API does after a response is sent (FastAPI background tasks): start a registered
+checkpoint's lifecycle, ask for retention runs after a change. Failures are logged and counted,
+never returned: the commit already answered the caller, and the reconciler and the periodic
+retention sweep catch up with anything missed here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from api.deps import ApiState
+from tierpoint import logs
+from tierpoint.contract.lifecycle import LifecycleInput
+from tierpoint.services.lifecycle_start import start_and_record
+from tierpoint.services.retention import request_retention_runs
+
+log = logs.get(__name__)
+
+# A workflow start that takes longer than this is left to the reconciler.
+WORKFLOW_START_TIMEOUT = 5.0
+
+
+async def start_lifecycle(state: ApiState, ref: LifecycleInput) -> None:
+    client = await state.temporal.client()
+    if client is None:
+        state.metrics.workflow_starts.labels("failed").inc()
+        log.warning("workflow not started: temporal unreachable", job=ref.job, step=ref.step)
+        return
+    try:
+        outcome = await asyncio.wait_for(
+            start_and_record(client, state.sessions, ref), timeout=WORKFLOW_START_TIMEOUT
+        )
+    except Exception as exc:
+        state.metrics.workflow_starts.labels("failed").inc()
+        log.warning("workflow not started", job=ref.job, step=ref.step, error=repr(exc))
+        return
+    state.metrics.workflow_starts.labels("started" if outcome.created else "existing").inc()
+
+
+async def request_retention(state: ApiState, jobs: Sequence[str], reason: str) -> None:
+    if jobs:
+        await request_retention_runs(await state.temporal.client(), jobs, reason)

@@ -1,0 +1,319 @@
+"""Reads behind the checkpoint and job endpoints: one checkpoint (with its tiers, shards and
+replicas), a page of a job's checkpoints, the jobs. Reads only."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, case, exists, func, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, Shard
+from tierpoint.catalog.views import (
+    CheckpointDetailView,
+    CheckpointView,
+    JobView,
+    ProgressView,
+    ReplicaView,
+    ShardView,
+    TierView,
+)
+from tierpoint.config import TierConfig
+from tierpoint.errors import CheckpointNotFound, JobNotFound
+from tierpoint.manifest import Manifest
+from tierpoint.states import ReplicaState, TierState
+
+VERIFIED = ReplicaState.VERIFIED.value
+RESTORABLE = TierState.RESTORABLE.value
+NOT_VERIFIED = [s.value for s in ReplicaState if s is not ReplicaState.VERIFIED]
+
+
+# ---------------------------------------------------------------------------------------------
+# Building checkpoint views
+
+
+async def job_id_of(session: AsyncSession, job: str) -> int | None:
+    return await session.scalar(select(Job.id).where(Job.name == job))
+
+
+_CHECKPOINT_COLS = (
+    Checkpoint.id,
+    Checkpoint.step,
+    Checkpoint.created_at,
+    Checkpoint.meta,
+    Checkpoint.pinned,
+    Checkpoint.quarantine_reason,
+    Checkpoint.total_bytes,
+    Checkpoint.shard_count,
+    Checkpoint.workflow_started_at,
+)
+
+
+async def _progress(
+    session: AsyncSession, pairs: Sequence[tuple[int, str]]
+) -> dict[tuple[int, str], tuple[int, int]]:
+    """(checkpoint_id, tier) -> (shards verified, bytes done), read from replica rows through the
+    (checkpoint_id, tier, state) index."""
+    if not pairs:
+        return {}
+    done = case(
+        (Replica.state == VERIFIED, Shard.size),
+        (Replica.state == ReplicaState.COPYING.value, Replica.bytes_done),
+        else_=0,
+    )
+    rows = await session.execute(
+        select(
+            Replica.checkpoint_id,
+            Replica.tier,
+            func.count().filter(Replica.state == VERIFIED),
+            func.coalesce(func.sum(done), 0),
+        )
+        .join(Shard, Shard.id == Replica.shard_id)
+        .where(tuple_(Replica.checkpoint_id, Replica.tier).in_(list(pairs)))
+        .group_by(Replica.checkpoint_id, Replica.tier)
+    )
+    return {(r[0], r[1]): (int(r[2]), int(r[3])) for r in rows}
+
+
+async def _views(
+    session: AsyncSession, job: str, rows: Sequence[Any], tiers: Sequence[TierConfig]
+) -> list[CheckpointView]:
+    if not rows:
+        return []
+    ids = [r.id for r in rows]
+    markers = (
+        await session.execute(
+            select(
+                CheckpointTier.checkpoint_id,
+                CheckpointTier.tier,
+                CheckpointTier.state,
+                CheckpointTier.reason,
+                CheckpointTier.quarantine_reason,
+                CheckpointTier.restorable_at,
+            ).where(CheckpointTier.checkpoint_id.in_(ids))
+        )
+    ).all()
+    by_checkpoint: dict[int, list[Any]] = defaultdict(list)
+    for m in markers:
+        by_checkpoint[m.checkpoint_id].append(m)
+    # A restorable marker means every shard is verified there (invariant 1): no need to count.
+    progress = await _progress(
+        session, [(m.checkpoint_id, m.tier) for m in markers if m.state != RESTORABLE]
+    )
+    order = {t.name: i for i, t in enumerate(tiers)}
+    kinds = {t.name: t.kind.value for t in tiers}
+    views = []
+    for r in rows:
+        tier_views = []
+        for m in sorted(by_checkpoint[r.id], key=lambda m: (order.get(m.tier, len(order)), m.tier)):
+            if m.state == RESTORABLE:
+                verified, done = r.shard_count, r.total_bytes
+            else:
+                verified, done = progress.get((r.id, m.tier), (0, 0))
+            tier_views.append(
+                TierView(
+                    tier=m.tier,
+                    kind=kinds.get(m.tier),
+                    state=m.state,
+                    reason=m.reason,
+                    quarantine_reason=m.quarantine_reason,
+                    restorable_at=m.restorable_at,
+                    progress=ProgressView(r.shard_count, verified, r.total_bytes, done),
+                )
+            )
+        views.append(
+            CheckpointView(
+                id=r.id,
+                job=job,
+                step=r.step,
+                created_at=r.created_at,
+                metadata=r.meta,
+                pinned=r.pinned,
+                quarantine_reason=r.quarantine_reason,
+                total_bytes=r.total_bytes,
+                shard_count=r.shard_count,
+                workflow_started=r.workflow_started_at is not None,
+                tiers=tier_views,
+            )
+        )
+    return views
+
+
+def registered_view(
+    job: str,
+    checkpoint_id: int,
+    created_at: datetime,
+    manifest: Manifest,
+    tiers: Sequence[TierConfig],
+) -> CheckpointView:
+    """The view of a checkpoint just registered, without reading back what was just written:
+    every tier pending, nothing copied yet."""
+    total = manifest.total_bytes
+    n = len(manifest.shards)
+    return CheckpointView(
+        id=checkpoint_id,
+        job=job,
+        step=manifest.step,
+        created_at=created_at,
+        metadata=manifest.metadata,
+        pinned=False,
+        quarantine_reason=None,
+        total_bytes=total,
+        shard_count=n,
+        workflow_started=False,
+        tiers=[
+            TierView(
+                t.name,
+                t.kind.value,
+                TierState.PENDING.value,
+                None,
+                None,
+                None,
+                ProgressView(n, 0, total, 0),
+            )
+            for t in tiers
+        ],
+    )
+
+
+async def checkpoint_view(
+    session: AsyncSession, job: str, checkpoint_id: int, tiers: Sequence[TierConfig]
+) -> CheckpointView:
+    rows = (
+        await session.execute(select(*_CHECKPOINT_COLS).where(Checkpoint.id == checkpoint_id))
+    ).all()
+    return (await _views(session, job, rows, tiers))[0]
+
+
+async def get_checkpoint(
+    session: AsyncSession,
+    job: str,
+    step: int,
+    tiers: Sequence[TierConfig],
+    *,
+    include_shards: bool = True,
+) -> CheckpointDetailView:
+    rows = (
+        await session.execute(
+            select(*_CHECKPOINT_COLS)
+            .join(Job, Job.id == Checkpoint.job_id)
+            .where(Job.name == job, Checkpoint.step == step)
+        )
+    ).all()
+    if not rows:
+        raise CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
+    view = (await _views(session, job, rows, tiers))[0]
+    detail = CheckpointDetailView(**{f: getattr(view, f) for f in view.__dataclass_fields__})
+    if not include_shards:
+        return detail
+    shards = (
+        await session.execute(
+            select(Shard.id, Shard.path, Shard.size, Shard.checksum, Shard.node_id)
+            .where(Shard.checkpoint_id == view.id)
+            .order_by(Shard.ordinal)
+        )
+    ).all()
+    replicas: dict[int, list[ReplicaView]] = defaultdict(list)
+    order = {t.name: i for i, t in enumerate(tiers)}
+    for r in await session.execute(
+        select(
+            Replica.shard_id,
+            Replica.tier,
+            Replica.node_id,
+            Replica.state,
+            Replica.location,
+            Replica.bytes_done,
+            Replica.verified_at,
+            Replica.error,
+        ).where(Replica.checkpoint_id == view.id)
+    ):
+        replicas[r.shard_id].append(
+            ReplicaView(
+                r.tier, r.node_id, r.state, r.location, r.bytes_done, r.verified_at, r.error
+            )
+        )
+    detail.shards = [
+        ShardView(
+            path=s.path,
+            size=s.size,
+            crc32c=s.checksum,
+            node=s.node_id,
+            replicas=sorted(replicas[s.id], key=lambda x: (order.get(x.tier, len(order)), x.tier)),
+        )
+        for s in shards
+    ]
+    return detail
+
+
+async def list_checkpoints(
+    session: AsyncSession,
+    job: str,
+    tiers: Sequence[TierConfig],
+    *,
+    tier: str | None = None,
+    state: str | None = None,
+    limit: int = 50,
+    before_step: int | None = None,
+) -> tuple[list[CheckpointView], int | None]:
+    """A page of the job's checkpoints by step, newest first, and the step to continue below
+    (keyset pagination), or None on the last page."""
+    job_id = await job_id_of(session, job)
+    if job_id is None:
+        raise JobNotFound(f"no job named {job!r} has registered a checkpoint")
+    if tier is not None and state is not None:
+        # Driven by the markers index (job_id, state, tier, step DESC).
+        q = (
+            select(*_CHECKPOINT_COLS)
+            .select_from(CheckpointTier)
+            .join(Checkpoint, Checkpoint.id == CheckpointTier.checkpoint_id)
+            .where(
+                CheckpointTier.job_id == job_id,
+                CheckpointTier.state == state,
+                CheckpointTier.tier == tier,
+            )
+            .order_by(CheckpointTier.step.desc())
+        )
+        if before_step is not None:
+            q = q.where(CheckpointTier.step < before_step)
+    else:
+        q = select(*_CHECKPOINT_COLS).where(Checkpoint.job_id == job_id)
+        if tier is not None or state is not None:
+            cond = [CheckpointTier.checkpoint_id == Checkpoint.id]
+            if tier is not None:
+                cond.append(CheckpointTier.tier == tier)
+            if state is not None:
+                cond.append(CheckpointTier.state == state)
+            q = q.where(exists().where(and_(*cond)))
+        if before_step is not None:
+            q = q.where(Checkpoint.step < before_step)
+        q = q.order_by(Checkpoint.step.desc())
+    rows = (await session.execute(q.limit(limit + 1))).all()
+    next_step = rows[limit - 1].step if len(rows) > limit else None
+    return await _views(session, job, rows[:limit], tiers), next_step
+
+
+async def list_jobs(
+    session: AsyncSession, *, limit: int = 100, after_name: str | None = None
+) -> tuple[list[JobView], str | None]:
+    count = select(func.count()).where(Checkpoint.job_id == Job.id).correlate(Job).scalar_subquery()
+    latest = (
+        select(func.max(Checkpoint.step))
+        .where(Checkpoint.job_id == Job.id)
+        .correlate(Job)
+        .scalar_subquery()
+    )
+    q = select(Job.name, Job.created_at, count.label("n"), latest.label("latest")).order_by(
+        Job.name
+    )
+    if after_name is not None:
+        q = q.where(Job.name > after_name)
+    rows = (await session.execute(q.limit(limit + 1))).all()
+    jobs = [JobView(r.name, r.created_at, r.n, r.latest) for r in rows[:limit]]
+    return jobs, (rows[limit - 1].name if len(rows) > limit else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Latest restorable checkpoint and its restore plan

@@ -1,0 +1,174 @@
+"""The checkpoint lifecycle: `CheckpointLifecycle` (one per checkpoint, id
+`checkpoint/<job>/<step>`), its stage children, and the lifecycle activities.
+
+The history grows with batches (ranges of manifest ordinals per node), never with shards.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, Field
+
+from tierpoint.config import TierKind
+from tierpoint.contract.common import FailureType, backoff
+from tierpoint.states import TierState
+
+LIFECYCLE_WORKFLOW = "CheckpointLifecycle"
+STAGE_WORKFLOW = "CheckpointLifecycleStage"
+
+PLAN = "lifecycle.plan"
+SEAL_BATCH = "lifecycle.seal_batch"
+COPY_BATCH = "lifecycle.copy_batch"
+PROMOTE = "lifecycle.promote"
+
+# Histories recorded before the lifecycle asked for retention runs replay without those activities.
+RETENTION_PATCH = "request-retention-after-promote"
+
+# Beyond this many batches in a stage (one node has at least one batch, so this is about the
+# number of nodes), the stage runs in child workflows of this many batches each.
+BATCHES_PER_CHILD = 1000
+# How many "path: reason" examples a batch result carries back into the history.
+PROBLEM_EXAMPLES = 5
+
+# Batch activities move bytes: long, heartbeating, resumed from their heartbeat on retry. Their
+# heartbeat timeout comes with the plan (a setting), so the workflow reads no settings of its own.
+BATCH_TIMEOUT = timedelta(hours=12)
+BATCH_RETRY = backoff(
+    timedelta(minutes=2),
+    20,
+    FailureType.UNSAFE_PATH,
+    FailureType.UNKNOWN_TIER,
+    FailureType.WRONG_NODE,
+    FailureType.CHECKPOINT_NOT_FOUND,
+)
+
+
+def workflow_id(job: str, step: int) -> str:
+    return f"checkpoint/{job}/{step}"
+
+
+class LifecycleInput(BaseModel):
+    checkpoint_id: int
+    job: str
+    step: int
+
+
+class PlanInput(BaseModel):
+    checkpoint_id: int
+
+
+class PlanTier(BaseModel):
+    name: str
+    kind: TierKind
+    parallelism: int
+
+
+class Batch(BaseModel):
+    """The shards of one node whose manifest ordinals lie in [first, last]."""
+
+    node: str
+    first: int
+    last: int
+
+
+class LifecyclePlan(BaseModel):
+    """What the plan activity decided: the tiers this step goes to, in order, and its batches."""
+
+    checkpoint_id: int
+    job: str
+    step: int
+    shard_count: int
+    total_bytes: int
+    tiers: list[PlanTier]
+    batches: list[Batch]
+    # A stage with more batches than this runs them in child workflows of at most this many,
+    # so no history grows with the number of nodes either.
+    batches_per_child: int = BATCHES_PER_CHILD
+    # heartbeat_timeout of the batch activities (Settings.batch_heartbeat_timeout_seconds); the
+    # default is what histories recorded before this field ran with.
+    batch_heartbeat_seconds: float = 60.0
+
+
+class BatchInput(BaseModel):
+    checkpoint_id: int
+    job: str
+    step: int
+    batch: Batch
+
+
+class SealInput(BatchInput):
+    tier: str
+
+
+class CopyInput(BatchInput):
+    source: str
+    destination: str
+
+
+class BatchResult(BaseModel):
+    shards: int = 0
+    verified: int = 0  # now verified on the tier (including ones that already were)
+    skipped: int = 0  # already verified before this attempt
+    corrupt: int = 0
+    bytes: int = 0  # bytes read in this attempt
+    problems: list[str] = Field(default_factory=list)  # first few "path: reason"
+
+
+class PromoteInput(BaseModel):
+    checkpoint_id: int
+    tier: str
+    # Tiers after this one: failed with "source tier <tier> failed" if this one fails.
+    later_tiers: list[str] = Field(default_factory=list)
+    # Why the stage could not finish (e.g. a batch that exhausted its retries), for the reason.
+    stage_error: str | None = None
+
+
+class PromoteResult(BaseModel):
+    tier: str
+    state: TierState
+    reason: str | None = None
+
+
+class TierOutcome(BaseModel):
+    tier: str
+    state: TierState
+    reason: str | None = None
+
+
+class LifecycleResult(BaseModel):
+    checkpoint_id: int
+    shard_count: int
+    batches: int
+    tiers: list[TierOutcome] = Field(default_factory=list)
+
+
+class LifecycleStatus(BaseModel):
+    """The answer to the workflow's `status` query."""
+
+    # "starting", "plan", "seal:<tier>", "copy:<tier>", "promote:<tier>", "done"
+    stage: str
+    tiers_done: list[str] = Field(default_factory=list)
+    tiers_failed: list[str] = Field(default_factory=list)
+    batches_total: int = 0
+    batches_done: int = 0  # of the current stage
+
+
+class StageInput(BaseModel):
+    """One slice of a stage's batches, run by a child workflow when a stage has too many
+    batches for one history (e.g. a checkpoint spread over thousands of nodes)."""
+
+    checkpoint_id: int
+    job: str
+    step: int
+    tier: PlanTier
+    source: PlanTier | None = None  # None: seal `tier`; else copy source -> tier
+    batches: list[Batch]
+    # LifecyclePlan.batch_heartbeat_seconds; the default is what earlier histories ran with.
+    batch_heartbeat_seconds: float = 60.0
+
+
+class StageResult(BaseModel):
+    batches: int
+    failures: int = 0
+    first_failure: str | None = None

@@ -1,0 +1,55 @@
+"""Starting a registered checkpoint's lifecycle, and recording that it has one.
+
+The catalog commit of a registration is the job's durable acknowledgement; the workflow start
+follows from the catalog, right after the commit (the API) and later for any registered checkpoint
+still without one (the reconciler in the shared worker). Both go through `start_and_record`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from tierpoint.catalog import registration
+from tierpoint.contract.lifecycle import LifecycleInput
+from tierpoint.temporal import start_lifecycle
+
+
+@dataclass(frozen=True)
+class StartOutcome:
+    created: bool  # this call created the workflow (False: it existed already)
+    recorded: bool  # this call set the checkpoint's workflow_started_at
+
+
+async def start_and_record(
+    client: Client, sessions: async_sessionmaker[AsyncSession], ref: LifecycleInput
+) -> StartOutcome:
+    """Idempotent: the workflow id is the checkpoint's natural id and the catalog flag is set
+    with a conditional update, so any number of racing starters leave exactly one lifecycle."""
+    created = await start_lifecycle(client, ref)
+    async with sessions() as session:
+        recorded = await registration.mark_workflow_started(session, ref.checkpoint_id)
+        await session.commit()
+    return StartOutcome(created, recorded)
+
+
+async def start_unstarted(
+    client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    older_than: timedelta,
+    limit: int,
+) -> list[LifecycleInput]:
+    """Start the lifecycle of registered checkpoints that have none, oldest first (at most
+    `limit`; registered more than `older_than` ago, so the API's own start goes first). Returns
+    the ones this call recorded as started."""
+    async with sessions() as session:
+        todo = await registration.unstarted_checkpoints(session, older_than, limit)
+    started = []
+    for ref in todo:
+        if (await start_and_record(client, sessions, ref)).recorded:
+            started.append(ref)
+    return started

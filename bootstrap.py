@@ -3,7 +3,8 @@
 
     python3 bootstrap.py dev [ARGS]          the whole embedded stack (`tierpoint dev ARGS`)
     python3 bootstrap.py test [--no-lint] [PYTEST ARGS]
-                                             ruff check, ruff format --check, mypy, then every test
+                                             ruff check, ruff format --check, mypy,
+                                             import-linter, then every test
     python3 bootstrap.py COMMAND [ARGS]      any other `tierpoint` command
 
 It uses `uv` from PATH, or installs uv into ./.bootstrap (a venv of this python3), then runs
@@ -87,6 +88,8 @@ def lint_commands() -> list[tuple[list[str], Path]]:
         ([str(bin_ / "ruff"), "check", "."], ROOT),
         ([str(bin_ / "ruff"), "format", "--check", "."], ROOT),
         ([str(bin_ / "mypy"), *mypy_targets()], ROOT),
+        # The layers of docs/architecture.md, as contracts in pyproject.toml.
+        ([str(bin_ / "lint-imports")], ROOT),
     ]
     client = ROOT / "client"
     if (client / "pyproject.toml").exists():

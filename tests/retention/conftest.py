@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.engine import make_sync_engine
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def catalog_engine(migrated_url: str) -> Iterator[Engine]:
     engine = make_sync_engine(migrated_url, pool_size=2)
     yield engine

@@ -114,6 +114,8 @@ class TemporalDevServer:
     port: int = field(default_factory=free_port)
     ui_port: int | None = None
     namespace: str = "default"
+    # More namespaces registered at start (tests give each module its own).
+    extra_namespaces: tuple[str, ...] = ()
     # In its own session, so that a Ctrl-C at the terminal reaches only the process that owns it
     # (which stops it after its workers), not the server directly.
     detach: bool = False
@@ -135,8 +137,7 @@ class TemporalDevServer:
             str(self.port),
             "--db-filename",
             str(self.db_file),
-            "--namespace",
-            self.namespace,
+            *(a for ns in (self.namespace, *self.extra_namespaces) for a in ("--namespace", ns)),
             "--log-level",
             "warn",
             # The default SQLite settings halve throughput on our machines.

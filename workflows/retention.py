@@ -54,8 +54,6 @@ with workflow.unsafe.imports_passed_through():
 
 # Expiries in flight at once within a round (each locks its own checkpoint row).
 EXPIRY_WINDOW = 8
-# Rounds (plan + its expiries) per run before continuing as new.
-ROUNDS_PER_RUN = 20
 # Reasons kept for the status query.
 REASONS_KEPT = 10
 
@@ -84,13 +82,18 @@ class JobRetention:
         rounds = 0
         while self._requested:
             self._requested = False
-            rounds += await self._pass(inp.job)
+            rounds += await self._pass(inp.job, inp.rounds_per_run)
             self._status.passes += 1
             if self._requested and (
-                rounds >= ROUNDS_PER_RUN or workflow.info().is_continue_as_new_suggested()
+                rounds >= inp.rounds_per_run or workflow.info().is_continue_as_new_suggested()
             ):
                 workflow.continue_as_new(
-                    RetentionInput(job=inp.job, pending=True, passes_before=self._status.passes)
+                    RetentionInput(
+                        job=inp.job,
+                        pending=True,
+                        passes_before=self._status.passes,
+                        rounds_per_run=inp.rounds_per_run,
+                    )
                 )
         return RetentionResult(
             job=inp.job,
@@ -100,7 +103,7 @@ class JobRetention:
             failed=self._status.failed,
         )
 
-    async def _pass(self, job: str) -> int:
+    async def _pass(self, job: str, rounds_per_run: int) -> int:
         """One retention pass; returns how many rounds it took."""
         rounds = 0
         window = asyncio.Semaphore(EXPIRY_WINDOW)
@@ -123,8 +126,8 @@ class JobRetention:
             if not batch.tasks:
                 return rounds
             done = await asyncio.gather(*(self._windowed(window, job, t) for t in batch.tasks))
-            if not any(done) or rounds >= ROUNDS_PER_RUN:
-                if rounds >= ROUNDS_PER_RUN and any(done):
+            if not any(done) or rounds >= rounds_per_run:
+                if rounds >= rounds_per_run and any(done):
                     self._requested = True  # more to do: the run continues (as new) with it
                 return rounds
 

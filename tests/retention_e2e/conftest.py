@@ -34,7 +34,8 @@ from tierpoint.retention.policy import Policy
 from tierpoint.temporal import request_retention, start_lifecycle
 
 NODES = ("node-a", "node-b")
-HISTORIES = Path(__file__).parent / "histories"
+# Histories recorded for tests/workflows/test_replay.py (TIERPOINT_RECORD_HISTORY=1).
+HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
 # Guards against a hang, not a performance assertion.
 RESULT_TIMEOUT = 480.0
 

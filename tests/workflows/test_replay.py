@@ -1,43 +1,91 @@
-"""Replaying committed histories: a change to the workflow that is not deterministic against
-what already ran in production fails here, before it reaches a cluster.
+"""Replaying committed histories: a change to a workflow that is not deterministic against what
+already ran in production fails here, before it reaches a cluster. Every history under
+`histories/` must replay with today's workflows; and a workflow changed on purpose must not.
 
-To record a new history (after an intended, versioned change), run
-`TIERPOINT_RECORD_HISTORY=1 pytest tests/workflows -k "two_nodes or child"` and commit the
-files.
+To record new histories (after an intended, versioned change), run the recording tests with
+`TIERPOINT_RECORD_HISTORY=1` (`pytest tests/workflows tests/retention_e2e -k "two_nodes or child
+or issue_scenario or resumes"`) and commit the files next to the old ones: old histories stay.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
 
-from tierpoint.contract.lifecycle import LIFECYCLE_WORKFLOW, STAGE_WORKFLOW
+from tierpoint.contract.lifecycle import (
+    LIFECYCLE_WORKFLOW,
+    STAGE_WORKFLOW,
+    LifecycleInput,
+    LifecycleResult,
+)
+from tierpoint.contract.retention import RETENTION_WORKFLOW
 from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
+from workflows.retention import JobRetention, RetentionSweep
 
 HISTORIES = {
     p.stem: p.read_text() for p in sorted((Path(__file__).parent / "histories").glob("*.json"))
 }
+WORKFLOWS = [CheckpointLifecycle, CheckpointLifecycleStage, JobRetention, RetentionSweep]
 
 
-def test_there_is_a_history_to_replay() -> None:
-    assert HISTORIES, "tests/workflows/histories/ holds no recorded history"
+def _history(name: str) -> WorkflowHistory:
+    recorded = json.loads(HISTORIES[name])
+    return WorkflowHistory.from_json(recorded.pop("workflow_id"), recorded)
+
+
+def _workflow_type(name: str) -> str:
+    started = json.loads(HISTORIES[name])["events"][0]["workflowExecutionStartedEventAttributes"]
+    return str(started["workflowType"]["name"])
+
+
+def test_every_workflow_has_a_recorded_history() -> None:
+    recorded = {_workflow_type(n) for n in HISTORIES}
+    assert {LIFECYCLE_WORKFLOW, STAGE_WORKFLOW, RETENTION_WORKFLOW} <= recorded
+    # The shapes later changes must keep replaying: children, a skipped tier, retention requests
+    # after promotion, a retention run resumed after its workers stopped.
+    assert {
+        "lifecycle_two_nodes",
+        "lifecycle_in_children",
+        "stage_child",
+        "lifecycle_skips_s3",
+        "lifecycle_requests_retention",
+        "job_retention_resumes",
+    } <= set(HISTORIES)
 
 
 @pytest.mark.parametrize("name", sorted(HISTORIES))
 async def test_replay(name: str) -> None:
-    recorded = json.loads(HISTORIES[name])
-    workflow_id = recorded.pop("workflow_id")
-    started = recorded["events"][0]["workflowExecutionStartedEventAttributes"]
-    assert started["workflowType"]["name"] in (LIFECYCLE_WORKFLOW, STAGE_WORKFLOW)
-    history = WorkflowHistory.from_json(workflow_id, recorded)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(_history(name), raise_on_replay_failure=True)
+    assert result.replay_failure is None
+
+
+@workflow.defn(name=LIFECYCLE_WORKFLOW)
+class LifecycleThatWaitsFirst(CheckpointLifecycle):
+    """The lifecycle with one command added before its first activity: what an unversioned
+    change (one not behind `workflow.patched`) looks like to a running workflow."""
+
+    @workflow.run
+    async def run(self, inp: LifecycleInput) -> LifecycleResult:
+        await workflow.sleep(timedelta(seconds=1))
+        return await super().run(inp)
+
+
+async def test_a_changed_workflow_does_not_replay() -> None:
+    """The replay tests can fail: the same history refuses a workflow whose commands differ."""
     replayer = Replayer(
-        workflows=[CheckpointLifecycle, CheckpointLifecycleStage],
+        workflows=[LifecycleThatWaitsFirst, CheckpointLifecycleStage],
         data_converter=pydantic_data_converter,
     )
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
-    assert result.replay_failure is None
+    with pytest.raises(NondeterminismError):
+        await replayer.replay_workflow(
+            _history("lifecycle_two_nodes"), raise_on_replay_failure=True
+        )

@@ -28,7 +28,6 @@ from tierpoint.states import ReplicaState, TierState
 
 VERIFIED = ReplicaState.VERIFIED.value
 RESTORABLE = TierState.RESTORABLE.value
-NOT_VERIFIED = [s.value for s in ReplicaState if s is not ReplicaState.VERIFIED]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import exists, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tierpoint.catalog.checkpoint_reads import checkpoint_view, job_id_of
+from tierpoint.catalog.checkpoint_reads import RESTORABLE, VERIFIED, checkpoint_view, job_id_of
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, Shard
 from tierpoint.catalog.views import (
     LatestRestorableView,
@@ -26,8 +26,6 @@ from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NoRestorableCheckpoint
 from tierpoint.states import ReplicaState, TierState
 
-VERIFIED = ReplicaState.VERIFIED.value
-RESTORABLE = TierState.RESTORABLE.value
 NOT_VERIFIED = [s.value for s in ReplicaState if s is not ReplicaState.VERIFIED]
 
 # How many checkpoints newer than the chosen one are examined to explain why they were skipped.

@@ -27,6 +27,8 @@ REQUEST_MANY = "retention.request_many"
 
 # Expiries one plan activity hands to the workflow; the workflow plans again for the rest.
 EXPIRIES_PER_ROUND = 200
+# See RetentionInput.rounds_per_run.
+ROUNDS_PER_RUN = 20
 
 # Asking for a retention run is best effort: the periodic sweep asks again.
 REQUEST_RETRY = backoff(timedelta(seconds=30), 5)
@@ -47,6 +49,9 @@ class RetentionInput(BaseModel):
     # a request over); False only for a run that should wait for a signal first.
     pending: bool = True
     passes_before: int = 0  # passes of earlier runs of this chain (continue-as-new), for status
+    # Rounds (a plan and its expiries) a run does before it continues as new, keeping each run's
+    # history bounded; carried along the chain.
+    rounds_per_run: int = ROUNDS_PER_RUN
 
 
 class RetentionRequest(BaseModel):

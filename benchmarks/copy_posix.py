@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import ShardRef, VerifyResult
 from tierpoint.storage.checksum import crc32c_update
-from tierpoint.storage.posix import PosixStore
+from tierpoint.storage.posix.store import PosixStore
 
 JOB, STEP = "bench", 1
 CHUNK = 8 * 1024 * 1024

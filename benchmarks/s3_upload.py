@@ -34,9 +34,9 @@ from boto3.s3.transfer import TransferConfig
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.devstack.services import MotoS3Server
 from tierpoint.storage.base import ShardRef
-from tierpoint.storage.posix import PosixStore
+from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import open_store
-from tierpoint.storage.s3 import S3Store
+from tierpoint.storage.s3.store import S3Store
 
 JOB, STEP = "bench", 1
 MiB = 1024 * 1024

@@ -25,7 +25,7 @@ import crc32c
 import httpx
 import pytest
 
-from tierpoint.devstack.stack import StackInfo, read_stack_info
+from tierpoint.devstack.facts import StackInfo, read_stack_info
 
 pytestmark = pytest.mark.slow
 

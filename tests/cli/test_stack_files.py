@@ -13,15 +13,10 @@ import typer
 from tierpoint_client import Checkpoint
 
 from tierpoint.cli.demo import Tracked, parse_size, write_checkpoint
-from tierpoint.devstack.stack import (
-    S3Facts,
-    StackInfo,
-    StackNotRunning,
-    StackPaths,
-    build_settings,
-    read_stack_info,
-    stack_env_text,
-)
+from tierpoint.devstack.env_file import stack_env_text
+from tierpoint.devstack.facts import S3Facts, StackInfo, StackNotRunning, read_stack_info
+from tierpoint.devstack.paths import StackPaths
+from tierpoint.devstack.settings import build_settings
 
 
 def _info(tmp_path: Path) -> tuple[StackInfo, StackPaths]:

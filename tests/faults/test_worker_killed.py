@@ -25,7 +25,7 @@ from tests.workflows.conftest import ShardSpec, crc_hex, new_job, running_worker
 from tierpoint.catalog.models import Event, Replica
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.storage.posix import partial_name
+from tierpoint.storage.posix.store import partial_name
 from tierpoint.temporal import start_lifecycle
 
 from .conftest import worker_process

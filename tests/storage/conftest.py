@@ -14,9 +14,9 @@ import pytest
 from tests.conftest import Services, make_bucket
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import ResumeState, ShardRef
-from tierpoint.storage.posix import PosixStore
+from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import s3_client
-from tierpoint.storage.s3 import S3Store
+from tierpoint.storage.s3.store import S3Store
 
 MiB = 1024 * 1024
 

@@ -12,7 +12,7 @@ from tests.storage.conftest import new_ref
 from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.paths import resolve_shard_path, validate_name, validate_relative_path
-from tierpoint.storage.posix import PosixStore
+from tierpoint.storage.posix.store import PosixStore
 
 BAD_PATHS = [
     "",

@@ -10,9 +10,10 @@ from tests.storage.conftest import InterruptedSource, MiB, Progress, new_ref, ra
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import ResumeState, ShardRef, SourceSizeMismatch
 from tierpoint.storage.checksum import crc32c_hex, crc32c_of, crc32c_to_base64
-from tierpoint.storage.posix import PosixStore
+from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import open_store
-from tierpoint.storage.s3 import S3Store, part_size_for
+from tierpoint.storage.s3.multipart import part_size_for
+from tierpoint.storage.s3.store import S3Store
 
 
 def object_bytes(raw_s3: Any, store: S3Store, ref: ShardRef) -> bytes:

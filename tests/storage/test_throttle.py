@@ -8,7 +8,7 @@ import pytest
 
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import ShardRef
-from tierpoint.storage.posix import PosixStore
+from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import open_store, read_limiter
 from tierpoint.storage.throttle import TokenBucket
 

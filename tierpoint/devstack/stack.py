@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shlex
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -28,129 +27,21 @@ from sqlalchemy import text
 
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.devstack.env_file import stack_env_text
 from tierpoint.devstack.facts import (
     BUCKET,
     DEFAULT_API_PORT,
-    DEFAULT_DATA_DIR,
     DEFAULT_NODES,
-    PID_FILE,
-    STACK_ENV,
-    STACK_JSON,
     S3Facts,
     StackInfo,
-    StackNotRunning,
     node_ids,
-    read_stack_info,
 )
+from tierpoint.devstack.paths import StackPaths
 from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer, free_port
-
-__all__ = [
-    "DEFAULT_API_PORT",
-    "DEFAULT_DATA_DIR",
-    "DEFAULT_NODES",
-    "DevStack",
-    "S3Facts",
-    "StackInfo",
-    "StackNotRunning",
-    "StackPaths",
-    "build_settings",
-    "node_ids",
-    "read_stack_info",
-    "stack_env_text",
-]
+from tierpoint.devstack.settings import build_settings
 
 READY_TIMEOUT = 120.0
-
-
-@dataclass(frozen=True)
-class StackPaths:
-    data_dir: Path
-
-    @property
-    def postgres(self) -> Path:
-        return self.data_dir / "postgres"
-
-    @property
-    def temporal_db(self) -> Path:
-        return self.data_dir / "temporal.db"
-
-    @property
-    def logs(self) -> Path:
-        return self.data_dir / "logs"
-
-    @property
-    def lustre(self) -> Path:
-        return self.data_dir / "lustre"
-
-    def node_root(self, node: str) -> Path:
-        return self.data_dir / "nodes" / node / "ssd"
-
-    @property
-    def local_root_template(self) -> str:
-        return str(self.data_dir / "nodes" / "{node}" / "ssd")
-
-    @property
-    def stack_json(self) -> Path:
-        return self.data_dir / STACK_JSON
-
-    @property
-    def stack_env(self) -> Path:
-        return self.data_dir / STACK_ENV
-
-    @property
-    def pid_file(self) -> Path:
-        return self.data_dir / PID_FILE
-
-
-def build_settings(
-    paths: StackPaths, *, database_url: str, temporal_address: str, s3: S3Facts, api_port: int
-) -> Settings:
-    """The dev stack's tiers as the seed names them: ssd (local) -> lustre (shared) -> s3."""
-    return Settings(
-        database_url=database_url,
-        temporal_address=temporal_address,
-        tiers=[
-            TierConfig(name="ssd", kind=TierKind.LOCAL, root=paths.local_root_template),
-            TierConfig(name="lustre", kind=TierKind.SHARED, root=str(paths.lustre)),
-            TierConfig(
-                name="s3",
-                kind=TierKind.S3,
-                bucket=s3.bucket,
-                endpoint_url=s3.endpoint_url,
-                region=s3.region,
-            ),
-        ],
-        api_host="127.0.0.1",
-        api_port=api_port,
-    )
-
-
-def stack_env_text(info: StackInfo, settings: Settings) -> str:
-    """A shell-sourceable file with the facts of stack.json and the settings that let
-    `tierpoint worker` or `tierpoint api` join the stack."""
-    tiers = json.dumps([t.model_dump(mode="json", exclude_defaults=True) for t in settings.tiers])
-    values: dict[str, str] = {
-        "TIERPOINT_API_URL": info.api_url,
-        "TIERPOINT_TOKEN": info.token or "",
-        "TIERPOINT_DATABASE_URL": settings.database_url,
-        "TIERPOINT_TEMPORAL_ADDRESS": settings.temporal_address,
-        "TIERPOINT_TEMPORAL_NAMESPACE": settings.temporal_namespace,
-        "TIERPOINT_TIERS": tiers,
-        "TIERPOINT_NODES": ",".join(info.nodes),
-        "TIERPOINT_SHARED_ROOT": info.shared_root,
-        "TIERPOINT_S3_BUCKET": info.s3.bucket,
-        "AWS_ENDPOINT_URL_S3": info.s3.endpoint_url,
-        "AWS_ACCESS_KEY_ID": info.s3.access_key_id,
-        "AWS_SECRET_ACCESS_KEY": info.s3.secret_access_key,
-        "AWS_DEFAULT_REGION": info.s3.region,
-    }
-    for node, root in info.nodes.items():
-        key = "TIERPOINT_NODE_ROOT_" + node.upper().replace("-", "_").replace(".", "_")
-        values[key] = root
-    lines = ["# Written by `tierpoint dev`; removed when it stops. Use: source stack.env"]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
-    return "\n".join(lines) + "\n"
 
 
 def _write_atomic(path: Path, content: str) -> None:

@@ -10,8 +10,8 @@ from botocore.config import Config
 
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import TierStore
-from tierpoint.storage.posix import PosixStore
-from tierpoint.storage.s3 import S3Store
+from tierpoint.storage.posix.store import PosixStore
+from tierpoint.storage.s3.store import S3Store
 from tierpoint.storage.throttle import TokenBucket
 
 if TYPE_CHECKING:

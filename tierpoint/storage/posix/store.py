@@ -14,12 +14,9 @@ file's pages with POSIX_FADV_DONTNEED, then read, dropping pages behind the read
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import fcntl
 import hashlib
-import io
 import os
 import shutil
 import stat
@@ -53,129 +50,17 @@ from tierpoint.storage.paths import (
     resolve_shard_path,
     shard_entry,
 )
+from tierpoint.storage.posix.page_cache import (
+    drop_cache,
+    fsync_dir,
+    start_writeback,
+    wait_writeback,
+)
+from tierpoint.storage.posix.reader import PosixReader
+from tierpoint.storage.source import check_source_end, position_source, read_full
 from tierpoint.storage.throttle import TokenBucket
 
 DEFAULT_BUFFER_SIZE = 8 * 1024 * 1024
-# Readers drop the pages behind them in windows of this size.
-DROP_WINDOW = 32 * 1024 * 1024
-
-_SYNC_FILE_RANGE_WAIT_BEFORE = 1
-_SYNC_FILE_RANGE_WRITE = 2
-_SYNC_FILE_RANGE_WAIT_AFTER = 4
-
-
-def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    # Linux only, and not exposed by the os module.
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        libc = ctypes.CDLL(name, use_errno=True)
-        fn = libc.sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return cast(Callable[[int, int, int, int], int], fn)
-
-
-_sync_file_range = _load_sync_file_range()
-
-
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    if _sync_file_range is not None and length > 0:
-        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
-
-
-def _wait_writeback(fd: int, offset: int, length: int) -> bool:
-    """Write back [offset, offset+length) and wait for it; False if the call is unavailable."""
-    if _sync_file_range is None or length <= 0:
-        return False
-    flags = _SYNC_FILE_RANGE_WAIT_BEFORE | _SYNC_FILE_RANGE_WRITE | _SYNC_FILE_RANGE_WAIT_AFTER
-    if _sync_file_range(fd, offset, length, flags) != 0:
-        err = ctypes.get_errno()
-        if err in (errno.ENOSYS, errno.EINVAL, errno.ESPIPE, errno.EOPNOTSUPP):
-            return False
-        raise OSError(err, os.strerror(err))
-    return True
-
-
-def _drop_cache(fd: int, offset: int = 0, length: int = 0) -> None:
-    # Advisory: some filesystems ignore it, which only costs cache, never correctness.
-    with contextlib.suppress(OSError):
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
-
-
-class PosixReader(io.RawIOBase):
-    """Raw reader over a file descriptor: throttled, dropping the pages it has read."""
-
-    def __init__(self, fd: int, limiter: TokenBucket | None = None, *, drop_behind: bool = True):
-        super().__init__()
-        self._fd = fd
-        self._limiter = limiter
-        self._drop_behind = drop_behind
-        self._pos = os.lseek(fd, 0, os.SEEK_CUR)
-        self._dropped = self._pos
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        n = os.readv(self._fd, [buffer])
-        if self._limiter is not None:
-            self._limiter.consume(n)
-        self._pos += n
-        if self._drop_behind and self._pos - self._dropped >= DROP_WINDOW:
-            _drop_cache(self._fd, self._dropped, self._pos - self._dropped)
-            self._dropped = self._pos
-        return n
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        self._pos = os.lseek(self._fd, offset, whence)
-        self._dropped = self._pos
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                if self._drop_behind and self._pos > self._dropped:
-                    _drop_cache(self._fd, self._dropped, self._pos - self._dropped)
-            finally:
-                os.close(self._fd)
-        super().close()
-
-
-def read_full(source: ByteSource, buffer: memoryview) -> int:
-    """Fill buffer from source; fewer bytes only at end of stream."""
-    readinto = getattr(source, "readinto", None)
-    got = 0
-    want = len(buffer)
-    while got < want:
-        if readinto is not None:
-            n = readinto(buffer[got:])
-        else:
-            data = source.read(want - got)
-            n = len(data)
-            buffer[got : got + n] = data
-        if not n:
-            break
-        got += n
-    return got
-
-
-def position_source(source: ByteSource, current: int, wanted: int) -> None:
-    """Move the source from where the caller put it to where the copy really starts."""
-    if current != wanted:
-        source.seek(wanted)
 
 
 def partial_name(name: str) -> str:
@@ -184,14 +69,6 @@ def partial_name(name: str) -> str:
         return candidate
     digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
     return f".{digest}{PARTIAL_SUFFIX}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _lock_partial(fd: int, tmp: Path) -> None:
@@ -298,7 +175,7 @@ class PosixStore:
             # Dirty pages cannot be dropped: flush them first, then drop the whole file.
             with contextlib.suppress(OSError):
                 os.fsync(fd)
-            _drop_cache(fd)
+            drop_cache(fd)
             return crc32c_of_stream(reader, self.buffer_size, progress)
 
     def checksum(
@@ -389,22 +266,21 @@ class PosixStore:
                     # Without sync_file_range the prefix is only in the page cache: enough to
                     # resume after a worker crash; a node crash shortens the file (restart) or
                     # leaves bad bytes that verification catches.
-                    if _wait_writeback(fd, prev_start, prev_len):
-                        _drop_cache(fd, prev_start, prev_len)
+                    if wait_writeback(fd, prev_start, prev_len):
+                        drop_cache(fd, prev_start, prev_len)
                     if progress is not None:
                         progress(ResumeState(offset=prev_start + prev_len, crc=prev_crc))
-                _start_writeback(fd, offset, n)
+                start_writeback(fd, offset, n)
                 offset += n
                 prev_start, prev_len, prev_crc = offset - n, n, crc
-            if read_full(source, memoryview(bytearray(1))):
-                raise SourceSizeMismatch(f"source of {ref.path!r} holds more than {size} bytes")
+            check_source_end(ref, source, size)
             os.fsync(fd)
-            _drop_cache(fd)
+            drop_cache(fd)
             if os.path.isdir(entry) and not os.path.islink(entry):
                 raise UnsafePath(f"shard path {ref.path!r} names an existing directory")
             # Renamed while still locked: a concurrent writer can never lock the committed file.
             os.rename(tmp, entry)
-            _fsync_dir(entry.parent)
+            fsync_dir(entry.parent)
         finally:
             os.close(fd)
         if progress is not None:

@@ -1,0 +1,36 @@
+"""DIR/stack.env: what lets programs in another shell join a running dev stack."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from tierpoint.config import Settings
+from tierpoint.devstack.facts import StackInfo
+
+
+def stack_env_text(info: StackInfo, settings: Settings) -> str:
+    """A shell-sourceable file with the facts of stack.json and the settings that let
+    `tierpoint worker` or `tierpoint api` join the stack."""
+    tiers = json.dumps([t.model_dump(mode="json", exclude_defaults=True) for t in settings.tiers])
+    values: dict[str, str] = {
+        "TIERPOINT_API_URL": info.api_url,
+        "TIERPOINT_TOKEN": info.token or "",
+        "TIERPOINT_DATABASE_URL": settings.database_url,
+        "TIERPOINT_TEMPORAL_ADDRESS": settings.temporal_address,
+        "TIERPOINT_TEMPORAL_NAMESPACE": settings.temporal_namespace,
+        "TIERPOINT_TIERS": tiers,
+        "TIERPOINT_NODES": ",".join(info.nodes),
+        "TIERPOINT_SHARED_ROOT": info.shared_root,
+        "TIERPOINT_S3_BUCKET": info.s3.bucket,
+        "AWS_ENDPOINT_URL_S3": info.s3.endpoint_url,
+        "AWS_ACCESS_KEY_ID": info.s3.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": info.s3.secret_access_key,
+        "AWS_DEFAULT_REGION": info.s3.region,
+    }
+    for node, root in info.nodes.items():
+        key = "TIERPOINT_NODE_ROOT_" + node.upper().replace("-", "_").replace(".", "_")
+        values[key] = root
+    lines = ["# Written by `tierpoint dev`; removed when it stops. Use: source stack.env"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"

@@ -263,6 +263,33 @@ def test_demo_checkpoints_are_restorable_on_s3_with_the_original_bytes(
     assert compared >= SHARDS
 
 
+def test_demo_leaves_the_oldest_local_copies_expired(dev: DevProcess, demo_job: str) -> None:
+    """The README's promise: the default policy keeps the newest 2 checkpoints on the local tier,
+    so after the third demo checkpoint the oldest local copies are `expired` and their files are
+    gone, while the shared tier and S3 still hold them."""
+    oldest, *newer = STEPS
+    # A guard against a hang, not a timing assertion: retention runs after the demo has seen
+    # every tier settle.
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        cp = _checkpoint(dev, demo_job, oldest)
+        states = {t["tier"]: t["state"] for t in cp["tiers"]}
+        if states["ssd"] == "expired":
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(f"step {oldest} on ssd is still {states['ssd']}:\n{_tail(dev.log)}")
+        time.sleep(0.5)
+    assert states["lustre"] == states["s3"] == "restorable", states
+    for shard in cp["shards"]:
+        replicas = {r["tier"]: r["state"] for r in shard["replicas"]}
+        assert replicas["ssd"] == "expired", shard
+        original = Path(dev.info.nodes[shard["node"]]) / demo_job / str(oldest) / shard["path"]
+        assert not original.exists(), original
+    for step in newer:
+        states = {t["tier"]: t["state"] for t in _checkpoint(dev, demo_job, step)["tiers"]}
+        assert states == {"ssd": "restorable", "lustre": "restorable", "s3": "restorable"}, step
+
+
 def test_restore_gives_the_original_bytes(dev: DevProcess, demo_job: str, tmp_path: Path) -> None:
     dest = tmp_path / "restored"
     result = subprocess.run(

@@ -19,12 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from tests.workflows.conftest import Seeded, running_workers
+from tests.workflows.conftest import running_workers
 from tierpoint.catalog import leases_repo
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.config import Settings
 from tierpoint.retention.trigger import request_retention, retention_workflow_id
-
 from workflows.retention import JobRetention
 
 from .conftest import (
@@ -114,7 +113,6 @@ async def test_a_pin_or_lease_taken_after_planning_cancels_the_expiry(
     job = f"recheck-{uuid.uuid4().hex[:10]}"
     policy_id = create_job(sessions, job, KEEP_ALL)
     async with running_workers(settings, client):
-        first: Seeded
         first, _ = await write_checkpoint(settings, sessions, client, job, 1)
         await write_checkpoint(settings, sessions, client, job, 2)
         assert (await settle(client, job)).expired == 0

@@ -5,6 +5,7 @@
     python3 bootstrap.py test [--no-lint] [PYTEST ARGS]
                                              ruff check, ruff format --check, mypy,
                                              import-linter, then every test
+    python3 bootstrap.py mutants [ARGS]      the guard mutation check (.ci/guard_mutants.py)
     python3 bootstrap.py COMMAND [ARGS]      any other `tierpoint` command
 
 It uses `uv` from PATH, or installs uv into ./.bootstrap (a venv of this python3), then runs
@@ -127,6 +128,9 @@ def main(argv: Sequence[str]) -> int:
     sync(find_uv())
     if command == "test":
         return run_tests(rest)
+    if command == "mutants":
+        python = str(_venv_bin(VENV, "python"))
+        return subprocess.run([python, str(ROOT / ".ci" / "guard_mutants.py"), *rest]).returncode
     tierpoint = str(_venv_bin(VENV, "tierpoint"))
     # exec, so that Ctrl-C and SIGTERM go straight to tierpoint (it stops its stack in order).
     os.execv(tierpoint, [tierpoint, command, *rest])

@@ -12,8 +12,8 @@ from temporalio.client import Client
 
 from tests.workflows.conftest import running_workers
 from tierpoint.config import Settings
-from tierpoint.retention.trigger import retention_workflow_id
-from workflows.retention import SWEEP_REASON, JobRetention
+from tierpoint.contract.retention import SWEEP_REASON, retention_workflow_id
+from workflows.retention import JobRetention
 
 from .conftest import NODES, create_job, markers, replica_states, settle, steps_on_disk
 from .conftest import write_checkpoint as run_checkpoint

@@ -23,7 +23,8 @@ from tests.workflows.conftest import running_workers
 from tierpoint.catalog import leases_repo
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.config import Settings
-from tierpoint.retention.trigger import request_retention, retention_workflow_id
+from tierpoint.contract.retention import retention_workflow_id
+from tierpoint.temporal import request_retention
 from workflows.retention import JobRetention
 
 from .conftest import (

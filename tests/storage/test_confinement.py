@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.storage.conftest import new_ref
-from tierpoint.storage.paths import UnsafePath, validate_relative_path
-from tierpoint.storage.posix import PosixStore, partial_name
+from tierpoint.errors import UnsafePath
+from tierpoint.storage.paths import validate_relative_path
+from tierpoint.storage.posix.store import PosixStore, partial_name
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """What one checkpoint costs, measured on real lifecycles and held to the cost model
 (tests/workflows/cost_model.py, the formulas of docs/architecture.md): Temporal history events and
-activity tasks, catalog rows and catalog events, at 1, 4 (the demo), 1,000 and 10,000 shards on 2 nodes and 3
-tiers. The shards are tiny: the costs counted here grow with shards and batches, not bytes."""
+activity tasks, catalog rows and catalog events, at 1, 4 (the demo), 1,000 and 10,000 shards on 2
+nodes and 3 tiers. The shards are tiny: these costs grow with shards and batches, not bytes."""
 
 from __future__ import annotations
 

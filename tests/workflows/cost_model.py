@@ -101,9 +101,15 @@ class Checkpoint:
         return 1 + s + s * t + t + self.catalog_events
 
 
-# The columns of the doc's table: (heading, shape).
-DOC_COLUMNS: tuple[tuple[str, Checkpoint], ...] = (
-    ("demo", Checkpoint.even(4, 2)),
-    ("S=1000, N=2", Checkpoint.even(1000, 2)),
-    ("S=10,000, N=2", Checkpoint.even(10_000, 2)),
-)
+# The formulas as the doc's table writes them, by row: what the properties above compute.
+FORMULAS = {
+    "lifecycle activities": ("A = 1 + T·(b+2)",),
+    "lifecycle history events": (
+        "3·A + 3·W + 4",
+        "W <= 1 + A",
+        "W >= 2 + 2·T + T·ceil(b/p)",
+        "6·A + 7",
+    ),
+    "catalog rows written": ("1 + S + S·T + T + E",),
+    "catalog events `E`": ("1 + b + 2·b·(T-1) + T",),
+}

@@ -15,9 +15,10 @@ from tierpoint.retention import (
     TierCopy,
     TierRef,
     plan,
-    promotion_targets,
 )
 from tierpoint.states import TierState
+
+from .invariants import targets
 
 TIERS = (
     TierRef("ssd", TierKind.LOCAL),
@@ -106,7 +107,7 @@ def run_history(
             id=1000 + step, step=step, created_at=now, total_bytes=nbytes, pinned=step in pinned
         )
         snap = snap.model_copy(update={"checkpoints": (*snap.checkpoints, c)})
-        for name in promotion_targets(policy, tiers, step):
+        for name in targets(policy, tiers, step):
             if name != tiers[0].name:
                 snap = _set_copy(
                     snap, c.id, name, TierCopy(state=TierState.PENDING, verified=False, bytes=0)

@@ -1,8 +1,13 @@
 """The planner's safety rules, restated independently of the planner (simple, quadratic code) so
-that property tests can check any plan against any snapshot."""
+that property tests can check any plan against any snapshot.
+
+Independent of the product's rules too: which rule applies to a tier, which tiers a step is
+promoted to and which keep reasons are protections are restated here from docs/retention.md and
+DESIGN.md, not imported. Only the vocabulary (snapshot, policy and plan types) is shared."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from tierpoint.config import TierKind
@@ -14,13 +19,62 @@ from tierpoint.retention import (
     RetentionPlan,
     RetentionSnapshot,
     TierCopy,
+    TierRef,
     TierRule,
-    promotion_targets,
 )
-from tierpoint.retention.models import PROTECTIONS
 from tierpoint.states import TierState
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# docs/retention.md, "Safety rules": a copy kept for one of these reasons stays whatever the rules
+# and quotas say (DESIGN.md invariant 2: pins, leases, the last verified copy of a kept one).
+PROTECTIONS = frozenset(
+    {
+        "pinned",
+        "leased",
+        "quarantined",
+        "latest_durable",
+        "in_flight",
+        "awaiting_durable",
+        "last_copy",
+        "no_good_copy",
+    }
+)
+
+
+def rule_of(policy: Policy, tiers: Sequence[TierRef], i: int) -> TierRule | None:
+    """docs/retention.md: "A tier's rules are looked up by name, then `durable` (last tier only),
+    then by kind." None: the tier has no rules (it keeps everything)."""
+    name, kind = tiers[i]
+    if name in policy.tiers:
+        return policy.tiers[name]
+    if i == len(tiers) - 1 and policy.durable is not None:
+        return policy.durable
+    return policy.kinds.get(kind)
+
+
+def keeps_everything(rule: TierRule | None) -> bool:
+    """ "A tier with no rules keeps everything"; so does "a rule that sets none of `keep_last`,
+    `keep_every`, `keep_within`, `keep_tags`" (`keep_last: 0` is set: it keeps none)."""
+    return rule is None or (
+        rule.keep_last is None
+        and rule.keep_every is None
+        and rule.keep_within is None
+        and not rule.keep_tags
+    )
+
+
+def targets(policy: Policy, tiers: Sequence[TierRef], step: int) -> list[str]:
+    """The tiers, in order, the checkpoint at `step` goes to: "The first tier is always a target
+    (jobs write there)"; a later one when its `promote_every` (1 without a rule) divides the
+    step ("`promote_every` counts steps, not registrations")."""
+    out = []
+    for i, (name, _) in enumerate(tiers):
+        rule = rule_of(policy, tiers, i)
+        every = 1 if rule is None else rule.promote_every
+        if i == 0 or step % every == 0:
+            out.append(name)
+    return out
 
 
 def is_good(c: CheckpointInfo, copy: TierCopy | None) -> bool:
@@ -35,11 +89,15 @@ def expects(c: CheckpointInfo, tier: str) -> bool:
     return copy is None or copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
 
 
+def quota_of(rule: TierRule | None) -> int | None:
+    return None if rule is None else rule.max_bytes
+
+
 def rule_reasons(
-    rule: TierRule, good_here: list[CheckpointInfo], c: CheckpointInfo, now: datetime
+    rule: TierRule | None, good_here: list[CheckpointInfo], c: CheckpointInfo, now: datetime
 ) -> set[KeepReason]:
     """The keep rules that would keep `c` on a tier whose good copies are `good_here`."""
-    if not rule.has_keep_rules():
+    if rule is None or keeps_everything(rule):
         return {KeepReason.KEEP_ALL}
     others = [x for x in good_here if x.id != c.id]
     out = set()
@@ -69,7 +127,7 @@ def rule_reasons(
 
 
 def rule_keeps(
-    rule: TierRule, good_here: list[CheckpointInfo], c: CheckpointInfo, now: datetime
+    rule: TierRule | None, good_here: list[CheckpointInfo], c: CheckpointInfo, now: datetime
 ) -> bool:
     return bool(rule_reasons(rule, good_here, c, now))
 
@@ -78,9 +136,7 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
     tiers = snap.tiers
     last = len(tiers) - 1
     names = [t.name for t in tiers]
-    rules = {
-        t.name: policy.rule_for(t.name, t.kind, most_durable=i == last) for i, t in enumerate(tiers)
-    }
+    rules = {t.name: rule_of(policy, tiers, i) for i, t in enumerate(tiers)}
     by_id = {c.id: c for c in snap.checkpoints}
     expired = {(e.checkpoint_id, e.tier): e for e in p.expiries}
     kept = {(k.checkpoint_id, k.tier): k for k in p.keeps}
@@ -110,11 +166,11 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         copy = c.copies.get(t)
         if is_good(c, copy):
             return True
-        targets = promotion_targets(policy, tiers, c.step)
+        meant = targets(policy, tiers, c.step)
         if copy is None:
             reached = max((names.index(x) for x in c.copies if x in names), default=-1)
-            return t in targets and i > reached
-        return t in targets and copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
+            return t in meant and i > reached
+        return t in meant and copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
 
     durable_good = good_on[names[-1]] if names else []
     latest_durable = max(durable_good, key=lambda c: (c.step, c.created_at, c.id), default=None)
@@ -133,17 +189,17 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         assert not (i == last and latest_durable is not None and cid == latest_durable.id), e
         # A local copy before its checkpoint is restorable on a more durable tier it is meant for.
         slower = names[i + 1 :]
-        targets = promotion_targets(policy, tiers, c.step)
-        if tiers[i].kind is TierKind.LOCAL and any(t in targets and expects(c, t) for t in slower):
+        meant = targets(policy, tiers, c.step)
+        if tiers[i].kind is TierKind.LOCAL and any(t in meant and expects(c, t) for t in slower):
             assert any(is_good(c, c.copies.get(t)) for t in slower), e
         # No source of a copy in flight to a tier the checkpoint is meant for.
-        in_flight = [t for t in slower if t in c.copies and t in targets]
+        in_flight = [t for t in slower if t in c.copies and t in meant]
         assert all(c.copies[t].state != TierState.PENDING for t in in_flight), e
         # The rule named is the one that decided.
         if e.rule is ExpiryRule.NOT_KEPT:
             assert not (claims(c, i) and rule_keeps(rules[tier], good_on[tier], c, now)), e
         else:
-            assert e.rule is ExpiryRule.MAX_BYTES and rules[tier].max_bytes is not None, e
+            assert e.rule is ExpiryRule.MAX_BYTES and quota_of(rules[tier]) is not None, e
 
     # Last good copy of a checkpoint some tier keeps.
     for c in snap.checkpoints:
@@ -169,7 +225,7 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         i = names.index(tier)
         copy = c.copies[tier]
         slower = names[i + 1 :]
-        targets = promotion_targets(policy, tiers, c.step)
+        meant = targets(policy, tiers, c.step)
         soft = {r for r in k.reasons if r not in PROTECTIONS}
         expected = rule_reasons(rules[tier], good_on[tier], c, now) if claims(c, i) else set()
         assert soft == expected, (k, expected)
@@ -183,10 +239,10 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
             KeepReason.IN_FLIGHT: any(
                 c.copies[t].state == TierState.PENDING
                 for t in slower
-                if t in c.copies and t in targets
+                if t in c.copies and t in meant
             ),
             KeepReason.AWAITING_DURABLE: tiers[i].kind is TierKind.LOCAL
-            and any(t in targets and expects(c, t) for t in slower)
+            and any(t in meant and expects(c, t) for t in slower)
             and not any(is_good(c, c.copies.get(t)) for t in slower),
         }
         for reason, fact in facts.items():
@@ -212,7 +268,7 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         gone = sum(e.bytes for (_, tt), e in expired.items() if tt == t)
         gone += sum(x.bytes for x in p.unfinished if x.tier == t)
         assert (u.bytes_now, u.bytes_after) == (now_bytes, now_bytes - gone)
-        quota = rules[t].max_bytes
+        quota = quota_of(rules[t])
         assert u.max_bytes == quota
         if quota is None:
             assert u.quota_met is None

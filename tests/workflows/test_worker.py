@@ -13,13 +13,15 @@ from temporalio.client import Client
 
 from tests.conftest import Services, _fresh_database
 from tierpoint.catalog.migrate import SchemaMismatch
-from tierpoint.catalog.models import Node
+from tierpoint.catalog.models import Node, Replica, ReplicaState, Shard
 from tierpoint.config import Settings
 from tierpoint.devstack.services import free_port
+from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
 from tierpoint.temporal import connect
 from tierpoint.worker import node_roots, run_workers
+from workflows.schemas import LifecycleResult
 
-from .conftest import NODES, running_workers
+from .conftest import NODES, new_job, random_shards, running_workers, seed_checkpoint
 
 
 async def test_workers_refuse_an_unmigrated_catalog(services: Services, settings: Settings) -> None:
@@ -61,8 +63,61 @@ async def test_node_workers_report_in_with_their_local_roots(
         assert rows[node].last_seen_at is not None
 
 
-def test_metrics_are_registered() -> None:
-    from tierpoint import metrics_worker
+def _counters(tiers: list[str]) -> dict[tuple[str, str], float]:
+    names = ("bytes_copied", "bytes_sealed", "shards_verified", "corrupt_replicas")
+    return {
+        (n, t): REGISTRY.get_sample_value(f"tierpoint_worker_{n}_total", {"tier": t}) or 0.0
+        for n in names
+        for t in tiers
+    }
 
-    metrics_worker.BYTES_COPIED.labels("probe").inc(3)
-    assert REGISTRY.get_sample_value("tierpoint_worker_bytes_copied_total", {"tier": "probe"}) == 3
+
+async def test_worker_metrics_count_what_the_lifecycle_did(
+    settings: Settings, sessions: sessionmaker[Session], client: Client
+) -> None:
+    """The counters move by what the catalog says the lifecycle did: bytes read to seal, bytes
+    copied and replicas verified per tier, nothing corrupt."""
+    tiers = [t.name for t in settings.tiers]
+    seeded = seed_checkpoint(settings, sessions, new_job(), 5, random_shards(NODES, 3, 70_001))
+    before = _counters(tiers)
+    port = free_port()
+    async with running_workers(settings, client, metrics_port=port):
+        await start_lifecycle(
+            client,
+            LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=seeded.job, step=seeded.step),
+        )
+        handle = client.get_workflow_handle(
+            workflow_id(seeded.job, seeded.step), result_type=LifecycleResult
+        )
+        result = await asyncio.wait_for(handle.result(), 300)
+        async with httpx.AsyncClient() as http:
+            exposed = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert [t.state for t in result.tiers] == ["restorable"] * len(tiers)
+    moved = {k: v - before[k] for k, v in _counters(tiers).items()}
+
+    with sessions() as s:
+        rows = s.execute(
+            select(Replica.tier, func.count())
+            .where(
+                Replica.checkpoint_id == seeded.checkpoint_id,
+                Replica.state == ReplicaState.VERIFIED.value,
+            )
+            .group_by(Replica.tier)
+        )
+        done = {tier: n for tier, n in rows}
+        registered = s.scalar(
+            select(func.sum(Shard.size)).where(Shard.checkpoint_id == seeded.checkpoint_id)
+        )
+    first, *later = tiers
+    assert moved[("bytes_sealed", first)] == registered
+    assert moved[("bytes_copied", first)] == 0
+    for tier in later:
+        assert moved[("bytes_copied", tier)] == registered, tier
+        assert moved[("bytes_sealed", tier)] == 0, tier
+    for tier in tiers:
+        assert moved[("shards_verified", tier)] == done[tier] == len(seeded.shards), tier
+        assert moved[("corrupt_replicas", tier)] == 0, tier
+    # The worker's own endpoint serves the same counters.
+    for tier in later:
+        total = _counters(tiers)[("bytes_copied", tier)]
+        assert f'tierpoint_worker_bytes_copied_total{{tier="{tier}"}} {total}' in exposed

@@ -131,9 +131,13 @@ async def test_bad_manifest_is_refused_and_writes_nothing(
     assert ok.status_code == 201, ok.text
 
 
+@pytest.mark.query_unit
 async def test_unknown_and_lost_nodes_are_named(
     client: httpx.AsyncClient, catalog: Engine, job: str
 ) -> None:
+    """A unit test of registration's node check: no operator action declares a node lost yet, so
+    `lost_at` is written here with SQL. Unknown nodes are refused end to end in
+    tests/client/test_client_stack.py."""
     lost = f"node-lost-{uuid.uuid4().hex[:6]}"
     with Session(catalog) as s:
         upsert_node(s, lost, {})

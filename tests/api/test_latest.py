@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import Engine, text
 
 from api.app import create_app
@@ -110,7 +111,18 @@ async def test_local_only_checkpoint_needs_the_callers_node(
     assert only_s3.status_code == 404
     assert _reasons(only_s3.json()) == {10: ["s3: pending, 0/2 shards verified"]}
 
-    # Node lost: its local replicas are lost, so the local copy no longer counts.
+
+@pytest.mark.query_unit
+async def test_lost_local_replicas_no_longer_count(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """A unit test of the latest query: no operator action declares a node lost yet, so its
+    replica's `lost` state is written here with SQL."""
+    await _register(client, job, 10, [shard("x/0", NODE_A), shard("x/1", NODE_A)])
+    restorable(catalog, job, 10, "ssd", local=True)
+    url = f"/v1/jobs/{job}/checkpoints/latest"
+    assert (await client.get(url, params={"node": NODE_A})).status_code == 200
+
     with catalog.begin() as conn:
         conn.execute(
             text("UPDATE replica SET state = 'lost' WHERE location LIKE :loc"),

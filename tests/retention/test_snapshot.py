@@ -101,7 +101,10 @@ def _checkpoint(
     return cp
 
 
+@pytest.mark.query_unit
 def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session: Session) -> None:
+    """A unit test of the snapshot query over rows written by hand, a `lost` replica among them
+    (no operator action declares a node lost yet)."""
     node = _node(session)
     job = _job(session)
     c1 = _checkpoint(

@@ -18,7 +18,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 import activities.lifecycle
-from activities.lifecycle import batch_size
 from tests.conftest import Services
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
 from tierpoint.config import Settings
@@ -214,29 +213,6 @@ async def test_shard_with_wrong_checksum_is_never_promoted(
     kinds = {(k, t) for k, t, _ in events(sessions, seeded.checkpoint_id)}
     assert {("corrupt", "ssd"), ("failed", "ssd"), ("failed", "lustre"), ("failed", "s3")} <= kinds
     assert not any(k == "promoted" for k, _ in kinds)
-
-
-@pytest.mark.slow
-async def test_ten_thousand_shards_keep_history_small(
-    settings: Settings, sessions: sessionmaker[Session], client: Client
-) -> None:
-    shards = random_shards(NODES, 5_000, 16)
-    seeded = seed_checkpoint(settings, sessions, new_job(), 1, shards)
-
-    async with running_workers(settings, client):
-        result, handle = await run_lifecycle(client, seeded)
-        history = await handle.fetch_history()
-
-    assert [t.state for t in result.tiers] == ["restorable"] * 3
-    assert result.batches <= settings.max_batches_per_stage + len(NODES)
-    assert result.batches == -(-5_000 // batch_size(settings, 10_000)) * len(NODES)
-    n = len(history.events)
-    print(f"10,000 shards, {result.batches} batches per stage: {n} history events")
-    assert n < 2_000
-    # The event table grows with batches too.
-    catalog_events = len(events(sessions, seeded.checkpoint_id))
-    print(f"catalog events for the checkpoint: {catalog_events}")
-    assert catalog_events < 10 * result.batches + 10
 
 
 async def test_reconciler_starts_a_missing_lifecycle(

@@ -7,6 +7,7 @@ import asyncio
 import httpx
 import pytest
 from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
@@ -118,6 +119,12 @@ async def test_worker_metrics_count_what_the_lifecycle_did(
         assert moved[("shards_verified", tier)] == done[tier] == len(seeded.shards), tier
         assert moved[("corrupt_replicas", tier)] == 0, tier
     # The worker's own endpoint serves the same counters.
-    for tier in later:
-        total = _counters(tiers)[("bytes_copied", tier)]
-        assert f'tierpoint_worker_bytes_copied_total{{tier="{tier}"}} {total}' in exposed
+    served = {
+        (sample.name, sample.labels.get("tier", "")): sample.value
+        for family in text_string_to_metric_families(exposed)
+        for sample in family.samples
+    }
+    now = _counters(tiers)
+    moving = [("bytes_sealed", first)] + [("bytes_copied", t) for t in later]
+    for name, tier in moving + [("shards_verified", t) for t in tiers]:
+        assert served[(f"tierpoint_worker_{name}_total", tier)] == now[(name, tier)], (name, tier)

@@ -19,7 +19,8 @@ from sqlalchemy import CheckConstraint, DefaultClause, Index, MetaData, text
 from tests.conftest import Services, _fresh_database
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine, normalize_url
-from tierpoint.catalog.models import Base, ReplicaState
+from tierpoint.catalog.models import Base
+from tierpoint.states import ReplicaState
 
 # Written by pg_dump to guard psql against the dump's contents; random per dump.
 _RESTRICT = re.compile(r"^\\(un)?restrict ")

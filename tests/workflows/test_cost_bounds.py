@@ -16,18 +16,25 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.schemas import COPY_BATCH, PLAN, PROMOTE, RETENTION_REQUEST, SEAL_BATCH
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.catalog.registration import register_checkpoint
 from tierpoint.config import Settings
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
+from tierpoint.contract.lifecycle import (
+    COPY_BATCH,
+    PLAN,
+    PROMOTE,
+    SEAL_BATCH,
+    LifecycleInput,
+    LifecycleResult,
+    workflow_id,
+)
+from tierpoint.contract.retention import REQUEST, retention_workflow_id
 from tierpoint.manifest import Manifest
 from tierpoint.manifest import ShardSpec as ManifestShard
-from tierpoint.retention.trigger import retention_workflow_id
+from tierpoint.temporal import start_lifecycle
 from tierpoint.worker import node_roots
-from workflows.schemas import LifecycleResult
 
 from . import cost_model
 from .conftest import NODES, crc_hex, new_job, running_workers
@@ -167,7 +174,7 @@ async def test_costs_of_one_checkpoint_match_the_cost_model(
         SEAL_BATCH: b,
         COPY_BATCH: b * (t - 1),
         PROMOTE: t,
-        RETENTION_REQUEST: t,
+        REQUEST: t,
     }
 
     # Catalog: the checkpoint's rows and events.

@@ -14,13 +14,13 @@ from temporalio.client import Client
 
 from tests.conftest import Services, _fresh_database
 from tierpoint.catalog.migrate import SchemaMismatch
-from tierpoint.catalog.models import Node, Replica, ReplicaState, Shard
+from tierpoint.catalog.models import Node, Replica, Shard
 from tierpoint.config import Settings
+from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.devstack.services import free_port
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
-from tierpoint.temporal import connect
+from tierpoint.states import ReplicaState
+from tierpoint.temporal import connect, start_lifecycle
 from tierpoint.worker import node_roots, run_workers
-from workflows.schemas import LifecycleResult
 
 from .conftest import NODES, new_job, random_shards, running_workers, seed_checkpoint
 

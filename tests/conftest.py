@@ -13,115 +13,43 @@ retention sweeps are invisible to every other module.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import tempfile
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import boto3
-import psycopg
 import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
+from tests.helpers.services import (
+    NODES,
+    Services,
+    all_namespaces,
+    docker_reachable,
+    ensure_namespaces,
+    fresh_database,
+    make_bucket,
+    make_settings,
+    namespace_for,
+)
 from tierpoint.catalog import migrate
-from tierpoint.catalog.engine import make_sync_engine, normalize_url, sync_sessions
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.catalog.engine import make_sync_engine, sync_sessions
+from tierpoint.config import Settings
 from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
 from tierpoint.temporal import connect
-
-NODES = ("node-a", "node-b")
-
-
-@dataclass(frozen=True)
-class Services:
-    database_url: str
-    temporal_address: str
-    s3_endpoint_url: str
-    s3_access_key_id: str
-    s3_secret_access_key: str
-    s3_region: str
-    moto: MotoS3Server | None  # set when the suite runs its own S3 (fault tests may stop it)
-    namespaces: frozenset[str]  # Temporal namespaces registered for test modules
-
-
-def _docker_reachable() -> bool:
-    try:
-        import docker  # type: ignore[import-untyped]
-
-        docker.from_env(timeout=2).ping()
-        return True
-    except Exception:
-        return False
-
-
-def _with_database(url: str, name: str) -> str:
-    base, _, query = url.partition("?")
-    return base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
-
-
-def _fresh_database(admin_url: str, *, template: bool = False) -> str:
-    """A new database on the server of `admin_url`: empty, or with `template` a copy of that
-    database (which nobody may be connected to), so runs and modules never see each other's rows."""
-    name = f"tierpoint_test_{uuid.uuid4().hex[:10]}"
-    url = normalize_url(admin_url)
-    plain = url.replace("postgresql+psycopg://", "postgresql://")
-    source = plain.partition("?")[0].rsplit("/", 1)[1]
-    with psycopg.connect(_with_database(plain, "postgres"), autocommit=True) as conn:
-        clause = f' TEMPLATE "{source}"' if template else ""
-        conn.execute(f'CREATE DATABASE "{name}"{clause}')
-    return _with_database(url, name)
-
-
-TESTS = Path(__file__).resolve().parent
-
-
-def namespace_for(module_file: str | os.PathLike[str]) -> str:
-    """The Temporal namespace of a test module, e.g. `t.workflows.test_lifecycle`."""
-    rel = Path(module_file).resolve().relative_to(TESTS).with_suffix("")
-    return "t." + ".".join(rel.parts)
-
-
-def _all_namespaces() -> list[str]:
-    return sorted(namespace_for(p) for p in TESTS.rglob("test_*.py"))
-
-
-def _ensure_namespaces(address: str, names: Sequence[str]) -> None:
-    """Register the namespaces on a server the suite did not start (idempotent)."""
-    from google.protobuf.duration_pb2 import Duration
-    from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
-    from temporalio.service import RPCError
-
-    async def register() -> None:
-        client = await Client.connect(address)
-        for name in names:
-            try:
-                await client.workflow_service.register_namespace(
-                    RegisterNamespaceRequest(
-                        namespace=name,
-                        workflow_execution_retention_period=Duration(seconds=86400),
-                    )
-                )
-            except RPCError as exc:
-                if "already" not in str(exc).lower():
-                    raise
-
-    asyncio.run(register())
 
 
 @pytest.fixture(scope="session")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     root = tmp_path_factory.mktemp("services")
     stoppers: list[Callable[[], object]] = []
-    namespaces = _all_namespaces()
+    namespaces = all_namespaces()
 
     db_url = os.environ.get("TIERPOINT_TEST_DATABASE_URL")
-    if not db_url and _docker_reachable():
+    if not db_url and docker_reachable():
         from testcontainers.postgres import PostgresContainer
 
         container = PostgresContainer("postgres:16", driver="psycopg")
@@ -138,11 +66,11 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         pg.start()
         stoppers.append(pg.stop)
         db_url = pg.url
-    database_url = _fresh_database(db_url)
+    database_url = fresh_database(db_url)
 
     temporal_address = os.environ.get("TIERPOINT_TEST_TEMPORAL_ADDRESS")
     if temporal_address:
-        _ensure_namespaces(temporal_address, namespaces)
+        ensure_namespaces(temporal_address, namespaces)
     else:
         temporal = TemporalDevServer(root / "temporal.db", extra_namespaces=tuple(namespaces))
         temporal_address = temporal.start(log_file=root / "temporal.log")
@@ -195,7 +123,7 @@ def _template_url(services: Services) -> str:
 @pytest.fixture(scope="module")
 def migrated_url(_template_url: str) -> str:
     """This module's own catalog, with the real migrations applied (a copy of the template)."""
-    return _fresh_database(_template_url, template=True)
+    return fresh_database(_template_url, template=True)
 
 
 @pytest.fixture(scope="module")
@@ -204,49 +132,6 @@ def temporal_namespace(request: pytest.FixtureRequest, services: Services) -> st
     name = namespace_for(request.path)
     assert name in services.namespaces, f"{name} was not registered at start"
     return name
-
-
-def make_bucket(services: Services) -> str:
-    bucket = f"tp-{uuid.uuid4().hex[:12]}"
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=services.s3_endpoint_url,
-        region_name=services.s3_region,
-        aws_access_key_id=services.s3_access_key_id,
-        aws_secret_access_key=services.s3_secret_access_key,
-    )
-    s3.create_bucket(Bucket=bucket)
-    return bucket
-
-
-def make_settings(
-    services: Services,
-    database_url: str,
-    root: Path,
-    bucket: str,
-    namespace: str = "default",
-) -> Settings:
-    """Settings for a three-tier store (ssd -> lustre -> s3) rooted under `root`."""
-    return Settings(
-        database_url=database_url,
-        temporal_address=services.temporal_address,
-        temporal_namespace=namespace,
-        tiers=[
-            TierConfig(
-                name="ssd", kind=TierKind.LOCAL, root=str(root / "nodes" / "{node}" / "ssd")
-            ),
-            TierConfig(name="lustre", kind=TierKind.SHARED, root=str(root / "lustre")),
-            TierConfig(
-                name="s3",
-                kind=TierKind.S3,
-                bucket=bucket,
-                endpoint_url=services.s3_endpoint_url,
-                region=services.s3_region,
-            ),
-        ],
-        progress_interval_seconds=0.2,
-        reconcile_interval_seconds=1.0,
-    )
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from api.app import create_app
-from tests.api.conftest import NODE_A, NODE_B, counts, manifest, running_client, shard
+from tests.helpers.api import NODE_A, NODE_B, counts, manifest, running_client, shard
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.config import Settings
 

@@ -11,7 +11,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.api.conftest import NODE_A, NODE_B
+from tests.helpers.api import NODE_A, NODE_B
 
 CODES = {
     "invalid_manifest",

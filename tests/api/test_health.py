@@ -4,8 +4,8 @@ import httpx
 import pytest
 
 from api.app import create_app
-from tests.api.conftest import running_client
-from tests.conftest import Services, _fresh_database
+from tests.helpers.api import running_client
+from tests.helpers.services import Services, fresh_database
 from tierpoint.catalog.migrate import SchemaMismatch
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.devstack.services import free_port
@@ -52,7 +52,7 @@ async def test_not_ready_names_what_is_down(settings: Settings, nodes: tuple[str
 async def test_refuses_to_start_on_unmigrated_catalog(
     services: Services, settings: Settings
 ) -> None:
-    empty = settings.model_copy(update={"database_url": _fresh_database(services.database_url)})
+    empty = settings.model_copy(update={"database_url": fresh_database(services.database_url)})
     app = create_app(empty)
     with pytest.raises(SchemaMismatch, match="tierpoint migrate"):
         async with app.router.lifespan_context(app):

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from api.app import create_app
-from tests.api.conftest import (
+from tests.helpers.api import (
     NODE_A,
     NODE_B,
     manifest,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import httpx
 from sqlalchemy import Engine
 
-from tests.api.conftest import NODE_A, NODE_B, manifest, restorable, set_marker, shard
+from tests.helpers.api import NODE_A, NODE_B, manifest, restorable, set_marker, shard
 
 
 async def _register_steps(client: httpx.AsyncClient, job: str, steps: list[int]) -> None:

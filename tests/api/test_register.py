@@ -7,7 +7,7 @@ from sqlalchemy import Engine, text
 from temporalio.client import Client
 
 from api.app import create_app
-from tests.api.conftest import (
+from tests.helpers.api import (
     NODE_A,
     NODE_B,
     counts,

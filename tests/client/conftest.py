@@ -8,12 +8,9 @@ the session's shared Temporal server.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -21,26 +18,13 @@ import uvicorn
 from sqlalchemy import select
 from tierpoint_client import Client, RetryPolicy
 
-from tests.conftest import Services, make_bucket, make_settings
+from tests.helpers.client import Stack
+from tests.helpers.services import Services, make_bucket, make_settings
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
 from tierpoint.config import Settings
 from tierpoint.devstack.services import free_port
 from tierpoint.temporal import connect
-
-
-@dataclass(frozen=True)
-class Stack:
-    settings: Settings
-    api_url: str
-    client: Client
-    nodes: tuple[str, str]
-
-    def local_dir(self, node: str, job: str, step: int) -> Path:
-        return self.settings.tier("ssd").root_for(node) / job / str(step)
-
-    def shared_dir(self, job: str, step: int) -> Path:
-        return self.settings.tier("lustre").root_for(None) / job / str(step)
 
 
 class _ApiServer:
@@ -118,20 +102,3 @@ async def stack(
         stop.set()
         await api.stop()
         await workers
-
-
-def write_shards(directory: Path, sizes: dict[str, int]) -> dict[str, bytes]:
-    """Random shards under directory; returns {relative path: bytes}."""
-    written = {}
-    for rel, size in sizes.items():
-        path = directory / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = os.urandom(size)
-        path.write_bytes(data)
-        written[rel] = data
-    return written
-
-
-def read_tree(root: Path) -> dict[str, bytes]:
-    """Every file under root (temporary files included, so leftovers show up)."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}

@@ -8,7 +8,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tests.client.conftest import Stack, read_tree, write_shards
+from tests.helpers.client import Stack, read_tree, write_shards
 
 
 async def _run(stack: Stack, *args: str) -> tuple[int, str, str]:

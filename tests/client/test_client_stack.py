@@ -23,7 +23,7 @@ from tierpoint_client import (
     build_manifest,
 )
 
-from tests.client.conftest import Stack, read_tree, write_shards
+from tests.helpers.client import Stack, read_tree, write_shards
 
 WAIT = 300.0  # generous: the machine is shared; nothing asserts on timing
 

@@ -12,7 +12,7 @@ import pytest
 from tierpoint_client import ChecksumMismatchError, PlanEntry, TierInfo, UnsafePathError
 from tierpoint_client.restore import SourceError, restore_plan
 
-from tests.conftest import Services, make_bucket
+from tests.helpers.services import Services, make_bucket
 
 
 def _entry(path: str, data: bytes, location: str, kind: str = "shared") -> PlanEntry:

@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from tests.helpers import cost_model
+from tests.helpers.lifecycle import NODES, crc_hex, new_job, running_workers
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
 from tierpoint.catalog.nodes import upsert_node
@@ -35,9 +37,6 @@ from tierpoint.manifest import Manifest
 from tierpoint.manifest import ShardSpec as ManifestShard
 from tierpoint.temporal import start_lifecycle
 from tierpoint.worker import node_roots
-
-from . import cost_model
-from .conftest import NODES, crc_hex, new_job, running_workers
 
 # Guards against a hang, not a performance assertion.
 RESULT_TIMEOUT = 900.0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from . import cost_model
+from tests.helpers import cost_model
 
 DOC = Path(__file__).parents[2] / "docs" / "architecture.md"
 NUMBER = re.compile(r"\d[\d,]*")

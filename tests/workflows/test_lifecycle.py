@@ -18,18 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 import activities.lifecycle
-from tests.conftest import Services
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
-from tierpoint.config import Settings
-from tierpoint.contract.lifecycle import (
-    LifecycleInput,
-    LifecycleResult,
-    LifecycleStatus,
-    workflow_id,
-)
-from tierpoint.temporal import start_lifecycle
-
-from .conftest import (
+from tests.helpers.lifecycle import (
     NODES,
     Seeded,
     ShardSpec,
@@ -40,6 +29,16 @@ from .conftest import (
     seed_checkpoint,
     shard_file,
 )
+from tests.helpers.services import Services
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
+from tierpoint.config import Settings
+from tierpoint.contract.lifecycle import (
+    LifecycleInput,
+    LifecycleResult,
+    LifecycleStatus,
+    workflow_id,
+)
+from tierpoint.temporal import start_lifecycle
 
 HISTORIES = Path(__file__).parent / "histories"
 # Guards against a hang, not a performance assertion.

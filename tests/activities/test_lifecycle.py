@@ -1,0 +1,129 @@
+"""The lifecycle activities run one by one (real catalog, real tiers), for outcomes a whole
+workflow cannot time: bytes that rot on the source between seal and copy, and reruns."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.testing import ActivityEnvironment
+
+from activities.lifecycle import LifecycleActivities, batch_size, make_batches
+from activities.stores import Stores
+from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint, shard_file
+from tierpoint.catalog.models import CheckpointTier, Replica, Shard
+from tierpoint.config import Settings
+from tierpoint.contract.lifecycle import Batch, CopyInput, PlanInput, PromoteInput, SealInput
+
+
+def test_batches_are_ranges_per_node_and_bounded(settings: Settings) -> None:
+    rows = [("node-a", i) for i in range(0, 2000, 2)] + [("node-b", i) for i in range(1, 2000, 2)]
+    assert batch_size(settings, 2000) == settings.shard_batch_size
+    batches = make_batches(rows, 400)
+    assert batches == [
+        Batch(node="node-a", first=0, last=798),
+        Batch(node="node-a", first=800, last=1598),
+        Batch(node="node-a", first=1600, last=1998),
+        Batch(node="node-b", first=1, last=799),
+        Batch(node="node-b", first=801, last=1599),
+        Batch(node="node-b", first=1601, last=1999),
+    ]
+    # However many shards, a stage has about max_batches_per_stage batches.
+    n = 1_000_000
+    assert -(-n // batch_size(settings, n)) <= settings.max_batches_per_stage
+
+
+def test_source_rotting_after_seal_is_caught_by_the_copy(
+    settings: Settings, sessions: sessionmaker[Session]
+) -> None:
+    seeded = seed_checkpoint(settings, sessions, new_job(), 5, random_shards(["node-a"], 3, 4096))
+    acts = LifecycleActivities(sessions, settings, Stores(settings), node="node-a")
+    env = ActivityEnvironment()
+    cp, job, step = seeded.checkpoint_id, seeded.job, seeded.step
+
+    plan = env.run(acts.plan, PlanInput(checkpoint_id=cp))
+    assert [t.name for t in plan.tiers] == ["ssd", "lustre", "s3"]
+    (batch,) = plan.batches
+    seal = SealInput(checkpoint_id=cp, job=job, step=step, batch=batch, tier="ssd")
+    assert env.run(acts.seal_batch, seal).verified == 3
+    ssd = env.run(
+        acts.promote, PromoteInput(checkpoint_id=cp, tier="ssd", later_tiers=["lustre", "s3"])
+    )
+    assert ssd.state == "restorable"
+
+    rotten = seeded.shards[0]
+    f = shard_file(settings, "ssd", "node-a", job, step, rotten.path)
+    f.write_bytes(bytes(b ^ 0xFF for b in rotten.data))
+    gone = seeded.shards[2]
+    shard_file(settings, "ssd", "node-a", job, step, gone.path).unlink()
+
+    copy = CopyInput(
+        checkpoint_id=cp, job=job, step=step, batch=batch, source="ssd", destination="lustre"
+    )
+    first = env.run(acts.copy_batch, copy)
+    assert (first.verified, first.corrupt, first.skipped) == (1, 2, 0)
+    assert rotten.path in first.problems[0] and gone.path in first.problems[1]
+
+    with sessions() as s:
+        rows = s.execute(
+            select(Shard.path, Replica.tier, Replica.state, Replica.error)
+            .join(Shard, Shard.id == Replica.shard_id)
+            .where(Replica.checkpoint_id == cp)
+        )
+        replicas = {(p, t): (st, e) for p, t, st, e in rows}
+        quarantine = s.scalar(
+            select(CheckpointTier.quarantine_reason).where(
+                CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "ssd"
+            )
+        )
+    state, error = replicas[(rotten.path, "ssd")]
+    assert rotten.crc32c is not None
+    assert state == "corrupt" and error is not None and rotten.crc32c in error
+    assert replicas[(rotten.path, "lustre")][0] == "corrupt"
+    state, error = replicas[(gone.path, "ssd")]
+    assert state == "corrupt" and error is not None and "cannot read from ssd" in error
+    assert replicas[(seeded.shards[1].path, "lustre")][0] == "verified"
+    # The tier promoted on these bytes is taken out of "latest restorable".
+    assert quarantine is not None
+    # What was written from bad bytes is not left where a reader could take it for a copy.
+    assert not shard_file(settings, "lustre", None, job, step, rotten.path).exists()
+
+    again = env.run(acts.copy_batch, copy)
+    assert (again.verified, again.skipped) == (1, 1)
+    # The source is known bad now: nothing is copied from it again.
+    assert "no verified source replica on ssd (corrupt)" in again.problems[0]
+
+    lustre = env.run(
+        acts.promote, PromoteInput(checkpoint_id=cp, tier="lustre", later_tiers=["s3"])
+    )
+    assert lustre.state == "failed"
+    assert lustre.reason is not None and "2 of 3 shards" in lustre.reason
+    with sessions() as s:
+        s3_marker = s.execute(
+            select(CheckpointTier.state, CheckpointTier.reason).where(
+                CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "s3"
+            )
+        ).one()
+    assert tuple(s3_marker) == ("failed", "source tier lustre failed")
+    # Promote is idempotent: a rerun changes nothing.
+    rerun = env.run(
+        acts.promote, PromoteInput(checkpoint_id=cp, tier="ssd", later_tiers=["lustre", "s3"])
+    )
+    assert rerun.state == "restorable"
+
+
+def test_local_tier_batches_of_another_node_are_refused(
+    settings: Settings, sessions: sessionmaker[Session]
+) -> None:
+    seeded = seed_checkpoint(settings, sessions, new_job(), 1, random_shards(["node-b"], 1, 10))
+    acts = LifecycleActivities(sessions, settings, Stores(settings), node="node-a")
+    batch = Batch(node="node-b", first=0, last=0)
+    seal = SealInput(
+        checkpoint_id=seeded.checkpoint_id, job=seeded.job, step=1, batch=batch, tier="ssd"
+    )
+    try:
+        ActivityEnvironment().run(acts.seal_batch, seal)
+    except Exception as exc:
+        assert "not reachable" in str(exc)
+        assert getattr(exc, "non_retryable", False)
+    else:
+        raise AssertionError("a node worker sealed another node's shards")

@@ -1,0 +1,140 @@
+"""Real services of the test session and what builds on them: fresh databases, Temporal
+namespaces per test module, buckets, and Settings for a three-tier store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+import psycopg
+from temporalio.client import Client
+
+from tierpoint.catalog.engine import normalize_url
+from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.devstack.services import MotoS3Server
+
+NODES = ("node-a", "node-b")
+
+
+@dataclass(frozen=True)
+class Services:
+    database_url: str
+    temporal_address: str
+    s3_endpoint_url: str
+    s3_access_key_id: str
+    s3_secret_access_key: str
+    s3_region: str
+    moto: MotoS3Server | None  # set when the suite runs its own S3 (fault tests may stop it)
+    namespaces: frozenset[str]  # Temporal namespaces registered for test modules
+
+
+def docker_reachable() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+def with_database(url: str, name: str) -> str:
+    base, _, query = url.partition("?")
+    return base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+
+
+def fresh_database(admin_url: str, *, template: bool = False) -> str:
+    """A new database on the server of `admin_url`: empty, or with `template` a copy of that
+    database (which nobody may be connected to), so runs and modules never see each other's rows."""
+    name = f"tierpoint_test_{uuid.uuid4().hex[:10]}"
+    url = normalize_url(admin_url)
+    plain = url.replace("postgresql+psycopg://", "postgresql://")
+    source = plain.partition("?")[0].rsplit("/", 1)[1]
+    with psycopg.connect(with_database(plain, "postgres"), autocommit=True) as conn:
+        clause = f' TEMPLATE "{source}"' if template else ""
+        conn.execute(f'CREATE DATABASE "{name}"{clause}')
+    return with_database(url, name)
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def namespace_for(module_file: str | os.PathLike[str]) -> str:
+    """The Temporal namespace of a test module, e.g. `t.workflows.test_lifecycle`."""
+    rel = Path(module_file).resolve().relative_to(TESTS).with_suffix("")
+    return "t." + ".".join(rel.parts)
+
+
+def all_namespaces() -> list[str]:
+    return sorted(namespace_for(p) for p in TESTS.rglob("test_*.py"))
+
+
+def ensure_namespaces(address: str, names: Sequence[str]) -> None:
+    """Register the namespaces on a server the suite did not start (idempotent)."""
+    from google.protobuf.duration_pb2 import Duration
+    from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+    from temporalio.service import RPCError
+
+    async def register() -> None:
+        client = await Client.connect(address)
+        for name in names:
+            try:
+                await client.workflow_service.register_namespace(
+                    RegisterNamespaceRequest(
+                        namespace=name,
+                        workflow_execution_retention_period=Duration(seconds=86400),
+                    )
+                )
+            except RPCError as exc:
+                if "already" not in str(exc).lower():
+                    raise
+
+    asyncio.run(register())
+
+
+def make_bucket(services: Services) -> str:
+    bucket = f"tp-{uuid.uuid4().hex[:12]}"
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=services.s3_endpoint_url,
+        region_name=services.s3_region,
+        aws_access_key_id=services.s3_access_key_id,
+        aws_secret_access_key=services.s3_secret_access_key,
+    )
+    s3.create_bucket(Bucket=bucket)
+    return bucket
+
+
+def make_settings(
+    services: Services,
+    database_url: str,
+    root: Path,
+    bucket: str,
+    namespace: str = "default",
+) -> Settings:
+    """Settings for a three-tier store (ssd -> lustre -> s3) rooted under `root`."""
+    return Settings(
+        database_url=database_url,
+        temporal_address=services.temporal_address,
+        temporal_namespace=namespace,
+        tiers=[
+            TierConfig(
+                name="ssd", kind=TierKind.LOCAL, root=str(root / "nodes" / "{node}" / "ssd")
+            ),
+            TierConfig(name="lustre", kind=TierKind.SHARED, root=str(root / "lustre")),
+            TierConfig(
+                name="s3",
+                kind=TierKind.S3,
+                bucket=bucket,
+                endpoint_url=services.s3_endpoint_url,
+                region=services.s3_region,
+            ),
+        ],
+        progress_interval_seconds=0.2,
+        reconcile_interval_seconds=1.0,
+    )

@@ -1,0 +1,328 @@
+"""The snapshot and policy lookup against the real migrated catalog."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import ValidationError
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from tests.helpers.planner_builders import TIERS
+from tierpoint.catalog.models import (
+    Checkpoint,
+    CheckpointTier,
+    Job,
+    Node,
+    Replica,
+    RestoreLease,
+    RetentionPolicy,
+    Shard,
+)
+from tierpoint.catalog.snapshot import dry_run, policy_for_job, take_snapshot
+from tierpoint.errors import JobNotFound
+from tierpoint.retention import (
+    DEFAULT_POLICY,
+    CheckpointInfo,
+    ExpiryRule,
+    KeepReason,
+    Policy,
+    TierCopy,
+    plan,
+)
+from tierpoint.states import TierState
+
+NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
+
+
+def _node(session: Session) -> str:
+    node = f"n-{uuid.uuid4().hex[:8]}"
+    session.add(Node(id=node, local_roots={}))
+    return node
+
+
+def _job(session: Session, policy_id: int | None = None) -> Job:
+    job = Job(name=f"job-{uuid.uuid4().hex[:10]}", policy_id=policy_id)
+    session.add(job)
+    session.flush()
+    return job
+
+
+def _checkpoint(
+    session: Session,
+    job: Job,
+    node: str,
+    step: int,
+    sizes: list[int],
+    *,
+    markers: dict[str, str],
+    replicas: dict[str, list[tuple[str, int]]],
+    **kw: object,
+) -> Checkpoint:
+    """`replicas[tier]` gives (state, bytes_done) per shard, in shard order."""
+    cp = Checkpoint(
+        job_id=job.id,
+        step=step,
+        created_at=NOW - timedelta(hours=100 - step),
+        total_bytes=sum(sizes),
+        shard_count=len(sizes),
+        manifest_digest="0" * 64,
+        **kw,
+    )
+    session.add(cp)
+    session.flush()
+    shards = [
+        Shard(checkpoint_id=cp.id, ordinal=i, path=f"s{i}", size=size, node_id=node)
+        for i, size in enumerate(sizes)
+    ]
+    session.add_all(shards)
+    session.flush()
+    for tier, state in markers.items():
+        session.add(
+            CheckpointTier(checkpoint_id=cp.id, tier=tier, job_id=job.id, step=step, state=state)
+        )
+    for tier, states in replicas.items():
+        for shard, (state, done) in zip(shards, states, strict=True):
+            session.add(
+                Replica(
+                    shard_id=shard.id,
+                    checkpoint_id=cp.id,
+                    tier=tier,
+                    node_id=node if tier == "ssd" else None,
+                    state=state,
+                    location=f"/x/{tier}/{shard.path}",
+                    bytes_done=done,
+                )
+            )
+    session.flush()
+    return cp
+
+
+@pytest.mark.query_unit
+def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session: Session) -> None:
+    """A unit test of the snapshot query over rows written by hand, a `lost` replica among them
+    (no operator action declares a node lost yet)."""
+    node = _node(session)
+    job = _job(session)
+    c1 = _checkpoint(
+        session,
+        job,
+        node,
+        1,
+        [10, 20],
+        markers={
+            "ssd": "restorable",
+            "lustre": "restorable",
+            "s3": "pending",
+            "tape": "restorable",
+        },
+        replicas={
+            "ssd": [("verified", 10), ("verified", 20)],
+            "lustre": [("verified", 10), ("verified", 20)],
+            "s3": [("copying", 5), ("pending", 0)],
+            "tape": [("verified", 10), ("verified", 20)],
+        },
+        meta={"loss": 1.5},
+    )
+    c2 = _checkpoint(
+        session,
+        job,
+        node,
+        2,
+        [10, 20],
+        markers={"ssd": "restorable", "lustre": "failed"},
+        replicas={
+            "ssd": [("verified", 10), ("lost", 0)],
+            "lustre": [("verified", 10), ("corrupt", 20)],
+        },
+        pinned=True,
+        meta={"tags": ["best", 3]},
+    )
+    c3 = _checkpoint(
+        session,
+        job,
+        node,
+        3,
+        [7],
+        markers={"ssd": "restorable", "lustre": "expiring"},
+        replicas={"ssd": [("verified", 7)], "lustre": [("expiring", 7)]},
+        quarantine_reason="failed load reported by the job",
+        meta={"tags": "keep"},
+    )
+    session.execute(
+        update(CheckpointTier)
+        .where(CheckpointTier.checkpoint_id == c3.id, CheckpointTier.tier == "ssd")
+        .values(quarantine_reason="bad read")
+    )
+    c4 = _checkpoint(
+        session,
+        job,
+        node,
+        4,
+        [5],
+        markers={"ssd": "restorable"},
+        replicas={"ssd": [("verified", 5)]},
+    )
+    session.add_all(
+        [
+            RestoreLease(checkpoint_id=c3.id, expires_at=NOW + timedelta(minutes=5)),
+            RestoreLease(checkpoint_id=c4.id, expires_at=NOW - timedelta(seconds=1)),
+            RestoreLease(checkpoint_id=c4.id, expires_at=NOW + timedelta(hours=1), released_at=NOW),
+        ]
+    )
+    other = _job(session)
+    _checkpoint(session, other, node, 1, [1], markers={"ssd": "restorable"}, replicas={})
+    session.flush()
+
+    snap = take_snapshot(session, job.name, TIERS, NOW)
+
+    assert snap.job == job.name and snap.tiers == TIERS
+    assert snap.checkpoints == (
+        CheckpointInfo(
+            id=c1.id,
+            step=1,
+            created_at=c1.created_at,
+            total_bytes=30,
+            copies={
+                "ssd": TierCopy(state=TierState.RESTORABLE, verified=True, bytes=30),
+                "lustre": TierCopy(state=TierState.RESTORABLE, verified=True, bytes=30),
+                "s3": TierCopy(state=TierState.PENDING, verified=False, bytes=5),
+            },
+        ),
+        CheckpointInfo(
+            id=c2.id,
+            step=2,
+            created_at=c2.created_at,
+            total_bytes=30,
+            pinned=True,
+            tags=frozenset({"best"}),
+            copies={
+                "ssd": TierCopy(state=TierState.RESTORABLE, verified=False, bytes=10),
+                "lustre": TierCopy(state=TierState.FAILED, verified=False, bytes=30),
+            },
+        ),
+        CheckpointInfo(
+            id=c3.id,
+            step=3,
+            created_at=c3.created_at,
+            total_bytes=7,
+            tags=frozenset({"keep"}),
+            quarantined=True,
+            leased=True,
+            copies={
+                "ssd": TierCopy(
+                    state=TierState.RESTORABLE, verified=True, bytes=7, quarantined=True
+                ),
+                "lustre": TierCopy(state=TierState.EXPIRING, verified=False, bytes=7),
+            },
+        ),
+        CheckpointInfo(
+            id=c4.id,
+            step=4,
+            created_at=c4.created_at,
+            total_bytes=5,
+            copies={"ssd": TierCopy(state=TierState.RESTORABLE, verified=True, bytes=5)},
+        ),
+    )
+
+    # The snapshot feeds the planner as is.
+    policy = Policy.from_spec({"kinds": {"local": {"keep_last": 0}}})
+    p = plan(snap, policy, NOW)
+    assert [(e.step, e.tier, e.rule) for e in p.expiries] == []
+    assert [(u.step, u.tier) for u in p.unfinished] == [(3, "lustre")]
+    reasons = {(k.step, k.tier): k.reasons for k in p.keeps}
+    assert reasons[(1, "ssd")] == (KeepReason.IN_FLIGHT,)
+    assert reasons[(4, "ssd")] == (KeepReason.AWAITING_DURABLE,)
+    assert reasons[(1, "lustre")] == (KeepReason.IN_FLIGHT, KeepReason.KEEP_ALL)
+
+
+def test_snapshot_of_unknown_job(session: Session) -> None:
+    with pytest.raises(JobNotFound):
+        take_snapshot(session, f"nope-{uuid.uuid4().hex}", TIERS, NOW)
+    with pytest.raises(JobNotFound):
+        policy_for_job(session, f"nope-{uuid.uuid4().hex}")
+
+
+def test_policy_for_job_prefers_the_jobs_then_the_default_then_the_builtin(
+    session: Session,
+) -> None:
+    session.execute(update(RetentionPolicy).values(is_default=False))
+    job = _job(session)
+    assigned = policy_for_job(session, job.name)
+    assert (assigned.source, assigned.policy_id, assigned.policy) == (
+        "builtin",
+        None,
+        DEFAULT_POLICY,
+    )
+
+    default_spec = Policy.from_spec({"kinds": {"shared": {"keep_last": 9}}})
+    default = RetentionPolicy(
+        name=f"default-{uuid.uuid4().hex[:8]}", spec=default_spec.to_spec(), is_default=True
+    )
+    own_spec = Policy.from_spec({"tiers": {"s3": {"promote_every": 3, "keep_every": 6}}})
+    own = RetentionPolicy(name=f"own-{uuid.uuid4().hex[:8]}", spec=own_spec.to_spec(), version=4)
+    session.add_all([default, own])
+    session.flush()
+    assigned = policy_for_job(session, job.name)
+    assert (assigned.source, assigned.policy_id, assigned.name, assigned.policy) == (
+        "default",
+        default.id,
+        default.name,
+        default_spec,
+    )
+
+    job.policy_id = own.id
+    session.flush()
+    assigned = policy_for_job(session, job.name)
+    assert (assigned.source, assigned.policy_id, assigned.version, assigned.policy) == (
+        "job",
+        own.id,
+        4,
+        own_spec,
+    )
+
+
+def test_a_stored_policy_that_does_not_validate_is_refused(session: Session) -> None:
+    bad = RetentionPolicy(
+        name=f"bad-{uuid.uuid4().hex[:8]}", spec={"tiers": {"s3": {"keep_last": -1}}}
+    )
+    session.add(bad)
+    session.flush()
+    job = _job(session, policy_id=bad.id)
+    with pytest.raises(ValidationError):
+        policy_for_job(session, job.name)
+
+
+def test_expiry_rule_values_are_stable() -> None:
+    # The API and events carry these strings.
+    assert [r.value for r in ExpiryRule] == ["not_kept", "max_bytes"]
+
+
+def test_dry_run_plans_with_the_jobs_policy(session: Session) -> None:
+    node = _node(session)
+    own = RetentionPolicy(
+        name=f"own-{uuid.uuid4().hex[:8]}",
+        spec={"kinds": {"local": {"keep_last": 1}}, "durable": {"keep_last": 1}},
+    )
+    session.add(own)
+    session.flush()
+    job = _job(session, policy_id=own.id)
+    everywhere = {"ssd": "restorable", "lustre": "restorable", "s3": "restorable"}
+    verified = {t: [("verified", 8)] for t in everywhere}
+    for step in (10, 20, 30):
+        _checkpoint(session, job, node, step, [8], markers=everywhere, replicas=verified)
+    assigned, p = dry_run(session, job.name, TIERS, NOW)
+    assert assigned.policy_id == own.id
+    assert [(e.step, e.tier) for e in p.expiries] == [
+        (10, "ssd"),
+        (20, "ssd"),
+        (10, "s3"),
+        (20, "s3"),
+    ]
+    assert [(u.tier, u.bytes_now, u.bytes_after) for u in p.usage] == [
+        ("ssd", 24, 8),
+        ("lustre", 24, 24),
+        ("s3", 24, 8),
+    ]

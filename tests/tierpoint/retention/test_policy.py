@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from tests.helpers.planner_builders import TIERS
+from tierpoint.config import TierConfig, TierKind
+from tierpoint.retention import (
+    DEFAULT_POLICY,
+    KeepEvery,
+    Policy,
+    TierRef,
+    TierRule,
+    check_tiers,
+    promotion_targets,
+    tier_refs,
+)
+from tierpoint.retention.policy import format_duration, parse_duration
+
+
+def test_issue_policy_document_round_trips() -> None:
+    doc = {
+        "tiers": {
+            "ssd": {"keep_last": 2},
+            "lustre": {"keep_last": 4},
+            "s3": {"promote_every": 3, "keep_every": 6},
+        }
+    }
+    policy = Policy.from_spec(doc)
+    assert policy.tiers["s3"].keep_every == KeepEvery(steps=6)
+    spec = policy.to_spec()
+    assert spec == {
+        "format": 1,
+        "tiers": {
+            "ssd": {"keep_last": 2},
+            "lustre": {"keep_last": 4},
+            "s3": {"keep_every": {"steps": 6}, "promote_every": 3},
+        },
+    }
+    assert Policy.from_spec(json.loads(json.dumps(spec))) == policy
+
+
+def test_durations_and_shorthands() -> None:
+    rule = TierRule.model_validate(
+        {"keep_every": "1d", "keep_within": "1d12h", "keep_tags": ["best", "keep", "best"]}
+    )
+    assert rule.keep_every == KeepEvery(interval=timedelta(days=1))
+    assert rule.keep_within == timedelta(hours=36)
+    assert rule.keep_tags == ("best", "keep")
+    assert rule.model_dump(mode="json", exclude_defaults=True) == {
+        "keep_every": {"interval": "1d"},
+        "keep_within": "1d12h",
+        "keep_tags": ["best", "keep"],
+    }
+    assert parse_duration("2w") == timedelta(days=14)
+    assert parse_duration("90m") == timedelta(minutes=90)
+    assert format_duration(timedelta(minutes=90)) == "1h30m"
+
+
+@given(st.integers(min_value=1, max_value=10**9))
+def test_duration_text_round_trips(seconds: int) -> None:
+    d = timedelta(seconds=seconds)
+    assert parse_duration(format_duration(d)) == d
+
+
+@pytest.mark.parametrize(
+    ("doc", "loc"),
+    [
+        ({"tiers": {"s3": {"keep_last": -1}}}, ("tiers", "s3", "keep_last")),
+        ({"tiers": {"s3": {"keep_lst": 2}}}, ("tiers", "s3", "keep_lst")),
+        ({"tiers": {"s3": {"keep_within": "7 days"}}}, ("tiers", "s3", "keep_within")),
+        ({"tiers": {"s3": {"keep_within": "0d"}}}, ("tiers", "s3", "keep_within")),
+        ({"tiers": {"s3": {"keep_every": {}}}}, ("tiers", "s3", "keep_every")),
+        ({"tiers": {"s3": {"keep_every": 0}}}, ("tiers", "s3", "keep_every", "steps")),
+        ({"tiers": {"s3": {"keep_every": True}}}, ("tiers", "s3", "keep_every")),
+        ({"tiers": {"s3": {"promote_every": 0}}}, ("tiers", "s3", "promote_every")),
+        ({"tiers": {"s3": {"max_bytes": -5}}}, ("tiers", "s3", "max_bytes")),
+        ({"tiers": {"s3": {"keep_tags": [""]}}}, ("tiers", "s3", "keep_tags")),
+        ({"tiers": {"../x": {}}}, ("tiers",)),
+        ({"kinds": {"tape": {}}}, ("kinds", "tape", "[key]")),
+        ({"kinds": {"local": {"promote_every": 2}}}, ("kinds",)),
+        ({"format": 2}, ("format",)),
+        ({"durable": {"keep_last": "many"}}, ("durable", "keep_last")),
+        ({"retention": {}}, ("retention",)),
+    ],
+)
+def test_invalid_policies_name_the_field(doc: dict[str, Any], loc: tuple[str, ...]) -> None:
+    with pytest.raises(ValidationError) as info:
+        Policy.from_spec(doc)
+    locs = [tuple(str(p) for p in e["loc"]) for e in info.value.errors()]
+    assert any(found[: len(loc)] == loc for found in locs), locs
+
+
+def test_rule_lookup_order() -> None:
+    named = TierRule(keep_last=1)
+    durable = TierRule(keep_last=7)
+    shared = TierRule(keep_last=3)
+    policy = Policy(tiers={"lustre": named}, durable=durable, kinds={TierKind.SHARED: shared})
+    assert policy.rule_for("lustre", TierKind.SHARED, most_durable=True) is named
+    assert policy.rule_for("nfs", TierKind.SHARED, most_durable=True) is durable
+    assert policy.rule_for("nfs", TierKind.SHARED, most_durable=False) is shared
+    assert not policy.rule_for("ssd", TierKind.LOCAL, most_durable=False).has_keep_rules()
+
+
+def test_default_policy_keeps_everything_on_the_most_durable_tier() -> None:
+    assert Policy.from_spec(DEFAULT_POLICY.to_spec()) == DEFAULT_POLICY
+    two = (TierRef("ssd", TierKind.LOCAL), TierRef("nfs", TierKind.SHARED))
+    rules = [DEFAULT_POLICY.rule_for(t.name, t.kind, most_durable=t == two[-1]) for t in two]
+    assert rules[0].keep_last == 2
+    assert not rules[1].has_keep_rules()
+    three = [DEFAULT_POLICY.rule_for(t.name, t.kind, most_durable=t == TIERS[-1]) for t in TIERS]
+    assert [r.keep_last for r in three] == [2, 4, None]
+    assert not three[2].has_keep_rules()
+
+
+def test_promotion_targets_by_step_multiple() -> None:
+    policy = Policy.from_spec({"tiers": {"s3": {"promote_every": 3}}})
+    sent = {step: promotion_targets(policy, TIERS, step) for step in range(1, 13)}
+    assert [s for s, tiers in sent.items() if "s3" in tiers] == [3, 6, 9, 12]
+    assert all(tiers[:2] == ["ssd", "lustre"] for tiers in sent.values())
+    assert promotion_targets(policy, TIERS, 0) == ["ssd", "lustre", "s3"]
+    # The first tier is always a target, even if a rule for it says otherwise.
+    odd = Policy.from_spec({"tiers": {"ssd": {"promote_every": 5}}})
+    assert promotion_targets(odd, TIERS, 1) == ["ssd", "lustre", "s3"]
+
+
+def test_check_tiers_reports_unknown_tiers_and_promote_every_on_the_first() -> None:
+    policy = Policy.from_spec({"tiers": {"tape": {}, "ssd": {"promote_every": 2}, "s3": {}}})
+    problems = check_tiers(policy, TIERS)
+    assert [(p.loc, "tape" in p.msg or "first" in p.msg) for p in problems] == [
+        (("tiers", "tape"), True),
+        (("tiers", "ssd", "promote_every"), True),
+    ]
+    assert check_tiers(DEFAULT_POLICY, TIERS) == []
+
+
+def test_tier_refs_from_settings_tiers() -> None:
+    cfgs = [
+        TierConfig(name="ram", kind=TierKind.LOCAL, root="/dev/shm/{node}"),
+        TierConfig(name="s3", kind=TierKind.S3, bucket="b"),
+    ]
+    assert tier_refs(cfgs) == (TierRef("ram", TierKind.LOCAL), TierRef("s3", TierKind.S3))
+
+
+def test_json_schema_describes_durations_as_strings() -> None:
+    schema = Policy.model_json_schema()
+    rule = schema["$defs"]["TierRule"]["properties"]["keep_within"]
+    assert any(alt.get("type") == "string" for alt in rule["anyOf"])
+
+
+def test_every_policy_in_the_docs_validates() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "retention.md").read_text()
+    blocks = re.findall(r"```json\n(.*?)```", text, flags=re.DOTALL)
+    policies = [json.loads(b) for b in blocks if '"expiries"' not in b]
+    assert len(policies) >= 6
+    for doc in policies:
+        assert check_tiers(Policy.from_spec(doc), TIERS) == [], doc

@@ -1,0 +1,61 @@
+"""Fixtures for the tier backends: real directories under tmp_path, the session's real moto S3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.helpers.services import Services, make_bucket
+from tests.helpers.storage import MiB
+from tierpoint.config import TierConfig, TierKind
+from tierpoint.storage.posix.store import PosixStore
+from tierpoint.storage.registry import s3_client
+from tierpoint.storage.s3.store import S3Store
+
+
+@pytest.fixture
+def shared_root(tmp_path: Path) -> Path:
+    root = tmp_path / "lustre"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def posix_store(shared_root: Path) -> PosixStore:
+    # Small buffers so that a few MiB make many chunks (and many resume points).
+    tier = TierConfig(name="lustre", kind=TierKind.SHARED, root=str(shared_root))
+    return PosixStore(tier, buffer_size=256 * 1024)
+
+
+@pytest.fixture
+def s3_tier(services: Services) -> TierConfig:
+    return TierConfig(
+        name="s3",
+        kind=TierKind.S3,
+        bucket=make_bucket(services),
+        prefix="ckpt/",
+        endpoint_url=services.s3_endpoint_url,
+        region=services.s3_region,
+        multipart_part_size=5 * MiB,
+        multipart_concurrency=2,
+    )
+
+
+@pytest.fixture
+def s3_store(s3_tier: TierConfig) -> S3Store:
+    return S3Store(s3_tier, s3_client(s3_tier.endpoint_url, s3_tier.region))
+
+
+@pytest.fixture
+def raw_s3(services: Services) -> Any:
+    """A plain boto3 client, as another program (or an attacker) would use the bucket."""
+    return boto3.client(
+        "s3",
+        endpoint_url=services.s3_endpoint_url,
+        region_name=services.s3_region,
+        aws_access_key_id=services.s3_access_key_id,
+        aws_secret_access_key=services.s3_secret_access_key,
+    )

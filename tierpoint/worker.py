@@ -44,6 +44,15 @@ RECONCILE_GRACE = timedelta(seconds=2)
 RECONCILE_BATCH = 500
 # Batch activities a worker runs at once (each moves one shard at a time).
 ACTIVITY_THREADS = 16
+# The SDK sends heartbeats to the server at most every 0.8 x the heartbeat timeout by default:
+# the server would then see a live copy only just inside its timeout and keep a resume offset up
+# to 0.8 x timeout old. Sending them ten times per timeout leaves a stalled worker most of the
+# timeout and a retry at most a tenth of it to copy again.
+HEARTBEAT_SENDS_PER_TIMEOUT = 10
+
+
+def heartbeat_throttle(settings: Settings) -> timedelta:
+    return timedelta(seconds=settings.batch_heartbeat_timeout_seconds / HEARTBEAT_SENDS_PER_TIMEOUT)
 
 
 def node_roots(settings: Settings, node: str) -> dict[str, str]:
@@ -123,6 +132,7 @@ async def run_workers(
                     activities=[acts.seal_batch, acts.copy_batch, expiry.delete_copy],
                     activity_executor=executor,
                     max_concurrent_activities=ACTIVITY_THREADS,
+                    max_heartbeat_throttle_interval=heartbeat_throttle(settings),
                     graceful_shutdown_timeout=graceful_shutdown,
                 )
             )
@@ -164,6 +174,7 @@ async def run_workers(
                     ],
                     activity_executor=executor,
                     max_concurrent_activities=ACTIVITY_THREADS,
+                    max_heartbeat_throttle_interval=heartbeat_throttle(settings),
                     graceful_shutdown_timeout=graceful_shutdown,
                 )
             )

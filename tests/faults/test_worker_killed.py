@@ -1,9 +1,17 @@
 """A node worker process SIGKILLed in the middle of a copy loses nothing: the copy resumes on a
-new worker process from the killed attempt's last heartbeat, no partial file is ever seen under
-the shard's final name, and every tier ends restorable with the original bytes.
+new worker process from the killed attempt's last heartbeat (only the rest of the shard is read
+again), no partial file is ever seen under the shard's final name, every tier ends restorable with
+the original bytes, and the catalog agrees with every tier.
 
 Real services (Temporal dev server, Postgres, moto S3), a real `tierpoint worker` process for the
-node, the shared worker (workflows, lustre -> s3) in the test process."""
+node, the shared worker (workflows, lustre -> s3) in the test process.
+
+Robust by construction, not by timing: the kill waits until the Temporal server holds a heartbeat
+with a byte offset (so there is a resume point) while the catalog still shows the copy under way,
+and everything after the kill checks that the copy had not finished; a copy that ends before the
+kill fails the test with that message instead of passing or flaking. The throttle gives one
+heartbeat per ~1 s of copy against a heartbeat timeout of 8 s, so a live worker on a busy machine
+is never taken for a dead one."""
 
 from __future__ import annotations
 
@@ -11,16 +19,18 @@ import asyncio
 import os
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
 from tests.conftest import Services
+from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.workflows.conftest import ShardSpec, crc_hex, new_job, running_workers, seed_checkpoint
 from tierpoint.catalog.models import Event, Replica
 from tierpoint.config import Settings
@@ -31,16 +41,19 @@ from tierpoint.temporal import start_lifecycle
 from .conftest import worker_process
 
 SHARD = "big.bin"
-SHARD_SIZE = 40 * 1024 * 1024
-# Reads off the node's ssd at 3 MB/s: the copy to lustre takes ~14 s in 8 MiB chunks (one
-# heartbeat each, ~2.8 s apart), long enough to kill the worker in the middle of it.
-READ_LIMIT = 3_000_000
-# How long Temporal waits for a killed worker's heartbeat before retrying the batch elsewhere;
-# twice the chunk interval so a busy machine does not time out a live worker.
-HEARTBEAT_TIMEOUT = 6.0
+CHUNK = 8 * 1024 * 1024  # a POSIX copy heartbeats once per chunk
+SHARD_SIZE = 12 * CHUNK
+# Reads off the node's ssd at one chunk a second: a heartbeat every ~1 s of copy, and a copy of
+# ~12 s, of which the kill takes the first few (the first heartbeat with an offset reaches the
+# server after one chunk and one heartbeat throttle interval, ~2 s).
+READ_LIMIT = CHUNK
+# How long Temporal waits for a killed worker's heartbeat before retrying the batch elsewhere:
+# 8 heartbeat intervals, so a live worker stalled for seconds on a busy machine keeps its attempt.
+HEARTBEAT_TIMEOUT = 8.0
 # Guards against a hang, not a performance assertion.
 OVERALL_TIMEOUT = 180.0
 POLL = 0.2
+TOO_LATE = "the copy finished before the worker could be killed: slow it down (READ_LIMIT)"
 
 
 def lustre_replica(sessions: sessionmaker[Session], checkpoint_id: int) -> tuple[str | None, int]:
@@ -53,9 +66,22 @@ def lustre_replica(sessions: sessionmaker[Session], checkpoint_id: int) -> tuple
     return (str(row[0]), int(row[1] or 0)) if row else (None, 0)
 
 
-async def copy_activity(client: Client, handle: WorkflowHandle[Any, Any]) -> tuple[int, int, int]:
-    """(attempt, state, heartbeat offset) of the pending copy batch as the Temporal server knows
-    it (the offset a retry would resume from), or (0, 0, 0) when none is pending."""
+@dataclass(frozen=True)
+class PendingCopy:
+    """The pending copy batch as the Temporal server knows it."""
+
+    attempt: int
+    state: int
+    # The byte offset of the last heartbeat the server holds: where a retry would resume.
+    offset: int
+    # When the server last received a heartbeat (seconds since the epoch, 0 if never).
+    heartbeat_at: float
+
+
+NO_COPY = PendingCopy(0, 0, 0, 0.0)
+
+
+async def copy_activity(client: Client, handle: WorkflowHandle[Any, Any]) -> PendingCopy:
     desc = await handle.describe()
     for pa in desc.raw_description.pending_activities:
         if pa.activity_type.name != COPY_BATCH:
@@ -66,8 +92,13 @@ async def copy_activity(client: Client, handle: WorkflowHandle[Any, Any]) -> tup
             last = details[-1] if details else None
             if isinstance(last, dict):
                 offset = int(last.get("offset") or 0)
-        return pa.attempt, int(pa.state), offset
-    return 0, 0, 0
+        at = (
+            pa.last_heartbeat_time.ToDatetime().timestamp()
+            if pa.HasField("last_heartbeat_time")
+            else 0.0
+        )
+        return PendingCopy(pa.attempt, int(pa.state), offset, at)
+    return NO_COPY
 
 
 def assert_no_partial_under_final_name(final: Path, size: int) -> None:
@@ -95,9 +126,10 @@ def s3_bytes(settings: Settings, services: Services, job: str, step: int, path: 
     return body
 
 
-async def test_copy_resumes_after_node_worker_is_killed_mid_copy(
+async def test_node_worker_sigkilled_mid_copy_resumes_from_last_heartbeat(
     settings: Settings,
     services: Services,
+    engine: Engine,
     sessions: sessionmaker[Session],
     client: Client,
     tmp_path: Path,
@@ -128,14 +160,18 @@ async def test_copy_resumes_after_node_worker_is_killed_mid_copy(
     async with running_workers(slow, client, nodes=[], shared=True):
         with worker_process(slow, node, tmp_path / "node-worker-1.log") as first:
             # Wait until the catalog shows the copy under way and the server holds a heartbeat
-            # with an offset to resume from.
+            # with an offset to resume from; then kill at once.
+            heartbeats: set[float] = set()
             while True:
                 assert first.alive(), f"node worker exited:\n{first.output()}"
                 assert loop.time() < deadline, f"copy never got under way:\n{first.output()}"
                 assert_no_partial_under_final_name(final, SHARD_SIZE)
                 state, done = lustre_replica(sessions, seeded.checkpoint_id)
-                assert state != "verified", "the copy finished before the worker could be killed"
-                _, _, heartbeat_offset = await copy_activity(client, handle)
+                assert state != "verified", TOO_LATE
+                pending = await copy_activity(client, handle)
+                if pending.heartbeat_at:
+                    heartbeats.add(pending.heartbeat_at)
+                heartbeat_offset = pending.offset
                 if state == "copying" and done > 0 and heartbeat_offset > 0:
                     break
                 await asyncio.sleep(POLL)
@@ -145,7 +181,9 @@ async def test_copy_resumes_after_node_worker_is_killed_mid_copy(
 
         # The worker is dead: the copy stands where it was, only under the temp name.
         state, done_when_dead = lustre_replica(sessions, seeded.checkpoint_id)
-        assert state == "copying" and 0 < done_when_dead < SHARD_SIZE
+        assert state == "copying", f"{TOO_LATE} (lustre replica {state})"
+        assert 0 < done_when_dead < SHARD_SIZE, f"{TOO_LATE} ({done_when_dead} bytes done)"
+        assert heartbeat_offset < SHARD_SIZE, TOO_LATE
         assert sorted(os.listdir(lustre_dir)) == [partial_name(SHARD)]
         partial_size = (lustre_dir / partial_name(SHARD)).stat().st_size
         assert heartbeat_offset <= partial_size <= SHARD_SIZE
@@ -159,10 +197,10 @@ async def test_copy_resumes_after_node_worker_is_killed_mid_copy(
                     assert loop.time() < deadline, f"lifecycle did not finish:\n{second.output()}"
                     assert_no_partial_under_final_name(final, SHARD_SIZE)
                     if resumed_at is None:
-                        attempt, pa_state, _ = await copy_activity(client, handle)
+                        pending = await copy_activity(client, handle)
                         if (
-                            attempt >= 2
-                            and pa_state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                            pending.attempt >= 2
+                            and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
                         ):
                             resumed_at = time.monotonic()
                     await asyncio.wait({result_task}, timeout=POLL)
@@ -182,6 +220,8 @@ async def test_copy_resumes_after_node_worker_is_killed_mid_copy(
     assert final.read_bytes() == data
     assert sorted(os.listdir(lustre_dir)) == [SHARD]
     assert s3_bytes(slow, services, job, step, SHARD) == data
+    checked = assert_catalog_matches_tiers(slow, engine, [seeded.checkpoint_id])
+    assert checked.verified == checked.restorable == {"ssd": 1, "lustre": 1, "s3": 1}
 
     with sessions() as s:
         copied = [
@@ -205,7 +245,10 @@ async def test_copy_resumes_after_node_worker_is_killed_mid_copy(
     # Only what was left was read again.
     assert copied[0]["bytes"] == SHARD_SIZE - resumed[0]["offset"]
 
+    gaps = [b - a for a, b in zip(sorted(heartbeats), sorted(heartbeats)[1:], strict=False)]
     print(
+        f"server heartbeats before the kill: {len(heartbeats)}, largest gap seen "
+        f"{max(gaps, default=0.0):.1f} s (timeout {HEARTBEAT_TIMEOUT:g} s); "
         f"killed at heartbeat offset {heartbeat_offset} (catalog bytes_done {done_when_dead}, "
         f"partial {partial_size}); retry resumed at {resumed[0]['offset']}; "
         f"kill -> attempt {copied[0]['attempt']} started: "

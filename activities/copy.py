@@ -134,7 +134,10 @@ class BatchCopy:
     def _copy_one(self, sh: repo.BatchShard, verifier: ThreadPoolExecutor) -> None:
         ref = ShardRef(self.job, self.step, sh.path)
         location = self.dst.location(ref)
-        self.reporter.heartbeat(sh.ordinal)
+        resume = resume_state_for(self.heartbeat_details, sh.ordinal)
+        # Carry the previous attempt's resume point: an attempt that fails before its own first
+        # progress (S3 or the catalog still down) must not leave the next one nothing to resume.
+        self.reporter.heartbeat(sh.ordinal, resume)
         if sh.source_state != ReplicaState.VERIFIED:
             # The source tier was promoted, so only a later change to the catalog gets here: the
             # shard stays unverified and the promotion names it.
@@ -148,7 +151,6 @@ class BatchCopy:
             return
         registered = sh.checksum.lower()
 
-        resume = resume_state_for(self.heartbeat_details, sh.ordinal)
         # An earlier attempt may have committed this shard and died before the catalog heard of
         # it: reading it back is cheaper than copying it again.
         committed = resume is None and self.attempt > 1 and self.dst.size(ref) == sh.size

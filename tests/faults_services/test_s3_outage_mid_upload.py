@@ -1,0 +1,253 @@
+"""The S3 endpoint dies while a multipart upload of a large shard is in flight and a fresh one
+comes back on the same address: the copy notices that its upload no longer exists, starts a new
+one, and the checkpoint ends restorable on s3 with the exact bytes and no upload left behind.
+
+Which fault: moto keeps everything in memory, so the endpoint that comes back has lost the
+bucket, the upload id and its parts, as an S3-compatible store restored from an older state or
+replaced by a new one would. That is the hard case for a resumed copy: the retry is handed a
+resume point (upload id, offset) that the endpoint denies (NoSuchBucket until the bucket is made
+again, then NoSuchUpload), and must start over instead of failing on it until it gives up.
+A hung endpoint (SIGSTOP) is a different fault, not covered here.
+
+By construction, not by timing: the shard is six 5 MiB parts sent one at a time, read off lustre
+at 3 MB/s (~10 s for the upload); the endpoint is stopped only once the catalog shows the upload
+under way and the Temporal server holds a heartbeat with its upload id and an offset, and the test
+fails saying so if the upload was too far along by then."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import sessionmaker
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+
+from activities.schemas import COPY_BATCH
+from tests.helpers.consistency import assert_catalog_matches_tiers
+from tests.workflows.conftest import (
+    NODES,
+    ShardSpec,
+    crc_hex,
+    new_job,
+    running_workers,
+    seed_checkpoint,
+)
+from tierpoint.catalog.engine import make_sync_engine
+from tierpoint.catalog.models import Event, Replica
+from tierpoint.config import Settings
+from tierpoint.devstack.services import MotoS3Server
+from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
+from tierpoint.storage.checksum import crc32c_to_base64
+from tierpoint.temporal import connect
+from workflows.schemas import LifecycleResult
+
+from .conftest import OVERALL_TIMEOUT, POLL, eventually, marker_states, s3_client_for
+
+PART = 5 * 1024 * 1024  # S3's smallest part
+SHARD = "big.bin"
+SHARD_SIZE = 6 * PART
+# Reads off lustre (the s3 stage's source) at 3 MB/s: a part every ~1.7 s.
+READ_LIMIT = 3_000_000
+# Well above botocore's own retries of one request (~15 s at most), so the outage fails the
+# attempt rather than timing it out; the worker sends heartbeats every tenth of it.
+HEARTBEAT_TIMEOUT = 20.0
+TOO_LATE = "the upload was nearly done before S3 could be stopped: slow it down (READ_LIMIT)"
+
+
+def s3_replica(engine: Engine, checkpoint_id: int) -> tuple[str | None, int]:
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(Replica.state, Replica.bytes_done).where(
+                Replica.checkpoint_id == checkpoint_id, Replica.tier == "s3"
+            )
+        ).one_or_none()
+    return (str(row[0]), int(row[1] or 0)) if row else (None, 0)
+
+
+async def upload_heartbeat(
+    client: Client, handle: WorkflowHandle[Any, Any]
+) -> tuple[int, dict[str, Any]]:
+    """(attempt, last heartbeat details) of the pending copy to s3 as the Temporal server holds
+    them: the details carry the upload id once an attempt has one; (0, {}) when none."""
+    desc = await handle.describe()
+    for pa in desc.raw_description.pending_activities:
+        if pa.activity_type.name != COPY_BATCH:
+            continue
+        details: dict[str, Any] = {}
+        if pa.heartbeat_details.payloads:
+            decoded = await client.data_converter.decode(pa.heartbeat_details.payloads)
+            if decoded and isinstance(decoded[-1], dict):
+                details = decoded[-1]
+        return pa.attempt, details
+    return 0, {}
+
+
+async def failed_attempts(handle: WorkflowHandle[Any, Any], n: int) -> list[str]:
+    """Wait until n attempts of the pending copy have failed; their last failure messages."""
+    seen: dict[int, str] = {}
+
+    async def check() -> bool:
+        desc = await handle.describe()
+        for pa in desc.raw_description.pending_activities:
+            if pa.activity_type.name == COPY_BATCH and pa.attempt >= 2:
+                # The server keeps a long retryable failure (a stack trace) as the cause of a
+                # "Failure exceeds size limit." of its own.
+                last = pa.last_failure
+                seen[pa.attempt - 1] = (last.cause.message or last.message) or "failed"
+                return pa.attempt > n
+        return False
+
+    await eventually(f"{n} attempts of the copy to s3 failed", check)
+    return [seen[k] for k in sorted(seen)]
+
+
+async def test_s3_endpoint_replaced_mid_multipart_upload_restarts_upload(
+    settings: Settings, tmp_path: Path
+) -> None:
+    bucket = f"tp-fault-{uuid.uuid4().hex[:12]}"
+    moto = MotoS3Server()
+    await asyncio.to_thread(moto.start, tmp_path / "moto-1.log")
+    revived: MotoS3Server | None = None
+    engine = make_sync_engine(settings.database_url, pool_size=2)
+    client = await connect(settings)
+    handle: WorkflowHandle[Any, LifecycleResult] | None = None
+    try:
+        s3_client_for(moto).create_bucket(Bucket=bucket)
+        s3_tier = settings.tier("s3").model_copy(
+            update={
+                "bucket": bucket,
+                "endpoint_url": moto.endpoint_url,
+                "multipart_part_size": PART,
+                "multipart_concurrency": 1,
+            }
+        )
+        cfg = settings.model_copy(
+            update={
+                "tiers": [t if t.name != "s3" else s3_tier for t in settings.tiers],
+                "batch_heartbeat_timeout_seconds": HEARTBEAT_TIMEOUT,
+            }
+        )
+        # Only the shared worker (which copies lustre -> s3) reads lustre slowly: the node
+        # worker's read-back of its copy to lustre stays fast.
+        slow_lustre = cfg.tier("lustre").model_copy(update={"read_bandwidth_limit": READ_LIMIT})
+        shared_cfg = cfg.model_copy(
+            update={"tiers": [t if t.name != "lustre" else slow_lustre for t in cfg.tiers]}
+        )
+        data = os.urandom(SHARD_SIZE)
+        seeded = seed_checkpoint(
+            cfg,
+            sessionmaker(engine),
+            new_job(),
+            4,
+            [ShardSpec(NODES[0], SHARD, data, crc_hex(data))],
+        )
+        job, step, cp = seeded.job, seeded.step, seeded.checkpoint_id
+        key = f"{s3_tier.prefix}{job}/{step}/{SHARD}"
+        handle = client.get_workflow_handle(workflow_id(job, step), result_type=LifecycleResult)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + OVERALL_TIMEOUT
+
+        async with (
+            running_workers(cfg, client, nodes=NODES[:1], shared=False),
+            running_workers(shared_cfg, client, nodes=[], shared=True),
+        ):
+            await start_lifecycle(client, LifecycleInput(checkpoint_id=cp, job=job, step=step))
+
+            # Wait until the upload is under way: parts done in the catalog, and the server
+            # holding the upload id and an offset for a retry to resume from.
+            while True:
+                assert loop.time() < deadline, "the upload to s3 never got under way"
+                state, done = await asyncio.to_thread(s3_replica, engine, cp)
+                assert state != "verified", TOO_LATE
+                _, beat = await upload_heartbeat(client, handle)
+                if state == "copying" and done > 0 and beat.get("upload_id") and beat["offset"]:
+                    break
+                await asyncio.sleep(POLL)
+            first_upload, resume_offset = str(beat["upload_id"]), int(beat["offset"])
+            assert resume_offset % PART == 0 and resume_offset <= SHARD_SIZE - 2 * PART, TOO_LATE
+            s3 = s3_client_for(moto)
+            parts = s3.list_parts(Bucket=bucket, Key=key, UploadId=first_upload)["Parts"]
+            assert len(parts) >= resume_offset // PART, parts
+            await asyncio.to_thread(moto.stop)
+            went_down = time.monotonic()
+
+            state, done = await asyncio.to_thread(s3_replica, engine, cp)
+            assert state == "copying" and 0 < done < SHARD_SIZE, f"{TOO_LATE} ({state}, {done})"
+            # Two attempts fail while it is down: the first mid-upload, the next before any
+            # progress of its own, which must still hand the resume point on.
+            failures = await failed_attempts(handle, 2)
+            print(f"upload while S3 is down: {failures}")
+            states = await asyncio.to_thread(marker_states, engine, cp)
+            assert states["lustre"] == "restorable" and states["s3"] != "restorable"
+
+            # A fresh, empty endpoint on the same address: the upload and its parts are gone.
+            revived = MotoS3Server(port=moto.port)
+            await asyncio.to_thread(revived.start, tmp_path / "moto-2.log")
+            s3 = s3_client_for(revived)
+            s3.create_bucket(Bucket=bucket)
+            print(f"S3 was down {time.monotonic() - went_down:.1f}s")
+            try:
+                s3.list_parts(Bucket=bucket, Key=key, UploadId=first_upload)
+                raise AssertionError("the revived endpoint still knows the first upload")
+            except ClientError as e:
+                assert e.response["Error"]["Code"] == "NoSuchUpload", e.response
+
+            result_task = asyncio.ensure_future(handle.result())
+            new_uploads: set[str] = set()
+            try:
+                while not result_task.done():
+                    assert loop.time() < deadline, "the lifecycle did not finish"
+                    _, beat = await upload_heartbeat(client, handle)
+                    if beat.get("upload_id") and beat["upload_id"] != first_upload:
+                        new_uploads.add(str(beat["upload_id"]))
+                    await asyncio.wait({result_task}, timeout=POLL)
+                result = result_task.result()
+            finally:
+                result_task.cancel()
+
+        assert [(t.tier, t.state) for t in result.tiers] == [
+            ("ssd", "restorable"),
+            ("lustre", "restorable"),
+            ("s3", "restorable"),
+        ]
+        # The exact bytes, and S3's own whole-object CRC32C is the registered one.
+        obj = s3.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        assert obj["Body"].read() == data
+        assert obj.get("ChecksumCRC32C") == crc32c_to_base64(int(crc_hex(data), 16))
+        # No upload left on the endpoint, neither the retries' nor anyone's.
+        assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+        # The retry that finished was handed the lost upload's resume point and began anew.
+        assert new_uploads, "no retry was seen uploading under a new upload id"
+        with engine.connect() as conn:
+            copied = [
+                d
+                for (d,) in conn.execute(
+                    select(Event.detail)
+                    .where(Event.checkpoint_id == cp, Event.kind == "copied", Event.tier == "s3")
+                    .order_by(Event.id)
+                )
+            ]
+        assert len(copied) == 1, copied
+        assert copied[0]["attempt"] >= 2
+        resumed = copied[0]["resumed"]
+        assert [r["path"] for r in resumed] == [SHARD], copied[0]
+        assert resume_offset <= resumed[0]["offset"] < SHARD_SIZE, copied[0]
+
+        checked = assert_catalog_matches_tiers(cfg, engine, [cp])
+        assert checked.verified == checked.restorable == {"ssd": 1, "lustre": 1, "s3": 1}
+    finally:
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                    await handle.terminate("s3 fault test ended")
+        for server in (moto, revived):
+            if server is not None:
+                await asyncio.to_thread(server.stop)
+        engine.dispose()

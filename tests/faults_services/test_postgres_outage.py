@@ -1,7 +1,11 @@
-"""The catalog's Postgres goes away while a checkpoint's lifecycle runs: the workflow waits it out
-(its catalog activities retry) and finishes with every tier restorable and the right bytes; the
-API refuses registrations meanwhile with a 503 problem, writes nothing, and accepts the same
-registration once the catalog is back."""
+"""The catalog's Postgres is down when a checkpoint's lifecycle starts, and goes down again once
+the ssd tier is promoted: the workflow waits both outages out (its plan activity is seen failing and
+retried during the first) and finishes with every tier restorable, the right bytes and the catalog
+agreeing with every tier; the API refuses a registration meanwhile with a 503 catalog_unavailable
+problem, writes nothing of it, and accepts the same registration once the catalog is back.
+
+Neither outage is timed to land on a running batch activity: that is
+test_postgres_outage_mid_copy.py."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from api.app import create_app
 from tests.api.conftest import running_client
 from tests.conftest import Services, make_bucket, make_settings
+from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.workflows.conftest import (
     NODES,
     ShardSpec,
@@ -101,7 +106,7 @@ async def finish(client: Client, job: str, step: int) -> LifecycleResult:
     return result
 
 
-async def test_postgres_down_mid_lifecycle_loses_nothing(
+async def test_postgres_down_at_start_and_after_ssd_promotion_loses_nothing(
     dedicated_postgres: EmbeddedPostgres, services: Services, tmp_path: Path
 ) -> None:
     pg = dedicated_postgres
@@ -185,6 +190,12 @@ async def test_postgres_down_mid_lifecycle_loses_nothing(
         with engine.connect() as conn:
             total = conn.scalar(select(func.count()).select_from(Replica))
         assert total == len(TIERS) * (len(first) + len(second))
+        checked = assert_catalog_matches_tiers(
+            cfg, engine, [seeded.checkpoint_id, again.checkpoint_id]
+        )
+        n = len(first) + len(second)
+        assert checked.verified == dict.fromkeys(TIERS, n)
+        assert checked.restorable == dict.fromkeys(TIERS, 2)
     finally:
         # A lifecycle of this catalog must not outlive it: later workers would look for it in
         # another catalog.

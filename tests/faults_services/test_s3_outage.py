@@ -1,6 +1,12 @@
-"""The S3 endpoint goes away before a checkpoint's s3 stage: nothing is reported restorable on s3
-while it is down, readiness says so, and once an endpoint answers again on the same address the
-lifecycle finishes on its own (the copy activities retry) with the right bytes in the bucket."""
+"""The S3 endpoint is unreachable (connection refused) from before a checkpoint's lifecycle
+starts: ssd and lustre become restorable without it, the copies to s3 fail and are retried, nothing
+is reported restorable on s3 while it is down (the API's latest-on-s3 is a 404 problem, the restore
+plan names lustre only, readiness names the s3 tier), and once an empty endpoint answers on the
+same address the lifecycle finishes on its own with the right bytes in the bucket and the catalog
+agreeing with every tier.
+
+The shards are small single PUTs and no upload is interrupted mid-copy: that is
+test_s3_outage_mid_upload.py."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from api.app import create_app
 from tests.api.conftest import running_client
+from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.workflows.conftest import (
     NODES,
     new_job,
@@ -42,7 +49,9 @@ PROBLEM = "application/problem+json"
 OUTAGE_SECONDS = 6.0
 
 
-async def test_s3_down_during_copy_loses_nothing(settings: Settings, tmp_path: Path) -> None:
+async def test_s3_unreachable_before_s3_stage_blocks_only_s3_and_recovers(
+    settings: Settings, tmp_path: Path
+) -> None:
     bucket = f"tp-fault-{uuid.uuid4().hex[:12]}"
     moto = MotoS3Server()
     await asyncio.to_thread(moto.start, tmp_path / "moto-1.log")
@@ -130,6 +139,9 @@ async def test_s3_down_during_copy_loses_nothing(settings: Settings, tmp_path: P
             assert sorted(e["path"] for e in latest["plan"]) == sorted(s.path for s in shards)
             assert {e["tier"] for e in latest["plan"]} == {"s3"}
             assert (await api.get("/readyz")).status_code == 200
+        checked = assert_catalog_matches_tiers(cfg, engine, [seeded.checkpoint_id])
+        assert checked.verified == {"ssd": len(shards), "lustre": len(shards), "s3": len(shards)}
+        assert checked.restorable == {"ssd": 1, "lustre": 1, "s3": 1}
     finally:
         if seeded is not None:
             handle = client.get_workflow_handle(workflow_id(seeded.job, seeded.step))

@@ -15,12 +15,13 @@ from typing import Any
 import boto3
 import pytest
 from sqlalchemy import Engine, select, text
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 
+from activities.schemas import COPY_BATCH
 from tests.conftest import NODES
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.models import CheckpointTier
+from tierpoint.catalog.models import CheckpointTier, Replica
 from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server
 
 # Guards against a hang, not a performance assertion.
@@ -140,3 +141,50 @@ async def workers_reported_in(engine: Engine, nodes: tuple[str, ...], since: Any
         return await asyncio.to_thread(fresh)
 
     await eventually("every node worker reported in", check)
+
+
+def s3_replica(engine: Engine, checkpoint_id: int) -> tuple[str | None, int]:
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(Replica.state, Replica.bytes_done).where(
+                Replica.checkpoint_id == checkpoint_id, Replica.tier == "s3"
+            )
+        ).one_or_none()
+    return (str(row[0]), int(row[1] or 0)) if row else (None, 0)
+
+
+async def upload_heartbeat(
+    client: Client, handle: WorkflowHandle[Any, Any]
+) -> tuple[int, dict[str, Any]]:
+    """(attempt, last heartbeat details) of the pending copy batch as the Temporal server holds
+    them: the details carry the upload id once an attempt has one; (0, {}) when none."""
+    desc = await handle.describe()
+    for pa in desc.raw_description.pending_activities:
+        if pa.activity_type.name != COPY_BATCH:
+            continue
+        details: dict[str, Any] = {}
+        if pa.heartbeat_details.payloads:
+            decoded = await client.data_converter.decode(pa.heartbeat_details.payloads)
+            if decoded and isinstance(decoded[-1], dict):
+                details = decoded[-1]
+        return pa.attempt, details
+    return 0, {}
+
+
+async def failed_attempts(handle: WorkflowHandle[Any, Any], n: int) -> list[str]:
+    """Wait until n attempts of the pending copy have failed; their last failure messages."""
+    seen: dict[int, str] = {}
+
+    async def check() -> bool:
+        desc = await handle.describe()
+        for pa in desc.raw_description.pending_activities:
+            if pa.activity_type.name == COPY_BATCH and pa.attempt >= 2:
+                # The server keeps a long retryable failure (a stack trace) as the cause of a
+                # "Failure exceeds size limit." of its own.
+                last = pa.last_failure
+                seen[pa.attempt - 1] = (last.cause.message or last.message) or "failed"
+                return pa.attempt > n
+        return False
+
+    await eventually(f"{n} attempts of the copy batch failed", check)
+    return [seen[k] for k in sorted(seen)]

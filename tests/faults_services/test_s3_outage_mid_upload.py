@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
-from activities.schemas import COPY_BATCH
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.workflows.conftest import (
     NODES,
@@ -40,7 +39,7 @@ from tests.workflows.conftest import (
     seed_checkpoint,
 )
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.models import Event, Replica
+from tierpoint.catalog.models import Event
 from tierpoint.config import Settings
 from tierpoint.devstack.services import MotoS3Server
 from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
@@ -48,7 +47,15 @@ from tierpoint.storage.checksum import crc32c_to_base64
 from tierpoint.temporal import connect
 from workflows.schemas import LifecycleResult
 
-from .conftest import OVERALL_TIMEOUT, POLL, eventually, marker_states, s3_client_for
+from .conftest import (
+    OVERALL_TIMEOUT,
+    POLL,
+    failed_attempts,
+    marker_states,
+    s3_client_for,
+    s3_replica,
+    upload_heartbeat,
+)
 
 PART = 5 * 1024 * 1024  # S3's smallest part
 SHARD = "big.bin"
@@ -59,53 +66,6 @@ READ_LIMIT = 3_000_000
 # attempt rather than timing it out; the worker sends heartbeats every tenth of it.
 HEARTBEAT_TIMEOUT = 20.0
 TOO_LATE = "the upload was nearly done before S3 could be stopped: slow it down (READ_LIMIT)"
-
-
-def s3_replica(engine: Engine, checkpoint_id: int) -> tuple[str | None, int]:
-    with engine.connect() as conn:
-        row = conn.execute(
-            select(Replica.state, Replica.bytes_done).where(
-                Replica.checkpoint_id == checkpoint_id, Replica.tier == "s3"
-            )
-        ).one_or_none()
-    return (str(row[0]), int(row[1] or 0)) if row else (None, 0)
-
-
-async def upload_heartbeat(
-    client: Client, handle: WorkflowHandle[Any, Any]
-) -> tuple[int, dict[str, Any]]:
-    """(attempt, last heartbeat details) of the pending copy to s3 as the Temporal server holds
-    them: the details carry the upload id once an attempt has one; (0, {}) when none."""
-    desc = await handle.describe()
-    for pa in desc.raw_description.pending_activities:
-        if pa.activity_type.name != COPY_BATCH:
-            continue
-        details: dict[str, Any] = {}
-        if pa.heartbeat_details.payloads:
-            decoded = await client.data_converter.decode(pa.heartbeat_details.payloads)
-            if decoded and isinstance(decoded[-1], dict):
-                details = decoded[-1]
-        return pa.attempt, details
-    return 0, {}
-
-
-async def failed_attempts(handle: WorkflowHandle[Any, Any], n: int) -> list[str]:
-    """Wait until n attempts of the pending copy have failed; their last failure messages."""
-    seen: dict[int, str] = {}
-
-    async def check() -> bool:
-        desc = await handle.describe()
-        for pa in desc.raw_description.pending_activities:
-            if pa.activity_type.name == COPY_BATCH and pa.attempt >= 2:
-                # The server keeps a long retryable failure (a stack trace) as the cause of a
-                # "Failure exceeds size limit." of its own.
-                last = pa.last_failure
-                seen[pa.attempt - 1] = (last.cause.message or last.message) or "failed"
-                return pa.attempt > n
-        return False
-
-    await eventually(f"{n} attempts of the copy to s3 failed", check)
-    return [seen[k] for k in sorted(seen)]
 
 
 async def test_s3_endpoint_replaced_mid_multipart_upload_restarts_upload(

@@ -54,20 +54,20 @@ class Mutant:
     known_survivor: str = ""
 
 
-RET_E2E = "tests/retention_e2e/test_expiry.py"
-RECHECK = "tests/retention_e2e/test_recheck.py"
-TRIGGER = "tests/retention_e2e/test_lifecycle_trigger.py"
+RET_E2E = "tests/workflows/test_retention.py"
+RECHECK = "tests/workflows/test_retention_recheck.py"
+TRIGGER = "tests/workflows/test_lifecycle_requests_retention.py"
 PLANNER_TESTS = (
-    "tests/retention/test_planner_examples.py",
-    "tests/retention/test_planner_properties.py",
+    "tests/tierpoint/retention/test_planner_examples.py",
+    "tests/tierpoint/retention/test_planner_properties.py",
 )
 PATH_TESTS = (
-    "tests/storage/test_paths.py",
-    "tests/storage/test_confinement.py",
-    "tests/storage/test_posix.py",
+    "tests/tierpoint/storage/test_paths.py",
+    "tests/tierpoint/storage/test_confinement.py",
+    "tests/tierpoint/storage/test_posix.py",
 )
 WRONG_CRC = "tests/workflows/test_lifecycle.py::test_shard_with_wrong_checksum_is_never_promoted"
-ROTTING = "tests/workflows/test_activities.py::test_source_rotting_after_seal_is_caught_by_the_copy"
+ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is_caught_by_the_copy"
 PLANNER = "tierpoint/retention/planner.py"
 PATHS = "tierpoint/storage/paths.py"
 
@@ -319,7 +319,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "tierpoint/storage/posix/store.py",
         "        if crc != expected:\n",
         "        if False:\n",
-        ("tests/storage/test_posix.py",),
+        ("tests/tierpoint/storage/test_posix.py",),
         "POSIX verify compares the crc32c read from the device",
     ),
     Mutant(
@@ -327,7 +327,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "tierpoint/storage/s3/store.py",
         "        got = crc32c_hex(stored)\n        if stored != expected:\n",
         "        got = crc32c_hex(stored)\n        if False:\n",
-        ("tests/storage/test_s3.py",),
+        ("tests/tierpoint/storage/test_s3.py",),
         "S3 verify compares the stored (or read-back) crc32c",
     ),
     # ---- registration: a different manifest at a registered step is a 409 --------------------

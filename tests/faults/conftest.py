@@ -1,82 +1,44 @@
-"""Fault tests: node workers run as separate OS processes (`tierpoint worker --node N --no-shared`)
-so that a test can SIGKILL one mid-copy, with the test's Settings passed as TIERPOINT_* variables.
-Shard files and catalog rows are made by tests/workflows' helpers."""
+"""Fixtures of the fault tests: a Postgres of their own that they may stop and start."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import subprocess
-import sys
+import random
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from tierpoint.config import Settings
+import pytest
+from sqlalchemy import text
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The environment of a process whose Settings() equal `settings`: every field as a TIERPOINT_*
-    variable (lists such as the tiers as JSON), nothing inherited from ours or a TOML file."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIERPOINT_")}
-    env["TIERPOINT_CONFIG_FILE"] = os.devnull
-    for name, value in settings.model_dump(mode="json").items():
-        if value is None:
-            continue
-        env[f"TIERPOINT_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
-    return env
+from tierpoint.catalog import migrate
+from tierpoint.catalog.engine import make_sync_engine
+from tierpoint.devstack.services import EmbeddedPostgres
 
 
-class WorkerProcess:
-    """One `tierpoint worker --node NODE --no-shared` process, its output in `log`."""
+@pytest.fixture
+def dedicated_postgres() -> Iterator[EmbeddedPostgres]:
+    """A migrated catalog on a Postgres server of its own, which the test may stop and start.
 
-    def __init__(self, settings: Settings, node: str, log: Path) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tierpoint.cli.main",
-                    "worker",
-                    "--node",
-                    node,
-                    "--no-shared",
-                ],
-                cwd=REPO,
-                env=settings_env(settings),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self) -> int:
-        """SIGKILL, no chance to clean up or report anything; returns the exit status."""
-        if self.alive():
-            os.kill(self.proc.pid, signal.SIGKILL)
-        return self.proc.wait(timeout=60)
-
-    def output(self) -> str:
-        with contextlib.suppress(OSError):
-            return self.log.read_text(errors="replace")[-4000:]
-        return ""
-
-
-@contextlib.contextmanager
-def worker_process(settings: Settings, node: str, log: Path) -> Iterator[WorkerProcess]:
-    worker = WorkerProcess(settings, node, log)
+    Outside pytest's basetemp (see tests/conftest.py): the server user must reach its data dir."""
+    root = Path(tempfile.mkdtemp(prefix="tierpoint-fault-pg-"))
+    root.chmod(0o755)
+    pg = EmbeddedPostgres(root / "data", database="tierpoint")
     try:
-        yield worker
+        pg.start()
+        migrate.upgrade(pg.url)
+        engine = make_sync_engine(pg.url, pool_size=1)
+        try:
+            with engine.begin() as conn:
+                # Workflows are keyed by checkpoint id: ids far from the session catalog's keep a
+                # lifecycle left over in the shared Temporal server from ever matching ours.
+                conn.execute(
+                    text("SELECT setval(pg_get_serial_sequence('checkpoint', 'id'), :n)"),
+                    {"n": random.randint(10**9, 2 * 10**9)},
+                )
+        finally:
+            engine.dispose()
+        yield pg
     finally:
-        worker.kill()
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)

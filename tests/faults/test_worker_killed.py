@@ -29,16 +29,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
-from tests.conftest import Services
 from tests.helpers.consistency import assert_catalog_matches_tiers
-from tests.workflows.conftest import ShardSpec, crc_hex, new_job, running_workers, seed_checkpoint
+from tests.helpers.lifecycle import ShardSpec, crc_hex, new_job, running_workers, seed_checkpoint
+from tests.helpers.services import Services
+from tests.helpers.worker_process import worker_process
 from tierpoint.catalog.models import Event, Replica
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.storage.posix.store import partial_name
 from tierpoint.temporal import start_lifecycle
-
-from .conftest import worker_process
 
 SHARD = "big.bin"
 CHUNK = 8 * 1024 * 1024  # a POSIX copy heartbeats once per chunk

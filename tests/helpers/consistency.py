@@ -17,16 +17,9 @@ import boto3
 import crc32c
 from sqlalchemy import Engine, select
 
-from tierpoint.catalog.models import (
-    Checkpoint,
-    CheckpointTier,
-    Job,
-    Replica,
-    ReplicaState,
-    Shard,
-    TierState,
-)
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, Shard
 from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.paths import PARTIAL_SUFFIX
 
 

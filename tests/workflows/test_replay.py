@@ -3,8 +3,8 @@ already ran in production fails here, before it reaches a cluster. Every history
 `histories/` must replay with today's workflows; and a workflow changed on purpose must not.
 
 To record new histories (after an intended, versioned change), run the recording tests with
-`TIERPOINT_RECORD_HISTORY=1` (`pytest tests/workflows tests/retention_e2e -k "two_nodes or child
-or issue_scenario or resumes"`) and commit the files next to the old ones: old histories stay.
+`TIERPOINT_RECORD_HISTORY=1` (`pytest tests/workflows -k "two_nodes or child or issue_scenario
+or resumes"`) and commit the files next to the old ones: old histories stay.
 """
 
 from __future__ import annotations

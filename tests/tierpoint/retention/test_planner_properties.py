@@ -31,7 +31,7 @@ from tierpoint.retention.policy import parse_duration
 from tierpoint.states import TierState
 
 # Sized to keep the suite well under a minute on a busy 2-core machine; raise it for a soak run:
-# TIERPOINT_RETENTION_EXAMPLES=20000 pytest tests/retention
+# TIERPOINT_RETENTION_EXAMPLES=20000 pytest tests/tierpoint/retention
 EXAMPLES = int(os.environ.get("TIERPOINT_RETENTION_EXAMPLES", "700"))
 SETTINGS = settings(
     max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]

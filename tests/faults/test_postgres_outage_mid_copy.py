@@ -22,10 +22,16 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from activities.schemas import COPY_BATCH
-from tests.conftest import Services, make_bucket, make_settings
 from tests.helpers.consistency import assert_catalog_matches_tiers
-from tests.workflows.conftest import (
+from tests.helpers.faults import (
+    OVERALL_TIMEOUT,
+    POLL,
+    db_now,
+    eventually,
+    make_tier_dirs,
+    workers_reported_in,
+)
+from tests.helpers.lifecycle import (
     NODES,
     ShardSpec,
     crc_hex,
@@ -33,14 +39,12 @@ from tests.workflows.conftest import (
     running_workers,
     seed_checkpoint,
 )
+from tests.helpers.services import Services, make_bucket, make_settings
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Event, Replica
+from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.devstack.services import EmbeddedPostgres
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
-from tierpoint.temporal import connect
-from workflows.schemas import LifecycleResult
-
-from .conftest import OVERALL_TIMEOUT, POLL, db_now, eventually, make_tier_dirs, workers_reported_in
+from tierpoint.temporal import connect, start_lifecycle
 
 CHUNK = 8 * 1024 * 1024  # a POSIX copy heartbeats once per chunk
 SHARD = "big.bin"
@@ -83,11 +87,14 @@ async def pending_copy(
 
 
 async def test_postgres_down_while_copy_runs_retries_and_resumes(
-    dedicated_postgres: EmbeddedPostgres, services: Services, tmp_path: Path
+    dedicated_postgres: EmbeddedPostgres,
+    services: Services,
+    temporal_namespace: str,
+    tmp_path: Path,
 ) -> None:
     pg = dedicated_postgres
     make_tier_dirs(tmp_path)
-    base = make_settings(services, pg.url, tmp_path, make_bucket(services))
+    base = make_settings(services, pg.url, tmp_path, make_bucket(services), temporal_namespace)
     ssd = base.tier("ssd").model_copy(update={"read_bandwidth_limit": READ_LIMIT})
     cfg = base.model_copy(
         update={

@@ -30,7 +30,16 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from tests.helpers.consistency import assert_catalog_matches_tiers
-from tests.workflows.conftest import (
+from tests.helpers.faults import (
+    OVERALL_TIMEOUT,
+    POLL,
+    failed_attempts,
+    marker_states,
+    s3_client_for,
+    s3_replica,
+    upload_heartbeat,
+)
+from tests.helpers.lifecycle import (
     NODES,
     ShardSpec,
     crc_hex,
@@ -41,21 +50,10 @@ from tests.workflows.conftest import (
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Event
 from tierpoint.config import Settings
+from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.devstack.services import MotoS3Server
-from tierpoint.lifecycle import LifecycleInput, start_lifecycle, workflow_id
 from tierpoint.storage.checksum import crc32c_to_base64
-from tierpoint.temporal import connect
-from workflows.schemas import LifecycleResult
-
-from .conftest import (
-    OVERALL_TIMEOUT,
-    POLL,
-    failed_attempts,
-    marker_states,
-    s3_client_for,
-    s3_replica,
-    upload_heartbeat,
-)
+from tierpoint.temporal import connect, start_lifecycle
 
 PART = 5 * 1024 * 1024  # S3's smallest part
 SHARD = "big.bin"

@@ -21,10 +21,18 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from api.app import create_app
-from tests.api.conftest import running_client
-from tests.conftest import Services, make_bucket, make_settings
+from tests.helpers.api import running_client
 from tests.helpers.consistency import assert_catalog_matches_tiers
-from tests.workflows.conftest import (
+from tests.helpers.faults import (
+    OVERALL_TIMEOUT,
+    db_now,
+    eventually,
+    make_tier_dirs,
+    marker_states,
+    wait_for_retry,
+    workers_reported_in,
+)
+from tests.helpers.lifecycle import (
     NODES,
     ShardSpec,
     crc_hex,
@@ -34,22 +42,13 @@ from tests.workflows.conftest import (
     seed_checkpoint,
     shard_file,
 )
+from tests.helpers.services import Services, make_bucket, make_settings
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Replica
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import PLAN, LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.devstack.services import EmbeddedPostgres
 from tierpoint.temporal import connect, start_lifecycle
-
-from .conftest import (
-    OVERALL_TIMEOUT,
-    db_now,
-    eventually,
-    make_tier_dirs,
-    marker_states,
-    wait_for_retry,
-    workers_reported_in,
-)
 
 PROBLEM = "application/problem+json"
 # How long the catalog stays down at least: several retries of the catalog activities (1 s, 2 s,
@@ -107,12 +106,15 @@ async def finish(client: Client, job: str, step: int) -> LifecycleResult:
 
 
 async def test_postgres_down_at_start_and_after_ssd_promotion_loses_nothing(
-    dedicated_postgres: EmbeddedPostgres, services: Services, tmp_path: Path
+    dedicated_postgres: EmbeddedPostgres,
+    services: Services,
+    temporal_namespace: str,
+    tmp_path: Path,
 ) -> None:
     pg = dedicated_postgres
     url = pg.url
     make_tier_dirs(tmp_path)
-    cfg = make_settings(services, url, tmp_path, make_bucket(services))
+    cfg = make_settings(services, url, tmp_path, make_bucket(services), temporal_namespace)
     engine = make_sync_engine(url, pool_size=2)
     client = await connect(cfg)
     job = new_job()

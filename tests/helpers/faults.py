@@ -1,28 +1,21 @@
-"""Fault tests of the services tierpoint depends on: an S3 endpoint or the catalog's Postgres
-going away in the middle of a checkpoint's lifecycle. Each test runs its own instance of the
-service it stops, so the session's services stay untouched."""
+"""Helpers of the fault tests: waiting for a condition, for an activity's retry or heartbeat, for
+workers to report in, and reading markers and replicas while a service is away."""
 
 from __future__ import annotations
 
 import asyncio
-import random
-import shutil
-import tempfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import boto3
-import pytest
 from sqlalchemy import Engine, select, text
 from temporalio.client import Client, WorkflowHandle
 
-from activities.schemas import COPY_BATCH
-from tests.conftest import NODES
-from tierpoint.catalog import migrate
-from tierpoint.catalog.engine import make_sync_engine
+from tests.helpers.services import NODES
 from tierpoint.catalog.models import CheckpointTier, Replica
-from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server
+from tierpoint.contract.lifecycle import COPY_BATCH
+from tierpoint.devstack.services import MotoS3Server
 
 # Guards against a hang, not a performance assertion.
 OVERALL_TIMEOUT = 180.0
@@ -90,34 +83,6 @@ async def wait_for_retry(handle: WorkflowHandle[Any, Any], activity_type: str) -
 
     await eventually(f"an activity {activity_type} failed and is retried", check)
     return seen[-1]
-
-
-@pytest.fixture
-def dedicated_postgres() -> Iterator[EmbeddedPostgres]:
-    """A migrated catalog on a Postgres server of its own, which the test may stop and start.
-
-    Outside pytest's basetemp (see tests/conftest.py): the server user must reach its data dir."""
-    root = Path(tempfile.mkdtemp(prefix="tierpoint-fault-pg-"))
-    root.chmod(0o755)
-    pg = EmbeddedPostgres(root / "data", database="tierpoint")
-    try:
-        pg.start()
-        migrate.upgrade(pg.url)
-        engine = make_sync_engine(pg.url, pool_size=1)
-        try:
-            with engine.begin() as conn:
-                # Workflows are keyed by checkpoint id: ids far from the session catalog's keep a
-                # lifecycle left over in the shared Temporal server from ever matching ours.
-                conn.execute(
-                    text("SELECT setval(pg_get_serial_sequence('checkpoint', 'id'), :n)"),
-                    {"n": random.randint(10**9, 2 * 10**9)},
-                )
-        finally:
-            engine.dispose()
-        yield pg
-    finally:
-        pg.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def db_now(engine: Engine) -> Any:

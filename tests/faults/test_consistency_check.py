@@ -12,13 +12,12 @@ import pytest
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from tests.conftest import NODES, Services
-from tests.workflows.conftest import new_job, random_shards, seed_checkpoint
+from tests.helpers.consistency import assert_catalog_matches_tiers
+from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint
+from tests.helpers.services import NODES, Services
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, Shard
 from tierpoint.config import Settings
-from tierpoint.storage.posix import partial_name
-
-from .consistency import assert_catalog_matches_tiers
+from tierpoint.storage.posix.store import partial_name
 
 TIERS = ("ssd", "lustre", "s3")
 

@@ -20,9 +20,16 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import WorkflowExecutionStatus
 
 from api.app import create_app
-from tests.api.conftest import running_client
+from tests.helpers.api import running_client
 from tests.helpers.consistency import assert_catalog_matches_tiers
-from tests.workflows.conftest import (
+from tests.helpers.faults import (
+    OVERALL_TIMEOUT,
+    eventually,
+    marker_states,
+    s3_client_for,
+    wait_for_retry,
+)
+from tests.helpers.lifecycle import (
     NODES,
     new_job,
     random_shards,
@@ -34,14 +41,6 @@ from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.devstack.services import MotoS3Server
 from tierpoint.temporal import connect, start_lifecycle
-
-from .conftest import (
-    OVERALL_TIMEOUT,
-    eventually,
-    marker_states,
-    s3_client_for,
-    wait_for_retry,
-)
 
 PROBLEM = "application/problem+json"
 # How long S3 stays down at least: a few retries of the copy (1 s, 2 s, 4 s backoff, each attempt

@@ -1,0 +1,81 @@
+"""A node worker as a separate OS process (`tierpoint worker --node N --no-shared`), so that a
+fault test can SIGKILL it mid-copy, with the test's Settings passed as TIERPOINT_* variables."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from tierpoint.config import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment of a process whose Settings() equal `settings`: every field as a TIERPOINT_*
+    variable (lists such as the tiers as JSON), nothing inherited from ours or a TOML file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIERPOINT_")}
+    env["TIERPOINT_CONFIG_FILE"] = os.devnull
+    for name, value in settings.model_dump(mode="json").items():
+        if value is None:
+            continue
+        env[f"TIERPOINT_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+    return env
+
+
+class WorkerProcess:
+    """One `tierpoint worker --node NODE --no-shared` process, its output in `log`."""
+
+    def __init__(self, settings: Settings, node: str, log: Path) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tierpoint.cli.main",
+                    "worker",
+                    "--node",
+                    node,
+                    "--no-shared",
+                ],
+                cwd=REPO,
+                env=settings_env(settings),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> int:
+        """SIGKILL, no chance to clean up or report anything; returns the exit status."""
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+        return self.proc.wait(timeout=60)
+
+    def output(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.log.read_text(errors="replace")[-4000:]
+        return ""
+
+
+@contextlib.contextmanager
+def worker_process(settings: Settings, node: str, log: Path) -> Iterator[WorkerProcess]:
+    worker = WorkerProcess(settings, node, log)
+    try:
+        yield worker
+    finally:
+        worker.kill()

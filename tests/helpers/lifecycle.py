@@ -11,7 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
 
 import crc32c
@@ -153,3 +153,27 @@ def shard_file(
     cfg = settings.tier(tier)
     assert cfg.kind is not TierKind.S3
     return cfg.root_for(node) / job / str(step) / path
+
+
+# Histories replayed by tests/workflows/test_replay.py.
+HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
+
+
+def recording_histories() -> bool:
+    return bool(os.environ.get("TIERPOINT_RECORD_HISTORY"))
+
+
+async def record_history(client: Client, workflow_id: str, name: str) -> Path:
+    """Save a workflow's history (latest run) with the id it ran under (replay compares child
+    workflow ids derived from it). Never over a committed one: every recorded history must keep
+    replaying, so a new recording of a scenario goes beside the old, as `name@LABEL.json` with the
+    label from TIERPOINT_RECORD_HISTORY (if not 1) or today's date."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    path = HISTORIES / f"{name}.json"
+    if path.exists():
+        label = os.environ.get("TIERPOINT_RECORD_HISTORY", "1")
+        path = HISTORIES / f"{name}@{label if label != '1' else date.today().isoformat()}.json"
+    path.write_text(
+        json.dumps({"workflow_id": workflow_id, **json.loads(history.to_json())}, indent=1)
+    )
+    return path

@@ -5,7 +5,6 @@ workflow to settle. Shard files and catalog rows are made by tests/workflows' he
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -34,8 +33,6 @@ from tierpoint.retention.policy import Policy
 from tierpoint.temporal import request_retention, start_lifecycle
 
 NODES = ("node-a", "node-b")
-# Histories recorded for tests/workflows/test_replay.py (TIERPOINT_RECORD_HISTORY=1).
-HISTORIES = Path(__file__).parents[1] / "workflows" / "histories"
 # Guards against a hang, not a performance assertion.
 RESULT_TIMEOUT = 480.0
 
@@ -185,15 +182,6 @@ def utcnow(sessions: sessionmaker[Session]) -> datetime:
         now = s.scalar(select(func.now()))
         assert isinstance(now, datetime)
         return now
-
-
-async def record_history(client: Client, workflow_id: str, name: str) -> None:
-    """Save a workflow's history (latest run) for test_replay, with the id it ran under."""
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    HISTORIES.mkdir(exist_ok=True)
-    (HISTORIES / f"{name}.json").write_text(
-        json.dumps({"workflow_id": workflow_id, **json.loads(history.to_json())}, indent=1)
-    )
 
 
 async def wait_for(condition: Callable[[], bool], attempts: int = 2400) -> None:

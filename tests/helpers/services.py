@@ -61,7 +61,7 @@ def fresh_database(admin_url: str, *, template: bool = False) -> str:
     return with_database(url, name)
 
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def namespace_for(module_file: str | os.PathLike[str]) -> str:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -25,6 +23,8 @@ from tests.helpers.lifecycle import (
     crc_hex,
     new_job,
     random_shards,
+    record_history,
+    recording_histories,
     running_workers,
     seed_checkpoint,
     shard_file,
@@ -40,14 +40,8 @@ from tierpoint.contract.lifecycle import (
 )
 from tierpoint.temporal import start_lifecycle
 
-HISTORIES = Path(__file__).parent / "histories"
 # Guards against a hang, not a performance assertion.
 RESULT_TIMEOUT = 480.0
-
-
-def save_history(path: Path, workflow_id: str, history_json: str) -> None:
-    """A history with the id it ran under: replay compares child workflow ids derived from it."""
-    path.write_text(json.dumps({"workflow_id": workflow_id, **json.loads(history_json)}, indent=1))
 
 
 async def run_lifecycle(
@@ -178,10 +172,8 @@ async def test_two_nodes_become_restorable_on_every_tier(
     assert ("copied", "lustre") in kinds and ("copied", "s3") in kinds
     assert not any(k in ("corrupt", "failed") for k, _ in kinds)
 
-    if os.environ.get("TIERPOINT_RECORD_HISTORY"):
-        history = await handle.fetch_history()
-        HISTORIES.mkdir(exist_ok=True)
-        save_history(HISTORIES / "lifecycle_two_nodes.json", handle.id, history.to_json())
+    if recording_histories():
+        await record_history(client, handle.id, "lifecycle_two_nodes")
 
 
 async def test_shard_with_wrong_checksum_is_never_promoted(
@@ -326,9 +318,6 @@ async def test_stage_with_many_batches_runs_in_child_workflows(
     assert len(scheduled) == 1 + 3 + 3
     assert names.count("retention.request") == 3
 
-    if os.environ.get("TIERPOINT_RECORD_HISTORY"):
-        HISTORIES.mkdir(exist_ok=True)
-        save_history(HISTORIES / "lifecycle_in_children.json", handle.id, history.to_json())
-        child = client.get_workflow_handle(f"{handle.id}/copy-lustre/0")
-        child_history = await child.fetch_history()
-        save_history(HISTORIES / "stage_child.json", child.id, child_history.to_json())
+    if recording_histories():
+        await record_history(client, handle.id, "lifecycle_in_children")
+        await record_history(client, f"{handle.id}/copy-lustre/0", "stage_child")

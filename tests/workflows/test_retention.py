@@ -3,7 +3,6 @@ files on two nodes' local roots and a shared root, real workers (tierpoint.worke
 
 from __future__ import annotations
 
-import os
 import uuid
 from datetime import timedelta
 
@@ -14,13 +13,12 @@ from temporalio.client import Client
 
 from activities.retention import RetentionActivities
 from activities.stores import Stores
-from tests.helpers.lifecycle import running_workers
+from tests.helpers.lifecycle import record_history, recording_histories, running_workers
 from tests.helpers.retention import (
     NODES,
     create_job,
     latest,
     markers,
-    record_history,
     replica_states,
     s3_keys,
     set_policy,
@@ -76,7 +74,7 @@ async def test_issue_scenario_leaves_exactly_what_the_policy_says(
             assert all(t.state == "restorable" for t in result.tiers), result
         outcome = await settle(client, job)
         assert outcome.failed == 0
-        if os.environ.get("TIERPOINT_RECORD_HISTORY"):
+        if recording_histories():
             # A lifecycle with a skipped tier (promote_every) and a retention request per promote.
             await record_history(client, workflow_id(job, 11), "lifecycle_skips_s3")
             await record_history(client, workflow_id(job, 12), "lifecycle_requests_retention")
@@ -201,7 +199,7 @@ async def test_crash_between_begin_and_delete_is_finished_by_the_next_run(
     ]
     async with running_workers(settings, client):
         outcome = await settle(client, job)
-        if os.environ.get("TIERPOINT_RECORD_HISTORY"):
+        if recording_histories():
             await record_history(client, retention_workflow_id(job), "job_retention_resumes")
     assert outcome.expired == 3 and outcome.failed == 0
     state = markers(sessions, job)

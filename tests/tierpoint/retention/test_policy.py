@@ -157,7 +157,7 @@ def test_json_schema_describes_durations_as_strings() -> None:
 
 
 def test_every_policy_in_the_docs_validates() -> None:
-    text = (Path(__file__).parents[2] / "docs" / "retention.md").read_text()
+    text = (Path(__file__).parents[3] / "docs" / "retention.md").read_text()
     blocks = re.findall(r"```json\n(.*?)```", text, flags=re.DOTALL)
     policies = [json.loads(b) for b in blocks if '"expiries"' not in b]
     assert len(policies) >= 6

@@ -3,8 +3,9 @@ already ran in production fails here, before it reaches a cluster. Every history
 `histories/` must replay with today's workflows; and a workflow changed on purpose must not.
 
 To record new histories (after an intended, versioned change), run the recording tests with
-`TIERPOINT_RECORD_HISTORY=1` (`pytest tests/workflows -k "two_nodes or child or issue_scenario
-or resumes"`) and commit the files next to the old ones: old histories stay.
+`TIERPOINT_RECORD_HISTORY=LABEL` (`pytest tests/workflows -k "two_nodes_become or many_batches or
+issue_scenario or crash_between"`): each lands beside the old one as `NAME@LABEL.json` (the
+`@contract` ones were recorded after the Temporal contract got its one home). Old histories stay.
 """
 
 from __future__ import annotations

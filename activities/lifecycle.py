@@ -137,7 +137,7 @@ class LifecycleActivities:
             tiers = self._settings.tiers
             if not tiers:
                 raise ApplicationError(
-                    "no tiers are configured", type="NoTiers", non_retryable=True
+                    "no tiers are configured", type=FailureType.NO_TIERS, non_retryable=True
                 )
             tiers = self._targets(s, head)
             repo.ensure_markers(s, head, [t.name for t in tiers])

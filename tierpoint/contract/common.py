@@ -27,6 +27,7 @@ class FailureType(StrEnum):
     CHECKPOINT_NOT_FOUND = "CheckpointNotFound"
     INVALID_POLICY = "InvalidPolicy"
     NOT_EXPIRING = "NotExpiring"
+    NO_TIERS = "NoTiers"
 
 
 def backoff(maximum: timedelta, attempts: int = 0, *never: FailureType) -> RetryPolicy:

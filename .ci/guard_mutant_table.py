@@ -1,0 +1,342 @@
+"""The guard mutants: each names a safety guard by an exact snippet of its source, a replacement
+that breaks it, the tests that must notice, and why the guard matters. Run by guard_mutants.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    path: str
+    original: str
+    replacement: str
+    tests: tuple[str, ...]
+    why: str
+    # Set, with the reason, for a mutant no reasonable test can kill: it is run and reported
+    # every time, but does not fail the check (and fails it once a test does kill it, so the
+    # mark is removed).
+    known_survivor: str = ""
+
+
+RET_E2E = "tests/workflows/test_retention.py"
+RECHECK = "tests/workflows/test_retention_recheck.py"
+TRIGGER = "tests/workflows/test_lifecycle_requests_retention.py"
+PLANNER_TESTS = (
+    "tests/tierpoint/retention/test_planner_examples.py",
+    "tests/tierpoint/retention/test_planner_properties.py",
+)
+PATH_TESTS = (
+    "tests/tierpoint/storage/test_paths.py",
+    "tests/tierpoint/storage/test_confinement.py",
+    "tests/tierpoint/storage/test_posix.py",
+)
+WRONG_CRC = "tests/workflows/test_lifecycle.py::test_shard_with_wrong_checksum_is_never_promoted"
+ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is_caught_by_the_copy"
+PLANNER = "tierpoint/retention/planner.py"
+PATHS = "tierpoint/storage/paths.py"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # ---- executing retention: the re-check under row locks -----------------------------------
+    Mutant(
+        "recheck-kept-now",
+        "tierpoint/catalog/expiry_repo.py",
+        """    if expiry is None:
+        keep = next(
+            (k for k in fresh.keeps if k.checkpoint_id == checkpoint_id and k.tier == tier), None
+        )
+        why = ", ".join(keep.reasons) if keep is not None else "not planned any more"
+        return BeginResult(state=BeginState.SKIPPED, reason=f"kept now: {why}")
+""",
+        """    if expiry is None:
+        from tierpoint.retention.models import Expiry, ExpiryRule
+
+        expiry = Expiry(
+            checkpoint_id=checkpoint_id,
+            step=0,
+            tier=tier,
+            bytes=0,
+            rule=ExpiryRule.NOT_KEPT,
+            reason="mutant: planned earlier",
+        )
+""",
+        (RECHECK,),
+        "a pin or lease taken after planning must cancel the expiry",
+    ),
+    Mutant(
+        "recheck-row-lock",
+        "tierpoint/catalog/expiry_repo.py",
+        "select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update()",
+        "select(Checkpoint.id).where(Checkpoint.id == checkpoint_id)",
+        (RECHECK,),
+        "the re-check must wait for a pin or lease insert in flight on the checkpoint row",
+    ),
+    # ---- the lifecycle asks for retention after each promotion -------------------------------
+    Mutant(
+        "request-activity-noop",
+        "activities/retention.py",
+        "        await request_retention(self._need_client(), inp.job, inp.reason)\n",
+        "        return None\n",
+        (TRIGGER,),
+        "a promotion must start the job's retention run (nothing else may be needed)",
+    ),
+    Mutant(
+        "lifecycle-no-request",
+        "workflows/checkpoint_lifecycle.py",
+        """            if workflow.patched(RETENTION_PATCH):
+                await self._request_retention(plan, tier)
+""",
+        """            if workflow.patched(RETENTION_PATCH):
+                pass
+""",
+        (TRIGGER,),
+        "the lifecycle workflow must request retention after a promotion",
+    ),
+    # ---- promote: restorable only when every shard is verified -------------------------------
+    Mutant(
+        "promote-count",
+        "tierpoint/catalog/lifecycle_repo.py",
+        "    if verified == total and stage_error is None:\n",
+        "    if stage_error is None:\n",
+        (WRONG_CRC, ROTTING),
+        "a tier with an unverified shard must not become restorable",
+    ),
+    Mutant(
+        "promote-verified-filter",
+        "tierpoint/catalog/lifecycle_repo.py",
+        """            Replica.tier == tier,
+            Replica.state == ReplicaState.VERIFIED.value,
+        )
+    )
+    assert total is not None and verified is not None""",
+        """            Replica.tier == tier,
+        )
+    )
+    assert total is not None and verified is not None""",
+        (WRONG_CRC, ROTTING),
+        "only verified replicas count towards promotion",
+    ),
+    # ---- planner protections -----------------------------------------------------------------
+    Mutant(
+        "planner-pinned",
+        PLANNER,
+        "        why.append(KeepReason.PINNED)\n",
+        "        pass\n",
+        PLANNER_TESTS,
+        "a pinned checkpoint never expires",
+    ),
+    Mutant(
+        "planner-leased",
+        PLANNER,
+        "        why.append(KeepReason.LEASED)\n",
+        "        pass\n",
+        PLANNER_TESTS,
+        "a leased checkpoint never expires",
+    ),
+    Mutant(
+        "planner-quarantined",
+        PLANNER,
+        "        why.append(KeepReason.QUARANTINED)\n",
+        "        pass\n",
+        PLANNER_TESTS,
+        "a quarantined copy is left for the operator",
+    ),
+    Mutant(
+        "planner-latest-durable",
+        PLANNER,
+        "        why.append(KeepReason.LATEST_DURABLE)\n",
+        "        pass\n",
+        PLANNER_TESTS,
+        "the latest restorable checkpoint on the most durable tier stays",
+    ),
+    Mutant(
+        "planner-in-flight",
+        PLANNER,
+        "        why.append(KeepReason.IN_FLIGHT)\n",
+        "        pass\n",
+        PLANNER_TESTS,
+        "the source of a copy in flight stays",
+    ),
+    Mutant(
+        "planner-awaiting-durable",
+        PLANNER,
+        "        why.append(KeepReason.AWAITING_DURABLE)\n",
+        "        pass\n",
+        PLANNER_TESTS,
+        "a local copy stays until the durable tier it is meant for has it",
+    ),
+    Mutant(
+        "planner-no-good-copy",
+        PLANNER,
+        "        why.append(KeepReason.NO_GOOD_COPY)\n",
+        "        pass\n",
+        PLANNER_TESTS,
+        "remnants of a kept checkpoint without any good copy stay",
+    ),
+    Mutant(
+        "planner-last-copy",
+        PLANNER,
+        """            del expire[(c.id, good_on[-1])]
+            reasons[(c.id, good_on[-1])] = [KeepReason.LAST_COPY]
+""",
+        "            pass\n",
+        PLANNER_TESTS,
+        "a kept checkpoint never loses its last good copy to keep rules",
+    ),
+    Mutant(
+        "planner-last-copy-quota",
+        PLANNER,
+        """                    held.insert(0, KeepReason.LAST_COPY)
+                    continue
+""",
+        "                    pass\n",
+        PLANNER_TESTS,
+        "a quota never takes the last good copy of a checkpoint another tier keeps",
+    ),
+    # ---- path confinement --------------------------------------------------------------------
+    Mutant(
+        "paths-dotdot",
+        PATHS,
+        '        if part in (".", ".."):\n',
+        '        if part == ".":\n',
+        PATH_TESTS,
+        "a '..' component is refused",
+    ),
+    Mutant(
+        "paths-absolute",
+        PATHS,
+        '    if path.startswith("/"):\n',
+        "    if False:\n",
+        PATH_TESTS,
+        "an absolute shard path is refused",
+    ),
+    Mutant(
+        "paths-symlink-parent",
+        PATHS,
+        "    if not _inside(real_root, parent) or parent == real_root:\n",
+        "    if parent == real_root:\n",
+        PATH_TESTS,
+        "a directory symlink out of the root is refused",
+    ),
+    Mutant(
+        "paths-symlink-shard",
+        PATHS,
+        "        if not _inside(real_root, real) or real == real_root:\n",
+        "        if real == real_root:\n",
+        PATH_TESTS,
+        "a shard symlink out of the root is refused",
+    ),
+    Mutant(
+        "paths-symlink-checkpoint-dir",
+        PATHS,
+        "    if not _inside(real_root, target) or target == real_root:\n",
+        "    if target == real_root:\n",
+        PATH_TESTS,
+        "a checkpoint directory symlinked out of the root is refused",
+    ),
+    Mutant(
+        "paths-symlink-mkdir",
+        PATHS,
+        "        if not _inside(real_root, real):\n",
+        "        if False:\n",
+        PATH_TESTS,
+        "creating directories never goes through a symlink out of the root",
+    ),
+    Mutant(
+        "paths-nofollow",
+        PATHS,
+        "os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)",
+        "os.open(path, flags | os.O_CLOEXEC, mode)",
+        PATH_TESTS,
+        "a symlink at the final component (the temp name a copy writes) is not followed",
+    ),
+    # ---- checksums: seal, copy, verify -------------------------------------------------------
+    Mutant(
+        "seal-crc",
+        "activities/lifecycle.py",
+        "            elif sh.checksum is not None and v.crc32c != sh.checksum.lower():\n",
+        "            elif False:\n",
+        (WRONG_CRC,),
+        "a sealed shard whose crc32c differs from the registered one is corrupt",
+    ),
+    Mutant(
+        "copy-source-crc",
+        "activities/copy.py",
+        "        if copied.crc32c != registered or copied.size != sh.size:\n",
+        "        if copied.size != sh.size:\n",
+        (ROTTING,),
+        "bytes read off the source with the wrong crc32c mark the source corrupt",
+    ),
+    Mutant(
+        "copy-readback",
+        "activities/copy.py",
+        "        if v.ok:\n            self._verified(pending.shard, pending.location)\n",
+        "        if True:\n            self._verified(pending.shard, pending.location)\n",
+        (ROTTING,),
+        "a copy whose read-back fails is not verified",
+        known_survivor="the read-back fails only when the destination returns other bytes than "
+        "were written (a lost write, bit rot, a concurrent writer); the real stores never do, and "
+        "making one do it takes a fault-injecting store (a stub) or a faulty block device. "
+        "posix-verify-crc and s3-verify-crc prove the verify itself",
+    ),
+    Mutant(
+        "posix-verify-crc",
+        "tierpoint/storage/posix/store.py",
+        "        if crc != expected:\n",
+        "        if False:\n",
+        ("tests/tierpoint/storage/test_posix.py",),
+        "POSIX verify compares the crc32c read from the device",
+    ),
+    Mutant(
+        "s3-verify-crc",
+        "tierpoint/storage/s3/store.py",
+        "        got = crc32c_hex(stored)\n        if stored != expected:\n",
+        "        got = crc32c_hex(stored)\n        if False:\n",
+        ("tests/tierpoint/storage/test_s3.py",),
+        "S3 verify compares the stored (or read-back) crc32c",
+    ),
+    # ---- registration: a different manifest at a registered step is a 409 --------------------
+    Mutant(
+        "register-digest",
+        "tierpoint/catalog/registration.py",
+        "    if row.manifest_digest != digest:\n",
+        "    if False:\n",
+        ("tests/api/test_register.py",),
+        "a different manifest for a registered step is refused",
+    ),
+    # ---- expiring before delete --------------------------------------------------------------
+    Mutant(
+        "delete-marker-check",
+        "activities/retention.py",
+        "        if state not in (TierState.EXPIRING.value, TierState.EXPIRED.value):\n",
+        "        if False:\n",
+        (f"{RET_E2E}::test_crash_between_begin_and_delete_is_finished_by_the_next_run",),
+        "the delete activity refuses a copy whose marker is not expiring",
+    ),
+    Mutant(
+        "workflow-delete-before-begin",
+        "workflows/retention.py",
+        """        try:
+            begun: BeginResult = await workflow.execute_activity(
+""",
+        """        try:
+            await self._delete(job, task)
+            begun: BeginResult = await workflow.execute_activity(
+""",
+        (f"{RET_E2E}::test_lease_blocks_expiry_until_released_or_timed_out",),
+        "bytes are deleted only after the marker is expiring (committed)",
+    ),
+    Mutant(
+        "workflow-delete-whatever-begin-said",
+        "workflows/retention.py",
+        """                return False
+            if begun.state is BeginState.EXPIRING:
+                await self._delete(job, task)
+""",
+        """            await self._delete(job, task)
+""",
+        (RECHECK,),
+        "a copy the re-check kept is not deleted",
+    ),
+)

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Guard mutation check: every safety guard, broken by hand one at a time, must fail a test.
 
-Each mutant (in guard_mutant_table.py) names a guard by an exact snippet of its source and a replacement that breaks
-it, plus the tests that should notice. The check copies the working tree (tracked and untracked,
-not ignored, files) into a scratch directory, applies one mutant there, runs only its tests with
-the repository's own .venv (cwd, PYTHONPATH and rootdir all point at the scratch copy, so the
-mutated modules are the ones imported), and puts the file back. It exits non-zero when a mutant
-survives (1; a mutant marked as a known survivor, with its reason, is run and reported but does
-not count), or when the table has rotted (2): a snippet not found exactly once, a test file or
-test that does not exist, a mutant that does not compile.
+Each mutant (in guard_mutant_table.py) names a guard by an exact snippet of its source and a
+replacement that breaks it, plus the tests that should notice. The check copies the working tree
+(tracked and untracked, not ignored, files) into a scratch directory, applies one mutant there,
+runs only its tests with the repository's own .venv (cwd, PYTHONPATH and rootdir all point at the
+scratch copy, so the mutated modules are the ones imported), and puts the file back. It exits non-
+zero when a mutant survives (1; a mutant marked as a known survivor, with its reason, is run and
+reported but does not count), or when the table has rotted (2): a snippet not found exactly once, a
+test file or test that does not exist, a mutant that does not compile.
 
     python3 .ci/guard_mutants.py                 # every mutant
     python3 .ci/guard_mutants.py --list          # the table

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import sessionmaker
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from tests.helpers.consistency import assert_catalog_matches_tiers
@@ -32,15 +31,14 @@ from tests.helpers.faults import (
     eventually,
     s3_client_for,
     s3_replica,
+    slow_upload,
     upload_heartbeat,
+    upload_under_way,
 )
 from tests.helpers.lifecycle import (
     NODES,
-    ShardSpec,
     crc_hex,
-    new_job,
     running_workers,
-    seed_checkpoint,
 )
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Event
@@ -73,34 +71,20 @@ async def test_s3_endpoint_hung_mid_multipart_upload_times_out_and_resumes_same_
     try:
         s3 = s3_client_for(moto)
         s3.create_bucket(Bucket=bucket)
-        s3_tier = settings.tier("s3").model_copy(
-            update={
-                "bucket": bucket,
-                "endpoint_url": moto.endpoint_url,
-                "multipart_part_size": PART,
-                "multipart_concurrency": 1,
-            }
+        up = slow_upload(
+            settings,
+            engine,
+            endpoint_url=moto.endpoint_url,
+            bucket=bucket,
+            step=5,
+            path=SHARD,
+            size=SHARD_SIZE,
+            part_size=PART,
+            read_limit=READ_LIMIT,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
         )
-        cfg = settings.model_copy(
-            update={
-                "tiers": [t if t.name != "s3" else s3_tier for t in settings.tiers],
-                "batch_heartbeat_timeout_seconds": HEARTBEAT_TIMEOUT,
-            }
-        )
-        slow_lustre = cfg.tier("lustre").model_copy(update={"read_bandwidth_limit": READ_LIMIT})
-        shared_cfg = cfg.model_copy(
-            update={"tiers": [t if t.name != "lustre" else slow_lustre for t in cfg.tiers]}
-        )
-        data = os.urandom(SHARD_SIZE)
-        seeded = seed_checkpoint(
-            cfg,
-            sessionmaker(engine),
-            new_job(),
-            5,
-            [ShardSpec(NODES[0], SHARD, data, crc_hex(data))],
-        )
-        job, step, cp = seeded.job, seeded.step, seeded.checkpoint_id
-        key = f"{s3_tier.prefix}{job}/{step}/{SHARD}"
+        cfg, shared_cfg, data, key = up.cfg, up.shared_cfg, up.data, up.key
+        job, step, cp = up.job, up.step, up.checkpoint_id
         handle = client.get_workflow_handle(workflow_id(job, step), result_type=LifecycleResult)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + OVERALL_TIMEOUT
@@ -110,15 +94,9 @@ async def test_s3_endpoint_hung_mid_multipart_upload_times_out_and_resumes_same_
             running_workers(shared_cfg, client, nodes=[], shared=True),
         ):
             await start_lifecycle(client, LifecycleInput(checkpoint_id=cp, job=job, step=step))
-            while True:
-                assert loop.time() < deadline, "the upload to s3 never got under way"
-                state, done = await asyncio.to_thread(s3_replica, engine, cp)
-                assert state != "verified", TOO_LATE
-                _, beat = await upload_heartbeat(client, handle)
-                if state == "copying" and done > 0 and beat.get("upload_id") and beat["offset"]:
-                    break
-                await asyncio.sleep(POLL)
-            upload_id, resume_offset = str(beat["upload_id"]), int(beat["offset"])
+            upload_id, resume_offset = await upload_under_way(
+                client, handle, engine, cp, deadline=deadline, too_late=TOO_LATE
+            )
             assert resume_offset <= SHARD_SIZE - 2 * PART, TOO_LATE
             os.kill(pid, signal.SIGSTOP)
             paused = True

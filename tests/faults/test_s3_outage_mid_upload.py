@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 import uuid
 from pathlib import Path
@@ -26,7 +25,6 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 from sqlalchemy import select
-from sqlalchemy.orm import sessionmaker
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from tests.helpers.consistency import assert_catalog_matches_tiers
@@ -37,15 +35,14 @@ from tests.helpers.faults import (
     marker_states,
     s3_client_for,
     s3_replica,
+    slow_upload,
     upload_heartbeat,
+    upload_under_way,
 )
 from tests.helpers.lifecycle import (
     NODES,
-    ShardSpec,
     crc_hex,
-    new_job,
     running_workers,
-    seed_checkpoint,
 )
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Event
@@ -78,36 +75,20 @@ async def test_s3_endpoint_replaced_mid_multipart_upload_restarts_upload(
     handle: WorkflowHandle[Any, LifecycleResult] | None = None
     try:
         s3_client_for(moto).create_bucket(Bucket=bucket)
-        s3_tier = settings.tier("s3").model_copy(
-            update={
-                "bucket": bucket,
-                "endpoint_url": moto.endpoint_url,
-                "multipart_part_size": PART,
-                "multipart_concurrency": 1,
-            }
+        up = slow_upload(
+            settings,
+            engine,
+            endpoint_url=moto.endpoint_url,
+            bucket=bucket,
+            step=4,
+            path=SHARD,
+            size=SHARD_SIZE,
+            part_size=PART,
+            read_limit=READ_LIMIT,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
         )
-        cfg = settings.model_copy(
-            update={
-                "tiers": [t if t.name != "s3" else s3_tier for t in settings.tiers],
-                "batch_heartbeat_timeout_seconds": HEARTBEAT_TIMEOUT,
-            }
-        )
-        # Only the shared worker (which copies lustre -> s3) reads lustre slowly: the node
-        # worker's read-back of its copy to lustre stays fast.
-        slow_lustre = cfg.tier("lustre").model_copy(update={"read_bandwidth_limit": READ_LIMIT})
-        shared_cfg = cfg.model_copy(
-            update={"tiers": [t if t.name != "lustre" else slow_lustre for t in cfg.tiers]}
-        )
-        data = os.urandom(SHARD_SIZE)
-        seeded = seed_checkpoint(
-            cfg,
-            sessionmaker(engine),
-            new_job(),
-            4,
-            [ShardSpec(NODES[0], SHARD, data, crc_hex(data))],
-        )
-        job, step, cp = seeded.job, seeded.step, seeded.checkpoint_id
-        key = f"{s3_tier.prefix}{job}/{step}/{SHARD}"
+        cfg, shared_cfg, data, key = up.cfg, up.shared_cfg, up.data, up.key
+        job, step, cp = up.job, up.step, up.checkpoint_id
         handle = client.get_workflow_handle(workflow_id(job, step), result_type=LifecycleResult)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + OVERALL_TIMEOUT
@@ -120,15 +101,9 @@ async def test_s3_endpoint_replaced_mid_multipart_upload_restarts_upload(
 
             # Wait until the upload is under way: parts done in the catalog, and the server
             # holding the upload id and an offset for a retry to resume from.
-            while True:
-                assert loop.time() < deadline, "the upload to s3 never got under way"
-                state, done = await asyncio.to_thread(s3_replica, engine, cp)
-                assert state != "verified", TOO_LATE
-                _, beat = await upload_heartbeat(client, handle)
-                if state == "copying" and done > 0 and beat.get("upload_id") and beat["offset"]:
-                    break
-                await asyncio.sleep(POLL)
-            first_upload, resume_offset = str(beat["upload_id"]), int(beat["offset"])
+            first_upload, resume_offset = await upload_under_way(
+                client, handle, engine, cp, deadline=deadline, too_late=TOO_LATE
+            )
             assert resume_offset % PART == 0 and resume_offset <= SHARD_SIZE - 2 * PART, TOO_LATE
             s3 = s3_client_for(moto)
             parts = s3.list_parts(Bucket=bucket, Key=key, UploadId=first_upload)["Parts"]

@@ -4,16 +4,21 @@ workers to report in, and reading markers and replicas while a service is away."
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 from sqlalchemy import Engine, select, text
+from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowHandle
 
+from tests.helpers.lifecycle import ShardSpec, crc_hex, new_job, seed_checkpoint
 from tests.helpers.services import NODES
 from tierpoint.catalog.models import CheckpointTier, Replica
+from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import COPY_BATCH
 from tierpoint.devstack.services import MotoS3Server
 
@@ -153,3 +158,80 @@ async def failed_attempts(handle: WorkflowHandle[Any, Any], n: int) -> list[str]
 
     await eventually(f"{n} attempts of the copy batch failed", check)
     return [seen[k] for k in sorted(seen)]
+
+
+@dataclass(frozen=True)
+class SlowUpload:
+    """A one-shard checkpoint on the first node whose s3 stage is a slow multipart upload to a
+    test-owned endpoint: `cfg` for the node worker, `shared_cfg` (lustre read at `read_limit`)
+    for the shared worker that uploads, so the node's own copy to lustre stays fast."""
+
+    cfg: Settings
+    shared_cfg: Settings
+    job: str
+    step: int
+    checkpoint_id: int
+    key: str
+    data: bytes
+
+
+def slow_upload(
+    settings: Settings,
+    engine: Engine,
+    *,
+    endpoint_url: str,
+    bucket: str,
+    step: int,
+    path: str,
+    size: int,
+    part_size: int,
+    read_limit: int,
+    heartbeat_timeout: float,
+) -> SlowUpload:
+    s3_tier = settings.tier("s3").model_copy(
+        update={
+            "bucket": bucket,
+            "endpoint_url": endpoint_url,
+            "multipart_part_size": part_size,
+            "multipart_concurrency": 1,
+        }
+    )
+    cfg = settings.model_copy(
+        update={
+            "tiers": [t if t.name != "s3" else s3_tier for t in settings.tiers],
+            "batch_heartbeat_timeout_seconds": heartbeat_timeout,
+        }
+    )
+    slow_lustre = cfg.tier("lustre").model_copy(update={"read_bandwidth_limit": read_limit})
+    shared_cfg = cfg.model_copy(
+        update={"tiers": [t if t.name != "lustre" else slow_lustre for t in cfg.tiers]}
+    )
+    data = os.urandom(size)
+    seeded = seed_checkpoint(
+        cfg, sessionmaker(engine), new_job(), step, [ShardSpec(NODES[0], path, data, crc_hex(data))]
+    )
+    key = f"{s3_tier.prefix}{seeded.job}/{seeded.step}/{path}"
+    return SlowUpload(cfg, shared_cfg, seeded.job, seeded.step, seeded.checkpoint_id, key, data)
+
+
+async def upload_under_way(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    engine: Engine,
+    checkpoint_id: int,
+    *,
+    deadline: float,
+    too_late: str,
+) -> tuple[str, int]:
+    """Wait until the s3 upload is under way: bytes done in the catalog, and the Temporal server
+    holding the upload id and an offset a retry would resume from. Returns (upload id, offset);
+    fails with `too_late` if the copy finished first."""
+    loop = asyncio.get_running_loop()
+    while True:
+        assert loop.time() < deadline, "the upload to s3 never got under way"
+        state, done = await asyncio.to_thread(s3_replica, engine, checkpoint_id)
+        assert state != "verified", too_late
+        _, beat = await upload_heartbeat(client, handle)
+        if state == "copying" and done > 0 and beat.get("upload_id") and beat["offset"]:
+            return str(beat["upload_id"]), int(beat["offset"])
+        await asyncio.sleep(POLL)

@@ -2,7 +2,8 @@
 # Built with uv from the committed lock file. (Not built on the project's build machines, which
 # have no Docker engine; kept deliberately plain.)
 FROM python:3.11-slim AS build
-RUN pip install --no-cache-dir uv
+# Pinned so that an image built later resolves the lock file the same way.
+RUN pip install --no-cache-dir uv==0.13.9
 ENV UV_COMPILE_BYTECODE=1 \
     UV_LINK_MODE=copy \
     UV_PYTHON_DOWNLOADS=never \
@@ -20,7 +21,8 @@ COPY migrations ./migrations
 RUN uv sync --frozen --no-dev
 
 FROM python:3.11-slim
-RUN useradd --system --uid 10001 --home /app tierpoint \
+RUN groupadd --system --gid 10001 tierpoint \
+    && useradd --system --uid 10001 --gid 10001 --home /app tierpoint \
     # Mount points of the tiers in docker-compose.yml: named volumes take this ownership.
     && mkdir -p /mnt/ssd/node-1 /mnt/lustre && chown -R tierpoint /mnt/ssd /mnt/lustre
 COPY --from=build /app /app
@@ -28,7 +30,8 @@ WORKDIR /app
 ENV PATH=/app/.venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     TIERPOINT_LOG_JSON=true
-USER tierpoint
+# Numeric, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+USER 10001:10001
 EXPOSE 8080
 ENTRYPOINT ["tierpoint"]
 CMD ["api", "--host", "0.0.0.0"]

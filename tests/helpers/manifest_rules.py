@@ -1,0 +1,137 @@
+"""What the Kubernetes manifests must keep beyond schema validity, as one function returning every
+problem found: the promises of docs/deployment.md, checked against the code they depend on (the
+health router's paths, the settings model, the tier roots of the configured TOML)."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterator
+
+from fastapi.routing import APIRoute
+
+from api.routers.health import router as health_router
+from tests.helpers.kustomize import Obj, pod_spec
+from tierpoint.config import Settings, TierKind
+
+API_PATHS = {r.path for r in health_router.routes if isinstance(r, APIRoute)}
+CREDENTIAL_VARS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
+# The one container that runs as root: it hands the node's hostPath to the worker's user.
+ROOT_INIT = "tierpoint-node-worker/prepare-local-root"
+CONFIG_MOUNT = "/etc/tierpoint"
+
+
+def _workloads(objects: list[Obj]) -> Iterator[tuple[str, Obj, Obj]]:
+    for obj in objects:
+        spec = pod_spec(obj)
+        if spec is not None:
+            yield obj["metadata"]["name"], obj, spec
+
+
+def _containers(spec: Obj) -> list[Obj]:
+    return [*spec.get("initContainers", []), *spec.get("containers", [])]
+
+
+def _settings(objects: list[Obj]) -> tuple[Settings | None, list[str]]:
+    config = [o for o in objects if o["kind"] == "ConfigMap" and "tierpoint.toml" in o["data"]]
+    if len(config) != 1:
+        return None, [f"expected one ConfigMap with tierpoint.toml, found {len(config)}"]
+    try:
+        return Settings(**tomllib.loads(config[0]["data"]["tierpoint.toml"])), []
+    except Exception as exc:
+        return None, [f"tierpoint.toml is not valid Settings: {exc}"]
+
+
+def _container_rules(name: str, container: Obj, pod: Obj) -> Iterator[str]:
+    where = f"{name}/{container['name']}"
+    resources = container.get("resources", {})
+    if not {"cpu", "memory"} <= set(resources.get("requests", {})):
+        yield f"{where}: cpu and memory requests"
+    if "memory" not in resources.get("limits", {}):
+        yield f"{where}: a memory limit"
+    sc = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+    if sc.get("allowPrivilegeEscalation") is not False:
+        yield f"{where}: allowPrivilegeEscalation must be false"
+    if "ALL" not in sc.get("capabilities", {}).get("drop", []):
+        yield f"{where}: capabilities must drop ALL"
+    if where == ROOT_INIT:
+        if sc.get("capabilities", {}).get("add") != ["CHOWN"]:
+            yield f"{where}: root only with CHOWN"
+    elif sc.get("runAsNonRoot") is not True or sc.get("runAsUser", 0) == 0:
+        yield f"{where}: runAsNonRoot with a non-zero runAsUser"
+    for env in container.get("env", []):
+        if env["name"] in CREDENTIAL_VARS:
+            yield f"{where}: {env['name']} in a manifest (use the AWS chain: IRSA)"
+        if env["name"] == "TIERPOINT_CONFIG_FILE" and not env["value"].startswith(CONFIG_MOUNT):
+            yield f"{where}: TIERPOINT_CONFIG_FILE outside {CONFIG_MOUNT}"
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        path = container.get(kind, {}).get("httpGet", {}).get("path")
+        if path is not None and path not in API_PATHS:
+            yield f"{where}: {kind} path {path} is not served (health router: {sorted(API_PATHS)})"
+
+
+def _mounts(container: Obj) -> set[str]:
+    return {m["mountPath"] for m in container.get("volumeMounts", [])}
+
+
+def _main(spec: Obj) -> Obj:
+    container: Obj = spec["containers"][0]
+    return container
+
+
+def _specific_rules(name: str, obj: Obj, spec: Obj, settings: Settings) -> Iterator[str]:
+    main = _main(spec)
+    shared = [t.root for t in settings.tiers if t.kind is TierKind.SHARED]
+    local = [t.root for t in settings.tiers if t.kind is TierKind.LOCAL]
+    waits = any("migrate --check" in " ".join(c.get("command", [])) for c in _containers(spec))
+    if name != "tierpoint-migrate" and not waits:
+        yield f"{name}: no init container waits for `tierpoint migrate --check`"
+    if name == "tierpoint-migrate" and main["args"] != ["migrate"]:
+        yield f"{name}: runs {main['args']}, not migrate"
+    if name == "tierpoint-api":
+        if main.get("startupProbe", {}).get("httpGet", {}).get("path") != "/readyz":
+            yield f"{name}: startupProbe on /readyz"
+        if main.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
+            yield f"{name}: livenessProbe on /healthz"
+        annotations = obj["spec"]["template"]["metadata"].get("annotations", {})
+        ports = {str(p["containerPort"]) for p in main.get("ports", [])}
+        if annotations.get("prometheus.io/scrape") != "true":
+            yield f"{name}: prometheus.io/scrape"
+        if annotations.get("prometheus.io/port") not in ports:
+            yield f"{name}: prometheus.io/port is not a container port ({sorted(ports)})"
+        if annotations.get("prometheus.io/path") not in API_PATHS:
+            yield f"{name}: prometheus.io/path is not served"
+    if name in ("tierpoint-worker", "tierpoint-node-worker"):
+        for root in shared:
+            if root not in _mounts(main):
+                yield f"{name}: the shared tier {root} is not mounted"
+    if name == "tierpoint-node-worker":
+        if main["args"] != ["worker", "--node", "$(NODE_NAME)", "--no-shared"]:
+            yield f"{name}: args {main['args']}"
+        node_name: Obj = next((e for e in main.get("env", []) if e["name"] == "NODE_NAME"), {})
+        if node_name.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
+            yield f"{name}: NODE_NAME must come from spec.nodeName"
+        host_paths = {v["hostPath"]["path"] for v in spec.get("volumes", []) if "hostPath" in v}
+        for root in local:
+            if root not in host_paths or root not in _mounts(main):
+                yield f"{name}: the local tier {root} must be a hostPath mounted at that path"
+
+
+def problems(objects: list[Obj]) -> list[str]:
+    settings, found = _settings(objects)
+    for obj in objects:
+        if obj["kind"] == "ConfigMap":
+            found += [
+                f"ConfigMap {obj['metadata']['name']}: {var}"
+                for var in CREDENTIAL_VARS
+                if any(var in v for v in obj["data"].values())
+            ]
+    names = set()
+    for name, obj, spec in _workloads(objects):
+        names.add(name)
+        for container in _containers(spec):
+            found += _container_rules(name, container, spec)
+        if settings is not None:
+            found += _specific_rules(name, obj, spec, settings)
+    expected = {"tierpoint-api", "tierpoint-worker", "tierpoint-node-worker", "tierpoint-migrate"}
+    found += [f"missing workload {n}" for n in sorted(expected - names)]
+    return found

@@ -33,21 +33,41 @@ class TierKind(StrEnum):
 
 
 class TierConfig(BaseModel):
-    name: str
-    kind: TierKind
-    # POSIX tiers. A local root may contain "{node}", so one config serves every node.
-    root: str | None = None
-    # S3 tiers.
-    bucket: str | None = None
-    prefix: str = ""
-    endpoint_url: str | None = None
-    region: str = "us-east-1"
-    multipart_part_size: PositiveInt = 16 * 1024 * 1024
-    multipart_concurrency: PositiveInt = 2
-    # How many shard batches copy to this tier at once.
-    parallelism: PositiveInt = 4
-    # Reads off a local tier are throttled so that copies do not starve training (bytes/s, 0 = off).
-    read_bandwidth_limit: int = Field(default=0, ge=0)
+    name: str = Field(
+        description="The tier's name, URL-safe (`[A-Za-z0-9][A-Za-z0-9._-]{0,127}`), unique."
+    )
+    kind: TierKind = Field(
+        description="`local` (per node), `shared` (one POSIX root every node sees) or `s3`."
+    )
+    root: str | None = Field(
+        default=None,
+        description="POSIX tiers: the root directory. A local root may contain `{node}`, "
+        "replaced by the node id, so that one config serves every node.",
+    )
+    bucket: str | None = Field(default=None, description="S3 tiers: the bucket (required).")
+    prefix: str = Field(default="", description="S3 tiers: the key prefix of every object.")
+    endpoint_url: str | None = Field(
+        default=None,
+        description="S3 tiers: an S3-compatible endpoint (MinIO, moto); unset for AWS S3.",
+    )
+    region: str = Field(default="us-east-1", description="S3 tiers: the bucket's region.")
+    multipart_part_size: PositiveInt = Field(
+        default=16 * 1024 * 1024,
+        description="S3 tiers: bytes per part of a multipart upload; objects up to one part "
+        "are a single PutObject.",
+    )
+    multipart_concurrency: PositiveInt = Field(
+        default=2, description="S3 tiers: parts of one object uploaded at once."
+    )
+    parallelism: PositiveInt = Field(
+        default=4, description="How many shard batches copy to this tier at once."
+    )
+    read_bandwidth_limit: int = Field(
+        default=0,
+        ge=0,
+        description="Reads off a local tier are throttled so that copies do not starve "
+        "training (bytes/s, 0 = off).",
+    )
 
     @field_validator("name")
     @classmethod
@@ -82,32 +102,74 @@ class Settings(BaseSettings):
         extra="ignore",
     )
 
-    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/tierpoint"
-    temporal_address: str = "127.0.0.1:7233"
-    temporal_namespace: str = "default"
-    tiers: list[TierConfig] = Field(default_factory=list)
-    node_id: str | None = None
-    api_host: str = "127.0.0.1"
-    api_port: int = 8080
+    database_url: str = Field(
+        default="postgresql+psycopg://postgres@127.0.0.1:5432/tierpoint",
+        description="The catalog's SQLAlchemy URL (Postgres, psycopg 3). Holds credentials: "
+        "keep it in a secret.",
+    )
+    temporal_address: str = Field(
+        default="127.0.0.1:7233", description="The Temporal frontend, `host:port`."
+    )
+    temporal_namespace: str = Field(default="default", description="The Temporal namespace.")
+    tiers: list[TierConfig] = Field(
+        default_factory=list,
+        description="The tiers, ordered from the fastest, most local one to the most durable "
+        "one (see Tier below). As an environment variable: a JSON list.",
+    )
+    node_id: str | None = Field(
+        default=None,
+        description="The node id of this process, for tools that read it from the environment; "
+        "the node worker serves the nodes given with `--node`.",
+    )
+    api_host: str = Field(default="127.0.0.1", description="`tierpoint api`: bind address.")
+    api_port: int = Field(default=8080, description="`tierpoint api`: port.")
     # Registration limits (invariant 6: oversized manifests are refused before anything is written).
-    max_shards_per_checkpoint: PositiveInt = 200_000
-    max_manifest_bytes: PositiveInt = 64 * 1024 * 1024
+    max_shards_per_checkpoint: PositiveInt = Field(
+        default=200_000,
+        description="Registration refuses a manifest with more shards than this (4xx, "
+        "nothing written).",
+    )
+    max_manifest_bytes: PositiveInt = Field(
+        default=64 * 1024 * 1024,
+        description="Registration refuses a manifest (request body) larger than this (bytes).",
+    )
     # Workflow shape: history grows with batches, never with shards.
-    shard_batch_size: PositiveInt = 500
-    max_batches_per_stage: PositiveInt = 64
-    # Catalog progress writes per replica at most this often.
-    progress_interval_seconds: float = 1.0
-    # A batch activity (seal, copy) whose worker has not heartbeated for this long is retried
-    # elsewhere, resuming from its last heartbeat: how long a killed worker's copy waits. Progress
-    # is reported per chunk (8 MiB on POSIX), so a chunk at the slowest read_bandwidth_limit must
-    # arrive well within it.
-    batch_heartbeat_timeout_seconds: float = Field(default=60.0, gt=0)
-    reconcile_interval_seconds: float = 10.0
-    # How often the retention sweep schedule requests a retention run for every job (time-based
-    # rules such as keep_within change their answer without any promotion).
-    retention_sweep_interval: timedelta = timedelta(minutes=10)
-    log_json: bool = False
-    log_level: str = "INFO"
+    shard_batch_size: PositiveInt = Field(
+        default=500,
+        description="Smallest number of shards per batch activity; batches are "
+        "`max(shard_batch_size, ceil(S / max_batches_per_stage))` shards of one node.",
+    )
+    max_batches_per_stage: PositiveInt = Field(
+        default=64,
+        description="Target number of batches per stage (per node at least one).",
+    )
+    progress_interval_seconds: float = Field(
+        default=1.0,
+        description="Catalog progress writes (`replica.bytes_done`) per batch at most this "
+        "often (seconds).",
+    )
+    # Progress is reported per chunk (8 MiB on POSIX), so a chunk at the slowest
+    # read_bandwidth_limit must arrive well within it.
+    batch_heartbeat_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="A batch activity (seal, copy) whose worker has not heartbeated for this "
+        "long is retried elsewhere, resuming from its last heartbeat: how long a killed "
+        "worker's copy waits (seconds). Keep it well above 8 MiB / read_bandwidth_limit.",
+    )
+    reconcile_interval_seconds: float = Field(
+        default=10.0,
+        description="How often the shared worker's reconciler starts the workflows of "
+        "registered checkpoints that have none (seconds).",
+    )
+    # Time-based rules such as keep_within change their answer without any promotion.
+    retention_sweep_interval: timedelta = Field(
+        default=timedelta(minutes=10),
+        description="How often the retention sweep schedule requests a retention run for "
+        "every job (ISO 8601 duration or seconds).",
+    )
+    log_json: bool = Field(default=False, description="Logs as JSON lines instead of text.")
+    log_level: str = Field(default="INFO", description="Log level (`DEBUG`, `INFO`, ...).")
 
     @field_validator("tiers")
     @classmethod

@@ -74,6 +74,7 @@ def test_base_renders_every_workload(base: Rendered) -> None:
     assert kinds["DaemonSet"] == ["tierpoint-node-worker"]
     assert kinds["Job"] == ["tierpoint-migrate"]
     assert kinds["Service"] == ["tierpoint-api"]
+    assert kinds["NetworkPolicy"] == ["tierpoint-api", "tierpoint-no-ingress"]
     assert [n.rsplit("-", 1)[0] for n in kinds["ConfigMap"]] == ["tierpoint-config"]
     # Secrets are the operator's: none is committed in the base.
     assert "Secret" not in kinds

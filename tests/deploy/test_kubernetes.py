@@ -227,6 +227,10 @@ RULE_BREAKS: dict[str, tuple[Callable[[list[Obj]], None], str]] = {
         lambda objs: _container_named(objs, "tierpoint-worker/worker")["volumeMounts"].pop(1),
         "/fsx/tierpoint",
     ),
+    "settings file not mounted": (
+        lambda objs: _container_named(objs, "tierpoint-migrate/migrate")["volumeMounts"].pop(0),
+        "not mounted at /etc/tierpoint",
+    ),
     "API starts before the schema is checked": (
         lambda objs: _pod(objs, "tierpoint-api").pop("initContainers"),
         "migrate --check",

@@ -61,8 +61,11 @@ def _container_rules(name: str, container: Obj, pod: Obj) -> Iterator[str]:
     for env in container.get("env", []):
         if env["name"] in CREDENTIAL_VARS:
             yield f"{where}: {env['name']} in a manifest (use the AWS chain: IRSA)"
-        if env["name"] == "TIERPOINT_CONFIG_FILE" and not env["value"].startswith(CONFIG_MOUNT):
-            yield f"{where}: TIERPOINT_CONFIG_FILE outside {CONFIG_MOUNT}"
+        if env["name"] == "TIERPOINT_CONFIG_FILE":
+            if not env["value"].startswith(CONFIG_MOUNT + "/"):
+                yield f"{where}: TIERPOINT_CONFIG_FILE outside {CONFIG_MOUNT}"
+            if CONFIG_MOUNT not in _mounts(container):
+                yield f"{where}: the ConfigMap is not mounted at {CONFIG_MOUNT}"
     for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
         path = container.get(kind, {}).get("httpGet", {}).get("path")
         if path is not None and path not in API_PATHS:

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.test_kubernetes import KUBERNETES_VERSION
+from tests.helpers.manifest_rules import KUBERNETES_VERSION
 from tierpoint.config import Settings, TierKind
 
 ROOT = Path(__file__).resolve().parents[2]

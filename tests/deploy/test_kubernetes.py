@@ -23,12 +23,10 @@ from tests.helpers.kustomize import (
     normalize_hashes,
     render,
 )
-from tests.helpers.manifest_rules import problems
+from tests.helpers.manifest_rules import KUBERNETES_VERSION, problems
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"
-# The oldest Kubernetes minor the manifests are meant for (EKS and GKE both still offer it).
-KUBERNETES_VERSION = "1.32.0"
 
 
 def _overlay_tree(tmp: Path) -> Path:

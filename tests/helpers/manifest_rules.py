@@ -13,6 +13,8 @@ from api.routers.health import router as health_router
 from tests.helpers.kustomize import Obj, pod_spec
 from tierpoint.config import Settings, TierKind
 
+# The oldest Kubernetes minor the manifests are meant for (EKS and GKE both still offer it).
+KUBERNETES_VERSION = "1.32.0"
 API_PATHS = {r.path for r in health_router.routes if isinstance(r, APIRoute)}
 CREDENTIAL_VARS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
 # The one container that runs as root: it hands the node's hostPath to the worker's user.

@@ -10,10 +10,15 @@
 
 It uses `uv` from PATH, or installs uv into ./.bootstrap (a venv of this python3), then runs
 `uv sync --frozen` into ./.venv. Both steps are skipped cheaply when already done.
+
+`test` also makes ./.venv-torch, a pip venv with the client and its `torch` and `s3` extras, in
+which the tests run the client's torch.distributed.checkpoint storage. torch stays out of uv.lock:
+the lock would pull a multi-GB CUDA build, where pip here installs the CPU build `TORCH`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -24,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BOOTSTRAP_DIR = ROOT / ".bootstrap"
+TORCH_VENV = ROOT / ".venv-torch"
+TORCH = "torch==2.13.0"
 USAGE = __doc__ or ""
 MIN_PYTHON = (3, 11)  # as pyproject.toml requires
 
@@ -67,6 +74,30 @@ def sync(uv: str) -> None:
         # Build the venv from the interpreter running this script rather than one uv may fetch.
         cmd += ["--python", sys.executable]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+
+
+def torch_venv_key() -> str:
+    """Changes whenever the torch venv must be rebuilt: the client's dependencies or the pin."""
+    digest = hashlib.sha256((ROOT / "client" / "pyproject.toml").read_bytes())
+    digest.update(f"{TORCH} {sys.version_info[:2]}".encode())
+    return digest.hexdigest()
+
+
+def sync_torch_venv() -> None:
+    """Make .venv-torch hold torch, numpy and the client (editable, so source edits need no
+    reinstall); a no-op when its key file matches."""
+    key_file = TORCH_VENV / ".tierpoint-key"
+    key = torch_venv_key()
+    if key_file.exists() and key_file.read_text() == key:
+        return
+    _say(f"building {TORCH_VENV.name}/ ({TORCH}, numpy, the client with its torch and s3 extras)")
+    shutil.rmtree(TORCH_VENV, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(TORCH_VENV)], check=True)
+    pip = [str(_venv_bin(TORCH_VENV, "python")), "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "install", "--quiet", TORCH, "numpy"], check=True)
+    client = ROOT / "client"
+    subprocess.run([*pip, "install", "--quiet", "-e", f"{client}[s3,torch]"], check=True)
+    key_file.write_text(key)
 
 
 def mypy_targets() -> list[str]:
@@ -127,6 +158,7 @@ def main(argv: Sequence[str]) -> int:
     command, rest = argv[0], list(argv[1:])
     sync(find_uv())
     if command == "test":
+        sync_torch_venv()
         return run_tests(rest)
     if command == "mutants":
         python = str(_venv_bin(VENV, "python"))

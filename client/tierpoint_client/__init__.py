@@ -27,6 +27,7 @@ from tierpoint_client.manifest import build_manifest
 from tierpoint_client.models import (
     Checkpoint,
     LatestCheckpoint,
+    Lease,
     PlanEntry,
     Progress,
     Replica,
@@ -52,6 +53,7 @@ __all__ = [
     "ConflictError",
     "InvalidRequestError",
     "LatestCheckpoint",
+    "Lease",
     "ManifestError",
     "MissingDependencyError",
     "NotFoundError",

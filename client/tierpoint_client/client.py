@@ -14,6 +14,7 @@ from tierpoint_client.manifest import PathLike, build_manifest
 from tierpoint_client.models import (
     Checkpoint,
     LatestCheckpoint,
+    Lease,
     RestoreResult,
     ShardSpec,
     TierInfo,
@@ -120,24 +121,51 @@ class Client:
                 return
 
     def latest(
-        self, job: str, tier: str | None = None, node: str | None = None
+        self,
+        job: str,
+        tier: str | None = None,
+        node: str | None = None,
+        *,
+        lease_ttl: int | None = None,
+        holder: str | None = None,
     ) -> LatestCheckpoint | None:
         """The newest restorable checkpoint with its restore plan, or None if there is none.
 
         `tier` restricts the answer to copies on that tier; `node` lets the local copies on that
-        node count (pass this node's id when restarting on the same machine).
+        node count (pass this node's id when restarting on the same machine). With `lease_ttl`
+        (seconds) the answer carries a restore lease on the chosen checkpoint, taken in the same
+        transaction: release it with `release_lease` when the restore is done.
         """
         try:
             resp = self._http.request(
                 "GET",
                 f"/v1/jobs/{_job(job)}/checkpoints/latest",
-                query={"tier": tier, "node": node},
+                query={"tier": tier, "node": node, "lease_ttl": lease_ttl, "holder": holder},
             )
         except NotFoundError as e:
             if e.code == "no_restorable_checkpoint":
                 return None
             raise
         return LatestCheckpoint.from_json(resp.body)
+
+    def create_lease(
+        self, job: str, step: int, ttl_seconds: int, holder: str | None = None
+    ) -> Lease:
+        """A restore lease on one checkpoint (ConflictError `not_leasable` when it is restorable
+        from no tier)."""
+        body: dict[str, Any] = {"ttl_seconds": ttl_seconds}
+        if holder is not None:
+            body["holder"] = holder
+        resp = self._http.request(
+            "POST", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/leases", body=body
+        )
+        return Lease.from_json(resp.body)
+
+    def release_lease(self, job: str, step: int, lease_id: int) -> None:
+        """Release a restore lease; releasing an ended lease again is fine."""
+        self._http.request(
+            "DELETE", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/leases/{int(lease_id)}"
+        )
 
     def tiers(self) -> list[TierInfo]:
         resp = self._http.request("GET", "/v1/tiers")

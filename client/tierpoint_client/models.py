@@ -190,21 +190,48 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A restore lease: the checkpoint cannot expire on any tier while it is active."""
+
+    id: int
+    job: str
+    step: int
+    holder: str | None
+    expires_at: datetime | None
+    active: bool
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Lease:
+        return cls(
+            id=int(d["id"]),
+            job=d["job"],
+            step=int(d["step"]),
+            holder=d.get("holder"),
+            expires_at=_dt(d.get("expires_at")),
+            active=bool(d.get("active", True)),
+        )
+
+
+@dataclass(frozen=True)
 class LatestCheckpoint:
     job: str
     step: int
     checkpoint: Checkpoint
     plan: tuple[PlanEntry, ...]
     skipped: tuple[Skipped, ...] = ()
+    # Only when asked for with lease_ttl.
+    lease: Lease | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> LatestCheckpoint:
+        lease = d.get("lease")
         return cls(
             job=d["job"],
             step=int(d["step"]),
             checkpoint=Checkpoint.from_json(d["checkpoint"]),
             plan=tuple(PlanEntry.from_json(p) for p in d.get("plan") or ()),
             skipped=tuple(Skipped.from_json(s) for s in d.get("skipped") or ()),
+            lease=Lease.from_json(lease) if isinstance(lease, dict) else None,
         )
 
     @property

@@ -1,0 +1,106 @@
+"""What the DCP writer and reader share that needs no torch: where a rank's files go, what each
+stored item records, and the atomic, checksummed file writes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from tierpoint_client.client import Client
+from tierpoint_client.errors import TierpointError
+from tierpoint_client.hashing import crc32c_hex, update
+from tierpoint_client.paths import PARTIAL_SUFFIX
+
+# This node's id, as its tierpoint node worker knows it (`tierpoint worker --node N`).
+NODE_ENV = "TIERPOINT_NODE"
+# DCP's global metadata file; registered as a shard of the checkpoint like every data file.
+METADATA_FILE = ".metadata"
+SCHEME = "tierpoint://"
+_ID = re.compile(r"^tierpoint://(?P<job>[A-Za-z0-9][A-Za-z0-9._-]{0,127})(?:/(?P<step>\d+))?/?$")
+
+
+@dataclass(frozen=True)
+class TierpointStorageInfo:
+    """One stored item, as DCP keeps it in `Metadata.storage_data` (pickled into `.metadata`).
+
+    `path` is relative to the checkpoint directory on every tier; `file_size` and `crc32c` are the
+    whole file's, as registered, so a reader can verify any copy of it.
+    """
+
+    path: str
+    offset: int
+    length: int
+    node: str
+    file_size: int
+    crc32c: str
+
+
+def parse_checkpoint_id(checkpoint_id: object) -> tuple[str, int | None] | None:
+    """(job, step) of `tierpoint://<job>[/<step>]`, else None."""
+    if not isinstance(checkpoint_id, str):
+        return None
+    m = _ID.match(checkpoint_id)
+    if m is None:
+        return None
+    return m["job"], int(m["step"]) if m["step"] is not None else None
+
+
+def resolve_node(node: str | None, *, required: bool) -> str | None:
+    found = node or os.environ.get(NODE_ENV) or None
+    if found is None and required:
+        raise TierpointError(
+            f"this node's id is unknown: pass node= or set {NODE_ENV} (the id its tierpoint "
+            "node worker reports)"
+        )
+    return found
+
+
+def local_root(client: Client, node: str) -> Path:
+    """The node's local-tier root from the server's tier config (the first local tier)."""
+    for tier in client.tiers():
+        if tier.kind == "local" and tier.root:
+            return Path(tier.root.replace("{node}", node))
+    raise TierpointError("the tierpoint server has no local tier to write checkpoints to")
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class AtomicFile:
+    """A file written under a temporary name with its crc32c computed on the way; `commit`
+    fsyncs it and renames it into place, so its final name only ever holds a complete file."""
+
+    def __init__(self, final: Path) -> None:
+        self.final = final
+        self.tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{PARTIAL_SUFFIX}")
+        self._f = open(self.tmp, "xb")  # noqa: SIM115 - closed by commit or abort
+        self.size = 0
+        self._crc = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._crc = update(self._crc, data)
+        self._f.write(data)
+        self.size += len(memoryview(data).cast("B"))
+
+    def commit(self) -> tuple[int, str]:
+        """(size, crc32c) of the committed file."""
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        os.replace(self.tmp, self.final)
+        fsync_dir(self.final.parent)
+        return self.size, crc32c_hex(self._crc)
+
+    def abort(self) -> None:
+        self._f.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.tmp.unlink()

@@ -1,0 +1,196 @@
+"""`TierpointWriter`: a DCP StorageWriter that writes each rank's files to its node's local tier
+and registers the whole checkpoint once, from the coordinator's `finish`."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import pickle
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
+from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
+from torch.futures import Future
+
+from tierpoint_client.client import Client
+from tierpoint_client.errors import TierpointError
+from tierpoint_client.models import ShardSpec
+from tierpoint_client.torch._files import (
+    METADATA_FILE,
+    SCHEME,
+    AtomicFile,
+    TierpointStorageInfo,
+    local_root,
+    parse_checkpoint_id,
+    resolve_node,
+)
+
+
+class TierpointWriter(StorageWriter):
+    """Save a DCP checkpoint as `job`/`step` of tierpoint.
+
+    Every rank writes one file, `__<rank>_0.distcp`, under its own node's local-tier root
+    (`<root>/<job>/<step>/`), computing its crc32c while writing. The coordinator's `finish`
+    writes DCP's `.metadata` next to its own file and registers every file (with its node, size
+    and crc32c) in one request; tierpoint then copies the checkpoint to the shared tier and S3.
+    DCP calls `finish` only when every rank's `write_data` succeeded, so a failed save registers
+    nothing.
+    """
+
+    def __init__(
+        self,
+        job: str,
+        step: int,
+        *,
+        client: Client | None = None,
+        node: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.job = job
+        self.step = int(step)
+        self._client = client
+        self._node = node
+        self.metadata = dict(metadata or {})
+        self.save_id = uuid.uuid4().hex
+        self.is_coordinator = False
+        self.rank: int | None = None
+        self.registered: dict[str, Any] | None = None
+
+    @property
+    def checkpoint_id(self) -> str:
+        return f"{SCHEME}{self.job}/{self.step}"
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client.from_env()
+        return self._client
+
+    @property
+    def node(self) -> str:
+        node = resolve_node(self._node, required=True)
+        assert node is not None
+        return node
+
+    def directory(self) -> Path:
+        return local_root(self.client, self.node) / self.job / str(self.step)
+
+    # -- StorageWriter ---------------------------------------------------------------------
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        parsed = parse_checkpoint_id(checkpoint_id)
+        if parsed is not None:
+            self.job = parsed[0]
+            if parsed[1] is not None:
+                self.step = parsed[1]
+        self.save_id = uuid.uuid4().hex
+        self.registered = None
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        parsed = parse_checkpoint_id(checkpoint_id)
+        return parsed is not None and parsed[1] is not None
+
+    def storage_meta(self) -> StorageMeta | None:
+        return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self.save_id)
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        self.is_coordinator = is_coordinator
+        rank = kwargs.get("rank")
+        self.rank = int(rank) if rank is not None else None
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        # The coordinator names every rank's file, so no two ranks can pick the same name.
+        return [dataclasses.replace(p, storage_data=f"__{i}_") for i, p in enumerate(plans)]
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        prefix = plan.storage_data
+        if not isinstance(prefix, str):
+            # Saves without collectives plan on each rank alone: the rank names its file.
+            prefix = f"__{self.rank if self.rank is not None else 0}_"
+        results: list[WriteResult] = []
+        if plan.items:
+            results = self._write_file(f"{prefix}0.distcp", plan, planner)
+        done: Future[list[WriteResult]] = Future()
+        done.set_result(results)
+        return done
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        node = self.node
+        storage: dict[Any, TierpointStorageInfo] = {}
+        files: dict[str, ShardSpec] = {}
+        for rank_results in results:
+            for r in rank_results:
+                info = r.storage_data
+                if not isinstance(info, TierpointStorageInfo):
+                    raise TierpointError(f"a rank's write result is not ours: {info!r}")
+                storage[r.index] = info
+                files[info.path] = ShardSpec(info.path, info.file_size, info.crc32c, info.node)
+        metadata.storage_data = storage
+        directory = self.directory()
+        directory.mkdir(parents=True, exist_ok=True)
+        out = AtomicFile(directory / METADATA_FILE)
+        try:
+            out.write(pickle.dumps(metadata))
+            size, crc = out.commit()
+        except BaseException:
+            out.abort()
+            raise
+        shards = [*files.values(), ShardSpec(METADATA_FILE, size, crc, node)]
+        self.registered = self.client.register_manifest(
+            self.job, self.step, shards, metadata=self.metadata
+        )
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _write_file(self, name: str, plan: SavePlan, planner: SavePlanner) -> list[WriteResult]:
+        node = self.node
+        directory = self.directory()
+        directory.mkdir(parents=True, exist_ok=True)
+        out = AtomicFile(directory / name)
+        placed: list[tuple[Any, int, int]] = []
+        try:
+            for item in plan.items:
+                data = planner.resolve_data(item)
+                offset = out.size
+                if item.type == WriteItemType.BYTE_IO:
+                    if not isinstance(data, io.BytesIO):
+                        raise TierpointError(f"{item.index}: bytes item is not a BytesIO")
+                    out.write(data.getbuffer())
+                else:
+                    out.write(_serialize_tensor(data))
+                placed.append((item.index, offset, out.size - offset))
+            size, crc = out.commit()
+        except BaseException:
+            out.abort()
+            raise
+        return [
+            WriteResult(
+                index=index,
+                size_in_bytes=length,
+                storage_data=TierpointStorageInfo(name, offset, length, node, size, crc),
+            )
+            for index, offset, length in placed
+        ]
+
+
+def _serialize_tensor(data: Any) -> memoryview:
+    if not isinstance(data, torch.Tensor):
+        raise TierpointError(f"tensor item resolved to {type(data).__name__}")
+    tensor = data.detach().cpu()
+    # torch.save writes a view's whole storage: save only the view's elements.
+    if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
+        tensor = tensor.clone()
+    buf = io.BytesIO()
+    torch.save(tensor, buf)
+    return buf.getbuffer()

@@ -10,6 +10,7 @@ full tensors, which is DCP resharding. The rank writes what it saw (step, mismat
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import warnings
 from typing import Any
@@ -85,6 +86,8 @@ def main() -> None:
     p.add_argument("--tier")
     p.add_argument("--out", required=True)
     args = p.parse_args()
+    # A crash in torch's C++ (SIGABRT) then still shows where each Python thread was.
+    faulthandler.enable(all_threads=True)
 
     mesh = None
     if args.world > 1:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import json
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -132,3 +134,10 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # torch 2.13's C++ teardown at interpreter exit intermittently aborts ("terminate called
+    # without an active exception", no Python frame left: after main returned, the report
+    # written and the process group destroyed). The rank's work is complete and checked by then;
+    # exit without running C++ static destructors so the test judges the work, not the teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

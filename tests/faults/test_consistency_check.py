@@ -5,31 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import boto3
 import pytest
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint
-from tests.helpers.services import NODES, Services
+from tests.helpers.services import NODES, Services, s3_client
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, Shard
 from tierpoint.config import Settings
 from tierpoint.storage.posix.store import partial_name
 
 TIERS = ("ssd", "lustre", "s3")
-
-
-def s3_client(services: Services) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=services.s3_endpoint_url,
-        region_name=services.s3_region,
-        aws_access_key_id=services.s3_access_key_id,
-        aws_secret_access_key=services.s3_secret_access_key,
-    )
 
 
 def test_catalog_matches_tiers_check_catches_each_disagreement(

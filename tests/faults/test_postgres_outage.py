@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import boto3
 from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -42,7 +41,7 @@ from tests.helpers.lifecycle import (
     seed_checkpoint,
     shard_file,
 )
-from tests.helpers.services import Services, make_bucket, make_settings
+from tests.helpers.services import Services, make_bucket, make_settings, s3_client
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Replica
 from tierpoint.config import Settings
@@ -83,13 +82,7 @@ def assert_bytes(
 ) -> None:
     s3_tier = settings.tier("s3")
     assert s3_tier.bucket is not None
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=services.s3_endpoint_url,
-        region_name=services.s3_region,
-        aws_access_key_id=services.s3_access_key_id,
-        aws_secret_access_key=services.s3_secret_access_key,
-    )
+    s3 = s3_client(services)
     for sh in shards:
         for tier, node in (("ssd", sh.node), ("lustre", None)):
             f = shard_file(settings, tier, node, job, step, sh.path)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import PendingActivityState
@@ -31,7 +30,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.lifecycle import ShardSpec, crc_hex, new_job, running_workers, seed_checkpoint
-from tests.helpers.services import Services
+from tests.helpers.services import Services, s3_client
 from tests.helpers.worker_process import worker_process
 from tierpoint.catalog.models import Event, Replica
 from tierpoint.config import Settings
@@ -112,13 +111,7 @@ def assert_no_partial_under_final_name(final: Path, size: int) -> None:
 def s3_bytes(settings: Settings, services: Services, job: str, step: int, path: str) -> bytes:
     tier = settings.tier("s3")
     assert tier.bucket is not None
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=services.s3_endpoint_url,
-        region_name=services.s3_region,
-        aws_access_key_id=services.s3_access_key_id,
-        aws_secret_access_key=services.s3_secret_access_key,
-    )
+    s3 = s3_client(services)
     body: bytes = s3.get_object(Bucket=tier.bucket, Key=f"{tier.prefix}{job}/{step}/{path}")[
         "Body"
     ].read()

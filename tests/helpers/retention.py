@@ -10,14 +10,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
 from sqlalchemy import insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
 from tests.helpers.lifecycle import Seeded, random_shards, seed_checkpoint
-from tests.helpers.services import Services
+from tests.helpers.services import Services, s3_client
 from tierpoint.catalog import lifecycle_repo
 from tierpoint.catalog.engine import (
     async_sessions,
@@ -136,16 +135,6 @@ def steps_on_disk(root: Path, job: str) -> set[int]:
     return {
         int(d.name) for d in base.iterdir() if d.is_dir() and any(p.is_file() for p in d.rglob("*"))
     }
-
-
-def s3_client(services: Services) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=services.s3_endpoint_url,
-        region_name=services.s3_region,
-        aws_access_key_id=services.s3_access_key_id,
-        aws_secret_access_key=services.s3_secret_access_key,
-    )
 
 
 def s3_keys(services: Services, settings: Settings, job: str) -> dict[int, set[str]]:

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import boto3
 import psycopg
@@ -97,16 +98,20 @@ def ensure_namespaces(address: str, names: Sequence[str]) -> None:
     asyncio.run(register())
 
 
-def make_bucket(services: Services) -> str:
-    bucket = f"tp-{uuid.uuid4().hex[:12]}"
-    s3 = boto3.client(
+def s3_client(services: Services) -> Any:
+    """A boto3 S3 client of the session's endpoint, with its credentials."""
+    return boto3.client(
         "s3",
         endpoint_url=services.s3_endpoint_url,
         region_name=services.s3_region,
         aws_access_key_id=services.s3_access_key_id,
         aws_secret_access_key=services.s3_secret_access_key,
     )
-    s3.create_bucket(Bucket=bucket)
+
+
+def make_bucket(services: Services) -> str:
+    bucket = f"tp-{uuid.uuid4().hex[:12]}"
+    s3_client(services).create_bucket(Bucket=bucket)
     return bucket
 
 

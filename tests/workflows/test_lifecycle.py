@@ -7,7 +7,6 @@ import os
 from datetime import timedelta
 from typing import Any
 
-import boto3
 import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import func, select
@@ -29,7 +28,7 @@ from tests.helpers.lifecycle import (
     seed_checkpoint,
     shard_file,
 )
-from tests.helpers.services import Services
+from tests.helpers.services import Services, s3_client
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import (
@@ -92,16 +91,6 @@ def events(
             .order_by(Event.id)
         )
         return [(k, t, d) for k, t, d in rows]
-
-
-def s3_client(services: Services) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=services.s3_endpoint_url,
-        region_name=services.s3_region,
-        aws_access_key_id=services.s3_access_key_id,
-        aws_secret_access_key=services.s3_secret_access_key,
-    )
 
 
 def assert_bytes_everywhere(settings: Settings, services: Services, seeded: Seeded) -> None:

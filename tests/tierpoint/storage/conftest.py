@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from tests.helpers.services import Services, make_bucket
+from tests.helpers.services import s3_client as session_s3_client
 from tests.helpers.storage import MiB
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.posix.store import PosixStore
@@ -52,10 +52,4 @@ def s3_store(s3_tier: TierConfig) -> S3Store:
 @pytest.fixture
 def raw_s3(services: Services) -> Any:
     """A plain boto3 client, as another program (or an attacker) would use the bucket."""
-    return boto3.client(
-        "s3",
-        endpoint_url=services.s3_endpoint_url,
-        region_name=services.s3_region,
-        aws_access_key_id=services.s3_access_key_id,
-        aws_secret_access_key=services.s3_secret_access_key,
-    )
+    return session_s3_client(services)

@@ -158,6 +158,8 @@ class Replica(Base):
     location: Mapped[str] = mapped_column(Text)
     bytes_done: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     verified_at: Mapped[datetime | None]
+    # when a scrub last read these bytes back and found them good; null until the first scrub
+    scrubbed_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
@@ -166,6 +168,13 @@ class Replica(Base):
         CheckConstraint(_in("state", ReplicaState), name="state_valid"),
         Index("ix_replica_checkpoint_tier_state", "checkpoint_id", "tier", "state"),
         Index("ix_replica_node_state", "node_id", "state"),
+        # the scrub's queue: per tier, verified replicas whose bytes were read longest ago first
+        Index(
+            "ix_replica_scrub_due",
+            "tier",
+            text("coalesce(scrubbed_at, verified_at)"),
+            postgresql_where=text("state = 'verified'"),
+        ),
     )
 
 
@@ -226,3 +235,20 @@ class Event(Base):
         Index("ix_event_checkpoint_id", "checkpoint_id", "id"),
         Index("ix_event_job_id", "job_id", "id"),
     )
+
+
+class AccessToken(Base):
+    """A bearer token of the API. Only the sha256 of the secret is stored: the secret has 256 bits
+    of entropy, so a slow password hash would add latency to every request and no safety."""
+
+    __tablename__ = "access_token"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    # e.g. ["train:llama-"], ["read"], ["operate", "read"], ["admin"]
+    scopes: Mapped[list[str]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    expires_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]

@@ -24,12 +24,35 @@ from pydantic_settings import (
 from tierpoint.errors import UnknownTier
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+TAG_RE = re.compile(r"^[\w\s.:/=+\-@]*$")
 
 
 class TierKind(StrEnum):
     LOCAL = "local"
     SHARED = "shared"
     S3 = "s3"
+
+
+class StorageClass(StrEnum):
+    """S3 storage classes. GLACIER and DEEP_ARCHIVE objects must be restored (a RestoreObject
+    request, minutes to hours) before they can be read."""
+
+    STANDARD = "STANDARD"
+    INTELLIGENT_TIERING = "INTELLIGENT_TIERING"
+    STANDARD_IA = "STANDARD_IA"
+    ONEZONE_IA = "ONEZONE_IA"
+    GLACIER_IR = "GLACIER_IR"
+    GLACIER = "GLACIER"
+    DEEP_ARCHIVE = "DEEP_ARCHIVE"
+
+    @property
+    def needs_restore_request(self) -> bool:
+        return self in (StorageClass.GLACIER, StorageClass.DEEP_ARCHIVE)
+
+
+class ServerSideEncryption(StrEnum):
+    AES256 = "AES256"
+    KMS = "aws:kms"
 
 
 class TierConfig(BaseModel):
@@ -51,6 +74,39 @@ class TierConfig(BaseModel):
         description="S3 tiers: an S3-compatible endpoint (MinIO, moto); unset for AWS S3.",
     )
     region: str = Field(default="us-east-1", description="S3 tiers: the bucket's region.")
+    storage_class: StorageClass = Field(
+        default=StorageClass.STANDARD,
+        description="S3 tiers: the storage class of every object written. GLACIER and "
+        "DEEP_ARCHIVE objects are never offered as a restore source (they need a restore "
+        "request first).",
+    )
+    sse: ServerSideEncryption | None = Field(
+        default=None,
+        description="S3 tiers: server-side encryption of every object written, `AES256` "
+        "(SSE-S3) or `aws:kms` (SSE-KMS); unset = the bucket's default encryption.",
+    )
+    kms_key_id: str | None = Field(
+        default=None,
+        description='S3 tiers with `sse = "aws:kms"`: the KMS key (id, ARN or alias); unset = '
+        "the AWS managed key.",
+    )
+    bucket_key: bool = Field(
+        default=False,
+        description='S3 tiers with `sse = "aws:kms"`: use an S3 Bucket Key (fewer KMS '
+        "requests, lower KMS cost).",
+    )
+    tags: dict[str, str] = Field(
+        default_factory=dict,
+        description="S3 tiers: object tags set on every object written (e.g. for lifecycle "
+        "rules or cost allocation).",
+    )
+    price_per_gb_month: float | None = Field(
+        default=None,
+        ge=0,
+        description="What a GB (2^30 bytes) stored on this tier costs per month, in US dollars; "
+        "unset = the default of its kind and storage class (docs/cost.md). Never fetched from "
+        "the network.",
+    )
     multipart_part_size: PositiveInt = Field(
         default=16 * 1024 * 1024,
         description="S3 tiers: bytes per part of a multipart upload; objects up to one part "
@@ -76,6 +132,21 @@ class TierConfig(BaseModel):
             raise ValueError("tier names are URL-safe: [A-Za-z0-9][A-Za-z0-9._-]{0,127}")
         return v
 
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, tags: dict[str, str]) -> dict[str, str]:
+        # S3's own limits, checked here so that a bad tag fails at start, not at the first upload.
+        if len(tags) > 10:
+            raise ValueError("S3 allows at most 10 tags per object")
+        for k, v in tags.items():
+            if not 1 <= len(k) <= 128 or len(v) > 256:
+                raise ValueError(f"tag {k!r}: keys are 1-128 characters, values up to 256")
+            if not (TAG_RE.match(k) and TAG_RE.match(v)):
+                raise ValueError(
+                    f"tag {k!r}={v!r}: S3 allows letters, digits, spaces and _ . : / = + - @"
+                )
+        return tags
+
     @model_validator(mode="after")
     def _location(self) -> Self:
         if self.kind is TierKind.S3:
@@ -83,7 +154,19 @@ class TierConfig(BaseModel):
                 raise ValueError(f"s3 tier {self.name!r} needs a bucket")
         elif not self.root:
             raise ValueError(f"{self.kind} tier {self.name!r} needs a root")
+        if self.kind is not TierKind.S3:
+            s3_only = {"storage_class", "sse", "kms_key_id", "bucket_key", "tags"}
+            given = sorted(s3_only & self.model_fields_set)
+            if given:
+                raise ValueError(f"{', '.join(given)}: S3 tiers only, {self.name!r} is {self.kind}")
+        if self.sse is not ServerSideEncryption.KMS and (self.kms_key_id or self.bucket_key):
+            raise ValueError(f'tier {self.name!r}: kms_key_id and bucket_key need sse = "aws:kms"')
         return self
+
+    @property
+    def needs_restore_request(self) -> bool:
+        """Objects on this tier cannot be read without an S3 restore request first."""
+        return self.kind is TierKind.S3 and self.storage_class.needs_restore_request
 
     def root_for(self, node_id: str | None) -> Path:
         assert self.root is not None
@@ -177,6 +260,13 @@ class Settings(BaseSettings):
         names = [t.name for t in tiers]
         if len(set(names)) != len(names):
             raise ValueError("tier names must be unique")
+        # Nothing can copy from (or restore from) a tier whose objects must be restored first.
+        for t in tiers[:-1]:
+            if t.needs_restore_request:
+                raise ValueError(
+                    f"tier {t.name!r} has storage class {t.storage_class}, whose objects need a "
+                    "restore request before they can be read: it can only be the last tier"
+                )
         return tiers
 
     @classmethod

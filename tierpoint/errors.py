@@ -158,6 +158,12 @@ class LeaseEnded(TierpointError):
     title = "Restore lease already released or expired"
 
 
+class TierNeedsRestoreRequest(TierpointError):
+    code = "tier_needs_restore_request"
+    status = 409
+    title = "Tier's objects need an S3 restore request before they can be read"
+
+
 ALL_ERRORS: tuple[type[TierpointError], ...] = (
     InvalidManifest,
     InvalidJobName,
@@ -180,4 +186,5 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     NotLeasable,
     LeaseNotFound,
     LeaseEnded,
+    TierNeedsRestoreRequest,
 )

@@ -120,7 +120,7 @@ async def register_checkpoint(
 @router.get(
     "/{job:path}/checkpoints/latest",
     response_model=LatestWithLease,
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404, 409, 422),
     summary="Latest restorable checkpoint and restore plan",
 )
 async def latest_restorable(

@@ -10,7 +10,15 @@ from fastapi import APIRouter, Body
 from api.deps import JobName, SessionDep, StateDep
 from api.problems import problem_responses
 from api.schemas.policies import JobPolicy
-from api.schemas.retention import DryRun, PlanRequest, PolicyUsed, TierUsageOut, Usage
+from api.schemas.retention import (
+    CostComparison,
+    CostOut,
+    DryRun,
+    PlanRequest,
+    PolicyUsed,
+    TierUsageOut,
+    Usage,
+)
 from tierpoint.retention import tier_refs
 from tierpoint.services.retention import evaluate, parse_policy
 
@@ -39,18 +47,26 @@ async def retention_plan(
         if body is not None and body.policy is not None
         else None
     )
-    assigned, result = await evaluate(session, job, tiers, preview)
-    if assigned is None:
-        assert preview is not None
+    found = await evaluate(session, job, tiers, preview)
+    cost = CostOut.of(state.settings.tiers, found.plan)
+    compared = None
+    if preview is not None:
         used = PolicyUsed(source="preview", name=None, version=None, spec=preview.to_spec())
+        assert found.baseline is not None
+        current = CostOut.of(state.settings.tiers, found.baseline)
+        compared = CostComparison(
+            current_policy_monthly_cost_after=current.monthly_cost_after,
+            monthly_cost_delta=round(cost.monthly_cost_after - current.monthly_cost_after, 6),
+        )
     else:
+        assigned = found.assigned
         used = PolicyUsed(
             source=assigned.source,
             name=assigned.name,
             version=assigned.version,
             spec=assigned.policy.to_spec(),
         )
-    return DryRun(job=job, policy=used, plan=result)
+    return DryRun(job=job, policy=used, plan=found.plan, cost=cost, compared_to_current=compared)
 
 
 @router.get(
@@ -60,15 +76,19 @@ async def retention_plan(
     summary="Bytes and checkpoints per tier for a job, now and after retention",
 )
 async def job_usage(job: JobName, session: SessionDep, state: StateDep) -> Usage:
-    assigned, result = await evaluate(session, job, tier_refs(state.settings.tiers))
-    assert assigned is not None
+    found = await evaluate(session, job, tier_refs(state.settings.tiers))
+    result = found.plan
+    cost = CostOut.of(state.settings.tiers, result)
+    costs = {c.tier: c for c in cost.tiers}
     kept = Counter(k.tier for k in result.keeps)
     expiring = Counter(e.tier for e in result.expiries)
     unfinished = Counter(u.tier for u in result.unfinished)
     return Usage(
         job=job,
         now=result.now,
-        policy=JobPolicy.of(job, assigned),
+        policy=JobPolicy.of(job, found.assigned),
+        monthly_cost_now=cost.monthly_cost_now,
+        monthly_cost_after=cost.monthly_cost_after,
         tiers=[
             TierUsageOut(
                 tier=u.tier,
@@ -81,6 +101,9 @@ async def job_usage(job: JobName, session: SessionDep, state: StateDep) -> Usage
                 max_bytes=u.max_bytes,
                 quota_met=u.quota_met,
                 over_by=u.over_by,
+                price_per_gb_month=costs[u.tier].price_per_gb_month,
+                monthly_cost_now=costs[u.tier].monthly_cost_now,
+                monthly_cost_after=costs[u.tier].monthly_cost_after,
             )
             for u in result.usage
         ],

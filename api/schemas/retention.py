@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.policies import JobPolicy
+from tierpoint.config import TierConfig
+from tierpoint.cost import summarise
 from tierpoint.retention import RetentionPlan
 
 
@@ -27,10 +31,51 @@ class PolicyUsed(BaseModel):
     spec: dict[str, Any]
 
 
+class TierCostOut(BaseModel):
+    tier: str
+    price_per_gb_month: float = Field(description="US dollars per GB (2^30 bytes) and month")
+    monthly_cost_now: float = Field(description="US dollars per month for the bytes there now")
+    monthly_cost_after: float = Field(description="... once the planned expiries are done")
+
+
+class CostOut(BaseModel):
+    """Monthly storage cost in US dollars, from the catalog's bytes and the configured prices."""
+
+    currency: Literal["USD"] = "USD"
+    tiers: list[TierCostOut]
+    monthly_cost_now: float
+    monthly_cost_after: float
+
+    @classmethod
+    def of(cls, tiers: Sequence[TierConfig], plan: RetentionPlan) -> CostOut:
+        summary = summarise(tiers, ((u.tier, u.bytes_now, u.bytes_after) for u in plan.usage))
+        return cls(
+            tiers=[TierCostOut(**dataclasses.asdict(t)) for t in summary.tiers],
+            monthly_cost_now=summary.monthly_cost_now,
+            monthly_cost_after=summary.monthly_cost_after,
+        )
+
+
+class CostComparison(BaseModel):
+    """A previewed policy against the job's own, on the same snapshot of the catalog."""
+
+    current_policy_monthly_cost_after: float = Field(
+        description="monthly cost once the job's own policy's planned expiries are done"
+    )
+    monthly_cost_delta: float = Field(
+        description="the preview's monthly cost after its expiries minus the current policy's: "
+        "negative when the preview is cheaper"
+    )
+
+
 class DryRun(BaseModel):
     job: str
     policy: PolicyUsed
     plan: RetentionPlan
+    cost: CostOut
+    compared_to_current: CostComparison | None = Field(
+        default=None, description="with a previewed `policy`: its cost against the job's policy"
+    )
 
 
 class TierUsageOut(BaseModel):
@@ -44,6 +89,9 @@ class TierUsageOut(BaseModel):
     max_bytes: int | None
     quota_met: bool | None
     over_by: int
+    price_per_gb_month: float = Field(description="US dollars per GB (2^30 bytes) and month")
+    monthly_cost_now: float = Field(description="US dollars per month for bytes_now")
+    monthly_cost_after: float = Field(description="US dollars per month for bytes_after")
 
 
 class Usage(BaseModel):
@@ -51,3 +99,6 @@ class Usage(BaseModel):
     now: datetime
     policy: JobPolicy
     tiers: list[TierUsageOut]
+    currency: Literal["USD"] = "USD"
+    monthly_cost_now: float = Field(description="the job's storage cost per month, all tiers")
+    monthly_cost_after: float = Field(description="... once the planned expiries are done")

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, console, fail, resolve_api
-from tierpoint.cli.render import human_bytes
+from tierpoint.cli.render import dollars, human_bytes
 from tierpoint.devstack.facts import DEFAULT_DATA_DIR
 
 app = typer.Typer(help="Retention policies: what each tier keeps, per job.", no_args_is_help=True)
@@ -193,15 +193,23 @@ def _plan_tables(body: dict[str, Any]) -> list[Table]:
         keeps.add_column(col)
     for k in plan["keeps"]:
         keeps.add_row(k["tier"], str(k["step"]), human_bytes(k["bytes"]), ", ".join(k["reasons"]))
+    cost = {c["tier"]: c for c in body["cost"]["tiers"]}
     usage = Table(title="usage per tier")
-    for col in ("tier", "now", "after", "quota", "rules"):
-        usage.add_column(col)
+    for col in ("tier", "now", "after", "$/month now", "$/month after", "quota", "rules"):
+        usage.add_column(col, justify="right" if col.startswith("$") else "left")
     for u in plan["usage"]:
         quota = "-" if u["max_bytes"] is None else human_bytes(u["max_bytes"])
         if u["quota_met"] is False:
             quota += f" (over by {human_bytes(u['over_by'])})"
+        c = cost[u["tier"]]
         usage.add_row(
-            u["tier"], human_bytes(u["bytes_now"]), human_bytes(u["bytes_after"]), quota, u["rule"]
+            u["tier"],
+            human_bytes(u["bytes_now"]),
+            human_bytes(u["bytes_after"]),
+            dollars(c["monthly_cost_now"]),
+            dollars(c["monthly_cost_after"]),
+            quota,
+            u["rule"],
         )
     return [expiries, keeps, usage]
 
@@ -235,5 +243,20 @@ def plan(
     console.print(f"job [bold]{job}[/], {label} ({p['source']}), at {r['plan']['now']}")
     for table in _plan_tables(r):
         console.print(table)
+    total = r["cost"]
+    console.print(
+        f"monthly cost: {dollars(total['monthly_cost_now'])} now, "
+        f"{dollars(total['monthly_cost_after'])} after these expiries"
+    )
+    compared = r.get("compared_to_current")
+    if compared is not None:
+        delta = compared["monthly_cost_delta"]
+        style = "green" if delta < 0 else "red" if delta > 0 else "dim"
+        current = dollars(compared["current_policy_monthly_cost_after"])
+        sign = "+" if delta > 0 else ""
+        console.print(
+            f"against the job's own policy ({current} after its expiries): "
+            f"[{style}]{sign}{dollars(delta)}[/] a month"
+        )
     for note in r["plan"]["notes"]:
         console.print(f"[yellow]note:[/] {note}")

@@ -27,6 +27,13 @@ def state_text(state: str | None) -> Text:
     return Text(state, style=STATE_STYLES.get(state, ""))
 
 
+def dollars(amount: float) -> str:
+    """US dollars to the cent, or to a tenth of a cent below a dollar (small test jobs)."""
+    sign = "-" if amount < 0 else ""
+    a = abs(amount)
+    return f"{sign}${a:,.2f}" if a >= 1 else f"{sign}${a:.3f}"
+
+
 def human_bytes(n: int | None) -> str:
     if n is None:
         return "-"

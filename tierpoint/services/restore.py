@@ -14,6 +14,7 @@ from tierpoint.catalog.latest_restorable import latest_restorable
 from tierpoint.catalog.leases_repo import insert_lease
 from tierpoint.catalog.views import LatestRestorableView
 from tierpoint.config import TierConfig
+from tierpoint.errors import TierNeedsRestoreRequest
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,22 @@ async def latest_with_lease(
 ) -> LatestRestorableView:
     """The latest restorable checkpoint for the caller; with `lease`, the chosen checkpoint's row
     stays locked from before its plan is read until the lease is inserted, so retention cannot
-    expire what the answer points at. The caller commits."""
+    expire what the answer points at. The caller commits.
+
+    Tiers whose objects need an S3 restore request (GLACIER, DEEP_ARCHIVE) are never a source:
+    a restore plan pointing at them would fail on the first read."""
+    readable = [t for t in tiers if not t.needs_restore_request]
+    if tier is not None and tier not in {t.name for t in readable}:
+        named = next((t for t in tiers if t.name == tier), None)
+        if named is not None:
+            raise TierNeedsRestoreRequest(
+                f"tier {tier!r} stores objects in {named.storage_class}, which S3 must restore "
+                "(RestoreObject, minutes to hours) before they can be read; tierpoint does not "
+                "issue restore requests: restore from another tier, or restore the objects with "
+                "the AWS tools first"
+            )
     found = await latest_restorable(
-        session, job, tiers, tier=tier, node=node, lock=lease is not None
+        session, job, readable, tier=tier, node=node, lock=lease is not None
     )
     if lease is None:
         return found

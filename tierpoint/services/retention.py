@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -67,19 +68,31 @@ async def resolve_policy(session: AsyncSession, job: str) -> AssignedPolicy:
     return await session.run_sync(policy_for_job, job)
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    assigned: AssignedPolicy  # the policy the job runs under
+    plan: RetentionPlan  # under `preview` when one was given, else under `assigned`
+    # With a preview: the plan under the job's own policy, on the same snapshot, so that the two
+    # can be compared (what the preview would save or cost).
+    baseline: RetentionPlan | None
+
+
 def _evaluate(
     session: Session, job: str, tiers: Sequence[TierRef], preview: Policy | None
-) -> tuple[AssignedPolicy | None, RetentionPlan]:
+) -> Evaluation:
     now = session.scalar(select(func.now()))
     assert now is not None
     if preview is None:
-        return dry_run(session, job, tiers, now)
-    return None, plan(take_snapshot(session, job, tiers, now), preview, now)
+        assigned, current = dry_run(session, job, tiers, now)
+        return Evaluation(assigned, current, None)
+    snapshot = take_snapshot(session, job, tiers, now)
+    assigned = policy_for_job(session, job)
+    return Evaluation(assigned, plan(snapshot, preview, now), plan(snapshot, assigned.policy, now))
 
 
 async def evaluate(
     session: AsyncSession, job: str, tiers: Sequence[TierRef], preview: Policy | None = None
-) -> tuple[AssignedPolicy | None, RetentionPlan]:
+) -> Evaluation:
     """The dry run (under the job's policy, or `preview` instead) on one consistent snapshot
     (REPEATABLE READ), at the database's clock, the clock leases are written with. Changes
     nothing. Raises JobNotFound."""

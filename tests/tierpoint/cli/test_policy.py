@@ -2,69 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
-import threading
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
-import uvicorn
 from sqlalchemy import Engine
 
-from api.app import create_app
 from tests.helpers.api import events, seed
-from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
-
-
-@pytest.fixture
-async def api_url(settings: Settings, nodes: tuple[str, str]) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the API server exited while starting"
-        await asyncio.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await asyncio.to_thread(thread.join)
-
-
-@dataclass
-class Result:
-    exit_code: int
-    output: str
+from tests.helpers.cli import Result, run_cli
 
 
 async def _run(api_url: str, *args: str) -> Result:
-    """The command in its own process, as an admin runs it."""
-    env = {
-        **os.environ,
-        "TIERPOINT_API_URL": api_url,
-        "TIERPOINT_ACTOR": "carol",
-        "COLUMNS": "200",
-        "NO_COLOR": "1",
-    }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tierpoint.cli.main",
-        "policy",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await proc.communicate()
-    assert proc.returncode is not None
-    return Result(proc.returncode, out.decode())
+    return await run_cli(api_url, "policy", *args)
 
 
 async def test_policy_commands(

@@ -32,6 +32,7 @@ from tierpoint.storage.base import (
     SourceSizeMismatch,
 )
 from tierpoint.storage.checksum import crc32c_combine, crc32c_hex, crc32c_of, crc32c_to_base64
+from tierpoint.storage.s3.object_options import object_write_args
 from tierpoint.storage.s3.responses import FULL_OBJECT, error_code, stored_crc32c
 from tierpoint.storage.source import check_source_end, position_source, read_full
 
@@ -194,7 +195,11 @@ class MultipartUploads:
 
     def _create_upload(self, key: str) -> _Upload:
         resp = self.client.create_multipart_upload(
-            Bucket=self.bucket, Key=key, ChecksumAlgorithm="CRC32C", ChecksumType=FULL_OBJECT
+            Bucket=self.bucket,
+            Key=key,
+            ChecksumAlgorithm="CRC32C",
+            ChecksumType=FULL_OBJECT,
+            **object_write_args(self.config),
         )
         return _Upload(
             upload_id=resp["UploadId"],

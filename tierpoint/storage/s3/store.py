@@ -32,6 +32,7 @@ from tierpoint.storage.checksum import (
 )
 from tierpoint.storage.paths import checkpoint_parts
 from tierpoint.storage.s3.multipart import MultipartUploads, PartBody, part_size_for
+from tierpoint.storage.s3.object_options import object_write_args
 from tierpoint.storage.s3.reader import S3Reader
 from tierpoint.storage.s3.responses import is_not_found, stored_crc32c, whole_object_checksum
 from tierpoint.storage.source import check_source_end, position_source, read_full
@@ -171,6 +172,7 @@ class S3Store:
             ContentLength=size,
             ChecksumAlgorithm="CRC32C",
             ChecksumCRC32C=crc32c_to_base64(crc),
+            **object_write_args(self.config),
         )
         return CopyResult(size=size, crc32c=crc32c_hex(crc))
 

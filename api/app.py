@@ -13,7 +13,17 @@ from fastapi.routing import APIRoute
 from api import problems
 from api.deps import ApiState
 from api.middleware import ManifestSizeLimit, RequestObserver
-from api.routers import checkpoints, health, jobs, leases, pins, policies, retention, tiers
+from api.routers import (
+    checkpoints,
+    health,
+    jobs,
+    leases,
+    operations,
+    pins,
+    policies,
+    retention,
+    tiers,
+)
 from api.temporal_link import TemporalLink
 from tierpoint import logs
 from tierpoint.catalog.engine import async_sessions, make_async_engine
@@ -80,6 +90,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     problems.install(app)
+    # Before the checkpoints router: its `{job:path}/checkpoints/{step}` must not see `/events`.
+    app.include_router(operations.router)
     app.include_router(checkpoints.router)
     app.include_router(policies.router)
     app.include_router(retention.router)

@@ -23,15 +23,21 @@ def decode_cursor(cursor: str, kind: type) -> Any:
         if data.get("v") != 1 or type(key) is not kind:
             raise ValueError
     except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise RequestInvalid(
-            "cursor is not one this API returned",
-            errors=[
-                {
-                    "field": "cursor",
-                    "location": "query",
-                    "message": "invalid cursor",
-                    "code": "invalid_cursor",
-                }
-            ],
-        ) from None
+        raise invalid_cursor() from None
     return key
+
+
+def invalid_cursor() -> RequestInvalid:
+    """The error of a cursor this API did not return (also for one that decodes but whose key
+    does not have the shape the endpoint's cursors have)."""
+    return RequestInvalid(
+        "cursor is not one this API returned",
+        errors=[
+            {
+                "field": "cursor",
+                "location": "query",
+                "message": "invalid cursor",
+                "code": "invalid_cursor",
+            }
+        ],
+    )

@@ -51,7 +51,7 @@ _CHECKPOINT_COLS = (
 )
 
 
-async def _progress(
+async def tier_progress(
     session: AsyncSession, pairs: Sequence[tuple[int, str]]
 ) -> dict[tuple[int, str], tuple[int, int]]:
     """(checkpoint_id, tier) -> (shards verified, bytes done), read from replica rows through the
@@ -99,7 +99,7 @@ async def _views(
     for m in markers:
         by_checkpoint[m.checkpoint_id].append(m)
     # A restorable marker means every shard is verified there (invariant 1): no need to count.
-    progress = await _progress(
+    progress = await tier_progress(
         session, [(m.checkpoint_id, m.tier) for m in markers if m.state != RESTORABLE]
     )
     order = {t.name: i for i, t in enumerate(tiers)}

@@ -199,6 +199,23 @@ class CheckpointTier(Base):
     __table_args__ = (
         CheckConstraint(_in("state", TierState), name="state_valid"),
         Index("ix_checkpoint_tier_latest", "job_id", "state", "tier", text("step DESC")),
+        # The operator views across all jobs: copies in flight (few, however large the catalog),
+        # failures newest first, and promotion lag over a recent window.
+        Index(
+            "ix_checkpoint_tier_pending",
+            "checkpoint_id",
+            postgresql_where=text("state = 'pending'"),
+        ),
+        Index(
+            "ix_checkpoint_tier_failed",
+            text("updated_at DESC"),
+            postgresql_where=text("state = 'failed'"),
+        ),
+        Index(
+            "ix_checkpoint_tier_restorable_at",
+            "restorable_at",
+            postgresql_where=text("restorable_at IS NOT NULL"),
+        ),
     )
 
 

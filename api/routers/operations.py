@@ -1,0 +1,229 @@
+"""Operator views: the jobs overview with recovery points per tier, copies in flight, failures,
+promotion lag, tier usage, nodes, and a checkpoint's event history. Reads only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import JobName, SessionDep, StateDep, Step
+from api.pagination import decode_cursor, encode_cursor, invalid_cursor
+from api.problems import problem_responses
+from api.schemas.operations import (
+    EventOut,
+    EventPage,
+    FailureOut,
+    FailurePage,
+    InFlightList,
+    InFlightOut,
+    JobOverviewOut,
+    JobsOverviewPage,
+    JobUsageOut,
+    LagList,
+    LagOut,
+    NodeList,
+    NodeOut,
+    TierPointOut,
+    TierUsageList,
+    TierUsageSummaryOut,
+)
+from tierpoint.catalog import operator_reads
+from tierpoint.config import TierKind
+from tierpoint.cost import monthly_cost
+from tierpoint.errors import UnknownTier
+from tierpoint.storage.posix.space import disk_space
+
+router = APIRouter(prefix="/v1", tags=["operations"])
+
+JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+JobFilter = Annotated[
+    str | None,
+    Query(description="Only this job.", min_length=1, max_length=128, pattern=JOB_NAME_PATTERN),
+]
+# Jobs listed under each tier of the usage view.
+TOP_JOBS = 10
+
+
+@router.get(
+    "/overview/jobs",
+    response_model=JobsOverviewPage,
+    responses=problem_responses(422),
+    summary="Jobs with their recovery point, bytes and cost per tier, in-flight and failed",
+)
+async def jobs_overview(
+    session: SessionDep,
+    state: StateDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    prefix: Annotated[
+        str | None,
+        Query(description="Only jobs whose name starts with this.", max_length=128),
+    ] = None,
+) -> JobsOverviewPage:
+    after = decode_cursor(cursor, str) if cursor is not None else None
+    tiers = state.settings.tiers
+    views, last, now = await operator_reads.jobs_overview(
+        session, [t.name for t in tiers], limit=limit, after_name=after, prefix=prefix
+    )
+    items = []
+    for v in views:
+        points = [
+            TierPointOut.model_validate({**vars(p), "monthly_cost": monthly_cost(tier, p.bytes)})
+            for p, tier in zip(v.tiers, tiers, strict=True)
+        ]
+        items.append(
+            JobOverviewOut.model_validate(
+                {
+                    **vars(v),
+                    "tiers": points,
+                    "monthly_cost": round(sum(p.monthly_cost for p in points), 6),
+                }
+            )
+        )
+    return JobsOverviewPage(
+        now=now, items=items, next_cursor=encode_cursor(last) if last is not None else None
+    )
+
+
+def _known_tier(tier: str | None, names: list[str]) -> None:
+    if tier is not None and tier not in names:
+        raise UnknownTier(f"tier {tier!r} is not configured; tiers are {', '.join(names)}")
+
+
+@router.get(
+    "/copies/in-flight",
+    response_model=InFlightList,
+    responses=problem_responses(422),
+    summary="Tier copies still pending, oldest first, with progress, throughput and ETA",
+)
+async def copies_in_flight(
+    session: SessionDep,
+    state: StateDep,
+    job: JobFilter = None,
+    tier: Annotated[str | None, Query(max_length=128)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> InFlightList:
+    names = state.settings.tier_names()
+    _known_tier(tier, names)
+    views, now = await operator_reads.in_flight(session, names, job=job, tier=tier, limit=limit)
+    return InFlightList(now=now, items=[InFlightOut.model_validate(v) for v in views])
+
+
+@router.get(
+    "/failures",
+    response_model=FailurePage,
+    responses=problem_responses(422),
+    summary="Failed tier copies, newest first, with reason and last error",
+)
+async def list_failures(
+    session: SessionDep,
+    job: JobFilter = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> FailurePage:
+    after = _failure_key(decode_cursor(cursor, list)) if cursor is not None else None
+    views, last = await operator_reads.failures(session, job=job, limit=limit, after=after)
+    return FailurePage(
+        items=[FailureOut.model_validate(v) for v in views],
+        next_cursor=encode_cursor(list(last)) if last is not None else None,
+    )
+
+
+def _failure_key(raw: list[object]) -> tuple[str, int, str]:
+    match raw:
+        case [str(at), int(cid), str(tier)]:
+            try:
+                datetime.fromisoformat(at)
+            except ValueError:
+                pass
+            else:
+                return at, cid, tier
+    raise invalid_cursor()
+
+
+@router.get(
+    "/lag",
+    response_model=LagList,
+    responses=problem_responses(422),
+    summary="Registration to restorable per job and tier: p50, p95, max over a window",
+)
+async def promotion_lag(
+    session: SessionDep,
+    job: JobFilter = None,
+    window_seconds: Annotated[
+        int, Query(ge=60, le=90 * 86400, description="Copies promoted within this window.")
+    ] = 86400,
+) -> LagList:
+    window = timedelta(seconds=window_seconds)
+    views, now = await operator_reads.promotion_lag(session, window, job=job)
+    return LagList(
+        now=now, window_seconds=window_seconds, items=[LagOut.model_validate(v) for v in views]
+    )
+
+
+@router.get(
+    "/tiers/usage",
+    response_model=TierUsageList,
+    summary="Bytes, checkpoints and cost per tier and job; free space of shared POSIX tiers",
+)
+async def tiers_usage(session: SessionDep, state: StateDep) -> TierUsageList:
+    rows = await operator_reads.tier_usage(session)
+    by_tier: dict[str, list[JobUsageOut]] = defaultdict(list)
+    for r in rows:
+        by_tier[r.tier].append(JobUsageOut(job=r.job, bytes=r.bytes, checkpoints=r.checkpoints))
+    items = []
+    for t in state.settings.tiers:
+        jobs = by_tier.get(t.name, [])
+        total = sum(j.bytes for j in jobs)
+        space = None
+        if t.kind is TierKind.SHARED:
+            space = await asyncio.to_thread(disk_space, t.root_for(None))
+        items.append(
+            TierUsageSummaryOut(
+                tier=t.name,
+                kind=t.kind.value,
+                bytes=total,
+                checkpoints=sum(j.checkpoints for j in jobs),
+                monthly_cost=monthly_cost(t, total),
+                free_bytes=space[0] if space else None,
+                capacity_bytes=space[1] if space else None,
+                jobs=jobs[:TOP_JOBS],
+            )
+        )
+    return TierUsageList(items=items)
+
+
+@router.get(
+    "/nodes",
+    response_model=NodeList,
+    summary="Nodes: last seen, lost or not, local bytes held",
+)
+async def list_nodes(session: SessionDep) -> NodeList:
+    return NodeList(items=[NodeOut.model_validate(n) for n in await operator_reads.nodes(session)])
+
+
+@router.get(
+    "/jobs/{job:path}/checkpoints/{step}/events",
+    response_model=EventPage,
+    responses=problem_responses(404, 422),
+    summary="A checkpoint's event history, oldest first",
+)
+async def checkpoint_events(
+    job: JobName,
+    step: Step,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> EventPage:
+    after = decode_cursor(cursor, int) if cursor is not None else None
+    views, last = await operator_reads.checkpoint_events(
+        session, job, step, limit=limit, after_id=after
+    )
+    return EventPage(
+        items=[EventOut.model_validate(v) for v in views],
+        next_cursor=encode_cursor(last) if last is not None else None,
+    )

@@ -1,0 +1,429 @@
+"""Reads behind the operator views: the jobs overview with recovery points, copies in flight with
+their progress, failures, promotion lag, tier usage, nodes, a checkpoint's events. Reads only.
+
+Every query is bounded by a page or by an index on the rows it is about (pending and failed
+markers are few however large the catalog grows: partial indexes hold just them), so the views
+stay fast on a catalog of millions of shards. Progress comes from what the copy activities
+record in the catalog (`replica.bytes_done`), never from asking Temporal.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import String, column, func, literal_column, select, tuple_, values
+from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tierpoint.catalog.checkpoint_reads import job_id_of, tier_progress
+from tierpoint.catalog.models import (
+    Checkpoint,
+    CheckpointTier,
+    Event,
+    Job,
+    Node,
+    Replica,
+    RetentionPolicy,
+    Shard,
+)
+from tierpoint.catalog.operator_views import (
+    EventView,
+    FailureView,
+    InFlightView,
+    JobOverviewView,
+    LagView,
+    NodeView,
+    TierPointView,
+    TierUsageRowView,
+)
+from tierpoint.errors import CheckpointNotFound, JobNotFound
+from tierpoint.states import ReplicaState, TierState
+
+RESTORABLE = TierState.RESTORABLE.value
+PENDING = TierState.PENDING.value
+FAILED = TierState.FAILED.value
+# Copies that hold the job's bytes on a tier: restorable, or restorable until retention finishes.
+HELD = (TierState.RESTORABLE.value, TierState.EXPIRING.value)
+
+
+async def db_now(session: AsyncSession) -> datetime:
+    now: datetime | None = await session.scalar(select(func.now()))
+    assert now is not None
+    return now
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs overview
+
+
+async def jobs_overview(
+    session: AsyncSession,
+    tiers: Sequence[str],
+    *,
+    limit: int = 50,
+    after_name: str | None = None,
+    prefix: str | None = None,
+) -> tuple[list[JobOverviewView], str | None, datetime]:
+    """A page of jobs by name, each with its recovery point on every configured tier."""
+    now = await db_now(session)
+    q = (
+        select(Job.id, Job.name, RetentionPolicy.name.label("policy"))
+        .outerjoin(RetentionPolicy, RetentionPolicy.id == Job.policy_id)
+        .order_by(Job.name)
+        .limit(limit + 1)
+    )
+    if after_name is not None:
+        q = q.where(Job.name > after_name)
+    if prefix:
+        # Names are [A-Za-z0-9._-]: no LIKE metacharacter but the escaped ones.
+        q = q.where(Job.name.startswith(prefix, autoescape=True))
+    jobs = (await session.execute(q)).all()
+    next_name = jobs[limit - 1].name if len(jobs) > limit else None
+    jobs = jobs[:limit]
+    if not jobs:
+        return [], None, now
+    ids = [j.id for j in jobs]
+
+    latest = (
+        select(Checkpoint.step, Checkpoint.created_at)
+        .where(Checkpoint.job_id == Job.id)
+        .order_by(Checkpoint.step.desc())
+        .limit(1)
+        .lateral("latest")
+    )
+    count = select(func.count()).where(Checkpoint.job_id == Job.id).scalar_subquery()
+    heads = {
+        r.id: r
+        for r in await session.execute(
+            select(Job.id, latest.c.step, latest.c.created_at, count.label("n"))
+            .outerjoin(latest, literal_column("true"))
+            .where(Job.id.in_(ids))
+        )
+    }
+
+    points: dict[tuple[int, str], Any] = {}
+    if tiers:
+        t = values(column("tier", String), name="t").data([(n,) for n in tiers])
+        ct = CheckpointTier
+        newest = (
+            select(ct.step, ct.restorable_at, Checkpoint.created_at)
+            .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
+            .where(
+                ct.job_id == Job.id,
+                ct.state == RESTORABLE,
+                ct.tier == t.c.tier,
+                ct.quarantine_reason.is_(None),
+                Checkpoint.quarantine_reason.is_(None),
+            )
+            .order_by(ct.step.desc())
+            .limit(1)
+            .lateral("newest")
+        )
+        rows = await session.execute(
+            select(Job.id, t.c.tier, newest.c.step, newest.c.restorable_at, newest.c.created_at)
+            .select_from(Job)
+            .join(t, literal_column("true"))
+            .join(newest, literal_column("true"))
+            .where(Job.id.in_(ids))
+        )
+        points = {(r.id, r.tier): r for r in rows}
+
+    held: dict[tuple[int, str], tuple[int, int]] = {}
+    for r in await session.execute(
+        select(
+            CheckpointTier.job_id,
+            CheckpointTier.tier,
+            func.coalesce(func.sum(Checkpoint.total_bytes), 0),
+            func.count(),
+        )
+        .join(Checkpoint, Checkpoint.id == CheckpointTier.checkpoint_id)
+        .where(CheckpointTier.job_id.in_(ids), CheckpointTier.state.in_(HELD))
+        .group_by(CheckpointTier.job_id, CheckpointTier.tier)
+    ):
+        held[(r[0], r[1])] = (int(r[2]), int(r[3]))
+
+    open_counts: dict[tuple[int, str], int] = {}
+    for o in await session.execute(
+        select(
+            CheckpointTier.job_id,
+            CheckpointTier.state,
+            func.count(func.distinct(CheckpointTier.checkpoint_id)),
+        )
+        .where(CheckpointTier.job_id.in_(ids), CheckpointTier.state.in_((PENDING, FAILED)))
+        .group_by(CheckpointTier.job_id, CheckpointTier.state)
+    ):
+        open_counts[(o[0], o[1])] = int(o[2])
+
+    views = []
+    for j in jobs:
+        head = heads[j.id]
+        tier_views = []
+        for name in tiers:
+            p = points.get((j.id, name))
+            nbytes, n = held.get((j.id, name), (0, 0))
+            tier_views.append(
+                TierPointView(
+                    tier=name,
+                    latest_step=p.step if p else None,
+                    latest_created_at=p.created_at if p else None,
+                    restorable_at=p.restorable_at if p else None,
+                    steps_behind=(head.step - p.step) if p and head.step is not None else None,
+                    age_seconds=(now - p.created_at).total_seconds() if p else None,
+                    bytes=nbytes,
+                    checkpoints=n,
+                )
+            )
+        views.append(
+            JobOverviewView(
+                job=j.name,
+                policy=j.policy,
+                latest_step=head.step,
+                latest_created_at=head.created_at,
+                checkpoints=int(head.n),
+                in_flight=open_counts.get((j.id, PENDING), 0),
+                failed=open_counts.get((j.id, FAILED), 0),
+                tiers=tier_views,
+            )
+        )
+    return views, next_name, now
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies in flight and failures
+
+
+async def in_flight(
+    session: AsyncSession,
+    tiers: Sequence[str],
+    *,
+    job: str | None = None,
+    tier: str | None = None,
+    limit: int = 100,
+) -> tuple[list[InFlightView], datetime]:
+    """Pending tier copies, oldest checkpoint first, with bytes done, throughput and ETA."""
+    now = await db_now(session)
+    ct = CheckpointTier
+    q = (
+        select(
+            ct.checkpoint_id,
+            ct.tier,
+            Job.name,
+            Checkpoint.step,
+            Checkpoint.created_at,
+            Checkpoint.total_bytes,
+            Checkpoint.shard_count,
+        )
+        .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
+        .join(Job, Job.id == ct.job_id)
+        .where(ct.state == PENDING)
+        .order_by(Checkpoint.created_at, ct.checkpoint_id, ct.tier)
+        .limit(limit)
+    )
+    if job is not None:
+        q = q.where(Job.name == job)
+    if tier is not None:
+        q = q.where(ct.tier == tier)
+    rows = (await session.execute(q)).all()
+    if not rows:
+        return [], now
+    ids = sorted({r.checkpoint_id for r in rows})
+    promoted: dict[int, dict[str, datetime]] = defaultdict(dict)
+    for m in await session.execute(
+        select(ct.checkpoint_id, ct.tier, ct.restorable_at).where(
+            ct.checkpoint_id.in_(ids), ct.restorable_at.is_not(None)
+        )
+    ):
+        promoted[m.checkpoint_id][m.tier] = m.restorable_at
+    progress = await tier_progress(session, [(r.checkpoint_id, r.tier) for r in rows])
+    order = {name: i for i, name in enumerate(tiers)}
+    views = []
+    for r in rows:
+        faster = [
+            at
+            for name, at in promoted[r.checkpoint_id].items()
+            if order.get(name, len(order)) < order.get(r.tier, len(order))
+        ]
+        started = max(faster) if faster else r.created_at
+        verified, done = progress.get((r.checkpoint_id, r.tier), (0, 0))
+        elapsed = max((now - started).total_seconds(), 0.0)
+        rate = done / elapsed if done and elapsed > 0 else None
+        eta = (r.total_bytes - done) / rate if rate else None
+        views.append(
+            InFlightView(
+                job=r.name,
+                step=r.step,
+                checkpoint_id=r.checkpoint_id,
+                tier=r.tier,
+                created_at=r.created_at,
+                started_at=started,
+                shards_total=r.shard_count,
+                shards_verified=verified,
+                bytes_total=r.total_bytes,
+                bytes_done=done,
+                elapsed_seconds=elapsed,
+                bytes_per_second=rate,
+                eta_seconds=eta,
+            )
+        )
+    return views, now
+
+
+FailureKey = tuple[str, int, str]  # (failed_at ISO, checkpoint id, tier): the keyset of the list
+
+
+async def failures(
+    session: AsyncSession,
+    *,
+    job: str | None = None,
+    limit: int = 100,
+    after: FailureKey | None = None,
+) -> tuple[list[FailureView], FailureKey | None]:
+    """Failed tier copies, newest first, with the marker's reason and the last replica error."""
+    ct = CheckpointTier
+    q = (
+        select(ct.checkpoint_id, ct.tier, ct.reason, ct.updated_at, Job.name, Checkpoint.step)
+        .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
+        .join(Job, Job.id == ct.job_id)
+        .where(ct.state == FAILED)
+        .order_by(ct.updated_at.desc(), ct.checkpoint_id.desc(), ct.tier.desc())
+        .limit(limit + 1)
+    )
+    if job is not None:
+        q = q.where(Job.name == job)
+    if after is not None:
+        at, cid, tier = after
+        q = q.where(
+            tuple_(ct.updated_at, ct.checkpoint_id, ct.tier)
+            < tuple_(datetime.fromisoformat(at), cid, tier)
+        )
+    rows = (await session.execute(q)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    errors: dict[tuple[int, str], str] = {}
+    if rows:
+        for e in await session.execute(
+            select(Replica.checkpoint_id, Replica.tier, Replica.error)
+            .ext(distinct_on(Replica.checkpoint_id, Replica.tier))
+            .where(
+                tuple_(Replica.checkpoint_id, Replica.tier).in_(
+                    [(r.checkpoint_id, r.tier) for r in rows]
+                ),
+                Replica.error.is_not(None),
+            )
+            .order_by(Replica.checkpoint_id, Replica.tier, Replica.updated_at.desc())
+        ):
+            errors[(e.checkpoint_id, e.tier)] = e.error
+    views = [
+        FailureView(
+            job=r.name,
+            step=r.step,
+            checkpoint_id=r.checkpoint_id,
+            tier=r.tier,
+            reason=r.reason,
+            failed_at=r.updated_at,
+            last_error=errors.get((r.checkpoint_id, r.tier)),
+        )
+        for r in rows
+    ]
+    last = rows[-1] if more else None
+    key = (last.updated_at.isoformat(), last.checkpoint_id, last.tier) if last else None
+    return views, key
+
+
+# ---------------------------------------------------------------------------------------------
+# Lag, usage, nodes, events
+
+
+async def promotion_lag(
+    session: AsyncSession, window: timedelta, *, job: str | None = None
+) -> tuple[list[LagView], datetime]:
+    """Registration -> restorable per job and tier, over the copies promoted within `window`."""
+    now = await db_now(session)
+    ct = CheckpointTier
+    lag = func.extract("epoch", ct.restorable_at - Checkpoint.created_at)
+    q = (
+        select(
+            Job.name,
+            ct.tier,
+            func.count(),
+            func.percentile_cont(0.5).within_group(lag),
+            func.percentile_cont(0.95).within_group(lag),
+            func.max(lag),
+        )
+        .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
+        .join(Job, Job.id == ct.job_id)
+        .where(ct.restorable_at.is_not(None), ct.restorable_at >= now - window)
+        .group_by(Job.name, ct.tier)
+        .order_by(Job.name, ct.tier)
+    )
+    if job is not None:
+        q = q.where(Job.name == job)
+    views = [
+        LagView(r[0], r[1], int(r[2]), float(r[3]), float(r[4]), float(r[5]))
+        for r in await session.execute(q)
+    ]
+    return views, now
+
+
+async def tier_usage(session: AsyncSession) -> list[TierUsageRowView]:
+    """Bytes and checkpoints of every job on every tier (restorable or expiring copies)."""
+    ct = CheckpointTier
+    rows = await session.execute(
+        select(ct.tier, Job.name, func.sum(Checkpoint.total_bytes), func.count())
+        .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
+        .join(Job, Job.id == ct.job_id)
+        .where(ct.state.in_(HELD))
+        .group_by(ct.tier, Job.name)
+        .order_by(ct.tier, func.sum(Checkpoint.total_bytes).desc(), Job.name)
+    )
+    return [TierUsageRowView(r[0], r[1], int(r[2]), int(r[3])) for r in rows]
+
+
+async def nodes(session: AsyncSession) -> list[NodeView]:
+    held = (
+        select(
+            Replica.node_id,
+            func.coalesce(func.sum(Shard.size), 0).label("bytes"),
+            func.count().label("n"),
+        )
+        .join(Shard, Shard.id == Replica.shard_id)
+        .where(Replica.node_id.is_not(None), Replica.state == ReplicaState.VERIFIED.value)
+        .group_by(Replica.node_id)
+        .subquery()
+    )
+    rows = await session.execute(
+        select(Node.id, Node.last_seen_at, Node.lost_at, held.c.bytes, held.c.n)
+        .outerjoin(held, held.c.node_id == Node.id)
+        .order_by(Node.id)
+    )
+    return [
+        NodeView(r.id, r.last_seen_at, r.lost_at, int(r.bytes or 0), int(r.n or 0)) for r in rows
+    ]
+
+
+async def checkpoint_events(
+    session: AsyncSession, job: str, step: int, *, limit: int = 200, after_id: int | None = None
+) -> tuple[list[EventView], int | None]:
+    """A checkpoint's history, oldest first (keyset on the event id)."""
+    job_id = await job_id_of(session, job)
+    if job_id is None:
+        raise JobNotFound(f"job {job!r} has no checkpoints")
+    checkpoint_id = await session.scalar(
+        select(Checkpoint.id).where(Checkpoint.job_id == job_id, Checkpoint.step == step)
+    )
+    if checkpoint_id is None:
+        raise CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
+    q = (
+        select(Event.id, Event.kind, Event.tier, Event.actor, Event.detail, Event.created_at)
+        .where(Event.checkpoint_id == checkpoint_id)
+        .order_by(Event.id)
+        .limit(limit + 1)
+    )
+    if after_id is not None:
+        q = q.where(Event.id > after_id)
+    rows = (await session.execute(q)).all()
+    views = [EventView(r.id, r.kind, r.tier, r.actor, r.detail, r.created_at) for r in rows[:limit]]
+    return views, (rows[limit - 1].id if len(rows) > limit else None)

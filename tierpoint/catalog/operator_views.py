@@ -1,0 +1,101 @@
+"""What the operator reads return (`tierpoint.catalog.operator_reads`): plain dataclasses, named
+`...View` like the other catalog reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass
+class TierPointView:
+    """A job's recovery point on one tier: what a restart restoring from it would get."""
+
+    tier: str
+    latest_step: int | None
+    latest_created_at: datetime | None  # registration of that checkpoint
+    restorable_at: datetime | None
+    # how many steps / seconds of training a restart from this tier would repeat, measured
+    # against the job's latest registered checkpoint and the database's now
+    steps_behind: int | None
+    age_seconds: float | None
+    bytes: int  # restorable or expiring copies of the job on the tier
+    checkpoints: int
+
+
+@dataclass
+class JobOverviewView:
+    job: str
+    policy: str | None  # None: the job follows the default policy
+    latest_step: int | None
+    latest_created_at: datetime | None
+    checkpoints: int
+    in_flight: int  # checkpoints with a tier still pending
+    failed: int  # checkpoints with a failed tier
+    tiers: list[TierPointView]
+
+
+@dataclass
+class InFlightView:
+    job: str
+    step: int
+    checkpoint_id: int
+    tier: str
+    created_at: datetime
+    # when the copy to this tier could start: the previous tier's promotion, else registration
+    started_at: datetime
+    shards_total: int
+    shards_verified: int
+    bytes_total: int
+    bytes_done: int
+    elapsed_seconds: float
+    bytes_per_second: float | None
+    eta_seconds: float | None
+
+
+@dataclass
+class FailureView:
+    job: str
+    step: int
+    checkpoint_id: int
+    tier: str
+    reason: str | None
+    failed_at: datetime
+    last_error: str | None  # the most recent replica error on that tier
+
+
+@dataclass
+class LagView:
+    job: str
+    tier: str
+    count: int
+    p50_seconds: float
+    p95_seconds: float
+    max_seconds: float
+
+
+@dataclass
+class TierUsageRowView:
+    tier: str
+    job: str
+    bytes: int
+    checkpoints: int
+
+
+@dataclass
+class NodeView:
+    id: str
+    last_seen_at: datetime | None
+    lost_at: datetime | None
+    local_bytes: int  # verified local replicas on the node
+    local_replicas: int
+
+
+@dataclass
+class EventView:
+    id: int
+    kind: str
+    tier: str | None
+    actor: str | None
+    detail: dict[str, object]
+    created_at: datetime

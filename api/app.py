@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute
 
 from api import problems
 from api.deps import ApiState
-from api.middleware import ManifestSizeLimit, RequestObserver
+from api.middleware import BodySizeLimit, RequestObserver
 from api.routers import (
     checkpoints,
     health,
@@ -100,6 +100,11 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(tiers.router)
     app.include_router(health.router)
     # Outermost last: the observer sees every response, including refused oversize bodies.
-    app.add_middleware(ManifestSizeLimit, max_bytes=settings.max_manifest_bytes, metrics=metrics)
+    app.add_middleware(
+        BodySizeLimit,
+        max_manifest_bytes=settings.max_manifest_bytes,
+        max_request_bytes=settings.max_request_bytes,
+        metrics=metrics,
+    )
     app.add_middleware(RequestObserver, metrics=metrics)
     return app

@@ -160,11 +160,30 @@ def check_job_name(job: str) -> str:
         raise InvalidJobName(str(exc).replace("name", "job name", 1)) from None
 
 
-def check_limits(manifest: Manifest, *, max_shards: int) -> None:
+def check_limits(manifest: Manifest, *, max_shards: int, max_metadata_bytes: int) -> None:
+    """The deployment's size limits (Settings), checked after the manifest parsed and before
+    anything is written."""
     if len(manifest.shards) > max_shards:
         raise ManifestTooLarge(
-            f"the manifest has {len(manifest.shards)} shards; the limit is {max_shards}"
+            f"the manifest has {len(manifest.shards)} shards; the limit is {max_shards}",
+            errors=[_limit_error("shards", f"more than {max_shards} shards")],
         )
+    size = metadata_bytes(manifest.metadata)
+    if size > max_metadata_bytes:
+        raise ManifestTooLarge(
+            f"metadata is {size} bytes as JSON; the limit is {max_metadata_bytes} bytes "
+            "(keep large data in the checkpoint's files)",
+            errors=[_limit_error("metadata", f"{size} bytes, over {max_metadata_bytes}")],
+        )
+
+
+def metadata_bytes(metadata: dict[str, Any]) -> int:
+    """Size of the metadata as stored: compact JSON, UTF-8."""
+    return len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _limit_error(field: str, message: str) -> dict[str, str]:
+    return {"field": field, "location": "body", "message": message, "code": "too_large"}
 
 
 def canonical_shards(shards: Sequence[ShardSpec]) -> bytes:

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from api import openapi as openapi_doc
 from api import problems
 from api.deps import ApiState
 from api.middleware import BodySizeLimit, RequestObserver
@@ -85,7 +86,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = problems.add_schemas(get_openapi_schema(app), Manifest)
+            schema = problems.add_schemas(get_openapi_schema(app), Manifest)
+            app.openapi_schema = openapi_doc.document(schema, settings.tier_names())
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -10,7 +10,7 @@ MAX_REASON_CHARS = 1024
 
 
 class Quarantine(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     reason: str = Field(
         min_length=1,

@@ -305,6 +305,31 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/api/test_register.py",),
         "a different manifest for a registered step is refused",
     ),
+    # ---- input limits and quarantine -----------------------------------------------------------
+    Mutant(
+        "body-limit-streamed",
+        "api/middleware.py",
+        "                if seen > limit:\n",
+        "                if False:\n",
+        ("tests/api/test_limits.py::test_every_other_body_is_bounded",),
+        "a body without Content-Length is refused once it streams past the limit",
+    ),
+    Mutant(
+        "metadata-limit",
+        "tierpoint/manifest.py",
+        "    if size > max_metadata_bytes:\n",
+        "    if False:\n",
+        ("tests/api/test_limits.py::test_twenty_megabytes_of_metadata_store_nothing",),
+        "oversized metadata is refused before anything is stored",
+    ),
+    Mutant(
+        "quarantine-expiring-copy",
+        "tierpoint/catalog/quarantine_repo.py",
+        "        if reason is not None and target.state in _GONE:\n",
+        "        if False:\n",
+        ("tests/api/test_quarantine.py::test_refusals_change_nothing",),
+        "a copy retention is deleting is not reported as kept evidence",
+    ),
     # ---- expiring before delete --------------------------------------------------------------
     Mutant(
         "delete-marker-check",

@@ -10,9 +10,10 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from api import openapi as openapi_doc
 from api import problems
 from api.deps import ApiState
-from api.middleware import ManifestSizeLimit, RequestObserver
+from api.middleware import BodySizeLimit, RequestObserver
 from api.routers import (
     checkpoints,
     health,
@@ -21,6 +22,7 @@ from api.routers import (
     operations,
     pins,
     policies,
+    quarantine,
     retention,
     tiers,
 )
@@ -85,7 +87,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = problems.add_schemas(get_openapi_schema(app), Manifest)
+            schema = problems.add_schemas(get_openapi_schema(app), Manifest)
+            app.openapi_schema = openapi_doc.document(schema, settings.tier_names())
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -97,10 +100,16 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(retention.router)
     app.include_router(leases.router)
     app.include_router(pins.router)
+    app.include_router(quarantine.router)
     app.include_router(jobs.router)
     app.include_router(tiers.router)
     app.include_router(health.router)
     # Outermost last: the observer sees every response, including refused oversize bodies.
-    app.add_middleware(ManifestSizeLimit, max_bytes=settings.max_manifest_bytes, metrics=metrics)
+    app.add_middleware(
+        BodySizeLimit,
+        max_manifest_bytes=settings.max_manifest_bytes,
+        max_request_bytes=settings.max_request_bytes,
+        metrics=metrics,
+    )
     app.add_middleware(RequestObserver, metrics=metrics)
     return app

@@ -13,7 +13,7 @@ from pydantic_core import PydanticCustomError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.temporal_link import TemporalLink
-from tierpoint.config import Settings
+from tierpoint.config import NAME_RE, Settings
 from tierpoint.errors import UnsafePath
 from tierpoint.manifest import MAX_INT64
 from tierpoint.metrics_api import ApiMetrics
@@ -58,9 +58,15 @@ def _job_name(value: str) -> str:
         ) from None
 
 
+# The pattern is in the schema so that clients (and the schema fuzzer) know the rule; the
+# validator gives the refusal its own code and message (see api/problems.py).
 JobName = Annotated[
     str,
-    Path(description="Job name: [A-Za-z0-9][A-Za-z0-9._-]{0,127}", examples=["llama3-70b.run-7"]),
+    Path(
+        description="Job name: [A-Za-z0-9][A-Za-z0-9._-]{0,127}",
+        examples=["llama3-70b.run-7"],
+        pattern=NAME_RE.pattern,
+    ),
     AfterValidator(_job_name),
 ]
 

@@ -1,8 +1,8 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware: it would delay background tasks and copy bodies).
 
 RequestObserver: request id, one structured log line and Prometheus metrics per request, timed to
-the last byte of the response. ManifestSizeLimit: refuses manifests over the configured size from
-Content-Length, and while the body streams in for requests without one.
+the last byte of the response. BodySizeLimit: refuses request bodies over the configured sizes
+from Content-Length, and while the body streams in for requests without one.
 """
 
 from __future__ import annotations
@@ -79,33 +79,39 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _too_large(limit: int, size: int | None) -> ProblemHTTPException:
+def _too_large(limit: int, size: int | None, manifest: bool) -> ProblemHTTPException:
     got = f"{size} bytes" if size is not None else "more"
+    what = "manifest" if manifest else "request body"
     return ProblemHTTPException(
         413,
-        "manifest_too_large",
-        "Manifest too large",
-        f"the manifest is {got}; the limit is {limit} bytes",
+        "manifest_too_large" if manifest else "request_too_large",
+        "Manifest too large" if manifest else "Request too large",
+        f"the {what} is {got}; the limit is {limit} bytes",
     )
 
 
-class ManifestSizeLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int, metrics: ApiMetrics) -> None:
+class BodySizeLimit:
+    """Every request body is bounded: manifests by `max_manifest_bytes`, any other body by
+    `max_request_bytes`. Refused from Content-Length before a byte of the body is read, and while
+    it streams in for requests without one, so an oversized body never reaches a handler."""
+
+    def __init__(
+        self, app: ASGIApp, max_manifest_bytes: int, max_request_bytes: int, metrics: ApiMetrics
+    ) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.max_manifest_bytes = max_manifest_bytes
+        self.max_request_bytes = max_request_bytes
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
-            or not REGISTER_PATH.match(scope["path"])
-        ):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        manifest = scope["method"] == "POST" and bool(REGISTER_PATH.match(scope["path"]))
+        limit = self.max_manifest_bytes if manifest else self.max_request_bytes
         declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            exc = _too_large(self.max_bytes, int(declared))
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            exc = _too_large(limit, int(declared), manifest)
             await self._refuse(exc, scope, receive, send)
             return
         seen = 0
@@ -115,9 +121,9 @@ class ManifestSizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > limit:
                     # FastAPI re-raises HTTPExceptions from body reading; the handler renders it.
-                    raise _too_large(self.max_bytes, None)
+                    raise _too_large(limit, None, manifest)
             return message
 
         await self.app(scope, limited_receive, send)

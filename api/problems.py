@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from api.schemas.problem import Problem
 from tierpoint import logs
@@ -22,6 +23,7 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 MAX_FIELD_ERRORS = 100
 # Routes whose body is a checkpoint manifest: body errors there are `invalid_manifest`.
 MANIFEST_ROUTES = frozenset({"register_checkpoint"})
+JOB_PARAM = ("path", "job")
 
 log = logs.get(__name__)
 
@@ -123,7 +125,7 @@ def validation_problem(request: Request, exc: RequestValidationError) -> JSONRes
     types = {e["type"] for e in raw}
     route = request.scope.get("route")
     in_body = any(e.get("loc", ("",))[0] == "body" for e in raw)
-    if "invalid_job_name" in types:
+    if "invalid_job_name" in types or any(tuple(e.get("loc", ())) == JOB_PARAM for e in raw):
         code, title = "invalid_job_name", "Invalid job name"
     elif getattr(route, "name", None) in MANIFEST_ROUTES and in_body:
         if "unsafe_path" in types:
@@ -140,11 +142,25 @@ def validation_problem(request: Request, exc: RequestValidationError) -> JSONRes
     return problem_response(422, code, title, detail, errors)
 
 
+def _allowed(request: Request) -> list[str]:
+    """Every method some route serves at this path. Starlette's own 405 names only the methods
+    of the first route that matched the path, and FastAPI has one route per method."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        route_methods = getattr(route, "methods", None)
+        if route_methods and route.matches(request.scope)[0] is not Match.NONE:
+            methods.update(route_methods)
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(TierpointError)
     async def _domain(request: Request, exc: TierpointError) -> JSONResponse:
         _count(request, exc.code)
-        return problem_response(exc.status, exc.code, exc.title, exc.detail, exc.errors, exc.extra)
+        # Every item has the members the Problem schema declares; domain errors about a body
+        # need not repeat where they are.
+        errors = [{"location": "body", **e} for e in exc.errors] if exc.errors is not None else None
+        return problem_response(exc.status, exc.code, exc.title, exc.detail, errors, exc.extra)
 
     async def _catalog_down(request: Request, exc: Exception) -> JSONResponse:
         # The catalog's server is down or unreachable: the request wrote nothing (its transaction
@@ -166,10 +182,11 @@ def install(app: FastAPI) -> None:
         code, title = _HTTP_CODES.get(exc.status_code, ("http_error", "HTTP error"))
         code = getattr(exc, "code", code)
         title = getattr(exc, "title", title)
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
         _count(request, code)
-        return problem_response(
-            exc.status_code, code, title, str(exc.detail), headers=getattr(exc, "headers", None)
-        )
+        return problem_response(exc.status_code, code, title, str(exc.detail), headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -183,6 +200,7 @@ def install(app: FastAPI) -> None:
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` entries declaring problem+json for the given statuses in OpenAPI."""
     descriptions = {
+        400: "Malformed request (problem+json)",
         404: "Not found (problem+json)",
         409: "Conflict (problem+json)",
         413: "Too large (problem+json)",

@@ -216,6 +216,16 @@ class Settings(BaseSettings):
         default=64 * 1024 * 1024,
         description="Registration refuses a manifest (request body) larger than this (bytes).",
     )
+    max_metadata_bytes: PositiveInt = Field(
+        default=64 * 1024,
+        description="Registration refuses a manifest whose `metadata`, serialized as compact "
+        "JSON, is larger than this (bytes; 413 `manifest_too_large`, nothing written).",
+    )
+    max_request_bytes: PositiveInt = Field(
+        default=1024 * 1024,
+        description="Every endpoint but registration refuses a request body larger than this "
+        "(bytes; 413 `request_too_large`), before reading it.",
+    )
     # Workflow shape: history grows with batches, never with shards.
     shard_batch_size: PositiveInt = Field(
         default=500,

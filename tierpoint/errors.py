@@ -152,6 +152,24 @@ class LeaseNotFound(TierpointError):
     title = "Restore lease not found"
 
 
+class TierCopyNotFound(TierpointError):
+    code = "tier_copy_not_found"
+    status = 404
+    title = "No copy on that tier"
+
+
+class CopyExpiring(TierpointError):
+    code = "copy_expiring"
+    status = 409
+    title = "The copy is being expired"
+
+
+class RequestTooLarge(TierpointError):
+    code = "request_too_large"
+    status = 413
+    title = "Request too large"
+
+
 class LeaseEnded(TierpointError):
     code = "lease_ended"
     status = 409
@@ -187,4 +205,7 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     LeaseNotFound,
     LeaseEnded,
     TierNeedsRestoreRequest,
+    TierCopyNotFound,
+    CopyExpiring,
+    RequestTooLarge,
 )

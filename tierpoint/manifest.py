@@ -19,12 +19,31 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_core import PydanticCustomError
 
 from tierpoint.errors import InvalidJobName, ManifestTooLarge, UnsafePath
+from tierpoint.json_types import JsonInt
 from tierpoint.storage.checksum import crc32c_hex, parse_crc32c
-from tierpoint.storage.paths import validate_name, validate_relative_path
+from tierpoint.storage.paths import MAX_PATH_BYTES, validate_name, validate_relative_path
 
 # Columns are BIGINT.
 MAX_INT64 = 2**63 - 1
 MAX_METADATA_DEPTH = 32
+MAX_METADATA_NUMBER = 10**30
+_NO_NUL = "^[^\\x00]*$"
+# What a metadata value may be, as the API's schema of the manifest says it (api/openapi.py puts it
+# in the components); _json_value is the judge, and also bounds the depth.
+METADATA_VALUE_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "pattern": _NO_NUL},
+        {"type": "number", "minimum": -1e30, "maximum": 1e30},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "array", "items": {"$ref": "#/components/schemas/MetadataValue"}},
+        {
+            "type": "object",
+            "additionalProperties": {"$ref": "#/components/schemas/MetadataValue"},
+            "propertyNames": {"pattern": _NO_NUL},
+        },
+    ]
+}
 
 
 # A job registers the same shard paths at every step: remember the ones that passed.
@@ -69,11 +88,14 @@ def _json_value(value: Any, depth: int) -> None:
     if isinstance(value, str):
         _text(value)
     elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise PydanticCustomError("invalid_metadata", "metadata numbers must be finite")
+        if not math.isfinite(value) or abs(value) > float(MAX_METADATA_NUMBER):
+            raise PydanticCustomError(
+                "invalid_metadata", "metadata numbers must be finite and within ±1e30"
+            )
     elif isinstance(value, int) and not isinstance(value, bool):
-        # jsonb numerics are arbitrary precision, but keep them sane for every reader.
-        if abs(value) > 10**30:
+        # jsonb numerics are arbitrary precision, but keep them sane for every reader (and
+        # within what Python turns into text).
+        if abs(value) > MAX_METADATA_NUMBER:
             raise PydanticCustomError("invalid_metadata", "metadata integer out of range")
     elif isinstance(value, dict):
         for k, v in value.items():
@@ -84,16 +106,43 @@ def _json_value(value: Any, depth: int) -> None:
             _json_value(v, depth + 1)
 
 
-ShardPath = Annotated[str, Field(strict=True), AfterValidator(_path)]
-NodeId = Annotated[str, Field(strict=True, min_length=1, max_length=128), AfterValidator(_text)]
-Crc32c = Annotated[str | None, Field(strict=True), AfterValidator(_crc32c)]
+# validate_relative_path's lexical rules as a JSON-schema pattern, for clients and schema-driven
+# tests (the validator stays the judge: it also bounds bytes per path and per component).
+_CHAR = r"[^/\\\x00-\x1f\x7f]"
+_NOT_DOT = r"[^./\\\x00-\x1f\x7f]"
+# Components of at most 255 characters (the validator counts bytes: a schema cannot).
+_COMPONENT = rf"(?:{_NOT_DOT}{_CHAR}{{0,254}}|\.{_NOT_DOT}{_CHAR}{{0,253}}|\.\.{_CHAR}{{1,253}})"
+SHARD_PATH_PATTERN = rf"^{_COMPONENT}(?:/{_COMPONENT})*$"
+
+ShardPath = Annotated[
+    str,
+    Field(
+        strict=True,
+        json_schema_extra={
+            "pattern": SHARD_PATH_PATTERN,
+            "minLength": 1,
+            "maxLength": MAX_PATH_BYTES,
+        },
+    ),
+    AfterValidator(_path),
+]
+NodeId = Annotated[
+    str,
+    Field(strict=True, min_length=1, max_length=128, json_schema_extra={"pattern": _NO_NUL}),
+    AfterValidator(_text),
+]
+Crc32c = Annotated[
+    str | None,
+    Field(strict=True, json_schema_extra={"pattern": "^[0-9A-Fa-f]{8}$"}),
+    AfterValidator(_crc32c),
+]
 
 
 class ShardSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: ShardPath = Field(description="Relative to the checkpoint directory, '/'-separated.")
-    size: int = Field(strict=True, ge=0, le=MAX_INT64, description="Bytes.")
+    size: JsonInt = Field(ge=0, le=MAX_INT64, description="Bytes.")
     crc32c: Crc32c = Field(
         default=None, description="8 hex digits; null lets the seal stage compute it on the node."
     )
@@ -123,8 +172,9 @@ class Manifest(BaseModel):
         },
     )
 
-    step: int = Field(strict=True, ge=0, le=MAX_INT64)
-    shards: list[ShardSpec] = Field(min_length=1)
+    step: JsonInt = Field(ge=0, le=MAX_INT64)
+    # Paths are unique too (the validator says so; a JSON schema can only say it of whole items).
+    shards: list[ShardSpec] = Field(min_length=1, json_schema_extra={"uniqueItems": True})
     metadata: dict[str, Any] = Field(default_factory=dict, strict=True)
 
     @field_validator("shards")
@@ -139,7 +189,9 @@ class Manifest(BaseModel):
                     f"shard path {shard.path!r} appears twice (shards[{first}] and shards[{i}])",
                 )
         if sum(s.size for s in shards) > MAX_INT64:
-            raise PydanticCustomError("invalid_manifest", "total size of the shards is too large")
+            raise PydanticCustomError(
+                "total_size_too_large", "total size of the shards is over 2^63 - 1 bytes"
+            )
         return shards
 
     @field_validator("metadata")
@@ -160,11 +212,30 @@ def check_job_name(job: str) -> str:
         raise InvalidJobName(str(exc).replace("name", "job name", 1)) from None
 
 
-def check_limits(manifest: Manifest, *, max_shards: int) -> None:
+def check_limits(manifest: Manifest, *, max_shards: int, max_metadata_bytes: int) -> None:
+    """The deployment's size limits (Settings), checked after the manifest parsed and before
+    anything is written."""
     if len(manifest.shards) > max_shards:
         raise ManifestTooLarge(
-            f"the manifest has {len(manifest.shards)} shards; the limit is {max_shards}"
+            f"the manifest has {len(manifest.shards)} shards; the limit is {max_shards}",
+            errors=[_limit_error("shards", f"more than {max_shards} shards")],
         )
+    size = metadata_bytes(manifest.metadata)
+    if size > max_metadata_bytes:
+        raise ManifestTooLarge(
+            f"metadata is {size} bytes as JSON; the limit is {max_metadata_bytes} bytes "
+            "(keep large data in the checkpoint's files)",
+            errors=[_limit_error("metadata", f"{size} bytes, over {max_metadata_bytes}")],
+        )
+
+
+def metadata_bytes(metadata: dict[str, Any]) -> int:
+    """Size of the metadata as stored: compact JSON, UTF-8."""
+    return len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _limit_error(field: str, message: str) -> dict[str, str]:
+    return {"field": field, "location": "body", "message": message, "code": "too_large"}
 
 
 def canonical_shards(shards: Sequence[ShardSpec]) -> bytes:

@@ -89,7 +89,11 @@ async def register_checkpoint(
 
     Registering the same manifest again answers 200 with the existing checkpoint; a different
     manifest for a registered step is a 409. Nothing is written for a refused request."""
-    check_limits(manifest, max_shards=state.settings.max_shards_per_checkpoint)
+    check_limits(
+        manifest,
+        max_shards=state.settings.max_shards_per_checkpoint,
+        max_metadata_bytes=state.settings.max_metadata_bytes,
+    )
     result = await registration.register_checkpoint(
         session, job, manifest, state.settings.tier_names()
     )

@@ -8,14 +8,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.checkpoints import LatestRestorableOut
 from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
+from tierpoint.json_types import JsonInt
 
 TtlSeconds = Field(ge=1, le=MAX_LEASE_SECONDS, description="Lease duration in seconds.")
 
 
 class CreateLease(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    ttl_seconds: int = TtlSeconds
+    ttl_seconds: JsonInt = TtlSeconds
     holder: str | None = Field(
         default=None,
         min_length=1,
@@ -26,9 +27,9 @@ class CreateLease(BaseModel):
 
 
 class RenewLease(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    ttl_seconds: int = TtlSeconds
+    ttl_seconds: JsonInt = TtlSeconds
 
 
 class Lease(BaseModel):

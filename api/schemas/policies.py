@@ -14,7 +14,7 @@ POLICY_NAME_PATTERN = NAME_RE.pattern
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class CreatePolicy(_In):

@@ -16,7 +16,7 @@ from tierpoint.retention import RetentionPlan
 
 
 class PlanRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     policy: dict[str, Any] | None = Field(
         default=None,

@@ -167,6 +167,29 @@ class Client:
             "DELETE", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/leases/{int(lease_id)}"
         )
 
+    def quarantine(self, job: str, step: int, reason: str, tier: str | None = None) -> Checkpoint:
+        """Take a checkpoint (or only its copy on `tier`) out of `latest()`: call it when loading
+        it failed or the loss diverged right after loading; the next `latest()` serves the next
+        best one and names this one in `skipped`. Retention keeps it as evidence. Safe to repeat.
+        Returns the checkpoint's new state."""
+        body: dict[str, Any] = {"reason": reason}
+        if tier is not None:
+            body["tier"] = tier
+        resp = self._http.request(
+            "POST", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/quarantine", body=body
+        )
+        return Checkpoint.from_json(resp.body)
+
+    def lift_quarantine(self, job: str, step: int, tier: str | None = None) -> Checkpoint:
+        """Lift the quarantine of the checkpoint (or of its copy on `tier`); lifting one that is
+        not there changes nothing. Returns the checkpoint's new state."""
+        resp = self._http.request(
+            "DELETE",
+            f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/quarantine",
+            query={"tier": tier},
+        )
+        return Checkpoint.from_json(resp.body)
+
     def tiers(self) -> list[TierInfo]:
         resp = self._http.request("GET", "/v1/tiers")
         return [TierInfo.from_json(t) for t in resp.body]

@@ -59,6 +59,7 @@ class TierState:
     reason: str | None
     restorable_at: datetime | None
     progress: Progress | None
+    quarantine_reason: str | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TierState:
@@ -70,6 +71,7 @@ class TierState:
             reason=d.get("reason"),
             restorable_at=_dt(d.get("restorable_at")),
             progress=Progress.from_json(progress) if isinstance(progress, dict) else None,
+            quarantine_reason=d.get("quarantine_reason"),
         )
 
 

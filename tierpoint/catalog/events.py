@@ -23,6 +23,7 @@ class EventKind(StrEnum):
     EXPIRING = "expiring"
     EXPIRED = "expired"
     QUARANTINED = "quarantined"
+    QUARANTINE_LIFTED = "quarantine_lifted"
     PINNED = "pinned"
     UNPINNED = "unpinned"
     LEASED = "leased"

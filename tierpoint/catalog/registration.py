@@ -57,10 +57,20 @@ async def check_nodes(session: AsyncSession, node_ids: Iterable[str]) -> None:
     if lost:
         parts.append(f"lost nodes: {', '.join(lost)}")
     errors = [
-        {"field": "shards[].node", "message": f"node {n!r} is unknown", "code": "unknown_node"}
+        {
+            "field": "shards[].node",
+            "location": "body",
+            "message": f"node {n!r} is unknown",
+            "code": "unknown_node",
+        }
         for n in unknown
     ] + [
-        {"field": "shards[].node", "message": f"node {n!r} is lost", "code": "lost_node"}
+        {
+            "field": "shards[].node",
+            "location": "body",
+            "message": f"node {n!r} is lost",
+            "code": "lost_node",
+        }
         for n in lost
     ]
     raise UnknownNode(

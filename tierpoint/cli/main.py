@@ -2,7 +2,17 @@
 
 import typer
 
-from tierpoint.cli import checkpoints, demo, dev, policy, restore, serve, status, usage
+from tierpoint.cli import (
+    checkpoints,
+    demo,
+    dev,
+    policy,
+    quarantine,
+    restore,
+    serve,
+    status,
+    usage,
+)
 
 app = typer.Typer(
     name="tierpoint",
@@ -24,6 +34,8 @@ app.add_typer(checkpoints.app, name="checkpoints")
 app.add_typer(policy.app, name="policy")
 app.command("restore")(restore.restore)
 app.command("usage")(usage.usage)
+app.command("quarantine")(quarantine.quarantine)
+app.command("unquarantine")(quarantine.unquarantine)
 app.command("demo")(demo.demo)
 # More command groups (e.g. `policy`, `token`) register here: a module with its own typer.Typer,
 # added with app.add_typer(module.app, name=...).

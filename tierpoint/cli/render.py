@@ -93,8 +93,11 @@ def tiers_table(cp: Checkpoint) -> Table:
         p = t.progress
         shards = f"{p.shards_verified}/{p.shards_total}" if p else "-"
         done = f"{human_bytes(p.bytes_done)} / {human_bytes(p.bytes_total)}" if p else "-"
+        reason = Text(t.reason or "")
+        if t.quarantine_reason:
+            reason.append(f"quarantined: {t.quarantine_reason}", style="bold red")
         table.add_row(
-            t.tier, t.kind, state_text(t.state), shards, done, when(t.restorable_at), t.reason or ""
+            t.tier, t.kind, state_text(t.state), shards, done, when(t.restorable_at), reason
         )
     return table
 

@@ -30,7 +30,15 @@ def _field_error(loc: Sequence[Any], msg: str, code: str) -> dict[str, Any]:
     field = ""
     for p in loc:
         field += f"[{p}]" if isinstance(p, int) else (f".{p}" if field else str(p))
-    return {"loc": list(loc), "msg": msg, "field": field, "message": msg, "code": code}
+    # A policy document is always in the request body.
+    return {
+        "loc": list(loc),
+        "msg": msg,
+        "field": field,
+        "location": "body",
+        "message": msg,
+        "code": code,
+    }
 
 
 def parse_policy(spec: object, tiers: Sequence[TierRef], prefix: Sequence[str]) -> Policy:

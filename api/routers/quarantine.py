@@ -1,0 +1,98 @@
+"""Quarantine: take a checkpoint, or one tier's copy of it, out of latest restorable (a job that
+failed to load it, or whose loss diverged right after loading), and lift it again. A quarantined
+checkpoint or copy is evidence: retention never expires it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Query
+
+from api import background
+from api.deps import Actor, ApiState, JobName, SessionDep, StateDep, Step
+from api.problems import problem_responses
+from api.schemas.checkpoints import CheckpointOut
+from api.schemas.quarantine import Quarantine
+from tierpoint.catalog import checkpoint_reads
+from tierpoint.catalog.quarantine_repo import set_quarantine
+from tierpoint.config import NAME_RE
+from tierpoint.errors import UnknownTier
+
+router = APIRouter(prefix="/v1/jobs", tags=["quarantine"])
+
+
+def _configured(state: ApiState, tier: str | None, location: str) -> None:
+    if tier is not None and tier not in state.settings.tier_names():
+        raise UnknownTier(
+            f"tier {tier!r} is not configured; tiers are {', '.join(state.settings.tier_names())}",
+            errors=[
+                {
+                    "field": "tier",
+                    "location": location,
+                    "message": f"unknown tier {tier!r}",
+                    "code": "unknown_tier",
+                }
+            ],
+        )
+
+
+async def _answer(state: ApiState, session: SessionDep, job: str, step: int) -> CheckpointOut:
+    detail = await checkpoint_reads.get_checkpoint(
+        session, job, step, state.settings.tiers, include_shards=False
+    )
+    return CheckpointOut.model_validate(detail)
+
+
+@router.post(
+    "/{job:path}/checkpoints/{step}/quarantine",
+    response_model=CheckpointOut,
+    responses=problem_responses(404, 409, 413, 422),
+    summary="Quarantine a checkpoint (or one tier's copy): never restored from, never expired",
+)
+async def quarantine_checkpoint(
+    job: JobName,
+    step: Step,
+    body: Quarantine,
+    session: SessionDep,
+    state: StateDep,
+    actor: Actor,
+) -> CheckpointOut:
+    """Latest restorable then serves the next best checkpoint and says why in `skipped`.
+    Idempotent: the same request again changes nothing; a new reason replaces the old one.
+    409 `copy_expiring` for a tier copy that retention is already deleting."""
+    _configured(state, body.tier, "body")
+    await set_quarantine(session, job, step, body.reason, tier=body.tier, actor=actor)
+    out = await _answer(state, session, job, step)
+    await session.commit()
+    return out
+
+
+@router.delete(
+    "/{job:path}/checkpoints/{step}/quarantine",
+    response_model=CheckpointOut,
+    responses=problem_responses(404, 422),
+    summary="Lift a quarantine: the checkpoint (or the tier's copy) is restorable again",
+)
+async def lift_quarantine(
+    job: JobName,
+    step: Step,
+    session: SessionDep,
+    state: StateDep,
+    actor: Actor,
+    background_tasks: BackgroundTasks,
+    tier: Annotated[
+        str | None,
+        Query(
+            pattern=NAME_RE.pattern, description="Only this tier's copy; absent: the checkpoint."
+        ),
+    ] = None,
+) -> CheckpointOut:
+    """Idempotent: lifting a quarantine that is not there changes nothing."""
+    _configured(state, tier, "query")
+    changed = await set_quarantine(session, job, step, None, tier=tier, actor=actor)
+    out = await _answer(state, session, job, step)
+    await session.commit()
+    if changed:
+        # The copies are ordinary again: retention may now expire what its rules do not keep.
+        background_tasks.add_task(background.request_retention, state, [job], "quarantine lifted")
+    return out

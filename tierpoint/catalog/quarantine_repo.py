@@ -1,0 +1,90 @@
+"""Quarantine: an operator's or a job's verdict that a checkpoint (or one tier's copy of it) must
+not be restored from, e.g. it failed to load or the loss went NaN right after loading.
+
+A quarantined checkpoint or copy is skipped by latest restorable (with its reason in `skipped`),
+cannot be leased, and is evidence: retention never expires it. Setting and lifting lock the
+checkpoint row and then the marker, in the order the retention executor locks them
+(expiry_repo._lock), so a quarantine either commits before the executor's re-check (which then
+keeps the copy) or after its flip to `expiring` (and is then refused for that copy).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.leases_repo import lock_checkpoint
+from tierpoint.catalog.models import Checkpoint, CheckpointTier
+from tierpoint.errors import CopyExpiring, TierCopyNotFound
+from tierpoint.states import TierState
+
+_GONE = frozenset({TierState.EXPIRING.value, TierState.EXPIRED.value})
+
+
+async def _lock_marker(
+    session: AsyncSession, checkpoint_id: int, job: str, step: int, tier: str
+) -> CheckpointTier:
+    marker = await session.scalar(
+        select(CheckpointTier)
+        .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+        .with_for_update()
+    )
+    if marker is None:
+        raise TierCopyNotFound(f"step {step} of job {job!r} has no copy on tier {tier!r}")
+    return marker
+
+
+async def set_quarantine(
+    session: AsyncSession,
+    job: str,
+    step: int,
+    reason: str | None,
+    *,
+    tier: str | None,
+    actor: str,
+) -> bool:
+    """Quarantine (a reason) or lift (None) the checkpoint, or only its copy on `tier`. Doing the
+    same again changes and records nothing; a new reason replaces the old one. Returns whether
+    anything changed."""
+    checkpoint_id, job_id, _ = await lock_checkpoint(session, job, step)
+    target: Checkpoint | CheckpointTier
+    if tier is None:
+        target = await session.get_one(Checkpoint, checkpoint_id)
+    else:
+        target = await _lock_marker(session, checkpoint_id, job, step, tier)
+        if reason is not None and target.state in _GONE:
+            # Its bytes are being (or have been) deleted: a quarantine could not keep them.
+            raise CopyExpiring(
+                f"the copy of step {step} on tier {tier!r} is {target.state}: retention is "
+                "deleting it and nothing can keep it as evidence",
+                extra={"state": target.state},
+            )
+    before = target.quarantine_reason
+    if before == reason:
+        return False
+    if isinstance(target, CheckpointTier):
+        await session.execute(
+            update(CheckpointTier)
+            .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+            .values(quarantine_reason=reason, updated_at=func.now())
+            .execution_options(synchronize_session=False)
+        )
+    else:
+        target.quarantine_reason = reason
+    detail: dict[str, str | int | None] = {"step": step}
+    if reason is not None:
+        detail["reason"] = reason
+    if before is not None:
+        detail["previous_reason"] = before
+    await arecord(
+        session,
+        EventKind.QUARANTINED if reason is not None else EventKind.QUARANTINE_LIFTED,
+        checkpoint_id=checkpoint_id,
+        job_id=job_id,
+        tier=tier,
+        actor=actor,
+        detail=detail,
+    )
+    await session.flush()
+    return True

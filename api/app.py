@@ -14,6 +14,7 @@ from api import problems
 from api.deps import ApiState
 from api.middleware import ManifestSizeLimit, RequestObserver
 from api.routers import (
+    actions,
     checkpoints,
     health,
     jobs,
@@ -92,6 +93,7 @@ def create_app(settings: Settings) -> FastAPI:
     problems.install(app)
     # Before the checkpoints router: its `{job:path}/checkpoints/{step}` must not see `/events`.
     app.include_router(operations.router)
+    app.include_router(actions.router)
     app.include_router(checkpoints.router)
     app.include_router(policies.router)
     app.include_router(retention.router)

@@ -15,6 +15,7 @@ from api import problems
 from api.deps import ApiState
 from api.middleware import BodySizeLimit, RequestObserver
 from api.routers import (
+    actions,
     checkpoints,
     health,
     jobs,
@@ -95,6 +96,7 @@ def create_app(settings: Settings) -> FastAPI:
     problems.install(app)
     # Before the checkpoints router: its `{job:path}/checkpoints/{step}` must not see `/events`.
     app.include_router(operations.router)
+    app.include_router(actions.router)
     app.include_router(checkpoints.router)
     app.include_router(policies.router)
     app.include_router(retention.router)

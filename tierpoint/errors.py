@@ -182,6 +182,18 @@ class TierNeedsRestoreRequest(TierpointError):
     title = "Tier's objects need an S3 restore request before they can be read"
 
 
+class TemporalUnavailable(TierpointError):
+    code = "temporal_unavailable"
+    status = 503
+    title = "Temporal unavailable"
+
+
+class NothingToRetry(TierpointError):
+    code = "nothing_to_retry"
+    status = 409
+    title = "Nothing to retry"
+
+
 ALL_ERRORS: tuple[type[TierpointError], ...] = (
     InvalidManifest,
     InvalidJobName,
@@ -208,4 +220,6 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     TierCopyNotFound,
     CopyExpiring,
     RequestTooLarge,
+    TemporalUnavailable,
+    NothingToRetry,
 )

@@ -18,10 +18,12 @@ from temporalio.client import (
     ScheduleSpec,
     ScheduleUpdate,
     ScheduleUpdateInput,
+    WorkflowExecutionStatus,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE
@@ -46,14 +48,15 @@ async def connect(settings: Settings) -> Client:
     )
 
 
-async def start_lifecycle(client: Client, inp: LifecycleInput) -> bool:
-    """Start the workflow for a registered checkpoint. Returns False if one already exists or
-    existed: a checkpoint has exactly one lifecycle, however often this is called."""
+async def start_lifecycle(client: Client, inp: LifecycleInput, run_id: str | None = None) -> bool:
+    """Start the workflow for a registered checkpoint (under `run_id`, for a retry). Returns False
+    if one already exists or existed under that id: a checkpoint has exactly one first lifecycle,
+    and each retry one run, however often this is called."""
     try:
         await client.start_workflow(
             LIFECYCLE_WORKFLOW,
             inp,
-            id=workflow_id(inp.job, inp.step),
+            id=run_id or workflow_id(inp.job, inp.step),
             task_queue=SHARED_TASK_QUEUE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -61,6 +64,17 @@ async def start_lifecycle(client: Client, inp: LifecycleInput) -> bool:
     except WorkflowAlreadyStartedError:
         return False
     return True
+
+
+async def is_running(client: Client, workflow_id: str) -> bool:
+    """Whether the workflow with this id has an open run (describe is consistent, unlike list)."""
+    try:
+        desc = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status is RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return desc.status is WorkflowExecutionStatus.RUNNING
 
 
 async def request_retention(client: Client, job: str, reason: str) -> None:

@@ -48,6 +48,12 @@ def workflow_id(job: str, step: int) -> str:
     return f"checkpoint/{job}/{step}"
 
 
+def retry_workflow_id(job: str, step: int, attempt: int) -> str:
+    """The lifecycle run an operator's retry starts: a new run of the same workflow on the same
+    checkpoint, under its own id so that the first run's history stays as it ended."""
+    return f"{workflow_id(job, step)}/retry-{attempt}"
+
+
 class LifecycleInput(BaseModel):
     checkpoint_id: int
     job: str

@@ -1,0 +1,31 @@
+"""Operator actions on a checkpoint. Each is recorded as an event with its actor, and doing it
+twice does no more than doing it once."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.deps import Actor, JobName, SessionDep, StateDep, Step
+from api.problems import problem_responses
+from api.schemas.actions import RetryOut
+from tierpoint.services.retry import retry_checkpoint
+
+router = APIRouter(prefix="/v1/jobs", tags=["operator actions"])
+
+
+@router.post(
+    "/{job:path}/checkpoints/{step}/retry",
+    response_model=RetryOut,
+    status_code=202,
+    responses=problem_responses(404, 409, 422, 503),
+    summary="Retry a checkpoint's failed tiers with a new lifecycle run",
+)
+async def retry(
+    job: JobName, step: Step, session: SessionDep, state: StateDep, actor: Actor
+) -> RetryOut:
+    """Failed tiers go back to `pending` and a new lifecycle run copies what is not verified yet
+    (verified copies are kept as they are). 409 `nothing_to_retry` when no tier failed or the
+    previous run is still open; 503 `temporal_unavailable` without Temporal."""
+    outcome = await retry_checkpoint(session, await state.temporal.client(), job, step, actor)
+    await session.commit()
+    return RetryOut.model_validate(outcome)

@@ -1,0 +1,78 @@
+"""The catalog side of an operator's retry: the failed tier copies of a checkpoint, locked, and
+their reset to `pending` with the retry recorded. Verified replicas are never touched: the new
+lifecycle run skips them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.leases_repo import lock_checkpoint
+from tierpoint.catalog.models import CheckpointTier, Event
+from tierpoint.states import TierState
+
+RETRY = "retry"
+
+
+@dataclass(frozen=True)
+class RetryTarget:
+    checkpoint_id: int
+    job_id: int
+    failed: dict[str, str | None]  # tier -> reason
+    attempt: int  # this retry's number: 1 for the first
+
+
+async def lock_failed(session: AsyncSession, job: str, step: int) -> RetryTarget:
+    """The checkpoint's failed markers with the checkpoint row and those markers locked until
+    commit, so that no promotion can flip them between the retry's start and its reset (raises
+    CheckpointNotFound)."""
+    checkpoint_id, job_id, _ = await lock_checkpoint(session, job, step)
+    rows = await session.execute(
+        select(CheckpointTier.tier, CheckpointTier.reason)
+        .where(
+            CheckpointTier.checkpoint_id == checkpoint_id,
+            CheckpointTier.state == TierState.FAILED.value,
+        )
+        .with_for_update()
+    )
+    failed = {r.tier: r.reason for r in rows}
+    done = await session.scalar(
+        select(func.count()).where(
+            Event.checkpoint_id == checkpoint_id,
+            Event.kind == EventKind.OPERATOR_ACTION.value,
+            Event.detail["action"].astext == RETRY,
+        )
+    )
+    return RetryTarget(checkpoint_id, job_id, failed, int(done or 0) + 1)
+
+
+async def reset_failed(
+    session: AsyncSession, target: RetryTarget, actor: str, workflow_id: str
+) -> None:
+    """Failed markers back to `pending` (in flight again), and the retry as an event."""
+    await session.execute(
+        update(CheckpointTier)
+        .where(
+            CheckpointTier.checkpoint_id == target.checkpoint_id,
+            CheckpointTier.tier.in_(list(target.failed)),
+            CheckpointTier.state == TierState.FAILED.value,
+        )
+        .values(state=TierState.PENDING.value, reason=None, updated_at=func.now())
+    )
+    await arecord(
+        session,
+        EventKind.OPERATOR_ACTION,
+        checkpoint_id=target.checkpoint_id,
+        job_id=target.job_id,
+        actor=actor,
+        detail={
+            "action": RETRY,
+            "attempt": target.attempt,
+            "workflow_id": workflow_id,
+            "tiers": sorted(target.failed),
+            "reasons": target.failed,
+        },
+    )

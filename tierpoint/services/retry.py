@@ -1,0 +1,52 @@
+"""An operator's retry of a checkpoint whose copy failed on some tier (a file written after it
+was registered, a tier that was down): a new lifecycle run, which re-runs every stage but skips
+what is already verified, so only the failed stage and the ones after it do work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from temporalio.client import Client
+
+from tierpoint.catalog import retry_repo
+from tierpoint.contract.lifecycle import LifecycleInput, retry_workflow_id, workflow_id
+from tierpoint.errors import NothingToRetry, TemporalUnavailable
+from tierpoint.temporal import is_running, start_lifecycle
+
+
+@dataclass(frozen=True)
+class RetryOutcome:
+    job: str
+    step: int
+    workflow_id: str
+    attempt: int
+    tiers: list[str]  # the tiers that had failed and are pending again
+
+
+async def retry_checkpoint(
+    session: AsyncSession, client: Client | None, job: str, step: int, actor: str
+) -> RetryOutcome:
+    """Start the retry run and reset the failed markers, in that order and under the markers'
+    locks, so the run cannot promote (or fail) a tier before the reset commits. The caller
+    commits. Raises CheckpointNotFound, NothingToRetry (nothing failed, or a run is still
+    open), TemporalUnavailable."""
+    target = await retry_repo.lock_failed(session, job, step)
+    if not target.failed:
+        raise NothingToRetry(f"{job}/{step} has no failed tier: nothing to retry")
+    if client is None:
+        raise TemporalUnavailable("Temporal is unreachable: a retry needs a new lifecycle run")
+    previous = (
+        workflow_id(job, step)
+        if target.attempt == 1
+        else retry_workflow_id(job, step, target.attempt - 1)
+    )
+    if await is_running(client, previous):
+        # Its promote activity will settle the failed tiers; a second run would race it.
+        raise NothingToRetry(f"{job}/{step}: lifecycle run {previous} is still running")
+    run = retry_workflow_id(job, step, target.attempt)
+    await start_lifecycle(
+        client, LifecycleInput(checkpoint_id=target.checkpoint_id, job=job, step=step), run
+    )
+    await retry_repo.reset_failed(session, target, actor, run)
+    return RetryOutcome(job, step, run, target.attempt, sorted(target.failed))

@@ -20,6 +20,7 @@ from torch.futures import Future
 
 from tierpoint_client.client import Client
 from tierpoint_client.errors import TierpointError
+from tierpoint_client.hashing import crc32c_hex, update
 from tierpoint_client.models import ShardSpec
 from tierpoint_client.torch._files import (
     METADATA_FILE,
@@ -158,7 +159,7 @@ class TierpointWriter(StorageWriter):
         directory = self.directory()
         directory.mkdir(parents=True, exist_ok=True)
         out = AtomicFile(directory / name)
-        placed: list[tuple[Any, int, int]] = []
+        placed: list[tuple[Any, int, int, str]] = []
         try:
             for item in plan.items:
                 data = planner.resolve_data(item)
@@ -166,10 +167,13 @@ class TierpointWriter(StorageWriter):
                 if item.type == WriteItemType.BYTE_IO:
                     if not isinstance(data, io.BytesIO):
                         raise TierpointError(f"{item.index}: bytes item is not a BytesIO")
-                    out.write(data.getbuffer())
+                    blob = data.getbuffer()
                 else:
-                    out.write(_serialize_tensor(data))
-                placed.append((item.index, offset, out.size - offset))
+                    blob = _serialize_tensor(data)
+                out.write(blob)
+                # Hashing the bytes twice costs nothing next to writing them, and lets a reader
+                # that needs only this item fetch and verify it alone.
+                placed.append((item.index, offset, out.size - offset, crc32c_hex(update(0, blob))))
             size, crc = out.commit()
         except BaseException:
             out.abort()
@@ -178,9 +182,9 @@ class TierpointWriter(StorageWriter):
             WriteResult(
                 index=index,
                 size_in_bytes=length,
-                storage_data=TierpointStorageInfo(name, offset, length, node, size, crc),
+                storage_data=TierpointStorageInfo(name, offset, length, node, size, crc, item_crc),
             )
-            for index, offset, length in placed
+            for index, offset, length, item_crc in placed
         ]
 
 

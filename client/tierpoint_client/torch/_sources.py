@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tierpoint_client.errors import TierpointError
 from tierpoint_client.models import Checkpoint, PlanEntry, TierInfo
@@ -28,6 +29,10 @@ class NoVerifiedCopyError(TierpointError):
         self.job, self.step, self.path, self.tried = job, step, path, tuple(tried)
         detail = "; ".join(tried) if tried else "no verified copy is listed on any usable tier"
         super().__init__(f"{job}/{step}: no verified copy of {path!r} ({detail})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # DCP pickles a rank's exception to raise it on the others.
+        return type(self), (self.job, self.step, self.path, self.tried)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
 from tierpoint_client.client import Client
-from tierpoint_client.errors import TierpointError
+from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
 from tierpoint_client.hashing import crc32c_hex, update
 from tierpoint_client.models import ShardSpec
 from tierpoint_client.torch._files import (
@@ -111,6 +111,7 @@ class TierpointWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        self._refuse_registered_step()
         # The coordinator names every rank's file, so no two ranks can pick the same name.
         return [dataclasses.replace(p, storage_data=f"__{i}_") for i, p in enumerate(plans)]
 
@@ -153,6 +154,20 @@ class TierpointWriter(StorageWriter):
         )
 
     # -- writing ---------------------------------------------------------------------------
+
+    def _refuse_registered_step(self) -> None:
+        """A step is written once: saving it again would overwrite the files of a registered
+        checkpoint (DCP's `.metadata` differs on every save) before registration refused it.
+        The coordinator checks before any rank writes; DCP fails the save on every rank."""
+        try:
+            self.client.checkpoint(self.job, self.step)
+        except NotFoundError:
+            return
+        raise ConflictError(
+            409,
+            "checkpoint_conflict",
+            f"{self.job}/{self.step} is already registered: a step is saved once",
+        )
 
     def _write_file(self, name: str, plan: SavePlan, planner: SavePlanner) -> list[WriteResult]:
         node = self.node

@@ -22,6 +22,7 @@ from tests.client.torch.ranks import (
     new_job,
     ranks,
     require_torch_venv,
+    run_ranks,
     wait_everywhere,
     wipe_local,
 )
@@ -130,3 +131,22 @@ async def test_a_save_failing_on_one_rank_registers_nothing(stack: Stack, tmp_pa
     await ranks(stack, tmp_path, "save", job, world=2, step=step, expect_ok=False)
     with pytest.raises(NotFoundError):
         await asyncio.to_thread(stack.client.checkpoint, job, step)
+
+
+async def test_saving_a_registered_step_again_fails_before_any_file_is_written(
+    stack: Stack, tmp_path: Path
+) -> None:
+    job, step = new_job(), 90
+    await ranks(stack, tmp_path, "save", job, world=2, step=step)
+    before = {
+        node: {p.name: p.read_bytes() for p in stack.local_dir(node, job, step).iterdir()}
+        for node in stack.nodes
+    }
+    # DCP's .metadata differs on every save: a second save would overwrite the registered files.
+    failed = await run_ranks(stack, tmp_path, "save", job, world=2, step=step, expect_ok=False)
+    assert f"{job}/{step} is already registered" in failed.logs, failed.logs
+    after = {
+        node: {p.name: p.read_bytes() for p in stack.local_dir(node, job, step).iterdir()}
+        for node in stack.nodes
+    }
+    assert after == before

@@ -88,6 +88,16 @@ class CheckpointFiles:
             root = Path(local.root.replace("{node}", node))
             self.local_dir = root / self.job / str(self.step)
         restorable = set(checkpoint.restorable_tiers())
+        # Retention deletes a checkpoint's local directory on every node that holds some of its
+        # local copies, once that copy is expiring: a copy written anywhere else, or after that,
+        # would never be deleted. So the cache is written only where retention will clean it.
+        holders = {sh.node for sh in checkpoint.shards} | {
+            r.node
+            for sh in checkpoint.shards
+            for r in sh.replicas
+            if local and r.tier == local.name
+        }
+        self._may_write = local is not None and local.name in restorable and node in holders
         order = {t.name: i for i, t in enumerate(tiers)}
         kinds = {t.name: t.kind for t in tiers}
         self.sources: dict[str, list[_Source]] = {}
@@ -179,7 +189,9 @@ class CheckpointFiles:
         """A new local copy of the file being read, when re-population is on and this read is
         not of the local copy itself; only inside an existing local-tier root."""
         target = self._local_path(source.entry.path)
-        if not self.options.repopulate or target is None or self._is_here(source.entry):
+        if not (self.options.repopulate and self._may_write) or target is None:
+            return None
+        if self._is_here(source.entry):
             return None
         assert self.local_dir is not None
         root = self.local_dir.parent.parent

@@ -60,14 +60,15 @@ async def run_ranks(
     step: int | None = None,
     tier: str | None = None,
     extra: tuple[str, ...] = (),
+    nodes: tuple[str, ...] | None = None,
     expect_ok: bool = True,
 ) -> Ranks:
-    """Run `world` ranks (rank i on node i) to completion."""
+    """Run `world` ranks (rank i on node i, or on `nodes[i]`) to completion."""
     run = tmp / f"{action}-{uuid.uuid4().hex[:8]}"
     run.mkdir(parents=True)
     procs = []
     for rank in range(world):
-        env = rank_env(stack) | {"TIERPOINT_NODE": stack.nodes[rank]}
+        env = rank_env(stack) | {"TIERPOINT_NODE": (nodes or stack.nodes)[rank]}
         cmd = [str(TORCH_PYTHON), str(RANK_SCRIPT), action, "--job", job]
         cmd += ["--rank", str(rank), "--world", str(world), "--init-file", str(run / "pg")]
         cmd += ["--out", str(run / f"rank{rank}.json"), *extra]

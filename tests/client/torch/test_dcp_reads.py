@@ -109,6 +109,14 @@ async def test_s3_reads_fetch_only_the_items_a_rank_needs(stack: Stack, tmp_path
     size = {s.path: s.size for s in cp.shards or ()}
     ranged = ("--min-ranged-size", "0", "--no-repopulate")
 
+    # Node b holds no copy of this checkpoint, so retention would never delete files written
+    # there: a load on node b caches nothing.
+    node_b = stack.nodes[1]
+    elsewhere = await ranks(stack, tmp_path, "load", job, world=1, nodes=(node_b,))
+    assert_loaded(elsewhere, step)
+    assert elsewhere[0]["stats"]["repopulated"] == []
+    assert not stack.local_dir(node_b, job, step).exists()
+
     # A rank that needs the whole file reads it whole (and verifies its registered crc32c).
     whole = await ranks(stack, tmp_path, "load", job, world=1, tier="s3", extra=ranged)
     assert_loaded(whole, step)

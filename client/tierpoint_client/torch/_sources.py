@@ -98,6 +98,7 @@ class CheckpointFiles:
             if local and r.tier == local.name
         }
         self._may_write = local is not None and local.name in restorable and node in holders
+        self._not_ours: set[str] = set()
         order = {t.name: i for i, t in enumerate(tiers)}
         kinds = {t.name: t.kind for t in tiers}
         self.sources: dict[str, list[_Source]] = {}
@@ -117,9 +118,13 @@ class CheckpointFiles:
                 )
                 found.append(_Source(entry))
             mine = self._local_path(shard.path)
-            listed = any(_same_file(s.entry.location, mine) for s in found)
+            known = any(_same_file(r.location or "", mine) for r in shard.replicas)
+            if known and not any(_same_file(s.entry.location, mine) for s in found):
+                # The catalog's own copy, not verified or on a tier not restorable (being sealed,
+                # failed, expiring): the server's to handle, neither a cache nor to overwrite.
+                self._not_ours.add(shard.path)
             usable = local is not None and (tier is None or tier == local.name)
-            if mine is not None and local is not None and usable and not listed:
+            if mine is not None and local is not None and usable and not known:
                 cache = PlanEntry(
                     shard.path, shard.size, shard.crc32c, local.name, "local", node, str(mine)
                 )
@@ -191,7 +196,7 @@ class CheckpointFiles:
         target = self._local_path(source.entry.path)
         if not (self.options.repopulate and self._may_write) or target is None:
             return None
-        if self._is_here(source.entry):
+        if self._is_here(source.entry) or source.entry.path in self._not_ours:
             return None
         assert self.local_dir is not None
         root = self.local_dir.parent.parent

@@ -101,13 +101,13 @@ def sync_torch_venv() -> None:
 
 
 def mypy_targets() -> list[str]:
-    """Every top-level folder with Python code (packages, benchmarks, ...) and script; the client
-    distribution is checked separately (see lint_commands)."""
+    """Every top-level folder with Python code (packages, benchmarks, examples/<name>/, ...) and
+    script; the client distribution is checked separately (see lint_commands)."""
     skip = {"client", "build", "dist"}
     targets = sorted(
         p.name
         for p in ROOT.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and p.name not in skip and any(p.glob("*.py"))
+        if p.is_dir() and not p.name.startswith(".") and p.name not in skip and any(p.rglob("*.py"))
     )
     targets += sorted(p.name for p in ROOT.glob("*.py"))
     return targets

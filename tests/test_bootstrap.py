@@ -51,7 +51,15 @@ def test_other_commands_pass_through_to_tierpoint() -> None:
 def test_static_checks_cover_every_package_of_the_project() -> None:
     bootstrap = _bootstrap_module()
     targets = bootstrap.mypy_targets()
-    for package in ("tierpoint", "api", "activities", "workflows", "migrations", "tests"):
+    for package in (
+        "tierpoint",
+        "api",
+        "activities",
+        "workflows",
+        "migrations",
+        "tests",
+        "examples",
+    ):
         assert package in targets
     assert "bootstrap.py" in targets
     commands = [cmd for cmd, _cwd in bootstrap.lint_commands()]

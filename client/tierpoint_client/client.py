@@ -190,6 +190,19 @@ class Client:
         )
         return Checkpoint.from_json(resp.body)
 
+    def report_corrupt_copy(
+        self, job: str, step: int, tier: str, path: str, reason: str
+    ) -> dict[str, Any]:
+        """Tell the server that the copy of shard `path` on `tier` did not match its registered
+        size or crc32c when read (e.g. during a load), so it can stop handing it out."""
+        resp = self._http.request(
+            "POST",
+            f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/corrupt-copies",
+            body={"tier": tier, "path": path, "reason": reason},
+        )
+        result: dict[str, Any] = resp.body
+        return result
+
     def tiers(self) -> list[TierInfo]:
         resp = self._http.request("GET", "/v1/tiers")
         return [TierInfo.from_json(t) for t in resp.body]

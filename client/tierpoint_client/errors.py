@@ -31,6 +31,10 @@ class ApiError(TierpointError):
             f"HTTP {status} {code or 'error'}: {detail or self.problem.get('title', '')}"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # DCP pickles a rank's exception to raise it on the others: rebuild from our arguments.
+        return type(self), (self.status, self.code, self.detail, self.problem)
+
     @property
     def errors(self) -> list[Any]:
         """Per-field validation errors, when the API gives them."""
@@ -84,6 +88,9 @@ class CheckpointFailedError(TierpointError):
         self.job, self.step, self.tier, self.state, self.reason = job, step, tier, state, reason
         super().__init__(f"{job}/{step} is {state} on tier {tier}: {reason or 'no reason given'}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.job, self.step, self.tier, self.state, self.reason)
+
 
 class UnsafePathError(TierpointError, ValueError):
     """A shard path would land outside its checkpoint directory (or is otherwise malformed)."""
@@ -118,6 +125,10 @@ class ChecksumMismatchError(TierpointError):
             f"{path}: bytes from {source} do not match the registered checkpoint "
             f"(size {actual_size} vs {expected_size}, crc32c {actual_crc32c} vs {expected_crc32c})"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = (self.expected_size, self.actual_size, self.expected_crc32c, self.actual_crc32c)
+        return type(self), (self.path, self.source, *args)
 
 
 class MissingDependencyError(TierpointError, ImportError):

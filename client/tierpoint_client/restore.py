@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from tierpoint_client.errors import ChecksumMismatchError, MissingDependencyError, TierpointError
@@ -80,7 +80,22 @@ class Sources:
             f"tier {entry.tier!r} has kind {entry.kind!r}, which this client cannot read"
         )
 
-    def _s3_chunks(self, entry: PlanEntry, chunk_size: int) -> Iterator[bytes]:
+    def read_range(self, entry: PlanEntry, offset: int, length: int) -> bytes:
+        """`length` bytes at `offset` of an S3 entry's object, in one ranged GET (fewer when the
+        object is shorter than the range)."""
+        if entry.kind != "s3":
+            raise SourceError(f"ranged reads are for S3 tiers; {entry.tier!r} is {entry.kind!r}")
+        if length <= 0:
+            return b""
+        resp = self._get(entry, f"bytes={offset}-{offset + length - 1}")
+        body = resp["Body"]
+        try:
+            data: bytes = body.read()
+        finally:
+            body.close()
+        return data
+
+    def _get(self, entry: PlanEntry, byte_range: str | None = None) -> Any:
         bucket, key = parse_s3_location(entry.location)
         info = self._tiers[entry.tier]
         # Read only inside the tier's own bucket and prefix, whatever the plan says.
@@ -91,9 +106,18 @@ class Sources:
             )
         client = self._s3[entry.tier]
         try:
-            resp = client.get_object(Bucket=bucket, Key=key)
+            if byte_range is None:
+                return client.get_object(Bucket=bucket, Key=key)
+            return client.get_object(Bucket=bucket, Key=key, Range=byte_range)
         except client.exceptions.NoSuchKey:
             raise SourceError(f"restore source {entry.location} does not exist") from None
+        except client.exceptions.ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "InvalidRange":
+                raise SourceError(f"{entry.location} is shorter than the range read") from None
+            raise
+
+    def _s3_chunks(self, entry: PlanEntry, chunk_size: int) -> Iterator[bytes]:
+        resp = self._get(entry)
         body = resp["Body"]
         try:
             while True:

@@ -14,13 +14,14 @@ except ImportError as e:
     ) from e
 
 from tierpoint_client.torch._files import NODE_ENV, TierpointStorageInfo
-from tierpoint_client.torch._sources import NoVerifiedCopyError
+from tierpoint_client.torch._sources import NoVerifiedCopyError, ReadStats
 from tierpoint_client.torch.reader import TierpointReader
 from tierpoint_client.torch.writer import TierpointWriter
 
 __all__ = [
     "NODE_ENV",
     "NoVerifiedCopyError",
+    "ReadStats",
     "TierpointReader",
     "TierpointStorageInfo",
     "TierpointWriter",

@@ -7,12 +7,14 @@ import contextlib
 import os
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tierpoint_client.client import Client
 from tierpoint_client.errors import TierpointError
 from tierpoint_client.hashing import crc32c_hex, update
+from tierpoint_client.models import TierInfo
 from tierpoint_client.paths import PARTIAL_SUFFIX
 
 # This node's id, as its tierpoint node worker knows it (`tierpoint worker --node N`).
@@ -28,7 +30,9 @@ class TierpointStorageInfo:
     """One stored item, as DCP keeps it in `Metadata.storage_data` (pickled into `.metadata`).
 
     `path` is relative to the checkpoint directory on every tier; `file_size` and `crc32c` are the
-    whole file's, as registered, so a reader can verify any copy of it.
+    whole file's, as registered, so a reader can verify any copy of it. `item_crc32c` is the crc32c
+    of the item's own `length` bytes: a reader that fetches only some items of a file verifies
+    each against it (None in checkpoints written before it existed: those are read whole).
     """
 
     path: str
@@ -37,6 +41,7 @@ class TierpointStorageInfo:
     node: str
     file_size: int
     crc32c: str
+    item_crc32c: str | None = None
 
 
 def parse_checkpoint_id(checkpoint_id: object) -> tuple[str, int | None] | None:
@@ -59,12 +64,17 @@ def resolve_node(node: str | None, *, required: bool) -> str | None:
     return found
 
 
+def local_tier(tiers: Sequence[TierInfo]) -> TierInfo | None:
+    """The tier checkpoints are written to: the first local tier of the server's config."""
+    return next((t for t in tiers if t.kind == "local" and t.root), None)
+
+
 def local_root(client: Client, node: str) -> Path:
-    """The node's local-tier root from the server's tier config (the first local tier)."""
-    for tier in client.tiers():
-        if tier.kind == "local" and tier.root:
-            return Path(tier.root.replace("{node}", node))
-    raise TierpointError("the tierpoint server has no local tier to write checkpoints to")
+    """The node's local-tier root from the server's tier config, `{node}` replaced."""
+    tier = local_tier(client.tiers())
+    if tier is None or tier.root is None:
+        raise TierpointError("the tierpoint server has no local tier to write checkpoints to")
+    return Path(tier.root.replace("{node}", node))
 
 
 def fsync_dir(path: Path) -> None:

@@ -1,17 +1,25 @@
-"""Reading a checkpoint's files for DCP: every verified copy of a file, fastest first, and a read
-that verifies the whole file while it keeps only the byte ranges the caller needs."""
+"""Reading a checkpoint's files for DCP: every verified copy of a file, fastest first, read so that
+every byte handed to DCP is verified (see _reads), with this node's local tier as a cache that is
+re-populated from what a load read elsewhere."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from tierpoint_client.errors import TierpointError
-from tierpoint_client.hashing import CHUNK_SIZE, crc32c_hex, update
 from tierpoint_client.models import Checkpoint, PlanEntry, TierInfo
 from tierpoint_client.restore import SourceError, Sources
+from tierpoint_client.torch._files import AtomicFile, local_tier
+from tierpoint_client.torch._reads import Mismatch, Range, coalesce, read_ranges, read_whole
 
-Range = tuple[int, int]  # (offset, length) inside a file
+# Reports a copy the catalog lists whose bytes did not verify: (entry, reason).
+CorruptReport = Callable[[PlanEntry, str], None]
 
 
 class NoVerifiedCopyError(TierpointError):
@@ -22,11 +30,41 @@ class NoVerifiedCopyError(TierpointError):
         detail = "; ".join(tried) if tried else "no verified copy is listed on any usable tier"
         super().__init__(f"{job}/{step}: no verified copy of {path!r} ({detail})")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # DCP pickles a rank's exception to raise it on the others.
+        return type(self), (self.job, self.step, self.path, self.tried)
+
+
+@dataclass
+class ReadStats:
+    """What a load read: per file, where from and how (`tier`, `tier (ranged)`, `tier (cache)`);
+    the bytes fetched; and the files written to this node's local tier afterwards."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    bytes_fetched: int = 0
+    repopulated: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    repopulate: bool = True
+    # Files at least this large are read from S3 in ranges when a rank needs at most half of one.
+    min_ranged_size: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class _Source:
+    entry: PlanEntry
+    # A file in this node's local-tier directory of the checkpoint that the catalog does not list
+    # as this node's copy: a cache the reader wrote, trusted only once it verifies.
+    cached: bool = False
+
 
 class CheckpointFiles:
-    """The sources of one checkpoint's files: per file, every verified replica on a tier whose
-    marker is restorable, in the tiers' configured order (fastest first). A node-local copy is
-    used only on its own node; `tier` restricts the sources to that tier."""
+    """The sources of one checkpoint's files: first this node's local copy (the catalog's, or a
+    cached one), then every verified replica on a tier whose marker is restorable, in the tiers'
+    configured order (fastest first). A node-local replica is used only on its own node; `tier`
+    restricts the sources to that tier."""
 
     def __init__(
         self,
@@ -35,17 +73,38 @@ class CheckpointFiles:
         *,
         node: str | None,
         tier: str | None,
+        options: ReadOptions | None = None,
+        report: CorruptReport | None = None,
     ) -> None:
         if checkpoint.shards is None:
             raise TierpointError("the checkpoint was read without its shards")
         self.job, self.step = checkpoint.job, checkpoint.step
+        self.options = options or ReadOptions()
+        self.stats = ReadStats()
+        self._report = report
+        local = local_tier(tiers)
+        self.local_dir: Path | None = None
+        if node is not None and local is not None and local.root is not None:
+            root = Path(local.root.replace("{node}", node))
+            self.local_dir = root / self.job / str(self.step)
         restorable = set(checkpoint.restorable_tiers())
+        # Retention deletes a checkpoint's local directory on every node that holds some of its
+        # local copies, once that copy is expiring: a copy written anywhere else, or after that,
+        # would never be deleted. So the cache is written only where retention will clean it.
+        holders = {sh.node for sh in checkpoint.shards} | {
+            r.node
+            for sh in checkpoint.shards
+            for r in sh.replicas
+            if local and r.tier == local.name
+        }
+        self._may_write = local is not None and local.name in restorable and node in holders
+        self._not_ours: set[str] = set()
         order = {t.name: i for i, t in enumerate(tiers)}
         kinds = {t.name: t.kind for t in tiers}
-        self.entries: dict[str, list[PlanEntry]] = {}
+        self.sources: dict[str, list[_Source]] = {}
         self.sizes: dict[str, tuple[int, str | None]] = {}
         for shard in checkpoint.shards:
-            found: list[PlanEntry] = []
+            found: list[_Source] = []
             for r in sorted(shard.replicas, key=lambda r: order.get(r.tier, len(order))):
                 kind = kinds.get(r.tier)
                 if r.state != "verified" or not r.location or r.tier not in restorable:
@@ -57,65 +116,122 @@ class CheckpointFiles:
                 entry = PlanEntry(
                     shard.path, shard.size, shard.crc32c, r.tier, kind, r.node, r.location
                 )
-                found.append(entry)
-            self.entries[shard.path] = found
+                found.append(_Source(entry))
+            mine = self._local_path(shard.path)
+            known = any(_same_file(r.location or "", mine) for r in shard.replicas)
+            if known and not any(_same_file(s.entry.location, mine) for s in found):
+                # The catalog's own copy, not verified or on a tier not restorable (being sealed,
+                # failed, expiring): the server's to handle, neither a cache nor to overwrite.
+                self._not_ours.add(shard.path)
+            usable = local is not None and (tier is None or tier == local.name)
+            if mine is not None and local is not None and usable and not known:
+                cache = PlanEntry(
+                    shard.path, shard.size, shard.crc32c, local.name, "local", node, str(mine)
+                )
+                found.insert(0, _Source(cache, cached=True))
+            self.sources[shard.path] = found
             self.sizes[shard.path] = (shard.size, shard.crc32c)
         tier_map = {t.name: t for t in tiers}
-        every = [e for entries in self.entries.values() for e in entries]
+        every = [s.entry for sources in self.sources.values() for s in sources]
         self._sources = Sources(tier_map, every)
 
-    def read(self, path: str, ranges: Sequence[Range] | None = None) -> dict[Range, bytearray]:
+    def read(
+        self,
+        path: str,
+        ranges: Sequence[Range] | None = None,
+        crcs: Mapping[Range, str | None] | None = None,
+    ) -> dict[Range, bytearray]:
         """The bytes of `ranges` of the file (the whole file when None), from the first source
-        whose whole file matches the registered size and crc32c. A source that does not match,
-        or cannot be read, is reported with a warning and the next one is tried."""
-        if path not in self.entries:
+        that verifies. `crcs` are the ranges' own crc32c (from `.metadata`): with all of them
+        known, a large S3 file of which little is needed is read in ranges. A source that does
+        not verify, or cannot be read, is reported with a warning and the next one is tried."""
+        if path not in self.sources:
             raise TierpointError(f"{self.job}/{self.step} has no file {path!r}")
         size, _ = self.sizes[path]
         wanted = sorted(set(ranges)) if ranges is not None else [(0, size)]
+        known = {r: c for r, c in (crcs or {}).items() if c is not None}
         tried: list[str] = []
-        for entry in self.entries[path]:
+        for source in self.sources[path]:
+            entry = source.entry
+            if source.cached and not os.path.exists(entry.location):
+                continue  # no cached copy: nothing to warn about
             try:
-                got = self._read_verified(entry, wanted)
-            except (SourceError, OSError, _Mismatch) as e:
+                if self._ranged(entry, wanted, known):
+                    got, fetched = read_ranges(self._sources, entry, wanted, known)
+                    how = f"{entry.tier} (ranged)"
+                else:
+                    got, copied = read_whole(self._sources, entry, wanted, self._new_copy(source))
+                    fetched = entry.size
+                    how = f"{entry.tier} (cache)" if source.cached else entry.tier
+                    if copied:
+                        self.stats.repopulated.append(path)
+            except (SourceError, OSError, Mismatch) as e:
                 tried.append(f"{entry.tier}: {e}")
-                what = "failed verification" if isinstance(e, _Mismatch) else "could not be read"
-                warnings.warn(
-                    f"tierpoint: {self.job}/{self.step} {path} on tier {entry.tier} {what} "
-                    f"({e}); trying the next copy",
-                    stacklevel=3,
-                )
+                self._failed(source, e)
                 continue
+            self.stats.files[path] = how
+            self.stats.bytes_fetched += fetched
             return got
         raise NoVerifiedCopyError(self.job, self.step, path, tried)
 
-    def _read_verified(self, entry: PlanEntry, wanted: list[Range]) -> dict[Range, bytearray]:
-        bufs = [bytearray(length) for _, length in wanted]
-        first = 0  # ranges before this one are complete
-        pos = 0
-        crc = 0
-        for chunk in self._sources.chunks(entry, CHUNK_SIZE):
-            n = len(chunk)
-            crc = update(crc, chunk)
-            end = pos + n
-            if end > entry.size:
-                raise _Mismatch(f"larger than the registered {entry.size} bytes")
-            i = first
-            while i < len(wanted) and wanted[i][0] < end:
-                off, length = wanted[i]
-                lo, hi = max(off, pos), min(off + length, end)
-                if lo < hi:
-                    bufs[i][lo - off : hi - off] = chunk[lo - pos : hi - pos]
-                if off + length <= end and i == first:
-                    first += 1
-                i += 1
-            pos = end
-        actual = crc32c_hex(crc)
-        if pos != entry.size:
-            raise _Mismatch(f"{pos} bytes, registered {entry.size}")
-        if entry.crc32c is not None and actual != entry.crc32c.lower():
-            raise _Mismatch(f"crc32c {actual}, registered {entry.crc32c}")
-        return dict(zip(wanted, bufs, strict=True))
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _local_path(self, path: str) -> Path | None:
+        return None if self.local_dir is None else self.local_dir / path
+
+    def _is_here(self, entry: PlanEntry) -> bool:
+        return _same_file(entry.location, self._local_path(entry.path))
+
+    def _ranged(self, entry: PlanEntry, wanted: list[Range], crcs: Mapping[Range, str]) -> bool:
+        if entry.kind != "s3" or entry.size < self.options.min_ranged_size:
+            return False
+        if any(r not in crcs for r in wanted):
+            return False
+        needed = sum(end - start for start, end in coalesce(wanted))
+        return needed * 2 <= entry.size
+
+    def _new_copy(self, source: _Source) -> AtomicFile | None:
+        """A new local copy of the file being read, when re-population is on and this read is
+        not of the local copy itself; only inside an existing local-tier root."""
+        target = self._local_path(source.entry.path)
+        if not (self.options.repopulate and self._may_write) or target is None:
+            return None
+        if self._is_here(source.entry) or source.entry.path in self._not_ours:
+            return None
+        assert self.local_dir is not None
+        root = self.local_dir.parent.parent
+        if not root.is_dir():
+            return None  # this machine has no local tier mounted: nothing to populate
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            copy = AtomicFile(target)
+        except OSError as e:
+            warnings.warn(
+                f"tierpoint: cannot write a local copy to {target} ({e}); the load goes on",
+                stacklevel=4,
+            )
+            return None
+        return copy
+
+    def _failed(self, source: _Source, e: Exception) -> None:
+        entry = source.entry
+        corrupt = isinstance(e, Mismatch)
+        what = "failed verification" if corrupt else "could not be read"
+        kind = " (cached copy)" if source.cached else ""
+        warnings.warn(
+            f"tierpoint: {self.job}/{self.step} {entry.path} on tier {entry.tier}{kind} {what} "
+            f"({e}); trying the next copy",
+            stacklevel=4,
+        )
+        if not corrupt:
+            return
+        if source.cached:
+            # Ours, unknown to the catalog: drop it so that the next copy read replaces it.
+            with contextlib.suppress(OSError):
+                os.unlink(entry.location)
+        elif self._report is not None:
+            self._report(entry, f"{what} on read: {e}")
 
 
-class _Mismatch(Exception):
-    pass
+def _same_file(location: str, path: Path | None) -> bool:
+    return path is not None and os.path.normpath(location) == os.path.normpath(path)

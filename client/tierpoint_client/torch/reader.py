@@ -3,6 +3,7 @@ a given step) from the fastest verified copy of each file, under a restore lease
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import pickle
@@ -20,7 +21,7 @@ from torch.futures import Future
 
 from tierpoint_client.client import Client
 from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
-from tierpoint_client.models import Checkpoint, TierInfo
+from tierpoint_client.models import Checkpoint, PlanEntry, TierInfo
 from tierpoint_client.torch._files import (
     METADATA_FILE,
     SCHEME,
@@ -28,7 +29,12 @@ from tierpoint_client.torch._files import (
     parse_checkpoint_id,
     resolve_node,
 )
-from tierpoint_client.torch._sources import CheckpointFiles, NoVerifiedCopyError
+from tierpoint_client.torch._sources import (
+    CheckpointFiles,
+    NoVerifiedCopyError,
+    ReadOptions,
+    ReadStats,
+)
 
 
 @dataclass
@@ -50,8 +56,16 @@ class TierpointReader(StorageReader):
     are done and reads only the files its load plan needs, each from the first verified source: this
     node's local tier (with `node`, or TIERPOINT_NODE), then the shared tier, then S3; `tier`
     restricts the sources to one tier. A copy that fails verification is reported with a warning
-    and the next one is read. If no copy of the newest step's `.metadata` verifies, the reader
-    warns and loads the next older restorable step (unless `step` was given).
+    and to the server (`Client.report_corrupt_copy`), and the next one is read. If no copy of the
+    newest step's `.metadata` verifies, the reader warns and loads the next older restorable step
+    (unless `step` was given).
+
+    With `repopulate`, every file a rank read whole from elsewhere is also written to this node's
+    local tier (where the writer would have put it), so a restart on this node reads it locally;
+    such a copy is a cache the catalog does not know of, read only after it verifies. S3 files of
+    at least `min_ranged_size` bytes of which a rank needs at most half are read in ranges, each
+    item verified against its own crc32c from the verified `.metadata`. `stats` says what was read
+    from where.
     """
 
     def __init__(
@@ -64,6 +78,8 @@ class TierpointReader(StorageReader):
         tier: str | None = None,
         lease_ttl: int = 1800,
         process_group: Any = None,
+        repopulate: bool = True,
+        min_ranged_size: int = ReadOptions.min_ranged_size,
     ) -> None:
         super().__init__()
         self.job = job
@@ -73,6 +89,7 @@ class TierpointReader(StorageReader):
         self.tier = tier
         self.lease_ttl = lease_ttl
         self.process_group = process_group
+        self.options = ReadOptions(repopulate=repopulate, min_ranged_size=min_ranged_size)
         self.chosen: _Chosen | None = None
         self.storage_data: dict[Any, TierpointStorageInfo] = {}
 
@@ -80,6 +97,11 @@ class TierpointReader(StorageReader):
     def checkpoint_id(self) -> str:
         step = self.chosen.step if self.chosen is not None else self.step
         return f"{SCHEME}{self.job}" + (f"/{step}" if step is not None else "")
+
+    @property
+    def stats(self) -> ReadStats:
+        """What this rank read, and from where (empty before a load)."""
+        return self.chosen.files.stats if self.chosen is not None else ReadStats()
 
     @property
     def client(self) -> Client:
@@ -124,7 +146,7 @@ class TierpointReader(StorageReader):
                 raise TierpointError(f"the coordinator could not choose a checkpoint: {message[1]}")
             _, step, metadata, checkpoint, tiers = message
             lease = self.client.create_lease(self.job, step, self.lease_ttl, holder=_holder())
-            files = CheckpointFiles(checkpoint, tiers, node=self.node, tier=self.tier)
+            files = self._files(checkpoint, tiers)
             self.chosen = _Chosen(step, metadata, checkpoint, tiers, files, lease.id)
         metadata = self.chosen.metadata
         if getattr(metadata, "storage_meta", None) is None:
@@ -154,7 +176,8 @@ class TierpointReader(StorageReader):
         try:
             for path, items in per_file.items():
                 infos = [self.storage_data[i.storage_index] for i in items]
-                blobs = self.chosen.files.read(path, [(s.offset, s.length) for s in infos])
+                crcs = {(s.offset, s.length): s.item_crc32c for s in infos}
+                blobs = self.chosen.files.read(path, list(crcs), crcs)
                 for item, info in zip(items, infos, strict=True):
                     _apply(planner, item, blobs[(info.offset, info.length)])
         finally:
@@ -189,7 +212,7 @@ class TierpointReader(StorageReader):
         while True:
             try:
                 checkpoint = client.checkpoint(self.job, step)
-                files = CheckpointFiles(checkpoint, tiers, node=self.node, tier=self.tier)
+                files = self._files(checkpoint, tiers)
                 raw = files.read(METADATA_FILE)[(0, files.sizes[METADATA_FILE][0])]
                 metadata = pickle.loads(raw)
                 if not isinstance(metadata, Metadata):
@@ -228,6 +251,23 @@ class TierpointReader(StorageReader):
                 continue  # expired or quarantined since it was listed
             return candidate, lease.id
         return None, None
+
+    def _files(self, checkpoint: Checkpoint, tiers: list[TierInfo]) -> CheckpointFiles:
+        report = functools.partial(self._report_corrupt, checkpoint.step)
+        return CheckpointFiles(
+            checkpoint, tiers, node=self.node, tier=self.tier, options=self.options, report=report
+        )
+
+    def _report_corrupt(self, step: int, entry: PlanEntry, reason: str) -> None:
+        """Tell the server, so that it stops handing out the copy; never fails the load."""
+        try:
+            self.client.report_corrupt_copy(self.job, step, entry.tier, entry.path, reason)
+        except TierpointError as e:
+            warnings.warn(
+                f"tierpoint: could not report the corrupt copy of {self.job}/{step} {entry.path} "
+                f"on tier {entry.tier} to the server: {e}",
+                stacklevel=2,
+            )
 
     def _release(self) -> None:
         chosen = self.chosen

@@ -19,7 +19,8 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
 from tierpoint_client.client import Client
-from tierpoint_client.errors import TierpointError
+from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
+from tierpoint_client.hashing import crc32c_hex, update
 from tierpoint_client.models import ShardSpec
 from tierpoint_client.torch._files import (
     METADATA_FILE,
@@ -110,6 +111,7 @@ class TierpointWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        self._refuse_registered_step()
         # The coordinator names every rank's file, so no two ranks can pick the same name.
         return [dataclasses.replace(p, storage_data=f"__{i}_") for i, p in enumerate(plans)]
 
@@ -153,12 +155,26 @@ class TierpointWriter(StorageWriter):
 
     # -- writing ---------------------------------------------------------------------------
 
+    def _refuse_registered_step(self) -> None:
+        """A step is written once: saving it again would overwrite the files of a registered
+        checkpoint (DCP's `.metadata` differs on every save) before registration refused it.
+        The coordinator checks before any rank writes; DCP fails the save on every rank."""
+        try:
+            self.client.checkpoint(self.job, self.step)
+        except NotFoundError:
+            return
+        raise ConflictError(
+            409,
+            "checkpoint_conflict",
+            f"{self.job}/{self.step} is already registered: a step is saved once",
+        )
+
     def _write_file(self, name: str, plan: SavePlan, planner: SavePlanner) -> list[WriteResult]:
         node = self.node
         directory = self.directory()
         directory.mkdir(parents=True, exist_ok=True)
         out = AtomicFile(directory / name)
-        placed: list[tuple[Any, int, int]] = []
+        placed: list[tuple[Any, int, int, str]] = []
         try:
             for item in plan.items:
                 data = planner.resolve_data(item)
@@ -166,10 +182,13 @@ class TierpointWriter(StorageWriter):
                 if item.type == WriteItemType.BYTE_IO:
                     if not isinstance(data, io.BytesIO):
                         raise TierpointError(f"{item.index}: bytes item is not a BytesIO")
-                    out.write(data.getbuffer())
+                    blob = data.getbuffer()
                 else:
-                    out.write(_serialize_tensor(data))
-                placed.append((item.index, offset, out.size - offset))
+                    blob = _serialize_tensor(data)
+                out.write(blob)
+                # Hashing the bytes twice costs nothing next to writing them, and lets a reader
+                # that needs only this item fetch and verify it alone.
+                placed.append((item.index, offset, out.size - offset, crc32c_hex(update(0, blob))))
             size, crc = out.commit()
         except BaseException:
             out.abort()
@@ -178,9 +197,9 @@ class TierpointWriter(StorageWriter):
             WriteResult(
                 index=index,
                 size_in_bytes=length,
-                storage_data=TierpointStorageInfo(name, offset, length, node, size, crc),
+                storage_data=TierpointStorageInfo(name, offset, length, node, size, crc, item_crc),
             )
-            for index, offset, length in placed
+            for index, offset, length, item_crc in placed
         ]
 
 

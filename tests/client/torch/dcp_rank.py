@@ -10,6 +10,7 @@ full tensors, which is DCP resharding. The rank writes what it saw (step, mismat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
 import json
 import os
@@ -86,6 +87,9 @@ def main() -> None:
     p.add_argument("--world", type=int, default=1)
     p.add_argument("--init-file")
     p.add_argument("--tier")
+    p.add_argument("--only", help="load only this model tensor (a partial load)")
+    p.add_argument("--no-repopulate", action="store_true")
+    p.add_argument("--min-ranged-size", type=int)
     p.add_argument("--out", required=True)
     args = p.parse_args()
     # A crash in torch's C++ (SIGABRT) then still shows where each Python thread was.
@@ -115,14 +119,23 @@ def main() -> None:
                 pending.result()
             report["registered"] = writer.registered is not None
         else:
-            reader = TierpointReader(args.job, step=args.step, tier=args.tier)
+            options: dict[str, Any] = {"repopulate": not args.no_repopulate}
+            if args.min_ranged_size is not None:
+                options["min_ranged_size"] = args.min_ranged_size
+            reader = TierpointReader(args.job, step=args.step, tier=args.tier, **options)
             # The template's shapes come from the step the test expects; values all differ.
             state = template(args.step if args.step is not None else 0, mesh)
+            if args.only is not None:
+                state = {"model": {args.only: state["model"][args.only]}}
             dcp.load(state, storage_reader=reader)
             assert reader.chosen is not None
             report["step"] = reader.chosen.step
-            report["mismatches"] = mismatches(state, original(reader.chosen.step))
+            want = original(reader.chosen.step)
+            if args.only is not None:
+                want = {"model": {args.only: want["model"][args.only]}, "extra": {}}
+            report["mismatches"] = mismatches(state, want)
             report["lease_released"] = reader.chosen.lease_id is None
+            report["stats"] = dataclasses.asdict(reader.stats)
     # Ours only: DCP warns of its own matters (e.g. a load without a process group).
     report["warnings"] = [str(w.message) for w in caught if str(w.message).startswith("tierpoint:")]
     if args.world > 1:

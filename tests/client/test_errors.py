@@ -1,0 +1,26 @@
+"""The client's errors survive pickling: torch.distributed.checkpoint pickles the exception of the
+rank that failed to raise it on every other rank."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from tierpoint_client import errors
+
+CASES = [
+    errors.error_for(409, "checkpoint_conflict", "j/1 is registered", {"code": "x"}),
+    errors.error_for(404, "job_not_found", None, None),
+    errors.ApiError(418, None, "teapot"),
+    errors.CheckpointFailedError("j", 1, "s3", "failed", None),
+    errors.ChecksumMismatchError("a/b", "s3://b/k", 10, 9, "0000000a", "0000000b"),
+    errors.TransportError("refused"),
+]
+
+
+@pytest.mark.parametrize("error", CASES, ids=lambda e: type(e).__name__)
+def test_an_error_pickles_to_an_equal_one(error: errors.TierpointError) -> None:
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert str(copy) == str(error)
+    assert vars(copy) == vars(error)

@@ -1,0 +1,153 @@
+"""Running DCP ranks (dcp_rank.py) in `.venv-torch` against the client test stack, and the copies
+of a checkpoint they read: waiting for them, wiping and corrupting them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from tierpoint_client import Checkpoint
+
+from tests.helpers.client import Stack
+
+ROOT = Path(__file__).resolve().parents[3]
+TORCH_VENV = ROOT / ".venv-torch"
+TORCH_PYTHON = TORCH_VENV / "bin" / "python"
+RANK_SCRIPT = Path(__file__).with_name("dcp_rank.py")
+WAIT = 300.0  # hang guards only
+TIERS = ("ssd", "lustre", "s3")
+
+
+def require_torch_venv() -> None:
+    if not TORCH_PYTHON.exists():
+        pytest.fail(f"{TORCH_VENV.name}/ is missing: run `python3 bootstrap.py test`")
+
+
+def new_job(prefix: str = "dcp") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def rank_env(stack: Stack) -> dict[str, str]:
+    """The environment of a training process on this stack (its node id set by the caller)."""
+    env = dict(os.environ)
+    env.pop("TIERPOINT_TOKEN", None)
+    env.pop("TIERPOINT_NODE", None)
+    env |= {"TIERPOINT_API_URL": stack.api_url, "OMP_NUM_THREADS": "1"}
+    return env
+
+
+@dataclass(frozen=True)
+class Ranks:
+    reports: list[dict[str, Any]]  # rank order; empty when the ranks were expected to fail
+    logs: str
+
+
+async def run_ranks(
+    stack: Stack,
+    tmp: Path,
+    action: str,
+    job: str,
+    *,
+    world: int,
+    step: int | None = None,
+    tier: str | None = None,
+    extra: tuple[str, ...] = (),
+    nodes: tuple[str, ...] | None = None,
+    expect_ok: bool = True,
+) -> Ranks:
+    """Run `world` ranks (rank i on node i, or on `nodes[i]`) to completion."""
+    run = tmp / f"{action}-{uuid.uuid4().hex[:8]}"
+    run.mkdir(parents=True)
+    procs = []
+    for rank in range(world):
+        env = rank_env(stack) | {"TIERPOINT_NODE": (nodes or stack.nodes)[rank]}
+        cmd = [str(TORCH_PYTHON), str(RANK_SCRIPT), action, "--job", job]
+        cmd += ["--rank", str(rank), "--world", str(world), "--init-file", str(run / "pg")]
+        cmd += ["--out", str(run / f"rank{rank}.json"), *extra]
+        if step is not None:
+            cmd += ["--step", str(step)]
+        if tier is not None:
+            cmd += ["--tier", tier]
+        procs.append(
+            await asyncio.create_subprocess_exec(
+                *cmd,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        )
+    outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), WAIT)
+    codes = [p.returncode for p in procs]
+    logs = "\n".join(
+        f"--- rank {i}\n{o[0].decode(errors='replace')}" for i, o in enumerate(outputs)
+    )
+    if not expect_ok:
+        assert all(c != 0 for c in codes), logs
+        return Ranks([], logs)
+    assert codes == [0] * world, logs
+    return Ranks([json.loads((run / f"rank{i}.json").read_text()) for i in range(world)], logs)
+
+
+async def ranks(
+    stack: Stack, tmp: Path, action: str, job: str, **kwargs: Any
+) -> list[dict[str, Any]]:
+    """The reports of ranks that must succeed."""
+    return (await run_ranks(stack, tmp, action, job, **kwargs)).reports
+
+
+async def wait_everywhere(stack: Stack, job: str, step: int) -> Checkpoint:
+    cp = None
+    for tier in TIERS:
+        cp = await asyncio.to_thread(stack.client.wait_restorable, job, step, tier, WAIT, 0.2)
+    detail = await asyncio.to_thread(stack.client.checkpoint, job, step)
+    assert cp is not None and detail.shards is not None
+    return detail
+
+
+def wipe_local(stack: Stack, job: str) -> None:
+    for node in stack.nodes:
+        shutil.rmtree(stack.local_dir(node, job, 0).parent, ignore_errors=True)
+
+
+def s3_key(cp: Checkpoint, path: str) -> tuple[str, str]:
+    shard = next(s for s in cp.shards or () if s.path == path)
+    location = next(r.location for r in shard.replicas if r.tier == "s3")
+    assert location is not None
+    bucket, key = location.removeprefix("s3://").split("/", 1)
+    return bucket, key
+
+
+def corrupt_s3(stack: Stack, cp: Checkpoint, path: str, *, everywhere: bool = False) -> None:
+    s3 = stack.settings.tier("s3")
+    client = boto3.client("s3", endpoint_url=s3.endpoint_url, region_name=s3.region)
+    bucket, key = s3_key(cp, path)
+    data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=bucket, Key=key, Body=_flipped(data, everywhere))
+
+
+def corrupt_file(path: Path, *, everywhere: bool = False) -> None:
+    """Same size: only the checksum can tell."""
+    path.write_bytes(_flipped(path.read_bytes(), everywhere))
+
+
+def _flipped(data: bytes, everywhere: bool) -> bytes:
+    if everywhere:
+        return bytes(b ^ 0xFF for b in data)
+    out = bytearray(data)
+    out[len(out) // 2] ^= 0xFF
+    return bytes(out)
+
+
+def assert_loaded(reports: list[dict[str, Any]], step: int) -> None:
+    for r in reports:
+        assert r["step"] == step, r
+        assert r["mismatches"] == [], r
+        assert r["lease_released"], r

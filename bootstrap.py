@@ -13,7 +13,8 @@ It uses `uv` from PATH, or installs uv into ./.bootstrap (a venv of this python3
 
 `test` also makes ./.venv-torch, a pip venv with the client and its `torch` and `s3` extras, in
 which the tests run the client's torch.distributed.checkpoint storage. torch stays out of uv.lock:
-the lock would pull a multi-GB CUDA build, where pip here installs the CPU build `TORCH`.
+the lock would pull a multi-GB CUDA build, where pip here installs the CPU build `TORCH`. And it
+finds (or, as root on Debian, installs) the chromium the dashboard's browser tests drive.
 """
 
 from __future__ import annotations
@@ -100,6 +101,31 @@ def sync_torch_venv() -> None:
     key_file.write_text(key)
 
 
+def find_chromium() -> str | None:
+    """A Chromium for the dashboard's browser tests (Playwright drives it by path: browser
+    downloads fail on our machines): TIERPOINT_CHROMIUM, one on PATH, else Debian's package,
+    installed when this runs as root with apt-get. None when there is no way to get one."""
+    explicit = os.environ.get("TIERPOINT_CHROMIUM")
+    if explicit:
+        return explicit
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    apt = shutil.which("apt-get")
+    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        _say("no chromium, and no apt-get as root to install it: the browser tests will fail")
+        return None
+    _say("installing Debian's chromium for the dashboard's browser tests")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [apt, "install", "-y", "-q", "chromium"]
+    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL).returncode != 0:
+        # A machine whose package lists were never fetched.
+        subprocess.run([apt, "update", "-q"], env=env, stdout=subprocess.DEVNULL)
+        subprocess.run(install, env=env, stdout=subprocess.DEVNULL)
+    return shutil.which("chromium")
+
+
 def mypy_targets() -> list[str]:
     """Every top-level folder with Python code (packages, benchmarks, examples/<name>/, ...) and
     script; the client distribution is checked separately (see lint_commands)."""
@@ -143,8 +169,13 @@ def run_tests(args: Sequence[str]) -> int:
                 failed.append(shown + where)
         if failed:
             _say(f"static checks failed: {'; '.join(failed)} (running the tests anyway)")
+    env = dict(os.environ)
+    chromium = find_chromium()
+    if chromium is not None:
+        env["TIERPOINT_CHROMIUM"] = chromium
     # pytest last, so that its closing summary line ends the output.
-    code = subprocess.run([str(VENV / "bin" / "pytest"), *pytest_args], cwd=ROOT).returncode
+    pytest = [str(VENV / "bin" / "pytest"), *pytest_args]
+    code = subprocess.run(pytest, cwd=ROOT, env=env).returncode
     if failed:
         _say(f"static checks failed: {'; '.join(failed)}")
         return code or 1

@@ -17,6 +17,7 @@ from api.middleware import BodySizeLimit, RequestObserver
 from api.routers import (
     actions,
     checkpoints,
+    dashboard,
     health,
     jobs,
     leases,
@@ -106,6 +107,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(tiers.router)
     app.include_router(health.router)
+    app.include_router(dashboard.router)
+    app.mount("/ui", dashboard.assets(), name="ui")
     # Outermost last: the observer sees every response, including refused oversize bodies.
     app.add_middleware(
         BodySizeLimit,

@@ -8,29 +8,40 @@ import os
 import sys
 import threading
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
 import uvicorn
+from fastapi import FastAPI
 
 from api.app import create_app
 from tierpoint.config import Settings
 from tierpoint.devstack.services import free_port
 
 
-@pytest.fixture
-async def api_url(settings: Settings, nodes: tuple[str, str]) -> AsyncIterator[str]:
+@asynccontextmanager
+async def serving(app: FastAPI) -> AsyncIterator[str]:
+    """The app (lifespan included) served by uvicorn on a free 127.0.0.1 port; yields its URL."""
     port = free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the API server exited while starting"
-        await asyncio.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await asyncio.to_thread(thread.join)
+    try:
+        while not server.started:
+            assert thread.is_alive(), "the API server exited while starting"
+            await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.to_thread(thread.join)
+
+
+@pytest.fixture
+async def api_url(settings: Settings, nodes: tuple[str, str]) -> AsyncIterator[str]:
+    async with serving(create_app(settings)) as url:
+        yield url
 
 
 @dataclass

@@ -10,11 +10,12 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from api import problems
+from api import auth, problems
 from api.deps import ApiState
 from api.middleware import ManifestSizeLimit, RequestObserver
 from api.routers import checkpoints, health, jobs, leases, pins, policies, retention, tiers
 from api.temporal_link import TemporalLink
+from api.token_cache import TokenCache
 from tierpoint import logs
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.migrate import check_schema_async
@@ -56,7 +57,13 @@ def create_app(settings: Settings) -> FastAPI:
                 engine=engine,
                 sessions=async_sessions(engine),
                 temporal=temporal,
+                tokens=TokenCache(settings.token_cache_seconds),
             )
+            if settings.insecure_no_auth:
+                log.warning(
+                    "AUTHENTICATION IS OFF (insecure_no_auth): every caller may do everything, "
+                    "as 'anonymous'. Never run like this on a shared network."
+                )
             log.info("api ready", tiers=settings.tier_names())
             yield
         finally:
@@ -75,7 +82,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = problems.add_schemas(get_openapi_schema(app), Manifest)
+            schema = problems.add_schemas(get_openapi_schema(app), Manifest)
+            app.openapi_schema = auth.document(schema, app)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

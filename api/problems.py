@@ -144,7 +144,15 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(TierpointError)
     async def _domain(request: Request, exc: TierpointError) -> JSONResponse:
         _count(request, exc.code)
-        return problem_response(exc.status, exc.code, exc.title, exc.detail, exc.errors, exc.extra)
+        return problem_response(
+            exc.status,
+            exc.code,
+            exc.title,
+            exc.detail,
+            exc.errors,
+            exc.extra,
+            headers=exc.response_headers(),
+        )
 
     async def _catalog_down(request: Request, exc: Exception) -> JSONResponse:
         # The catalog's server is down or unreachable: the request wrote nothing (its transaction
@@ -183,6 +191,8 @@ def install(app: FastAPI) -> None:
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` entries declaring problem+json for the given statuses in OpenAPI."""
     descriptions = {
+        401: "Missing, invalid, expired or revoked bearer token (problem+json)",
+        403: "The token's scopes do not allow this (problem+json)",
         404: "Not found (problem+json)",
         409: "Conflict (problem+json)",
         413: "Too large (problem+json)",

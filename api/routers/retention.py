@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Depends
 
+from api.auth import require_job
 from api.deps import JobName, SessionDep, StateDep
 from api.problems import problem_responses
 from api.schemas.policies import JobPolicy
 from api.schemas.retention import DryRun, PlanRequest, PolicyUsed, TierUsageOut, Usage
+from tierpoint.auth import Scope
 from tierpoint.retention import tier_refs
 from tierpoint.services.retention import evaluate, parse_policy
 
@@ -22,6 +24,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["retention"])
     response_model=DryRun,
     responses=problem_responses(404, 422),
     summary="Dry run: what retention would expire now, where, and why",
+    dependencies=[Depends(require_job(Scope.READ))],
 )
 async def retention_plan(
     job: JobName,
@@ -58,6 +61,7 @@ async def retention_plan(
     response_model=Usage,
     responses=problem_responses(404, 422),
     summary="Bytes and checkpoints per tier for a job, now and after retention",
+    dependencies=[Depends(require_job(Scope.READ))],
 )
 async def job_usage(job: JobName, session: SessionDep, state: StateDep) -> Usage:
     assigned, result = await evaluate(session, job, tier_refs(state.settings.tiers))

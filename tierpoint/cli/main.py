@@ -1,8 +1,10 @@
 """The `tierpoint` command (console script `tierpoint = tierpoint.cli.main:app`)."""
 
+from typing import Annotated
+
 import typer
 
-from tierpoint.cli import checkpoints, demo, dev, policy, restore, serve, status
+from tierpoint.cli import checkpoints, context, demo, dev, policy, restore, serve, status, tokens
 
 app = typer.Typer(
     name="tierpoint",
@@ -12,6 +14,22 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
+
+
+@app.callback()
+def _options(
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help="API token of the client commands (else TIERPOINT_TOKEN, else the dev "
+            "stack's stack.json). Prefer the variable: a flag shows in `ps`.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    context.set_token(token)
+
 
 # Services.
 app.command("dev")(dev.dev)
@@ -24,7 +42,9 @@ app.add_typer(checkpoints.app, name="checkpoints")
 app.add_typer(policy.app, name="policy")
 app.command("restore")(restore.restore)
 app.command("demo")(demo.demo)
-# More command groups (e.g. `policy`, `token`) register here: a module with its own typer.Typer,
+# Against the catalog (so the first admin token can be made on a fresh install).
+app.add_typer(tokens.app, name="token")
+# More command groups register here: a module with its own typer.Typer,
 # added with app.add_typer(module.app, name=...).
 
 if __name__ == "__main__":

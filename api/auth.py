@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.deps import ApiState, get_state
@@ -153,7 +153,12 @@ def require_token() -> Requirement:
 LEASE_WRITE = require_job(Scope.OPERATE)
 
 
-def access_of(route: APIRoute) -> list[Access]:
+def api_routes(app: FastAPI) -> list[RouteContext]:
+    """Every API route of the app as served (with its router's prefix and dependencies)."""
+    return [c for c in iter_route_contexts(app.routes) if isinstance(c.original_route, APIRoute)]
+
+
+def access_of(route: RouteContext) -> list[Access]:
     """The access dependencies a route declares (exactly one when the route is right)."""
     found: list[Access] = []
     for dependency in route.dependant.dependencies:
@@ -166,9 +171,7 @@ def access_of(route: APIRoute) -> list[Access]:
 def document(openapi: dict[str, Any], app: FastAPI) -> dict[str, Any]:
     """Each operation says what it needs (`x-tierpoint-access`) and its 401/403 problems."""
     refusals = problem_responses(401, 403)
-    for route in app.routes:
-        if not isinstance(route, APIRoute):
-            continue
+    for route in api_routes(app):
         rules = access_of(route)
         for method in route.methods or ():
             op = openapi.get("paths", {}).get(route.path_format, {}).get(method.lower())

@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 
 from api.app import create_app
 from tests.helpers.api import events, seed
+from tests.helpers.tokens import create_token
 from tierpoint.config import Settings
 from tierpoint.devstack.services import free_port
 
@@ -43,12 +44,12 @@ class Result:
     output: str
 
 
-async def _run(api_url: str, *args: str) -> Result:
+async def _run(api_url: str, token: str, *args: str) -> Result:
     """The command in its own process, as an admin runs it."""
     env = {
         **os.environ,
         "TIERPOINT_API_URL": api_url,
-        "TIERPOINT_ACTOR": "carol",
+        "TIERPOINT_TOKEN": token,
         "COLUMNS": "200",
         "NO_COLOR": "1",
     }
@@ -76,35 +77,36 @@ async def test_policy_commands(
     tmp_path: Path,
 ) -> None:
     name = new_policy()
+    carol = create_token(catalog, "carol")
     await seed(client, catalog, job, [1, 2, 3])
     doc = tmp_path / "policy.json"
     doc.write_text(json.dumps({"kinds": {"local": {"keep_last": 1}}}))
 
-    r = await _run(api_url, "apply", name, str(doc))
+    r = await _run(api_url, carol, "apply", name, str(doc))
     assert r.exit_code == 0, r.output
     assert "created" in r.output
     doc.write_text(json.dumps({"kinds": {"local": {"keep_last": 2}}}))
-    r = await _run(api_url, "apply", name, str(doc))
+    r = await _run(api_url, carol, "apply", name, str(doc))
     assert r.exit_code == 0 and "version 2" in r.output, r.output
 
-    r = await _run(api_url, "assign", job, name)
+    r = await _run(api_url, carol, "assign", job, name)
     assert r.exit_code == 0 and f"{name} version 2 (job)" in r.output, r.output
 
-    r = await _run(api_url, "list")
+    r = await _run(api_url, carol, "list")
     assert r.exit_code == 0 and name in r.output, r.output
-    r = await _run(api_url, "show", name)
+    r = await _run(api_url, carol, "show", name)
     assert r.exit_code == 0 and '"keep_last": 2' in r.output and "revised" in r.output, r.output
 
-    r = await _run(api_url, "plan", job, "--json")
+    r = await _run(api_url, carol, "plan", job, "--json")
     assert r.exit_code == 0, r.output
     plan = json.loads(r.output)["plan"]
     assert [(e["tier"], e["step"]) for e in plan["expiries"]] == [("ssd", 1)]
-    r = await _run(api_url, "plan", job)
+    r = await _run(api_url, carol, "plan", job)
     assert r.exit_code == 0 and "would expire now (1)" in r.output and "not_kept" in r.output
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"kinds": {"local": {"keep_last": -1}}}))
-    r = await _run(api_url, "apply", name, str(bad))
+    r = await _run(api_url, carol, "apply", name, str(bad))
     assert r.exit_code == 1
     assert "invalid_policy" in r.output and "spec.kinds.local.keep_last" in r.output
 

@@ -31,6 +31,11 @@ class ApiError(TierpointError):
             f"HTTP {status} {code or 'error'}: {detail or self.problem.get('title', '')}"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Picklable with its fields (Exception pickles only the message), so that an error can
+        # cross processes, e.g. a DCP rank's gathered to the coordinator.
+        return (type(self), (self.status, self.code, self.detail, self.problem))
+
     @property
     def errors(self) -> list[Any]:
         """Per-field validation errors, when the API gives them."""

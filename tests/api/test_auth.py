@@ -53,7 +53,7 @@ def test_every_route_declares_exactly_one_access_rule(settings: Settings) -> Non
     """A route added without a scope decision fails here (add `dependencies=[Depends(require(
     ...))]` and a row in docs/security.md)."""
     missing = [
-        f"{sorted(r.methods)} {r.path_format}: {len(access_of(r))} access rules"
+        f"{sorted(r.methods or ())} {r.path_format}: {len(access_of(r))} access rules"
         for r in _routes(settings)
         if len(access_of(r)) != 1
     ]
@@ -69,7 +69,7 @@ def test_the_security_doc_lists_every_route_with_its_rule(settings: Settings) ->
     actual = {
         (method, r.path_format, access_of(r)[0].describe())
         for r in _routes(settings)
-        for method in sorted(r.methods)
+        for method in sorted(r.methods or ())
     }
     assert actual - documented == set(), "routes missing from (or wrong in) docs/security.md"
     assert documented - actual == set(), "docs/security.md lists routes the app does not have"
@@ -90,7 +90,7 @@ async def test_every_route_refuses_a_request_without_a_valid_token(
     assert len(guarded) >= 20
     garbage = "tp_" + "A" * 43  # the right shape, no such token
     for route in guarded:
-        for method in route.methods:
+        for method in route.methods or ():
             url = _url(route)
             for headers, code in [
                 ({}, "missing_token"),

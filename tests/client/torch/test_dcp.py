@@ -59,9 +59,9 @@ async def _ranks(
     procs = []
     for rank in range(world):
         env = dict(os.environ)
-        env.pop("TIERPOINT_TOKEN", None)
         env |= {
             "TIERPOINT_API_URL": stack.api_url,
+            "TIERPOINT_TOKEN": stack.token,
             "TIERPOINT_NODE": stack.nodes[rank],
             "OMP_NUM_THREADS": "1",
         }

@@ -114,3 +114,36 @@ async def test_policy_commands(
         e["actor"] for e in events(catalog, "policy_changed") if e["detail"]["policy"] == name
     }
     assert actors == {"carol"}
+
+
+async def _run_bare(api_url: str, *args: str) -> Result:
+    """A CLI command with no token in its environment."""
+    env = {k: v for k, v in os.environ.items() if k != "TIERPOINT_TOKEN"}
+    env |= {"TIERPOINT_API_URL": api_url, "COLUMNS": "200", "NO_COLOR": "1"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tierpoint.cli.main",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode())
+
+
+async def test_the_token_comes_from_the_flag_and_its_scope_counts(
+    api_url: str, catalog: Engine, new_policy: Callable[[], str], tmp_path: Path
+) -> None:
+    reader = create_token(catalog, f"reader-{new_policy()}", ["read"])
+    r = await _run_bare(api_url, "policy", "list")
+    assert r.exit_code == 1 and "missing_token" in r.output and "TIERPOINT_TOKEN" in r.output
+    r = await _run_bare(api_url, "--token", reader, "policy", "list")
+    assert r.exit_code == 0, r.output
+    doc = tmp_path / "policy.json"
+    doc.write_text(json.dumps({"kinds": {"local": {"keep_last": 1}}}))
+    r = await _run_bare(api_url, "--token", reader, "policy", "apply", new_policy(), str(doc))
+    assert r.exit_code == 1 and "insufficient_scope" in r.output, r.output
+    assert reader not in r.output

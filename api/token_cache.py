@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -30,7 +31,7 @@ class TokenCache:
             return hit[1]
         async with sessions() as session:
             record = await tokens_repo.find_by_digest(session, token_digest)
-            if record is not None:
+            if record is not None and _touch_due(record):
                 await tokens_repo.touch(session, record.id)
                 await session.commit()
         if record is None:
@@ -40,3 +41,10 @@ class TokenCache:
                 self._entries.clear()
             self._entries[token_digest] = (now + self.ttl, record)
         return record
+
+
+def _touch_due(record: TokenRecord) -> bool:
+    # The row says when it was last touched: skip the write (a round trip) when that is recent.
+    # The UPDATE re-checks the condition in the catalog's clock.
+    last = record.last_used_at
+    return last is None or datetime.now(UTC) - last >= tokens_repo.TOUCH_EVERY

@@ -35,6 +35,7 @@ PATH_TESTS = (
 WRONG_CRC = "tests/workflows/test_lifecycle.py::test_shard_with_wrong_checksum_is_never_promoted"
 ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is_caught_by_the_copy"
 PLANNER = "tierpoint/retention/planner.py"
+AUTH = "tests/api/test_auth.py"
 PATHS = "tierpoint/storage/paths.py"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -363,5 +364,38 @@ MUTANTS: tuple[Mutant, ...] = (
 """,
         (RECHECK,),
         "a copy the re-check kept is not deleted",
+    ),
+    # ---- access control: scopes, expiry, revocation ------------------------------------------
+    Mutant(
+        "auth-train-any-job",
+        "tierpoint/auth.py",
+        " and job.startswith(s[len(TRAIN) :])",
+        "",
+        (AUTH,),
+        "a train:<prefix> token works only on jobs whose name starts with the prefix",
+    ),
+    Mutant(
+        "auth-scope-ignored",
+        "api/auth.py",
+        "        return self.job_scoped and job is not None and principal.trains(job)\n",
+        "        return True\n",
+        (AUTH,),
+        "a valid token whose scopes do not cover the route is refused (403)",
+    ),
+    Mutant(
+        "auth-revocation-ignored",
+        "tierpoint/auth.py",
+        "    if token.revoked_at is not None and token.revoked_at <= now:\n",
+        "    if False:\n",
+        (AUTH,),
+        "a revoked token is refused",
+    ),
+    Mutant(
+        "auth-expiry-ignored",
+        "tierpoint/auth.py",
+        "    if token.expires_at is not None and token.expires_at <= now:\n",
+        "    if False:\n",
+        (AUTH,),
+        "an expired token is refused",
     ),
 )

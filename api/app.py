@@ -10,8 +10,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from api import auth, problems
 from api import openapi as openapi_doc
-from api import problems
 from api.deps import ApiState
 from api.middleware import BodySizeLimit, RequestObserver
 from api.routers import (
@@ -29,6 +29,7 @@ from api.routers import (
     tiers,
 )
 from api.temporal_link import TemporalLink
+from api.token_cache import TokenCache
 from tierpoint import logs
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.migrate import check_schema_async
@@ -70,7 +71,13 @@ def create_app(settings: Settings) -> FastAPI:
                 engine=engine,
                 sessions=async_sessions(engine),
                 temporal=temporal,
+                tokens=TokenCache(settings.token_cache_seconds),
             )
+            if settings.insecure_no_auth:
+                log.warning(
+                    "AUTHENTICATION IS OFF (insecure_no_auth): every caller may do everything, "
+                    "as 'anonymous'. Never run like this on a shared network."
+                )
             log.info("api ready", tiers=settings.tier_names())
             yield
         finally:
@@ -90,7 +97,8 @@ def create_app(settings: Settings) -> FastAPI:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = problems.add_schemas(get_openapi_schema(app), Manifest)
-            app.openapi_schema = openapi_doc.document(schema, settings.tier_names())
+            schema = openapi_doc.document(schema, settings.tier_names())
+            app.openapi_schema = auth.document(schema, app)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

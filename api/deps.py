@@ -1,5 +1,6 @@
 """Request dependencies every router shares: the app's state, one catalog session per request,
-the actor of a change, and validated path parameters (job name, step)."""
+and validated path parameters (job name, step). Who is asking (the token, the actor of a change,
+the scope a route needs) is api/auth.py."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, Path, Request
+from fastapi import Depends, Path, Request
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.temporal_link import TemporalLink
+from api.token_cache import TokenCache
 from tierpoint.config import NAME_RE, Settings
 from tierpoint.errors import UnsafePath
 from tierpoint.manifest import MAX_INT64
@@ -27,6 +29,7 @@ class ApiState:
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
     temporal: TemporalLink
+    tokens: TokenCache
     # boto3 S3 clients per tier name, for readiness checks (created on first use).
     s3_clients: dict[str, Any] = field(default_factory=dict)
 
@@ -72,22 +75,3 @@ JobName = Annotated[
 
 
 Step = Annotated[int, Path(ge=0, le=MAX_INT64, description="Training step of the checkpoint.")]
-
-ANONYMOUS = "anonymous"
-
-
-def actor_header(
-    x_tierpoint_actor: Annotated[
-        str | None,
-        Header(
-            min_length=1,
-            max_length=128,
-            pattern=r"^[^\x00-\x1f\x7f]+$",
-            description="Who makes the change, recorded in its event (no authentication yet).",
-        ),
-    ] = None,
-) -> str:
-    return x_tierpoint_actor or ANONYMOUS
-
-
-Actor = Annotated[str, Depends(actor_header)]

@@ -160,7 +160,15 @@ def install(app: FastAPI) -> None:
         # Every item has the members the Problem schema declares; domain errors about a body
         # need not repeat where they are.
         errors = [{"location": "body", **e} for e in exc.errors] if exc.errors is not None else None
-        return problem_response(exc.status, exc.code, exc.title, exc.detail, errors, exc.extra)
+        return problem_response(
+            exc.status,
+            exc.code,
+            exc.title,
+            exc.detail,
+            errors,
+            exc.extra,
+            headers=exc.response_headers(),
+        )
 
     async def _catalog_down(request: Request, exc: Exception) -> JSONResponse:
         # The catalog's server is down or unreachable: the request wrote nothing (its transaction
@@ -201,6 +209,8 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` entries declaring problem+json for the given statuses in OpenAPI."""
     descriptions = {
         400: "Malformed request (problem+json)",
+        401: "Missing, invalid, expired or revoked bearer token (problem+json)",
+        403: "The token's scopes do not allow this (problem+json)",
         404: "Not found (problem+json)",
         409: "Conflict (problem+json)",
         413: "Too large (problem+json)",

@@ -92,7 +92,7 @@ def main() -> None:
 
     from sqlalchemy.orm import Session
 
-    from tierpoint.catalog import migrate
+    from tierpoint.catalog import migrate, tokens_repo
     from tierpoint.catalog.engine import make_sync_engine
     from tierpoint.catalog.nodes import upsert_node
     from tierpoint.devstack.services import EmbeddedPostgres, TemporalDevServer, free_port
@@ -120,6 +120,11 @@ def main() -> None:
             with Session(engine) as s:
                 for n in NODES:
                     upsert_node(s, n, {})
+                # Requests authenticate as a training job does (TIERPOINT_TOKEN_CACHE_SECONDS=0
+                # in the environment measures a catalog lookup per request).
+                token = tokens_repo.create_token(
+                    s, f"bench-{uuid.uuid4().hex[:8]}", ["train:bench-"], None
+                ).secret
                 s.commit()
             engine.dispose()
 
@@ -160,7 +165,7 @@ def main() -> None:
             job = f"bench-{uuid.uuid4().hex[:8]}"
             total = args.warmup + args.requests
             bodies = [_manifest(step, args.shards, rng) for step in range(total)]
-            headers = {"content-type": "application/json"}
+            headers = {"content-type": "application/json", "authorization": f"Bearer {token}"}
             created: list[float] = []
             cpu_before: float | None = None
             with httpx.Client(base_url=base, timeout=30) as client:

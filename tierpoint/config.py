@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, Field, PositiveInt, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -194,6 +194,27 @@ class Settings(BaseSettings):
         default="127.0.0.1:7233", description="The Temporal frontend, `host:port`."
     )
     temporal_namespace: str = Field(default="default", description="The Temporal namespace.")
+    temporal_tls_cert: Path | None = Field(
+        default=None,
+        description="mTLS to Temporal: this process's client certificate (PEM file); with "
+        "`temporal_tls_key`. Setting any `temporal_tls_*` turns TLS on.",
+    )
+    temporal_tls_key: Path | None = Field(
+        default=None, description="mTLS to Temporal: the client certificate's private key (PEM)."
+    )
+    temporal_tls_ca: Path | None = Field(
+        default=None,
+        description="TLS to Temporal: the CA bundle (PEM) that signed the server's certificate; "
+        "unset: the system roots.",
+    )
+    temporal_tls_server_name: str | None = Field(
+        default=None, description="TLS to Temporal: the server name to verify, if not the host."
+    )
+    temporal_api_key: SecretStr | None = Field(
+        default=None,
+        description="An API key for Temporal (e.g. Temporal Cloud); turns TLS on. A secret: "
+        "set it in the environment, never in the TOML file.",
+    )
     tiers: list[TierConfig] = Field(
         default_factory=list,
         description="The tiers, ordered from the fastest, most local one to the most durable "
@@ -206,6 +227,19 @@ class Settings(BaseSettings):
     )
     api_host: str = Field(default="127.0.0.1", description="`tierpoint api`: bind address.")
     api_port: int = Field(default=8080, description="`tierpoint api`: port.")
+    insecure_no_auth: bool = Field(
+        default=False,
+        description="`tierpoint api`: serve every route WITHOUT authentication, every caller "
+        "acting as `anonymous` with admin rights. Only for a closed test network; the API logs "
+        "a warning at start.",
+    )
+    token_cache_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=300,
+        description="The API keeps a looked-up token this long before asking the catalog "
+        "again: a revocation takes effect within this time (0: ask on every request).",
+    )
     # Registration limits (invariant 6: oversized manifests are refused before anything is written).
     max_shards_per_checkpoint: PositiveInt = Field(
         default=200_000,
@@ -263,6 +297,22 @@ class Settings(BaseSettings):
     )
     log_json: bool = Field(default=False, description="Logs as JSON lines instead of text.")
     log_level: str = Field(default="INFO", description="Log level (`DEBUG`, `INFO`, ...).")
+
+    @model_validator(mode="after")
+    def _temporal_tls(self) -> Self:
+        if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
+            raise ValueError("temporal_tls_cert and temporal_tls_key go together")
+        return self
+
+    def temporal_tls(self) -> bool:
+        return any(
+            v is not None
+            for v in (
+                self.temporal_tls_cert,
+                self.temporal_tls_ca,
+                self.temporal_tls_server_name,
+            )
+        )
 
     @field_validator("tiers")
     @classmethod

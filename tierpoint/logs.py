@@ -3,9 +3,49 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
+
+# The shape of an API token (tierpoint.auth): masked wherever one would end up in a log line.
+_TOKEN = re.compile(r"tp_[A-Za-z0-9_-]{43}")
+MASK = "tp_***"
+
+
+def mask_secrets(text: str) -> str:
+    return _TOKEN.sub(MASK, text)
+
+
+def _mask(value: Any) -> Any:
+    if isinstance(value, str):
+        return mask_secrets(value)
+    if isinstance(value, dict):
+        return {k: _mask(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_mask(v) for v in value)
+    return value
+
+
+def _mask_processor(
+    logger: Any, method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Tokens are never logged on purpose; this catches one passed where it should not be (an
+    exception message quoting a header, a URL with one in it)."""
+    for key, value in event_dict.items():
+        event_dict[key] = _mask(value)
+    return event_dict
+
+
+class _MaskFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_secrets(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
 
 
 def configure(level: str = "INFO", json: bool = False) -> None:
@@ -15,6 +55,7 @@ def configure(level: str = "INFO", json: bool = False) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
         structlog.processors.format_exc_info,
+        _mask_processor,
     ]
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
@@ -26,6 +67,9 @@ def configure(level: str = "INFO", json: bool = False) -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(name)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _MaskFilter) for f in handler.filters):
+            handler.addFilter(_MaskFilter())
     # Third-party chatter stays at warnings.
     for noisy in ("botocore", "boto3", "urllib3", "temporalio", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from pathlib import Path
 
 from temporalio.client import (
     Client,
@@ -23,7 +24,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE
@@ -45,6 +46,29 @@ async def connect(settings: Settings) -> Client:
         settings.temporal_address,
         namespace=settings.temporal_namespace,
         data_converter=pydantic_data_converter,
+        tls=tls_config(settings),
+        api_key=(
+            settings.temporal_api_key.get_secret_value()
+            if settings.temporal_api_key is not None
+            else None
+        ),
+    )
+
+
+def tls_config(settings: Settings) -> TLSConfig | None:
+    """TLS (mTLS with a client certificate) from the `temporal_tls_*` settings; None leaves it
+    to the SDK (off, or on with an API key)."""
+    if not settings.temporal_tls():
+        return None
+
+    def read(path: Path | None) -> bytes | None:
+        return path.read_bytes() if path is not None else None
+
+    return TLSConfig(
+        server_root_ca_cert=read(settings.temporal_tls_ca),
+        client_cert=read(settings.temporal_tls_cert),
+        client_private_key=read(settings.temporal_tls_key),
+        domain=settings.temporal_tls_server_name,
     )
 
 

@@ -3,11 +3,13 @@ twice does no more than doing it once."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
-from api.deps import Actor, JobName, SessionDep, StateDep, Step
+from api.auth import Actor, require
+from api.deps import JobName, SessionDep, StateDep, Step
 from api.problems import problem_responses
 from api.schemas.actions import RetryOut
+from tierpoint.auth import Scope
 from tierpoint.services.retry import retry_checkpoint
 
 router = APIRouter(prefix="/v1/jobs", tags=["operator actions"])
@@ -15,6 +17,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["operator actions"])
 
 @router.post(
     "/{job:path}/checkpoints/{step}/retry",
+    dependencies=[Depends(require(Scope.OPERATE))],
     response_model=RetryOut,
     status_code=202,
     responses=problem_responses(404, 409, 422, 503),

@@ -9,7 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from api import background
-from api.deps import Actor, ApiState, JobName, SessionDep, StateDep, Step
+from api.auth import LEASE_WRITE, Actor, PrincipalDep, require_job
+from api.deps import ApiState, JobName, SessionDep, StateDep, Step
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
 from api.schemas.checkpoints import (
@@ -19,6 +20,7 @@ from api.schemas.checkpoints import (
     RegisterCheckpoint,
 )
 from api.schemas.leases import LatestWithLease
+from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads, registration
 from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
 from tierpoint.contract.lifecycle import LifecycleInput
@@ -74,6 +76,7 @@ async def manifest_body(job: JobName, request: Request) -> RegisterCheckpoint:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Manifest"}}},
         }
     },
+    dependencies=[Depends(require_job())],
 )
 async def register_checkpoint(
     job: JobName,
@@ -82,6 +85,7 @@ async def register_checkpoint(
     background_tasks: BackgroundTasks,
     session: SessionDep,
     state: StateDep,
+    actor: Actor,
 ) -> CheckpointOut:
     """Record a checkpoint whose shards the job has written to its nodes' local tier. The catalog
     commit is the acknowledgement; the lifecycle workflow that copies the shards to slower tiers
@@ -95,7 +99,7 @@ async def register_checkpoint(
         max_metadata_bytes=state.settings.max_metadata_bytes,
     )
     result = await registration.register_checkpoint(
-        session, job, manifest, state.settings.tier_names()
+        session, job, manifest, state.settings.tier_names(), actor=actor
     )
     tiers = state.settings.tiers
     if result.created:
@@ -126,12 +130,13 @@ async def register_checkpoint(
     response_model=LatestWithLease,
     responses=problem_responses(404, 409, 422),
     summary="Latest restorable checkpoint and restore plan",
+    dependencies=[Depends(require_job(Scope.READ))],
 )
 async def latest_restorable(
     job: JobName,
     session: SessionDep,
     state: StateDep,
-    actor: Actor,
+    principal: PrincipalDep,
     tier: Annotated[str | None, Query(description="Only restore from this tier.")] = None,
     node: Annotated[
         str | None,
@@ -163,9 +168,13 @@ async def latest_restorable(
 ) -> LatestWithLease:
     """The highest step the caller can restore, with the fastest verified source of each shard,
     and for every newer step why it was not chosen. 404 (`no_restorable_checkpoint`, with the
-    same `skipped` list) when there is none."""
+    same `skipped` list) when there is none. With `lease_ttl` the token also needs what taking a
+    lease needs (train:<job> or operate)."""
     _tier(state, tier)
-    lease = LeaseRequest(lease_ttl, holder, actor) if lease_ttl is not None else None
+    lease = None
+    if lease_ttl is not None:
+        LEASE_WRITE.check(principal, job)
+        lease = LeaseRequest(lease_ttl, holder, principal.name)
     result = await latest_with_lease(
         session, job, state.settings.tiers, tier=tier, node=node, lease=lease
     )
@@ -179,6 +188,7 @@ async def latest_restorable(
     response_model=CheckpointDetailOut,
     responses=problem_responses(404, 422),
     summary="One checkpoint with its tiers and replicas",
+    dependencies=[Depends(require_job(Scope.READ))],
 )
 async def get_checkpoint(
     job: JobName,
@@ -201,6 +211,7 @@ async def get_checkpoint(
     response_model=CheckpointPage,
     responses=problem_responses(404, 422),
     summary="A job's checkpoints, newest first",
+    dependencies=[Depends(require_job(Scope.READ))],
 )
 async def list_checkpoints(
     job: JobName,

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+
+from api.auth import public
 
 ASSETS = Path(__file__).resolve().parent.parent / "dashboard"
 # Only this origin's scripts and styles, no inline code, no framing.
@@ -22,7 +24,7 @@ HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
 router = APIRouter(include_in_schema=False)
 
 
-@router.get("/")
+@router.get("/", dependencies=[Depends(public)])
 async def dashboard() -> FileResponse:
     return FileResponse(ASSETS / "index.html", headers=HEADERS)
 

@@ -5,9 +5,10 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 from sqlalchemy import text
 
+from api.auth import public
 from api.deps import ApiState, StateDep
 from api.problems import problem_responses
 from api.schemas.health import Health, Readiness
@@ -19,7 +20,12 @@ router = APIRouter(tags=["health"])
 CHECK_TIMEOUT = 3.0
 
 
-@router.get("/healthz", response_model=Health, summary="The process is alive")
+@router.get(
+    "/healthz",
+    response_model=Health,
+    summary="The process is alive",
+    dependencies=[Depends(public)],
+)
 async def healthz() -> Health:
     return Health()
 
@@ -67,6 +73,7 @@ async def _guard(name: str, check: Any) -> tuple[str, str]:
     response_model=Readiness,
     responses=problem_responses(503),
     summary="The catalog, Temporal and every S3 tier answer",
+    dependencies=[Depends(public)],
 )
 async def readyz(state: StateDep) -> Readiness:
     checks = [
@@ -88,7 +95,12 @@ async def readyz(state: StateDep) -> Readiness:
     return Readiness(checks=results)
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    dependencies=[Depends(public)],
+)
 async def metrics(state: StateDep) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST
 

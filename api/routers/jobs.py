@@ -2,18 +2,26 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
+from api.auth import require
 from api.deps import SessionDep
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
 from api.schemas.jobs import JobOut, JobPage
+from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
-@router.get("", response_model=JobPage, responses=problem_responses(422), summary="List jobs")
+@router.get(
+    "",
+    response_model=JobPage,
+    responses=problem_responses(422),
+    summary="List jobs",
+    dependencies=[Depends(require(Scope.READ))],
+)
 async def list_jobs(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

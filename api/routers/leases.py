@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
+from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Response
 
 from api import background
-from api.deps import Actor, JobName, SessionDep, StateDep, Step
+from api.auth import LEASE_WRITE, Actor, require_job
+from api.deps import JobName, SessionDep, StateDep, Step
 from api.problems import problem_responses
 from api.schemas.leases import CreateLease, Lease, LeaseList, RenewLease
+from tierpoint.auth import Scope
 from tierpoint.catalog import leases_repo as repo
 from tierpoint.manifest import MAX_INT64
 
@@ -27,6 +29,7 @@ LeaseId = Annotated[int, Path(ge=1, le=MAX_INT64, description="Lease id.")]
     response_model=Lease,
     responses=problem_responses(404, 409, 422),
     summary="Take a restore lease on a checkpoint",
+    dependencies=[Depends(LEASE_WRITE)],
 )
 async def create_lease(
     job: JobName, step: Step, body: CreateLease, session: SessionDep, actor: Actor
@@ -42,6 +45,7 @@ async def create_lease(
     response_model=LeaseList,
     responses=problem_responses(404, 422),
     summary="Leases on a checkpoint (active ones unless all=true)",
+    dependencies=[Depends(require_job(Scope.READ))],
 )
 async def list_leases(
     job: JobName,
@@ -58,6 +62,7 @@ async def list_leases(
     response_model=Lease,
     responses=problem_responses(404, 409, 422),
     summary="Renew a restore lease (expires ttl_seconds from now)",
+    dependencies=[Depends(LEASE_WRITE)],
 )
 async def renew_lease(
     job: JobName,
@@ -78,6 +83,7 @@ async def renew_lease(
     status_code=204,
     responses=problem_responses(404, 422),
     summary="Release a restore lease (idempotent)",
+    dependencies=[Depends(LEASE_WRITE)],
 )
 async def release_lease(
     job: JobName,

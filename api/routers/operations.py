@@ -8,8 +8,9 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
+from api.auth import require, require_job
 from api.deps import JobName, SessionDep, StateDep, Step
 from api.pagination import decode_cursor, encode_cursor, invalid_cursor
 from api.problems import problem_responses
@@ -31,6 +32,7 @@ from api.schemas.operations import (
     TierUsageList,
     TierUsageSummaryOut,
 )
+from tierpoint.auth import Scope
 from tierpoint.catalog import operator_reads
 from tierpoint.config import TierKind
 from tierpoint.cost import monthly_cost
@@ -50,6 +52,7 @@ TOP_JOBS = 10
 
 @router.get(
     "/overview/jobs",
+    dependencies=[Depends(require(Scope.READ))],
     response_model=JobsOverviewPage,
     responses=problem_responses(422),
     summary="Jobs with their recovery point, bytes and cost per tier, in-flight and failed",
@@ -96,6 +99,7 @@ def _known_tier(tier: str | None, names: list[str]) -> None:
 
 @router.get(
     "/copies/in-flight",
+    dependencies=[Depends(require(Scope.READ))],
     response_model=InFlightList,
     responses=problem_responses(422),
     summary="Tier copies still pending, oldest first, with progress, throughput and ETA",
@@ -115,6 +119,7 @@ async def copies_in_flight(
 
 @router.get(
     "/failures",
+    dependencies=[Depends(require(Scope.READ))],
     response_model=FailurePage,
     responses=problem_responses(422),
     summary="Failed tier copies, newest first, with reason and last error",
@@ -147,6 +152,7 @@ def _failure_key(raw: list[object]) -> tuple[str, int, str]:
 
 @router.get(
     "/lag",
+    dependencies=[Depends(require(Scope.READ))],
     response_model=LagList,
     responses=problem_responses(422),
     summary="Registration to restorable per job and tier: p50, p95, max over a window",
@@ -167,6 +173,7 @@ async def promotion_lag(
 
 @router.get(
     "/tiers/usage",
+    dependencies=[Depends(require(Scope.READ))],
     response_model=TierUsageList,
     summary="Bytes, checkpoints and cost per tier and job; free space of shared POSIX tiers",
 )
@@ -199,6 +206,7 @@ async def tiers_usage(session: SessionDep, state: StateDep) -> TierUsageList:
 
 @router.get(
     "/nodes",
+    dependencies=[Depends(require(Scope.READ))],
     response_model=NodeList,
     summary="Nodes: last seen, lost or not, local bytes held",
 )
@@ -208,6 +216,7 @@ async def list_nodes(session: SessionDep) -> NodeList:
 
 @router.get(
     "/jobs/{job:path}/checkpoints/{step}/events",
+    dependencies=[Depends(require_job(Scope.READ))],
     response_model=EventPage,
     responses=problem_responses(404, 422),
     summary="A checkpoint's event history, oldest first",

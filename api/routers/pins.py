@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, BackgroundTasks
+from fastapi import APIRouter, BackgroundTasks, Depends
 
 from api import background
-from api.deps import Actor, JobName, SessionDep, StateDep, Step
+from api.auth import Actor, require
+from api.deps import JobName, SessionDep, StateDep, Step
 from api.problems import problem_responses
 from api.schemas.leases import Pin
+from tierpoint.auth import Scope
 from tierpoint.catalog import leases_repo as repo
 
 router = APIRouter(prefix="/v1/jobs", tags=["pins"])
@@ -18,6 +20,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["pins"])
     response_model=Pin,
     responses=problem_responses(404, 422),
     summary="Pin a checkpoint: it never expires anywhere",
+    dependencies=[Depends(require(Scope.OPERATE))],
 )
 async def pin_checkpoint(job: JobName, step: Step, session: SessionDep, actor: Actor) -> Pin:
     pin = await repo.set_pinned(session, job, step, True, actor)
@@ -30,6 +33,7 @@ async def pin_checkpoint(job: JobName, step: Step, session: SessionDep, actor: A
     response_model=Pin,
     responses=problem_responses(404, 422),
     summary="Unpin a checkpoint: the job's policy decides again",
+    dependencies=[Depends(require(Scope.OPERATE))],
 )
 async def unpin_checkpoint(
     job: JobName,

@@ -1,16 +1,17 @@
 """Retention policies: create, list, show, revise, delete, history; assign one to a job.
 
-Every change is an event (`policy_changed`) with the actor from the `X-Tierpoint-Actor` header;
+Every change is an event (`policy_changed`) whose actor is the name of the request's token;
 after a change that affects jobs, a retention run is requested for each of them (best effort)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
+from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Response
 
 from api import background
-from api.deps import Actor, JobName, SessionDep, StateDep
+from api.auth import Actor, require, require_job
+from api.deps import JobName, SessionDep, StateDep
 from api.problems import problem_responses
 from api.schemas.policies import (
     POLICY_NAME_PATTERN,
@@ -23,6 +24,7 @@ from api.schemas.policies import (
     PolicyOut,
     UpdatePolicy,
 )
+from tierpoint.auth import Scope
 from tierpoint.catalog import policies_repo as repo
 from tierpoint.retention import tier_refs
 from tierpoint.services.retention import parse_policy, resolve_policy
@@ -40,6 +42,7 @@ PolicyName = Annotated[
     response_model=PolicyOut,
     responses=problem_responses(409, 422),
     summary="Create a retention policy",
+    dependencies=[Depends(require(Scope.ADMIN))],
 )
 async def create_policy(
     body: CreatePolicy,
@@ -60,7 +63,12 @@ async def create_policy(
     return PolicyOut.model_validate(record)
 
 
-@router.get("/v1/policies", response_model=PolicyList, summary="List retention policies")
+@router.get(
+    "/v1/policies",
+    response_model=PolicyList,
+    summary="List retention policies",
+    dependencies=[Depends(require(Scope.READ))],
+)
 async def list_policies(session: SessionDep) -> PolicyList:
     return PolicyList(
         items=[PolicyOut.model_validate(p) for p in await repo.list_policies(session)]
@@ -72,6 +80,7 @@ async def list_policies(session: SessionDep) -> PolicyList:
     response_model=PolicyOut,
     responses=problem_responses(404, 422),
     summary="One retention policy",
+    dependencies=[Depends(require(Scope.READ))],
 )
 async def get_policy(name: PolicyName, session: SessionDep) -> PolicyOut:
     return PolicyOut.model_validate(await repo.get_policy(session, name))
@@ -82,6 +91,7 @@ async def get_policy(name: PolicyName, session: SessionDep) -> PolicyOut:
     response_model=PolicyHistory,
     responses=problem_responses(422),
     summary="Changes of a retention policy, newest first (versions with old and new document)",
+    dependencies=[Depends(require(Scope.READ))],
 )
 async def policy_history(
     name: PolicyName,
@@ -97,6 +107,7 @@ async def policy_history(
     response_model=PolicyOut,
     responses=problem_responses(404, 422),
     summary="Revise a retention policy (a different document is a new version)",
+    dependencies=[Depends(require(Scope.ADMIN))],
 )
 async def update_policy(
     name: PolicyName,
@@ -128,6 +139,7 @@ async def update_policy(
     status_code=204,
     responses=problem_responses(404, 409, 422),
     summary="Delete a retention policy that no job uses",
+    dependencies=[Depends(require(Scope.ADMIN))],
 )
 async def delete_policy(name: PolicyName, session: SessionDep, actor: Actor) -> Response:
     """409 `policy_in_use` while it is assigned to a job or is the default."""
@@ -141,6 +153,7 @@ async def delete_policy(name: PolicyName, session: SessionDep, actor: Actor) -> 
     response_model=JobPolicy,
     responses=problem_responses(404, 422),
     summary="Assign a retention policy to a job (null: the default policy)",
+    dependencies=[Depends(require(Scope.ADMIN))],
 )
 async def assign_policy(
     job: JobName,
@@ -164,6 +177,7 @@ async def assign_policy(
     response_model=JobPolicy,
     responses=problem_responses(404, 422),
     summary="The retention policy that applies to a job",
+    dependencies=[Depends(require_job(Scope.READ))],
 )
 async def job_policy_of(job: JobName, session: SessionDep) -> JobPolicy:
     return JobPolicy.of(job, await resolve_policy(session, job))

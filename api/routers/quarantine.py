@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Query
+from fastapi import APIRouter, BackgroundTasks, Depends, Query
 
 from api import background
-from api.deps import Actor, ApiState, JobName, SessionDep, StateDep, Step
+from api.auth import Actor, require, require_job
+from api.deps import ApiState, JobName, SessionDep, StateDep, Step
 from api.problems import problem_responses
 from api.schemas.checkpoints import CheckpointOut
 from api.schemas.quarantine import Quarantine
+from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads
 from tierpoint.catalog.quarantine_repo import set_quarantine
 from tierpoint.config import NAME_RE
@@ -45,6 +47,7 @@ async def _answer(state: ApiState, session: SessionDep, job: str, step: int) -> 
 
 @router.post(
     "/{job:path}/checkpoints/{step}/quarantine",
+    dependencies=[Depends(require_job(Scope.OPERATE))],
     response_model=CheckpointOut,
     responses=problem_responses(404, 409, 413, 422),
     summary="Quarantine a checkpoint (or one tier's copy): never restored from, never expired",
@@ -69,6 +72,7 @@ async def quarantine_checkpoint(
 
 @router.delete(
     "/{job:path}/checkpoints/{step}/quarantine",
+    dependencies=[Depends(require(Scope.OPERATE))],
     response_model=CheckpointOut,
     responses=problem_responses(404, 422),
     summary="Lift a quarantine: the checkpoint (or the tier's copy) is restorable again",

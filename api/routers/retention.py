@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Depends
 
+from api.auth import require_job
 from api.deps import JobName, SessionDep, StateDep
 from api.problems import problem_responses
 from api.schemas.policies import JobPolicy
@@ -19,6 +20,7 @@ from api.schemas.retention import (
     TierUsageOut,
     Usage,
 )
+from tierpoint.auth import Scope
 from tierpoint.retention import tier_refs
 from tierpoint.services.retention import evaluate, parse_policy
 
@@ -30,6 +32,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["retention"])
     response_model=DryRun,
     responses=problem_responses(404, 422),
     summary="Dry run: what retention would expire now, where, and why",
+    dependencies=[Depends(require_job(Scope.READ))],
 )
 async def retention_plan(
     job: JobName,
@@ -74,6 +77,7 @@ async def retention_plan(
     response_model=Usage,
     responses=problem_responses(404, 422),
     summary="Bytes and checkpoints per tier for a job, now and after retention",
+    dependencies=[Depends(require_job(Scope.READ))],
 )
 async def job_usage(job: JobName, session: SessionDep, state: StateDep) -> Usage:
     found = await evaluate(session, job, tier_refs(state.settings.tiers))

@@ -32,8 +32,9 @@ class ApiError(TierpointError):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # DCP pickles a rank's exception to raise it on the others: rebuild from our arguments.
-        return type(self), (self.status, self.code, self.detail, self.problem)
+        # Picklable with its fields (Exception pickles only the message), so that an error can
+        # cross processes, e.g. a DCP rank's gathered to the coordinator.
+        return (type(self), (self.status, self.code, self.detail, self.problem))
 
     @property
     def errors(self) -> list[Any]:

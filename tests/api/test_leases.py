@@ -4,13 +4,19 @@ answer, and pins, with their events."""
 from __future__ import annotations
 
 import httpx
+import pytest
 from sqlalchemy import Engine, text
 from temporalio.client import Client
 
 from tests.helpers.api import NODE_A, events, manifest, row_counts, seed, shard
+from tests.helpers.tokens import actor_name, as_token
 from tierpoint.contract.retention import retention_workflow_id
 
-BOB = {"X-Tierpoint-Actor": "bob"}
+
+@pytest.fixture
+def bob(catalog: Engine) -> dict[str, str]:
+    """Requests with an admin token named bob: their events name bob as the actor."""
+    return as_token(catalog, "bob")
 
 
 def _lapse(catalog: Engine, lease_id: int) -> None:
@@ -23,11 +29,11 @@ def _lapse(catalog: Engine, lease_id: int) -> None:
 
 
 async def test_lease_create_renew_release(
-    client: httpx.AsyncClient, catalog: Engine, temporal: Client, job: str
+    client: httpx.AsyncClient, catalog: Engine, temporal: Client, job: str, bob: dict[str, str]
 ) -> None:
     await seed(client, catalog, job, [5])
     url = f"/v1/jobs/{job}/checkpoints/5/leases"
-    r = await client.post(url, json={"ttl_seconds": 60, "holder": "rank-0"}, headers=BOB)
+    r = await client.post(url, json={"ttl_seconds": 60, "holder": "rank-0"}, headers=bob)
     assert r.status_code == 201, r.text
     lease = r.json()
     assert (lease["job"], lease["step"], lease["holder"], lease["active"]) == (
@@ -44,7 +50,7 @@ async def test_lease_create_renew_release(
     assert renewed.json()["expires_at"] > lease["expires_at"]
 
     for _ in range(2):  # idempotent
-        gone = await client.delete(f"{url}/{lease['id']}", headers=BOB)
+        gone = await client.delete(f"{url}/{lease['id']}", headers=bob)
         assert gone.status_code == 204
     assert (await client.get(url)).json()["items"] == []
     ended = (await client.get(url, params={"all": "true"})).json()["items"]
@@ -52,8 +58,9 @@ async def test_lease_create_renew_release(
     late = await client.put(f"{url}/{lease['id']}", json={"ttl_seconds": 60})
     assert late.status_code == 409 and late.json()["code"] == "lease_ended"
 
-    actions = [(e["actor"], e["detail"]["action"]) for e in events(catalog, "leased", job=job)]
-    assert actions == [("bob", "created"), ("anonymous", "renewed"), ("bob", "released")]
+    leased = events(catalog, "leased", job=job)
+    actions = [(actor_name(e["actor"]), e["detail"]["action"]) for e in leased]
+    assert actions == [("bob", "created"), ("test-admin", "renewed"), ("bob", "released")]
     # The release asked for a retention run of the job.
     await temporal.get_workflow_handle(retention_workflow_id(job)).describe()
 
@@ -99,7 +106,9 @@ async def test_lease_refusals_change_nothing(
     assert row_counts(catalog) == before
 
 
-async def test_latest_with_lease(client: httpx.AsyncClient, catalog: Engine, job: str) -> None:
+async def test_latest_with_lease(
+    client: httpx.AsyncClient, catalog: Engine, job: str, bob: dict[str, str]
+) -> None:
     await seed(client, catalog, job, [10, 20], tiers=("lustre",))
     await seed(client, catalog, job, [30], tiers=())
     url = f"/v1/jobs/{job}/checkpoints/latest"
@@ -107,7 +116,7 @@ async def test_latest_with_lease(client: httpx.AsyncClient, catalog: Engine, job
     assert plain["step"] == 20 and plain["lease"] is None
 
     before = row_counts(catalog)
-    r = await client.get(url, params={"lease_ttl": 300, "holder": "restart-1"}, headers=BOB)
+    r = await client.get(url, params={"lease_ttl": 300, "holder": "restart-1"}, headers=bob)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["step"] == 20
@@ -126,14 +135,16 @@ async def test_latest_with_lease(client: httpx.AsyncClient, catalog: Engine, job
     assert row_counts(catalog) == after
 
 
-async def test_pin_unpin_events(client: httpx.AsyncClient, catalog: Engine, job: str) -> None:
+async def test_pin_unpin_events(
+    client: httpx.AsyncClient, catalog: Engine, job: str, bob: dict[str, str]
+) -> None:
     await seed(client, catalog, job, [3])
     url = f"/v1/jobs/{job}/checkpoints/3/pin"
-    assert (await client.put(url, headers=BOB)).json()["changed"]
+    assert (await client.put(url, headers=bob)).json()["changed"]
     again = await client.put(url)
     assert again.json() == {"job": job, "step": 3, "pinned": True, "changed": False}
     assert (await client.get(f"/v1/jobs/{job}/checkpoints/3")).json()["pinned"]
-    assert (await client.delete(url, headers=BOB)).json()["changed"]
+    assert (await client.delete(url, headers=bob)).json()["changed"]
     assert not (await client.get(f"/v1/jobs/{job}/checkpoints/3")).json()["pinned"]
     assert [e["actor"] for e in events(catalog, "pinned", job=job)] == ["bob"]
     assert [e["actor"] for e in events(catalog, "unpinned", job=job)] == ["bob"]

@@ -20,6 +20,7 @@ from tierpoint_client import Client, RetryPolicy
 
 from tests.helpers.client import Stack
 from tests.helpers.services import Services, make_bucket, make_settings
+from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
 from tierpoint.config import Settings
@@ -96,8 +97,14 @@ async def stack(
     try:
         api_url = await api.start()
         await asyncio.wait_for(_wait_nodes_known(settings, nodes), 120)
-        client = Client(api_url, timeout=30, retry=RetryPolicy(attempts=4, initial_backoff=0.1))
-        yield Stack(settings, api_url, client, nodes)
+        token = create_token(settings.database_url)
+        client = Client(
+            api_url,
+            token=token,
+            timeout=30,
+            retry=RetryPolicy(attempts=4, initial_backoff=0.1),
+        )
+        yield Stack(settings, api_url, client, nodes, token)
     finally:
         stop.set()
         await api.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -19,6 +20,7 @@ async def _run(stack: Stack, *args: str) -> tuple[int, str, str]:
         "--api-url",
         stack.api_url,
         *args,
+        env={**os.environ, "TIERPOINT_TOKEN": stack.token},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

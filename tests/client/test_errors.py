@@ -1,5 +1,6 @@
-"""The client's errors survive pickling: torch.distributed.checkpoint pickles the exception of the
-rank that failed to raise it on every other rank."""
+"""The client's errors survive pickling with their fields: torch.distributed.checkpoint pickles
+the exception of the rank that failed to raise it on every other rank (and gathers it to the
+coordinator)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pickle
 
 import pytest
 from tierpoint_client import errors
+from tierpoint_client.errors import AuthError, error_for
 
 CASES = [
     errors.error_for(409, "checkpoint_conflict", "j/1 is registered", {"code": "x"}),
@@ -24,3 +26,17 @@ def test_an_error_pickles_to_an_equal_one(error: errors.TierpointError) -> None:
     assert type(copy) is type(error)
     assert str(copy) == str(error)
     assert vars(copy) == vars(error)
+
+
+def test_an_api_error_pickles_with_its_problem() -> None:
+    problem = {"code": "insufficient_scope", "required_scope": "train:gpt-x"}
+    err = error_for(403, "insufficient_scope", "token 'x' may not do this", problem)
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is AuthError
+    assert (back.status, back.code, back.detail, back.problem) == (
+        403,
+        "insufficient_scope",
+        "token 'x' may not do this",
+        problem,
+    )
+    assert str(back) == str(err)

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine, text
 from temporalio.client import Client
 
+from tests.helpers.tokens import app_admin_token, bearer
 from tierpoint.contract.lifecycle import workflow_id
 
 NODE_A, NODE_B = "node-a", "node-b"
@@ -20,10 +21,17 @@ NODE_A, NODE_B = "node-a", "node-b"
 COUNTED_TABLES = ("job", "checkpoint", "shard", "checkpoint_tier", "replica", "event")
 
 
-async def running_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+async def running_client(
+    app: FastAPI, *, authenticated: bool = True
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The started app; its requests carry a fresh admin token of the app's catalog unless
+    `authenticated` is false (tests of authentication itself)."""
     async with app.router.lifespan_context(app):
+        headers = bearer(await app_admin_token(app)) if authenticated else {}
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://tierpoint") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://tierpoint", headers=headers
+        ) as client:
             yield client
 
 

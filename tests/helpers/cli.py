@@ -50,15 +50,12 @@ class Result:
     output: str
 
 
-async def run_cli(api_url: str, *args: str) -> Result:
-    """The command in its own process, as an admin runs it."""
-    env = {
-        **os.environ,
-        "TIERPOINT_API_URL": api_url,
-        "TIERPOINT_ACTOR": "carol",
-        "COLUMNS": "200",
-        "NO_COLOR": "1",
-    }
+async def run_cli(api_url: str, *args: str, token: str | None = None) -> Result:
+    """A `tierpoint` command in its own process, as a user runs it, with `token` (else none)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TIERPOINT_TOKEN", "TIERPOINT_ACTOR")}
+    env |= {"TIERPOINT_API_URL": api_url, "COLUMNS": "200", "NO_COLOR": "1"}
+    if token is not None:
+        env["TIERPOINT_TOKEN"] = token
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

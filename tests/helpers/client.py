@@ -18,6 +18,8 @@ class Stack:
     api_url: str
     client: Client
     nodes: tuple[str, str]
+    # The admin token `client` sends, for processes that talk to the API.
+    token: str
 
     def local_dir(self, node: str, job: str, step: int) -> Path:
         return self.settings.tier("ssd").root_for(node) / job / str(step)

@@ -123,7 +123,12 @@ async def _existing(
 
 
 async def register_checkpoint(
-    session: AsyncSession, job: str, manifest: Manifest, tiers: Sequence[str]
+    session: AsyncSession,
+    job: str,
+    manifest: Manifest,
+    tiers: Sequence[str],
+    *,
+    actor: str = "api",
 ) -> RegistrationResult:
     """Insert job (if new), checkpoint, shards, one `pending` marker per tier and the
     `registered` event; or return the existing checkpoint when the same manifest is registered
@@ -186,7 +191,7 @@ async def register_checkpoint(
         EventKind.REGISTERED,
         checkpoint_id=checkpoint_id,
         job_id=job_id,
-        actor="api",
+        actor=actor,
         detail={
             "step": manifest.step,
             "shards": len(manifest.shards),

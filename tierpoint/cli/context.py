@@ -34,6 +34,23 @@ ApiUrlOpt = Annotated[
 ]
 
 
+# `tierpoint --token ...` (main.py) sets this; it wins over TIERPOINT_TOKEN and stack.json.
+_token_flag: str | None = None
+
+
+def set_token(token: str | None) -> None:
+    global _token_flag
+    _token_flag = token or None
+
+
+def token_for(info: StackInfo | None) -> str | None:
+    """The API token: --token, else TIERPOINT_TOKEN, else the dev stack's (stack.json)."""
+    token = _token_flag or os.environ.get("TIERPOINT_TOKEN") or None
+    if token is None and info is not None:
+        return info.token
+    return token
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)
@@ -46,15 +63,15 @@ def stack_info(data_dir: Path) -> StackInfo | None:
 
 
 def resolve_api(api_url: str | None, data_dir: Path) -> tuple[str, str | None]:
-    """API URL and token: --api-url / TIERPOINT_API_URL, else the dev stack's stack.json."""
-    token = os.environ.get("TIERPOINT_TOKEN") or None
+    """API URL and token: --api-url / TIERPOINT_API_URL, else the dev stack's stack.json; the
+    token as `token_for` finds it (a dev stack's token only goes to that stack's API)."""
     if api_url:
-        return api_url.rstrip("/"), token
+        return api_url.rstrip("/"), token_for(None)
     try:
         info = read_stack_info(data_dir)
     except StackNotRunning as exc:
         fail(f"{exc}; or pass --api-url / set TIERPOINT_API_URL")
-    return info.api_url, token or info.token
+    return info.api_url, token_for(info)
 
 
 def make_client(api_url: str | None, data_dir: Path) -> Client:
@@ -71,6 +88,12 @@ def use_stack_s3_credentials(data_dir: Path) -> None:
     os.environ["AWS_SECRET_ACCESS_KEY"] = info.s3.secret_access_key
 
 
+def auth_hint(status: int) -> str:
+    if status == 401:
+        return "\n  pass --token, set TIERPOINT_TOKEN, or use a dev stack's --data-dir"
+    return ""
+
+
 @contextlib.contextmanager
 def api_errors() -> Iterator[None]:
     """Render client errors as one clear line (with the problem's stable code) and exit 1."""
@@ -78,7 +101,7 @@ def api_errors() -> Iterator[None]:
         yield
     except ApiError as exc:
         detail = exc.detail or exc.problem.get("title") or ""
-        fail(f"{detail} [dim]({exc.status} {exc.code or 'error'})[/]")
+        fail(f"{detail} [dim]({exc.status} {exc.code or 'error'})[/]{auth_hint(exc.status)}")
     except TransportError as exc:
         fail(f"cannot reach the API: {exc}")
     except TierpointError as exc:

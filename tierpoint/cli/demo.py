@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 from tierpoint_client import Checkpoint, Client, ShardSpec
 
-from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, api_errors, console, fail
+from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, api_errors, console, fail, token_for
 from tierpoint.cli.render import checkpoint_detail, human_bytes, plan_table, state_text
 from tierpoint.devstack.facts import DEFAULT_DATA_DIR, StackNotRunning, read_stack_info
 
@@ -194,7 +194,7 @@ def demo(
     except StackNotRunning as exc:
         fail(str(exc))
     url = (api_url or info.api_url).rstrip("/")
-    client = Client(url, token=os.environ.get("TIERPOINT_TOKEN") or info.token)
+    client = Client(url, token=token_for(info))
     job = job or f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     rng = random.Random(seed)
     tracked: list[Tracked] = []

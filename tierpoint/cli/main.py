@@ -1,9 +1,12 @@
 """The `tierpoint` command (console script `tierpoint = tierpoint.cli.main:app`)."""
 
+from typing import Annotated
+
 import typer
 
 from tierpoint.cli import (
     checkpoints,
+    context,
     demo,
     dev,
     policy,
@@ -11,6 +14,7 @@ from tierpoint.cli import (
     restore,
     serve,
     status,
+    tokens,
     usage,
 )
 
@@ -22,6 +26,22 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
+
+
+@app.callback()
+def _options(
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help="API token of the client commands (else TIERPOINT_TOKEN, else the dev "
+            "stack's stack.json). Prefer the variable: a flag shows in `ps`.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    context.set_token(token)
+
 
 # Services.
 app.command("dev")(dev.dev)
@@ -37,7 +57,9 @@ app.command("usage")(usage.usage)
 app.command("quarantine")(quarantine.quarantine)
 app.command("unquarantine")(quarantine.unquarantine)
 app.command("demo")(demo.demo)
-# More command groups (e.g. `policy`, `token`) register here: a module with its own typer.Typer,
+# Against the catalog (so the first admin token can be made on a fresh install).
+app.add_typer(tokens.app, name="token")
+# More command groups register here: a module with its own typer.Typer,
 # added with app.add_typer(module.app, name=...).
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
 """`tierpoint policy list|show|apply|assign|plan`: retention policies through the REST API.
 
-Changes are recorded with an actor (`--actor`, TIERPOINT_ACTOR, else the login name), sent as
-the `X-Tierpoint-Actor` header."""
+Changes are recorded with the name of the token they were made with as their actor; changing
+policies needs an admin token."""
 
 from __future__ import annotations
 
-import getpass
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,28 +14,21 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, console, fail, resolve_api
+from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, auth_hint, console, fail, resolve_api
 from tierpoint.cli.render import dollars, human_bytes
 from tierpoint.devstack.facts import DEFAULT_DATA_DIR
 
 app = typer.Typer(help="Retention policies: what each tier keeps, per job.", no_args_is_help=True)
 
-ActorOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--actor", envvar="TIERPOINT_ACTOR", help="Who makes the change (recorded in events)."
-    ),
-]
 TIMEOUT = 30.0
 
 
 class Api:
-    def __init__(self, api_url: str | None, data_dir: Path, actor: str | None = None) -> None:
+    def __init__(self, api_url: str | None, data_dir: Path) -> None:
         url, token = resolve_api(api_url, data_dir)
         headers = {"Accept": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        headers["X-Tierpoint-Actor"] = actor or _login()
         # No proxies from the environment, as the client library does: the API is on the
         # cluster network.
         self._http = httpx.Client(base_url=url, headers=headers, timeout=TIMEOUT, trust_env=False)
@@ -52,19 +44,15 @@ class Api:
         return r.json() if r.content else None
 
 
-def _login() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "anonymous"
-
-
 def _problem(r: httpx.Response) -> None:
     try:
         p = r.json()
     except ValueError:
         fail(f"{r.status_code}: {r.text[:200]}")
-    lines = [f"{p.get('detail') or p.get('title')} [dim]({r.status_code} {p.get('code')})[/]"]
+    lines = [
+        f"{p.get('detail') or p.get('title')} [dim]({r.status_code} {p.get('code')})[/]"
+        + auth_hint(r.status_code)
+    ]
     for e in p.get("errors") or []:
         lines.append(f"  {e.get('field') or e.get('loc')}: {e.get('msg') or e.get('message')}")
     fail("\n".join(lines))
@@ -131,7 +119,6 @@ def apply(
         Path, typer.Argument(help="The policy document (JSON).", exists=True, dir_okay=False)
     ],
     default: Annotated[bool, typer.Option("--default", help="Make it the default policy.")] = False,
-    actor: ActorOpt = None,
     api_url: ApiUrlOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
 ) -> None:
@@ -140,7 +127,7 @@ def apply(
         spec = json.loads(file.read_text())
     except (OSError, ValueError) as exc:
         fail(f"{file}: not a JSON document: {exc}")
-    api = Api(api_url, data_dir, actor)
+    api = Api(api_url, data_dir)
     body: dict[str, Any] = {"name": name, "spec": spec, "default": default}
     created = api.call("POST", "/v1/policies", body, ok=(409,))
     if created.get("code") == "policy_exists":
@@ -157,13 +144,12 @@ def apply(
 def assign(
     job: Annotated[str, typer.Argument(help="Job name.")],
     name: Annotated[str, typer.Argument(help="Policy name, or 'default' for the default policy.")],
-    actor: ActorOpt = None,
     api_url: ApiUrlOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
 ) -> None:
     """Assign a policy to a job (`default`: the job follows the default policy)."""
     policy = None if name == "default" else name
-    r = Api(api_url, data_dir, actor).call("PUT", f"/v1/jobs/{job}/policy", {"policy": policy})
+    r = Api(api_url, data_dir).call("PUT", f"/v1/jobs/{job}/policy", {"policy": policy})
     console.print(f"job [bold]{job}[/] uses {r['name']} version {r['version']} ({r['source']})")
 
 

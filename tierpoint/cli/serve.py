@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tierpoint.cli.context import console, fail
+from tierpoint.cli.context import console, err_console, fail
 
 if TYPE_CHECKING:
     from tierpoint.config import Settings
 
 
-def _settings() -> "Settings":
+def settings_or_fail() -> "Settings":
     from pydantic import ValidationError
 
     from tierpoint.config import Settings
@@ -34,15 +34,33 @@ def api(
     port: Annotated[
         int | None, typer.Option(help="Port.", show_default="settings.api_port")
     ] = None,
+    insecure_no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-auth",
+            help="Serve WITHOUT authentication: every caller may do everything "
+            "(also TIERPOINT_INSECURE_NO_AUTH=true). Only on a closed test network.",
+        ),
+    ] = False,
 ) -> None:
-    """Serve the REST API (uvicorn). Run N of these behind a load balancer."""
+    """Serve the REST API (uvicorn). Run N of these behind a load balancer.
+
+    Every route but /healthz, /readyz and /metrics needs a bearer token (`tierpoint token
+    create`)."""
     import uvicorn
 
     from api.app import create_app
     from tierpoint import logs
 
-    settings = _settings()
+    settings = settings_or_fail()
+    if insecure_no_auth:
+        settings = settings.model_copy(update={"insecure_no_auth": True})
     logs.configure(settings.log_level, settings.log_json)
+    if settings.insecure_no_auth:
+        err_console.print(
+            "[bold red]WARNING: authentication is OFF (--insecure-no-auth): anyone who reaches "
+            "this API may register, delete and change policies.[/]"
+        )
     uvicorn.run(
         create_app(settings),
         host=host or settings.api_host,
@@ -76,7 +94,7 @@ def worker(
     nodes = list(node or [])
     if not nodes and not shared:
         fail("nothing to run: give --node N, or leave --shared on")
-    settings = _settings()
+    settings = settings_or_fail()
 
     async def main() -> None:
         from tierpoint import logs
@@ -110,7 +128,7 @@ def migrate(
     from tierpoint.catalog import migrate as m
     from tierpoint.catalog.engine import make_sync_engine
 
-    url = database_url or _settings().database_url
+    url = database_url or settings_or_fail().database_url
     if check:
         engine = make_sync_engine(url, pool_size=1)
         try:

@@ -49,6 +49,11 @@ def status(api_url: ApiUrlOpt = None, data_dir: DataDirOpt = DEFAULT_DATA_DIR) -
     else:
         detail = str(ready_body)
     table.add_row("API /readyz", _ok(ready), detail)
+    if tiers_status in (401, 403):
+        code = tiers.get("code") if isinstance(tiers, dict) else None
+        table.add_row(
+            "API token", _ok(tiers_status), f"{code}: pass --token or set TIERPOINT_TOKEN"
+        )
     if tiers_status == 200 and isinstance(tiers, list):
         for t in tiers:
             where = t.get("root") or f"s3://{t.get('bucket')}/{t.get('prefix') or ''}"

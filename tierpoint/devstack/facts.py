@@ -32,7 +32,8 @@ class S3Facts:
 
 @dataclass(frozen=True)
 class StackInfo:
-    """What DIR/stack.json says (issue 2 item 7), nothing more."""
+    """What DIR/stack.json says, nothing more. `token` is the stack's admin token: the file is
+    readable by its owner only."""
 
     api_url: str
     token: str | None

@@ -25,8 +25,8 @@ import uvicorn
 from botocore.exceptions import ClientError
 from sqlalchemy import text
 
-from tierpoint.catalog import migrate
-from tierpoint.catalog.engine import make_sync_engine
+from tierpoint.catalog import migrate, tokens_repo
+from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.config import Settings
 from tierpoint.devstack.env_file import stack_env_text
 from tierpoint.devstack.facts import (
@@ -42,11 +42,17 @@ from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, Temporal
 from tierpoint.devstack.settings import build_settings
 
 READY_TIMEOUT = 120.0
+# The dev stack's admin token, made anew at every start (the previous one stops working).
+DEV_TOKEN_NAME = "dev-admin"
 
 
 def _write_atomic(path: Path, content: str) -> None:
+    """Owner-only: the facts hold the stack's admin token and S3 key."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(content)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(content)
     tmp.replace(path)
 
 
@@ -81,6 +87,7 @@ class DevStack:
     settings: Settings | None = field(default=None, init=False)
     info: StackInfo | None = field(default=None, init=False)
     temporal_ui_url: str | None = field(default=None, init=False)
+    token: str | None = field(default=None, init=False, repr=False)
     _api_socket: socket.socket | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -137,6 +144,7 @@ class DevStack:
         database_url = self.postgres.start()
         step("catalog migrations")
         migrate.upgrade(database_url)
+        self.token = _admin_token(database_url)
         step("Temporal dev server")
         self.temporal.start(log_file=self.paths.logs / "temporal.log")
         step("S3 (moto)")
@@ -230,7 +238,7 @@ class DevStack:
                 return
             self.info = StackInfo(
                 api_url=f"http://127.0.0.1:{port}",
-                token=None,
+                token=self.token,
                 nodes={n: str(self.paths.node_root(n)) for n in self.nodes},
                 shared_root=str(self.paths.lustre),
                 s3=S3Facts(
@@ -304,6 +312,17 @@ class DevStack:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the stack was not ready within {READY_TIMEOUT:.0f}s")
             await asyncio.sleep(0.2)
+
+
+def _admin_token(database_url: str) -> str:
+    engine = make_sync_engine(database_url, pool_size=1)
+    try:
+        with sync_sessions(engine)() as session:
+            new = tokens_repo.create_token(session, DEV_TOKEN_NAME, ["admin"], None, replace=True)
+            session.commit()
+            return new.secret
+    finally:
+        engine.dispose()
 
 
 async def _settle(task: Awaitable[Any]) -> None:

@@ -38,9 +38,12 @@ def new_job(prefix: str = "dcp") -> str:
 def rank_env(stack: Stack) -> dict[str, str]:
     """The environment of a training process on this stack (its node id set by the caller)."""
     env = dict(os.environ)
-    env.pop("TIERPOINT_TOKEN", None)
     env.pop("TIERPOINT_NODE", None)
-    env |= {"TIERPOINT_API_URL": stack.api_url, "OMP_NUM_THREADS": "1"}
+    env |= {
+        "TIERPOINT_API_URL": stack.api_url,
+        "TIERPOINT_TOKEN": stack.token,
+        "OMP_NUM_THREADS": "1",
+    }
     return env
 
 

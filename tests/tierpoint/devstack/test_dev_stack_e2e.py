@@ -93,7 +93,10 @@ class DevProcess:
     info: StackInfo
 
     def api(self) -> httpx.Client:
-        return httpx.Client(base_url=self.info.api_url, timeout=30)
+        """A client with the stack's admin token, as `source stack.env` gives it."""
+        assert self.info.token is not None
+        headers = {"Authorization": f"Bearer {self.info.token}"}
+        return httpx.Client(base_url=self.info.api_url, headers=headers, timeout=30)
 
     def owned_pids(self) -> set[int]:
         """The dev process, its descendants, and the postmaster (pg_ctl daemonizes it)."""
@@ -216,6 +219,13 @@ def test_stack_json_describes_the_running_stack(dev: DevProcess) -> None:
     ]
     env = (dev.data_dir / "stack.env").read_text()
     assert f"export TIERPOINT_API_URL={info.api_url}" in env
+    # The stack's admin token: required by the API, in both files, which only their owner reads.
+    assert info.token is not None and info.token.startswith("tp_")
+    assert f"export TIERPOINT_TOKEN={info.token}" in env
+    for name in ("stack.json", "stack.env"):
+        assert (dev.data_dir / name).stat().st_mode & 0o077 == 0, name
+    refused = httpx.get(f"{info.api_url}/v1/tiers", timeout=30)
+    assert refused.status_code == 401 and refused.json()["code"] == "missing_token"
 
 
 def test_demo_checkpoints_are_restorable_on_s3_with_the_original_bytes(
@@ -369,6 +379,17 @@ def test_status_and_migrate_check_against_the_stack(dev: DevProcess) -> None:
     assert "at head" in check.stdout
 
 
+def test_the_stack_logs_hold_neither_its_token_nor_its_s3_secret(
+    dev: DevProcess, demo_job: str
+) -> None:
+    logs = [dev.log, *sorted((dev.data_dir / "logs").iterdir())]
+    text = "\n".join(p.read_text(errors="replace") for p in logs if p.is_file())
+    assert text, logs
+    assert dev.info.token is not None
+    for secret in (dev.info.token, dev.info.token[3:], dev.info.s3.secret_access_key):
+        assert secret not in text
+
+
 def test_sigint_stops_everything_and_a_restart_keeps_the_catalog_until_sigterm(
     data_dir: Path,
 ) -> None:
@@ -393,6 +414,11 @@ def test_sigint_stops_everything_and_a_restart_keeps_the_catalog_until_sigterm(
         with again.api() as api:
             resp = api.get(f"/v1/jobs/{demo_job}/checkpoints")
         assert resp.status_code == 200, resp.text
+        # Each start makes a new admin token; the previous run's no longer works.
+        assert again.info.token != dev.info.token
+        with dev.api() as old:
+            stale = old.get(f"{again.info.api_url}/v1/jobs/{demo_job}/checkpoints")
+        assert stale.status_code == 401, stale.text
         steps = sorted(item["step"] for item in resp.json()["items"])
         assert steps == [100]
         cp = _checkpoint(again, demo_job, 100)

@@ -155,8 +155,14 @@ class TierConfig(BaseModel):
         elif not self.root:
             raise ValueError(f"{self.kind} tier {self.name!r} needs a root")
         if self.kind is not TierKind.S3:
-            s3_only = {"storage_class", "sse", "kms_key_id", "bucket_key", "tags"}
-            given = sorted(s3_only & self.model_fields_set)
+            s3_only = ("storage_class", "sse", "kms_key_id", "bucket_key", "tags")
+            # Set to something else than the default (a dumped config repeats the defaults).
+            given = [
+                f
+                for f in s3_only
+                if getattr(self, f)
+                != type(self).model_fields[f].get_default(call_default_factory=True)
+            ]
             if given:
                 raise ValueError(f"{', '.join(given)}: S3 tiers only, {self.name!r} is {self.kind}")
         if self.sse is not ServerSideEncryption.KMS and (self.kms_key_id or self.bucket_key):

@@ -13,12 +13,12 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from tests.helpers.api import row_counts, seed, set_marker
+from tests.helpers.tokens import TEST_ADMIN, actor_name, as_token
 from tierpoint.catalog.expiry_repo import begin_expiry
 from tierpoint.config import Settings
 from tierpoint.contract.retention import BeginState
 from tierpoint.retention import tier_refs
 
-ALICE = {"X-Tierpoint-Actor": "alice"}
 NAN = "loss is NaN right after loading"
 
 
@@ -33,7 +33,7 @@ def _events(catalog: Engine, job: str) -> list[tuple[str, str | None, str | None
             ),
             {"job": job},
         )
-        return [(r.kind, r.tier, r.actor, r.detail) for r in rows]
+        return [(r.kind, r.tier, actor_name(r.actor), r.detail) for r in rows]
 
 
 def _tier(body: dict[str, Any], name: str) -> dict[str, Any]:
@@ -53,8 +53,9 @@ async def test_quarantined_checkpoint_walks_back_and_lifts(
     await seed(client, catalog, job, [100, 200], tiers=("lustre", "s3"))
     assert (await _latest(client, job))["step"] == 200
     url = f"/v1/jobs/{job}/checkpoints/200/quarantine"
+    alice = as_token(catalog, "alice", ["operate"])
 
-    r = await client.post(url, json={"reason": NAN}, headers=ALICE)
+    r = await client.post(url, json={"reason": NAN}, headers=alice)
     assert r.status_code == 200, r.text
     assert r.json()["step"] == 200 and r.json()["quarantine_reason"] == NAN
     latest = await _latest(client, job)
@@ -65,11 +66,11 @@ async def test_quarantined_checkpoint_walks_back_and_lifts(
     assert lease.status_code == 409 and lease.json()["code"] == "not_leasable"
 
     # Again: same answer, no second event.
-    again = await client.post(url, json={"reason": NAN}, headers=ALICE)
+    again = await client.post(url, json={"reason": NAN}, headers=alice)
     assert again.status_code == 200 and again.json() == r.json()
     assert _events(catalog, job) == [("quarantined", None, "alice", {"step": 200, "reason": NAN})]
 
-    lifted = await client.delete(url, headers=ALICE)
+    lifted = await client.delete(url, headers=alice)
     assert lifted.status_code == 200, lifted.text
     assert lifted.json()["quarantine_reason"] is None
     assert (await client.delete(url)).json() == lifted.json()
@@ -100,7 +101,7 @@ async def test_quarantined_tier_copy_serves_the_next_tier(
         {"step": 200, "reasons": ["lustre: quarantined: crc mismatch on load"]}
     ]
     assert _events(catalog, job) == [
-        ("quarantined", "lustre", "anonymous", {"step": 200, "reason": "crc mismatch on load"})
+        ("quarantined", "lustre", TEST_ADMIN, {"step": 200, "reason": "crc mismatch on load"})
     ]
 
     lifted = await client.delete(url, params={"tier": "lustre"})

@@ -14,12 +14,14 @@ import crc32c
 import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
+from sqlalchemy import Engine
 from temporalio.client import Client
 
 from api.app import create_app
 from tests.helpers.api import NODE_A, manifest, shard
 from tests.helpers.cli import serving
 from tests.helpers.lifecycle import running_workers, shard_file
+from tests.helpers.tokens import bearer, create_token
 from tierpoint.config import Settings
 
 MiB = 1024 * 1024
@@ -113,12 +115,15 @@ async def progress(page: Page, copy: str) -> int:
 
 
 async def test_dashboard_shows_a_live_stack_and_retries(
-    stack_url: str, browser: Browser, throttled: Settings, job: str, shots: Path
+    stack_url: str, browser: Browser, throttled: Settings, catalog: Engine, job: str, shots: Path
 ) -> None:
     big = os.urandom(SIZE)
     late = b"written after its registration" * 100
     copying, failing = f"{job}-train", f"{job}-late"
-    async with httpx.AsyncClient(base_url=stack_url) as api:
+    # The operator's token: reads the views, presses retry. The job registers with its own.
+    operator = create_token(catalog, "operator", ["read", "operate"])
+    trainer = bearer(create_token(catalog, "trainer", [f"train:{job}-"]))
+    async with httpx.AsyncClient(base_url=stack_url, headers=trainer) as api:
         write_shard(throttled, copying, 100, "model.bin", big)
         body = manifest(100, [shard("model.bin", size=SIZE, crc=crc(big))])
         assert (await api.post(f"/v1/jobs/{copying}/checkpoints", json=body)).status_code == 201
@@ -128,7 +133,8 @@ async def test_dashboard_shows_a_live_stack_and_retries(
         page = await browser.new_page(viewport={"width": 1440, "height": 1000})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        await page.goto(stack_url + "/")
+        # A token in the fragment is kept by the page and never sent to the server.
+        await page.goto(f"{stack_url}/#token={operator}")
         await page.locator(f'tr[data-job="{copying}"]').wait_for(timeout=WAIT_MS)
         assert await page.locator(f'tr[data-job="{failing}"]').count() == 1
 
@@ -163,6 +169,17 @@ async def test_dashboard_shows_a_live_stack_and_retries(
         events = page.locator("#events")
         await events.wait_for(timeout=WAIT_MS)
         text = await events.inner_text()
-        assert "operator_action" in text and "promoted" in text, text
+        assert "operator_action" in text and "promoted" in text and "operator" in text, text
         await page.screenshot(path=str(shots / "dashboard-checkpoint.png"))
         assert errors == []
+        assert operator not in page.url
+
+
+async def test_without_a_token_the_page_says_how_to_get_one(
+    stack_url: str, browser: Browser
+) -> None:
+    page = await browser.new_page()
+    await page.goto(stack_url + "/")
+    banner = page.locator("#error")
+    await banner.wait_for(state="visible", timeout=WAIT_MS)
+    assert "token" in await banner.inner_text()

@@ -22,6 +22,7 @@ from tests.helpers.lifecycle import running_workers
 from tests.helpers.retention import create_job, markers
 from tests.helpers.retention import write_checkpoint as run_checkpoint
 from tests.helpers.services import Services, s3_client
+from tests.helpers.tokens import create_token
 from tierpoint.config import ServerSideEncryption, Settings, StorageClass, TierConfig
 
 __all__ = ["api_url", "catalog", "nodes"]
@@ -86,7 +87,10 @@ async def test_every_nth_step_goes_to_the_archive_class_and_restores_from_it(
         assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"] == KMS_KEY
         assert head["ContentLength"] == 6 * MiB + 5  # a multipart upload (5 MiB parts)
 
-    restored = TierpointClient(api_url).restore(job, tmp_path / "restore", tier="s3-archive")
+    trainer = create_token(settings.database_url, scopes=[f"train:{job}"])
+    restored = TierpointClient(api_url, token=trainer).restore(
+        job, tmp_path / "restore", tier="s3-archive"
+    )
     assert restored.step == 2
     for shard in written[2].shards:
         assert (tmp_path / "restore" / shard.path).read_bytes() == shard.data

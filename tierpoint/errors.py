@@ -158,6 +158,24 @@ class LeaseEnded(TierpointError):
     title = "Restore lease already released or expired"
 
 
+class CopyNotFound(TierpointError):
+    code = "copy_not_found"
+    status = 404
+    title = "No such copy of the checkpoint"
+
+
+class ReconcileNotFound(TierpointError):
+    code = "reconcile_not_found"
+    status = 404
+    title = "No such reconciliation run"
+
+
+class TemporalUnavailable(TierpointError):
+    code = "temporal_unavailable"
+    status = 503
+    title = "Temporal is unavailable"
+
+
 ALL_ERRORS: tuple[type[TierpointError], ...] = (
     InvalidManifest,
     InvalidJobName,
@@ -180,4 +198,7 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     NotLeasable,
     LeaseNotFound,
     LeaseEnded,
+    CopyNotFound,
+    ReconcileNotFound,
+    TemporalUnavailable,
 )

@@ -60,7 +60,7 @@ class CorruptCopyIn(BaseModel):
 class CorruptCopyOut(BaseModel):
     replica_state: str | None
     marker_state: str | None
-    repair: str = Field(description="started | no verified source | pending | not needed")
+    repair: str = Field(description="started | no verified source | running | pending | not needed")
     verification: str = Field(
         description="confirmed | not confirmed | running | recently read back good | "
         "already <state>"

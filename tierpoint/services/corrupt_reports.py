@@ -101,6 +101,8 @@ async def _answer(
     )
     if state in (ReplicaState.CORRUPT.value, ReplicaState.LOST.value):
         repair = "started" if sources else "no verified source"
+    elif state in (ReplicaState.PENDING.value, ReplicaState.COPYING.value):
+        repair = "running"  # a repair is copying it back already
     elif verification == "running":
         repair = "pending"
     else:

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from temporalio.client import WorkflowExecutionStatus
 from tierpoint_client import NotFoundError, build_manifest
 
 from tests.helpers.client import Stack, read_tree, write_shards
+from tests.helpers.lifecycle import record_history, recording_histories
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Event
+from tierpoint.temporal import connect
 
 WAIT = 300.0
 
@@ -72,6 +75,12 @@ async def test_restore_reports_a_corrupt_copy_and_reads_another(
     tiers = {f.path: f.tier for f in result.files}
     assert tiers == {"a.bin": "s3", "b.bin": "lustre"}, tiers
     assert _corrupt_events(stack, "lustre") == before + 1
+    if recording_histories():
+        temporal = await connect(stack.settings)
+        async for wf in temporal.list_workflows("WorkflowType = 'VerifyReplicas'"):
+            if wf.status == WorkflowExecutionStatus.COMPLETED:
+                await record_history(temporal, wf.id, "verify_replicas")
+                break
 
     # The report confirmed it; a second report of the same copy changes nothing new (it is
     # corrupt, being copied back, or already repaired and read good).

@@ -78,6 +78,7 @@ async def test_scrub_finds_bit_rot_demotes_repairs_and_repromotes(
                 if recording_histories():
                     await record_history(client, repair_workflow_id(job, step), "repair_two_tiers")
                     await record_history(client, f"scrub-test/{job}", "scrub_finds_corrupt")
+                    await record_history(client, f"scrub-test/{job}/s3/all", "scrub_unit_s3")
             assert {t.tier: t.state for t in repaired.tiers} == {
                 "lustre": "restorable",
                 "s3": "restorable",

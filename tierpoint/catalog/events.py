@@ -32,7 +32,6 @@ class EventKind(StrEnum):
     LOST = "lost"
     REPAIRED = "repaired"
     CORRUPT_REPORTED = "corrupt_reported"
-    RECONCILED = "reconciled"
 
 
 def _row(

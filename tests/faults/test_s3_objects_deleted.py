@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import Any
 
 import httpx
 from temporalio.client import Client
@@ -104,7 +105,7 @@ async def test_deleted_s3_objects_are_reported_marked_lost_and_copied_back(
         engine.dispose()
 
 
-async def _reconcile_through_api(api: httpx.AsyncClient, body: dict[str, object]) -> dict:  # type: ignore[type-arg]
+async def _reconcile_through_api(api: httpx.AsyncClient, body: dict[str, object]) -> dict[str, Any]:
     r = await api.post("/v1/reconcile", json=body)
     assert r.status_code == 202, r.text
     run = r.json()["id"]
@@ -113,7 +114,8 @@ async def _reconcile_through_api(api: httpx.AsyncClient, body: dict[str, object]
         r = await api.get(f"/v1/reconcile/{run}")
         assert r.status_code == 200, r.text
         if r.json()["status"] == "completed":
-            return r.json()["report"]  # type: ignore[no-any-return]
+            report: dict[str, Any] = r.json()["report"]
+            return report
         assert time.monotonic() < deadline, r.text
         await asyncio.sleep(0.3)
 

@@ -85,7 +85,8 @@ def mark_damaged(
     session.connection().execute(
         update(_replica_table)
         .where(_replica_table.c.id == bindparam("rid"))
-        .values(state=state.value, error=bindparam("err"), updated_at=func.now()),
+        # The last good read was of bytes that are gone now: the next copy starts afresh.
+        .values(state=state.value, error=bindparam("err"), scrubbed_at=None, updated_at=func.now()),
         [{"rid": m.id, "err": problems[m.id][:2000]} for m in marked],
     )
     by_pair: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
 log = logs.get(__name__)
 
+# Entries listed between heartbeats (one S3 page).
+HEARTBEAT_EVERY = 1000
 # (name relative to the job's directory or prefix, size, modified at as epoch seconds)
 Entry = tuple[str, int, float]
 
@@ -130,7 +132,7 @@ class ReconcileActivities:
             if i < start:
                 continue
             activity.heartbeat(i)
-            self._job(report, lister, tier, node, job, grace, inp.repair)
+            self._job(report, lister, tier, node, job, grace, inp.repair, i)
         report.cleaned += lister.abandoned_uploads(report, inp.job, grace)
         return report
 
@@ -143,6 +145,7 @@ class ReconcileActivities:
         job: str,
         grace: float,
         repair: bool,
+        index: int,
     ) -> None:
         with self._sessions.begin() as s:
             expected = reconcile_repo.job_on_tier(
@@ -150,8 +153,10 @@ class ReconcileActivities:
             )
         seen: set[tuple[int, str]] = set()
         wrong: dict[int, str] = {}
-        for rel, size, mtime in lister.entries(job):
+        for n, (rel, size, mtime) in enumerate(lister.entries(job), 1):
             report.scanned += 1
+            if n % HEARTBEAT_EVERY == 0:
+                activity.heartbeat(index)
             step_s, _, path = rel.partition("/")
             name = rel.rsplit("/", 1)[-1]
             if name.endswith(PARTIAL_SUFFIX):
@@ -249,7 +254,6 @@ class _S3Lister(_Lister):
         top = f"{self.prefix}{job}/"
         paginator = self.client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.bucket, Prefix=top):
-            activity.heartbeat()
             for o in page.get("Contents", []):
                 yield o["Key"][len(top) :], int(o["Size"]), o["LastModified"].timestamp()
 

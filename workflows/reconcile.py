@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         node_task_queue,
     )
     from tierpoint.contract.integrity import (
+        NODE_QUEUE_WAIT,
         READ_HEARTBEAT,
         READ_RETRY,
         READ_TIMEOUT,
@@ -77,6 +78,7 @@ class Reconcile:
                         ),
                         result_type=TierReport,
                         task_queue=node_task_queue(unit.node) if unit.node else SHARED_TASK_QUEUE,
+                        schedule_to_start_timeout=NODE_QUEUE_WAIT if unit.node else None,
                         start_to_close_timeout=READ_TIMEOUT,
                         heartbeat_timeout=READ_HEARTBEAT,
                         retry_policy=READ_RETRY,

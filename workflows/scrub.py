@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         node_task_queue,
     )
     from tierpoint.contract.integrity import (
+        NODE_QUEUE_WAIT,
         READ_HEARTBEAT,
         READ_RETRY,
         READ_TIMEOUT,
@@ -62,6 +63,7 @@ async def _read_back(inp: ScrubBatchInput, kind: TierKind) -> ScrubBatchResult:
         inp,
         result_type=ScrubBatchResult,
         task_queue=_queue(kind, inp.node),
+        schedule_to_start_timeout=NODE_QUEUE_WAIT if inp.node else None,
         start_to_close_timeout=READ_TIMEOUT,
         heartbeat_timeout=READ_HEARTBEAT,
         retry_policy=READ_RETRY,

@@ -50,6 +50,9 @@ PROBLEM_LIMIT = 5
 # Reading bytes back: long, heartbeating, resumed at the replica the last heartbeat named.
 READ_TIMEOUT = timedelta(hours=12)
 READ_HEARTBEAT = timedelta(minutes=2)
+# A node that is down (not declared lost) serves nothing: a scrub or scan waiting on its queue gives
+# up after this, so one absent node cannot hold every later run (schedules skip while one runs).
+NODE_QUEUE_WAIT = timedelta(minutes=10)
 READ_RETRY = backoff(timedelta(minutes=2), 20, FailureType.UNKNOWN_TIER, FailureType.WRONG_NODE)
 
 

@@ -8,14 +8,17 @@ is read from the workflow (its `status` query while it runs, its result after).
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tierpoint.contract.integrity import RECONCILE_WORKFLOW, ReconcileInput, ReconcileReport
 from tierpoint.errors import ReconcileNotFound
 from tierpoint.temporal import start_reconcile
+
+QUERY_TIMEOUT = timedelta(seconds=5)
 
 
 async def start(client: Client, inp: ReconcileInput) -> str:
@@ -38,7 +41,13 @@ async def status(client: Client, run_id: str) -> dict[str, Any]:
         report = await handle.result()
         return {"id": run_id, "status": "completed", "report": report.model_dump(mode="json")}
     if desc.status == WorkflowExecutionStatus.RUNNING:
-        report = await handle.query("status", result_type=ReconcileReport)
+        # A query needs a worker to answer it: without one, say "running" rather than hang.
+        try:
+            report = await handle.query(
+                "status", result_type=ReconcileReport, rpc_timeout=QUERY_TIMEOUT
+            )
+        except (RPCError, WorkflowQueryFailedError):
+            return {"id": run_id, "status": "running", "report": None}
         return {"id": run_id, "status": "running", "report": report.model_dump(mode="json")}
     name = desc.status.name.lower() if desc.status is not None else "unknown"
     return {"id": run_id, "status": name, "report": None}

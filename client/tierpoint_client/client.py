@@ -256,7 +256,7 @@ class Client:
                 + (f" for node {node!r}" if node else ""),
             )
         return self.restore_checkpoint(
-            latest, dest_dir, workers=workers, progress=progress, node=node
+            latest, dest_dir, workers=workers, progress=progress, node=node, tier=tier
         )
 
     def restore_checkpoint(
@@ -267,12 +267,15 @@ class Client:
         workers: int = 4,
         progress: ProgressCallback | None = None,
         node: str | None = None,
+        tier: str | None = None,
     ) -> RestoreResult:
         """Restore a plan obtained from `latest()` (e.g. after inspecting it).
 
         A shard whose bytes do not match its checksum is reported to the server
         (`report_corrupt_copy`) and read from another verified copy of it on a restorable tier
-        (a local one only on `node`), if the checkpoint has one; else ChecksumMismatchError."""
+        (a local one only on `node`), if the checkpoint has one; else ChecksumMismatchError is
+        raised. With `tier` (the restore was asked for that tier only) there is no other copy to
+        read: the bad one is reported and the mismatch raised."""
         for entry in latest.plan:
             validate_relative_path(entry.path)
         tiers = {t.name: t for t in self.tiers()}
@@ -282,7 +285,7 @@ class Client:
             tiers,
             workers=workers,
             progress=progress,
-            fallback=_Fallback(self, latest, tiers, node),
+            fallback=_Fallback(self, latest, tiers, node, only_tier=tier),
         )
         return RestoreResult(
             job=latest.job,
@@ -312,8 +315,14 @@ class _Fallback:
     checkpoint's detail (fetched once) names the other verified copies on restorable tiers."""
 
     def __init__(
-        self, client: Client, latest: LatestCheckpoint, tiers: dict[str, TierInfo], node: str | None
+        self,
+        client: Client,
+        latest: LatestCheckpoint,
+        tiers: dict[str, TierInfo],
+        node: str | None,
+        only_tier: str | None = None,
     ) -> None:
+        self._only_tier = only_tier
         self._client = client
         self._latest = latest
         self._tiers = tiers
@@ -331,6 +340,8 @@ class _Fallback:
         )
         with contextlib.suppress(TierpointError):
             self._client.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
+        if self._only_tier is not None:
+            return None
         with self._lock:
             if self._detail is None:
                 self._detail = self._client.checkpoint(job, step)

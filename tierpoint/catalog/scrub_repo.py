@@ -40,8 +40,19 @@ def catalog_now(session: Session) -> datetime:
     return now
 
 
+# A node worker reports in every 15 s: one not seen for this long is not serving its queue now.
+NODE_SEEN_WITHIN = timedelta(minutes=5)
+
+
 def live_nodes(session: Session) -> list[str]:
-    return list(session.scalars(select(Node.id).where(Node.lost_at.is_(None)).order_by(Node.id)))
+    """Nodes not declared lost whose worker reported in lately: their queues are served."""
+    return list(
+        session.scalars(
+            select(Node.id)
+            .where(Node.lost_at.is_(None), Node.last_seen_at > func.now() - NODE_SEEN_WITHIN)
+            .order_by(Node.id)
+        )
+    )
 
 
 def due(

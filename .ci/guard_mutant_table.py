@@ -398,4 +398,32 @@ MUTANTS: tuple[Mutant, ...] = (
         (AUTH,),
         "an expired token is refused",
     ),
+    # ---- integrity: damage takes the tier out of restorable; repair never resurrects ----------
+    Mutant(
+        "damage-keeps-marker-restorable",
+        "tierpoint/catalog/damage.py",
+        """            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
+""",
+        """            .values(reason=reason, updated_at=func.now())
+""",
+        (
+            "tests/tierpoint/catalog/test_integrity_repos.py::"
+            "test_marking_bad_demotes_in_the_same_transaction_and_only_once",
+            "tests/faults/test_scrub_bit_rot.py",
+        ),
+        "a replica found bad takes its tier's marker out of restorable in the same transaction",
+    ),
+    Mutant(
+        "repair-touches-expiring-copies",
+        "tierpoint/catalog/repair_repo.py",
+        """REPAIRABLE_MARKERS = (TierState.FAILED.value, TierState.RESTORABLE.value)
+""",
+        """REPAIRABLE_MARKERS = tuple(s.value for s in TierState)
+""",
+        (
+            "tests/tierpoint/catalog/test_integrity_repos.py::"
+            "test_repair_plans_only_tiers_it_may_touch_and_shards_with_a_source",
+        ),
+        "repair never copies into a copy retention is expiring or the lifecycle is still making",
+    ),
 )

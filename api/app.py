@@ -19,6 +19,7 @@ from api.routers import (
     checkpoints,
     dashboard,
     health,
+    integrity,
     jobs,
     leases,
     operations,
@@ -114,6 +115,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(quarantine.router)
     app.include_router(jobs.router)
     app.include_router(tiers.router)
+    app.include_router(integrity.router)
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.mount("/ui", dashboard.assets(), name="ui")

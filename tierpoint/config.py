@@ -124,6 +124,12 @@ class TierConfig(BaseModel):
         description="Reads off a local tier are throttled so that copies do not starve "
         "training (bytes/s, 0 = off).",
     )
+    scrub_bandwidth: int = Field(
+        default=50 * 1024 * 1024,
+        ge=0,
+        description="Bytes/s the scrub reads back from this tier (per node for a local tier); "
+        "0 = this tier is not scrubbed. See docs/integrity.md for what it costs per day.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -300,6 +306,34 @@ class Settings(BaseSettings):
         default=timedelta(minutes=10),
         description="How often the retention sweep schedule requests a retention run for "
         "every job (ISO 8601 duration or seconds).",
+    )
+    scrub_enabled: bool = Field(
+        default=True,
+        description="Whether the shared worker keeps the `tierpoint.scrub` schedule, which reads "
+        "verified replicas back and repairs the ones found bad (docs/integrity.md).",
+    )
+    scrub_interval: timedelta = Field(
+        default=timedelta(minutes=10),
+        gt=timedelta(0),
+        description="How often a scrub run starts; each reads at most `scrub_bandwidth` x this "
+        "interval bytes per tier (per node for a local tier).",
+    )
+    scrub_min_age: timedelta = Field(
+        default=timedelta(days=7),
+        ge=timedelta(0),
+        description="A verified replica is read back again at most once per this period "
+        "(counted from its last verification or scrub).",
+    )
+    reconcile_schedule_interval: timedelta | None = Field(
+        default=None,
+        description="If set, a `tierpoint.reconcile` schedule compares the catalog with every "
+        "tier this often and repairs what it finds (off by default: it lists whole tiers).",
+    )
+    reconcile_grace: timedelta = Field(
+        default=timedelta(hours=1),
+        ge=timedelta(0),
+        description="Temp files and multipart uploads older than this that no copy is writing "
+        "are abandoned: reconciliation reports them and, with repair, removes them.",
     )
     log_json: bool = Field(default=False, description="Logs as JSON lines instead of text.")
     log_level: str = Field(default="INFO", description="Log level (`DEBUG`, `INFO`, ...).")

@@ -186,6 +186,18 @@ class TierNeedsRestoreRequest(TierpointError):
     title = "Tier's objects need an S3 restore request before they can be read"
 
 
+class CopyNotFound(TierpointError):
+    code = "copy_not_found"
+    status = 404
+    title = "No such copy of the checkpoint"
+
+
+class ReconcileNotFound(TierpointError):
+    code = "reconcile_not_found"
+    status = 404
+    title = "No such reconciliation run"
+
+
 class TemporalUnavailable(TierpointError):
     code = "temporal_unavailable"
     status = 503
@@ -299,4 +311,6 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     InvalidScope,
     TokenNotFound,
     TokenExists,
+    CopyNotFound,
+    ReconcileNotFound,
 )

@@ -4,6 +4,7 @@ retention run, and the retention sweep schedule. Workflows are started by name w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from datetime import timedelta
 from pathlib import Path
@@ -28,6 +29,21 @@ from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE
+from tierpoint.contract.integrity import (
+    RECONCILE_SCHEDULE_ID,
+    RECONCILE_WORKFLOW,
+    REPAIR_SIGNAL,
+    REPAIR_WORKFLOW,
+    SCRUB_SCHEDULE_ID,
+    SCRUB_WORKFLOW,
+    VERIFY_WORKFLOW,
+    ReconcileInput,
+    RepairInput,
+    RepairRequest,
+    ScrubInput,
+    VerifyInput,
+    repair_workflow_id,
+)
 from tierpoint.contract.lifecycle import LIFECYCLE_WORKFLOW, LifecycleInput, workflow_id
 from tierpoint.contract.retention import (
     REQUEST_SIGNAL,
@@ -115,11 +131,56 @@ async def request_retention(client: Client, job: str, reason: str) -> None:
     )
 
 
-def _sweep_schedule(interval: timedelta) -> Schedule:
+async def request_repair(
+    client: Client, checkpoint_id: int, job: str, step: int, reason: str
+) -> None:
+    """Ask for a repair run of one checkpoint's damaged copies (signal-with-start of
+    `checkpoint/<job>/<step>/repair`): requests during a run coalesce into one more round."""
+    await client.start_workflow(
+        REPAIR_WORKFLOW,
+        RepairInput(checkpoint_id=checkpoint_id, job=job, step=step),
+        id=repair_workflow_id(job, step),
+        task_queue=SHARED_TASK_QUEUE,
+        start_signal=REPAIR_SIGNAL,
+        start_signal_args=[RepairRequest(reason=reason)],
+    )
+
+
+def verify_workflow_id(replica_ids: list[int]) -> str:
+    return f"verify/{'-'.join(str(i) for i in sorted(replica_ids))}"
+
+
+async def start_verify(client: Client, inp: VerifyInput) -> str:
+    """Re-read replicas now; reports of the same replicas share one run (USE_EXISTING)."""
+    wid = verify_workflow_id(inp.replica_ids)
+    await client.start_workflow(
+        VERIFY_WORKFLOW,
+        inp,
+        id=wid,
+        task_queue=SHARED_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    return wid
+
+
+async def start_reconcile(client: Client, inp: ReconcileInput, run_id: str) -> str:
+    wid = f"reconcile/{run_id}"
+    await client.start_workflow(
+        RECONCILE_WORKFLOW,
+        inp,
+        id=wid,
+        task_queue=SHARED_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    return wid
+
+
+def _periodic(workflow: str, schedule_id: str, interval: timedelta, *args: object) -> Schedule:
     return Schedule(
         action=ScheduleActionStartWorkflow(
-            SWEEP_WORKFLOW,
-            id=f"{SWEEP_SCHEDULE_ID}/run",
+            workflow,
+            args=list(args),
+            id=f"{schedule_id}/run",
             task_queue=SHARED_TASK_QUEUE,
             execution_timeout=max(interval, timedelta(minutes=30)),
         ),
@@ -129,13 +190,43 @@ def _sweep_schedule(interval: timedelta) -> Schedule:
     )
 
 
+def _sweep_schedule(interval: timedelta) -> Schedule:
+    return _periodic(SWEEP_WORKFLOW, SWEEP_SCHEDULE_ID, interval)
+
+
 async def ensure_sweep_schedule(client: Client, interval: timedelta) -> None:
     """Create the `tierpoint.retention-sweep` schedule, or bring an existing one's action, interval
     and overlap policy up to date (keeping its state, e.g. paused by an operator). Safe to call
     from every shared worker at every start."""
-    wanted = _sweep_schedule(interval)
+    await _ensure_schedule(client, SWEEP_SCHEDULE_ID, _sweep_schedule(interval))
+
+
+async def ensure_integrity_schedules(
+    client: Client, scrub: timedelta | None, reconcile: timedelta | None
+) -> None:
+    """The `tierpoint.scrub` and `tierpoint.reconcile` schedules as the settings want them: kept
+    up to date when an interval is given, deleted when not (turned off)."""
+    wanted = {
+        SCRUB_SCHEDULE_ID: None
+        if scrub is None
+        else _periodic(SCRUB_WORKFLOW, SCRUB_SCHEDULE_ID, scrub, ScrubInput()),
+        RECONCILE_SCHEDULE_ID: None
+        if reconcile is None
+        else _periodic(
+            RECONCILE_WORKFLOW, RECONCILE_SCHEDULE_ID, reconcile, ReconcileInput(repair=True)
+        ),
+    }
+    for sid, schedule in wanted.items():
+        if schedule is not None:
+            await _ensure_schedule(client, sid, schedule)
+            continue
+        with contextlib.suppress(RPCError):
+            await client.get_schedule_handle(sid).delete()
+
+
+async def _ensure_schedule(client: Client, schedule_id: str, wanted: Schedule) -> None:
     try:
-        await client.create_schedule(SWEEP_SCHEDULE_ID, wanted)
+        await client.create_schedule(schedule_id, wanted)
         return
     except ScheduleAlreadyRunningError:
         pass
@@ -150,4 +241,4 @@ async def ensure_sweep_schedule(client: Client, interval: timedelta) -> None:
             )
         )
 
-    await client.get_schedule_handle(SWEEP_SCHEDULE_ID).update(update)
+    await client.get_schedule_handle(schedule_id).update(update)

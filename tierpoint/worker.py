@@ -1,6 +1,7 @@
-"""Temporal workers: one per node (its local tier: seal, copy, delete expired local copies) and the
-shared one (workflows, shared and S3 tiers, retention, the reconciler that starts lifecycles nobody
-started, and the retention sweep schedule)."""
+"""Temporal workers: one per node (its local tier: seal, copy, delete expired local copies, scrub,
+repair and reconcile it) and the shared one (workflows, shared and S3 tiers, retention, integrity,
+the reconciler that starts lifecycles nobody started, and the retention sweep, scrub and
+reconciliation schedules)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.lifecycle import LifecycleActivities
+from activities.reconcile import ReconcileActivities
+from activities.repair import RepairActivities
 from activities.retention import RetentionActivities
+from activities.scrub import ScrubActivities
 from activities.stores import Stores
 from tierpoint import logs, metrics_worker
 from tierpoint.catalog.engine import (
@@ -31,9 +35,12 @@ from tierpoint.catalog.nodes import upsert_node
 from tierpoint.config import Settings, TierKind
 from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
 from tierpoint.services.lifecycle_start import start_unstarted
-from tierpoint.temporal import ensure_sweep_schedule
+from tierpoint.temporal import ensure_integrity_schedules, ensure_sweep_schedule
 from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
+from workflows.reconcile import Reconcile
+from workflows.repair import CheckpointRepair
 from workflows.retention import JobRetention, RetentionSweep
+from workflows.scrub import Scrub, ScrubUnitRun, VerifyReplicas
 
 log = logs.get(__name__)
 
@@ -125,11 +132,21 @@ async def run_workers(
         for node in nodes:
             acts = LifecycleActivities(sessions, settings, stores, node=node)
             expiry = RetentionActivities(sessions, settings, stores, node=node)
+            scrub = ScrubActivities(sessions, settings, stores, node=node)
+            repair = RepairActivities(sessions, settings, stores, node=node)
+            census = ReconcileActivities(sessions, settings, stores, node=node)
             workers.append(
                 Worker(
                     client,
                     task_queue=node_task_queue(node),
-                    activities=[acts.seal_batch, acts.copy_batch, expiry.delete_copy],
+                    activities=[
+                        acts.seal_batch,
+                        acts.copy_batch,
+                        expiry.delete_copy,
+                        scrub.verify_batch,
+                        repair.copy_batch,
+                        census.scan,
+                    ],
                     activity_executor=executor,
                     max_concurrent_activities=ACTIVITY_THREADS,
                     max_heartbeat_throttle_interval=heartbeat_throttle(settings),
@@ -148,8 +165,16 @@ async def run_workers(
         if shared:
             acts = LifecycleActivities(sessions, settings, stores)
             retention = RetentionActivities(sessions, settings, stores, client=client)
+            scrub = ScrubActivities(sessions, settings, stores)
+            repair = RepairActivities(sessions, settings, stores, client=client)
+            census = ReconcileActivities(sessions, settings, stores)
             # Periodic retention for time-based rules; idempotent, so every shared worker does it.
             await ensure_sweep_schedule(client, settings.retention_sweep_interval)
+            await ensure_integrity_schedules(
+                client,
+                settings.scrub_interval if settings.scrub_enabled else None,
+                settings.reconcile_schedule_interval,
+            )
             workers.append(
                 Worker(
                     client,
@@ -159,6 +184,11 @@ async def run_workers(
                         CheckpointLifecycleStage,
                         JobRetention,
                         RetentionSweep,
+                        CheckpointRepair,
+                        Scrub,
+                        ScrubUnitRun,
+                        VerifyReplicas,
+                        Reconcile,
                     ],
                     activities=[
                         acts.plan,
@@ -171,6 +201,14 @@ async def run_workers(
                         retention.request,
                         retention.request_many,
                         retention.list_jobs,
+                        scrub.plan,
+                        scrub.pick,
+                        scrub.verify_batch,
+                        repair.plan,
+                        repair.copy_batch,
+                        repair.request,
+                        census.plan,
+                        census.scan,
                     ],
                     activity_executor=executor,
                     max_concurrent_activities=ACTIVITY_THREADS,

@@ -61,6 +61,9 @@ class ReplicaOut(_Out):
     bytes_done: int
     verified_at: datetime | None
     error: str | None
+    scrubbed_at: datetime | None = Field(
+        default=None, description="when a scrub last read this replica back and found it good"
+    )
 
 
 class ShardOut(_Out):

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tierpoint_client.errors import CheckpointFailedError, NotFoundError
+from tierpoint_client.errors import (
+    CheckpointFailedError,
+    ChecksumMismatchError,
+    NotFoundError,
+    TierpointError,
+)
 from tierpoint_client.manifest import PathLike, build_manifest
 from tierpoint_client.models import (
     Checkpoint,
     LatestCheckpoint,
     Lease,
+    PlanEntry,
     RestoreResult,
     ShardSpec,
     TierInfo,
@@ -194,14 +202,17 @@ class Client:
         self, job: str, step: int, tier: str, path: str, reason: str
     ) -> dict[str, Any]:
         """Tell the server that the copy of shard `path` on `tier` did not match its registered
-        size or crc32c when read (e.g. during a load), so it can stop handing it out."""
+        checksum when read. The server reads that copy back itself; if it confirms the mismatch it
+        marks the copy corrupt, stops offering that tier and repairs it from another tier.
+        Returns what happened (`replica_state`, `marker_state`, `repair`, `verification`);
+        reporting the same copy again changes nothing."""
         resp = self._http.request(
             "POST",
             f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/corrupt-copies",
             body={"tier": tier, "path": path, "reason": reason},
         )
-        result: dict[str, Any] = resp.body
-        return result
+        body: dict[str, Any] = resp.body
+        return body
 
     def tiers(self) -> list[TierInfo]:
         resp = self._http.request("GET", "/v1/tiers")
@@ -267,7 +278,9 @@ class Client:
                 + (f" on tier {tier!r}" if tier else "")
                 + (f" for node {node!r}" if node else ""),
             )
-        return self.restore_checkpoint(latest, dest_dir, workers=workers, progress=progress)
+        return self.restore_checkpoint(
+            latest, dest_dir, workers=workers, progress=progress, node=node, tier=tier
+        )
 
     def restore_checkpoint(
         self,
@@ -276,14 +289,26 @@ class Client:
         *,
         workers: int = 4,
         progress: ProgressCallback | None = None,
+        node: str | None = None,
+        tier: str | None = None,
     ) -> RestoreResult:
-        """Restore a plan obtained from `latest()` (e.g. after inspecting it)."""
+        """Restore a plan obtained from `latest()` (e.g. after inspecting it).
+
+        A shard whose bytes do not match its checksum is reported to the server
+        (`report_corrupt_copy`) and read from another verified copy of it on a restorable tier
+        (a local one only on `node`), if the checkpoint has one; else ChecksumMismatchError is
+        raised. With `tier` (the restore was asked for that tier only) there is no other copy to
+        read: the bad one is reported and the mismatch raised."""
         for entry in latest.plan:
             validate_relative_path(entry.path)
-        needs_s3 = any(e.kind == "s3" for e in latest.plan)
-        tiers = {t.name: t for t in self.tiers()} if needs_s3 else {}
+        tiers = {t.name: t for t in self.tiers()}
         files, seconds = restore_plan(
-            latest.plan, dest_dir, tiers, workers=workers, progress=progress
+            latest.plan,
+            dest_dir,
+            tiers,
+            workers=workers,
+            progress=progress,
+            fallback=_Fallback(self, latest, tiers, node, only_tier=tier),
         )
         return RestoreResult(
             job=latest.job,
@@ -306,3 +331,58 @@ def _shard_json(shard: ShardSpec | Mapping[str, Any]) -> dict[str, Any]:
         "crc32c": shard.get("crc32c"),
         "node": shard["node"],
     }
+
+
+class _Fallback:
+    """Another source for a shard whose bytes did not match: the bad copy is reported, then the
+    checkpoint's detail (fetched once) names the other verified copies on restorable tiers."""
+
+    def __init__(
+        self,
+        client: Client,
+        latest: LatestCheckpoint,
+        tiers: dict[str, TierInfo],
+        node: str | None,
+        only_tier: str | None = None,
+    ) -> None:
+        self._only_tier = only_tier
+        self._client = client
+        self._latest = latest
+        self._tiers = tiers
+        self._node = node
+        self._lock = threading.Lock()
+        self._detail: Checkpoint | None = None
+
+    def __call__(
+        self, entry: PlanEntry, err: ChecksumMismatchError, tried: frozenset[str]
+    ) -> PlanEntry | None:
+        job, step = self._latest.job, self._latest.step
+        reason = (
+            f"restore read {err.actual_size} bytes with crc32c {err.actual_crc32c} from "
+            f"{entry.location}; registered {err.expected_size} bytes, crc32c {err.expected_crc32c}"
+        )
+        with contextlib.suppress(TierpointError):
+            self._client.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
+        if self._only_tier is not None:
+            return None
+        with self._lock:
+            if self._detail is None:
+                self._detail = self._client.checkpoint(job, step)
+            detail = self._detail
+        restorable = [t.tier for t in detail.tiers if t.state == "restorable"]
+        shard = next((s for s in detail.shards or () if s.path == entry.path), None)
+        if shard is None:
+            return None
+        for tier in restorable:
+            info = self._tiers.get(tier)
+            if tier in tried or info is None:
+                continue
+            for r in shard.replicas:
+                if r.tier != tier or r.state != "verified" or not r.location:
+                    continue
+                if info.kind == "local" and (self._node is None or r.node != self._node):
+                    continue
+                return PlanEntry(
+                    entry.path, entry.size, entry.crc32c, tier, info.kind, r.node, r.location
+                )
+        return None

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 ProgressCallback = Callable[[int, int], None]
+# Called when a shard's bytes did not match: (the entry read, the mismatch, tiers tried so far);
+# returns another source of the same shard to try, or None to give up.
+FallbackFn = Callable[[PlanEntry, ChecksumMismatchError, frozenset[str]], "PlanEntry | None"]
 
 
 class SourceError(TierpointError):
@@ -63,13 +66,22 @@ class Sources:
     def __init__(self, tiers: dict[str, TierInfo], entries: Sequence[PlanEntry]) -> None:
         self._s3: dict[str, S3Client] = {}
         self._tiers = tiers
+        self._lock = threading.Lock()
         for tier in sorted({e.tier for e in entries if e.kind == "s3"}):
-            info = tiers.get(tier)
-            if info is None:
-                raise SourceError(
-                    f"the restore plan names tier {tier!r}, which GET /v1/tiers lacks"
-                )
-            self._s3[tier] = _s3_client(info)
+            self._client(tier)
+
+    def _client(self, tier: str) -> S3Client:
+        """The tier's boto3 client, made on first use (a fallback source may name a new tier)."""
+        with self._lock:
+            client = self._s3.get(tier)
+            if client is None:
+                info = self._tiers.get(tier)
+                if info is None:
+                    raise SourceError(
+                        f"the restore plan names tier {tier!r}, which GET /v1/tiers lacks"
+                    )
+                client = self._s3[tier] = _s3_client(info)
+            return client
 
     def chunks(self, entry: PlanEntry, chunk_size: int) -> Iterator[memoryview | bytes]:
         if entry.kind in ("local", "shared"):
@@ -104,7 +116,7 @@ class Sources:
                 f"{entry.location} is outside tier {entry.tier!r} "
                 f"(s3://{info.bucket}/{info.prefix})"
             )
-        client = self._s3[entry.tier]
+        client = self._client(entry.tier)
         try:
             if byte_range is None:
                 return client.get_object(Bucket=bucket, Key=key)
@@ -221,8 +233,13 @@ def restore_plan(
     *,
     workers: int = 4,
     progress: ProgressCallback | None = None,
+    fallback: FallbackFn | None = None,
 ) -> tuple[list[RestoredFile], float]:
-    """Restore every entry; returns the restored files (plan order) and the seconds it took."""
+    """Restore every entry; returns the restored files (plan order) and the seconds it took.
+
+    A shard whose bytes do not match is offered to `fallback`, which may name another source of
+    the same shard (and report the bad one); without one, or when it has none, the mismatch is
+    raised."""
     started = time.monotonic()
     # Refuse a bad plan before writing anything.
     for entry in plan:
@@ -235,13 +252,24 @@ def restore_plan(
         safe_join(dest, entry.path)
     sources = Sources(tiers, plan)
     tracker = _Progress(sum(e.size for e in plan), progress)
+
+    def one(entry: PlanEntry) -> RestoredFile:
+        tried: set[str] = set()
+        while True:
+            try:
+                return restore_shard(entry, dest, sources, tracker)
+            except ChecksumMismatchError as err:
+                tried.add(entry.tier)
+                other = fallback(entry, err, frozenset(tried)) if fallback is not None else None
+                if other is None or other.tier in tried or other.path != entry.path:
+                    raise
+                entry = other
+
     if workers <= 1 or len(plan) <= 1:
-        files = [restore_shard(e, dest, sources, tracker) for e in plan]
+        files = [one(e) for e in plan]
         return files, time.monotonic() - started
     with ThreadPoolExecutor(max_workers=min(workers, len(plan))) as pool:
-        futures: list[Future[RestoredFile]] = [
-            pool.submit(restore_shard, e, dest, sources, tracker) for e in plan
-        ]
+        futures: list[Future[RestoredFile]] = [pool.submit(one, e) for e in plan]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in done if f.exception() is not None]
         if failed:

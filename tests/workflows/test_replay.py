@@ -21,6 +21,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from tierpoint.contract.integrity import (
+    RECONCILE_WORKFLOW,
+    REPAIR_WORKFLOW,
+    SCRUB_UNIT_WORKFLOW,
+    SCRUB_WORKFLOW,
+    VERIFY_WORKFLOW,
+)
 from tierpoint.contract.lifecycle import (
     LIFECYCLE_WORKFLOW,
     STAGE_WORKFLOW,
@@ -29,12 +36,25 @@ from tierpoint.contract.lifecycle import (
 )
 from tierpoint.contract.retention import RETENTION_WORKFLOW
 from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
+from workflows.reconcile import Reconcile
+from workflows.repair import CheckpointRepair
 from workflows.retention import JobRetention, RetentionSweep
+from workflows.scrub import Scrub, ScrubUnitRun, VerifyReplicas
 
 HISTORIES = {
     p.stem: p.read_text() for p in sorted((Path(__file__).parent / "histories").glob("*.json"))
 }
-WORKFLOWS = [CheckpointLifecycle, CheckpointLifecycleStage, JobRetention, RetentionSweep]
+WORKFLOWS = [
+    CheckpointLifecycle,
+    CheckpointLifecycleStage,
+    JobRetention,
+    RetentionSweep,
+    CheckpointRepair,
+    Scrub,
+    ScrubUnitRun,
+    VerifyReplicas,
+    Reconcile,
+]
 
 
 def _history(name: str) -> WorkflowHistory:
@@ -49,7 +69,16 @@ def _workflow_type(name: str) -> str:
 
 def test_every_workflow_has_a_recorded_history() -> None:
     recorded = {_workflow_type(n) for n in HISTORIES}
-    assert {LIFECYCLE_WORKFLOW, STAGE_WORKFLOW, RETENTION_WORKFLOW} <= recorded
+    assert {
+        LIFECYCLE_WORKFLOW,
+        STAGE_WORKFLOW,
+        RETENTION_WORKFLOW,
+        REPAIR_WORKFLOW,
+        SCRUB_WORKFLOW,
+        SCRUB_UNIT_WORKFLOW,
+        VERIFY_WORKFLOW,
+        RECONCILE_WORKFLOW,
+    } <= recorded
     # The shapes later changes must keep replaying: children, a skipped tier, retention requests
     # after promotion, a retention run resumed after its workers stopped.
     assert {

@@ -227,11 +227,19 @@ async def get_checkpoint(
             Replica.bytes_done,
             Replica.verified_at,
             Replica.error,
+            Replica.scrubbed_at,
         ).where(Replica.checkpoint_id == view.id)
     ):
         replicas[r.shard_id].append(
             ReplicaView(
-                r.tier, r.node_id, r.state, r.location, r.bytes_done, r.verified_at, r.error
+                r.tier,
+                r.node_id,
+                r.state,
+                r.location,
+                r.bytes_done,
+                r.verified_at,
+                r.error,
+                r.scrubbed_at,
             )
         )
     detail.shards = [

@@ -30,6 +30,9 @@ class EventKind(StrEnum):
     POLICY_CHANGED = "policy_changed"
     OPERATOR_ACTION = "operator_action"
     NODE_LOST = "node_lost"
+    LOST = "lost"
+    REPAIRED = "repaired"
+    CORRUPT_REPORTED = "corrupt_reported"
 
 
 def _row(

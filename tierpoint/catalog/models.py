@@ -269,3 +269,18 @@ class AccessToken(Base):
     expires_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
+
+
+class ScrubStats(Base):
+    """Running totals of the scrub per tier, updated in the transaction that records what a scrub
+    read, so the API answers "how much was scrubbed, what was found" from one row per tier."""
+
+    __tablename__ = "scrub_stats"
+
+    tier: Mapped[str] = mapped_column(String(128), primary_key=True)
+    replicas: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    corrupt: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    lost: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    last_scrubbed_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())

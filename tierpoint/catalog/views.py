@@ -53,6 +53,8 @@ class ReplicaView:
     bytes_done: int
     verified_at: datetime | None
     error: str | None
+    # when a scrub (or a re-verification after a report) last read it back good
+    scrubbed_at: datetime | None = None
 
 
 @dataclass

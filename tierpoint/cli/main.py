@@ -11,6 +11,7 @@ from tierpoint.cli import (
     dev,
     policy,
     quarantine,
+    reconcile,
     restore,
     serve,
     status,
@@ -56,6 +57,7 @@ app.command("restore")(restore.restore)
 app.command("usage")(usage.usage)
 app.command("quarantine")(quarantine.quarantine)
 app.command("unquarantine")(quarantine.unquarantine)
+app.command("reconcile")(reconcile.reconcile)
 app.command("demo")(demo.demo)
 # Against the catalog (so the first admin token can be made on a fresh install).
 app.add_typer(tokens.app, name="token")

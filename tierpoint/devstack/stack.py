@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ import uvicorn
 from botocore.exceptions import ClientError
 from sqlalchemy import text
 
+from tierpoint import logs
 from tierpoint.catalog import migrate, tokens_repo
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.config import Settings
@@ -44,6 +46,8 @@ from tierpoint.devstack.settings import build_settings
 READY_TIMEOUT = 120.0
 # The dev stack's admin token, made anew at every start (the previous one stops working).
 DEV_TOKEN_NAME = "dev-admin"
+
+log = logs.get(__name__)
 
 
 def _write_atomic(path: Path, content: str) -> None:
@@ -236,6 +240,7 @@ class DevStack:
             await self._until_ready(server, since, [workers, api, stopping])
             if stop.is_set():
                 return
+            await _reconcile_s3(client)
             self.info = StackInfo(
                 api_url=f"http://127.0.0.1:{port}",
                 token=self.token,
@@ -323,6 +328,30 @@ def _admin_token(database_url: str) -> str:
             return new.secret
     finally:
         engine.dispose()
+
+
+async def _reconcile_s3(client: Any) -> None:
+    """moto keeps S3 in memory while the catalog survives a restart: before the stack reports
+    ready, every S3 replica whose object is gone is marked lost (so latest restorable stops
+    offering s3 for it) and repair copies it back from a tier that still has it."""
+    from tierpoint.contract.integrity import ReconcileInput, ReconcileReport
+    from tierpoint.temporal import start_reconcile
+
+    wid = await start_reconcile(
+        client, ReconcileInput(tier="s3", repair=True), f"dev-start-{uuid.uuid4().hex}"
+    )
+    try:
+        report = await asyncio.wait_for(
+            client.get_workflow_handle(wid, result_type=ReconcileReport).result(), READY_TIMEOUT
+        )
+    except Exception as exc:
+        log.warning("s3 reconciliation at start did not finish", error=repr(exc)[:300])
+        return
+    lost = sum(t.marked for t in report.tiers)
+    if lost:
+        log.info(
+            "s3 objects lost since the last run", replicas=lost, repairs=report.repairs_requested
+        )
 
 
 async def _settle(task: Awaitable[Any]) -> None:

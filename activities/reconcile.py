@@ -1,0 +1,274 @@
+"""Reconciliation: list what is really on a tier (a POSIX root, per node for a local tier, or a
+bucket prefix) and compare it with the catalog, job by job.
+
+Reported: verified replicas whose file/object is missing or has the wrong size, files/objects that
+no shard of the catalog names (never deleted: the catalog does not know what they are), and temp
+files / multipart uploads older than the grace period (abandoned copies). With `repair`, missing
+replicas become `lost` and wrong-sized ones `corrupt` (their markers demoted in the same
+transaction, `tierpoint/catalog/damage.py`), and the abandoned temp files and uploads are removed;
+the workflow then asks for the repair of the damaged checkpoints.
+
+One activity per unit, heartbeating the index of the job it is at, so a retry resumes there.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from tierpoint import logs
+from tierpoint.catalog import reconcile_repo, scrub_repo
+from tierpoint.catalog.damage import mark_damaged
+from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.contract.common import FailureType
+from tierpoint.contract.integrity import (
+    RECONCILE_PLAN,
+    RECONCILE_SCAN,
+    REPORT_EXAMPLES,
+    Finding,
+    ReconcileInput,
+    ReconcilePlan,
+    ReconcileScanInput,
+    ReconcileUnit,
+    TierReport,
+)
+from tierpoint.states import ReplicaState
+from tierpoint.storage.paths import PARTIAL_SUFFIX
+from tierpoint.storage.s3.store import S3Store
+
+from .stores import Stores
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+log = logs.get(__name__)
+
+# Entries listed between heartbeats (one S3 page).
+HEARTBEAT_EVERY = 1000
+# (name relative to the job's directory or prefix, size, modified at as epoch seconds)
+Entry = tuple[str, int, float]
+
+
+def _note(report: TierReport, finding: Finding, what: str) -> None:
+    report.counts[finding.value] = report.counts.get(finding.value, 0) + 1
+    examples = report.examples.setdefault(finding.value, [])
+    if len(examples) < REPORT_EXAMPLES:
+        examples.append(what)
+
+
+def _walk(top: Path) -> Iterator[Entry]:
+    """Every non-directory under top (symlinks are not followed), relative to it."""
+    for dirpath, _dirs, files in os.walk(top, followlinks=False):
+        for f in files:
+            full = os.path.join(dirpath, f)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue
+            size = st.st_size if stat.S_ISREG(st.st_mode) else -1
+            yield os.path.relpath(full, top).replace(os.sep, "/"), size, st.st_mtime
+
+
+class ReconcileActivities:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        settings: Settings,
+        stores: Stores,
+        node: str | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._settings = settings
+        self._stores = stores
+        self._node = node
+
+    @activity.defn(name=RECONCILE_PLAN)
+    def plan(self, inp: ReconcileInput) -> ReconcilePlan:
+        tiers = [self._settings.tier(inp.tier)] if inp.tier else self._settings.tiers
+        with self._sessions.begin() as s:
+            nodes = scrub_repo.live_nodes(s)
+        units = []
+        for t in tiers:
+            for node in nodes if t.kind is TierKind.LOCAL else [None]:
+                units.append(ReconcileUnit(tier=t.name, kind=t.kind, node=node))
+        grace = self._settings.reconcile_grace / timedelta(seconds=1)
+        return ReconcilePlan(units=units, grace_seconds=grace)
+
+    @activity.defn(name=RECONCILE_SCAN)
+    def scan(self, inp: ReconcileScanInput) -> TierReport:
+        tier = self._stores.tier(inp.unit.tier)
+        node = inp.unit.node
+        if tier.kind is TierKind.LOCAL and node != self._node:
+            raise ApplicationError(
+                f"tier {tier.name} of node {node} is not reachable from worker "
+                f"{self._node or 'shared'}",
+                type=FailureType.WRONG_NODE,
+                non_retryable=True,
+            )
+        report = TierReport(tier=tier.name, node=node)
+        grace = time.time() - inp.grace_seconds
+        with self._sessions.begin() as s:
+            jobs = reconcile_repo.job_names(s, inp.job)
+        if tier.kind is TierKind.S3:
+            lister: _Lister = _S3Lister(self._stores, tier, inp.repair)
+        else:
+            lister = _PosixLister(Path(os.path.abspath(tier.root_for(node))), inp.repair)
+        if inp.job is None:
+            for name in lister.top_level():
+                if name not in jobs:
+                    _note(report, Finding.EXTRA, f"{name} (not a job of the catalog)")
+        details = activity.info().heartbeat_details
+        start = int(details[-1]) if details else 0
+        for i, job in enumerate(jobs):
+            if i < start:
+                continue
+            activity.heartbeat(i)
+            self._job(report, lister, tier, node, job, grace, inp.repair, i)
+        report.cleaned += lister.abandoned_uploads(report, inp.job, grace)
+        return report
+
+    def _job(
+        self,
+        report: TierReport,
+        lister: _Lister,
+        tier: TierConfig,
+        node: str | None,
+        job: str,
+        grace: float,
+        repair: bool,
+        index: int,
+    ) -> None:
+        with self._sessions.begin() as s:
+            expected = reconcile_repo.job_on_tier(
+                s, job, tier.name, node if tier.kind is TierKind.LOCAL else None
+            )
+        seen: set[tuple[int, str]] = set()
+        wrong: dict[int, str] = {}
+        for n, (rel, size, mtime) in enumerate(lister.entries(job), 1):
+            report.scanned += 1
+            if n % HEARTBEAT_EVERY == 0:
+                activity.heartbeat(index)
+            step_s, _, path = rel.partition("/")
+            name = rel.rsplit("/", 1)[-1]
+            if name.endswith(PARTIAL_SUFFIX):
+                if mtime < grace:
+                    _note(report, Finding.ABANDONED_TEMP, f"{job}/{rel}")
+                    if repair:
+                        report.cleaned += lister.remove_temp(job, rel)
+                continue
+            key = (int(step_s), path) if step_s.isdigit() and path else None
+            exp = expected.get(key) if key is not None else None
+            if exp is None or key is None:
+                _note(report, Finding.EXTRA, f"{job}/{rel}")
+                continue
+            seen.add(key)
+            if exp.replica_state == reconcile_repo.VERIFIED and size != exp.shard_size:
+                _note(report, Finding.WRONG_SIZE, f"{job}/{rel}: {size} != {exp.shard_size} bytes")
+                assert exp.replica_id is not None
+                wrong[exp.replica_id] = f"reconcile: size {size} != registered {exp.shard_size}"
+        missing: dict[int, str] = {}
+        for key, exp in sorted(expected.items()):
+            if exp.replica_state != reconcile_repo.VERIFIED:
+                continue
+            report.checked += 1
+            if key not in seen:
+                _note(report, Finding.MISSING, f"{job}/{key[0]}/{key[1]}")
+                assert exp.replica_id is not None
+                missing[exp.replica_id] = f"reconcile: missing on {tier.name}"
+        if repair and (missing or wrong):
+            with self._sessions.begin() as s:
+                lost = mark_damaged(s, missing, ReplicaState.LOST, "reconcile")
+                bad = mark_damaged(s, wrong, ReplicaState.CORRUPT, "reconcile")
+            report.marked += lost.marked + bad.marked
+            report.damaged = sorted(set(report.damaged) | lost.checkpoints | bad.checkpoints)
+
+
+class _Lister:
+    def top_level(self) -> list[str]:
+        raise NotImplementedError
+
+    def entries(self, job: str) -> Iterator[Entry]:
+        raise NotImplementedError
+
+    def remove_temp(self, job: str, rel: str) -> int:
+        return 0
+
+    def abandoned_uploads(self, report: TierReport, job: str | None, grace: float) -> int:
+        return 0
+
+
+class _PosixLister(_Lister):
+    def __init__(self, root: Path, repair: bool) -> None:
+        self.root = root
+
+    def top_level(self) -> list[str]:
+        try:
+            return sorted(os.listdir(self.root))
+        except FileNotFoundError:
+            return []
+
+    def entries(self, job: str) -> Iterator[Entry]:
+        top = self.root / job
+        if os.path.islink(top) or not top.is_dir():
+            return iter(())
+        return _walk(top)
+
+    def remove_temp(self, job: str, rel: str) -> int:
+        try:
+            os.unlink(self.root / job / rel)
+        except FileNotFoundError:
+            return 0
+        return 1
+
+
+class _S3Lister(_Lister):
+    def __init__(self, stores: Stores, tier: TierConfig, repair: bool) -> None:
+        store = stores.get(tier, None)
+        assert isinstance(store, S3Store)
+        self.client: S3Client = store.client
+        self.bucket = store.bucket
+        self.prefix = store.prefix
+        self.uploads = store.uploads
+        self.repair = repair
+
+    def top_level(self) -> list[str]:
+        names = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix, Delimiter="/"):
+            for p in page.get("CommonPrefixes", []):
+                names.append(p["Prefix"][len(self.prefix) :].rstrip("/"))
+            for o in page.get("Contents", []):
+                names.append(o["Key"][len(self.prefix) :])
+        return names
+
+    def entries(self, job: str) -> Iterator[Entry]:
+        top = f"{self.prefix}{job}/"
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=top):
+            for o in page.get("Contents", []):
+                yield o["Key"][len(top) :], int(o["Size"]), o["LastModified"].timestamp()
+
+    def abandoned_uploads(self, report: TierReport, job: str | None, grace: float) -> int:
+        prefix = self.prefix + (f"{job}/" if job else "")
+        cutoff = datetime.fromtimestamp(grace, UTC)
+        cleaned = 0
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            for u in page.get("Uploads", []):
+                initiated: Any = u.get("Initiated")
+                if initiated is None or initiated >= cutoff:
+                    continue
+                _note(report, Finding.ABANDONED_UPLOAD, f"{u['Key']} (upload {u['UploadId']})")
+                if self.repair:
+                    self.uploads.abort(u["Key"], u["UploadId"])
+                    cleaned += 1
+        return cleaned

@@ -1,0 +1,236 @@
+"""Repair activities: plan a repair round, re-copy a batch's damaged shards from the fastest tier
+that still holds them verified (copy + verify exactly as the lifecycle does, through BatchCopy),
+and ask for repair runs (scrub and reconciliation do, through here).
+
+Promotion is the lifecycle's own `lifecycle.promote`: one home for "restorable only when every
+shard is verified on the tier".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from tierpoint import logs
+from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog import repair_repo
+from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job
+from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.contract.common import FailureType
+from tierpoint.contract.integrity import (
+    REPAIR_COPY,
+    REPAIR_PLAN,
+    REPAIR_REQUEST,
+    RepairCopyInput,
+    RepairPlan,
+    RepairPlanInput,
+    RepairStartInput,
+)
+from tierpoint.contract.lifecycle import BatchResult
+from tierpoint.states import ReplicaState
+from tierpoint.storage.base import ShardRef, TierStore
+from tierpoint.temporal import request_repair
+
+from .copy import BatchCopy
+from .lifecycle import batch_size
+from .progress import BatchReporter, resume_details
+from .stores import Stores
+
+log = logs.get(__name__)
+
+ACTOR = "repair"
+_UNTOUCHABLE = (
+    ReplicaState.VERIFIED.value,
+    ReplicaState.EXPIRING.value,
+    ReplicaState.EXPIRED.value,
+)
+
+
+class RepairActivities:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        settings: Settings,
+        stores: Stores,
+        node: str | None = None,
+        client: Client | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._settings = settings
+        self._stores = stores
+        self._node = node
+        self._client = client
+
+    def _store(self, tier: TierConfig, batch_node: str) -> TierStore:
+        if tier.kind is TierKind.LOCAL and batch_node != self._node:
+            raise ApplicationError(
+                f"tier {tier.name} of node {batch_node} is not reachable from worker "
+                f"{self._node or 'shared'}",
+                type=FailureType.WRONG_NODE,
+                non_retryable=True,
+            )
+        return self._stores.get(tier, batch_node)
+
+    @activity.defn(name=REPAIR_PLAN)
+    def plan(self, inp: RepairPlanInput) -> RepairPlan:
+        with self._sessions.begin() as s:
+            count = s.scalar(
+                select(Checkpoint.shard_count).where(Checkpoint.id == inp.checkpoint_id)
+            )
+            return repair_repo.plan_repair(
+                s,
+                inp.checkpoint_id,
+                self._settings.tiers,
+                datetime.now(UTC),
+                batch_size(self._settings, count or 0),
+                inp.limit,
+            )
+
+    def _source(self, src: repair_repo.ShardSources, dst: TierConfig) -> TierConfig | None:
+        """The fastest tier holding the shard verified that this worker can read."""
+        for t in self._settings.tiers:
+            if t.name == dst.name or t.name not in src.verified:
+                continue
+            if t.kind is TierKind.LOCAL and (
+                self._node is None or src.verified[t.name] != self._node
+            ):
+                continue
+            return t
+        return None
+
+    @activity.defn(name=REPAIR_COPY)
+    def copy_batch(self, inp: RepairCopyInput) -> BatchResult:
+        info = activity.info()
+        b = inp.batch
+        dst_tier = self._stores.tier(inp.destination)
+        dst = self._store(dst_tier, b.node)
+        dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None
+        tiers = self._settings.tiers
+        with self._sessions.begin() as s:
+            marker = s.scalar(
+                select(CheckpointTier.state).where(
+                    CheckpointTier.checkpoint_id == inp.checkpoint_id,
+                    CheckpointTier.tier == dst_tier.name,
+                )
+            )
+            if marker not in repair_repo.REPAIRABLE_MARKERS:
+                # Retention (or an operator) took the copy over since the plan: leave it.
+                return BatchResult()
+            shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name)
+            sources = {
+                x.shard_id: x
+                for x in repair_repo.shard_sources(s, inp.checkpoint_id)
+                if x.node == b.node and b.first <= x.ordinal <= b.last
+            }
+            lost = repair_repo.lost_nodes(s, [b.node])
+        todo = [sh for sh in shards if sh.state not in _UNTOUCHABLE]
+        if dst_tier.kind is not TierKind.LOCAL:
+            # The plan split the shards between the node's queue (fastest copy local) and the
+            # shared one; each worker takes its own share, so no shard is copied twice at once.
+            mine = self._node is not None
+            todo = [
+                sh for sh in todo if repair_repo.prefers_node(sources[sh.id], tiers, lost) == mine
+            ]
+        result = BatchResult(shards=len(todo))
+        reporter = BatchReporter(
+            self._sessions,
+            inp.checkpoint_id,
+            dst_tier.name,
+            self._settings.progress_interval_seconds,
+        )
+        groups: dict[str, list[repo.BatchShard]] = defaultdict(list)
+        used: dict[str, int] = defaultdict(int)
+        for sh in todo:
+            src_tier = self._source(sources[sh.id], dst_tier)
+            if src_tier is None:
+                if len(result.problems) < 5:
+                    result.problems.append(f"{sh.path}: no verified source this worker can read")
+                continue
+            groups[src_tier.name].append(
+                repo.BatchShard(
+                    sh.id,
+                    sh.ordinal,
+                    sh.path,
+                    sh.size,
+                    sh.checksum,
+                    sh.node_id,
+                    ReplicaState.VERIFIED.value,
+                    sh.state,
+                )
+            )
+            reporter.replica(
+                repo.ReplicaWrite(
+                    sh.id,
+                    ReplicaState.COPYING,
+                    dst.location(ShardRef(inp.job, inp.step, sh.path)),
+                    dst_node,
+                )
+            )
+        reporter.flush()
+        details = resume_details(info.heartbeat_details)
+        for name, group in groups.items():
+            src_tier = self._stores.tier(name)
+            before = result.verified
+            BatchCopy(
+                job=inp.job,
+                step=inp.step,
+                src_tier=src_tier,
+                dst_tier=dst_tier,
+                src=self._store(src_tier, b.node),
+                dst=dst,
+                dst_node=dst_node,
+                reporter=reporter,
+                result=result,
+                heartbeat_details=details,
+                attempt=info.attempt,
+            ).run(group)
+            used[name] += result.verified - before
+        reporter.flush()
+        with self._sessions.begin() as s:
+            record(
+                s,
+                EventKind.REPAIRED,
+                checkpoint_id=inp.checkpoint_id,
+                job_id=repo.job_id_of(s, inp.checkpoint_id),
+                tier=dst_tier.name,
+                actor=ACTOR,
+                detail={
+                    "node": b.node,
+                    "first": b.first,
+                    "last": b.last,
+                    "repaired": result.verified,
+                    "corrupt": result.corrupt,
+                    "bytes": result.bytes,
+                    "sources": dict(used),
+                    "problems": result.problems,
+                    "attempt": info.attempt,
+                },
+            )
+        return result
+
+    @activity.defn(name=REPAIR_REQUEST)
+    async def request(self, inp: RepairStartInput) -> int:
+        """Start (or signal) the repair run of each checkpoint. Returns how many were asked."""
+        assert self._client is not None, "repair requests run on the shared worker"
+
+        def names() -> list[tuple[int, str, int]]:
+            with self._sessions.begin() as s:
+                rows = s.execute(
+                    select(Checkpoint.id, Job.name, Checkpoint.step)
+                    .join(Job, Job.id == Checkpoint.job_id)
+                    .where(Checkpoint.id.in_(inp.checkpoint_ids))
+                ).all()
+            return [(r[0], r[1], r[2]) for r in rows]
+
+        rows = await asyncio.to_thread(names)
+        for cid, job, step in rows:
+            await request_repair(self._client, cid, job, step, inp.reason)
+        return len(rows)

@@ -1,0 +1,208 @@
+"""Scrub activities: which units (tier x node) to scrub and with what budget, which replicas are
+due, and reading a batch of replicas back (POSIX: from the device, S3: a whole GET with crc32c
+over every byte, never the stored checksum) at the tier's scrub bandwidth.
+
+A replica that reads back wrong is marked `corrupt` (missing: `lost`) and its tier's marker
+demoted in one transaction (`tierpoint/catalog/damage.py`); the result names the checkpoints so
+the workflow can ask for their repair. Idempotent: a retried batch resumes at the replica its last
+heartbeat named, and a replica already counted for this pick is not counted again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from tierpoint import logs
+from tierpoint.catalog import scrub_repo
+from tierpoint.catalog.damage import mark_damaged
+from tierpoint.config import Settings, TierKind
+from tierpoint.contract.common import FailureType
+from tierpoint.contract.integrity import (
+    PROBLEM_LIMIT,
+    SCRUB_BATCH,
+    SCRUB_PICK,
+    SCRUB_PLAN,
+    ScrubBatchInput,
+    ScrubBatchResult,
+    ScrubPick,
+    ScrubPickInput,
+    ScrubPlan,
+    ScrubUnit,
+)
+from tierpoint.errors import UnsafePath
+from tierpoint.states import ReplicaState
+from tierpoint.storage.base import ShardRef, VerifyResult
+from tierpoint.storage.throttle import TokenBucket
+
+from .stores import Stores
+
+log = logs.get(__name__)
+
+
+def judge(v: VerifyResult, size: int, checksum: str, tier: str) -> tuple[ReplicaState, str | None]:
+    """What a read-back says about a replica: (state it deserves, why) or (verified, None)."""
+    if v.size is None:
+        return ReplicaState.LOST, f"missing on {tier}"
+    if v.size != size:
+        return ReplicaState.CORRUPT, f"size {v.size} != registered {size}"
+    if v.crc32c != checksum.lower():
+        return (
+            ReplicaState.CORRUPT,
+            f"crc32c {v.crc32c} != registered {checksum.lower()} (read back)",
+        )
+    return ReplicaState.VERIFIED, None
+
+
+class ScrubActivities:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        settings: Settings,
+        stores: Stores,
+        node: str | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._settings = settings
+        self._stores = stores
+        self._node = node
+        self._lock = threading.Lock()
+        self._buckets: dict[tuple[str, str | None, int], TokenBucket] = {}
+
+    def _bucket(self, tier: str, node: str | None, rate: int) -> TokenBucket | None:
+        """One limiter per tier (and node) in this process: batches of one unit share it."""
+        if rate <= 0:
+            return None
+        key = (tier, node, rate)
+        with self._lock:
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                bucket = self._buckets[key] = TokenBucket(rate)
+            return bucket
+
+    @activity.defn(name=SCRUB_PLAN)
+    def plan(self) -> ScrubPlan:
+        s = self._settings
+        if not s.scrub_enabled:
+            return ScrubPlan()
+        interval = s.scrub_interval.total_seconds()
+        with self._sessions.begin() as session:
+            nodes = scrub_repo.live_nodes(session)
+        units = []
+        for t in s.tiers:
+            if t.scrub_bandwidth <= 0:
+                continue
+            for node in nodes if t.kind is TierKind.LOCAL else [None]:
+                units.append(
+                    ScrubUnit(
+                        tier=t.name,
+                        kind=t.kind,
+                        node=node,
+                        bandwidth=t.scrub_bandwidth,
+                        budget=int(t.scrub_bandwidth * interval),
+                        min_age_seconds=s.scrub_min_age.total_seconds(),
+                    )
+                )
+        return ScrubPlan(units=units)
+
+    @activity.defn(name=SCRUB_PICK)
+    def pick(self, inp: ScrubPickInput) -> ScrubPick:
+        with self._sessions.begin() as s:
+            now = scrub_repo.catalog_now(s)
+            cutoff = datetime.fromisoformat(inp.cutoff) if inp.cutoff else now
+            ids, nbytes = scrub_repo.due(
+                s,
+                inp.unit.tier,
+                inp.unit.node,
+                timedelta(seconds=inp.unit.min_age_seconds),
+                cutoff,
+                inp.budget,
+                inp.limit,
+            )
+        return ScrubPick(replica_ids=ids, bytes=nbytes, picked_at=cutoff.isoformat())
+
+    @activity.defn(name=SCRUB_BATCH)
+    def verify_batch(self, inp: ScrubBatchInput) -> ScrubBatchResult:
+        tier = self._stores.tier(inp.tier)
+        if tier.kind is TierKind.LOCAL and inp.node != self._node:
+            raise ApplicationError(
+                f"tier {tier.name} of node {inp.node} is not reachable from worker "
+                f"{self._node or 'shared'}",
+                type=FailureType.WRONG_NODE,
+                non_retryable=True,
+            )
+        store = self._stores.get(tier, inp.node)
+        picked_at = datetime.fromisoformat(inp.picked_at)
+        bucket = self._bucket(tier.name, inp.node, inp.bandwidth)
+        details = activity.info().heartbeat_details
+        start = int(details[-1]) if details else 0
+        with self._sessions.begin() as s:
+            todo = scrub_repo.targets(s, inp.replica_ids)
+        result = ScrubBatchResult()
+        good: list[int] = []
+        bad: dict[ReplicaState, dict[int, str]] = {ReplicaState.CORRUPT: {}, ReplicaState.LOST: {}}
+        last_flush = time.monotonic()
+
+        def flush() -> None:
+            nonlocal last_flush
+            with self._sessions.begin() as s:
+                result.bytes += scrub_repo.record_good(s, tier.name, good, picked_at)
+                for state, problems in bad.items():
+                    damage = mark_damaged(s, problems, state, inp.actor)
+                    result.damaged = sorted(set(result.damaged) | damage.checkpoints)
+                    scrub_repo.record_bad(
+                        s,
+                        tier.name,
+                        corrupt=damage.marked if state is ReplicaState.CORRUPT else 0,
+                        lost=damage.marked if state is ReplicaState.LOST else 0,
+                    )
+            good.clear()
+            for problems in bad.values():
+                problems.clear()
+            last_flush = time.monotonic()
+
+        for i, t in enumerate(todo):
+            if i < start:
+                continue
+            activity.heartbeat(i)
+            if t.state != ReplicaState.VERIFIED.value or not t.checksum:
+                result.skipped += 1
+                continue
+            seen = 0
+
+            def progress(total: int, i: int = i) -> None:
+                nonlocal seen
+                if bucket is not None:
+                    bucket.consume(total - seen)
+                seen = total
+                activity.heartbeat(i)
+
+            try:
+                v = store.checksum(ShardRef(t.job, t.step, t.path), progress)
+                state, problem = judge(v, t.size, t.checksum, tier.name)
+            except UnsafePath as exc:
+                # E.g. a symlink out of the root put in place of the file: not these bytes.
+                state, problem = ReplicaState.CORRUPT, f"unsafe: {exc}"
+            if problem is None:
+                good.append(t.replica_id)
+                result.replicas += 1
+            else:
+                bad[state][t.replica_id] = f"{inp.actor}: {problem}"
+                if state is ReplicaState.LOST:
+                    result.lost += 1
+                else:
+                    result.corrupt += 1
+                if len(result.problems) < PROBLEM_LIMIT:
+                    result.problems.append(f"{t.job}/{t.step}/{t.path}: {problem}")
+                log.warning("scrub found a bad replica", tier=tier.name, path=t.path, why=problem)
+            if bad[ReplicaState.CORRUPT] or bad[ReplicaState.LOST]:
+                flush()  # demote at once: no reader is sent to bytes known bad
+            elif time.monotonic() - last_flush >= self._settings.progress_interval_seconds:
+                flush()
+        flush()
+        return result

@@ -1,0 +1,67 @@
+"""Request and response schemas of the integrity endpoints: scrub totals, reconciliation runs,
+reports of corrupt copies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TierScrubOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    tier: str
+    bandwidth: int = Field(description="bytes/s the scrub reads from this tier (0: not scrubbed)")
+    replicas: int = Field(description="replicas read back good by scrubs, in total")
+    bytes: int = Field(description="bytes those reads covered")
+    corrupt: int = Field(description="replicas a scrub found corrupt")
+    lost: int = Field(description="replicas a scrub found missing")
+    last_scrubbed_at: datetime | None
+    oldest_read_at: datetime | None = Field(
+        description="the last verification or scrub of the verified replica read longest ago"
+    )
+
+
+class ScrubOut(BaseModel):
+    enabled: bool
+    interval_seconds: float
+    min_age_seconds: float
+    tiers: list[TierScrubOut]
+
+
+class ReconcileIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tier: str | None = Field(default=None, description="only this tier (default: every tier)")
+    job: str | None = Field(default=None, description="only this job (default: every job)")
+    repair: bool = Field(
+        default=False,
+        description="mark missing/wrong-sized replicas lost/corrupt, demote their tiers, start "
+        "repairs, and remove abandoned temp files and multipart uploads",
+    )
+
+
+class ReconcileRunOut(BaseModel):
+    id: str
+    status: str = Field(description="running, completed, failed, terminated, ...")
+    report: dict[str, Any] | None = None
+
+
+class CorruptCopyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tier: str = Field(min_length=1, max_length=128)
+    path: str = Field(min_length=1, max_length=4096, description="the shard's registered path")
+    reason: str = Field(min_length=1, max_length=1000)
+
+
+class CorruptCopyOut(BaseModel):
+    replica_state: str | None
+    marker_state: str | None
+    repair: str = Field(description="started | no verified source | running | pending | not needed")
+    verification: str = Field(
+        description="confirmed | not confirmed | running | recently read back good | "
+        "already <state>"
+    )

@@ -1,0 +1,140 @@
+"""Replicas found bad (a scrub's read, a reconciliation's listing, a reader's report): the one
+place that marks them `corrupt` or `lost` and, in the same transaction, takes their tier's marker
+out of `restorable`, so "latest restorable" stops offering a copy the moment it is known bad.
+
+A marker demoted here becomes `failed` with a reason that names the damage: retention plans
+expiries of `restorable` copies only, so a damaged copy is never deleted as if it were good, and
+the planner goes on protecting the checkpoint's remaining good copies (invariant 2). Repair
+(`tierpoint/catalog/repair_repo.py`) promotes it again once every shard is verified there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import cast
+
+from sqlalchemy import Table, and_, bindparam, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from tierpoint.states import ReplicaState, TierState
+
+from .events import EventKind, record
+from .models import Checkpoint, CheckpointTier, Replica, Shard
+
+EXAMPLES = 3
+
+_replica_table = cast(Table, Replica.__table__)
+
+
+@dataclass
+class Damage:
+    """What one call changed."""
+
+    marked: int = 0
+    # checkpoint id -> tiers whose marker left `restorable`
+    demoted: dict[int, list[str]] = field(default_factory=dict)
+    checkpoints: set[int] = field(default_factory=set)
+
+
+def mark_damaged(
+    session: Session,
+    problems: Mapping[int, str],
+    state: ReplicaState,
+    actor: str,
+) -> Damage:
+    """Mark the replicas (id -> reason) `state` (corrupt or lost) if they are still `verified`,
+    and demote their tiers' markers, in the caller's transaction. Idempotent: a replica already
+    marked is left as it is and counts for nothing."""
+    assert state in (ReplicaState.CORRUPT, ReplicaState.LOST)
+    out = Damage()
+    if not problems:
+        return out
+    candidates = session.execute(
+        select(Replica.checkpoint_id, Replica.tier)
+        .where(Replica.id.in_(list(problems)), Replica.state == ReplicaState.VERIFIED.value)
+        .distinct()
+    ).all()
+    if not candidates:
+        return out
+    pairs = sorted((c, t) for c, t in candidates)
+    # Markers first, as promote does: a promotion counting verified replicas waits for this
+    # transaction, so it can never count a replica this call is marking bad.
+    session.execute(
+        select(CheckpointTier.checkpoint_id)
+        .where(
+            or_(
+                *(
+                    and_(CheckpointTier.checkpoint_id == c, CheckpointTier.tier == t)
+                    for c, t in pairs
+                )
+            )
+        )
+        .order_by(CheckpointTier.checkpoint_id, CheckpointTier.tier)
+        .with_for_update()
+    ).all()
+    marked = session.execute(
+        select(Replica.id, Replica.checkpoint_id, Replica.tier, Replica.shard_id)
+        .where(Replica.id.in_(list(problems)), Replica.state == ReplicaState.VERIFIED.value)
+        .order_by(Replica.id)
+        .with_for_update()
+    ).all()
+    if not marked:
+        return out
+    session.connection().execute(
+        update(_replica_table)
+        .where(_replica_table.c.id == bindparam("rid"))
+        # The last good read was of bytes that are gone now: the next copy starts afresh.
+        .values(state=state.value, error=bindparam("err"), scrubbed_at=None, updated_at=func.now()),
+        [{"rid": m.id, "err": problems[m.id][:2000]} for m in marked],
+    )
+    by_pair: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    for rid, cid, tier, sid in marked:
+        by_pair[(cid, tier)].append((rid, sid))
+    out.marked = len(marked)
+    paths = dict(
+        session.execute(
+            select(Shard.id, Shard.path).where(Shard.id.in_([m.shard_id for m in marked]))
+        ).all()
+    )
+    jobs = dict(
+        session.execute(
+            select(Checkpoint.id, Checkpoint.job_id).where(
+                Checkpoint.id.in_({c for c, _ in by_pair})
+            )
+        ).all()
+    )
+    word = state.value
+    for (cid, tier), items in sorted(by_pair.items()):
+        examples = [f"{paths[sid]} ({problems[rid]})" for rid, sid in items[:EXAMPLES]]
+        reason = f"{len(items)} shard(s) {word} on {tier} (found by {actor}): " + ", ".join(
+            examples
+        )
+        demoted = session.execute(
+            update(CheckpointTier)
+            .where(
+                CheckpointTier.checkpoint_id == cid,
+                CheckpointTier.tier == tier,
+                CheckpointTier.state == TierState.RESTORABLE.value,
+            )
+            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
+            .returning(CheckpointTier.tier)
+        ).all()
+        if demoted:
+            out.demoted.setdefault(cid, []).append(tier)
+        out.checkpoints.add(cid)
+        record(
+            session,
+            EventKind.CORRUPT if state is ReplicaState.CORRUPT else EventKind.LOST,
+            checkpoint_id=cid,
+            job_id=jobs.get(cid),
+            tier=tier,
+            actor=actor,
+            detail={
+                "count": len(items),
+                "examples": examples,
+                "marker_demoted": bool(demoted),
+            },
+        )
+    return out

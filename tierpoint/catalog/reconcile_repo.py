@@ -1,0 +1,51 @@
+"""Catalog side of reconciliation: what the catalog says one job has on one tier (and node), to
+compare with what a listing of the tier finds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import and_, select
+from sqlalchemy.orm import Session
+
+from tierpoint.states import ReplicaState
+
+from .models import Checkpoint, Job, Replica, Shard
+
+
+@dataclass(frozen=True)
+class Expected:
+    shard_size: int
+    replica_id: int | None
+    replica_state: str | None
+
+
+def job_names(session: Session, job: str | None) -> list[str]:
+    q = select(Job.name).order_by(Job.name)
+    if job is not None:
+        q = q.where(Job.name == job)
+    return list(session.scalars(q))
+
+
+def job_on_tier(
+    session: Session, job: str, tier: str, node: str | None
+) -> dict[tuple[int, str], Expected]:
+    """(step, shard path) -> the shard's size and its replica on the tier, for every shard of the
+    job's checkpoints (on a local tier: the shards of `node`). A file under such a name is known
+    to the catalog whatever its replica says (e.g. a local shard not sealed yet)."""
+    q = (
+        select(Checkpoint.step, Shard.path, Shard.size, Replica.id, Replica.state)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .join(Shard, Shard.checkpoint_id == Checkpoint.id)
+        .outerjoin(Replica, and_(Replica.shard_id == Shard.id, Replica.tier == tier))
+        .where(Job.name == job)
+    )
+    if node is not None:
+        q = q.where(Shard.node_id == node)
+    return {
+        (step, path): Expected(size, rid, state)
+        for step, path, size, rid, state in session.execute(q)
+    }
+
+
+VERIFIED = ReplicaState.VERIFIED.value

@@ -1,0 +1,204 @@
+"""Catalog side of repair: which tiers of a checkpoint have shards without a verified replica that
+repair may re-copy, where each shard's copy comes from, and the batches of a repair round.
+
+Repair touches only markers that are `failed` (demoted for damage, or a copy that failed) or
+`restorable`; never `pending` (the lifecycle is still at work there) nor `expiring`/`expired`
+(retention let the copy go: repair must not resurrect it). It re-copies a tier only if retention
+would keep a good copy there (the pure planner, asked about the checkpoint as if the copy were
+good), and only shards that another tier holds verified.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tierpoint.config import TierConfig, TierKind
+from tierpoint.contract.integrity import RepairBatch, RepairPlan, RepairTier
+from tierpoint.contract.lifecycle import Batch
+from tierpoint.retention.models import TierCopy
+from tierpoint.retention.planner import plan as retention_plan
+from tierpoint.retention.policy import TierRef
+from tierpoint.states import ReplicaState, TierState
+
+from .lifecycle_repo import checkpoint_head
+from .models import Checkpoint, CheckpointTier, Node, Replica, Shard
+from .snapshot import policy_for_job, take_snapshot
+
+REPAIRABLE_MARKERS = (TierState.FAILED.value, TierState.RESTORABLE.value)
+VERIFIED = ReplicaState.VERIFIED.value
+
+
+@dataclass(frozen=True)
+class ShardSources:
+    shard_id: int
+    ordinal: int
+    node: str
+    # verified replicas: tier -> node (local tiers) or None
+    verified: dict[str, str | None]
+
+
+def lost_nodes(session: Session, nodes: Sequence[str]) -> set[str]:
+    return set(
+        session.scalars(select(Node.id).where(Node.id.in_(list(nodes)), Node.lost_at.is_not(None)))
+    )
+
+
+def shard_sources(session: Session, checkpoint_id: int) -> list[ShardSources]:
+    """Every shard of the checkpoint with the tiers that hold it verified, in ordinal order."""
+    shards = session.execute(
+        select(Shard.id, Shard.ordinal, Shard.node_id)
+        .where(Shard.checkpoint_id == checkpoint_id)
+        .order_by(Shard.ordinal)
+    ).all()
+    verified: dict[int, dict[str, str | None]] = defaultdict(dict)
+    for sid, tier, node in session.execute(
+        select(Replica.shard_id, Replica.tier, Replica.node_id).where(
+            Replica.checkpoint_id == checkpoint_id, Replica.state == VERIFIED
+        )
+    ):
+        verified[sid][tier] = node
+    return [ShardSources(s.id, s.ordinal, s.node_id, verified.get(s.id, {})) for s in shards]
+
+
+def prefers_node(shard: ShardSources, tiers: Sequence[TierConfig], lost: set[str]) -> bool:
+    """The shard's fastest verified copy is on its node's local tier, and the node is not lost:
+    its copy is made by that node's worker (the only one that can read it)."""
+    for t in tiers:
+        if t.name not in shard.verified:
+            continue
+        return t.kind is TierKind.LOCAL and shard.node not in lost
+    return False
+
+
+def has_source(
+    shard: ShardSources, dst: TierConfig, tiers: Sequence[TierConfig], lost: set[str]
+) -> bool:
+    for t in tiers:
+        if t.name == dst.name or t.name not in shard.verified:
+            continue
+        if t.kind is TierKind.LOCAL and shard.node in lost:
+            continue
+        return True
+    return False
+
+
+def retention_keeps(
+    session: Session,
+    job: str,
+    checkpoint_id: int,
+    tier: str,
+    tiers: Sequence[TierConfig],
+    now: datetime,
+) -> bool:
+    """Would retention keep a good copy of the checkpoint on `tier` now? Asked of the planner
+    with the copy made good in the snapshot: a copy it would expire at once is not worth making.
+    A policy that does not validate answers yes (an extra copy is safe, a missing one is not)."""
+    refs = [TierRef(t.name, t.kind) for t in tiers]
+    try:
+        policy = policy_for_job(session, job).policy
+    except ValidationError:
+        return True
+    snap = take_snapshot(session, job, refs, now)
+    checkpoints = []
+    for c in snap.checkpoints:
+        if c.id == checkpoint_id:
+            copies = dict(c.copies)
+            copies[tier] = TierCopy(
+                state=TierState.RESTORABLE, verified=True, bytes=c.total_bytes, quarantined=False
+            )
+            c = c.model_copy(update={"copies": copies})
+        checkpoints.append(c)
+    result = retention_plan(
+        snap.model_copy(update={"checkpoints": tuple(checkpoints)}), policy, now
+    )
+    return not any(e.checkpoint_id == checkpoint_id and e.tier == tier for e in result.expiries)
+
+
+def _ranges(node: str, ordinals: list[int], size: int) -> list[Batch]:
+    return [
+        Batch(node=node, first=ordinals[i : i + size][0], last=ordinals[i : i + size][-1])
+        for i in range(0, len(ordinals), size)
+    ]
+
+
+def plan_repair(
+    session: Session,
+    checkpoint_id: int,
+    tiers: Sequence[TierConfig],
+    now: datetime,
+    batch_size: int,
+    limit: int,
+) -> RepairPlan:
+    head = checkpoint_head(session, checkpoint_id)
+    if head is None:
+        return RepairPlan(checkpoint_id=checkpoint_id, job="", step=0, left=["checkpoint is gone"])
+    out = RepairPlan(checkpoint_id=head.id, job=head.job, step=head.step)
+    quarantined = session.scalar(
+        select(Checkpoint.quarantine_reason).where(Checkpoint.id == checkpoint_id)
+    )
+    if quarantined is not None:
+        out.left.append(f"checkpoint quarantined: {quarantined}")
+        return out
+    markers = {
+        m.tier: m
+        for m in session.execute(
+            select(
+                CheckpointTier.tier, CheckpointTier.state, CheckpointTier.quarantine_reason
+            ).where(CheckpointTier.checkpoint_id == checkpoint_id)
+        )
+    }
+    shards = shard_sources(session, checkpoint_id)
+    lost = lost_nodes(session, sorted({s.node for s in shards}))
+    budget = limit
+    for dst in tiers:
+        m = markers.get(dst.name)
+        bad = [s for s in shards if dst.name not in s.verified]
+        if m is None or not bad:
+            continue
+        if m.state not in REPAIRABLE_MARKERS:
+            if m.state == TierState.PENDING.value:
+                out.left.append(f"{dst.name}: still being copied by the lifecycle")
+            continue
+        if m.quarantine_reason is not None:
+            out.left.append(f"{dst.name}: quarantined: {m.quarantine_reason}")
+            continue
+        if not retention_keeps(session, head.job, head.id, dst.name, tiers, now):
+            out.left.append(f"{dst.name}: retention would not keep a copy here")
+            continue
+        if dst.kind is TierKind.LOCAL:
+            unreachable = [s for s in bad if s.node in lost]
+            if unreachable:
+                out.left.append(f"{dst.name}: {len(unreachable)} shard(s) on lost nodes")
+            bad = [s for s in bad if s.node not in lost]
+        sourced = [s for s in bad if has_source(s, dst, tiers, lost)]
+        if len(sourced) < len(bad):
+            out.left.append(f"{dst.name}: no verified source of {len(bad) - len(sourced)} shard(s)")
+        if not sourced:
+            continue
+        groups: dict[tuple[str, bool], list[int]] = defaultdict(list)
+        for s in sourced:
+            on_node = dst.kind is TierKind.LOCAL or prefers_node(s, tiers, lost)
+            groups[(s.node, on_node)].append(s.ordinal)
+        batches = [
+            RepairBatch(batch=b, on_node=on_node)
+            for (node, on_node), ordinals in sorted(groups.items())
+            for b in _ranges(node, ordinals, batch_size)
+        ]
+        if len(batches) > budget:
+            batches, out.more = batches[:budget], True
+        budget -= len(batches)
+        if batches:
+            out.tiers.append(
+                RepairTier(tier=dst.name, parallelism=dst.parallelism, batches=batches)
+            )
+        if budget <= 0:
+            out.more = True
+            break
+    return out

@@ -1,0 +1,152 @@
+"""CheckpointRepair: re-copy a checkpoint's damaged or missing replicas from tiers that still hold
+them verified, and promote each repaired tier again (id `checkpoint/<job>/<step>/repair`, started
+or signalled by `request_repair`).
+
+A round plans (which tiers, which batches, on which queue), runs each tier's batches through a
+sliding window of the tier's parallelism, then promotes the tier with the lifecycle's own promote
+activity. Requests that arrive during a round coalesce into one more round; a run continues as new
+after REPAIR_ROUNDS_PER_RUN rounds, and a round hands out at most REPAIR_BATCHES_PER_ROUND batches,
+so the history stays bounded however many shards are damaged.
+
+Deterministic: no I/O, no clocks; every read and write happens in an activity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from tierpoint.contract.common import (
+        CATALOG_RETRY,
+        CATALOG_TIMEOUT,
+        SHARED_TASK_QUEUE,
+        error_message,
+        node_task_queue,
+    )
+    from tierpoint.contract.integrity import (
+        READ_HEARTBEAT,
+        REPAIR_COPY,
+        REPAIR_PLAN,
+        REPAIR_ROUNDS_PER_RUN,
+        REPAIR_SIGNAL,
+        REPAIR_WORKFLOW,
+        RepairBatch,
+        RepairCopyInput,
+        RepairInput,
+        RepairOutcome,
+        RepairPlan,
+        RepairPlanInput,
+        RepairRequest,
+        RepairResult,
+        RepairTier,
+    )
+    from tierpoint.contract.lifecycle import (
+        BATCH_RETRY,
+        BATCH_TIMEOUT,
+        PROMOTE,
+        BatchResult,
+        PromoteInput,
+        PromoteResult,
+    )
+
+
+@workflow.defn(name=REPAIR_WORKFLOW)
+class CheckpointRepair:
+    def __init__(self) -> None:
+        self._requested = False
+        self._reasons: list[str] = []
+        self._result = RepairResult(checkpoint_id=0)
+
+    @workflow.signal(name=REPAIR_SIGNAL)
+    def request(self, req: RepairRequest) -> None:
+        self._requested = True
+        self._reasons = [*self._reasons, req.reason][-10:]
+
+    @workflow.query
+    def status(self) -> RepairResult:
+        return self._result
+
+    @workflow.run
+    async def run(self, inp: RepairInput) -> RepairResult:
+        self._result.checkpoint_id = inp.checkpoint_id
+        self._result.rounds = inp.rounds_before
+        self._requested = self._requested or inp.pending
+        rounds = 0
+        while self._requested:
+            self._requested = False
+            more = await self._round(inp)
+            rounds += 1
+            self._result.rounds += 1
+            # A round that could not hand out everything goes on by itself.
+            self._requested = self._requested or more
+            if self._requested and (
+                rounds >= REPAIR_ROUNDS_PER_RUN or workflow.info().is_continue_as_new_suggested()
+            ):
+                workflow.continue_as_new(
+                    RepairInput(
+                        checkpoint_id=inp.checkpoint_id,
+                        job=inp.job,
+                        step=inp.step,
+                        pending=True,
+                        rounds_before=self._result.rounds,
+                    )
+                )
+        return self._result
+
+    async def _round(self, inp: RepairInput) -> bool:
+        plan: RepairPlan = await workflow.execute_activity(
+            REPAIR_PLAN,
+            RepairPlanInput(checkpoint_id=inp.checkpoint_id),
+            result_type=RepairPlan,
+            task_queue=SHARED_TASK_QUEUE,
+            start_to_close_timeout=CATALOG_TIMEOUT,
+            retry_policy=CATALOG_RETRY,
+        )
+        self._result.left = plan.left
+        for tier in plan.tiers:
+            error = await self._copy(plan, tier)
+            res: PromoteResult = await workflow.execute_activity(
+                PROMOTE,
+                PromoteInput(checkpoint_id=plan.checkpoint_id, tier=tier.tier, stage_error=error),
+                result_type=PromoteResult,
+                task_queue=SHARED_TASK_QUEUE,
+                start_to_close_timeout=CATALOG_TIMEOUT,
+                retry_policy=CATALOG_RETRY,
+            )
+            outcome = RepairOutcome(tier=tier.tier, state=str(res.state), reason=res.reason)
+            self._result.tiers = [t for t in self._result.tiers if t.tier != tier.tier] + [outcome]
+        return plan.more
+
+    async def _copy(self, plan: RepairPlan, tier: RepairTier) -> str | None:
+        window = asyncio.Semaphore(tier.parallelism)
+        failures: list[str] = []
+
+        async def one(rb: RepairBatch) -> None:
+            b = rb.batch
+            async with window:
+                try:
+                    await workflow.execute_activity(
+                        REPAIR_COPY,
+                        RepairCopyInput(
+                            checkpoint_id=plan.checkpoint_id,
+                            job=plan.job,
+                            step=plan.step,
+                            batch=b,
+                            destination=tier.tier,
+                        ),
+                        result_type=BatchResult,
+                        task_queue=node_task_queue(b.node) if rb.on_node else SHARED_TASK_QUEUE,
+                        start_to_close_timeout=BATCH_TIMEOUT,
+                        heartbeat_timeout=READ_HEARTBEAT,
+                        retry_policy=BATCH_RETRY,
+                    )
+                except ActivityError as err:
+                    failures.append(f"repair {b.node}[{b.first}..{b.last}]: {error_message(err)}")
+
+        await asyncio.gather(*(one(b) for b in tier.batches))
+        if not failures:
+            return None
+        return f"{len(failures)} of {len(tier.batches)} repair batches failed, first: {failures[0]}"

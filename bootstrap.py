@@ -31,6 +31,9 @@ VENV = ROOT / ".venv"
 BOOTSTRAP_DIR = ROOT / ".bootstrap"
 TORCH_VENV = ROOT / ".venv-torch"
 TORCH = "torch==2.13.0"
+# Only the benchmarks' DCP baseline needs these (`python -m benchmarks` adds them on first use):
+# s3torchconnector's S3StorageWriter/S3StorageReader, with the `dcp` extra's tenacity.
+BENCH_EXTRAS = ("s3torchconnector[dcp]==1.5.0",)
 USAGE = __doc__ or ""
 MIN_PYTHON = (3, 11)  # as pyproject.toml requires
 
@@ -98,6 +101,19 @@ def sync_torch_venv() -> None:
     client = ROOT / "client"
     subprocess.run([*pip, "install", "--quiet", "-e", f"{client}[s3,torch]"], check=True)
     key_file.write_text(key)
+
+
+def sync_bench_extras() -> None:
+    """Add BENCH_EXTRAS to .venv-torch (a no-op when its marker matches; a rebuild of the venv
+    removes the marker with everything else)."""
+    marker = TORCH_VENV / ".tierpoint-bench-key"
+    key = " ".join(BENCH_EXTRAS)
+    if marker.exists() and marker.read_text() == key:
+        return
+    _say(f"adding {', '.join(BENCH_EXTRAS)} to {TORCH_VENV.name}/ (benchmarks only)")
+    pip = [str(_venv_bin(TORCH_VENV, "python")), "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "install", "--quiet", *BENCH_EXTRAS], check=True)
+    marker.write_text(key)
 
 
 def mypy_targets() -> list[str]:

@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
 
                     def step(method: str, name: str = name, task: Any = task) -> None:
                         progress.update(task, description=f"{name}: {method}")
+                        if not console.is_terminal:  # a CI log: no live bar, one line per run
+                            console.log(f"{name}: {method}")
 
                     def advance(task: Any = task) -> None:
                         progress.advance(task)
@@ -111,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     doc["seconds"] = round(time.monotonic() - t0, 1)
+    doc["machine"]["load_average_end"] = os.getloadavg()
     out = Console()
     if not out.is_terminal:
         out = Console(width=180)  # a log or a pipe: keep each row on one line

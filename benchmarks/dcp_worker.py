@@ -7,7 +7,7 @@ Protocol: one JSON object per line on stdin, one JSON answer per line on stdout:
   {"op": "init", "mib": N, "tensors": K, "pg_file": PATH}
   {"op": "save", "writer": "tierpoint"|"fs"|"s3", "mode": "sync"|"async", "job", "step", "path"}
       -> {"start": epoch seconds, "blocking": s, "total": s}
-  {"op": "load", "reader": "tierpoint"|"fs"|"s3", "job", "step", "tier", "path"}
+  {"op": "load", "reader": "tierpoint"|"fs"|"s3"|"s3-sequential", "job", "step", "tier", "path"}
       -> {"seconds": s, "equal": bool}
 A single rank in a gloo process group of one, as a one-process training job runs DCP.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from s3torchconnector import S3ClientConfig
+from s3torchconnector import S3ClientConfig, S3ReaderConstructor
 from s3torchconnector.dcp import S3StorageReader, S3StorageWriter
 from tierpoint_client.torch import TierpointReader, TierpointWriter
 
@@ -68,6 +68,15 @@ def reader(cmd: dict[str, Any]) -> Any:
         return TierpointReader(cmd["job"], step=cmd["step"], tier=cmd.get("tier"))
     if kind == "fs":
         return dcp.FileSystemReader(cmd["path"])
+    if kind == "s3-sequential":
+        # Whole objects, one GET each: what moto serves well (it reads a whole object to
+        # answer each ranged GET), and what TierpointReader does.
+        return S3StorageReader(
+            REGION,
+            cmd["path"],
+            s3client_config=S3_CONFIG,
+            reader_constructor=S3ReaderConstructor.sequential(),
+        )
     return S3StorageReader(REGION, cmd["path"], s3client_config=S3_CONFIG)
 
 

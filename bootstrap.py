@@ -13,7 +13,8 @@ It uses `uv` from PATH, or installs uv into ./.bootstrap (a venv of this python3
 
 `test` also makes ./.venv-torch, a pip venv with the client and its `torch` and `s3` extras, in
 which the tests run the client's torch.distributed.checkpoint storage. torch stays out of uv.lock:
-the lock would pull a multi-GB CUDA build, where pip here installs the CPU build `TORCH`.
+the lock would pull a multi-GB CUDA build, where pip here installs the CPU build `TORCH`. The
+benchmarks (`python -m benchmarks`) add `BENCH_EXTRAS` to it on first use.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ It uses `uv` from PATH, or installs uv into ./.bootstrap (a venv of this python3
 
 `test` also makes ./.venv-torch, a pip venv with the client and its `torch` and `s3` extras, in
 which the tests run the client's torch.distributed.checkpoint storage. torch stays out of uv.lock:
-the lock would pull a multi-GB CUDA build, where pip here installs the CPU build `TORCH`. And it
-finds (or, as root on Debian, installs) the chromium the dashboard's browser tests drive.
+the lock would pull a multi-GB CUDA build, where pip here installs the CPU build `TORCH`. The
+benchmarks (`python -m benchmarks`) add `BENCH_EXTRAS` to it on first use. And `test` finds (or,
+as root on Debian, installs) the chromium the dashboard's browser tests drive.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ VENV = ROOT / ".venv"
 BOOTSTRAP_DIR = ROOT / ".bootstrap"
 TORCH_VENV = ROOT / ".venv-torch"
 TORCH = "torch==2.13.0"
+# Only the benchmarks' DCP baseline needs these (`python -m benchmarks` adds them on first use):
+# s3torchconnector's S3StorageWriter/S3StorageReader, with the `dcp` extra's tenacity.
+BENCH_EXTRAS = ("s3torchconnector[dcp]==1.5.0",)
 USAGE = __doc__ or ""
 MIN_PYTHON = (3, 11)  # as pyproject.toml requires
 
@@ -124,6 +128,19 @@ def find_chromium() -> str | None:
         subprocess.run([apt, "update", "-q"], env=env, stdout=subprocess.DEVNULL)
         subprocess.run(install, env=env, stdout=subprocess.DEVNULL)
     return shutil.which("chromium")
+
+
+def sync_bench_extras() -> None:
+    """Add BENCH_EXTRAS to .venv-torch (a no-op when its marker matches; a rebuild of the venv
+    removes the marker with everything else)."""
+    marker = TORCH_VENV / ".tierpoint-bench-key"
+    key = " ".join(BENCH_EXTRAS)
+    if marker.exists() and marker.read_text() == key:
+        return
+    _say(f"adding {', '.join(BENCH_EXTRAS)} to {TORCH_VENV.name}/ (benchmarks only)")
+    pip = [str(_venv_bin(TORCH_VENV, "python")), "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "install", "--quiet", *BENCH_EXTRAS], check=True)
+    marker.write_text(key)
 
 
 def mypy_targets() -> list[str]:

@@ -1,10 +1,8 @@
-"""Copy (+ verify) throughput of PosixStore against `cp` + `sync` and a plain Python loop.
-
-Run: .venv/bin/python benchmarks/copy_posix.py [--total-mib 1024] [--files 8] [--dir DIR]
+"""Copy (+ verify) of a POSIX tier to another: PosixStore against `cp` + `sync` and a plain loop.
 
 Every method runs in its own child process (so its peak RSS is its own) on the same cold source
 files (their pages are dropped before each run) and writes to an empty destination on the same
-file system. Throughput is bytes copied / wall time, durability included (fsync / sync).
+file system. Every method is durable when its clock stops (fsync / sync).
 """
 
 from __future__ import annotations
@@ -14,17 +12,16 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from benchmarks.env import ROOT, Env, json_line
+from benchmarks.harness import Method, Outcome, Row, Scenario
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import ShardRef, VerifyResult
 from tierpoint.storage.checksum import crc32c_update
@@ -157,101 +154,84 @@ def m_cp_sync(src: Path, dst: Path, files: list[str]) -> None:
     subprocess.run(["sync", str(d), *(str(d / n) for n in files)], check=True)
 
 
-METHODS: dict[str, Callable[[Path, Path, list[str]], None]] = {
-    "cp+sync": m_cp_sync,
-    "python read/write+fsync": m_python_loop,
-    "PosixStore copy": m_store_copy,
-    "cp+sync, cold read-back crc": m_cp_sync_verify,
-    "PosixStore copy+verify": m_store_copy_verify,
-    "PosixStore copy+verify pipelined": m_store_copy_verify_pipelined,
+CP, CP_RB = "cp+sync", "cp+sync, cold read-back crc"
+# method -> (function, the baseline it is compared to)
+METHODS: dict[str, tuple[Callable[[Path, Path, list[str]], None], str | None]] = {
+    CP: (m_cp_sync, None),
+    "python read/write+fsync": (m_python_loop, CP),
+    "PosixStore copy": (m_store_copy, CP),
+    CP_RB: (m_cp_sync_verify, CP),
+    "PosixStore copy+verify": (m_store_copy_verify, CP_RB),
+    "PosixStore copy+verify pipelined": (m_store_copy_verify_pipelined, CP_RB),
 }
 
 
 def child(method: str, src: Path, dst: Path, files: int) -> None:
     names = shard_names(files)
     t0 = time.perf_counter()
-    METHODS[method](src, dst, names)
+    METHODS[method][0](src, dst, names)
     seconds = time.perf_counter() - t0
-    self_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # cp, sync
-    print(json.dumps({"seconds": seconds, "maxrss_kib": max(self_rss, child_rss)}))
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # cp, sync
+    cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    rss = max(me.ru_maxrss, kids.ru_maxrss)
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "maxrss_kib": rss}))
 
 
-def run(method: str, src: Path, dst: Path, files: int) -> dict[str, float]:
-    if dst.exists():
-        shutil.rmtree(dst)
-    subprocess.run(["sync"], check=True)
-    drop_cache(src)
-    out = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--child",
-            method,
-            "--src",
-            str(src),
-            "--dst",
-            str(dst),
-            "--files",
-            str(files),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
-    return result
+class CopyPosix(Scenario):
+    name = "copy_posix"
+    summary = "POSIX tier to POSIX tier: copy (+ verify) of cold shards, durable at the end"
 
+    def __init__(self, env: Env, mib: int, files: int = 8) -> None:
+        self.files = files
+        self.total = mib * 1024 * 1024 // files * files
+        self.work = env.work / self.name
+        self.src, self.dst = self.work / "src", self.work / "dst"
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--total-mib", type=int, default=1024)
-    p.add_argument("--files", type=int, default=8)
-    p.add_argument("--repeat", type=int, default=6, help="runs per method; the median counts")
-    p.add_argument("--dir", type=Path, default=None, help="work dir (default: a temp dir)")
-    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--src", type=Path, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--dst", type=Path, default=None, help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.child:
-        child(args.child, args.src, args.dst, args.files)
-        return
+    def params(self) -> dict[str, Any]:
+        return {"bytes": self.total, "files": self.files}
 
-    total = args.total_mib * 1024 * 1024 // args.files * args.files
-    work = Path(tempfile.mkdtemp(prefix="tierpoint-bench-", dir=args.dir))
-    try:
-        src, dst = work / "src", work / "dst"
-        make_sources(src, total, args.files)
-        print(
-            f"{total / 2**30:.2f} GiB in {args.files} files, median of {args.repeat} runs, "
-            f"source and destination on the same device\n"
-        )
-        runs: dict[str, list[dict[str, float]]] = {m: [] for m in METHODS}
-        order = list(METHODS)
-        for r in range(args.repeat):
-            # Interleaved and rotated, so that drifting load and the after-effects of the
-            # previous run (freeing its blocks) hit every method alike.
-            for method in order[r % len(order) :] + order[: r % len(order)]:
-                runs[method].append(run(method, src, dst, args.files))
-        rows = []
-        for method, rs in runs.items():
-            secs = statistics.median(r["seconds"] for r in rs)
-            rss = max(r["maxrss_kib"] for r in rs) / 1024
-            rows.append((method, total / secs / 1e6, secs, rss))
-        base = rows[0][1]
-        base_verify = next(r[1] for r in rows if r[0].startswith("cp+sync, cold"))
-        print(f"{'method':36} {'MB/s':>8} {'s':>7} {'x cp':>6} {'x cp+rb':>8} {'peak RSS MiB':>13}")
-        for name, mbps, secs, rss in rows:
-            print(
-                f"{name:36} {mbps:8.0f} {secs:7.2f} {mbps / base:6.2f} "
-                f"{mbps / base_verify:8.2f} {rss:13.0f}"
+    def prepare(self) -> list[Method]:
+        make_sources(self.src, self.total, self.files)
+        return [
+            Method(
+                name,
+                self._runner(name),
+                (Row(name, baseline=base, nbytes=self.total),),
+                before=self._reset,
             )
-        print(
-            "\nx cp: throughput relative to cp+sync; x cp+rb: relative to cp+sync + cold read-back."
-        )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            for name, (_, base) in METHODS.items()
+        ]
+
+    def _reset(self) -> None:
+        if self.dst.exists():
+            shutil.rmtree(self.dst)
+        subprocess.run(["sync"], check=True)
+        drop_cache(self.src)
+
+    def _runner(self, method: str) -> Callable[[], Outcome]:
+        def run() -> Outcome:
+            cmd = [sys.executable, "-m", "benchmarks.scenarios.copy_posix", method]
+            cmd += ["--src", str(self.src), "--dst", str(self.dst), "--files", str(self.files)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
+            r: dict[str, Any] = json_line(out.stdout)
+            return Outcome(
+                {"seconds": float(r["seconds"])},
+                cpu={"bench": float(r["cpu"])},
+                rss_mib=float(r["maxrss_kib"]) / 1024,
+            )
+
+        return run
+
+    def close(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    p = argparse.ArgumentParser(description="one method of the copy_posix scenario")
+    p.add_argument("method", choices=list(METHODS))
+    p.add_argument("--src", type=Path, required=True)
+    p.add_argument("--dst", type=Path, required=True)
+    p.add_argument("--files", type=int, required=True)
+    a = p.parse_args()
+    child(a.method, a.src, a.dst, a.files)

@@ -1,0 +1,1 @@
+"""tierpoint's benchmarks: `python -m benchmarks` (see benchmarks/README.md)."""

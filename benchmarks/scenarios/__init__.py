@@ -1,0 +1,58 @@
+"""The scenarios, each built for a run's sizes: `python -m benchmarks --only NAME` picks them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from benchmarks.env import Env
+from benchmarks.harness import Scenario
+
+
+@dataclass(frozen=True)
+class Sizes:
+    mib: int  # the data each data scenario moves per run
+    requests: int  # registrations per run
+    shards: int  # shards per registered manifest
+    tensors: int  # tensors of the DCP state dict
+    part_mib: int  # S3 multipart part size
+
+    @classmethod
+    def full(cls, mib: int | None = None) -> Sizes:
+        return cls(mib=mib or 1024, requests=200, shards=1000, tensors=16, part_mib=16)
+
+    @classmethod
+    def quick(cls, mib: int | None = None) -> Sizes:
+        return cls(mib=mib or 16, requests=20, shards=100, tensors=4, part_mib=8)
+
+
+def _copy_posix(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.copy_posix import CopyPosix
+
+    return CopyPosix(env, s.mib, files=8 if s.mib >= 256 else 4)
+
+
+def _s3_upload(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.s3_upload import S3Upload
+
+    return S3Upload(env, s.mib, files=4 if s.mib >= 256 else 2, part_mib=s.part_mib)
+
+
+def _register_latency(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.register_latency import RegisterLatency
+
+    return RegisterLatency(env, s.requests, s.shards, warmup=10 if s.requests >= 100 else 3)
+
+
+def _dcp(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.dcp import Dcp
+
+    return Dcp(env, s.mib, tensors=s.tensors)
+
+
+SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
+    "copy_posix": _copy_posix,
+    "s3_upload": _s3_upload,
+    "register_latency": _register_latency,
+    "dcp": _dcp,
+}

@@ -1,0 +1,286 @@
+"""torch.distributed.checkpoint through tierpoint against DCP's FileSystemWriter on the local disk
+and s3torchconnector's S3StorageWriter straight to S3 (the dev stack's moto, the endpoint
+tierpoint's S3 tier uses), for the same state dict, in one training process (benchmarks/
+dcp_worker.py in the torch venv, a gloo group of one).
+
+- save: how long `dcp.save` blocks training. TierpointWriter returns once the files are on the
+  node's local tier and registered; the copies to the shared tier and S3 follow in the background,
+  and "restorable on S3" is the catalog's time for that (from the save's start).
+- async save: how long `dcp.async_save` blocks (until its future is returned) and its total time.
+- load: TierpointReader from each tier (tier=) against FileSystemReader and S3StorageReader with
+  its sequential reader (TierpointReader reads whole objects too) and its default reader. The
+  s3torchconnector client uses 256 MiB parts (see dcp_worker.py: moto and ranged GETs). Page
+  caches of the POSIX copies are dropped first.
+
+Every tierpoint save waits, untimed, until its copies are restorable on the shared tier and S3,
+so the next run does not compete with the background copies.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import boto3
+from tierpoint_client import Client
+
+from benchmarks.env import ROOT, DevStackProcess, Env, subprocess_env
+from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
+from benchmarks.scenarios.copy_posix import drop_cache
+from benchmarks.scenarios.s3_upload import empty_bucket
+
+WORKER = ROOT / "benchmarks" / "dcp_worker.py"
+BUCKET = "tp-bench-dcp"
+WAIT = 900.0  # hang guard for the background copies
+
+TP, FS, S3 = "TierpointWriter", "FileSystemWriter", "S3StorageWriter"
+
+
+class Worker:
+    """The torch process: one JSON request, one JSON answer."""
+
+    def __init__(self, python: Path, env: dict[str, str], log: Path) -> None:
+        self._log: IO[bytes] = open(log, "ab")  # noqa: SIM115
+        self.log = log
+        self.proc = subprocess.Popen(
+            [str(python), str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            text=True,
+        )
+
+    def ask(self, **cmd: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the DCP worker died on {cmd['op']}: see {self.log}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+
+class Dcp(Scenario):
+    name = "dcp"
+    summary = "dcp.save / async_save / load: TierpointWriter/Reader vs FileSystem* and S3Storage*"
+
+    def __init__(self, env: Env, mib: int, tensors: int = 16) -> None:
+        self.env, self.mib, self.tensors = env, mib, tensors
+        self.work = env.work / self.name
+        self.job = f"dcp-bench-{uuid.uuid4().hex[:6]}"
+        self.steps = itertools.count(1)
+        self.nbytes = 0
+        self.worker: Worker | None = None
+        self.stack: DevStackProcess | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "bytes": self.nbytes,
+            "tensors": self.tensors,
+            "process": "1 rank, gloo",
+            "s3_readers": "S3ReaderConstructor.sequential and .dcp_optimized (the default)",
+            "s3_part_mib": 256,
+        }
+
+    def watched(self) -> Watched:
+        found = dict(self.stack.pids()) if self.stack is not None else {}
+        if self.worker is not None:
+            found["trainer"] = (self.worker.proc.pid, False)
+        return found
+
+    def prepare(self) -> list[Method]:
+        python = self.env.torch_python()
+        self.stack = self.env.stack()
+        info = self.stack.info
+        assert info is not None
+        self.node = next(iter(info.nodes))
+        self.client = Client(info.api_url)
+        s3 = info.s3
+        self.s3 = boto3.client(
+            "s3",
+            endpoint_url=s3.endpoint_url,
+            region_name=s3.region,
+            aws_access_key_id=s3.access_key_id,
+            aws_secret_access_key=s3.secret_access_key,
+        )
+        self.s3.create_bucket(Bucket=BUCKET)
+        self.work.mkdir(parents=True)
+        env = subprocess_env(
+            {
+                "TIERPOINT_API_URL": info.api_url,
+                "TIERPOINT_NODE": self.node,
+                # s3torchconnector's client takes the endpoint from the environment only.
+                "AWS_ENDPOINT_URL": s3.endpoint_url,
+                "AWS_ACCESS_KEY_ID": s3.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": s3.secret_access_key,
+                "AWS_DEFAULT_REGION": s3.region,
+            }
+        )
+        env.pop("TIERPOINT_TOKEN", None)
+        self.worker = Worker(python, env, self.work.parent / "dcp-worker.log")
+        init = self.worker.ask(
+            op="init", mib=self.mib, tensors=self.tensors, pg_file=str(self.work / "pg")
+        )
+        self.nbytes = int(init["bytes"])
+        self._prepare_loads()
+        return self._save_methods("sync") + self._save_methods("async") + self._load_methods()
+
+    # -- saves -----------------------------------------------------------------------------
+
+    def _save_methods(self, mode: str) -> list[Method]:
+        verb = "save" if mode == "sync" else "async_save"
+        n = self.nbytes
+        # What the training job waits for with S3StorageWriter until the checkpoint is on S3.
+        s3_done = f"{S3} {verb}" if mode == "sync" else f"{S3} {verb} total"
+        rows: dict[str, tuple[Row, ...]] = {
+            TP: (
+                Row(f"{TP} {verb}", "blocking", f"{S3} {verb}", n),
+                Row(f"{TP} {verb} (vs local disk)", "blocking", f"{FS} {verb}", n),
+                Row(f"{TP} {verb}: restorable on S3", "on_s3", s3_done, n),
+            ),
+            FS: (Row(f"{FS} {verb}", "blocking", None, n),),
+            S3: (Row(f"{S3} {verb}", "blocking", None, n),),
+        }
+        if mode == "async":
+            rows[TP] += (Row(f"{TP} {verb} total", "total", f"{S3} {verb} total", n),)
+            rows[FS] += (Row(f"{FS} {verb} total", "total", None, n),)
+            rows[S3] += (Row(f"{S3} {verb} total", "total", None, n),)
+        return [
+            Method(f"{TP} {verb}", lambda: self._save_tierpoint(mode), rows[TP]),
+            Method(
+                f"{FS} {verb}",
+                lambda: self._save_other("fs", mode),
+                rows[FS],
+                after=lambda: shutil.rmtree(self.work / "fs-save", ignore_errors=True),
+            ),
+            Method(
+                f"{S3} {verb}",
+                lambda: self._save_other("s3", mode),
+                rows[S3],
+                after=lambda: self._empty_prefix("save/"),
+            ),
+        ]
+
+    def _save_tierpoint(self, mode: str) -> Outcome:
+        assert self.worker is not None
+        step = next(self.steps)
+        r = self.worker.ask(op="save", writer="tierpoint", mode=mode, job=self.job, step=step)
+        on_s3 = self._restorable_on_s3(self.job, step) - float(r["start"])
+        return Outcome({"blocking": r["blocking"], "total": r["total"], "on_s3": on_s3})
+
+    def _restorable_on_s3(self, job: str, step: int) -> float:
+        """The catalog's time at which `job`/`step` became restorable on S3 (epoch seconds),
+        waiting for the shared tier too so that no copy runs on into the next measurement."""
+        self.client.wait_restorable(job, step, "lustre", WAIT, 0.1)
+        cp = self.client.wait_restorable(job, step, "s3", WAIT, 0.1)
+        state = cp.tier("s3")
+        assert state is not None and state.restorable_at is not None
+        return state.restorable_at.timestamp()
+
+    def _save_other(self, kind: str, mode: str) -> Outcome:
+        assert self.worker is not None
+        path = str(self.work / "fs-save") if kind == "fs" else f"s3://{BUCKET}/save/"
+        r = self.worker.ask(op="save", writer=kind, mode=mode, path=path)
+        return Outcome({"blocking": r["blocking"], "total": r["total"]})
+
+    def _empty_prefix(self, prefix: str) -> None:
+        # moto keeps objects in memory: a finished run's baseline objects go.
+        empty_bucket(self.s3, BUCKET, prefix)
+
+    # -- loads -----------------------------------------------------------------------------
+
+    def _prepare_loads(self) -> None:
+        """One checkpoint of each kind to load from, the tierpoint one on all three tiers."""
+        assert self.worker is not None
+        self.load_job = f"{self.job}-load"
+        self.worker.ask(op="save", writer="tierpoint", mode="sync", job=self.load_job, step=1)
+        self._restorable_on_s3(self.load_job, 1)
+        self.worker.ask(op="save", writer="fs", mode="sync", path=str(self.work / "fs-load"))
+        self.worker.ask(op="save", writer="s3", mode="sync", path=f"s3://{BUCKET}/load/")
+
+    def _load_methods(self) -> list[Method]:
+        n = self.nbytes
+        fs_row = "FileSystemReader load"
+        s3_row = "S3StorageReader load (sequential)"
+        methods = []
+        for tier, what, base in (
+            ("ssd", "local tier", fs_row),
+            ("lustre", "shared tier", fs_row),
+            ("s3", "S3", s3_row),
+        ):
+            methods.append(
+                Method(
+                    f"TierpointReader {tier}",
+                    self._loader(reader="tierpoint", job=self.load_job, step=1, tier=tier),
+                    (Row(f"TierpointReader load from {what}", "seconds", base, n),),
+                    before=self._drop_caches,
+                )
+            )
+        methods.append(
+            Method(
+                "FileSystemReader",
+                self._loader(reader="fs", path=str(self.work / "fs-load")),
+                (Row(fs_row, "seconds", None, n),),
+                before=self._drop_caches,
+            )
+        )
+        methods.append(
+            Method(
+                "S3StorageReader sequential",
+                self._loader(reader="s3-sequential", path=f"s3://{BUCKET}/load/"),
+                (Row(s3_row, "seconds", None, n),),
+                before=self._drop_caches,
+            )
+        )
+        # s3torchconnector's default reader for DCP (ranged reads of the items' byte ranges).
+        methods.append(
+            Method(
+                "S3StorageReader dcp_optimized",
+                self._loader(reader="s3", path=f"s3://{BUCKET}/load/"),
+                (Row("S3StorageReader load (default reader)", "seconds", s3_row, n),),
+                before=self._drop_caches,
+            )
+        )
+        return methods
+
+    def _loader(self, **cmd: Any) -> Callable[[], Outcome]:
+        def run() -> Outcome:
+            assert self.worker is not None
+            r = self.worker.ask(op="load", **cmd)
+            if not r["equal"]:
+                raise RuntimeError(f"a load returned other values than were saved: {cmd}")
+            return Outcome({"seconds": r["seconds"]})
+
+        return run
+
+    def _drop_caches(self) -> None:
+        assert self.stack is not None
+        for root in (self.stack.data_dir / "nodes", self.stack.data_dir / "lustre", self.work):
+            drop_cache(root)
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+        if hasattr(self, "s3"):
+            empty_bucket(self.s3, BUCKET)
+            self.s3.delete_bucket(Bucket=BUCKET)
+        shutil.rmtree(self.work, ignore_errors=True)

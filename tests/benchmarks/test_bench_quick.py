@@ -1,0 +1,45 @@
+"""`python -m benchmarks --quick` as CI runs it: every scenario runs at tiny sizes on the services
+the harness starts itself and reports a ratio to its baseline. Smoke only: no timing is judged
+(the machines are shared and noisy), only that each scenario ran and measured something."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.scenarios import SCENARIOS
+
+ROOT = Path(__file__).resolve().parents[2]
+HEADLINE = "TierpointWriter save"  # its baseline: S3StorageWriter save, in the same run
+HANG_GUARD = 900
+
+
+def test_quick_run_measures_every_scenario_against_its_baseline(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+    doc = json.loads(out.read_text())
+    assert set(doc["scenarios"]) == set(SCENARIOS)
+    repeats = doc["repeats"]
+    for name, result in doc["scenarios"].items():
+        rows = result["rows"]
+        compared = [r for r in rows if r["baseline"] is not None]
+        assert compared, f"{name}: no row is compared to a baseline"
+        for r in rows:
+            assert len(r["values"]) == repeats, (name, r)
+            assert all(v > 0 for v in r["values"]), (name, r)
+        for r in compared:
+            assert r["ratio"] is not None and r["ratio"] > 0, (name, r)
+    dcp = {r["label"]: r for r in doc["scenarios"]["dcp"]["rows"]}
+    assert dcp[HEADLINE]["baseline"] == "S3StorageWriter save"
+    # The table was printed too, with every scenario's title.
+    for name in SCENARIOS:
+        assert f"{name}:" in proc.stdout

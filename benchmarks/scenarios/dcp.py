@@ -113,7 +113,7 @@ class Dcp(Scenario):
         info = self.stack.info
         assert info is not None
         self.node = next(iter(info.nodes))
-        self.client = Client(info.api_url)
+        self.client = Client(info.api_url, token=info.token)
         s3 = info.s3
         self.s3 = boto3.client(
             "s3",
@@ -127,6 +127,7 @@ class Dcp(Scenario):
         env = subprocess_env(
             {
                 "TIERPOINT_API_URL": info.api_url,
+                "TIERPOINT_TOKEN": info.token or "",
                 "TIERPOINT_NODE": self.node,
                 # s3torchconnector's client takes the endpoint from the environment only.
                 "AWS_ENDPOINT_URL": s3.endpoint_url,
@@ -135,7 +136,6 @@ class Dcp(Scenario):
                 "AWS_DEFAULT_REGION": s3.region,
             }
         )
-        env.pop("TIERPOINT_TOKEN", None)
         self.worker = Worker(python, env, self.work.parent / "dcp-worker.log")
         init = self.worker.ask(
             op="init", mib=self.mib, tensors=self.tensors, pg_file=str(self.work / "pg")

@@ -12,10 +12,12 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 from tierpoint_client import NotFoundError
 
 from tests.client.torch.ranks import (
+    WAIT,
     assert_loaded,
     corrupt_file,
     corrupt_s3,
@@ -27,6 +29,7 @@ from tests.client.torch.ranks import (
     wipe_local,
 )
 from tests.helpers.client import Stack
+from tests.helpers.tokens import bearer
 
 FILES = {"__0_0.distcp", "__1_0.distcp", ".metadata"}
 
@@ -89,6 +92,7 @@ async def test_a_corrupt_shared_copy_is_read_from_s3(stack: Stack, tmp_path: Pat
     await ranks(stack, tmp_path, "save", job, world=2, step=step)
     await wait_everywhere(stack, job, step)
     wipe_local(stack, job)
+    original = (stack.shared_dir(job, step) / "__1_0.distcp").read_bytes()
     corrupt_file(stack.shared_dir(job, step) / "__1_0.distcp")
 
     loaded = await ranks(stack, tmp_path, "load", job, world=2)
@@ -97,6 +101,19 @@ async def test_a_corrupt_shared_copy_is_read_from_s3(stack: Stack, tmp_path: Pat
     # The wiped local copies are missing, the shared one fails verification, S3's is read.
     assert any("__1_0.distcp on tier lustre failed verification" in w for w in warned), warned
     assert any("on tier ssd could not be read" in w for w in warned), warned
+
+    # The bad copy was reported; the server read it back, confirmed it and repaired it from S3.
+    async def history() -> list[tuple[str, str | None]]:
+        async with httpx.AsyncClient(base_url=stack.api_url, headers=bearer(stack.token)) as api:
+            r = await api.get(f"/v1/jobs/{job}/checkpoints/{step}/events", params={"limit": 1000})
+            assert r.status_code == 200, r.text
+            return [(e["kind"], e["tier"]) for e in r.json()["items"]]
+
+    async with asyncio.timeout(WAIT):
+        while ("repaired", "lustre") not in (seen := await history()):  # noqa: ASYNC110 (polling the API)
+            await asyncio.sleep(0.5)
+    assert ("corrupt_reported", "lustre") in seen and ("corrupt", "lustre") in seen, seen
+    assert (stack.shared_dir(job, step) / "__1_0.distcp").read_bytes() == original
 
 
 async def test_a_newest_checkpoint_corrupt_everywhere_loads_the_previous_step(

@@ -13,7 +13,17 @@ from fastapi.routing import APIRoute
 from api import problems
 from api.deps import ApiState
 from api.middleware import ManifestSizeLimit, RequestObserver
-from api.routers import checkpoints, health, jobs, leases, pins, policies, retention, tiers
+from api.routers import (
+    checkpoints,
+    health,
+    jobs,
+    leases,
+    nodes,
+    pins,
+    policies,
+    retention,
+    tiers,
+)
 from api.temporal_link import TemporalLink
 from tierpoint import logs
 from tierpoint.catalog.engine import async_sessions, make_async_engine
@@ -87,6 +97,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(pins.router)
     app.include_router(jobs.router)
     app.include_router(tiers.router)
+    app.include_router(nodes.router)
     app.include_router(health.router)
     # Outermost last: the observer sees every response, including refused oversize bodies.
     app.add_middleware(ManifestSizeLimit, max_bytes=settings.max_manifest_bytes, metrics=metrics)

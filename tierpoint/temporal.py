@@ -22,10 +22,16 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE
-from tierpoint.contract.lifecycle import LIFECYCLE_WORKFLOW, LifecycleInput, workflow_id
+from tierpoint.contract.lifecycle import (
+    LIFECYCLE_WORKFLOW,
+    NODE_LOST_SIGNAL,
+    LifecycleInput,
+    workflow_id,
+)
 from tierpoint.contract.retention import (
     REQUEST_SIGNAL,
     RETENTION_WORKFLOW,
@@ -60,6 +66,18 @@ async def start_lifecycle(client: Client, inp: LifecycleInput) -> bool:
         )
     except WorkflowAlreadyStartedError:
         return False
+    return True
+
+
+async def signal_node_lost(client: Client, job: str, step: int, node: str) -> bool:
+    """Tell a checkpoint's lifecycle that `node` is lost. False if it is not running: not started
+    yet (its plan will read the node as lost) or finished."""
+    try:
+        await client.get_workflow_handle(workflow_id(job, step)).signal(NODE_LOST_SIGNAL, node)
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return False
+        raise
     return True
 
 

@@ -18,11 +18,17 @@ from tierpoint.states import ReplicaState, TierState
 
 from .events import EventKind, record
 from .models import Checkpoint, CheckpointTier, Job, Replica, Shard
+from .nodes import verified_on_live_nodes
 
 ACTOR = "lifecycle"
 # How many bad shards a failure reason names.
 REASON_EXAMPLES = 3
 
+# A lost replica stays lost: a worker still running on a node declared lost must not bring its
+# copies back.
+_NOT_OVERWRITTEN = [
+    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.LOST)
+]
 _replica_table = cast(Table, Replica.__table__)
 _shard_table = cast(Table, Shard.__table__)
 
@@ -204,7 +210,7 @@ def upsert_replicas(
                 "verified_at": stmt.excluded.verified_at,
                 "updated_at": func.now(),
             },
-            where=Replica.state.notin_([ReplicaState.VERIFIED.value, ReplicaState.EXPIRING.value]),
+            where=Replica.state.notin_(_NOT_OVERWRITTEN),
         )
     )
 
@@ -325,6 +331,7 @@ def promote(
             Replica.checkpoint_id == checkpoint_id,
             Replica.tier == tier,
             Replica.state == ReplicaState.VERIFIED.value,
+            verified_on_live_nodes(),
         )
     )
     assert total is not None and verified is not None

@@ -2,7 +2,7 @@
 
 import typer
 
-from tierpoint.cli import checkpoints, demo, dev, policy, restore, serve, status
+from tierpoint.cli import checkpoints, demo, dev, nodes, policy, restore, serve, status
 
 app = typer.Typer(
     name="tierpoint",
@@ -23,6 +23,7 @@ app.command("status")(status.status)
 app.add_typer(checkpoints.app, name="checkpoints")
 app.add_typer(policy.app, name="policy")
 app.command("restore")(restore.restore)
+app.command("node-lost")(nodes.node_lost)
 app.command("demo")(demo.demo)
 # More command groups (e.g. `policy`, `token`) register here: a module with its own typer.Typer,
 # added with app.add_typer(module.app, name=...).

@@ -28,6 +28,8 @@ class FailureType(StrEnum):
     INVALID_POLICY = "InvalidPolicy"
     NOT_EXPIRING = "NotExpiring"
     NO_TIERS = "NoTiers"
+    # An operator declared the batch's node lost: its local tier is gone for good.
+    NODE_LOST = "NodeLost"
 
 
 def backoff(maximum: timedelta, attempts: int = 0, *never: FailureType) -> RetryPolicy:

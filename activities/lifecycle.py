@@ -317,7 +317,12 @@ class LifecycleActivities:
             EventKind.COPIED,
             b,
             result,
-            {"source": src_tier.name, "attempt": info.attempt, "resumed": copy.resumed},
+            {
+                "source": src_tier.name,
+                "attempt": info.attempt,
+                "resumed": copy.resumed,
+                **({"recopied": copy.recopied} if copy.recopied else {}),
+            },
         )
         return result
 

@@ -118,6 +118,23 @@ MUTANTS: tuple[Mutant, ...] = (
         (WRONG_CRC, ROTTING),
         "only verified replicas count towards promotion",
     ),
+    Mutant(
+        "promote-lost-node",
+        "tierpoint/catalog/lifecycle_repo.py",
+        "            Replica.state == ReplicaState.VERIFIED.value,\n"
+        "            verified_on_live_nodes(),\n",
+        "            Replica.state == ReplicaState.VERIFIED.value,\n",
+        ("tests/tierpoint/catalog/test_nodes.py",),
+        "a verified copy on a node declared lost does not count towards promotion",
+    ),
+    Mutant(
+        "replica-stays-lost",
+        "tierpoint/catalog/lifecycle_repo.py",
+        "    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.LOST)\n",
+        "    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING)\n",
+        ("tests/tierpoint/catalog/test_nodes.py",),
+        "a copy still running on a node declared lost cannot bring its replica back",
+    ),
     # ---- planner protections -----------------------------------------------------------------
     Mutant(
         "planner-pinned",

@@ -212,7 +212,14 @@ class CheckpointLifecycle:
     async def node_lost(self, node: str) -> None:
         self._lost.declare(node)
         if self._child is not None:
-            await workflow.get_external_workflow_handle(self._child).signal(NODE_LOST_SIGNAL, node)
+            try:
+                await workflow.get_external_workflow_handle(self._child).signal(
+                    NODE_LOST_SIGNAL, node
+                )
+            except Exception as err:
+                # A signal handler that raises fails the workflow task over and over; the
+                # operator repeats the declaration, which signals this workflow again.
+                workflow.logger.warning("node_lost not passed on to %s: %s", self._child, err)
 
     @workflow.run
     async def run(self, inp: LifecycleInput) -> LifecycleResult:

@@ -1,9 +1,8 @@
 """A storm: 100 checkpoints registered at once through the API, from 8 simulated nodes (4 jobs
 of 2 nodes, 25 steps each), while a node worker process and the shared worker process are each
-SIGKILLed once and started again. Every lifecycle completes with every tier restorable, every
-checkpoint stays restorable on s3 (the durable tier keeps all; retention expires older local and
-shared copies meanwhile, as the default policy says), and at rest the catalog agrees with every
-tier's bytes.
+SIGKILLed once and started again. Every lifecycle completes with every tier restorable, at rest
+every checkpoint is restorable on every tier (the jobs' policy keeps every copy) and the catalog
+agrees with every tier's bytes.
 
 Processes: 2 cores cannot take 8 node worker processes plus the shared one and the test, so the 8
 nodes are served by 2 node worker processes of 4 nodes each (`tierpoint worker --node` given 4
@@ -106,6 +105,15 @@ async def test_storm_of_registrations_with_workers_killed_loses_nothing(
         shared = WorkerProcess(cfg, None, logs / "shared-1.log")
 
         async for api in running_client(create_app(cfg)):
+            # Every copy is kept, so that at the end every tier must hold every checkpoint (and
+            # the storm is all lifecycles, not expiries: retention has tests of its own).
+            policy = f"storm-{jobs[0]}"
+            keep_all = {"format": 1, "kinds": {"local": {}, "shared": {}}}
+            made = await api.post("/v1/policies", json={"name": policy, "spec": keep_all})
+            assert made.status_code == 201, made.text
+            for job in jobs:
+                assigned = await api.put(f"/v1/jobs/{job}/policy", json={"policy": policy})
+                assert assigned.status_code == 200, assigned.text
             answers = await asyncio.gather(
                 *(api.post(f"/v1/jobs/{job}/checkpoints", json=m) for job, _, m in manifests)
             )
@@ -163,6 +171,7 @@ async def test_storm_of_registrations_with_workers_killed_loses_nothing(
             )
         )
     assert len(ids) == total
-    checked = assert_nothing_lost(cfg, engine, {cp: ("s3",) for cp in ids})
-    assert checked.restorable["s3"] == total and checked.verified["s3"] == 2 * total, checked
+    checked = assert_nothing_lost(cfg, engine, {cp: ("ssd", "lustre", "s3") for cp in ids})
+    assert checked.restorable == {"ssd": total, "lustre": total, "s3": total}, checked
+    assert checked.verified == {"ssd": 2 * total, "lustre": 2 * total, "s3": 2 * total}, checked
     print(f"at rest: verified {dict(checked.verified)}, restorable {dict(checked.restorable)}")

@@ -167,13 +167,6 @@ class Client:
             "DELETE", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/leases/{int(lease_id)}"
         )
 
-    def declare_node_lost(self, node: str) -> dict[str, Any]:
-        """Declare a node lost (an operator's action; idempotent, so retrying is safe): its local
-        copies become `lost` and nothing waits on it any more. Returns what changed."""
-        resp = self._http.request("POST", f"/v1/nodes/{quote(node, safe='')}/lost")
-        result: dict[str, Any] = resp.body
-        return result
-
     def tiers(self) -> list[TierInfo]:
         resp = self._http.request("GET", "/v1/tiers")
         return [TierInfo.from_json(t) for t in resp.body]

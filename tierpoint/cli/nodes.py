@@ -1,23 +1,25 @@
 """`tierpoint node-lost NODE`: an operator declares a node lost."""
 
+from pathlib import Path
 from typing import Annotated
+from urllib.parse import quote
 
 import typer
 
-from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, api_errors, console, make_client
+from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, console
+from tierpoint.cli.policy import ActorOpt, Api
 from tierpoint.devstack.facts import DEFAULT_DATA_DIR
 
 
 def node_lost(
     node: Annotated[str, typer.Argument(help="Node id, as its worker reports in.")],
+    actor: ActorOpt = None,
     api_url: ApiUrlOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
 ) -> None:
     """Declare NODE lost: its local copies become `lost`, checkpoints in flight on it stop waiting
     and finish from the tiers they reached. Safe to repeat."""
-    client = make_client(api_url, data_dir)
-    with api_errors():
-        out = client.declare_node_lost(node)
+    out = Api(api_url, Path(data_dir), actor).call("POST", f"/v1/nodes/{quote(node, safe='')}/lost")
     what = "declared lost" if out["changed"] else "was lost already"
     console.print(
         f"node {out['node']} {what} (at {out['lost_at']}): {out['replicas_lost']} local replicas "

@@ -6,35 +6,14 @@ import asyncio
 import json
 import os
 import sys
-import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pytest
-import uvicorn
 from sqlalchemy import Engine
 
-from api.app import create_app
 from tests.helpers.api import events, seed
-from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
-
-
-@pytest.fixture
-async def api_url(settings: Settings, nodes: tuple[str, str]) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the API server exited while starting"
-        await asyncio.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await asyncio.to_thread(thread.join)
 
 
 @dataclass

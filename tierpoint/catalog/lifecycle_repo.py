@@ -24,9 +24,7 @@ ACTOR = "lifecycle"
 # How many bad shards a failure reason names.
 REASON_EXAMPLES = 3
 
-# A lost replica stays lost: a worker still running on a node declared lost must not bring its
-# copies back.
-_NOT_OVERWRITTEN = [
+_NOT_OVERWRITTEN = [  # see upsert_replicas
     s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.LOST)
 ]
 _replica_table = cast(Table, Replica.__table__)
@@ -176,7 +174,8 @@ def upsert_replicas(
     session: Session, checkpoint_id: int, tier: str, writes: Iterable[ReplicaWrite]
 ) -> None:
     """Insert or update replicas of one tier. A verified replica only changes through
-    `mark_corrupt` (a later read proved it bad), and one being expired is left to retention."""
+    `mark_corrupt` (a later read proved it bad), one being expired is left to retention, and a
+    lost one stays lost (a worker still running on a node declared lost cannot bring it back)."""
     rows = [
         {
             "shard_id": w.shard_id,

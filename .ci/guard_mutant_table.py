@@ -108,6 +108,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "tierpoint/catalog/lifecycle_repo.py",
         """            Replica.tier == tier,
             Replica.state == ReplicaState.VERIFIED.value,
+            verified_on_live_nodes(),
         )
     )
     assert total is not None and verified is not None""",
@@ -117,6 +118,23 @@ MUTANTS: tuple[Mutant, ...] = (
     assert total is not None and verified is not None""",
         (WRONG_CRC, ROTTING),
         "only verified replicas count towards promotion",
+    ),
+    Mutant(
+        "promote-lost-node",
+        "tierpoint/catalog/lifecycle_repo.py",
+        "            Replica.state == ReplicaState.VERIFIED.value,\n"
+        "            verified_on_live_nodes(),\n",
+        "            Replica.state == ReplicaState.VERIFIED.value,\n",
+        ("tests/tierpoint/catalog/test_nodes.py",),
+        "a verified copy on a node declared lost does not count towards promotion",
+    ),
+    Mutant(
+        "replica-stays-lost",
+        "tierpoint/catalog/lifecycle_repo.py",
+        "    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.LOST)\n",
+        "    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING)\n",
+        ("tests/tierpoint/catalog/test_nodes.py",),
+        "a copy still running on a node declared lost cannot bring its replica back",
     ),
     # ---- planner protections -----------------------------------------------------------------
     Mutant(
@@ -272,14 +290,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "copy-readback",
         "activities/copy.py",
-        "        if v.ok:\n            self._verified(pending.shard, pending.location)\n",
-        "        if True:\n            self._verified(pending.shard, pending.location)\n",
-        (ROTTING,),
-        "a copy whose read-back fails is not verified",
-        known_survivor="the read-back fails only when the destination returns other bytes than "
-        "were written (a lost write, bit rot, a concurrent writer); the real stores never do, and "
-        "making one do it takes a fault-injecting store (a stub) or a faulty block device. "
-        "posix-verify-crc and s3-verify-crc prove the verify itself",
+        "        v = self._wait(pending.verify, sh.ordinal)\n",
+        "        v = self._wait(pending.verify, sh.ordinal)\n"
+        "        v = VerifyResult(ok=True, size=sh.size, crc32c=sh.checksum)\n",
+        ("tests/faults/test_copy_damaged_before_verify.py",),
+        "a copy whose read-back fails is not verified (a byte flipped on the destination between "
+        "the write and the read-back)",
     ),
     Mutant(
         "posix-verify-crc",

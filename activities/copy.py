@@ -23,6 +23,7 @@ from tierpoint.errors import UnsafePath
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import (
     ChecksumMismatch,
+    ResumeState,
     ShardRef,
     SourceSizeMismatch,
     TierStore,
@@ -32,6 +33,9 @@ from tierpoint.storage.base import (
 from .progress import BatchReporter, resume_state_for
 
 HEARTBEAT_WHILE_WAITING = 5.0
+# A copy whose read-back does not match, from a source that read back right, was damaged on its
+# way to or on the destination: written again this many times before it counts as corrupt.
+RECOPIES_AFTER_BAD_READ_BACK = 2
 
 
 @dataclass
@@ -55,6 +59,8 @@ class BatchCopy:
     heartbeat_details: dict[str, Any]
     attempt: int
     resumed: list[dict[str, object]] = field(default_factory=list)
+    # Shards written again after a bad read-back: {"path", "reason"} per rewrite.
+    recopied: list[dict[str, object]] = field(default_factory=list)
     _pending: _Pending | None = None
 
     def run(self, shards: list[repo.BatchShard]) -> None:
@@ -62,7 +68,7 @@ class BatchCopy:
             for sh in shards:
                 self._copy_one(sh, verifier)
                 self.reporter.flush_if_due()
-            self._settle()
+            self._settle(verifier)
 
     @contextmanager
     def _verifier(self) -> Iterator[ThreadPoolExecutor]:
@@ -109,17 +115,30 @@ class BatchCopy:
         self.dst.delete(ref)
         self._corrupt(sh, location, f"source corrupt: {why}")
 
-    def _settle(self) -> None:
-        """Wait for the read-back of the previous shard and record it."""
+    def _settle(self, verifier: ThreadPoolExecutor) -> None:
+        """Wait for the read-back of the previous shard and record it; a bad one is written again
+        from the source (which read back right) and read back again, a bounded number of times,
+        so a copy damaged in transit or on the destination is replaced, never promoted."""
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        v = self._wait(pending.verify, pending.shard.ordinal)
+        sh, location = pending.shard, pending.location
+        v = self._wait(pending.verify, sh.ordinal)
+        for _ in range(RECOPIES_AFTER_BAD_READ_BACK):
+            if v.ok:
+                break
+            reason = f"read back from {self.dst_tier.name}: {v.reason or 'mismatch'}"
+            self.recopied.append({"path": sh.path, "reason": reason})
+            ref = ShardRef(self.job, self.step, sh.path)
+            if not self._write(sh, ref, location, None):
+                return
+            check = verifier.submit(self.dst.verify, ref, sh.size, str(sh.checksum).lower())
+            v = self._wait(check, sh.ordinal)
         if v.ok:
-            self._verified(pending.shard, pending.location)
+            self._verified(sh, location)
         else:
             reason = f"read back from {self.dst_tier.name}: {v.reason or 'mismatch'}"
-            self._corrupt(pending.shard, pending.location, reason)
+            self._corrupt(sh, location, reason)
 
     def _wait(self, fut: Future[VerifyResult], ordinal: int) -> VerifyResult:
         """A read-back of a large shard takes long: keep heartbeating while it runs."""
@@ -161,13 +180,26 @@ class BatchCopy:
                 return
         if resume is not None:
             self.resumed.append({"path": sh.path, "offset": resume.offset})
+        if not self._write(sh, ref, location, resume):
+            return
+        self._settle(verifier)
+        self._pending = _Pending(
+            sh, location, verifier.submit(self.dst.verify, ref, sh.size, registered)
+        )
+
+    def _write(
+        self, sh: repo.BatchShard, ref: ShardRef, location: str, resume: ResumeState | None
+    ) -> bool:
+        """Copy the shard from the source (from `resume` on), checksumming what is read. False
+        when it could not be written right; the outcome is recorded then."""
+        registered = str(sh.checksum).lower()
         start = resume.offset if resume else 0
         try:
             reader = self.src.open_read(ref, start)
         except (FileNotFoundError, UnsafePath) as exc:
             # Gone, or replaced by something leading out of the root, since it was verified.
             self._source_bad(sh, ref, location, f"cannot read from {self.src_tier.name}: {exc}")
-            return
+            return False
         try:
             with reader:
                 copied = self.dst.write(
@@ -179,13 +211,13 @@ class BatchCopy:
                 )
         except SourceSizeMismatch as exc:
             self._source_bad(sh, ref, location, str(exc))
-            return
+            return False
         except (ChecksumMismatch, UnsafePath) as exc:
             # The destination refused what it received (bad in transit), or cannot hold this
             # path: the shard stays unverified there and the tier's promotion names it.
             self.dst.cleanup_partial(ref, None)
             self._corrupt(sh, location, f"write to {self.dst_tier.name}: {exc}")
-            return
+            return False
         self.result.bytes += sh.size - start
         metrics.BYTES_COPIED.labels(self.dst_tier.name).inc(sh.size - start)
         if copied.crc32c != registered or copied.size != sh.size:
@@ -194,8 +226,5 @@ class BatchCopy:
                 f"{self.src_tier.name}, registered {sh.size} bytes with crc32c {registered}"
             )
             self._source_bad(sh, ref, location, why)
-            return
-        self._settle()
-        self._pending = _Pending(
-            sh, location, verifier.submit(self.dst.verify, ref, sh.size, registered)
-        )
+            return False
+        return True

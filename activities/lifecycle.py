@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog import nodes
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.snapshot import policy_for_job
 from tierpoint.config import Settings, TierConfig, TierKind
@@ -111,6 +112,20 @@ class LifecycleActivities:
         self._stores = stores
         self._node = node
 
+    def _refuse_lost_node(self, batch_node: str, *tiers: TierConfig) -> None:
+        """Work on a node declared lost never succeeds: its local tier is gone for good, even if
+        a worker still answers its queue."""
+        if not any(t.kind is TierKind.LOCAL for t in tiers):
+            return
+        with self._sessions.begin() as s:
+            lost = nodes.is_lost(s, batch_node)
+        if lost:
+            raise ApplicationError(
+                f"node {batch_node} was declared lost",
+                type=FailureType.NODE_LOST,
+                non_retryable=True,
+            )
+
     def _store(self, tier: TierConfig, batch_node: str) -> TierStore:
         if tier.kind is TierKind.LOCAL and batch_node != self._node:
             # A local tier is readable only on its node: a task here is a routing bug.
@@ -145,6 +160,7 @@ class LifecycleActivities:
                 s, head, [t.name for t in self._settings.tiers if t not in tiers]
             )
             ordinals = repo.shard_ordinals_by_node(s, head.id)
+            lost = nodes.lost_among(s, (n for n, _ in ordinals))
         size = batch_size(self._settings, len(ordinals))
         return LifecyclePlan(
             checkpoint_id=head.id,
@@ -156,6 +172,7 @@ class LifecycleActivities:
             batches=make_batches(ordinals, size),
             batches_per_child=BATCHES_PER_CHILD,
             batch_heartbeat_seconds=self._settings.batch_heartbeat_timeout_seconds,
+            lost_nodes=lost,
         )
 
     def _targets(self, session: Session, head: repo.CheckpointHead) -> list[TierConfig]:
@@ -182,6 +199,7 @@ class LifecycleActivities:
         tier = self._stores.tier(inp.tier)
         store = self._store(tier, inp.batch.node)
         b = inp.batch
+        self._refuse_lost_node(b.node, tier)
         with self._sessions.begin() as s:
             shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, tier.name)
         result = BatchResult(shards=len(shards))
@@ -252,6 +270,7 @@ class LifecycleActivities:
         dst_tier = self._stores.tier(inp.destination)
         src = self._store(src_tier, b.node)
         dst = self._store(dst_tier, b.node)
+        self._refuse_lost_node(b.node, src_tier, dst_tier)
         dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None
         with self._sessions.begin() as s:
             shards = repo.batch_shards(
@@ -298,7 +317,12 @@ class LifecycleActivities:
             EventKind.COPIED,
             b,
             result,
-            {"source": src_tier.name, "attempt": info.attempt, "resumed": copy.resumed},
+            {
+                "source": src_tier.name,
+                "attempt": info.attempt,
+                "resumed": copy.resumed,
+                **({"recopied": copy.recopied} if copy.recopied else {}),
+            },
         )
         return result
 

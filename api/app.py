@@ -22,6 +22,7 @@ from api.routers import (
     integrity,
     jobs,
     leases,
+    nodes,
     operations,
     pins,
     policies,
@@ -116,6 +117,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(tiers.router)
     app.include_router(integrity.router)
+    app.include_router(nodes.router)
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.mount("/ui", dashboard.assets(), name="ui")

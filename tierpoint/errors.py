@@ -60,6 +60,12 @@ class UnknownNode(TierpointError):
     title = "Unknown or lost node"
 
 
+class NodeNotFound(TierpointError):
+    code = "node_not_found"
+    status = 404
+    title = "Node not found"
+
+
 class UnknownTier(TierpointError):
     code = "unknown_tier"
     status = 422
@@ -280,6 +286,7 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     InvalidJobName,
     UnsafePath,
     UnknownNode,
+    NodeNotFound,
     UnknownTier,
     RequestInvalid,
     ManifestTooLarge,

@@ -44,7 +44,12 @@ from tierpoint.contract.integrity import (
     VerifyInput,
     repair_workflow_id,
 )
-from tierpoint.contract.lifecycle import LIFECYCLE_WORKFLOW, LifecycleInput, workflow_id
+from tierpoint.contract.lifecycle import (
+    LIFECYCLE_WORKFLOW,
+    NODE_LOST_SIGNAL,
+    LifecycleInput,
+    workflow_id,
+)
 from tierpoint.contract.retention import (
     REQUEST_SIGNAL,
     RETENTION_WORKFLOW,
@@ -115,6 +120,18 @@ async def is_running(client: Client, workflow_id: str) -> bool:
             return False
         raise
     return desc.status is WorkflowExecutionStatus.RUNNING
+
+
+async def signal_node_lost(client: Client, job: str, step: int, node: str) -> bool:
+    """Tell a checkpoint's lifecycle that `node` is lost. False if it is not running: not started
+    yet (its plan will read the node as lost) or finished."""
+    try:
+        await client.get_workflow_handle(workflow_id(job, step)).signal(NODE_LOST_SIGNAL, node)
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
 
 
 async def request_retention(client: Client, job: str, reason: str) -> None:

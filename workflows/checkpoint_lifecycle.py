@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         BATCH_TIMEOUT,
         COPY_BATCH,
         LIFECYCLE_WORKFLOW,
+        NODE_LOST_SIGNAL,
         PLAN,
         PROMOTE,
         RETENTION_PATCH,
@@ -63,9 +64,13 @@ def _batch_queue(batch: Batch, *tiers: PlanTier) -> str:
     return SHARED_TASK_QUEUE
 
 
-async def _run_batch(stage: StageInput, batch: Batch) -> BatchResult:
+def _batch_tiers(stage: StageInput) -> tuple[PlanTier, ...]:
+    return (stage.tier,) if stage.source is None else (stage.source, stage.tier)
+
+
+def _start_batch(stage: StageInput, batch: Batch) -> workflow.ActivityHandle[BatchResult]:
     if stage.source is None:
-        result: BatchResult = await workflow.execute_activity(
+        return workflow.start_activity(
             SEAL_BATCH,
             SealInput(
                 checkpoint_id=stage.checkpoint_id,
@@ -80,8 +85,7 @@ async def _run_batch(stage: StageInput, batch: Batch) -> BatchResult:
             heartbeat_timeout=timedelta(seconds=stage.batch_heartbeat_seconds),
             retry_policy=BATCH_RETRY,
         )
-        return result
-    result = await workflow.execute_activity(
+    return workflow.start_activity(
         COPY_BATCH,
         CopyInput(
             checkpoint_id=stage.checkpoint_id,
@@ -97,26 +101,72 @@ async def _run_batch(stage: StageInput, batch: Batch) -> BatchResult:
         heartbeat_timeout=timedelta(seconds=stage.batch_heartbeat_seconds),
         retry_policy=BATCH_RETRY,
     )
-    return result
 
 
-async def _run_window(stage: StageInput, status: LifecycleStatus | None = None) -> StageResult:
+class _LostNodes:
+    """Nodes declared lost, and the batch activities in flight on each node's queue: no worker
+    will ever serve a lost node's queue again, so its batches are cancelled rather than waited
+    for, and later ones are not scheduled."""
+
+    def __init__(self, lost: list[str] | None = None) -> None:
+        self.nodes: set[str] = set(lost or ())
+        self._running: dict[str, list[workflow.ActivityHandle[BatchResult]]] = {}
+
+    def declare(self, node: str) -> None:
+        self.nodes.add(node)
+        for handle in self._running.pop(node, []):
+            handle.cancel()
+
+    def track(self, node: str, handle: workflow.ActivityHandle[BatchResult]) -> None:
+        self._running.setdefault(node, []).append(handle)
+
+    def untrack(self, node: str, handle: workflow.ActivityHandle[BatchResult]) -> None:
+        running = self._running.get(node, [])
+        if handle in running:
+            running.remove(handle)
+
+
+def _lost_reason(node: str) -> str:
+    return f"node {node} was declared lost"
+
+
+async def _run_window(
+    stage: StageInput, lost: _LostNodes, status: LifecycleStatus | None = None
+) -> StageResult:
     """One activity per batch, at most tier.parallelism at once (a sliding window).
 
-    Failures are batches that gave up after their retries; corrupt shards are not failures here:
-    the promote activity finds them in the catalog.
+    Failures are batches that gave up after their retries, or whose node was declared lost;
+    corrupt shards are not failures here: the promote activity finds them in the catalog.
     """
     window = asyncio.Semaphore(stage.tier.parallelism)
     failures: list[str] = []
+    on_node = any(t.kind is TierKind.LOCAL for t in _batch_tiers(stage))
 
     async def one(batch: Batch) -> None:
         async with window:
-            try:
-                await _run_batch(stage, batch)
-            except ActivityError as err:
-                failures.append(
-                    f"batch {batch.node}[{batch.first}..{batch.last}]: {error_message(err)}"
-                )
+            where = f"batch {batch.node}[{batch.first}..{batch.last}]"
+            if on_node and batch.node in lost.nodes:
+                failures.append(f"{where}: {_lost_reason(batch.node)}")
+            else:
+                handle = _start_batch(stage, batch)
+                if on_node:
+                    lost.track(batch.node, handle)
+                try:
+                    await handle
+                except ActivityError as err:
+                    why = (
+                        _lost_reason(batch.node)
+                        if on_node and batch.node in lost.nodes
+                        else error_message(err)
+                    )
+                    failures.append(f"{where}: {why}")
+                except asyncio.CancelledError:
+                    # Cancelled by a lost-node signal; anything else is the workflow's own.
+                    if not (on_node and batch.node in lost.nodes):
+                        raise
+                    failures.append(f"{where}: {_lost_reason(batch.node)}")
+                finally:
+                    lost.untrack(batch.node, handle)
             if status is not None:
                 status.batches_done += 1
 
@@ -132,19 +182,44 @@ async def _run_window(stage: StageInput, status: LifecycleStatus | None = None) 
 class CheckpointLifecycleStage:
     """A slice of one stage's batches, for stages too large for the parent's history."""
 
+    def __init__(self) -> None:
+        self._lost = _LostNodes()
+
+    @workflow.signal(name=NODE_LOST_SIGNAL)
+    def node_lost(self, node: str) -> None:
+        self._lost.declare(node)
+
     @workflow.run
     async def run(self, inp: StageInput) -> StageResult:
-        return await _run_window(inp)
+        for node in inp.lost_nodes:
+            self._lost.declare(node)
+        return await _run_window(inp, self._lost)
 
 
 @workflow.defn(name=LIFECYCLE_WORKFLOW)
 class CheckpointLifecycle:
     def __init__(self) -> None:
         self._status = LifecycleStatus(stage="starting")
+        self._lost = _LostNodes()
+        # The stage child running now, which a lost-node signal is passed on to.
+        self._child: str | None = None
 
     @workflow.query
     def status(self) -> LifecycleStatus:
         return self._status
+
+    @workflow.signal(name=NODE_LOST_SIGNAL)
+    async def node_lost(self, node: str) -> None:
+        self._lost.declare(node)
+        if self._child is not None:
+            try:
+                await workflow.get_external_workflow_handle(self._child).signal(
+                    NODE_LOST_SIGNAL, node
+                )
+            except Exception as err:
+                # A signal handler that raises fails the workflow task over and over; the
+                # operator repeats the declaration, which signals this workflow again.
+                workflow.logger.warning("node_lost not passed on to %s: %s", self._child, err)
 
     @workflow.run
     async def run(self, inp: LifecycleInput) -> LifecycleResult:
@@ -157,6 +232,8 @@ class CheckpointLifecycle:
             start_to_close_timeout=CATALOG_TIMEOUT,
             retry_policy=CATALOG_RETRY,
         )
+        for node in plan.lost_nodes:
+            self._lost.declare(node)
         result = LifecycleResult(
             checkpoint_id=plan.checkpoint_id,
             shard_count=plan.shard_count,
@@ -217,22 +294,25 @@ class CheckpointLifecycle:
                 source=source,
                 batches=batches,
                 batch_heartbeat_seconds=plan.batch_heartbeat_seconds,
+                lost_nodes=sorted(self._lost.nodes),
             )
 
         if len(plan.batches) <= size:
-            results = [await _run_window(stage(plan.batches), self._status)]
+            results = [await _run_window(stage(plan.batches), self._lost, self._status)]
         else:
             # Children run one after the other so that the stage's parallelism still holds.
             kind = "seal" if source is None else "copy"
             results = []
             for n, i in enumerate(range(0, len(plan.batches), size)):
                 chunk = plan.batches[i : i + size]
-                res: StageResult = await workflow.execute_child_workflow(
-                    STAGE_WORKFLOW,
-                    stage(chunk),
-                    id=f"{workflow.info().workflow_id}/{kind}-{tier.name}/{n}",
-                    result_type=StageResult,
-                )
+                child = f"{workflow.info().workflow_id}/{kind}-{tier.name}/{n}"
+                self._child = child
+                try:
+                    res: StageResult = await workflow.execute_child_workflow(
+                        STAGE_WORKFLOW, stage(chunk), id=child, result_type=StageResult
+                    )
+                finally:
+                    self._child = None
                 results.append(res)
                 self._status.batches_done += len(chunk)
         failed = sum(r.failures for r in results)

@@ -116,8 +116,8 @@ async def test_local_only_checkpoint_needs_the_callers_node(
 async def test_lost_local_replicas_no_longer_count(
     client: httpx.AsyncClient, catalog: Engine, job: str
 ) -> None:
-    """A unit test of the latest query: no operator action declares a node lost yet, so its
-    replica's `lost` state is written here with SQL."""
+    """A unit test of the latest query: one replica's `lost` state is written here with SQL (the
+    operator action that declares a whole node lost is tests/api/test_node_lost.py)."""
     await _register(client, job, 10, [shard("x/0", NODE_A), shard("x/1", NODE_A)])
     restorable(catalog, job, 10, "ssd", local=True)
     url = f"/v1/jobs/{job}/checkpoints/latest"

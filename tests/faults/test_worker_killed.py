@@ -40,10 +40,11 @@ from tierpoint.temporal import start_lifecycle
 
 SHARD = "big.bin"
 CHUNK = 8 * 1024 * 1024  # a POSIX copy heartbeats once per chunk
-SHARD_SIZE = 12 * CHUNK
+SHARD_SIZE = 8 * CHUNK
 # Reads off the node's ssd at one chunk a second: a heartbeat every ~1 s of copy, and a copy of
-# ~12 s, of which the kill takes the first few (the first heartbeat with an offset reaches the
-# server after one chunk and one heartbeat throttle interval, ~2 s).
+# ~8 s, of which the kill takes the first few (the first heartbeat with an offset reaches the
+# server after one chunk and one heartbeat throttle interval, ~2 s). The second worker process
+# reads at full speed: only the first one has to be slow enough to be caught mid-copy.
 READ_LIMIT = CHUNK
 # How long Temporal waits for a killed worker's heartbeat before retrying the batch elsewhere:
 # 8 heartbeat intervals, so a live worker stalled for seconds on a busy machine keeps its attempt.
@@ -180,7 +181,8 @@ async def test_node_worker_sigkilled_mid_copy_resumes_from_last_heartbeat(
         partial_size = (lustre_dir / partial_name(SHARD)).stat().st_size
         assert heartbeat_offset <= partial_size <= SHARD_SIZE
 
-        with worker_process(slow, node, tmp_path / "node-worker-2.log") as second:
+        fast = slow.model_copy(update={"tiers": settings.tiers})
+        with worker_process(fast, node, tmp_path / "node-worker-2.log") as second:
             result_task = asyncio.ensure_future(handle.result())
             resumed_at: float | None = None
             try:

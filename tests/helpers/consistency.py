@@ -180,3 +180,28 @@ def assert_catalog_matches_tiers(
             _no_leftovers_posix(tier, nodes, job, step)
         out.restorable[tier_name] += 1
     return out
+
+
+def assert_nothing_lost(
+    settings: Settings,
+    engine: Engine,
+    kept: dict[int, Collection[str]],
+) -> Consistency:
+    """No byte of a kept checkpoint was lost: each checkpoint in `kept` is restorable on each of
+    the tiers given for it, and the catalog agrees with every tier (so those tiers hold every
+    shard with its registered size and crc32c, which the tests register from the bytes they
+    wrote)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(CheckpointTier.checkpoint_id, CheckpointTier.tier).where(
+                CheckpointTier.checkpoint_id.in_(list(kept)),
+                CheckpointTier.state == TierState.RESTORABLE.value,
+            )
+        ).all()
+    restorable: dict[int, set[str]] = {}
+    for cp, tier in rows:
+        restorable.setdefault(cp, set()).add(tier)
+    for cp, tiers in kept.items():
+        missing = set(tiers) - restorable.get(cp, set())
+        assert not missing, f"checkpoint {cp} is not restorable on {sorted(missing)}"
+    return assert_catalog_matches_tiers(settings, engine, list(kept))

@@ -1,10 +1,13 @@
 """Helpers of the fault tests: waiting for a condition, for an activity's retry or heartbeat, for
-workers to report in, and reading markers and replicas while a service is away."""
+workers to report in, reading markers and replicas while a service is away, and reading the
+request log of an S3 endpoint of the test's own."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,3 +238,31 @@ async def upload_under_way(
         if state == "copying" and done > 0 and beat.get("upload_id") and beat["offset"]:
             return str(beat["upload_id"]), int(beat["offset"])
         await asyncio.sleep(POLL)
+
+
+@dataclass(frozen=True)
+class S3Request:
+    """One request as moto's server logged it (werkzeug logs a request once it is answered)."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    status: int
+
+
+_REQUEST_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<target>\S+) HTTP/[0-9.]+" (?P<status>\d{3})')
+
+
+def s3_requests(log: Path) -> list[S3Request]:
+    """The requests an S3 endpoint of ours (MotoS3Server with a log file) answered, in order."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = _REQUEST_LINE.search(line)
+        if m is None:
+            continue
+        parts = urllib.parse.urlsplit(m["target"])
+        query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+        out.append(
+            S3Request(m["method"], urllib.parse.unquote(parts.path), query, int(m["status"]))
+        )
+    return out

@@ -1,5 +1,6 @@
-"""A node worker as a separate OS process (`tierpoint worker --node N --no-shared`), so that a
-fault test can SIGKILL it mid-copy, with the test's Settings passed as TIERPOINT_* variables."""
+"""Workers as separate OS processes (`tierpoint worker --node N --no-shared`, or the shared worker
+`tierpoint worker`), so that a fault test can SIGKILL one mid-copy, with the test's Settings
+passed as TIERPOINT_* variables."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tierpoint.config import Settings
@@ -30,21 +31,18 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 class WorkerProcess:
-    """One `tierpoint worker --node NODE --no-shared` process, its output in `log`."""
+    """One `tierpoint worker` process, its output in `log`: the worker of `node` (or of each of
+    several nodes), or with `node=None` the shared worker (workflows, shared and S3 tiers)."""
 
-    def __init__(self, settings: Settings, node: str, log: Path) -> None:
+    def __init__(self, settings: Settings, node: str | Sequence[str] | None, log: Path) -> None:
         self.log = log
+        nodes = [node] if isinstance(node, str) else list(node or [])
+        args = [a for n in nodes for a in ("--node", n)]
+        if nodes:
+            args.append("--no-shared")
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tierpoint.cli.main",
-                    "worker",
-                    "--node",
-                    node,
-                    "--no-shared",
-                ],
+                [sys.executable, "-m", "tierpoint.cli.main", "worker", *args],
                 cwd=REPO,
                 env=settings_env(settings),
                 stdin=subprocess.DEVNULL,
@@ -73,7 +71,9 @@ class WorkerProcess:
 
 
 @contextlib.contextmanager
-def worker_process(settings: Settings, node: str, log: Path) -> Iterator[WorkerProcess]:
+def worker_process(
+    settings: Settings, node: str | Sequence[str] | None, log: Path
+) -> Iterator[WorkerProcess]:
     worker = WorkerProcess(settings, node, log)
     try:
         yield worker

@@ -18,11 +18,15 @@ from tierpoint.states import ReplicaState, TierState
 
 from .events import EventKind, record
 from .models import Checkpoint, CheckpointTier, Job, Replica, Shard
+from .nodes import verified_on_live_nodes
 
 ACTOR = "lifecycle"
 # How many bad shards a failure reason names.
 REASON_EXAMPLES = 3
 
+_NOT_OVERWRITTEN = [  # see upsert_replicas
+    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.LOST)
+]
 _replica_table = cast(Table, Replica.__table__)
 _shard_table = cast(Table, Shard.__table__)
 
@@ -170,7 +174,8 @@ def upsert_replicas(
     session: Session, checkpoint_id: int, tier: str, writes: Iterable[ReplicaWrite]
 ) -> None:
     """Insert or update replicas of one tier. A verified replica only changes through
-    `mark_corrupt` (a later read proved it bad), and one being expired is left to retention."""
+    `mark_corrupt` (a later read proved it bad), one being expired is left to retention, and a
+    lost one stays lost (a worker still running on a node declared lost cannot bring it back)."""
     rows = [
         {
             "shard_id": w.shard_id,
@@ -204,7 +209,7 @@ def upsert_replicas(
                 "verified_at": stmt.excluded.verified_at,
                 "updated_at": func.now(),
             },
-            where=Replica.state.notin_([ReplicaState.VERIFIED.value, ReplicaState.EXPIRING.value]),
+            where=Replica.state.notin_(_NOT_OVERWRITTEN),
         )
     )
 
@@ -325,6 +330,7 @@ def promote(
             Replica.checkpoint_id == checkpoint_id,
             Replica.tier == tier,
             Replica.state == ReplicaState.VERIFIED.value,
+            verified_on_live_nodes(),
         )
     )
     assert total is not None and verified is not None

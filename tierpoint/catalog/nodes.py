@@ -1,17 +1,29 @@
-"""Nodes report in through their workers; the API accepts shards only on known nodes."""
+"""Nodes report in through their workers; the API accepts shards only on known nodes that are not
+lost. An operator declares a node lost when its local tier is gone for good (hardware failed, the
+machine left the cluster): its local replicas become `lost` and the local markers of checkpoints
+with shards there stop being restorable, in one transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func
+from sqlalchemy import and_, exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from .models import Node
+from tierpoint.errors import NodeNotFound
+from tierpoint.states import ReplicaState, TierState
+
+from .events import EventKind, arecord
+from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 
 
 def upsert_node(session: Session, node_id: str, local_roots: dict[str, Any]) -> None:
+    # Reporting in never clears lost_at: a node declared lost stays lost.
     stmt = insert(Node).values(id=node_id, local_roots=local_roots, last_seen_at=func.now())
     session.execute(
         stmt.on_conflict_do_update(
@@ -19,3 +31,162 @@ def upsert_node(session: Session, node_id: str, local_roots: dict[str, Any]) -> 
             set_={"local_roots": stmt.excluded.local_roots, "last_seen_at": func.now()},
         )
     )
+
+
+def lost_among(session: Session, node_ids: Iterable[str]) -> list[str]:
+    """Which of these nodes are lost. Takes a share lock on their rows until commit, so a caller
+    that plans work for them either sees a declaration that committed first or commits before it
+    (and `mark_lost` then sees what the caller wrote)."""
+    wanted = sorted(set(node_ids))
+    if not wanted:
+        return []
+    rows = session.execute(
+        select(Node.id, Node.lost_at).where(Node.id.in_(wanted)).with_for_update(read=True)
+    ).all()
+    return sorted(n for n, lost_at in rows if lost_at is not None)
+
+
+def is_lost(session: Session, node_id: str) -> bool:
+    return bool(session.scalar(select(Node.lost_at.is_not(None)).where(Node.id == node_id)))
+
+
+@dataclass(frozen=True)
+class AffectedCheckpoint:
+    checkpoint_id: int
+    job: str
+    step: int
+    # Some marker is still pending: its lifecycle may be waiting on the node.
+    in_flight: bool
+
+
+@dataclass
+class NodeLost:
+    node: str
+    lost_at: datetime
+    changed: bool  # this call declared it (False: it was lost already)
+    replicas_lost: int
+    markers_failed: int
+    checkpoints: list[AffectedCheckpoint] = field(default_factory=list)
+
+
+# Copies being expired are retention's to finish; lost ones are lost already.
+_KEPT = [ReplicaState.LOST.value, ReplicaState.EXPIRING.value, ReplicaState.EXPIRED.value]
+
+
+def _reason(node: str) -> str:
+    return f"node {node} was declared lost: its local copies are gone"
+
+
+async def mark_lost(
+    session: AsyncSession, node: str, local_tiers: Sequence[str], actor: str
+) -> NodeLost:
+    """Declare `node` lost in the caller's transaction. Its replicas become `lost`; every
+    checkpoint with shards on it has its `local_tiers` markers, if pending or restorable, turned
+    `failed` with the reason; one `node_lost` event per affected checkpoint and one for the node.
+    Idempotent: again changes nothing and reports the checkpoints still in flight, so that their
+    lifecycles can be told again. Raises NodeNotFound for a node that never reported in."""
+    row = (
+        await session.execute(select(Node.lost_at).where(Node.id == node).with_for_update(of=Node))
+    ).one_or_none()
+    if row is None:
+        raise NodeNotFound(f"node {node!r} is unknown: a node is known once its worker reported in")
+    changed = row.lost_at is None
+    if changed:
+        await session.execute(update(Node).where(Node.id == node).values(lost_at=func.now()))
+    lost_at = await session.scalar(select(Node.lost_at).where(Node.id == node))
+    assert lost_at is not None
+    reason = _reason(node)
+
+    lost_rows = (
+        await session.execute(
+            update(Replica)
+            .where(
+                Replica.node_id == node,
+                Replica.state.notin_(_KEPT),
+            )
+            .values(state=ReplicaState.LOST.value, error=reason, updated_at=func.now())
+            .returning(Replica.checkpoint_id)
+        )
+    ).all()
+    lost_per_checkpoint: dict[int, int] = {}
+    for (cp,) in lost_rows:
+        lost_per_checkpoint[cp] = lost_per_checkpoint.get(cp, 0) + 1
+
+    # Checkpoints whose lifecycle has not sealed the node's shards yet hold no replica there:
+    # found through their pending markers (few: the checkpoints in flight).
+    has_shard_there = exists().where(
+        Shard.checkpoint_id == CheckpointTier.checkpoint_id, Shard.node_id == node
+    )
+    pending = (
+        await session.scalars(
+            select(CheckpointTier.checkpoint_id)
+            .where(CheckpointTier.state == TierState.PENDING.value, has_shard_there)
+            .distinct()
+        )
+    ).all()
+    ids = sorted(set(lost_per_checkpoint) | set(pending))
+    if not ids:
+        if changed:
+            await arecord(
+                session, EventKind.NODE_LOST, actor=actor, detail={"node": node, "checkpoints": 0}
+            )
+        return NodeLost(node, lost_at, changed, 0, 0)
+
+    failed = (
+        await session.execute(
+            update(CheckpointTier)
+            .where(
+                CheckpointTier.checkpoint_id.in_(ids),
+                CheckpointTier.tier.in_(list(local_tiers)),
+                CheckpointTier.state.in_([TierState.PENDING.value, TierState.RESTORABLE.value]),
+            )
+            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
+            .returning(CheckpointTier.checkpoint_id, CheckpointTier.tier)
+        )
+    ).all()
+    failed_tiers: dict[int, list[str]] = {}
+    for cp, tier in failed:
+        failed_tiers.setdefault(cp, []).append(tier)
+
+    still_pending = exists().where(
+        CheckpointTier.checkpoint_id == Checkpoint.id,
+        CheckpointTier.state == TierState.PENDING.value,
+    )
+    rows = (
+        await session.execute(
+            select(Checkpoint.id, Checkpoint.job_id, Job.name, Checkpoint.step, still_pending)
+            .join(Job, Job.id == Checkpoint.job_id)
+            .where(Checkpoint.id.in_(ids))
+            .order_by(Checkpoint.id)
+        )
+    ).all()
+    out = NodeLost(node, lost_at, changed, len(lost_rows), len(failed))
+    for cp, job_id, job, step, in_flight in rows:
+        out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight)))
+        if lost_per_checkpoint.get(cp) or failed_tiers.get(cp):
+            await arecord(
+                session,
+                EventKind.NODE_LOST,
+                checkpoint_id=cp,
+                job_id=job_id,
+                actor=actor,
+                detail={
+                    "node": node,
+                    "replicas_lost": lost_per_checkpoint.get(cp, 0),
+                    "tiers_failed": sorted(failed_tiers.get(cp, [])),
+                },
+            )
+    if changed:
+        await arecord(
+            session,
+            EventKind.NODE_LOST,
+            actor=actor,
+            detail={"node": node, "checkpoints": len(ids), "replicas_lost": len(lost_rows)},
+        )
+    return out
+
+
+def verified_on_live_nodes() -> Any:
+    """A condition on Replica: not a local copy on a node declared lost (copies on shared tiers
+    have no node)."""
+    return ~exists().where(and_(Node.id == Replica.node_id, Node.lost_at.is_not(None)))

@@ -9,6 +9,7 @@ from tierpoint.cli import (
     context,
     demo,
     dev,
+    nodes,
     policy,
     quarantine,
     reconcile,
@@ -58,6 +59,7 @@ app.command("usage")(usage.usage)
 app.command("quarantine")(quarantine.quarantine)
 app.command("unquarantine")(quarantine.unquarantine)
 app.command("reconcile")(reconcile.reconcile)
+app.command("node-lost")(nodes.node_lost)
 app.command("demo")(demo.demo)
 # Against the catalog (so the first admin token can be made on a fresh install).
 app.add_typer(tokens.app, name="token")

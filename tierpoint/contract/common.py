@@ -28,6 +28,8 @@ class FailureType(StrEnum):
     INVALID_POLICY = "InvalidPolicy"
     NOT_EXPIRING = "NotExpiring"
     NO_TIERS = "NoTiers"
+    # An operator declared the batch's node lost: its local tier is gone for good.
+    NODE_LOST = "NodeLost"
 
 
 def backoff(maximum: timedelta, attempts: int = 0, *never: FailureType) -> RetryPolicy:
@@ -41,8 +43,10 @@ def backoff(maximum: timedelta, attempts: int = 0, *never: FailureType) -> Retry
     )
 
 
-# Catalog-only activities: short, retried for as long as the catalog is down.
-CATALOG_TIMEOUT = timedelta(minutes=2)
+# Catalog-only activities: short (one transaction over ids, bounded by batches, not shards),
+# retried for as long as the catalog is down. The timeout is also how long an attempt lost with a
+# killed worker holds its workflow up before the retry: they do not heartbeat.
+CATALOG_TIMEOUT = timedelta(seconds=30)
 CATALOG_RETRY = backoff(timedelta(minutes=1), 0, FailureType.INVALID_POLICY)
 
 

@@ -41,7 +41,12 @@ BATCH_RETRY = backoff(
     FailureType.UNKNOWN_TIER,
     FailureType.WRONG_NODE,
     FailureType.CHECKPOINT_NOT_FOUND,
+    FailureType.NODE_LOST,
 )
+
+# Signal to a running lifecycle: this node was declared lost (argument: the node id). Batches on
+# the node's queue stop being waited for; no worker may ever serve that queue again.
+NODE_LOST_SIGNAL = "node_lost"
 
 
 def workflow_id(job: str, step: int) -> str:
@@ -94,6 +99,9 @@ class LifecyclePlan(BaseModel):
     # heartbeat_timeout of the batch activities (Settings.batch_heartbeat_timeout_seconds); the
     # default is what histories recorded before this field ran with.
     batch_heartbeat_seconds: float = 60.0
+    # Nodes of this checkpoint's shards that were declared lost before the plan: their batches
+    # are not scheduled. Empty in histories recorded before nodes could be lost.
+    lost_nodes: list[str] = Field(default_factory=list)
 
 
 class BatchInput(BaseModel):
@@ -172,6 +180,8 @@ class StageInput(BaseModel):
     batches: list[Batch]
     # LifecyclePlan.batch_heartbeat_seconds; the default is what earlier histories ran with.
     batch_heartbeat_seconds: float = 60.0
+    # Nodes declared lost when the child started (later ones arrive as signals).
+    lost_nodes: list[str] = Field(default_factory=list)
 
 
 class StageResult(BaseModel):

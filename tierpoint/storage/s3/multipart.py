@@ -8,11 +8,13 @@ under the key before the completion (invariant 4).
 
 A retried write resumes the same upload: the heartbeat state carries the upload id, the offset
 of the contiguous prefix of finished parts and the crc32c of that prefix; S3's ListParts is the
-source of truth for which parts exist.
+source of truth for which parts exist, and a part it lists beyond the prefix (finished after the
+last heartbeat got through) is not sent again if it holds the bytes read for it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -99,6 +101,9 @@ class _Upload:
     crc: int
     # part number -> (etag, base64 crc32c or None)
     parts: dict[int, tuple[str, str | None]]
+    # Parts S3 lists beyond the resumed prefix (finished after the last heartbeat got through):
+    # not sent again if they hold the bytes read for them.
+    listed: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -120,6 +125,18 @@ class _Prefix:
             self.offset += part_len
             grew = True
         return grew
+
+
+def _already_sent(listed: dict[str, Any] | None, data: memoryview, crc: int) -> bool:
+    """Whether S3 holds this part with exactly these bytes: by its stored CRC32C where the
+    endpoint lists one, else by its ETag (the MD5 of the part's bytes, unless the bucket encrypts
+    with KMS or customer keys: then it differs and the part is simply sent again)."""
+    if listed is None or int(listed["Size"]) != len(data):
+        return False
+    stored = listed.get("ChecksumCRC32C")
+    if stored:
+        return str(stored) == crc32c_to_base64(crc)
+    return str(listed["ETag"]).strip('"') == hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 class MultipartUploads:
@@ -188,6 +205,7 @@ class MultipartUploads:
                     n: (str(parts[n]["ETag"]), parts[n].get("ChecksumCRC32C"))
                     for n in range(1, done + 1)
                 },
+                listed={n: p for n, p in parts.items() if n > done},
             )
         # S3 does not hold what the state claims: start over on a new upload.
         self.abort(key, resume.upload_id)
@@ -282,9 +300,17 @@ class MultipartUploads:
                                 f"expected {size}"
                             )
                         number = offset // part_size + 1
-                        fut = pool.submit(self._upload_part, key, upload.upload_id, number, view)
-                        inflight[fut] = (number, index, crc32c_of(view), length)
+                        part_crc = crc32c_of(view)
                         offset += length
+                        if _already_sent(upload.listed.get(number), view, part_crc):
+                            listed = upload.listed[number]
+                            upload.parts[number] = (str(listed["ETag"]), crc32c_to_base64(part_crc))
+                            free.append(index)
+                            if prefix.add(number, part_crc, length):
+                                report(prefix.offset, prefix.crc)
+                            continue
+                        fut = pool.submit(self._upload_part, key, upload.upload_id, number, view)
+                        inflight[fut] = (number, index, part_crc, length)
                         continue
                     done, _ = wait(inflight, return_when=FIRST_COMPLETED)
                     harvest(done, strict=True)

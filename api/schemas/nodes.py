@@ -1,0 +1,24 @@
+"""Bodies of the node endpoints."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class NodeLostOut(BaseModel):
+    node: str
+    lost_at: datetime
+    changed: bool = Field(description="This request declared it; false: it was lost already.")
+    replicas_lost: int = Field(description="Local replicas this request turned `lost`.")
+    markers_failed: int = Field(description="Local tier markers this request turned `failed`.")
+    checkpoints: int = Field(description="Checkpoints with shards on the node that it affected.")
+    lifecycles_signalled: int = Field(description="Running lifecycles told to stop waiting.")
+    lifecycles_not_running: int = Field(
+        description="In-flight checkpoints without a running lifecycle (its plan sees the node "
+        "lost when it starts)."
+    )
+    lifecycles_unreachable: int = Field(
+        description="Lifecycles that could not be told (Temporal unreachable): repeat the request."
+    )

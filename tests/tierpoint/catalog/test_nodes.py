@@ -1,0 +1,86 @@
+"""The catalog's guards around a node declared lost, for writers that do not know yet: a copy
+still running on the node cannot bring its replica back, promote never counts a copy there, and a
+plan reads which of its nodes are lost. (The declaration itself: tests/api/test_node_lost.py.)"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
+from tierpoint.catalog.nodes import lost_among, upsert_node
+from tierpoint.states import ReplicaState, TierState
+
+
+def one_shard_checkpoint(session: Session, node: str) -> tuple[int, int]:
+    """(checkpoint id, shard id) of a one-shard checkpoint on `node` with a pending ssd marker."""
+    upsert_node(session, node, {})
+    job_id = session.scalar(
+        insert(Job).values(name=f"job-{uuid.uuid4().hex[:10]}").returning(Job.id)
+    )
+    cp = session.scalar(
+        insert(Checkpoint)
+        .values(job_id=job_id, step=1, total_bytes=10, shard_count=1, manifest_digest="d")
+        .returning(Checkpoint.id)
+    )
+    shard = session.scalar(
+        insert(Shard)
+        .values(checkpoint_id=cp, ordinal=0, path="a", size=10, checksum="0badf00d", node_id=node)
+        .returning(Shard.id)
+    )
+    session.execute(
+        insert(CheckpointTier).values(checkpoint_id=cp, tier="ssd", job_id=job_id, step=1)
+    )
+    assert cp is not None and shard is not None
+    return cp, shard
+
+
+def declare_lost(session: Session, node: str) -> None:
+    session.execute(update(Node).where(Node.id == node).values(lost_at=func.now()))
+
+
+def write(session: Session, cp: int, shard: int, node: str, state: ReplicaState) -> None:
+    w = repo.ReplicaWrite(shard, state, f"/ssd/{node}/a", node, bytes_done=10)
+    repo.upsert_replicas(session, cp, "ssd", [w])
+
+
+def replica_state(session: Session, shard: int) -> str | None:
+    return session.scalar(select(Replica.state).where(Replica.shard_id == shard))
+
+
+def test_a_lost_replica_stays_lost_whatever_a_late_copy_writes(session: Session) -> None:
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    cp, shard = one_shard_checkpoint(session, node)
+    write(session, cp, shard, node, ReplicaState.COPYING)
+    session.execute(update(Replica).where(Replica.shard_id == shard).values(state="lost"))
+    for state in (ReplicaState.VERIFIED, ReplicaState.COPYING, ReplicaState.PENDING):
+        write(session, cp, shard, node, state)
+        assert replica_state(session, shard) == "lost"
+
+
+def test_promote_never_counts_a_verified_copy_on_a_lost_node(session: Session) -> None:
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    cp, shard = one_shard_checkpoint(session, node)
+    write(session, cp, shard, node, ReplicaState.VERIFIED)
+    declare_lost(session, node)
+    outcome = repo.promote(session, cp, "ssd", [], None)
+    assert outcome.state == TierState.FAILED.value
+    assert "1 of 1 shards have no verified replica on ssd" in (outcome.reason or "")
+
+    # The same copy on a node that is not lost is promoted.
+    other = f"node-{uuid.uuid4().hex[:8]}"
+    cp2, shard2 = one_shard_checkpoint(session, other)
+    write(session, cp2, shard2, other, ReplicaState.VERIFIED)
+    assert repo.promote(session, cp2, "ssd", [], None).state == TierState.RESTORABLE.value
+
+
+def test_lost_among_names_only_the_lost_nodes(session: Session) -> None:
+    gone, alive = (f"node-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    for n in (gone, alive):
+        upsert_node(session, n, {})
+    declare_lost(session, gone)
+    assert lost_among(session, [alive, gone, gone, "never-reported"]) == [gone]
+    assert lost_among(session, []) == []

@@ -1,0 +1,66 @@
+"""Declaring a node lost: the catalog change (one transaction, committed by the caller), then
+telling every lifecycle still in flight on the node, so that none keeps waiting on a task queue
+no worker will serve again.
+
+Telling is best effort and repeatable: the declaration is idempotent, so an operator whose call
+found Temporal unreachable repeats it. A lifecycle not started yet needs no signal: its plan reads
+the node as lost (under a lock that orders it with the declaration)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from temporalio.client import Client
+
+from tierpoint import logs
+from tierpoint.catalog import nodes
+from tierpoint.config import Settings, TierKind
+from tierpoint.temporal import signal_node_lost
+
+log = logs.get(__name__)
+
+SIGNAL_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Told:
+    signalled: int  # running lifecycles that were told
+    not_running: int  # in flight in the catalog, no running workflow (not started or finished)
+    unreachable: int  # could not be told: Temporal unreachable or failing
+
+
+async def declare(
+    session: AsyncSession, settings: Settings, node: str, actor: str
+) -> nodes.NodeLost:
+    local = [t.name for t in settings.tiers if t.kind is TierKind.LOCAL]
+    return await nodes.mark_lost(session, node, local, actor)
+
+
+async def tell_lifecycles(client: Client | None, lost: nodes.NodeLost) -> Told:
+    in_flight = [c for c in lost.checkpoints if c.in_flight]
+    if client is None:
+        return Told(0, 0, len(in_flight))
+
+    async def tell(cp: nodes.AffectedCheckpoint) -> bool | None:
+        try:
+            return await asyncio.wait_for(
+                signal_node_lost(client, cp.job, cp.step, lost.node), SIGNAL_TIMEOUT
+            )
+        except Exception as exc:
+            log.warning(
+                "lifecycle not told of a lost node",
+                job=cp.job,
+                step=cp.step,
+                node=lost.node,
+                error=repr(exc),
+            )
+            return None
+
+    results = await asyncio.gather(*(tell(c) for c in in_flight))
+    return Told(
+        signalled=sum(1 for r in results if r is True),
+        not_running=sum(1 for r in results if r is False),
+        unreachable=sum(1 for r in results if r is None),
+    )

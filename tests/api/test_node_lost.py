@@ -16,6 +16,7 @@ from temporalio.client import Client
 
 from tests.helpers.api import counts, events, manifest, restorable, shard, workflow_count
 from tests.helpers.faults import eventually
+from tests.helpers.tokens import TEST_ADMIN, actor_name, as_token
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.contract.lifecycle import workflow_id
 
@@ -82,7 +83,8 @@ async def test_declaring_a_node_lost_fails_its_local_copies_and_latest_falls_bac
 
     await eventually("step 2's lifecycle started", started, limit=30)
 
-    r = await client.post(f"/v1/nodes/{gone}/lost", headers={"X-Tierpoint-Actor": "ops-alice"})
+    alice = as_token(catalog, "ops-alice", ["operate"])
+    r = await client.post(f"/v1/nodes/{gone}/lost", headers=alice)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["node"] == gone and body["changed"] is True
@@ -154,7 +156,7 @@ async def test_declaring_again_changes_nothing(
     assert body["lost_at"] == first.json()["lost_at"]
     assert lost_at(catalog, gone) == when
     assert counts(catalog) == before
-    assert events(catalog, "node_lost", job=job)[0]["actor"] == "anonymous"
+    assert actor_name(events(catalog, "node_lost", job=job)[0]["actor"]) == TEST_ADMIN
 
 
 async def test_unknown_node_is_404_and_changes_nothing(

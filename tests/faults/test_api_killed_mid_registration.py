@@ -26,6 +26,7 @@ from tests.helpers.api_process import api_process
 from tests.helpers.faults import OVERALL_TIMEOUT, eventually, make_tier_dirs
 from tests.helpers.lifecycle import NODES, new_job
 from tests.helpers.services import Services, make_bucket, make_settings
+from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.devstack.services import EmbeddedPostgres, free_port
@@ -87,11 +88,15 @@ async def test_api_sigkilled_after_commit_before_answer_retry_gets_the_one_check
             for i in range(4)
         ]
         port = free_port()
-        client = Client(f"http://127.0.0.1:{port}", retry=RETRY)
+        trainer = create_token(engine, scopes=[f"train:{job}"])
+        client = Client(f"http://127.0.0.1:{port}", token=trainer, retry=RETRY)
         registration: asyncio.Future[dict[str, Any]] | None = None
 
         with api_process(cfg, port, tmp_path / "api-1.log") as first:
             await asyncio.to_thread(first.wait_ready)
+            # The token's first use records its last_used_at (a commit of its own, at most once a
+            # minute): done now, so that the only commit held below is the registration's.
+            await asyncio.to_thread(client.tiers)
             await asyncio.to_thread(commits_wait_for_a_standby, engine, True)
             try:
                 registration = asyncio.ensure_future(

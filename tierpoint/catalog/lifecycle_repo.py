@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, aliased
 from tierpoint.states import ReplicaState, TierState
 
 from .events import EventKind, record
-from .models import Checkpoint, CheckpointTier, Job, Replica, Shard
+from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 from .nodes import verified_on_live_nodes
 
 ACTOR = "lifecycle"
@@ -25,8 +25,11 @@ ACTOR = "lifecycle"
 REASON_EXAMPLES = 3
 
 _NOT_OVERWRITTEN = [  # see upsert_replicas
-    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.LOST)
+    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING)
 ]
+# A lost replica on a node declared lost stays lost; one lost elsewhere (an S3 object deleted
+# behind tierpoint's back, found by reconciliation) is what repair copies again.
+_ON_LOST_NODE = Replica.node_id.in_(select(Node.id).where(Node.lost_at.is_not(None)))
 _replica_table = cast(Table, Replica.__table__)
 _shard_table = cast(Table, Shard.__table__)
 
@@ -175,7 +178,8 @@ def upsert_replicas(
 ) -> None:
     """Insert or update replicas of one tier. A verified replica only changes through
     `mark_corrupt` (a later read proved it bad), one being expired is left to retention, and a
-    lost one stays lost (a worker still running on a node declared lost cannot bring it back)."""
+    lost one on a node declared lost stays lost (a worker still running there cannot bring it
+    back)."""
     rows = [
         {
             "shard_id": w.shard_id,
@@ -209,7 +213,10 @@ def upsert_replicas(
                 "verified_at": stmt.excluded.verified_at,
                 "updated_at": func.now(),
             },
-            where=Replica.state.notin_(_NOT_OVERWRITTEN),
+            where=and_(
+                Replica.state.notin_(_NOT_OVERWRITTEN),
+                ~and_(Replica.state == ReplicaState.LOST.value, _ON_LOST_NODE),
+            ),
         )
     )
 

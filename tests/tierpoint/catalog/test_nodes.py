@@ -55,10 +55,24 @@ def test_a_lost_replica_stays_lost_whatever_a_late_copy_writes(session: Session)
     node = f"node-{uuid.uuid4().hex[:8]}"
     cp, shard = one_shard_checkpoint(session, node)
     write(session, cp, shard, node, ReplicaState.COPYING)
+    declare_lost(session, node)
     session.execute(update(Replica).where(Replica.shard_id == shard).values(state="lost"))
     for state in (ReplicaState.VERIFIED, ReplicaState.COPYING, ReplicaState.PENDING):
         write(session, cp, shard, node, state)
         assert replica_state(session, shard) == "lost"
+
+
+def test_a_replica_lost_on_a_live_node_is_copied_again(session: Session) -> None:
+    """Lost for another reason than its node (reconciliation found its bytes gone): repair's
+    copy brings it back."""
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    cp, shard = one_shard_checkpoint(session, node)
+    write(session, cp, shard, node, ReplicaState.VERIFIED)
+    session.execute(update(Replica).where(Replica.shard_id == shard).values(state="lost"))
+    write(session, cp, shard, node, ReplicaState.COPYING)
+    assert replica_state(session, shard) == "copying"
+    write(session, cp, shard, node, ReplicaState.VERIFIED)
+    assert replica_state(session, shard) == "verified"
 
 
 def test_promote_never_counts_a_verified_copy_on_a_lost_node(session: Session) -> None:

@@ -28,7 +28,7 @@ class Sizes:
             tensors=16,
             part_mib=16,
             ckpt_shards=64,
-            window=60.0,
+            window=20.0,
         )
 
     @classmethod

@@ -101,7 +101,9 @@ class Stack:
         )
 
     def watched(self) -> Watched:
-        return self.process.pids()
+        """The stack's processes and this one (the writes, cp/boto3 baselines and restores run
+        here; a `cp` or `sync` child counts once it is reaped)."""
+        return {**self.process.pids(), "bench": (os.getpid(), False)}
 
     def local_dir(self, node: str, job: str, step: int) -> Path:
         return Path(self.info.nodes[node]) / job / str(step)

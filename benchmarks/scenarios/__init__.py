@@ -34,7 +34,7 @@ class Sizes:
     @classmethod
     def quick(cls, mib: int | None = None) -> Sizes:
         return cls(
-            mib=mib or 16, requests=20, shards=100, tensors=4, part_mib=8, ckpt_shards=8, window=3.0
+            mib=mib or 16, requests=20, shards=100, tensors=4, part_mib=8, ckpt_shards=8, window=2.0
         )
 
 

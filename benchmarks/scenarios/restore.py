@@ -15,6 +15,8 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from benchmarks.env import Env
@@ -81,11 +83,11 @@ class Restore(Scenario):
             ),
         ]
 
-    def _method(self, name: str, run: Any, row: Row) -> Method:
+    def _method(self, name: str, run: Callable[[], Outcome], row: Row) -> Method:
         return Method(name, run, (row,), before=self._drop, after=self._clear)
 
     @property
-    def dest(self) -> Any:
+    def dest(self) -> Path:
         return self.work / "dest"
 
     def _drop(self) -> None:

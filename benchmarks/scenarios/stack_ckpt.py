@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -187,7 +186,3 @@ def manifest(names: Sequence[str], size: int, crcs: Sequence[int], node: str) ->
 def shard_names(count: int, node: str = "") -> list[str]:
     prefix = f"{node}-" if node else ""
     return [f"{prefix}shard-{i:03d}.bin" for i in range(count)]
-
-
-def now() -> float:
-    return time.time()

@@ -36,7 +36,8 @@ def bootstrap_module() -> ModuleType:
 
 @dataclass
 class DevStackProcess:
-    """`tierpoint dev` on a fresh data dir and a free port, with one simulated node."""
+    """`tierpoint dev` on a fresh data dir and a free port, with two simulated nodes (the
+    sustained scenario's checkpoints span both; the others use the first)."""
 
     data_dir: Path
     proc: subprocess.Popen[bytes] | None = None
@@ -47,7 +48,7 @@ class DevStackProcess:
         log = open(self.data_dir.parent / "dev-stack.log", "ab")  # noqa: SIM115
         tierpoint = Path(sys.executable).with_name("tierpoint")
         cmd = [str(tierpoint), "dev", "--data-dir", str(self.data_dir), "--port", "0"]
-        cmd += ["--nodes", "1", "--no-temporal-ui"]
+        cmd += ["--nodes", "2", "--no-temporal-ui"]
         self.proc = subprocess.Popen(
             cmd,
             stdout=log,

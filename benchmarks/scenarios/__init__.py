@@ -16,14 +16,26 @@ class Sizes:
     shards: int  # shards per registered manifest
     tensors: int  # tensors of the DCP state dict
     part_mib: int  # S3 multipart part size
+    ckpt_shards: int  # shards of the checkpoint_visible, end_to_end and restore checkpoints
+    window: float  # seconds the sustained scenario registers checkpoints for
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
-        return cls(mib=mib or 1024, requests=200, shards=1000, tensors=16, part_mib=16)
+        return cls(
+            mib=mib or 1024,
+            requests=200,
+            shards=1000,
+            tensors=16,
+            part_mib=16,
+            ckpt_shards=64,
+            window=20.0,
+        )
 
     @classmethod
     def quick(cls, mib: int | None = None) -> Sizes:
-        return cls(mib=mib or 16, requests=20, shards=100, tensors=4, part_mib=8)
+        return cls(
+            mib=mib or 16, requests=20, shards=100, tensors=4, part_mib=8, ckpt_shards=8, window=2.0
+        )
 
 
 def _copy_posix(env: Env, s: Sizes) -> Scenario:
@@ -50,9 +62,37 @@ def _dcp(env: Env, s: Sizes) -> Scenario:
     return Dcp(env, s.mib, tensors=s.tensors)
 
 
+def _checkpoint_visible(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.checkpoint_visible import CheckpointVisible
+
+    return CheckpointVisible(env, s.mib, shards=s.ckpt_shards)
+
+
+def _end_to_end(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.end_to_end import EndToEnd
+
+    return EndToEnd(env, s.mib, shards=s.ckpt_shards)
+
+
+def _restore(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.restore import Restore
+
+    return Restore(env, s.mib, shards=s.ckpt_shards)
+
+
+def _sustained(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.sustained import Sustained
+
+    return Sustained(env, window=s.window)
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "s3_upload": _s3_upload,
     "register_latency": _register_latency,
     "dcp": _dcp,
+    "checkpoint_visible": _checkpoint_visible,
+    "end_to_end": _end_to_end,
+    "restore": _restore,
+    "sustained": _sustained,
 }

@@ -40,6 +40,16 @@ def test_quick_run_measures_every_scenario_against_its_baseline(tmp_path: Path) 
             assert r["ratio"] is not None and r["ratio"] > 0, (name, r)
     dcp = {r["label"]: r for r in doc["scenarios"]["dcp"]["rows"]}
     assert dcp[HEADLINE]["baseline"] == "S3StorageWriter save"
+    e2e = {r["label"]: r for r in doc["scenarios"]["end_to_end"]["rows"]}
+    total = e2e["tierpoint: registration -> restorable on S3"]
+    assert total["baseline"] == "raw: cp+sync local->shared + boto3 upload shared->S3"
+    # Every stage has a time of its own: each tier became restorable after the one before it
+    # (the values are differences of the catalog's restorable_at; all were checked > 0 above).
+    stages = ("sealed on ssd (from registration)", "ssd -> shared", "shared -> S3")
+    assert len([label for label in e2e if any(s in label for s in stages)]) == 3
+    # The sustained rate says which of the stack's processes were busy.
+    cores = doc["scenarios"]["sustained"]["rows"][-1]["cpu_cores"]
+    assert {"api+workers", "temporal", "postgres", "moto"} <= set(cores)
     # The table was printed too, with every scenario's title.
     for name in SCENARIOS:
         assert f"{name}:" in proc.stdout

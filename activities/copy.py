@@ -85,6 +85,7 @@ class BatchCopy:
             )
         )
         self.result.verified += 1
+        metrics.BYTES_VERIFIED.labels(self.dst_tier.name).inc(sh.size)
 
     def _corrupt(self, sh: repo.BatchShard, location: str, reason: str) -> None:
         self.reporter.replica(
@@ -119,6 +120,7 @@ class BatchCopy:
             self._verified(pending.shard, pending.location)
         else:
             reason = f"read back from {self.dst_tier.name}: {v.reason or 'mismatch'}"
+            metrics.VERIFICATION_FAILURES.labels(self.dst_tier.name).inc()
             self._corrupt(pending.shard, pending.location, reason)
 
     def _wait(self, fut: Future[VerifyResult], ordinal: int) -> VerifyResult:

@@ -31,4 +31,4 @@ async def pending_markers_by_tier(session: AsyncSession) -> dict[str, int]:
     rows = await session.execute(
         select(ct.tier, func.count()).where(ct.state == TierState.PENDING.value).group_by(ct.tier)
     )
-    return {tier: int(n) for tier, n in rows.tuples()}
+    return {tier: int(n) for tier, n in rows}

@@ -97,20 +97,23 @@ def _specific_rules(name: str, obj: Obj, spec: Obj, settings: Settings) -> Itera
             yield f"{name}: startupProbe on /readyz"
         if main.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
             yield f"{name}: livenessProbe on /healthz"
-        annotations = obj["spec"]["template"]["metadata"].get("annotations", {})
-        ports = {str(p["containerPort"]) for p in main.get("ports", [])}
-        if annotations.get("prometheus.io/scrape") != "true":
-            yield f"{name}: prometheus.io/scrape"
-        if annotations.get("prometheus.io/port") not in ports:
-            yield f"{name}: prometheus.io/port is not a container port ({sorted(ports)})"
-        if annotations.get("prometheus.io/path") not in API_PATHS:
-            yield f"{name}: prometheus.io/path is not served"
+        yield from _scrape_rules(name, obj, main, API_PATHS)
     if name in ("tierpoint-worker", "tierpoint-node-worker"):
+        yield from _scrape_rules(name, obj, main, {"/metrics"})
+        args = main["args"]
+        port = args[args.index("--metrics-port") + 1] if "--metrics-port" in args else None
+        host = args[args.index("--metrics-host") + 1] if "--metrics-host" in args else None
+        annotated = obj["spec"]["template"]["metadata"].get("annotations", {})
+        if port is None or annotated.get("prometheus.io/port") != port:
+            yield f"{name}: prometheus.io/port is not the worker's --metrics-port ({port})"
+        if host in (None, "127.0.0.1", "localhost"):
+            yield f"{name}: --metrics-host {host} cannot be scraped from outside the pod"
+
         for root in shared:
             if root not in _mounts(main):
                 yield f"{name}: the shared tier {root} is not mounted"
     if name == "tierpoint-node-worker":
-        if main["args"] != ["worker", "--node", "$(NODE_NAME)", "--no-shared"]:
+        if main["args"][:4] != ["worker", "--node", "$(NODE_NAME)", "--no-shared"]:
             yield f"{name}: args {main['args']}"
         node_name: Obj = next((e for e in main.get("env", []) if e["name"] == "NODE_NAME"), {})
         if node_name.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
@@ -119,6 +122,17 @@ def _specific_rules(name: str, obj: Obj, spec: Obj, settings: Settings) -> Itera
         for root in local:
             if root not in host_paths or root not in _mounts(main):
                 yield f"{name}: the local tier {root} must be a hostPath mounted at that path"
+
+
+def _scrape_rules(name: str, obj: Obj, main: Obj, paths: set[str]) -> Iterator[str]:
+    annotations = obj["spec"]["template"]["metadata"].get("annotations", {})
+    ports = {str(p["containerPort"]) for p in main.get("ports", [])}
+    if annotations.get("prometheus.io/scrape") != "true":
+        yield f"{name}: prometheus.io/scrape"
+    if annotations.get("prometheus.io/port") not in ports:
+        yield f"{name}: prometheus.io/port is not a container port ({sorted(ports)})"
+    if annotations.get("prometheus.io/path") not in paths:
+        yield f"{name}: prometheus.io/path is not served"
 
 
 def problems(objects: list[Obj]) -> list[str]:

@@ -64,31 +64,31 @@ async def scrape(port: int) -> str:
     return await asyncio.to_thread(http_get, port)
 
 
-async def wait_serving(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    """Until the worker answers on its metrics port (it binds once its catalog check passed)."""
+async def wait_serving(
+    proc: subprocess.Popen[bytes], port: int, log: Path, path: str = "/metrics"
+) -> None:
+    """Until the process answers on its port (a worker binds once its catalog check passed)."""
     while True:
         if proc.poll() is not None:
             output = await asyncio.to_thread(log.read_text, errors="replace")
-            raise RuntimeError(f"worker exited ({proc.returncode}):\n{output[-3000:]}")
+            raise RuntimeError(f"process exited ({proc.returncode}):\n{output[-3000:]}")
         try:
-            await scrape(port)
+            await asyncio.to_thread(http_get, port, path)
             return
         except OSError:
             await asyncio.sleep(0.2)
 
 
 @contextlib.contextmanager
-def worker_with_metrics(
-    settings: Settings, args: Sequence[str], port: int, log: Path
+def tierpoint_process(
+    settings: Settings, args: Sequence[str], log: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """`tierpoint worker ARGS --metrics-port PORT --metrics-host 127.0.0.1`, JSON logs to `log`.
-    Stopped with SIGTERM (the way Kubernetes stops it), killed if it hangs."""
+    """`tierpoint ARGS` with `settings` and JSON logs to `log`. Stopped with SIGTERM (the way
+    Kubernetes stops it), killed if it hangs."""
     env = settings_env(settings) | {"TIERPOINT_LOG_JSON": "true"}
-    cmd = [sys.executable, "-m", "tierpoint.cli.main", "worker", *args]
-    cmd += ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            cmd,
+            [sys.executable, "-m", "tierpoint.cli.main", *args],
             cwd=REPO,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -106,6 +106,14 @@ def worker_with_metrics(
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=60)
+
+
+def worker_with_metrics(
+    settings: Settings, args: Sequence[str], port: int, log: Path
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """`tierpoint worker ARGS --metrics-port PORT --metrics-host 127.0.0.1`."""
+    metrics = ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
+    return tierpoint_process(settings, ["worker", *args, *metrics], log)
 
 
 def json_lines(log: Path) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
-"""A real lifecycle (ssd -> lustre -> s3) registered through the API, with the node worker and
-the shared worker as real `tierpoint worker --metrics-port` processes logging JSON: afterwards
-their /metrics (real HTTP on 127.0.0.1) and the API's show what happened on every tier, and
-every line they logged about the checkpoint says whose it is."""
+"""A real lifecycle (ssd -> lustre -> s3) registered through `tierpoint api`, with the node
+worker and the shared worker as `tierpoint worker --metrics-port` processes, all logging JSON:
+afterwards their /metrics (real HTTP on 127.0.0.1) show what happened on every tier, and every
+line they logged about the checkpoint says whose it is."""
 
 from __future__ import annotations
 
@@ -13,18 +13,19 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, text
 
-from api.app import create_app
-from tests.helpers.api import manifest, running_client, shard
+from tests.helpers.api import manifest, shard
 from tests.helpers.lifecycle import crc_hex
 from tests.helpers.scrape import (
     Samples,
     json_lines,
     parse,
     scrape,
+    tierpoint_process,
     value,
     wait_serving,
     worker_with_metrics,
 )
+from tests.helpers.tokens import bearer, create_token
 from tierpoint.config import Settings
 from tierpoint.devstack.services import free_port
 
@@ -90,6 +91,7 @@ async def test_a_lifecycle_shows_on_every_tier_in_metrics_and_logs(
     cfg = settings.model_copy(update={"metrics_refresh_seconds": 0.2})
     node_port, shared_port = free_port(), free_port()
     node_log, shared_log = tmp_path / "node-worker.log", tmp_path / "shared-worker.log"
+    api_log = tmp_path / "api.log"
     shards = _write_shards(cfg, job)
     total = sum(s["size"] for s in shards)
     with (
@@ -100,11 +102,21 @@ async def test_a_lifecycle_shows_on_every_tier_in_metrics_and_logs(
             await wait_serving(node, node_port, node_log)
             await wait_serving(shared, shared_port, shared_log)
             await _node_known(catalog)
-            async for api in running_client(create_app(cfg)):
-                r = await api.post(f"/v1/jobs/{job}/checkpoints", json=manifest(STEP, shards))
-                assert r.status_code == 201, r.text
-                await _restorable_everywhere(api, job)
-                api_metrics = await _refreshed(api, job)
+            api_port = free_port()
+            api_args = ["api", "--host", "127.0.0.1", "--port", str(api_port)]
+            with tierpoint_process(cfg, api_args, api_log) as api_proc:
+                await wait_serving(api_proc, api_port, api_log, "/healthz")
+                headers = bearer(create_token(catalog))
+                async with httpx.AsyncClient(
+                    base_url=f"http://127.0.0.1:{api_port}", headers=headers, timeout=60
+                ) as api:
+                    r = await api.post(f"/v1/jobs/{job}/checkpoints", json=manifest(STEP, shards))
+                    assert r.status_code == 201, r.text
+                    await _restorable_everywhere(api, job)
+                    api_metrics = await _refreshed(api, job)
+                    # The next request is about no checkpoint: nothing of the registration's
+                    # context may stick to its lines.
+                    assert (await api.get("/v1/tiers")).status_code == 200
             on_node = parse(await scrape(node_port))
             on_shared = parse(await scrape(shared_port))
 
@@ -151,3 +163,14 @@ async def test_a_lifecycle_shows_on_every_tier_in_metrics_and_logs(
     copies = [line for line in about if line["event"] == "batch copied and verified"]
     assert {line["source"] for line in copies} == {"ssd", "lustre"}
     assert sum(line["bytes"] for line in copies if line["tier"] == "s3") >= total
+
+    api_lines = json_lines(api_log)
+    registered = [line for line in api_lines if line["event"] == "checkpoint registered"]
+    assert [(line["job"], line["step"], line["created"]) for line in registered] == [
+        (job, STEP, True)
+    ]
+    access = [line for line in api_lines if line["event"] == "request"]
+    posts = [line for line in access if line["method"] == "POST"]
+    assert [(line["job"], line["step"]) for line in posts] == [(job, STEP)]
+    tiers_reads = [line for line in access if line["route"] == "/v1/tiers"]
+    assert tiers_reads and all("job" not in line for line in tiers_reads), tiers_reads

@@ -211,6 +211,12 @@ RULE_BREAKS: dict[str, tuple[Callable[[list[Obj]], None], str]] = {
         ),
         "cannot be scraped",
     ),
+    "worker metrics port not admitted": (
+        lambda objs: next(o for o in objs if o["metadata"]["name"] == "tierpoint-worker-metrics")[
+            "spec"
+        ]["ingress"][0]["ports"][0].update(port="http"),
+        "no NetworkPolicy admits the scraped port 9464",
+    ),
     "no resource requests": (
         lambda objs: _container_named(objs, "tierpoint-worker/worker").pop("resources"),
         "requests",

@@ -135,6 +135,37 @@ def _scrape_rules(name: str, obj: Obj, main: Obj, paths: set[str]) -> Iterator[s
         yield f"{name}: prometheus.io/path is not served"
 
 
+def _selects(policy: Obj, labels: dict[str, str]) -> bool:
+    selector = policy["spec"]["podSelector"]
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        if e["operator"] != "In" or labels.get(e["key"]) not in e["values"]:
+            return False
+    return True
+
+
+def _ingress_rules(objects: list[Obj]) -> Iterator[str]:
+    """Every port Prometheus is told to scrape is one a NetworkPolicy admits."""
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    for name, obj, spec in _workloads(objects):
+        annotations = obj["spec"]["template"]["metadata"].get("annotations", {})
+        port = annotations.get("prometheus.io/port")
+        if port is None:
+            continue
+        labels = obj["spec"]["template"]["metadata"].get("labels", {})
+        named = {str(p["containerPort"]): p.get("name") for p in _main(spec).get("ports", [])}
+        admitted = {
+            str(p["port"])
+            for policy in policies
+            if _selects(policy, labels)
+            for rule in policy["spec"].get("ingress", [])
+            for p in rule.get("ports", [])
+        }
+        if not ({port, named.get(port)} & admitted):
+            yield f"{name}: no NetworkPolicy admits the scraped port {port}"
+
+
 def problems(objects: list[Obj]) -> list[str]:
     settings, found = _settings(objects)
     for obj in objects:
@@ -151,6 +182,7 @@ def problems(objects: list[Obj]) -> list[str]:
             found += _container_rules(name, container, spec)
         if settings is not None:
             found += _specific_rules(name, obj, spec, settings)
+    found += _ingress_rules(objects)
     expected = {"tierpoint-api", "tierpoint-worker", "tierpoint-node-worker", "tierpoint-migrate"}
     found += [f"missing workload {n}" for n in sorted(expected - names)]
     return found

@@ -91,6 +91,7 @@ class BatchCopy:
             )
         )
         self.result.verified += 1
+        metrics.BYTES_VERIFIED.labels(self.dst_tier.name).inc(sh.size)
 
     def _corrupt(self, sh: repo.BatchShard, location: str, reason: str) -> None:
         self.reporter.replica(
@@ -138,6 +139,7 @@ class BatchCopy:
             self._verified(sh, location)
         else:
             reason = f"read back from {self.dst_tier.name}: {v.reason or 'mismatch'}"
+            metrics.VERIFICATION_FAILURES.labels(self.dst_tier.name).inc()
             self._corrupt(sh, location, reason)
 
     def _wait(self, fut: Future[VerifyResult], ordinal: int) -> VerifyResult:

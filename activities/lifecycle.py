@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import groupby
@@ -22,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog import nodes
+from tierpoint.catalog import metrics_reads, nodes
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.snapshot import policy_for_job
 from tierpoint.config import Settings, TierConfig, TierKind
@@ -46,13 +47,14 @@ from tierpoint.contract.lifecycle import (
 )
 from tierpoint.errors import UnknownTier, UnsafePath
 from tierpoint.retention.policy import promotion_targets, tier_refs
-from tierpoint.states import ReplicaState
+from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.base import (
     ShardRef,
     TierStore,
     VerifyResult,
 )
 
+from . import observe
 from .copy import BatchCopy
 from .progress import BatchReporter, resume_details
 from .stores import Stores
@@ -162,6 +164,8 @@ class LifecycleActivities:
             ordinals = repo.shard_ordinals_by_node(s, head.id)
             lost = nodes.lost_among(s, (n for n, _ in ordinals))
         size = batch_size(self._settings, len(ordinals))
+        with logs.checkpoint_context(job=head.job, step=head.step):
+            log.info("lifecycle planned", tiers=[t.name for t in tiers], shards=len(ordinals))
         return LifecyclePlan(
             checkpoint_id=head.id,
             job=head.job,
@@ -192,7 +196,11 @@ class LifecycleActivities:
 
     @activity.defn(name=SEAL_BATCH)
     def seal_batch(self, inp: SealInput) -> BatchResult:
-        with metrics.timed(SEAL_BATCH), _non_retryable_input_errors():
+        with (
+            metrics.timed(SEAL_BATCH),
+            logs.checkpoint_context(job=inp.job, step=inp.step, tier=inp.tier, node=inp.batch.node),
+            _non_retryable_input_errors(),
+        ):
             return self._seal(inp)
 
     def _seal(self, inp: SealInput) -> BatchResult:
@@ -241,10 +249,12 @@ class LifecycleActivities:
                     )
                 )
                 result.verified += 1
+                metrics.BYTES_VERIFIED.labels(tier.name).inc(sh.size)
             else:
                 reporter.replica(
                     repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, local_node, 0, problem)
                 )
+                metrics.VERIFICATION_FAILURES.labels(tier.name).inc()
                 result.corrupt += 1
                 _note(result, sh.path, problem)
             reporter.flush_if_due()
@@ -253,13 +263,20 @@ class LifecycleActivities:
         metrics.BYTES_SEALED.labels(tier.name).inc(result.bytes)
         metrics.SHARDS_VERIFIED.labels(tier.name).inc(result.verified - result.skipped)
         metrics.CORRUPT_FOUND.labels(tier.name).inc(result.corrupt)
+        observe.batch("batch sealed", result)
         return result
 
     # ---------------------------------------------------------------- copy + verify
 
     @activity.defn(name=COPY_BATCH)
     def copy_batch(self, inp: CopyInput) -> BatchResult:
-        with metrics.timed(COPY_BATCH), _non_retryable_input_errors():
+        with (
+            metrics.timed(COPY_BATCH),
+            logs.checkpoint_context(
+                job=inp.job, step=inp.step, tier=inp.destination, node=inp.batch.node
+            ),
+            _non_retryable_input_errors(),
+        ):
             return self._copy(inp)
 
     def _copy(self, inp: CopyInput) -> BatchResult:
@@ -309,8 +326,10 @@ class LifecycleActivities:
             heartbeat_details=details,
             attempt=info.attempt,
         )
+        started = time.monotonic()
         copy.run(todo)
         reporter.flush()
+        metrics.observe_copy(dst_tier.name, result.bytes, time.monotonic() - started)
         self._batch_events(
             inp.checkpoint_id,
             dst_tier.name,
@@ -324,6 +343,7 @@ class LifecycleActivities:
                 **({"recopied": copy.recopied} if copy.recopied else {}),
             },
         )
+        observe.batch("batch copied and verified", result, source=src_tier.name)
         return result
 
     # ---------------------------------------------------------------- promote
@@ -331,7 +351,15 @@ class LifecycleActivities:
     @activity.defn(name=PROMOTE)
     def promote(self, inp: PromoteInput) -> PromoteResult:
         with metrics.timed(PROMOTE), self._sessions.begin() as s:
+            head = repo.checkpoint_head(s, inp.checkpoint_id)
             outcome = repo.promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
+            # In the promoting transaction, so that now() is the marker's restorable_at.
+            lag = (
+                metrics_reads.seconds_since_registration(s, inp.checkpoint_id)
+                if outcome.changed and outcome.state == TierState.RESTORABLE.value
+                else None
+            )
+        observe.promotion(head, inp.tier, outcome, lag)
         return PromoteResult(tier=inp.tier, state=outcome.state, reason=outcome.reason)
 
     # ---------------------------------------------------------------- events

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,6 +15,7 @@ from fastapi.routing import APIRoute
 from api import auth, problems
 from api import openapi as openapi_doc
 from api.deps import ApiState
+from api.metrics_refresh import CatalogGauges
 from api.middleware import BodySizeLimit, RequestObserver
 from api.routers import (
     actions,
@@ -61,6 +64,7 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_async_engine(settings.database_url)
+        refresher: asyncio.Task[None] | None = None
         try:
             # Refuses an un-migrated or newer catalog with a message that says what to do.
             await check_schema_async(engine)
@@ -80,9 +84,15 @@ def create_app(settings: Settings) -> FastAPI:
                     "AUTHENTICATION IS OFF (insecure_no_auth): every caller may do everything, "
                     "as 'anonymous'. Never run like this on a shared network."
                 )
+            gauges = CatalogGauges(settings, metrics, app.state.tierpoint.sessions)
+            refresher = asyncio.create_task(gauges.run(), name="tierpoint-catalog-gauges")
             log.info("api ready", tiers=settings.tier_names())
             yield
         finally:
+            if refresher is not None:
+                refresher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await refresher
             await engine.dispose()
 
     app = FastAPI(

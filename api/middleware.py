@@ -49,6 +49,10 @@ class RequestObserver:
                 finished = time.perf_counter()
             await send(message)
 
+        # Handlers bind what the request is about (logs.bind_checkpoint): the access line and
+        # the background tasks after the response carry it too; then it is dropped, so that it
+        # never leaks into the next request handled by the same task.
+        outer = structlog.contextvars.get_contextvars()
         with structlog.contextvars.bound_contextvars(request_id=request_id):
             try:
                 await self.app(scope, receive, observed_send)
@@ -69,6 +73,8 @@ class RequestObserver:
                     status=status,
                     duration_ms=round(duration * 1000, 2),
                 )
+                structlog.contextvars.clear_contextvars()
+                structlog.contextvars.bind_contextvars(**outer)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -77,3 +78,24 @@ def configure(level: str = "INFO", json: bool = False) -> None:
 
 def get(name: str | None = None) -> structlog.stdlib.BoundLogger:
     return structlog.get_logger(name)  # type: ignore[no-any-return]
+
+
+@contextmanager
+def checkpoint_context(
+    *, job: str, step: int, tier: str | None = None, node: str | None = None
+) -> Iterator[None]:
+    """Every line logged inside (on this thread or task) carries the checkpoint's job, step, tier
+    and node, so one checkpoint's lines can be followed across processes. `node` is None on lines
+    about all of a checkpoint's nodes (a plan, a promotion), `tier` on lines about all tiers.
+
+    Bind it inside the code that runs on the thread: Temporal runs each sync activity in a copy
+    of the worker's context, so a binding made outside is not seen there."""
+    with structlog.contextvars.bound_contextvars(job=job, step=step, tier=tier, node=node):
+        yield
+
+
+def bind_checkpoint(*, job: str, step: int, tier: str | None = None) -> None:
+    """For the rest of the current task (an API request: its access line and the background
+    tasks after its response), lines carry the checkpoint's job, step and tier. The API's request
+    middleware drops these when the request is done."""
+    structlog.contextvars.bind_contextvars(job=job, step=step, tier=tier, node=None)

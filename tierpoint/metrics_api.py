@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -56,6 +56,51 @@ class ApiMetrics:
             "tierpoint_api_workflow_starts",
             "Lifecycle workflow starts after registration: started, existing or failed.",
             ["outcome"],
+            registry=r,
+        )
+
+        # Computed from the catalog by the API's refresher (api/metrics_refresh.py): every API
+        # replica exports the same values, so alert on max() across replicas.
+        self.in_flight = Gauge(
+            "tierpoint_checkpoints_in_flight",
+            "Checkpoints whose copy to the tier is still pending (pending markers).",
+            ["tier"],
+            registry=r,
+        )
+        self.recovery_point_age = Gauge(
+            "tierpoint_recovery_point_age_seconds",
+            "Seconds since the latest checkpoint restorable from the tier was registered, by job.",
+            ["job", "tier"],
+            registry=r,
+        )
+        self.recovery_point_steps_behind = Gauge(
+            "tierpoint_recovery_point_steps_behind",
+            "Steps between the job's latest registered checkpoint and its latest one restorable "
+            "from the tier.",
+            ["job", "tier"],
+            registry=r,
+        )
+        self.tier_free_bytes = Gauge(
+            "tierpoint_tier_free_bytes",
+            "Free bytes of a shared tier's file system, as the API process sees it.",
+            ["tier"],
+            registry=r,
+        )
+        self.tier_capacity_bytes = Gauge(
+            "tierpoint_tier_capacity_bytes",
+            "Capacity of a shared tier's file system, as the API process sees it.",
+            ["tier"],
+            registry=r,
+        )
+        self.catalog_refreshes = Counter(
+            "tierpoint_api_catalog_metrics_refreshes",
+            "Rounds of the refresher of the catalog gauges, by outcome (ok, error).",
+            ["outcome"],
+            registry=r,
+        )
+        self.catalog_refreshed = Gauge(
+            "tierpoint_api_catalog_metrics_refreshed_timestamp_seconds",
+            "Unix time of the last successful refresh of the catalog gauges.",
             registry=r,
         )
 

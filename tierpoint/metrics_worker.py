@@ -1,10 +1,12 @@
-"""Prometheus metrics of the workers (copies, verifications, corruption, activity durations)."""
+"""Prometheus metrics of the workers (copies, verifications, corruption, promotions, activity
+durations), on the process's default registry: one set per worker process."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import Counter, Histogram, start_http_server
 
@@ -18,15 +20,42 @@ BYTES_SEALED = Counter(
     "Bytes read back from the local tier to seal checkpoints.",
     ["tier"],
 )
+BYTES_VERIFIED = Counter(
+    "tierpoint_worker_bytes_verified",
+    "Bytes of shard replicas read back from a tier (or checked against its stored checksum) and "
+    "found to match the registered checksum: seals and copies.",
+    ["tier"],
+)
 SHARDS_VERIFIED = Counter(
     "tierpoint_worker_shards_verified",
     "Shard replicas read back from their tier and found to match the registered checksum.",
+    ["tier"],
+)
+VERIFICATION_FAILURES = Counter(
+    "tierpoint_worker_verification_failures",
+    "Reads of a replica (seal, read-back after a copy) whose size or checksum did not match "
+    "what was registered.",
     ["tier"],
 )
 CORRUPT_FOUND = Counter(
     "tierpoint_worker_corrupt_replicas",
     "Shard replicas whose bytes did not match the registered size or checksum.",
     ["tier"],
+)
+# From a slow HDD array or a throttled NVMe read (MiB/s) to a fast parallel file system (GiB/s).
+THROUGHPUT_BUCKETS = tuple(float(2**n) for n in range(20, 35))  # 1 MiB/s .. 16 GiB/s
+COPY_THROUGHPUT = Histogram(
+    "tierpoint_worker_copy_throughput_bytes_per_second",
+    "Bytes copied per second of wall time, one observation per copy batch that copied bytes, by "
+    "destination tier.",
+    ["tier"],
+    buckets=THROUGHPUT_BUCKETS,
+)
+PROMOTION_LAG = Histogram(
+    "tierpoint_worker_promotion_lag_seconds",
+    "Registration to restorable on a tier, observed when the promotion makes the tier restorable.",
+    ["tier"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400),
 )
 ACTIVITY_SECONDS = Histogram(
     "tierpoint_worker_activity_seconds",
@@ -47,6 +76,15 @@ def timed(activity: str) -> Iterator[None]:
         ACTIVITY_SECONDS.labels(activity, outcome).observe(time.monotonic() - start)
 
 
-def serve(port: int, host: str = "127.0.0.1") -> None:
-    """Expose /metrics of this worker process on host:port."""
-    start_http_server(port, addr=host)
+def observe_copy(tier: str, nbytes: int, seconds: float) -> None:
+    """One batch's throughput; a batch that copied nothing (all verified already) says nothing
+    about the link."""
+    if nbytes > 0 and seconds > 0:
+        COPY_THROUGHPUT.labels(tier).observe(nbytes / seconds)
+
+
+def serve(port: int, host: str = "127.0.0.1") -> WSGIServer:
+    """Expose /metrics of this worker process on host:port (port 0: any free one, see
+    `server.server_port`). Stop it with `server.shutdown()`."""
+    server, _thread = start_http_server(port, addr=host)
+    return server

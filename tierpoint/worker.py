@@ -103,6 +103,7 @@ async def run_workers(
     stop: asyncio.Event,
     graceful_shutdown: timedelta = timedelta(seconds=5),
     metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """Run a worker per node on its node queue and, if `shared`, the shared worker with the
     workflows, the shared/S3 activities and the reconciler, until `stop` is set.
@@ -110,17 +111,20 @@ async def run_workers(
     Refuses to start (raises SchemaMismatch) when the catalog schema is not at this code's head.
     On stop, running activities get `graceful_shutdown` to finish; the ones that do not are
     cancelled and resume from their last heartbeat on the next worker. With `metrics_port`, the
-    worker metrics (tierpoint.metrics_worker) are served on 127.0.0.1:<port>/metrics.
+    worker metrics (tierpoint.metrics_worker) are served on <metrics_host>:<port>/metrics while the
+    workers run.
     """
     if not nodes and not shared:
         raise ValueError("nothing to run: give nodes and/or shared=True")
     engine: Engine = make_sync_engine(settings.database_url)
     # The reconciler's own small pool (async, like the API's starts it shares a service with).
     reconciler_engine = make_async_engine(settings.database_url, pool_size=2)
+    metrics_server = None
     try:
         await asyncio.to_thread(check_schema, engine)
         if metrics_port is not None:
-            metrics_worker.serve(metrics_port)
+            metrics_server = metrics_worker.serve(metrics_port, metrics_host)
+            log.info("worker metrics served", host=metrics_host, port=metrics_server.server_port)
         sessions = sync_sessions(engine)
         stores = Stores(settings)
         executor = ThreadPoolExecutor(
@@ -249,5 +253,8 @@ async def run_workers(
             executor.shutdown(wait=False, cancel_futures=True)
             log.info("workers stopped", nodes=list(nodes), shared=shared)
     finally:
+        if metrics_server is not None:
+            await asyncio.to_thread(metrics_server.shutdown)
+            metrics_server.server_close()
         engine.dispose()
         await reconciler_engine.dispose()

@@ -9,6 +9,7 @@ from api.auth import Actor, require
 from api.deps import JobName, SessionDep, StateDep, Step
 from api.problems import problem_responses
 from api.schemas.actions import RetryOut
+from tierpoint import logs
 from tierpoint.auth import Scope
 from tierpoint.services.retry import retry_checkpoint
 
@@ -29,6 +30,7 @@ async def retry(
     """Failed tiers go back to `pending` and a new lifecycle run copies what is not verified yet
     (verified copies are kept as they are). 409 `nothing_to_retry` when no tier failed or the
     previous run is still open; 503 `temporal_unavailable` without Temporal."""
+    logs.bind_checkpoint(job=job, step=step)
     outcome = await retry_checkpoint(session, await state.temporal.client(), job, step, actor)
     await session.commit()
     return RetryOut.model_validate(outcome)

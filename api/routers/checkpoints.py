@@ -20,6 +20,7 @@ from api.schemas.checkpoints import (
     RegisterCheckpoint,
 )
 from api.schemas.leases import LatestWithLease
+from tierpoint import logs
 from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads, registration
 from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
@@ -29,6 +30,7 @@ from tierpoint.manifest import check_limits
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 from tierpoint.states import TierState
 
+log = logs.get(__name__)
 router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"])
 
 
@@ -93,6 +95,7 @@ async def register_checkpoint(
 
     Registering the same manifest again answers 200 with the existing checkpoint; a different
     manifest for a registered step is a 409. Nothing is written for a refused request."""
+    logs.bind_checkpoint(job=job, step=manifest.step)
     check_limits(
         manifest,
         max_shards=state.settings.max_shards_per_checkpoint,
@@ -116,6 +119,12 @@ async def register_checkpoint(
     else:
         response.status_code = 200
         state.metrics.registrations.labels("existing").inc()
+    log.info(
+        "checkpoint registered",
+        created=result.created,
+        shards=len(manifest.shards),
+        tiers=state.settings.tier_names(),
+    )
     if not result.workflow_started:
         background_tasks.add_task(
             background.start_lifecycle,

@@ -72,7 +72,11 @@ def test_base_renders_every_workload(base: Rendered) -> None:
     assert kinds["DaemonSet"] == ["tierpoint-node-worker"]
     assert kinds["Job"] == ["tierpoint-migrate"]
     assert kinds["Service"] == ["tierpoint-api"]
-    assert kinds["NetworkPolicy"] == ["tierpoint-api", "tierpoint-no-ingress"]
+    assert kinds["NetworkPolicy"] == [
+        "tierpoint-api",
+        "tierpoint-worker-metrics",
+        "tierpoint-no-ingress",
+    ]
     assert [n.rsplit("-", 1)[0] for n in kinds["ConfigMap"]] == ["tierpoint-config"]
     # Secrets are the operator's: none is committed in the base.
     assert "Secret" not in kinds
@@ -194,6 +198,24 @@ RULE_BREAKS: dict[str, tuple[Callable[[list[Obj]], None], str]] = {
             {"prometheus.io/port": "9090"}
         ),
         "prometheus.io/port",
+    ),
+    "worker metrics annotation on another port": (
+        lambda objs: next(o for o in objs if o["metadata"]["name"] == "tierpoint-node-worker")[
+            "spec"
+        ]["template"]["metadata"]["annotations"].update({"prometheus.io/port": "9090"}),
+        "tierpoint-node-worker: prometheus.io/port",
+    ),
+    "worker metrics on loopback": (
+        lambda objs: _container_named(objs, "tierpoint-worker/worker")["args"].__setitem__(
+            2, "127.0.0.1"
+        ),
+        "cannot be scraped",
+    ),
+    "worker metrics port not admitted": (
+        lambda objs: next(o for o in objs if o["metadata"]["name"] == "tierpoint-worker-metrics")[
+            "spec"
+        ]["ingress"][0]["ports"][0].update(port="http"),
+        "no NetworkPolicy admits the scraped port 9464",
     ),
     "no resource requests": (
         lambda objs: _container_named(objs, "tierpoint-worker/worker").pop("resources"),

@@ -97,20 +97,23 @@ def _specific_rules(name: str, obj: Obj, spec: Obj, settings: Settings) -> Itera
             yield f"{name}: startupProbe on /readyz"
         if main.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
             yield f"{name}: livenessProbe on /healthz"
-        annotations = obj["spec"]["template"]["metadata"].get("annotations", {})
-        ports = {str(p["containerPort"]) for p in main.get("ports", [])}
-        if annotations.get("prometheus.io/scrape") != "true":
-            yield f"{name}: prometheus.io/scrape"
-        if annotations.get("prometheus.io/port") not in ports:
-            yield f"{name}: prometheus.io/port is not a container port ({sorted(ports)})"
-        if annotations.get("prometheus.io/path") not in API_PATHS:
-            yield f"{name}: prometheus.io/path is not served"
+        yield from _scrape_rules(name, obj, main, API_PATHS)
     if name in ("tierpoint-worker", "tierpoint-node-worker"):
+        yield from _scrape_rules(name, obj, main, {"/metrics"})
+        args = main["args"]
+        port = args[args.index("--metrics-port") + 1] if "--metrics-port" in args else None
+        host = args[args.index("--metrics-host") + 1] if "--metrics-host" in args else None
+        annotated = obj["spec"]["template"]["metadata"].get("annotations", {})
+        if port is None or annotated.get("prometheus.io/port") != port:
+            yield f"{name}: prometheus.io/port is not the worker's --metrics-port ({port})"
+        if host in (None, "127.0.0.1", "localhost"):
+            yield f"{name}: --metrics-host {host} cannot be scraped from outside the pod"
+
         for root in shared:
             if root not in _mounts(main):
                 yield f"{name}: the shared tier {root} is not mounted"
     if name == "tierpoint-node-worker":
-        if main["args"] != ["worker", "--node", "$(NODE_NAME)", "--no-shared"]:
+        if main["args"][:4] != ["worker", "--node", "$(NODE_NAME)", "--no-shared"]:
             yield f"{name}: args {main['args']}"
         node_name: Obj = next((e for e in main.get("env", []) if e["name"] == "NODE_NAME"), {})
         if node_name.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
@@ -119,6 +122,48 @@ def _specific_rules(name: str, obj: Obj, spec: Obj, settings: Settings) -> Itera
         for root in local:
             if root not in host_paths or root not in _mounts(main):
                 yield f"{name}: the local tier {root} must be a hostPath mounted at that path"
+
+
+def _scrape_rules(name: str, obj: Obj, main: Obj, paths: set[str]) -> Iterator[str]:
+    annotations = obj["spec"]["template"]["metadata"].get("annotations", {})
+    ports = {str(p["containerPort"]) for p in main.get("ports", [])}
+    if annotations.get("prometheus.io/scrape") != "true":
+        yield f"{name}: prometheus.io/scrape"
+    if annotations.get("prometheus.io/port") not in ports:
+        yield f"{name}: prometheus.io/port is not a container port ({sorted(ports)})"
+    if annotations.get("prometheus.io/path") not in paths:
+        yield f"{name}: prometheus.io/path is not served"
+
+
+def _selects(policy: Obj, labels: dict[str, str]) -> bool:
+    selector = policy["spec"]["podSelector"]
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        if e["operator"] != "In" or labels.get(e["key"]) not in e["values"]:
+            return False
+    return True
+
+
+def _ingress_rules(objects: list[Obj]) -> Iterator[str]:
+    """Every port Prometheus is told to scrape is one a NetworkPolicy admits."""
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    for name, obj, spec in _workloads(objects):
+        annotations = obj["spec"]["template"]["metadata"].get("annotations", {})
+        port = annotations.get("prometheus.io/port")
+        if port is None:
+            continue
+        labels = obj["spec"]["template"]["metadata"].get("labels", {})
+        named = {str(p["containerPort"]): p.get("name") for p in _main(spec).get("ports", [])}
+        admitted = {
+            str(p["port"])
+            for policy in policies
+            if _selects(policy, labels)
+            for rule in policy["spec"].get("ingress", [])
+            for p in rule.get("ports", [])
+        }
+        if not ({port, named.get(port)} & admitted):
+            yield f"{name}: no NetworkPolicy admits the scraped port {port}"
 
 
 def problems(objects: list[Obj]) -> list[str]:
@@ -137,6 +182,7 @@ def problems(objects: list[Obj]) -> list[str]:
             found += _container_rules(name, container, spec)
         if settings is not None:
             found += _specific_rules(name, obj, spec, settings)
+    found += _ingress_rules(objects)
     expected = {"tierpoint-api", "tierpoint-worker", "tierpoint-node-worker", "tierpoint-migrate"}
     found += [f"missing workload {n}" for n in sorted(expected - names)]
     return found

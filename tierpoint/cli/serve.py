@@ -85,6 +85,17 @@ def worker(
             help="Also run the shared worker: workflows, shared and S3 tiers, the reconciler.",
         ),
     ] = True,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus /metrics on this port.",
+            show_default="settings.worker_metrics_port (none)",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(help="Bind address of /metrics.", show_default="settings.worker_metrics_host"),
+    ] = None,
 ) -> None:
     """Run Temporal workers: `--node N --no-shared` on each training node.
 
@@ -109,7 +120,15 @@ def worker(
         client = await connect(settings)
         what = ", ".join([*(f"node {n}" for n in nodes), *(["shared"] if shared else [])])
         console.print(f"tierpoint worker: {what} (Temporal {settings.temporal_address})")
-        await run_workers(settings, client, nodes=nodes, shared=shared, stop=stop)
+        await run_workers(
+            settings,
+            client,
+            nodes=nodes,
+            shared=shared,
+            stop=stop,
+            metrics_port=settings.worker_metrics_port if metrics_port is None else metrics_port,
+            metrics_host=metrics_host or settings.worker_metrics_host,
+        )
 
     asyncio.run(main())
 

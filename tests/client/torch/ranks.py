@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import httpx
 import pytest
 from tierpoint_client import Checkpoint
 
@@ -154,3 +155,18 @@ def assert_loaded(reports: list[dict[str, Any]], step: int) -> None:
         assert r["step"] == step, r
         assert r["mismatches"] == [], r
         assert r["lease_released"], r
+
+
+async def until_event(stack: Stack, job: str, step: int, want: tuple[str, str]) -> None:
+    """Wait (hang guard: WAIT) until the checkpoint's history has an event (kind, tier)."""
+    headers = {"Authorization": f"Bearer {stack.token}"}
+    async with (
+        asyncio.timeout(WAIT),
+        httpx.AsyncClient(base_url=stack.api_url, headers=headers) as api,
+    ):
+        while True:
+            r = await api.get(f"/v1/jobs/{job}/checkpoints/{step}/events", params={"limit": 1000})
+            assert r.status_code == 200, r.text
+            if want in {(e["kind"], e["tier"]) for e in r.json()["items"]}:
+                return
+            await asyncio.sleep(0.5)

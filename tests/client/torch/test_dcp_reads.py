@@ -17,6 +17,7 @@ from tests.client.torch.ranks import (
     ranks,
     require_torch_venv,
     run_ranks,
+    until_event,
     wait_everywhere,
     wipe_local,
 )
@@ -132,6 +133,11 @@ async def test_s3_reads_fetch_only_the_items_a_rank_needs(stack: Stack, tmp_path
     assert stats["files"] == {".metadata": "lustre", "__0_0.distcp": "s3 (ranged)"}
     fetched = stats["bytes_fetched"] - size[".metadata"]
     assert 0 < fetched < size["__0_0.distcp"] // 2, (fetched, size)
+
+    # That load reported the bad shared copy; the server confirmed it and repaired it from S3.
+    # Spoil it again, once repaired, so that the next load has no good copy but S3's.
+    await until_event(stack, job, step, ("repaired", "lustre"))
+    corrupt_file(stack.shared_dir(job, step) / "__0_0.distcp")
 
     # A ranged read verifies each item against its own crc32c: flipped bytes in S3 are caught.
     corrupt_s3(stack, cp, "__0_0.distcp", everywhere=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from benchmarks.catalog_fill import Catalog
 from benchmarks.env import Env
 from benchmarks.harness import Scenario
 
@@ -16,14 +17,32 @@ class Sizes:
     shards: int  # shards per registered manifest
     tensors: int  # tensors of the DCP state dict
     part_mib: int  # S3 multipart part size
+    catalog: Catalog  # the 1x catalog of catalog_reads (it adds one 10x its checkpoints)
+    reads: int  # GETs per run of catalog_reads
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
-        return cls(mib=mib or 1024, requests=200, shards=1000, tensors=16, part_mib=16)
+        return cls(
+            mib=mib or 1024,
+            requests=200,
+            shards=1000,
+            tensors=16,
+            part_mib=16,
+            catalog=Catalog(1000, 100, 10),
+            reads=300,
+        )
 
     @classmethod
     def quick(cls, mib: int | None = None) -> Sizes:
-        return cls(mib=mib or 16, requests=20, shards=100, tensors=4, part_mib=8)
+        return cls(
+            mib=mib or 16,
+            requests=20,
+            shards=100,
+            tensors=4,
+            part_mib=8,
+            catalog=Catalog(100, 10, 10),
+            reads=30,
+        )
 
 
 def _copy_posix(env: Env, s: Sizes) -> Scenario:
@@ -50,9 +69,16 @@ def _dcp(env: Env, s: Sizes) -> Scenario:
     return Dcp(env, s.mib, tensors=s.tensors)
 
 
+def _catalog_reads(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.catalog_reads import CatalogReads
+
+    return CatalogReads(env, s.catalog, s.reads, warmup=20 if s.reads >= 100 else 5)
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "s3_upload": _s3_upload,
     "register_latency": _register_latency,
     "dcp": _dcp,
+    "catalog_reads": _catalog_reads,
 }

@@ -41,7 +41,7 @@ class Sizes:
             tensors=4,
             part_mib=8,
             catalog=Catalog(100, 10, 10),
-            reads=30,
+            reads=20,
         )
 
 
@@ -72,7 +72,7 @@ def _dcp(env: Env, s: Sizes) -> Scenario:
 def _catalog_reads(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.catalog_reads import CatalogReads
 
-    return CatalogReads(env, s.catalog, s.reads, warmup=20 if s.reads >= 100 else 5)
+    return CatalogReads(env, s.catalog, s.reads, warmup=20 if s.reads >= 100 else 3)
 
 
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {

@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,10 +101,17 @@ class CatalogReads(Scenario):
             migrate.upgrade(url)
             c = self.base
             catalog = Catalog(c.jobs, c.checkpoints_per_job * factor, c.shards_per_checkpoint)
-            self.fill_seconds[label] = fill(url.replace("+psycopg", "", 1), catalog)
             self.served.append(Served(label, catalog, url))
+        # Both catalogs at once: each fill is one backend, mostly on one core.
+        with ThreadPoolExecutor(len(self.served)) as pool:
+            took = pool.map(
+                lambda s: fill(s.url.replace("+psycopg", "", 1), s.catalog), self.served
+            )
+            self.fill_seconds = {s.label: t for s, t in zip(self.served, took, strict=True)}
         for s in self.served:
-            self._serve(s)
+            self._start_api(s)
+        for s in self.served:
+            self._await_api(s)
         methods: list[Method] = []
         for name, request in self._requests().items():
             for s in self.served:
@@ -151,7 +159,7 @@ class CatalogReads(Scenario):
             ),
         }
 
-    def _serve(self, s: Served) -> None:
+    def _start_api(self, s: Served) -> None:
         engine = make_sync_engine(s.url, pool_size=1)
         with Session(engine) as session:
             token = tokens_repo.create_token(
@@ -190,6 +198,10 @@ class CatalogReads(Scenario):
             timeout=60,
             headers={"Authorization": f"Bearer {token}"},
         )
+
+    def _await_api(self, s: Served) -> None:
+        assert s.api is not None and s.http is not None
+        log_path = self.work / f"api-{s.label}.log"
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             try:

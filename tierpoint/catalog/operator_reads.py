@@ -24,6 +24,7 @@ from tierpoint.catalog.models import (
     CheckpointTier,
     Event,
     Job,
+    JobTierUsage,
     Node,
     Replica,
     RetentionPolicy,
@@ -131,19 +132,16 @@ async def jobs_overview(
         )
         points = {(r.id, r.tier): r for r in rows}
 
-    held: dict[tuple[int, str], tuple[int, int]] = {}
-    for r in await session.execute(
-        select(
-            CheckpointTier.job_id,
-            CheckpointTier.tier,
-            func.coalesce(func.sum(Checkpoint.total_bytes), 0),
-            func.count(),
+    # Running totals kept by the catalog's triggers: one row per job and tier, however long the
+    # job's history (summing its markers grew with it).
+    held: dict[tuple[int, str], tuple[int, int]] = {
+        (u.job_id, u.tier): (int(u.bytes), int(u.checkpoints))
+        for u in await session.execute(
+            select(
+                JobTierUsage.job_id, JobTierUsage.tier, JobTierUsage.bytes, JobTierUsage.checkpoints
+            ).where(JobTierUsage.job_id.in_(ids))
         )
-        .join(Checkpoint, Checkpoint.id == CheckpointTier.checkpoint_id)
-        .where(CheckpointTier.job_id.in_(ids), CheckpointTier.state.in_(HELD))
-        .group_by(CheckpointTier.job_id, CheckpointTier.tier)
-    ):
-        held[(r[0], r[1])] = (int(r[2]), int(r[3]))
+    }
 
     open_counts: dict[tuple[int, str], int] = {}
     for o in await session.execute(

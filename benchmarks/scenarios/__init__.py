@@ -41,7 +41,7 @@ class Sizes:
             tensors=4,
             part_mib=8,
             catalog=Catalog(100, 10, 10),
-            reads=20,
+            reads=10,
         )
 
 

@@ -53,6 +53,7 @@ class Served:
     label: str
     catalog: Catalog
     url: str
+    database: str
     api: subprocess.Popen[bytes] | None = None
     http: httpx.Client | None = None
     deep_cursor: str | None = None
@@ -92,16 +93,19 @@ class CatalogReads(Scenario):
         os.chmod(self.work, 0o755)  # the embedded Postgres runs as its own user when we are root
         self.pg = EmbeddedPostgres(self.work / "pg")
         admin = self.pg.start()
+        libpq = admin.replace("postgresql+psycopg://", "postgresql://", 1)
         for label, factor in SCALES:
             db = f"catalog_{label}"
-            libpq = admin.replace("postgresql+psycopg://", "postgresql://", 1)
-            with psycopg.connect(libpq, autocommit=True) as conn:
-                conn.execute(f'CREATE DATABASE "{db}"')
             url = admin.replace("/tierpoint?", f"/{db}?", 1)
-            migrate.upgrade(url)
+            with psycopg.connect(libpq, autocommit=True) as conn:
+                if not self.served:
+                    conn.execute(f'CREATE DATABASE "{db}"')
+                    migrate.upgrade(url)
+                else:  # a copy of the first, migrated and still empty: one migration run
+                    conn.execute(f'CREATE DATABASE "{db}" TEMPLATE "{self.served[0].database}"')
             c = self.base
             catalog = Catalog(c.jobs, c.checkpoints_per_job * factor, c.shards_per_checkpoint)
-            self.served.append(Served(label, catalog, url))
+            self.served.append(Served(label, catalog, url, db))
         # Both catalogs at once: each fill is one backend, mostly on one core.
         with ThreadPoolExecutor(len(self.served)) as pool:
             took = pool.map(

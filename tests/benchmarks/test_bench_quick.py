@@ -40,6 +40,11 @@ def test_quick_run_measures_every_scenario_against_its_baseline(tmp_path: Path) 
             assert r["ratio"] is not None and r["ratio"] > 0, (name, r)
     dcp = {r["label"]: r for r in doc["scenarios"]["dcp"]["rows"]}
     assert dcp[HEADLINE]["baseline"] == "S3StorageWriter save"
+    # Catalog reads: the 10x catalog's rows are its growth over the 1x one, the 1x rows are
+    # compared to a trivial authenticated GET.
+    reads = {r["label"]: r for r in doc["scenarios"]["catalog_reads"]["rows"]}
+    assert reads["latest restorable p99 @10x"]["baseline"] == "latest restorable p99 @1x"
+    assert reads["latest restorable p99 @1x"]["baseline"] == "GET /v1/tiers p99 @1x"
     # The table was printed too, with every scenario's title.
     for name in SCENARIOS:
         assert f"{name}:" in proc.stdout

@@ -14,7 +14,17 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, column, func, literal_column, select, tuple_, values
+from sqlalchemy import (
+    BigInteger,
+    String,
+    and_,
+    column,
+    func,
+    literal_column,
+    select,
+    tuple_,
+    values,
+)
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -302,15 +312,22 @@ async def failures(
     rows = rows[:limit]
     errors: dict[tuple[int, str], str] = {}
     if rows:
+        # A join to VALUES, not (checkpoint_id, tier) IN (...): see tier_progress.
+        wanted = values(
+            column("checkpoint_id", BigInteger), column("tier", String), name="wanted"
+        ).data([(r.checkpoint_id, r.tier) for r in rows])
         for e in await session.execute(
             select(Replica.checkpoint_id, Replica.tier, Replica.error)
             .ext(distinct_on(Replica.checkpoint_id, Replica.tier))
-            .where(
-                tuple_(Replica.checkpoint_id, Replica.tier).in_(
-                    [(r.checkpoint_id, r.tier) for r in rows]
+            .select_from(wanted)
+            .join(
+                Replica,
+                and_(
+                    Replica.checkpoint_id == wanted.c.checkpoint_id,
+                    Replica.tier == wanted.c.tier,
                 ),
-                Replica.error.is_not(None),
             )
+            .where(Replica.error.is_not(None))
             .order_by(Replica.checkpoint_id, Replica.tier, Replica.updated_at.desc())
         ):
             errors[(e.checkpoint_id, e.tier)] = e.error

@@ -1,7 +1,7 @@
 """The catalog's read paths at scale, through HTTP: the operator views, the latest restorable
 checkpoint with its restore plan, a page of a job's checkpoints.
 
-Two catalogs in one embedded Postgres (two databases, both migrated): 1x (1,000 jobs, 100,000
+Two catalogs in one embedded Postgres (two databases, migrated for real): 1x (1,000 jobs, 100,000
 checkpoints, 1,000,000 shards, 3,000,000 replicas in the full run) and 10x the checkpoints and
 shards of the same jobs, each filled set-based (benchmarks/catalog_fill.py) and served by its
 own `tierpoint api` with authentication on. Each method sends `requests` GETs over one

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from benchmarks.catalog_fill import Catalog
 from benchmarks.env import Env
 from benchmarks.harness import Scenario
 
@@ -18,6 +19,8 @@ class Sizes:
     part_mib: int  # S3 multipart part size
     ckpt_shards: int  # shards of the checkpoint_visible, end_to_end and restore checkpoints
     window: float  # seconds the sustained scenario registers checkpoints for
+    catalog: Catalog  # the 1x catalog of catalog_reads (it adds one 10x its checkpoints)
+    reads: int  # GETs per run of catalog_reads
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
@@ -29,12 +32,22 @@ class Sizes:
             part_mib=16,
             ckpt_shards=64,
             window=20.0,
+            catalog=Catalog(1000, 100, 10),
+            reads=300,
         )
 
     @classmethod
     def quick(cls, mib: int | None = None) -> Sizes:
         return cls(
-            mib=mib or 16, requests=20, shards=100, tensors=4, part_mib=8, ckpt_shards=8, window=2.0
+            mib=mib or 16,
+            requests=20,
+            shards=100,
+            tensors=4,
+            part_mib=8,
+            ckpt_shards=8,
+            window=2.0,
+            catalog=Catalog(100, 10, 10),
+            reads=10,
         )
 
 
@@ -86,6 +99,12 @@ def _sustained(env: Env, s: Sizes) -> Scenario:
     return Sustained(env, window=s.window)
 
 
+def _catalog_reads(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.catalog_reads import CatalogReads
+
+    return CatalogReads(env, s.catalog, s.reads, warmup=20 if s.reads >= 100 else 3)
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "s3_upload": _s3_upload,
@@ -95,4 +114,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "end_to_end": _end_to_end,
     "restore": _restore,
     "sustained": _sustained,
+    "catalog_reads": _catalog_reads,
 }

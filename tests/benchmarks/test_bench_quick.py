@@ -50,6 +50,11 @@ def test_quick_run_measures_every_scenario_against_its_baseline(tmp_path: Path) 
     # The sustained rate says which of the stack's processes were busy.
     cores = doc["scenarios"]["sustained"]["rows"][-1]["cpu_cores"]
     assert {"api+workers", "temporal", "postgres", "moto"} <= set(cores)
+    # Catalog reads: the 10x catalog's rows are its growth over the 1x one, the 1x rows are
+    # compared to a trivial authenticated GET.
+    reads = {r["label"]: r for r in doc["scenarios"]["catalog_reads"]["rows"]}
+    assert reads["latest restorable p99 @10x"]["baseline"] == "latest restorable p99 @1x"
+    assert reads["latest restorable p99 @1x"]["baseline"] == "GET /v1/tiers p99 @1x"
     # The table was printed too, with every scenario's title.
     for name in SCENARIOS:
         assert f"{name}:" in proc.stdout

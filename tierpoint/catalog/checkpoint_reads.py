@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, exists, func, select, tuple_
+from sqlalchemy import BigInteger, String, and_, case, column, exists, func, select, values
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, Shard
@@ -63,6 +63,12 @@ async def tier_progress(
         (Replica.state == ReplicaState.COPYING.value, Replica.bytes_done),
         else_=0,
     )
+    # Joined to a VALUES list rather than filtered by (checkpoint_id, tier) IN (...): the IN
+    # becomes a bitmap OR of one branch per pair, planned as a parallel scan (a worker started
+    # per request) at a few dozen pairs; the join probes the index once per pair.
+    wanted = values(
+        column("checkpoint_id", BigInteger), column("tier", String), name="wanted"
+    ).data(list(pairs))
     rows = await session.execute(
         select(
             Replica.checkpoint_id,
@@ -70,8 +76,12 @@ async def tier_progress(
             func.count().filter(Replica.state == VERIFIED),
             func.coalesce(func.sum(done), 0),
         )
+        .select_from(wanted)
+        .join(
+            Replica,
+            and_(Replica.checkpoint_id == wanted.c.checkpoint_id, Replica.tier == wanted.c.tier),
+        )
         .join(Shard, Shard.id == Replica.shard_id)
-        .where(tuple_(Replica.checkpoint_id, Replica.tier).in_(list(pairs)))
         .group_by(Replica.checkpoint_id, Replica.tier)
     )
     return {(r[0], r[1]): (int(r[2]), int(r[3])) for r in rows}

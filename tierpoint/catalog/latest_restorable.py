@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import exists, func, select, tuple_
+from sqlalchemy import exists, func, select, tuple_, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.checkpoint_reads import RESTORABLE, VERIFIED, checkpoint_view, job_id_of
@@ -37,11 +37,10 @@ def _candidate_query(
     source: TierConfig,
     node: str | None,
     below: int | None,
-    above: int | None,
     scan_limit: int,
 ) -> Any:
-    """The newest checkpoint restorable from `source` for the caller, with a step in
-    (above, below). Only the newest `scan_limit` restorable markers are examined (one range of
+    """The newest checkpoint restorable from `source` for the caller, with a step below
+    `below`. Only the newest `scan_limit` restorable markers are examined (one range of
     the (job_id, state, tier, step DESC) index), so the cost does not grow with the history."""
     ct = CheckpointTier
     markers = (
@@ -57,8 +56,6 @@ def _candidate_query(
     )
     if below is not None:
         markers = markers.where(ct.step < below)
-    if above is not None:
-        markers = markers.where(ct.step > above)
     m = markers.subquery()
     # Spelled as IN (other states), not != verified: a few probes of the (checkpoint_id, tier,
     # state) index instead of a scan over every verified replica of the checkpoint.
@@ -296,16 +293,23 @@ async def latest_restorable(
 
     below: int | None = None
     for _ in range(skipped_limit):
-        best: tuple[int, int] | None = None
-        # Durable tiers first: a node-local copy matters only if it is newer than their best.
-        for source in sorted(sources, key=lambda t: t.kind is TierKind.LOCAL):
-            floor = best[0] if best is not None else None
-            query = _candidate_query(job_id, source, node, below, floor, skipped_limit)
-            hit = (await session.execute(query)).first()
-            if hit is not None and (best is None or hit.step > best[0]):
-                best = (hit.step, hit.checkpoint_id)
-        if best is None:
+        # Every source's candidate in one round trip (a trip costs more than these index probes):
+        # the newest of them wins; a step is one checkpoint whichever tier found it.
+        subs = [
+            _candidate_query(job_id, source, node, below, skipped_limit).subquery()
+            for source in sources
+        ]
+        if not subs:
             break
+        found = union_all(*(select(c.c.step, c.c.checkpoint_id) for c in subs)).subquery()
+        hit = (
+            await session.execute(
+                select(found.c.step, found.c.checkpoint_id).order_by(found.c.step.desc()).limit(1)
+            )
+        ).first()
+        if hit is None:
+            break
+        best = (hit.step, hit.checkpoint_id)
         if lock:
             # Waits for a retention flip in progress; the plan below then sees its outcome.
             await session.execute(

@@ -22,12 +22,15 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    event,
     func,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from tierpoint.catalog import usage_rollup
 from tierpoint.states import ReplicaState, TierState
 
 NAMING_CONVENTION = {
@@ -217,6 +220,25 @@ class CheckpointTier(Base):
             postgresql_where=text("restorable_at IS NOT NULL"),
         ),
     )
+
+
+class JobTierUsage(Base):
+    """Bytes and checkpoints a job holds on a tier (restorable or expiring markers): running totals
+    kept by the triggers of tierpoint/catalog/usage_rollup.py, never written by the code."""
+
+    __tablename__ = "job_tier_usage"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True)
+    tier: Mapped[str] = mapped_column(String(128), primary_key=True)
+    bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    checkpoints: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+
+
+@event.listens_for(Base.metadata, "after_create")
+def _usage_triggers(target: MetaData, connection: Connection, **_: Any) -> None:
+    # After every table: the triggers live on checkpoint_tier and checkpoint.
+    for sql in (*usage_rollup.CREATE_FUNCTIONS, *usage_rollup.CREATE_TRIGGERS):
+        connection.execute(text(sql))
 
 
 class RestoreLease(Base):

@@ -14,7 +14,17 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, column, func, literal_column, select, tuple_, values
+from sqlalchemy import (
+    BigInteger,
+    String,
+    and_,
+    column,
+    func,
+    literal_column,
+    select,
+    tuple_,
+    values,
+)
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -24,6 +34,7 @@ from tierpoint.catalog.models import (
     CheckpointTier,
     Event,
     Job,
+    JobTierUsage,
     Node,
     Replica,
     RetentionPolicy,
@@ -131,19 +142,16 @@ async def jobs_overview(
         )
         points = {(r.id, r.tier): r for r in rows}
 
-    held: dict[tuple[int, str], tuple[int, int]] = {}
-    for r in await session.execute(
-        select(
-            CheckpointTier.job_id,
-            CheckpointTier.tier,
-            func.coalesce(func.sum(Checkpoint.total_bytes), 0),
-            func.count(),
+    # Running totals kept by the catalog's triggers: one row per job and tier, however long the
+    # job's history (summing its markers grew with it).
+    held: dict[tuple[int, str], tuple[int, int]] = {
+        (u.job_id, u.tier): (int(u.bytes), int(u.checkpoints))
+        for u in await session.execute(
+            select(
+                JobTierUsage.job_id, JobTierUsage.tier, JobTierUsage.bytes, JobTierUsage.checkpoints
+            ).where(JobTierUsage.job_id.in_(ids))
         )
-        .join(Checkpoint, Checkpoint.id == CheckpointTier.checkpoint_id)
-        .where(CheckpointTier.job_id.in_(ids), CheckpointTier.state.in_(HELD))
-        .group_by(CheckpointTier.job_id, CheckpointTier.tier)
-    ):
-        held[(r[0], r[1])] = (int(r[2]), int(r[3]))
+    }
 
     open_counts: dict[tuple[int, str], int] = {}
     for o in await session.execute(
@@ -304,15 +312,22 @@ async def failures(
     rows = rows[:limit]
     errors: dict[tuple[int, str], str] = {}
     if rows:
+        # A join to VALUES, not (checkpoint_id, tier) IN (...): see tier_progress.
+        wanted = values(
+            column("checkpoint_id", BigInteger), column("tier", String), name="wanted"
+        ).data([(r.checkpoint_id, r.tier) for r in rows])
         for e in await session.execute(
             select(Replica.checkpoint_id, Replica.tier, Replica.error)
             .ext(distinct_on(Replica.checkpoint_id, Replica.tier))
-            .where(
-                tuple_(Replica.checkpoint_id, Replica.tier).in_(
-                    [(r.checkpoint_id, r.tier) for r in rows]
+            .select_from(wanted)
+            .join(
+                Replica,
+                and_(
+                    Replica.checkpoint_id == wanted.c.checkpoint_id,
+                    Replica.tier == wanted.c.tier,
                 ),
-                Replica.error.is_not(None),
             )
+            .where(Replica.error.is_not(None))
             .order_by(Replica.checkpoint_id, Replica.tier, Replica.updated_at.desc())
         ):
             errors[(e.checkpoint_id, e.tier)] = e.error

@@ -26,10 +26,11 @@ from tests.helpers.tokens import create_token
 from tierpoint.config import Settings
 
 MiB = 1024 * 1024
-# Two progress chunks (a POSIX copy reports every 8 MiB) read off the node's ssd at 2 MiB/s:
-# the copy to lustre is in flight for seconds, long after `watch` has started.
-SIZE = 16 * MiB
-READ_LIMIT = 2 * MiB
+# Three 8 MiB chunks read off the node's ssd at 4 MiB/s (a POSIX copy reports a chunk once the
+# next one is read, so the copy to lustre shows 8 MiB done before it ends): the seal and the copy
+# take seconds each, and `watch` starts while the seal reads.
+SIZE = 24 * MiB
+READ_LIMIT = 4 * MiB
 # Guards against a hang, not a performance assertion.
 TIMEOUT = 180.0
 ALL_RESTORABLE = {"ssd": "restorable", "lustre": "restorable", "s3": "restorable"}
@@ -102,8 +103,9 @@ async def test_watch_status_show_follow_a_throttled_copy(
     code, out = await cli(url, token, "watch", job, "--until-idle", "--interval", "0.5")
     assert code == 0, out
     progress = re.findall(rf"{job} step 1 -> lustre  (\d+)% \((\d+)/{SIZE} bytes", out)
-    assert progress, out
-    assert all(int(done) < SIZE for _, done in progress), out
+    assert progress and all(int(done) < SIZE for _, done in progress), out
+    # It printed the copy's progress as it moved, not only its start and its end.
+    assert any(0 < int(done) < SIZE for _, done in progress), out
     assert f"{job} step 1 -> lustre  done: restorable" in out, out
     assert f"{job} step 1 -> s3  done: restorable" in out, out
     assert out.rstrip().endswith("idle: nothing in flight"), out
@@ -143,8 +145,6 @@ async def test_watch_status_show_follow_a_throttled_copy(
     code, out = await cli(url, token, "checkpoints", "list", job, "--json")
     assert code == 0, out
     assert [cp["step"] for cp in parsed(out)["items"]] == [1]
-    code, out = await cli(url, token, "show", job, "7")
-    assert code == 1 and "checkpoint_not_found" in out, out
 
 
 async def test_verify_retry_pin_unpin(

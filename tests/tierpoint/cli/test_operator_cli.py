@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import re
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -82,6 +84,36 @@ async def cli(url: str, token: str, *args: str) -> tuple[int, str]:
     return r.exit_code, r.output
 
 
+async def in_a_terminal(url: str, token: str, *args: str) -> tuple[int, str]:
+    """A `tierpoint` command whose stdout is a pseudo-terminal, as in an operator's shell."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TIERPOINT_TOKEN", "NO_COLOR")}
+    env |= {"TIERPOINT_API_URL": url, "TIERPOINT_TOKEN": token, "COLUMNS": "200", "TERM": "xterm"}
+    leader, follower = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tierpoint.cli.main", *args, env=env, stdout=follower, stderr=follower
+    )
+    os.close(follower)
+
+    def drain() -> bytes:
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the process closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        out = await asyncio.to_thread(drain)
+        code = await proc.wait()
+    finally:
+        os.close(leader)
+    return code, out.decode(errors="replace")
+
+
 def parsed(out: str) -> Any:
     return json.loads(out)
 
@@ -100,7 +132,14 @@ async def test_watch_status_show_follow_a_throttled_copy(
         return bool(r.json()["items"])
 
     await until_true(lustre_in_flight, "the copy to lustre to start")
-    code, out = await cli(url, token, "watch", job, "--until-idle", "--interval", "0.5")
+    watch = ("watch", job, "--until-idle", "--interval", "0.5")
+    # The same copies watched on a terminal (progress bars) and through a pipe (lines).
+    (code, out), (tty_code, tty_out) = await asyncio.gather(
+        cli(url, token, *watch), asyncio.wait_for(in_a_terminal(url, token, *watch), TIMEOUT)
+    )
+    assert tty_code == 0, tty_out
+    assert f"{job} step 1 -> lustre" in tty_out and "━" in tty_out, tty_out
+    assert "idle: nothing in flight" in tty_out, tty_out
     assert code == 0, out
     progress = re.findall(rf"{job} step 1 -> lustre  (\d+)% \((\d+)/{SIZE} bytes", out)
     assert progress and all(int(done) < SIZE for _, done in progress), out
@@ -169,6 +208,9 @@ async def test_verify_retry_pin_unpin(
     assert code == 0, out
     v = parsed(out)
     assert v["status"] == "completed" and v["outcome"]["good"] == 1, v
+    # The node-local copy is read on its node's queue.
+    code, out = await cli(url, token, "verify", job, "1", "--tier", "ssd", "--json")
+    assert code == 0 and parsed(out)["outcome"]["good"] == 1, out
     code, out = await cli(url, token, "verify", job, "1", "--tier", "tape")
     assert code == 1 and "unknown_tier" in out, out
     assert await states(c, job, 1) == ALL_RESTORABLE
@@ -201,7 +243,7 @@ async def test_verify_retry_pin_unpin(
         return await states(c, job, 2) == ALL_RESTORABLE
 
     await until_true(retried, "step 2 to be restorable after the retry")
-    # Recorded with the token's name as the actor: two verifications and the retry.
+    # Recorded with the token's name as the actor: three verifications and the retry.
     recorded = events(catalog, "operator_action", job=job)
-    assert sorted(e["detail"]["action"] for e in recorded) == ["retry", "verify", "verify"]
+    assert sorted(e["detail"]["action"] for e in recorded) == ["retry", *["verify"] * 3]
     assert {e["actor"] for e in recorded} == {oncall}

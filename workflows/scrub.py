@@ -41,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
         SCRUB_WORKFLOW,
         VERIFY_CHECKPOINT_WORKFLOW,
         VERIFY_PICK,
-        VERIFY_PICKS_PER_RUN,
         VERIFY_WORKFLOW,
         RepairStartInput,
         ScrubBatchInput,
@@ -192,16 +191,22 @@ class VerifyReplicas:
 @workflow.defn(name=VERIFY_CHECKPOINT_WORKFLOW)
 class VerifyCheckpoint:
     """Pick by pick (ids in replica id order, so history stays bounded: it continues as new after
-    VERIFY_PICKS_PER_RUN picks, carrying its totals), each batch read on its node's queue."""
+    `picks_per_run` picks, VERIFY_PICKS_PER_RUN, carrying its totals), each batch read on its
+    node's queue."""
 
     @workflow.run
     async def run(self, inp: VerifyCheckpointInput) -> VerifyOutcome:
         out = inp.so_far
         after = inp.after_id
-        for _ in range(VERIFY_PICKS_PER_RUN):
+        for _ in range(inp.picks_per_run):
             pick: VerifyPick = await workflow.execute_activity(
                 VERIFY_PICK,
-                VerifyPickInput(checkpoint_id=inp.checkpoint_id, tier=inp.tier, after_id=after),
+                VerifyPickInput(
+                    checkpoint_id=inp.checkpoint_id,
+                    tier=inp.tier,
+                    after_id=after,
+                    limit=inp.pick_limit,
+                ),
                 result_type=VerifyPick,
                 task_queue=SHARED_TASK_QUEUE,
                 start_to_close_timeout=CATALOG_TIMEOUT,

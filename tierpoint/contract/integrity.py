@@ -182,6 +182,8 @@ class VerifyCheckpointInput(BaseModel):
     kind: TierKind
     after_id: int = 0  # replicas up to this id were read by earlier runs (continue-as-new)
     so_far: VerifyOutcome = Field(default_factory=VerifyOutcome)
+    pick_limit: int = SCRUB_BATCH_REPLICAS
+    picks_per_run: int = VERIFY_PICKS_PER_RUN
 
 
 class VerifyPickInput(BaseModel):

@@ -79,55 +79,59 @@ async def verify(c: httpx.AsyncClient, job: str, step: int, tier: str) -> dict[s
 
 
 async def test_verify_finds_a_changed_byte_and_the_repair_follows(
-    stack: httpx.AsyncClient, settings: Settings, catalog: Engine, temporal: Client, job: str
+    settings: Settings, catalog: Engine, temporal: Client, nodes: tuple[str, str], job: str
 ) -> None:
-    await restorable_checkpoint(stack, settings, job, 1)
     all_good = {"ssd": "restorable", "lustre": "restorable", "s3": "restorable"}
+    async for c in running_client(create_app(settings)):
+        async with running_workers(settings, temporal):
+            await restorable_checkpoint(c, settings, job, 1)
+            good = await verify(c, job, 1, "lustre")
+            assert good["status"] == "completed", good
+            assert good["workflow_id"] == verify_checkpoint_workflow_id(job, 1, "lustre")
+            outcome = good["outcome"]
+            assert isinstance(outcome, dict)
+            assert (outcome["read"], outcome["good"], outcome["corrupt"]) == (2, 2, 0), outcome
+            assert outcome["lost"] == 0 and outcome["repair_requested"] is False
+            assert await tiers(c, job, 1) == all_good
+            assert events(catalog, "corrupt", job=job) == []
+            if recording_histories():
+                await record_history(temporal, str(good["workflow_id"]), "verify_checkpoint")
 
-    good = await verify(stack, job, 1, "lustre")
-    assert good["status"] == "completed", good
-    assert good["workflow_id"] == verify_checkpoint_workflow_id(job, 1, "lustre")
-    outcome = good["outcome"]
-    assert isinstance(outcome, dict)
-    assert (outcome["read"], outcome["good"], outcome["corrupt"], outcome["lost"]) == (2, 2, 0, 0)
-    assert outcome["repair_requested"] is False
-    assert await tiers(stack, job, 1) == all_good
-    assert events(catalog, "corrupt", job=job) == []
-    if recording_histories():
-        await record_history(temporal, str(good["workflow_id"]), "verify_checkpoint")
+        lustre = shard_file(settings, "lustre", None, job, 1, "a.bin")
+        data = bytearray(lustre.read_bytes())
+        data[4321] ^= 0x08
+        lustre.write_bytes(bytes(data))
 
-    lustre = shard_file(settings, "lustre", None, job, 1, "a.bin")
-    data = bytearray(lustre.read_bytes())
-    data[4321] ^= 0x08
-    lustre.write_bytes(bytes(data))
+        # Only the shared worker: the verification reads lustre, and the repair it asks for
+        # (from the node's ssd, on the node's queue) waits, so the damage stays visible.
+        async with running_workers(settings, temporal, nodes=()):
+            bad = await verify(c, job, 1, "lustre")
+            outcome = bad["outcome"]
+            assert isinstance(outcome, dict)
+            assert (outcome["read"], outcome["good"], outcome["corrupt"]) == (2, 1, 1), outcome
+            assert outcome["repair_requested"] is True
+            assert "a.bin" in str(outcome["problems"])
+            # Marked and demoted in one transaction: latest restorable stops offering lustre.
+            assert await tiers(c, job, 1) == {**all_good, "lustre": "failed"}
+            r = await c.get(f"/v1/jobs/{job}/checkpoints/latest", params={"tier": "lustre"})
+            assert r.status_code == 404 and r.json()["code"] == "no_restorable_checkpoint"
+            (corrupt,) = events(catalog, "corrupt", job=job)
+            assert corrupt["detail"]["marker_demoted"] is True and corrupt["actor"] == "verify"
 
-    bad = await verify(stack, job, 1, "lustre")
-    outcome = bad["outcome"]
-    assert isinstance(outcome, dict)
-    assert (outcome["read"], outcome["good"], outcome["corrupt"]) == (2, 1, 1), outcome
-    assert outcome["repair_requested"] is True
-    assert "a.bin" in str(outcome["problems"])
-    # Marked and demoted in one transaction: the event says the marker left `restorable`.
-    (corrupt,) = events(catalog, "corrupt", job=job)
-    assert corrupt["detail"]["marker_demoted"] is True and corrupt["actor"] == "verify"
-
-    # The repair the verification asked for copies the good bytes back.
-    await until(stack, job, 1, all_good)
-    assert lustre.read_bytes() == A
-    assert [e["detail"]["action"] for e in events(catalog, "operator_action", job=job)] == [
-        "verify",
-        "verify",
-    ]
-    assert all(e["actor"] for e in events(catalog, "operator_action", job=job))
-    latest = (
-        await stack.get(f"/v1/jobs/{job}/checkpoints/latest", params={"tier": "lustre"})
-    ).json()
-    assert latest["step"] == 1
-
-    # Read again after the repair: good, nothing changes.
-    again = await verify(stack, job, 1, "lustre")
-    assert again["outcome"]["corrupt"] == 0  # type: ignore[index]
-    assert len(events(catalog, "corrupt", job=job)) == 1
+        # Node workers come: the repair copies the good bytes back and lustre is promoted again.
+        async with running_workers(settings, temporal):
+            await until(c, job, 1, all_good)
+            assert lustre.read_bytes() == A
+            r = await c.get(f"/v1/jobs/{job}/checkpoints/latest", params={"tier": "lustre"})
+            assert r.status_code == 200 and r.json()["step"] == 1, r.text
+            actions = events(catalog, "operator_action", job=job)
+            assert [e["detail"]["action"] for e in actions] == ["verify", "verify"]
+            assert all(e["actor"] for e in actions)
+            # Read again after the repair: good, nothing changes.
+            again = await verify(c, job, 1, "lustre")
+            assert again["outcome"]["corrupt"] == 0  # type: ignore[index]
+            assert len(events(catalog, "corrupt", job=job)) == 1
+            assert await tiers(c, job, 1) == all_good
 
 
 async def test_verify_joins_a_running_verification(

@@ -69,7 +69,10 @@ def status(
         )
     else:
         line = Text.assemble(
-            (f"tierpoint at {url}: ", "bold"), _ok("live", live), "  ", _ok("ready", ready)
+            (f"tierpoint at {url}: ", "bold"),
+            _ok("API /healthz", live),
+            "  ",
+            _ok("API /readyz", ready),
         )
         if ready is not None:
             line.append(f" ({_checks(ready_body)})", style="dim")

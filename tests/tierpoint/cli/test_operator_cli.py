@@ -152,7 +152,7 @@ async def test_watch_status_show_follow_a_throttled_copy(
 
     code, out = await cli(url, token, "status")
     assert code == 0, out
-    assert "live 200" in out and "ready 200" in out, out
+    assert "API /healthz 200" in out and "API /readyz 200" in out, out
     row = next(line for line in out.splitlines() if line.startswith(f"│ {job}"))
     assert row.count("step 1") == 3, row  # its recovery point on every tier
     assert "nothing in flight" in out and "no failures" in out, out

@@ -28,12 +28,16 @@ from tierpoint.contract.integrity import (
     SCRUB_BATCH,
     SCRUB_PICK,
     SCRUB_PLAN,
+    VERIFY_PICK,
     ScrubBatchInput,
     ScrubBatchResult,
     ScrubPick,
     ScrubPickInput,
     ScrubPlan,
     ScrubUnit,
+    VerifyBatch,
+    VerifyPick,
+    VerifyPickInput,
 )
 from tierpoint.errors import UnsafePath
 from tierpoint.states import ReplicaState
@@ -125,6 +129,23 @@ class ScrubActivities:
                 inp.limit,
             )
         return ScrubPick(replica_ids=ids, bytes=nbytes, picked_at=cutoff.isoformat())
+
+    @activity.defn(name=VERIFY_PICK)
+    def verify_pick(self, inp: VerifyPickInput) -> VerifyPick:
+        """The next replicas of a checkpoint's copy to verify, one batch per node's queue."""
+        local = self._settings.tier(inp.tier).kind is TierKind.LOCAL
+        with self._sessions.begin() as s:
+            rows = scrub_repo.checkpoint_replicas(
+                s, inp.checkpoint_id, inp.tier, inp.after_id, inp.limit
+            )
+        by_node: dict[str | None, list[int]] = {}
+        for rid, node in rows:
+            by_node.setdefault(node if local else None, []).append(rid)
+        return VerifyPick(
+            batches=[VerifyBatch(node=n, replica_ids=ids) for n, ids in by_node.items()],
+            last_id=rows[-1][0] if rows else inp.after_id,
+            more=len(rows) == inp.limit,
+        )
 
     @activity.defn(name=SCRUB_BATCH)
     def verify_batch(self, inp: ScrubBatchInput) -> ScrubBatchResult:

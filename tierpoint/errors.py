@@ -216,6 +216,12 @@ class NothingToRetry(TierpointError):
     title = "Nothing to retry"
 
 
+class NothingToVerify(TierpointError):
+    code = "nothing_to_verify"
+    status = 409
+    title = "Nothing to verify"
+
+
 class Unauthenticated(TierpointError):
     """401: no bearer token. RFC 6750 asks for a `WWW-Authenticate: Bearer` challenge."""
 

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import (
     Client,
@@ -21,6 +22,7 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
     WorkflowExecutionStatus,
+    WorkflowHandle,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -36,12 +38,15 @@ from tierpoint.contract.integrity import (
     REPAIR_WORKFLOW,
     SCRUB_SCHEDULE_ID,
     SCRUB_WORKFLOW,
+    VERIFY_CHECKPOINT_WORKFLOW,
     VERIFY_WORKFLOW,
     ReconcileInput,
     RepairInput,
     RepairRequest,
     ScrubInput,
+    VerifyCheckpointInput,
     VerifyInput,
+    VerifyOutcome,
     repair_workflow_id,
 )
 from tierpoint.contract.lifecycle import (
@@ -178,6 +183,26 @@ async def start_verify(client: Client, inp: VerifyInput) -> str:
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
     return wid
+
+
+async def start_verify_checkpoint(
+    client: Client, inp: VerifyCheckpointInput, wid: str
+) -> tuple[WorkflowHandle[Any, VerifyOutcome], bool]:
+    """Start the verification of a checkpoint's copy on a tier, or join the one running under
+    `wid` (False: joined). A finished run does not block a new one."""
+    try:
+        handle = await client.start_workflow(
+            VERIFY_CHECKPOINT_WORKFLOW,
+            inp,
+            id=wid,
+            task_queue=SHARED_TASK_QUEUE,
+            result_type=VerifyOutcome,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        )
+    except WorkflowAlreadyStartedError:
+        return client.get_workflow_handle(wid, result_type=VerifyOutcome), False
+    return handle, True
 
 
 async def start_reconcile(client: Client, inp: ReconcileInput, run_id: str) -> str:

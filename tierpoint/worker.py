@@ -40,7 +40,7 @@ from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecy
 from workflows.reconcile import Reconcile
 from workflows.repair import CheckpointRepair
 from workflows.retention import JobRetention, RetentionSweep
-from workflows.scrub import Scrub, ScrubUnitRun, VerifyReplicas
+from workflows.scrub import Scrub, ScrubUnitRun, VerifyCheckpoint, VerifyReplicas
 
 log = logs.get(__name__)
 
@@ -192,6 +192,7 @@ async def run_workers(
                         Scrub,
                         ScrubUnitRun,
                         VerifyReplicas,
+                        VerifyCheckpoint,
                         Reconcile,
                     ],
                     activities=[
@@ -207,6 +208,7 @@ async def run_workers(
                         retention.list_jobs,
                         scrub.plan,
                         scrub.pick,
+                        scrub.verify_pick,
                         scrub.verify_batch,
                         repair.plan,
                         repair.copy_batch,

@@ -1,7 +1,8 @@
 """The scrub: `Scrub` (started by the `tierpoint.scrub` schedule) runs one `ScrubUnit` child per
 tier (and node, for a local tier); a unit picks the replicas read longest ago and reads them back
 batch by batch at the tier's scrub bandwidth until its budget (bandwidth x interval) is spent or
-nothing is due. `VerifyReplicas` reads named replicas back now (a reader reported them bad).
+nothing is due. `VerifyReplicas` reads named replicas back now (a reader reported them bad);
+`VerifyCheckpoint` reads every verified replica of one checkpoint on one tier (an operator asked).
 
 Whatever a read finds bad is already marked and demoted by the activity; the workflow asks for the
 repair of the checkpoints it names. Histories stay bounded: a unit runs at most
@@ -38,6 +39,8 @@ with workflow.unsafe.imports_passed_through():
         SCRUB_UNIT_WORKFLOW,
         SCRUB_UNITS_PER_RUN,
         SCRUB_WORKFLOW,
+        VERIFY_CHECKPOINT_WORKFLOW,
+        VERIFY_PICK,
         VERIFY_WORKFLOW,
         RepairStartInput,
         ScrubBatchInput,
@@ -49,8 +52,15 @@ with workflow.unsafe.imports_passed_through():
         ScrubResult,
         ScrubUnit,
         ScrubUnitResult,
+        VerifyCheckpointInput,
         VerifyInput,
+        VerifyOutcome,
+        VerifyPick,
+        VerifyPickInput,
     )
+
+# Every named replica is read, however recently it was.
+READ_ALL = "9999-12-31T00:00:00+00:00"
 
 
 def _queue(kind: TierKind, node: str | None) -> str:
@@ -171,9 +181,51 @@ class VerifyReplicas:
                 node=inp.node,
                 replica_ids=inp.replica_ids,
                 bandwidth=0,
-                # every named replica is read, however recently it was
-                picked_at="9999-12-31T00:00:00+00:00",
+                picked_at=READ_ALL,
                 actor=inp.actor,
             ),
             kind,
         )
+
+
+@workflow.defn(name=VERIFY_CHECKPOINT_WORKFLOW)
+class VerifyCheckpoint:
+    """Pick by pick (ids in replica id order, so history stays bounded: it continues as new after
+    `picks_per_run` picks, VERIFY_PICKS_PER_RUN, carrying its totals), each batch read on its
+    node's queue."""
+
+    @workflow.run
+    async def run(self, inp: VerifyCheckpointInput) -> VerifyOutcome:
+        out = inp.so_far
+        after = inp.after_id
+        for _ in range(inp.picks_per_run):
+            pick: VerifyPick = await workflow.execute_activity(
+                VERIFY_PICK,
+                VerifyPickInput(
+                    checkpoint_id=inp.checkpoint_id,
+                    tier=inp.tier,
+                    after_id=after,
+                    limit=inp.pick_limit,
+                ),
+                result_type=VerifyPick,
+                task_queue=SHARED_TASK_QUEUE,
+                start_to_close_timeout=CATALOG_TIMEOUT,
+                retry_policy=CATALOG_RETRY,
+            )
+            for batch in pick.batches:
+                res = await _read_back(
+                    ScrubBatchInput(
+                        tier=inp.tier,
+                        node=batch.node,
+                        replica_ids=batch.replica_ids,
+                        bandwidth=0,
+                        picked_at=READ_ALL,
+                        actor="verify",
+                    ),
+                    inp.kind,
+                )
+                out.add(res)
+            if not pick.more:
+                return out
+            after = pick.last_id
+        workflow.continue_as_new(inp.model_copy(update={"after_id": after, "so_far": out}))

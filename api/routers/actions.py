@@ -8,10 +8,11 @@ from fastapi import APIRouter, Depends
 from api.auth import Actor, require
 from api.deps import JobName, SessionDep, StateDep, Step
 from api.problems import problem_responses
-from api.schemas.actions import RetryOut
+from api.schemas.actions import RetryOut, VerifyIn, VerifyOut
 from tierpoint import logs
 from tierpoint.auth import Scope
 from tierpoint.services.retry import retry_checkpoint
+from tierpoint.services.verify import verify_checkpoint
 
 router = APIRouter(prefix="/v1/jobs", tags=["operator actions"])
 
@@ -34,3 +35,30 @@ async def retry(
     outcome = await retry_checkpoint(session, await state.temporal.client(), job, step, actor)
     await session.commit()
     return RetryOut.model_validate(outcome)
+
+
+@router.post(
+    "/{job:path}/checkpoints/{step}/verify",
+    dependencies=[Depends(require(Scope.OPERATE))],
+    response_model=VerifyOut,
+    status_code=202,
+    responses=problem_responses(404, 409, 422, 503),
+    summary="Read a checkpoint's copy on one tier back now and compare every checksum",
+)
+async def verify(
+    job: JobName, step: Step, body: VerifyIn, state: StateDep, actor: Actor
+) -> VerifyOut:
+    """Every verified replica there is read back; one that reads wrong is marked `corrupt` (or
+    `lost`), the tier leaves `restorable` at once and a repair starts. Answers with the outcome if
+    the run ends within a few seconds, else `running` (ask again: you join the same run). 409
+    `nothing_to_verify` when the tier holds no verified replica of it."""
+    run = await verify_checkpoint(
+        state.sessions,
+        await state.temporal.client(),
+        state.settings,
+        job,
+        step,
+        body.tier,
+        actor,
+    )
+    return VerifyOut.model_validate(run)

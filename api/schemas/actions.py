@@ -13,3 +13,36 @@ class RetryOut(BaseModel):
     workflow_id: str = Field(description="the new lifecycle run")
     attempt: int = Field(description="1 for the checkpoint's first retry")
     tiers: list[str] = Field(description="the tiers that had failed and are pending again")
+
+
+class VerifyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tier: str = Field(min_length=1, max_length=128, description="the tier whose copy to read back")
+
+
+class VerifyOutcomeOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    read: int = Field(description="replicas read back")
+    good: int = Field(description="read back with the registered size and crc32c")
+    corrupt: int = Field(description="read back wrong: marked corrupt, the tier demoted")
+    lost: int = Field(description="not there: marked lost, the tier demoted")
+    skipped: int = Field(description="no longer verified when their turn came")
+    bytes: int = Field(description="bytes of the good replicas")
+    repair_requested: bool = Field(description="a repair run was asked for the damage found")
+    problems: list[str] = Field(description="a few of the problems found")
+
+
+class VerifyOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    job: str
+    step: int
+    tier: str
+    workflow_id: str = Field(description="the verification workflow (one per checkpoint and tier)")
+    run_id: str | None = Field(description="its run: ask again while it runs and you join it")
+    joined: bool = Field(description="a verification of this copy was already running")
+    status: str = Field(description="running, completed or failed")
+    outcome: VerifyOutcomeOut | None = Field(description="what it read, once completed")
+    error: str | None = None

@@ -26,6 +26,7 @@ from tierpoint.contract.integrity import (
     REPAIR_WORKFLOW,
     SCRUB_UNIT_WORKFLOW,
     SCRUB_WORKFLOW,
+    VERIFY_CHECKPOINT_WORKFLOW,
     VERIFY_WORKFLOW,
 )
 from tierpoint.contract.lifecycle import (
@@ -39,7 +40,7 @@ from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecy
 from workflows.reconcile import Reconcile
 from workflows.repair import CheckpointRepair
 from workflows.retention import JobRetention, RetentionSweep
-from workflows.scrub import Scrub, ScrubUnitRun, VerifyReplicas
+from workflows.scrub import Scrub, ScrubUnitRun, VerifyCheckpoint, VerifyReplicas
 
 HISTORIES = {
     p.stem: p.read_text() for p in sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -53,6 +54,7 @@ WORKFLOWS = [
     Scrub,
     ScrubUnitRun,
     VerifyReplicas,
+    VerifyCheckpoint,
     Reconcile,
 ]
 
@@ -77,6 +79,7 @@ def test_every_workflow_has_a_recorded_history() -> None:
         SCRUB_WORKFLOW,
         SCRUB_UNIT_WORKFLOW,
         VERIFY_WORKFLOW,
+        VERIFY_CHECKPOINT_WORKFLOW,
         RECONCILE_WORKFLOW,
     } <= recorded
     # The shapes later changes must keep replaying: children, a skipped tier, retention requests

@@ -196,3 +196,21 @@ async def overview(session: AsyncSession, tiers: Sequence[str]) -> list[TierScru
             )
         )
     return out
+
+
+def checkpoint_replicas(
+    session: Session, checkpoint_id: int, tier: str, after_id: int, limit: int
+) -> list[tuple[int, str | None]]:
+    """The checkpoint's verified replicas on the tier after `after_id`: (id, node), by id."""
+    rows = session.execute(
+        select(Replica.id, Replica.node_id)
+        .where(
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier == tier,
+            Replica.state == VERIFIED,
+            Replica.id > after_id,
+        )
+        .order_by(Replica.id)
+        .limit(limit)
+    ).all()
+    return [(rid, node) for rid, node in rows]

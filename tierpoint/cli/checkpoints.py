@@ -1,14 +1,52 @@
-"""`tierpoint checkpoints list|show`: a job's checkpoints and where each one lives."""
+"""`tierpoint checkpoints JOB` (the same as `checkpoints list JOB`) and `checkpoints show JOB
+STEP`: a job's checkpoints and where each one lives."""
 
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
 
 import typer
+from typer.core import TyperGroup
 
 from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, api_errors, console, make_client
+from tierpoint.cli.ops_render import print_json
+from tierpoint.cli.policy import Api
 from tierpoint.cli.render import checkpoint_detail, checkpoints_table
 from tierpoint.devstack.facts import DEFAULT_DATA_DIR
 
-app = typer.Typer(help="A job's checkpoints: state per tier, shards and replicas.")
+
+class ListByDefault(TyperGroup):
+    """`checkpoints JOB ...` runs `checkpoints list JOB ...`: a first argument that is neither a
+    subcommand nor an option is a job name (a job named `list` or `show` needs `list` first)."""
+
+    # Any: typer types the context with its vendored click, which it does not export.
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and not args[0].startswith("-") and args[0] not in self.commands:
+            args = ["list", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    cls=ListByDefault,
+    help="A job's checkpoints: state per tier, shards and replicas. "
+    "`tierpoint checkpoints JOB` lists them.",
+)
+
+
+def _json_list(
+    api_url: str | None, data_dir: Any, job: str, state: str | None, tier: str | None, limit: int
+) -> None:
+    api = Api(api_url, data_dir)
+    items: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while len(items) < limit:
+        params: dict[str, str | int] = {"limit": min(limit - len(items), 500)}
+        params |= {k: v for k, v in (("state", state), ("tier", tier), ("cursor", cursor)) if v}
+        page = api.call("GET", f"/v1/jobs/{quote(job, safe='')}/checkpoints?{urlencode(params)}")
+        items.extend(page["items"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    print_json({"items": items[:limit]})
 
 
 @app.command("list")
@@ -19,10 +57,14 @@ def list_(
     ] = None,
     tier: Annotated[str | None, typer.Option(help="Tier that --state refers to.")] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many (newest first).")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
     api_url: ApiUrlOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
 ) -> None:
     """List a job's checkpoints with their state on every tier."""
+    if as_json:
+        _json_list(api_url, data_dir, job, state, tier, limit)
+        return
     client = make_client(api_url, data_dir)
     with api_errors():
         tiers = [t.name for t in client.tiers()]
@@ -41,10 +83,16 @@ def list_(
 def show(
     job: Annotated[str, typer.Argument(help="Job name.")],
     step: Annotated[int, typer.Argument(help="Checkpoint step.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
     api_url: ApiUrlOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
 ) -> None:
     """One checkpoint: per-tier state and progress, every shard with its replicas."""
+    if as_json:
+        print_json(
+            Api(api_url, data_dir).call("GET", f"/v1/jobs/{quote(job, safe='')}/checkpoints/{step}")
+        )
+        return
     client = make_client(api_url, data_dir)
     with api_errors():
         cp = client.checkpoint(job, step)

@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from tierpoint.cli import (
+    actions,
     checkpoints,
     context,
     demo,
@@ -15,9 +16,11 @@ from tierpoint.cli import (
     reconcile,
     restore,
     serve,
+    show,
     status,
     tokens,
     usage,
+    watch,
 )
 
 app = typer.Typer(
@@ -53,6 +56,12 @@ app.command("migrate")(serve.migrate)
 # Against the REST API.
 app.command("status")(status.status)
 app.add_typer(checkpoints.app, name="checkpoints")
+app.command("show")(show.show)
+app.command("watch")(watch.watch)
+app.command("retry")(actions.retry)
+app.command("verify")(actions.verify)
+app.command("pin")(actions.pin)
+app.command("unpin")(actions.unpin)
 app.add_typer(policy.app, name="policy")
 app.command("restore")(restore.restore)
 app.command("usage")(usage.usage)

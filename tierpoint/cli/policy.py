@@ -62,10 +62,19 @@ def _spec_text(spec: dict[str, Any]) -> str:
     return json.dumps(spec, indent=2, sort_keys=True)
 
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")]
+
+
 @app.command("list")
-def list_(api_url: ApiUrlOpt = None, data_dir: DataDirOpt = DEFAULT_DATA_DIR) -> None:
+def list_(
+    as_json: JsonOpt = False, api_url: ApiUrlOpt = None, data_dir: DataDirOpt = DEFAULT_DATA_DIR
+) -> None:
     """The policies in the catalog."""
-    items = Api(api_url, data_dir).call("GET", "/v1/policies")["items"]
+    page = Api(api_url, data_dir).call("GET", "/v1/policies")
+    if as_json:
+        print(json.dumps(page, indent=2))
+        return
+    items = page["items"]
     if not items:
         console.print("no policies (jobs use the built-in default policy)")
         return
@@ -86,12 +95,17 @@ def list_(api_url: ApiUrlOpt = None, data_dir: DataDirOpt = DEFAULT_DATA_DIR) ->
 @app.command("show")
 def show(
     name: Annotated[str, typer.Argument(help="Policy name.")],
+    as_json: JsonOpt = False,
     api_url: ApiUrlOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
 ) -> None:
     """A policy's document, and its history of changes."""
     api = Api(api_url, data_dir)
     p = api.call("GET", f"/v1/policies/{name}")
+    if as_json:
+        history = api.call("GET", f"/v1/policies/{name}/history")
+        print(json.dumps({"policy": p, "history": history["items"]}, indent=2))
+        return
     default = ", default" if p["default"] else ""
     console.print(f"[bold]{p['name']}[/] version {p['version']}{default}, {p['jobs']} job(s)")
     console.print(_spec_text(p["spec"]), markup=False, highlight=False)

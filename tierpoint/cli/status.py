@@ -1,13 +1,18 @@
-"""`tierpoint status`: is the stack up, and is the API ready (catalog, Temporal, S3)?"""
+"""`tierpoint status`: is the API live and ready (catalog, Temporal, S3), and the operator's one
+screen: jobs with their recovery point per tier, copies in flight, failures, tiers."""
 
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
-from rich.table import Table
+import typer
 from rich.text import Text
 
+from tierpoint.cli import ops_status
 from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, console, fail, resolve_api, stack_info
+from tierpoint.cli.ops_render import print_json
 from tierpoint.devstack.facts import DEFAULT_DATA_DIR
+
+TOKEN_PROBLEMS = ("missing_token", "invalid_token", "token_expired", "token_revoked")
 
 
 def _get(client: httpx.Client, path: str) -> tuple[int | None, Any]:
@@ -21,47 +26,64 @@ def _get(client: httpx.Client, path: str) -> tuple[int | None, Any]:
         return resp.status_code, resp.text
 
 
-def _ok(status: int | None) -> Text:
+def _ok(name: str, status: int | None) -> Text:
     if status is None:
-        return Text("unreachable", style="bold red")
-    return Text(f"{status}", style="green" if status < 400 else "bold red")
+        return Text(f"{name} unreachable", style="bold red")
+    return Text(f"{name} {status}", style="green" if status < 400 else "bold red")
 
 
-def status(api_url: ApiUrlOpt = None, data_dir: DataDirOpt = DEFAULT_DATA_DIR) -> None:
-    """Health summary: the dev stack's facts (if any), API liveness and readiness, tiers."""
+def _checks(body: Any) -> str:
+    if isinstance(body, dict):
+        checks = body.get("checks", body)
+        if isinstance(checks, dict):
+            return ", ".join(f"{k}: {v}" for k, v in checks.items())
+    return str(body)
+
+
+def status(
+    job: Annotated[
+        str | None, typer.Option(help="Only jobs whose name starts with this (their copies).")
+    ] = None,
+    jobs: Annotated[int, typer.Option(min=1, max=500, help="Show at most this many jobs.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the answers as JSON.")] = False,
+    api_url: ApiUrlOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR,
+) -> None:
+    """One screen: health, jobs' recovery points, copies in flight, failures, tiers."""
     info = stack_info(data_dir)
     url, token = resolve_api(api_url, data_dir)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    table = Table(title=f"tierpoint at {url}", title_justify="left")
-    table.add_column("check", style="bold")
-    table.add_column("status")
-    table.add_column("detail", overflow="fold")
-    with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
+    with httpx.Client(base_url=url, headers=headers, timeout=10, trust_env=False) as client:
         live, live_body = _get(client, "/healthz")
         ready, ready_body = _get(client, "/readyz")
-        tiers_status, tiers = _get(client, "/v1/tiers")
-    table.add_row("API /healthz", _ok(live), str(live_body) if live != 200 else "")
-    if isinstance(ready_body, dict):
-        checks = ready_body.get("checks", ready_body)
-        detail = (
-            ", ".join(f"{k}: {v}" for k, v in checks.items()) if isinstance(checks, dict) else ""
+        views, problems = ops_status.fetch(client, jobs, job) if live == 200 else ({}, [])
+    if as_json:
+        print_json(
+            {
+                "api_url": url,
+                "healthz": {"status": live, "body": live_body},
+                "readyz": {"status": ready, "body": ready_body},
+                **views,
+                "problems": problems,
+            }
         )
     else:
-        detail = str(ready_body)
-    table.add_row("API /readyz", _ok(ready), detail)
-    if tiers_status in (401, 403):
-        code = tiers.get("code") if isinstance(tiers, dict) else None
-        table.add_row(
-            "API token", _ok(tiers_status), f"{code}: pass --token or set TIERPOINT_TOKEN"
+        line = Text.assemble(
+            (f"tierpoint at {url}: ", "bold"),
+            _ok("API /healthz", live),
+            "  ",
+            _ok("API /readyz", ready),
         )
-    if tiers_status == 200 and isinstance(tiers, list):
-        for t in tiers:
-            where = t.get("root") or f"s3://{t.get('bucket')}/{t.get('prefix') or ''}"
-            table.add_row(f"tier {t['name']}", Text(t["kind"]), where)
-    if info is not None:
-        for node, root in info.nodes.items():
-            table.add_row(f"dev node {node}", Text("local"), root)
-        table.add_row("dev S3", Text("moto"), f"{info.s3.endpoint_url} bucket {info.s3.bucket}")
-    console.print(table)
+        if ready is not None:
+            line.append(f" ({_checks(ready_body)})", style="dim")
+        console.print(line)
+        if info is not None:
+            nodes = ", ".join(info.nodes)
+            console.print(f"dev stack: nodes {nodes}; S3 {info.s3.endpoint_url}", style="dim")
+        for p in problems:
+            console.print(Text(p, style="bold red"))
+        if any(f": {code}:" in p for p in problems for code in TOKEN_PROBLEMS):
+            console.print("  pass --token, set TIERPOINT_TOKEN, or use a dev stack's --data-dir")
+        console.print(ops_status.render(views))
     if live != 200 or ready != 200:
         fail("the API is not " + ("reachable" if live is None else "ready"))

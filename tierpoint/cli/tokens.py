@@ -11,14 +11,17 @@ import contextlib
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
-from sqlalchemy.orm import Session
 
 from tierpoint.cli.context import console, err_console, fail
 from tierpoint.cli.serve import settings_or_fail
+
+if TYPE_CHECKING:
+    # Only for the annotation: importing SQLAlchemy costs every `tierpoint` command ~1 s.
+    from sqlalchemy.orm import Session
 
 app = typer.Typer(
     help="API access tokens (in the catalog: needs TIERPOINT_DATABASE_URL).",

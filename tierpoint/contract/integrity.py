@@ -21,6 +21,7 @@ SCRUB_WORKFLOW = "Scrub"
 SCRUB_UNIT_WORKFLOW = "ScrubUnit"
 SCRUB_SCHEDULE_ID = "tierpoint.scrub"
 VERIFY_WORKFLOW = "VerifyReplicas"
+VERIFY_CHECKPOINT_WORKFLOW = "VerifyCheckpoint"
 REPAIR_WORKFLOW = "CheckpointRepair"
 REPAIR_SIGNAL = "request"
 RECONCILE_WORKFLOW = "Reconcile"
@@ -29,6 +30,7 @@ RECONCILE_SCHEDULE_ID = "tierpoint.reconcile"
 SCRUB_PLAN = "scrub.plan"
 SCRUB_PICK = "scrub.pick"
 SCRUB_BATCH = "scrub.verify_batch"
+VERIFY_PICK = "scrub.verify_pick"
 REPAIR_PLAN = "repair.plan"
 REPAIR_COPY = "repair.copy_batch"
 REPAIR_REQUEST = "repair.request"
@@ -41,6 +43,9 @@ SCRUB_BATCHES_PER_RUN = 50
 # Units (tier x node) a scrub run handles before it continues as new; children at once.
 SCRUB_UNITS_PER_RUN = 200
 SCRUB_UNIT_WINDOW = 16
+# Picks (of up to SCRUB_BATCH_REPLICAS replicas) one checkpoint verification run reads before it
+# continues as new.
+VERIFY_PICKS_PER_RUN = 50
 # Repair batches one repair round hands to the workflow; rounds before continue-as-new.
 REPAIR_BATCHES_PER_ROUND = 200
 REPAIR_ROUNDS_PER_RUN = 10
@@ -58,6 +63,10 @@ READ_RETRY = backoff(timedelta(minutes=2), 20, FailureType.UNKNOWN_TIER, Failure
 
 def repair_workflow_id(job: str, step: int) -> str:
     return f"checkpoint/{job}/{step}/repair"
+
+
+def verify_checkpoint_workflow_id(job: str, step: int, tier: str) -> str:
+    return f"checkpoint/{job}/{step}/verify/{tier}"
 
 
 class ScrubInput(BaseModel):
@@ -140,6 +149,59 @@ class VerifyInput(BaseModel):
     node: str | None = None
     replica_ids: list[int]
     actor: str = "report"
+
+
+class VerifyOutcome(BaseModel):
+    """What an operator's verification of a checkpoint's copy on one tier read."""
+
+    read: int = 0
+    good: int = 0
+    corrupt: int = 0
+    lost: int = 0
+    skipped: int = 0  # no longer verified when its turn came (expired, marked meanwhile)
+    bytes: int = 0
+    repair_requested: bool = False
+    problems: list[str] = Field(default_factory=list)
+
+    def add(self, res: ScrubBatchResult) -> None:
+        self.read += res.replicas + res.corrupt + res.lost
+        self.good += res.replicas
+        self.corrupt += res.corrupt
+        self.lost += res.lost
+        self.skipped += res.skipped
+        self.bytes += res.bytes
+        self.repair_requested = self.repair_requested or bool(res.damaged)
+        self.problems = (self.problems + res.problems)[:PROBLEM_LIMIT]
+
+
+class VerifyCheckpointInput(BaseModel):
+    """Re-read every verified replica of one checkpoint on one tier, in replica id order."""
+
+    checkpoint_id: int
+    tier: str
+    kind: TierKind
+    after_id: int = 0  # replicas up to this id were read by earlier runs (continue-as-new)
+    so_far: VerifyOutcome = Field(default_factory=VerifyOutcome)
+    pick_limit: int = SCRUB_BATCH_REPLICAS
+    picks_per_run: int = VERIFY_PICKS_PER_RUN
+
+
+class VerifyPickInput(BaseModel):
+    checkpoint_id: int
+    tier: str
+    after_id: int
+    limit: int = SCRUB_BATCH_REPLICAS
+
+
+class VerifyBatch(BaseModel):
+    node: str | None = None  # the node whose queue reads it (local tier), else the shared queue
+    replica_ids: list[int]
+
+
+class VerifyPick(BaseModel):
+    batches: list[VerifyBatch] = Field(default_factory=list)
+    last_id: int = 0
+    more: bool = False
 
 
 class RepairRequest(BaseModel):

@@ -47,6 +47,12 @@ async def test_policy_commands(
     assert r.exit_code == 0 and name in r.output, r.output
     r = await _run(api_url, carol, "show", name)
     assert r.exit_code == 0 and '"keep_last": 2' in r.output and "revised" in r.output, r.output
+    r = await _run(api_url, carol, "list", "--json")
+    assert r.exit_code == 0 and name in [p["name"] for p in json.loads(r.output)["items"]]
+    r = await _run(api_url, carol, "show", name, "--json")
+    assert r.exit_code == 0, r.output
+    shown = json.loads(r.output)
+    assert shown["policy"]["version"] == 2 and len(shown["history"]) >= 2, shown
 
     r = await _run(api_url, carol, "plan", job, "--json")
     assert r.exit_code == 0, r.output

@@ -1,0 +1,121 @@
+"""An operator's verification of a checkpoint's copy on one tier: every verified replica there is
+read back on the right queue (`VerifyCheckpoint`, the scrub's read-back activity batch by batch)
+and compared with its registered checksum. What reads back wrong is marked and its tier's marker
+demoted in the same transaction (`tierpoint/catalog/damage.py`), and the repair is requested.
+
+One run per checkpoint and tier at a time: asking again while it runs joins it (and records
+nothing new); asking after it finished reads the copy again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client, WorkflowFailureError
+
+from tierpoint import logs
+from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.models import Checkpoint, Job, Replica
+from tierpoint.config import Settings
+from tierpoint.contract.integrity import (
+    VerifyCheckpointInput,
+    VerifyOutcome,
+    verify_checkpoint_workflow_id,
+)
+from tierpoint.errors import CheckpointNotFound, JobNotFound, NothingToVerify, TemporalUnavailable
+from tierpoint.states import ReplicaState
+from tierpoint.temporal import start_verify_checkpoint
+
+log = logs.get(__name__)
+
+VERIFY = "verify"
+# How long the request waits for the outcome before it answers "running".
+VERIFY_WAIT = 10.0
+
+
+@dataclass
+class VerifyRun:
+    job: str
+    step: int
+    tier: str
+    workflow_id: str
+    run_id: str | None
+    joined: bool
+    status: str = "running"  # running | completed | failed
+    outcome: VerifyOutcome | None = None
+    error: str | None = field(default=None)
+
+
+async def _target(session: AsyncSession, job: str, step: int, tier: str) -> tuple[int, int, int]:
+    """(checkpoint id, job id, verified replicas on the tier)."""
+    cp = (
+        await session.execute(
+            select(Checkpoint.id, Checkpoint.job_id)
+            .join(Job, Job.id == Checkpoint.job_id)
+            .where(Job.name == job, Checkpoint.step == step)
+        )
+    ).one_or_none()
+    if cp is None:
+        if await session.scalar(select(Job.id).where(Job.name == job)) is None:
+            raise JobNotFound(f"no job named {job!r}")
+        raise CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
+    verified = await session.scalar(
+        select(func.count()).where(
+            Replica.checkpoint_id == cp.id,
+            Replica.tier == tier,
+            Replica.state == ReplicaState.VERIFIED.value,
+        )
+    )
+    return cp.id, cp.job_id, int(verified or 0)
+
+
+async def verify_checkpoint(
+    sessions: async_sessionmaker[AsyncSession],
+    client: Client | None,
+    settings: Settings,
+    job: str,
+    step: int,
+    tier: str,
+    actor: str,
+    wait: float = VERIFY_WAIT,
+) -> VerifyRun:
+    """Raises UnknownTier, JobNotFound, CheckpointNotFound, NothingToVerify (no verified replica
+    there), TemporalUnavailable."""
+    kind = settings.tier(tier).kind
+    async with sessions() as session:
+        checkpoint_id, job_id, verified = await _target(session, job, step, tier)
+    wid = verify_checkpoint_workflow_id(job, step, tier)
+    if not verified:
+        raise NothingToVerify(f"{job}/{step} has no verified replica on tier {tier!r}")
+    if client is None:
+        raise TemporalUnavailable("cannot read the copy back now: Temporal is unreachable")
+    handle, started = await start_verify_checkpoint(
+        client, VerifyCheckpointInput(checkpoint_id=checkpoint_id, tier=tier, kind=kind), wid
+    )
+    run_id = handle.result_run_id or handle.run_id
+    if run_id is None:
+        run_id = (await handle.describe()).run_id
+    run = VerifyRun(job, step, tier, wid, run_id, joined=not started)
+    if started:
+        async with sessions() as session:
+            await arecord(
+                session,
+                EventKind.OPERATOR_ACTION,
+                checkpoint_id=checkpoint_id,
+                job_id=job_id,
+                tier=tier,
+                actor=actor,
+                detail={"action": VERIFY, "workflow_id": wid, "run_id": run_id},
+            )
+            await session.commit()
+    try:
+        run.outcome = await asyncio.wait_for(handle.result(), wait)
+        run.status = "completed"
+    except TimeoutError:
+        log.info("verification still running", workflow_id=wid)
+    except WorkflowFailureError as exc:
+        run.status, run.error = "failed", str(exc.cause or exc)
+    return run

@@ -57,7 +57,7 @@ from tierpoint.storage.base import (
 from . import observe
 from .copy import BatchCopy
 from .progress import BatchReporter, resume_details
-from .stores import Stores
+from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
 
@@ -129,14 +129,7 @@ class LifecycleActivities:
             )
 
     def _store(self, tier: TierConfig, batch_node: str) -> TierStore:
-        if tier.kind is TierKind.LOCAL and batch_node != self._node:
-            # A local tier is readable only on its node: a task here is a routing bug.
-            raise ApplicationError(
-                f"tier {tier.name} of node {batch_node} is not reachable from worker "
-                f"{self._node or 'shared'}",
-                type=FailureType.WRONG_NODE,
-                non_retryable=True,
-            )
+        ensure_reachable(tier, batch_node, self._node)
         return self._stores.get(tier, batch_node)
 
     # ---------------------------------------------------------------- plan

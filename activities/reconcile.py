@@ -23,13 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint.catalog import reconcile_repo, scrub_repo
 from tierpoint.catalog.damage import mark_damaged
 from tierpoint.config import Settings, TierConfig, TierKind
-from tierpoint.contract.common import FailureType
 from tierpoint.contract.integrity import (
     RECONCILE_PLAN,
     RECONCILE_SCAN,
@@ -45,7 +43,7 @@ from tierpoint.states import ReplicaState
 from tierpoint.storage.paths import PARTIAL_SUFFIX
 from tierpoint.storage.s3.store import S3Store
 
-from .stores import Stores
+from .stores import Stores, ensure_reachable
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -107,13 +105,7 @@ class ReconcileActivities:
     def scan(self, inp: ReconcileScanInput) -> TierReport:
         tier = self._stores.tier(inp.unit.tier)
         node = inp.unit.node
-        if tier.kind is TierKind.LOCAL and node != self._node:
-            raise ApplicationError(
-                f"tier {tier.name} of node {node} is not reachable from worker "
-                f"{self._node or 'shared'}",
-                type=FailureType.WRONG_NODE,
-                non_retryable=True,
-            )
+        ensure_reachable(tier, node, self._node)
         report = TierReport(tier=tier.name, node=node)
         grace = time.time() - inp.grace_seconds
         with self._sessions.begin() as s:

@@ -16,7 +16,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint.catalog import lifecycle_repo as repo
@@ -24,7 +23,6 @@ from tierpoint.catalog import repair_repo
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job
 from tierpoint.config import Settings, TierConfig, TierKind
-from tierpoint.contract.common import FailureType
 from tierpoint.contract.integrity import (
     REPAIR_COPY,
     REPAIR_PLAN,
@@ -42,7 +40,7 @@ from tierpoint.temporal import request_repair
 from .copy import BatchCopy
 from .lifecycle import batch_size
 from .progress import BatchReporter, resume_details
-from .stores import Stores
+from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
 
@@ -70,13 +68,7 @@ class RepairActivities:
         self._client = client
 
     def _store(self, tier: TierConfig, batch_node: str) -> TierStore:
-        if tier.kind is TierKind.LOCAL and batch_node != self._node:
-            raise ApplicationError(
-                f"tier {tier.name} of node {batch_node} is not reachable from worker "
-                f"{self._node or 'shared'}",
-                type=FailureType.WRONG_NODE,
-                non_retryable=True,
-            )
+        ensure_reachable(tier, batch_node, self._node)
         return self._stores.get(tier, batch_node)
 
     @activity.defn(name=REPAIR_PLAN)

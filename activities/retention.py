@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint.catalog import expiry_repo as repo
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract import retention as c
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.retention import (
@@ -39,7 +39,7 @@ from tierpoint.retention.policy import tier_refs
 from tierpoint.states import TierState
 from tierpoint.temporal import request_retention
 
-from .stores import Stores
+from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
 
@@ -116,13 +116,7 @@ class RetentionActivities:
     @activity.defn(name=c.DELETE)
     def delete_copy(self, inp: DeleteInput) -> None:
         tier = self._stores.tier(inp.tier)
-        if tier.kind is TierKind.LOCAL and (inp.node is None or inp.node != self._node):
-            raise ApplicationError(
-                f"the copy on tier {tier.name} of node {inp.node} is not reachable from worker "
-                f"{self._node or 'shared'}",
-                type=FailureType.WRONG_NODE,
-                non_retryable=True,
-            )
+        ensure_reachable(tier, inp.node, self._node)
         # Invariant 3, checked where the bytes go: only a copy that no reader is sent to any more.
         with self._sessions.begin() as s:
             state = repo.marker_state(s, inp.checkpoint_id, inp.tier)

@@ -16,13 +16,11 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.damage import mark_damaged
 from tierpoint.config import Settings, TierKind
-from tierpoint.contract.common import FailureType
 from tierpoint.contract.integrity import (
     PROBLEM_LIMIT,
     SCRUB_BATCH,
@@ -44,7 +42,7 @@ from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, VerifyResult
 from tierpoint.storage.throttle import TokenBucket
 
-from .stores import Stores
+from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
 
@@ -150,13 +148,7 @@ class ScrubActivities:
     @activity.defn(name=SCRUB_BATCH)
     def verify_batch(self, inp: ScrubBatchInput) -> ScrubBatchResult:
         tier = self._stores.tier(inp.tier)
-        if tier.kind is TierKind.LOCAL and inp.node != self._node:
-            raise ApplicationError(
-                f"tier {tier.name} of node {inp.node} is not reachable from worker "
-                f"{self._node or 'shared'}",
-                type=FailureType.WRONG_NODE,
-                non_retryable=True,
-            )
+        ensure_reachable(tier, inp.node, self._node)
         store = self._stores.get(tier, inp.node)
         picked_at = datetime.fromisoformat(inp.picked_at)
         bucket = self._bucket(tier.name, inp.node, inp.bandwidth)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import threading
 
+from temporalio.exceptions import ApplicationError
+
 from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.contract.common import FailureType
 from tierpoint.storage.base import TierStore
 from tierpoint.storage.registry import open_store
 
@@ -27,3 +30,15 @@ class Stores:
                 store = open_store(tier, key[1])
                 self._open[key] = store
             return store
+
+
+def ensure_reachable(tier: TierConfig, node: str | None, worker_node: str | None) -> None:
+    """A local tier is readable only on its own node's worker: a task for it anywhere else is a
+    routing bug, which no retry mends."""
+    if tier.kind is TierKind.LOCAL and (node is None or node != worker_node):
+        raise ApplicationError(
+            f"tier {tier.name} of node {node} is not reachable from worker "
+            f"{worker_node or 'shared'}",
+            type=FailureType.WRONG_NODE,
+            non_retryable=True,
+        )

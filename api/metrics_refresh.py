@@ -13,7 +13,7 @@ import time
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from tierpoint import logs
-from tierpoint.catalog import metrics_reads, operator_reads
+from tierpoint.catalog import metrics_reads, overview_reads
 from tierpoint.config import Settings, TierKind
 from tierpoint.metrics_api import ApiMetrics
 from tierpoint.storage.posix.space import disk_space
@@ -45,7 +45,7 @@ class CatalogGauges:
             after: str | None = None
             jobs = 0
             while jobs < MAX_JOBS:
-                page, after, _ = await operator_reads.jobs_overview(
+                page, after, _ = await overview_reads.jobs_overview(
                     s, tiers, limit=min(PAGE, MAX_JOBS - jobs), after_name=after
                 )
                 jobs += len(page)

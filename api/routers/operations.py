@@ -33,7 +33,7 @@ from api.schemas.operations import (
     TierUsageSummaryOut,
 )
 from tierpoint.auth import Scope
-from tierpoint.catalog import operator_reads
+from tierpoint.catalog import operator_reads, overview_reads
 from tierpoint.config import TierKind
 from tierpoint.cost import monthly_cost
 from tierpoint.errors import UnknownTier
@@ -69,7 +69,7 @@ async def jobs_overview(
 ) -> JobsOverviewPage:
     after = decode_cursor(cursor, str) if cursor is not None else None
     tiers = state.settings.tiers
-    views, last, now = await operator_reads.jobs_overview(
+    views, last, now = await overview_reads.jobs_overview(
         session, [t.name for t in tiers], limit=limit, after_name=after, prefix=prefix
     )
     items = []

@@ -1,0 +1,145 @@
+"""The jobs overview: a page of jobs, each with its recovery point on every configured tier (the
+newest restorable step and how long ago it was registered), the bytes it holds there, and its
+open copies. Reads only; every query is bounded by the page's jobs (see operator_reads.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import String, column, func, literal_column, select, values
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, JobTierUsage, RetentionPolicy
+from tierpoint.catalog.operator_reads import FAILED, PENDING, RESTORABLE, db_now
+from tierpoint.catalog.operator_views import JobOverviewView, TierPointView
+
+
+async def jobs_overview(
+    session: AsyncSession,
+    tiers: Sequence[str],
+    *,
+    limit: int = 50,
+    after_name: str | None = None,
+    prefix: str | None = None,
+) -> tuple[list[JobOverviewView], str | None, datetime]:
+    """A page of jobs by name, each with its recovery point on every configured tier."""
+    now = await db_now(session)
+    q = (
+        select(Job.id, Job.name, RetentionPolicy.name.label("policy"))
+        .outerjoin(RetentionPolicy, RetentionPolicy.id == Job.policy_id)
+        .order_by(Job.name)
+        .limit(limit + 1)
+    )
+    if after_name is not None:
+        q = q.where(Job.name > after_name)
+    if prefix:
+        # Names are [A-Za-z0-9._-]: no LIKE metacharacter but the escaped ones.
+        q = q.where(Job.name.startswith(prefix, autoescape=True))
+    jobs = (await session.execute(q)).all()
+    next_name = jobs[limit - 1].name if len(jobs) > limit else None
+    jobs = jobs[:limit]
+    if not jobs:
+        return [], None, now
+    ids = [j.id for j in jobs]
+
+    latest = (
+        select(Checkpoint.step, Checkpoint.created_at)
+        .where(Checkpoint.job_id == Job.id)
+        .order_by(Checkpoint.step.desc())
+        .limit(1)
+        .lateral("latest")
+    )
+    count = select(func.count()).where(Checkpoint.job_id == Job.id).scalar_subquery()
+    heads = {
+        r.id: r
+        for r in await session.execute(
+            select(Job.id, latest.c.step, latest.c.created_at, count.label("n"))
+            .outerjoin(latest, literal_column("true"))
+            .where(Job.id.in_(ids))
+        )
+    }
+
+    points: dict[tuple[int, str], Any] = {}
+    if tiers:
+        t = values(column("tier", String), name="t").data([(n,) for n in tiers])
+        ct = CheckpointTier
+        newest = (
+            select(ct.step, ct.restorable_at, Checkpoint.created_at)
+            .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
+            .where(
+                ct.job_id == Job.id,
+                ct.state == RESTORABLE,
+                ct.tier == t.c.tier,
+                ct.quarantine_reason.is_(None),
+                Checkpoint.quarantine_reason.is_(None),
+            )
+            .order_by(ct.step.desc())
+            .limit(1)
+            .lateral("newest")
+        )
+        rows = await session.execute(
+            select(Job.id, t.c.tier, newest.c.step, newest.c.restorable_at, newest.c.created_at)
+            .select_from(Job)
+            .join(t, literal_column("true"))
+            .join(newest, literal_column("true"))
+            .where(Job.id.in_(ids))
+        )
+        points = {(r.id, r.tier): r for r in rows}
+
+    # Running totals kept by the catalog's triggers: one row per job and tier, however long the
+    # job's history (summing its markers grew with it).
+    held: dict[tuple[int, str], tuple[int, int]] = {
+        (u.job_id, u.tier): (int(u.bytes), int(u.checkpoints))
+        for u in await session.execute(
+            select(
+                JobTierUsage.job_id, JobTierUsage.tier, JobTierUsage.bytes, JobTierUsage.checkpoints
+            ).where(JobTierUsage.job_id.in_(ids))
+        )
+    }
+
+    open_counts: dict[tuple[int, str], int] = {}
+    for o in await session.execute(
+        select(
+            CheckpointTier.job_id,
+            CheckpointTier.state,
+            func.count(func.distinct(CheckpointTier.checkpoint_id)),
+        )
+        .where(CheckpointTier.job_id.in_(ids), CheckpointTier.state.in_((PENDING, FAILED)))
+        .group_by(CheckpointTier.job_id, CheckpointTier.state)
+    ):
+        open_counts[(o[0], o[1])] = int(o[2])
+
+    views = []
+    for j in jobs:
+        head = heads[j.id]
+        tier_views = []
+        for name in tiers:
+            p = points.get((j.id, name))
+            nbytes, n = held.get((j.id, name), (0, 0))
+            tier_views.append(
+                TierPointView(
+                    tier=name,
+                    latest_step=p.step if p else None,
+                    latest_created_at=p.created_at if p else None,
+                    restorable_at=p.restorable_at if p else None,
+                    steps_behind=(head.step - p.step) if p and head.step is not None else None,
+                    age_seconds=(now - p.created_at).total_seconds() if p else None,
+                    bytes=nbytes,
+                    checkpoints=n,
+                )
+            )
+        views.append(
+            JobOverviewView(
+                job=j.name,
+                policy=j.policy,
+                latest_step=head.step,
+                latest_created_at=head.created_at,
+                checkpoints=int(head.n),
+                in_flight=open_counts.get((j.id, PENDING), 0),
+                failed=open_counts.get((j.id, FAILED), 0),
+                tiers=tier_views,
+            )
+        )
+    return views, next_name, now

@@ -3,7 +3,8 @@ next tier: copy+verify -> promote -> done.
 
 Deterministic: no I/O, no clocks; every catalog write happens in an activity. The history grows
 with batches (ranges of shard ordinals per node), never with shards, and at most
-`parallelism` batch activities of a stage are in flight at once. A stage with more batches than
+`parallelism` batch activities of a stage are in flight at once (per node in a stage on the
+nodes' queues). Plan, promote and the retention requests are local activities. A stage with more batches than
 `LifecyclePlan.batches_per_child` (checkpoints spread over thousands of nodes) runs its batches in
 child workflows (CheckpointLifecycleStage), one after the other, so no history grows with nodes
 either.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -32,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         BATCH_TIMEOUT,
         COPY_BATCH,
         LIFECYCLE_WORKFLOW,
+        LOCAL_STEPS_PATCH,
         NODE_LOST_SIGNAL,
         PLAN,
         PROMOTE,
@@ -55,6 +58,8 @@ with workflow.unsafe.imports_passed_through():
         TierOutcome,
     )
     from tierpoint.states import TierState
+
+R = TypeVar("R")
 
 
 def _batch_queue(batch: Batch, *tiers: PlanTier) -> str:
@@ -138,12 +143,21 @@ async def _run_window(
     Failures are batches that gave up after their retries, or whose node was declared lost;
     corrupt shards are not failures here: the promote activity finds them in the catalog.
     """
-    window = asyncio.Semaphore(stage.tier.parallelism)
     failures: list[str] = []
     on_node = any(t.kind is TierKind.LOCAL for t in _batch_tiers(stage))
+    # On the nodes' queues every node copies with its own disks and network: a window across
+    # all nodes would run `parallelism` batches at a time for the whole cluster.
+    per_node = on_node and stage.window_per_node
+    windows: dict[str, asyncio.Semaphore] = {}
+
+    def window_of(batch: Batch) -> asyncio.Semaphore:
+        key = batch.node if per_node else ""
+        if key not in windows:
+            windows[key] = asyncio.Semaphore(stage.tier.parallelism)
+        return windows[key]
 
     async def one(batch: Batch) -> None:
-        async with window:
+        async with window_of(batch):
             where = f"batch {batch.node}[{batch.first}..{batch.last}]"
             if on_node and batch.node in lost.nodes:
                 failures.append(f"{where}: {_lost_reason(batch.node)}")
@@ -203,6 +217,8 @@ class CheckpointLifecycle:
         self._lost = _LostNodes()
         # The stage child running now, which a lost-node signal is passed on to.
         self._child: str | None = None
+        # LOCAL_STEPS_PATCH: catalog steps as local activities, node stages windowed per node.
+        self._local_steps = False
 
     @workflow.query
     def status(self) -> LifecycleStatus:
@@ -221,16 +237,34 @@ class CheckpointLifecycle:
                 # operator repeats the declaration, which signals this workflow again.
                 workflow.logger.warning("node_lost not passed on to %s: %s", self._child, err)
 
-    @workflow.run
-    async def run(self, inp: LifecycleInput) -> LifecycleResult:
-        self._status.stage = "plan"
-        plan = await workflow.execute_activity(
-            PLAN,
-            PlanInput(checkpoint_id=inp.checkpoint_id),
-            result_type=LifecyclePlan,
+    async def _catalog_step(self, name: str, arg: Any, result_type: type[R]) -> R:
+        """A step that only reads and writes the catalog (plan, promote). As a local activity it
+        runs in this workflow's worker inside the workflow task that asked for it: one marker
+        in the history instead of an activity task's three events, its round trip through the
+        task queue and a workflow task of its own to deliver the result."""
+        if self._local_steps:
+            return await workflow.execute_local_activity(
+                name,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=CATALOG_TIMEOUT,
+                retry_policy=CATALOG_RETRY,
+            )
+        return await workflow.execute_activity(
+            name,
+            arg,
+            result_type=result_type,
             task_queue=SHARED_TASK_QUEUE,
             start_to_close_timeout=CATALOG_TIMEOUT,
             retry_policy=CATALOG_RETRY,
+        )
+
+    @workflow.run
+    async def run(self, inp: LifecycleInput) -> LifecycleResult:
+        self._local_steps = workflow.patched(LOCAL_STEPS_PATCH)
+        self._status.stage = "plan"
+        plan = await self._catalog_step(
+            PLAN, PlanInput(checkpoint_id=inp.checkpoint_id), LifecyclePlan
         )
         for node in plan.lost_nodes:
             self._lost.declare(node)
@@ -295,6 +329,7 @@ class CheckpointLifecycle:
                 batches=batches,
                 batch_heartbeat_seconds=plan.batch_heartbeat_seconds,
                 lost_nodes=sorted(self._lost.nodes),
+                window_per_node=self._local_steps,
             )
 
         if len(plan.batches) <= size:
@@ -325,7 +360,7 @@ class CheckpointLifecycle:
         self, plan: LifecyclePlan, tier: PlanTier, later: list[PlanTier], error: str | None
     ) -> TierOutcome:
         self._status.stage = f"promote:{tier.name}"
-        res = await workflow.execute_activity(
+        res = await self._catalog_step(
             PROMOTE,
             PromoteInput(
                 checkpoint_id=plan.checkpoint_id,
@@ -333,14 +368,12 @@ class CheckpointLifecycle:
                 later_tiers=[t.name for t in later],
                 stage_error=error,
             ),
-            result_type=PromoteResult,
-            task_queue=SHARED_TASK_QUEUE,
-            start_to_close_timeout=CATALOG_TIMEOUT,
-            retry_policy=CATALOG_RETRY,
+            PromoteResult,
         )
         if res.state is TierState.RESTORABLE:
             self._status.tiers_done.append(tier.name)
-            if workflow.patched(RETENTION_PATCH):
+            # LOCAL_STEPS_PATCH came after RETENTION_PATCH: no need to record both.
+            if self._local_steps or workflow.patched(RETENTION_PATCH):
                 await self._request_retention(plan, tier)
         else:
             self._status.tiers_failed.append(tier.name)
@@ -350,16 +383,25 @@ class CheckpointLifecycle:
         """A new restorable copy can let older copies go (a local copy waits for a durable one;
         keep_last counts restorable copies): ask for the job's retention run. Requests coalesce
         in the job's one JobRetention workflow, so one per promotion is cheap."""
+        request = retention_contract.RequestInput(
+            job=plan.job, reason=f"step {plan.step} restorable on {tier.name}"
+        )
         try:
-            await workflow.execute_activity(
-                retention_contract.REQUEST,
-                retention_contract.RequestInput(
-                    job=plan.job, reason=f"step {plan.step} restorable on {tier.name}"
-                ),
-                task_queue=SHARED_TASK_QUEUE,
-                start_to_close_timeout=CATALOG_TIMEOUT,
-                retry_policy=retention_contract.REQUEST_RETRY,
-            )
+            if self._local_steps:
+                await workflow.execute_local_activity(
+                    retention_contract.REQUEST,
+                    request,
+                    start_to_close_timeout=CATALOG_TIMEOUT,
+                    retry_policy=retention_contract.REQUEST_RETRY,
+                )
+            else:
+                await workflow.execute_activity(
+                    retention_contract.REQUEST,
+                    request,
+                    task_queue=SHARED_TASK_QUEUE,
+                    start_to_close_timeout=CATALOG_TIMEOUT,
+                    retry_policy=retention_contract.REQUEST_RETRY,
+                )
         except ActivityError:
             # The checkpoint is safe either way; only cleanup waits for the next sweep.
             workflow.logger.warning("could not request retention for job %s", plan.job)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from itertools import groupby
+from itertools import groupby, pairwise
 
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import Batch
@@ -85,7 +85,6 @@ def plan_batches(
             continue
         starts = [0, *cuts, len(rows)]
         batches.extend(
-            Batch(node=node, first=rows[a][1], last=rows[z - 1][1])
-            for a, z in zip(starts, starts[1:], strict=False)
+            Batch(node=node, first=rows[a][1], last=rows[z - 1][1]) for a, z in pairwise(starts)
         )
     return batches

@@ -85,9 +85,7 @@ class Checkpoint:
     @property
     def node_window(self) -> int:
         """w = sum over nodes of min(p, b_node): the batches a node-queue stage runs at once."""
-        return sum(
-            min(self.parallelism, self.node_batches(n)) for n in self.shards_per_node if n
-        )
+        return sum(min(self.parallelism, self.node_batches(n)) for n in self.shards_per_node if n)
 
     @property
     def workflow_tasks_max(self) -> int:

@@ -175,6 +175,22 @@ async def test_costs_of_one_checkpoint_match_the_cost_model(
     n = len(history.events)
     assert n == model.history_events(tasks)
     assert model.history_events_min <= n <= model.history_events_max
+    # The first workflow task (the plan ran inside it) schedules a window per node at once: with
+    # byte-split batches more than one tier's parallelism across the two nodes.
+    events = list(history.events)
+    first_task = next(
+        i for i, e in enumerate(events) if e.event_type == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+    scheduled_first = 0
+    for e in events[first_task + 1 :]:
+        if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled_first += 1
+        elif e.event_type not in (
+            E.EVENT_TYPE_MARKER_RECORDED,
+            E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+        ):
+            break
+    assert scheduled_first == model.node_window
     queued, ran_locally = activities_run(history)
     b, t = model.batches, model.tiers
     assert queued == {SEAL_BATCH: b, COPY_BATCH: b * (t - 1)}

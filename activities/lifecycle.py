@@ -9,11 +9,9 @@ result (and the catalog), never an exception, so they are not retried.
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from itertools import groupby
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
@@ -55,26 +53,13 @@ from tierpoint.storage.base import (
 )
 
 from . import observe
+from .batching import batch_size as batch_size
+from .batching import plan_batches
 from .copy import BatchCopy
 from .progress import BatchReporter, resume_details
 from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
-
-
-def batch_size(settings: Settings, shard_count: int) -> int:
-    """History grows with batches, not shards: at most about max_batches_per_stage batches."""
-    return max(settings.shard_batch_size, math.ceil(shard_count / settings.max_batches_per_stage))
-
-
-def make_batches(ordinals_by_node: list[tuple[str, int]], size: int) -> list[Batch]:
-    batches = []
-    for node, group in groupby(ordinals_by_node, key=lambda r: r[0]):
-        ordinals = [o for _, o in group]
-        for i in range(0, len(ordinals), size):
-            chunk = ordinals[i : i + size]
-            batches.append(Batch(node=node, first=chunk[0], last=chunk[-1]))
-    return batches
 
 
 @contextmanager
@@ -155,8 +140,14 @@ class LifecycleActivities:
                 s, head, [t.name for t in self._settings.tiers if t not in tiers]
             )
             ordinals = repo.shard_ordinals_by_node(s, head.id)
-            lost = nodes.lost_among(s, (n for n, _ in ordinals))
+            lost = nodes.lost_among(s, (n for n, _, _ in ordinals))
         size = batch_size(self._settings, len(ordinals))
+        batches = plan_batches(
+            ordinals,
+            size,
+            max((t.parallelism for t in tiers), default=1),
+            self._settings.min_batch_bytes,
+        )
         with logs.checkpoint_context(job=head.job, step=head.step):
             log.info("lifecycle planned", tiers=[t.name for t in tiers], shards=len(ordinals))
         return LifecyclePlan(
@@ -166,7 +157,7 @@ class LifecycleActivities:
             shard_count=len(ordinals),
             total_bytes=head.total_bytes,
             tiers=[PlanTier(name=t.name, kind=t.kind, parallelism=t.parallelism) for t in tiers],
-            batches=make_batches(ordinals, size),
+            batches=batches,
             batches_per_child=BATCHES_PER_CHILD,
             batch_heartbeat_seconds=self._settings.batch_heartbeat_timeout_seconds,
             lost_nodes=lost,

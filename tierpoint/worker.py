@@ -51,6 +51,9 @@ RECONCILE_GRACE = timedelta(seconds=2)
 RECONCILE_BATCH = 500
 # Batch activities a worker runs at once (each moves one shard at a time).
 ACTIVITY_THREADS = 16
+# The lifecycle's catalog steps (plan, promote) run as local activities in the shared worker,
+# on threads of their own: behind long copies in the same pool a promotion would wait minutes.
+LOCAL_ACTIVITY_THREADS = 8
 # The SDK sends heartbeats to the server at most every 0.8 x the heartbeat timeout by default:
 # the server would then see a live copy only just inside its timeout and keep a resume offset up
 # to 0.8 x timeout old. Sending them ten times per timeout leaves a stalled worker most of the
@@ -128,7 +131,8 @@ async def run_workers(
         sessions = sync_sessions(engine)
         stores = Stores(settings)
         executor = ThreadPoolExecutor(
-            max_workers=ACTIVITY_THREADS * (len(nodes) + int(shared)),
+            max_workers=ACTIVITY_THREADS * (len(nodes) + int(shared))
+            + LOCAL_ACTIVITY_THREADS * int(shared),
             thread_name_prefix="tierpoint-activity",
         )
         workers: list[Worker] = []
@@ -218,6 +222,7 @@ async def run_workers(
                     ],
                     activity_executor=executor,
                     max_concurrent_activities=ACTIVITY_THREADS,
+                    max_concurrent_local_activities=LOCAL_ACTIVITY_THREADS,
                     max_heartbeat_throttle_interval=heartbeat_throttle(settings),
                     graceful_shutdown_timeout=graceful_shutdown,
                 )

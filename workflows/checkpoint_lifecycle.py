@@ -3,44 +3,36 @@ next tier: copy+verify -> promote -> done.
 
 Deterministic: no I/O, no clocks; every catalog write happens in an activity. The history grows
 with batches (ranges of shard ordinals per node), never with shards, and at most
-`parallelism` batch activities of a stage are in flight at once. A stage with more batches than
-`LifecyclePlan.batches_per_child` (checkpoints spread over thousands of nodes) runs its batches in
-child workflows (CheckpointLifecycleStage), one after the other, so no history grows with nodes
-either.
+`parallelism` batch activities of a stage are in flight at once (per node in a stage on the
+nodes' queues; workflows/lifecycle_window.py). Plan, promote and the retention requests are
+local activities. A stage with more batches than `LifecyclePlan.batches_per_child`
+(checkpoints spread over thousands of nodes) runs its batches in child workflows
+(CheckpointLifecycleStage), one after the other, so no history grows with nodes either.
 """
 
 from __future__ import annotations
 
-import asyncio
-from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from tierpoint.config import TierKind
     from tierpoint.contract import retention as retention_contract
     from tierpoint.contract.common import (
         CATALOG_RETRY,
         CATALOG_TIMEOUT,
         SHARED_TASK_QUEUE,
-        error_message,
-        node_task_queue,
     )
     from tierpoint.contract.lifecycle import (
-        BATCH_RETRY,
-        BATCH_TIMEOUT,
-        COPY_BATCH,
         LIFECYCLE_WORKFLOW,
+        LOCAL_STEPS_PATCH,
         NODE_LOST_SIGNAL,
         PLAN,
         PROMOTE,
         RETENTION_PATCH,
-        SEAL_BATCH,
         STAGE_WORKFLOW,
         Batch,
-        BatchResult,
-        CopyInput,
         LifecycleInput,
         LifecyclePlan,
         LifecycleResult,
@@ -49,133 +41,15 @@ with workflow.unsafe.imports_passed_through():
         PlanTier,
         PromoteInput,
         PromoteResult,
-        SealInput,
         StageInput,
         StageResult,
         TierOutcome,
     )
     from tierpoint.states import TierState
 
+from workflows.lifecycle_window import LostNodes, run_window
 
-def _batch_queue(batch: Batch, *tiers: PlanTier) -> str:
-    """Work touching a local tier runs on the batch's node; the rest on the shared queue."""
-    if any(t.kind is TierKind.LOCAL for t in tiers):
-        return node_task_queue(batch.node)
-    return SHARED_TASK_QUEUE
-
-
-def _batch_tiers(stage: StageInput) -> tuple[PlanTier, ...]:
-    return (stage.tier,) if stage.source is None else (stage.source, stage.tier)
-
-
-def _start_batch(stage: StageInput, batch: Batch) -> workflow.ActivityHandle[BatchResult]:
-    if stage.source is None:
-        return workflow.start_activity(
-            SEAL_BATCH,
-            SealInput(
-                checkpoint_id=stage.checkpoint_id,
-                job=stage.job,
-                step=stage.step,
-                batch=batch,
-                tier=stage.tier.name,
-            ),
-            result_type=BatchResult,
-            task_queue=_batch_queue(batch, stage.tier),
-            start_to_close_timeout=BATCH_TIMEOUT,
-            heartbeat_timeout=timedelta(seconds=stage.batch_heartbeat_seconds),
-            retry_policy=BATCH_RETRY,
-        )
-    return workflow.start_activity(
-        COPY_BATCH,
-        CopyInput(
-            checkpoint_id=stage.checkpoint_id,
-            job=stage.job,
-            step=stage.step,
-            batch=batch,
-            source=stage.source.name,
-            destination=stage.tier.name,
-        ),
-        result_type=BatchResult,
-        task_queue=_batch_queue(batch, stage.source, stage.tier),
-        start_to_close_timeout=BATCH_TIMEOUT,
-        heartbeat_timeout=timedelta(seconds=stage.batch_heartbeat_seconds),
-        retry_policy=BATCH_RETRY,
-    )
-
-
-class _LostNodes:
-    """Nodes declared lost, and the batch activities in flight on each node's queue: no worker
-    will ever serve a lost node's queue again, so its batches are cancelled rather than waited
-    for, and later ones are not scheduled."""
-
-    def __init__(self, lost: list[str] | None = None) -> None:
-        self.nodes: set[str] = set(lost or ())
-        self._running: dict[str, list[workflow.ActivityHandle[BatchResult]]] = {}
-
-    def declare(self, node: str) -> None:
-        self.nodes.add(node)
-        for handle in self._running.pop(node, []):
-            handle.cancel()
-
-    def track(self, node: str, handle: workflow.ActivityHandle[BatchResult]) -> None:
-        self._running.setdefault(node, []).append(handle)
-
-    def untrack(self, node: str, handle: workflow.ActivityHandle[BatchResult]) -> None:
-        running = self._running.get(node, [])
-        if handle in running:
-            running.remove(handle)
-
-
-def _lost_reason(node: str) -> str:
-    return f"node {node} was declared lost"
-
-
-async def _run_window(
-    stage: StageInput, lost: _LostNodes, status: LifecycleStatus | None = None
-) -> StageResult:
-    """One activity per batch, at most tier.parallelism at once (a sliding window).
-
-    Failures are batches that gave up after their retries, or whose node was declared lost;
-    corrupt shards are not failures here: the promote activity finds them in the catalog.
-    """
-    window = asyncio.Semaphore(stage.tier.parallelism)
-    failures: list[str] = []
-    on_node = any(t.kind is TierKind.LOCAL for t in _batch_tiers(stage))
-
-    async def one(batch: Batch) -> None:
-        async with window:
-            where = f"batch {batch.node}[{batch.first}..{batch.last}]"
-            if on_node and batch.node in lost.nodes:
-                failures.append(f"{where}: {_lost_reason(batch.node)}")
-            else:
-                handle = _start_batch(stage, batch)
-                if on_node:
-                    lost.track(batch.node, handle)
-                try:
-                    await handle
-                except ActivityError as err:
-                    why = (
-                        _lost_reason(batch.node)
-                        if on_node and batch.node in lost.nodes
-                        else error_message(err)
-                    )
-                    failures.append(f"{where}: {why}")
-                except asyncio.CancelledError:
-                    # Cancelled by a lost-node signal; anything else is the workflow's own.
-                    if not (on_node and batch.node in lost.nodes):
-                        raise
-                    failures.append(f"{where}: {_lost_reason(batch.node)}")
-                finally:
-                    lost.untrack(batch.node, handle)
-            if status is not None:
-                status.batches_done += 1
-
-    await asyncio.gather(*(one(b) for b in stage.batches))
-    return StageResult(
-        batches=len(stage.batches),
-        failures=len(failures),
-        first_failure=failures[0] if failures else None,
-    )
+R = TypeVar("R")
 
 
 @workflow.defn(name=STAGE_WORKFLOW)
@@ -183,7 +57,7 @@ class CheckpointLifecycleStage:
     """A slice of one stage's batches, for stages too large for the parent's history."""
 
     def __init__(self) -> None:
-        self._lost = _LostNodes()
+        self._lost = LostNodes()
 
     @workflow.signal(name=NODE_LOST_SIGNAL)
     def node_lost(self, node: str) -> None:
@@ -193,16 +67,18 @@ class CheckpointLifecycleStage:
     async def run(self, inp: StageInput) -> StageResult:
         for node in inp.lost_nodes:
             self._lost.declare(node)
-        return await _run_window(inp, self._lost)
+        return await run_window(inp, self._lost)
 
 
 @workflow.defn(name=LIFECYCLE_WORKFLOW)
 class CheckpointLifecycle:
     def __init__(self) -> None:
         self._status = LifecycleStatus(stage="starting")
-        self._lost = _LostNodes()
+        self._lost = LostNodes()
         # The stage child running now, which a lost-node signal is passed on to.
         self._child: str | None = None
+        # LOCAL_STEPS_PATCH: catalog steps as local activities, node stages windowed per node.
+        self._local_steps = False
 
     @workflow.query
     def status(self) -> LifecycleStatus:
@@ -221,16 +97,37 @@ class CheckpointLifecycle:
                 # operator repeats the declaration, which signals this workflow again.
                 workflow.logger.warning("node_lost not passed on to %s: %s", self._child, err)
 
+    async def _catalog_step(self, name: str, arg: object, result_type: type[R]) -> R:
+        """A step that only reads and writes the catalog (plan, promote). As a local activity it
+        runs in this workflow's worker inside the workflow task that asked for it: one marker
+        in the history instead of an activity task's three events, its round trip through the
+        task queue and a workflow task of its own to deliver the result."""
+        result: R
+        if self._local_steps:
+            result = await workflow.execute_local_activity(
+                name,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=CATALOG_TIMEOUT,
+                retry_policy=CATALOG_RETRY,
+            )
+        else:
+            result = await workflow.execute_activity(
+                name,
+                arg,
+                result_type=result_type,
+                task_queue=SHARED_TASK_QUEUE,
+                start_to_close_timeout=CATALOG_TIMEOUT,
+                retry_policy=CATALOG_RETRY,
+            )
+        return result
+
     @workflow.run
     async def run(self, inp: LifecycleInput) -> LifecycleResult:
+        self._local_steps = workflow.patched(LOCAL_STEPS_PATCH)
         self._status.stage = "plan"
-        plan = await workflow.execute_activity(
-            PLAN,
-            PlanInput(checkpoint_id=inp.checkpoint_id),
-            result_type=LifecyclePlan,
-            task_queue=SHARED_TASK_QUEUE,
-            start_to_close_timeout=CATALOG_TIMEOUT,
-            retry_policy=CATALOG_RETRY,
+        plan = await self._catalog_step(
+            PLAN, PlanInput(checkpoint_id=inp.checkpoint_id), LifecyclePlan
         )
         for node in plan.lost_nodes:
             self._lost.declare(node)
@@ -295,10 +192,11 @@ class CheckpointLifecycle:
                 batches=batches,
                 batch_heartbeat_seconds=plan.batch_heartbeat_seconds,
                 lost_nodes=sorted(self._lost.nodes),
+                window_per_node=self._local_steps,
             )
 
         if len(plan.batches) <= size:
-            results = [await _run_window(stage(plan.batches), self._lost, self._status)]
+            results = [await run_window(stage(plan.batches), self._lost, self._status)]
         else:
             # Children run one after the other so that the stage's parallelism still holds.
             kind = "seal" if source is None else "copy"
@@ -325,7 +223,7 @@ class CheckpointLifecycle:
         self, plan: LifecyclePlan, tier: PlanTier, later: list[PlanTier], error: str | None
     ) -> TierOutcome:
         self._status.stage = f"promote:{tier.name}"
-        res = await workflow.execute_activity(
+        res = await self._catalog_step(
             PROMOTE,
             PromoteInput(
                 checkpoint_id=plan.checkpoint_id,
@@ -333,14 +231,12 @@ class CheckpointLifecycle:
                 later_tiers=[t.name for t in later],
                 stage_error=error,
             ),
-            result_type=PromoteResult,
-            task_queue=SHARED_TASK_QUEUE,
-            start_to_close_timeout=CATALOG_TIMEOUT,
-            retry_policy=CATALOG_RETRY,
+            PromoteResult,
         )
         if res.state is TierState.RESTORABLE:
             self._status.tiers_done.append(tier.name)
-            if workflow.patched(RETENTION_PATCH):
+            # LOCAL_STEPS_PATCH came after RETENTION_PATCH: no need to record both.
+            if self._local_steps or workflow.patched(RETENTION_PATCH):
                 await self._request_retention(plan, tier)
         else:
             self._status.tiers_failed.append(tier.name)
@@ -350,16 +246,25 @@ class CheckpointLifecycle:
         """A new restorable copy can let older copies go (a local copy waits for a durable one;
         keep_last counts restorable copies): ask for the job's retention run. Requests coalesce
         in the job's one JobRetention workflow, so one per promotion is cheap."""
+        request = retention_contract.RequestInput(
+            job=plan.job, reason=f"step {plan.step} restorable on {tier.name}"
+        )
         try:
-            await workflow.execute_activity(
-                retention_contract.REQUEST,
-                retention_contract.RequestInput(
-                    job=plan.job, reason=f"step {plan.step} restorable on {tier.name}"
-                ),
-                task_queue=SHARED_TASK_QUEUE,
-                start_to_close_timeout=CATALOG_TIMEOUT,
-                retry_policy=retention_contract.REQUEST_RETRY,
-            )
+            if self._local_steps:
+                await workflow.execute_local_activity(
+                    retention_contract.REQUEST,
+                    request,
+                    start_to_close_timeout=CATALOG_TIMEOUT,
+                    retry_policy=retention_contract.REQUEST_RETRY,
+                )
+            else:
+                await workflow.execute_activity(
+                    retention_contract.REQUEST,
+                    request,
+                    task_queue=SHARED_TASK_QUEUE,
+                    start_to_close_timeout=CATALOG_TIMEOUT,
+                    retry_policy=retention_contract.REQUEST_RETRY,
+                )
         except ActivityError:
             # The checkpoint is safe either way; only cleanup waits for the next sweep.
             workflow.logger.warning("could not request retention for job %s", plan.job)

@@ -3,7 +3,9 @@
 One statement of the formulas, pure and free of product imports: the bound tests compare real
 lifecycles with it, and the doc test compares the doc's table with it, so the doc, the model and
 the product cannot drift apart unnoticed. Defaults are the product's documented defaults
-(`shard_batch_size` 500, `max_batches_per_stage` 64, `tier.parallelism` 4).
+(`shard_batch_size` 500, `max_batches_per_stage` 64, `min_batch_bytes` 64 MiB, `tier.parallelism`
+4). The shape is the lifecycle's since plan, promote and the retention requests became local
+activities and node stages got a window per node (LOCAL_STEPS_PATCH).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 SHARD_BATCH_SIZE = 500
 MAX_BATCHES_PER_STAGE = 64
+MIN_BATCH_BYTES = 64 * 1024 * 1024
 PARALLELISM = 4
 # A stage with more batches runs them in child workflows; the model covers the parent-only shape.
 BATCHES_PER_CHILD = 1000
@@ -25,12 +28,15 @@ def spread(shards: int, nodes: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A checkpoint's shape: shards per node, the tiers it goes to, the batch settings."""
+    """A checkpoint's shape: shards per node, the tiers it goes to (the first local, the others
+    shared), the batch settings. Every shard has `shard_bytes` (tiny unless said)."""
 
     shards_per_node: tuple[int, ...]
     tiers: int = 3
+    shard_bytes: int = 16
     shard_batch_size: int = SHARD_BATCH_SIZE
     max_batches_per_stage: int = MAX_BATCHES_PER_STAGE
+    min_batch_bytes: int = MIN_BATCH_BYTES
     parallelism: int = PARALLELISM
     # Tier copies that retention expired (each adds an `expiring` and an `expired` event).
     expired_copies: int = 0
@@ -49,37 +55,65 @@ class Checkpoint:
         """B = max(shard_batch_size, ceil(S / max_batches_per_stage))"""
         return max(self.shard_batch_size, math.ceil(self.shards / self.max_batches_per_stage))
 
+    def node_batches(self, shards: int) -> int:
+        """b_node = max(ceil(S_node / B), min(p, S_node, floor(bytes_node / M))): by count, or
+        split by bytes into up to `parallelism` ranges of at least min_batch_bytes."""
+        by_count = math.ceil(shards / self.batch_size)
+        by_bytes = min(self.parallelism, shards, shards * self.shard_bytes // self.min_batch_bytes)
+        return max(by_count, by_bytes)
+
     @property
     def batches(self) -> int:
-        """b = sum over nodes of ceil(S_node / B): batches never span nodes."""
-        return sum(math.ceil(n / self.batch_size) for n in self.shards_per_node)
+        """b = sum over nodes of b_node, so b <= max_batches_per_stage + p·N: batches never span
+        nodes."""
+        b = sum(self.node_batches(n) for n in self.shards_per_node)
+        assert b <= self.max_batches_per_stage + self.parallelism * len(self.shards_per_node)
+        return b
 
     @property
     def activities(self) -> int:
-        """A = 1 + T·(b + 2): plan; per tier b batch activities, a promote, a retention request."""
+        """A = T·b: per tier one stage of b batch activities, each through a task queue."""
         assert self.batches <= BATCHES_PER_CHILD, "stages in child workflows: another formula"
-        return 1 + self.tiers * (self.batches + 2)
+        return self.tiers * self.batches
+
+    @property
+    def local_activities(self) -> int:
+        """L = 1 + 2·T: plan; per tier a promote and a retention request, in the workflow's own
+        worker, one marker each."""
+        return 1 + 2 * self.tiers
+
+    @property
+    def node_window(self) -> int:
+        """w = sum over nodes of min(p, b_node): the batches a node-queue stage runs at once."""
+        return sum(min(self.parallelism, self.node_batches(n)) for n in self.shards_per_node if n)
 
     @property
     def workflow_tasks_max(self) -> int:
-        """One workflow task to start, then at most one per activity completion: 1 + A."""
+        """One workflow task to start, then at most one per activity completion: 1 + A. The local
+        activities run inside the workflow task that asked for them."""
         return 1 + self.activities
 
     @property
     def workflow_tasks_min(self) -> int:
-        """Completions of one stage's window may share a workflow task (at best `parallelism` at
-        a time); plan, promote and retention request complete alone: 2 + 2·T + T·ceil(b/p)."""
-        per_stage = math.ceil(self.batches / self.parallelism)
-        return 2 + 2 * self.tiers + self.tiers * per_stage
+        """Completions of one stage's window may share a workflow task: the seal and the copy off
+        the local tier run on the nodes' queues (w at once), the later copies on the shared
+        queue (p at once): 1 + 2·ceil(b/w) + (T-2)·ceil(b/p)."""
+        node_stages = min(self.tiers, 2)
+        return (
+            1
+            + node_stages * math.ceil(self.batches / self.node_window)
+            + (self.tiers - node_stages) * math.ceil(self.batches / self.parallelism)
+        )
 
     def history_events(self, workflow_tasks: int) -> int:
-        """3 events per activity (scheduled, started, completed), 3 per workflow task, and 4:
-        execution started, execution completed, the patch marker and its search attribute."""
-        return 3 * self.activities + 3 * workflow_tasks + 4
+        """3 events per activity (scheduled, started, completed), one marker per local activity,
+        3 per workflow task, and 4: execution started, execution completed, the patch marker and
+        its search attribute."""
+        return 3 * self.activities + self.local_activities + 3 * workflow_tasks + 4
 
     @property
     def history_events_max(self) -> int:
-        """The documented bound, 6·A + 7."""
+        """The documented bound, 6·A + L + 7."""
         return self.history_events(self.workflow_tasks_max)
 
     @property
@@ -103,12 +137,12 @@ class Checkpoint:
 
 # The formulas as the doc's table writes them, by row: what the properties above compute.
 FORMULAS = {
-    "lifecycle activities": ("A = 1 + T·(b+2)",),
+    "lifecycle activities": ("A = T·b", "L = 1 + 2·T"),
     "lifecycle history events": (
-        "3·A + 3·W + 4",
+        "3·A + L + 3·W + 4",
         "W <= 1 + A",
-        "W >= 2 + 2·T + T·ceil(b/p)",
-        "6·A + 7",
+        "W >= 1 + 2·ceil(b/w) + (T-2)·ceil(b/p)",
+        "6·A + L + 7",
     ),
     "catalog rows written": ("1 + S + S·T + T + E",),
     "catalog events `E`": ("1 + b + 2·b·(T-1) + T",),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowHandle
@@ -91,6 +92,19 @@ async def wait_for_retry(handle: WorkflowHandle[Any, Any], activity_type: str) -
 
     await eventually(f"an activity {activity_type} failed and is retried", check)
     return seen[-1]
+
+
+def activity_errors(activity_type: str) -> float:
+    """Attempts of a lifecycle activity of this type that failed in this process's workers, from
+    their metrics: local activities (plan, promote) retry inside the worker, out of Temporal's
+    pending-activity view."""
+    return (
+        REGISTRY.get_sample_value(
+            "tierpoint_worker_activity_seconds_count",
+            {"activity": activity_type, "outcome": "error"},
+        )
+        or 0.0
+    )
 
 
 def db_now(engine: Engine) -> Any:

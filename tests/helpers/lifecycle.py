@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ import crc32c
 from sqlalchemy import func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
 
 from tierpoint.catalog.models import Checkpoint, Job, Shard
 from tierpoint.catalog.nodes import upsert_node
@@ -177,3 +179,22 @@ async def record_history(client: Client, workflow_id: str, name: str) -> Path:
         json.dumps({"workflow_id": workflow_id, **json.loads(history.to_json())}, indent=1)
     )
     return path
+
+
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
+def activities_run(history: WorkflowHistory) -> tuple[Counter[str], Counter[str]]:
+    """The activity types a history ran: (through task queues, as local activities). A local
+    activity leaves only a marker, whose `data` detail names its type."""
+    queued: Counter[str] = Counter()
+    local: Counter[str] = Counter()
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            queued[e.activity_task_scheduled_event_attributes.activity_type.name] += 1
+        elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = e.marker_recorded_event_attributes
+            if marker.marker_name == LOCAL_ACTIVITY_MARKER:
+                data = json.loads(marker.details["data"].payloads[0].data)
+                local[data["activity_type"]] += 1
+    return queued, local

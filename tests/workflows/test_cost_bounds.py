@@ -1,11 +1,13 @@
 """What one checkpoint costs, measured on real lifecycles and held to the cost model
 (tests/workflows/cost_model.py, the formulas of docs/architecture.md): Temporal history events and
 activity tasks, catalog rows and catalog events, at 1, 4 (the demo), 1,000 and 10,000 shards on 2
-nodes and 3 tiers. The shards are tiny: these costs grow with shards and batches, not bytes."""
+nodes and 3 tiers. The shards are tiny: these costs grow with shards and batches, not bytes; one
+case lowers `min_batch_bytes` to their size so that the nodes' shards split by bytes."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.helpers import cost_model
-from tests.helpers.lifecycle import NODES, crc_hex, new_job, running_workers
+from tests.helpers.lifecycle import NODES, activities_run, crc_hex, new_job, running_workers
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
 from tierpoint.catalog.nodes import upsert_node
@@ -107,24 +109,35 @@ def catalog_rows(sessions: sessionmaker[Session], checkpoint_id: int) -> dict[st
 
 
 @pytest.mark.parametrize(
-    "shards",
+    ("shards", "min_batch_bytes"),
     [
-        pytest.param(1, id="1-shard"),
-        pytest.param(4, id="4-shards-as-the-demo"),
-        pytest.param(1_000, id="1000-shards"),
-        pytest.param(10_000, id="10000-shards", marks=pytest.mark.slow),
+        pytest.param(1, None, id="1-shard"),
+        pytest.param(4, None, id="4-shards-as-the-demo"),
+        # 8 shards of 16 bytes per node, ranges of at least 32 bytes: 4 batches per node.
+        pytest.param(16, 2 * SHARD_BYTES, id="16-shards-split-by-bytes"),
+        pytest.param(1_000, None, id="1000-shards"),
+        pytest.param(10_000, None, id="10000-shards", marks=pytest.mark.slow),
     ],
 )
 async def test_costs_of_one_checkpoint_match_the_cost_model(
-    settings: Settings, sessions: sessionmaker[Session], client: Client, shards: int
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    client: Client,
+    shards: int,
+    min_batch_bytes: int | None,
 ) -> None:
     model = cost_model.Checkpoint(cost_model.spread(shards, len(NODES)), tiers=len(settings.tiers))
     # The model's defaults are the product's; a changed default must change the doc too.
-    assert (model.shard_batch_size, model.max_batches_per_stage) == (
+    assert (model.shard_batch_size, model.max_batches_per_stage, model.min_batch_bytes) == (
         settings.shard_batch_size,
         settings.max_batches_per_stage,
+        settings.min_batch_bytes,
     )
     assert {t.parallelism for t in settings.tiers} == {model.parallelism}
+    assert model.shard_bytes == SHARD_BYTES
+    if min_batch_bytes is not None:
+        settings = settings.model_copy(update={"min_batch_bytes": min_batch_bytes})
+        model = dataclasses.replace(model, min_batch_bytes=min_batch_bytes)
 
     reg = await register(settings, sessions, shards)
     job, step, cid = reg.job, reg.step, reg.checkpoint_id
@@ -145,7 +158,7 @@ async def test_costs_of_one_checkpoint_match_the_cost_model(
     # Temporal: every event of the history is accounted for by the model.
     by_type = Counter(e.event_type for e in history.events)
     tasks = by_type[E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
-    a = model.activities
+    a, local = model.activities, model.local_activities
     assert dict(by_type) == {
         E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED: 1,
         E.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED: tasks,
@@ -154,7 +167,7 @@ async def test_costs_of_one_checkpoint_match_the_cost_model(
         E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: a,
         E.EVENT_TYPE_ACTIVITY_TASK_STARTED: a,
         E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: a,
-        E.EVENT_TYPE_MARKER_RECORDED: 1,
+        E.EVENT_TYPE_MARKER_RECORDED: local + 1,
         E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES: 1,
         E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: 1,
     }
@@ -162,25 +175,33 @@ async def test_costs_of_one_checkpoint_match_the_cost_model(
     n = len(history.events)
     assert n == model.history_events(tasks)
     assert model.history_events_min <= n <= model.history_events_max
-    names = Counter(
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    # The first workflow task (the plan ran inside it) schedules a window per node at once: with
+    # byte-split batches more than one tier's parallelism across the two nodes.
+    events = list(history.events)
+    first_task = next(
+        i for i, e in enumerate(events) if e.event_type == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
     )
+    scheduled_first = 0
+    for e in events[first_task + 1 :]:
+        if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled_first += 1
+        elif e.event_type not in (
+            E.EVENT_TYPE_MARKER_RECORDED,
+            E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+        ):
+            break
+    assert scheduled_first == model.node_window
+    queued, ran_locally = activities_run(history)
     b, t = model.batches, model.tiers
-    assert names == {
-        PLAN: 1,
-        SEAL_BATCH: b,
-        COPY_BATCH: b * (t - 1),
-        PROMOTE: t,
-        REQUEST: t,
-    }
+    assert queued == {SEAL_BATCH: b, COPY_BATCH: b * (t - 1)}
+    assert ran_locally == {PLAN: 1, PROMOTE: t, REQUEST: t}
 
     # Catalog: the checkpoint's rows and events.
     rows = catalog_rows(sessions, cid)
     print(
         f"{shards} shards, b={b}: {n} history events ({tasks} workflow tasks; model "
-        f"{model.history_events_min}..{model.history_events_max}), {a} activities, "
+        f"{model.history_events_min}..{model.history_events_max}), {a} activities + {local} "
+        "local, "
         f"{rows['event']} catalog events, "
         f"{sum(rows[k] for k in ('checkpoint', 'shard', 'replica', 'checkpoint_tier', 'event'))}"
         " catalog rows"

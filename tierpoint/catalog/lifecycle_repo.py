@@ -93,14 +93,15 @@ def job_id_of(session: Session, checkpoint_id: int) -> int | None:
     return session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
 
 
-def shard_ordinals_by_node(session: Session, checkpoint_id: int) -> list[tuple[str, int]]:
-    """(node, ordinal) of every shard, ordered by node then ordinal: the input of batching."""
+def shard_ordinals_by_node(session: Session, checkpoint_id: int) -> list[tuple[str, int, int]]:
+    """(node, ordinal, size) of every shard, ordered by node then ordinal: the input of
+    batching."""
     rows = session.execute(
-        select(Shard.node_id, Shard.ordinal)
+        select(Shard.node_id, Shard.ordinal, Shard.size)
         .where(Shard.checkpoint_id == checkpoint_id)
         .order_by(Shard.node_id, Shard.ordinal)
     )
-    return [(n, o) for n, o in rows]
+    return [(n, o, size) for n, o, size in rows]
 
 
 def ensure_markers(session: Session, head: CheckpointHead, tiers: Sequence[str]) -> None:

@@ -24,6 +24,10 @@ PROMOTE = "lifecycle.promote"
 
 # Histories recorded before the lifecycle asked for retention runs replay without those activities.
 RETENTION_PATCH = "request-retention-after-promote"
+# Histories recorded before it ran plan, promote and the retention requests as local activities
+# (in the workflow's own worker: no task-queue round trip, no workflow task of their own) and
+# windowed node stages per node replay as they ran. It implies RETENTION_PATCH.
+LOCAL_STEPS_PATCH = "local-catalog-steps-window-per-node"
 
 # Beyond this many batches in a stage (one node has at least one batch, so this is about the
 # number of nodes), the stage runs in child workflows of this many batches each.
@@ -182,6 +186,9 @@ class StageInput(BaseModel):
     batch_heartbeat_seconds: float = 60.0
     # Nodes declared lost when the child started (later ones arrive as signals).
     lost_nodes: list[str] = Field(default_factory=list)
+    # A stage on the nodes' queues runs `tier.parallelism` batches per node at once, rather than
+    # that many across all nodes; False in histories recorded before.
+    window_per_node: bool = False
 
 
 class StageResult(BaseModel):

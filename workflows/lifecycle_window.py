@@ -1,0 +1,163 @@
+"""A lifecycle stage's batches: one activity per batch on the queue that can reach its tiers,
+through a sliding window of `tier.parallelism` (per node on the nodes' queues, when the stage
+says so), and the nodes declared lost meanwhile, whose batches are given up."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from tierpoint.config import TierKind
+    from tierpoint.contract.common import (
+        SHARED_TASK_QUEUE,
+        error_message,
+        node_task_queue,
+    )
+    from tierpoint.contract.lifecycle import (
+        BATCH_RETRY,
+        BATCH_TIMEOUT,
+        COPY_BATCH,
+        SEAL_BATCH,
+        Batch,
+        BatchResult,
+        CopyInput,
+        LifecycleStatus,
+        PlanTier,
+        SealInput,
+        StageInput,
+        StageResult,
+    )
+
+
+def _batch_queue(batch: Batch, *tiers: PlanTier) -> str:
+    """Work touching a local tier runs on the batch's node; the rest on the shared queue."""
+    if any(t.kind is TierKind.LOCAL for t in tiers):
+        return node_task_queue(batch.node)
+    return SHARED_TASK_QUEUE
+
+
+def _batch_tiers(stage: StageInput) -> tuple[PlanTier, ...]:
+    return (stage.tier,) if stage.source is None else (stage.source, stage.tier)
+
+
+def _start_batch(stage: StageInput, batch: Batch) -> workflow.ActivityHandle[BatchResult]:
+    if stage.source is None:
+        return workflow.start_activity(
+            SEAL_BATCH,
+            SealInput(
+                checkpoint_id=stage.checkpoint_id,
+                job=stage.job,
+                step=stage.step,
+                batch=batch,
+                tier=stage.tier.name,
+            ),
+            result_type=BatchResult,
+            task_queue=_batch_queue(batch, stage.tier),
+            start_to_close_timeout=BATCH_TIMEOUT,
+            heartbeat_timeout=timedelta(seconds=stage.batch_heartbeat_seconds),
+            retry_policy=BATCH_RETRY,
+        )
+    return workflow.start_activity(
+        COPY_BATCH,
+        CopyInput(
+            checkpoint_id=stage.checkpoint_id,
+            job=stage.job,
+            step=stage.step,
+            batch=batch,
+            source=stage.source.name,
+            destination=stage.tier.name,
+        ),
+        result_type=BatchResult,
+        task_queue=_batch_queue(batch, stage.source, stage.tier),
+        start_to_close_timeout=BATCH_TIMEOUT,
+        heartbeat_timeout=timedelta(seconds=stage.batch_heartbeat_seconds),
+        retry_policy=BATCH_RETRY,
+    )
+
+
+class LostNodes:
+    """Nodes declared lost, and the batch activities in flight on each node's queue: no worker
+    will ever serve a lost node's queue again, so its batches are cancelled rather than waited
+    for, and later ones are not scheduled."""
+
+    def __init__(self, lost: list[str] | None = None) -> None:
+        self.nodes: set[str] = set(lost or ())
+        self._running: dict[str, list[workflow.ActivityHandle[BatchResult]]] = {}
+
+    def declare(self, node: str) -> None:
+        self.nodes.add(node)
+        for handle in self._running.pop(node, []):
+            handle.cancel()
+
+    def track(self, node: str, handle: workflow.ActivityHandle[BatchResult]) -> None:
+        self._running.setdefault(node, []).append(handle)
+
+    def untrack(self, node: str, handle: workflow.ActivityHandle[BatchResult]) -> None:
+        running = self._running.get(node, [])
+        if handle in running:
+            running.remove(handle)
+
+
+def lost_reason(node: str) -> str:
+    return f"node {node} was declared lost"
+
+
+async def run_window(
+    stage: StageInput, lost: LostNodes, status: LifecycleStatus | None = None
+) -> StageResult:
+    """One activity per batch, at most tier.parallelism at once (a sliding window).
+
+    Failures are batches that gave up after their retries, or whose node was declared lost;
+    corrupt shards are not failures here: the promote activity finds them in the catalog.
+    """
+    failures: list[str] = []
+    on_node = any(t.kind is TierKind.LOCAL for t in _batch_tiers(stage))
+    # On the nodes' queues every node copies with its own disks and network: a window across
+    # all nodes would run `parallelism` batches at a time for the whole cluster.
+    per_node = on_node and stage.window_per_node
+    windows: dict[str, asyncio.Semaphore] = {}
+
+    def window_of(batch: Batch) -> asyncio.Semaphore:
+        key = batch.node if per_node else ""
+        if key not in windows:
+            windows[key] = asyncio.Semaphore(stage.tier.parallelism)
+        return windows[key]
+
+    async def one(batch: Batch) -> None:
+        async with window_of(batch):
+            where = f"batch {batch.node}[{batch.first}..{batch.last}]"
+            if on_node and batch.node in lost.nodes:
+                failures.append(f"{where}: {lost_reason(batch.node)}")
+            else:
+                handle = _start_batch(stage, batch)
+                if on_node:
+                    lost.track(batch.node, handle)
+                try:
+                    await handle
+                except ActivityError as err:
+                    why = (
+                        lost_reason(batch.node)
+                        if on_node and batch.node in lost.nodes
+                        else error_message(err)
+                    )
+                    failures.append(f"{where}: {why}")
+                except asyncio.CancelledError:
+                    # Cancelled by a lost-node signal; anything else is the workflow's own.
+                    if not (on_node and batch.node in lost.nodes):
+                        raise
+                    failures.append(f"{where}: {lost_reason(batch.node)}")
+                finally:
+                    lost.untrack(batch.node, handle)
+            if status is not None:
+                status.batches_done += 1
+
+    await asyncio.gather(*(one(b) for b in stage.batches))
+    return StageResult(
+        batches=len(stage.batches),
+        failures=len(failures),
+        first_failure=failures[0] if failures else None,
+    )

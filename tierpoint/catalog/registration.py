@@ -5,7 +5,6 @@ Nothing here commits: the caller commits once, before it answers the client.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,7 +17,7 @@ from tierpoint.catalog.events import EventKind, arecord
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import CheckpointConflict, UnknownNode
-from tierpoint.manifest import Manifest, manifest_digest
+from tierpoint.manifest import Manifest, manifest_digest, shards_json
 from tierpoint.states import TierState
 
 # One statement whatever the shard count: the shards travel as one JSON document that Postgres
@@ -135,7 +134,7 @@ async def register_checkpoint(
     again. Raises CheckpointConflict for a different manifest at the same step and UnknownNode
     for shards on unknown or lost nodes. The caller has validated `job` and the manifest."""
     digest = manifest_digest(manifest.shards)
-    await check_nodes(session, (s.node for s in manifest.shards))
+    await check_nodes(session, {s.node for s in manifest.shards})
 
     job_id = await _job_id(session, job)
     existing = await _existing(session, job, job_id, manifest.step, digest)
@@ -164,12 +163,7 @@ async def register_checkpoint(
         return raced
     checkpoint_id, created_at = inserted.id, inserted.created_at
 
-    shards = json.dumps(
-        [
-            {"path": s.path, "size": s.size, "crc32c": s.crc32c, "node": s.node}
-            for s in manifest.shards
-        ]
-    )
+    shards = shards_json(manifest.shards).decode()
     await session.execute(_INSERT_SHARDS, {"cid": checkpoint_id, "shards": shards})
     if tiers:
         await session.execute(

@@ -108,7 +108,8 @@ def _outcome(parse: Any, raw: bytes) -> tuple[str, Any]:
     try:
         m = parse(raw)
     except ValidationError as exc:
-        return "refused", exc.errors(include_url=False)
+        # As JSON: an error's context may hold the exception raised, which compares by identity.
+        return "refused", exc.json(include_url=False)
     return "accepted", (m.model_dump(), manifest_digest(m.shards), m.total_bytes)
 
 

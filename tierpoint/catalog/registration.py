@@ -9,25 +9,30 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.events import EventKind, arecord
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node
+from tierpoint.catalog.models import Checkpoint, Job, Node
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import CheckpointConflict, UnknownNode
 from tierpoint.manifest import Manifest, manifest_digest, shards_json
 from tierpoint.states import TierState
 
 # One statement whatever the shard count: the shards travel as one JSON document that Postgres
-# unpacks (cheaper for both sides than an array per column, far cheaper than a row per statement).
-_INSERT_SHARDS = text(
+# unpacks (cheaper for both sides than an array per column, far cheaper than a row per statement),
+# and the tiers' `pending` markers go in the same round trip.
+_INSERT_SHARDS_AND_TIERS = text(
+    "WITH shards AS ("
     "INSERT INTO shard (checkpoint_id, ordinal, path, size, checksum, node_id) "
     "SELECT :cid, x.ordinal - 1, x.path, x.size, x.crc32c, x.node "
     "FROM ROWS FROM (json_to_recordset(CAST(:shards AS json)) "
     "AS (path text, size bigint, crc32c text, node text)) "
-    "WITH ORDINALITY AS x(path, size, crc32c, node, ordinal)"
+    "WITH ORDINALITY AS x(path, size, crc32c, node, ordinal)) "
+    "INSERT INTO checkpoint_tier (checkpoint_id, tier, job_id, step, state) "
+    "SELECT :cid, t.tier, :job_id, :step, :state "
+    "FROM unnest(CAST(:tiers AS text[])) AS t(tier)"
 )
 
 
@@ -163,23 +168,17 @@ async def register_checkpoint(
         return raced
     checkpoint_id, created_at = inserted.id, inserted.created_at
 
-    shards = shards_json(manifest.shards).decode()
-    await session.execute(_INSERT_SHARDS, {"cid": checkpoint_id, "shards": shards})
-    if tiers:
-        await session.execute(
-            insert(CheckpointTier).values(
-                [
-                    {
-                        "checkpoint_id": checkpoint_id,
-                        "tier": t,
-                        "job_id": job_id,
-                        "step": manifest.step,
-                        "state": TierState.PENDING.value,
-                    }
-                    for t in tiers
-                ]
-            )
-        )
+    await session.execute(
+        _INSERT_SHARDS_AND_TIERS,
+        {
+            "cid": checkpoint_id,
+            "shards": shards_json(manifest.shards).decode(),
+            "job_id": job_id,
+            "step": manifest.step,
+            "state": TierState.PENDING.value,
+            "tiers": list(tiers),
+        },
+    )
     await arecord(
         session,
         EventKind.REGISTERED,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -88,11 +87,6 @@ def create_app(settings: Settings) -> FastAPI:
             gauges = CatalogGauges(settings, metrics, app.state.tierpoint.sessions)
             refresher = asyncio.create_task(gauges.run(), name="tierpoint-catalog-gauges")
             log.info("api ready", tiers=settings.tier_names())
-            # What exists now (modules, schemas, the engine) lives as long as the process: out of
-            # the cycle collector's way, or every full collection that a large request triggers
-            # (a 10,000-shard manifest allocates ~50,000 objects) walks all of it again.
-            gc.collect()
-            gc.freeze()
             yield
         finally:
             if refresher is not None:

@@ -26,7 +26,7 @@ from tierpoint.catalog import checkpoint_reads, registration
 from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import UnknownTier
-from tierpoint.manifest import check_limits
+from tierpoint.manifest import check_limits, parse_manifest_json
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 from tierpoint.states import TierState
 
@@ -57,7 +57,7 @@ async def manifest_body(job: JobName, request: Request) -> RegisterCheckpoint:
     FastAPI refuse a bad job name before the body is read."""
     body = await request.body()
     try:
-        return RegisterCheckpoint.model_validate_json(body)
+        return parse_manifest_json(body)
     except ValidationError as exc:
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
         raise RequestValidationError(errors) from None

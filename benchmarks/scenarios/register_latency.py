@@ -1,15 +1,28 @@
-"""Latency of POST /v1/jobs/{job}/checkpoints for large manifests, as a training job sends them
-(one keep-alive connection, time to the full response).
+"""Latency of POST /v1/jobs/{job}/checkpoints, as a training job sends it (one keep-alive
+connection, time to the full response), for manifests of 1, `shards` and 10 x `shards` shards,
+with Temporal up and idle, up and busy, and down.
 
-The API (`tierpoint api`, its own process) runs on an embedded Postgres with the migrations and
-a Temporal dev server without workers, so that the lifecycle workflows a registration starts wait
-in their queue instead of loading the machine. The baseline is the idempotent retry of an
-already registered manifest (200): the same body parsed, validated and compared, without the
-catalog writes and the workflow start.
+Two `tierpoint api` processes share one embedded Postgres with the migrations:
+
+- `idle` and `busy` go to an API whose Temporal dev server runs without workers, so that the
+  lifecycle workflows a registration starts wait in their queue instead of loading the machine;
+  for `busy` another process (`python -m benchmarks.scenarios.register_latency load ADDRESS`)
+  starts workflows on that server at a steady rate while the registrations are measured;
+- `down` goes to an API whose Temporal server was stopped after the API had connected to it:
+  every workflow start after a registration fails, and the registration must still answer 201
+  (the start follows the response; the reconciler catches up later).
+
+Baselines: a new registration at idle is compared to the idempotent retry (200) of an already
+registered manifest of the same size (the same body parsed, validated and compared, without the
+catalog writes and the workflow start); busy and down are compared to idle. Besides p50 and p99,
+each run reports the API process's CPU per request (its threads' on-CPU time from
+/proc/<pid>/task/*/schedstat, so also the workflow start that follows each response).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import random
@@ -19,6 +32,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +48,9 @@ from tierpoint.devstack.services import EmbeddedPostgres, TemporalDevServer, fre
 
 NODES = ("node-a", "node-b")
 START_TIMEOUT = 60.0
+# Workflow starts per second of the `busy` load (the registrations' own starts come on top).
+LOAD_RATE = 100
+LOAD_QUEUE = "bench-load"  # no worker polls it: the load's workflows only fill the server
 
 
 def manifest(step: int, shards: int, rng: random.Random) -> bytes:
@@ -59,32 +76,84 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
+def on_cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of `pid` in nanoseconds resolution (/proc's tick counts are 10 ms,
+    too coarse for a few milliseconds per request)."""
+    total = 0
+    for task in os.scandir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError, IndexError, ValueError):  # a thread that just ended
+            total += int(Path(task.path, "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+@dataclass
+class Api:
+    """One `tierpoint api` process and a keep-alive client of it."""
+
+    proc: subprocess.Popen[bytes]
+    http: httpx.Client
+    log: Path
+
+    def wait_healthy(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                if self.http.get("/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"the API did not start: see {self.log}")
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        self.http.close()
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
 class RegisterLatency(Scenario):
     name = "register_latency"
-    summary = "POST a checkpoint manifest: new (201) vs idempotent retry (200), per request"
+    summary = (
+        "POST a checkpoint manifest: new (201) vs idempotent retry (200), Temporal idle, busy "
+        "and down, per request"
+    )
 
     def __init__(self, env: Env, requests: int, shards: int, warmup: int = 10) -> None:
         self.requests, self.shards, self.warmup = requests, shards, warmup
+        self.sizes = (1, shards, 10 * shards)
         self.work = env.work / self.name
         self.rng = random.Random(7)
         self.job = f"bench-{uuid.uuid4().hex[:8]}"
         self.step = 0
-        self.registered: list[bytes] = []
+        self.registered: dict[int, list[bytes]] = {n: [] for n in self.sizes}
         self.pg: EmbeddedPostgres | None = None
         self.temporal: TemporalDevServer | None = None
-        self.api: subprocess.Popen[bytes] | None = None
+        self.apis: dict[str, Api] = {}
+        self.load: subprocess.Popen[bytes] | None = None
+
+    def requests_for(self, shards: int) -> int:
+        # The largest manifests take ~10x as long each: fewer of them keep a run's length even.
+        return self.requests if shards <= self.shards else max(3, self.requests // 5)
 
     def params(self) -> dict[str, Any]:
-        return {"requests_per_run": self.requests, "shards": self.shards, "warmup": self.warmup}
+        return {
+            "shards": list(self.sizes),
+            "requests_per_run": [self.requests_for(n) for n in self.sizes],
+            "warmup": self.warmup,
+            "busy_load_starts_per_s": LOAD_RATE,
+        }
 
     def watched(self) -> Watched:
-        found: dict[str, tuple[int, bool]] = {}
-        if self.api is not None:
-            found["api"] = (self.api.pid, False)
+        found: dict[str, tuple[int, bool]] = {
+            f"api ({k})": (a.proc.pid, False) for k, a in self.apis.items()
+        }
         if self.pg is not None and self.pg.pid is not None:
             found["postgres"] = (self.pg.pid, True)
         if self.temporal is not None and self.temporal.pid is not None:
             found["temporal"] = (self.temporal.pid, False)
+        if self.load is not None:
+            found["load"] = (self.load.pid, False)
         return found
 
     def prepare(self) -> list[Method]:
@@ -93,12 +162,14 @@ class RegisterLatency(Scenario):
         self.pg = EmbeddedPostgres(self.work / "pg")
         url = self.pg.start()
         self.temporal = TemporalDevServer(self.work / "temporal.db")
-        temporal = self.temporal.start(log_file=self.work / "temporal.log")
+        self.temporal.start(log_file=self.work / "temporal.log")
+        doomed = TemporalDevServer(self.work / "temporal-down.db")
+        doomed.start(log_file=self.work / "temporal-down.log")
         migrate.upgrade(url)
         engine = make_sync_engine(url, pool_size=1)
         with Session(engine) as s:
-            for n in NODES:
-                upsert_node(s, n, {})
+            for node in NODES:
+                upsert_node(s, node, {})
             # Requests authenticate as a training job does (TIERPOINT_TOKEN_CACHE_SECONDS=0 in
             # the environment measures a catalog lookup per request).
             token = tokens_repo.create_token(
@@ -106,6 +177,42 @@ class RegisterLatency(Scenario):
             ).secret
             s.commit()
         engine.dispose()
+        try:
+            self.apis["up"] = self._start_api("up", url, self.temporal.address, token)
+            self.apis["down"] = self._start_api("down", url, doomed.address, token)
+            for api in self.apis.values():
+                api.wait_healthy()
+            for n in self.sizes:
+                self._post_new(self.apis["up"], n, self.warmup)
+            # The down API connects to its Temporal on its first registration; then it goes.
+            self._post_new(self.apis["down"], self.sizes[0], 1)
+            time.sleep(1.0)
+        finally:
+            doomed.stop()
+        for n in self.sizes:
+            self._post_new(self.apis["down"], n, min(self.warmup, 3))
+        methods: list[Method] = []
+        for n in self.sizes:
+            up, down = self.apis["up"], self.apis["down"]
+            methods += [
+                Method(f"new {n}", self._timed(up, n, new=True), self._rows(f"new {n}", "retry")),
+                Method(f"retry {n}", self._timed(up, n, new=False), self._rows(f"retry {n}", "")),
+                Method(
+                    f"new {n}, temporal busy",
+                    self._timed(up, n, new=True),
+                    self._rows(f"new {n}, temporal busy", f"new {n}"),
+                    before=self._start_load,
+                    after=self._stop_load,
+                ),
+                Method(
+                    f"new {n}, temporal down",
+                    self._timed(down, n, new=True),
+                    self._rows(f"new {n}, temporal down", f"new {n}"),
+                ),
+            ]
+        return methods
+
+    def _start_api(self, label: str, url: str, temporal: str, token: str) -> Api:
         port = free_port()
         tiers = [
             {"name": "ssd", "kind": "local", "root": str(self.work / "nodes" / "{node}")},
@@ -123,54 +230,64 @@ class RegisterLatency(Scenario):
             }
         )
         tierpoint = Path(sys.executable).with_name("tierpoint")
-        log = open(self.work / "api.log", "ab")  # noqa: SIM115
-        self.api = subprocess.Popen(
+        log_path = self.work / f"api-{label}.log"
+        log = open(log_path, "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
             [str(tierpoint), "api", "--host", "127.0.0.1", "--port", str(port)],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         log.close()
-        self.http = httpx.Client(
+        http = httpx.Client(
             base_url=f"http://127.0.0.1:{port}",
-            timeout=30,
+            timeout=60,
             headers={"Authorization": f"Bearer {token}"},
         )
-        self._wait_healthy()
-        self._post_new(self.warmup)
-        return [
-            Method("new", self._timed(self._post_new), self._rows("new", "retry")),
-            Method("retry", self._timed(self._post_retry), self._rows("retry", None)),
-        ]
+        return Api(proc, http, log_path)
 
     @staticmethod
-    def _rows(label: str, base: str | None) -> tuple[Row, ...]:
-        return tuple(
+    def _rows(label: str, base: str) -> tuple[Row, ...]:
+        # base: "retry" compares to the retry of the same size, "" to nothing, else that method.
+        size = label.split(",")[0].split()[-1]
+        ref = f"retry {size}" if base == "retry" else base
+
+        def baseline(q: str) -> str | None:
+            return f"{ref} {q}" if ref else None
+
+        return (
+            Row(f"{label} p50", metric="p50", unit="ms", baseline=baseline("p50")),
+            Row(f"{label} p99", metric="p99", unit="ms", baseline=baseline("p99")),
             Row(
-                f"{label} {q}",
-                metric=q,
+                f"{label} API CPU/request",
+                metric="cpu",
                 unit="ms",
-                baseline=None if base is None else f"{base} {q}",
-            )
-            for q in ("p50", "p99")
+                baseline=baseline("API CPU/request"),
+            ),
         )
 
-    def _wait_healthy(self) -> None:
-        assert self.api is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                if self.http.get("/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or self.api.poll() is not None:
-                raise RuntimeError(f"the API did not start: see {self.work / 'api.log'}")
-            time.sleep(0.2)
+    def _start_load(self) -> None:
+        assert self.temporal is not None
+        self.load = subprocess.Popen(
+            [sys.executable, "-m", __name__, "load", self.temporal.address, str(LOAD_RATE)],
+            env=subprocess_env({}),
+            stdout=subprocess.PIPE,
+            stderr=open(self.work / "load.log", "ab"),  # noqa: SIM115
+        )
+        assert self.load.stdout is not None
+        # Measure only once the load runs (its first start answered).
+        if not self.load.stdout.readline():
+            raise RuntimeError(f"the Temporal load did not start: see {self.work / 'load.log'}")
 
-    def _post(self, body: bytes, expect: int) -> float:
+    def _stop_load(self) -> None:
+        if self.load is not None:
+            self.load.terminate()
+            self.load.wait(10)
+            self.load = None
+
+    def _post(self, api: Api, body: bytes, expect: int) -> float:
         t0 = time.perf_counter()
-        r = self.http.post(
+        r = api.http.post(
             f"/v1/jobs/{self.job}/checkpoints",
             content=body,
             headers={"content-type": "application/json"},
@@ -180,35 +297,73 @@ class RegisterLatency(Scenario):
             raise RuntimeError(f"registration answered {r.status_code}: {r.text[:500]}")
         return elapsed
 
-    def _post_new(self, n: int) -> list[float]:
-        bodies = [manifest(self.step + i, self.shards, self.rng) for i in range(n)]
+    def _bodies(self, shards: int, n: int) -> list[bytes]:
+        bodies = [manifest(self.step + i, shards, self.rng) for i in range(n)]
         self.step += n
-        out = [self._post(b, 201) for b in bodies]
-        self.registered += bodies
+        return bodies
+
+    def _post_new(self, api: Api, shards: int, n: int) -> list[float]:
+        bodies = self._bodies(shards, n)
+        out = [self._post(api, b, 201) for b in bodies]
+        self.registered[shards] += bodies
         return out
 
-    def _post_retry(self, n: int) -> list[float]:
-        picks = [self.rng.choice(self.registered) for _ in range(n)]
-        return [self._post(b, 200) for b in picks]
-
-    def _timed(self, post: Callable[[int], list[float]]) -> Callable[[], Outcome]:
+    def _timed(self, api: Api, shards: int, *, new: bool) -> Callable[[], Outcome]:
         def run() -> Outcome:
-            ms = [s * 1000 for s in post(self.requests)]
+            n = self.requests_for(shards)
+            if new:
+                bodies, expect = self._bodies(shards, n), 201
+            else:
+                bodies, expect = [self.rng.choice(self.registered[shards]) for _ in range(n)], 200
+            cpu0 = on_cpu_seconds(api.proc.pid)
+            ms = [self._post(api, b, expect) * 1000 for b in bodies]
+            cpu = on_cpu_seconds(api.proc.pid) - cpu0
+            if new:
+                self.registered[shards] += bodies
             return Outcome(
                 {
                     "p50": statistics.median(ms),
                     "p99": percentile(ms, 0.99),
+                    "cpu": cpu / n * 1000,
                 }
             )
 
         return run
 
     def close(self) -> None:
-        if self.api is not None:
-            self.http.close()
-            self.api.terminate()
-            self.api.wait(10)
+        self._stop_load()
+        for api in self.apis.values():
+            api.close()
         if self.temporal is not None:
             self.temporal.stop()
         if self.pg is not None:
             self.pg.stop()
+
+
+async def _load(address: str, rate: float) -> None:
+    """Start workflows at `rate` per second (no worker runs them) until terminated."""
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    interval, started = 1.0 / rate, 0
+    pending: set[asyncio.Task[Any]] = set()
+    t0 = time.monotonic()
+    while True:
+        task = asyncio.create_task(
+            client.start_workflow(
+                "BenchLoad", id=f"bench-load-{uuid.uuid4().hex}", task_queue=LOAD_QUEUE
+            )
+        )
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        if started == 0:
+            await task
+            print("running", flush=True)
+        started += 1
+        await asyncio.sleep(max(0.0, t0 + started * interval - time.monotonic()))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["load"] or len(sys.argv) != 4:
+        raise SystemExit("usage: python -m benchmarks.scenarios.register_latency load ADDRESS RATE")
+    asyncio.run(_load(sys.argv[2], float(sys.argv[3])))

@@ -55,6 +55,14 @@ def test_quick_run_measures_every_scenario_against_its_baseline(tmp_path: Path) 
     reads = {r["label"]: r for r in doc["scenarios"]["catalog_reads"]["rows"]}
     assert reads["latest restorable p99 @10x"]["baseline"] == "latest restorable p99 @1x"
     assert reads["latest restorable p99 @1x"]["baseline"] == "GET /v1/tiers p99 @1x"
+    # Registration: every size with Temporal idle, busy and down, compared to idle, and the API's
+    # CPU per request.
+    reg = {r["label"]: r for r in doc["scenarios"]["register_latency"]["rows"]}
+    for n in doc["scenarios"]["register_latency"]["params"]["shards"]:
+        assert reg[f"new {n} p99"]["baseline"] == f"retry {n} p99"
+        for cond in ("busy", "down"):
+            assert reg[f"new {n}, temporal {cond} p50"]["baseline"] == f"new {n} p50"
+            assert f"new {n}, temporal {cond} API CPU/request" in reg
     # The table was printed too, with every scenario's title.
     for name in SCENARIOS:
         assert f"{name}:" in proc.stdout

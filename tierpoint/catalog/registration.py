@@ -5,30 +5,34 @@ Nothing here commits: the caller commits once, before it answers the client.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.events import EventKind, arecord
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node
+from tierpoint.catalog.models import Checkpoint, Job, Node
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import CheckpointConflict, UnknownNode
-from tierpoint.manifest import Manifest, manifest_digest
+from tierpoint.manifest import Manifest, manifest_digest, shards_json
 from tierpoint.states import TierState
 
 # One statement whatever the shard count: the shards travel as one JSON document that Postgres
-# unpacks (cheaper for both sides than an array per column, far cheaper than a row per statement).
-_INSERT_SHARDS = text(
+# unpacks (cheaper for both sides than an array per column, far cheaper than a row per statement),
+# and the tiers' `pending` markers go in the same round trip.
+_INSERT_SHARDS_AND_TIERS = text(
+    "WITH shards AS ("
     "INSERT INTO shard (checkpoint_id, ordinal, path, size, checksum, node_id) "
     "SELECT :cid, x.ordinal - 1, x.path, x.size, x.crc32c, x.node "
     "FROM ROWS FROM (json_to_recordset(CAST(:shards AS json)) "
     "AS (path text, size bigint, crc32c text, node text)) "
-    "WITH ORDINALITY AS x(path, size, crc32c, node, ordinal)"
+    "WITH ORDINALITY AS x(path, size, crc32c, node, ordinal)) "
+    "INSERT INTO checkpoint_tier (checkpoint_id, tier, job_id, step, state) "
+    "SELECT :cid, t.tier, :job_id, :step, :state "
+    "FROM unnest(CAST(:tiers AS text[])) AS t(tier)"
 )
 
 
@@ -135,7 +139,7 @@ async def register_checkpoint(
     again. Raises CheckpointConflict for a different manifest at the same step and UnknownNode
     for shards on unknown or lost nodes. The caller has validated `job` and the manifest."""
     digest = manifest_digest(manifest.shards)
-    await check_nodes(session, (s.node for s in manifest.shards))
+    await check_nodes(session, {s.node for s in manifest.shards})
 
     job_id = await _job_id(session, job)
     existing = await _existing(session, job, job_id, manifest.step, digest)
@@ -164,28 +168,17 @@ async def register_checkpoint(
         return raced
     checkpoint_id, created_at = inserted.id, inserted.created_at
 
-    shards = json.dumps(
-        [
-            {"path": s.path, "size": s.size, "crc32c": s.crc32c, "node": s.node}
-            for s in manifest.shards
-        ]
+    await session.execute(
+        _INSERT_SHARDS_AND_TIERS,
+        {
+            "cid": checkpoint_id,
+            "shards": shards_json(manifest.shards).decode(),
+            "job_id": job_id,
+            "step": manifest.step,
+            "state": TierState.PENDING.value,
+            "tiers": list(tiers),
+        },
     )
-    await session.execute(_INSERT_SHARDS, {"cid": checkpoint_id, "shards": shards})
-    if tiers:
-        await session.execute(
-            insert(CheckpointTier).values(
-                [
-                    {
-                        "checkpoint_id": checkpoint_id,
-                        "tier": t,
-                        "job_id": job_id,
-                        "step": manifest.step,
-                        "state": TierState.PENDING.value,
-                    }
-                    for t in tiers
-                ]
-            )
-        )
     await arecord(
         session,
         EventKind.REGISTERED,

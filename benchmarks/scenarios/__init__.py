@@ -58,9 +58,13 @@ def _copy_posix(env: Env, s: Sizes) -> Scenario:
 
 
 def _s3_upload(env: Env, s: Sizes) -> Scenario:
-    from benchmarks.scenarios.s3_upload import S3Upload
+    from benchmarks.scenarios.s3_upload import FULL_CELLS, QUICK_CELLS, S3Upload
 
-    return S3Upload(env, s.mib, files=4 if s.mib >= 256 else 2, part_mib=s.part_mib)
+    # Quick: one file of 16 MiB, so that 8 MiB parts still make a multipart upload.
+    quick = s.mib < 256
+    return S3Upload(
+        env, s.mib, files=1 if quick else 4, cells=QUICK_CELLS if quick else FULL_CELLS
+    )
 
 
 def _register_latency(env: Env, s: Sizes) -> Scenario:

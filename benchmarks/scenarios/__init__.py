@@ -62,9 +62,7 @@ def _s3_upload(env: Env, s: Sizes) -> Scenario:
 
     # Quick: one file of 16 MiB, so that 8 MiB parts still make a multipart upload.
     quick = s.mib < 256
-    return S3Upload(
-        env, s.mib, files=1 if quick else 4, cells=QUICK_CELLS if quick else FULL_CELLS
-    )
+    return S3Upload(env, s.mib, files=1 if quick else 4, cells=QUICK_CELLS if quick else FULL_CELLS)
 
 
 def _register_latency(env: Env, s: Sizes) -> Scenario:
@@ -109,6 +107,13 @@ def _catalog_reads(env: Env, s: Sizes) -> Scenario:
     return CatalogReads(env, s.catalog, s.reads, warmup=20 if s.reads >= 100 else 3)
 
 
+def _memory(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.memory import Memory
+
+    # 4 GiB at full size, where the data scenarios move 1 GiB.
+    return Memory(env, 4 * s.mib)
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "s3_upload": _s3_upload,
@@ -119,4 +124,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "restore": _restore,
     "sustained": _sustained,
     "catalog_reads": _catalog_reads,
+    "memory": _memory,
 }

@@ -16,7 +16,6 @@ class Sizes:
     requests: int  # registrations per run
     shards: int  # shards per registered manifest
     tensors: int  # tensors of the DCP state dict
-    part_mib: int  # S3 multipart part size
     ckpt_shards: int  # shards of the checkpoint_visible, end_to_end and restore checkpoints
     window: float  # seconds the sustained scenario registers checkpoints for
     catalog: Catalog  # the 1x catalog of catalog_reads (it adds one 10x its checkpoints)
@@ -29,7 +28,6 @@ class Sizes:
             requests=200,
             shards=1000,
             tensors=16,
-            part_mib=16,
             ckpt_shards=64,
             window=20.0,
             catalog=Catalog(1000, 100, 10),
@@ -43,7 +41,6 @@ class Sizes:
             requests=20,
             shards=100,
             tensors=4,
-            part_mib=8,
             ckpt_shards=8,
             window=2.0,
             catalog=Catalog(100, 10, 10),

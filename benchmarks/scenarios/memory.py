@@ -3,13 +3,14 @@
 worker --no-node`, the default) uploading it to S3, each a real process of its own.
 
 The scenario starts what they need itself: an embedded Postgres with the migrations, a Temporal
-dev server, the benchmark's moto (the S3 tier), `tierpoint api`, and the two workers. One shard
+dev server, a moto of its own (the S3 tier), `tierpoint api`, and the two workers. One shard
 (4 GiB, 4x the data scenarios' size; 64 MiB in quick) is written once next to the node's local
 tier and hard-linked into each run's step there, registered through the API, and followed until
 it is restorable on S3. Each process's peak RSS is its VmHWM (/proc/PID/status), reset before the
 run through /proc/PID/clear_refs, and at least the highest VmRSS sampled every 50 ms; it is
 compared to the same process's RSS just before the run (idle, after earlier runs). After each run
-the shared and S3 copies are removed (moto keeps objects in memory) and the local pages dropped.
+the shared and S3 copies are removed and the local pages dropped, and before each run the
+scenario's own moto is restarted (moto keeps objects in memory, a large one several times over).
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ from benchmarks.scenarios.s3_upload import empty_bucket
 from tierpoint.catalog import migrate, tokens_repo
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.nodes import upsert_node
-from tierpoint.devstack.services import EmbeddedPostgres, TemporalDevServer, free_port
+from tierpoint.devstack.services import (
+    EmbeddedPostgres,
+    MotoS3Server,
+    TemporalDevServer,
+    free_port,
+)
 
 MiB = 1024 * 1024
 NODE = "node-m"
@@ -47,6 +53,17 @@ SHARD = "model.bin"
 START_TIMEOUT = 120.0
 WAIT = 1800.0  # hang guard: 4 GiB through moto takes about a minute on a quiet machine
 WORKERS = ("node worker", "shared worker")
+# moto holds an object being completed several times over (its parts, the joined object): a
+# floor for the RAM a run needs, not a measurement of it.
+MOTO_OVERHEAD = 3
+
+
+def status_meminfo(field: str) -> int:
+    """A /proc/meminfo field, KiB."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/meminfo has no {field}")
 
 
 def status_kib(pid: int, field: str) -> int:
@@ -103,18 +120,27 @@ class Memory(Scenario):
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.pg: EmbeddedPostgres | None = None
         self.temporal: TemporalDevServer | None = None
+        # A moto of its own, restarted before every run: moto holds a large object several times
+        # over while it completes a multipart upload and does not give all of it back when the
+        # object is deleted (a second 4 GiB run took it to 17 GiB and the OOM killer).
+        self.moto = MotoS3Server()
 
     def params(self) -> dict[str, Any]:
         return {"shard_bytes": self.size, "node": NODE}
 
     def watched(self) -> Watched:
         found = {k: (p.pid, False) for k, p in self.procs.items()}
-        moto = self.env.moto()
-        if moto.pid:
-            found["moto"] = (moto.pid, False)
+        if self.moto.pid:
+            found["moto"] = (self.moto.pid, False)
         return found
 
     def prepare(self) -> list[Method]:
+        need = MOTO_OVERHEAD * self.size
+        if (avail := status_meminfo("MemAvailable") * 1024) < need:
+            raise RuntimeError(
+                f"memory: a {self.size / 2**30:.1f} GiB shard needs ~{need / 2**30:.0f} GiB of "
+                f"RAM for moto, {avail / 2**30:.1f} GiB available; run it with a smaller --mib"
+            )
         self.work.mkdir(parents=True)
         os.chmod(self.work, 0o755)  # the embedded Postgres runs as its own user when we are root
         self.pg = EmbeddedPostgres(self.work / "pg")
@@ -128,7 +154,8 @@ class Memory(Scenario):
             token = tokens_repo.create_token(s, self.job, ["train:bench-"], None).secret
             s.commit()
         engine.dispose()
-        moto = self.env.moto()
+        moto = self.moto
+        moto.start(log_file=self.work / "moto.log")
         self.s3 = boto3.client(
             "s3",
             endpoint_url=moto.endpoint_url,
@@ -189,7 +216,14 @@ class Memory(Scenario):
                 )
             )
         rows.append(Row("registration -> restorable on S3", nbytes=self.size))
-        return [Method("large shard", self._run, tuple(rows), after=self._clear)]
+        return [
+            Method("large shard", self._run, tuple(rows), before=self._fresh_s3, after=self._clear)
+        ]
+
+    def _fresh_s3(self) -> None:
+        self.moto.stop()
+        self.moto.start(log_file=self.work / "moto.log")
+        self.s3.create_bucket(Bucket=self.bucket)
 
     def _start(self, label: str, cmd: list[str], env: dict[str, str]) -> None:
         log = open(self.work / f"{label.replace(' ', '-')}.log", "ab")  # noqa: SIM115
@@ -253,22 +287,23 @@ class Memory(Scenario):
         drop_cache(self.original.parent)
 
     def close(self) -> None:
-        for p in self.procs.values():
-            p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
-        if hasattr(self, "s3"):
-            empty_bucket(self.s3, self.bucket)
-            self.s3.delete_bucket(Bucket=self.bucket)
-        if self.temporal is not None:
-            self.temporal.stop()
-        if self.pg is not None:
-            self.pg.stop()
-        shutil.rmtree(self.work, ignore_errors=True)
+        try:
+            for p in self.procs.values():
+                p.terminate()
+            for p in self.procs.values():
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(10)
+        finally:
+            # Whatever failed above (or in the run), nothing the scenario started outlives it.
+            self.moto.stop()
+            if self.temporal is not None:
+                self.temporal.stop()
+            if self.pg is not None:
+                self.pg.stop()
+            shutil.rmtree(self.work, ignore_errors=True)
 
 
 def write_shard(path: Path, size: int) -> int:

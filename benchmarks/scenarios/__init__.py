@@ -16,7 +16,6 @@ class Sizes:
     requests: int  # registrations per run
     shards: int  # shards per registered manifest
     tensors: int  # tensors of the DCP state dict
-    part_mib: int  # S3 multipart part size
     ckpt_shards: int  # shards of the checkpoint_visible, end_to_end and restore checkpoints
     window: float  # seconds the sustained scenario registers checkpoints for
     catalog: Catalog  # the 1x catalog of catalog_reads (it adds one 10x its checkpoints)
@@ -29,7 +28,6 @@ class Sizes:
             requests=200,
             shards=1000,
             tensors=16,
-            part_mib=16,
             ckpt_shards=64,
             window=20.0,
             catalog=Catalog(1000, 100, 10),
@@ -43,7 +41,6 @@ class Sizes:
             requests=20,
             shards=100,
             tensors=4,
-            part_mib=8,
             ckpt_shards=8,
             window=2.0,
             catalog=Catalog(100, 10, 10),
@@ -58,9 +55,11 @@ def _copy_posix(env: Env, s: Sizes) -> Scenario:
 
 
 def _s3_upload(env: Env, s: Sizes) -> Scenario:
-    from benchmarks.scenarios.s3_upload import S3Upload
+    from benchmarks.scenarios.s3_upload import FULL_CELLS, QUICK_CELLS, S3Upload
 
-    return S3Upload(env, s.mib, files=4 if s.mib >= 256 else 2, part_mib=s.part_mib)
+    # Quick: one file of 16 MiB, so that 8 MiB parts still make a multipart upload.
+    quick = s.mib < 256
+    return S3Upload(env, s.mib, files=1 if quick else 4, cells=QUICK_CELLS if quick else FULL_CELLS)
 
 
 def _register_latency(env: Env, s: Sizes) -> Scenario:
@@ -105,6 +104,13 @@ def _catalog_reads(env: Env, s: Sizes) -> Scenario:
     return CatalogReads(env, s.catalog, s.reads, warmup=20 if s.reads >= 100 else 3)
 
 
+def _memory(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.memory import Memory
+
+    # 4 GiB at full size, where the data scenarios move 1 GiB.
+    return Memory(env, 4 * s.mib)
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "s3_upload": _s3_upload,
@@ -115,4 +121,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "restore": _restore,
     "sustained": _sustained,
     "catalog_reads": _catalog_reads,
+    "memory": _memory,
 }

@@ -1,43 +1,36 @@
-"""Upload of a POSIX tier's shards to S3: S3Store write + verify against raw boto3 `upload_file`.
+"""Upload of a POSIX tier's shards to S3: S3Store write + verify against raw boto3 `upload_file`,
+swept over part size x concurrency.
 
-Both run against the benchmark's own moto server on 127.0.0.1 with the same part size and
-concurrency, each in its own child process (so its peak RSS is its own). moto is single-threaded
-and costs per request: compare the methods of the same run, not the absolute numbers.
+Both run against the benchmark's own moto server on 127.0.0.1, cell by cell with the same part
+size and concurrency, each run in its own child process (`s3_upload_child`, so its peak RSS is its
+own). Besides each cell's ratio to boto3 in the same cell, the caption compares every S3Store cell
+with the best boto3 cell of the run (what a user tuning `TransferConfig` for this endpoint would
+pick). moto is single-threaded and costs per request: compare the methods of the same run, not
+the absolute numbers.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import resource
 import shutil
+import statistics
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import boto3
-from boto3.s3.transfer import TransferConfig
 
 from benchmarks.env import ROOT, Env, json_line, subprocess_env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
-from tierpoint.config import TierConfig, TierKind
-from tierpoint.storage.base import ShardRef
-from tierpoint.storage.posix.store import PosixStore
-from tierpoint.storage.registry import open_store
-from tierpoint.storage.s3.store import S3Store
+from benchmarks.scenarios.s3_upload_child import JOB, REGION, STEP, names
 
-JOB, STEP = "bench", 1
 MiB = 1024 * 1024
-REGION = "us-east-1"
-
-
-def names(files: int) -> list[str]:
-    return [f"shard-{i:03d}.bin" for i in range(files)]
+Cell = tuple[int, int]  # (part MiB, concurrency)
+FULL_CELLS: tuple[Cell, ...] = tuple((p, c) for p in (8, 16, 32, 64) for c in (1, 2, 4))
+QUICK_CELLS: tuple[Cell, ...] = ((8, 1), (8, 2))
 
 
 def make_sources(root: Path, total: int, files: int) -> None:
@@ -54,50 +47,6 @@ def make_sources(root: Path, total: int, files: int) -> None:
                 left -= n
 
 
-def s3_tier(endpoint: str, bucket: str, part: int, concurrency: int) -> TierConfig:
-    return TierConfig(
-        name="s3",
-        kind=TierKind.S3,
-        bucket=bucket,
-        endpoint_url=endpoint,
-        region=REGION,
-        multipart_part_size=part,
-        multipart_concurrency=concurrency,
-    )
-
-
-def m_store(src: Path, endpoint: str, bucket: str, files: int, part: int, conc: int) -> None:
-    local = PosixStore(TierConfig(name="ssd", kind=TierKind.SHARED, root=str(src)))
-    s3 = open_store(s3_tier(endpoint, bucket, part, conc), None)
-    assert isinstance(s3, S3Store)
-    for name in names(files):
-        ref = ShardRef(JOB, STEP, name)
-        size = local.size(ref)
-        assert size is not None
-        with local.open_read(ref) as f:
-            result = s3.write(ref, f, size, None, None)
-        check = s3.verify(ref, size, result.crc32c)
-        if not check.ok:
-            raise SystemExit(f"verification failed: {check.reason}")
-
-
-def m_boto3(src: Path, endpoint: str, bucket: str, files: int, part: int, conc: int) -> None:
-    client = boto3.client("s3", endpoint_url=endpoint, region_name=REGION)
-    config = TransferConfig(
-        multipart_threshold=part, multipart_chunksize=part, max_concurrency=conc, use_threads=True
-    )
-    for name in names(files):
-        client.upload_file(str(src / JOB / str(STEP) / name), bucket, f"raw/{name}", Config=config)
-
-
-BOTO3 = "boto3 upload_file"
-METHODS: dict[str, tuple[Callable[[Path, str, str, int, int, int], None], str | None]] = {
-    BOTO3: (m_boto3, None),
-    # The CRC32C per part, the FULL_OBJECT completion check and a HEAD comparing S3's CRC32C.
-    "S3Store write+verify": (m_store, BOTO3),
-}
-
-
 def empty_bucket(client: Any, bucket: str, prefix: str = "") -> None:
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     for page in pages:
@@ -106,24 +55,42 @@ def empty_bucket(client: Any, bucket: str, prefix: str = "") -> None:
             client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
 
 
+def label(method: str, cell: Cell) -> str:
+    what = "boto3 upload_file" if method == "boto3" else "S3Store write+verify"
+    return f"{what} {cell[0]} MiB x{cell[1]}"
+
+
 class S3Upload(Scenario):
     name = "s3_upload"
-    summary = "POSIX tier to S3 (moto): S3Store write+verify vs boto3 upload_file"
+    summary = "POSIX tier to S3 (moto): S3Store write+verify vs boto3 upload_file, part x conc"
 
-    def __init__(self, env: Env, mib: int, files: int = 4, part_mib: int = 16, conc: int = 2):
+    def __init__(self, env: Env, mib: int, files: int, cells: Sequence[Cell]) -> None:
         self.env = env
-        self.files, self.part, self.conc = files, part_mib * MiB, conc
+        self.files, self.cells = files, tuple(cells)
         self.total = mib * MiB // files * files
         self.work = env.work / self.name
         self.bucket = f"tp-bench-{uuid.uuid4().hex[:8]}"
+        self.seconds: dict[str, list[float]] = {}
 
     def params(self) -> dict[str, Any]:
-        return {
-            "bytes": self.total,
-            "files": self.files,
-            "part_mib": self.part // MiB,
-            "concurrency": self.conc,
-        }
+        out: dict[str, Any] = {"bytes": self.total, "files": self.files}
+        boto = {c: self.seconds.get(label("boto3", c)) for c in self.cells}
+        timed = {c: statistics.median(v) for c, v in boto.items() if v}
+        if timed:
+            best = min(timed, key=lambda c: timed[c])
+            out["best boto3 cell"] = f"{best[0]} MiB x{best[1]}"
+            vs_best = {
+                c: statistics.median(v) / timed[best]
+                for c in self.cells
+                if (v := self.seconds.get(label("store", c)))
+            }
+            if vs_best:
+                worst = max(vs_best, key=lambda c: vs_best[c])
+                out["S3Store vs best boto3 (time ratio)"] = (
+                    f"{min(vs_best.values()):.2f}-{vs_best[worst]:.2f}, "
+                    f"worst at {worst[0]} MiB x{worst[1]}"
+                )
+        return out
 
     def watched(self) -> Watched:
         moto = self.env.moto()
@@ -144,23 +111,34 @@ class S3Upload(Scenario):
         )
         self.client.create_bucket(Bucket=self.bucket)
         make_sources(self.work, self.total, self.files)
-        return [
-            Method(
-                name,
-                self._runner(name),
-                (Row(name, baseline=base, nbytes=self.total),),
-                # moto keeps objects in memory: each run starts from an empty bucket.
-                before=lambda: empty_bucket(self.client, self.bucket),
-            )
-            for name, (_, base) in METHODS.items()
-        ]
+        methods = []
+        for cell in self.cells:
+            base = label("boto3", cell)
+            for method in ("boto3", "store"):
+                name = label(method, cell)
+                compared = None if method == "boto3" else base
+                rss_base = None if method == "boto3" else f"{base}: peak RSS"
+                rows = (
+                    Row(name, baseline=compared, nbytes=self.total),
+                    Row(f"{name}: peak RSS", metric="rss_mib", baseline=rss_base, unit="MiB"),
+                )
+                methods.append(
+                    Method(
+                        name,
+                        self._runner(method, name, cell),
+                        rows,
+                        # moto keeps objects in memory: each run starts from an empty bucket.
+                        before=lambda: empty_bucket(self.client, self.bucket),
+                    )
+                )
+        return methods
 
-    def _runner(self, method: str) -> Callable[[], Outcome]:
+    def _runner(self, method: str, name: str, cell: Cell) -> Callable[[], Outcome]:
         def run() -> Outcome:
-            cmd = [sys.executable, "-m", "benchmarks.scenarios.s3_upload", method]
+            cmd = [sys.executable, "-m", "benchmarks.scenarios.s3_upload_child", method]
             cmd += ["--src", str(self.work), "--endpoint-url", self.env.moto().endpoint_url]
             cmd += ["--bucket", self.bucket, "--files", str(self.files)]
-            cmd += ["--part", str(self.part), "--concurrency", str(self.conc)]
+            cmd += ["--part", str(cell[0] * MiB), "--concurrency", str(cell[1])]
             out = subprocess.run(
                 cmd,
                 check=True,
@@ -170,10 +148,10 @@ class S3Upload(Scenario):
                 env=subprocess_env(self.creds),
             )
             r: dict[str, Any] = json_line(out.stdout)
+            seconds, rss = float(r["seconds"]), float(r["maxrss_kib"]) / 1024
+            self.seconds.setdefault(name, []).append(seconds)
             return Outcome(
-                {"seconds": float(r["seconds"])},
-                cpu={"bench": float(r["cpu"])},
-                rss_mib=float(r["maxrss_kib"]) / 1024,
+                {"seconds": seconds, "rss_mib": rss}, cpu={"bench": float(r["cpu"])}, rss_mib=rss
             )
 
         return run
@@ -183,24 +161,3 @@ class S3Upload(Scenario):
             empty_bucket(self.client, self.bucket)
             self.client.delete_bucket(Bucket=self.bucket)
         shutil.rmtree(self.work, ignore_errors=True)
-
-
-def child(a: argparse.Namespace) -> None:
-    t0 = time.perf_counter()
-    METHODS[a.method][0](a.src, a.endpoint_url, a.bucket, a.files, a.part, a.concurrency)
-    seconds = time.perf_counter() - t0
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = me.ru_utime + me.ru_stime
-    print(json.dumps({"seconds": seconds, "cpu": cpu, "maxrss_kib": me.ru_maxrss}))
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(description="one method of the s3_upload scenario")
-    p.add_argument("method", choices=list(METHODS))
-    p.add_argument("--src", type=Path, required=True)
-    p.add_argument("--endpoint-url", required=True)
-    p.add_argument("--bucket", required=True)
-    p.add_argument("--files", type=int, required=True)
-    p.add_argument("--part", type=int, required=True)
-    p.add_argument("--concurrency", type=int, required=True)
-    child(p.parse_args())

@@ -17,7 +17,8 @@ CHUNK_SIZE = 4 * 1024 * 1024
 _local = threading.local()
 
 
-def _buffer(size: int) -> memoryview:
+def chunk_buffer(size: int) -> memoryview:
+    """This thread's reusable buffer of `size` bytes."""
     buf: bytearray | None = getattr(_local, "buf", None)
     if buf is None or len(buf) != size:
         buf = bytearray(size)
@@ -36,7 +37,7 @@ def update(crc: int, data: bytes | bytearray | memoryview) -> int:
 
 def file_crc32c(path: str | os.PathLike[str], chunk_size: int = CHUNK_SIZE) -> tuple[int, str]:
     """(size, crc32c hex) of a file, read once."""
-    view = _buffer(chunk_size)
+    view = chunk_buffer(chunk_size)
     crc = 0
     size = 0
     with open(path, "rb", buffering=0) as f:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from tierpoint_client.errors import ChecksumMismatchError, MissingDependencyError, TierpointError
-from tierpoint_client.hashing import CHUNK_SIZE, crc32c_hex, update
+from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, crc32c_hex, update
 from tierpoint_client.models import PlanEntry, RestoredFile, TierInfo
 from tierpoint_client.paths import PARTIAL_SUFFIX, safe_join, validate_relative_path
 
@@ -128,17 +128,38 @@ class Sources:
                 raise SourceError(f"{entry.location} is shorter than the range read") from None
             raise
 
-    def _s3_chunks(self, entry: PlanEntry, chunk_size: int) -> Iterator[bytes]:
+    def _s3_chunks(self, entry: PlanEntry, chunk_size: int) -> Iterator[memoryview]:
+        # One buffer per thread, filled in place: `read(n)` would allocate (and the allocator
+        # fault in) a new chunk for every few MiB of every shard.
+        view = chunk_buffer(chunk_size)
         resp = self._get(entry)
         body = resp["Body"]
         try:
             while True:
-                data = body.read(chunk_size)
-                if not data:
+                n = read_full(body, view)
+                if not n:
                     return
-                yield data
+                yield view[:n]
         finally:
             body.close()
+
+
+def read_full(body: Any, view: memoryview) -> int:
+    """Fill `view` from a response body; fewer bytes only at its end (a socket read returns
+    whatever has arrived, often much less than asked for)."""
+    readinto = getattr(body, "readinto", None)  # botocore's StreamingBody has it since 1.36
+    got = 0
+    while got < len(view):
+        if readinto is not None:
+            n = readinto(view[got:])
+        else:
+            data = body.read(len(view) - got)
+            n = len(data)
+            view[got : got + n] = data
+        if not n:
+            break
+        got += n
+    return got
 
 
 def _s3_client(info: TierInfo) -> S3Client:
@@ -150,11 +171,21 @@ def _s3_client(info: TierInfo) -> S3Client:
             "restoring from an S3 tier needs boto3: pip install 'tierpoint-client[s3]'"
         ) from None
     # Credentials come from the standard AWS chain (environment, profile, instance role).
+    settings: dict[str, Any] = {
+        "retries": {"max_attempts": 8, "mode": "adaptive"},
+        # More than botocore's 10: the restore's workers and the ranged reads of the torch
+        # reader share this client.
+        "max_pool_connections": 32,
+        "tcp_keepalive": True,
+    }
+    try:
+        # Every shard is checked against its registered crc32c here; botocore checking a
+        # checksum of its own as well would only add a pass over the bytes.
+        config = Config(**settings, response_checksum_validation="when_required")
+    except TypeError:  # botocore < 1.36 has no such setting, and validates only when asked
+        config = Config(**settings)
     return boto3.session.Session().client(
-        "s3",
-        endpoint_url=info.endpoint_url,
-        region_name=info.region,
-        config=Config(retries={"max_attempts": 8, "mode": "adaptive"}),
+        "s3", endpoint_url=info.endpoint_url, region_name=info.region, config=config
     )
 
 
@@ -187,6 +218,8 @@ def restore_shard(
     sources: Sources,
     progress: _Progress,
     chunk_size: int = CHUNK_SIZE,
+    *,
+    sync_dir: bool = True,
 ) -> RestoredFile:
     final = safe_join(dest_dir, validate_relative_path(entry.path))
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -222,7 +255,8 @@ def restore_shard(
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    _fsync_dir(final.parent)
+    if sync_dir:
+        _fsync_dir(final.parent)
     return RestoredFile(entry.path, size, actual, entry.tier, entry.location)
 
 
@@ -257,7 +291,7 @@ def restore_plan(
         tried: set[str] = set()
         while True:
             try:
-                return restore_shard(entry, dest, sources, tracker)
+                return restore_shard(entry, dest, sources, tracker, sync_dir=False)
             except ChecksumMismatchError as err:
                 tried.add(entry.tier)
                 other = fallback(entry, err, frozenset(tried)) if fallback is not None else None
@@ -265,9 +299,19 @@ def restore_plan(
                     raise
                 entry = other
 
+    files = _run(plan, one, workers)
+    # Each file was fsynced before its rename; the renames are made durable once per directory
+    # (a directory fsync can cost a journal commit: one per shard is one per file restored).
+    for directory in sorted({safe_join(dest, f.path).parent for f in files}):
+        _fsync_dir(directory)
+    return files, time.monotonic() - started
+
+
+def _run(
+    plan: Sequence[PlanEntry], one: Callable[[PlanEntry], RestoredFile], workers: int
+) -> list[RestoredFile]:
     if workers <= 1 or len(plan) <= 1:
-        files = [one(e) for e in plan]
-        return files, time.monotonic() - started
+        return [one(e) for e in plan]
     with ThreadPoolExecutor(max_workers=min(workers, len(plan))) as pool:
         futures: list[Future[RestoredFile]] = [pool.submit(one, e) for e in plan]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
@@ -278,4 +322,4 @@ def restore_plan(
             err = failed[0].exception()
             assert err is not None
             raise err
-        return [f.result() for f in futures], time.monotonic() - started
+        return [f.result() for f in futures]

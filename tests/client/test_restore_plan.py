@@ -172,3 +172,38 @@ def test_s3_restore_reads_with_tier_endpoint(tmp_path: Path, services: Services)
         with pytest.raises(SourceError, match="outside tier"):
             restore_plan([entry], tmp_path / "dest4", tiers)
     assert _files_under(tmp_path / "dest4") == {}
+
+
+def test_s3_restore_of_objects_larger_than_a_chunk_reuses_no_stale_bytes(
+    tmp_path: Path, services: Services
+) -> None:
+    """One worker fills the same buffer for every chunk of every object: each file holds its own
+    object's bytes, whether its last chunk is short, its size a whole number of chunks, or 0."""
+    bucket = make_bucket(services)
+    s3 = boto3.client("s3", endpoint_url=services.s3_endpoint_url, region_name=services.s3_region)
+    mib = 1024 * 1024
+    shards = {
+        "a.bin": os.urandom(9 * mib + 5),
+        "b.bin": os.urandom(8 * mib),
+        "c.bin": os.urandom(mib + 1),
+        "empty.bin": b"",
+    }
+    prefix = f"job-{uuid.uuid4().hex[:8]}/1/"
+    plan = []
+    for rel, data in shards.items():
+        s3.put_object(Bucket=bucket, Key=prefix + rel, Body=data)
+        plan.append(_entry(rel, data, f"s3://{bucket}/{prefix}{rel}", kind="s3"))
+    tiers = {
+        "s3": TierInfo(
+            name="s3",
+            kind="s3",
+            root=None,
+            bucket=bucket,
+            prefix="",
+            endpoint_url=services.s3_endpoint_url,
+            region=services.s3_region,
+        )
+    }
+    files, _ = restore_plan(plan, tmp_path / "dest", tiers, workers=1)
+    assert _files_under(tmp_path / "dest") == shards
+    assert [f.size for f in files] == [len(d) for d in shards.values()]

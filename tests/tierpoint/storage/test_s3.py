@@ -296,3 +296,22 @@ def test_verify_reads_back_a_composite_multipart_object(s3_store: S3Store, raw_s
     assert check.ok and check.crc32c == good
     bad = s3_store.verify(ref, len(data), crc32c_hex(crc32c_of(data) ^ 1))
     assert not bad.ok and bad.reason is not None and "read back" in bad.reason
+
+
+def test_part_buffers_are_bounded_and_reused_without_leaking_bytes(
+    s3_store: S3Store, raw_s3: Any
+) -> None:
+    """Uploads take at most concurrency + 1 part buffers and hand them to the next upload, whose
+    object holds its own bytes only (its short last part is not padded with the previous one's)."""
+    keep = s3_store.config.multipart_concurrency + 1
+    pool = s3_store.uploads.buffers
+    first, second = random_bytes(17 * MiB + 5), random_bytes(11 * MiB + 3)
+    s3_store.write(new_ref("a.bin"), io.BytesIO(first), len(first), None, None)
+    assert pool.idle() == keep
+    idle = {id(b) for b in pool._idle[5 * MiB]}
+    ref = new_ref("b.bin")
+    result = s3_store.write(ref, io.BytesIO(second), len(second), None, None)
+    assert {id(b) for b in pool._idle[5 * MiB]} == idle
+    assert object_bytes(raw_s3, s3_store, ref) == second
+    assert result.crc32c == crc32c_hex(crc32c_of(second))
+    assert s3_store.verify(ref, len(second), result.crc32c).ok

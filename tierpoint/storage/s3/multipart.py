@@ -34,6 +34,7 @@ from tierpoint.storage.base import (
     SourceSizeMismatch,
 )
 from tierpoint.storage.checksum import crc32c_combine, crc32c_hex, crc32c_of, crc32c_to_base64
+from tierpoint.storage.s3.buffers import PartBuffers
 from tierpoint.storage.s3.object_options import object_write_args
 from tierpoint.storage.s3.responses import FULL_OBJECT, error_code, stored_crc32c
 from tierpoint.storage.source import check_source_end, position_source, read_full
@@ -55,6 +56,16 @@ def part_size_for(config: TierConfig, size: int) -> int:
         mib = 1024 * 1024
         part = math.ceil(size / MAX_PARTS / mib) * mib
     return part
+
+
+def request_body(data: memoryview) -> bytearray | PartBody:
+    """What botocore sends: the buffer itself when it is exactly the part, so that the socket
+    gets it in one `sendall`; a file-like view (read in 16 KiB blocks) otherwise, because
+    botocore accepts bytes and bytearrays but no memoryview."""
+    base = data.obj
+    if isinstance(base, bytearray) and len(base) == len(data):
+        return base
+    return PartBody(data)
 
 
 class PartBody(io.RawIOBase):
@@ -146,6 +157,7 @@ class MultipartUploads:
         self.config = config
         self.client = client
         self.bucket = bucket
+        self.buffers = PartBuffers(keep=config.multipart_concurrency + 1)
 
     def _list_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]] | None:
         parts: dict[int, dict[str, Any]] = {}
@@ -227,16 +239,18 @@ class MultipartUploads:
             parts={},
         )
 
-    def _upload_part(self, key: str, upload_id: str, number: int, data: memoryview) -> str:
+    def _upload_part(
+        self, key: str, upload_id: str, number: int, data: memoryview, crc: int
+    ) -> str:
         resp = self.client.upload_part(
             Bucket=self.bucket,
             Key=key,
             UploadId=upload_id,
             PartNumber=number,
-            Body=cast(Any, PartBody(data)),
+            Body=cast(Any, request_body(data)),
             ContentLength=len(data),
             ChecksumAlgorithm="CRC32C",
-            ChecksumCRC32C=crc32c_to_base64(crc32c_of(data)),
+            ChecksumCRC32C=crc32c_to_base64(crc),
         )
         return resp["ETag"]
 
@@ -268,7 +282,7 @@ class MultipartUploads:
 
         concurrency = self.config.multipart_concurrency
         # One buffer being filled while `concurrency` parts upload: memory stays bounded.
-        buffers = [bytearray(part_size) for _ in range(concurrency + 1)]
+        buffers = [self.buffers.take(part_size) for _ in range(concurrency + 1)]
         free = list(range(len(buffers)))
         inflight: dict[Future[str], tuple[int, int, int, int]] = {}
         prefix = _Prefix(offset=upload.offset, crc=upload.crc, part_size=part_size)
@@ -309,7 +323,9 @@ class MultipartUploads:
                             if prefix.add(number, part_crc, length):
                                 report(prefix.offset, prefix.crc)
                             continue
-                        fut = pool.submit(self._upload_part, key, upload.upload_id, number, view)
+                        fut = pool.submit(
+                            self._upload_part, key, upload.upload_id, number, view, part_crc
+                        )
                         inflight[fut] = (number, index, part_crc, length)
                         continue
                     done, _ = wait(inflight, return_when=FIRST_COMPLETED)
@@ -322,6 +338,9 @@ class MultipartUploads:
                 done, _ = wait(inflight)
                 harvest(done, strict=False)
                 raise
+            finally:
+                # Every part is back from the pool's threads (finished or cancelled) here.
+                self.buffers.give(buffers)
         check_source_end(ref, source, size)
         self._complete(key, upload, size, prefix.crc)
         # Earlier attempts whose state was lost left uploads behind; the object is whole now,

@@ -31,7 +31,7 @@ from tierpoint.storage.checksum import (
     parse_crc32c,
 )
 from tierpoint.storage.paths import checkpoint_parts
-from tierpoint.storage.s3.multipart import MultipartUploads, PartBody, part_size_for
+from tierpoint.storage.s3.multipart import MultipartUploads, part_size_for, request_body
 from tierpoint.storage.s3.object_options import object_write_args
 from tierpoint.storage.s3.reader import S3Reader
 from tierpoint.storage.s3.responses import is_not_found, stored_crc32c, whole_object_checksum
@@ -168,7 +168,7 @@ class S3Store:
         self.client.put_object(
             Bucket=self.bucket,
             Key=self.key(ref),
-            Body=cast(Any, PartBody(memoryview(buf))),
+            Body=cast(Any, request_body(memoryview(buf))),
             ContentLength=size,
             ChecksumAlgorithm="CRC32C",
             ChecksumCRC32C=crc32c_to_base64(crc),

@@ -63,6 +63,7 @@ class TierpointWriter(StorageWriter):
         self.is_coordinator = False
         self.rank: int | None = None
         self.registered: dict[str, Any] | None = None
+        self._root: Path | None = None
 
     @property
     def checkpoint_id(self) -> str:
@@ -81,7 +82,10 @@ class TierpointWriter(StorageWriter):
         return node
 
     def directory(self) -> Path:
-        return local_root(self.client, self.node) / self.job / str(self.step)
+        if self._root is None:
+            # One tier lookup per writer, not one per file of every save.
+            self._root = local_root(self.client, self.node)
+        return self._root / self.job / str(self.step)
 
     # -- StorageWriter ---------------------------------------------------------------------
 
@@ -179,16 +183,16 @@ class TierpointWriter(StorageWriter):
             for item in plan.items:
                 data = planner.resolve_data(item)
                 offset = out.size
+                # Each item's own crc32c as well as the file's lets a reader that needs only
+                # this item fetch and verify it alone.
+                sink = _ItemSink(out)
                 if item.type == WriteItemType.BYTE_IO:
                     if not isinstance(data, io.BytesIO):
                         raise TierpointError(f"{item.index}: bytes item is not a BytesIO")
-                    blob = data.getbuffer()
+                    sink.write(data.getbuffer())
                 else:
-                    blob = _serialize_tensor(data)
-                out.write(blob)
-                # Hashing the bytes twice costs nothing next to writing them, and lets a reader
-                # that needs only this item fetch and verify it alone.
-                placed.append((item.index, offset, out.size - offset, crc32c_hex(update(0, blob))))
+                    _serialize_tensor(data, sink)
+                placed.append((item.index, offset, out.size - offset, crc32c_hex(sink.crc)))
             size, crc = out.commit()
         except BaseException:
             out.abort()
@@ -203,13 +207,30 @@ class TierpointWriter(StorageWriter):
         ]
 
 
-def _serialize_tensor(data: Any) -> memoryview:
+class _ItemSink:
+    """What an item is written through: straight into the rank's file (torch.save writes its
+    records here, the tensor's storage as one memoryview of it, so no serialised copy of the
+    tensor is ever held in memory), its crc32c computed on the way."""
+
+    def __init__(self, out: AtomicFile) -> None:
+        self._out = out
+        self.crc = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self.crc = update(self.crc, data)
+        self._out.write(data)
+        return memoryview(data).nbytes
+
+    def flush(self) -> None:
+        # torch.save flushes its buffer at the end; the file is fsynced once, at commit.
+        pass
+
+
+def _serialize_tensor(data: Any, sink: _ItemSink) -> None:
     if not isinstance(data, torch.Tensor):
         raise TierpointError(f"tensor item resolved to {type(data).__name__}")
     tensor = data.detach().cpu()
     # torch.save writes a view's whole storage: save only the view's elements.
     if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
         tensor = tensor.clone()
-    buf = io.BytesIO()
-    torch.save(tensor, buf)
-    return buf.getbuffer()
+    torch.save(tensor, sink)  # a writable file-like object is all it needs

@@ -233,4 +233,23 @@ def _serialize_tensor(data: Any, sink: _ItemSink) -> None:
     # torch.save writes a view's whole storage: save only the view's elements.
     if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
         tensor = tensor.clone()
-    torch.save(tensor, sink)  # a writable file-like object is all it needs
+    if not _save_without_zip_crc32(tensor, sink):
+        torch.save(tensor, sink)  # a writable file-like object is all it needs
+
+
+def _save_without_zip_crc32(tensor: torch.Tensor, sink: _ItemSink) -> bool:
+    """torch.save's format, without the zip CRC32 it computes of every record by default (about
+    as long as writing the bytes to a local disk): our crc32c of the item and of the file
+    already covers every byte, and torch.load does not check the zip CRC. Done per call with
+    torch's own writer rather than by `torch.serialization.set_crc32_options(False)`, which is
+    process-wide and would change every other torch.save of the training process too. False
+    when this torch has not these internals (then torch.save, with its CRC32)."""
+    ser = torch.serialization
+    try:
+        save = ser._save
+        writer = torch._C.PyTorchFileWriter(sink, False, ser._get_storage_alignment())
+    except (AttributeError, TypeError):
+        return False
+    save(tensor, writer, pickle, ser.DEFAULT_PROTOCOL, False)
+    writer.write_end_of_file()
+    return True

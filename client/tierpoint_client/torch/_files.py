@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tierpoint_client.client import Client
 from tierpoint_client.errors import TierpointError
-from tierpoint_client.hashing import crc32c_hex, update
+from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import TierInfo
 from tierpoint_client.paths import PARTIAL_SUFFIX
 
@@ -130,10 +130,13 @@ class AtomicFile:
         self._crc = 0
         self._written_back = 0
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self._crc = update(self._crc, data)
+    def write(self, data: bytes | bytearray | memoryview, crc: int | None = None) -> None:
+        """Append `data`; `crc` is its own crc32c when the caller has it already (it is then
+        folded into the file's instead of hashing the bytes again)."""
+        n = memoryview(data).nbytes
+        self._crc = update(self._crc, data) if crc is None else combine(self._crc, crc, n)
         self._f.write(data)
-        self.size += memoryview(data).nbytes
+        self.size += n
         if self.size - self._written_back >= WRITEBACK_BYTES:
             self._f.flush()
             start_writeback(self._f.fileno(), self._written_back, self.size - self._written_back)

@@ -20,7 +20,7 @@ from torch.futures import Future
 
 from tierpoint_client.client import Client
 from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
-from tierpoint_client.hashing import crc32c_hex, update
+from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import ShardSpec
 from tierpoint_client.torch._files import (
     METADATA_FILE,
@@ -217,9 +217,12 @@ class _ItemSink:
         self.crc = 0
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
-        self.crc = update(self.crc, data)
-        self._out.write(data)
-        return memoryview(data).nbytes
+        # Each byte hashed once: the chunk's crc32c goes into the item's and the file's.
+        n = memoryview(data).nbytes
+        crc = update(0, data)
+        self.crc = combine(self.crc, crc, n)
+        self._out.write(data, crc)
+        return n
 
     def flush(self) -> None:
         # torch.save flushes its buffer at the end; the file is fsynced once, at commit.

@@ -69,7 +69,7 @@ def parse_point(text: str) -> Point:
 def _solve(a: list[list[float]], y: list[float]) -> list[float]:
     """Gaussian elimination with partial pivoting of a small square system."""
     n = len(y)
-    m = [row[:] + [y[i]] for i, row in enumerate(a)]
+    m = [[*row, y[i]] for i, row in enumerate(a)]
     for col in range(n):
         pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
         m[col], m[pivot] = m[pivot], m[col]
@@ -148,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         help="history events one small Temporal cluster sustains (an assumption; see the doc)",
     )
     p.add_argument("--bytes-per-row", type=float, default=250.0, help="catalog row + indexes")
+    p.add_argument(
+        "--parallelism", type=int, default=4, help="a stage's batches in flight (tier.parallelism)"
+    )
+    p.add_argument(
+        "--node-gbs", type=float, default=2.0, help="GB/s one node seals (reads back) its shards"
+    )
     args = p.parse_args(argv)
 
     points = list(args.point)
@@ -178,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     parts = math.ceil(args.shard_gb * GB / (args.part_mib * MiB))
     s3_req = shards * ((1 + parts + 1 + 1) if parts > 1 else 2)
     print(
-        f"{'S3 requests':<34}{f'{parts} parts/shard':>34}{_n(s3_req):>16}{_n(s3_req * per_hour):>18}"
+        f"{'S3 requests':<34}{f'{parts} parts/shard':>34}"
+        f"{_n(s3_req):>16}{_n(s3_req * per_hour):>18}"
     )
 
     ckpt = shards * args.shard_gb * GB
@@ -211,6 +218,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{rows * 3600 * args.bytes_per_row / GB:,.1f} GB/h of table + index before retention"
     )
     print(f"  API: {api * per_hour / 3600:,.1f} requests/s")
+    # A stage runs at most `parallelism` batches at once, whichever nodes they are on.
+    rounds = math.ceil(b / args.parallelism)
+    seal = rounds * node / (args.node_gbs * GB) if b else 0.0
+    print(
+        f"  the seal stage alone: {rounds:,} rounds of {args.parallelism} batches x "
+        f"{node / (args.node_gbs * GB):.1f} s = "
+        f"{f'{seal / 60:,.0f} min' if seal >= 120 else f'{seal:.0f} s'} "
+        f"({seal / secs:,.1f}x the interval)"
+    )
     return 0
 
 

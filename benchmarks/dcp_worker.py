@@ -7,6 +7,7 @@ Protocol: one JSON object per line on stdin, one JSON answer per line on stdout:
   {"op": "init", "mib": N, "tensors": K, "pg_file": PATH}
   {"op": "save", "writer": "tierpoint"|"fs"|"s3", "mode": "sync"|"async", "job", "step", "path"}
       -> {"start": epoch seconds, "blocking": s, "total": s}
+  {"op": "floor", "path": DIR} -> {"seconds": s}: the tensors' bytes written + fsynced, no DCP
   {"op": "load", "reader": "tierpoint"|"fs"|"s3"|"s3-sequential", "job", "step", "tier", "path"}
       -> {"seconds": s, "equal": bool}
 A single rank in a gloo process group of one, as a one-process training job runs DCP.
@@ -98,6 +99,24 @@ def save(state: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:
     return {"start": start, "blocking": blocking, "total": total}
 
 
+def floor(state: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:
+    """The disk's floor for a save: every tensor's bytes written to one file in `path` and
+    fsynced (with the directory), with no serialisation, planning, checksum or registration."""
+    path = cmd["path"]
+    t0 = time.perf_counter()
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "state.bin"), "wb", buffering=0) as f:
+        for t in state["model"].values():
+            f.write(memoryview(t.contiguous().numpy()).cast("B"))
+        os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"seconds": time.perf_counter() - t0}
+
+
 def load(state: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:
     target = blank_like(state)
     r = reader(cmd)
@@ -127,6 +146,8 @@ def main() -> None:
             answer = save(state, cmd)
         elif op == "load":
             answer = load(state, cmd)
+        elif op == "floor":
+            answer = floor(state, cmd)
         else:
             break
         out.write(json.dumps(answer) + "\n")

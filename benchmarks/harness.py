@@ -31,7 +31,8 @@ class Row:
     metric: str = "seconds"
     baseline: str | None = None  # the label of the row this one is compared to
     nbytes: int | None = None  # bytes moved per run: the table adds MB/s
-    unit: str = "s"  # "s", "ms" for latencies already in milliseconds, or "MiB" (peak RSS)
+    # "s", "ms" for latencies already in milliseconds, "MiB" (peak RSS), "n" for counts
+    unit: str = "s"
 
 
 @dataclass
@@ -163,6 +164,8 @@ def summarize(scenario: Scenario, methods: list[Method], runs: list[Run]) -> dic
 def _time(value: float, unit: str) -> str:
     if unit == "MiB":
         return f"{value:.0f} MiB"
+    if unit == "n":
+        return f"{value:,.0f}"
     if unit == "ms":
         return f"{value:.1f} ms"
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"

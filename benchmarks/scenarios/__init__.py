@@ -20,6 +20,7 @@ class Sizes:
     window: float  # seconds the sustained scenario registers checkpoints for
     catalog: Catalog  # the 1x catalog of catalog_reads (it adds one 10x its checkpoints)
     reads: int  # GETs per run of catalog_reads
+    orchestration: tuple[int, ...]  # shards per checkpoint of the orchestration scenario
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
@@ -32,6 +33,7 @@ class Sizes:
             window=20.0,
             catalog=Catalog(1000, 100, 10),
             reads=300,
+            orchestration=(1, 100, 1_000, 10_000, 100_000),
         )
 
     @classmethod
@@ -45,6 +47,7 @@ class Sizes:
             window=2.0,
             catalog=Catalog(100, 10, 10),
             reads=10,
+            orchestration=(1, 100, 1_000),
         )
 
 
@@ -111,6 +114,12 @@ def _memory(env: Env, s: Sizes) -> Scenario:
     return Memory(env, 4 * s.mib)
 
 
+def _orchestration(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.orchestration import Orchestration
+
+    return Orchestration(env, s.orchestration)
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "s3_upload": _s3_upload,
@@ -122,4 +131,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "sustained": _sustained,
     "catalog_reads": _catalog_reads,
     "memory": _memory,
+    "orchestration": _orchestration,
 }

@@ -5,8 +5,11 @@ of the dev stack's own tier.
 
 Two ways to register: with the crc32c computed while writing (`register_manifest`, what
 TierpointWriter does) and with the client hashing the written files (`register`, a re-read from
-the page cache). After each tierpoint run the harness waits, untimed, until the checkpoint is
-restorable on S3, then removes its copies, so no background copy runs into the next measurement.
+the page cache). The floor is the same shards written and fsynced to the same local tier with
+nothing of ours (no checksum, no registration): its ratio to boto3 is the best any change of
+ours could reach on this machine, and the tierpoint rows are compared with it too. After each
+tierpoint run the harness waits, untimed, until the checkpoint is restorable on S3, then removes
+its copies, so no background copy runs into the next measurement.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from benchmarks.scenarios.stack_ckpt import (
 )
 
 BOTO3 = "boto3 upload_file straight to S3"
+FLOOR = "floor: write+fsync to the local tier, nothing of ours"
 
 
 class CheckpointVisible(Scenario):
@@ -66,11 +70,13 @@ class CheckpointVisible(Scenario):
                 (Row(BOTO3, nbytes=n),),
                 after=lambda: stack.forget("raw"),
             ),
+            Method(FLOOR, self._floor, (Row(FLOOR, "seconds", BOTO3, n),), after=self._unfloor),
             Method(
                 hash_on_write,
                 lambda: self._tierpoint(hashed=True),
                 (
                     Row(hash_on_write, "total", BOTO3, n),
+                    Row(f"{hash_on_write} (vs the floor)", "total", FLOOR, n),
                     Row(f"{hash_on_write}: of which register", "register", BOTO3),
                 ),
                 after=self._settle,
@@ -80,6 +86,7 @@ class CheckpointVisible(Scenario):
                 lambda: self._tierpoint(hashed=False),
                 (
                     Row(client_hash, "total", BOTO3, n),
+                    Row(f"{client_hash} (vs the floor)", "total", FLOOR, n),
                     Row(f"{client_hash}: of which hash+register", "register", BOTO3),
                 ),
                 after=self._settle,
@@ -91,6 +98,18 @@ class CheckpointVisible(Scenario):
         t0 = time.perf_counter()
         self.stack.upload(self.src, f"raw/{next(self.steps)}/")
         return Outcome({"seconds": time.perf_counter() - t0})
+
+    def _floor(self) -> Outcome:
+        assert self.stack is not None
+        # The same node's local tier (the same filesystem), in a directory no tier copies.
+        d = self.stack.local_dir(self.node, f"{self.job}-floor", next(self.steps))
+        t0 = time.perf_counter()
+        write_shards(d, self.names, self.size, self.block, crc=False)
+        return Outcome({"seconds": time.perf_counter() - t0})
+
+    def _unfloor(self) -> None:
+        assert self.stack is not None
+        self.stack.forget(f"{self.job}-floor")
 
     def _tierpoint(self, hashed: bool) -> Outcome:
         assert self.stack is not None
@@ -117,5 +136,6 @@ class CheckpointVisible(Scenario):
     def close(self) -> None:
         if self.stack is not None:
             self.stack.forget(self.job)
+            self.stack.forget(f"{self.job}-floor")
             self.stack.forget("raw")
         shutil.rmtree(self.work, ignore_errors=True)

@@ -6,6 +6,8 @@ dcp_worker.py in the torch venv, a gloo group of one).
 - save: how long `dcp.save` blocks training. TierpointWriter returns once the files are on the
   node's local tier and registered; the copies to the shared tier and S3 follow in the background,
   and "restorable on S3" is the catalog's time for that (from the save's start).
+- floor: the state's tensor bytes written and fsynced to the same disk by the training process,
+  with nothing of DCP's or ours: what no writer can beat there. Each sync save is compared to it.
 - async save: how long `dcp.async_save` blocks (until its future is returned) and its total time.
 - load: TierpointReader from each tier (tier=) against FileSystemReader and S3StorageReader with
   its sequential reader (TierpointReader reads whole objects too) and its default reader. The
@@ -40,6 +42,7 @@ BUCKET = "tp-bench-dcp"
 WAIT = 900.0  # hang guard for the background copies
 
 TP, FS, S3 = "TierpointWriter", "FileSystemWriter", "S3StorageWriter"
+FLOOR = "floor: the tensors' bytes written + fsynced"
 
 
 class Worker:
@@ -164,7 +167,20 @@ class Dcp(Scenario):
             rows[TP] += (Row(f"{TP} {verb} total", "total", f"{S3} {verb} total", n),)
             rows[FS] += (Row(f"{FS} {verb} total", "total", None, n),)
             rows[S3] += (Row(f"{S3} {verb} total", "total", None, n),)
+        floor: list[Method] = []
+        if mode == "sync":
+            rows[TP] += (Row(f"{TP} {verb} (vs the floor)", "blocking", FLOOR, n),)
+            rows[FS] += (Row(f"{FS} {verb} (vs the floor)", "blocking", FLOOR, n),)
+            floor.append(
+                Method(
+                    FLOOR,
+                    self._floor,
+                    (Row(FLOOR, "seconds", f"{S3} {verb}", n),),
+                    after=lambda: shutil.rmtree(self.work / "floor", ignore_errors=True),
+                )
+            )
         return [
+            *floor,
             Method(f"{TP} {verb}", lambda: self._save_tierpoint(mode), rows[TP]),
             Method(
                 f"{FS} {verb}",
@@ -195,6 +211,12 @@ class Dcp(Scenario):
         state = cp.tier("s3")
         assert state is not None and state.restorable_at is not None
         return state.restorable_at.timestamp()
+
+    def _floor(self) -> Outcome:
+        assert self.worker is not None
+        # On the disk of FileSystemWriter's baseline, which is the local tier's disk too.
+        r = self.worker.ask(op="floor", path=str(self.work / "floor"))
+        return Outcome({"seconds": r["seconds"]})
 
     def _save_other(self, kind: str, mode: str) -> Outcome:
         assert self.worker is not None

@@ -38,14 +38,16 @@ RAW_CONFIG = TransferConfig(
 )
 
 
-def write_shards(directory: Path, names: Sequence[str], size: int, block: bytes) -> list[int]:
+def write_shards(
+    directory: Path, names: Sequence[str], size: int, block: bytes, *, crc: bool = True
+) -> list[int]:
     """Write and fsync each shard (the local tier's copy as training leaves it); returns each
-    shard's crc32c, computed on the way."""
+    shard's crc32c, computed on the way (without `crc`: zeros, the disk's floor)."""
     directory.mkdir(parents=True, exist_ok=True)
     view = memoryview(block)
     crcs = []
     for i, name in enumerate(names):
-        crc = 0
+        value = 0
         # The first 8 bytes differ per shard so that no two shards are the same object.
         first = bytearray(view[: min(size, len(view))])
         first[: min(8, len(first))] = i.to_bytes(8, "little")[: len(first)]
@@ -54,11 +56,12 @@ def write_shards(directory: Path, names: Sequence[str], size: int, block: bytes)
             left = size
             while left:
                 f.write(chunk)
-                crc = crc32c.crc32c(chunk, crc)
+                if crc:
+                    value = crc32c.crc32c(chunk, value)
                 left -= len(chunk)
                 chunk = view[: min(left, len(view))]
             os.fsync(f.fileno())
-        crcs.append(crc)
+        crcs.append(value)
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -58,3 +58,44 @@ def hash_files(
         return [file_crc32c(p, chunk_size) for p in paths]
     with ThreadPoolExecutor(max_workers=min(workers, len(paths))) as pool:
         return list(pool.map(lambda p: file_crc32c(p, chunk_size), paths))
+
+
+# crc32c(A + B) from crc32c(A), crc32c(B) and len(B), as zlib's crc32_combine does it for its CRC
+# (x^(8·len B) mod P times crc(A), plus crc(B)), with the CRC-32C polynomial: the crc32c package
+# has no combine. Lets a writer hash a large chunk once for two checksums that contain it.
+_POLY = 0x82F63B78  # CRC-32C, reflected
+_X0 = 1 << 31  # the polynomial 1 (x^0), reflected
+
+
+def _multmodp(a: int, b: int) -> int:
+    """a(x)·b(x) mod P(x), bit-reflected."""
+    m, p = _X0, 0
+    while True:
+        if a & m:
+            p ^= b
+            if a & (m - 1) == 0:
+                return p
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+
+
+def _x2n_table() -> list[int]:
+    table, p = [], _X0 >> 1  # x^1
+    for _ in range(32):
+        table.append(p)
+        p = _multmodp(p, p)
+    return table
+
+
+_X2N = _x2n_table()  # x^(2^k) mod P
+
+
+def combine(crc_a: int, crc_b: int, len_b: int) -> int:
+    """crc32c of A followed by B."""
+    p, k, n = _X0, 3, len_b  # x^(8·len_b): n·2^3
+    while n:
+        if n & 1:
+            p = _multmodp(_X2N[k & 31], p)
+        n >>= 1
+        k += 1
+    return _multmodp(p, crc_a) ^ crc_b

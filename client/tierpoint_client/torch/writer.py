@@ -20,7 +20,7 @@ from torch.futures import Future
 
 from tierpoint_client.client import Client
 from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
-from tierpoint_client.hashing import crc32c_hex, update
+from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import ShardSpec
 from tierpoint_client.torch._files import (
     METADATA_FILE,
@@ -63,6 +63,7 @@ class TierpointWriter(StorageWriter):
         self.is_coordinator = False
         self.rank: int | None = None
         self.registered: dict[str, Any] | None = None
+        self._root: Path | None = None
 
     @property
     def checkpoint_id(self) -> str:
@@ -81,7 +82,10 @@ class TierpointWriter(StorageWriter):
         return node
 
     def directory(self) -> Path:
-        return local_root(self.client, self.node) / self.job / str(self.step)
+        if self._root is None:
+            # One tier lookup per writer, not one per file of every save.
+            self._root = local_root(self.client, self.node)
+        return self._root / self.job / str(self.step)
 
     # -- StorageWriter ---------------------------------------------------------------------
 
@@ -179,16 +183,16 @@ class TierpointWriter(StorageWriter):
             for item in plan.items:
                 data = planner.resolve_data(item)
                 offset = out.size
+                # Each item's own crc32c as well as the file's lets a reader that needs only
+                # this item fetch and verify it alone.
+                sink = _ItemSink(out)
                 if item.type == WriteItemType.BYTE_IO:
                     if not isinstance(data, io.BytesIO):
                         raise TierpointError(f"{item.index}: bytes item is not a BytesIO")
-                    blob = data.getbuffer()
+                    sink.write(data.getbuffer())
                 else:
-                    blob = _serialize_tensor(data)
-                out.write(blob)
-                # Hashing the bytes twice costs nothing next to writing them, and lets a reader
-                # that needs only this item fetch and verify it alone.
-                placed.append((item.index, offset, out.size - offset, crc32c_hex(update(0, blob))))
+                    _serialize_tensor(data, sink)
+                placed.append((item.index, offset, out.size - offset, crc32c_hex(sink.crc)))
             size, crc = out.commit()
         except BaseException:
             out.abort()
@@ -203,13 +207,52 @@ class TierpointWriter(StorageWriter):
         ]
 
 
-def _serialize_tensor(data: Any) -> memoryview:
+class _ItemSink:
+    """What an item is written through: straight into the rank's file (torch.save writes its
+    records here, the tensor's storage as one memoryview of it, so no serialised copy of the
+    tensor is ever held in memory), its crc32c computed on the way."""
+
+    def __init__(self, out: AtomicFile) -> None:
+        self._out = out
+        self.crc = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        # Each byte hashed once: the chunk's crc32c goes into the item's and the file's.
+        n = memoryview(data).nbytes
+        crc = update(0, data)
+        self.crc = combine(self.crc, crc, n)
+        self._out.write(data, crc)
+        return n
+
+    def flush(self) -> None:
+        # torch.save flushes its buffer at the end; the file is fsynced once, at commit.
+        pass
+
+
+def _serialize_tensor(data: Any, sink: _ItemSink) -> None:
     if not isinstance(data, torch.Tensor):
         raise TierpointError(f"tensor item resolved to {type(data).__name__}")
     tensor = data.detach().cpu()
     # torch.save writes a view's whole storage: save only the view's elements.
     if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
         tensor = tensor.clone()
-    buf = io.BytesIO()
-    torch.save(tensor, buf)
-    return buf.getbuffer()
+    if not _save_without_zip_crc32(tensor, sink):
+        torch.save(tensor, sink)  # a writable file-like object is all it needs
+
+
+def _save_without_zip_crc32(tensor: torch.Tensor, sink: _ItemSink) -> bool:
+    """torch.save's format, without the zip CRC32 it computes of every record by default (about
+    as long as writing the bytes to a local disk): our crc32c of the item and of the file
+    already covers every byte, and torch.load does not check the zip CRC. Done per call with
+    torch's own writer rather than by `torch.serialization.set_crc32_options(False)`, which is
+    process-wide and would change every other torch.save of the training process too. False
+    when this torch has not these internals (then torch.save, with its CRC32)."""
+    ser = torch.serialization
+    try:
+        save = ser._save
+        writer = torch._C.PyTorchFileWriter(sink, False, ser._get_storage_alignment())
+    except (AttributeError, TypeError):
+        return False
+    save(tensor, writer, pickle, ser.DEFAULT_PROTOCOL, False)
+    writer.write_end_of_file()
+    return True

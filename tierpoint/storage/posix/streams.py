@@ -81,24 +81,29 @@ def _direct_pass(
     bufs = [mmap.mmap(-1, size) for _ in range(DIRECT_DEPTH)]
     views = [memoryview(b) for b in bufs]
     crc = total = 0
+    end = os.fstat(fd).st_size  # what the reads are charged for; they still read to the real end
     try:
         with ThreadPoolExecutor(DIRECT_DEPTH, thread_name_prefix="tierpoint-verify-io") as pool:
-            inflight = [pool.submit(os.preadv, fd, [v], k * size) for k, v in enumerate(views)]
+
+            def submit(k: int, offset: int) -> Future[int]:
+                # Charged before it is issued: a read in flight is bandwidth taken already, and
+                # the limit is on the device's reads, not on what the checksum has seen.
+                if limiter is not None:
+                    limiter.consume(max(0, min(size, end - offset)))
+                return pool.submit(os.preadv, fd, [views[k]], offset)
+
+            inflight = [submit(k, k * size) for k in range(DIRECT_DEPTH)]
             k = 0
             try:
                 while True:
                     n = inflight[k].result()
-                    if limiter is not None:
-                        limiter.consume(n)
                     crc = crc32c_update(crc, views[k][:n])
                     total += n
                     if progress is not None and n:
                         progress(total)
                     if n < size:
                         break
-                    inflight[k] = pool.submit(
-                        os.preadv, fd, [views[k]], total + (DIRECT_DEPTH - 1) * size
-                    )
+                    inflight[k] = submit(k, total + (DIRECT_DEPTH - 1) * size)
                     k = (k + 1) % DIRECT_DEPTH
             finally:
                 for f in inflight:

@@ -16,7 +16,7 @@ class TokenBucket:
     reserves its share under the lock and sleeps outside it. The default burst is 50 ms worth:
     a copy's reads are chunks of megabytes, each paid for by sleeping off its debt, so the
     burst buys them nothing; a larger one would only let each copy start at the disk's full
-    speed (a quarter second's worth ran a 2 s copy 12% above its limit) and take that from
+    speed (a quarter second's worth averages a 2 s copy 14% above its limit) and take that from
     the training job's reads.
     """
 

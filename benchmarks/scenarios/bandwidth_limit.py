@@ -48,6 +48,8 @@ def direct_read(
     buf = mmap.mmap(-1, READ)
     total, offset = 0, 0
     t0 = time.perf_counter()
+    if log is not None:
+        log.append((time.monotonic(), 0))
     try:
         while True:
             n = os.preadv(fd, [buf], offset)
@@ -87,12 +89,19 @@ def copy_child(src: Path, dst: Path, limit: int) -> None:
 
 
 def rate_within(log: list[tuple[float, int]], start: float, end: float) -> float:
-    """Bytes/s the logged reader kept between start and end (its reads completed in the span)."""
-    inside = [(t, n) for t, n in log if start <= t <= end]
-    if len(inside) < 2:
-        raise SystemExit("the loader completed fewer than two reads during the copy")
-    (t0, n0), (t1, n1) = inside[0], inside[-1]
-    return (n1 - n0) / (t1 - t0)
+    """Bytes/s the logged reader kept between start and end: over its reads that completed in the
+    span, or, where they read nothing (a tiny copy), over the fewest reads enclosing it. (A read
+    at the end of the file returns nothing and logs the same count again.)"""
+    inside = [k for k, (t, _) in enumerate(log) if start <= t <= end]
+    i, j = (inside[0], inside[-1]) if inside else (0, len(log) - 1)
+    if not inside:
+        i = max([k for k, (t, _) in enumerate(log) if t < start], default=0)
+        j = min([k for k, (t, _) in enumerate(log) if t > end], default=len(log) - 1)
+    while log[j][1] == log[i][1] and (i > 0 or j < len(log) - 1):
+        i, j = max(i - 1, 0), min(j + 1, len(log) - 1)
+    if log[j][1] == log[i][1] or log[j][0] <= log[i][0]:
+        raise SystemExit("the loader was not reading while the copy ran")
+    return (log[j][1] - log[i][1]) / (log[j][0] - log[i][0])
 
 
 def _label(fraction: float) -> str:

@@ -13,6 +13,8 @@ from benchmarks.harness import Scenario
 @dataclass(frozen=True)
 class Sizes:
     mib: int  # the data each data scenario moves per run
+    copy_mib: int  # copy_posix: one shard of this size, and the same bytes in small shards
+    small_mib: int  # copy_posix: the small shards' size
     requests: int  # registrations per run
     shards: int  # shards per registered manifest
     tensors: int  # tensors of the DCP state dict
@@ -26,6 +28,8 @@ class Sizes:
     def full(cls, mib: int | None = None) -> Sizes:
         return cls(
             mib=mib or 1024,
+            copy_mib=mib or 2048,
+            small_mib=8,
             requests=200,
             shards=1000,
             tensors=16,
@@ -40,6 +44,8 @@ class Sizes:
     def quick(cls, mib: int | None = None) -> Sizes:
         return cls(
             mib=mib or 16,
+            copy_mib=mib or 16,
+            small_mib=1,
             requests=20,
             shards=100,
             tensors=4,
@@ -54,7 +60,13 @@ class Sizes:
 def _copy_posix(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.copy_posix import CopyPosix
 
-    return CopyPosix(env, s.mib, files=8 if s.mib >= 256 else 4)
+    return CopyPosix(env, s.copy_mib, small_mib=s.small_mib)
+
+
+def _bandwidth_limit(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.bandwidth_limit import BandwidthLimit
+
+    return BandwidthLimit(env, s.mib)
 
 
 def _s3_upload(env: Env, s: Sizes) -> Scenario:
@@ -122,6 +134,7 @@ def _orchestration(env: Env, s: Sizes) -> Scenario:
 
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
+    "bandwidth_limit": _bandwidth_limit,
     "s3_upload": _s3_upload,
     "register_latency": _register_latency,
     "dcp": _dcp,

@@ -1,4 +1,5 @@
-"""Copy (+ verify) of a POSIX tier to another: PosixStore against `cp` + `sync` and a plain loop.
+"""Copy (+ verify) of a POSIX tier to another: PosixStore against `cp` + `sync`, in two shapes of
+the same bytes (one big shard; many small ones).
 
 Every method runs in its own child process (so its peak RSS is its own) on the same cold source
 files (their pages are dropped before each run) and writes to an empty destination on the same
@@ -8,6 +9,7 @@ file system. Every method is durable when its clock stops (fsync / sync).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -17,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,19 +82,6 @@ def cold_crc(path: Path) -> int:
 # -- methods (run in a child process) ------------------------------------------------------
 
 
-def m_python_loop(src: Path, dst: Path, files: list[str]) -> None:
-    (dst / JOB / str(STEP)).mkdir(parents=True)
-    for name in files:
-        with (
-            open(src / JOB / str(STEP) / name, "rb") as i,
-            open(dst / JOB / str(STEP) / name, "wb") as o,
-        ):
-            while chunk := i.read(CHUNK):
-                o.write(chunk)
-            o.flush()
-            os.fsync(o.fileno())
-
-
 def _stores(src: Path, dst: Path) -> tuple[PosixStore, PosixStore]:
     return (
         PosixStore(TierConfig(name="src", kind=TierKind.SHARED, root=str(src))),
@@ -127,16 +117,19 @@ def m_store_copy_verify(src: Path, dst: Path, files: list[str]) -> None:
 
 
 def m_store_copy_verify_pipelined(src: Path, dst: Path, files: list[str]) -> None:
-    """Verify shard i on a second thread while shard i+1 is copied."""
+    """As the batch copy activity does: the read-back of shard i on a second thread while shard
+    i+1 is copied, one shard deep."""
     a, b = _stores(src, dst)
-    pending: list[Future[VerifyResult]] = []
+    pending: Future[VerifyResult] | None = None
     with ThreadPoolExecutor(1) as verifier:
         for name in files:
             crc = _store_copy(a, b, name)
+            if pending is not None:
+                _check(pending.result())
             ref = ShardRef(JOB, STEP, name)
-            pending.append(verifier.submit(b.verify, ref, b.size(ref) or 0, crc))
-        for fut in pending:
-            _check(fut.result())
+            pending = verifier.submit(b.verify, ref, b.size(ref) or 0, crc)
+        if pending is not None:
+            _check(pending.result())
 
 
 def m_cp_sync_verify(src: Path, dst: Path, files: list[str]) -> None:
@@ -154,22 +147,34 @@ def m_cp_sync(src: Path, dst: Path, files: list[str]) -> None:
     subprocess.run(["sync", str(d), *(str(d / n) for n in files)], check=True)
 
 
-CP, CP_RB = "cp+sync", "cp+sync, cold read-back crc"
-# method -> (function, the baseline it is compared to)
-METHODS: dict[str, tuple[Callable[[Path, Path, list[str]], None], str | None]] = {
-    CP: (m_cp_sync, None),
-    "python read/write+fsync": (m_python_loop, CP),
-    "PosixStore copy": (m_store_copy, CP),
-    CP_RB: (m_cp_sync_verify, CP),
-    "PosixStore copy+verify": (m_store_copy_verify, CP_RB),
-    "PosixStore copy+verify pipelined": (m_store_copy_verify_pipelined, CP_RB),
+CP, CP_RB = "cp+sync", "cp+sync+cold read-back"
+COPY, VERIFY, PIPELINED = (
+    "PosixStore copy",
+    "PosixStore copy+verify",
+    "PosixStore copy+verify pipelined",
+)
+METHODS: dict[str, Callable[[Path, Path, list[str]], None]] = {
+    CP: m_cp_sync,
+    CP_RB: m_cp_sync_verify,
+    COPY: m_store_copy,
+    VERIFY: m_store_copy_verify,
+    PIPELINED: m_store_copy_verify_pipelined,
+}
+# method -> its rows' baselines: every copy against `cp` + `sync` (the target: a time ratio of
+# at most 1.18, i.e. 0.85x its throughput), the verified ones also against cp + a cold read-back.
+BASELINES: dict[str, tuple[str | None, ...]] = {
+    CP: (None,),
+    CP_RB: (CP,),
+    COPY: (CP,),
+    VERIFY: (CP, CP_RB),
+    PIPELINED: (CP, CP_RB),
 }
 
 
 def child(method: str, src: Path, dst: Path, files: int) -> None:
     names = shard_names(files)
     t0 = time.perf_counter()
-    METHODS[method][0](src, dst, names)
+    METHODS[method](src, dst, names)
     seconds = time.perf_counter() - t0
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # cp, sync
@@ -178,41 +183,92 @@ def child(method: str, src: Path, dst: Path, files: int) -> None:
     print(json.dumps({"seconds": seconds, "cpu": cpu, "maxrss_kib": rss}))
 
 
+@dataclass(frozen=True)
+class Shape:
+    files: int
+    file_bytes: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.files} x {_mib(self.file_bytes)}"
+
+    @property
+    def total(self) -> int:
+        return self.files * self.file_bytes
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024**3:g} GiB" if n >= 1024**3 else f"{n / 1024**2:g} MiB"
+
+
+def _row_label(shape: Shape, method: str, baseline: str | None, first: bool) -> str:
+    label = f"{shape.label}: {method}"
+    return label if first or baseline is None else f"{label} (vs {baseline})"
+
+
 class CopyPosix(Scenario):
     name = "copy_posix"
     summary = "POSIX tier to POSIX tier: copy (+ verify) of cold shards, durable at the end"
 
-    def __init__(self, env: Env, mib: int, files: int = 8) -> None:
-        self.files = files
-        self.total = mib * 1024 * 1024 // files * files
+    def __init__(self, env: Env, mib: int, small_mib: int) -> None:
+        total = mib * 1024 * 1024
+        small = small_mib * 1024 * 1024
+        # One big shard, and the same bytes in small ones.
+        self.shapes = (Shape(1, total), Shape(max(1, total // small), small))
         self.work = env.work / self.name
-        self.src, self.dst = self.work / "src", self.work / "dst"
 
     def params(self) -> dict[str, Any]:
-        return {"bytes": self.total, "files": self.files}
+        return {"shapes": [s.label for s in self.shapes]}
+
+    def _dirs(self, shape: Shape) -> tuple[Path, Path]:
+        base = self.work / f"{shape.files}x{shape.file_bytes}"
+        return base / "src", base / "dst"
 
     def prepare(self) -> list[Method]:
-        make_sources(self.src, self.total, self.files)
-        return [
-            Method(
-                name,
-                self._runner(name),
-                (Row(name, baseline=base, nbytes=self.total),),
-                before=self._reset,
+        self.work.mkdir(parents=True, exist_ok=True)
+        # Each shape's source plus one destination at a time, with room to spare.
+        need = 2 * sum(s.total for s in self.shapes)
+        free = shutil.disk_usage(self.work).free
+        if free < need:
+            raise SystemExit(
+                f"copy_posix needs {need / 1e9:.1f} GB free under {self.work}, has {free / 1e9:.1f}"
             )
-            for name, (_, base) in METHODS.items()
-        ]
+        methods = []
+        for shape in self.shapes:
+            src, _ = self._dirs(shape)
+            make_sources(src, shape.total, shape.files)
+            for name, bases in BASELINES.items():
+                rows = tuple(
+                    Row(
+                        _row_label(shape, name, base, i == 0),
+                        baseline=None if base is None else f"{shape.label}: {base}",
+                        nbytes=shape.total,
+                    )
+                    for i, base in enumerate(bases)
+                )
+                methods.append(
+                    Method(
+                        f"{shape.label}: {name}",
+                        self._runner(name, shape),
+                        rows,
+                        before=functools.partial(self._reset, shape),
+                    )
+                )
+        return methods
 
-    def _reset(self) -> None:
-        if self.dst.exists():
-            shutil.rmtree(self.dst)
+    def _reset(self, shape: Shape) -> None:
+        src, dst = self._dirs(shape)
+        if dst.exists():
+            shutil.rmtree(dst)
         subprocess.run(["sync"], check=True)
-        drop_cache(self.src)
+        drop_cache(src)
 
-    def _runner(self, method: str) -> Callable[[], Outcome]:
+    def _runner(self, method: str, shape: Shape) -> Callable[[], Outcome]:
+        src, dst = self._dirs(shape)
+
         def run() -> Outcome:
             cmd = [sys.executable, "-m", "benchmarks.scenarios.copy_posix", method]
-            cmd += ["--src", str(self.src), "--dst", str(self.dst), "--files", str(self.files)]
+            cmd += ["--src", str(src), "--dst", str(dst), "--files", str(shape.files)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
             r: dict[str, Any] = json_line(out.stdout)
             return Outcome(

@@ -74,6 +74,13 @@ def test_quick_run_measures_every_scenario_against_its_baseline(tmp_path: Path) 
             assert orch[f"{n} shards: {what}"]["median"] >= 1, (n, what)
     assert orch["1,000 shards: catalog rows written"]["median"] > 1000  # a row per shard at least
     assert orch["1,000 shards: history events (all workflows)"]["median"] < 1000
+    # Both copy shapes, each copy + verify against cp+sync alone (the target) and cp+sync with a
+    # cold read-back; the read limit's loader against disk - L.
+    copies = {r["label"]: r for r in doc["scenarios"]["copy_posix"]["rows"]}
+    for shape in ("1 x 16 MiB", "16 x 1 MiB"):
+        assert copies[f"{shape}: PosixStore copy+verify"]["baseline"] == f"{shape}: cp+sync"
+    limits = [r["baseline"] for r in doc["scenarios"]["bandwidth_limit"]["rows"]]
+    assert "loader beside the copy, L = 0.5 x disk: the time at disk - L" in limits
     # The table was printed too, with every scenario's title.
     for name in SCENARIOS:
         assert f"{name}:" in proc.stdout

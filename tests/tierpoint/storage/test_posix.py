@@ -151,6 +151,34 @@ def test_verify_detects_a_flipped_byte_on_disk(posix_store: PosixStore) -> None:
     assert sealed.crc32c == check.crc32c
 
 
+@pytest.mark.parametrize(
+    ("size", "flip"),
+    [
+        (1024 * 1024, 1024 * 1024 - 1),  # a whole number of buffers: the last byte
+        (1024 * 1024 + 17, 1024 * 1024 + 16),  # the short tail past the last full buffer
+        (3 * 256 * 1024 + 5, 256 * 1024),  # the first byte of the read that was in flight
+        (256 * 1024, 0),
+        (1, 0),
+    ],
+)
+def test_read_back_covers_every_byte_of_the_file(
+    posix_store: PosixStore, size: int, flip: int
+) -> None:
+    """The read-back keeps reads in flight ahead of the one being checksummed and ends at a
+    short read: whatever the alignment of the size, a wrong byte anywhere is seen."""
+    data = random_bytes(size)
+    ref = new_ref()
+    result = posix_store.write(ref, io.BytesIO(data), size, None, None)
+    assert posix_store.verify(ref, size, result.crc32c).ok
+    with open(posix_store.location(ref), "r+b") as f:
+        f.seek(flip)
+        f.write(bytes([data[flip] ^ 0x80]))
+    check = posix_store.verify(ref, size, result.crc32c)
+    assert not check.ok and check.size == size
+    bad = data[:flip] + bytes([data[flip] ^ 0x80]) + data[flip + 1 :]
+    assert check.crc32c == crc32c_hex(crc32c_of(bad))
+
+
 def test_verify_reports_missing_and_wrong_size(posix_store: PosixStore) -> None:
     ref = new_ref()
     assert posix_store.verify(ref, 3, "00000000").reason == "missing"

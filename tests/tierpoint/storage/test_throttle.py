@@ -88,3 +88,30 @@ def test_registry_shares_one_limiter_per_tier_and_node(tmp_path: Path) -> None:
     assert read_limiter(tier, "n2") is not a.limiter
     off = TierConfig(name="ram", kind=TierKind.LOCAL, root=str(tmp_path / "{node}"))
     assert read_limiter(off, "n1") is None
+
+
+class PassingTime(FakeTime):
+    """A clock that a sleep moves on, so each wait is only the debt of its own read."""
+
+    def sleep(self, s: float) -> None:
+        with self.lock:
+            self.slept += s
+            self.now += s
+
+
+def test_read_back_is_charged_for_the_file_not_its_buffers(tmp_path: Path) -> None:
+    """The read-back keeps whole buffers in flight and is charged per read before issuing it: no
+    more than the file holds, so a small shard is not billed a whole buffer."""
+    t = PassingTime()
+    bucket = TokenBucket(1 << 20, burst=1, clock=t.clock, sleep=t.sleep)
+    tier = TierConfig(name="lustre", kind=TierKind.SHARED, root=str(tmp_path))
+    store = PosixStore(tier, limiter=bucket, buffer_size=8 << 20)
+    small, big = ShardRef("job", 1, "small"), ShardRef("job", 1, "big")
+    crc = store.write(small, io.BytesIO(b"x" * 1024), 1024, None, None).crc32c
+    assert store.verify(small, 1024, crc).ok
+    assert t.slept == pytest.approx(1024 / (1 << 20), abs=1e-5)
+    data = b"y" * (20 << 20)
+    crc = store.write(big, io.BytesIO(data), len(data), None, None).crc32c
+    before = t.slept
+    assert store.verify(big, len(data), crc).ok
+    assert t.slept - before == pytest.approx(20.0, abs=1e-3)

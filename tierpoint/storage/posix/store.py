@@ -7,8 +7,11 @@ the device write while the next chunk is read, and tells us which prefix is on t
 that prefix is reported as resumable. The file is then fsynced, renamed onto the final name and
 the directory fsynced (invariant 4).
 
-Verification and sealing read from the device: fsync (so no dirty page pins the cache), drop the
-file's pages with POSIX_FADV_DONTNEED, then read, dropping pages behind the reader.
+Verification and sealing read from the device with O_DIRECT, which bypasses the page cache (the
+kernel writes a range's dirty pages back before a direct read of it), two reads in flight;
+sealing fsyncs first, so that the sealed file is durable too. A file system without O_DIRECT gets
+the buffered way instead: fsync (so no dirty page pins the cache), drop the file's pages with
+POSIX_FADV_DONTNEED, then read, dropping pages behind the reader.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ from tierpoint.storage.posix.page_cache import (
     wait_writeback,
 )
 from tierpoint.storage.posix.reader import PosixReader
-from tierpoint.storage.source import check_source_end, position_source, read_full
+from tierpoint.storage.posix.streams import device_crc32c, prefetched_chunks
+from tierpoint.storage.source import check_source_end, position_source
 from tierpoint.storage.throttle import TokenBucket
 
 DEFAULT_BUFFER_SIZE = 8 * 1024 * 1024
@@ -167,22 +171,35 @@ class PosixStore:
             return None
         return st.st_size
 
-    def _device_crc(self, ref: ShardRef, progress: Callable[[int], None] | None) -> tuple[int, int]:
-        """(size, crc32c) of the committed shard, read from the device rather than the cache."""
+    def _device_crc(
+        self, ref: ShardRef, progress: Callable[[int], None] | None, *, durable: bool
+    ) -> tuple[int, int]:
+        """(size, crc32c) of the committed shard, read from the device rather than the cache.
+        `durable`: fsync it first, also where the direct read would not need it (a seal makes a
+        file that someone else wrote durable; a read-back of our own committed write need not
+        pay for a journal commit again)."""
         fd = self._open_committed(ref)
         reader = PosixReader(fd, self.limiter)
         with reader:
-            # Dirty pages cannot be dropped: flush them first, then drop the whole file.
-            with contextlib.suppress(OSError):
-                os.fsync(fd)
-            drop_cache(fd)
-            return crc32c_of_stream(reader, self.buffer_size, progress)
+            if durable:
+                with contextlib.suppress(OSError):
+                    os.fsync(fd)
+
+            def buffered() -> tuple[int, int]:
+                # Dirty pages cannot be dropped: flush them first, then drop the whole file.
+                with contextlib.suppress(OSError):
+                    os.fsync(fd)
+                drop_cache(fd)
+                return crc32c_of_stream(reader, self.buffer_size, progress)
+
+            # A direct read writes the range's dirty pages back before it reads the device.
+            return device_crc32c(fd, self.buffer_size, self.limiter, progress, buffered)
 
     def checksum(
         self, ref: ShardRef, progress: Callable[[int], None] | None = None
     ) -> VerifyResult:
         try:
-            size, crc = self._device_crc(ref, progress)
+            size, crc = self._device_crc(ref, progress, durable=True)
         except FileNotFoundError:
             return VerifyResult(ok=False, size=None, crc32c=None, reason="missing")
         return VerifyResult(ok=True, size=size, crc32c=crc32c_hex(crc))
@@ -197,7 +214,7 @@ class PosixStore:
                 ok=False, size=actual_size, crc32c=None, reason=f"size {actual_size} != {size}"
             )
         try:
-            read_size, crc = self._device_crc(ref, None)
+            read_size, crc = self._device_crc(ref, None, durable=False)
         except FileNotFoundError:
             return VerifyResult(ok=False, size=None, crc32c=None, reason="missing")
         got = crc32c_hex(crc)
@@ -249,17 +266,15 @@ class PosixStore:
         fd, offset, crc = self._open_partial(tmp, resume, size)
         try:
             position_source(source, resume.offset if resume else 0, offset)
-            buf = memoryview(bytearray(min(self.buffer_size, max(size - offset, 1))))
             # The chunk written just before: its writeback runs while the next one is read.
             prev_start, prev_len, prev_crc = offset, 0, crc
-            while offset < size:
-                want = min(len(buf), size - offset)
-                n = read_full(source, buf[:want])
-                if n < want:
+            for chunk in prefetched_chunks(source, size - offset, self.buffer_size):
+                n = len(chunk)
+                # Every chunk but the last is a full buffer: a short one is the source's end.
+                if offset + n < size and n < self.buffer_size:
                     raise SourceSizeMismatch(
                         f"source of {ref.path!r} ended at {offset + n} bytes, expected {size}"
                     )
-                chunk = buf[:n]
                 crc = crc32c_update(crc, chunk)
                 _pwrite_all(fd, chunk, offset)
                 if prev_len:

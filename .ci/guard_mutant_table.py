@@ -85,10 +85,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "lifecycle-no-request",
         "workflows/checkpoint_lifecycle.py",
-        """            if workflow.patched(RETENTION_PATCH):
+        """            if self._local_steps or workflow.patched(RETENTION_PATCH):
                 await self._request_retention(plan, tier)
 """,
-        """            if workflow.patched(RETENTION_PATCH):
+        """            if self._local_steps or workflow.patched(RETENTION_PATCH):
                 pass
 """,
         (TRIGGER,),

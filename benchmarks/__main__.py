@@ -9,6 +9,7 @@ run starts itself (a moto S3 server, the embedded dev stack, temp dirs), then a 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -42,6 +43,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--repeats", type=int, default=None, help="runs per method (default 3; quick 2)")
     p.add_argument("--mib", type=int, default=None, help="data per run of the data scenarios")
+    p.add_argument(
+        "--max-shards",
+        type=int,
+        default=None,
+        help="orchestration: only checkpoints of at most this many shards (100,000 through the "
+        "single-threaded moto take tens of minutes)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
     p.add_argument("--dir", type=Path, default=None, help="parent of the work dir (default: tmp)")
@@ -62,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console(stderr=True)
     sizes = Sizes.quick(args.mib) if args.quick else Sizes.full(args.mib)
+    if args.max_shards is not None:
+        sizes = dataclasses.replace(
+            sizes, orchestration=tuple(n for n in sizes.orchestration if n <= args.max_shards)
+        )
     repeats = args.repeats or (2 if args.quick else 3)
     names = args.only or list(SCENARIOS)
     work = Path(tempfile.mkdtemp(prefix="tierpoint-bench-", dir=args.dir))

@@ -2,9 +2,10 @@
 ordinals of one node, one activity each per stage.
 
 By count, a stage has about `max_batches_per_stage` batches however many shards there are, so
-the history grows with batches, not shards. A node left with fewer batches than the tiers'
-`parallelism` (every node with fewer than `shard_batch_size` shards: one batch) would copy its
-shards one after another inside one activity while the stage's window stays empty; such a node's
+the history grows with batches, not shards. A node left with fewer batches than the
+`parallelism` of the stages on the nodes' queues (the first two tiers'; every node with fewer
+than `shard_batch_size` shards: one batch) would copy its shards one after another inside one
+activity while its window stays empty; such a node's
 shards are split into up to `parallelism` ranges balanced by bytes, none below
 `min_batch_bytes`, so large shards copy side by side and tiny ones keep one batch per node.
 Per node: `b_node = max(ceil(S_node / B), min(parallelism, S_node, floor(bytes_node / M)))`,

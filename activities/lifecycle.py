@@ -142,10 +142,13 @@ class LifecycleActivities:
             ordinals = repo.shard_ordinals_by_node(s, head.id)
             lost = nodes.lost_among(s, (n for n, _, _ in ordinals))
         size = batch_size(self._settings, len(ordinals))
+        # Split by bytes for the stages on the nodes' queues (the seal, and the copy off the
+        # local tier), whose windows are per node: a shared tier's large window (an S3 tier
+        # sized for a whole cluster) must not cut every node's shards into that many batches.
         batches = plan_batches(
             ordinals,
             size,
-            max((t.parallelism for t in tiers), default=1),
+            max((t.parallelism for t in tiers[:2]), default=1),
             self._settings.min_batch_bytes,
         )
         with logs.checkpoint_context(job=head.job, step=head.step):

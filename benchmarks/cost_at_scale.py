@@ -108,12 +108,26 @@ def fit(points: Sequence[Point], metric: str) -> tuple[float, float, float]:
     return sol.get("1", 0.0), sol.get("b", 0.0), sol.get("S", 0.0)
 
 
-def default_batches(nodes: int, shards_per_node: int, batch_size: int, max_batches: int) -> int:
-    """Batches per stage by the lifecycle's current rule: B = max(batch_size, ceil(S/max)),
-    b = sum over nodes of ceil(S_node / B) (batches never span nodes)."""
+def default_batches(
+    nodes: int,
+    shards_per_node: int,
+    batch_size: int,
+    max_batches: int,
+    *,
+    shard_bytes: float = 0.0,
+    parallelism: int = 4,
+    min_batch_bytes: float = 64 * MiB,
+) -> int:
+    """Batches per stage by the lifecycle's rule (activities/batching.py): B = max(batch_size,
+    ceil(S/max)); per node max(ceil(S_node / B), min(parallelism, S_node, floor(bytes_node /
+    min_batch_bytes))) (batches never span nodes; a node's large shards are split into up to
+    `parallelism` ranges by bytes)."""
     s = nodes * shards_per_node
     b_size = max(batch_size, math.ceil(s / max_batches))
-    return nodes * math.ceil(shards_per_node / b_size)
+    by_count = math.ceil(shards_per_node / b_size)
+    node_bytes = shards_per_node * shard_bytes
+    by_bytes = min(parallelism, shards_per_node, int(node_bytes // min_batch_bytes))
+    return nodes * max(by_count, by_bytes)
 
 
 def _n(v: float) -> str:
@@ -149,10 +163,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--bytes-per-row", type=float, default=250.0, help="catalog row + indexes")
     p.add_argument(
-        "--parallelism", type=int, default=4, help="a stage's batches in flight (tier.parallelism)"
+        "--parallelism",
+        type=int,
+        default=4,
+        help="tier.parallelism: batches in flight per node on the nodes' queues, and across the "
+        "cluster on the shared queue",
     )
+    p.add_argument("--min-batch-mib", type=float, default=64.0, help="min_batch_bytes in MiB")
     p.add_argument(
         "--node-gbs", type=float, default=2.0, help="GB/s one node seals (reads back) its shards"
+    )
+    p.add_argument(
+        "--stream-gbs",
+        type=float,
+        default=0.5,
+        help="GB/s one batch activity uploads shared -> S3 (one stream of the shared workers)",
     )
     args = p.parse_args(argv)
 
@@ -162,7 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     if not points:
         p.error("give --from results.json or --point")
     shards = args.nodes * args.gpus
-    b = args.batches or default_batches(args.nodes, args.gpus, args.batch_size, args.max_batches)
+    b = args.batches or default_batches(
+        args.nodes,
+        args.gpus,
+        args.batch_size,
+        args.max_batches,
+        shard_bytes=args.shard_gb * GB,
+        parallelism=args.parallelism,
+        min_batch_bytes=args.min_batch_mib * MiB,
+    )
     per_hour = 60.0 / args.interval_min
     print(f"measured: {', '.join(f'S={q.shards:,} b={q.batches}' for q in points)}")
     print(
@@ -218,14 +251,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{rows * 3600 * args.bytes_per_row / GB:,.1f} GB/h of table + index before retention"
     )
     print(f"  API: {api * per_hour / 3600:,.1f} requests/s")
-    # A stage runs at most `parallelism` batches at once, whichever nodes they are on.
-    rounds = math.ceil(b / args.parallelism)
-    seal = rounds * node / (args.node_gbs * GB) if b else 0.0
+    # Stages on the nodes' queues: every node at once (its own window, the stage's children at
+    # once), so a node's bytes at its bandwidth. The shared queue's stage has one window of
+    # `parallelism` for the cluster: that many streams must carry the checkpoint in the interval.
+    node_stage = node / (args.node_gbs * GB)
     print(
-        f"  the seal stage alone: {rounds:,} rounds of {args.parallelism} batches x "
-        f"{node / (args.node_gbs * GB):.1f} s = "
-        f"{f'{seal / 60:,.0f} min' if seal >= 120 else f'{seal:.0f} s'} "
-        f"({seal / secs:,.1f}x the interval)"
+        f"  a stage on the nodes' queues (seal, copy off the local tier): {node / GB:g} GB per "
+        f"node at {args.node_gbs:g} GB/s = {node_stage:.0f} s, every node at once"
+    )
+    need = ckpt / secs / (args.stream_gbs * GB)
+    s3_stage = ckpt / (min(args.parallelism, b) * args.stream_gbs * GB)
+    print(
+        f"  the shared -> S3 stage: parallelism {args.parallelism} x {args.stream_gbs:g} GB/s "
+        f"takes {s3_stage / 60:,.0f} min ({s3_stage / secs:,.1f}x the interval); keeping up "
+        f"needs parallelism >= {math.ceil(need):,} on the S3 tier (and shared workers to run them)"
     )
     return 0
 

@@ -282,12 +282,13 @@ class Settings(BaseSettings):
         default=64,
         description="Target number of batches per stage (per node at least one).",
     )
-    # A node with fewer batches than the tiers' parallelism would copy its shards one after
+    # A node with fewer batches than its stages' parallelism would copy its shards one after
     # another inside one activity; large shards are worth an activity each, tiny ones are not.
     min_batch_bytes: PositiveInt = Field(
         default=64 * 1024 * 1024,
-        description="A node with fewer than `parallelism` batches has its shards split into up "
-        "to `parallelism` contiguous ranges balanced by bytes, none smaller than this (bytes).",
+        description="A node with fewer batches than the `parallelism` of the first two tiers "
+        "(the stages on the nodes' queues) has its shards split into up to that many "
+        "contiguous ranges balanced by bytes, none smaller than this (bytes).",
     )
     progress_interval_seconds: float = Field(
         default=1.0,

@@ -7,17 +7,20 @@ with batches (ranges of shard ordinals per node), never with shards, and at most
 nodes' queues; workflows/lifecycle_window.py). Plan, promote and the retention requests are
 local activities. A stage with more batches than `LifecyclePlan.batches_per_child`
 (checkpoints spread over thousands of nodes) runs its batches in child workflows
-(CheckpointLifecycleStage), one after the other, so no history grows with nodes either.
+(CheckpointLifecycleStage), so no history grows with nodes either: at once on the nodes' queues
+(each node keeps its own window), one after the other on the shared queue (one window).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from tierpoint.config import TierKind
     from tierpoint.contract import retention as retention_contract
     from tierpoint.contract.common import (
         CATALOG_RETRY,
@@ -27,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from tierpoint.contract.lifecycle import (
         LIFECYCLE_WORKFLOW,
         LOCAL_STEPS_PATCH,
+        NODE_CHILDREN_PATCH,
         NODE_LOST_SIGNAL,
         PLAN,
         PROMOTE,
@@ -75,8 +79,8 @@ class CheckpointLifecycle:
     def __init__(self) -> None:
         self._status = LifecycleStatus(stage="starting")
         self._lost = LostNodes()
-        # The stage child running now, which a lost-node signal is passed on to.
-        self._child: str | None = None
+        # The stage children running now, which a lost-node signal is passed on to.
+        self._children: list[str] = []
         # LOCAL_STEPS_PATCH: catalog steps as local activities, node stages windowed per node.
         self._local_steps = False
 
@@ -87,15 +91,13 @@ class CheckpointLifecycle:
     @workflow.signal(name=NODE_LOST_SIGNAL)
     async def node_lost(self, node: str) -> None:
         self._lost.declare(node)
-        if self._child is not None:
+        for child in list(self._children):
             try:
-                await workflow.get_external_workflow_handle(self._child).signal(
-                    NODE_LOST_SIGNAL, node
-                )
+                await workflow.get_external_workflow_handle(child).signal(NODE_LOST_SIGNAL, node)
             except Exception as err:
                 # A signal handler that raises fails the workflow task over and over; the
                 # operator repeats the declaration, which signals this workflow again.
-                workflow.logger.warning("node_lost not passed on to %s: %s", self._child, err)
+                workflow.logger.warning("node_lost not passed on to %s: %s", child, err)
 
     async def _catalog_step(self, name: str, arg: object, result_type: type[R]) -> R:
         """A step that only reads and writes the catalog (plan, promote). As a local activity it
@@ -198,21 +200,31 @@ class CheckpointLifecycle:
         if len(plan.batches) <= size:
             results = [await run_window(stage(plan.batches), self._lost, self._status)]
         else:
-            # Children run one after the other so that the stage's parallelism still holds.
             kind = "seal" if source is None else "copy"
-            results = []
-            for n, i in enumerate(range(0, len(plan.batches), size)):
-                chunk = plan.batches[i : i + size]
-                child = f"{workflow.info().workflow_id}/{kind}-{tier.name}/{n}"
-                self._child = child
+            chunks = [plan.batches[i : i + size] for i in range(0, len(plan.batches), size)]
+
+            async def child(n: int, chunk: list[Batch]) -> StageResult:
+                child_id = f"{workflow.info().workflow_id}/{kind}-{tier.name}/{n}"
+                self._children.append(child_id)
                 try:
                     res: StageResult = await workflow.execute_child_workflow(
-                        STAGE_WORKFLOW, stage(chunk), id=child, result_type=StageResult
+                        STAGE_WORKFLOW, stage(chunk), id=child_id, result_type=StageResult
                     )
                 finally:
-                    self._child = None
-                results.append(res)
+                    self._children.remove(child_id)
                 self._status.batches_done += len(chunk)
+                return res
+
+            on_node = any(t.kind is TierKind.LOCAL for t in (tier, source) if t is not None)
+            if self._local_steps and on_node and workflow.patched(NODE_CHILDREN_PATCH):
+                # Each node copies within its own window, so the children of a stage on the
+                # nodes' queues run at once: one after the other, a stage over 10,000 nodes
+                # would have only one child's nodes working at a time.
+                results = list(await asyncio.gather(*(child(n, c) for n, c in enumerate(chunks))))
+            else:
+                # On the shared queue the stage's one window of `parallelism` holds only if
+                # the children run one after the other.
+                results = [await child(n, c) for n, c in enumerate(chunks)]
         failed = sum(r.failures for r in results)
         if not failed:
             return None

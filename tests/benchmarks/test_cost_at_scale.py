@@ -43,6 +43,13 @@ def test_batches_by_the_current_rule() -> None:
     assert cas.default_batches(10_000, 8, 500, 64) == 10_000
     # 2 nodes of 50,000 shards: B = ceil(100,000 / 64) = 1,563, 32 batches per node.
     assert cas.default_batches(2, 50_000, 500, 64) == 64
+    # 8 shards of 2 GB per node are split by bytes into `parallelism` ranges per node.
+    assert cas.default_batches(10_000, 8, 500, 64, shard_bytes=2e9, parallelism=4) == 40_000
+    # ... but never below min_batch_bytes per range.
+    assert (
+        cas.default_batches(10, 8, 500, 64, shard_bytes=1e6, parallelism=4, min_batch_bytes=4e6)
+        == 20
+    )
 
 
 def _results(tmp_path: Path) -> Path:
@@ -61,7 +68,8 @@ def test_points_are_read_from_the_benchmark_json(tmp_path: Path) -> None:
 
 
 def test_the_documented_job_per_hour(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cas.main(["--from", str(_results(tmp_path))]) == 0
+    # One batch per node (--parallelism 1: no split by bytes).
+    assert cas.main(["--from", str(_results(tmp_path)), "--parallelism", "1"]) == 0
     out = capsys.readouterr().out
     # 10,000 batches per stage: 49 + 18 * 10,000 events per checkpoint, six checkpoints an hour.
     assert "180,049" in out and "1,080,294" in out

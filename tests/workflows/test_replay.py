@@ -6,7 +6,8 @@ To record new histories (after an intended, versioned change), run the recording
 `TIERPOINT_RECORD_HISTORY=LABEL` (`pytest tests/workflows -k "two_nodes_become or many_batches or
 issue_scenario or crash_between"`): each lands beside the old one as `NAME@LABEL.json` (the
 `@contract` ones were recorded after the Temporal contract got its one home, the `@local-steps`
-ones after plan, promote and the retention requests became local activities). Old histories stay.
+ones after plan, promote and the retention requests became local activities, `@node-children`
+after the children of a stage on the nodes' queues began to run at once). Old histories stay.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def test_every_workflow_has_a_recorded_history() -> None:
         "lifecycle_two_nodes@local-steps",
         "lifecycle_in_children@local-steps",
         "stage_child@local-steps",
+        # The children of a stage on the nodes' queues at once.
+        "lifecycle_in_children@node-children",
     } <= set(HISTORIES)
 
 

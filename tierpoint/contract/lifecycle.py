@@ -28,6 +28,8 @@ RETENTION_PATCH = "request-retention-after-promote"
 # (in the workflow's own worker: no task-queue round trip, no workflow task of their own) and
 # windowed node stages per node replay as they ran. It implies RETENTION_PATCH.
 LOCAL_STEPS_PATCH = "local-catalog-steps-window-per-node"
+# The children of a stage on the nodes' queues run at once (they ran one after the other).
+NODE_CHILDREN_PATCH = "node-stage-children-at-once"
 
 # Beyond this many batches in a stage (one node has at least one batch, so this is about the
 # number of nodes), the stage runs in child workflows of this many batches each.

@@ -23,6 +23,7 @@ class Sizes:
     catalog: Catalog  # the 1x catalog of catalog_reads (it adds one 10x its checkpoints)
     reads: int  # GETs per run of catalog_reads
     orchestration: tuple[int, ...]  # shards per checkpoint of the orchestration scenario
+    history: tuple[int, int]  # retention_snapshot: the job's checkpoints, shards per checkpoint
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
@@ -38,6 +39,7 @@ class Sizes:
             catalog=Catalog(1000, 100, 10),
             reads=300,
             orchestration=(1, 100, 1_000, 10_000, 100_000),
+            history=(2_000, 100),
         )
 
     @classmethod
@@ -54,6 +56,7 @@ class Sizes:
             catalog=Catalog(100, 10, 10),
             reads=10,
             orchestration=(1, 100, 1_000),
+            history=(100, 10),
         )
 
 
@@ -132,6 +135,12 @@ def _orchestration(env: Env, s: Sizes) -> Scenario:
     return Orchestration(env, s.orchestration)
 
 
+def _retention_snapshot(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.retention_snapshot import RetentionSnapshot
+
+    return RetentionSnapshot(env.work / "retention-snapshot", *s.history)
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "bandwidth_limit": _bandwidth_limit,
@@ -145,4 +154,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "catalog_reads": _catalog_reads,
     "memory": _memory,
     "orchestration": _orchestration,
+    "retention_snapshot": _retention_snapshot,
 }

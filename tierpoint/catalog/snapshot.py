@@ -139,6 +139,11 @@ def take_snapshot(
         (Replica.state.in_([s.value for s in _PARTIAL]), Replica.bytes_done),
         else_=0,
     )
+    # Only copies that are not expired: an expired copy holds nothing and can never be restored,
+    # and a long job's history is mostly expired copies, whose replicas a pass would otherwise
+    # read every time. The live markers are found through ix_checkpoint_tier_latest and their
+    # replicas through ix_replica_checkpoint_tier_state.
+    live = CheckpointTier
     totals = session.execute(
         select(
             Replica.checkpoint_id,
@@ -147,8 +152,15 @@ def take_snapshot(
             func.coalesce(func.sum(stored), 0).label("bytes"),
         )
         .join(Shard, Shard.id == Replica.shard_id)
-        .join(Checkpoint, Checkpoint.id == Replica.checkpoint_id)
-        .where(Checkpoint.job_id == job_id, Replica.tier.in_(names))
+        .join(
+            live,
+            (live.checkpoint_id == Replica.checkpoint_id) & (live.tier == Replica.tier),
+        )
+        .where(
+            live.job_id == job_id,
+            live.tier.in_(names),
+            live.state != TierState.EXPIRED.value,
+        )
         .group_by(Replica.checkpoint_id, Replica.tier)
     ).all()
     replica_totals = {(r.checkpoint_id, r.tier): (int(r.verified), int(r.bytes)) for r in totals}

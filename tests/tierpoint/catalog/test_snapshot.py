@@ -165,6 +165,20 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
         markers={"ssd": "restorable"},
         replicas={"ssd": [("verified", 5)]},
     )
+    # An expired copy holds nothing, whatever its replicas say (a stray one left verified is
+    # not counted: the snapshot reads no replica of an expired copy).
+    c5 = _checkpoint(
+        session,
+        job,
+        node,
+        5,
+        [4, 6],
+        markers={"ssd": "expired", "lustre": "restorable"},
+        replicas={
+            "ssd": [("expired", 4), ("verified", 6)],
+            "lustre": [("verified", 4), ("verified", 6)],
+        },
+    )
     session.add_all(
         [
             RestoreLease(checkpoint_id=c3.id, expires_at=NOW + timedelta(minutes=5)),
@@ -224,6 +238,16 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
             created_at=c4.created_at,
             total_bytes=5,
             copies={"ssd": TierCopy(state=TierState.RESTORABLE, verified=True, bytes=5)},
+        ),
+        CheckpointInfo(
+            id=c5.id,
+            step=5,
+            created_at=c5.created_at,
+            total_bytes=10,
+            copies={
+                "ssd": TierCopy(state=TierState.EXPIRED, verified=False, bytes=0),
+                "lustre": TierCopy(state=TierState.RESTORABLE, verified=True, bytes=10),
+            },
         ),
     )
 

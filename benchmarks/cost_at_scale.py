@@ -21,6 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from activities import batching
+from tierpoint.config import Settings
+
 # The per-checkpoint costs the orchestration scenario reports, in --point order after S and b.
 METRICS = (
     "history_events",
@@ -118,16 +121,15 @@ def default_batches(
     parallelism: int = 4,
     min_batch_bytes: float = 64 * MiB,
 ) -> int:
-    """Batches per stage by the lifecycle's rule (activities/batching.py): B = max(batch_size,
-    ceil(S/max)); per node max(ceil(S_node / B), min(parallelism, S_node, floor(bytes_node /
-    min_batch_bytes))) (batches never span nodes; a node's large shards are split into up to
-    `parallelism` ranges by bytes)."""
-    s = nodes * shards_per_node
-    b_size = max(batch_size, math.ceil(s / max_batches))
-    by_count = math.ceil(shards_per_node / b_size)
-    node_bytes = shards_per_node * shard_bytes
-    by_bytes = min(parallelism, shards_per_node, int(node_bytes // min_batch_bytes))
-    return nodes * max(by_count, by_bytes)
+    """Batches per stage by the lifecycle's own rule (activities/batching.py) for nodes that
+    each hold `shards_per_node` shards of `shard_bytes`: batches never span nodes, so one node's
+    batches times the nodes."""
+    settings = Settings.model_construct(
+        shard_batch_size=batch_size, max_batches_per_stage=max_batches
+    )
+    size = batching.batch_size(settings, nodes * shards_per_node)
+    one_node = [("node", o, int(shard_bytes)) for o in range(shards_per_node)]
+    return nodes * len(batching.plan_batches(one_node, size, parallelism, int(min_batch_bytes)))
 
 
 def _n(v: float) -> str:

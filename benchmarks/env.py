@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+import httpx
+
 from benchmarks.procs import children_of, cmdline
 from tierpoint.devstack.facts import StackInfo, read_stack_info
 from tierpoint.devstack.services import MotoS3Server
@@ -139,6 +141,23 @@ def subprocess_env(extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
+
+
+def wait_for_api(
+    http: httpx.Client, proc: subprocess.Popen[bytes], log: Path, timeout: float
+) -> None:
+    """Until the `tierpoint api` process behind `http` answers /healthz; raises naming its log if
+    it exits or does not answer within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if http.get("/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"the API did not start: see {log}")
+        time.sleep(0.2)
 
 
 def json_line(output: str) -> dict[str, object]:

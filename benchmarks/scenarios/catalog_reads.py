@@ -30,7 +30,7 @@ import psycopg
 from sqlalchemy.orm import Session
 
 from benchmarks.catalog_fill import Catalog, fill, home_node, job_name
-from benchmarks.env import Env, subprocess_env
+from benchmarks.env import Env, subprocess_env, wait_for_api
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.register_latency import percentile
 from tierpoint.catalog import migrate, tokens_repo
@@ -205,17 +205,7 @@ class CatalogReads(Scenario):
 
     def _await_api(self, s: Served) -> None:
         assert s.api is not None and s.http is not None
-        log_path = self.work / f"api-{s.label}.log"
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                if s.http.get("/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or s.api.poll() is not None:
-                raise RuntimeError(f"the API did not start: see {log_path}")
-            time.sleep(0.2)
+        wait_for_api(s.http, s.api, self.work / f"api-{s.label}.log", START_TIMEOUT)
         # The deep page's cursor, reached the way a client reaches it: page by page.
         cursor: str | None = None
         for _ in range(int(s.catalog.jobs * DEEP) // OVERVIEW_LIMIT):

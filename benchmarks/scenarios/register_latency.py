@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 from sqlalchemy.orm import Session
 
-from benchmarks.env import Env, subprocess_env
+from benchmarks.env import Env, subprocess_env, wait_for_api
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from tierpoint.catalog import migrate, tokens_repo
 from tierpoint.catalog.engine import make_sync_engine
@@ -95,16 +95,7 @@ class Api:
     log: Path
 
     def wait_healthy(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                if self.http.get("/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"the API did not start: see {self.log}")
-            time.sleep(0.2)
+        wait_for_api(self.http, self.proc, self.log, START_TIMEOUT)
 
     def close(self) -> None:
         self.http.close()

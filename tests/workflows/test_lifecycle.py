@@ -281,6 +281,13 @@ async def test_copy_resumes_after_workers_stop_mid_copy(
     assert copied[0]["bytes"] < len(data)
 
 
+def children_of_three(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Checkpoints over thousands of nodes have thousands of batches per stage, in child
+    workflows of 1,000; the same path, scaled down: 2 shards per batch, 3 batches per child."""
+    monkeypatch.setattr(activities.lifecycle, "BATCHES_PER_CHILD", 3)
+    return settings.model_copy(update={"shard_batch_size": 2})
+
+
 async def test_stage_with_many_batches_runs_in_child_workflows(
     settings: Settings,
     services: Services,
@@ -288,10 +295,8 @@ async def test_stage_with_many_batches_runs_in_child_workflows(
     client: Client,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Checkpoints over thousands of nodes have thousands of batches per stage; the same path,
-    # scaled down: 8 batches per stage, at most 3 per child workflow.
-    monkeypatch.setattr(activities.lifecycle, "BATCHES_PER_CHILD", 3)
-    small_batches = settings.model_copy(update={"shard_batch_size": 2})
+    # 7 shards per node: 8 batches per stage, at most 3 per child workflow.
+    small_batches = children_of_three(settings, monkeypatch)
     seeded = seed_checkpoint(small_batches, sessions, new_job(), 9, random_shards(NODES, 7, 2000))
 
     async with running_workers(small_batches, client):
@@ -344,8 +349,7 @@ async def test_node_lost_reaches_every_child_running_its_batches(
     # The seal's children run at once: node-2's four batches sit in two of them (3 batches per
     # child, 4 per node), waiting on a queue no worker serves. Declared lost, both must give
     # them up; a child the signal missed would wait forever (the test's timeout).
-    monkeypatch.setattr(activities.lifecycle, "BATCHES_PER_CHILD", 3)
-    small_batches = settings.model_copy(update={"shard_batch_size": 2})
+    small_batches = children_of_three(settings, monkeypatch)
     alive, gone = NODES
     seeded = seed_checkpoint(small_batches, sessions, new_job(), 3, random_shards(NODES, 7, 512))
 

@@ -20,7 +20,6 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from tierpoint.config import TierKind
     from tierpoint.contract import retention as retention_contract
     from tierpoint.contract.common import (
         CATALOG_RETRY,
@@ -51,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from tierpoint.states import TierState
 
-from workflows.lifecycle_window import LostNodes, run_window
+from workflows.lifecycle_window import LostNodes, on_nodes_queues, run_window
 
 R = TypeVar("R")
 
@@ -215,8 +214,11 @@ class CheckpointLifecycle:
                 self._status.batches_done += len(chunk)
                 return res
 
-            on_node = any(t.kind is TierKind.LOCAL for t in (tier, source) if t is not None)
-            if self._local_steps and on_node and workflow.patched(NODE_CHILDREN_PATCH):
+            if (
+                self._local_steps
+                and on_nodes_queues(tier, source)
+                and workflow.patched(NODE_CHILDREN_PATCH)
+            ):
                 # Each node copies within its own window, so the children of a stage on the
                 # nodes' queues run at once: one after the other, a stage over 10,000 nodes
                 # would have only one child's nodes working at a time.

@@ -33,11 +33,14 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
+def on_nodes_queues(*tiers: PlanTier | None) -> bool:
+    """Work touching a local tier runs on the batches' nodes' queues; the rest on the shared
+    queue."""
+    return any(t is not None and t.kind is TierKind.LOCAL for t in tiers)
+
+
 def _batch_queue(batch: Batch, *tiers: PlanTier) -> str:
-    """Work touching a local tier runs on the batch's node; the rest on the shared queue."""
-    if any(t.kind is TierKind.LOCAL for t in tiers):
-        return node_task_queue(batch.node)
-    return SHARED_TASK_QUEUE
+    return node_task_queue(batch.node) if on_nodes_queues(*tiers) else SHARED_TASK_QUEUE
 
 
 def _batch_tiers(stage: StageInput) -> tuple[PlanTier, ...]:
@@ -115,7 +118,7 @@ async def run_window(
     corrupt shards are not failures here: the promote activity finds them in the catalog.
     """
     failures: list[str] = []
-    on_node = any(t.kind is TierKind.LOCAL for t in _batch_tiers(stage))
+    on_node = on_nodes_queues(*_batch_tiers(stage))
     # On the nodes' queues every node copies with its own disks and network: a window across
     # all nodes would run `parallelism` batches at a time for the whole cluster.
     per_node = on_node and stage.window_per_node

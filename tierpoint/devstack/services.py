@@ -4,7 +4,6 @@ endpoint from `moto[server]`. Each listens on 127.0.0.1 (or a unix socket) only.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -17,7 +16,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 log = logging.getLogger(__name__)
+
+# A port from free_port() is free only when chosen: by the time a server binds it another process
+# may hold it (the Temporal dev server listens on four ports it picks itself). A server on a port
+# it chose is started again on new ports this many times; a port the caller gave is never changed.
+START_ATTEMPTS = 3
 
 
 def free_port() -> int:
@@ -39,12 +45,32 @@ def _bin(name: str) -> str:
     return found
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
+class ExitedWhileStarting(RuntimeError):
+    """The server process ended before it listened: most often its port was taken."""
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` or a child of it listens on `port`. A connection that succeeds is not
+    enough: it may reach another server that took the port first."""
+    try:
+        root = psutil.Process(pid)
+        for proc in (root, *root.children(recursive=True)):
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port:
+                    return True
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return False
+
+
+def _wait_listening(
+    port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {proc.returncode} while starting")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            raise ExitedWhileStarting(f"{what} exited with code {proc.returncode} while starting")
+        if listens(proc.pid, port):
             return
         time.sleep(0.1)
     raise TimeoutError(f"{what} did not listen on 127.0.0.1:{port} within {timeout}s")
@@ -111,7 +137,8 @@ class EmbeddedPostgres:
 @dataclass
 class TemporalDevServer:
     db_file: Path
-    port: int = field(default_factory=free_port)
+    # 0: a free port chosen at start. ui_port None: headless.
+    port: int = 0
     ui_port: int | None = None
     namespace: str = "default"
     # More namespaces registered at start (tests give each module its own).
@@ -127,6 +154,23 @@ class TemporalDevServer:
 
     def start(self, log_file: Path | None = None) -> str:
         self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        choose_port, choose_ui = self.port == 0, self.ui_port == 0
+        for attempt in range(1, START_ATTEMPTS + 1):
+            if choose_port:
+                self.port = free_port()
+            if choose_ui:
+                self.ui_port = free_port()
+            self._proc = self._spawn(log_file)
+            try:
+                _wait_listening(self.port, self._proc, "temporal dev server")
+                return self.address
+            except ExitedWhileStarting:
+                if not (choose_port or choose_ui) or attempt == START_ATTEMPTS:
+                    raise
+                log.warning("temporal dev server exited while starting; again on new ports")
+        raise AssertionError("unreachable")
+
+    def _spawn(self, log_file: Path | None) -> subprocess.Popen[bytes]:
         args = [
             _bin("temporal"),
             "server",
@@ -151,11 +195,9 @@ class TemporalDevServer:
         else:
             args += ["--headless", "--http-port", str(free_port()), "--metrics-port", "0"]
         out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
-        self._proc = subprocess.Popen(
+        return subprocess.Popen(
             args, stdout=out, stderr=subprocess.STDOUT, start_new_session=self.detach
         )
-        _wait_port(self.port, self._proc, "temporal dev server")
-        return self.address
 
     def stop(self) -> None:
         _stop(self._proc)
@@ -168,7 +210,7 @@ class TemporalDevServer:
 
 @dataclass
 class MotoS3Server:
-    port: int = field(default_factory=free_port)
+    port: int = 0  # 0: a free port chosen at start
     region: str = "us-east-1"
     access_key_id: str = "tierpoint"
     secret_access_key: str = "tierpoint-dev-secret"
@@ -180,27 +222,47 @@ class MotoS3Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, log_file: Path | None = None) -> str:
+        choose_port = self.port == 0
+        for attempt in range(1, START_ATTEMPTS + 1):
+            if choose_port:
+                self.port = free_port()
+            try:
+                self._proc = self._spawn(log_file)
+                self._wait_ready(self._proc)
+                return self.endpoint_url
+            except ExitedWhileStarting:
+                if not choose_port or attempt == START_ATTEMPTS:
+                    raise
+                log.warning("moto S3 server exited while starting; again on a new port")
+        raise AssertionError("unreachable")
+
+    def _spawn(self, log_file: Path | None) -> subprocess.Popen[bytes]:
         out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
         env = dict(os.environ, MOTO_ALLOW_NONEXISTENT_REGION="true")
-        self._proc = subprocess.Popen(
+        return subprocess.Popen(
             [_bin("moto_server"), "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=self.detach,
         )
-        _wait_port(self.port, self._proc, "moto S3 server")
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
+        _wait_listening(self.port, proc, "moto S3 server")
         # moto answers on the port a moment before it routes requests.
         deadline = time.monotonic() + 30
         while True:
             try:
                 with urllib.request.urlopen(self.endpoint_url + "/moto-api/", timeout=2):
-                    break
+                    return
             except Exception:
+                if proc.poll() is not None:
+                    raise ExitedWhileStarting(
+                        f"moto S3 server exited with code {proc.returncode} while starting"
+                    ) from None
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        return self.endpoint_url
 
     def stop(self) -> None:
         _stop(self._proc)

@@ -40,7 +40,7 @@ from tierpoint.devstack.facts import (
     node_ids,
 )
 from tierpoint.devstack.paths import StackPaths
-from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer, free_port
+from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
 from tierpoint.devstack.settings import build_settings
 
 READY_TIMEOUT = 120.0
@@ -90,7 +90,6 @@ class DevStack:
     moto: MotoS3Server = field(init=False)
     settings: Settings | None = field(default=None, init=False)
     info: StackInfo | None = field(default=None, init=False)
-    temporal_ui_url: str | None = field(default=None, init=False)
     token: str | None = field(default=None, init=False, repr=False)
     _api_socket: socket.socket | None = field(default=None, init=False, repr=False)
 
@@ -98,11 +97,16 @@ class DevStack:
         self.data_dir = self.data_dir.expanduser().resolve()
         self.paths = StackPaths(self.data_dir)
         self.postgres = EmbeddedPostgres(self.paths.postgres)
-        ui_port = free_port() if self.temporal_ui else None
-        self.temporal = TemporalDevServer(self.paths.temporal_db, ui_port=ui_port, detach=True)
+        self.temporal = TemporalDevServer(
+            self.paths.temporal_db, ui_port=0 if self.temporal_ui else None, detach=True
+        )
         self.moto = MotoS3Server(detach=True)
-        if ui_port:
-            self.temporal_ui_url = f"http://127.0.0.1:{ui_port}"
+
+    @property
+    def temporal_ui_url(self) -> str | None:
+        """Known once Temporal has started (its port is chosen then)."""
+        ui_port = self.temporal.ui_port
+        return f"http://127.0.0.1:{ui_port}" if ui_port else None
 
     # -- services (blocking; run before the event loop work starts) --------------------------
 

@@ -5,13 +5,13 @@ TIERPOINT_CONFIG_FILE (default ./tierpoint.toml); see tierpoint.config.Settings.
 """
 
 import asyncio
-import gc
 import signal
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tierpoint.cli.context import console, err_console, fail
+from tierpoint.long_lived import freeze_long_lived
 
 if TYPE_CHECKING:
     from tierpoint.config import Settings
@@ -63,12 +63,7 @@ def api(
             "this API may register, delete and change policies.[/]"
         )
     app = create_app(settings)
-    # What exists now (the modules, their schemas, the app) lives as long as the process: out of
-    # the cycle collector's way, or every full collection that a large request triggers (a
-    # 10,000-shard manifest allocates ~50,000 objects) walks all of it again. Here, not in the
-    # app, so that processes creating many apps (tests) do not pin each one's garbage.
-    gc.collect()
-    gc.freeze()
+    freeze_long_lived()
     uvicorn.run(
         app,
         host=host or settings.api_host,

@@ -42,6 +42,7 @@ from tierpoint.devstack.facts import (
 from tierpoint.devstack.paths import StackPaths
 from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
 from tierpoint.devstack.settings import build_settings
+from tierpoint.long_lived import freeze_long_lived
 
 READY_TIMEOUT = 120.0
 # The dev stack's admin token, made anew at every start (the previous one stops working).
@@ -238,6 +239,7 @@ class DevStack:
         server = _EmbeddedUvicorn(
             uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
         )
+        freeze_long_lived()
         api = asyncio.create_task(server.serve(sockets=[sock]), name="api")
         stopping = asyncio.create_task(stop.wait(), name="stop")
         try:

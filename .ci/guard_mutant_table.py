@@ -131,7 +131,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "replica-stays-lost",
         "tierpoint/catalog/lifecycle_repo.py",
-        "                ~and_(Replica.state == ReplicaState.LOST.value, _ON_LOST_NODE),\n",
+        "            ~and_(Replica.state == ReplicaState.LOST.value, _ON_LOST_NODE),\n",
         "",
         ("tests/tierpoint/catalog/test_nodes.py",),
         "a copy still running on a node declared lost cannot bring its replica back",

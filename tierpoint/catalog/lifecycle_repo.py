@@ -10,7 +10,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, case, delete, exists, func, select, update
+from sqlalchemy import (
+    Boolean,
+    Executable,
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, aliased
 
@@ -138,6 +151,42 @@ def drop_skipped_markers(session: Session, head: CheckpointHead, skipped: Sequen
     )
 
 
+# The batch's shards with their replica on the tier being copied to (and on its source tier):
+# built once, as building a select over aliases costs more than running it.
+_DST = aliased(Replica, name="dst")
+_SRC = aliased(Replica, name="src")
+
+
+def _batch_shards_stmt(with_source: bool) -> Executable:
+    stmt = (
+        select(
+            Shard.id,
+            Shard.ordinal,
+            Shard.path,
+            Shard.size,
+            Shard.checksum,
+            Shard.node_id,
+            _SRC.state if with_source else null(),
+            _DST.state,
+        )
+        .outerjoin(_DST, and_(_DST.shard_id == Shard.id, _DST.tier == bindparam("tier")))
+        .where(
+            Shard.checkpoint_id == bindparam("checkpoint_id"),
+            Shard.node_id == bindparam("node"),
+            Shard.ordinal.between(bindparam("first"), bindparam("last")),
+        )
+        .order_by(Shard.ordinal)
+    )
+    if with_source:
+        stmt = stmt.outerjoin(
+            _SRC, and_(_SRC.shard_id == Shard.id, _SRC.tier == bindparam("source_tier"))
+        )
+    return stmt
+
+
+_BATCH_SHARDS = {True: _batch_shards_stmt(True), False: _batch_shards_stmt(False)}
+
+
 def batch_shards(
     session: Session,
     checkpoint_id: int,
@@ -147,31 +196,43 @@ def batch_shards(
     tier: str,
     source_tier: str | None = None,
 ) -> list[BatchShard]:
-    dst = aliased(Replica)
-    src = aliased(Replica)
-    source_state: Any = src.state if source_tier is not None else None
-    stmt = (
-        select(
-            Shard.id,
-            Shard.ordinal,
-            Shard.path,
-            Shard.size,
-            Shard.checksum,
-            Shard.node_id,
-            source_state,
-            dst.state,
-        )
-        .outerjoin(dst, and_(dst.shard_id == Shard.id, dst.tier == tier))
-        .where(
-            Shard.checkpoint_id == checkpoint_id,
-            Shard.node_id == node,
-            Shard.ordinal.between(first, last),
-        )
-        .order_by(Shard.ordinal)
+    params = {"checkpoint_id": checkpoint_id, "node": node, "first": first, "last": last}
+    params |= {"tier": tier, "source_tier": source_tier}
+    stmt = _BATCH_SHARDS[source_tier is not None]
+    return [BatchShard(*row) for row in session.execute(stmt, params)]
+
+
+def _upsert_replicas_stmt() -> Any:
+    stmt = insert(_replica_table).values(
+        verified_at=case((bindparam("verified", type_=Boolean), func.now()), else_=null())
     )
-    if source_tier is not None:
-        stmt = stmt.outerjoin(src, and_(src.shard_id == Shard.id, src.tier == source_tier))
-    return [BatchShard(*row) for row in session.execute(stmt)]
+    return stmt.on_conflict_do_update(
+        index_elements=["shard_id", "tier"],
+        set_={
+            "state": stmt.excluded.state,
+            "location": stmt.excluded.location,
+            "node_id": stmt.excluded.node_id,
+            # A copy that starts again keeps showing the progress it had.
+            "bytes_done": case(
+                (stmt.excluded.state == ReplicaState.COPYING.value, Replica.bytes_done),
+                else_=stmt.excluded.bytes_done,
+            ),
+            "error": stmt.excluded.error,
+            "verified_at": stmt.excluded.verified_at,
+            "updated_at": func.now(),
+        },
+        # Not NOT IN: its list would be an expanding parameter, which executemany refuses.
+        where=and_(
+            *(Replica.state != state for state in _NOT_OVERWRITTEN),
+            ~and_(Replica.state == ReplicaState.LOST.value, _ON_LOST_NODE),
+        ),
+    )
+
+
+# One statement run with the rows as parameters (SQLAlchemy batches them into multi-row VALUES):
+# a VALUES list built per call was compiled anew on every call, a tenth of the dev stack's CPU on
+# a stream of small checkpoints.
+_UPSERT_REPLICAS = _upsert_replicas_stmt()
 
 
 def upsert_replicas(
@@ -191,35 +252,12 @@ def upsert_replicas(
             "location": w.location,
             "bytes_done": w.bytes_done,
             "error": w.error,
-            "verified_at": func.now() if w.state is ReplicaState.VERIFIED else None,
+            "verified": w.state is ReplicaState.VERIFIED,
         }
         for w in writes
     ]
-    if not rows:
-        return
-    stmt = insert(Replica).values(rows)
-    session.execute(
-        stmt.on_conflict_do_update(
-            index_elements=["shard_id", "tier"],
-            set_={
-                "state": stmt.excluded.state,
-                "location": stmt.excluded.location,
-                "node_id": stmt.excluded.node_id,
-                # A copy that starts again keeps showing the progress it had.
-                "bytes_done": case(
-                    (stmt.excluded.state == ReplicaState.COPYING.value, Replica.bytes_done),
-                    else_=stmt.excluded.bytes_done,
-                ),
-                "error": stmt.excluded.error,
-                "verified_at": stmt.excluded.verified_at,
-                "updated_at": func.now(),
-            },
-            where=and_(
-                Replica.state.notin_(_NOT_OVERWRITTEN),
-                ~and_(Replica.state == ReplicaState.LOST.value, _ON_LOST_NODE),
-            ),
-        )
-    )
+    if rows:
+        session.connection().execute(_UPSERT_REPLICAS, rows)
 
 
 def mark_corrupt(session: Session, tier: str, errors: dict[int, str]) -> None:

@@ -1,0 +1,138 @@
+"""The copy activities' catalog writes and reads per batch: many replicas of a tier upserted in one
+call (one statement, the rows as its parameters), with the rules a copy run again must keep, and
+the batch's shards read with their replicas on the destination and the source tier."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.orm import Session
+
+from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard
+from tierpoint.catalog.nodes import upsert_node
+from tierpoint.states import ReplicaState
+
+SHARDS = 6
+
+
+def checkpoint(session: Session, node: str) -> tuple[int, list[int]]:
+    """(checkpoint id, shard ids by ordinal) of a checkpoint of SHARDS shards on `node`."""
+    upsert_node(session, node, {})
+    job_id = session.scalar(
+        insert(Job).values(name=f"job-{uuid.uuid4().hex[:10]}").returning(Job.id)
+    )
+    cp = session.scalar(
+        insert(Checkpoint)
+        .values(
+            job_id=job_id, step=1, total_bytes=10 * SHARDS, shard_count=SHARDS, manifest_digest="d"
+        )
+        .returning(Checkpoint.id)
+    )
+    assert cp is not None
+    ids = [
+        session.scalar(
+            insert(Shard)
+            .values(
+                checkpoint_id=cp,
+                ordinal=i,
+                path=f"s{i}",
+                size=10,
+                checksum=f"{i:08x}",
+                node_id=node,
+            )
+            .returning(Shard.id)
+        )
+        for i in range(SHARDS)
+    ]
+    return cp, [i for i in ids if i is not None]
+
+
+def rows(session: Session, tier: str, shards: list[int]) -> dict[int, Replica]:
+    found = session.scalars(
+        select(Replica).where(Replica.tier == tier, Replica.shard_id.in_(shards))
+    )
+    return {r.shard_id: r for r in found}
+
+
+def w(shard: int, state: ReplicaState, node: str, done: int = 10) -> repo.ReplicaWrite:
+    return repo.ReplicaWrite(shard, state, f"/lustre/s{shard}", node, bytes_done=done)
+
+
+def test_many_replicas_in_one_call_each_with_its_own_state(session: Session) -> None:
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    cp, shards = checkpoint(session, node)
+    states = [ReplicaState.VERIFIED, ReplicaState.COPYING, ReplicaState.PENDING] * 2
+    repo.upsert_replicas(
+        session,
+        cp,
+        "lustre",
+        [w(s, st, node, done=i) for i, (s, st) in enumerate(zip(shards, states, strict=True))],
+    )
+    got = rows(session, "lustre", shards)
+    assert [got[s].state for s in shards] == [st.value for st in states]
+    assert [got[s].bytes_done for s in shards] == list(range(SHARDS))
+    assert [got[s].location for s in shards] == [f"/lustre/s{s}" for s in shards]
+    # The verification time is the catalog's, and only a verified replica has one.
+    assert [got[s].verified_at is not None for s in shards] == [
+        st is ReplicaState.VERIFIED for st in states
+    ]
+    repo.upsert_replicas(session, cp, "lustre", [])  # an empty flush runs no statement
+
+
+def test_a_copy_run_again_keeps_what_it_must(session: Session) -> None:
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    cp, (verified, expiring, copying, pending, *_) = checkpoint(session, node)
+    repo.upsert_replicas(
+        session,
+        cp,
+        "lustre",
+        [
+            w(verified, ReplicaState.VERIFIED, node),
+            w(expiring, ReplicaState.VERIFIED, node),
+            w(copying, ReplicaState.COPYING, node, done=7),
+            w(pending, ReplicaState.PENDING, node, done=0),
+        ],
+    )
+    session.execute(update(Replica).where(Replica.shard_id == expiring).values(state="expiring"))
+    first_verified_at = rows(session, "lustre", [verified])[verified].verified_at
+
+    repo.upsert_replicas(
+        session,
+        cp,
+        "lustre",
+        [
+            w(verified, ReplicaState.COPYING, node, done=0),
+            w(expiring, ReplicaState.PENDING, node, done=0),
+            w(copying, ReplicaState.COPYING, node, done=0),
+            w(pending, ReplicaState.VERIFIED, node),
+        ],
+    )
+    got = rows(session, "lustre", [verified, expiring, copying, pending])
+    # A verified replica is never downgraded by a copy, one being expired is retention's.
+    assert got[verified].state == "verified" and got[verified].verified_at == first_verified_at
+    assert got[expiring].state == "expiring"
+    # A copy that starts again keeps showing the progress it had.
+    assert got[copying].state == "copying" and got[copying].bytes_done == 7
+    assert got[pending].state == "verified" and got[pending].verified_at is not None
+
+
+def test_batch_shards_reads_the_range_with_both_tiers_replicas(session: Session) -> None:
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    cp, shards = checkpoint(session, node)
+    repo.upsert_replicas(session, cp, "ssd", [w(s, ReplicaState.VERIFIED, node) for s in shards])
+    repo.upsert_replicas(session, cp, "lustre", [w(shards[2], ReplicaState.COPYING, node)])
+
+    batch = repo.batch_shards(session, cp, node, 1, 3, "lustre", source_tier="ssd")
+    assert [(b.ordinal, b.path, b.size, b.node_id) for b in batch] == [
+        (i, f"s{i}", 10, node) for i in (1, 2, 3)
+    ]
+    assert [b.source_state for b in batch] == ["verified"] * 3
+    assert [b.state for b in batch] == [None, "copying", None]
+
+    # The first tier has no source: the seal reads its shards alone.
+    sealed = repo.batch_shards(session, cp, node, 0, SHARDS - 1, "ssd")
+    assert [b.ordinal for b in sealed] == list(range(SHARDS))
+    assert {b.source_state for b in sealed} == {None} and {b.state for b in sealed} == {"verified"}
+    assert repo.batch_shards(session, cp, "another-node", 0, SHARDS - 1, "ssd") == []

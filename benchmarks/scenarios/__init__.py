@@ -24,6 +24,7 @@ class Sizes:
     reads: int  # GETs per run of catalog_reads
     orchestration: tuple[int, ...]  # shards per checkpoint of the orchestration scenario
     history: tuple[int, int]  # retention_snapshot: the job's checkpoints, shards per checkpoint
+    replicas: tuple[int, ...]  # replica_writes: the replicas written per run
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
@@ -40,6 +41,7 @@ class Sizes:
             reads=300,
             orchestration=(1, 100, 1_000, 10_000, 100_000),
             history=(2_000, 100),
+            replicas=(20, 500, 10_000),
         )
 
     @classmethod
@@ -57,6 +59,7 @@ class Sizes:
             reads=10,
             orchestration=(1, 100, 1_000),
             history=(100, 10),
+            replicas=(20, 1_000),
         )
 
 
@@ -141,6 +144,12 @@ def _retention_snapshot(env: Env, s: Sizes) -> Scenario:
     return RetentionSnapshot(env.work / "retention-snapshot", *s.history)
 
 
+def _replica_writes(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.replica_writes import ReplicaWrites
+
+    return ReplicaWrites(env.work / "replica-writes", s.replicas)
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "bandwidth_limit": _bandwidth_limit,
@@ -155,4 +164,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "memory": _memory,
     "orchestration": _orchestration,
     "retention_snapshot": _retention_snapshot,
+    "replica_writes": _replica_writes,
 }

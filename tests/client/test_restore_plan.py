@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import boto3
 import crc32c
@@ -127,30 +128,38 @@ def test_missing_source_raises_source_error(tmp_path: Path) -> None:
     assert _files_under(tmp_path / "dest") == {}
 
 
-def test_s3_restore_reads_with_tier_endpoint(tmp_path: Path, services: Services) -> None:
+class S3Objects(NamedTuple):
+    s3: Any
+    bucket: str
+    prefix: str  # of the objects' keys
+    plan: list[PlanEntry]
+    tiers: dict[str, TierInfo]
+
+
+def s3_objects(services: Services, shards: dict[str, bytes], tier_prefix: str) -> S3Objects:
+    """The shards as objects in a new bucket under the s3 tier's `tier_prefix`, with their plan."""
     bucket = make_bucket(services)
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=services.s3_endpoint_url,
-        region_name=services.s3_region,
-    )
-    shards = {"r0.bin": os.urandom(3_000_000), "nested/r1.bin": os.urandom(10)}
-    prefix = f"pfx/job-{uuid.uuid4().hex[:8]}/3/"
+    s3 = boto3.client("s3", endpoint_url=services.s3_endpoint_url, region_name=services.s3_region)
+    prefix = f"{tier_prefix}job-{uuid.uuid4().hex[:8]}/3/"
     plan = []
     for rel, data in shards.items():
         s3.put_object(Bucket=bucket, Key=prefix + rel, Body=data)
         plan.append(_entry(rel, data, f"s3://{bucket}/{prefix}{rel}", kind="s3"))
-    tiers = {
-        "s3": TierInfo(
-            name="s3",
-            kind="s3",
-            root=None,
-            bucket=bucket,
-            prefix="pfx/",
-            endpoint_url=services.s3_endpoint_url,
-            region=services.s3_region,
-        )
-    }
+    tier = TierInfo(
+        name="s3",
+        kind="s3",
+        root=None,
+        bucket=bucket,
+        prefix=tier_prefix,
+        endpoint_url=services.s3_endpoint_url,
+        region=services.s3_region,
+    )
+    return S3Objects(s3, bucket, prefix, plan, {"s3": tier})
+
+
+def test_s3_restore_reads_with_tier_endpoint(tmp_path: Path, services: Services) -> None:
+    shards = {"r0.bin": os.urandom(3_000_000), "nested/r1.bin": os.urandom(10)}
+    s3, bucket, prefix, plan, tiers = s3_objects(services, shards, "pfx/")
     restore_plan(plan, tmp_path / "dest", tiers, workers=2)
     assert _files_under(tmp_path / "dest") == shards
 
@@ -179,8 +188,6 @@ def test_s3_restore_of_objects_larger_than_a_chunk_reuses_no_stale_bytes(
 ) -> None:
     """One worker fills the same buffer for every chunk of every object: each file holds its own
     object's bytes, whether its last chunk is short, its size a whole number of chunks, or 0."""
-    bucket = make_bucket(services)
-    s3 = boto3.client("s3", endpoint_url=services.s3_endpoint_url, region_name=services.s3_region)
     mib = 1024 * 1024
     shards = {
         "a.bin": os.urandom(9 * mib + 5),
@@ -188,22 +195,7 @@ def test_s3_restore_of_objects_larger_than_a_chunk_reuses_no_stale_bytes(
         "c.bin": os.urandom(mib + 1),
         "empty.bin": b"",
     }
-    prefix = f"job-{uuid.uuid4().hex[:8]}/1/"
-    plan = []
-    for rel, data in shards.items():
-        s3.put_object(Bucket=bucket, Key=prefix + rel, Body=data)
-        plan.append(_entry(rel, data, f"s3://{bucket}/{prefix}{rel}", kind="s3"))
-    tiers = {
-        "s3": TierInfo(
-            name="s3",
-            kind="s3",
-            root=None,
-            bucket=bucket,
-            prefix="",
-            endpoint_url=services.s3_endpoint_url,
-            region=services.s3_region,
-        )
-    }
-    files, _ = restore_plan(plan, tmp_path / "dest", tiers, workers=1)
+    objects = s3_objects(services, shards, "")
+    files, _ = restore_plan(objects.plan, tmp_path / "dest", objects.tiers, workers=1)
     assert _files_under(tmp_path / "dest") == shards
     assert [f.size for f in files] == [len(d) for d in shards.values()]

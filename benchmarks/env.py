@@ -143,6 +143,27 @@ def subprocess_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def tierpoint_env(
+    work: Path,
+    database_url: str,
+    temporal_address: str,
+    tiers: list[dict[str, str]],
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of a `tierpoint api` or `worker` process of a scenario: its catalog,
+    Temporal and tiers, no config file of the machine's, warnings only."""
+    return subprocess_env(
+        {
+            "TIERPOINT_DATABASE_URL": database_url,
+            "TIERPOINT_TEMPORAL_ADDRESS": temporal_address,
+            "TIERPOINT_TIERS": json.dumps(tiers),
+            "TIERPOINT_CONFIG_FILE": str(work / "none.toml"),
+            "TIERPOINT_LOG_LEVEL": "WARNING",
+            **(extra or {}),
+        }
+    )
+
+
 def wait_for_api(
     http: httpx.Client, proc: subprocess.Popen[bytes], log: Path, timeout: float
 ) -> None:

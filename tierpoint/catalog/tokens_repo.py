@@ -84,6 +84,31 @@ def create_token(
     return NewToken(secret, _view(row))
 
 
+# pg_advisory_xact_lock key of `first_admin_token`: two bootstraps at once make one token.
+_BOOTSTRAP_LOCK = 0x7469657270_01
+
+
+def first_admin_token(
+    session: Session, name: str, expires_in: timedelta | None
+) -> NewToken | TokenView:
+    """An install's first admin token: a new one named `name`, or the view of an active admin
+    token that exists already (then nothing is made), so a bootstrap can run again safely."""
+    session.execute(select(func.pg_advisory_xact_lock(_BOOTSTRAP_LOCK)))
+    existing = session.scalars(
+        select(AccessToken)
+        .where(
+            AccessToken.scopes.contains(["admin"]),
+            AccessToken.revoked_at.is_(None),
+            or_(AccessToken.expires_at.is_(None), AccessToken.expires_at > func.now()),
+        )
+        .order_by(AccessToken.created_at)
+        .limit(1)
+    ).one_or_none()
+    if existing is not None:
+        return _view(existing)
+    return create_token(session, name, ["admin"], expires_in)
+
+
 def list_tokens(session: Session) -> list[TokenView]:
     rows = session.scalars(select(AccessToken).order_by(AccessToken.name))
     return [_view(r) for r in rows]

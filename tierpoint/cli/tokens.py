@@ -1,4 +1,4 @@
-"""`tierpoint token create|list|revoke`: API access tokens, straight in the catalog.
+"""`tierpoint token create|bootstrap|list|revoke`: API access tokens, straight in the catalog.
 
 These commands talk to the catalog, not to the API: the first admin token of a fresh install
 cannot come from an API that refuses every request without one, and whoever holds the catalog's
@@ -86,6 +86,39 @@ def create(
     )
     # Plain print: no wrapping or markup may alter the secret.
     print(new.secret)
+
+
+@app.command("bootstrap")
+def bootstrap(
+    name: Annotated[str, typer.Option(help="Name of the admin token made.")] = "admin",
+    expires_in: Annotated[
+        str, typer.Option("--expires-in", help="e.g. 90d, 12h, 2w, or never.")
+    ] = DEFAULT_EXPIRY,
+    database_url: DatabaseUrlOpt = None,
+) -> None:
+    """The install's first admin token: its secret alone on stdout (for a Secret), or nothing
+    when an active admin token exists already (run it again safely)."""
+    from tierpoint.catalog import tokens_repo
+    from tierpoint.errors import TierpointError
+
+    expiry = parse_expiry(expires_in)
+    with _session(database_url) as session:
+        try:
+            made = tokens_repo.first_admin_token(session, name, expiry)
+        except TierpointError as exc:
+            fail(f"{exc.detail} ({exc.code})")
+        session.commit()
+    if isinstance(made, tokens_repo.TokenView):
+        # Not an error: the install is bootstrapped. stdout stays empty, so no Secret is
+        # overwritten with a token that was never made.
+        err_console.print(
+            f"an active admin token exists already ([bold]{made.name}[/]): none made. "
+            "To rotate: docs/deployment.md, \"The first admin token\"."
+        )
+        return
+    expires = _when(made.view.expires_at) if made.view.expires_at else "never"
+    err_console.print(f"admin token [bold]{name}[/] created, expires {expires}.")
+    print(made.secret)
 
 
 @app.command("list")

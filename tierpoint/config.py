@@ -232,10 +232,11 @@ class Settings(BaseSettings):
         description="The tiers, ordered from the fastest, most local one to the most durable "
         "one (see Tier below). As an environment variable: a JSON list.",
     )
-    node_id: str | None = Field(
+    node: str | None = Field(
         default=None,
-        description="The node id of this process, for tools that read it from the environment; "
-        "the node worker serves the nodes given with `--node`.",
+        description="This node's id, one variable for both sides of a node: `tierpoint worker` "
+        "serves it when no `--node` is given, and the training client (the PyTorch writer and "
+        "reader) registers and finds shards under it. On Kubernetes: `spec.nodeName`.",
     )
     api_host: str = Field(default="127.0.0.1", description="`tierpoint api`: bind address.")
     api_port: int = Field(default=8080, description="`tierpoint api`: port.")

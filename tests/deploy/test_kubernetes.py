@@ -5,10 +5,12 @@ Every check is also shown to fail on a deliberately broken copy."""
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import shutil
 import subprocess
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +25,8 @@ from tests.helpers.kustomize import (
     normalize_hashes,
     render,
 )
-from tests.helpers.manifest_rules import KUBERNETES_VERSION, problems
+from tests.helpers.manifest_rules import KUBERNETES_VERSION, problems, training_pod_problems
+from tierpoint.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"
@@ -265,3 +268,37 @@ def test_a_broken_manifest_fails_the_deployment_rules(name: str, base: Rendered)
     breaks(objects)
     found = problems(objects)
     assert any(expected in p for p in found), found
+
+
+TRAINING_POD = KUSTOMIZE / "training-pod.yaml"
+
+
+def test_the_training_pod_template_matches_the_schema_and_the_overlay(overlay: Rendered) -> None:
+    pod = yaml.safe_load(TRAINING_POD.read_text())
+    assert _schema_errors([pod]) == []
+    config = next(o for o in overlay.objects if o["kind"] == "ConfigMap")
+    settings = Settings(**tomllib.loads(config["data"]["tierpoint.toml"]))
+    namespace = next(o for o in overlay.objects if o["kind"] == "Namespace")["metadata"]["name"]
+    service = f"http://tierpoint-api.{namespace}.svc.cluster.local"
+    assert training_pod_problems(pod, settings, service) == []
+
+
+def _client_node_variable() -> str:
+    """NODE_ENV of the client's DCP storage, read from its source (torch is not in this venv)."""
+    source = (ROOT / "client" / "tierpoint_client" / "torch" / "_files.py").read_text()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "NODE_ENV":
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, str)
+            return value
+    raise AssertionError("NODE_ENV not found in the client")
+
+
+def test_the_node_id_has_one_name_for_worker_client_and_manifests(base: Rendered) -> None:
+    prefix = Settings.model_config.get("env_prefix", "")
+    assert f"{prefix}NODE".upper() == _client_node_variable() == "TIERPOINT_NODE"
+    assert "node" in Settings.model_fields
+    node_worker = next(o for o in base.objects if o["metadata"]["name"] == "tierpoint-node-worker")
+    containers = node_worker["spec"]["template"]["spec"]["containers"]
+    env = [e["name"] for c in containers for e in c["env"]]
+    assert "TIERPOINT_NODE" in env and not {"NODE_NAME", "TIERPOINT_NODE_ID"} & set(env)

@@ -113,15 +113,39 @@ def _specific_rules(name: str, obj: Obj, spec: Obj, settings: Settings) -> Itera
             if root not in _mounts(main):
                 yield f"{name}: the shared tier {root} is not mounted"
     if name == "tierpoint-node-worker":
-        if main["args"][:4] != ["worker", "--node", "$(NODE_NAME)", "--no-shared"]:
+        if main["args"][:4] != ["worker", "--node", "$(TIERPOINT_NODE)", "--no-shared"]:
             yield f"{name}: args {main['args']}"
-        node_name: Obj = next((e for e in main.get("env", []) if e["name"] == "NODE_NAME"), {})
-        if node_name.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
-            yield f"{name}: NODE_NAME must come from spec.nodeName"
+        yield from node_from_downward_api(name, main)
         host_paths = {v["hostPath"]["path"] for v in spec.get("volumes", []) if "hostPath" in v}
         for root in local:
             if root not in host_paths or root not in _mounts(main):
                 yield f"{name}: the local tier {root} must be a hostPath mounted at that path"
+
+
+def training_pod_problems(pod: Obj, settings: Settings, api_service: str) -> list[str]:
+    """deploy/kubernetes/training-pod.yaml: the node id, the API and the token as the client reads
+    them, and the tiers' roots where the node worker has them."""
+    main = _main(pod["spec"])
+    found = list(node_from_downward_api("training-pod", main))
+    env = {e["name"]: e for e in main.get("env", [])}
+    if env.get("TIERPOINT_API_URL", {}).get("value") != api_service:
+        found.append(f"training-pod: TIERPOINT_API_URL is not {api_service}")
+    if "secretKeyRef" not in env.get("TIERPOINT_TOKEN", {}).get("valueFrom", {}):
+        found.append("training-pod: TIERPOINT_TOKEN must come from a Secret")
+    host_paths = {v["hostPath"]["path"] for v in pod["spec"]["volumes"] if "hostPath" in v}
+    for tier in settings.tiers:
+        if tier.kind is TierKind.LOCAL and tier.root not in host_paths:
+            found.append(f"training-pod: the local tier {tier.root} is not a hostPath")
+        if tier.kind in (TierKind.LOCAL, TierKind.SHARED) and tier.root not in _mounts(main):
+            found.append(f"training-pod: the {tier.kind.value} tier {tier.root} is not mounted")
+    return found
+
+
+def node_from_downward_api(name: str, container: Obj) -> Iterator[str]:
+    """TIERPOINT_NODE, the node id of the worker and of the client alike, is the node's name."""
+    env: Obj = next((e for e in container.get("env", []) if e["name"] == "TIERPOINT_NODE"), {})
+    if env.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
+        yield f"{name}: TIERPOINT_NODE must come from spec.nodeName"
 
 
 def _scrape_rules(name: str, obj: Obj, main: Obj, paths: set[str]) -> Iterator[str]:

@@ -78,7 +78,7 @@ def worker(
         typer.Option(
             "--node",
             help="Serve this node's task queue (its local tier). Repeat for several.",
-            show_default=False,
+            show_default="settings.node (TIERPOINT_NODE)",
         ),
     ] = None,
     shared: Annotated[
@@ -105,10 +105,10 @@ def worker(
     Plain `tierpoint worker` runs the shared worker (workflows, shared and S3 tiers, reconciler)
     and can run anywhere.
     """
-    nodes = list(node or [])
-    if not nodes and not shared:
-        fail("nothing to run: give --node N, or leave --shared on")
     settings = settings_or_fail()
+    nodes = list(node or ([settings.node] if settings.node else []))
+    if not nodes and not shared:
+        fail("nothing to run: give --node N (or TIERPOINT_NODE), or leave --shared on")
 
     async def main() -> None:
         from tierpoint import logs

@@ -22,6 +22,7 @@ from tests.helpers.kustomize import (
     Obj,
     Rendered,
     UnsupportedKustomization,
+    example_overlay,
     normalize_hashes,
     render,
 )
@@ -30,16 +31,7 @@ from tierpoint.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"
-
-
-def _overlay_tree(tmp: Path) -> Path:
-    """A copy of deploy/kubernetes with the file the operator creates for the example overlay."""
-    tree = tmp / "kubernetes"
-    shutil.copytree(KUSTOMIZE, tree, ignore=shutil.ignore_patterns("secrets"))
-    secrets = tree / "overlays" / "example" / "secrets"
-    secrets.mkdir()
-    (secrets / "database-url").write_text("postgresql+psycopg://tierpoint@db.test:5432/tierpoint")
-    return tree
+TEST_URL = "postgresql+psycopg://tierpoint@db.test:5432/tierpoint"
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +41,8 @@ def base() -> Rendered:
 
 @pytest.fixture(scope="module")
 def overlay(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
-    return render(_overlay_tree(tmp_path_factory.mktemp("kustomize")) / "overlays" / "example")
+    tmp = tmp_path_factory.mktemp("kustomize")
+    return render(example_overlay(tmp, TEST_URL))
 
 
 def _schema_errors(objects: list[Obj]) -> list[str]:
@@ -129,7 +122,7 @@ def _kubectl_objects(directory: Path, generated: set[tuple[str, str]]) -> list[s
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
 @pytest.mark.parametrize("which", ["base", "overlays/example"])
 def test_the_renderer_agrees_with_kubectl_kustomize(which: str, tmp_path: Path) -> None:
-    directory = _overlay_tree(tmp_path) / which
+    directory = example_overlay(tmp_path, TEST_URL).parents[1] / which
     ours = render(directory)
     mine = sorted(
         normalize_hashes(json.dumps(o, sort_keys=True), ours.generated) for o in ours.objects
@@ -138,7 +131,7 @@ def test_the_renderer_agrees_with_kubectl_kustomize(which: str, tmp_path: Path) 
 
 
 def test_the_renderer_refuses_what_it_does_not_implement(tmp_path: Path) -> None:
-    tree = _overlay_tree(tmp_path)
+    tree = example_overlay(tmp_path, TEST_URL).parents[1]
     kustomization = tree / "base" / "kustomization.yaml"
     kustomization.write_text(kustomization.read_text() + "commonLabels:\n  team: x\n")
     with pytest.raises(UnsupportedKustomization, match="commonLabels"):
@@ -241,13 +234,15 @@ RULE_BREAKS: dict[str, tuple[Callable[[list[Obj]], None], str]] = {
         "spec.nodeName",
     ),
     "local root not the hostPath": (
-        lambda objs: _pod(objs, "tierpoint-node-worker")["volumes"][1]["hostPath"].update(
-            path="/mnt/other"
-        ),
+        lambda objs: next(
+            v for v in _pod(objs, "tierpoint-node-worker")["volumes"] if v["name"] == "local"
+        )["hostPath"].update(path="/mnt/other"),
         "hostPath",
     ),
     "shared tier not mounted": (
-        lambda objs: _container_named(objs, "tierpoint-worker/worker")["volumeMounts"].pop(1),
+        lambda objs: _container_named(objs, "tierpoint-worker/worker")["volumeMounts"].remove(
+            {"name": "shared", "mountPath": "/fsx/tierpoint"}
+        ),
         "/fsx/tierpoint",
     ),
     "settings file not mounted": (

@@ -17,6 +17,7 @@ import copy
 import hashlib
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,3 +239,15 @@ def normalize_hashes(text: str, generated: set[tuple[str, str]]) -> str:
     for _, name in generated:
         text = re.sub(rf"\b{re.escape(name)}-[a-z0-9]{{10}}\b", f"{name}-HASH", text)
     return text
+
+
+def example_overlay(tmp: Path, database_url: str) -> Path:
+    """A copy of deploy/kubernetes with the one file the operator creates for the example overlay
+    (secrets/database-url); the overlay's directory in it."""
+    tree = tmp / "kubernetes"
+    source = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+    shutil.copytree(source, tree, ignore=shutil.ignore_patterns("secrets"))
+    secrets = tree / "overlays" / "example" / "secrets"
+    secrets.mkdir()
+    (secrets / "database-url").write_text(database_url)
+    return tree / "overlays" / "example"

@@ -113,7 +113,7 @@ def bootstrap(
         # overwritten with a token that was never made.
         err_console.print(
             f"an active admin token exists already ([bold]{made.name}[/]): none made. "
-            "To rotate: docs/deployment.md, \"The first admin token\"."
+            'To rotate: docs/deployment.md, "The first admin token".'
         )
         return
     expires = _when(made.view.expires_at) if made.view.expires_at else "never"

@@ -234,9 +234,9 @@ class Settings(BaseSettings):
     )
     node: str | None = Field(
         default=None,
-        description="This node's id, one variable for both sides of a node: `tierpoint worker` "
-        "serves it when no `--node` is given, and the training client (the PyTorch writer and "
-        "reader) registers and finds shards under it. On Kubernetes: `spec.nodeName`.",
+        description="This node's id, one variable for both sides of a node: `tierpoint worker "
+        "--no-shared` serves it when no `--node` is given, and the training client (the PyTorch "
+        "writer and reader) registers and finds shards under it. On Kubernetes: `spec.nodeName`.",
     )
     api_host: str = Field(default="127.0.0.1", description="`tierpoint api`: bind address.")
     api_port: int = Field(default=8080, description="`tierpoint api`: port.")

@@ -78,7 +78,7 @@ def worker(
         typer.Option(
             "--node",
             help="Serve this node's task queue (its local tier). Repeat for several.",
-            show_default="settings.node (TIERPOINT_NODE)",
+            show_default="with --no-shared: settings.node (TIERPOINT_NODE)",
         ),
     ] = None,
     shared: Annotated[
@@ -106,7 +106,10 @@ def worker(
     and can run anywhere.
     """
     settings = settings_or_fail()
-    nodes = list(node or ([settings.node] if settings.node else []))
+    # TIERPOINT_NODE names a node worker's node (`--no-shared`), not a shared worker's: one that
+    # runs on a training host, where the client has the variable too, stays a shared worker only.
+    default = [settings.node] if settings.node and not shared else []
+    nodes = list(node or default)
     if not nodes and not shared:
         fail("nothing to run: give --node N (or TIERPOINT_NODE), or leave --shared on")
 

@@ -457,4 +457,62 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a bootstrap run again (a retried Job, a second operator) makes no second admin token",
     ),
+    # ---- pins, leases and quarantines against an expiry in progress -------------------------
+    Mutant(
+        "pin-refused-during-expiry",
+        "tierpoint/catalog/leases_repo.py",
+        "    if pinned and (expiring := await expiring_tiers(session, checkpoint_id)):\n",
+        "    if False:\n",
+        (
+            "tests/api/test_expiry_races.py::"
+            "test_a_pin_waiting_for_a_begun_expiry_is_refused_naming_the_tiers",
+        ),
+        "a pin is not accepted for a checkpoint whose copy retention is already deleting",
+    ),
+    # ---- a copy's finding of a corrupt source: the scrub's outcome -----------------------------
+    Mutant(
+        "copy-source-found-corrupt-demotes",
+        "activities/progress.py",
+        "                mark_damaged_shards(s, tier, errors, ReplicaState.CORRUPT, "
+        """f"copy to {self._tier}")\n""",
+        "                pass\n",
+        (ROTTING,),
+        "a source replica a copy found corrupt is marked and its tier demoted",
+    ),
+    Mutant(
+        "lifecycle-repairs-corrupt-source",
+        "workflows/checkpoint_lifecycle.py",
+        "        if self._source_damaged and workflow.patched(SOURCE_REPAIR_PATCH):\n",
+        "        if False:\n",
+        ("tests/workflows/test_copy_source_repair.py",),
+        "a lifecycle whose copy found its source corrupt asks for the checkpoint's repair",
+    ),
+    Mutant(
+        "tier-view-counts-quarantined-copies",
+        "tierpoint/catalog/checkpoint_reads.py",
+        "            if m.state == RESTORABLE and m.quarantine_reason is None:\n",
+        "            if m.state == RESTORABLE:\n",
+        ("tests/api/test_quarantine.py::test_a_tier_does_not_count_a_corrupt_replica_as_verified",),
+        "a tier never reports a shard verified that a read proved corrupt",
+    ),
+    # ---- a training job's quarantine hides; only an operator's holds storage -----------------
+    Mutant(
+        "planner-quarantine-evidence-only",
+        PLANNER,
+        "    if (c.quarantined and c.evidence) or (copy.quarantined and copy.evidence):\n",
+        "    if c.quarantined or copy.quarantined:\n",
+        PLANNER_TESTS,
+        "a training job's quarantine does not exempt its copies from retention",
+    ),
+    Mutant(
+        "quarantine-evidence-needs-operate",
+        "api/routers/quarantine.py",
+        "        evidence=principal.has(Scope.OPERATE),\n",
+        "        evidence=True,\n",
+        (
+            "tests/api/test_quarantine.py::"
+            "test_a_training_jobs_quarantine_hides_but_does_not_hold_storage",
+        ),
+        "only operate or admin make a quarantine evidence that retention keeps",
+    ),
 )

@@ -111,6 +111,7 @@ class BatchCopy:
         """What was read off the source is not what was registered: the source replica is
         corrupt, and whatever was written from it must not be taken for a copy."""
         self.reporter.corrupt_on(self.src_tier.name, sh.id, why)
+        self.result.source_damaged += 1
         metrics.CORRUPT_FOUND.labels(self.src_tier.name).inc()
         self.dst.cleanup_partial(ref, None)
         self.dst.delete(ref)
@@ -166,6 +167,9 @@ class BatchCopy:
             self._not_copied(
                 sh, location, f"no verified source replica on {src} ({sh.source_state})"
             )
+            if sh.source_state == ReplicaState.CORRUPT:
+                # Found by an earlier attempt that may not have lived to say so.
+                self.result.source_damaged += 1
             return
         if not sh.checksum:
             self._not_copied(sh, location, "no registered or sealed checksum")

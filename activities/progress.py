@@ -15,6 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
 from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog.damage import mark_damaged_shards
+from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ResumeState
 
 
@@ -82,11 +84,10 @@ class BatchReporter:
             repo.upsert_replicas(s, self._checkpoint_id, self._tier, self._writes)
             repo.set_bytes_done(s, self._tier, self._bytes_done)
             for tier, errors in self._corrupt_elsewhere.items():
-                repo.mark_corrupt(s, tier, errors)
-                # That tier was promoted on bytes that have gone bad since: readers must skip it.
-                repo.quarantine_tier(
-                    s, self._checkpoint_id, tier, f"{len(errors)} shard(s) found corrupt on {tier}"
-                )
+                # That tier was promoted on bytes that have gone bad since: the same finding as a
+                # scrub's, with the same outcome (its marker demoted, so readers skip it and
+                # repair copies it again).
+                mark_damaged_shards(s, tier, errors, ReplicaState.CORRUPT, f"copy to {self._tier}")
         self._checksums.clear()
         self._writes.clear()
         self._bytes_done.clear()

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         CATALOG_TIMEOUT,
         SHARED_TASK_QUEUE,
     )
+    from tierpoint.contract.integrity import REPAIR_REQUEST, RepairStartInput
     from tierpoint.contract.lifecycle import (
         LIFECYCLE_WORKFLOW,
         LOCAL_STEPS_PATCH,
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         PLAN,
         PROMOTE,
         RETENTION_PATCH,
+        SOURCE_REPAIR_PATCH,
         STAGE_WORKFLOW,
         Batch,
         LifecycleInput,
@@ -82,6 +84,8 @@ class CheckpointLifecycle:
         self._children: list[str] = []
         # LOCAL_STEPS_PATCH: catalog steps as local activities, node stages windowed per node.
         self._local_steps = False
+        # Shards whose source replica a copy found corrupt.
+        self._source_damaged = 0
 
     @workflow.query
     def status(self) -> LifecycleStatus:
@@ -172,6 +176,8 @@ class CheckpointLifecycle:
                 )
                 if failed:
                     self._status.tiers_failed.append(t.name)
+        if self._source_damaged and workflow.patched(SOURCE_REPAIR_PATCH):
+            await self._request_repair(plan)
         self._status.stage = "done"
         return result
 
@@ -227,6 +233,7 @@ class CheckpointLifecycle:
                 # On the shared queue the stage's one window of `parallelism` holds only if
                 # the children run one after the other.
                 results = [await child(n, c) for n, c in enumerate(chunks)]
+        self._source_damaged += sum(r.source_damaged for r in results)
         failed = sum(r.failures for r in results)
         if not failed:
             return None
@@ -255,6 +262,28 @@ class CheckpointLifecycle:
         else:
             self._status.tiers_failed.append(tier.name)
         return TierOutcome(tier=res.tier, state=res.state, reason=res.reason)
+
+    async def _request_repair(self, plan: LifecyclePlan) -> None:
+        """A copy found a source replica corrupt: that tier was demoted, as a scrub's finding
+        demotes it, and now, with every marker of this run settled, repair copies the damaged
+        shards again from a tier that still holds them verified (the demoted source, and the
+        tiers that could not be copied from it)."""
+        self._status.stage = "repair-requested"
+        try:
+            await workflow.execute_activity(
+                REPAIR_REQUEST,
+                RepairStartInput(
+                    checkpoint_ids=[plan.checkpoint_id],
+                    reason=f"a copy found {self._source_damaged} source replica(s) corrupt",
+                ),
+                task_queue=SHARED_TASK_QUEUE,
+                start_to_close_timeout=CATALOG_TIMEOUT,
+                retry_policy=CATALOG_RETRY,
+            )
+        except ActivityError:
+            # The damaged tier is demoted either way, so nothing reads it; an operator's retry
+            # of the failed tiers copies it again.
+            workflow.logger.warning("could not request repair of step %s", plan.step)
 
     async def _request_retention(self, plan: LifecyclePlan, tier: PlanTier) -> None:
         """A new restorable copy can let older copies go (a local copy waits for a durable one;

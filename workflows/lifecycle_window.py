@@ -118,6 +118,7 @@ async def run_window(
     corrupt shards are not failures here: the promote activity finds them in the catalog.
     """
     failures: list[str] = []
+    source_damaged = 0
     on_node = on_nodes_queues(*_batch_tiers(stage))
     # On the nodes' queues every node copies with its own disks and network: a window across
     # all nodes would run `parallelism` batches at a time for the whole cluster.
@@ -131,6 +132,7 @@ async def run_window(
         return windows[key]
 
     async def one(batch: Batch) -> None:
+        nonlocal source_damaged
         async with window_of(batch):
             where = f"batch {batch.node}[{batch.first}..{batch.last}]"
             if on_node and batch.node in lost.nodes:
@@ -140,7 +142,7 @@ async def run_window(
                 if on_node:
                     lost.track(batch.node, handle)
                 try:
-                    await handle
+                    source_damaged += (await handle).source_damaged
                 except ActivityError as err:
                     why = (
                         lost_reason(batch.node)
@@ -163,4 +165,5 @@ async def run_window(
         batches=len(stage.batches),
         failures=len(failures),
         first_failure=failures[0] if failures else None,
+        source_damaged=source_damaged,
     )

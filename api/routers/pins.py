@@ -18,11 +18,13 @@ router = APIRouter(prefix="/v1/jobs", tags=["pins"])
 @router.put(
     "/{job:path}/checkpoints/{step}/pin",
     response_model=Pin,
-    responses=problem_responses(404, 422),
+    responses=problem_responses(404, 409, 422),
     summary="Pin a checkpoint: it never expires anywhere",
     dependencies=[Depends(require(Scope.OPERATE))],
 )
 async def pin_checkpoint(job: JobName, step: Step, session: SessionDep, actor: Actor) -> Pin:
+    """409 `copy_expiring` (with `tiers`) while retention is deleting one of its copies: nothing
+    is pinned then, as the pin could not keep that copy."""
     pin = await repo.set_pinned(session, job, step, True, actor)
     await session.commit()
     return Pin.model_validate(pin)

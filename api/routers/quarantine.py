@@ -1,6 +1,7 @@
 """Quarantine: take a checkpoint, or one tier's copy of it, out of latest restorable (a job that
-failed to load it, or whose loss diverged right after loading), and lift it again. A quarantined
-checkpoint or copy is evidence: retention never expires it."""
+failed to load it, or whose loss diverged right after loading), and lift it again. An operator's
+quarantine (operate or admin) is evidence, which retention never expires; a training token's only
+hides the checkpoint and leaves its copies to the job's policy (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Depends, Query
 
 from api import background
-from api.auth import Actor, require, require_job
+from api.auth import Actor, PrincipalDep, require, require_job
 from api.deps import ApiState, JobName, SessionDep, StateDep, Step
 from api.problems import problem_responses
 from api.schemas.checkpoints import CheckpointOut
@@ -50,7 +51,7 @@ async def _answer(state: ApiState, session: SessionDep, job: str, step: int) -> 
     dependencies=[Depends(require_job(Scope.OPERATE))],
     response_model=CheckpointOut,
     responses=problem_responses(404, 409, 413, 422),
-    summary="Quarantine a checkpoint (or one tier's copy): never restored from, never expired",
+    summary="Quarantine a checkpoint (or one tier's copy): never restored from",
 )
 async def quarantine_checkpoint(
     job: JobName,
@@ -59,12 +60,24 @@ async def quarantine_checkpoint(
     session: SessionDep,
     state: StateDep,
     actor: Actor,
+    principal: PrincipalDep,
 ) -> CheckpointOut:
     """Latest restorable then serves the next best checkpoint and says why in `skipped`.
     Idempotent: the same request again changes nothing; a new reason replaces the old one.
-    409 `copy_expiring` for a tier copy that retention is already deleting."""
+    With operate or admin scope the quarantine is evidence: retention never expires it; with a
+    training token it only hides the checkpoint, and its copies expire as the job's policy says
+    (a job must not hold storage past its policy). 409 `copy_expiring` for a tier copy that
+    retention is already deleting."""
     _configured(state, body.tier, "body")
-    await set_quarantine(session, job, step, body.reason, tier=body.tier, actor=actor)
+    await set_quarantine(
+        session,
+        job,
+        step,
+        body.reason,
+        tier=body.tier,
+        actor=actor,
+        evidence=principal.has(Scope.OPERATE),
+    )
     out = await _answer(state, session, job, step)
     await session.commit()
     return out

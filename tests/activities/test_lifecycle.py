@@ -117,11 +117,11 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
             .where(Replica.checkpoint_id == cp)
         )
         replicas = {(p, t): (st, e) for p, t, st, e in rows}
-        quarantine = s.scalar(
-            select(CheckpointTier.quarantine_reason).where(
-                CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "ssd"
-            )
-        )
+        ssd_marker = s.execute(
+            select(
+                CheckpointTier.state, CheckpointTier.reason, CheckpointTier.quarantine_reason
+            ).where(CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "ssd")
+        ).one()
     state, error = replicas[(rotten.path, "ssd")]
     assert rotten.crc32c is not None
     assert state == "corrupt" and error is not None and rotten.crc32c in error
@@ -129,8 +129,12 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
     state, error = replicas[(gone.path, "ssd")]
     assert state == "corrupt" and error is not None and "cannot read from ssd" in error
     assert replicas[(seeded.shards[1].path, "lustre")][0] == "verified"
-    # The tier promoted on these bytes is taken out of "latest restorable".
-    assert quarantine is not None
+    # The tier promoted on these bytes is taken out of "latest restorable" as a scrub's finding
+    # takes it: demoted, so that repair copies it again (a quarantine would keep it out forever).
+    state, reason, quarantine = ssd_marker
+    assert (state, quarantine) == ("failed", None)
+    assert reason is not None and "corrupt on ssd (found by copy to lustre)" in reason
+    assert (first.source_damaged, first.corrupt) == (2, 2)
     # What was written from bad bytes is not left where a reader could take it for a copy.
     assert not shard_file(settings, "lustre", None, job, step, rotten.path).exists()
 
@@ -138,6 +142,8 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
     assert (again.verified, again.skipped) == (1, 1)
     # The source is known bad now: nothing is copied from it again.
     assert "no verified source replica on ssd (corrupt)" in again.problems[0]
+    # ...and the copy still says so, for the lifecycle to ask for the repair.
+    assert again.source_damaged == 2
 
     lustre = env.run(
         acts.promote, PromoteInput(checkpoint_id=cp, tier="lustre", later_tiers=["s3"])
@@ -151,11 +157,12 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
             )
         ).one()
     assert tuple(s3_marker) == ("failed", "source tier lustre failed")
-    # Promote is idempotent: a rerun changes nothing.
+    # A demoted tier is not promoted again by a rerun: only repair, once every shard is verified
+    # there again, promotes it.
     rerun = env.run(
         acts.promote, PromoteInput(checkpoint_id=cp, tier="ssd", later_tiers=["lustre", "s3"])
     )
-    assert rerun.state == "restorable"
+    assert rerun.state == "failed"
 
 
 def test_local_tier_batches_of_another_node_are_refused(

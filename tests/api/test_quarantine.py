@@ -1,6 +1,7 @@
 """Quarantine of a checkpoint or of one tier's copy: latest restorable walks back to the next best
 and says why, the change is an event with its actor, doing it again changes nothing, lifting it
-makes the copy restorable again, and retention never expires a quarantined copy."""
+makes the copy restorable again, and retention never expires a copy an operator quarantined; a
+training job's quarantine hides the checkpoint but leaves its copies to the job's policy."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import httpx
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-from tests.helpers.api import row_counts, seed, set_marker
+from tests.helpers.api import row_counts, seed, set_marker, set_replicas
 from tests.helpers.tokens import TEST_ADMIN, actor_name, as_token
 from tierpoint.catalog.expiry_repo import begin_expiry
 from tierpoint.config import Settings
@@ -68,7 +69,9 @@ async def test_quarantined_checkpoint_walks_back_and_lifts(
     # Again: same answer, no second event.
     again = await client.post(url, json={"reason": NAN}, headers=alice)
     assert again.status_code == 200 and again.json() == r.json()
-    assert _events(catalog, job) == [("quarantined", None, "alice", {"step": 200, "reason": NAN})]
+    assert _events(catalog, job) == [
+        ("quarantined", None, "alice", {"step": 200, "reason": NAN, "evidence": True})
+    ]
 
     lifted = await client.delete(url, headers=alice)
     assert lifted.status_code == 200, lifted.text
@@ -101,7 +104,12 @@ async def test_quarantined_tier_copy_serves_the_next_tier(
         {"step": 200, "reasons": ["lustre: quarantined: crc mismatch on load"]}
     ]
     assert _events(catalog, job) == [
-        ("quarantined", "lustre", TEST_ADMIN, {"step": 200, "reason": "crc mismatch on load"})
+        (
+            "quarantined",
+            "lustre",
+            TEST_ADMIN,
+            {"step": 200, "reason": "crc mismatch on load", "evidence": True},
+        )
     ]
 
     lifted = await client.delete(url, params={"tier": "lustre"})
@@ -209,3 +217,84 @@ async def test_retention_never_expires_a_quarantined_copy(
     body = (await client.post(f"/v1/jobs/{job}/retention/plan")).json()
     expiries = {(e["tier"], e["step"]) for e in body["plan"]["expiries"]}
     assert {("lustre", 1), ("lustre", 2)} <= expiries
+
+
+async def _plan(client: httpx.AsyncClient, job: str) -> tuple[set[Any], dict[Any, list[str]]]:
+    body = (await client.post(f"/v1/jobs/{job}/retention/plan")).json()
+    expiries = {(e["tier"], e["step"]) for e in body["plan"]["expiries"]}
+    keeps = {(k["tier"], k["step"]): k["reasons"] for k in body["plan"]["keeps"]}
+    return expiries, keeps
+
+
+async def test_a_training_jobs_quarantine_hides_but_does_not_hold_storage(
+    client: httpx.AsyncClient,
+    catalog: Engine,
+    settings: Settings,
+    job: str,
+    new_policy: Callable[[], str],
+) -> None:
+    await seed(client, catalog, job, [1, 2, 3], tiers=("lustre", "s3"))
+    name = new_policy()
+    spec = {"tiers": {"lustre": {"keep_last": 1}, "s3": {"keep_last": 1}}}
+    assert (await client.post("/v1/policies", json={"name": name, "spec": spec})).is_success
+    assert (await client.put(f"/v1/jobs/{job}/policy", json={"policy": name})).is_success
+    trainer = as_token(catalog, "trainer", [f"train:{job}"])
+    url = f"/v1/jobs/{job}/checkpoints/1/quarantine"
+
+    r = await client.post(url, json={"reason": NAN}, headers=trainer)
+    assert r.status_code == 200 and r.json()["quarantine_reason"] == NAN, r.text
+    # Hidden from restores...
+    assert (
+        await client.post(
+            f"/v1/jobs/{job}/checkpoints/1/leases", json={"ttl_seconds": 60}, headers=trainer
+        )
+    ).status_code == 409
+    # ...but not kept past the policy: the copies go or stay as they would have without it (the
+    # s3 copy stays as the last copy of a checkpoint the ssd tier, with no rules, still claims).
+    expiries, keeps = await _plan(client, job)
+    assert ("lustre", 1) in expiries, keeps
+    assert keeps[("s3", 1)] == ["last_copy"], keeps
+    with Session(catalog) as s:
+        cid = s.execute(
+            text(
+                "SELECT c.id FROM checkpoint c JOIN job j ON j.id = c.job_id "
+                "WHERE j.name = :job AND c.step = 1"
+            ),
+            {"job": job},
+        ).scalar_one()
+        begun = begin_expiry(s, job, cid, "lustre", tier_refs(settings.tiers), datetime.now(UTC))
+        s.rollback()
+    assert begun.state is BeginState.EXPIRING, begun
+    # The job cannot lift it either (that takes operate).
+    lift = await client.delete(url, headers=trainer)
+    assert lift.status_code == 403 and lift.json()["code"] == "insufficient_scope"
+
+    # An operator's word makes it evidence: kept everywhere; the job's later report leaves it so.
+    alice = as_token(catalog, "alice", ["operate"])
+    held = await client.post(url, json={"reason": "keep for the post-mortem"}, headers=alice)
+    assert held.status_code == 200, held.text
+    again = await client.post(url, json={"reason": "failed to load"}, headers=trainer)
+    assert again.json()["quarantine_reason"] == "keep for the post-mortem"
+    expiries, keeps = await _plan(client, job)
+    assert not {("lustre", 1), ("s3", 1)} & expiries
+    assert "quarantined" in keeps[("lustre", 1)] and "quarantined" in keeps[("s3", 1)]
+    assert [(k, a, d.get("evidence")) for k, _, a, d in _events(catalog, job)] == [
+        ("quarantined", "trainer", False),
+        ("quarantined", "alice", True),
+    ]
+
+
+async def test_a_tier_does_not_count_a_corrupt_replica_as_verified(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """A copy quarantined when a read found one replica corrupt (as copies did before they
+    demoted the tier) reports that shard as not verified, though its marker says restorable."""
+    await seed(client, catalog, job, [1], tiers=("lustre",))
+    set_replicas(catalog, job, 1, "lustre", "corrupt", paths=["s1/0"])
+    set_marker(catalog, job, 1, "lustre", "restorable", quarantine="1 shard(s) found corrupt")
+    body = (await client.get(f"/v1/jobs/{job}/checkpoints/1")).json()
+    progress = _tier(body, "lustre")["progress"]
+    assert (progress["shards_verified"], progress["shards_total"]) == (1, 2), body
+    listed = (await client.get(f"/v1/jobs/{job}/checkpoints")).json()
+    shown = next(t for t in listed["items"][0]["tiers"] if t["tier"] == "lustre")
+    assert shown["progress"]["shards_verified"] == 1, listed

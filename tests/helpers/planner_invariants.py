@@ -83,6 +83,15 @@ def is_good(c: CheckpointInfo, copy: TierCopy | None) -> bool:
     return copy.state == TierState.RESTORABLE and copy.verified
 
 
+def is_intact(copy: TierCopy | None) -> bool:
+    """docs/retention.md, "Quarantine and retention": a copy of a checkpoint hidden by a training
+    job's quarantine still holds the registered bytes; only a quarantine of the copy itself makes
+    it untrustworthy."""
+    if copy is None or copy.quarantined:
+        return False
+    return copy.state == TierState.RESTORABLE and copy.verified
+
+
 def expects(c: CheckpointInfo, tier: str) -> bool:
     """The tier is still to receive the checkpoint, or has it: it did not let it go."""
     copy = c.copies.get(tier)
@@ -181,17 +190,19 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         copy = c.copies[tier]
         assert e.reason, e
         assert e.bytes == copy.bytes
-        # Invariant 2: pins, leases; quarantined copies are evidence.
+        # Invariant 2: pins, leases; an operator's quarantine is evidence (docs/retention.md,
+        # "Quarantine and retention": a training job's only hides the copy).
         assert not c.pinned, e
         assert not c.leased, e
-        assert not c.quarantined and not copy.quarantined, e
+        assert not (c.quarantined and c.evidence), e
+        assert not (copy.quarantined and copy.evidence), e
         # The job's latest restorable checkpoint on its most durable tier.
         assert not (i == last and latest_durable is not None and cid == latest_durable.id), e
         # A local copy before its checkpoint is restorable on a more durable tier it is meant for.
         slower = names[i + 1 :]
         meant = targets(policy, tiers, c.step)
         if tiers[i].kind is TierKind.LOCAL and any(t in meant and expects(c, t) for t in slower):
-            assert any(is_good(c, c.copies.get(t)) for t in slower), e
+            assert any(is_intact(c.copies.get(t)) for t in slower), e
         # No source of a copy in flight to a tier the checkpoint is meant for.
         in_flight = [t for t in slower if t in c.copies and t in meant]
         assert all(c.copies[t].state != TierState.PENDING for t in in_flight), e
@@ -203,7 +214,7 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
 
     # Last good copy of a checkpoint some tier keeps.
     for c in snap.checkpoints:
-        good_tiers = [t for t in names if is_good(c, c.copies.get(t))]
+        good_tiers = [t for t in names if is_intact(c.copies.get(t))]
         keepers = [
             t
             for i, t in enumerate(names)
@@ -232,7 +243,8 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         facts = {
             KeepReason.PINNED: c.pinned,
             KeepReason.LEASED: c.leased,
-            KeepReason.QUARANTINED: c.quarantined or copy.quarantined,
+            KeepReason.QUARANTINED: (c.quarantined and c.evidence)
+            or (copy.quarantined and copy.evidence),
             KeepReason.LATEST_DURABLE: i == last
             and latest_durable is not None
             and cid == latest_durable.id,
@@ -243,17 +255,17 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
             ),
             KeepReason.AWAITING_DURABLE: tiers[i].kind is TierKind.LOCAL
             and any(t in meant and expects(c, t) for t in slower)
-            and not any(is_good(c, c.copies.get(t)) for t in slower),
+            and not any(is_intact(c.copies.get(t)) for t in slower),
         }
         for reason, fact in facts.items():
             assert (reason in k.reasons) == fact, (k, reason)
         if KeepReason.LAST_COPY in k.reasons:
-            assert is_good(c, copy), k
+            assert is_intact(copy), k
             assert all(
-                (cid, t) in expired for t in names if t != tier and is_good(c, c.copies.get(t))
+                (cid, t) in expired for t in names if t != tier and is_intact(c.copies.get(t))
             ), k
         if KeepReason.NO_GOOD_COPY in k.reasons:
-            assert not any(is_good(c, c.copies.get(t)) for t in names), k
+            assert not any(is_intact(c.copies.get(t)) for t in names), k
 
     # Plans list copies by tier, then oldest first.
     order = {c.id: (c.step, c.created_at, c.id) for c in snap.checkpoints}

@@ -108,17 +108,19 @@ async def _views(
     by_checkpoint: dict[int, list[Any]] = defaultdict(list)
     for m in markers:
         by_checkpoint[m.checkpoint_id].append(m)
-    # A restorable marker means every shard is verified there (invariant 1): no need to count.
-    progress = await tier_progress(
-        session, [(m.checkpoint_id, m.tier) for m in markers if m.state != RESTORABLE]
-    )
+    # A restorable marker means every shard is verified there (invariant 1): no need to count. A
+    # damaged replica demotes its marker in the same transaction (damage.py), so a restorable one
+    # with a bad replica can only be a quarantined copy (a copy's finding quarantined it once):
+    # those are counted, so a tier never reports shards verified that a read proved bad.
+    counted = [m for m in markers if m.state != RESTORABLE or m.quarantine_reason is not None]
+    progress = await tier_progress(session, [(m.checkpoint_id, m.tier) for m in counted])
     order = {t.name: i for i, t in enumerate(tiers)}
     kinds = {t.name: t.kind.value for t in tiers}
     views = []
     for r in rows:
         tier_views = []
         for m in sorted(by_checkpoint[r.id], key=lambda m: (order.get(m.tier, len(order)), m.tier)):
-            if m.state == RESTORABLE:
+            if m.state == RESTORABLE and m.quarantine_reason is None:
                 verified, done = r.shard_count, r.total_bytes
             else:
                 verified, done = progress.get((r.id, m.tier), (0, 0))

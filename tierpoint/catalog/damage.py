@@ -1,6 +1,7 @@
-"""Replicas found bad (a scrub's read, a reconciliation's listing, a reader's report): the one
-place that marks them `corrupt` or `lost` and, in the same transaction, takes their tier's marker
-out of `restorable`, so "latest restorable" stops offering a copy the moment it is known bad.
+"""Replicas found bad (a scrub's read, a reconciliation's listing, a reader's report, a copy that
+read its source and got other bytes than were registered): the one place that marks them `corrupt`
+or `lost` and, in the same transaction, takes their tier's marker out of `restorable`, so "latest
+restorable" stops offering a copy the moment it is known bad.
 
 A marker demoted here becomes `failed` with a reason that names the damage: retention plans
 expiries of `restorable` copies only, so a damaged copy is never deleted as if it were good, and
@@ -138,3 +139,22 @@ def mark_damaged(
             },
         )
     return out
+
+
+def mark_damaged_shards(
+    session: Session,
+    tier: str,
+    problems: Mapping[int, str],
+    state: ReplicaState,
+    actor: str,
+) -> Damage:
+    """`mark_damaged` for replicas named by shard id on one tier, as a copy names the source
+    replicas it read."""
+    if not problems:
+        return Damage()
+    ids = session.execute(
+        select(Replica.shard_id, Replica.id).where(
+            Replica.tier == tier, Replica.shard_id.in_(list(problems))
+        )
+    ).all()
+    return mark_damaged(session, {rid: problems[sid] for sid, rid in ids}, state, actor)

@@ -2,9 +2,11 @@
 
 Both lock the checkpoint row (SELECT ... FOR UPDATE) in the caller's transaction before they
 change anything, as the retention executor does before it flips a marker to `expiring`: a lease
-or pin either commits before the executor's re-check (which then sees it) or after the flip (and
-then a lease sees no restorable tier and is refused). Lease times are the database's clock, the
-same clock the snapshot and the executor compare them with."""
+or pin either commits before the executor's re-check (which then sees it and keeps every copy) or
+after the flip. After the flip the copy is being deleted and nothing brings it back: a pin is then
+refused (409 `copy_expiring`, naming the tiers), since it promises that no copy expires; a lease
+holds only the copies that are restorable, so it is refused only when no tier is. Lease times are
+the database's clock, the same clock the snapshot and the executor compare them with."""
 
 from __future__ import annotations
 
@@ -17,7 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.events import EventKind, arecord
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, RestoreLease
-from tierpoint.errors import CheckpointNotFound, LeaseEnded, LeaseNotFound, NotLeasable
+from tierpoint.errors import (
+    CheckpointNotFound,
+    CopyExpiring,
+    LeaseEnded,
+    LeaseNotFound,
+    NotLeasable,
+)
 from tierpoint.states import TierState
 
 MAX_LEASE_SECONDS = 86400
@@ -71,6 +79,20 @@ async def restorable_tiers(session: AsyncSession, checkpoint_id: int) -> list[st
             CheckpointTier.state == TierState.RESTORABLE.value,
             CheckpointTier.quarantine_reason.is_(None),
             ~quarantined,
+        )
+        .order_by(CheckpointTier.tier)
+    )
+    return list(rows.all())
+
+
+async def expiring_tiers(session: AsyncSession, checkpoint_id: int) -> list[str]:
+    """Tiers whose copy retention has begun deleting (marker `expiring`). Read after the row lock:
+    the executor flips markers only while it holds that row, so this sees every committed flip."""
+    rows = await session.scalars(
+        select(CheckpointTier.tier)
+        .where(
+            CheckpointTier.checkpoint_id == checkpoint_id,
+            CheckpointTier.state == TierState.EXPIRING.value,
         )
         .order_by(CheckpointTier.tier)
     )
@@ -235,10 +257,18 @@ async def list_leases(
 async def set_pinned(
     session: AsyncSession, job: str, step: int, pinned: bool, actor: str
 ) -> PinView:
-    """Pin or unpin; doing it again changes nothing and records nothing."""
+    """Pin or unpin; doing it again changes nothing and records nothing. A pin is refused while
+    a copy is being expired: it could not keep that copy, and a pin that answered yes would be a
+    promise already broken."""
     checkpoint_id, job_id, was = await lock_checkpoint(session, job, step)
     if was == pinned:
         return PinView(job, step, pinned, False)
+    if pinned and (expiring := await expiring_tiers(session, checkpoint_id)):
+        raise CopyExpiring(
+            f"step {step} of job {job!r} is being expired on {', '.join(expiring)}: a pin cannot "
+            "keep those copies; pin again once their expiry has finished to keep the others",
+            extra={"tiers": expiring},
+        )
     checkpoint = await session.get_one(Checkpoint, checkpoint_id)
     checkpoint.pinned = pinned
     detail: dict[str, Any] = {"step": step}

@@ -239,9 +239,9 @@ def upsert_replicas(
     session: Session, checkpoint_id: int, tier: str, writes: Iterable[ReplicaWrite]
 ) -> None:
     """Insert or update replicas of one tier. A verified replica only changes through
-    `mark_corrupt` (a later read proved it bad), one being expired is left to retention, and a
-    lost one on a node declared lost stays lost (a worker still running there cannot bring it
-    back)."""
+    `damage.mark_damaged` (a later read proved it bad), one being expired is left to retention,
+    and a lost one on a node declared lost stays lost (a worker still running there cannot bring
+    it back)."""
     rows = [
         {
             "shard_id": w.shard_id,
@@ -258,46 +258,6 @@ def upsert_replicas(
     ]
     if rows:
         session.connection().execute(_UPSERT_REPLICAS, rows)
-
-
-def mark_corrupt(session: Session, tier: str, errors: dict[int, str]) -> None:
-    """A read proved these replicas bad, whatever they were believed to be."""
-    if not errors:
-        return
-    session.connection().execute(
-        update(_replica_table)
-        .where(
-            _replica_table.c.shard_id == bindparam("sid"),
-            _replica_table.c.tier == tier,
-        )
-        .values(state=ReplicaState.CORRUPT.value, error=bindparam("err"), updated_at=func.now()),
-        [{"sid": sid, "err": err} for sid, err in errors.items()],
-    )
-
-
-def quarantine_tier(session: Session, checkpoint_id: int, tier: str, reason: str) -> None:
-    """Take a tier's copy out of "latest restorable" after its bytes were found corrupt."""
-    result = session.execute(
-        update(CheckpointTier)
-        .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.tier == tier,
-            CheckpointTier.quarantine_reason.is_(None),
-        )
-        .values(quarantine_reason=reason, updated_at=func.now())
-        .returning(CheckpointTier.job_id)
-    )
-    job_id = result.scalar_one_or_none()
-    if job_id is not None:
-        record(
-            session,
-            EventKind.QUARANTINED,
-            checkpoint_id=checkpoint_id,
-            job_id=job_id,
-            tier=tier,
-            actor=ACTOR,
-            detail={"reason": reason},
-        )
 
 
 def set_bytes_done(session: Session, tier: str, progress: dict[int, int]) -> None:

@@ -105,6 +105,9 @@ class Checkpoint(Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", server_default=text("'{}'::jsonb"))
     pinned: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     quarantine_reason: Mapped[str | None] = mapped_column(Text)
+    # The quarantine is an operator's evidence, which retention never expires (a training job's
+    # only hides the checkpoint from restores). False when not quarantined.
+    quarantine_evidence: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     total_bytes: Mapped[int] = mapped_column(BigInteger)
     shard_count: Mapped[int] = mapped_column(Integer)
     # sha256 of the canonical manifest: the same (job, step, manifest) registers once (invariant 5)
@@ -196,6 +199,7 @@ class CheckpointTier(Base):
     state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
     reason: Mapped[str | None] = mapped_column(Text)
     quarantine_reason: Mapped[str | None] = mapped_column(Text)
+    quarantine_evidence: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     restorable_at: Mapped[datetime | None]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 

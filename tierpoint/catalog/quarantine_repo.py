@@ -1,11 +1,17 @@
 """Quarantine: an operator's or a job's verdict that a checkpoint (or one tier's copy of it) must
 not be restored from, e.g. it failed to load or the loss went NaN right after loading.
 
-A quarantined checkpoint or copy is skipped by latest restorable (with its reason in `skipped`),
-cannot be leased, and is evidence: retention never expires it. Setting and lifting lock the
-checkpoint row and then the marker, in the order the retention executor locks them
-(expiry_repo._lock), so a quarantine either commits before the executor's re-check (which then
-keeps the copy) or after its flip to `expiring` (and is then refused for that copy).
+A quarantined checkpoint or copy is skipped by latest restorable (with its reason in `skipped`)
+and cannot be leased. An operator's quarantine (operate or admin scope) is also evidence:
+retention never expires it. A training job's quarantine only hides: its copies stay under the
+job's policy, so a job cannot hold storage past its policy by quarantining its own checkpoints;
+nor does a job's report turn an operator's evidence back into a mere hide.
+
+Setting and lifting lock the checkpoint row and then the marker, in the order the retention
+executor locks them (expiry_repo._lock), so a quarantine either commits before the executor's
+re-check (which then keeps the copy) or after its flip to `expiring`: a tier's copy is then
+refused (409 `copy_expiring`); the whole checkpoint is still quarantined, as hiding it from
+restores must not wait, and copies already `expiring` are not kept (the answer shows them so).
 """
 
 from __future__ import annotations
@@ -43,10 +49,12 @@ async def set_quarantine(
     *,
     tier: str | None,
     actor: str,
+    evidence: bool = False,
 ) -> bool:
-    """Quarantine (a reason) or lift (None) the checkpoint, or only its copy on `tier`. Doing the
-    same again changes and records nothing; a new reason replaces the old one. Returns whether
-    anything changed."""
+    """Quarantine (a reason) or lift (None) the checkpoint, or only its copy on `tier`; with
+    `evidence` (an operator's), retention keeps it too. Doing the same again changes and records
+    nothing; a new reason replaces the old one, except that a job's quarantine leaves an
+    operator's evidence as it is. Returns whether anything changed."""
     checkpoint_id, job_id, _ = await lock_checkpoint(session, job, step)
     target: Checkpoint | CheckpointTier
     if tier is None:
@@ -61,20 +69,26 @@ async def set_quarantine(
                 extra={"state": target.state},
             )
     before = target.quarantine_reason
-    if before == reason:
+    held = before is not None and target.quarantine_evidence
+    if reason is not None and held and not evidence:
+        return False
+    keep = reason is not None and evidence
+    if before == reason and held == keep:
         return False
     if isinstance(target, CheckpointTier):
         await session.execute(
             update(CheckpointTier)
             .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
-            .values(quarantine_reason=reason, updated_at=func.now())
+            .values(quarantine_reason=reason, quarantine_evidence=keep, updated_at=func.now())
             .execution_options(synchronize_session=False)
         )
     else:
         target.quarantine_reason = reason
-    detail: dict[str, str | int | None] = {"step": step}
+        target.quarantine_evidence = keep
+    detail: dict[str, str | int | bool | None] = {"step": step}
     if reason is not None:
         detail["reason"] = reason
+        detail["evidence"] = keep
     if before is not None:
         detail["previous_reason"] = before
     await arecord(

@@ -119,6 +119,7 @@ def take_snapshot(
             Checkpoint.pinned,
             Checkpoint.meta,
             Checkpoint.quarantine_reason,
+            Checkpoint.quarantine_evidence,
             active_lease.label("leased"),
         )
         .where(Checkpoint.job_id == job_id)
@@ -131,6 +132,7 @@ def take_snapshot(
             CheckpointTier.tier,
             CheckpointTier.state,
             CheckpointTier.quarantine_reason,
+            CheckpointTier.quarantine_evidence,
         ).where(CheckpointTier.job_id == job_id, CheckpointTier.tier.in_(names))
     ).all()
 
@@ -174,6 +176,7 @@ def take_snapshot(
             verified=verified >= shard_counts.get(m.checkpoint_id, 0) > 0,
             bytes=nbytes,
             quarantined=m.quarantine_reason is not None,
+            evidence=m.quarantine_reason is not None and m.quarantine_evidence,
         )
 
     return RetentionSnapshot(
@@ -188,6 +191,7 @@ def take_snapshot(
                 pinned=c.pinned,
                 tags=_tags(c.meta),
                 quarantined=c.quarantine_reason is not None,
+                evidence=c.quarantine_reason is not None and c.quarantine_evidence,
                 leased=bool(c.leased),
                 copies=copies.get(c.id, {}),
             )

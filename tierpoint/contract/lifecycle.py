@@ -30,6 +30,9 @@ RETENTION_PATCH = "request-retention-after-promote"
 LOCAL_STEPS_PATCH = "local-catalog-steps-window-per-node"
 # The children of a stage on the nodes' queues run at once (they ran one after the other).
 NODE_CHILDREN_PATCH = "node-stage-children-at-once"
+# A copy that found its source replica corrupt makes the lifecycle ask for the checkpoint's repair
+# when it ends (histories recorded before ended without that request).
+SOURCE_REPAIR_PATCH = "repair-after-source-found-corrupt"
 
 # Beyond this many batches in a stage (one node has at least one batch, so this is about the
 # number of nodes), the stage runs in child workflows of this many batches each.
@@ -133,6 +136,9 @@ class BatchResult(BaseModel):
     corrupt: int = 0
     bytes: int = 0  # bytes read in this attempt
     problems: list[str] = Field(default_factory=list)  # first few "path: reason"
+    # Shards whose source replica a copy found corrupt (now or on an earlier attempt): the
+    # lifecycle asks for the checkpoint's repair.
+    source_damaged: int = 0
 
 
 class PromoteInput(BaseModel):
@@ -197,3 +203,4 @@ class StageResult(BaseModel):
     batches: int
     failures: int = 0
     first_failure: str | None = None
+    source_damaged: int = 0  # the sum of its batches' BatchResult.source_damaged

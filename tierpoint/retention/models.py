@@ -28,7 +28,11 @@ class TierCopy(_Frozen):
     verified: bool
     # bytes the copy occupies on the tier now (partial copies count what was written)
     bytes: int = Field(ge=0)
+    # hidden from restores (a job's failed load, or an operator's verdict)
     quarantined: bool = False
+    # quarantined by an operator as evidence: retention never expires it (meaningful only when
+    # `quarantined`; a training job's quarantine hides a copy but leaves it to the policy)
+    evidence: bool = False
 
 
 class CheckpointInfo(_Frozen):
@@ -39,6 +43,7 @@ class CheckpointInfo(_Frozen):
     pinned: bool = False
     tags: frozenset[str] = frozenset()
     quarantined: bool = False
+    evidence: bool = False  # as TierCopy.evidence, for the whole checkpoint
     # an unreleased restore lease that has not expired at snapshot time
     leased: bool = False
     copies: dict[str, TierCopy] = Field(default_factory=dict)
@@ -55,7 +60,7 @@ class KeepReason(StrEnum):
 
     PINNED = "pinned"
     LEASED = "leased"
-    QUARANTINED = "quarantined"  # evidence for the operator; never expired automatically
+    QUARANTINED = "quarantined"  # an operator's evidence; never expired automatically
     LATEST_DURABLE = "latest_durable"  # the job's latest restorable checkpoint on its last tier
     IN_FLIGHT = "in_flight"  # a copy to a more durable target is pending (this may be its source)
     AWAITING_DURABLE = "awaiting_durable"  # local, not yet restorable on a more durable target

@@ -5,12 +5,13 @@ failed ones are the operator's, `expiring` ones are listed as unfinished (the ex
 them), expired ones are gone.
 
 Each restorable copy is decided in three passes:
-1. protections (never overridden): pinned, leased, quarantined, the latest restorable checkpoint on
-   the most durable tier, a source of a copy still in flight to a more durable tier, a local copy
-   not yet restorable on the more durable tier it is meant for, and every remnant of a checkpoint
-   that some tier keeps but that has no good copy left;
+1. protections (never overridden): pinned, leased, quarantined by an operator (evidence; a
+   training job's quarantine only makes a copy not good and protects nothing), the latest
+   restorable checkpoint on the most durable tier, a source of a copy still in flight to a more
+   durable tier, a local copy not yet restorable on the more durable tier it is meant for, and
+   every remnant of a checkpoint that some tier keeps but that has no good copy left;
 2. the tier's keep rules (a union); copies neither protected nor kept expire, except that a
-   checkpoint some tier keeps never loses its last good copy: its most durable good copy stays;
+   checkpoint some tier keeps never loses its last intact copy: its most durable one stays;
 3. the tier's quota: while over `max_bytes`, the oldest copies held only by keep rules expire,
    unless that would take the last good copy of a checkpoint that another tier still keeps.
 
@@ -74,6 +75,18 @@ def _is_good(c: CheckpointInfo, copy: TierCopy | None) -> bool:
         and copy.verified
         and not copy.quarantined
         and not c.quarantined
+    )
+
+
+def _is_intact(copy: TierCopy | None) -> bool:
+    """A copy whose bytes are safe: promoted, fully verified, the copy itself not quarantined. A
+    good copy is intact; so is one of a checkpoint a training job quarantined (its bytes are
+    fine, its content is what the job refused): no other copy need wait or stay for its sake."""
+    return (
+        copy is not None
+        and copy.state == TierState.RESTORABLE
+        and copy.verified
+        and not copy.quarantined
     )
 
 
@@ -223,7 +236,7 @@ def plan(snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> Retentio
     for c in checkpoints:
         if not keepers[c.id]:
             continue
-        good_on = [t.index for t in tiers if _is_good(c, c.copies.get(t.ref.name))]
+        good_on = [t.index for t in tiers if _is_intact(c.copies.get(t.ref.name))]
         if good_on and all((c.id, i) in expire for i in good_on):
             del expire[(c.id, good_on[-1])]
             reasons[(c.id, good_on[-1])] = [KeepReason.LAST_COPY]
@@ -254,7 +267,7 @@ def plan(snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> Retentio
                     u.index
                     for u in tiers
                     if u.index != t.index
-                    and _is_good(c, c.copies.get(u.ref.name))
+                    and _is_intact(c.copies.get(u.ref.name))
                     and (c.id, u.index) not in expire
                 ]
                 if not others and keepers[c.id] - withdrawn[c.id] - {t.index}:
@@ -334,7 +347,7 @@ def _protections(
     if c.leased:
         why.append(KeepReason.LEASED)
     copy = c.copies[t.ref.name]
-    if c.quarantined or copy.quarantined:
+    if (c.quarantined and c.evidence) or (copy.quarantined and copy.evidence):
         why.append(KeepReason.QUARANTINED)
     if t.index == len(tiers) - 1 and c.id == latest_durable:
         why.append(KeepReason.LATEST_DURABLE)
@@ -351,10 +364,10 @@ def _protections(
     if (
         t.ref.kind is TierKind.LOCAL
         and any(u.ref.name in targets and _expects(c, u.ref.name) for u in slower)
-        and not any(_is_good(c, c.copies.get(u.ref.name)) for u in slower)
+        and not any(_is_intact(c.copies.get(u.ref.name)) for u in slower)
     ):
         why.append(KeepReason.AWAITING_DURABLE)
-    if keepers and not any(_is_good(c, c.copies.get(u.ref.name)) for u in tiers):
+    if keepers and not any(_is_intact(c.copies.get(u.ref.name)) for u in tiers):
         why.append(KeepReason.NO_GOOD_COPY)
     return why
 

@@ -154,7 +154,7 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
     session.execute(
         update(CheckpointTier)
         .where(CheckpointTier.checkpoint_id == c3.id, CheckpointTier.tier == "ssd")
-        .values(quarantine_reason="bad read")
+        .values(quarantine_reason="bad read", quarantine_evidence=True)
     )
     c4 = _checkpoint(
         session,
@@ -226,8 +226,13 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
             quarantined=True,
             leased=True,
             copies={
+                # An operator's (evidence); the checkpoint's own quarantine is a job's.
                 "ssd": TierCopy(
-                    state=TierState.RESTORABLE, verified=True, bytes=7, quarantined=True
+                    state=TierState.RESTORABLE,
+                    verified=True,
+                    bytes=7,
+                    quarantined=True,
+                    evidence=True,
                 ),
                 "lustre": TierCopy(state=TierState.EXPIRING, verified=False, bytes=7),
             },

@@ -153,27 +153,65 @@ def test_keep_every_interval_keeps_the_first_of_each_day() -> None:
     assert reasons(p, 11, "s3") == (KeepReason.LATEST_DURABLE, KeepReason.KEEP_LAST)
 
 
+def evidence() -> TierCopy:
+    """A good copy an operator quarantined."""
+    return good().model_copy(update={"quarantined": True, "evidence": True})
+
+
 def test_pins_leases_and_quarantine_hold_copies_everywhere() -> None:
     policy = Policy.from_spec({"kinds": {"local": {"keep_last": 0}, "shared": {"keep_last": 0}}})
     everywhere = {"ssd": good(), "lustre": good(), "s3": good()}
     snap = snapshot(
         checkpoint(1, everywhere, pinned=True),
         checkpoint(2, everywhere, leased=True),
-        checkpoint(3, everywhere, quarantined=True),
-        checkpoint(4, {**everywhere, "lustre": good().model_copy(update={"quarantined": True})}),
+        checkpoint(3, everywhere, quarantined=True, evidence=True),
+        checkpoint(
+            4,
+            {**everywhere, "lustre": evidence()},
+        ),
         checkpoint(5, everywhere),
     )
     p = plan(snap, policy, T0)
     assert kept(p) == {"ssd": [1, 2, 3], "lustre": [1, 2, 3, 4], "s3": [1, 2, 3, 4, 5]}
     assert reasons(p, 1, "ssd") == (KeepReason.PINNED,)
     assert reasons(p, 2, "lustre") == (KeepReason.LEASED,)
-    # A quarantined checkpoint has no good copy: the local one also waits for a durable one.
-    assert reasons(p, 3, "ssd") == (
-        KeepReason.QUARANTINED,
-        KeepReason.AWAITING_DURABLE,
-        KeepReason.NO_GOOD_COPY,
-    )
+    # The operator's quarantine holds the copies; they are intact, so nothing else does.
+    assert reasons(p, 3, "ssd") == (KeepReason.QUARANTINED,)
     assert reasons(p, 4, "lustre") == (KeepReason.QUARANTINED,)
+
+
+def test_a_training_jobs_quarantine_hides_but_does_not_hold() -> None:
+    """A job's quarantine (a failed load) is no evidence: its copies stay while and where the
+    policy keeps them, like any checkpoint's, and no longer; they just are not restorable. The
+    expensive tiers are not held for it, not even through the protections a hidden checkpoint
+    would get if its copies counted as lost (awaiting a durable copy, no good copy left)."""
+    policy = Policy.from_spec({"kinds": {"local": {"keep_last": 1}, "shared": {"keep_last": 1}}})
+    everywhere = {"ssd": good(), "lustre": good(), "s3": good()}
+    hidden_lustre = {**everywhere, "lustre": good().model_copy(update={"quarantined": True})}
+    snap = snapshot(
+        checkpoint(1, everywhere, quarantined=True),
+        checkpoint(2, hidden_lustre),
+        checkpoint(3, everywhere),
+    )
+    p = plan(snap, policy, T0)
+    assert expired(p) == {"ssd": [1, 2], "lustre": [1, 2]}
+    assert kept(p) == {"ssd": [3], "lustre": [3], "s3": [1, 2, 3]}
+    # The durable tier keeps everything (no rules): the hidden checkpoint is kept by that rule
+    # only, not as evidence.
+    assert reasons(p, 1, "s3") == (KeepReason.KEEP_ALL,)
+    # The same snapshot with the operator's word keeps every copy.
+    held = snapshot(
+        checkpoint(1, everywhere, quarantined=True, evidence=True),
+        checkpoint(
+            2,
+            {**everywhere, "lustre": evidence()},
+        ),
+        checkpoint(3, everywhere),
+    )
+    p = plan(held, policy, T0)
+    assert expired(p) == {"ssd": [2]}
+    assert reasons(p, 1, "ssd") == (KeepReason.QUARANTINED,)
+    assert reasons(p, 2, "lustre") == (KeepReason.QUARANTINED,)
 
 
 def test_local_copy_stays_until_restorable_on_a_more_durable_target() -> None:

@@ -90,6 +90,8 @@ copies = st.builds(
     verified=st.sampled_from([True] * 7 + [False]),
     bytes=st.integers(min_value=0, max_value=300),
     quarantined=st.sampled_from([False] * 15 + [True]),
+    # an operator's quarantine (evidence) or a training job's
+    evidence=st.booleans(),
 )
 rare = st.sampled_from([False] * 11 + [True])
 
@@ -116,6 +118,7 @@ def snapshots(draw: st.DrawFn, tiers: tuple[TierRef, ...]) -> RetentionSnapshot:
             pinned=draw(rare),
             leased=draw(rare),
             quarantined=draw(st.sampled_from([False] * 20 + [True])),
+            evidence=draw(st.booleans()),
             tags=draw(st.sampled_from([frozenset(), frozenset(), frozenset({"best"})])),
             copies={
                 t.name: c

@@ -1,0 +1,255 @@
+"""A pin, a lease or a quarantine against a retention expiry of the same checkpoint, in both
+orders, made by the catalog's own row locks rather than by timing: the real `begin_expiry` holds
+the checkpoint row (and has flipped a copy to `expiring`) while the API request waits for that
+row, or the API's catalog function holds it while `begin_expiry` waits. Either the request wins
+(the expiry is skipped) or the expiry wins: a pin is then refused naming the tiers being deleted,
+since it could not keep them; a lease holds only what is restorable; a quarantine of the
+checkpoint still hides it, and says truthfully which copies are going."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine, text
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session, sessionmaker
+
+from tests.helpers.api import events, seed
+from tests.helpers.retention import create_job
+from tierpoint.catalog import leases_repo
+from tierpoint.catalog.engine import async_sessions, make_async_engine
+from tierpoint.catalog.expiry_repo import begin_expiry, finish_expiry
+from tierpoint.catalog.quarantine_repo import set_quarantine
+from tierpoint.config import TierKind
+from tierpoint.contract.retention import BeginResult, BeginState
+from tierpoint.retention.policy import TierRef
+
+TIERS = (
+    TierRef("ssd", TierKind.LOCAL),
+    TierRef("lustre", TierKind.SHARED),
+    TierRef("s3", TierKind.S3),
+)
+# Step 1 is wanted off ssd and lustre (step 2 is newer); s3 keeps everything.
+POLICY = {"tiers": {"ssd": {"keep_last": 1}, "lustre": {"keep_last": 1}}}
+WAIT_LIMIT = 60.0  # seconds: only a bound on a hang, never a timing assertion
+
+
+def _checkpoint_id(catalog: Engine, job: str, step: int) -> int:
+    with catalog.connect() as conn:
+        cid: int = conn.execute(
+            text(
+                "SELECT c.id FROM checkpoint c JOIN job j ON j.id = c.job_id "
+                "WHERE j.name = :job AND c.step = :step"
+            ),
+            {"job": job, "step": step},
+        ).scalar_one()
+    return cid
+
+
+def _markers(catalog: Engine, job: str, step: int) -> dict[str, str]:
+    with catalog.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT t.tier, t.state FROM checkpoint_tier t JOIN job j ON j.id = t.job_id "
+                "WHERE j.name = :job AND t.step = :step"
+            ),
+            {"job": job, "step": step},
+        )
+        return {tier: state for tier, state in rows}
+
+
+def _lock_waiters(catalog: Engine) -> int:
+    with catalog.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+            ).scalar_one()
+        )
+
+
+async def _until_waiting(catalog: Engine, other: asyncio.Future[Any]) -> None:
+    """Until some backend waits for a row lock; fails if `other` finished without waiting."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_LIMIT
+    while loop.time() < deadline:
+        if other.done():
+            raise AssertionError(f"finished without waiting for the row lock: {other.result()}")
+        if await asyncio.to_thread(_lock_waiters, catalog):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("neither waited for the row lock nor finished")
+
+
+async def _setup(client: httpx.AsyncClient, catalog: Engine, job: str) -> int:
+    await seed(client, catalog, job, [1, 2])
+    create_job(sessionmaker(catalog), job, POLICY)
+    return _checkpoint_id(catalog, job, 1)
+
+
+@contextmanager
+def _begun(catalog: Engine, job: str, cid: int, tier: str) -> Iterator[Session]:
+    """The retention executor's begin, uncommitted: it holds the checkpoint row and its markers
+    and has flipped `tier` to expiring. Committed when the block ends."""
+    with Session(catalog) as s:
+        begun = begin_expiry(s, job, cid, tier, TIERS, datetime.now(UTC))
+        assert begun.state is BeginState.EXPIRING, begun
+        yield s
+        s.commit()
+
+
+async def _during_begin(
+    catalog: Engine, job: str, cid: int, tier: str, call: Awaitable[httpx.Response]
+) -> httpx.Response:
+    """`call` made while the begin holds the row; the begin commits once `call` waits for it."""
+    with _begun(catalog, job, cid, tier):
+        request = asyncio.ensure_future(call)
+        await _until_waiting(catalog, request)
+    return await asyncio.wait_for(request, WAIT_LIMIT)
+
+
+@asynccontextmanager
+async def _api_transaction(catalog: Engine) -> AsyncIterator[AsyncSession]:
+    """An API-side catalog transaction, committed when the block ends."""
+    engine = make_async_engine(catalog.url.render_as_string(hide_password=False), pool_size=1)
+    try:
+        async with async_sessions(engine)() as session, session.begin():
+            yield session
+    finally:
+        await engine.dispose()
+
+
+def _begin_now(catalog: Engine, job: str, cid: int, tier: str) -> BeginResult:
+    with Session(catalog) as s:
+        result = begin_expiry(s, job, cid, tier, TIERS, datetime.now(UTC))
+        s.commit()
+    return result
+
+
+async def _begin_waiting_for(
+    catalog: Engine, job: str, cid: int, take: Callable[[AsyncSession], Awaitable[object]]
+) -> BeginResult:
+    """`take` runs in an API transaction that holds the row while the begin of step 1's ssd
+    expiry waits for it; the transaction commits, then the begin decides."""
+    async with _api_transaction(catalog) as s:
+        await take(s)
+        begin = asyncio.ensure_future(asyncio.to_thread(_begin_now, catalog, job, cid, "ssd"))
+        await _until_waiting(catalog, begin)
+    return await asyncio.wait_for(begin, WAIT_LIMIT)
+
+
+# -- the expiry holds the row first --------------------------------------------------------------
+
+
+async def test_a_pin_waiting_for_a_begun_expiry_is_refused_naming_the_tiers(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    cid = await _setup(client, catalog, job)
+    url = f"/v1/jobs/{job}/checkpoints/1/pin"
+    r = await _during_begin(catalog, job, cid, "ssd", client.put(url))
+    assert r.status_code == 409, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json()["code"] == "copy_expiring" and r.json()["tiers"] == ["ssd"]
+    # Nothing was pinned, nor recorded as pinned.
+    got = (await client.get(f"/v1/jobs/{job}/checkpoints/1")).json()
+    assert got["pinned"] is False
+    assert not [e for e in events(catalog, "pinned", job=job)]
+
+    # Asked again while the copy is still being deleted (no lock to wait for now): the same.
+    again = await client.put(url)
+    assert (again.status_code, again.json()["tiers"]) == (409, ["ssd"])
+    # A second tier being deleted is named too.
+    with Session(catalog) as s:
+        assert begin_expiry(s, job, cid, "lustre", TIERS, datetime.now(UTC)).rule is not None
+        s.commit()
+    assert (await client.put(url)).json()["tiers"] == ["lustre", "ssd"]
+
+    # Once the expiries have finished, the pin keeps what is left, truthfully.
+    with Session(catalog) as s:
+        assert finish_expiry(s, cid, "ssd") == "expired"
+        assert finish_expiry(s, cid, "lustre") == "expired"
+        s.commit()
+    done = await client.put(url)
+    assert done.status_code == 200 and done.json()["changed"] is True
+    assert (await client.get(f"/v1/jobs/{job}/checkpoints/1")).json()["pinned"] is True
+
+
+async def test_a_lease_during_a_begun_expiry_holds_only_what_is_restorable(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    cid = await _setup(client, catalog, job)
+    url = f"/v1/jobs/{job}/checkpoints/1/leases"
+    r = await _during_begin(catalog, job, cid, "ssd", client.post(url, json={"ttl_seconds": 600}))
+    # Restorable elsewhere: leased, and the lease keeps those copies...
+    assert r.status_code == 201, r.text
+    kept = _begin_now(catalog, job, cid, "lustre")
+    assert kept.state is BeginState.SKIPPED and "leased" in (kept.reason or ""), kept
+    # ...while the copy whose deletion had begun goes on going (and, not restorable, is never
+    # offered to a restore).
+    assert _markers(catalog, job, 1) == {
+        "ssd": "expiring",
+        "lustre": "restorable",
+        "s3": "restorable",
+    }
+
+
+async def test_a_quarantine_during_a_begun_expiry_hides_and_shows_what_goes(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    cid = await _setup(client, catalog, job)
+    url = f"/v1/jobs/{job}/checkpoints/1/quarantine"
+    tier = await _during_begin(
+        catalog, job, cid, "ssd", client.post(url, json={"reason": "bad", "tier": "ssd"})
+    )
+    assert tier.status_code == 409 and tier.json()["code"] == "copy_expiring", tier.text
+    whole = await client.post(url, json={"reason": "loss diverged after load"})
+    assert whole.status_code == 200, whole.text
+    states = {t["tier"]: t["state"] for t in whole.json()["tiers"]}
+    assert states == {"ssd": "expiring", "lustre": "restorable", "s3": "restorable"}
+    # The operator's quarantine keeps every copy that is not already going.
+    kept = _begin_now(catalog, job, cid, "lustre")
+    assert kept.state is BeginState.SKIPPED and "quarantined" in (kept.reason or ""), kept
+
+
+# -- the request holds the row first -------------------------------------------------------------
+
+
+async def test_a_pin_holding_the_row_first_cancels_the_expiry(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    cid = await _setup(client, catalog, job)
+
+    async def pin(s: AsyncSession) -> None:
+        assert (await leases_repo.set_pinned(s, job, 1, True, actor="test")).changed
+
+    result = await _begin_waiting_for(catalog, job, cid, pin)
+    assert result.state is BeginState.SKIPPED and "pinned" in (result.reason or ""), result
+    assert _markers(catalog, job, 1)["ssd"] == "restorable"
+
+
+async def test_a_lease_or_quarantine_holding_the_row_first_cancels_the_expiry(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    cid = await _setup(client, catalog, job)
+
+    async def lease(s: AsyncSession) -> None:
+        await leases_repo.create_lease(s, job, 1, 600, "test", actor="test")
+
+    result = await _begin_waiting_for(catalog, job, cid, lease)
+    assert result.state is BeginState.SKIPPED and "leased" in (result.reason or ""), result
+
+    other = await _setup(client, catalog, f"{job}-q")
+
+    async def quarantine(s: AsyncSession) -> None:
+        await set_quarantine(s, f"{job}-q", 1, "bad", tier="ssd", actor="test", evidence=True)
+
+    result = await _begin_waiting_for(catalog, f"{job}-q", other, quarantine)
+    assert result.state is BeginState.SKIPPED and "quarantined" in (result.reason or ""), result
+    assert _markers(catalog, job, 1)["ssd"] == _markers(catalog, f"{job}-q", 1)["ssd"]

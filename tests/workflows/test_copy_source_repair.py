@@ -1,0 +1,114 @@
+"""A copy that finds its source replica corrupt reaches the same outcome as a scrub that finds it:
+the replica is marked corrupt and its tier demoted in one transaction (never quarantined, which
+would keep repair away from it for good), and the lifecycle asks for the checkpoint's repair,
+which copies the shard again from a tier that holds it verified and promotes the demoted tier and
+the one the copy could not fill.
+
+The copy here is an operator's retry of an S3 copy that had failed, run after one byte of the
+shared-tier file it reads from rotted. (That the tier is demoted and counted right the moment the
+copy finds it is shown without workers by tests/activities/test_lifecycle.py and
+tests/api/test_quarantine.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import Engine, delete, update
+from sqlalchemy.orm import Session
+from temporalio.client import Client
+
+from api.app import create_app
+from tests.helpers.api import running_client
+from tests.helpers.consistency import assert_catalog_matches_tiers
+from tests.helpers.faults import OVERALL_TIMEOUT, marker_states
+from tests.helpers.integrity import (
+    events,
+    flip_file,
+    integrity_settings,
+    promoted,
+    repair_result,
+    replica_states,
+    s3_key,
+)
+from tests.helpers.lifecycle import running_workers, shard_file
+from tests.helpers.services import Services, s3_client
+from tierpoint.catalog.engine import make_sync_engine
+from tierpoint.catalog.models import CheckpointTier, Replica
+from tierpoint.config import Settings
+from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
+from tierpoint.temporal import start_lifecycle
+
+
+def _s3_copy_failed_earlier(engine: Engine, checkpoint_id: int) -> None:
+    """As an S3 outage leaves a copy, then an operator's retry: marker pending, no replicas."""
+    with Session(engine) as s, s.begin():
+        s.execute(
+            delete(Replica).where(Replica.checkpoint_id == checkpoint_id, Replica.tier == "s3")
+        )
+        s.execute(
+            update(CheckpointTier)
+            .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == "s3")
+            .values(state="pending", reason=None, restorable_at=None)
+        )
+
+
+async def test_a_copy_finding_its_source_corrupt_demotes_it_and_repair_heals_it(
+    settings: Settings, services: Services, client: Client
+) -> None:
+    cfg = integrity_settings(settings)
+    engine = make_sync_engine(cfg.database_url, pool_size=2)
+    try:
+        seeded = await promoted(cfg, client, engine)
+        job, step, cp = seeded.job, seeded.step, seeded.checkpoint_id
+        rotten = seeded.shards[0]
+        _s3_copy_failed_earlier(engine, cp)
+        flip_file(cfg, "lustre", seeded, rotten)
+
+        async for api in running_client(create_app(cfg)):
+            async with running_workers(cfg, client):
+                retry = LifecycleInput(checkpoint_id=cp, job=job, step=step)
+                run_id = f"{workflow_id(job, step)}/retry-1"
+                assert await start_lifecycle(client, retry, run_id=run_id)
+                handle = client.get_workflow_handle(run_id, result_type=LifecycleResult)
+                result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
+                assert {t.tier: t.state for t in result.tiers}["s3"] == "failed", result
+                # The repair the lifecycle asked for copies from the node's ssd.
+                repaired = await repair_result(client, seeded)
+            assert {t.tier: t.state for t in repaired.tiers} == {
+                "lustre": "restorable",
+                "s3": "restorable",
+            }, repaired
+
+            # Found and demoted as a scrub's finding is (never quarantined), then repaired.
+            kinds = [(k, t) for k, t, _ in events(engine, cp, "corrupt", "quarantined")]
+            assert ("corrupt", "lustre") in kinds and ("quarantined", "lustre") not in kinds
+            found = next(d for k, t, d in events(engine, cp, "corrupt") if t == "lustre")
+            assert found["marker_demoted"] is True and found["count"] == 1, found
+            lustre = [
+                k
+                for k, t, _ in events(engine, cp, "corrupt", "repaired", "promoted")
+                if t == "lustre"
+            ]
+            assert lustre == ["promoted", "corrupt", "repaired", "promoted"], lustre
+            repairs = {t: d for k, t, d in events(engine, cp, "repaired")}
+            assert set(repairs) == {"lustre", "s3"}, repairs
+            assert all(d["sources"] == {"ssd": 1} for d in repairs.values()), repairs
+
+            assert marker_states(engine, cp) == dict.fromkeys(("ssd", "lustre", "s3"), "restorable")
+            assert replica_states(engine, cp)[("lustre", rotten.path)] == "verified"
+            assert shard_file(cfg, "lustre", None, job, step, rotten.path).read_bytes() == (
+                rotten.data
+            )
+            s3 = s3_client(services)
+            body = s3.get_object(Bucket=cfg.tier("s3").bucket, Key=s3_key(cfg, seeded, rotten))
+            assert body["Body"].read() == rotten.data
+            r = await api.get(f"/v1/jobs/{job}/checkpoints/{step}")
+            tiers = {t["tier"]: t for t in r.json()["tiers"]}
+            assert tiers["lustre"]["quarantine_reason"] is None, tiers
+            r = await api.get(f"/v1/jobs/{job}/checkpoints/latest", params={"tier": "lustre"})
+            assert r.status_code == 200 and r.json()["step"] == step, r.text
+        checked = assert_catalog_matches_tiers(cfg, engine, [cp])
+        assert checked.restorable == dict.fromkeys(("ssd", "lustre", "s3"), 1)
+    finally:
+        engine.dispose()

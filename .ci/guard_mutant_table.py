@@ -37,6 +37,8 @@ ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is
 PLANNER = "tierpoint/retention/planner.py"
 AUTH = "tests/api/test_auth.py"
 PATHS = "tierpoint/storage/paths.py"
+# The lexical path rule: one statement of it, in the client, which the server calls.
+PATH_RULE = "client/tierpoint_client/paths.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ---- executing retention: the re-check under row locks -----------------------------------
@@ -216,7 +218,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- path confinement --------------------------------------------------------------------
     Mutant(
         "paths-dotdot",
-        PATHS,
+        PATH_RULE,
         '        if part in (".", ".."):\n',
         '        if part == ".":\n',
         PATH_TESTS,
@@ -224,7 +226,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "paths-absolute",
-        PATHS,
+        PATH_RULE,
         '    if path.startswith("/"):\n',
         "    if False:\n",
         PATH_TESTS,

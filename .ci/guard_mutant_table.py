@@ -272,6 +272,35 @@ MUTANTS: tuple[Mutant, ...] = (
         PATH_TESTS,
         "a symlink at the final component (the temp name a copy writes) is not followed",
     ),
+    Mutant(
+        "paths-file-above-file",
+        PATH_RULE,
+        "            if path[:cut] in every:\n",
+        "            if False:\n",
+        (
+            "tests/client/test_paths.py",
+            "tests/client/test_manifest.py",
+            "tests/api/test_bad_input.py::test_bad_manifest_is_refused_and_writes_nothing",
+        ),
+        "a manifest naming a file above another ('a' and 'a/b') is refused on both sides",
+    ),
+    # ---- restores: what they read, and from where ---------------------------------------------
+    Mutant(
+        "restore-tier-only",
+        "client/tierpoint_client/client.py",
+        "        tier = tier if tier is not None else latest.tier\n",
+        "        tier = tier\n",
+        ("tests/client/test_restore_tier_only.py",),
+        "a plan that latest() gave for one tier is restored from that tier only",
+    ),
+    Mutant(
+        "restore-progress-once",
+        "client/tierpoint_client/restore.py",
+        "        progress.add(-counted)\n",
+        "        pass\n",
+        ("tests/client/test_restore_plan.py::test_progress_counts_a_fallback_read_once",),
+        "the bytes of a copy that failed verification are not counted as restored",
+    ),
     # ---- checksums: seal, copy, verify -------------------------------------------------------
     Mutant(
         "seal-crc",

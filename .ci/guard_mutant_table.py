@@ -37,6 +37,8 @@ ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is
 PLANNER = "tierpoint/retention/planner.py"
 AUTH = "tests/api/test_auth.py"
 PATHS = "tierpoint/storage/paths.py"
+# The lexical path rule: one statement of it, in the client, which the server calls.
+PATH_RULE = "client/tierpoint_client/paths.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ---- executing retention: the re-check under row locks -----------------------------------
@@ -216,7 +218,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- path confinement --------------------------------------------------------------------
     Mutant(
         "paths-dotdot",
-        PATHS,
+        PATH_RULE,
         '        if part in (".", ".."):\n',
         '        if part == ".":\n',
         PATH_TESTS,
@@ -224,7 +226,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "paths-absolute",
-        PATHS,
+        PATH_RULE,
         '    if path.startswith("/"):\n',
         "    if False:\n",
         PATH_TESTS,
@@ -269,6 +271,35 @@ MUTANTS: tuple[Mutant, ...] = (
         "os.open(path, flags | os.O_CLOEXEC, mode)",
         PATH_TESTS,
         "a symlink at the final component (the temp name a copy writes) is not followed",
+    ),
+    Mutant(
+        "paths-file-above-file",
+        PATH_RULE,
+        "            if path[:cut] in every:\n",
+        "            if False:\n",
+        (
+            "tests/client/test_paths.py",
+            "tests/client/test_manifest.py",
+            "tests/api/test_bad_input.py::test_bad_manifest_is_refused_and_writes_nothing",
+        ),
+        "a manifest naming a file above another ('a' and 'a/b') is refused on both sides",
+    ),
+    # ---- restores: what they read, and from where ---------------------------------------------
+    Mutant(
+        "restore-tier-only",
+        "client/tierpoint_client/client.py",
+        "        tier = tier if tier is not None else latest.tier\n",
+        "        tier = tier\n",
+        ("tests/client/test_restore_tier_only.py",),
+        "a plan that latest() gave for one tier is restored from that tier only",
+    ),
+    Mutant(
+        "restore-progress-once",
+        "client/tierpoint_client/restore.py",
+        "        progress.add(-counted)\n",
+        "        pass\n",
+        ("tests/client/test_restore_plan.py::test_progress_counts_a_fallback_read_once",),
+        "the bytes of a copy that failed verification are not counted as restored",
     ),
     # ---- checksums: seal, copy, verify -------------------------------------------------------
     Mutant(

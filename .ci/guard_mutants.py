@@ -91,7 +91,9 @@ def _copy_tree(repo: Path, scratch: Path) -> None:
 
 def _env(scratch: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(scratch)
+    # The client distribution too (installed editable from the repository): the path rule and the
+    # restore's guards live there.
+    env["PYTHONPATH"] = os.pathsep.join([str(scratch), str(scratch / "client")])
     # Restoring a file within the second it was mutated, at the same size, would let a stale
     # .pyc of the mutant be used: no bytecode files at all.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -103,8 +105,9 @@ def _env(scratch: Path) -> dict[str, str]:
 def _check_imports(python: Path, scratch: Path) -> None:
     """The scratch copy's modules, not the repository's, are what the tests import."""
     probe = (
-        "import activities, api, tests, tierpoint, workflows; "
-        "print('\\n'.join(m.__file__ for m in (activities, api, tests, tierpoint, workflows)))"
+        "import activities, api, tests, tierpoint, tierpoint_client, workflows; "
+        "print('\\n'.join(m.__file__ for m in "
+        "(activities, api, tests, tierpoint, tierpoint_client, workflows)))"
     )
     out = subprocess.run(
         [str(python), "-c", probe],

@@ -30,7 +30,13 @@ from pydantic_core import PydanticCustomError
 from tierpoint.errors import InvalidJobName, ManifestTooLarge, UnsafePath
 from tierpoint.json_types import JsonInt
 from tierpoint.storage.checksum import crc32c_hex, parse_crc32c
-from tierpoint.storage.paths import MAX_PATH_BYTES, validate_name, validate_relative_path
+from tierpoint.storage.paths import (
+    MAX_PATH_BYTES,
+    path_conflict,
+    path_conflict_message,
+    validate_name,
+    validate_relative_path,
+)
 
 # Columns are BIGINT.
 MAX_INT64 = 2**63 - 1
@@ -197,6 +203,10 @@ class Manifest(BaseModel):
                     "duplicate_path",
                     f"shard path {shard.path!r} appears twice (shards[{first}] and shards[{i}])",
                 )
+        clash = path_conflict(seen)
+        if clash is not None:
+            # A file and a directory of one name: no tier could hold both shards.
+            raise PydanticCustomError("path_conflict", path_conflict_message(*clash))
         if sum(s.size for s in shards) > MAX_INT64:
             raise PydanticCustomError(
                 "total_size_too_large", "total size of the shards is over 2^63 - 1 bytes"
@@ -294,6 +304,8 @@ class _FastManifest(Manifest):
             raise ValueError("duplicate paths")
         for path in paths:
             _valid_path(path)  # raises UnsafePath
+        if path_conflict(paths) is not None:
+            raise ValueError("path conflict")
         for node in {s.node for s in shards}:
             _text(node)
         if sum(s.size for s in shards) > MAX_INT64:

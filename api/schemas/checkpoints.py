@@ -53,11 +53,23 @@ class CheckpointOut(_Out):
     tiers: list[TierStatusOut]
 
 
+_LOCATION = (
+    "where the copy is, for people to read: an absolute path on that node/tier, or "
+    "s3://bucket/key with the key's characters as they are. Not a URL: do not parse it (a shard "
+    "path may hold '?', '#', '%', ...); read S3 copies by `bucket` and `key`, POSIX copies by this "
+    "path"
+)
+_BUCKET = "S3 copies: the bucket of the object; null on POSIX tiers"
+_KEY = "S3 copies: the object's key, exactly (no URL encoding); null on POSIX tiers"
+
+
 class ReplicaOut(_Out):
     tier: str
     node: str | None
     state: ReplicaState
-    location: str
+    location: str = Field(description=_LOCATION)
+    bucket: str | None = Field(default=None, description=_BUCKET)
+    key: str | None = Field(default=None, description=_KEY)
     bytes_done: int
     verified_at: datetime | None
     error: str | None
@@ -94,7 +106,9 @@ class RestorePlanEntryOut(_Out):
     tier: str
     kind: TierKind
     node: str | None = Field(description="the node holding a node-local copy, else null")
-    location: str = Field(description="absolute path on that node/tier, or s3://bucket/key")
+    location: str = Field(description=_LOCATION)
+    bucket: str | None = Field(default=None, description=_BUCKET)
+    key: str | None = Field(default=None, description=_KEY)
 
 
 class SkippedOut(_Out):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -27,7 +28,7 @@ from tierpoint_client.models import (
     ShardSpec,
     TierInfo,
 )
-from tierpoint_client.paths import validate_relative_path
+from tierpoint_client.paths import check_no_path_conflict, validate_relative_path
 from tierpoint_client.restore import ProgressCallback, restore_plan
 from tierpoint_client.transport import RetryPolicy, Transport
 
@@ -89,10 +90,15 @@ class Client:
         metadata: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Register shards whose sizes and checksums the caller already has (e.g. computed while
-        writing). Entries are ShardSpec or dicts with path, size, crc32c (or None), node."""
+        writing). Entries are ShardSpec or dicts with path, size, crc32c (or None), node.
+
+        Manifests gathered from several nodes are checked here for paths that cannot all be
+        files (`a` on one node, `a/b` on another): ManifestError, before any request."""
+        entries = [_shard_json(s) for s in shards]
+        check_no_path_conflict(e["path"] for e in entries if isinstance(e["path"], str))
         body = {
             "step": step,
-            "shards": [_shard_json(s) for s in shards],
+            "shards": entries,
             "metadata": dict(metadata or {}),
         }
         resp = self._http.request("POST", f"/v1/jobs/{_job(job)}/checkpoints", body=body)
@@ -154,7 +160,7 @@ class Client:
             if e.code == "no_restorable_checkpoint":
                 return None
             raise
-        return LatestCheckpoint.from_json(resp.body)
+        return dataclasses.replace(LatestCheckpoint.from_json(resp.body), tier=tier)
 
     def create_lease(
         self, job: str, step: int, ttl_seconds: int, holder: str | None = None
@@ -297,8 +303,10 @@ class Client:
         A shard whose bytes do not match its checksum is reported to the server
         (`report_corrupt_copy`) and read from another verified copy of it on a restorable tier
         (a local one only on `node`), if the checkpoint has one; else ChecksumMismatchError is
-        raised. With `tier` (the restore was asked for that tier only) there is no other copy to
-        read: the bad one is reported and the mismatch raised."""
+        raised. With `tier` (the restore was asked for that tier only; by default the tier
+        `latest` was asked for) there is no other copy to read: the bad one is reported and the
+        mismatch raised."""
+        tier = tier if tier is not None else latest.tier
         for entry in latest.plan:
             validate_relative_path(entry.path)
         tiers = {t.name: t for t in self.tiers()}
@@ -382,7 +390,5 @@ class _Fallback:
                     continue
                 if info.kind == "local" and (self._node is None or r.node != self._node):
                     continue
-                return PlanEntry(
-                    entry.path, entry.size, entry.crc32c, tier, info.kind, r.node, r.location
-                )
+                return PlanEntry.of_replica(shard, r, info.kind)
         return None

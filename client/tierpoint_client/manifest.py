@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 from tierpoint_client.errors import ManifestError
 from tierpoint_client.hashing import hash_files
 from tierpoint_client.models import ShardSpec
-from tierpoint_client.paths import validate_relative_path
+from tierpoint_client.paths import check_no_path_conflict, validate_relative_path
 
 PathLike = str | os.PathLike[str]
 
@@ -82,6 +82,7 @@ def build_manifest(
     rels = walk_shards(directory) if files is None else relative_shards(directory, files)
     for rel in rels:
         validate_relative_path(rel)
+    check_no_path_conflict(rels)
     root = Path(directory)
     sums = hash_files([root.joinpath(*r.split("/")) for r in rels], workers=workers)
     return [

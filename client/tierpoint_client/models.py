@@ -80,10 +80,12 @@ class Replica:
     tier: str
     node: str | None
     state: str
-    location: str | None
+    location: str | None  # for display only: never parsed (see PlanEntry)
     bytes_done: int | None
     verified_at: datetime | None
     error: str | None
+    bucket: str | None = None  # S3 copies: the object
+    key: str | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Replica:
@@ -95,6 +97,8 @@ class Replica:
             bytes_done=d.get("bytes_done"),
             verified_at=_dt(d.get("verified_at")),
             error=d.get("error"),
+            bucket=d.get("bucket"),
+            key=d.get("key"),
         )
 
 
@@ -156,7 +160,12 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class PlanEntry:
-    """Where to read one shard from for a restore: the fastest verified copy."""
+    """Where to read one shard from for a restore: the fastest verified copy.
+
+    Locations are data, not URLs: a POSIX copy is read at `location` (an absolute path, opened
+    as it is), an S3 copy as the object (`bucket`, `key`). For S3, `location` is for messages
+    only; a shard path may hold `?`, `#` or `%`, so taking it apart as a URL would name another
+    object."""
 
     path: str
     size: int
@@ -164,7 +173,9 @@ class PlanEntry:
     tier: str
     kind: str  # local | shared | s3
     node: str | None
-    location: str  # absolute POSIX path, or s3://bucket/key
+    location: str  # absolute POSIX path; for S3 a display string, never parsed
+    bucket: str | None = None  # S3 copies only
+    key: str | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PlanEntry:
@@ -176,6 +187,23 @@ class PlanEntry:
             kind=d["kind"],
             node=d.get("node"),
             location=d["location"],
+            bucket=d.get("bucket"),
+            key=d.get("key"),
+        )
+
+    @classmethod
+    def of_replica(cls, shard: Shard, replica: Replica, kind: str) -> PlanEntry:
+        """A source of `shard`: its copy `replica` on a tier of `kind`."""
+        return cls(
+            shard.path,
+            shard.size,
+            shard.crc32c,
+            replica.tier,
+            kind,
+            replica.node,
+            replica.location or "",
+            replica.bucket,
+            replica.key,
         )
 
 
@@ -223,6 +251,8 @@ class LatestCheckpoint:
     skipped: tuple[Skipped, ...] = ()
     # Only when asked for with lease_ttl.
     lease: Lease | None = None
+    # The tier the answer was restricted to (`latest(tier=...)`): its restore reads that tier only.
+    tier: str | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> LatestCheckpoint:

@@ -1,22 +1,33 @@
-"""Shard path rules, the same the server enforces, so bad paths fail before any request and a
-restore plan can never write outside its destination directory."""
+"""Shard path rules: the one statement of them. The server validates manifests with this module
+too (tierpoint.storage.paths), so bad paths fail before any request with the server's own reason,
+and a restore plan can never write outside its destination directory.
+
+A shard path is the bytes of a POSIX name, carried as text: every character below is kept as it
+is, never normalised (NFC and NFD spellings are two names) and never decoded (`%41` is three
+characters, not `A`).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
-from tierpoint_client.errors import UnsafePathError
+from tierpoint_client.errors import ManifestError, UnsafePathError
 
-# The server's limits: S3 keys are at most 1024 bytes, and the tier prefix, job and step need room.
+# S3 keys are at most 1024 bytes: leave room for the tier prefix, the job name and the step.
 MAX_PATH_BYTES = 768
 MAX_PART_BYTES = 255
-# Temporary files end with this; the server refuses shard names that do, so they never collide.
+# Temporary files end with this; shard names may not, so they never collide.
 PARTIAL_SUFFIX = ".tierpoint-partial"
 
 
 def validate_relative_path(path: str) -> str:
-    """Return `path` if it is a clean relative POSIX path, else raise UnsafePathError."""
+    """Return `path` unchanged if it is a safe relative shard path, else raise UnsafePathError.
+
+    Accepted paths are canonical: '/'-separated non-empty components, none of them '.' or '..',
+    no backslashes, NUL or control characters, valid UTF-8, bounded length.
+    """
     if not isinstance(path, str) or path == "":
         raise UnsafePathError("shard path is empty")
     if path.startswith("/"):
@@ -24,7 +35,7 @@ def validate_relative_path(path: str) -> str:
             f"shard path {path!r} is absolute; paths are relative to the checkpoint"
         )
     if "\\" in path:
-        raise UnsafePathError(f"shard path {path!r} contains a backslash; use '/' separators")
+        raise UnsafePathError(f"shard path {path!r} contains a backslash; use '/' as separator")
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
         raise UnsafePathError(f"shard path {path!r} contains NUL or control characters")
     try:
@@ -32,13 +43,16 @@ def validate_relative_path(path: str) -> str:
     except UnicodeEncodeError:
         raise UnsafePathError(f"shard path {path!r} is not valid UTF-8") from None
     if len(encoded) > MAX_PATH_BYTES:
-        raise UnsafePathError(f"shard path is {len(encoded)} bytes; the limit is {MAX_PATH_BYTES}")
+        raise UnsafePathError(
+            f"shard path is {len(encoded)} bytes long; the limit is {MAX_PATH_BYTES}"
+        )
     for part in path.split("/"):
-        if part in ("", ".", ".."):
+        if part == "":
             raise UnsafePathError(
-                f"shard path {path!r} has an empty, '.' or '..' component; it must stay inside "
-                "the checkpoint directory"
+                f"shard path {path!r} has an empty component ('//' or trailing '/')"
             )
+        if part in (".", ".."):
+            raise UnsafePathError(f"shard path {path!r} has a {part!r} component")
         if part.endswith(PARTIAL_SUFFIX):
             raise UnsafePathError(
                 f"shard path {path!r}: names ending in {PARTIAL_SUFFIX!r} are reserved"
@@ -48,6 +62,35 @@ def validate_relative_path(path: str) -> str:
                 f"shard path {path!r} has a component over {MAX_PART_BYTES} bytes"
             )
     return path
+
+
+def path_conflict(paths: Iterable[str]) -> tuple[str, str] | None:
+    """Two of `paths` that cannot both be files, one naming a directory above the other (`a` and
+    `a/b`), or None. Linear in the number of components."""
+    listed = list(paths)
+    every = set(listed)
+    for path in listed:
+        cut = path.find("/")
+        while cut != -1:
+            if path[:cut] in every:
+                return path[:cut], path
+            cut = path.find("/", cut + 1)
+    return None
+
+
+def check_no_path_conflict(paths: Iterable[str]) -> None:
+    """Raise ManifestError if one path names a directory above another (`a` and `a/b`): the API
+    refuses such a manifest (422 `invalid_manifest`, field code `path_conflict`)."""
+    clash = path_conflict(paths)
+    if clash is not None:
+        raise ManifestError(path_conflict_message(*clash))
+
+
+def path_conflict_message(file: str, below: str) -> str:
+    return (
+        f"shard paths {file!r} and {below!r} cannot both be files: the first would be a "
+        "directory of the second"
+    )
 
 
 def safe_join(root: str | os.PathLike[str], path: str) -> Path:

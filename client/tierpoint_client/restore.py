@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from tierpoint_client.errors import ChecksumMismatchError, MissingDependencyError, TierpointError
 from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, crc32c_hex, update
@@ -51,13 +50,6 @@ def _posix_chunks(location: str, chunk_size: int) -> Iterator[memoryview]:
             yield view[:n]
     finally:
         f.close()
-
-
-def parse_s3_location(location: str) -> tuple[str, str]:
-    parts = urlsplit(location)
-    if parts.scheme != "s3" or not parts.netloc or len(parts.path) < 2:
-        raise SourceError(f"not an s3://bucket/key location: {location!r}")
-    return parts.netloc, parts.path[1:]
 
 
 class Sources:
@@ -108,7 +100,14 @@ class Sources:
         return data
 
     def _get(self, entry: PlanEntry, byte_range: str | None = None) -> Any:
-        bucket, key = parse_s3_location(entry.location)
+        # The object as the API names it, never taken from `location`: that string is for people,
+        # and a key may hold '?', '#' or '%' that a URL parser would cut or decode.
+        bucket, key = entry.bucket, entry.key
+        if not bucket or not key:
+            raise SourceError(
+                f"the restore plan gives no bucket and key for {entry.path!r} on tier "
+                f"{entry.tier!r} (a server older than this client?)"
+            )
         info = self._tiers[entry.tier]
         # Read only inside the tier's own bucket and prefix, whatever the plan says.
         if bucket != info.bucket or not key.startswith(info.prefix):
@@ -227,6 +226,7 @@ def restore_shard(
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     crc = 0
     size = 0
+    counted = 0
     try:
         with os.fdopen(fd, "wb", buffering=0) as out:
             for chunk in sources.chunks(entry, chunk_size):
@@ -243,6 +243,7 @@ def restore_shard(
                         entry.path, entry.location, entry.size, size, entry.crc32c, "(partial)"
                     )
                 progress.add(len(chunk))
+                counted += len(chunk)
             os.fsync(out.fileno())
         actual = crc32c_hex(crc)
         if size != entry.size or (entry.crc32c is not None and actual != entry.crc32c.lower()):
@@ -254,6 +255,8 @@ def restore_shard(
         # Leave nothing that could be taken for a restored shard.
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        # These bytes are not restored: a read from another copy counts them again.
+        progress.add(-counted)
         raise
     if sync_dir:
         _fsync_dir(final.parent)

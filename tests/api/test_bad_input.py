@@ -57,6 +57,15 @@ def _duplicate(body: dict[str, Any]) -> None:
     body["shards"][1]["path"] = body["shards"][0]["path"]
 
 
+def _paths(first: str, second: str) -> Callable[[dict[str, Any]], None]:
+    """Two shards at these paths, on different nodes (as gathered from two ranks)."""
+
+    def mutate(body: dict[str, Any]) -> None:
+        body["shards"][0]["path"], body["shards"][1]["path"] = first, second
+
+    return mutate
+
+
 BAD_BODIES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     # (case id, mutation, code, text the problem must mention)
     ("dotdot", _shard0(path="../x"), "unsafe_path", "shards[0].path"),
@@ -68,6 +77,9 @@ BAD_BODIES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("nul-path", _shard0(path="a\x00b"), "unsafe_path", "shards[0].path"),
     ("double-slash", _shard0(path="a//b"), "unsafe_path", "shards[0].path"),
     ("duplicate-path", _duplicate, "invalid_manifest", "appears twice"),
+    # A file and a directory of one name: no tier can hold both.
+    ("file-and-dir", _paths("model", "model/rank1.pt"), "invalid_manifest", "path_conflict"),
+    ("dir-and-file", _paths("m/x/y.pt", "m/x"), "invalid_manifest", "cannot both be files"),
     ("negative-size", _shard0(size=-1), "invalid_manifest", "shards[0].size"),
     ("string-size", _shard0(size="10"), "invalid_manifest", "shards[0].size"),
     ("float-size", _shard0(size=1.5), "invalid_manifest", "shards[0].size"),

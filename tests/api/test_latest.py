@@ -91,6 +91,8 @@ async def test_local_only_checkpoint_needs_the_callers_node(
             "kind": "local",
             "node": NODE_A,
             "location": f"/ssd/{NODE_A}/{job}/10/x/0",
+            "bucket": None,
+            "key": None,
         },
         {
             "path": "x/1",
@@ -100,6 +102,8 @@ async def test_local_only_checkpoint_needs_the_callers_node(
             "kind": "local",
             "node": NODE_A,
             "location": f"/ssd/{NODE_A}/{job}/10/x/1",
+            "bucket": None,
+            "key": None,
         },
     ]
 
@@ -134,7 +138,7 @@ async def test_lost_local_replicas_no_longer_count(
 
 
 async def test_plan_picks_fastest_source_and_explains_newer_steps(
-    client: httpx.AsyncClient, catalog: Engine, job: str
+    client: httpx.AsyncClient, catalog: Engine, job: str, settings: Settings
 ) -> None:
     for step in (10, 20, 30, 40):
         await _register(client, job, step, _two_nodes())
@@ -210,6 +214,11 @@ async def test_plan_picks_fastest_source_and_explains_newer_steps(
         "b1": "ssd",
     }
     assert r["plan"][0]["location"] == f"s3://bucket/{job}/20/a0"
+    # Readers get the object as data: (bucket, key) of the tier, never a string to parse.
+    s3 = settings.tier("s3")
+    key = f"{s3.prefix}{job}/20/a0"
+    assert (r["plan"][0]["bucket"], r["plan"][0]["key"]) == (s3.bucket, key)
+    assert (r["plan"][2]["bucket"], r["plan"][2]["key"]) == (None, None)  # a local copy
     assert [s["step"] for s in r["skipped"]] == [40, 30]
 
     detail = (await client.get(f"/v1/jobs/{job}/checkpoints/20")).json()
@@ -227,6 +236,11 @@ async def test_plan_picks_fastest_source_and_explains_newer_steps(
         ("ssd", "verified"),
         ("lustre", "verified"),
         ("s3", "verified"),
+    ]
+    assert [(x["bucket"], x["key"]) for x in a0["replicas"]] == [
+        (None, None),
+        (None, None),
+        (s3.bucket, key),
     ]
 
 

@@ -77,11 +77,19 @@ async def live_api(fuzz_settings: Settings) -> AsyncIterator[str]:
 # Refusals of schema-valid requests that no JSON schema can express: a node that never reported in,
 # a cursor this API did not mint, a policy document whose rules contradict each other or name a
 # tier that is not configured, two shards with one path (uniqueness of one member across items),
-# shards whose sizes add up to more than 2^63 - 1.
+# one shard's path a directory of another's (`a` and `a/b`), shards whose sizes add up to more
+# than 2^63 - 1.
 # Each is still a 422 problem with its code; any other refusal fails the check.
 SEMANTIC_REFUSALS = frozenset({"unknown_node", "invalid_policy"})
 SEMANTIC_FIELD_CODES = frozenset(
-    {"invalid_cursor", "unknown_tier", "invalid_policy", "duplicate_path", "total_size_too_large"}
+    {
+        "invalid_cursor",
+        "unknown_tier",
+        "invalid_policy",
+        "duplicate_path",
+        "path_conflict",
+        "total_size_too_large",
+    }
 )
 
 

@@ -96,3 +96,20 @@ def test_manifest_refuses_symlinks_and_empty_or_missing_directories(tmp_path: Pa
         build_manifest(tmp_path / "empty", "n1")
     with pytest.raises(ManifestError, match="does not exist"):
         build_manifest(tmp_path / "missing", "n1")
+
+
+def test_manifests_gathered_from_nodes_with_a_file_above_a_file_are_refused_before_sending(
+    tmp_path: Path,
+) -> None:
+    """Node a wrote `model`, node b `model/rank1.pt`: no tier can hold both, so the client
+    refuses before any request (this client's API address answers nothing)."""
+    from tierpoint_client import Client, RetryPolicy
+
+    a = build_manifest(_write(tmp_path / "a" / "model", b"x").parent, "node-a")
+    b = build_manifest(_write(tmp_path / "b" / "model" / "rank1.pt", b"y").parent.parent, "node-b")
+    client = Client("http://127.0.0.1:9", retry=RetryPolicy(attempts=1))
+    with pytest.raises(ManifestError, match="cannot both be files"):
+        client.register_manifest("job", 1, [*a, *b])
+    with pytest.raises(ManifestError, match="'m' and 'm/x'"):
+        shards = [{"path": "m/x", "size": 1, "node": "n"}, {"path": "m", "size": 1, "node": "n"}]
+        client.register_manifest("job", 1, shards)

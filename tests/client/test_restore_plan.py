@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from pathlib import Path
@@ -16,7 +17,10 @@ from tierpoint_client.restore import SourceError, restore_plan
 from tests.helpers.services import Services, make_bucket
 
 
-def _entry(path: str, data: bytes, location: str, kind: str = "shared") -> PlanEntry:
+def _entry(
+    path: str, data: bytes, location: str, kind: str = "shared", obj: tuple[str, str] | None = None
+) -> PlanEntry:
+    bucket, key = obj or (None, None)
     return PlanEntry(
         path=path,
         size=len(data),
@@ -25,7 +29,13 @@ def _entry(path: str, data: bytes, location: str, kind: str = "shared") -> PlanE
         kind=kind,
         node=None,
         location=location,
+        bucket=bucket,
+        key=key,
     )
+
+
+def _s3_entry(path: str, data: bytes, bucket: str, key: str) -> PlanEntry:
+    return _entry(path, data, f"s3://{bucket}/{key}", kind="s3", obj=(bucket, key))
 
 
 def _posix_plan(src: Path, shards: dict[str, bytes]) -> list[PlanEntry]:
@@ -144,7 +154,7 @@ def s3_objects(services: Services, shards: dict[str, bytes], tier_prefix: str) -
     plan = []
     for rel, data in shards.items():
         s3.put_object(Bucket=bucket, Key=prefix + rel, Body=data)
-        plan.append(_entry(rel, data, f"s3://{bucket}/{prefix}{rel}", kind="s3"))
+        plan.append(_s3_entry(rel, data, bucket, prefix + rel))
     tier = TierInfo(
         name="s3",
         kind="s3",
@@ -175,8 +185,8 @@ def test_s3_restore_reads_with_tier_endpoint(tmp_path: Path, services: Services)
     # A plan pointing outside the tier's bucket or prefix is not followed.
     other = make_bucket(services)
     s3.put_object(Bucket=other, Key=prefix + "r0.bin", Body=shards["r0.bin"])
-    stray = [_entry("r0.bin", shards["r0.bin"], f"s3://{other}/{prefix}r0.bin", kind="s3")]
-    stray.append(_entry("r1.bin", b"", f"s3://{bucket}/elsewhere/r1.bin", kind="s3"))
+    stray = [_s3_entry("r0.bin", shards["r0.bin"], other, f"{prefix}r0.bin")]
+    stray.append(_s3_entry("r1.bin", b"", bucket, "elsewhere/r1.bin"))
     for entry in stray:
         with pytest.raises(SourceError, match="outside tier"):
             restore_plan([entry], tmp_path / "dest4", tiers)
@@ -199,3 +209,78 @@ def test_s3_restore_of_objects_larger_than_a_chunk_reuses_no_stale_bytes(
     files, _ = restore_plan(objects.plan, tmp_path / "dest", objects.tiers, workers=1)
     assert _files_under(tmp_path / "dest") == shards
     assert [f.size for f in files] == [len(d) for d in shards.values()]
+
+
+# Shard names that URLs, S3 or shells treat specially; each is one S3 key, read as it is.
+URL_LIKE_NAMES = (
+    "w.bin",
+    "w.bin#x",
+    "model.safetensors?rank=0",
+    "p%41.bin",
+    "p%2541.bin",
+    "a+b.bin",
+    "sp ace.bin",
+    "semi;colon.bin",
+)
+
+
+def test_s3_entries_are_read_by_bucket_and_key_never_by_parsing_the_location(
+    tmp_path: Path, services: Services
+) -> None:
+    """The plan as the API sends it: `w.bin` and `w.bin#x` (and the other names) each restore
+    their own object's bytes. Parsing `location` as a URL read `w.bin` for `w.bin#x` and cut
+    `model.safetensors?rank=0` to `model.safetensors`."""
+    shards = {name: os.urandom(1000 + i) for i, name in enumerate(URL_LIKE_NAMES)}
+    objects = s3_objects(services, shards, "pfx/")
+    as_sent = [
+        PlanEntry.from_json(
+            {
+                "path": e.path,
+                "size": e.size,
+                "crc32c": e.crc32c,
+                "tier": e.tier,
+                "kind": e.kind,
+                "node": None,
+                "location": e.location,
+                "bucket": e.bucket,
+                "key": e.key,
+            }
+        )
+        for e in objects.plan
+    ]
+    restore_plan(as_sent, tmp_path / "dest", objects.tiers, workers=2)
+    assert _files_under(tmp_path / "dest") == shards
+
+
+def test_an_s3_entry_without_bucket_and_key_is_not_guessed_from_its_location(
+    tmp_path: Path, services: Services
+) -> None:
+    objects = s3_objects(services, {"r0.bin": b"bytes"}, "")
+    bare = dataclasses.replace(objects.plan[0], bucket=None, key=None)
+    with pytest.raises(SourceError, match="no bucket and key"):
+        restore_plan([bare], tmp_path / "dest", objects.tiers)
+    assert _files_under(tmp_path / "dest") == {}
+
+
+def test_progress_counts_a_fallback_read_once(tmp_path: Path) -> None:
+    """A shard whose first source does not verify is read again from another: the bytes of the
+    failed read are taken back, so progress ends at the total and never passes it."""
+    shards = {"a.bin": os.urandom(3_000_000), "b.bin": os.urandom(1_000_000)}
+    plan = _posix_plan(tmp_path / "src", shards)
+    good = _posix_plan(tmp_path / "good", {"a.bin": shards["a.bin"]})[0]
+    Path(plan[0].location).write_bytes(os.urandom(3_000_000))
+    other = dataclasses.replace(good, tier="ssd", kind="local")
+    seen: list[tuple[int, int]] = []
+    files, _ = restore_plan(
+        plan,
+        tmp_path / "dest",
+        {},
+        workers=1,
+        progress=lambda d, t: seen.append((d, t)),
+        fallback=lambda entry, err, tried: other,
+    )
+    assert _files_under(tmp_path / "dest") == shards
+    assert [f.tier for f in files] == ["ssd", "lustre"]
+    total = sum(map(len, shards.values()))
+    assert seen[-1] == (total, total)
+    assert max(d for d, _ in seen) <= total

@@ -25,6 +25,7 @@ from tierpoint.config import TierConfig
 from tierpoint.errors import CheckpointNotFound, JobNotFound
 from tierpoint.manifest import Manifest
 from tierpoint.states import ReplicaState, TierState
+from tierpoint.storage.paths import s3_object
 
 VERIFIED = ReplicaState.VERIFIED.value
 RESTORABLE = TierState.RESTORABLE.value
@@ -229,6 +230,8 @@ async def get_checkpoint(
     ).all()
     replicas: dict[int, list[ReplicaView]] = defaultdict(list)
     order = {t.name: i for i, t in enumerate(tiers)}
+    by_name = {t.name: t for t in tiers}
+    paths = {sh.id: sh.path for sh in shards}
     for r in await session.execute(
         select(
             Replica.shard_id,
@@ -252,6 +255,7 @@ async def get_checkpoint(
                 r.verified_at,
                 r.error,
                 r.scrubbed_at,
+                *s3_object(by_name.get(r.tier), job, step, paths[r.shard_id]),
             )
         )
     detail.shards = [

@@ -25,6 +25,7 @@ from tierpoint.catalog.views import (
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NoRestorableCheckpoint
 from tierpoint.states import ReplicaState, TierState
+from tierpoint.storage.paths import s3_object
 
 NOT_VERIFIED = [s.value for s in ReplicaState if s is not ReplicaState.VERIFIED]
 
@@ -81,6 +82,8 @@ def _candidate_query(
 
 async def _plan(
     session: AsyncSession,
+    job: str,
+    step: int,
     checkpoint_id: int,
     sources: Sequence[TierConfig],
     node: str | None,
@@ -127,8 +130,11 @@ async def _plan(
             hit = located.get((s.id, t.name))
             if hit is None or (t.kind is TierKind.LOCAL and hit[1] != node):
                 continue
+            bucket, key = s3_object(t, job, step, s.path)
             plan.append(
-                RestorePlanEntry(s.path, s.size, s.checksum, t.name, t.kind.value, hit[1], hit[0])
+                RestorePlanEntry(
+                    s.path, s.size, s.checksum, t.name, t.kind.value, hit[1], hit[0], bucket, key
+                )
             )
             break
         else:
@@ -315,7 +321,7 @@ async def latest_restorable(
             await session.execute(
                 select(Checkpoint.id).where(Checkpoint.id == best[1]).with_for_update()
             )
-        plan = await _plan(session, best[1], sources, node)
+        plan = await _plan(session, job, best[0], best[1], sources, node)
         if plan is not None:
             skipped = await _skipped(
                 session, job_id, best[0], sources, explain, node, skipped_limit

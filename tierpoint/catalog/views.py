@@ -55,6 +55,9 @@ class ReplicaView:
     error: str | None
     # when a scrub (or a re-verification after a report) last read it back good
     scrubbed_at: datetime | None = None
+    # S3 copies: the object, as data (`location` is for display only)
+    bucket: str | None = None
+    key: str | None = None
 
 
 @dataclass
@@ -88,6 +91,9 @@ class RestorePlanEntry:
     kind: str
     node: str | None
     location: str
+    # S3 copies: the object, as data (`location` is for display only)
+    bucket: str | None = None
+    key: str | None = None
 
 
 @dataclass

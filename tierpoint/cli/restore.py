@@ -34,7 +34,13 @@ def restore(
         str | None,
         typer.Option(help="This node's id: its local copies count as sources."),
     ] = None,
-    tier: Annotated[str | None, typer.Option(help="Only restore from this tier.")] = None,
+    tier: Annotated[
+        str | None,
+        typer.Option(
+            help="Read from this tier only: a copy that fails verification there is reported and "
+            "the restore fails, it does not go on from another tier."
+        ),
+    ] = None,
     workers: Annotated[int, typer.Option(min=1, help="Shards copied at once.")] = 4,
     show_plan: Annotated[bool, typer.Option("--plan/--no-plan", help="Print the plan.")] = False,
     api_url: ApiUrlOpt = None,
@@ -68,6 +74,8 @@ def restore(
                 dest,
                 workers=workers,
                 progress=lambda done, _total: progress.update(task, completed=done),
+                node=node,
+                tier=tier,
             )
     table = Table(title=f"restored into {result.dest_dir}", title_justify="left")
     for col in ("path", "size", "crc32c", "from tier"):

@@ -71,7 +71,9 @@ class TierStore(Protocol):
     config: TierConfig
 
     def location(self, ref: ShardRef) -> str:
-        """Where the shard lives, as a reader would name it: an absolute path or s3://bucket/key."""
+        """Where the shard lives, for people to read: an absolute path, or s3://bucket/key with the
+        key's characters as they are (not a URL: `?`, `#` and `%` are part of the key). Code that
+        reads an object takes the bucket and the key separately, never from this string."""
         ...
 
     def open_read(self, ref: ShardRef, offset: int = 0) -> BinaryIO:

@@ -11,50 +11,32 @@ import errno
 import os
 from pathlib import Path
 
-from tierpoint.config import NAME_RE
+from tierpoint_client import paths as rule
+from tierpoint_client.errors import UnsafePathError
+
+from tierpoint.config import NAME_RE, TierConfig, TierKind
 from tierpoint.errors import UnsafePath
 
-# S3 keys are at most 1024 bytes: leave room for the tier prefix, the job name and the step.
-MAX_PATH_BYTES = 768
-MAX_COMPONENT_BYTES = 255
+# The rule itself lives in the training-side client (a dependency of the service): one statement
+# of it, so that a path the client's manifest builder accepts is one the API accepts, and back.
+MAX_PATH_BYTES = rule.MAX_PATH_BYTES
+MAX_COMPONENT_BYTES = rule.MAX_PART_BYTES
 # Temp files of copies in progress end with this; shard names may not, so they never collide.
-PARTIAL_SUFFIX = ".tierpoint-partial"
+PARTIAL_SUFFIX = rule.PARTIAL_SUFFIX
 
 
 def validate_relative_path(path: str) -> str:
-    """Return `path` unchanged if it is a safe relative shard path, else raise UnsafePath.
-
-    Accepted paths are canonical: '/'-separated non-empty components, none of them '.' or '..',
-    no backslashes, NUL or control characters, valid UTF-8, bounded length.
-    """
-    if not isinstance(path, str) or path == "":
-        raise UnsafePath("shard path is empty")
-    if path.startswith("/"):
-        raise UnsafePath(f"shard path {path!r} is absolute; paths are relative to the checkpoint")
-    if "\\" in path:
-        raise UnsafePath(f"shard path {path!r} contains a backslash; use '/' as separator")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
-        raise UnsafePath(f"shard path {path!r} contains NUL or control characters")
+    """Return `path` unchanged if it is a safe relative shard path, else raise UnsafePath (the
+    client's rule, `tierpoint_client.paths.validate_relative_path`, with the server's error)."""
     try:
-        encoded = path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UnsafePath(f"shard path {path!r} is not valid UTF-8") from None
-    if len(encoded) > MAX_PATH_BYTES:
-        raise UnsafePath(f"shard path is {len(encoded)} bytes long; the limit is {MAX_PATH_BYTES}")
-    for part in path.split("/"):
-        if part == "":
-            raise UnsafePath(f"shard path {path!r} has an empty component ('//' or trailing '/')")
-        if part in (".", ".."):
-            raise UnsafePath(f"shard path {path!r} has a {part!r} component")
-        if part.endswith(PARTIAL_SUFFIX):
-            raise UnsafePath(
-                f"shard path {path!r}: names ending in {PARTIAL_SUFFIX!r} are reserved"
-            )
-        if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
-            raise UnsafePath(
-                f"shard path {path!r} has a component over {MAX_COMPONENT_BYTES} bytes"
-            )
-    return path
+        return rule.validate_relative_path(path)
+    except UnsafePathError as exc:
+        raise UnsafePath(str(exc)) from None
+
+
+# Two paths of one manifest that cannot both be files (`a` and `a/b`).
+path_conflict = rule.path_conflict
+path_conflict_message = rule.path_conflict_message
 
 
 def validate_name(name: str) -> str:
@@ -85,6 +67,22 @@ def checkpoint_parts(job: str, step: int, rel: str | None = None) -> list[str]:
     if rel is not None:
         parts.extend(validate_relative_path(rel).split("/"))
     return parts
+
+
+def object_key(prefix: str, job: str, step: int, rel: str) -> str:
+    """The S3 key of a shard: the tier's prefix, then `<job>/<step>/<path>`, every character as it
+    is (S3 keys are UTF-8 bytes; nothing is encoded here, and nothing may decode it later)."""
+    return prefix + "/".join(checkpoint_parts(job, step, rel))
+
+
+def s3_object(
+    tier: TierConfig | None, job: str, step: int, rel: str
+) -> tuple[str, str] | tuple[None, None]:
+    """(bucket, key) of a shard's copy on `tier` if it is a configured S3 tier, else (None, None):
+    what the API hands readers, so that none of them has to take a location string apart."""
+    if tier is None or tier.kind is not TierKind.S3 or not tier.bucket:
+        return None, None
+    return tier.bucket, object_key(tier.prefix, job, step, rel)
 
 
 def resolve_checkpoint_dir(root: Path, job: str, step: int) -> Path:

@@ -113,10 +113,7 @@ class CheckpointFiles:
                     continue
                 if kind == "local" and (node is None or r.node != node):
                     continue
-                entry = PlanEntry(
-                    shard.path, shard.size, shard.crc32c, r.tier, kind, r.node, r.location
-                )
-                found.append(_Source(entry))
+                found.append(_Source(PlanEntry.of_replica(shard, r, kind)))
             mine = self._local_path(shard.path)
             known = any(_same_file(r.location or "", mine) for r in shard.replicas)
             if known and not any(_same_file(s.entry.location, mine) for s in found):

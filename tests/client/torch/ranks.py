@@ -123,10 +123,9 @@ def wipe_local(stack: Stack, job: str) -> None:
 
 def s3_key(cp: Checkpoint, path: str) -> tuple[str, str]:
     shard = next(s for s in cp.shards or () if s.path == path)
-    location = next(r.location for r in shard.replicas if r.tier == "s3")
-    assert location is not None
-    bucket, key = location.removeprefix("s3://").split("/", 1)
-    return bucket, key
+    replica = next(r for r in shard.replicas if r.tier == "s3")
+    assert replica.bucket is not None and replica.key is not None
+    return replica.bucket, replica.key
 
 
 def corrupt_s3(stack: Stack, cp: Checkpoint, path: str, *, everywhere: bool = False) -> None:

@@ -30,7 +30,7 @@ from tierpoint.storage.checksum import (
     crc32c_to_base64,
     parse_crc32c,
 )
-from tierpoint.storage.paths import checkpoint_parts
+from tierpoint.storage.paths import checkpoint_parts, object_key
 from tierpoint.storage.s3.multipart import MultipartUploads, part_size_for, request_body
 from tierpoint.storage.s3.object_options import object_write_args
 from tierpoint.storage.s3.reader import S3Reader
@@ -60,12 +60,13 @@ class S3Store:
     # -- naming ---------------------------------------------------------------------------
 
     def key(self, ref: ShardRef) -> str:
-        return self.prefix + "/".join(checkpoint_parts(ref.job, ref.step, ref.path))
+        return object_key(self.prefix, ref.job, ref.step, ref.path)
 
     def checkpoint_prefix(self, job: str, step: int) -> str:
         return self.prefix + "/".join(checkpoint_parts(job, step)) + "/"
 
     def location(self, ref: ShardRef) -> str:
+        # For people to read (catalog rows, events, errors); readers are given (bucket, key).
         return f"s3://{self.bucket}/{self.key(ref)}"
 
     # -- reading --------------------------------------------------------------------------

@@ -64,8 +64,11 @@ def left_in(root_fd: int, base: list[str], use_openat2: bool) -> tuple[str, ...]
         for top, dirs, files, top_fd in os.fwalk(".", dir_fd=dir_fd, follow_symlinks=False):
             # fwalk lists a symlink to a directory among the directories and does not enter it.
             links = [d for d in dirs if stat.S_ISLNK(lstat_entry(top_fd, d).st_mode)]
-            for n in sorted(files) + sorted(links):
-                left.append(os.path.normpath(os.path.join(top, n)))
+            names = [os.path.normpath(os.path.join(top, n)) for n in sorted(files) + links]
+            if top != "." and not dirs and not files:
+                names.append(os.path.normpath(top))  # an empty directory that is not ours
+            for name in names:
+                left.append(name)
                 if len(left) >= LEFT_EXAMPLES:
                     return tuple(left)
     return tuple(left)

@@ -8,16 +8,32 @@ shard never becomes verified and is never copied anywhere."""
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 import uuid
 from pathlib import Path
 
+import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
-from tests.helpers.lifecycle import running_workers
-from tests.helpers.retention import NODES, create_job, markers, s3_keys, settle, write_checkpoint
+from tests.helpers.lifecycle import Seeded, ShardSpec, running_workers, seed_checkpoint
+from tests.helpers.retention import (
+    NODES,
+    RESULT_TIMEOUT,
+    create_job,
+    markers,
+    s3_keys,
+    settle,
+    write_checkpoint,
+)
 from tests.helpers.services import Services, s3_client
+from tierpoint.catalog import lifecycle_repo
+from tierpoint.catalog.models import Replica
 from tierpoint.config import Settings, TierKind
+from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
+from tierpoint.temporal import start_lifecycle
 
 KEEP_LAST_1 = {
     "tiers": {"ssd": {"keep_last": 1}, "lustre": {"keep_last": 1}, "s3": {"keep_last": 1}}
@@ -75,3 +91,66 @@ async def test_expiry_deletes_the_registered_shards_and_nothing_else(
 
 def _files(top: Path) -> set[str]:
     return {p.relative_to(top).as_posix() for p in top.rglob("*") if p.is_file()}
+
+
+async def _run_lifecycle(
+    settings: Settings, sessions: sessionmaker[Session], client: Client, seeded: Seeded
+) -> LifecycleResult:
+    with sessions.begin() as s:
+        head = lifecycle_repo.checkpoint_head(s, seeded.checkpoint_id)
+        assert head is not None
+        lifecycle_repo.ensure_markers(s, head, settings.tier_names())
+    inp = LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=seeded.job, step=seeded.step)
+    await start_lifecycle(client, inp)
+    handle = client.get_workflow_handle(
+        workflow_id(seeded.job, seeded.step), result_type=LifecycleResult
+    )
+    result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    assert isinstance(result, LifecycleResult)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("link", "target", "shard"),
+    [
+        ("stolen.bin", "../../{victim}/10/model/r0.bin", "stolen.bin"),
+        ("model", "../../{victim}/10/model", "model/r0.bin"),
+    ],
+    ids=["shard-symlink", "directory-symlink"],
+)
+async def test_a_symlink_to_another_jobs_shard_is_refused_at_seal(
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    client: Client,
+    services: Services,
+    link: str,
+    target: str,
+    shard: str,
+) -> None:
+    node = NODES[0]
+    victim, thief = f"gpt-x-{uuid.uuid4().hex[:8]}", f"llama-sym-{uuid.uuid4().hex[:8]}"
+    weights = b"gpt-x weights, rank 0"
+    seed_checkpoint(
+        settings, sessions, victim, 10, [ShardSpec(node, "model/r0.bin", weights, None)]
+    )
+    # The thief registers a shard that is a symlink (or lies under one) into the victim's step
+    # directory, on the same tier root, with the size of the victim's file and no checksum.
+    thief_shard = ShardSpec(node, shard, weights, None)
+    seeded = seed_checkpoint(settings, sessions, thief, 4, [thief_shard])
+    step_dir = _step_dir(settings, "ssd", node, thief, 4)
+    shutil.rmtree(step_dir)
+    step_dir.mkdir()
+    (step_dir / link).symlink_to(target.format(victim=victim))
+    async with running_workers(settings, client):
+        result = await _run_lifecycle(settings, sessions, client, seeded)
+    assert [t.tier for t in result.tiers if t.state == "restorable"] == []
+    with sessions() as s:
+        states = s.scalars(
+            select(Replica.state).where(Replica.checkpoint_id == seeded.checkpoint_id)
+        ).all()
+    assert "verified" not in states
+    # Never copied: nothing of the thief's on the shared tier or in S3.
+    assert not (settings.tier("lustre").root_for(None) / thief).exists()
+    assert s3_keys(services, settings, thief) == {}
+    # The victim's file is untouched.
+    assert (_step_dir(settings, "ssd", node, victim, 10) / "model/r0.bin").read_bytes() == weights

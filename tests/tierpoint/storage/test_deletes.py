@@ -111,3 +111,27 @@ def test_s3_deletes_only_the_given_keys(s3_store: S3Store, raw_s3: Any) -> None:
     pending = raw_s3.list_multipart_uploads(Bucket=s3_store.bucket, Prefix=prefix)
     assert [u["UploadId"] for u in pending.get("Uploads", [])] == [foreign["UploadId"]]
     assert report.left == ("UNREGISTERED-optimizer.pt",)
+
+
+def test_reconcile_removes_only_regular_files_named_like_our_temp_files(
+    store: PosixStore, tmp_path: Path
+) -> None:
+    ref = new_ref("a.bin")
+    _interrupted_write(store, ref, MiB)
+    step_dir = store.root / ref.job / str(ref.step)
+    (step_dir / "UNREGISTERED-optimizer.pt").write_bytes(OPTIMIZER)
+    (step_dir / "notes.tierpoint-partial").write_bytes(b"a job's own name")
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not ours")
+    (step_dir / partial_name("b.bin")).symlink_to(outside)
+
+    step = str(ref.step)
+    assert store.remove_temp(ref.job, f"{step}/{partial_name('a.bin')}")
+    assert not store.remove_temp(ref.job, f"{step}/UNREGISTERED-optimizer.pt")
+    assert not store.remove_temp(ref.job, f"{step}/notes.tierpoint-partial")
+    assert not store.remove_temp(ref.job, f"{step}/{partial_name('b.bin')}")
+    assert (step_dir / "UNREGISTERED-optimizer.pt").read_bytes() == OPTIMIZER
+    assert (step_dir / "notes.tierpoint-partial").exists()
+    assert (step_dir / partial_name("b.bin")).is_symlink()
+    assert outside.read_bytes() == b"not ours"
+    assert not (step_dir / partial_name("a.bin")).exists()

@@ -14,8 +14,8 @@ from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import ResumeState, ShardRef, SourceSizeMismatch
 from tierpoint.storage.checksum import crc32c_hex, crc32c_of
-from tierpoint.storage.paths import PARTIAL_SUFFIX
-from tierpoint.storage.posix.store import PosixStore, partial_name
+from tierpoint.storage.paths import PARTIAL_SUFFIX, partial_name
+from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import open_store
 
 

@@ -39,6 +39,7 @@ AUTH = "tests/api/test_auth.py"
 PATHS = "tierpoint/storage/paths.py"
 CONFINED = "tierpoint/storage/posix/confined.py"
 DELETES = "tests/tierpoint/storage/test_deletes.py"
+CONFINEMENT = "tests/tierpoint/storage/test_confinement.py"
 EXPIRY_E2E = (
     "tests/workflows/test_expiry_keeps_unregistered.py::"
     "test_expiry_deletes_the_registered_shards_and_nothing_else"
@@ -245,7 +246,7 @@ MUTANTS: tuple[Mutant, ...] = (
         CONFINED,
         "_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS\n",
         "_RESOLVE = RESOLVE_BENEATH\n",
-        (*PATH_TESTS, SYMLINK_SEAL),
+        (CONFINEMENT, SYMLINK_SEAL),
         "openat2 refuses every symlink below the tier root: RESOLVE_BENEATH from the root alone "
         "lets a symlink into another job's directory through",
     ),
@@ -254,7 +255,7 @@ MUTANTS: tuple[Mutant, ...] = (
         CONFINED,
         "nxt = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)",
         "nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)",
-        PATH_TESTS,
+        (CONFINEMENT,),
         "where the kernel has no openat2, the walk opens each directory with O_NOFOLLOW",
     ),
     Mutant(
@@ -262,7 +263,7 @@ MUTANTS: tuple[Mutant, ...] = (
         CONFINED,
         "os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)",
         "os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=dir_fd)",
-        (*PATH_TESTS, SYMLINK_SEAL),
+        (CONFINEMENT, SYMLINK_SEAL),
         "a symlink at a shard's name (or at the temp name a copy writes) is not followed",
     ),
     # ---- deleting: only what we registered ---------------------------------------------------

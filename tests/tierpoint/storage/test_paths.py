@@ -80,7 +80,9 @@ def test_any_dotdot_or_absolute_path_is_refused(path: str) -> None:
             validate_relative_path(path)
 
 
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200)
+@settings(
+    suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200, deadline=None
+)
 @given(path=paths)
 def test_accepted_paths_resolve_inside_the_root(tmp_path: Path, path: str) -> None:
     root = tmp_path / "root"

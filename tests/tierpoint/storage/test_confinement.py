@@ -118,3 +118,13 @@ def test_a_symlink_to_another_jobs_files_inside_the_root_is_refused(
             store.delete(ref)
     with store.open_read(victim) as f:
         assert f.read() == b"gpt-x weights"
+
+
+def test_a_file_where_a_directory_must_be_is_refused(store: PosixStore) -> None:
+    file = ShardRef("job", 1, "a")
+    store.write(file, io.BytesIO(b"x"), 1, None, None)
+    with pytest.raises(UnsafePath, match="not a directory"):
+        store.write(ShardRef("job", 1, "a/b"), io.BytesIO(b"y"), 1, None, None)
+    assert store.size(ShardRef("job", 1, "a/b")) is None
+    with store.open_read(file) as f:
+        assert f.read() == b"x"

@@ -33,6 +33,7 @@ _RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 # The kernel may refuse a RESOLVE_BENEATH walk that raced with a rename elsewhere: try again.
 _EAGAIN_RETRIES = 8
+_MKDIR_ATTEMPTS = 3
 
 
 class _OpenHow(ctypes.Structure):
@@ -142,24 +143,30 @@ def make_dirs(root_fd: int, parts: Sequence[str], *, use_openat2: bool = OPENAT2
     fd = os.dup(root_fd)
     try:
         for i, part in enumerate(parts):
-            try:
-                os.mkdir(part, 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
-            else:
-                os.fsync(fd)
-            try:
-                nxt = open_dir(fd, [part], use_openat2=use_openat2)
-            except FileNotFoundError:
-                raise UnsafePath(
-                    f"{'/'.join(parts[: i + 1])!r} exists and is not a directory"
-                ) from None
+            nxt = _make_dir(fd, part, use_openat2)
+            if nxt is None:
+                raise UnsafePath(f"{'/'.join(parts[: i + 1])!r} exists and is not a directory")
             os.close(fd)
             fd = nxt
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _make_dir(dir_fd: int, name: str, use_openat2: bool) -> int | None:
+    """mkdir (fsyncing the parent when it is new) and open; None if something else is there.
+    An expiry may prune the empty directory between our mkdir and open: make it again."""
+    for _ in range(_MKDIR_ATTEMPTS):
+        try:
+            os.mkdir(name, 0o755, dir_fd=dir_fd)
+        except FileExistsError:
+            pass
+        else:
+            os.fsync(dir_fd)
+        with contextlib.suppress(FileNotFoundError):
+            return open_dir(dir_fd, [name], use_openat2=use_openat2)
+    return None
 
 
 @contextlib.contextmanager

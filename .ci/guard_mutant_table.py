@@ -39,6 +39,17 @@ AUTH = "tests/api/test_auth.py"
 PATHS = "tierpoint/storage/paths.py"
 # The lexical path rule: one statement of it, in the client, which the server calls.
 PATH_RULE = "client/tierpoint_client/paths.py"
+CONFINED = "tierpoint/storage/posix/confined.py"
+DELETES = "tests/tierpoint/storage/test_deletes.py"
+CONFINEMENT = "tests/tierpoint/storage/test_confinement.py"
+EXPIRY_E2E = (
+    "tests/workflows/test_expiry_keeps_unregistered.py::"
+    "test_expiry_deletes_the_registered_shards_and_nothing_else"
+)
+SYMLINK_SEAL = (
+    "tests/workflows/test_expiry_keeps_unregistered.py::"
+    "test_a_symlink_to_another_jobs_shard_is_refused_at_seal"
+)
 
 MUTANTS: tuple[Mutant, ...] = (
     # ---- executing retention: the re-check under row locks -----------------------------------
@@ -233,44 +244,60 @@ MUTANTS: tuple[Mutant, ...] = (
         "an absolute shard path is refused",
     ),
     Mutant(
-        "paths-symlink-parent",
-        PATHS,
-        "    if not _inside(real_root, parent) or parent == real_root:\n",
-        "    if parent == real_root:\n",
-        PATH_TESTS,
-        "a directory symlink out of the root is refused",
+        "posix-paths-refuse-symlinks",
+        CONFINED,
+        "_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS\n",
+        "_RESOLVE = RESOLVE_BENEATH\n",
+        (CONFINEMENT, SYMLINK_SEAL),
+        "openat2 refuses every symlink below the tier root: RESOLVE_BENEATH from the root alone "
+        "lets a symlink into another job's directory through",
     ),
     Mutant(
-        "paths-symlink-shard",
-        PATHS,
-        "        if not _inside(real_root, real) or real == real_root:\n",
-        "        if real == real_root:\n",
-        PATH_TESTS,
-        "a shard symlink out of the root is refused",
+        "posix-walk-nofollow",
+        CONFINED,
+        "nxt = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)",
+        "nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)",
+        (CONFINEMENT,),
+        "where the kernel has no openat2, the walk opens each directory with O_NOFOLLOW",
     ),
     Mutant(
-        "paths-symlink-checkpoint-dir",
-        PATHS,
-        "    if not _inside(real_root, target) or target == real_root:\n",
-        "    if target == real_root:\n",
-        PATH_TESTS,
-        "a checkpoint directory symlinked out of the root is refused",
+        "posix-entry-nofollow",
+        CONFINED,
+        "os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)",
+        "os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=dir_fd)",
+        (CONFINEMENT, SYMLINK_SEAL),
+        "a symlink at a shard's name (or at the temp name a copy writes) is not followed",
+    ),
+    # ---- deleting: only what we registered ---------------------------------------------------
+    Mutant(
+        "expiry-deletes-only-registered",
+        "tierpoint/storage/posix/store.py",
+        "            for parts, names in by_dir.items():\n",
+        "            import shutil\n\n"
+        "            shutil.rmtree(os.path.join(self.root, *base), ignore_errors=True)\n"
+        "            for parts, names in by_dir.items():\n",
+        (DELETES, EXPIRY_E2E),
+        "expiry deletes the registered shards and our temp files, never the step directory's "
+        "other contents",
     ),
     Mutant(
-        "paths-symlink-mkdir",
-        PATHS,
-        "        if not _inside(real_root, real):\n",
-        "        if False:\n",
-        PATH_TESTS,
-        "creating directories never goes through a symlink out of the root",
+        "s3-deletes-only-registered",
+        "tierpoint/storage/s3/store.py",
+        "        keys = [self.key(ShardRef(job, step, p)) for p in paths]\n",
+        "        listed = self.client.list_objects_v2(\n"
+        "            Bucket=self.bucket, Prefix=self.checkpoint_prefix(job, step)\n"
+        "        )\n"
+        '        keys = [o["Key"] for o in listed.get("Contents", [])]\n',
+        (DELETES, EXPIRY_E2E),
+        "an S3 expiry deletes the registered keys, never what a listing of the prefix holds",
     ),
     Mutant(
-        "paths-nofollow",
-        PATHS,
-        "os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)",
-        "os.open(path, flags | os.O_CLOEXEC, mode)",
-        PATH_TESTS,
-        "a symlink at the final component (the temp name a copy writes) is not followed",
+        "reconcile-removes-only-our-temp-files",
+        "tierpoint/storage/posix/store.py",
+        "        if not is_partial_name(name) or not sub[1:]:\n",
+        "        if not sub[1:]:\n",
+        (DELETES,),
+        "reconciliation's repair removes only files named like our temp files",
     ),
     Mutant(
         "paths-file-above-file",

@@ -40,7 +40,8 @@ from tierpoint.contract.integrity import (
     TierReport,
 )
 from tierpoint.states import ReplicaState
-from tierpoint.storage.paths import PARTIAL_SUFFIX
+from tierpoint.storage.paths import is_partial_name
+from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.s3.store import S3Store
 
 from .stores import Stores, ensure_reachable
@@ -113,7 +114,9 @@ class ReconcileActivities:
         if tier.kind is TierKind.S3:
             lister: _Lister = _S3Lister(self._stores, tier, inp.repair)
         else:
-            lister = _PosixLister(Path(os.path.abspath(tier.root_for(node))), inp.repair)
+            store = self._stores.get(tier, node)
+            assert isinstance(store, PosixStore)
+            lister = _PosixLister(store)
         if inp.job is None:
             for name in lister.top_level():
                 if name not in jobs:
@@ -151,7 +154,7 @@ class ReconcileActivities:
                 activity.heartbeat(index)
             step_s, _, path = rel.partition("/")
             name = rel.rsplit("/", 1)[-1]
-            if name.endswith(PARTIAL_SUFFIX):
+            if is_partial_name(name):
                 if mtime < grace:
                     _note(report, Finding.ABANDONED_TEMP, f"{job}/{rel}")
                     if repair:
@@ -199,8 +202,9 @@ class _Lister:
 
 
 class _PosixLister(_Lister):
-    def __init__(self, root: Path, repair: bool) -> None:
-        self.root = root
+    def __init__(self, store: PosixStore) -> None:
+        self.store = store
+        self.root = store.root
 
     def top_level(self) -> list[str]:
         try:
@@ -215,11 +219,7 @@ class _PosixLister(_Lister):
         return _walk(top)
 
     def remove_temp(self, job: str, rel: str) -> int:
-        try:
-            os.unlink(self.root / job / rel)
-        except FileNotFoundError:
-            return 0
-        return 1
+        return int(self.store.remove_temp(job, rel))
 
 
 class _S3Lister(_Lister):

@@ -120,6 +120,7 @@ class RetentionActivities:
         # Invariant 3, checked where the bytes go: only a copy that no reader is sent to any more.
         with self._sessions.begin() as s:
             state = repo.marker_state(s, inp.checkpoint_id, inp.tier)
+            paths = repo.registered_paths(s, inp.checkpoint_id, inp.tier, inp.node)
         if state not in (TierState.EXPIRING.value, TierState.EXPIRED.value):
             raise ApplicationError(
                 f"refusing to delete checkpoint {inp.checkpoint_id} on {inp.tier}: its marker is "
@@ -128,8 +129,26 @@ class RetentionActivities:
                 non_retryable=True,
             )
         store = self._stores.get(tier, inp.node)
-        store.delete_checkpoint(inp.job, inp.step)
-        log.info("copy deleted", job=inp.job, step=inp.step, tier=inp.tier, node=inp.node)
+        # We delete only what we registered: the shards' files and our temp files, never what
+        # else the job left in the directory (it is reported, here and by reconcile).
+        done = store.delete_checkpoint(inp.job, inp.step, paths)
+        log.info(
+            "copy deleted",
+            job=inp.job,
+            step=inp.step,
+            tier=inp.tier,
+            node=inp.node,
+            shards=done.deleted,
+        )
+        if done.left:
+            log.warning(
+                "unregistered files kept",
+                job=inp.job,
+                step=inp.step,
+                tier=inp.tier,
+                node=inp.node,
+                examples=list(done.left),
+            )
 
     # ---------------------------------------------------------------- finish
 

@@ -15,7 +15,7 @@ from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint
 from tests.helpers.services import NODES, Services, s3_client
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, Shard
 from tierpoint.config import Settings
-from tierpoint.storage.posix.store import partial_name
+from tierpoint.storage.paths import partial_name
 
 TIERS = ("ssd", "lustre", "s3")
 

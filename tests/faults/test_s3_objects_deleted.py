@@ -38,7 +38,7 @@ from tests.helpers.services import Services, s3_client
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import ReconcileInput
-from tierpoint.storage.posix.store import partial_name
+from tierpoint.storage.paths import partial_name
 
 
 async def test_deleted_s3_objects_are_reported_marked_lost_and_copied_back(

@@ -35,7 +35,7 @@ from tests.helpers.worker_process import worker_process
 from tierpoint.catalog.models import Event, Replica
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.storage.posix.store import partial_name
+from tierpoint.storage.paths import partial_name
 from tierpoint.temporal import start_lifecycle
 
 SHARD = "big.bin"

@@ -177,6 +177,21 @@ def marker_state(session: Session, checkpoint_id: int, tier: str) -> str | None:
     )
 
 
+def registered_paths(
+    session: Session, checkpoint_id: int, tier: str, node: str | None
+) -> list[str]:
+    """The shard paths a copy of the checkpoint on `tier` consists of: what expiring it may
+    delete, and nothing else. On a local tier (`node` given): the shards the job registered on
+    that node and any shard we keep a replica of there."""
+    stmt = select(Shard.path).where(Shard.checkpoint_id == checkpoint_id)
+    if node is not None:
+        on_node = select(Replica.shard_id).where(
+            Replica.checkpoint_id == checkpoint_id, Replica.tier == tier, Replica.node_id == node
+        )
+        stmt = stmt.where((Shard.node_id == node) | Shard.id.in_(on_node))
+    return list(session.scalars(stmt.order_by(Shard.ordinal)))
+
+
 def _begun_rule(session: Session, checkpoint_id: int, tier: str) -> str:
     """The rule recorded when the expiry began (its `expiring` event)."""
     detail = session.scalar(

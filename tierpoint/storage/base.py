@@ -1,13 +1,18 @@
 """What every tier backend offers. Activities speak only this interface.
 
 A checkpoint's directory on a tier is `<root>/<job>/<step>/` (or `<prefix><job>/<step>/` in a
-bucket); shard paths are relative to it and confined to it.
+bucket); shard paths are relative to it and confined to it: on a POSIX tier no component below
+the root is ever followed if it is a symlink (an operation on such a shard raises UnsafePath).
+
+We delete only what we registered: a store removes the shards it is named and its own temp files
+(POSIX `.<name>.tierpoint-partial`, S3 multipart uploads of those keys), never anything else in
+a checkpoint's directory or under its prefix, and a directory only once it is empty.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
@@ -46,6 +51,19 @@ class VerifyResult:
     size: int | None
     crc32c: str | None
     reason: str | None = None  # why not ok: "missing", "size 10 != 12", "crc32c 0badf00d != ..."
+
+
+LEFT_EXAMPLES = 10
+
+
+@dataclass(frozen=True)
+class DeleteReport:
+    """What deleting a checkpoint's registered shards did, and what it left alone."""
+
+    deleted: int = 0  # registered shards that were there and are gone now
+    # Up to LEFT_EXAMPLES entries still in the checkpoint's directory (or under its prefix),
+    # relative to it: nobody registered them, so they are reported and never deleted.
+    left: tuple[str, ...] = ()
 
 
 class StorageError(Exception):
@@ -111,13 +129,21 @@ class TierStore(Protocol):
         ...
 
     def delete(self, ref: ShardRef) -> None:
-        """Remove the shard; removing an absent shard is not an error (idempotent)."""
+        """Remove the shard and its temp file, then its directories while they are empty (never
+        the tier root); removing an absent shard is not an error (idempotent)."""
         ...
 
-    def delete_checkpoint(self, job: str, step: int) -> None:
-        """Remove the checkpoint directory (or prefix) with everything under it, idempotently."""
+    def delete_checkpoint(self, job: str, step: int, paths: Iterable[str]) -> DeleteReport:
+        """Remove the checkpoint's registered shards `paths` (and their temp files / multipart
+        uploads), then each directory that held them while it is empty, up to `<job>/`.
+
+        Anything else in the checkpoint's directory or under its prefix is left where it is and
+        named in the report. Idempotent. A shard reached only through a symlink raises
+        UnsafePath: nothing is deleted through one.
+        """
         ...
 
     def cleanup_partial(self, ref: ShardRef, resume: ResumeState | None) -> None:
-        """Drop abandoned temp files / multipart uploads for this shard."""
+        """Drop abandoned temp files / multipart uploads of this shard (only those: never the
+        shard itself nor a neighbour)."""
         ...

@@ -1,15 +1,13 @@
 """Path confinement for tier roots (invariant 6: nothing outside a tier root is ever touched).
 
-Shard paths come from manifests, i.e. from users. They are validated lexically first
-(`validate_relative_path`), then resolved against the real path of the tier root so that symlinks
-cannot lead outside it (`resolve_shard_path`, `ensure_checkpoint_parent`).
+Shard paths come from manifests, i.e. from users. They are validated lexically here
+(`validate_relative_path`); a POSIX tier then reaches them without following any symlink below its
+root (`tierpoint.storage.posix.confined`), so a shard stays inside its own `<job>/<step>/`.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-from pathlib import Path
+import hashlib
 
 from tierpoint_client import paths as rule
 from tierpoint_client.errors import UnsafePathError
@@ -54,14 +52,6 @@ def validate_step(step: int) -> int:
     return step
 
 
-def _inside(real_root: str, real_path: str) -> bool:
-    return real_path == real_root or real_path.startswith(real_root.rstrip("/") + "/")
-
-
-def _real_root(root: Path) -> str:
-    return os.path.realpath(root)
-
-
 def checkpoint_parts(job: str, step: int, rel: str | None = None) -> list[str]:
     parts = [validate_name(job), str(validate_step(step))]
     if rel is not None:
@@ -85,83 +75,21 @@ def s3_object(
     return tier.bucket, object_key(tier.prefix, job, step, rel)
 
 
-def resolve_checkpoint_dir(root: Path, job: str, step: int) -> Path:
-    """The real path of `<root>/<job>/<step>`, refused if a symlink leads it out of the root."""
-    real_root = _real_root(root)
-    target = os.path.realpath(os.path.join(real_root, *checkpoint_parts(job, step)))
-    if not _inside(real_root, target) or target == real_root:
-        raise UnsafePath(f"checkpoint directory {job}/{step} resolves outside the tier root")
-    return Path(target)
+def partial_name(name: str) -> str:
+    """The temp name a copy of shard `name` writes before it renames (deterministic, so a retry
+    finds it; hashed when the name is too long to carry the prefix and suffix)."""
+    candidate = f".{name}{PARTIAL_SUFFIX}"
+    if len(candidate.encode("utf-8")) <= MAX_COMPONENT_BYTES:
+        return candidate
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+    return f".{digest}{PARTIAL_SUFFIX}"
 
 
-def shard_entry(root: Path, job: str, step: int, rel: str) -> Path:
-    """`<root>/<job>/<step>/<rel>` with the directories resolved (they must stay inside the real
-    root) and the final component not followed: the name to create, rename onto, or unlink."""
-    real_root = _real_root(root)
-    parts = checkpoint_parts(job, step, rel)
-    parent = os.path.realpath(os.path.join(real_root, *parts[:-1]))
-    if not _inside(real_root, parent) or parent == real_root:
-        raise UnsafePath(f"shard path {rel!r} resolves outside the tier root")
-    return Path(parent, parts[-1])
-
-
-def resolve_shard_path(root: Path, job: str, step: int, rel: str) -> Path:
-    """The path of an existing or future shard at `<root>/<job>/<step>/<rel>`, symlinks resolved.
-
-    The real path of the parent must stay inside the real path of the root. An existing final
-    component that is a symlink is followed and must also stay inside; the result is the real
-    path, so callers can open it with O_NOFOLLOW to catch a symlink swapped in afterwards.
-    """
-    candidate = shard_entry(root, job, step, rel)
-    if os.path.islink(candidate):
-        real_root = _real_root(root)
-        real = os.path.realpath(candidate)
-        if not _inside(real_root, real) or real == real_root:
-            raise UnsafePath(f"shard path {rel!r} is a symlink that leads outside the tier root")
-        return Path(real)
-    return candidate
-
-
-def ensure_parent_dirs(root: Path, job: str, step: int, rel: str) -> Path:
-    """Create the directories above a shard one level at a time, never through a symlink that
-    leaves the root, fsyncing the parent of each new one; return the shard's path (as
-    `resolve_shard_path`)."""
-    real_root = _real_root(root)
-    os.makedirs(real_root, exist_ok=True)
-    parts = checkpoint_parts(job, step, rel)
-    current = real_root
-    for part in parts[:-1]:
-        nxt = os.path.join(current, part)
-        try:
-            os.mkdir(nxt, 0o755)
-        except FileExistsError:
-            pass
-        else:
-            # A new directory is durable only once its parent's entry is: a shard that is
-            # fsynced and renamed must not vanish with its directory after a crash.
-            _fsync_dir(current)
-        real = os.path.realpath(nxt)
-        if not _inside(real_root, real):
-            raise UnsafePath(f"shard path {rel!r} resolves outside the tier root")
-        if not os.path.isdir(real):
-            raise UnsafePath(f"shard path {rel!r}: {part!r} exists and is not a directory")
-        current = real
-    return resolve_shard_path(root, job, step, rel)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
-    """os.open with O_NOFOLLOW | O_CLOEXEC; a symlink at the final component is an UnsafePath."""
-    try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UnsafePath(f"{path.name!r} is a symlink; refusing to follow it") from None
-        raise
+def is_partial_name(name: str) -> bool:
+    """Whether `name` has the shape of our own temp files (`partial_name`): the only files besides
+    registered shards that tierpoint ever deletes on a POSIX tier."""
+    return (
+        name.startswith(".")
+        and name.endswith(PARTIAL_SUFFIX)
+        and len(name) > 1 + len(PARTIAL_SUFFIX)
+    )

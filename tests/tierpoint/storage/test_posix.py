@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 from tests.helpers.storage import InterruptedSource, MiB, Progress, new_ref, random_bytes
 from tierpoint.config import TierConfig, TierKind
+from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import ResumeState, ShardRef, SourceSizeMismatch
 from tierpoint.storage.checksum import crc32c_hex, crc32c_of
-from tierpoint.storage.paths import PARTIAL_SUFFIX
-from tierpoint.storage.posix.store import PosixStore, partial_name
+from tierpoint.storage.paths import PARTIAL_SUFFIX, partial_name
+from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import open_store
 
 
@@ -219,13 +220,14 @@ def test_delete_checkpoint_is_idempotent(posix_store: PosixStore) -> None:
             None,
             None,
         )
-    posix_store.delete_checkpoint(ref.job, ref.step)
-    posix_store.delete_checkpoint(ref.job, ref.step)
+    registered = ["x/y.bin", "z", "w"]
+    posix_store.delete_checkpoint(ref.job, ref.step, registered)
+    posix_store.delete_checkpoint(ref.job, ref.step, registered)
     assert not (posix_store.root / ref.job / str(ref.step)).exists()
     assert posix_store.size(keep) == 4
-    posix_store.delete_checkpoint(keep.job, keep.step)
+    posix_store.delete_checkpoint(keep.job, keep.step, ["y.bin"])
     assert list(posix_store.root.iterdir()) == []
-    posix_store.delete_checkpoint("never-there", 5)
+    posix_store.delete_checkpoint("never-there", 5, ["a"])
 
 
 def test_delete_checkpoint_does_not_follow_symlinks_inside(
@@ -237,8 +239,12 @@ def test_delete_checkpoint_does_not_follow_symlinks_inside(
     ref = new_ref()
     posix_store.write(ref, io.BytesIO(b"x"), 1, None, None)
     (posix_store.root / ref.job / str(ref.step) / "link").symlink_to(outside)
-    posix_store.delete_checkpoint(ref.job, ref.step)
+    # Nothing is deleted through a symlink, even under a registered name.
+    with pytest.raises(UnsafePath):
+        posix_store.delete_checkpoint(ref.job, ref.step, [ref.path, "link/file"])
     assert (outside / "file").read_bytes() == b"keep me"
+    report = posix_store.delete_checkpoint(ref.job, ref.step, [ref.path])
+    assert report.left == ("link",)
 
 
 def test_cleanup_partial_is_idempotent(posix_store: PosixStore) -> None:
@@ -331,4 +337,4 @@ def test_any_sequence_of_interruptions_ends_with_the_right_bytes(
     result = store.write(ref, InterruptedSource(data, start=start), size, state, None)
     assert result.crc32c == crc32c_hex(crc32c_of(data))
     assert Path(store.location(ref)).read_bytes() == data
-    store.delete_checkpoint(ref.job, ref.step)
+    store.delete_checkpoint(ref.job, ref.step, [ref.path])

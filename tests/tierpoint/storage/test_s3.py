@@ -196,8 +196,8 @@ def test_delete_and_delete_checkpoint_are_idempotent(s3_store: S3Store, raw_s3: 
             progress,
         )
     assert uploads(raw_s3, s3_store) != []
-    s3_store.delete_checkpoint(ref.job, ref.step)
-    s3_store.delete_checkpoint(ref.job, ref.step)
+    s3_store.delete_checkpoint(ref.job, ref.step, ["a/b", "c", "big"])
+    s3_store.delete_checkpoint(ref.job, ref.step, ["a/b", "c", "big"])
     assert s3_store.size(sibling) is None
     assert uploads(raw_s3, s3_store) == []
     assert s3_store.size(later) == 4 and s3_store.size(prefix_neighbour) == 4

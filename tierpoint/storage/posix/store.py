@@ -19,11 +19,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
-import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
@@ -32,6 +30,7 @@ from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import (
     ByteSource,
     CopyResult,
+    DeleteReport,
     ProgressFn,
     ResumeState,
     ShardRef,
@@ -45,21 +44,24 @@ from tierpoint.storage.checksum import (
     parse_crc32c,
 )
 from tierpoint.storage.paths import (
-    PARTIAL_SUFFIX,
     checkpoint_parts,
-    ensure_parent_dirs,
-    open_nofollow,
-    resolve_checkpoint_dir,
-    resolve_shard_path,
-    shard_entry,
+    is_partial_name,
+    partial_name,
+    validate_name,
+    validate_relative_path,
 )
-from tierpoint.storage.posix.page_cache import (
-    drop_cache,
-    fsync_dir,
-    start_writeback,
-    wait_writeback,
+from tierpoint.storage.posix.confined import (
+    OPENAT2,
+    lstat_entry,
+    make_dirs,
+    open_dir,
+    open_entry,
+    open_root,
+    opened,
 )
+from tierpoint.storage.posix.page_cache import drop_cache, start_writeback, wait_writeback
 from tierpoint.storage.posix.reader import PosixReader
+from tierpoint.storage.posix.removal import left_in, prune, unlink_shard
 from tierpoint.storage.posix.streams import device_crc32c, prefetched_chunks
 from tierpoint.storage.source import check_source_end, position_source
 from tierpoint.storage.throttle import TokenBucket
@@ -67,22 +69,14 @@ from tierpoint.storage.throttle import TokenBucket
 DEFAULT_BUFFER_SIZE = 8 * 1024 * 1024
 
 
-def partial_name(name: str) -> str:
-    candidate = f".{name}{PARTIAL_SUFFIX}"
-    if len(candidate.encode("utf-8")) <= 255:
-        return candidate
-    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
-    return f".{digest}{PARTIAL_SUFFIX}"
-
-
-def _lock_partial(fd: int, tmp: Path) -> None:
+def _lock_partial(fd: int, dir_fd: int, tmp: str) -> None:
     """Take the temp file for this writer alone (two attempts at one shard, e.g. a retry while
     the first attempt still runs, must not interleave their bytes)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise BlockingIOError(
-            errno.EWOULDBLOCK, f"another copy is writing {tmp.name!r}; retry later"
+            errno.EWOULDBLOCK, f"another copy is writing {tmp!r}; retry later"
         ) from None
     except OSError as e:
         # Some shared file systems (Lustre without -o flock) do not do flock at all.
@@ -91,12 +85,12 @@ def _lock_partial(fd: int, tmp: Path) -> None:
     # The inode we locked may have been renamed onto a final name meanwhile: only the inode that
     # is still under the temp name is ours to write.
     try:
-        current = os.stat(tmp, follow_symlinks=False)
+        current = lstat_entry(dir_fd, tmp)
     except FileNotFoundError:
         current = None
     st = os.fstat(fd)
     if current is None or (current.st_dev, current.st_ino) != (st.st_dev, st.st_ino):
-        raise BlockingIOError(errno.EWOULDBLOCK, f"{tmp.name!r} was replaced; retry")
+        raise BlockingIOError(errno.EWOULDBLOCK, f"{tmp!r} was replaced; retry")
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -104,6 +98,19 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
         n = os.pwrite(fd, data, offset)
         data = data[n:]
         offset += n
+
+
+def _refuse_to_replace(dir_fd: int, name: str, ref: ShardRef) -> None:
+    """A copy renames onto a shard's name only where a file or nothing is: a directory or a
+    symlink there is not ours to replace."""
+    try:
+        mode = lstat_entry(dir_fd, name).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        raise UnsafePath(f"shard path {ref.path!r} names an existing directory")
+    if stat.S_ISLNK(mode):
+        raise UnsafePath(f"shard path {ref.path!r} is a symlink; refusing to replace it")
 
 
 class PosixStore:
@@ -116,7 +123,10 @@ class PosixStore:
         *,
         limiter: TokenBucket | None = None,
         buffer_size: int = DEFAULT_BUFFER_SIZE,
+        openat2: bool = OPENAT2,
     ) -> None:
+        """`openat2`: resolve directories with openat2(2) (the default where the kernel has it)
+        or one O_NOFOLLOW component at a time; both refuse the same paths."""
         if config.kind is TierKind.S3:
             raise ValueError(f"tier {config.name!r} is an s3 tier, not a POSIX one")
         self.config = config
@@ -126,23 +136,31 @@ class PosixStore:
             limiter = TokenBucket(config.read_bandwidth_limit)
         self.limiter = limiter
         self.buffer_size = buffer_size
+        self.openat2 = openat2
 
     # -- naming ---------------------------------------------------------------------------
 
     def location(self, ref: ShardRef) -> str:
         return str(self.root.joinpath(*checkpoint_parts(ref.job, ref.step, ref.path)))
 
-    def _entry(self, ref: ShardRef) -> Path:
-        return shard_entry(self.root, ref.job, ref.step, ref.path)
-
-    def _partial(self, entry: Path) -> Path:
-        return entry.with_name(partial_name(entry.name))
+    @contextlib.contextmanager
+    def _parent(self, ref: ShardRef, *, create: bool = False) -> Iterator[tuple[int, str]]:
+        """(descriptor of the shard's directory, the shard's name in it), the directory reached
+        without following a symlink (`confined`); FileNotFoundError if it is not there."""
+        parts = checkpoint_parts(ref.job, ref.step, ref.path)
+        if create:
+            os.makedirs(self.root, exist_ok=True)
+        with opened(open_root(str(self.root))) as root_fd:
+            reach = make_dirs if create else open_dir
+            dir_fd = reach(root_fd, parts[:-1], use_openat2=self.openat2)
+        with opened(dir_fd):
+            yield dir_fd, parts[-1]
 
     # -- reading --------------------------------------------------------------------------
 
     def _open_committed(self, ref: ShardRef) -> int:
-        path = resolve_shard_path(self.root, ref.job, ref.step, ref.path)
-        fd = open_nofollow(path, os.O_RDONLY)
+        with self._parent(ref) as (dir_fd, name):
+            fd = open_entry(dir_fd, name, os.O_RDONLY)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise UnsafePath(f"shard {ref.path!r} is not a regular file")
@@ -163,10 +181,12 @@ class PosixStore:
 
     def size(self, ref: ShardRef) -> int | None:
         try:
-            path = resolve_shard_path(self.root, ref.job, ref.step, ref.path)
-            st = os.stat(path, follow_symlinks=False)
+            with self._parent(ref) as (dir_fd, name):
+                st = lstat_entry(dir_fd, name)
         except FileNotFoundError:
             return None
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePath(f"shard {ref.path!r} is a symlink; refusing to follow it")
         if not stat.S_ISREG(st.st_mode):
             return None
         return st.st_size
@@ -231,16 +251,16 @@ class PosixStore:
     # -- writing --------------------------------------------------------------------------
 
     def _open_partial(
-        self, tmp: Path, resume: ResumeState | None, size: int
+        self, dir_fd: int, tmp: str, resume: ResumeState | None, size: int
     ) -> tuple[int, int, int]:
         """(fd, offset, crc) of the temp file, locked for this writer; resumed at resume.offset
         when the file holds that much, else truncated to start over."""
-        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = open_entry(dir_fd, tmp, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
-            _lock_partial(fd, tmp)
+            _lock_partial(fd, dir_fd, tmp)
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise UnsafePath(f"temp file {tmp.name!r} is not a regular file")
+                raise UnsafePath(f"temp file {tmp!r} is not a regular file")
             if resume is not None and 0 < resume.offset <= min(size, st.st_size):
                 os.ftruncate(fd, resume.offset)
                 return fd, resume.offset, resume.crc
@@ -260,10 +280,26 @@ class PosixStore:
     ) -> CopyResult:
         if size < 0:
             raise ValueError("size must be >= 0")
-        ensure_parent_dirs(self.root, ref.job, ref.step, ref.path)
-        entry = self._entry(ref)
-        tmp = self._partial(entry)
-        fd, offset, crc = self._open_partial(tmp, resume, size)
+        with self._parent(ref, create=True) as (dir_fd, name):
+            crc = self._write_in(dir_fd, name, ref, source, size, resume, progress)
+        if progress is not None:
+            progress(ResumeState(offset=size, crc=crc))
+        return CopyResult(size=size, crc32c=crc32c_hex(crc))
+
+    def _write_in(
+        self,
+        dir_fd: int,
+        name: str,
+        ref: ShardRef,
+        source: ByteSource,
+        size: int,
+        resume: ResumeState | None,
+        progress: ProgressFn | None,
+    ) -> int:
+        """Write the shard's temp file in its directory and rename it onto `name`; its crc32c."""
+        _refuse_to_replace(dir_fd, name, ref)
+        tmp = partial_name(name)
+        fd, offset, crc = self._open_partial(dir_fd, tmp, resume, size)
         try:
             position_source(source, resume.offset if resume else 0, offset)
             # The chunk written just before: its writeback runs while the next one is read.
@@ -291,52 +327,67 @@ class PosixStore:
             check_source_end(ref, source, size)
             os.fsync(fd)
             drop_cache(fd)
-            if os.path.isdir(entry) and not os.path.islink(entry):
-                raise UnsafePath(f"shard path {ref.path!r} names an existing directory")
+            _refuse_to_replace(dir_fd, name, ref)
             # Renamed while still locked: a concurrent writer can never lock the committed file.
-            os.rename(tmp, entry)
-            fsync_dir(entry.parent)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            os.fsync(dir_fd)
         finally:
             os.close(fd)
-        if progress is not None:
-            progress(ResumeState(offset=size, crc=crc))
-        return CopyResult(size=size, crc32c=crc32c_hex(crc))
+        return crc
 
-    # -- removing -------------------------------------------------------------------------
-
-    def _prune_empty_dirs(self, start: Path, stop: Path) -> None:
-        """rmdir start and its parents while empty, never at or above stop."""
-        current = start
-        while current != stop and stop in current.parents:
-            try:
-                current.rmdir()
-            except OSError as e:
-                if e.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.EBUSY):
-                    return
-                if e.errno != errno.ENOENT:
-                    raise
-            current = current.parent
+    # -- removing (`removal`: named shards, our temp files, then directories while empty) ----
 
     def delete(self, ref: ShardRef) -> None:
-        entry = self._entry(ref)
-        for p in (entry, self._partial(entry)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
-        self._prune_empty_dirs(entry.parent, Path(os.path.realpath(self.root)))
+        parts = checkpoint_parts(ref.job, ref.step, ref.path)
+        with contextlib.suppress(FileNotFoundError):
+            with self._parent(ref) as (dir_fd, name):
+                unlink_shard(dir_fd, name)
+            with opened(open_root(str(self.root))) as root_fd:
+                prune(root_fd, [tuple(parts[:-1])], self.openat2)
 
-    def delete_checkpoint(self, job: str, step: int) -> None:
-        real_root = Path(os.path.realpath(self.root))
-        entry = real_root.joinpath(*checkpoint_parts(job, step))
-        if os.path.islink(entry):
-            os.unlink(entry)
-        else:
-            target = resolve_checkpoint_dir(self.root, job, step)
-            # rmtree removes symlinks inside the tree without following them.
-            with contextlib.suppress(FileNotFoundError):
-                shutil.rmtree(target)
-        self._prune_empty_dirs(entry.parent, real_root)
+    def delete_checkpoint(self, job: str, step: int, paths: Iterable[str]) -> DeleteReport:
+        base = checkpoint_parts(job, step)
+        by_dir: dict[tuple[str, ...], list[str]] = {}
+        for p in paths:
+            *sub, name = validate_relative_path(p).split("/")
+            by_dir.setdefault((*base, *sub), []).append(name)
+        try:
+            root_fd = open_root(str(self.root))
+        except FileNotFoundError:
+            return DeleteReport()
+        deleted = 0
+        with opened(root_fd):
+            for parts, names in by_dir.items():
+                try:
+                    dir_fd = open_dir(root_fd, parts, use_openat2=self.openat2)
+                except FileNotFoundError:
+                    continue
+                with opened(dir_fd):
+                    deleted += sum(unlink_shard(dir_fd, n) for n in names)
+            prune(root_fd, [*by_dir, tuple(base)], self.openat2)
+            return DeleteReport(deleted=deleted, left=left_in(root_fd, base, self.openat2))
 
     def cleanup_partial(self, ref: ShardRef, resume: ResumeState | None) -> None:
-        entry = self._entry(ref)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._partial(entry))
+        # A directory we cannot reach without following a symlink holds no temp file of ours.
+        with (
+            contextlib.suppress(FileNotFoundError, UnsafePath),
+            self._parent(ref) as (dir_fd, name),
+        ):
+            os.unlink(partial_name(name), dir_fd=dir_fd)
+
+    def remove_temp(self, job: str, rel: str) -> bool:
+        """Remove an abandoned temp file `<job>/<rel>` that reconcile found; only a regular file
+        named like ours is removed. True if one was."""
+        *sub, name = [validate_name(job), *rel.split("/")]
+        if not is_partial_name(name) or not sub[1:]:
+            return False
+        try:
+            with opened(open_root(str(self.root))) as root_fd:
+                dir_fd = open_dir(root_fd, sub, use_openat2=self.openat2)
+            with opened(dir_fd):
+                if not stat.S_ISREG(lstat_entry(dir_fd, name).st_mode):
+                    return False
+                os.unlink(name, dir_fd=dir_fd)
+        except (FileNotFoundError, UnsafePath):
+            return False
+        return True

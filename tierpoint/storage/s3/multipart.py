@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+from collections.abc import Container
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -184,11 +185,12 @@ class MultipartUploads:
             if error_code(e) not in ("NoSuchUpload", "404"):
                 raise
 
-    def abort_uploads(self, prefix: str, exact_key: str | None = None) -> None:
+    def abort_uploads(self, prefix: str, keys: Container[str]) -> None:
+        """Abort the uploads in progress under `prefix` to one of `keys` (ours), no other."""
         paginator = self.client.get_paginator("list_multipart_uploads")
         for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
             for u in page.get("Uploads", []):
-                if exact_key is None or u["Key"] == exact_key:
+                if u["Key"] in keys:
                     self.abort(u["Key"], u["UploadId"])
 
     def _resume_upload(
@@ -345,7 +347,7 @@ class MultipartUploads:
         self._complete(key, upload, size, prefix.crc)
         # Earlier attempts whose state was lost left uploads behind; the object is whole now,
         # so whatever else is pending for this key is garbage.
-        self.abort_uploads(key, exact_key=key)
+        self.abort_uploads(key, {key})
         return CopyResult(size=size, crc32c=crc32c_hex(prefix.crc))
 
     def _complete(self, key: str, upload: _Upload, size: int, crc: int) -> None:

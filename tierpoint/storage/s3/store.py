@@ -8,15 +8,17 @@ or the completion (invariant 4).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from botocore.exceptions import ClientError
 
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import (
+    LEFT_EXAMPLES,
     ByteSource,
     CopyResult,
+    DeleteReport,
     ProgressFn,
     ResumeState,
     ShardRef,
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 READ_BUFFER_SIZE = 8 * 1024 * 1024
+# Keys per DeleteObjects request (the API's limit).
+DELETE_BATCH = 1000
 
 
 class S3Store:
@@ -182,15 +186,17 @@ class S3Store:
     def delete(self, ref: ShardRef) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self.key(ref))
 
-    def delete_checkpoint(self, job: str, step: int) -> None:
+    def delete_checkpoint(self, job: str, step: int, paths: Iterable[str]) -> DeleteReport:
+        # The registered keys, never a listing of the prefix: an object someone else put there
+        # (or a job wrote beside its shards) is not ours to delete.
+        keys = [self.key(ShardRef(job, step, p)) for p in paths]
         prefix = self.checkpoint_prefix(job, step)
-        paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
-            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if not keys:
-                continue
+        deleted = 0
+        for i in range(0, len(keys), DELETE_BATCH):
+            batch = keys[i : i + DELETE_BATCH]
             resp = self.client.delete_objects(
-                Bucket=self.bucket, Delete={"Objects": cast(Any, keys), "Quiet": True}
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
             )
             errors = resp.get("Errors", [])
             if errors:
@@ -199,10 +205,16 @@ class S3Store:
                     f"S3 refused to delete {len(errors)} objects under {prefix}, e.g. "
                     f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
                 )
-        self.uploads.abort_uploads(prefix)
+            deleted += len(batch)
+        self.uploads.abort_uploads(prefix, set(keys))
+        left = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=LEFT_EXAMPLES)
+        return DeleteReport(
+            deleted=deleted,
+            left=tuple(o["Key"][len(prefix) :] for o in left.get("Contents", [])),
+        )
 
     def cleanup_partial(self, ref: ShardRef, resume: ResumeState | None) -> None:
         key = self.key(ref)
         if resume is not None and resume.upload_id:
             self.uploads.abort(key, resume.upload_id)
-        self.uploads.abort_uploads(key, exact_key=key)
+        self.uploads.abort_uploads(key, {key})

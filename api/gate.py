@@ -59,14 +59,14 @@ def decode_json(body: bytes) -> Any:
         }
         raise RequestValidationError([error]) from None
     except json.JSONDecodeError as exc:
-        error = {
+        invalid: dict[str, Any] = {
             "type": "json_invalid",
             "loc": ("body", exc.pos),
             "msg": "JSON decode error",
             "input": {},
             "ctx": {"error": exc.msg},
         }
-        raise RequestValidationError([error]) from None
+        raise RequestValidationError([invalid]) from None
     except UnicodeDecodeError:
         raise HTTPException(400, "the request body is not UTF-8 text") from None
 
@@ -88,7 +88,10 @@ class StrictJsonRequest(Request):
 
 
 def access_rule(route: APIRoute) -> Access:
-    rules = [d.dependency for d in route.dependencies if isinstance(d.dependency, Access)]
+    rules: list[Access] = []
+    for dependency in route.dependencies:
+        if isinstance(rule := dependency.dependency, Access):
+            rules.append(rule)
     if len(rules) != 1:
         raise TypeError(
             f"route {route.name} ({route.path}) declares {len(rules)} access rules; it needs "

@@ -39,7 +39,7 @@ def _bad_url(route: RouteContext) -> str:
 
 
 def _guarded(settings: Settings) -> list[tuple[str, RouteContext, Requirement]]:
-    out = []
+    out: list[tuple[str, RouteContext, Requirement]] = []
     for route in api_routes(create_app(settings)):
         rule = access_of(route)[0]
         if isinstance(rule, Requirement):

@@ -472,6 +472,15 @@ MUTANTS: tuple[Mutant, ...] = (
         (AUTH,),
         "an expired token is refused",
     ),
+    Mutant(
+        "auth-before-validation",
+        "api/gate.py",
+        "            await admit(request, rule)\n",
+        "            pass\n",
+        ("tests/api/test_auth_first.py",),
+        "401/403 come before a route's body, path or query is parsed: a malformed request from a "
+        "stranger or a too narrow token never learns about the route from a 422",
+    ),
     # ---- integrity: damage takes the tier out of restorable; repair never resurrects ----------
     Mutant(
         "damage-keeps-marker-restorable",

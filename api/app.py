@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -15,6 +16,7 @@ from fastapi.routing import APIRoute
 from api import auth, problems
 from api import openapi as openapi_doc
 from api.deps import ApiState
+from api.gate import GatedRoute
 from api.metrics_refresh import CatalogGauges
 from api.middleware import BodySizeLimit, RequestObserver
 from api.routers import (
@@ -65,6 +67,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_async_engine(settings.database_url)
         refresher: asyncio.Task[None] | None = None
+        listener: WSGIServer | None = None
         try:
             # Refuses an un-migrated or newer catalog with a message that says what to do.
             await check_schema_async(engine)
@@ -86,9 +89,20 @@ def create_app(settings: Settings) -> FastAPI:
                 )
             gauges = CatalogGauges(settings, metrics, app.state.tierpoint.sessions)
             refresher = asyncio.create_task(gauges.run(), name="tierpoint-catalog-gauges")
+            if settings.api_metrics_port is not None:
+                listener = metrics.serve(settings.api_metrics_port, settings.api_metrics_host)
+                app.state.metrics_port = listener.server_port
+                log.info(
+                    "metrics served",
+                    host=settings.api_metrics_host,
+                    port=listener.server_port,
+                )
             log.info("api ready", tiers=settings.tier_names())
             yield
         finally:
+            if listener is not None:
+                listener.shutdown()
+                listener.server_close()
             if refresher is not None:
                 refresher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -139,4 +153,15 @@ def create_app(settings: Settings) -> FastAPI:
         metrics=metrics,
     )
     app.add_middleware(RequestObserver, metrics=metrics)
+    _check_gated(app)
     return app
+
+
+def _check_gated(app: FastAPI) -> None:
+    # A route of another class would parse its body before it asks for a token (api/gate.py).
+    for route in auth.api_routes(app):
+        if not isinstance(route.original_route, GatedRoute):
+            raise TypeError(
+                f"route {route.name} ({route.path_format}) is not a GatedRoute: create its router "
+                "with APIRouter(route_class=api.gate.GatedRoute)"
+            )

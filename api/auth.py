@@ -2,12 +2,14 @@
 
 Every route declares exactly one access dependency, in its decorator:
 `dependencies=[Depends(require(Scope.OPERATE))]`, `Depends(require_job(Scope.READ))` (that scope,
-or a `train:<prefix>` scope matching the path's job), or `Depends(public)` (health, readiness,
-metrics). tests/api/test_auth.py walks the route table and fails for a route without one, and
-checks the table in docs/security.md against `describe()`.
+or a `train:<prefix>` scope matching the path's job), or `Depends(public)` (health, readiness).
+The route class of every router (api/gate.py) refuses a route without one, and
+tests/api/test_auth.py checks the table in docs/security.md against `describe()`.
 
-Authentication runs before the route's own parameters are validated: a request without a valid
-token gets a 401, never a 422 that would tell it about the route. Token records are cached by
+Authentication and authorization run before the route's body, parameters or path are parsed
+(`admit`, called by the route class before FastAPI sees the request): a request without a valid
+token gets a 401 and one with too few scopes a 403, never a 422 that would tell it about the
+route. The dependency then finds the principal already settled. Token records are cached by
 digest for `token_cache_seconds` (a revocation takes effect within that time on every API
 process); expiry is checked on every request.
 """
@@ -46,6 +48,9 @@ async def authenticate(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    settled: Principal | None = getattr(request.state, "principal", None)
+    if settled is not None:
+        return settled
     state: ApiState = get_state(request)
     if state.settings.insecure_no_auth:
         return ANONYMOUS_PRINCIPAL
@@ -57,7 +62,9 @@ async def authenticate(
         record = await state.tokens.record(digest(secret), state.sessions)
     if record is None:
         raise InvalidToken("the bearer token is not a valid tierpoint token")
-    return principal_of(record, datetime.now(UTC))
+    principal = principal_of(record, datetime.now(UTC))
+    request.state.principal = principal
+    return principal
 
 
 PrincipalDep = Annotated[Principal, Depends(authenticate)]
@@ -131,6 +138,12 @@ class Requirement(Access):
         # The raw path value: validation of the job name comes after authorization.
         job = request.path_params.get("job") if self.job_scoped else None
         return self.check(principal, job)
+
+
+async def admit(request: Request, rule: Access) -> None:
+    """The route's access rule, applied to the raw request before anything of it is parsed."""
+    if isinstance(rule, Requirement):
+        await rule(request, await authenticate(request, await _bearer(request)))
 
 
 def require(*scopes: Scope) -> Requirement:

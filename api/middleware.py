@@ -20,7 +20,7 @@ from tierpoint.metrics_api import ApiMetrics
 
 log = logs.get("tierpoint.api.access")
 
-QUIET_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
+QUIET_ROUTES = frozenset({"/healthz", "/readyz"})
 REGISTER_PATH = re.compile(r"^/v1/jobs/.*/checkpoints/?$")
 
 
@@ -63,7 +63,7 @@ class RequestObserver:
                 method = scope["method"]
                 self.metrics.requests.labels(method, template, str(status)).inc()
                 self.metrics.latency.labels(method, template).observe(duration)
-                # Probes and scrapes arrive every few seconds: keep them out of the info log.
+                # Probes arrive every few seconds: keep them out of the info log.
                 emit = log.debug if template in QUIET_ROUTES else log.info
                 emit(
                     "request",

@@ -12,8 +12,8 @@ from api.problems import problem_responses
 from tierpoint.manifest import METADATA_VALUE_SCHEMA
 
 _METHODS = ("get", "put", "post", "delete", "patch")
-# Probes answer without the catalog; /readyz declares its own 503.
-_NO_CATALOG = frozenset({"/healthz", "/metrics"})
+# The liveness probe answers without the catalog; /readyz declares its own 503.
+_NO_CATALOG = frozenset({"/healthz"})
 
 
 def document(openapi: dict[str, Any], tier_names: Sequence[str]) -> dict[str, Any]:

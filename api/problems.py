@@ -14,10 +14,11 @@ from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from temporalio.service import RPCError, RPCStatusCode
 
 from api.schemas.problem import Problem
 from tierpoint import logs
-from tierpoint.errors import CatalogUnavailable, TierpointError
+from tierpoint.errors import CatalogUnavailable, TemporalUnavailable, TierpointError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 MAX_FIELD_ERRORS = 100
@@ -26,6 +27,12 @@ MANIFEST_ROUTES = frozenset({"register_checkpoint"})
 JOB_PARAM = ("path", "job")
 
 log = logs.get(__name__)
+
+# What a Temporal call answers when the server is away or does not answer in time (the API's
+# client gives every call a deadline: api/temporal_link.py).
+_TEMPORAL_AWAY = frozenset(
+    {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
+)
 
 _HTTP_CODES = {
     400: ("bad_request", "Bad request"),
@@ -132,6 +139,9 @@ def validation_problem(request: Request, exc: RequestValidationError) -> JSONRes
             code, title = "unsafe_path", "Unsafe shard path"
         else:
             code, title = "invalid_manifest", "Invalid checkpoint manifest"
+    elif "invalid_text" in types:
+        # A NUL or a lone surrogate: text the catalog cannot store (tierpoint/json_types.py).
+        code, title = "invalid_text", "Invalid text"
     else:
         code, title = "validation_error", "Invalid request"
     first = errors[0] if errors else None
@@ -180,6 +190,16 @@ def install(app: FastAPI) -> None:
 
     app.add_exception_handler(OperationalError, _catalog_down)
     app.add_exception_handler(InterfaceError, _catalog_down)
+
+    @app.exception_handler(RPCError)
+    async def _temporal(request: Request, exc: RPCError) -> JSONResponse:
+        if exc.status not in _TEMPORAL_AWAY:
+            return await _unexpected(request, exc)
+        log.warning("temporal unavailable", path=request.url.path, error=str(exc))
+        return await _domain(
+            request,
+            TemporalUnavailable(f"Temporal did not answer ({exc.status.name}); retry later"),
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

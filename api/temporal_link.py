@@ -3,21 +3,70 @@
 Registration commits to the catalog and answers without Temporal; the workflow start that follows
 uses the client if there is one. A missing client is reconnected lazily, at most once per
 `retry_interval`, so a Temporal outage costs a request nothing but a log line.
+
+A server that accepts connections but does not answer (stalled, overloaded) must not hold a
+request either: every call of the API's client carries a deadline (`temporal_rpc_timeout`, set by
+`Deadlines` on each call that has none of its own), and a call that misses it is answered 503
+`temporal_unavailable` (api/problems.py). Waiting for a workflow's result is a long poll, not a
+call with a deadline: its callers bound that wait themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor, OutboundInterceptor
 
 from tierpoint import logs
 from tierpoint.config import Settings
 from tierpoint.temporal import connect
 
 log = logs.get(__name__)
+
+
+class _Deadlines(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, timeout: timedelta) -> None:
+        super().__init__(next)
+        self.timeout = timeout
+
+    def bounded(self, call: Any) -> Any:
+        if not dataclasses.is_dataclass(call) or isinstance(call, type):
+            return call
+        if getattr(call, "rpc_timeout", timedelta(0)) is not None:
+            return call  # the caller chose its own deadline (or the call takes none)
+        if getattr(call, "wait_new_event", False):
+            return call  # a long poll for a result: its caller bounds it
+        return dataclasses.replace(call, rpc_timeout=self.timeout)
+
+
+def _bounded_call(name: str) -> Callable[..., Any]:
+    def call(self: _Deadlines, input: Any) -> Any:
+        return getattr(self.next, name)(self.bounded(input))
+
+    call.__name__ = name
+    return call
+
+
+# Every outbound call, including ones a later SDK adds: each takes one input dataclass.
+for _name, _ in inspect.getmembers(OutboundInterceptor, inspect.isfunction):
+    if not _name.startswith("_"):
+        setattr(_Deadlines, _name, _bounded_call(_name))
+
+
+class Deadlines(Interceptor):
+    """Gives every call of the client that has no deadline of its own this one."""
+
+    def __init__(self, timeout: timedelta) -> None:
+        self.timeout = timeout
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _Deadlines(next, self.timeout)
 
 
 class TemporalLink:
@@ -46,8 +95,9 @@ class TemporalLink:
                 return None
             self._last_attempt = time.monotonic()
             try:
+                deadlines = Deadlines(timedelta(seconds=self._settings.temporal_rpc_timeout))
                 self._client = await asyncio.wait_for(
-                    connect(self._settings), timeout=self._connect_timeout
+                    connect(self._settings, [deadlines]), timeout=self._connect_timeout
                 )
                 self._last_error = None
                 log.info("temporal connected", address=self._settings.temporal_address)

@@ -206,6 +206,14 @@ class Settings(BaseSettings):
         default="127.0.0.1:7233", description="The Temporal frontend, `host:port`."
     )
     temporal_namespace: str = Field(default="default", description="The Temporal namespace.")
+    temporal_rpc_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="`tierpoint api`: deadline in seconds of each call the API makes to Temporal; "
+        "a request whose call misses it (a stalled or overloaded server) answers 503 "
+        "`temporal_unavailable` instead of hanging.",
+    )
     temporal_tls_cert: Path | None = Field(
         default=None,
         description="mTLS to Temporal: this process's client certificate (PEM file); with "
@@ -240,6 +248,18 @@ class Settings(BaseSettings):
     )
     api_host: str = Field(default="127.0.0.1", description="`tierpoint api`: bind address.")
     api_port: int = Field(default=8080, description="`tierpoint api`: port.")
+    api_metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="`tierpoint api`: serve Prometheus /metrics on this port, a listener of its "
+        "own apart from the API (unset: none). The metrics name every job: expose the port to "
+        "the scraper only.",
+    )
+    api_metrics_host: str = Field(
+        default="127.0.0.1",
+        description="`tierpoint api`: bind address of /metrics (`0.0.0.0` in a pod).",
+    )
     insecure_no_auth: bool = Field(
         default=False,
         description="`tierpoint api`: serve every route WITHOUT authentication, every caller "

@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tierpoint.errors import InvalidJobName, ManifestTooLarge, UnsafePath
-from tierpoint.json_types import JsonInt
+from tierpoint.json_types import NO_NUL, JsonInt, text_value
 from tierpoint.storage.checksum import crc32c_hex, parse_crc32c
 from tierpoint.storage.paths import (
     MAX_PATH_BYTES,
@@ -42,12 +42,11 @@ from tierpoint.storage.paths import (
 MAX_INT64 = 2**63 - 1
 MAX_METADATA_DEPTH = 32
 MAX_METADATA_NUMBER = 10**30
-_NO_NUL = "^[^\\x00]*$"
 # What a metadata value may be, as the API's schema of the manifest says it (api/openapi.py puts it
 # in the components); _json_value is the judge, and also bounds the depth.
 METADATA_VALUE_SCHEMA: dict[str, Any] = {
     "anyOf": [
-        {"type": "string", "pattern": _NO_NUL},
+        {"type": "string", "pattern": NO_NUL},
         {"type": "number", "minimum": -1e30, "maximum": 1e30},
         {"type": "boolean"},
         {"type": "null"},
@@ -55,7 +54,7 @@ METADATA_VALUE_SCHEMA: dict[str, Any] = {
         {
             "type": "object",
             "additionalProperties": {"$ref": "#/components/schemas/MetadataValue"},
-            "propertyNames": {"pattern": _NO_NUL},
+            "propertyNames": {"pattern": NO_NUL},
         },
     ]
 }
@@ -84,24 +83,13 @@ def _crc32c(value: str | None) -> str | None:
         ) from None
 
 
-def _text(value: str) -> str:
-    # Postgres text refuses NUL; lone surrogates cannot be encoded for the wire.
-    if "\x00" in value:
-        raise PydanticCustomError("invalid_text", "must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise PydanticCustomError("invalid_text", "must be valid Unicode text") from None
-    return value
-
-
 def _json_value(value: Any, depth: int) -> None:
     if depth > MAX_METADATA_DEPTH:
         raise PydanticCustomError(
             "invalid_metadata", f"metadata nests deeper than {MAX_METADATA_DEPTH} levels"
         )
     if isinstance(value, str):
-        _text(value)
+        text_value(value)
     elif isinstance(value, float):
         if not math.isfinite(value) or abs(value) > float(MAX_METADATA_NUMBER):
             raise PydanticCustomError(
@@ -114,7 +102,7 @@ def _json_value(value: Any, depth: int) -> None:
             raise PydanticCustomError("invalid_metadata", "metadata integer out of range")
     elif isinstance(value, dict):
         for k, v in value.items():
-            _text(k)
+            text_value(k)
             _json_value(v, depth + 1)
     elif isinstance(value, list):
         for v in value:
@@ -143,8 +131,8 @@ ShardPath = Annotated[
 ]
 NodeId = Annotated[
     str,
-    Field(strict=True, min_length=1, max_length=128, json_schema_extra={"pattern": _NO_NUL}),
-    AfterValidator(_text),
+    Field(strict=True, min_length=1, max_length=128, json_schema_extra={"pattern": NO_NUL}),
+    AfterValidator(text_value),
 ]
 Crc32c = Annotated[
     str | None,
@@ -307,7 +295,7 @@ class _FastManifest(Manifest):
         if path_conflict(paths) is not None:
             raise ValueError("path conflict")
         for node in {s.node for s in shards}:
-            _text(node)
+            text_value(node)
         if sum(s.size for s in shards) > MAX_INT64:
             raise ValueError("total size")
         return shards

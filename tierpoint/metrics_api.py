@@ -1,14 +1,24 @@
 """Prometheus metrics of the API process.
 
 Each app gets its own registry (tests build several apps in one process; a global registry would
-refuse the second set of collectors).
+refuse the second set of collectors). They are served by a listener of their own
+(`api_metrics_host`:`api_metrics_port`), never on the API's port: they name every job and its
+recovery point, which a token of one job may not see.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -106,3 +116,9 @@ class ApiMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> WSGIServer:
+        """Expose /metrics on host:port (port 0: any free one, see `server.server_port`), as the
+        workers do (tierpoint/metrics_worker.py). Stop it with `server.shutdown()`."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import (
     Client,
+    Interceptor,
     Schedule,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
@@ -66,12 +68,13 @@ from tierpoint.contract.retention import (
 )
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, interceptors: Sequence[Interceptor] = ()) -> Client:
     """A Temporal client with the pydantic data converter (API, workers, tests and replay alike)."""
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
         data_converter=pydantic_data_converter,
+        interceptors=interceptors,
         tls=tls_config(settings),
         api_key=(
             settings.temporal_api_key.get_secret_value()

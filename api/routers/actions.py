@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends
 
 from api.auth import Actor, require
 from api.deps import JobName, SessionDep, StateDep, Step
+from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.actions import RetryOut, VerifyIn, VerifyOut
 from tierpoint import logs
@@ -14,7 +15,7 @@ from tierpoint.auth import Scope
 from tierpoint.services.retry import retry_checkpoint
 from tierpoint.services.verify import verify_checkpoint
 
-router = APIRouter(prefix="/v1/jobs", tags=["operator actions"])
+router = APIRouter(prefix="/v1/jobs", tags=["operator actions"], route_class=GatedRoute)
 
 
 @router.post(

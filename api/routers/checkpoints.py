@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from api import background
 from api.auth import LEASE_WRITE, Actor, PrincipalDep, require_job
 from api.deps import ApiState, JobName, SessionDep, StateDep, Step
+from api.gate import GatedRoute
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
 from api.schemas.checkpoints import (
@@ -26,12 +27,13 @@ from tierpoint.catalog import checkpoint_reads, registration
 from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import UnknownTier
+from tierpoint.json_types import Text
 from tierpoint.manifest import check_limits, parse_manifest_json
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 from tierpoint.states import TierState
 
 log = logs.get(__name__)
-router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"])
+router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"], route_class=GatedRoute)
 
 
 def _tier(state: ApiState, tier: str | None) -> str | None:
@@ -146,7 +148,7 @@ async def latest_restorable(
     session: SessionDep,
     state: StateDep,
     principal: PrincipalDep,
-    tier: Annotated[str | None, Query(description="Only restore from this tier.")] = None,
+    tier: Annotated[Text | None, Query(description="Only restore from this tier.")] = None,
     node: Annotated[
         str | None,
         Query(
@@ -227,7 +229,7 @@ async def list_checkpoints(
     session: SessionDep,
     state: StateDep,
     tier: Annotated[
-        str | None, Query(description="Only checkpoints with a marker on this tier.")
+        Text | None, Query(description="Only checkpoints with a marker on this tier.")
     ] = None,
     tier_state: Annotated[
         TierState | None,
@@ -237,7 +239,7 @@ async def list_checkpoints(
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[Text | None, Query(max_length=200)] = None,
 ) -> CheckpointPage:
     _tier(state, tier)
     before = decode_cursor(cursor, int) if cursor is not None else None

@@ -12,6 +12,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from api.auth import public
+from api.gate import GatedRoute
 
 ASSETS = Path(__file__).resolve().parent.parent / "dashboard"
 # Only this origin's scripts and styles, no inline code, no framing.
@@ -21,7 +22,7 @@ CSP = (
 )
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=GatedRoute)
 
 
 @router.get("/", dependencies=[Depends(public)])

@@ -5,17 +5,18 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends
 from sqlalchemy import text
 
 from api.auth import public
 from api.deps import ApiState, StateDep
+from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.health import Health, Readiness
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NotReady
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=GatedRoute)
 
 CHECK_TIMEOUT = 3.0
 
@@ -93,15 +94,3 @@ async def readyz(state: StateDep) -> Readiness:
             extra={"checks": results},
         )
     return Readiness(checks=results)
-
-
-@router.get(
-    "/metrics",
-    summary="Prometheus metrics",
-    response_class=Response,
-    dependencies=[Depends(public)],
-)
-async def metrics(state: StateDep) -> Response:
-    from prometheus_client import CONTENT_TYPE_LATEST
-
-    return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

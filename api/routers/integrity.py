@@ -9,6 +9,7 @@ from temporalio.client import Client
 
 from api.auth import Actor, require, require_job
 from api.deps import JobName, StateDep, Step
+from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.integrity import (
     CorruptCopyIn,
@@ -26,7 +27,7 @@ from tierpoint.errors import JobNotFound, TemporalUnavailable
 from tierpoint.services import corrupt_reports, reconcile
 from tierpoint.storage.paths import validate_name
 
-router = APIRouter(tags=["integrity"])
+router = APIRouter(tags=["integrity"], route_class=GatedRoute)
 
 RunId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="Reconciliation run id.")]
 

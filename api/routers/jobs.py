@@ -6,13 +6,15 @@ from fastapi import APIRouter, Depends, Query
 
 from api.auth import require
 from api.deps import SessionDep
+from api.gate import GatedRoute
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
 from api.schemas.jobs import JobOut, JobPage
 from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads
+from tierpoint.json_types import Text
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=GatedRoute)
 
 
 @router.get(
@@ -25,7 +27,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 async def list_jobs(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[Text | None, Query(max_length=400)] = None,
 ) -> JobPage:
     after = decode_cursor(cursor, str) if cursor is not None else None
     jobs, last = await checkpoint_reads.list_jobs(session, limit=limit, after_name=after)

@@ -12,13 +12,14 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Response
 from api import background
 from api.auth import LEASE_WRITE, Actor, require_job
 from api.deps import JobName, SessionDep, StateDep, Step
+from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.leases import CreateLease, Lease, LeaseList, RenewLease
 from tierpoint.auth import Scope
 from tierpoint.catalog import leases_repo as repo
 from tierpoint.manifest import MAX_INT64
 
-router = APIRouter(prefix="/v1/jobs", tags=["leases"])
+router = APIRouter(prefix="/v1/jobs", tags=["leases"], route_class=GatedRoute)
 
 LeaseId = Annotated[int, Path(ge=1, le=MAX_INT64, description="Lease id.")]
 

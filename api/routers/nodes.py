@@ -8,12 +8,13 @@ from fastapi import APIRouter, Depends, Path
 
 from api.auth import Actor, require
 from api.deps import SessionDep, StateDep
+from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.nodes import NodeLostOut
 from tierpoint.auth import Scope
 from tierpoint.services import node_lost
 
-router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
+router = APIRouter(prefix="/v1/nodes", tags=["nodes"], route_class=GatedRoute)
 
 NodeId = Annotated[
     str,

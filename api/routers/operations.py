@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query
 
 from api.auth import require, require_job
 from api.deps import JobName, SessionDep, StateDep, Step
+from api.gate import GatedRoute
 from api.pagination import decode_cursor, encode_cursor, invalid_cursor
 from api.problems import problem_responses
 from api.schemas.operations import (
@@ -37,9 +38,10 @@ from tierpoint.catalog import operator_reads, overview_reads
 from tierpoint.config import TierKind
 from tierpoint.cost import monthly_cost
 from tierpoint.errors import UnknownTier
+from tierpoint.json_types import Text
 from tierpoint.storage.posix.space import disk_space
 
-router = APIRouter(prefix="/v1", tags=["operations"])
+router = APIRouter(prefix="/v1", tags=["operations"], route_class=GatedRoute)
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 JobFilter = Annotated[
@@ -61,9 +63,9 @@ async def jobs_overview(
     session: SessionDep,
     state: StateDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[Text | None, Query(max_length=400)] = None,
     prefix: Annotated[
-        str | None,
+        Text | None,
         Query(description="Only jobs whose name starts with this.", max_length=128),
     ] = None,
 ) -> JobsOverviewPage:
@@ -108,7 +110,7 @@ async def copies_in_flight(
     session: SessionDep,
     state: StateDep,
     job: JobFilter = None,
-    tier: Annotated[str | None, Query(max_length=128)] = None,
+    tier: Annotated[Text | None, Query(max_length=128)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> InFlightList:
     names = state.settings.tier_names()
@@ -128,7 +130,7 @@ async def list_failures(
     session: SessionDep,
     job: JobFilter = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[Text | None, Query(max_length=400)] = None,
 ) -> FailurePage:
     after = _failure_key(decode_cursor(cursor, list)) if cursor is not None else None
     views, last = await operator_reads.failures(session, job=job, limit=limit, after=after)
@@ -226,7 +228,7 @@ async def checkpoint_events(
     step: Step,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[Text | None, Query(max_length=400)] = None,
 ) -> EventPage:
     after = decode_cursor(cursor, int) if cursor is not None else None
     views, last = await operator_reads.checkpoint_events(

@@ -7,12 +7,13 @@ from fastapi import APIRouter, BackgroundTasks, Depends
 from api import background
 from api.auth import Actor, require
 from api.deps import JobName, SessionDep, StateDep, Step
+from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.leases import Pin
 from tierpoint.auth import Scope
 from tierpoint.catalog import leases_repo as repo
 
-router = APIRouter(prefix="/v1/jobs", tags=["pins"])
+router = APIRouter(prefix="/v1/jobs", tags=["pins"], route_class=GatedRoute)
 
 
 @router.put(

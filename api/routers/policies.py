@@ -12,6 +12,7 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Response
 from api import background
 from api.auth import Actor, require, require_job
 from api.deps import JobName, SessionDep, StateDep
+from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.policies import (
     POLICY_NAME_PATTERN,
@@ -29,7 +30,7 @@ from tierpoint.catalog import policies_repo as repo
 from tierpoint.retention import tier_refs
 from tierpoint.services.retention import parse_policy, resolve_policy
 
-router = APIRouter(tags=["policies"])
+router = APIRouter(tags=["policies"], route_class=GatedRoute)
 
 PolicyName = Annotated[
     str, Path(pattern=POLICY_NAME_PATTERN, description="Policy name.", examples=["llama-70b"])

@@ -12,6 +12,7 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Query
 from api import background
 from api.auth import Actor, PrincipalDep, require, require_job
 from api.deps import ApiState, JobName, SessionDep, StateDep, Step
+from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.checkpoints import CheckpointOut
 from api.schemas.quarantine import Quarantine
@@ -21,7 +22,7 @@ from tierpoint.catalog.quarantine_repo import set_quarantine
 from tierpoint.config import NAME_RE
 from tierpoint.errors import UnknownTier
 
-router = APIRouter(prefix="/v1/jobs", tags=["quarantine"])
+router = APIRouter(prefix="/v1/jobs", tags=["quarantine"], route_class=GatedRoute)
 
 
 def _configured(state: ApiState, tier: str | None, location: str) -> None:

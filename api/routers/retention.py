@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Depends
 
 from api.auth import require_job
 from api.deps import JobName, SessionDep, StateDep
+from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.policies import JobPolicy
 from api.schemas.retention import (
@@ -24,7 +25,7 @@ from tierpoint.auth import Scope
 from tierpoint.retention import tier_refs
 from tierpoint.services.retention import evaluate, parse_policy
 
-router = APIRouter(prefix="/v1/jobs", tags=["retention"])
+router = APIRouter(prefix="/v1/jobs", tags=["retention"], route_class=GatedRoute)
 
 
 @router.post(

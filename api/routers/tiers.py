@@ -4,9 +4,10 @@ from fastapi import APIRouter, Depends
 
 from api.auth import require_token
 from api.deps import StateDep
+from api.gate import GatedRoute
 from api.schemas.tiers import TierOut
 
-router = APIRouter(prefix="/v1/tiers", tags=["tiers"])
+router = APIRouter(prefix="/v1/tiers", tags=["tiers"], route_class=GatedRoute)
 
 
 @router.get(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tierpoint.json_types import Text
+
 
 class RetryOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -16,9 +18,9 @@ class RetryOut(BaseModel):
 
 
 class VerifyIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    tier: str = Field(min_length=1, max_length=128, description="the tier whose copy to read back")
+    tier: Text = Field(min_length=1, max_length=128, description="the tier whose copy to read back")
 
 
 class VerifyOutcomeOut(BaseModel):

@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tierpoint.json_types import Text
+
 
 class TierScrubOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -32,10 +34,10 @@ class ScrubOut(BaseModel):
 
 
 class ReconcileIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    tier: str | None = Field(default=None, description="only this tier (default: every tier)")
-    job: str | None = Field(default=None, description="only this job (default: every job)")
+    tier: Text | None = Field(default=None, description="only this tier (default: every tier)")
+    job: Text | None = Field(default=None, description="only this job (default: every job)")
     repair: bool = Field(
         default=False,
         description="mark missing/wrong-sized replicas lost/corrupt, demote their tiers, start "
@@ -50,11 +52,11 @@ class ReconcileRunOut(BaseModel):
 
 
 class CorruptCopyIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    tier: str = Field(min_length=1, max_length=128)
-    path: str = Field(min_length=1, max_length=4096, description="the shard's registered path")
-    reason: str = Field(min_length=1, max_length=1000)
+    tier: Text = Field(min_length=1, max_length=128)
+    path: Text = Field(min_length=1, max_length=4096, description="the shard's registered path")
+    reason: Text = Field(min_length=1, max_length=1000)
 
 
 class CorruptCopyOut(BaseModel):

@@ -4,7 +4,7 @@ import httpx
 import pytest
 
 from api.app import create_app
-from tests.helpers.api import running_client
+from tests.helpers.api import running_client, scrape_api
 from tests.helpers.services import Services, fresh_database
 from tierpoint.catalog.migrate import SchemaMismatch
 from tierpoint.config import Settings, TierConfig, TierKind
@@ -81,7 +81,7 @@ async def test_openapi_is_clean(client: httpx.AsyncClient) -> None:
 
 async def test_metrics_count_requests_by_route(client: httpx.AsyncClient, job: str) -> None:
     await client.get(f"/v1/jobs/{job}/checkpoints/latest")
-    body = (await client.get("/metrics")).text
+    body = await scrape_api(client)
     assert (
         'tierpoint_api_requests_total{method="GET",route="/v1/jobs/{job}/checkpoints/latest",'
         'status="404"} 1.0'
@@ -90,3 +90,13 @@ async def test_metrics_count_requests_by_route(client: httpx.AsyncClient, job: s
     assert "tierpoint_api_request_duration_seconds_bucket" in body
     # The raw path (with the job name) never becomes a label.
     assert job not in body
+
+
+async def test_metrics_are_not_served_on_the_api_port(client: httpx.AsyncClient) -> None:
+    """They name every job: a token of one job (or no token at all) must not read them there.
+    Prometheus scrapes the app's own listener instead."""
+    assert (await client.get("/metrics")).status_code == 404
+    assert (await client.get("/metrics", headers={"Authorization": ""})).status_code == 404
+    body = await scrape_api(client)
+    assert "tierpoint_api_requests_total" in body
+    assert 'route="/metrics"' not in body

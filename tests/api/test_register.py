@@ -13,6 +13,7 @@ from tests.helpers.api import (
     counts,
     manifest,
     running_client,
+    scrape_api,
     shard,
     workflow_count,
 )
@@ -86,7 +87,7 @@ async def test_register_then_same_manifest_then_conflict(
     detail = (await client.get(f"/v1/jobs/{job}/checkpoints/7")).json()
     assert detail["workflow_started"] is True
 
-    metrics = (await client.get("/metrics")).text
+    metrics = await scrape_api(client)
     assert 'tierpoint_api_registrations_total{outcome="created"} 1.0' in metrics
     assert 'tierpoint_api_registrations_total{outcome="existing"} 1.0' in metrics
     assert "tierpoint_api_registration_conflicts_total 1.0" in metrics
@@ -132,7 +133,7 @@ async def test_registration_succeeds_without_temporal(
         r = await client.post(f"/v1/jobs/{job}/checkpoints", json=manifest(1, [shard("a")]))
         assert r.status_code == 200
         assert r.json()["workflow_started"] is False
-        metrics = (await client.get("/metrics")).text
+        metrics = await scrape_api(client)
         assert 'tierpoint_api_workflow_starts_total{outcome="failed"}' in metrics
     with catalog.connect() as conn:
         started = conn.execute(

@@ -4,6 +4,9 @@ replicas, quarantine), to put a checkpoint in a chosen state without running cop
 
 from __future__ import annotations
 
+import asyncio
+import urllib.request
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -19,6 +22,8 @@ NODE_A, NODE_B = "node-a", "node-b"
 
 
 COUNTED_TABLES = ("job", "checkpoint", "shard", "checkpoint_tier", "replica", "event")
+# The port of each running client's app's /metrics listener.
+_METRICS_PORTS: weakref.WeakKeyDictionary[httpx.AsyncClient, int] = weakref.WeakKeyDictionary()
 
 
 async def running_client(
@@ -32,7 +37,23 @@ async def running_client(
         async with httpx.AsyncClient(
             transport=transport, base_url="http://tierpoint", headers=headers
         ) as client:
+            port = getattr(app.state, "metrics_port", None)
+            if port is not None:
+                _METRICS_PORTS[client] = port
             yield client
+
+
+async def scrape_api(client: httpx.AsyncClient) -> str:
+    """The exposition of the client's app, as Prometheus scrapes it: over HTTP from the app's
+    own metrics listener (the settings' `api_metrics_port`), not through the API."""
+    port = _METRICS_PORTS[client]
+
+    def get() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            body: bytes = r.read()
+            return body.decode()
+
+    return await asyncio.to_thread(get)
 
 
 async def workflow_count(temporal: Client, job: str, step: int) -> int:

@@ -97,18 +97,10 @@ def _specific_rules(name: str, obj: Obj, spec: Obj, settings: Settings) -> Itera
             yield f"{name}: startupProbe on /readyz"
         if main.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
             yield f"{name}: livenessProbe on /healthz"
-        yield from _scrape_rules(name, obj, main, API_PATHS)
+    if name in ("tierpoint-api", "tierpoint-worker", "tierpoint-node-worker"):
+        # Every process serves its metrics on a listener of its own, never on the API's port.
+        yield from _metrics_rules(name, obj, main)
     if name in ("tierpoint-worker", "tierpoint-node-worker"):
-        yield from _scrape_rules(name, obj, main, {"/metrics"})
-        args = main["args"]
-        port = args[args.index("--metrics-port") + 1] if "--metrics-port" in args else None
-        host = args[args.index("--metrics-host") + 1] if "--metrics-host" in args else None
-        annotated = obj["spec"]["template"]["metadata"].get("annotations", {})
-        if port is None or annotated.get("prometheus.io/port") != port:
-            yield f"{name}: prometheus.io/port is not the worker's --metrics-port ({port})"
-        if host in (None, "127.0.0.1", "localhost"):
-            yield f"{name}: --metrics-host {host} cannot be scraped from outside the pod"
-
         for root in shared:
             if root not in _mounts(main):
                 yield f"{name}: the shared tier {root} is not mounted"
@@ -146,6 +138,18 @@ def node_from_downward_api(name: str, container: Obj) -> Iterator[str]:
     env: Obj = next((e for e in container.get("env", []) if e["name"] == "TIERPOINT_NODE"), {})
     if env.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
         yield f"{name}: TIERPOINT_NODE must come from spec.nodeName"
+
+
+def _metrics_rules(name: str, obj: Obj, main: Obj) -> Iterator[str]:
+    yield from _scrape_rules(name, obj, main, {"/metrics"})
+    args = main["args"]
+    port = args[args.index("--metrics-port") + 1] if "--metrics-port" in args else None
+    host = args[args.index("--metrics-host") + 1] if "--metrics-host" in args else None
+    annotated = obj["spec"]["template"]["metadata"].get("annotations", {})
+    if port is None or annotated.get("prometheus.io/port") != port:
+        yield f"{name}: prometheus.io/port is not the process's --metrics-port ({port})"
+    if host in (None, "127.0.0.1", "localhost"):
+        yield f"{name}: --metrics-host {host} cannot be scraped from outside the pod"
 
 
 def _scrape_rules(name: str, obj: Obj, main: Obj, paths: set[str]) -> Iterator[str]:

@@ -142,4 +142,6 @@ def make_settings(
         ],
         progress_interval_seconds=0.2,
         reconcile_interval_seconds=1.0,
+        # The API's /metrics listener on a free port (tests.helpers.api.scrape_api reads it).
+        api_metrics_port=0,
     )

@@ -11,7 +11,7 @@ import httpx
 from sqlalchemy import Engine, text
 
 from api.app import create_app
-from tests.helpers.api import manifest, running_client, set_marker, shard
+from tests.helpers.api import manifest, running_client, scrape_api, set_marker, shard
 from tests.helpers.scrape import Samples, parse, value
 from tierpoint.config import Settings
 
@@ -22,7 +22,7 @@ HANG = 120  # a hang guard only
 async def _until(api: httpx.AsyncClient, done: Callable[[Samples], bool]) -> Samples:
     async with asyncio.timeout(HANG):
         while True:
-            samples = parse((await api.get("/metrics")).text)
+            samples = parse(await scrape_api(api))
             if done(samples):
                 return samples
             await asyncio.sleep(0.1)

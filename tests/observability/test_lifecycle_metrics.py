@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, text
 
-from tests.helpers.api import manifest, shard
+from tests.helpers.api import manifest, scrape_api, shard
 from tests.helpers.lifecycle import crc_hex
 from tests.helpers.scrape import (
     Samples,
@@ -74,7 +74,7 @@ async def _restorable_everywhere(api: httpx.AsyncClient, job: str) -> None:
 async def _refreshed(api: httpx.AsyncClient, job: str) -> Samples:
     """The API's /metrics once its refresher has seen the finished checkpoint."""
     while True:
-        samples = parse((await api.get("/metrics")).text)
+        samples = parse(await scrape_api(api))
         done = all(
             value(samples, "tierpoint_checkpoints_in_flight", tier=t) == 0
             and value(samples, "tierpoint_recovery_point_age_seconds", job=job, tier=t) is not None

@@ -35,6 +35,17 @@ def api(
     port: Annotated[
         int | None, typer.Option(help="Port.", show_default="settings.api_port")
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus /metrics on this port (a listener apart from the API).",
+            show_default="settings.api_metrics_port (none)",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(help="Bind address of /metrics.", show_default="settings.api_metrics_host"),
+    ] = None,
     insecure_no_auth: Annotated[
         bool,
         typer.Option(
@@ -46,8 +57,8 @@ def api(
 ) -> None:
     """Serve the REST API (uvicorn). Run N of these behind a load balancer.
 
-    Every route but /healthz, /readyz and /metrics needs a bearer token (`tierpoint token
-    create`)."""
+    Every route but /healthz and /readyz needs a bearer token (`tierpoint token create`).
+    Prometheus metrics are served on a port of their own (--metrics-port), never on the API's."""
     import uvicorn
 
     from api.app import create_app
@@ -56,6 +67,10 @@ def api(
     settings = settings_or_fail()
     if insecure_no_auth:
         settings = settings.model_copy(update={"insecure_no_auth": True})
+    if metrics_port is not None:
+        settings = settings.model_copy(update={"api_metrics_port": metrics_port})
+    if metrics_host is not None:
+        settings = settings.model_copy(update={"api_metrics_host": metrics_host})
     logs.configure(settings.log_level, settings.log_json)
     if settings.insecure_no_auth:
         err_console.print(

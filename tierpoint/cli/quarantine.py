@@ -49,6 +49,15 @@ def unquarantine(
     """Lift a quarantine: the checkpoint (or the tier's copy) can be restored again."""
     client = make_client(api_url, data_dir)
     with api_errors():
+        before = client.checkpoint(job, step)
+        was = (
+            before.quarantine_reason
+            if tier is None
+            else next((t.quarantine_reason for t in before.tiers if t.tier == tier), None)
+        )
         cp = client.lift_quarantine(job, step, tier=tier)
-    console.print(f"[bold green]lifted[/] the quarantine of {_what(job, step, tier)}")
+    if was is None:
+        console.print(f"{_what(job, step, tier)} was not quarantined: nothing to lift")
+    else:
+        console.print(f"[bold green]lifted[/] the quarantine of {_what(job, step, tier)} ({was})")
     console.print(tiers_table(cp))

@@ -62,7 +62,7 @@ async def test_the_messages_say_what_happened(
     """Lifting a quarantine that is not there says so; a quarantined checkpoint's tier table
     does not show its copies as plainly restorable."""
     await seed(client, catalog, job, [1], tiers=("lustre",))
-    token = create_token(catalog, scopes=["operate"])
+    token = create_token(catalog, scopes=["operate", "read"])
 
     code, out = await _run(api_url, token, "unquarantine", job, "1")
     assert code == 0, out

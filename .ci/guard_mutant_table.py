@@ -582,4 +582,57 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "only operate or admin make a quarantine evidence that retention keeps",
     ),
+    # ---- operators: a retry that could never finish, expired copies, deletion ----------------
+    Mutant(
+        "retry-without-source",
+        "tierpoint/services/retry.py",
+        """    if not gone:
+        return
+""",
+        """    return
+""",
+        (
+            "tests/api/test_retry.py::"
+            "test_retry_without_a_verified_source_is_refused_and_changes_nothing",
+        ),
+        "a retry whose run must pass an expired tier would leave the failed tier pending for good",
+    ),
+    Mutant(
+        "expired-replica-overwritten",
+        "tierpoint/catalog/lifecycle_repo.py",
+        """    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.EXPIRED)
+""",
+        """    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING)
+""",
+        ("tests/api/test_retry.py::test_a_reseal_never_marks_an_expired_replica",),
+        "a copy retention deleted on purpose is never re-marked corrupt by a reseal",
+    ),
+    Mutant(
+        "delete-ignores-protection",
+        "tierpoint/catalog/deletion_repo.py",
+        """    if protected and not force:
+""",
+        """    if False:
+""",
+        (
+            "tests/api/test_acknowledge_delete.py::"
+            "test_a_deleted_checkpoint_goes_through_expiry_and_its_step_comes_back",
+            "tests/api/test_acknowledge_delete.py::"
+            "test_deleting_a_job_deletes_every_checkpoint_and_keeps_the_job",
+        ),
+        "a pinned or leased checkpoint is deleted only with force",
+    ),
+    Mutant(
+        "delete-replaces-while-expiring",
+        "tierpoint/catalog/registration.py",
+        """    if expiring:
+        raise CheckpointBeingDeleted(""",
+        """    if False:
+        raise CheckpointBeingDeleted(""",
+        (
+            "tests/api/test_acknowledge_delete.py::"
+            "test_registering_a_step_being_deleted_waits_for_its_expiry",
+        ),
+        "a deleted step is registered again only once its old copies are gone",
+    ),
 )

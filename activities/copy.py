@@ -224,6 +224,21 @@ class BatchCopy:
             self.dst.cleanup_partial(ref, None)
             self._corrupt(sh, location, f"write to {self.dst_tier.name}: {exc}")
             return False
+        except OSError as exc:
+            # The destination cannot take it now (full, over quota, read-only): the activity
+            # fails and is retried. The reason reaches the catalog first, so the operator views
+            # show why the copy waits instead of only the worker's log.
+            self.reporter.replica(
+                repo.ReplicaWrite(
+                    sh.id,
+                    ReplicaState.COPYING,
+                    location,
+                    self.dst_node,
+                    error=f"write to {self.dst_tier.name}: {exc}",
+                )
+            )
+            self.reporter.flush()
+            raise
         self.result.bytes += sh.size - start
         metrics.BYTES_COPIED.labels(self.dst_tier.name).inc(sh.size - start)
         if copied.crc32c != registered or copied.size != sh.size:

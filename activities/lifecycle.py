@@ -340,10 +340,11 @@ class LifecycleActivities:
         with metrics.timed(PROMOTE), self._sessions.begin() as s:
             head = repo.checkpoint_head(s, inp.checkpoint_id)
             outcome = repo.promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
-            # In the promoting transaction, so that now() is the marker's restorable_at.
+            # In the promoting transaction, so that now() is the marker's restorable_at; only
+            # for the first promotion (a repair's is not a promotion lag).
             lag = (
                 metrics_reads.seconds_since_registration(s, inp.checkpoint_id)
-                if outcome.changed and outcome.state == TierState.RESTORABLE.value
+                if outcome.first and outcome.state == TierState.RESTORABLE.value
                 else None
             )
         observe.promotion(head, inp.tier, outcome, lag)

@@ -157,14 +157,17 @@ class ScrubActivities:
         with self._sessions.begin() as s:
             todo = scrub_repo.targets(s, inp.replica_ids)
         result = ScrubBatchResult()
+        # Unthrottled reads of good replicas: the tier's read throughput (restore predictions).
+        read_bytes, read_seconds = 0, 0.0
         good: list[int] = []
         bad: dict[ReplicaState, dict[int, str]] = {ReplicaState.CORRUPT: {}, ReplicaState.LOST: {}}
         last_flush = time.monotonic()
 
         def flush() -> None:
-            nonlocal last_flush
+            nonlocal last_flush, read_bytes, read_seconds
             with self._sessions.begin() as s:
                 result.bytes += scrub_repo.record_good(s, tier.name, good, picked_at)
+                scrub_repo.record_reads(s, tier.name, read_bytes, read_seconds)
                 for state, problems in bad.items():
                     damage = mark_damaged(s, problems, state, inp.actor)
                     result.damaged = sorted(set(result.damaged) | damage.checkpoints)
@@ -175,6 +178,7 @@ class ScrubActivities:
                         lost=damage.marked if state is ReplicaState.LOST else 0,
                     )
             good.clear()
+            read_bytes, read_seconds = 0, 0.0
             for problems in bad.values():
                 problems.clear()
             last_flush = time.monotonic()
@@ -196,7 +200,9 @@ class ScrubActivities:
                 activity.heartbeat(i)
 
             try:
+                began = time.monotonic()
                 v = store.checksum(ShardRef(t.job, t.step, t.path), progress)
+                took = time.monotonic() - began
                 state, problem = judge(v, t.size, t.checksum, tier.name)
             except UnsafePath as exc:
                 # E.g. a symlink out of the root put in place of the file: not these bytes.
@@ -204,6 +210,9 @@ class ScrubActivities:
             if problem is None:
                 good.append(t.replica_id)
                 result.replicas += 1
+                if bucket is None:
+                    read_bytes += t.size
+                    read_seconds += took
             else:
                 bad[state][t.replica_id] = f"{inp.actor}: {problem}"
                 if state is ReplicaState.LOST:

@@ -23,6 +23,7 @@ from api.routers import (
     actions,
     checkpoints,
     dashboard,
+    deletion,
     health,
     integrity,
     jobs,
@@ -138,6 +139,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(leases.router)
     app.include_router(pins.router)
     app.include_router(quarantine.router)
+    app.include_router(deletion.router)
     app.include_router(jobs.router)
     app.include_router(tiers.router)
     app.include_router(integrity.router)

@@ -17,7 +17,7 @@ from api.temporal_link import TemporalLink
 from api.token_cache import TokenCache
 from tierpoint.config import NAME_RE, Settings
 from tierpoint.errors import UnsafePath
-from tierpoint.manifest import MAX_INT64
+from tierpoint.manifest import MAX_STEP, step_in_range
 from tierpoint.metrics_api import ApiMetrics
 from tierpoint.storage.paths import validate_name
 
@@ -74,4 +74,13 @@ JobName = Annotated[
 ]
 
 
-Step = Annotated[int, Path(ge=0, le=MAX_INT64, description="Training step of the checkpoint.")]
+# Bounded as registration bounds steps (0 <= step <= 2^53 - 1); beyond, `step_out_of_range`.
+Step = Annotated[
+    int,
+    Path(
+        ge=0,
+        description="Training step of the checkpoint.",
+        json_schema_extra={"maximum": MAX_STEP},
+    ),
+    AfterValidator(step_in_range),
+]

@@ -134,6 +134,8 @@ def validation_problem(request: Request, exc: RequestValidationError) -> JSONRes
     in_body = any(e.get("loc", ("",))[0] == "body" for e in raw)
     if "invalid_job_name" in types or any(tuple(e.get("loc", ())) == JOB_PARAM for e in raw):
         code, title = "invalid_job_name", "Invalid job name"
+    elif "step_out_of_range" in types:
+        code, title = "step_out_of_range", "Step out of range"
     elif getattr(route, "name", None) in MANIFEST_ROUTES and in_body:
         if "unsafe_path" in types:
             code, title = "unsafe_path", "Unsafe shard path"

@@ -216,6 +216,39 @@ class NothingToRetry(TierpointError):
     title = "Nothing to retry"
 
 
+class NoVerifiedSource(TierpointError):
+    """A retry whose lifecycle run could never finish: a tier it must copy from holds no verified
+    copy any more (expired by retention, lost, corrupt)."""
+
+    code = "no_verified_source"
+    status = 409
+    title = "No verified copy left to retry from"
+
+
+class CheckpointProtected(TierpointError):
+    code = "checkpoint_protected"
+    status = 409
+    title = "Checkpoint pinned, leased or in flight"
+
+
+class CheckpointBeingDeleted(TierpointError):
+    code = "checkpoint_being_deleted"
+    status = 409
+    title = "The checkpoint at this step is still being deleted"
+
+
+class NothingToAcknowledge(TierpointError):
+    code = "nothing_to_acknowledge"
+    status = 409
+    title = "No unacknowledged failure"
+
+
+class StepOutOfRange(TierpointError):
+    code = "step_out_of_range"
+    status = 422
+    title = "Step out of range"
+
+
 class NothingToVerify(TierpointError):
     code = "nothing_to_verify"
     status = 409
@@ -316,6 +349,11 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     RequestTooLarge,
     TemporalUnavailable,
     NothingToRetry,
+    NoVerifiedSource,
+    CheckpointProtected,
+    CheckpointBeingDeleted,
+    NothingToAcknowledge,
+    StepOutOfRange,
     Unauthenticated,
     InvalidToken,
     TokenExpired,

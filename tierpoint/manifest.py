@@ -40,6 +40,29 @@ from tierpoint.storage.paths import (
 
 # Columns are BIGINT.
 MAX_INT64 = 2**63 - 1
+# Steps are bounded by what every JSON reader holds exactly: JavaScript's numbers (the dashboard)
+# are doubles, so 2^53 and 2^53 + 1 would be one step there.
+MAX_STEP = 2**53 - 1
+
+
+def step_in_range(value: int) -> int:
+    """A step the API accepts (0 <= step <= 2^53 - 1), else the stable `step_out_of_range`."""
+    if value > MAX_STEP:
+        raise PydanticCustomError(
+            "step_out_of_range",
+            "step must be at most 2^53-1 = {max} (the largest integer every JSON reader, "
+            "JavaScript included, holds exactly)",
+            {"max": MAX_STEP},
+        )
+    return value
+
+
+# In the schema as minimum/maximum; the validator gives a refusal its own code.
+StepInt = Annotated[
+    JsonInt,
+    Field(ge=0, json_schema_extra={"maximum": MAX_STEP}),
+    AfterValidator(step_in_range),
+]
 MAX_METADATA_DEPTH = 32
 MAX_METADATA_NUMBER = 10**30
 # What a metadata value may be, as the API's schema of the manifest says it (api/openapi.py puts it
@@ -175,7 +198,7 @@ class Manifest(BaseModel):
         },
     )
 
-    step: JsonInt = Field(ge=0, le=MAX_INT64)
+    step: StepInt
     # Paths are unique too (the validator says so; a JSON schema can only say it of whole items).
     shards: list[ShardSpec] = Field(min_length=1, json_schema_extra={"uniqueItems": True})
     metadata: dict[str, Any] = Field(default_factory=dict, strict=True)
@@ -281,7 +304,7 @@ class _FastShard(ShardSpec):
 
 
 class _FastManifest(Manifest):
-    step: int = Field(strict=True, ge=0, le=MAX_INT64)
+    step: int = Field(strict=True, ge=0, le=MAX_STEP)
     shards: list[_FastShard] = Field(min_length=1)  # type: ignore[assignment]
 
     @field_validator("shards")

@@ -105,18 +105,42 @@ async def start_lifecycle(client: Client, inp: LifecycleInput, run_id: str | Non
     """Start the workflow for a registered checkpoint (under `run_id`, for a retry). Returns False
     if one already exists or existed under that id: a checkpoint has exactly one first lifecycle,
     and each retry one run, however often this is called."""
+    wid = run_id or workflow_id(inp.job, inp.step)
     try:
         await client.start_workflow(
             LIFECYCLE_WORKFLOW,
             inp,
-            id=run_id or workflow_id(inp.job, inp.step),
+            id=wid,
             task_queue=SHARED_TASK_QUEUE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
     except WorkflowAlreadyStartedError:
-        return False
+        if run_id is not None or not await _ran_for_another(client, wid, inp.checkpoint_id):
+            return False
+        # The step was deleted by an admin and registered again: the closed run was the deleted
+        # checkpoint's, and this one still needs its own first run under the step's id.
+        await client.start_workflow(
+            LIFECYCLE_WORKFLOW,
+            inp,
+            id=wid,
+            task_queue=SHARED_TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        )
     return True
+
+
+async def _ran_for_another(client: Client, wid: str, checkpoint_id: int) -> bool:
+    """Whether the latest run under `wid` was started for another checkpoint (read from its
+    first history event: only on a refused start, which is rare)."""
+    async for event in client.get_workflow_handle(wid).fetch_history_events():
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+        if not payloads:
+            return False
+        (first,) = await client.data_converter.decode(payloads[:1], [LifecycleInput])
+        return isinstance(first, LifecycleInput) and first.checkpoint_id != checkpoint_id
+    return False
 
 
 async def is_running(client: Client, workflow_id: str) -> bool:

@@ -29,6 +29,16 @@ function duration(s) {
   return `${(s / 86400).toFixed(1)}d`;
 }
 
+// "4 minutes", "2.5 hours": an age said in words, where a bare "4m" read as a distance.
+function durationWords(s) {
+  if (s === null || s === undefined) return "-";
+  const plural = (n, unit) => `${n} ${unit}${n === 1 ? "" : "s"}`;
+  if (s < 90) return plural(Math.max(0, Math.round(s)), "second");
+  if (s < 5400) return plural(Math.round(s / 60), "minute");
+  if (s < 172800) return `${(s / 3600).toFixed(1)} hours`;
+  return `${(s / 86400).toFixed(1)} days`;
+}
+
 function ago(iso) {
   if (!iso) return "never";
   return `${duration((Date.now() - Date.parse(iso)) / 1000)} ago`;
@@ -100,7 +110,9 @@ function pointCell(p) {
   }
   const age = p.age_seconds;
   const freshness = age < 3600 ? "fresh" : age < 6 * 3600 ? "stale" : "old";
-  const behind = p.steps_behind ? `${p.steps_behind} steps, ` : "";
+  const behind = p.steps_behind ? `${p.steps_behind} steps behind · ` : "";
+  const restore = p.predicted_restore_seconds === null || p.predicted_restore_seconds === undefined
+    ? "" : `restore ~${duration(p.predicted_restore_seconds)}`;
   return el(
     "td",
     { title: `restorable ${ago(p.restorable_at)}; ${bytes(p.bytes)} in ${p.checkpoints} checkpoints` },
@@ -108,9 +120,18 @@ function pointCell(p) {
       "span",
       { class: `point ${freshness}` },
       el("span", { class: "step", text: `step ${p.latest_step}` }),
-      el("span", { class: "age", text: `${behind}${duration(age)} behind` }),
+      el("span", { class: "age", text: `${behind}${durationWords(age)} old` }),
+      restore ? el("span", { class: "age restore", text: restore }) : "",
     ),
   );
+}
+
+// Steps trained since the newest checkpoint durable on the last tier / restorable anywhere.
+function riskCell(j) {
+  if (j.latest_step === null) return el("td", { text: "-" });
+  const part = (n) => el("span", { class: n === null ? "risk all" : n ? "risk some" : "risk none", text: n === null ? "all" : String(n) });
+  return el("td", { class: "num", title: "steps at risk: since the newest checkpoint on the last tier / on any tier" },
+    part(j.steps_at_risk_durable), " / ", part(j.steps_at_risk));
 }
 
 function renderJobs(page, tiers) {
@@ -121,6 +142,7 @@ function renderJobs(page, tiers) {
       {},
       el("th", { text: "job" }),
       el("th", { text: "latest" }),
+      el("th", { text: "steps at risk", title: "durable on the last tier / anywhere" }),
       ...tiers.map((t) => el("th", { text: t })),
       el("th", { text: "in flight" }),
       el("th", { text: "failed" }),
@@ -130,16 +152,17 @@ function renderJobs(page, tiers) {
   const rows = page.items.map((j) =>
     el(
       "tr",
-      { class: "clickable", "data-job": j.job, onclick: () => selectJob(j.job) },
+      { class: "clickable", "data-job": j.job, onclick: () => openJob(j.job) },
       el("td", {}, el("b", { text: j.job }), el("div", { class: "muted", text: j.policy || "default policy" })),
-      el("td", { text: j.latest_step === null ? "-" : `step ${j.latest_step}` }),
+      el("td", { class: "step", text: j.latest_step === null ? "-" : `step ${j.latest_step}` }),
+      riskCell(j),
       ...j.tiers.map(pointCell),
       el("td", {}, pill(j.in_flight, "busy")),
       el("td", {}, pill(j.failed, "bad")),
       el("td", { class: "num", text: dollars(j.monthly_cost) }),
     ),
   );
-  fill(document.querySelector("#jobs tbody"), rows, tiers.length + 5, "no job has registered a checkpoint yet");
+  fill(document.querySelector("#jobs tbody"), rows, tiers.length + 6, "no job has registered a checkpoint yet");
   document.getElementById("jobs-count").textContent = `${page.items.length}${page.next_cursor ? "+" : ""}`;
 }
 
@@ -160,8 +183,9 @@ function renderInFlight(list) {
           el("div", { style: `width:${pct.toFixed(1)}%` }),
           el("span", { text: `${bytes(c.bytes_done)} / ${bytes(c.bytes_total)} · ${c.shards_verified}/${c.shards_total} shards` }),
         ),
+        c.last_error ? el("div", { class: "reason", text: c.last_error }) : "",
       ),
-      el("td", { class: "num", text: c.bytes_per_second ? `${bytes(c.bytes_per_second)}/s` : "waiting" }),
+      el("td", { class: "num", text: c.bytes_per_second ? `${bytes(c.bytes_per_second)}/s` : c.last_error ? "stuck" : "waiting" }),
       el("td", { class: "num", text: c.eta_seconds === null ? "-" : duration(c.eta_seconds) }),
     );
   });
@@ -183,6 +207,21 @@ async function retry(job, step, button) {
   }
 }
 
+async function acknowledge(job, step, tier, button) {
+  button.disabled = true;
+  try {
+    await api(`/v1/jobs/${encodeURIComponent(job)}/checkpoints/${step}/acknowledge`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ tier }),
+    });
+    refresh();
+  } catch (e) {
+    button.disabled = false;
+    showError(`acknowledging ${job} @ ${step} on ${tier}: ${e.message}`);
+  }
+}
+
 function renderFailures(page) {
   // One retry per checkpoint: the tiers after a failed one fail with it.
   const seen = new Set();
@@ -192,6 +231,9 @@ function renderFailures(page) {
     seen.add(key);
     const button = el("button", { type: "button", class: "small", text: "retry" });
     button.addEventListener("click", () => retry(f.job, f.step, button));
+    const ack = el("button", { type: "button", class: "small secondary", text: "acknowledge",
+      title: "clear it from this list (it stays in the checkpoint's history)" });
+    ack.addEventListener("click", () => acknowledge(f.job, f.step, f.tier, ack));
     return el(
       "tr",
       { "data-failure": `${key}/${f.tier}` },
@@ -200,7 +242,7 @@ function renderFailures(page) {
       el("td", { class: "grow" }, el("div", { class: "reason", text: f.reason || "" }),
         f.last_error ? el("div", { class: "muted", text: f.last_error }) : ""),
       el("td", { text: ago(f.failed_at) }),
-      el("td", {}, first ? button : ""),
+      el("td", { class: "actions" }, first ? button : "", ack),
     );
   });
   fill(document.querySelector("#failures tbody"), rows, 5, "no failures");
@@ -308,7 +350,8 @@ async function renderJob(tiers) {
     return el(
       "tr",
       { "data-step": String(c.step) },
-      el("td", {}, el("b", { text: String(c.step) }), c.pinned ? el("span", { class: "muted", text: " pinned" }) : ""),
+      el("td", { class: "step" }, el("b", { text: String(c.step) }), c.pinned ? el("span", { class: "muted", text: " pinned" }) : "",
+        c.deleted_at ? el("span", { class: "pill bad deleted", text: "deleted", title: `deleted ${ago(c.deleted_at)}` }) : ""),
       el("td", { text: ago(c.created_at) }),
       el("td", { class: "num", text: bytes(c.total_bytes) }),
       ...tiers.map((name) => {
@@ -329,11 +372,38 @@ async function renderJob(tiers) {
   fill(document.querySelector("#matrix tbody"), rows, tiers.length + 3, "no checkpoints");
 }
 
-function selectJob(job) {
+// A job's page is the URL #job=<name>: shared, bookmarked, and kept across a reload.
+function jobFromHash() {
+  const m = /(?:^|&)job=([^&]+)/.exec(location.hash.slice(1));
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+function openJob(job) {
+  const hash = `#job=${encodeURIComponent(job)}`;
+  if (location.hash === hash) selectJob(job);
+  else location.hash = hash; // hashchange selects it
+}
+
+async function selectJob(job) {
   selectedJob = job;
-  document.getElementById("job-panel").hidden = false;
-  refresh();
-  document.getElementById("job-panel").scrollIntoView({ behavior: "smooth", block: "start" });
+  const panel = document.getElementById("job-panel");
+  panel.hidden = !job;
+  if (!job) return;
+  await refresh();
+  // Once its rows are in: scrolled to before, the panel grew below the fold.
+  panel.scrollIntoView({ block: "start" });
+}
+
+// An event's detail as "key: value" lines: lists joined, nested objects one level deep.
+function detailText(d) {
+  const value = (v) => {
+    if (v === null || v === undefined) return "-";
+    if (Array.isArray(v)) return v.length ? v.map(value).join(", ") : "none";
+    if (typeof v === "object") return Object.entries(v).map(([k, x]) => `${k} ${value(x)}`).join("; ");
+    return String(v);
+  };
+  return el("div", { class: "detail" },
+    ...Object.entries(d || {}).map(([k, v]) => el("div", {}, el("span", { class: "k", text: `${k.replaceAll("_", " ")}: ` }), el("span", { text: value(v) }))));
 }
 
 async function showDetail(job, step) {
@@ -344,7 +414,7 @@ async function showDetail(job, step) {
   document.getElementById("detail-title").textContent = `${job} @ step ${step}`;
   const body = document.getElementById("detail-body");
   const kv = el("dl", { class: "kv" });
-  for (const [k, v] of [["registered", cp.created_at], ["size", `${bytes(cp.total_bytes)} in ${cp.shard_count} shards`], ["pinned", cp.pinned ? "yes" : "no"], ["quarantine", cp.quarantine_reason || "-"]]) {
+  for (const [k, v] of [["registered", cp.created_at], ["size", `${bytes(cp.total_bytes)} in ${cp.shard_count} shards`], ["pinned", cp.pinned ? "yes" : "no"], ["quarantine", cp.quarantine_reason || "-"], ["deleted", cp.deleted_at || "no"]]) {
     kv.append(el("dt", { text: k }), el("dd", { text: v }));
   }
   const tierRows = cp.tiers.map((t) => el("tr", {},
@@ -357,7 +427,7 @@ async function showDetail(job, step) {
     el("td", { text: e.kind }),
     el("td", { text: e.tier || "" }),
     el("td", { text: e.actor || "" }),
-    el("td", { class: "grow muted", text: JSON.stringify(e.detail) })));
+    el("td", { class: "grow muted" }, detailText(e.detail))));
   body.replaceChildren(
     kv,
     el("h4", { text: "tiers" }),
@@ -407,9 +477,10 @@ function setUp() {
   for (const s of STATES) legend.append(el("span", { style: `--c: var(--${s === "restorable" ? "ok" : s})`, text: s }));
   document.getElementById("auto").addEventListener("change", refresh);
   document.getElementById("job-close").addEventListener("click", () => {
-    selectedJob = null;
-    document.getElementById("job-panel").hidden = true;
+    history.pushState(null, "", location.pathname + location.search);
+    selectJob(null);
   });
+  window.addEventListener("hashchange", () => selectJob(jobFromHash()));
   document.getElementById("detail-close").addEventListener("click", () => document.getElementById("detail").close());
   const dialog = document.getElementById("token-dialog");
   document.getElementById("token-button").addEventListener("click", () => dialog.showModal());
@@ -425,9 +496,12 @@ function setUp() {
   const m = /(?:^|&)token=([^&]+)/.exec(location.hash.slice(1));
   if (m) {
     sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
-    history.replaceState(null, "", location.pathname + location.search);
+    const rest = location.hash.slice(1).split("&").filter((p) => !p.startsWith("token=")).join("&");
+    history.replaceState(null, "", location.pathname + location.search + (rest ? `#${rest}` : ""));
   }
-  refresh();
+  const job = jobFromHash();
+  if (job) selectJob(job);
+  else refresh();
 }
 
 document.addEventListener("DOMContentLoaded", setUp);

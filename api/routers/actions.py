@@ -9,9 +9,10 @@ from api.auth import Actor, require
 from api.deps import JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
-from api.schemas.actions import RetryOut, VerifyIn, VerifyOut
+from api.schemas.actions import AcknowledgeIn, AcknowledgeOut, RetryOut, VerifyIn, VerifyOut
 from tierpoint import logs
 from tierpoint.auth import Scope
+from tierpoint.catalog import failures_repo
 from tierpoint.services.retry import retry_checkpoint
 from tierpoint.services.verify import verify_checkpoint
 
@@ -31,9 +32,18 @@ async def retry(
 ) -> RetryOut:
     """Failed tiers go back to `pending` and a new lifecycle run copies what is not verified yet
     (verified copies are kept as they are). 409 `nothing_to_retry` when no tier failed or the
-    previous run is still open; 503 `temporal_unavailable` without Temporal."""
+    previous run is still open; 409 `no_verified_source` when a tier the run must copy from
+    holds no copy any more (expired, say), naming them: nothing changes then; 503
+    `temporal_unavailable` without Temporal."""
     logs.bind_checkpoint(job=job, step=step)
-    outcome = await retry_checkpoint(session, await state.temporal.client(), job, step, actor)
+    outcome = await retry_checkpoint(
+        session,
+        await state.temporal.client(),
+        job,
+        step,
+        actor,
+        state.settings.tier_names(),
+    )
     await session.commit()
     return RetryOut.model_validate(outcome)
 
@@ -63,3 +73,27 @@ async def verify(
         actor,
     )
     return VerifyOut.model_validate(run)
+
+
+@router.post(
+    "/{job:path}/checkpoints/{step}/acknowledge",
+    dependencies=[Depends(require(Scope.OPERATE))],
+    response_model=AcknowledgeOut,
+    responses=problem_responses(404, 409, 422),
+    summary="Acknowledge a checkpoint's failed copies: they leave the failures view",
+)
+async def acknowledge(
+    job: JobName,
+    step: Step,
+    session: SessionDep,
+    actor: Actor,
+    body: AcknowledgeIn | None = None,
+) -> AcknowledgeOut:
+    """The failures (of one tier, or of every tier) leave the failures view and the jobs' failed
+    counts, and stay in the checkpoint's history as `acknowledged` events with the actor. The
+    copy is not retried nor deleted; a later change of it (a retry, a new failure) shows again.
+    409 `nothing_to_acknowledge` when no such failure is open."""
+    tier = body.tier if body is not None else None
+    done = await failures_repo.acknowledge(session, job, step, tier, actor)
+    await session.commit()
+    return AcknowledgeOut(job=job, step=step, acknowledged=done)

@@ -23,7 +23,7 @@ from api.schemas.checkpoints import (
 from api.schemas.leases import LatestWithLease
 from tierpoint import logs
 from tierpoint.auth import Scope
-from tierpoint.catalog import checkpoint_reads, registration
+from tierpoint.catalog import checkpoint_reads, nodes, registration
 from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import UnknownTier
@@ -180,8 +180,11 @@ async def latest_restorable(
     """The highest step the caller can restore, with the fastest verified source of each shard,
     and for every newer step why it was not chosen. 404 (`no_restorable_checkpoint`, with the
     same `skipped` list) when there is none. With `lease_ttl` the token also needs what taking a
-    lease needs (train:<job> or operate)."""
+    lease needs (train:<job> or operate). 422 `unknown_node` for a node no worker reported
+    from."""
     _tier(state, tier)
+    if node is not None:
+        await nodes.require_known(session, node)
     lease = None
     if lease_ttl is not None:
         LEASE_WRITE.check(principal, job)

@@ -68,11 +68,12 @@ async def jobs_overview(
         Text | None,
         Query(description="Only jobs whose name starts with this.", max_length=128),
     ] = None,
+    job: JobFilter = None,
 ) -> JobsOverviewPage:
     after = decode_cursor(cursor, str) if cursor is not None else None
     tiers = state.settings.tiers
     views, last, now = await overview_reads.jobs_overview(
-        session, [t.name for t in tiers], limit=limit, after_name=after, prefix=prefix
+        session, [t.name for t in tiers], limit=limit, after_name=after, prefix=prefix, job=job
     )
     items = []
     for v in views:

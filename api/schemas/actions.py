@@ -48,3 +48,40 @@ class VerifyOut(BaseModel):
     status: str = Field(description="running, completed or failed")
     outcome: VerifyOutcomeOut | None = Field(description="what it read, once completed")
     error: str | None = None
+
+
+class AcknowledgeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tier: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="only the failure on this tier (omitted: every failed tier of the checkpoint)",
+    )
+
+
+class AcknowledgeOut(BaseModel):
+    job: str
+    step: int
+    acknowledged: dict[str, str | None] = Field(
+        description="the failures acknowledged: tier -> the reason it failed"
+    )
+
+
+class DeletedCheckpointOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    step: int
+    tiers: list[str] = Field(description="the copies sent to expiry (their bytes go next)")
+    overrode: list[str] = Field(
+        description="what protected it and was overridden with force: pinned, leased, in flight"
+    )
+
+
+class DeletionOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    job: str
+    deleted: list[DeletedCheckpointOut]
+    already_deleted: list[int] = Field(description="steps deleted earlier: nothing more to do")

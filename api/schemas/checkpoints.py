@@ -51,6 +51,11 @@ class CheckpointOut(_Out):
         "after registration, the reconciler catches up if Temporal was unreachable)"
     )
     tiers: list[TierStatusOut]
+    deleted_at: datetime | None = Field(
+        default=None,
+        description="when an admin deleted it (its copies go through expiry; latest never "
+        "offers it); null: not deleted",
+    )
 
 
 _LOCATION = (

@@ -27,6 +27,10 @@ class TierPointOut(_View):
     bytes: int = Field(description="bytes of the job's copies held on the tier")
     checkpoints: int
     monthly_cost: float = Field(description="US dollars per month for those bytes (cost.md)")
+    predicted_restore_seconds: float | None = Field(
+        description="restoring latest_step from this tier: its bytes over the read throughput "
+        "recorded for the tier (verifications read whole copies back); none: no reads recorded"
+    )
 
 
 class JobOverviewOut(_View):
@@ -39,6 +43,14 @@ class JobOverviewOut(_View):
     failed: int = Field(description="checkpoints with a failed tier copy")
     monthly_cost: float = Field(description="US dollars per month, all tiers")
     tiers: list[TierPointOut]
+    steps_at_risk_durable: int | None = Field(
+        description="steps trained since the newest checkpoint restorable on the last tier: "
+        "latest_step minus its step (none: nothing is restorable there, every step is at risk)"
+    )
+    steps_at_risk: int | None = Field(
+        description="steps trained since the newest checkpoint restorable on any tier: "
+        "latest_step minus its step (none: nothing is restorable, every step is at risk)"
+    )
 
 
 class JobsOverviewPage(BaseModel):
@@ -64,6 +76,11 @@ class InFlightOut(_View):
     elapsed_seconds: float
     bytes_per_second: float | None = Field(description="bytes_done / elapsed (none: no bytes yet)")
     eta_seconds: float | None
+    last_error: str | None = Field(
+        default=None,
+        description="why the copy is stuck, if an attempt failed (e.g. the tier is full): the "
+        "latest error recorded on one of its replicas",
+    )
 
 
 class InFlightList(BaseModel):

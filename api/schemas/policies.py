@@ -47,8 +47,8 @@ class PolicyOut(BaseModel):
     spec: dict[str, Any]
     default: bool
     jobs: int = Field(description="jobs assigned to this policy by name")
-    created_at: datetime
-    updated_at: datetime
+    created_at: datetime | None = Field(description="none for the built-in policy")
+    updated_at: datetime | None = Field(description="none for the built-in policy")
 
 
 class PolicyList(BaseModel):

@@ -96,6 +96,9 @@ BAD_BODIES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("no-step", _drop("step"), "invalid_manifest", "step"),
     ("negative-step", _set("step", -1), "invalid_manifest", "step"),
     ("string-step", _set("step", "5"), "invalid_manifest", "step"),
+    # Steps are bounded where JavaScript holds integers exactly (the dashboard).
+    ("step-2^53", _set("step", 2**53), "step_out_of_range", "2^53-1"),
+    ("step-int64-max", _set("step", 2**63 - 1), "step_out_of_range", "9007199254740991"),
     ("metadata-list", _set("metadata", [1, 2]), "invalid_manifest", "metadata"),
     ("metadata-nul", _set("metadata", {"a": "x\x00y"}), "invalid_manifest", "metadata"),
     ("metadata-surrogate", _set("metadata", {"k\ud800": "v"}), "invalid_manifest", "Invalid JSON"),
@@ -253,3 +256,15 @@ async def test_too_many_shards(small_client: httpx.AsyncClient, catalog: Engine,
     assert "limit is 3" in r.json()["detail"]
     assert counts(catalog) == before
     assert (await small_client.post(f"/v1/jobs/{job}/checkpoints", json=_big(3))).status_code == 201
+
+
+async def test_the_largest_step_javascript_holds_is_fine_and_one_more_is_not(
+    client: httpx.AsyncClient, job: str
+) -> None:
+    top = 2**53 - 1
+    body = {**_valid(), "step": top}
+    r = await client.post(f"/v1/jobs/{job}/checkpoints", json=body)
+    assert r.status_code == 201, r.text
+    assert (await client.get(f"/v1/jobs/{job}/checkpoints/{top}")).json()["step"] == top
+    r = await client.get(f"/v1/jobs/{job}/checkpoints/{top + 1}")
+    assert r.status_code == 422 and r.json()["code"] == "step_out_of_range", r.text

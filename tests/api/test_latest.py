@@ -16,6 +16,7 @@ from tests.helpers.api import (
     quarantine_checkpoint,
     restorable,
     running_client,
+    seed,
     set_marker,
     set_replicas,
     shard,
@@ -274,3 +275,16 @@ async def test_skipped_is_bounded(
     assert steps[100] == 2
     assert body["skipped"][100]["reasons"][0].startswith("not examined: only the 100 newest")
     assert len(steps) == 101
+
+
+async def test_a_node_nobody_knows_is_refused(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """A reader's node that no worker reported from (a typo) is not taken for a node holding no
+    local copies: 422 `unknown_node`, naming it."""
+    await seed(client, catalog, job, [10], tiers=("ssd", "lustre"))
+    r = await client.get(f"/v1/jobs/{job}/checkpoints/latest", params={"node": "node-typo"})
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "unknown_node" and r.json()["nodes"] == ["node-typo"]
+    known = await client.get(f"/v1/jobs/{job}/checkpoints/latest", params={"node": NODE_A})
+    assert known.status_code == 200 and known.json()["step"] == 10

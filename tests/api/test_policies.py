@@ -14,6 +14,7 @@ from temporalio.client import Client
 from tests.helpers.api import events, row_counts
 from tests.helpers.tokens import actor_name, as_token
 from tierpoint.contract.retention import retention_workflow_id
+from tierpoint.retention.policy import DEFAULT_POLICY
 
 KEEP2 = {"kinds": {"local": {"keep_last": 2}}}
 KEEP3 = {"kinds": {"local": {"keep_last": 3}}, "durable": {"keep_every": 6}}
@@ -244,3 +245,18 @@ async def test_concurrent_defaults_leave_one(
     assert len(defaults) == 1 and defaults[0] in names
     off = await client.put(f"/v1/policies/{defaults[0]}", json={"spec": KEEP2, "default": False})
     assert off.status_code == 200
+
+
+async def test_the_builtin_policy_is_readable_by_the_name_usage_shows(
+    client: httpx.AsyncClient,
+) -> None:
+    """Jobs with no policy run under `builtin-default` while the catalog has no default: the
+    name `usage` and the retention plan print must answer, with the document it stands for."""
+    r = await client.get("/v1/policies/builtin-default")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["name"] == "builtin-default" and body["version"] == 1
+    assert body["spec"] == DEFAULT_POLICY.to_spec()
+    assert body["created_at"] is None and body["jobs"] == 0
+    history = await client.get("/v1/policies/builtin-default/history")
+    assert history.status_code == 200, history.text

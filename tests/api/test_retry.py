@@ -11,14 +11,26 @@ from collections.abc import AsyncIterator
 import crc32c
 import httpx
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 
 from api.app import create_app
-from tests.helpers.api import NODE_A, events, manifest, running_client, shard
+from tests.helpers.api import (
+    NODE_A,
+    events,
+    manifest,
+    running_client,
+    seed,
+    set_marker,
+    set_replicas,
+    shard,
+)
 from tests.helpers.lifecycle import running_workers, shard_file
+from tierpoint.catalog import lifecycle_repo
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import retry_workflow_id
+from tierpoint.states import ReplicaState
 
 DATA = b"weights written after the registration" * 1000
 # Guards against a hang, not a performance assertion.
@@ -91,3 +103,68 @@ async def test_retry_after_the_file_appears_makes_it_restorable(
 async def test_retry_of_an_unknown_checkpoint(client: httpx.AsyncClient, job: str) -> None:
     r = await client.post(f"/v1/jobs/{job}/checkpoints/3/retry")
     assert r.status_code == 404 and r.json()["code"] == "checkpoint_not_found"
+
+
+async def test_retry_without_a_verified_source_is_refused_and_changes_nothing(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """The copies a new run would start from are expired and the last one was found lost: a
+    retry could never finish (its tiers would stay `pending` for good). It is refused, naming
+    what is gone, and the failure stays where operators see it."""
+    await seed(client, catalog, job, [200], tiers=("ssd", "lustre", "s3"))
+    for tier in ("ssd", "lustre"):
+        set_replicas(catalog, job, 200, tier, "expired", local=tier == "ssd")
+        set_marker(catalog, job, 200, tier, "expired")
+    set_replicas(catalog, job, 200, "s3", "lost")
+    set_marker(catalog, job, 200, "s3", "failed", reason="2 shard(s) lost on s3")
+    before = await states(client, job, 200)
+
+    r = await client.post(f"/v1/jobs/{job}/checkpoints/200/retry")
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["code"] == "no_verified_source"
+    assert "ssd is expired" in problem["detail"] and "lustre is expired" in problem["detail"]
+    assert "2 shard(s) lost on s3" in problem["detail"]
+    assert problem["gone"] == {"ssd": "expired", "lustre": "expired"}
+
+    assert await states(client, job, 200) == before
+    failures = (await client.get("/v1/failures", params={"job": job})).json()["items"]
+    assert [(f["step"], f["tier"]) for f in failures] == [(200, "s3")]
+    assert events(catalog, "operator_action", job=job) == []
+
+
+async def test_a_reseal_never_marks_an_expired_replica(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """A lifecycle run that reads a local copy retention deleted finds its file missing: the
+    replica stays `expired` (its bytes are gone on purpose), it is not `corrupt`."""
+    await seed(client, catalog, job, [7], tiers=("ssd",))
+    set_replicas(catalog, job, 7, "ssd", "expired", local=True)
+    with catalog.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT r.checkpoint_id, r.shard_id FROM replica r JOIN checkpoint c "
+                "ON c.id = r.checkpoint_id JOIN job j ON j.id = c.job_id WHERE j.name = :job"
+            ),
+            {"job": job},
+        ).all()
+    cid = rows[0].checkpoint_id
+    sessions = sessionmaker(catalog)
+    with sessions.begin() as s:
+        lifecycle_repo.upsert_replicas(
+            s,
+            cid,
+            "ssd",
+            [
+                lifecycle_repo.ReplicaWrite(
+                    r.shard_id, ReplicaState.CORRUPT, "x", NODE_A, 0, "gone"
+                )
+                for r in rows
+            ],
+        )
+        lifecycle_repo.mark_corrupt(s, "ssd", {r.shard_id: "gone" for r in rows})
+    with catalog.connect() as conn:
+        after = conn.execute(
+            text("SELECT DISTINCT state FROM replica WHERE checkpoint_id = :cid"), {"cid": cid}
+        ).scalars()
+        assert list(after) == ["expired"]

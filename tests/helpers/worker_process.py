@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from tierpoint.config import Settings
@@ -34,7 +35,16 @@ class WorkerProcess:
     """One `tierpoint worker` process, its output in `log`: the worker of `node` (or of each of
     several nodes), or with `node=None` the shared worker (workflows, shared and S3 tiers)."""
 
-    def __init__(self, settings: Settings, node: str | Sequence[str] | None, log: Path) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        node: str | Sequence[str] | None,
+        log: Path,
+        file_size_limit: int | None = None,
+    ) -> None:
+        """`file_size_limit`: the process may write no file larger (RLIMIT_FSIZE): a write past
+        it fails with EFBIG, as a write to a full device fails with ENOSPC (Python ignores the
+        SIGXFSZ that would otherwise end the process)."""
         self.log = log
         nodes = [node] if isinstance(node, str) else list(node or [])
         args = [a for n in nodes for a in ("--node", n)]
@@ -49,6 +59,7 @@ class WorkerProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=None if file_size_limit is None else _limit_files(file_size_limit),
             )
 
     @property
@@ -70,11 +81,21 @@ class WorkerProcess:
         return ""
 
 
+def _limit_files(size: int) -> Callable[[], None]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return limit
+
+
 @contextlib.contextmanager
 def worker_process(
-    settings: Settings, node: str | Sequence[str] | None, log: Path
+    settings: Settings,
+    node: str | Sequence[str] | None,
+    log: Path,
+    file_size_limit: int | None = None,
 ) -> Iterator[WorkerProcess]:
-    worker = WorkerProcess(settings, node, log)
+    worker = WorkerProcess(settings, node, log, file_size_limit)
     try:
         yield worker
     finally:

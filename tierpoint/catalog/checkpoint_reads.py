@@ -49,6 +49,7 @@ _CHECKPOINT_COLS = (
     Checkpoint.total_bytes,
     Checkpoint.shard_count,
     Checkpoint.workflow_started_at,
+    Checkpoint.deleted_at,
 )
 
 
@@ -149,6 +150,7 @@ async def _views(
                 shard_count=r.shard_count,
                 workflow_started=r.workflow_started_at is not None,
                 tiers=tier_views,
+                deleted_at=r.deleted_at,
             )
         )
     return views

@@ -33,6 +33,8 @@ class EventKind(StrEnum):
     LOST = "lost"
     REPAIRED = "repaired"
     CORRUPT_REPORTED = "corrupt_reported"
+    DELETED = "deleted"
+    ACKNOWLEDGED = "acknowledged"
 
 
 def _row(

@@ -38,7 +38,7 @@ ACTOR = "lifecycle"
 REASON_EXAMPLES = 3
 
 _NOT_OVERWRITTEN = [  # see upsert_replicas
-    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING)
+    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.EXPIRED)
 ]
 # A lost replica on a node declared lost stays lost; one lost elsewhere (an S3 object deleted
 # behind tierpoint's back, found by reconciliation) is what repair copies again.
@@ -84,6 +84,9 @@ class PromoteOutcome:
     state: str
     reason: str | None
     changed: bool
+    # The tier's first promotion (not a repair's or a retry's after it was restorable once):
+    # promotion lag is registration -> first promotion.
+    first: bool = False
 
 
 def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | None:
@@ -239,9 +242,9 @@ def upsert_replicas(
     session: Session, checkpoint_id: int, tier: str, writes: Iterable[ReplicaWrite]
 ) -> None:
     """Insert or update replicas of one tier. A verified replica only changes through
-    `damage.mark_damaged` (a later read proved it bad), one being expired is left to retention,
-    and a lost one on a node declared lost stays lost (a worker still running there cannot bring
-    it back)."""
+    `damage.mark_damaged` (a later read proved it bad), one being expired or expired is left to
+    retention (a reseal that finds its file gone must not call it corrupt), and a lost one on a
+    node declared lost stays lost (a worker still running there cannot bring it back)."""
     rows = [
         {
             "shard_id": w.shard_id,
@@ -315,13 +318,18 @@ def promote(
     """Flip the tier's marker in the caller's transaction: `restorable` only if every shard has a
     verified replica on the tier, else `failed` with a reason, and later tiers `failed` too."""
     marker = session.execute(
-        select(CheckpointTier.state, CheckpointTier.reason, CheckpointTier.job_id)
+        select(
+            CheckpointTier.state,
+            CheckpointTier.reason,
+            CheckpointTier.job_id,
+            CheckpointTier.restorable_at,
+        )
         .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
         .with_for_update()
     ).one_or_none()
     if marker is None:
         raise LookupError(f"checkpoint {checkpoint_id} has no marker for tier {tier!r}")
-    state, reason, job_id = marker
+    state, reason, job_id, was_restorable_at = marker
     if state not in (TierState.PENDING.value, TierState.FAILED.value):
         # restorable already (a rerun), or retention has taken over.
         return PromoteOutcome(state, reason, changed=False)
@@ -347,7 +355,9 @@ def promote(
             .values(
                 state=TierState.RESTORABLE.value,
                 reason=None,
-                restorable_at=func.now(),
+                # The first promotion's time: a repair's promotion later does not move it, so
+                # the lag (registration -> restorable) is never a repair's.
+                restorable_at=func.coalesce(CheckpointTier.restorable_at, func.now()),
                 updated_at=func.now(),
             )
         )
@@ -360,7 +370,9 @@ def promote(
             actor=ACTOR,
             detail={"shards": total},
         )
-        return PromoteOutcome(TierState.RESTORABLE.value, None, changed=True)
+        return PromoteOutcome(
+            TierState.RESTORABLE.value, None, changed=True, first=was_restorable_at is None
+        )
 
     bad = total - verified
     parts = []

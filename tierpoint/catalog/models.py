@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -113,6 +114,9 @@ class Checkpoint(Base):
     # sha256 of the canonical manifest: the same (job, step, manifest) registers once (invariant 5)
     manifest_digest: Mapped[str] = mapped_column(String(64))
     workflow_started_at: Mapped[datetime | None]
+    # An admin deleted it: its copies go through retention's expiry, "latest" never offers it,
+    # and the step may be registered again once every copy is expired.
+    deleted_at: Mapped[datetime | None]
 
     job: Mapped[Job] = relationship(lazy="raise")
 
@@ -202,6 +206,9 @@ class CheckpointTier(Base):
     quarantine_evidence: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     restorable_at: Mapped[datetime | None]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # An operator acknowledged the failure: set to the `updated_at` it acknowledged, so any later
+    # change of the marker (a retry, a new failure) brings it back to the failures view.
+    acknowledged_at: Mapped[datetime | None]
 
     __table_args__ = (
         CheckConstraint(_in("state", TierState), name="state_valid"),
@@ -309,4 +316,17 @@ class ScrubStats(Base):
     corrupt: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     lost: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     last_scrubbed_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class TierReadStats(Base):
+    """Bytes read back from a tier and the seconds it took, summed over the unthrottled reads of
+    whole replicas (an operator's verify): the throughput a restore from the tier can expect,
+    which the jobs view turns into a predicted restore time."""
+
+    __tablename__ = "tier_read_stats"
+
+    tier: Mapped[str] = mapped_column(String(128), primary_key=True)
+    bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    seconds: Mapped[float] = mapped_column(Float, server_default=text("0"))
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())

@@ -15,7 +15,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from tierpoint.errors import NodeNotFound
+from tierpoint.errors import NodeNotFound, UnknownNode
 from tierpoint.states import ReplicaState, TierState
 
 from .events import EventKind, arecord
@@ -44,6 +44,25 @@ def lost_among(session: Session, node_ids: Iterable[str]) -> list[str]:
         select(Node.id, Node.lost_at).where(Node.id.in_(wanted)).with_for_update(read=True)
     ).all()
     return sorted(n for n, lost_at in rows if lost_at is not None)
+
+
+async def require_known(session: AsyncSession, node_id: str) -> None:
+    """UnknownNode unless a worker of `node_id` has reported in: a reader naming a node nobody
+    knows (a typo, another cluster's name) would be answered as if it held no local copies."""
+    known = await session.scalar(select(exists().where(Node.id == node_id)))
+    if not known:
+        raise UnknownNode(
+            f"node {node_id!r} is unknown: a node is known once its worker has reported in",
+            errors=[
+                {
+                    "field": "node",
+                    "location": "query",
+                    "message": f"node {node_id!r} is unknown",
+                    "code": "unknown_node",
+                }
+            ],
+            extra={"nodes": [node_id]},
+        )
 
 
 def is_lost(session: Session, node_id: str) -> bool:

@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.checkpoint_reads import job_id_of, tier_progress
+from tierpoint.catalog.failures_repo import unacknowledged
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,
@@ -108,6 +109,7 @@ async def in_flight(
     ):
         promoted[m.checkpoint_id][m.tier] = m.restorable_at
     progress = await tier_progress(session, [(r.checkpoint_id, r.tier) for r in rows])
+    errors = await last_errors(session, [(r.checkpoint_id, r.tier) for r in rows])
     order = {name: i for i, name in enumerate(tiers)}
     views = []
     for r in rows:
@@ -136,9 +138,39 @@ async def in_flight(
                 elapsed_seconds=elapsed,
                 bytes_per_second=rate,
                 eta_seconds=eta,
+                last_error=errors.get((r.checkpoint_id, r.tier)),
             )
         )
     return views, now
+
+
+async def last_errors(
+    session: AsyncSession, pairs: Sequence[tuple[int, str]]
+) -> dict[tuple[int, str], str]:
+    """(checkpoint id, tier) -> the latest error recorded on one of its replicas there."""
+    errors: dict[tuple[int, str], str] = {}
+    if not pairs:
+        return errors
+    # A join to VALUES, not (checkpoint_id, tier) IN (...): see tier_progress.
+    wanted = values(
+        column("checkpoint_id", BigInteger), column("tier", String), name="wanted"
+    ).data(list(pairs))
+    for e in await session.execute(
+        select(Replica.checkpoint_id, Replica.tier, Replica.error)
+        .ext(distinct_on(Replica.checkpoint_id, Replica.tier))
+        .select_from(wanted)
+        .join(
+            Replica,
+            and_(
+                Replica.checkpoint_id == wanted.c.checkpoint_id,
+                Replica.tier == wanted.c.tier,
+            ),
+        )
+        .where(Replica.error.is_not(None))
+        .order_by(Replica.checkpoint_id, Replica.tier, Replica.updated_at.desc())
+    ):
+        errors[(e.checkpoint_id, e.tier)] = e.error
+    return errors
 
 
 FailureKey = tuple[str, int, str]  # (failed_at ISO, checkpoint id, tier): the keyset of the list
@@ -151,13 +183,14 @@ async def failures(
     limit: int = 100,
     after: FailureKey | None = None,
 ) -> tuple[list[FailureView], FailureKey | None]:
-    """Failed tier copies, newest first, with the marker's reason and the last replica error."""
+    """Failed tier copies nobody acknowledged, newest first, with the marker's reason and the
+    last replica error."""
     ct = CheckpointTier
     q = (
         select(ct.checkpoint_id, ct.tier, ct.reason, ct.updated_at, Job.name, Checkpoint.step)
         .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
         .join(Job, Job.id == ct.job_id)
-        .where(ct.state == FAILED)
+        .where(unacknowledged())
         .order_by(ct.updated_at.desc(), ct.checkpoint_id.desc(), ct.tier.desc())
         .limit(limit + 1)
     )
@@ -172,27 +205,7 @@ async def failures(
     rows = (await session.execute(q)).all()
     more = len(rows) > limit
     rows = rows[:limit]
-    errors: dict[tuple[int, str], str] = {}
-    if rows:
-        # A join to VALUES, not (checkpoint_id, tier) IN (...): see tier_progress.
-        wanted = values(
-            column("checkpoint_id", BigInteger), column("tier", String), name="wanted"
-        ).data([(r.checkpoint_id, r.tier) for r in rows])
-        for e in await session.execute(
-            select(Replica.checkpoint_id, Replica.tier, Replica.error)
-            .ext(distinct_on(Replica.checkpoint_id, Replica.tier))
-            .select_from(wanted)
-            .join(
-                Replica,
-                and_(
-                    Replica.checkpoint_id == wanted.c.checkpoint_id,
-                    Replica.tier == wanted.c.tier,
-                ),
-            )
-            .where(Replica.error.is_not(None))
-            .order_by(Replica.checkpoint_id, Replica.tier, Replica.updated_at.desc())
-        ):
-            errors[(e.checkpoint_id, e.tier)] = e.error
+    errors = await last_errors(session, [(r.checkpoint_id, r.tier) for r in rows])
     views = [
         FailureView(
             job=r.name,

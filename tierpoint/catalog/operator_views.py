@@ -21,6 +21,8 @@ class TierPointView:
     age_seconds: float | None
     bytes: int  # restorable or expiring copies of the job on the tier
     checkpoints: int
+    # latest_step's bytes over the read throughput recorded for the tier (None: no reads yet)
+    predicted_restore_seconds: float | None = None
 
 
 @dataclass
@@ -33,6 +35,11 @@ class JobOverviewView:
     in_flight: int  # checkpoints with a tier still pending
     failed: int  # checkpoints with a failed tier
     tiers: list[TierPointView]
+    # Steps trained since the newest checkpoint restorable on the last tier (durable) and on any
+    # tier, i.e. latest_step minus that checkpoint's step; None when there is none (every step
+    # is at risk) or nothing is registered.
+    steps_at_risk_durable: int | None = None
+    steps_at_risk: int | None = None
 
 
 @dataclass
@@ -51,6 +58,8 @@ class InFlightView:
     elapsed_seconds: float
     bytes_per_second: float | None
     eta_seconds: float | None
+    # the latest error a copy activity recorded on one of its replicas (a full tier, say)
+    last_error: str | None = None
 
 
 @dataclass

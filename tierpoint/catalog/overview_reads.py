@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import String, column, func, literal_column, select, values
+from sqlalchemy import String, column, func, literal_column, or_, select, values
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from tierpoint.catalog import scrub_repo
+from tierpoint.catalog.failures_repo import unacknowledged
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, JobTierUsage, RetentionPolicy
 from tierpoint.catalog.operator_reads import FAILED, PENDING, RESTORABLE, db_now
 from tierpoint.catalog.operator_views import JobOverviewView, TierPointView
@@ -23,8 +25,10 @@ async def jobs_overview(
     limit: int = 50,
     after_name: str | None = None,
     prefix: str | None = None,
+    job: str | None = None,
 ) -> tuple[list[JobOverviewView], str | None, datetime]:
-    """A page of jobs by name, each with its recovery point on every configured tier."""
+    """A page of jobs by name (those starting with `prefix`, or the one named `job`), each with
+    its recovery point on every configured tier."""
     now = await db_now(session)
     q = (
         select(Job.id, Job.name, RetentionPolicy.name.label("policy"))
@@ -37,6 +41,8 @@ async def jobs_overview(
     if prefix:
         # Names are [A-Za-z0-9._-]: no LIKE metacharacter but the escaped ones.
         q = q.where(Job.name.startswith(prefix, autoescape=True))
+    if job is not None:
+        q = q.where(Job.name == job)
     jobs = (await session.execute(q)).all()
     next_name = jobs[limit - 1].name if len(jobs) > limit else None
     jobs = jobs[:limit]
@@ -44,14 +50,16 @@ async def jobs_overview(
         return [], None, now
     ids = [j.id for j in jobs]
 
+    # An admin's deleted checkpoints are history, not the job's progress.
+    live = Checkpoint.deleted_at.is_(None)
     latest = (
         select(Checkpoint.step, Checkpoint.created_at)
-        .where(Checkpoint.job_id == Job.id)
+        .where(Checkpoint.job_id == Job.id, live)
         .order_by(Checkpoint.step.desc())
         .limit(1)
         .lateral("latest")
     )
-    count = select(func.count()).where(Checkpoint.job_id == Job.id).scalar_subquery()
+    count = select(func.count()).where(Checkpoint.job_id == Job.id, live).scalar_subquery()
     heads = {
         r.id: r
         for r in await session.execute(
@@ -66,7 +74,7 @@ async def jobs_overview(
         t = values(column("tier", String), name="t").data([(n,) for n in tiers])
         ct = CheckpointTier
         newest = (
-            select(ct.step, ct.restorable_at, Checkpoint.created_at)
+            select(ct.step, ct.restorable_at, Checkpoint.created_at, Checkpoint.total_bytes)
             .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
             .where(
                 ct.job_id == Job.id,
@@ -80,7 +88,14 @@ async def jobs_overview(
             .lateral("newest")
         )
         rows = await session.execute(
-            select(Job.id, t.c.tier, newest.c.step, newest.c.restorable_at, newest.c.created_at)
+            select(
+                Job.id,
+                t.c.tier,
+                newest.c.step,
+                newest.c.restorable_at,
+                newest.c.created_at,
+                newest.c.total_bytes,
+            )
             .select_from(Job)
             .join(t, literal_column("true"))
             .join(newest, literal_column("true"))
@@ -106,11 +121,15 @@ async def jobs_overview(
             CheckpointTier.state,
             func.count(func.distinct(CheckpointTier.checkpoint_id)),
         )
-        .where(CheckpointTier.job_id.in_(ids), CheckpointTier.state.in_((PENDING, FAILED)))
+        .where(
+            CheckpointTier.job_id.in_(ids),
+            or_(CheckpointTier.state == PENDING, unacknowledged()),
+        )
         .group_by(CheckpointTier.job_id, CheckpointTier.state)
     ):
         open_counts[(o[0], o[1])] = int(o[2])
 
+    throughput = await scrub_repo.read_throughput(session, tiers)
     views = []
     for j in jobs:
         head = heads[j.id]
@@ -128,8 +147,12 @@ async def jobs_overview(
                     age_seconds=(now - p.created_at).total_seconds() if p else None,
                     bytes=nbytes,
                     checkpoints=n,
+                    predicted_restore_seconds=(
+                        p.total_bytes / throughput[name] if p and name in throughput else None
+                    ),
                 )
             )
+        behind = [v.steps_behind for v in tier_views if v.steps_behind is not None]
         views.append(
             JobOverviewView(
                 job=j.name,
@@ -140,6 +163,8 @@ async def jobs_overview(
                 in_flight=open_counts.get((j.id, PENDING), 0),
                 failed=open_counts.get((j.id, FAILED), 0),
                 tiers=tier_views,
+                steps_at_risk_durable=tier_views[-1].steps_behind if tier_views else None,
+                steps_at_risk=min(behind, default=None),
             )
         )
     return views, next_name, now

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,7 +20,7 @@ from tierpoint.catalog.events import EventKind, arecord
 from tierpoint.catalog.models import Event, Job, RetentionPolicy
 from tierpoint.catalog.snapshot import BUILTIN_POLICY_NAME
 from tierpoint.errors import PolicyConflict, PolicyExists, PolicyInUse, PolicyNotFound
-from tierpoint.retention.policy import Policy
+from tierpoint.retention.policy import DEFAULT_POLICY, Policy
 
 
 @dataclass
@@ -30,8 +30,8 @@ class PolicyRecord:
     spec: dict[str, Any]
     default: bool
     jobs: int  # jobs assigned to it by name (not counting those that use it as the default)
-    created_at: datetime
-    updated_at: datetime
+    created_at: datetime | None  # None: the built-in policy, never stored
+    updated_at: datetime | None
 
 
 @dataclass
@@ -141,7 +141,14 @@ async def list_policies(session: AsyncSession) -> list[PolicyRecord]:
 
 
 async def get_policy(session: AsyncSession, name: str) -> PolicyRecord:
+    """A stored policy, or the built-in one by its name (what jobs run under while the catalog
+    has no default: `usage` and the retention plan name it, so it must be readable too)."""
     row = await session.scalar(select(RetentionPolicy).where(RetentionPolicy.name == name))
+    if row is None and name == BUILTIN_POLICY_NAME:
+        has_default = await session.scalar(select(exists().where(RetentionPolicy.is_default)))
+        return PolicyRecord(
+            name, 1, DEFAULT_POLICY.to_spec(), not has_default, 0, created_at=None, updated_at=None
+        )
     if row is None:
         raise PolicyNotFound(f"no retention policy named {name!r}")
     return await _record(row, await _jobs_using(session, row.id))

@@ -9,14 +9,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import delete, exists, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.events import EventKind, arecord
-from tierpoint.catalog.models import Checkpoint, Job, Node
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Job, Node
 from tierpoint.contract.lifecycle import LifecycleInput
-from tierpoint.errors import CheckpointConflict, UnknownNode
+from tierpoint.errors import CheckpointBeingDeleted, CheckpointConflict, UnknownNode
 from tierpoint.manifest import Manifest, manifest_digest, shards_json
 from tierpoint.states import TierState
 
@@ -103,7 +103,9 @@ async def _job_id(session: AsyncSession, name: str) -> int:
 
 async def _existing(
     session: AsyncSession, job: str, job_id: int, step: int, digest: str
-) -> RegistrationResult | None:
+) -> RegistrationResult | int | None:
+    """The checkpoint registered at this step (this manifest), the id of one an admin deleted
+    there, or None."""
     row = (
         await session.execute(
             select(
@@ -111,11 +113,14 @@ async def _existing(
                 Checkpoint.manifest_digest,
                 Checkpoint.workflow_started_at,
                 Checkpoint.created_at,
+                Checkpoint.deleted_at,
             ).where(Checkpoint.job_id == job_id, Checkpoint.step == step)
         )
     ).one_or_none()
     if row is None:
         return None
+    if row.deleted_at is not None:
+        return int(row.id)
     if row.manifest_digest != digest:
         raise CheckpointConflict(
             f"step {step} of job {job!r} is already registered with a different manifest",
@@ -124,6 +129,44 @@ async def _existing(
     return RegistrationResult(
         row.id, job_id, False, row.created_at, row.workflow_started_at is not None
     )
+
+
+async def _remove_deleted(
+    session: AsyncSession, job: str, step: int, checkpoint_id: int
+) -> list[int]:
+    """An admin deleted the checkpoint at this step: once retention has expired every copy, its
+    row goes and the step is registered afresh; returns the ids of its events, which the new
+    checkpoint takes over (one history per step: its retries keep counting, so a retry's run id
+    is never one the old checkpoint used). While a copy is still being deleted,
+    CheckpointBeingDeleted: a new copy must not be written where the old one is being removed."""
+    row = await session.scalar(
+        select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update()
+    )
+    if row is None:
+        return []  # a concurrent registration replaced it and committed
+    expiring = await session.scalar(
+        select(
+            exists().where(
+                CheckpointTier.checkpoint_id == checkpoint_id,
+                CheckpointTier.state == TierState.EXPIRING.value,
+            )
+        )
+    )
+    if expiring:
+        raise CheckpointBeingDeleted(
+            f"step {step} of job {job!r} was deleted and its copies are still being removed: "
+            "register it again once they are gone"
+        )
+    history = list(
+        await session.scalars(
+            update(Event)
+            .where(Event.checkpoint_id == checkpoint_id)
+            .values(checkpoint_id=None)
+            .returning(Event.id)
+        )
+    )
+    await session.execute(delete(Checkpoint).where(Checkpoint.id == checkpoint_id))
+    return history
 
 
 async def register_checkpoint(
@@ -143,8 +186,11 @@ async def register_checkpoint(
 
     job_id = await _job_id(session, job)
     existing = await _existing(session, job, job_id, manifest.step, digest)
-    if existing is not None:
+    if isinstance(existing, RegistrationResult):
         return existing
+    history = (
+        [] if existing is None else await _remove_deleted(session, job, manifest.step, existing)
+    )
 
     inserted = (
         await session.execute(
@@ -164,9 +210,13 @@ async def register_checkpoint(
     if inserted is None:
         # Lost the race against a concurrent registration of the same step, which has committed.
         raced = await _existing(session, job, job_id, manifest.step, digest)
-        assert raced is not None
+        assert isinstance(raced, RegistrationResult)
         return raced
     checkpoint_id, created_at = inserted.id, inserted.created_at
+    if history:
+        await session.execute(
+            update(Event).where(Event.id.in_(history)).values(checkpoint_id=checkpoint_id)
+        )
 
     await session.execute(
         _INSERT_SHARDS_AND_TIERS,

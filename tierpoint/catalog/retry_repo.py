@@ -4,7 +4,7 @@ lifecycle run skips them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,22 +23,23 @@ class RetryTarget:
     job_id: int
     failed: dict[str, str | None]  # tier -> reason
     attempt: int  # this retry's number: 1 for the first
+    # every marker of the checkpoint: tier -> (state, reason)
+    markers: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
 async def lock_failed(session: AsyncSession, job: str, step: int) -> RetryTarget:
-    """The checkpoint's failed markers with the checkpoint row and those markers locked until
-    commit, so that no promotion can flip them between the retry's start and its reset (raises
-    CheckpointNotFound)."""
+    """The checkpoint's markers with the checkpoint row and those markers locked until commit,
+    so that no promotion (nor expiry) can flip them between the retry's start and its reset
+    (raises CheckpointNotFound)."""
     checkpoint_id, job_id, _ = await lock_checkpoint(session, job, step)
     rows = await session.execute(
-        select(CheckpointTier.tier, CheckpointTier.reason)
-        .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.state == TierState.FAILED.value,
-        )
+        select(CheckpointTier.tier, CheckpointTier.state, CheckpointTier.reason)
+        .where(CheckpointTier.checkpoint_id == checkpoint_id)
+        .order_by(CheckpointTier.tier)
         .with_for_update()
     )
-    failed = {r.tier: r.reason for r in rows}
+    markers = {r.tier: (r.state, r.reason) for r in rows}
+    failed = {t: reason for t, (st, reason) in markers.items() if st == TierState.FAILED.value}
     done = await session.scalar(
         select(func.count()).where(
             Event.checkpoint_id == checkpoint_id,
@@ -46,7 +47,7 @@ async def lock_failed(session: AsyncSession, job: str, step: int) -> RetryTarget
             Event.detail["action"].astext == RETRY,
         )
     )
-    return RetryTarget(checkpoint_id, job_id, failed, int(done or 0) + 1)
+    return RetryTarget(checkpoint_id, job_id, failed, int(done or 0) + 1, markers)
 
 
 async def reset_failed(

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.states import ReplicaState
 
-from .models import Checkpoint, Job, Node, Replica, ScrubStats, Shard
+from .models import Checkpoint, Job, Node, Replica, ScrubStats, Shard, TierReadStats
 
 VERIFIED = ReplicaState.VERIFIED.value
 _last_read = func.coalesce(Replica.scrubbed_at, Replica.verified_at)
@@ -149,6 +149,34 @@ def record_good(
     nbytes = int(size or 0)
     _add(session, tier, replicas=len(rows), bytes=nbytes, last_scrubbed_at=func.now())
     return nbytes
+
+
+def record_reads(session: Session, tier: str, nbytes: int, seconds: float) -> None:
+    """Add whole-replica reads off `tier` (unthrottled, so they measure the device, not a
+    limit) to the tier's read throughput."""
+    if nbytes <= 0 or seconds <= 0:
+        return
+    stmt = insert(TierReadStats).values(tier=tier, bytes=nbytes, seconds=seconds)
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["tier"],
+            set_={
+                "bytes": TierReadStats.bytes + stmt.excluded.bytes,
+                "seconds": TierReadStats.seconds + stmt.excluded.seconds,
+                "updated_at": func.now(),
+            },
+        )
+    )
+
+
+async def read_throughput(session: AsyncSession, tiers: Sequence[str]) -> dict[str, float]:
+    """Tier -> bytes per second its recorded reads achieved (tiers never read: absent)."""
+    rows = await session.execute(
+        select(TierReadStats.tier, TierReadStats.bytes, TierReadStats.seconds).where(
+            TierReadStats.tier.in_(list(tiers)), TierReadStats.seconds > 0
+        )
+    )
+    return {r.tier: r.bytes / r.seconds for r in rows}
 
 
 def record_bad(session: Session, tier: str, corrupt: int, lost: int) -> None:

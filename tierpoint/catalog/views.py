@@ -42,6 +42,7 @@ class CheckpointView:
     shard_count: int
     workflow_started: bool
     tiers: list[TierView]
+    deleted_at: datetime | None = None  # an admin deleted it: its copies expire
 
 
 @dataclass

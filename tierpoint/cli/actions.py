@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, console, fail
+from tierpoint.cli.context import DAMAGE_FOUND, ApiUrlOpt, DataDirOpt, console, fail
 from tierpoint.cli.ops_render import print_json
 from tierpoint.cli.policy import Api
 from tierpoint.cli.render import human_bytes
@@ -56,10 +56,32 @@ def _outcome(r: dict[str, Any]) -> Text:
     return line
 
 
+def _verify_one(api: Api, job: str, step: int, tier: str, wait: float) -> dict[str, Any] | None:
+    """One tier's verification, followed until it ends or `wait` runs out; None when the tier
+    holds no verified copy to read (nothing_to_verify)."""
+    path = f"{checkpoint_path(job, step)}/verify"
+    deadline = time.monotonic() + wait
+    r: dict[str, Any] = api.call("POST", path, {"tier": tier}, ok=(409,))
+    if r.get("code") == "nothing_to_verify":
+        return None
+    if "joined" not in r:  # another 409
+        fail(f"{r.get('detail')} (409 {r.get('code')})")
+    joined = r["joined"]
+    with console.status(f"reading {job} step {step} back from {tier}", spinner="dots"):
+        while r["status"] == "running" and time.monotonic() < deadline:
+            time.sleep(VERIFY_POLL)
+            r = api.call("POST", path, {"tier": tier})  # joins the same run
+    r["joined"] = joined
+    return r
+
+
 def verify(
     job: JobArg,
     step: StepArg,
-    tier: Annotated[str, typer.Option(help="The tier whose copy to read back.")],
+    tier: Annotated[
+        str | None,
+        typer.Option(help="The tier whose copy to read back (default: every tier holding one)."),
+    ] = None,
     wait: Annotated[
         float, typer.Option(min=0, help="Wait this many seconds for the outcome (0: do not).")
     ] = 600,
@@ -67,28 +89,37 @@ def verify(
     api_url: ApiUrlOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
 ) -> None:
-    """Read a checkpoint's copy on TIER back now and compare every checksum.
+    """Read a checkpoint's copies back now (on TIER, or on every tier) and compare every checksum.
 
     A replica that reads back wrong is marked corrupt, the tier leaves restorable at once and a
-    repair copies it back from another tier."""
+    repair copies it back from another tier. Exits 3 when a replica read back corrupt or lost,
+    1 when a verification could not be made."""
     api = Api(api_url, data_dir)
-    path = f"{checkpoint_path(job, step)}/verify"
-    deadline = time.monotonic() + wait
-    r = api.call("POST", path, {"tier": tier})
-    joined = r["joined"]
-    with console.status(f"reading {job} step {step} back from {tier}", spinner="dots"):
-        while r["status"] == "running" and time.monotonic() < deadline:
-            time.sleep(VERIFY_POLL)
-            r = api.call("POST", path, {"tier": tier})  # joins the same run
-    r["joined"] = joined
+    if tier is not None:
+        tiers = [tier]
+    else:
+        tiers = [t["tier"] for t in api.call("GET", checkpoint_path(job, step))["tiers"]]
+    runs = {t: _verify_one(api, job, step, t, wait) for t in tiers}
+    done = [r for r in runs.values() if r is not None]
+    if tier is not None and not done:
+        fail(f"{job} step {step} has no verified copy on {tier} to read (409 nothing_to_verify)")
     if as_json:
-        print_json(r)
-    elif r["status"] == "running":
-        console.print(f"still reading (run {r['workflow_id']}); `tierpoint show {job} {step}`")
-    elif r["status"] == "completed":
-        console.print(_outcome(r))
-    if r["status"] == "failed":
-        fail(f"verification_failed: {r.get('error') or 'the run failed'}")
+        print_json(done[0] if tier is not None else done)
+    else:
+        for t, r in runs.items():
+            if r is None:
+                console.print(f"{job} step {step} on {t}: no verified copy to read", style="dim")
+            elif r["status"] == "running":
+                console.print(
+                    f"still reading (run {r['workflow_id']}); `tierpoint show {job} {step}`"
+                )
+            elif r["status"] == "completed":
+                console.print(_outcome(r))
+    failed = [r for r in done if r["status"] == "failed"]
+    if failed:
+        fail(f"verification_failed: {failed[0].get('error') or 'the run failed'}")
+    if any(r["outcome"]["corrupt"] + r["outcome"]["lost"] for r in done if r.get("outcome")):
+        raise typer.Exit(DAMAGE_FOUND)
 
 
 def _pin(job: str, step: int, on: bool, as_json: bool, api_url: str | None, data_dir: Any) -> None:

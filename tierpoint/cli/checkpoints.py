@@ -1,5 +1,5 @@
 """`tierpoint checkpoints JOB` (the same as `checkpoints list JOB`) and `checkpoints show JOB
-STEP`: a job's checkpoints and where each one lives."""
+STEP` (the same as `tierpoint show JOB STEP`): a job's checkpoints and where each one lives."""
 
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
@@ -7,10 +7,11 @@ from urllib.parse import quote, urlencode
 import typer
 from typer.core import TyperGroup
 
+from tierpoint.cli import show as show_cmd
 from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, api_errors, console, make_client
 from tierpoint.cli.ops_render import print_json
 from tierpoint.cli.policy import Api
-from tierpoint.cli.render import checkpoint_detail, checkpoints_table
+from tierpoint.cli.render import checkpoints_table
 from tierpoint.devstack.facts import DEFAULT_DATA_DIR
 
 
@@ -79,21 +80,5 @@ def list_(
     console.print(checkpoints_table(job, items, tiers))
 
 
-@app.command("show")
-def show(
-    job: Annotated[str, typer.Argument(help="Job name.")],
-    step: Annotated[int, typer.Argument(help="Checkpoint step.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
-    api_url: ApiUrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR,
-) -> None:
-    """One checkpoint: per-tier state and progress, every shard with its replicas."""
-    if as_json:
-        print_json(
-            Api(api_url, data_dir).call("GET", f"/v1/jobs/{quote(job, safe='')}/checkpoints/{step}")
-        )
-        return
-    client = make_client(api_url, data_dir)
-    with api_errors():
-        cp = client.checkpoint(job, step)
-    console.print(checkpoint_detail(cp))
+# One implementation of "one checkpoint": `tierpoint show` (tiers, events, shards with --shards).
+app.command("show")(show_cmd.show)

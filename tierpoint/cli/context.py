@@ -51,6 +51,11 @@ def token_for(info: StackInfo | None) -> str | None:
     return token
 
 
+# The exit status of `verify` and `reconcile` when they found data bad (corrupt, lost, missing,
+# wrong size): 1 stays "the command failed", so a script can tell the two apart.
+DAMAGE_FOUND = 3
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)

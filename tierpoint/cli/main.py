@@ -14,6 +14,7 @@ from tierpoint.cli import (
     policy,
     quarantine,
     reconcile,
+    removal,
     restore,
     serve,
     show,
@@ -62,6 +63,8 @@ app.command("retry")(actions.retry)
 app.command("verify")(actions.verify)
 app.command("pin")(actions.pin)
 app.command("unpin")(actions.unpin)
+app.add_typer(removal.failures, name="failures")
+app.command("delete")(removal.delete)
 app.add_typer(policy.app, name="policy")
 app.command("restore")(restore.restore)
 app.command("usage")(usage.usage)

@@ -42,10 +42,28 @@ def _point(p: dict[str, Any]) -> Text:
         return Text("none", style="bold red" if p["checkpoints"] else "dim")
     cell = Text(f"step {p['latest_step']}", style="green")
     behind = p.get("steps_behind")
-    cell.append(f" {ago(p.get('age_seconds'))} ago", style="dim")
+    cell.append(f" {ago(p.get('age_seconds'))} old", style="dim")
     if behind:
-        cell.append(f" ({behind} behind)", style="yellow")
+        cell.append(f" ({behind} steps behind)", style="yellow")
+    restore = p.get("predicted_restore_seconds")
+    if restore is not None:
+        cell.append(f", restore ~{ago(restore)}", style="dim")
     return cell
+
+
+def at_risk(job: dict[str, Any]) -> Text:
+    """Steps trained since the newest checkpoint durable on the last tier / restorable anywhere:
+    what a loss of the nodes, or of everything but the last tier, would cost."""
+    if job["latest_step"] is None:
+        return Text("-", style="dim")
+    durable, anywhere = job.get("steps_at_risk_durable"), job.get("steps_at_risk")
+
+    def part(n: int | None) -> Text:
+        if n is None:
+            return Text("all", style="bold red")
+        return Text(str(n), style="yellow" if n else "green")
+
+    return Text.assemble(part(durable), " / ", part(anywhere))
 
 
 def jobs_table(overview: dict[str, Any]) -> Table:
@@ -56,6 +74,7 @@ def jobs_table(overview: dict[str, Any]) -> Table:
     table = Table(title="jobs: recovery point per tier", title_justify="left")
     table.add_column("job", style="bold")
     table.add_column("latest", justify="right")
+    table.add_column("steps at risk\n(durable / any)", justify="right")
     for tier in tiers:
         table.add_column(tier)
     table.add_column("in flight", justify="right")
@@ -65,6 +84,7 @@ def jobs_table(overview: dict[str, Any]) -> Table:
         table.add_row(
             j["job"],
             "-" if j["latest_step"] is None else str(j["latest_step"]),
+            at_risk(j),
             *(_point(p) for p in j["tiers"]),
             str(j["in_flight"]) if j["in_flight"] else "",
             Text(str(j["failed"]), style="bold red") if j["failed"] else Text(""),
@@ -152,19 +172,43 @@ def checkpoint_tiers_table(cp: dict[str, Any]) -> Table:
     for t in cp["tiers"]:
         p = t["progress"]
         reason = Text(t["reason"] or "")
-        if t["quarantine_reason"]:
-            reason.append(f"quarantined: {t['quarantine_reason']}", style="bold red")
+        state = state_text(t["state"])
+        # A quarantine of the whole checkpoint covers every tier (as tierpoint/cli/render.py).
+        why = t["quarantine_reason"] or cp.get("quarantine_reason")
+        if why:
+            where = "" if t["quarantine_reason"] else "checkpoint "
+            reason.append(f"{where}quarantined: {why}", style="bold red")
+            state.append(" (quarantined)", style="bold red")
         counts = replicas.get(t["tier"]) or Counter()
         table.add_row(
             t["tier"],
             t["kind"] or "-",
-            state_text(t["state"]),
+            state,
             f"{p['shards_verified']}/{p['shards_total']}",
             f"{human_bytes(p['bytes_done'])} / {human_bytes(p['bytes_total'])}",
             ", ".join(f"{n} {st}" for st, n in sorted(counts.items())) or "-",
             stamp(t["restorable_at"]),
             reason,
         )
+    return table
+
+
+def shards_table(cp: dict[str, Any]) -> Table:
+    """Every shard with its replica's state per tier (and the replica's error)."""
+    tiers = [t["tier"] for t in cp["tiers"]]
+    table = Table(title=f"{cp['job']} step {cp['step']}: shards", title_justify="left")
+    for col in ("path", "size", "crc32c", "node", *tiers):
+        table.add_column(col, overflow="fold")
+    for s in cp.get("shards") or []:
+        replicas = {r["tier"]: r for r in s["replicas"]}
+        cells = []
+        for tier in tiers:
+            r = replicas.get(tier)
+            cell = state_text(r["state"] if r else None)
+            if r is not None and r.get("error"):
+                cell.append(f" ({r['error']})", style="red")
+            cells.append(cell)
+        table.add_row(s["path"], human_bytes(s["size"]), s["crc32c"] or "-", s["node"], *cells)
     return table
 
 

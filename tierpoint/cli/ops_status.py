@@ -28,7 +28,9 @@ def fetch(client: httpx.Client, jobs: int, job: str | None) -> tuple[dict[str, A
     for key, path in VIEWS.items():
         params: dict[str, str | int] = {"limit": jobs if key == "jobs" else 20}
         if job is not None:
-            params["prefix" if key == "jobs" else "job"] = job
+            # The exact job in every view: a prefix here and a name below counted other jobs'
+            # failures in the job's row.
+            params["job"] = job
         if key == "tiers_usage":
             params = {}
         try:

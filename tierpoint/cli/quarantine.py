@@ -5,6 +5,8 @@ back. A quarantined checkpoint is evidence: retention never expires it."""
 from typing import Annotated
 
 import typer
+from tierpoint_client import Client
+from tierpoint_client.errors import ApiError
 
 from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, api_errors, console, make_client
 from tierpoint.cli.render import tiers_table
@@ -48,7 +50,24 @@ def unquarantine(
 ) -> None:
     """Lift a quarantine: the checkpoint (or the tier's copy) can be restored again."""
     client = make_client(api_url, data_dir)
+    was = _quarantined(client, job, step, tier)
     with api_errors():
         cp = client.lift_quarantine(job, step, tier=tier)
-    console.print(f"[bold green]lifted[/] the quarantine of {_what(job, step, tier)}")
+    if was is None:
+        console.print(f"{_what(job, step, tier)} was not quarantined: nothing to lift")
+    else:
+        lifted = f" ({was})" if was else ""
+        console.print(f"[bold green]lifted[/] the quarantine of {_what(job, step, tier)}{lifted}")
     console.print(tiers_table(cp))
+
+
+def _quarantined(client: Client, job: str, step: int, tier: str | None) -> str | None:
+    """The quarantine's reason before lifting it; None if there was none; "" when the token may
+    not read the checkpoint (an operate-only token): then it cannot be told."""
+    try:
+        before = client.checkpoint(job, step)
+    except ApiError:
+        return ""  # the lift itself reports anything else that is wrong
+    if tier is None:
+        return before.quarantine_reason
+    return next((t.quarantine_reason for t in before.tiers if t.tier == tier), None)

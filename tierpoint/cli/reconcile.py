@@ -9,10 +9,23 @@ import httpx
 import typer
 from rich.table import Table
 
-from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, console, fail, resolve_api
+from tierpoint.cli.context import (
+    DAMAGE_FOUND,
+    ApiUrlOpt,
+    DataDirOpt,
+    console,
+    fail,
+    resolve_api,
+)
 from tierpoint.devstack.facts import DEFAULT_DATA_DIR
 
 POLL = 0.5
+# Findings that mean registered data is not where the catalog says: the exit status says so.
+DAMAGE = ("missing", "wrong_size")
+
+
+def damage_found(report: dict[str, Any]) -> int:
+    return sum(t.get("counts", {}).get(k, 0) for t in report["tiers"] for k in DAMAGE)
 
 
 def _problem(resp: httpx.Response) -> str:
@@ -61,7 +74,8 @@ def reconcile(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
 ) -> None:
     """Compare the catalog with the tiers: missing or wrong-sized copies, unknown files, abandoned
-    temp files and uploads."""
+    temp files and uploads. Exits 3 when registered copies are missing or have the wrong size,
+    1 when the run could not be made."""
     url, token = resolve_api(api_url, data_dir)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
@@ -89,7 +103,13 @@ def reconcile(
     report = body["report"]
     if as_json:
         print(json.dumps(report, indent=2))
-        return
+    else:
+        _print(report)
+    if damage_found(report):
+        raise typer.Exit(DAMAGE_FOUND)
+
+
+def _print(report: dict[str, Any]) -> None:
     console.print(_table(report))
     for t in report["tiers"]:
         for kind, examples in sorted((t.get("examples") or {}).items()):

@@ -94,11 +94,17 @@ def tiers_table(cp: Checkpoint) -> Table:
         shards = f"{p.shards_verified}/{p.shards_total}" if p else "-"
         done = f"{human_bytes(p.bytes_done)} / {human_bytes(p.bytes_total)}" if p else "-"
         reason = Text(t.reason or "")
-        if t.quarantine_reason:
-            reason.append(f"quarantined: {t.quarantine_reason}", style="bold red")
-        table.add_row(
-            t.tier, t.kind, state_text(t.state), shards, done, when(t.restorable_at), reason
-        )
+        state = state_text(t.state)
+        # A quarantine of the whole checkpoint covers every tier: a restorable copy is not
+        # offered, and the table says so where the state is.
+        why = t.quarantine_reason or cp.quarantine_reason
+        if why:
+            reason.append(
+                f"{'' if t.quarantine_reason else 'checkpoint '}quarantined: {why}",
+                style="bold red",
+            )
+            state.append(" (quarantined)", style="bold red")
+        table.add_row(t.tier, t.kind, state, shards, done, when(t.restorable_at), reason)
     return table
 
 

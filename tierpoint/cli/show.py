@@ -1,8 +1,10 @@
-"""`tierpoint show JOB STEP`: one checkpoint at a glance: its tiers with state, progress and
-replicas by state, and what happened to it (its events, latest last)."""
+"""`tierpoint show JOB STEP` (also `tierpoint checkpoints show`): one checkpoint at a glance: its
+tiers with state, progress and replicas by state, what happened to it (its events, latest last),
+and with `--shards` every shard with its replicas."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -10,7 +12,13 @@ import typer
 from rich.text import Text
 
 from tierpoint.cli.context import ApiUrlOpt, DataDirOpt, console
-from tierpoint.cli.ops_render import checkpoint_tiers_table, events_table, print_json, stamp
+from tierpoint.cli.ops_render import (
+    checkpoint_tiers_table,
+    events_table,
+    print_json,
+    shards_table,
+    stamp,
+)
 from tierpoint.cli.policy import Api
 from tierpoint.cli.render import human_bytes
 from tierpoint.devstack.facts import DEFAULT_DATA_DIR
@@ -47,11 +55,14 @@ def show(
     events: Annotated[
         int, typer.Option("--events", min=0, help="Show the latest this many events.")
     ] = 30,
+    shards: Annotated[
+        bool, typer.Option("--shards", help="Also every shard with its replicas per tier.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the answers as JSON.")] = False,
     api_url: ApiUrlOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
 ) -> None:
-    """One checkpoint: its tiers (state, progress, replicas, why not) and events."""
+    """One checkpoint: its tiers (state, progress, replicas, why not), events, shards."""
     api = Api(api_url, data_dir)
     cp = api.call("GET", checkpoint_path(job, step))
     history = all_events(api, job, step)
@@ -68,8 +79,14 @@ def show(
         head.append("  pinned", style="bold")
     if cp["quarantine_reason"]:
         head.append(f"  quarantined: {cp['quarantine_reason']}", style="bold red")
+    if cp.get("deleted_at"):
+        head.append(f"  deleted {stamp(cp['deleted_at'])}", style="bold red")
     console.print(head)
+    if cp.get("metadata"):
+        console.print(Text(f"metadata: {json.dumps(cp['metadata'])}", style="dim"))
     console.print(checkpoint_tiers_table(cp))
+    if shards:
+        console.print(shards_table(cp))
     shown = history[-events:] if events else []
     title = f"events ({len(shown)} of {len(history)}, latest last)"
     console.print(events_table(shown, title))

@@ -42,7 +42,7 @@ def _checks(body: Any) -> str:
 
 def status(
     job: Annotated[
-        str | None, typer.Option(help="Only jobs whose name starts with this (their copies).")
+        str | None, typer.Option(help="Only this job: its row, copies in flight and failures.")
     ] = None,
     jobs: Annotated[int, typer.Option(min=1, max=500, help="Show at most this many jobs.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print the answers as JSON.")] = False,

@@ -54,3 +54,23 @@ async def test_quarantine_and_unquarantine(
         api_url, token, "quarantine", job, "2", "--reason", "x", "--tier", "nvme"
     )
     assert code == 1 and "unknown_tier" in out, out
+
+
+async def test_the_messages_say_what_happened(
+    api_url: str, client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """Lifting a quarantine that is not there says so; a quarantined checkpoint's tier table
+    does not show its copies as plainly restorable."""
+    await seed(client, catalog, job, [1], tiers=("lustre",))
+    token = create_token(catalog, scopes=["operate", "read"])
+
+    code, out = await _run(api_url, token, "unquarantine", job, "1")
+    assert code == 0, out
+    assert "was not quarantined: nothing to lift" in out and "lifted" not in out, out
+
+    code, out = await _run(api_url, token, "quarantine", job, "1", "--reason", "NaN after load")
+    assert code == 0, out
+    assert "restorable (quarantined)" in out, out
+    assert "checkpoint quarantined: NaN after load" in out, out
+    code, out = await _run(api_url, token, "unquarantine", job, "1")
+    assert code == 0 and f"lifted the quarantine of {job} step 1 (NaN after load)" in out, out

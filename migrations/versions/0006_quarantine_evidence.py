@@ -4,7 +4,7 @@ A quarantine set by an operator (operate or admin scope) is evidence and retenti
 it; one reported by a training job (a failed load) only hides the checkpoint from restores. The
 quarantines already in the catalog were all kept before this revision: they stay evidence.
 
-Revision ID: 0006r
+Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-01 23:30:00.000000
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006r"
+revision: str = "0006"
 down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

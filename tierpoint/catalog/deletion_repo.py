@@ -1,0 +1,170 @@
+"""An admin's deletion of checkpoints: the catalog side. Deleting never removes a byte here: every
+copy's marker becomes `expiring` in the caller's transaction (committed before any byte goes,
+invariant 3), and retention's own expiry (`activities/retention.py`: delete the copy, then
+`expiring -> expired`) removes the bytes exactly as it removes a copy a policy let go. The
+checkpoint row stays, with `deleted_at`, so that its history stays readable and "latest" never
+offers it; registering its step again replaces it once every copy is expired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, RestoreLease
+from tierpoint.errors import CheckpointNotFound, CheckpointProtected, JobNotFound
+from tierpoint.states import ReplicaState, TierState
+
+# Markers whose copy the deletion sends to expiry: a restorable copy, and the bytes a pending or
+# failed copy may have written (its directory is removed the same way).
+_TO_EXPIRE = (TierState.RESTORABLE.value, TierState.PENDING.value, TierState.FAILED.value)
+
+
+@dataclass(frozen=True)
+class DeletedCheckpoint:
+    checkpoint_id: int
+    step: int
+    tiers: list[str]  # the copies sent to expiry
+    # what protected it and was overridden by force: "pinned", "leased", "in flight"
+    overrode: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Deletion:
+    job: str
+    deleted: list[DeletedCheckpoint]
+    already_deleted: list[int]  # steps deleted before: nothing more to do
+
+
+async def _protections(
+    session: AsyncSession, rows: list[tuple[int, int, bool]]
+) -> dict[int, list[str]]:
+    """checkpoint id -> why it may not be deleted without force (pinned, held by a restore lease,
+    a copy still in flight: its run would write bytes nobody deletes)."""
+    ids = [cid for cid, _, _ in rows]
+    leased = set(
+        await session.scalars(
+            select(RestoreLease.checkpoint_id).where(
+                RestoreLease.checkpoint_id.in_(ids),
+                RestoreLease.released_at.is_(None),
+                RestoreLease.expires_at > func.now(),
+            )
+        )
+    )
+    pending = set(
+        await session.scalars(
+            select(CheckpointTier.checkpoint_id).where(
+                CheckpointTier.checkpoint_id.in_(ids),
+                CheckpointTier.state == TierState.PENDING.value,
+            )
+        )
+    )
+    out: dict[int, list[str]] = {}
+    for cid, _, pinned in rows:
+        why = [
+            w
+            for w, on in (
+                ("pinned", pinned),
+                ("leased", cid in leased),
+                ("in flight", cid in pending),
+            )
+            if on
+        ]
+        if why:
+            out[cid] = why
+    return out
+
+
+async def delete_checkpoints(
+    session: AsyncSession, job: str, step: int | None, actor: str, *, force: bool
+) -> Deletion:
+    """Send every copy of the job's checkpoint at `step` (None: all its checkpoints) to expiry and
+    mark it deleted, recording one `deleted` event each with `actor`. Raises JobNotFound,
+    CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`). Locks
+    the checkpoint rows, then their markers, as retention's expiry does; the caller commits."""
+    job_id = await session.scalar(select(Job.id).where(Job.name == job))
+    if job_id is None:
+        raise JobNotFound(f"job {job!r} has no checkpoints")
+    q = (
+        select(Checkpoint.id, Checkpoint.step, Checkpoint.pinned, Checkpoint.deleted_at)
+        .where(Checkpoint.job_id == job_id)
+        .order_by(Checkpoint.id)
+        .with_for_update()
+    )
+    if step is not None:
+        q = q.where(Checkpoint.step == step)
+    found = (await session.execute(q)).all()
+    if step is not None and not found:
+        raise CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
+    already = [r.step for r in found if r.deleted_at is not None]
+    live = [(r.id, r.step, r.pinned) for r in found if r.deleted_at is None]
+    if not live:
+        return Deletion(job, [], already)
+    ids = [cid for cid, _, _ in live]
+    markers = (
+        await session.execute(
+            select(CheckpointTier.checkpoint_id, CheckpointTier.tier, CheckpointTier.state)
+            .where(CheckpointTier.checkpoint_id.in_(ids))
+            .order_by(CheckpointTier.checkpoint_id, CheckpointTier.tier)
+            .with_for_update()
+        )
+    ).all()
+    protected = await _protections(session, live)
+    steps = {cid: s for cid, s, _ in live}
+    if protected and not force:
+        what = "; ".join(f"step {steps[c]} is {' and '.join(w)}" for c, w in protected.items())
+        raise CheckpointProtected(
+            f"{job}: {what}: delete it with force to delete it anyway",
+            extra={"protected": {str(steps[c]): w for c, w in protected.items()}},
+        )
+    reason = f"deleted by {actor}"
+    deleted = []
+    for cid in ids:
+        tiers = [m.tier for m in markers if m.checkpoint_id == cid and m.state in _TO_EXPIRE]
+        await _expire_copies(session, cid, tiers, reason)
+        await session.execute(
+            update(Checkpoint)
+            .where(Checkpoint.id == cid)
+            .values(deleted_at=func.now(), pinned=False)
+        )
+        overrode = protected.get(cid, [])
+        await arecord(
+            session,
+            EventKind.DELETED,
+            checkpoint_id=cid,
+            job_id=job_id,
+            actor=actor,
+            detail={"step": steps[cid], "tiers": tiers, "force": force, "overrode": overrode},
+        )
+        deleted.append(DeletedCheckpoint(cid, steps[cid], tiers, overrode))
+    return Deletion(job, deleted, already)
+
+
+async def _expire_copies(
+    session: AsyncSession, checkpoint_id: int, tiers: list[str], reason: str
+) -> None:
+    """The markers -> `expiring` and their replicas with them: what retention's begin_expiry
+    does once its planner has decided, so its executor finishes these as unfinished expiries."""
+    if not tiers:
+        return
+    await session.execute(
+        update(CheckpointTier)
+        .where(
+            CheckpointTier.checkpoint_id == checkpoint_id,
+            CheckpointTier.tier.in_(tiers),
+            CheckpointTier.state.in_(_TO_EXPIRE),
+        )
+        .values(state=TierState.EXPIRING.value, reason=reason, updated_at=func.now())
+    )
+    await session.execute(
+        update(Replica)
+        .where(
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier.in_(tiers),
+            Replica.state != ReplicaState.EXPIRED.value,
+        )
+        .values(state=ReplicaState.EXPIRING.value, updated_at=func.now())
+    )

@@ -37,6 +37,7 @@ ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is
 PLANNER = "tierpoint/retention/planner.py"
 AUTH = "tests/api/test_auth.py"
 PATHS = "tierpoint/storage/paths.py"
+DEV_KILLED = "tests/tierpoint/devstack/test_dev_killed.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ---- executing retention: the re-check under row locks -----------------------------------
@@ -380,6 +381,37 @@ MUTANTS: tuple[Mutant, ...] = (
 """,
         (RECHECK,),
         "a copy the re-check kept is not deleted",
+    ),
+    # ---- the dev stack owns its servers: never two on one data dir ----------------------------
+    Mutant(
+        "dev-servers-outlive-the-stack",
+        "tierpoint/devstack/services.py",
+        """        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
+""",
+        """        pass
+""",
+        (DEV_KILLED,),
+        "Temporal and moto die with a `tierpoint dev` killed by SIGKILL",
+    ),
+    Mutant(
+        "dev-restart-adopts-left-postgres",
+        "tierpoint/devstack/ownership.py",
+        """        postmaster = postgres.stop_leftover()
+""",
+        """        postmaster = None
+""",
+        (DEV_KILLED,),
+        "a restart stops the Postgres a killed stack left instead of running on top of it",
+    ),
+    Mutant(
+        "dev-two-stacks-one-data-dir",
+        "tierpoint/devstack/ownership.py",
+        """            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+""",
+        """            pass
+""",
+        (DEV_KILLED,),
+        "a second `tierpoint dev` on a live stack's data dir refuses and stops none of its servers",
     ),
     # ---- access control: scopes, expiry, revocation ------------------------------------------
     Mutant(

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from sqlalchemy import Engine
@@ -15,7 +16,9 @@ from tierpoint_client import Checkpoint
 
 from tests.helpers.cli import run_cli
 from tests.helpers.tokens import create_token
+from tierpoint.cli.dev import dashboard_line
 from tierpoint.cli.render import checkpoint_detail
+from tierpoint.devstack.facts import S3Facts, StackInfo
 
 
 async def test_token_works_after_the_subcommand_as_before_it(api_url: str, catalog: Engine) -> None:
@@ -81,3 +84,15 @@ def test_checkpoint_metadata_prints_as_json() -> None:
     Console(file=out, width=400).print(checkpoint_detail(cp))
     line = next(x for x in out.getvalue().splitlines() if x.startswith("metadata: "))
     assert json.loads(line.removeprefix("metadata: ")) == metadata
+
+
+def test_dev_prints_a_signed_in_dashboard_link_on_a_terminal_only(tmp_path: Path) -> None:
+    token = "tp_" + "a" * 43
+    s3 = S3Facts("http://127.0.0.1:9", "b", "us-east-1", "k", "s")
+    info = StackInfo("http://127.0.0.1:8080", token, {}, str(tmp_path), s3)
+    assert dashboard_line(info, tmp_path / "stack.env", on_terminal=True) == (
+        f"dashboard: http://127.0.0.1:8080/#token={token}"
+    )
+    in_a_file = dashboard_line(info, tmp_path / "stack.env", on_terminal=False)
+    assert token not in in_a_file
+    assert in_a_file.startswith("dashboard: http://127.0.0.1:8080/#token=$TIERPOINT_TOKEN")

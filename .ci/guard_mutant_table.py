@@ -37,7 +37,14 @@ ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is
 PLANNER = "tierpoint/retention/planner.py"
 AUTH = "tests/api/test_auth.py"
 PATHS = "tierpoint/storage/paths.py"
-DEV_KILLED = "tests/tierpoint/devstack/test_dev_killed.py"
+DEV_KILLED = (
+    "tests/tierpoint/devstack/test_dev_killed.py::"
+    "test_sigkill_leaves_no_server_and_a_restart_stops_the_postgres_it_left"
+)
+DEV_REFUSED = (
+    "tests/tierpoint/devstack/test_dev_killed.py::"
+    "test_a_second_stack_on_a_live_stacks_data_dir_refuses_naming_it"
+)
 
 MUTANTS: tuple[Mutant, ...] = (
     # ---- executing retention: the re-check under row locks -----------------------------------
@@ -410,7 +417,7 @@ MUTANTS: tuple[Mutant, ...] = (
 """,
         """            pass
 """,
-        (DEV_KILLED,),
+        (DEV_REFUSED,),
         "a second `tierpoint dev` on a live stack's data dir refuses and stops none of its servers",
     ),
     # ---- access control: scopes, expiry, revocation ------------------------------------------

@@ -96,8 +96,17 @@ def test_sigkill_leaves_no_server_and_a_restart_stops_the_postgres_it_left(root:
         assert _temporal_servers_on(dev.data_dir.resolve() / "temporal.db") == [now["temporal"]]
         with again.api() as api:
             assert api.get("/v1/tiers").status_code == 200
+    finally:
+        owned = again.owned_pids()
+        assert again.interrupt() == 0, _tail(again.log)
+    # Ctrl-C of the restarted stack stops everything, the Postgres it started included.
+    assert {p for p in owned if _alive(p)} == set()
 
-        # A second stack on a live stack's data dir refuses, naming the live one.
+
+def test_a_second_stack_on_a_live_stacks_data_dir_refuses_naming_it(root: Path) -> None:
+    dev = start_dev(root / "dev", root / "dev-1.log")
+    try:
+        servers = _servers(dev)
         second = subprocess.run(
             _cli("dev", "--data-dir", str(dev.data_dir), "--port", "0"),
             capture_output=True,
@@ -107,11 +116,11 @@ def test_sigkill_leaves_no_server_and_a_restart_stops_the_postgres_it_left(root:
         )
         assert second.returncode == 1, second.stdout + second.stderr
         refusal = " ".join(second.stderr.split())
-        assert f"pid {again.proc.pid}" in refusal, refusal
-        assert f"postgres pid {now['postgres']}" in refusal, refusal
-        assert _alive(now["postgres"]) and _alive(now["temporal"])
+        assert f"pid {dev.proc.pid}" in refusal, refusal
+        assert f"postgres pid {servers['postgres']}" in refusal, refusal
+        # It stopped nothing of the live stack's.
+        assert all(_alive(pid) for pid in servers.values()), servers
+        with dev.api() as api:
+            assert api.get("/v1/tiers").status_code == 200
     finally:
-        owned = again.owned_pids()
-        assert again.interrupt() == 0, _tail(again.log)
-    # Ctrl-C of the restarted stack stops everything, the Postgres it started included.
-    assert {p for p in owned if _alive(p)} == set()
+        assert dev.interrupt() == 0, _tail(dev.log)

@@ -6,6 +6,7 @@
                                              ruff check, ruff format --check, mypy,
                                              import-linter, then every test
     python3 bootstrap.py mutants [ARGS]      the guard mutation check (.ci/guard_mutants.py)
+    python3 bootstrap.py torch-venv          only make ./.venv-torch (below)
     python3 bootstrap.py COMMAND [ARGS]      any other `tierpoint` command
 
 It uses `uv` from PATH, or installs uv into ./.bootstrap (a venv of this python3), then runs
@@ -210,6 +211,10 @@ def main(argv: Sequence[str]) -> int:
     if command == "test":
         sync_torch_venv()
         return run_tests(rest)
+    if command == "torch-venv":
+        sync_torch_venv()
+        _say(f"{TORCH_VENV.name}/ holds {TORCH}, numpy and the client")
+        return 0
     if command == "mutants":
         python = str(_venv_bin(VENV, "python"))
         return subprocess.run([python, str(ROOT / ".ci" / "guard_mutants.py"), *rest]).returncode

@@ -50,6 +50,14 @@ SYMLINK_SEAL = (
     "tests/workflows/test_expiry_keeps_unregistered.py::"
     "test_a_symlink_to_another_jobs_shard_is_refused_at_seal"
 )
+DEV_KILLED = (
+    "tests/tierpoint/devstack/test_dev_killed.py::"
+    "test_sigkill_leaves_no_server_and_a_restart_stops_the_postgres_it_left"
+)
+DEV_REFUSED = (
+    "tests/tierpoint/devstack/test_dev_killed.py::"
+    "test_a_second_stack_on_a_live_stacks_data_dir_refuses_naming_it"
+)
 
 MUTANTS: tuple[Mutant, ...] = (
     # ---- executing retention: the re-check under row locks -----------------------------------
@@ -438,6 +446,37 @@ MUTANTS: tuple[Mutant, ...] = (
 """,
         (RECHECK,),
         "a copy the re-check kept is not deleted",
+    ),
+    # ---- the dev stack owns its servers: never two on one data dir ----------------------------
+    Mutant(
+        "dev-servers-outlive-the-stack",
+        "tierpoint/devstack/services.py",
+        """        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
+""",
+        """        pass
+""",
+        (DEV_KILLED,),
+        "Temporal and moto die with a `tierpoint dev` killed by SIGKILL",
+    ),
+    Mutant(
+        "dev-restart-adopts-left-postgres",
+        "tierpoint/devstack/ownership.py",
+        """        postmaster = postgres.stop_leftover()
+""",
+        """        postmaster = None
+""",
+        (DEV_KILLED,),
+        "a restart stops the Postgres a killed stack left instead of running on top of it",
+    ),
+    Mutant(
+        "dev-two-stacks-one-data-dir",
+        "tierpoint/devstack/ownership.py",
+        """            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+""",
+        """            pass
+""",
+        (DEV_REFUSED,),
+        "a second `tierpoint dev` on a live stack's data dir refuses and stops none of its servers",
     ),
     # ---- access control: scopes, expiry, revocation ------------------------------------------
     Mutant(

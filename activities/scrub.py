@@ -221,7 +221,9 @@ class ScrubActivities:
                     result.corrupt += 1
                 if len(result.problems) < PROBLEM_LIMIT:
                     result.problems.append(f"{t.job}/{t.step}/{t.path}: {problem}")
-                log.warning("scrub found a bad replica", tier=tier.name, path=t.path, why=problem)
+                log.warning(  # `verify` and the scrub both read here: say which
+                    f"{inp.actor} found a bad replica", tier=tier.name, path=t.path, why=problem
+                )
             if bad[ReplicaState.CORRUPT] or bad[ReplicaState.LOST]:
                 flush()  # demote at once: no reader is sent to bytes known bad
             elif time.monotonic() - last_flush >= self._settings.progress_interval_seconds:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from collections.abc import Iterator, MutableMapping
@@ -49,6 +50,13 @@ class _MaskFilter(logging.Filter):
         return True
 
 
+def _colour(stream: Any) -> bool:
+    if os.environ.get("NO_COLOR"):  # https://no-color.org
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
 def configure(level: str = "INFO", json: bool = False) -> None:
     processors: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -59,7 +67,10 @@ def configure(level: str = "INFO", json: bool = False) -> None:
         _mask_processor,
     ]
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer()
+        if json
+        # Colour codes only where a terminal shows them, not in a file or a pipe.
+        else structlog.dev.ConsoleRenderer(colors=_colour(sys.stderr))
     )
     structlog.configure(
         processors=[*processors, renderer],

@@ -464,7 +464,7 @@ async function refresh() {
     document.getElementById("refreshed").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (e) {
     if (e instanceof Unauthorized) {
-      showError("The API wants a token: press 'token' and paste one (tierpoint dev prints it).");
+      showError("The API wants a token: open the 'dashboard:' link that tierpoint dev prints, or press 'token' and paste one (TIERPOINT_TOKEN in its stack.env).");
     } else {
       showError(`Cannot read the API: ${e.message}`);
     }

@@ -81,7 +81,7 @@ async def readyz(state: StateDep) -> Readiness:
         _guard("catalog", _catalog(state)),
         _guard("temporal", state.temporal.check()),
         *(
-            _guard(f"s3:{t.name}", _s3(state, t))
+            _guard(f"tier:{t.name}", _s3(state, t))
             for t in state.settings.tiers
             if t.kind is TierKind.S3
         ),

@@ -2,6 +2,7 @@
 
     source .tierpoint/dev/stack.env
     torchrun --nproc-per-node 2 examples/train_resume/train.py --job demo
+    kill -KILL $(cat .tierpoint/demo.pids)    # a crash of exactly this run
 
 Every `--every` steps the ranks save the model, the optimizer and the step with
 `dcp.async_save(..., storage_writer=TierpointWriter(...))` and train on while it is written. On
@@ -14,8 +15,10 @@ and at the end, so you can see that for yourself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
+import socket
 import sys
 import time
 from typing import Any
@@ -36,7 +39,32 @@ def node_id(local_rank: int) -> str:
     (its stack.env lists them in TIERPOINT_NODES)."""
     if os.environ.get("TIERPOINT_NODE"):
         return os.environ["TIERPOINT_NODE"]
-    return os.environ["TIERPOINT_NODES"].split(",")[local_rank]
+    nodes = [n for n in os.environ.get("TIERPOINT_NODES", "").split(",") if n]
+    if not os.environ.get("TIERPOINT_API_URL") or local_rank >= len(nodes):
+        sys.exit(
+            "train.py: which tierpoint and which node? Against `tierpoint dev`, first"
+            " `source .tierpoint/dev/stack.env` (TIERPOINT_API_URL, TIERPOINT_TOKEN and the"
+            f" nodes the ranks play, TIERPOINT_NODES: {len(nodes)} given for local rank"
+            f" {local_rank}); on a cluster set TIERPOINT_API_URL, TIERPOINT_TOKEN and this"
+            " host's TIERPOINT_NODE."
+        )
+    return nodes[local_rank]
+
+
+def record_pids(path: str) -> None:
+    """Write the pids of this run on this host (torchrun's and every local rank's) to `path`, so
+    that exactly this run can be killed (`kill -KILL $(cat PATH)`), not everyone's `train.py`.
+    Removed when the run ends normally: a stale file must not name pids reused by others."""
+    mine = (socket.gethostname(), os.getpid(), os.getppid())
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    if int(os.environ["LOCAL_RANK"]) != 0:
+        return
+    pids = sorted({p for host, pid, ppid in everyone if host == mine[0] for p in (pid, ppid)})
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        f.write(" ".join(map(str, pids)) + "\n")
+    os.replace(path + ".tmp", path)
 
 
 def batch(seed: int, step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,10 +140,16 @@ def main() -> None:
     p.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     p.add_argument("--step-time", type=float, default=0.1, help="sleep per step (time to kill it)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--pid-file",
+        help="where this run's pids go (default: .tierpoint/JOB.pids, from the current dir)",
+    )
     args = p.parse_args()
+    pid_file = args.pid_file or os.path.join(".tierpoint", f"{args.job}.pids")
 
-    dist.init_process_group("gloo")
     node = node_id(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("gloo")
+    record_pids(pid_file)
     # Saves run in a background thread: their collectives get a group of their own, so they
     # never interleave with DDP's gradient all-reduces on the default group.
     save_group = dist.new_group(backend="gloo")
@@ -150,6 +184,9 @@ def main() -> None:
         pending.result()
     say(f"done at step {step} (state {digest(state_of(model, optimizer, step))})")
     dist.destroy_process_group()
+    if int(os.environ["LOCAL_RANK"]) == 0:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(pid_file)
 
 
 if __name__ == "__main__":

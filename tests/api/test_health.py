@@ -17,7 +17,7 @@ async def test_health_and_ready(client: httpx.AsyncClient) -> None:
     assert r.status_code == 200, r.text
     assert r.json() == {
         "status": "ok",
-        "checks": {"catalog": "ok", "temporal": "ok", "s3:s3": "ok"},
+        "checks": {"catalog": "ok", "temporal": "ok", "tier:s3": "ok"},
     }
     assert r.headers["x-request-id"]
 
@@ -42,10 +42,10 @@ async def test_not_ready_names_what_is_down(settings: Settings, nodes: tuple[str
         problem = r.json()
         assert problem["code"] == "not_ready"
         assert problem["checks"]["catalog"] == "ok"
-        assert problem["checks"]["s3:s3"] == "ok"
+        assert problem["checks"]["tier:s3"] == "ok"
         assert problem["checks"]["temporal"].startswith("unreachable")
-        assert "no-such-bucket-tierpoint" in problem["checks"]["s3:s3-missing"]
-        assert "temporal" in problem["detail"] and "s3:s3-missing" in problem["detail"]
+        assert "no-such-bucket-tierpoint" in problem["checks"]["tier:s3-missing"]
+        assert "temporal" in problem["detail"] and "tier:s3-missing" in problem["detail"]
         assert (await client.get("/healthz")).status_code == 200
 
 

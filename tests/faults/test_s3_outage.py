@@ -107,8 +107,8 @@ async def test_s3_unreachable_before_s3_stage_blocks_only_s3_and_recovers(
                 problem = r.json()
                 assert problem["code"] == "not_ready"
                 assert problem["checks"]["catalog"] == "ok"
-                assert problem["checks"]["s3:s3"] != "ok"
-                assert "s3:s3" in problem["detail"]
+                assert problem["checks"]["tier:s3"] != "ok"
+                assert "tier:s3" in problem["detail"]
 
                 # S3 comes back on the same address, empty (moto keeps nothing).
                 await asyncio.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - went_down)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from temporalio.client import Client
 
 from tests.helpers.faults import OVERALL_TIMEOUT
@@ -24,7 +25,7 @@ from tierpoint.contract.integrity import (
 
 
 async def test_verify_checkpoint_reads_each_node_and_continues_as_new(
-    settings: Settings, client: Client
+    settings: Settings, client: Client, capfd: pytest.CaptureFixture[str]
 ) -> None:
     cfg = integrity_settings(settings)
     engine = make_sync_engine(cfg.database_url, pool_size=2)
@@ -52,6 +53,9 @@ async def test_verify_checkpoint_reads_each_node_and_continues_as_new(
         assert out.repair_requested and bad.path in out.problems[0], out
         (found,) = events(engine, seeded.checkpoint_id, "corrupt")
         assert found[1] == "ssd" and found[2]["marker_demoted"] is True, found
+        # The workers' log says who found it: `verify`, not the scrub.
+        logged = "".join(capfd.readouterr())
+        assert "verify found a bad replica" in logged and "scrub found" not in logged, logged
 
         # 4 replicas, one per pick, two picks per run: a chain of three runs (histories read
         # run by run: visibility lists are only eventually consistent).

@@ -12,8 +12,20 @@ from tierpoint_client import ApiError, Client, TierpointError, TransportError
 
 from tierpoint.devstack.facts import StackInfo, StackNotRunning, read_stack_info
 
-console = Console()
-err_console = Console(stderr=True)
+# Off a terminal (a pipe, a log file) rich would wrap every table at 80 columns and cut long
+# values; there a line is as long as its content. COLUMNS still decides when set.
+UNWRAPPED_WIDTH = 1000
+
+
+def _console(stderr: bool = False) -> Console:
+    made = Console(stderr=stderr)
+    if not made.is_terminal and not os.environ.get("COLUMNS"):
+        made = Console(stderr=stderr, width=UNWRAPPED_WIDTH)
+    return made
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 DataDirOpt = Annotated[
     Path,

@@ -51,8 +51,10 @@ def _summary(stack: "DevStack", info: StackInfo) -> Panel:
     assert settings is not None
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
-    grid.add_column()
+    # Long values (the Postgres URL names a socket dir) fold onto the next line, never cut.
+    grid.add_column(overflow="fold")
     grid.add_row("API", f"{info.api_url}  (OpenAPI: {info.api_url}/docs)")
+    grid.add_row("dashboard", f"{info.api_url}/  (signed in: the line below)")
     grid.add_row(
         "Temporal", f"{settings.temporal_address}  namespace {settings.temporal_namespace}"
     )
@@ -87,13 +89,29 @@ def _summary(stack: "DevStack", info: StackInfo) -> Panel:
     )
 
 
+def dashboard_line(info: StackInfo, stack_env: Path, on_terminal: bool) -> str:
+    """The dashboard, signed in: its JavaScript takes the token from the URL fragment, which no
+    server log sees. Off a terminal the output usually goes to a log file, which must not hold
+    the admin token: there the line says where the token is."""
+    if on_terminal and info.token:
+        return f"dashboard: {info.api_url}/#token={info.token}"
+    return f"dashboard: {info.api_url}/#token=$TIERPOINT_TOKEN (from `source {stack_env}`)"
+
+
+def _ready(stack: "DevStack", info: StackInfo) -> None:
+    console.print(_summary(stack, info))
+    # Outside the panel and unwrapped, so that it can be copied whole.
+    line = dashboard_line(info, stack.paths.stack_env, console.is_terminal)
+    console.print(line, soft_wrap=True, highlight=False, markup=False)
+
+
 async def _serve(stack: "DevStack") -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stack.serve(stop, on_ready=lambda info: console.print(_summary(stack, info)))
+        await stack.serve(stop, on_ready=lambda info: _ready(stack, info))
     finally:
         if stop.is_set():
             console.print("stopping: API, workers, then S3, Temporal and Postgres ...")
@@ -134,10 +152,16 @@ def dev(
     stack = DevStack(data_dir, api_port=port, nodes=node_ids(nodes), temporal_ui=temporal_ui)
     try:
         stack.bind_api()
-        stack.claim_data_dir()
+        stopped = stack.claim_data_dir()
     except RuntimeError as exc:
         stack.stop_services()
         fail(str(exc))
+    if stopped:
+        console.print(
+            f"stopped what a killed `tierpoint dev` left running on {stack.data_dir}: "
+            + ", ".join(stopped),
+            soft_wrap=True,
+        )
     error: BaseException | None = None
     try:
         with console.status("starting the dev stack ...") as status:

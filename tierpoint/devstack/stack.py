@@ -39,6 +39,7 @@ from tierpoint.devstack.facts import (
     StackInfo,
     node_ids,
 )
+from tierpoint.devstack.ownership import DataDirClaim
 from tierpoint.devstack.paths import StackPaths
 from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
 from tierpoint.devstack.settings import build_settings
@@ -59,16 +60,6 @@ def _write_atomic(path: Path, content: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(content)
     tmp.replace(path)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _EmbeddedUvicorn(uvicorn.Server):
@@ -93,15 +84,20 @@ class DevStack:
     info: StackInfo | None = field(default=None, init=False)
     token: str | None = field(default=None, init=False, repr=False)
     _api_socket: socket.socket | None = field(default=None, init=False, repr=False)
+    _claim: DataDirClaim = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.data_dir = self.data_dir.expanduser().resolve()
         self.paths = StackPaths(self.data_dir)
         self.postgres = EmbeddedPostgres(self.paths.postgres)
         self.temporal = TemporalDevServer(
-            self.paths.temporal_db, ui_port=0 if self.temporal_ui else None, detach=True
+            self.paths.temporal_db,
+            ui_port=0 if self.temporal_ui else None,
+            detach=True,
+            die_with_parent=True,
         )
-        self.moto = MotoS3Server(detach=True)
+        self.moto = MotoS3Server(detach=True, die_with_parent=True)
+        self._claim = DataDirClaim(self.paths)
 
     @property
     def temporal_ui_url(self) -> str | None:
@@ -111,20 +107,14 @@ class DevStack:
 
     # -- services (blocking; run before the event loop work starts) --------------------------
 
-    def claim_data_dir(self) -> None:
-        """One `tierpoint dev` per data dir: two would share one Postgres and one SQLite file."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        pid_file = self.paths.pid_file
-        with contextlib.suppress(FileNotFoundError, ValueError):
-            other = int(pid_file.read_text().strip())
-            if other != os.getpid() and _pid_alive(other):
-                raise RuntimeError(
-                    f"another `tierpoint dev` (pid {other}) is running on {self.data_dir}"
-                )
-        pid_file.write_text(f"{os.getpid()}\n")
+    def claim_data_dir(self) -> list[str]:
+        """One `tierpoint dev` per data dir (ownership.py): raises DataDirBusy while another
+        runs; stops what a killed one left and returns what it stopped."""
+        stopped = self._claim.acquire(self.postgres)
         # A stack that was killed hard leaves its facts behind; they point at dead ports.
         for stale in (self.paths.stack_json, self.paths.stack_env):
             stale.unlink(missing_ok=True)
+        return stopped
 
     def bind_api(self) -> socket.socket:
         """The API's listening socket, bound before anything starts so a busy port fails fast."""
@@ -151,13 +141,16 @@ class DevStack:
 
         step("Postgres")
         database_url = self.postgres.start()
+        self._claim.record("postgres", self.postgres.pid)
         step("catalog migrations")
         migrate.upgrade(database_url)
         self.token = _admin_token(database_url)
         step("Temporal dev server")
         self.temporal.start(log_file=self.paths.logs / "temporal.log")
+        self._claim.record("temporal", self.temporal.pid)
         step("S3 (moto)")
         self.moto.start(log_file=self.paths.logs / "moto.log")
+        self._claim.record("moto", self.moto.pid)
         s3 = S3Facts(
             endpoint_url=self.moto.endpoint_url,
             bucket=BUCKET,
@@ -200,19 +193,11 @@ class DevStack:
         self.moto.stop()
         self.temporal.stop()
         self.postgres.stop()
-
-    def child_pids(self) -> dict[str, int]:
-        pids = {"temporal": self.temporal.pid, "moto": self.moto.pid}
-        with contextlib.suppress(Exception):
-            pids["postgres"] = self.postgres.pid
-        return {k: v for k, v in pids.items() if v is not None}
+        self._claim.release()
 
     def remove_facts(self) -> None:
         self.paths.stack_json.unlink(missing_ok=True)
         self.paths.stack_env.unlink(missing_ok=True)
-        with contextlib.suppress(FileNotFoundError, ValueError):
-            if int(self.paths.pid_file.read_text().strip()) == os.getpid():
-                self.paths.pid_file.unlink()
 
     # -- workers and API (one asyncio loop) --------------------------------------------------
 
@@ -260,7 +245,7 @@ class DevStack:
                     secret_access_key=self.moto.secret_access_key,
                 ),
             )
-            _write_atomic(self.paths.stack_env, stack_env_text(self.info, settings))
+            _write_atomic(self.paths.stack_env, stack_env_text(self.info, settings, self.data_dir))
             _write_atomic(self.paths.stack_json, json.dumps(self.info.to_json(), indent=2) + "\n")
             on_ready(self.info)
             done, _ = await asyncio.wait(

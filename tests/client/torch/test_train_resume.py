@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,21 @@ async def test_killed_training_resumes_from_the_latest_checkpoint_bit_identicall
         s: straight_saved[s] for s in saved if s in straight_saved
     }
     assert DONE.findall(straight) == [(final, end_state)], (straight, resumed)
+
+
+def test_without_stack_env_it_says_what_to_set(tmp_path: Path) -> None:
+    """Run as a newcomer does before `source stack.env`: one clear line, no KeyError."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERPOINT_", "AWS_"))}
+    env |= {"GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1"}
+    ran = subprocess.run(
+        [str(TORCHRUN), "--standalone", "--nproc-per-node", "1", str(EXAMPLE)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    out = ran.stdout + ran.stderr
+    assert ran.returncode != 0, out
+    assert "KeyError" not in out, out
+    assert "source .tierpoint/dev/stack.env" in out and "TIERPOINT_NODE" in out, out

@@ -25,7 +25,7 @@ import crc32c
 import httpx
 import pytest
 
-from tierpoint.devstack.facts import StackInfo, read_stack_info
+from tierpoint.devstack.facts import StackInfo, StackNotRunning, read_stack_info
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +115,15 @@ class DevProcess:
             pytest.fail(f"tierpoint dev did not stop on {sig.name}:\n{_tail(self.log)}")
 
 
-def start_dev(data_dir: Path, log: Path) -> DevProcess:
+def _fresh_facts(data_dir: Path, stale: StackInfo | None) -> bool:
+    """stack.json exists and is not the one a killed stack left (`stale`)."""
+    try:
+        return read_stack_info(data_dir) != stale
+    except (StackNotRunning, ValueError, KeyError):  # absent, or being replaced
+        return False
+
+
+def start_dev(data_dir: Path, log: Path, stale: StackInfo | None = None) -> DevProcess:
     stack_json = data_dir / "stack.json"
     out = open(log, "ab")  # noqa: SIM115  # owned by the process for its lifetime
     proc = subprocess.Popen(
@@ -127,7 +135,7 @@ def start_dev(data_dir: Path, log: Path) -> DevProcess:
     )
     out.close()
     deadline = time.monotonic() + START_TIMEOUT
-    while not stack_json.exists():
+    while not (stack_json.exists() and _fresh_facts(data_dir, stale)):
         if proc.poll() is not None:
             pytest.fail(f"tierpoint dev exited with {proc.returncode}:\n{_tail(log)}")
         if time.monotonic() > deadline:

@@ -63,7 +63,7 @@ def test_stack_env_lets_a_worker_join_the_stack(tmp_path: Path) -> None:
         api_port=8080,
     )
     env_file = tmp_path / "stack.env"
-    env_file.write_text(stack_env_text(info, settings))
+    env_file.write_text(stack_env_text(info, settings, paths.data_dir))
     probe = (
         "import json; from tierpoint.config import Settings; "
         "print(json.dumps(Settings().model_dump(mode='json')))"
@@ -96,6 +96,39 @@ def test_stack_env_lets_a_worker_join_the_stack(tmp_path: Path) -> None:
         env=clean,
     ).stdout
     assert shell == f"{info.api_url}|se'cret|{info.nodes['node-2']}"
+
+
+def test_stack_env_puts_the_stacks_tierpoint_on_path_and_names_its_data_dir(
+    tmp_path: Path,
+) -> None:
+    """`source DIR/stack.env; tierpoint status` from any directory, in a shell whose PATH has no
+    venv: it reaches the stack of DIR, not the default data dir."""
+    info, paths = _info(tmp_path)
+    settings = build_settings(
+        paths,
+        database_url="postgresql+psycopg://x@/y",
+        temporal_address="127.0.0.1:1",
+        s3=info.s3,
+        api_port=8080,
+    )
+    env_file = tmp_path / "stack.env"
+    env_file.write_text(stack_env_text(info, settings, paths.data_dir))
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'source "$1" && tierpoint --help >/dev/null && echo "$TIERPOINT_DATA_DIR"',
+            "_",
+            env_file,
+        ],
+        capture_output=True,
+        text=True,
+        env=bare,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(paths.data_dir)
 
 
 def test_parse_size() -> None:

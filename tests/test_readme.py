@@ -1,0 +1,304 @@
+"""The first-day path, as a newcomer takes it: every ```sh block of README.md and of
+examples/train_resume/README.md, command by command and exactly as written, in a fresh directory
+laid out like a clone, against the dev stack that the README's first command starts (the test
+starts it, on a free port).
+
+Each page is one terminal: variables a command sets or a `source` exports stay for the commands
+after it. A command that a later `kill` ends (training, which the page kills "after a few
+checkpoints") runs in the background until a checkpoint of its job is restorable. Only commands
+that run until stopped are skipped: `dev` itself, and `test` (the whole suite)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.client.torch.ranks import require_torch_venv
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ("README.md", "examples/train_resume/README.md")
+# Commands that run until Ctrl-C (the test runs `dev` itself) or run the whole test suite.
+LONG_RUNNING = {("python3", "bootstrap.py", "dev"), ("python3", "bootstrap.py", "test")}
+TIMEOUT = 600.0  # per command: a hang guard
+FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.M | re.S)
+# What a first-day command must never print: a missing program, a refused token, a server error.
+BROKEN = re.compile(
+    r"command not found|No such file or directory|missing_token|invalid_token|Traceback"
+    r'|"status":\s*(401|403|5\d\d)'
+)
+SAVED = re.compile(r"^step (\d+): loss \S+, checkpointing \(state (\w+)\)$", re.M)
+RESUMED = re.compile(r"^resumed from step (\d+) \(state (\w+);", re.M)
+DONE = re.compile(r"^done at step \d+ \(state \w+\)$", re.M)
+
+
+def blocks(page: str, lang: str) -> list[str]:
+    text = (ROOT / page).read_text()
+    return [textwrap.dedent(m[3]) for m in FENCE.finditer(text) if m[2] == lang]
+
+
+def commands(block: str) -> list[str]:
+    """The block's commands: lines joined until bash parses them whole (continuations, quotes
+    over several lines); blank and comment-only lines dropped."""
+    found: list[str] = []
+    pending = ""
+    for line in block.splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        pending += line + "\n"
+        if line.endswith("\\"):  # continued (bash would take it as whole at the end of input)
+            continue
+        if subprocess.run(["bash", "-n", "-c", pending], capture_output=True).returncode == 0:
+            found.append(pending.rstrip("\n"))
+            pending = ""
+    assert not pending, f"an unfinished command: {pending}"
+    return found
+
+
+def long_running(command: str) -> bool:
+    return tuple(shlex.split(command, comments=True)) in LONG_RUNNING
+
+
+def newcomer_env() -> dict[str, str]:
+    """The environment of a new shell: no stack settings, and no `tierpoint` on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERPOINT_", "AWS_"))}
+    env["PATH"] = os.pathsep.join(
+        d for d in env.get("PATH", "").split(os.pathsep) if d and not Path(d, "tierpoint").exists()
+    )
+    env.pop("VIRTUAL_ENV", None)
+    env.pop("COLUMNS", None)
+    return env
+
+
+@dataclass
+class Terminal:
+    """One shell session: commands run one by one in `cwd`, each seeing the variables the ones
+    before it set (every assignment is exported with `set -a`, as a shell keeps them)."""
+
+    cwd: Path
+    env: dict[str, str]
+    transcript: list[str] = field(default_factory=list)
+
+    def _argv(self, command: str, env_out: Path) -> list[str]:
+        script = 'set -a\neval "$1"\nrc=$?\nenv -0 > "$2"\nexit $rc'
+        return ["bash", "-c", script, "_", command, str(env_out)]
+
+    def _take_env(self, env_out: Path) -> None:
+        data = env_out.read_bytes().decode()
+        self.env = dict(e.split("=", 1) for e in data.split("\0") if "=" in e)
+
+    def run(self, command: str) -> str:
+        env_out = self.cwd / ".readme-env"
+        result = subprocess.run(
+            self._argv(command, env_out),
+            cwd=self.cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        out = result.stdout + result.stderr
+        self.transcript.append(f"$ {command}\n{out}")
+        assert result.returncode == 0, f"$ {command}\nexit {result.returncode}\n{out[-6000:]}"
+        self._take_env(env_out)
+        return out
+
+    def start(self, command: str) -> BackgroundCommand:
+        env_out = self.cwd / ".readme-env-bg"
+        log = self.cwd / ".readme-bg.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                self._argv(command, env_out),
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        return BackgroundCommand(command, proc, log, env_out)
+
+
+@dataclass
+class BackgroundCommand:
+    command: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    env_out: Path
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@dataclass
+class Clone:
+    root: Path
+    dev: subprocess.Popen[bytes]
+    dev_log: Path
+
+    @property
+    def stack_json(self) -> Path:
+        return self.root / ".tierpoint" / "dev" / "stack.json"
+
+
+def _clone_like(root: Path) -> None:
+    """The repository's files as a clone has them (links to this checkout's: bootstrap.py finds
+    its environments through its own resolved path), and its built environments."""
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    for top in sorted({line.split("/", 1)[0] for line in listed.splitlines()}):
+        (root / top).symlink_to(ROOT / top)
+    for built in (".venv", ".venv-torch", ".bootstrap"):
+        if (ROOT / built).exists():
+            (root / built).symlink_to(ROOT / built)
+
+
+@pytest.fixture(scope="module")
+def clone() -> Iterator[Clone]:
+    require_torch_venv()
+    # Outside pytest's basetemp: the embedded Postgres runs as its own user when we are root.
+    root = Path(tempfile.mkdtemp(prefix="tierpoint-readme-"))
+    root.chmod(0o755)
+    _clone_like(root)
+    log = root / ".dev.log"
+    with open(log, "wb") as out:
+        # The README's `python3 bootstrap.py dev`, on a free port (other stacks may hold 8080).
+        dev = subprocess.Popen(
+            ["python3", "bootstrap.py", "dev", "--port", "0"],
+            cwd=root,
+            env=newcomer_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    running = Clone(root, dev, log)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not running.stack_json.exists():
+            assert dev.poll() is None, f"dev exited {dev.returncode}:\n{log.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.5)
+        yield running
+    finally:
+        dev.send_signal(signal.SIGINT)
+        try:
+            dev.wait(TIMEOUT)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _checked(out: str, command: str) -> str:
+    bad = BROKEN.search(out)
+    assert bad is None, f"$ {command}\nprinted {bad[0]!r}:\n{out[-6000:]}"
+    return out
+
+
+def _restorable(clone: Clone, job: str) -> bool:
+    facts = json.loads(clone.stack_json.read_text())
+    answer = httpx.get(
+        f"{facts['api_url']}/v1/jobs/{job}/checkpoints/latest",
+        headers={"Authorization": f"Bearer {facts['token']}"},
+        timeout=30,
+    )
+    return answer.status_code == 200
+
+
+def _run_page(clone: Clone, page: str) -> list[tuple[str, str]]:
+    """Every command of the page in one terminal; (command, output) of each that ran."""
+    term = Terminal(clone.root, newcomer_env())
+    todo = [c for b in blocks(page, "sh") for c in commands(b) if not long_running(c)]
+    assert todo, page
+    ran: list[tuple[str, str]] = []
+    i = 0
+    while i < len(todo):
+        command = todo[i]
+        following = todo[i + 1] if i + 1 < len(todo) else ""
+        if following.startswith("kill "):
+            ran.append((command, _run_until_killed(clone, term, command, following)))
+            ran.append((following, ""))
+            i += 2
+            continue
+        ran.append((command, _checked(term.run(command), command)))
+        i += 1
+    return ran
+
+
+def _run_until_killed(clone: Clone, term: Terminal, command: str, kill: str) -> str:
+    """`command` in the background; once a checkpoint of its job is restorable (the page kills
+    it "after a few checkpoints"), `kill` as written. Its processes must all be gone then."""
+    job = "train-resume-demo"
+    bg = term.start(command)
+    deadline = time.monotonic() + TIMEOUT
+    while len(SAVED.findall(bg.output)) < 2 or not _restorable(clone, job):
+        assert bg.proc.poll() is None, f"$ {command}\nended before the kill:\n{bg.output}"
+        assert time.monotonic() < deadline, bg.output
+        time.sleep(0.2)
+    pids = (clone.root / ".tierpoint" / f"{job}.pids").read_text().split()
+    term.run(kill)
+    code = bg.proc.wait(TIMEOUT)
+    assert code != 0, f"$ {command}\nwas not killed:\n{bg.output}"
+    assert DONE.search(bg.output) is None, bg.output
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in _state(int(pid)), pid
+    term._take_env(bg.env_out)  # the shell it ran in lives on: `source` there still counts
+    return bg.output
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def test_the_readme_runs_as_written(clone: Clone) -> None:
+    ran = dict(_run_page(clone, "README.md"))
+    demo = next(out for cmd, out in ran.items() if cmd.startswith("python3 bootstrap.py demo"))
+    assert "step 300" in demo, demo
+    restored = [p for p in (clone.root / "restored").rglob("*") if p.is_file()]
+    assert restored, "restore wrote nothing"
+    status = next(out for cmd, out in ran.items() if cmd.startswith("tierpoint status"))
+    assert "demo-1" in status, status
+
+
+def test_train_resume_runs_as_written_and_resumes_with_the_saved_state(clone: Clone) -> None:
+    ran = _run_page(clone, "examples/train_resume/README.md")
+    outputs = "\n".join(out for _, out in ran)
+    saved = dict(SAVED.findall(outputs))
+    resumed = RESUMED.search(outputs)
+    assert resumed is not None, outputs
+    assert saved[resumed[1]] == resumed[2], "the resumed state is not the one saved"
+    assert DONE.search(outputs), outputs
+    # The output the page shows is what a run prints (the digests are deterministic on CPU).
+    shown = "\n".join(blocks("examples/train_resume/README.md", ""))
+    for line in [*SAVED.finditer(shown), *DONE.finditer(shown)]:
+        assert line[0] in outputs, f"the page shows {line[0]!r}; the run printed:\n{outputs}"
+
+
+def test_dev_prints_the_dashboard_link_and_whole_values_in_its_log(clone: Clone) -> None:
+    """Off a terminal (this log file) the banner names the dashboard link with $TIERPOINT_TOKEN
+    in place of the token, cuts no value, and holds no colour codes."""
+    log = clone.dev_log.read_text()
+    facts = json.loads(clone.stack_json.read_text())
+    assert f"dashboard: {facts['api_url']}/#token=$TIERPOINT_TOKEN" in log, log
+    assert facts["token"] not in log
+    postgres = clone.root.resolve() / ".tierpoint" / "dev" / "postgres"
+    assert f"host={postgres}" in log, log
+    assert "\x1b[" not in log

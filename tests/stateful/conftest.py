@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client
 
 from tests.helpers.api_process import ApiProcess
 from tests.helpers.services import Services, make_bucket, make_settings
@@ -73,6 +75,9 @@ def stateful_stack(
     procs: list[WorkerProcess | ApiProcess] = []
     loop = Loop()
     try:
+        temporal = loop.run(asyncio.wait_for(connect(settings), START_TIMEOUT))
+        # The shared worker creates a schedule at start: only once the namespace is known.
+        loop.retrying(lambda: _describe(temporal, temporal_namespace), START_TIMEOUT)
         workers = [
             WorkerProcess(settings, list(nodes), logs / "nodes.log"),
             WorkerProcess(settings, None, logs / "shared.log"),
@@ -82,7 +87,6 @@ def stateful_stack(
         procs.append(api_proc)
         api_proc.wait_ready()
         _wait_nodes(settings.database_url, nodes, workers)
-        temporal = loop.run(asyncio.wait_for(connect(settings), START_TIMEOUT))
         tokens = {
             scope: create_token(settings.database_url, f"sf-{scope}-{suffix}", [scope])
             for scope in ("admin", "read", "operate")
@@ -94,6 +98,10 @@ def stateful_stack(
         for p in procs:
             p.kill()
         loop.close()
+
+
+async def _describe(client: Client, namespace: str) -> None:
+    await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
 
 
 def log_tail(stack: Stack) -> str:

@@ -192,7 +192,8 @@ class OpsRules(MachineBase):
     @rule()
     def retention_run(self) -> None:
         """What the periodic sweep does for every job: ask for a retention pass."""
-        self.stack.loop.run(request_retention(self.stack.temporal, self.model.job, "stateful"))
+        job = self.model.job
+        self.stack.loop.retrying(lambda: request_retention(self.stack.temporal, job, "stateful"))
         self.model.count("retention run")
 
     @precondition(lambda self: self.model.steps)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import boto3
 import httpx
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.retention import retention_workflow_id
@@ -101,6 +102,20 @@ class Loop:
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = SETTLE_TIMEOUT) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def retrying(
+        self, make: Callable[[], Coroutine[Any, Any, T]], timeout: float = SETTLE_TIMEOUT
+    ) -> T:
+        """`make()` run until the Temporal dev server knows the namespace: under heavy load its
+        namespace registry (refreshed from SQLite) answers "not found" for a while."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.run(make(), timeout)
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND or time.monotonic() > deadline:
+                    raise
+            time.sleep(1.0)
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -198,7 +213,7 @@ class Stack:
                 out += [wf.id async for wf in self.temporal.list_workflows(query)]
             return out
 
-        return self.loop.run(ids())
+        return self.loop.retrying(ids)
 
     def wait_quiet(
         self, job: str, busy: Callable[[], list[str]], timeout: float = SETTLE_TIMEOUT
@@ -223,7 +238,7 @@ class Stack:
             handle = self.temporal.get_workflow_handle(retention_workflow_id(job))
             await handle.result()
 
-        self.loop.run(run())
+        self.loop.retrying(run)
 
     def terminate_all(self, job: str) -> None:
         async def stop() -> None:
@@ -234,4 +249,4 @@ class Stack:
                     with contextlib.suppress(Exception):
                         await self.temporal.get_workflow_handle(wf.id).terminate("example over")
 
-        self.loop.run(stop())
+        self.loop.retrying(stop)

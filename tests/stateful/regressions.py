@@ -49,6 +49,25 @@ REGRESSIONS = (
             ("settle", {}),
         ),
     ),
+    # Found by the stateful test: a NUL in a corrupt-copy report's reason is not refused (404
+    # before the copy exists, 500 from Postgres once it does).
+    Regression(
+        "nul_in_corrupt_copy_reason_refused",
+        "CHECK_NUL_REFUSED",
+        (
+            ("first_checkpoint", manifest(["amp&k=v.bin"])),
+            ("nul_report", {"pick": 0, "field": "reason"}),
+        ),
+    ),
+    Regression(
+        "nul_in_corrupt_copy_path_refused",
+        "CHECK_NUL_REFUSED",
+        (
+            ("first_checkpoint", manifest(["a.bin"])),
+            ("settle", {}),
+            ("nul_report", {"pick": 0, "field": "path"}),
+        ),
+    ),
 )
 
 

@@ -102,13 +102,3 @@ def stateful_stack(
 
 async def _describe(client: Client, namespace: str) -> None:
     await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
-
-
-def log_tail(stack: Stack) -> str:
-    """The last lines the processes logged, for a failure's message."""
-    out = []
-    for name in ("api.log", "nodes.log", "shared.log"):
-        p: Path = stack.logs / name
-        if p.exists():
-            out.append(f"--- {name}\n" + p.read_text(errors="replace")[-1500:])
-    return "\n".join(out)

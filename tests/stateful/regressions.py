@@ -1,0 +1,93 @@
+"""Failing sequences the stateful test found, shrunk by hand to what still fails, replayed as
+explicit tests by test_stateful.py: each step, then every invariant, then the end-of-example
+settle and check, exactly as Hypothesis runs them.
+
+A sequence that fails because of a known bug names the switch that holds its check back; its test
+turns the switch on and is expected to fail until the fix is merged and the switch's default
+flipped (strict: it then has to pass)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.stateful.machine import StatefulMachine
+
+Step = tuple[str, dict[str, Any]]
+
+
+def manifest(names: list[str], *, extras: int = 0, on_b: bool = False) -> dict[str, Any]:
+    return {
+        "names": names,
+        "sizes": [100] * 3,
+        "on_b": [on_b] * 3,
+        "null_crc": False,
+        "extras": extras,
+        "symlink_extra": False,
+    }
+
+
+@dataclass(frozen=True)
+class Regression:
+    name: str
+    # The switch whose check this sequence fails while the known bug is in (None: a bug fixed
+    # here, or none).
+    switch: str | None
+    steps: tuple[Step, ...]
+
+
+REGRESSIONS = (
+    Regression(
+        "expiry_keeps_unregistered_files",
+        "CHECK_EXPIRY_SPARES_UNREGISTERED",
+        (
+            ("first_checkpoint", manifest(["a.bin"], extras=1)),
+            ("revise_policy", {"which": "p", "spec": "tight"}),
+            ("assign_policy", {"which": "p"}),
+            ("register", manifest(["w.bin"])),
+            ("settle", {}),
+        ),
+    ),
+    # Found by the stateful test: a NUL in a corrupt-copy report's reason is not refused (404
+    # before the copy exists, 500 from Postgres once it does).
+    Regression(
+        "nul_in_corrupt_copy_reason_refused",
+        "CHECK_NUL_REFUSED",
+        (
+            ("first_checkpoint", manifest(["amp&k=v.bin"])),
+            ("nul_report", {"pick": 0, "field": "reason"}),
+        ),
+    ),
+    Regression(
+        "nul_in_corrupt_copy_path_refused",
+        "CHECK_NUL_REFUSED",
+        (
+            ("first_checkpoint", manifest(["a.bin"])),
+            ("settle", {}),
+            ("nul_report", {"pick": 0, "field": "path"}),
+        ),
+    ),
+)
+
+
+def replay(machine: type[StatefulMachine], steps: tuple[Step, ...]) -> None:
+    state = machine()
+    invariants: list[Callable[[], None]] = [
+        state.unregistered_files_kept,
+        state.latest_offers_registered_bytes,
+    ]
+    failed = True
+    try:
+        for check in invariants:
+            check()
+        for name, kwargs in steps:
+            getattr(state, name)(**kwargs)
+            for check in invariants:
+                check()
+        failed = False
+    finally:
+        if failed:
+            state.cleanup()
+        else:
+            state.teardown()

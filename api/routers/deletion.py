@@ -11,12 +11,13 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Query
 from api import background
 from api.auth import Actor, require
 from api.deps import JobName, SessionDep, StateDep, Step
+from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.actions import DeletionOut
 from tierpoint.auth import Scope
 from tierpoint.catalog import deletion_repo
 
-router = APIRouter(prefix="/v1/jobs", tags=["operator actions"])
+router = APIRouter(prefix="/v1/jobs", tags=["operator actions"], route_class=GatedRoute)
 
 Force = Annotated[
     bool,

@@ -51,9 +51,9 @@ class VerifyOut(BaseModel):
 
 
 class AcknowledgeIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    tier: str | None = Field(
+    tier: Text | None = Field(
         default=None,
         min_length=1,
         max_length=128,

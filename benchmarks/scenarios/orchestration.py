@@ -8,9 +8,10 @@ its two nodes, counted from the services themselves:
   markers) and workflow tasks among them;
 - the catalog: the checkpoint's rows (checkpoint, shards, replicas, tier markers, events) and
   its events, read from Postgres once the lifecycle has finished;
-- the API: requests it served during the run (its `tierpoint_api_requests` counter, `/metrics`
-  itself left out); the scenario waits on Temporal, not by polling the API, so what is counted
-  is the job's registration and whatever else asked the API;
+- the API: requests it served during the run (its `tierpoint_api_requests` counter, read from
+  the API's own metrics listener, stack.json's `metrics_url`); the scenario waits on Temporal,
+  not by polling the API, so what is counted is the job's registration and whatever else asked
+  the API;
 - the wall time from the registration request to the lifecycle's end (restorable everywhere).
 
 Nothing here assumes a formula: the counts are printed per shard count, each with its ratio to
@@ -99,16 +100,19 @@ def history_counts(histories: Sequence[Any]) -> dict[str, int]:
     }
 
 
-def api_requests(api_url: str) -> float:
-    """Requests the API has served since it started, `/metrics` itself left out."""
-    with urllib.request.urlopen(f"{api_url}/metrics", timeout=30) as resp:
+def api_requests(metrics_url: str | None) -> float:
+    """Requests the API has served since it started (its metrics listener, stack.json's
+    `metrics_url`)."""
+    if metrics_url is None:
+        raise RuntimeError("the dev stack's facts name no metrics_url: restart it")
+    with urllib.request.urlopen(metrics_url, timeout=30) as resp:
         text = resp.read().decode()
     total = 0.0
     for family in text_string_to_metric_families(text):
         if family.name != "tierpoint_api_requests":
             continue
         for sample in family.samples:
-            if sample.name.endswith("_total") and sample.labels.get("route") != "/metrics":
+            if sample.name.endswith("_total"):
                 total += sample.value
     return total
 
@@ -206,7 +210,7 @@ class Orchestration(Scenario):
     def _run(self, shards: int) -> Outcome:
         assert self.stack is not None
         job, specs = self.pending.pop(shards)
-        api_before = api_requests(self.stack.info.api_url)
+        api_before = api_requests(self.stack.info.metrics_url)
         t0 = time.perf_counter()
         self.stack.register(job, 1, specs)
         result = self.loop.run_until_complete(self._finished(job))
@@ -216,7 +220,7 @@ class Orchestration(Scenario):
         metrics.update(history_counts(histories))
         metrics["retention_events"] = sum(len(h.events) for h in retention)
         metrics.update(catalog_counts(self.engine, job, 1))
-        metrics["api_requests"] = api_requests(self.stack.info.api_url) - api_before
+        metrics["api_requests"] = api_requests(self.stack.info.metrics_url) - api_before
         metrics["batches"] = float(result.get("batches", 0)) if isinstance(result, dict) else 0.0
         return Outcome(metrics)
 

@@ -40,6 +40,8 @@ class StackInfo:
     nodes: dict[str, str]  # node id -> its local (ssd) root
     shared_root: str
     s3: S3Facts
+    # The API's Prometheus metrics (their own listener; None in facts of an older stack).
+    metrics_url: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +54,7 @@ class StackInfo:
             nodes=dict(data["nodes"]),
             shared_root=data["shared_root"],
             s3=S3Facts(**data["s3"]),
+            metrics_url=data.get("metrics_url"),
         )
 
 

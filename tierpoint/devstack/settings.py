@@ -27,4 +27,7 @@ def build_settings(
         ],
         api_host="127.0.0.1",
         api_port=api_port,
+        # Metrics name every job, so they are never on the API's port: a free loopback port of
+        # their own, written to stack.json as `metrics_url`.
+        api_metrics_port=0,
     )

@@ -221,9 +221,8 @@ class DevStack:
         sock = self._api_socket or self.bind_api()
         self._api_socket = None
         port = sock.getsockname()[1]
-        server = _EmbeddedUvicorn(
-            uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
-        )
+        app = create_app(settings)
+        server = _EmbeddedUvicorn(uvicorn.Config(app, log_level="warning", lifespan="on"))
         freeze_long_lived()
         api = asyncio.create_task(server.serve(sockets=[sock]), name="api")
         stopping = asyncio.create_task(stop.wait(), name="stop")
@@ -244,6 +243,7 @@ class DevStack:
                     access_key_id=self.moto.access_key_id,
                     secret_access_key=self.moto.secret_access_key,
                 ),
+                metrics_url=f"http://127.0.0.1:{app.state.metrics_port}/metrics",
             )
             _write_atomic(self.paths.stack_env, stack_env_text(self.info, settings, self.data_dir))
             _write_atomic(self.paths.stack_json, json.dumps(self.info.to_json(), indent=2) + "\n")

@@ -12,7 +12,7 @@ def _int(name: str, default: int) -> int:
 
 # CI: a fixed, derandomized sample. A longer run: TIERPOINT_STATEFUL_EXAMPLES=200 (and a seed to
 # explore other sequences: TIERPOINT_STATEFUL_SEED=N, which turns derandomization off).
-EXAMPLES = _int("TIERPOINT_STATEFUL_EXAMPLES", 10)
+EXAMPLES = _int("TIERPOINT_STATEFUL_EXAMPLES", 15)
 STEPS = _int("TIERPOINT_STATEFUL_STEPS", 12)
 SEED = os.environ.get("TIERPOINT_STATEFUL_SEED")
 # Shrinking a failure re-runs examples of tens of seconds each: TIERPOINT_STATEFUL_SHRINK=0 reports

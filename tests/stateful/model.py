@@ -80,6 +80,9 @@ class StepModel:
     # A shard that is a symlink out of its step directory was accepted at registration (sealing
     # must refuse it: it never reaches another tier, latest never offers it).
     escaped: bool = False
+    # Registered with checksums (else the seal computes them: a step whose bytes went before its
+    # seal never has them).
+    crc_registered: bool = True
     # Tiers whose copy the test ever damaged (kept after repair forgot the damage).
     damaged_tiers: set[str] = field(default_factory=set)
     # (tier, path) whose bytes the test changed or removed and the store has not been told of.

@@ -133,7 +133,9 @@ class DataRules(MachineBase):
                 m.unregistered[(LOCAL, sh.node, m.job, step, path)] = sh.data
             return
         assert r.status_code == 201, r.text
-        m.steps[step] = StepModel(step, shards, lossy=m.policy_is_lossy())
+        m.steps[step] = StepModel(
+            step, shards, lossy=m.policy_is_lossy(), crc_registered=not null_crc
+        )
         m.count("register")
 
     @rule(kind=st.sampled_from(HOSTILE))

@@ -157,6 +157,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/tierpoint/catalog/test_nodes.py",),
         "a copy still running on a node declared lost cannot bring its replica back",
     ),
+    Mutant(
+        "replica-first-written-lost",
+        "tierpoint/catalog/lifecycle_repo.py",
+        "        if w.node_id is not None and w.node_id in lost\n",
+        "        if False\n",
+        ("tests/tierpoint/catalog/test_nodes.py",),
+        "a seal that began before its node was declared lost cannot insert verified replicas",
+    ),
     # ---- planner protections -----------------------------------------------------------------
     Mutant(
         "planner-pinned",

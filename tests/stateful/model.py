@@ -31,8 +31,6 @@ NAMES = (
     "deep/er/nest.bin",
     "amp&k=v.bin",
 )
-# Characters the client's S3 restore is known to mishandle (CHECK_ODD_S3_KEYS).
-URL_CHARS = frozenset("?#%+ ;&")
 
 POLICIES: dict[str, dict[str, Any]] = {
     # Every copy stays.
@@ -79,8 +77,12 @@ class StepModel:
     quarantined: bool = False  # by an operator, the whole checkpoint
     train_quarantined: bool = False
     tier_quarantined: set[str] = field(default_factory=set)
-    # A shard that is a symlink out of its step directory was accepted (CHECK_SYMLINK_CONFINED).
+    # A shard that is a symlink out of its step directory was accepted at registration (sealing
+    # must refuse it: it never reaches another tier, latest never offers it).
     escaped: bool = False
+    # Registered with checksums (else the seal computes them: a step whose bytes went before its
+    # seal never has them).
+    crc_registered: bool = True
     # Tiers whose copy the test ever damaged (kept after repair forgot the damage).
     damaged_tiers: set[str] = field(default_factory=set)
     # (tier, path) whose bytes the test changed or removed and the store has not been told of.
@@ -89,9 +91,6 @@ class StepModel:
     @property
     def protected(self) -> bool:
         return self.pinned or bool(self.leases) or self.quarantined
-
-    def has_odd_s3_key(self) -> bool:
-        return any(set(p) & URL_CHARS for p in self.shards)
 
 
 @dataclass

@@ -18,7 +18,6 @@ from hypothesis.stateful import initialize, precondition, rule
 from tierpoint_client import Client
 from tierpoint_client.errors import TierpointError
 
-from tests.stateful import switches
 from tests.stateful.base import MachineBase
 from tests.stateful.model import LOCAL, NAMES, S3, SHARED, TIERS, ShardModel, StepModel, crc_hex
 
@@ -134,7 +133,9 @@ class DataRules(MachineBase):
                 m.unregistered[(LOCAL, sh.node, m.job, step, path)] = sh.data
             return
         assert r.status_code == 201, r.text
-        m.steps[step] = StepModel(step, shards, lossy=m.policy_is_lossy())
+        m.steps[step] = StepModel(
+            step, shards, lossy=m.policy_is_lossy(), crc_registered=not null_crc
+        )
         m.count("register")
 
     @rule(kind=st.sampled_from(HOSTILE))
@@ -164,12 +165,8 @@ class DataRules(MachineBase):
         elif kind in ("no-token", "read-token", "foreign-token"):
             scope = {"no-token": "none", "read-token": "read", "foreign-token": "foreign"}[kind]
         elif kind == "overlap":
-            if not switches.CHECK_MANIFEST_HOLES:
-                return
             shards = [good, {**good, "path": "a.bin/b"}]
         elif kind == "duplicate-keys":
-            if not switches.CHECK_MANIFEST_HOLES:
-                return
             raw = json.dumps({"step": step, "shards": shards, "metadata": {}})
             body = raw[:-1] + f', "step": {step + 1000}}}'
         manifest = {"step": step, "shards": shards, "metadata": {}}
@@ -317,9 +314,6 @@ class DataRules(MachineBase):
             except (TierpointError, OSError, ClientError) as err:
                 if any(t == tier for t, _ in sm.damage):
                     m.count(f"restore {tier}: damaged copy refused")
-                    return
-                if tier == S3 and sm.has_odd_s3_key() and not switches.CHECK_ODD_S3_KEYS:
-                    m.count("tolerated: restore from S3 of an odd key failed")
                     return
                 msg = f"restore of step {sm.step} from {tier} failed: {err!r}"
                 raise AssertionError(msg) from err

@@ -67,10 +67,17 @@ class Api:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if content is not None:
             headers["content-type"] = "application/json"
-        r = self.http.request(
-            method, path, json=json, content=content, params=params, headers=headers
-        )
-        self.answers.count(r.status_code)
+        for _ in range(TEMPORAL_RETRIES):
+            r = self.http.request(
+                method, path, json=json, content=content, params=params, headers=headers
+            )
+            self.answers.count(r.status_code)
+            if not _temporal_unavailable(r):
+                break
+            # Allowed: the API's Temporal calls have a deadline, and on a loaded machine one may
+            # pass; the answer says "retry later", as a client would. Temporal runs all along
+            # here, so one that never gets through is a failure (any other 5xx at once).
+            time.sleep(TEMPORAL_BACKOFF)
         where = f"{method} {path} -> {r.status_code}: {r.text[:600]}"
         if r.status_code >= 500:
             raise ServerError(f"5xx answer: {where}")
@@ -82,6 +89,16 @@ class Api:
             if not isinstance(code, str) or not code:
                 raise ServerError(f"problem without a stable code: {where}")
         return r
+
+
+TEMPORAL_RETRIES = 5
+TEMPORAL_BACKOFF = 2.0
+
+
+def _temporal_unavailable(r: httpx.Response) -> bool:
+    if r.status_code != 503 or not r.headers.get("content-type", "").startswith(PROBLEM):
+        return False
+    return bool(r.json().get("code") == "temporal_unavailable")
 
 
 def code(r: httpx.Response) -> str | None:

@@ -4,7 +4,7 @@ policy changes, retention runs, verification, bytes damaged or deleted behind th
 reconciliation, a lost node and restores from every tier, on the real stack (machine.py), each
 step followed by the checks of checks.py against the test's own model (model.py).
 
-CI runs `switches.EXAMPLES` examples of up to `switches.STEPS` steps, derandomized (the same
+CI runs `knobs.EXAMPLES` examples of up to `knobs.STEPS` steps, derandomized (the same
 sequences every run). Longer: `TIERPOINT_STATEFUL_EXAMPLES=200 python3 bootstrap.py test --no-lint
 tests/stateful`; other sequences: add `TIERPOINT_STATEFUL_SEED=N`."""
 
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.helpers.tokens import create_token
-from tests.stateful import switches
+from tests.stateful import knobs
 from tests.stateful.base import MachineBase
 from tests.stateful.machine import StatefulMachine
 from tests.stateful.regressions import REGRESSIONS, Regression, replay
@@ -59,18 +59,18 @@ def report(started: float, stack: Stack) -> None:
 def test_random_interleavings_keep_every_invariant(machine: type[StatefulMachine]) -> None:
     started = time.monotonic()
     factory = machine
-    if switches.SEED is not None:
-        factory = seed(int(switches.SEED))(machine)
+    if knobs.SEED is not None:
+        factory = seed(int(knobs.SEED))(machine)
     try:
         run_state_machine_as_test(
             factory,
             settings=settings(
-                max_examples=switches.EXAMPLES,
-                stateful_step_count=switches.STEPS,
-                derandomize=switches.SEED is None,
+                max_examples=knobs.EXAMPLES,
+                stateful_step_count=knobs.STEPS,
+                derandomize=knobs.SEED is None,
                 deadline=None,
                 database=None,
-                phases=[Phase.generate, Phase.shrink] if switches.SHRINK else [Phase.generate],
+                phases=[Phase.generate, Phase.shrink] if knobs.SHRINK else [Phase.generate],
                 suppress_health_check=list(HealthCheck),
                 print_blob=True,
             ),
@@ -81,16 +81,9 @@ def test_random_interleavings_keep_every_invariant(machine: type[StatefulMachine
 
 @pytest.mark.parametrize("case", REGRESSIONS, ids=lambda r: r.name)
 def test_found_sequence_keeps_every_invariant(
-    machine: type[StatefulMachine],
-    case: Regression,
-    request: pytest.FixtureRequest,
-    monkeypatch: pytest.MonkeyPatch,
+    machine: type[StatefulMachine], case: Regression, request: pytest.FixtureRequest
 ) -> None:
-    if case.switch is not None:
-        if not getattr(switches, case.switch):
-            # The known bug is still in: the sequence must fail, until the fix is merged and
-            # the switch's default flipped.
-            reason = f"known bug, check held back by switches.{case.switch}"
-            request.node.add_marker(pytest.mark.xfail(reason=reason, strict=True))
-        monkeypatch.setattr(switches, case.switch, True)
+    if case.known_bug is not None:
+        # A product bug found here and not fixed yet: the sequence must fail until it is.
+        request.node.add_marker(pytest.mark.xfail(reason=case.known_bug, strict=True))
     replay(machine, case.steps)

@@ -7,7 +7,7 @@ and a verified replica is never downgraded by a copy that runs again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -31,7 +31,7 @@ from tierpoint.states import ReplicaState, TierState
 
 from .events import EventKind, record
 from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from .nodes import verified_on_live_nodes
+from .nodes import lost_among, lost_reason, verified_on_live_nodes
 
 ACTOR = "lifecycle"
 # How many bad shards a failure reason names.
@@ -244,7 +244,19 @@ def upsert_replicas(
     """Insert or update replicas of one tier. A verified replica only changes through
     `damage.mark_damaged` (a later read proved it bad), one being expired or expired is left to
     retention (a reseal that finds its file gone must not call it corrupt), and a lost one on a
-    node declared lost stays lost (a worker still running there cannot bring it back)."""
+    node declared lost stays lost (a worker still running there cannot bring it back).
+
+    A replica first written on a node declared lost is written lost: the declaration marks only
+    the rows that exist, and a seal that began before it inserts its rows after. The share lock
+    of `lost_among` orders this write with a declaration in flight."""
+    writes = list(writes)
+    lost = set(lost_among(session, (w.node_id for w in writes if w.node_id is not None)))
+    writes = [
+        replace(w, state=ReplicaState.LOST, error=lost_reason(w.node_id))
+        if w.node_id is not None and w.node_id in lost
+        else w
+        for w in writes
+    ]
     rows = [
         {
             "shard_id": w.shard_id,

@@ -92,7 +92,7 @@ class NodeLost:
 _KEPT = [ReplicaState.LOST.value, ReplicaState.EXPIRING.value, ReplicaState.EXPIRED.value]
 
 
-def _reason(node: str) -> str:
+def lost_reason(node: str) -> str:
     return f"node {node} was declared lost: its local copies are gone"
 
 
@@ -114,7 +114,7 @@ async def mark_lost(
         await session.execute(update(Node).where(Node.id == node).values(lost_at=func.now()))
     lost_at = await session.scalar(select(Node.lost_at).where(Node.id == node))
     assert lost_at is not None
-    reason = _reason(node)
+    reason = lost_reason(node)
 
     lost_rows = (
         await session.execute(

@@ -62,6 +62,18 @@ def test_a_lost_replica_stays_lost_whatever_a_late_copy_writes(session: Session)
         assert replica_state(session, shard) == "lost"
 
 
+def test_a_replica_first_written_after_its_node_was_declared_lost_is_lost(
+    session: Session,
+) -> None:
+    """A seal that began before the declaration writes its first rows after it (the declaration
+    marked none: there were none): they are lost, never verified. Found by the stateful test."""
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    cp, shard = one_shard_checkpoint(session, node)
+    declare_lost(session, node)
+    write(session, cp, shard, node, ReplicaState.VERIFIED)
+    assert replica_state(session, shard) == "lost"
+
+
 def test_a_replica_lost_on_a_live_node_is_copied_again(session: Session) -> None:
     """Lost for another reason than its node (reconciliation found its bytes gone): repair's
     copy brings it back."""

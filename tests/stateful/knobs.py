@@ -1,0 +1,20 @@
+"""How long the stateful test runs: every check is always made; only the run's length, its seed
+and shrinking are chosen here (environment variables, for a longer or a different run)."""
+
+from __future__ import annotations
+
+import os
+
+
+def _int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+# CI: a fixed, derandomized sample. A longer run: TIERPOINT_STATEFUL_EXAMPLES=200 (and a seed to
+# explore other sequences: TIERPOINT_STATEFUL_SEED=N, which turns derandomization off).
+EXAMPLES = _int("TIERPOINT_STATEFUL_EXAMPLES", 15)
+STEPS = _int("TIERPOINT_STATEFUL_STEPS", 12)
+SEED = os.environ.get("TIERPOINT_STATEFUL_SEED")
+# Shrinking a failure re-runs examples of tens of seconds each: TIERPOINT_STATEFUL_SHRINK=0 reports
+# the first failing sequence as found.
+SHRINK = os.environ.get("TIERPOINT_STATEFUL_SHRINK", "1") != "0"

@@ -31,7 +31,12 @@ from tests.helpers.integrity import (
     replica_states,
     s3_key,
 )
-from tests.helpers.lifecycle import running_workers, shard_file
+from tests.helpers.lifecycle import (
+    record_history,
+    recording_histories,
+    running_workers,
+    shard_file,
+)
 from tests.helpers.services import Services, s3_client
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import CheckpointTier, Replica
@@ -73,6 +78,8 @@ async def test_a_copy_finding_its_source_corrupt_demotes_it_and_repair_heals_it(
                 handle = client.get_workflow_handle(run_id, result_type=LifecycleResult)
                 result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
                 assert {t.tier: t.state for t in result.tiers}["s3"] == "failed", result
+                if recording_histories():
+                    await record_history(client, run_id, "lifecycle_repairs_its_source")
                 # The repair the lifecycle asked for copies from the node's ssd.
                 repaired = await repair_result(client, seeded)
             assert {t.tier: t.state for t in repaired.tiers} == {

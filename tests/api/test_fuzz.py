@@ -20,6 +20,9 @@ CODES = {
     "unknown_node",
     "manifest_too_large",
     "checkpoint_conflict",
+    "step_out_of_range",
+    "duplicate_key",
+    "invalid_text",
 }
 
 json_values = st.recursive(

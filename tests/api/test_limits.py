@@ -104,17 +104,21 @@ async def test_every_other_body_is_bounded(
 
 async def test_integer_and_string_ranges(client: httpx.AsyncClient, job: str) -> None:
     cases = [
-        (f"/v1/jobs/{job}/checkpoints/{2**63}", "step"),
-        (f"/v1/jobs/{job}/checkpoints/-1", "step"),
-        (f"/v1/jobs/{job}/checkpoints?limit=0", "limit"),
-        (f"/v1/jobs/{job}/checkpoints?limit=501", "limit"),
-        ("/v1/jobs?limit=1001", "limit"),
-        (f"/v1/jobs/{job}/checkpoints?cursor={'c' * 201}", "cursor"),
-        (f"/v1/jobs/{job}/checkpoints/latest?lease_ttl=86401", "lease_ttl"),
-        (f"/v1/jobs/{job}/checkpoints/latest?holder={'h' * 257}&lease_ttl=5", "holder"),
+        (f"/v1/jobs/{job}/checkpoints/{2**63}", "step", "step_out_of_range"),
+        (f"/v1/jobs/{job}/checkpoints/-1", "step", "validation_error"),
+        (f"/v1/jobs/{job}/checkpoints?limit=0", "limit", "validation_error"),
+        (f"/v1/jobs/{job}/checkpoints?limit=501", "limit", "validation_error"),
+        ("/v1/jobs?limit=1001", "limit", "validation_error"),
+        (f"/v1/jobs/{job}/checkpoints?cursor={'c' * 201}", "cursor", "validation_error"),
+        (f"/v1/jobs/{job}/checkpoints/latest?lease_ttl=86401", "lease_ttl", "validation_error"),
+        (
+            f"/v1/jobs/{job}/checkpoints/latest?holder={'h' * 257}&lease_ttl=5",
+            "holder",
+            "validation_error",
+        ),
     ]
-    for url, field in cases:
-        body = _assert_problem(await client.get(url), 422, "validation_error")
+    for url, field, code in cases:
+        body = _assert_problem(await client.get(url), 422, code)
         assert body["errors"][0]["field"] == field, body
     long_name = "j" * 129
     r = await client.get(f"/v1/jobs/{long_name}/checkpoints")
@@ -122,6 +126,6 @@ async def test_integer_and_string_ranges(client: httpx.AsyncClient, job: str) ->
     r = await client.post(
         f"/v1/jobs/{job}/checkpoints", json={"step": 2**63, "shards": [shard("a")]}
     )
-    _assert_problem(r, 422, "invalid_manifest")
+    _assert_problem(r, 422, "step_out_of_range")
     r = await client.post(f"/v1/jobs/{job}/checkpoints", json=manifest(1, [shard("a" * 769)]))
     _assert_problem(r, 422, "unsafe_path")

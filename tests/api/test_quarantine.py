@@ -148,7 +148,7 @@ async def test_refusals_change_nothing(
                 f"/v1/jobs/{job}/checkpoints/{2**63}/quarantine", json={"reason": "x"}
             ),
             422,
-            "validation_error",
+            "step_out_of_range",
         ),
         (
             await client.post("/v1/jobs/..x/checkpoints/1/quarantine", json={"reason": "x"}),

@@ -27,7 +27,7 @@ from tests.helpers.api import (
     shard,
 )
 from tests.helpers.lifecycle import running_workers, shard_file
-from tierpoint.catalog import lifecycle_repo
+from tierpoint.catalog import damage, lifecycle_repo
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import retry_workflow_id
 from tierpoint.states import ReplicaState
@@ -162,7 +162,9 @@ async def test_a_reseal_never_marks_an_expired_replica(
                 for r in rows
             ],
         )
-        lifecycle_repo.mark_corrupt(s, "ssd", {r.shard_id: "gone" for r in rows})
+        damage.mark_damaged_shards(
+            s, "ssd", {r.shard_id: "gone" for r in rows}, ReplicaState.CORRUPT, "test"
+        )
     with catalog.connect() as conn:
         after = conn.execute(
             text("SELECT DISTINCT state FROM replica WHERE checkpoint_id = :cid"), {"cid": cid}

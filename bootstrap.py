@@ -82,6 +82,29 @@ def sync(uv: str) -> None:
         # Build the venv from the interpreter running this script rather than one uv may fetch.
         cmd += ["--python", sys.executable]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+    compile_site_packages()
+
+
+def compile_site_packages() -> None:
+    """Compile the venv's packages to bytecode once per lock: uv installs none, and where
+    PYTHONDONTWRITEBYTECODE is set (as in some CI and agent shells) nothing ever writes it, so every
+    process the tests start (API, workers, each guard mutant's pytest) would compile SQLAlchemy,
+    Temporal, boto3 and the rest from source again: ~10 CPU-seconds each on our machines."""
+    marker = VENV / ".tierpoint-compiled"
+    key = hashlib.sha256((ROOT / "uv.lock").read_bytes()).hexdigest() + f" {sys.version_info[:2]}"
+    if marker.exists() and marker.read_text() == key:
+        return
+    site = next((VENV / "lib").glob("python*/site-packages"), None)
+    if site is None:  # not a POSIX venv layout: nothing to gain, nothing to break
+        return
+    _say("compiling .venv's packages to bytecode (once per uv.lock)")
+    # Some packages ship files that do not compile (templates, test data): not a failure.
+    subprocess.run(
+        [str(_venv_bin(VENV, "python")), "-m", "compileall", "-q", "-j", "0", str(site)],
+        stdout=subprocess.DEVNULL,
+        check=False,
+    )
+    marker.write_text(key)
 
 
 def torch_venv_key() -> str:

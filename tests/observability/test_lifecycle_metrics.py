@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, text
 
-from tests.helpers.api import manifest, scrape_api, shard
+from tests.helpers.api import manifest, shard
 from tests.helpers.lifecycle import crc_hex
 from tests.helpers.scrape import (
     Samples,
@@ -71,10 +71,10 @@ async def _restorable_everywhere(api: httpx.AsyncClient, job: str) -> None:
         await asyncio.sleep(0.2)
 
 
-async def _refreshed(api: httpx.AsyncClient, job: str) -> Samples:
-    """The API's /metrics once its refresher has seen the finished checkpoint."""
+async def _refreshed(metrics_port: int, job: str) -> Samples:
+    """The API's metrics (its own listener) once its refresher has seen the finished checkpoint."""
     while True:
-        samples = parse(await scrape_api(api))
+        samples = parse(await scrape(metrics_port))
         done = all(
             value(samples, "tierpoint_checkpoints_in_flight", tier=t) == 0
             and value(samples, "tierpoint_recovery_point_age_seconds", job=job, tier=t) is not None
@@ -102,8 +102,9 @@ async def test_a_lifecycle_shows_on_every_tier_in_metrics_and_logs(
             await wait_serving(node, node_port, node_log)
             await wait_serving(shared, shared_port, shared_log)
             await _node_known(catalog)
-            api_port = free_port()
+            api_port, api_metrics_port = free_port(), free_port()
             api_args = ["api", "--host", "127.0.0.1", "--port", str(api_port)]
+            api_args += ["--metrics-port", str(api_metrics_port)]
             with tierpoint_process(cfg, api_args, api_log) as api_proc:
                 await wait_serving(api_proc, api_port, api_log, "/healthz")
                 headers = bearer(create_token(catalog))
@@ -113,7 +114,7 @@ async def test_a_lifecycle_shows_on_every_tier_in_metrics_and_logs(
                     r = await api.post(f"/v1/jobs/{job}/checkpoints", json=manifest(STEP, shards))
                     assert r.status_code == 201, r.text
                     await _restorable_everywhere(api, job)
-                    api_metrics = await _refreshed(api, job)
+                    api_metrics = await _refreshed(api_metrics_port, job)
                     # The next request is about no checkpoint: nothing of the registration's
                     # context may stick to its lines.
                     assert (await api.get("/v1/tiers")).status_code == 200

@@ -20,6 +20,7 @@ def stack_env_text(info: StackInfo, settings: Settings, data_dir: Path) -> str:
     values: dict[str, str] = {
         "TIERPOINT_DATA_DIR": str(data_dir),
         "TIERPOINT_API_URL": info.api_url,
+        "TIERPOINT_METRICS_URL": info.metrics_url or "",
         "TIERPOINT_TOKEN": info.token or "",
         "TIERPOINT_DATABASE_URL": settings.database_url,
         "TIERPOINT_TEMPORAL_ADDRESS": settings.temporal_address,

@@ -150,12 +150,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "a verified copy on a node declared lost does not count towards promotion",
     ),
     Mutant(
-        "replica-stays-lost",
-        "tierpoint/catalog/lifecycle_repo.py",
-        "            ~and_(Replica.state == ReplicaState.LOST.value, _ON_LOST_NODE),\n",
-        "",
+        "lost-among-share-lock",
+        "tierpoint/catalog/nodes.py",
+        ".where(Node.id.in_(wanted)).with_for_update(read=True)\n",
+        ".where(Node.id.in_(wanted))\n",
         ("tests/tierpoint/catalog/test_nodes.py",),
-        "a copy still running on a node declared lost cannot bring its replica back",
+        "a node cannot be declared lost between a seal's read of it and the seal's write",
     ),
     Mutant(
         "replica-first-written-lost",

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session, aliased
 from tierpoint.states import ReplicaState, TierState
 
 from .events import EventKind, record
-from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
+from .models import Checkpoint, CheckpointTier, Job, Replica, Shard
 from .nodes import lost_among, lost_reason, verified_on_live_nodes
 
 ACTOR = "lifecycle"
@@ -40,9 +40,6 @@ REASON_EXAMPLES = 3
 _NOT_OVERWRITTEN = [  # see upsert_replicas
     s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.EXPIRED)
 ]
-# A lost replica on a node declared lost stays lost; one lost elsewhere (an S3 object deleted
-# behind tierpoint's back, found by reconciliation) is what repair copies again.
-_ON_LOST_NODE = Replica.node_id.in_(select(Node.id).where(Node.lost_at.is_not(None)))
 _replica_table = cast(Table, Replica.__table__)
 _shard_table = cast(Table, Shard.__table__)
 
@@ -225,10 +222,7 @@ def _upsert_replicas_stmt() -> Any:
             "updated_at": func.now(),
         },
         # Not NOT IN: its list would be an expanding parameter, which executemany refuses.
-        where=and_(
-            *(Replica.state != state for state in _NOT_OVERWRITTEN),
-            ~and_(Replica.state == ReplicaState.LOST.value, _ON_LOST_NODE),
-        ),
+        where=and_(*(Replica.state != state for state in _NOT_OVERWRITTEN)),
     )
 
 
@@ -243,12 +237,14 @@ def upsert_replicas(
 ) -> None:
     """Insert or update replicas of one tier. A verified replica only changes through
     `damage.mark_damaged` (a later read proved it bad), one being expired or expired is left to
-    retention (a reseal that finds its file gone must not call it corrupt), and a lost one on a
-    node declared lost stays lost (a worker still running there cannot bring it back).
+    retention (a reseal that finds its file gone must not call it corrupt).
 
-    A replica first written on a node declared lost is written lost: the declaration marks only
-    the rows that exist, and a seal that began before it inserts its rows after. The share lock
-    of `lost_among` orders this write with a declaration in flight."""
+    Every write for a node declared lost is written lost, whether the row exists (a worker still
+    running there cannot bring it back) or not (the declaration marks only the rows that exist,
+    and a seal that began before it inserts its rows after). One lost elsewhere (an S3 object
+    deleted behind tierpoint's back) is what repair copies again. The share lock of `lost_among`
+    orders this write with a declaration in flight: the declaration either committed first and is
+    seen here, or waits for this transaction and then marks what it wrote."""
     writes = list(writes)
     lost = set(lost_among(session, (w.node_id for w in writes if w.node_id is not None)))
     writes = [

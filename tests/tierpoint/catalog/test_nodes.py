@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import func, insert, select, update
+import pytest
+from sqlalchemy import Engine, func, insert, select, text, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog import lifecycle_repo as repo
@@ -110,3 +112,21 @@ def test_lost_among_names_only_the_lost_nodes(session: Session) -> None:
     declare_lost(session, gone)
     assert lost_among(session, [alive, gone, gone, "never-reported"]) == [gone]
     assert lost_among(session, []) == []
+
+
+def test_a_declaration_waits_for_a_seal_that_read_the_node_as_alive(catalog_engine: Engine) -> None:
+    """The seal's share lock on the node row orders it with a declaration in flight: the
+    declaration cannot commit between the seal's read of `lost_at` and its write, so it either
+    sees the seal's rows (and marks them lost) or the seal sees the declaration."""
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    with Session(catalog_engine) as setup, setup.begin():
+        cp, shard = one_shard_checkpoint(setup, node)
+    with Session(catalog_engine) as seal, seal.begin():
+        write(seal, cp, shard, node, ReplicaState.VERIFIED)
+        with Session(catalog_engine) as operator, operator.begin():
+            operator.execute(text("SET LOCAL lock_timeout = '300ms'"))
+            with pytest.raises(OperationalError, match="lock timeout"):
+                declare_lost(operator, node)
+    with Session(catalog_engine) as operator, operator.begin():
+        declare_lost(operator, node)
+        assert lost_among(operator, [node]) == [node]

@@ -22,13 +22,16 @@ with the mutant's id, so the table is updated rather than silently skipped.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # The table lives beside this script (its directory is first on sys.path when run).
@@ -40,6 +43,9 @@ RUN_TIMEOUT = 300.0
 # Hypothesis: a fixed seed and a modest example count, so a run decides the same way each time.
 HYPOTHESIS_SEED = "0"
 RETENTION_EXAMPLES = "200"
+# Two at once: a mutant's run waits on its servers (Postgres, Temporal, the S3 endpoint) and
+# subprocesses much of the time, so two overlap well even on two cores.
+JOBS = int(os.environ.get("TIERPOINT_MUTANT_JOBS", "2"))
 
 
 def _git_files(repo: Path) -> list[str]:
@@ -123,16 +129,15 @@ def _check_imports(python: Path, scratch: Path) -> None:
         sys.exit(f"guard mutants: the tests would import modules outside the scratch copy: {stray}")
 
 
-def _pytest(python: Path, scratch: Path, tests: tuple[str, ...]) -> tuple[int | None, str]:
-    shutil.rmtree(scratch / ".hypothesis", ignore_errors=True)
-    cmd = [
-        str(python),
-        "-m",
-        "pytest",
+def _pytest_args(scratch: Path, tests: tuple[str, ...]) -> list[str]:
+    return [
         "-x",
         "-q",
         "-p",
         "no:cacheprovider",
+        # The suite's own --durations report is noise in a mutant's output.
+        "--durations=0",
+        "--durations-min=1000000",
         "--rootdir",
         str(scratch),
         "-c",
@@ -140,19 +145,48 @@ def _pytest(python: Path, scratch: Path, tests: tuple[str, ...]) -> tuple[int | 
         f"--hypothesis-seed={HYPOTHESIS_SEED}",
         *tests,
     ]
-    try:
-        proc = subprocess.run(
-            cmd,
+
+
+class Runner:
+    """One scratch copy of the tree and its zygote (mutant_zygote.py): a process that imported
+    the suite's libraries once and forks a pytest per mutant."""
+
+    def __init__(self, python: Path, scratch: Path) -> None:
+        self.scratch = scratch
+        self.proc = subprocess.Popen(
+            [str(python), str(Path(__file__).with_name("mutant_zygote.py"))],
             cwd=scratch,
             env=_env(scratch),
-            capture_output=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             text=True,
-            timeout=RUN_TIMEOUT,
         )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        return None, out if isinstance(out, str) else out.decode(errors="replace")
-    return proc.returncode, proc.stdout + proc.stderr
+        assert self.proc.stdout is not None
+        ready = self.proc.stdout.readline()
+        if not ready:
+            sys.exit("guard mutants: the zygote did not start (its error is above)")
+
+    def pytest(self, tests: tuple[str, ...]) -> tuple[int | None, str]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        shutil.rmtree(self.scratch / ".hypothesis", ignore_errors=True)
+        out = self.scratch / ".mutant-output"
+        request = {
+            "args": _pytest_args(self.scratch, tests),
+            "out": str(out),
+            "timeout": RUN_TIMEOUT,
+        }
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            sys.exit("guard mutants: the zygote died")
+        rc = json.loads(answer)["rc"]
+        return rc, out.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
 
 
 def _first_failure(output: str) -> str:
@@ -162,6 +196,41 @@ def _first_failure(output: str) -> str:
     return ""
 
 
+Row = tuple[str, str, str, str, float, str]
+
+
+def _drain(runner: Runner, todo: queue.SimpleQueue[Mutant]) -> tuple[bool, list[Row]]:
+    """Run mutants off the queue in this runner's scratch copy until it is empty; (False, ...)
+    when pytest ended in a way that says the table or the suite is broken, not the guard."""
+    rows: list[Row] = []
+    while True:
+        try:
+            m = todo.get_nowait()
+        except queue.Empty:
+            return True, rows
+        target = runner.scratch / m.path
+        original = target.read_text()
+        target.write_text(original.replace(m.original, m.replacement, 1))
+        t0 = time.monotonic()
+        try:
+            rc, out = runner.pytest(m.tests)
+        finally:
+            target.write_text(original)
+        secs = time.monotonic() - t0
+        if rc is None:
+            result, by = "killed", "timeout"
+        elif rc in (1, 2):
+            result, by = "killed", _first_failure(out)
+        elif rc == 0:
+            result, by = ("survived" if m.known_survivor else "SURVIVED"), ""
+        else:
+            print(out[-4000:])
+            print(f"guard mutants: pytest ended with {rc} for {m.id} (usage or collection)")
+            return False, rows
+        rows.append((m.id, m.path, " ".join(m.tests), result, secs, by))
+        print(f"{m.id:36} {m.path:36} {result:8} {secs:6.1f} s  {by or m.why}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these mutants")
@@ -169,7 +238,13 @@ def main() -> int:
     parser.add_argument(
         "--baseline", action="store_true", help="run the selected tests unmutated first"
     )
-    parser.add_argument("--keep", action="store_true", help="keep the scratch copy")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch copies")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=JOBS,
+        help=f"mutants run at once, each in its own scratch copy (default {JOBS})",
+    )
     args = parser.parse_args()
 
     mutants = list(MUTANTS)
@@ -193,50 +268,43 @@ def main() -> int:
         return 2
 
     started = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix="tierpoint-mutants-"))
-    rows: list[tuple[str, str, str, str, float, str]] = []
+    jobs = max(1, min(args.jobs, len(mutants)))
+    scratches = [Path(tempfile.mkdtemp(prefix="tierpoint-mutants-")) for _ in range(jobs)]
+    runners: list[Runner] = []
+    rows: list[Row] = []
     try:
-        _copy_tree(REPO, scratch)
-        _check_imports(python, scratch)
+        for scratch in scratches:
+            _copy_tree(REPO, scratch)
+            _check_imports(python, scratch)
+            runners.append(Runner(python, scratch))
         if args.baseline:
             union = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
             t0 = time.monotonic()
-            rc, out = _pytest(python, scratch, union)
+            rc, out = runners[0].pytest(union)
             print(f"baseline: {len(union)} test selections, rc={rc}, {time.monotonic() - t0:.0f} s")
             if rc != 0:
                 print(out[-4000:])
                 print("guard mutants: the tests fail without any mutant")
                 return 2
+        todo: queue.SimpleQueue[Mutant] = queue.SimpleQueue()
         for m in mutants:
-            target = scratch / m.path
-            original = target.read_text()
-            target.write_text(original.replace(m.original, m.replacement, 1))
-            t0 = time.monotonic()
-            try:
-                rc, out = _pytest(python, scratch, m.tests)
-            finally:
-                target.write_text(original)
-            secs = time.monotonic() - t0
-            if rc is None:
-                result, by = "killed", "timeout"
-            elif rc in (1, 2):
-                result, by = "killed", _first_failure(out)
-            elif rc == 0:
-                result, by = ("survived" if m.known_survivor else "SURVIVED"), ""
-            else:
-                print(out[-4000:])
-                print(f"guard mutants: pytest ended with {rc} for {m.id} (usage or collection)")
+            todo.put(m)
+        with ThreadPoolExecutor(jobs) as pool:
+            results = list(pool.map(lambda r: _drain(r, todo), runners))
+        for ok, got in results:
+            rows.extend(got)
+            if not ok:
                 return 2
-            rows.append((m.id, m.path, " ".join(m.tests), result, secs, by))
-            print(
-                f"{m.id:36} {m.path:36} {result:8} {secs:6.1f} s  {by or m.why}",
-                flush=True,
-            )
     finally:
-        if args.keep:
-            print(f"scratch copy kept at {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+        for runner in runners:
+            runner.close()
+        for scratch in scratches:
+            if args.keep:
+                print(f"scratch copy kept at {scratch}")
+            else:
+                shutil.rmtree(scratch, ignore_errors=True)
+    order = {m.id: i for i, m in enumerate(mutants)}
+    rows.sort(key=lambda r: order[r[0]])
 
     total = time.monotonic() - started
     by_id = {m.id: m for m in MUTANTS}

@@ -22,6 +22,7 @@ with the mutant's id, so the table is updated rather than silently skipped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -38,6 +39,10 @@ from pathlib import Path
 from guard_mutant_table import MUTANTS, Mutant
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+# The repository's own (unmutated) copy: only to start the servers the runs share.
+from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server  # noqa: E402
+
 # Only a guard against a hang: a mutant that makes its tests hang counts as killed (timeout).
 RUN_TIMEOUT = 300.0
 # Hypothesis: a fixed seed and a modest example count, so a run decides the same way each time.
@@ -95,8 +100,31 @@ def _copy_tree(repo: Path, scratch: Path) -> None:
         shutil.copy2(repo / rel, dst, follow_symlinks=False)
 
 
+# Postgres and the S3 endpoint, started once for every mutant's run (each run still makes its own
+# databases and buckets); Temporal is not shared: the runs reuse the test modules' namespaces.
+SHARED: dict[str, str] = {}
+
+
+def _start_shared_services(stack: contextlib.ExitStack) -> None:
+    if "TIERPOINT_TEST_DATABASE_URL" not in os.environ:
+        pg_root = Path(tempfile.mkdtemp(prefix="tierpoint-mutants-pg-"))
+        stack.callback(shutil.rmtree, pg_root, ignore_errors=True)
+        pg_root.chmod(0o755)
+        pg = EmbeddedPostgres(pg_root / "data", database="postgres")
+        pg.start()
+        stack.callback(pg.stop)
+        SHARED["TIERPOINT_TEST_DATABASE_URL"] = pg.url
+    if "TIERPOINT_TEST_S3_ENDPOINT_URL" not in os.environ:
+        moto = MotoS3Server()
+        SHARED["TIERPOINT_TEST_S3_ENDPOINT_URL"] = moto.start()
+        stack.callback(moto.stop)
+        SHARED["AWS_ACCESS_KEY_ID"] = moto.access_key_id
+        SHARED["AWS_SECRET_ACCESS_KEY"] = moto.secret_access_key
+        SHARED["AWS_DEFAULT_REGION"] = moto.region
+
+
 def _env(scratch: Path) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {**os.environ, **SHARED}
     # The client distribution too (installed editable from the repository): the path rule and the
     # restore's guards live there.
     env["PYTHONPATH"] = os.pathsep.join([str(scratch), str(scratch / "client")])
@@ -272,7 +300,9 @@ def main() -> int:
     scratches = [Path(tempfile.mkdtemp(prefix="tierpoint-mutants-")) for _ in range(jobs)]
     runners: list[Runner] = []
     rows: list[Row] = []
+    shared = contextlib.ExitStack()
     try:
+        _start_shared_services(shared)
         for scratch in scratches:
             _copy_tree(REPO, scratch)
             _check_imports(python, scratch)
@@ -298,6 +328,7 @@ def main() -> int:
     finally:
         for runner in runners:
             runner.close()
+        shared.close()
         for scratch in scratches:
             if args.keep:
                 print(f"scratch copy kept at {scratch}")

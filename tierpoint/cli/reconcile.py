@@ -28,6 +28,11 @@ def damage_found(report: dict[str, Any]) -> int:
     return sum(t.get("counts", {}).get(k, 0) for t in report["tiers"] for k in DAMAGE)
 
 
+def unchecked_tiers(report: dict[str, Any]) -> list[str]:
+    """Tiers whose scan ended in an error: not checked, so their silence is no all-clear."""
+    return sorted({t["tier"] for t in report["tiers"] if t.get("error")})
+
+
 def _problem(resp: httpx.Response) -> str:
     try:
         body = resp.json()
@@ -75,7 +80,7 @@ def reconcile(
 ) -> None:
     """Compare the catalog with the tiers: missing or wrong-sized copies, unknown files, abandoned
     temp files and uploads. Exits 3 when registered copies are missing or have the wrong size,
-    1 when the run could not be made."""
+    1 when the run, or any tier's part of it, could not be made."""
     url, token = resolve_api(api_url, data_dir)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
@@ -107,6 +112,9 @@ def reconcile(
         _print(report)
     if damage_found(report):
         raise typer.Exit(DAMAGE_FOUND)
+    errored = unchecked_tiers(report)
+    if errored:
+        fail(f"could not reconcile {', '.join(errored)}: see the errors above")
 
 
 def _print(report: dict[str, Any]) -> None:

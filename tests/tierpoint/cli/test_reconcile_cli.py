@@ -14,6 +14,7 @@ from tests.helpers.cli import run_cli, serving
 from tests.helpers.lifecycle import running_workers
 from tests.helpers.services import Services, s3_client
 from tests.helpers.tokens import create_token
+from tierpoint.cli.reconcile import unchecked_tiers
 from tierpoint.config import Settings
 from tierpoint.temporal import connect
 
@@ -44,6 +45,10 @@ async def test_reconcile_cli_reports_and_fails_clearly(
         (s3,) = report["tiers"]
         assert s3["tier"] == "s3" and s3["counts"] == {"extra": 1}, s3
         assert s3["examples"]["extra"] == ["stray (not a job of the catalog)"]
+        # The same report with the tier's scan failed (an outage outlasting its retries) is no
+        # all-clear: the command exits 1 naming the tier.
+        assert unchecked_tiers(report) == []
+        assert unchecked_tiers({"tiers": [{**s3, "error": "NoSuchBucket"}]}) == ["s3"]
 
         code, out = await _cli(api_url, operator, "--tier", "s3")
         assert code == 0, out

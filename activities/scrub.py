@@ -42,6 +42,7 @@ from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, VerifyResult
 from tierpoint.storage.throttle import TokenBucket
 
+from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
@@ -145,6 +146,7 @@ class ScrubActivities:
             more=len(rows) == inp.limit,
         )
 
+    @on_node_queue
     @activity.defn(name=SCRUB_BATCH)
     def verify_batch(self, inp: ScrubBatchInput) -> ScrubBatchResult:
         tier = self._stores.tier(inp.tier)

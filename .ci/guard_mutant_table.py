@@ -32,7 +32,9 @@ PATH_TESTS = (
     "tests/tierpoint/storage/test_confinement.py",
     "tests/tierpoint/storage/test_posix.py",
 )
-WRONG_CRC = "tests/workflows/test_lifecycle.py::test_shard_with_wrong_checksum_is_never_promoted"
+WRONG_CRC = (
+    "tests/workflows/test_checkpoint_lifecycle.py::test_shard_with_wrong_checksum_is_never_promoted"
+)
 ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is_caught_by_the_copy"
 PLANNER = "tierpoint/retention/planner.py"
 AUTH = "tests/api/test_auth.py"
@@ -225,20 +227,20 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "planner-last-copy",
         PLANNER,
-        """            del expire[(c.id, good_on[-1])]
-            reasons[(c.id, good_on[-1])] = [KeepReason.LAST_COPY]
+        """                del expire[(c.id, good_on[-1])]
+                reasons[(c.id, good_on[-1])] = [KeepReason.LAST_COPY]
 """,
-        "            pass\n",
+        "                pass\n",
         PLANNER_TESTS,
         "a kept checkpoint never loses its last good copy to keep rules",
     ),
     Mutant(
         "planner-last-copy-quota",
         PLANNER,
-        """                    held.insert(0, KeepReason.LAST_COPY)
-                    continue
+        """                held.insert(0, KeepReason.LAST_COPY)
+                continue
 """,
-        "                    pass\n",
+        "                pass\n",
         PLANNER_TESTS,
         "a quota never takes the last good copy of a checkpoint another tier keeps",
     ),
@@ -347,9 +349,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- checksums: seal, copy, verify -------------------------------------------------------
     Mutant(
         "seal-crc",
-        "activities/lifecycle.py",
-        "            elif sh.checksum is not None and v.crc32c != sh.checksum.lower():\n",
-        "            elif False:\n",
+        "activities/seal.py",
+        "    if sh.checksum is not None and v.crc32c != sh.checksum.lower():\n",
+        "    if False:\n",
         (WRONG_CRC,),
         "a sealed shard whose crc32c differs from the registered one is corrupt",
     ),
@@ -598,7 +600,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "workflows/checkpoint_lifecycle.py",
         "        if self._source_damaged and workflow.patched(SOURCE_REPAIR_PATCH):\n",
         "        if False:\n",
-        ("tests/workflows/test_copy_source_repair.py",),
+        ("tests/workflows/test_repair.py",),
         "a lifecycle whose copy found its source corrupt asks for the checkpoint's repair",
     ),
     Mutant(

@@ -1,4 +1,5 @@
-"""Copy + verify of one batch of shards from one tier to the next.
+"""Copy + verify of one batch of shards to a tier, from the tier before it (the lifecycle) or from
+whichever tier still holds each shard verified (repair): both go through `copy_to`.
 
 Each shard is read once off the source with its crc32c computed in the same pass, written
 atomically by the destination store, then read back from the destination. The read-back of a
@@ -9,7 +10,7 @@ copy is bound by the source and the write, the verify by the destination's reads
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -61,6 +62,8 @@ class BatchCopy:
     resumed: list[dict[str, object]] = field(default_factory=list)
     # Shards written again after a bad read-back: {"path", "reason"} per rewrite.
     recopied: list[dict[str, object]] = field(default_factory=list)
+    # Shards this copy verified on the destination (the batch's result counts every source's).
+    verified: int = 0
     _pending: _Pending | None = None
 
     def run(self, shards: list[repo.BatchShard]) -> None:
@@ -91,6 +94,7 @@ class BatchCopy:
             )
         )
         self.result.verified += 1
+        self.verified += 1
         metrics.BYTES_VERIFIED.labels(self.dst_tier.name).inc(sh.size)
 
     def _corrupt(self, sh: repo.BatchShard, location: str, reason: str) -> None:
@@ -249,3 +253,57 @@ class BatchCopy:
             self._source_bad(sh, ref, location, why)
             return False
         return True
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a batch's shards are copied to, and what the copy reports to."""
+
+    job: str
+    step: int
+    tier: TierConfig
+    store: TierStore
+    node: str | None  # the node of a local tier's replicas
+    reporter: BatchReporter
+    result: BatchResult
+    heartbeat_details: dict[str, Any]
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Source:
+    tier: TierConfig
+    store: TierStore
+    shards: list[repo.BatchShard]
+
+
+def copy_to(dest: Destination, sources: Sequence[Source]) -> list[BatchCopy]:
+    """Copy + verify each source's shards to `dest`. Every shard's replica there is `copying` in
+    the catalog (one write) before the first byte moves, so the operator views show the whole
+    batch in flight. Returns the copies, one per source, for what they resumed and rewrote."""
+    for source in sources:
+        for sh in source.shards:
+            location = dest.store.location(ShardRef(dest.job, dest.step, sh.path))
+            dest.reporter.replica(
+                repo.ReplicaWrite(sh.id, ReplicaState.COPYING, location, dest.node)
+            )
+    dest.reporter.flush()
+    copies = []
+    for source in sources:
+        copy = BatchCopy(
+            job=dest.job,
+            step=dest.step,
+            src_tier=source.tier,
+            dst_tier=dest.tier,
+            src=source.store,
+            dst=dest.store,
+            dst_node=dest.node,
+            reporter=dest.reporter,
+            result=dest.result,
+            heartbeat_details=dest.heartbeat_details,
+            attempt=dest.attempt,
+        )
+        copy.run(source.shards)
+        copies.append(copy)
+    dest.reporter.flush()
+    return copies

@@ -8,7 +8,6 @@ result (and the catalog), never an exception, so they are not retried.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +29,6 @@ from tierpoint.contract.lifecycle import (
     BATCHES_PER_CHILD,
     COPY_BATCH,
     PLAN,
-    PROBLEM_EXAMPLES,
     PROMOTE,
     SEAL_BATCH,
     Batch,
@@ -46,17 +44,14 @@ from tierpoint.contract.lifecycle import (
 from tierpoint.errors import UnknownTier, UnsafePath
 from tierpoint.retention.policy import promotion_targets, tier_refs
 from tierpoint.states import ReplicaState, TierState
-from tierpoint.storage.base import (
-    ShardRef,
-    TierStore,
-    VerifyResult,
-)
+from tierpoint.storage.base import TierStore
 
 from . import observe
-from .batching import batch_size as batch_size
-from .batching import plan_batches
-from .copy import BatchCopy
+from .batching import batch_size, plan_batches
+from .copy import Destination, Source, copy_to
 from .progress import BatchReporter, resume_details
+from .registration import on_node_queue
+from .seal import BatchSeal
 from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
@@ -72,15 +67,6 @@ def _non_retryable_input_errors() -> Iterator[None]:
         raise ApplicationError(str(exc), type=FailureType.UNSAFE_PATH, non_retryable=True) from exc
     except UnknownTier as exc:
         raise ApplicationError(str(exc), type=FailureType.UNKNOWN_TIER, non_retryable=True) from exc
-
-
-def _heartbeat_bytes(reporter: BatchReporter, ordinal: int, _bytes_read: int) -> None:
-    reporter.heartbeat(ordinal)
-
-
-def _note(result: BatchResult, path: str, reason: str) -> None:
-    if len(result.problems) < PROBLEM_EXAMPLES:
-        result.problems.append(f"{path}: {reason}")
 
 
 class LifecycleActivities:
@@ -181,6 +167,7 @@ class LifecycleActivities:
 
     # ---------------------------------------------------------------- seal
 
+    @on_node_queue
     @activity.defn(name=SEAL_BATCH)
     def seal_batch(self, inp: SealInput) -> BatchResult:
         with (
@@ -192,60 +179,21 @@ class LifecycleActivities:
 
     def _seal(self, inp: SealInput) -> BatchResult:
         tier = self._stores.tier(inp.tier)
-        store = self._store(tier, inp.batch.node)
         b = inp.batch
+        store = self._store(tier, b.node)
         self._refuse_lost_node(b.node, tier)
         with self._sessions.begin() as s:
             shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, tier.name)
         result = BatchResult(shards=len(shards))
-        reporter = BatchReporter(
-            self._sessions, inp.checkpoint_id, tier.name, self._settings.progress_interval_seconds
-        )
-        local_node = b.node if tier.kind is TierKind.LOCAL else None
-        for sh in shards:
-            if sh.state == ReplicaState.VERIFIED:
-                result.skipped += 1
-                result.verified += 1
-                continue
-            ref = ShardRef(inp.job, inp.step, sh.path)
-            reporter.heartbeat(sh.ordinal)
-            problem: str | None = None
-            try:
-                v = store.checksum(ref, functools.partial(_heartbeat_bytes, reporter, sh.ordinal))
-            except UnsafePath as exc:
-                # E.g. a symlink out of the root, put there after registration: this shard is
-                # bad, the rest of the batch is not.
-                v = VerifyResult(ok=False, size=None, crc32c=None, reason=f"unsafe: {exc}")
-            result.bytes += v.size or 0
-            if v.size is None:
-                problem = v.reason or f"missing on {tier.name}"
-            elif v.size != sh.size:
-                problem = f"size {v.size} != registered {sh.size}"
-            elif v.crc32c is None:
-                problem = v.reason or "no checksum could be computed"
-            elif sh.checksum is not None and v.crc32c != sh.checksum.lower():
-                problem = f"crc32c {v.crc32c} != registered {sh.checksum}"
-            location = store.location(ref)
-            if problem is None:
-                if sh.checksum is None:
-                    assert v.crc32c is not None
-                    reporter.checksum(sh.id, v.crc32c)
-                reporter.replica(
-                    repo.ReplicaWrite(
-                        sh.id, ReplicaState.VERIFIED, location, local_node, bytes_done=sh.size
-                    )
-                )
-                result.verified += 1
-                metrics.BYTES_VERIFIED.labels(tier.name).inc(sh.size)
-            else:
-                reporter.replica(
-                    repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, local_node, 0, problem)
-                )
-                metrics.VERIFICATION_FAILURES.labels(tier.name).inc()
-                result.corrupt += 1
-                _note(result, sh.path, problem)
-            reporter.flush_if_due()
-        reporter.flush()
+        BatchSeal(
+            job=inp.job,
+            step=inp.step,
+            tier=tier,
+            store=store,
+            node=b.node if tier.kind is TierKind.LOCAL else None,
+            reporter=self._reporter(inp.checkpoint_id, tier.name),
+            result=result,
+        ).run(shards)
         self._batch_events(inp.checkpoint_id, tier.name, EventKind.SEALED, b, result)
         metrics.BYTES_SEALED.labels(tier.name).inc(result.bytes)
         metrics.SHARDS_VERIFIED.labels(tier.name).inc(result.verified - result.skipped)
@@ -253,8 +201,14 @@ class LifecycleActivities:
         observe.batch("batch sealed", result)
         return result
 
+    def _reporter(self, checkpoint_id: int, tier: str) -> BatchReporter:
+        return BatchReporter(
+            self._sessions, checkpoint_id, tier, self._settings.progress_interval_seconds
+        )
+
     # ---------------------------------------------------------------- copy + verify
 
+    @on_node_queue
     @activity.defn(name=COPY_BATCH)
     def copy_batch(self, inp: CopyInput) -> BatchResult:
         with (
@@ -268,68 +222,37 @@ class LifecycleActivities:
 
     def _copy(self, inp: CopyInput) -> BatchResult:
         info = activity.info()
-        details = resume_details(info.heartbeat_details)
         b = inp.batch
         src_tier = self._stores.tier(inp.source)
         dst_tier = self._stores.tier(inp.destination)
         src = self._store(src_tier, b.node)
         dst = self._store(dst_tier, b.node)
         self._refuse_lost_node(b.node, src_tier, dst_tier)
-        dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None
         with self._sessions.begin() as s:
             shards = repo.batch_shards(
                 s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name, src_tier.name
             )
         result = BatchResult(shards=len(shards))
-        reporter = BatchReporter(
-            self._sessions,
-            inp.checkpoint_id,
-            dst_tier.name,
-            self._settings.progress_interval_seconds,
-        )
         todo = [sh for sh in shards if sh.state != ReplicaState.VERIFIED]
         result.skipped = result.verified = len(shards) - len(todo)
-        for sh in todo:
-            reporter.replica(
-                repo.ReplicaWrite(
-                    sh.id,
-                    ReplicaState.COPYING,
-                    dst.location(ShardRef(inp.job, inp.step, sh.path)),
-                    dst_node,
-                )
-            )
-        reporter.flush()
-
-        copy = BatchCopy(
+        dest = Destination(
             job=inp.job,
             step=inp.step,
-            src_tier=src_tier,
-            dst_tier=dst_tier,
-            src=src,
-            dst=dst,
-            dst_node=dst_node,
-            reporter=reporter,
+            tier=dst_tier,
+            store=dst,
+            node=b.node if dst_tier.kind is TierKind.LOCAL else None,
+            reporter=self._reporter(inp.checkpoint_id, dst_tier.name),
             result=result,
-            heartbeat_details=details,
+            heartbeat_details=resume_details(info.heartbeat_details),
             attempt=info.attempt,
         )
         started = time.monotonic()
-        copy.run(todo)
-        reporter.flush()
+        (copy,) = copy_to(dest, [Source(src_tier, src, todo)])
         metrics.observe_copy(dst_tier.name, result.bytes, time.monotonic() - started)
-        self._batch_events(
-            inp.checkpoint_id,
-            dst_tier.name,
-            EventKind.COPIED,
-            b,
-            result,
-            {
-                "source": src_tier.name,
-                "attempt": info.attempt,
-                "resumed": copy.resumed,
-                **({"recopied": copy.recopied} if copy.recopied else {}),
-            },
-        )
+        extra = {"source": src_tier.name, "attempt": info.attempt, "resumed": copy.resumed}
+        if copy.recopied:
+            extra["recopied"] = copy.recopied
+        self._batch_events(inp.checkpoint_id, dst_tier.name, EventKind.COPIED, b, result, extra)
         observe.batch("batch copied and verified", result, source=src_tier.name)
         return result
 

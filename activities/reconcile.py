@@ -44,6 +44,7 @@ from tierpoint.storage.paths import is_partial_name
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.s3.store import S3Store
 
+from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class ReconcileActivities:
         grace = self._settings.reconcile_grace / timedelta(seconds=1)
         return ReconcilePlan(units=units, grace_seconds=grace)
 
+    @on_node_queue
     @activity.defn(name=RECONCILE_SCAN)
     def scan(self, inp: ReconcileScanInput) -> TierReport:
         tier = self._stores.tier(inp.unit.tier)

@@ -1,6 +1,6 @@
 """Repair activities: plan a repair round, re-copy a batch's damaged shards from the fastest tier
-that still holds them verified (copy + verify exactly as the lifecycle does, through BatchCopy),
-and ask for repair runs (scrub and reconciliation do, through here).
+that still holds them verified (through the lifecycle's own copy + verify, `copy.copy_to`), and
+ask for repair runs (scrub and reconciliation do, through here).
 
 Promotion is the lifecycle's own `lifecycle.promote`: one home for "restorable only when every
 shard is verified on the tier".
@@ -9,6 +9,7 @@ shard is verified on the tier".
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import defaultdict
 from datetime import UTC, datetime
 
@@ -32,14 +33,15 @@ from tierpoint.contract.integrity import (
     RepairPlanInput,
     RepairStartInput,
 )
-from tierpoint.contract.lifecycle import BatchResult
+from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
 from tierpoint.states import ReplicaState
-from tierpoint.storage.base import ShardRef, TierStore
+from tierpoint.storage.base import TierStore
 from tierpoint.temporal import request_repair
 
-from .copy import BatchCopy
-from .lifecycle import batch_size
+from .batching import batch_size
+from .copy import Destination, Source, copy_to
 from .progress import BatchReporter, resume_details
+from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
@@ -98,14 +100,45 @@ class RepairActivities:
             return t
         return None
 
+    @on_node_queue
     @activity.defn(name=REPAIR_COPY)
     def copy_batch(self, inp: RepairCopyInput) -> BatchResult:
         info = activity.info()
         b = inp.batch
         dst_tier = self._stores.tier(inp.destination)
-        dst = self._store(dst_tier, b.node)
-        dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None
-        tiers = self._settings.tiers
+        dest = Destination(
+            job=inp.job,
+            step=inp.step,
+            tier=dst_tier,
+            store=self._store(dst_tier, b.node),
+            node=b.node if dst_tier.kind is TierKind.LOCAL else None,
+            reporter=BatchReporter(
+                self._sessions,
+                inp.checkpoint_id,
+                dst_tier.name,
+                self._settings.progress_interval_seconds,
+            ),
+            result=BatchResult(),
+            heartbeat_details=resume_details(info.heartbeat_details),
+            attempt=info.attempt,
+        )
+        found = self._damaged(inp, dst_tier)
+        if found is None:
+            # Retention (or an operator) took the copy over since the plan: leave it.
+            return dest.result
+        todo, sources = found
+        dest.result.shards = len(todo)
+        copies = copy_to(dest, self._by_source(dest, b.node, todo, sources))
+        used = {c.src_tier.name: c.verified for c in copies}
+        self._record(inp, dst_tier, dest.result, used, info.attempt)
+        return dest.result
+
+    def _damaged(
+        self, inp: RepairCopyInput, dst_tier: TierConfig
+    ) -> tuple[list[repo.BatchShard], dict[int, repair_repo.ShardSources]] | None:
+        """The batch's shards this worker is to copy again to `dst_tier`, and where each one is
+        verified; None when the tier's copy is no longer for repair to mend."""
+        b = inp.batch
         with self._sessions.begin() as s:
             marker = s.scalar(
                 select(CheckpointTier.state).where(
@@ -114,8 +147,7 @@ class RepairActivities:
                 )
             )
             if marker not in repair_repo.REPAIRABLE_MARKERS:
-                # Retention (or an operator) took the copy over since the plan: leave it.
-                return BatchResult()
+                return None
             shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name)
             sources = {
                 x.shard_id: x
@@ -128,71 +160,55 @@ class RepairActivities:
             # The plan split the shards between the node's queue (fastest copy local) and the
             # shared one; each worker takes its own share, so no shard is copied twice at once.
             mine = self._node is not None
+            tiers = self._settings.tiers
             todo = [
                 sh for sh in todo if repair_repo.prefers_node(sources[sh.id], tiers, lost) == mine
             ]
-        result = BatchResult(shards=len(todo))
-        reporter = BatchReporter(
-            self._sessions,
-            inp.checkpoint_id,
-            dst_tier.name,
-            self._settings.progress_interval_seconds,
-        )
+        return todo, sources
+
+    def _by_source(
+        self,
+        dest: Destination,
+        batch_node: str,
+        todo: list[repo.BatchShard],
+        sources: dict[int, repair_repo.ShardSources],
+    ) -> list[Source]:
+        """The shards grouped by the fastest tier this worker can read them from verified; a
+        shard with no such tier is left as it is, and said so."""
         groups: dict[str, list[repo.BatchShard]] = defaultdict(list)
-        used: dict[str, int] = defaultdict(int)
         for sh in todo:
-            src_tier = self._source(sources[sh.id], dst_tier)
+            src_tier = self._source(sources[sh.id], dest.tier)
             if src_tier is None:
-                if len(result.problems) < 5:
-                    result.problems.append(f"{sh.path}: no verified source this worker can read")
+                if len(dest.result.problems) < PROBLEM_EXAMPLES:
+                    dest.result.problems.append(
+                        f"{sh.path}: no verified source this worker can read"
+                    )
                 continue
+            # Verified on the tier it is copied from: that is what the source was chosen for.
             groups[src_tier.name].append(
-                repo.BatchShard(
-                    sh.id,
-                    sh.ordinal,
-                    sh.path,
-                    sh.size,
-                    sh.checksum,
-                    sh.node_id,
-                    ReplicaState.VERIFIED.value,
-                    sh.state,
-                )
+                dataclasses.replace(sh, source_state=ReplicaState.VERIFIED.value)
             )
-            reporter.replica(
-                repo.ReplicaWrite(
-                    sh.id,
-                    ReplicaState.COPYING,
-                    dst.location(ShardRef(inp.job, inp.step, sh.path)),
-                    dst_node,
-                )
-            )
-        reporter.flush()
-        details = resume_details(info.heartbeat_details)
-        for name, group in groups.items():
-            src_tier = self._stores.tier(name)
-            before = result.verified
-            BatchCopy(
-                job=inp.job,
-                step=inp.step,
-                src_tier=src_tier,
-                dst_tier=dst_tier,
-                src=self._store(src_tier, b.node),
-                dst=dst,
-                dst_node=dst_node,
-                reporter=reporter,
-                result=result,
-                heartbeat_details=details,
-                attempt=info.attempt,
-            ).run(group)
-            used[name] += result.verified - before
-        reporter.flush()
+        return [
+            Source(tier, self._store(tier, batch_node), shards)
+            for tier, shards in ((self._stores.tier(n), g) for n, g in groups.items())
+        ]
+
+    def _record(
+        self,
+        inp: RepairCopyInput,
+        tier: TierConfig,
+        result: BatchResult,
+        used: dict[str, int],
+        attempt: int,
+    ) -> None:
+        b = inp.batch
         with self._sessions.begin() as s:
             record(
                 s,
                 EventKind.REPAIRED,
                 checkpoint_id=inp.checkpoint_id,
                 job_id=repo.job_id_of(s, inp.checkpoint_id),
-                tier=dst_tier.name,
+                tier=tier.name,
                 actor=ACTOR,
                 detail={
                     "node": b.node,
@@ -201,12 +217,11 @@ class RepairActivities:
                     "repaired": result.verified,
                     "corrupt": result.corrupt,
                     "bytes": result.bytes,
-                    "sources": dict(used),
+                    "sources": used,
                     "problems": result.problems,
-                    "attempt": info.attempt,
+                    "attempt": attempt,
                 },
             )
-        return result
 
     @activity.defn(name=REPAIR_REQUEST)
     async def request(self, inp: RepairStartInput) -> int:

@@ -39,6 +39,7 @@ from tierpoint.retention.policy import tier_refs
 from tierpoint.states import TierState
 from tierpoint.temporal import request_retention
 
+from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
@@ -113,6 +114,7 @@ class RetentionActivities:
 
     # ---------------------------------------------------------------- delete
 
+    @on_node_queue
     @activity.defn(name=c.DELETE)
     def delete_copy(self, inp: DeleteInput) -> None:
         tier = self._stores.tier(inp.tier)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -20,6 +21,7 @@ from temporalio import activity
 from tierpoint import logs
 from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.damage import mark_damaged
+from tierpoint.catalog.scrub_repo import ScrubTarget
 from tierpoint.config import Settings, TierKind
 from tierpoint.contract.integrity import (
     PROBLEM_LIMIT,
@@ -39,9 +41,10 @@ from tierpoint.contract.integrity import (
 )
 from tierpoint.errors import UnsafePath
 from tierpoint.states import ReplicaState
-from tierpoint.storage.base import ShardRef, VerifyResult
+from tierpoint.storage.base import ShardRef, TierStore, VerifyResult
 from tierpoint.storage.throttle import TokenBucket
 
+from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
@@ -145,44 +148,19 @@ class ScrubActivities:
             more=len(rows) == inp.limit,
         )
 
+    @on_node_queue
     @activity.defn(name=SCRUB_BATCH)
     def verify_batch(self, inp: ScrubBatchInput) -> ScrubBatchResult:
         tier = self._stores.tier(inp.tier)
         ensure_reachable(tier, inp.node, self._node)
         store = self._stores.get(tier, inp.node)
-        picked_at = datetime.fromisoformat(inp.picked_at)
         bucket = self._bucket(tier.name, inp.node, inp.bandwidth)
         details = activity.info().heartbeat_details
         start = int(details[-1]) if details else 0
         with self._sessions.begin() as s:
             todo = scrub_repo.targets(s, inp.replica_ids)
         result = ScrubBatchResult()
-        # Unthrottled reads of good replicas: the tier's read throughput (restore predictions).
-        read_bytes, read_seconds = 0, 0.0
-        good: list[int] = []
-        bad: dict[ReplicaState, dict[int, str]] = {ReplicaState.CORRUPT: {}, ReplicaState.LOST: {}}
-        last_flush = time.monotonic()
-
-        def flush() -> None:
-            nonlocal last_flush, read_bytes, read_seconds
-            with self._sessions.begin() as s:
-                result.bytes += scrub_repo.record_good(s, tier.name, good, picked_at)
-                scrub_repo.record_reads(s, tier.name, read_bytes, read_seconds)
-                for state, problems in bad.items():
-                    damage = mark_damaged(s, problems, state, inp.actor)
-                    result.damaged = sorted(set(result.damaged) | damage.checkpoints)
-                    scrub_repo.record_bad(
-                        s,
-                        tier.name,
-                        corrupt=damage.marked if state is ReplicaState.CORRUPT else 0,
-                        lost=damage.marked if state is ReplicaState.LOST else 0,
-                    )
-            good.clear()
-            read_bytes, read_seconds = 0, 0.0
-            for problems in bad.values():
-                problems.clear()
-            last_flush = time.monotonic()
-
+        found = _Found(tier.name, datetime.fromisoformat(inp.picked_at), inp.actor, result)
         for i, t in enumerate(todo):
             if i < start:
                 continue
@@ -190,43 +168,99 @@ class ScrubActivities:
             if t.state != ReplicaState.VERIFIED.value or not t.checksum:
                 result.skipped += 1
                 continue
-            seen = 0
-
-            def progress(total: int, i: int = i) -> None:
-                nonlocal seen
-                if bucket is not None:
-                    bucket.consume(total - seen)
-                seen = total
-                activity.heartbeat(i)
-
-            try:
-                began = time.monotonic()
-                v = store.checksum(ShardRef(t.job, t.step, t.path), progress)
-                took = time.monotonic() - began
-                state, problem = judge(v, t.size, t.checksum, tier.name)
-            except UnsafePath as exc:
-                # E.g. a symlink out of the root put in place of the file: not these bytes.
-                state, problem = ReplicaState.CORRUPT, f"unsafe: {exc}"
+            state, problem, took = _read_back(store, t, tier.name, bucket, i)
             if problem is None:
-                good.append(t.replica_id)
-                result.replicas += 1
-                if bucket is None:
-                    read_bytes += t.size
-                    read_seconds += took
+                found.good(t, None if bucket is not None else took)
             else:
-                bad[state][t.replica_id] = f"{inp.actor}: {problem}"
-                if state is ReplicaState.LOST:
-                    result.lost += 1
-                else:
-                    result.corrupt += 1
-                if len(result.problems) < PROBLEM_LIMIT:
-                    result.problems.append(f"{t.job}/{t.step}/{t.path}: {problem}")
-                log.warning(  # `verify` and the scrub both read here: say which
-                    f"{inp.actor} found a bad replica", tier=tier.name, path=t.path, why=problem
-                )
-            if bad[ReplicaState.CORRUPT] or bad[ReplicaState.LOST]:
-                flush()  # demote at once: no reader is sent to bytes known bad
-            elif time.monotonic() - last_flush >= self._settings.progress_interval_seconds:
-                flush()
-        flush()
+                found.bad(t, state, problem)
+            if found.any_bad():
+                found.write(self._sessions)  # demote at once: no reader is sent to bytes known bad
+            elif time.monotonic() - found.since >= self._settings.progress_interval_seconds:
+                found.write(self._sessions)
+        found.write(self._sessions)
         return result
+
+
+def _read_back(
+    store: TierStore, t: ScrubTarget, tier: str, bucket: TokenBucket | None, i: int
+) -> tuple[ReplicaState, str | None, float]:
+    """Read the replica back at the scrub's bandwidth: (state it deserves, why, seconds)."""
+    seen = 0
+
+    def progress(total: int) -> None:
+        nonlocal seen
+        if bucket is not None:
+            bucket.consume(total - seen)
+        seen = total
+        activity.heartbeat(i)
+
+    assert t.checksum is not None
+    try:
+        began = time.monotonic()
+        v = store.checksum(ShardRef(t.job, t.step, t.path), progress)
+        took = time.monotonic() - began
+        state, problem = judge(v, t.size, t.checksum, tier)
+    except UnsafePath as exc:
+        # E.g. a symlink out of the root put in place of the file: not these bytes.
+        return ReplicaState.CORRUPT, f"unsafe: {exc}", 0.0
+    return state, problem, took
+
+
+@dataclass
+class _Found:
+    """What a scrub batch read since its last catalog write, and the batch's result."""
+
+    tier: str
+    picked_at: datetime
+    actor: str
+    result: ScrubBatchResult
+    replica_ids: list[int] = field(default_factory=list)
+    problems: dict[ReplicaState, dict[int, str]] = field(
+        default_factory=lambda: {ReplicaState.CORRUPT: {}, ReplicaState.LOST: {}}
+    )
+    # Unthrottled reads of good replicas: the tier's read throughput (restore predictions).
+    read_bytes: int = 0
+    read_seconds: float = 0.0
+    since: float = field(default_factory=time.monotonic)
+
+    def good(self, t: ScrubTarget, unthrottled_seconds: float | None) -> None:
+        self.replica_ids.append(t.replica_id)
+        self.result.replicas += 1
+        if unthrottled_seconds is not None:
+            self.read_bytes += t.size
+            self.read_seconds += unthrottled_seconds
+
+    def bad(self, t: ScrubTarget, state: ReplicaState, problem: str) -> None:
+        self.problems[state][t.replica_id] = f"{self.actor}: {problem}"
+        if state is ReplicaState.LOST:
+            self.result.lost += 1
+        else:
+            self.result.corrupt += 1
+        if len(self.result.problems) < PROBLEM_LIMIT:
+            self.result.problems.append(f"{t.job}/{t.step}/{t.path}: {problem}")
+        log.warning(  # `verify` and the scrub both read here: say which
+            f"{self.actor} found a bad replica", tier=self.tier, path=t.path, why=problem
+        )
+
+    def any_bad(self) -> bool:
+        return any(self.problems.values())
+
+    def write(self, sessions: sessionmaker[Session]) -> None:
+        result = self.result
+        with sessions.begin() as s:
+            result.bytes += scrub_repo.record_good(s, self.tier, self.replica_ids, self.picked_at)
+            scrub_repo.record_reads(s, self.tier, self.read_bytes, self.read_seconds)
+            for state, problems in self.problems.items():
+                damage = mark_damaged(s, problems, state, self.actor)
+                result.damaged = sorted(set(result.damaged) | damage.checkpoints)
+                scrub_repo.record_bad(
+                    s,
+                    self.tier,
+                    corrupt=damage.marked if state is ReplicaState.CORRUPT else 0,
+                    lost=damage.marked if state is ReplicaState.LOST else 0,
+                )
+        self.replica_ids.clear()
+        self.read_bytes, self.read_seconds = 0, 0.0
+        for problems in self.problems.values():
+            problems.clear()
+        self.since = time.monotonic()

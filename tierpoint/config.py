@@ -1,7 +1,8 @@
 """Settings for every tierpoint process, from environment variables and an optional TOML file.
 
 Tiers are configuration, not code: the ordered list goes from the fastest, most local tier to the
-most durable one. A RAM tier is a `local` tier rooted on /dev/shm.
+most durable one (each one's options: tierpoint.tier_config). A RAM tier is a `local` tier rooted
+on /dev/shm.
 """
 
 from __future__ import annotations
@@ -9,11 +10,10 @@ from __future__ import annotations
 import os
 import re
 from datetime import timedelta
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import BaseModel, Field, PositiveInt, SecretStr, field_validator, model_validator
+from pydantic import Field, PositiveInt, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,170 +23,10 @@ from pydantic_settings import (
 
 from tierpoint.errors import UnknownTier
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-TAG_RE = re.compile(r"^[\w\s.:/=+\-@]*$")
+# A tier's options have their own module; importers reach them through the settings as ever.
+from tierpoint.tier_config import NAME_RE, ServerSideEncryption, StorageClass, TierConfig, TierKind
 
-
-class TierKind(StrEnum):
-    LOCAL = "local"
-    SHARED = "shared"
-    S3 = "s3"
-
-
-class StorageClass(StrEnum):
-    """S3 storage classes. GLACIER and DEEP_ARCHIVE objects must be restored (a RestoreObject
-    request, minutes to hours) before they can be read."""
-
-    STANDARD = "STANDARD"
-    INTELLIGENT_TIERING = "INTELLIGENT_TIERING"
-    STANDARD_IA = "STANDARD_IA"
-    ONEZONE_IA = "ONEZONE_IA"
-    GLACIER_IR = "GLACIER_IR"
-    GLACIER = "GLACIER"
-    DEEP_ARCHIVE = "DEEP_ARCHIVE"
-
-    @property
-    def needs_restore_request(self) -> bool:
-        return self in (StorageClass.GLACIER, StorageClass.DEEP_ARCHIVE)
-
-
-class ServerSideEncryption(StrEnum):
-    AES256 = "AES256"
-    KMS = "aws:kms"
-
-
-class TierConfig(BaseModel):
-    name: str = Field(
-        description="The tier's name, URL-safe (`[A-Za-z0-9][A-Za-z0-9._-]{0,127}`), unique."
-    )
-    kind: TierKind = Field(
-        description="`local` (per node), `shared` (one POSIX root every node sees) or `s3`."
-    )
-    root: str | None = Field(
-        default=None,
-        description="POSIX tiers: the root directory. A local root may contain `{node}`, "
-        "replaced by the node id, so that one config serves every node.",
-    )
-    bucket: str | None = Field(default=None, description="S3 tiers: the bucket (required).")
-    prefix: str = Field(default="", description="S3 tiers: the key prefix of every object.")
-    endpoint_url: str | None = Field(
-        default=None,
-        description="S3 tiers: an S3-compatible endpoint (MinIO, moto); unset for AWS S3.",
-    )
-    region: str = Field(default="us-east-1", description="S3 tiers: the bucket's region.")
-    storage_class: StorageClass = Field(
-        default=StorageClass.STANDARD,
-        description="S3 tiers: the storage class of every object written. GLACIER and "
-        "DEEP_ARCHIVE objects are never offered as a restore source (they need a restore "
-        "request first).",
-    )
-    sse: ServerSideEncryption | None = Field(
-        default=None,
-        description="S3 tiers: server-side encryption of every object written, `AES256` "
-        "(SSE-S3) or `aws:kms` (SSE-KMS); unset = the bucket's default encryption.",
-    )
-    kms_key_id: str | None = Field(
-        default=None,
-        description='S3 tiers with `sse = "aws:kms"`: the KMS key (id, ARN or alias); unset = '
-        "the AWS managed key.",
-    )
-    bucket_key: bool = Field(
-        default=False,
-        description='S3 tiers with `sse = "aws:kms"`: use an S3 Bucket Key (fewer KMS '
-        "requests, lower KMS cost).",
-    )
-    tags: dict[str, str] = Field(
-        default_factory=dict,
-        description="S3 tiers: object tags set on every object written (e.g. for lifecycle "
-        "rules or cost allocation).",
-    )
-    price_per_gb_month: float | None = Field(
-        default=None,
-        ge=0,
-        description="What a GB (2^30 bytes) stored on this tier costs per month, in US dollars; "
-        "unset = the default of its kind and storage class (docs/cost.md). Never fetched from "
-        "the network.",
-    )
-    multipart_part_size: PositiveInt = Field(
-        default=16 * 1024 * 1024,
-        description="S3 tiers: bytes per part of a multipart upload; objects up to one part "
-        "are a single PutObject.",
-    )
-    multipart_concurrency: PositiveInt = Field(
-        default=2, description="S3 tiers: parts of one object uploaded at once."
-    )
-    parallelism: PositiveInt = Field(
-        default=4, description="How many shard batches copy to this tier at once."
-    )
-    read_bandwidth_limit: int = Field(
-        default=0,
-        ge=0,
-        description="Reads off a local tier are throttled so that copies do not starve "
-        "training (bytes/s, 0 = off).",
-    )
-    scrub_bandwidth: int = Field(
-        default=50 * 1024 * 1024,
-        ge=0,
-        description="Bytes/s the scrub reads back from this tier (per node for a local tier); "
-        "0 = this tier is not scrubbed. See docs/integrity.md for what it costs per day.",
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError("tier names are URL-safe: [A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-        return v
-
-    @field_validator("tags")
-    @classmethod
-    def _tags(cls, tags: dict[str, str]) -> dict[str, str]:
-        # S3's own limits, checked here so that a bad tag fails at start, not at the first upload.
-        if len(tags) > 10:
-            raise ValueError("S3 allows at most 10 tags per object")
-        for k, v in tags.items():
-            if not 1 <= len(k) <= 128 or len(v) > 256:
-                raise ValueError(f"tag {k!r}: keys are 1-128 characters, values up to 256")
-            if not (TAG_RE.match(k) and TAG_RE.match(v)):
-                raise ValueError(
-                    f"tag {k!r}={v!r}: S3 allows letters, digits, spaces and _ . : / = + - @"
-                )
-        return tags
-
-    @model_validator(mode="after")
-    def _location(self) -> Self:
-        if self.kind is TierKind.S3:
-            if not self.bucket:
-                raise ValueError(f"s3 tier {self.name!r} needs a bucket")
-        elif not self.root:
-            raise ValueError(f"{self.kind} tier {self.name!r} needs a root")
-        if self.kind is not TierKind.S3:
-            s3_only = ("storage_class", "sse", "kms_key_id", "bucket_key", "tags")
-            # Set to something else than the default (a dumped config repeats the defaults).
-            given = [
-                f
-                for f in s3_only
-                if getattr(self, f)
-                != type(self).model_fields[f].get_default(call_default_factory=True)
-            ]
-            if given:
-                raise ValueError(f"{', '.join(given)}: S3 tiers only, {self.name!r} is {self.kind}")
-        if self.sse is not ServerSideEncryption.KMS and (self.kms_key_id or self.bucket_key):
-            raise ValueError(f'tier {self.name!r}: kms_key_id and bucket_key need sse = "aws:kms"')
-        return self
-
-    @property
-    def needs_restore_request(self) -> bool:
-        """Objects on this tier cannot be read without an S3 restore request first."""
-        return self.kind is TierKind.S3 and self.storage_class.needs_restore_request
-
-    def root_for(self, node_id: str | None) -> Path:
-        assert self.root is not None
-        if self.kind is TierKind.LOCAL:
-            if node_id is None:
-                raise ValueError(f"local tier {self.name!r} is per node: a node id is needed")
-            return Path(self.root.replace("{node}", node_id))
-        return Path(self.root)
+__all__ = ["NAME_RE", "ServerSideEncryption", "Settings", "StorageClass", "TierConfig", "TierKind"]
 
 
 class Settings(BaseSettings):

@@ -10,15 +10,19 @@ import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.lifecycle import LifecycleActivities
 from activities.reconcile import ReconcileActivities
+from activities.registration import activities_of
 from activities.repair import RepairActivities
 from activities.retention import RetentionActivities
 from activities.scrub import ScrubActivities
@@ -97,6 +101,102 @@ async def reconcile_once(
     return len(started)
 
 
+# The shared queue runs every workflow.
+WORKFLOWS = (
+    CheckpointLifecycle,
+    CheckpointLifecycleStage,
+    JobRetention,
+    RetentionSweep,
+    CheckpointRepair,
+    Scrub,
+    ScrubUnitRun,
+    VerifyReplicas,
+    VerifyCheckpoint,
+    Reconcile,
+)
+
+
+def activity_objects(
+    sessions: sessionmaker[Session],
+    settings: Settings,
+    stores: Stores,
+    *,
+    node: str | None = None,
+    client: Client | None = None,
+) -> tuple[object, ...]:
+    """One object of each activity class, for `node`'s queue or (None) the shared one."""
+    return (
+        LifecycleActivities(sessions, settings, stores, node=node),
+        RetentionActivities(sessions, settings, stores, node=node, client=client),
+        ScrubActivities(sessions, settings, stores, node=node),
+        RepairActivities(sessions, settings, stores, node=node, client=client),
+        ReconcileActivities(sessions, settings, stores, node=node),
+    )
+
+
+@dataclass(frozen=True)
+class _Wiring:
+    """What every worker of this process shares."""
+
+    settings: Settings
+    client: Client
+    sessions: sessionmaker[Session]
+    stores: Stores
+    executor: ThreadPoolExecutor
+    graceful_shutdown: timedelta
+
+    def worker(self, task_queue: str, node: str | None, **options: Any) -> Worker:
+        return Worker(
+            self.client,
+            task_queue=task_queue,
+            activities=activities_of(
+                *activity_objects(
+                    self.sessions,
+                    self.settings,
+                    self.stores,
+                    node=node,
+                    # Only the shared worker's may start workflows (retention, repair requests).
+                    client=self.client if node is None else None,
+                ),
+                node_queue=node is not None,
+            ),
+            activity_executor=self.executor,
+            max_concurrent_activities=ACTIVITY_THREADS,
+            max_heartbeat_throttle_interval=heartbeat_throttle(self.settings),
+            graceful_shutdown_timeout=self.graceful_shutdown,
+            **options,
+        )
+
+    async def node_worker(self, node: str) -> tuple[Worker, Callable[[], Awaitable[None]]]:
+        """The node's worker and its heartbeat. The node reports in before it serves anything:
+        registration accepts shards only on known nodes."""
+        roots = node_roots(self.settings, node)
+
+        def report_in() -> None:
+            with self.sessions.begin() as s:
+                upsert_node(s, node, roots)
+
+        await asyncio.to_thread(report_in)
+        worker = self.worker(node_task_queue(node), node)
+        return worker, functools.partial(asyncio.to_thread, report_in)
+
+    async def shared_worker(self) -> Worker:
+        settings = self.settings
+        # Periodic retention for time-based rules; idempotent, so every shared worker does it.
+        await ensure_sweep_schedule(self.client, settings.retention_sweep_interval)
+        await ensure_integrity_schedules(
+            self.client,
+            settings.scrub_interval if settings.scrub_enabled else None,
+            settings.reconcile_schedule_interval,
+        )
+        return self.worker(
+            SHARED_TASK_QUEUE,
+            None,
+            workflows=list(WORKFLOWS),
+            max_concurrent_local_activities=LOCAL_ACTIVITY_THREADS,
+        )
+
+
 async def run_workers(
     settings: Settings,
     client: Client,
@@ -128,140 +228,63 @@ async def run_workers(
         if metrics_port is not None:
             metrics_server = metrics_worker.serve(metrics_port, metrics_host)
             log.info("worker metrics served", host=metrics_host, port=metrics_server.server_port)
-        sessions = sync_sessions(engine)
-        stores = Stores(settings)
         executor = ThreadPoolExecutor(
             max_workers=ACTIVITY_THREADS * (len(nodes) + int(shared))
             + LOCAL_ACTIVITY_THREADS * int(shared),
             thread_name_prefix="tierpoint-activity",
         )
-        workers: list[Worker] = []
-        periodic: list[Callable[[], Awaitable[None]]] = []
-        for node in nodes:
-            acts = LifecycleActivities(sessions, settings, stores, node=node)
-            expiry = RetentionActivities(sessions, settings, stores, node=node)
-            scrub = ScrubActivities(sessions, settings, stores, node=node)
-            repair = RepairActivities(sessions, settings, stores, node=node)
-            census = ReconcileActivities(sessions, settings, stores, node=node)
-            workers.append(
-                Worker(
-                    client,
-                    task_queue=node_task_queue(node),
-                    activities=[
-                        acts.seal_batch,
-                        acts.copy_batch,
-                        expiry.delete_copy,
-                        scrub.verify_batch,
-                        repair.copy_batch,
-                        census.scan,
-                    ],
-                    activity_executor=executor,
-                    max_concurrent_activities=ACTIVITY_THREADS,
-                    max_heartbeat_throttle_interval=heartbeat_throttle(settings),
-                    graceful_shutdown_timeout=graceful_shutdown,
-                )
-            )
-            roots = node_roots(settings, node)
-
-            def report_in(node: str = node, roots: dict[str, str] = roots) -> None:
-                with sessions.begin() as s:
-                    upsert_node(s, node, roots)
-
-            # Registration accepts shards only on known nodes: report in before serving.
-            await asyncio.to_thread(report_in)
-            periodic.append(functools.partial(asyncio.to_thread, report_in))
-        if shared:
-            acts = LifecycleActivities(sessions, settings, stores)
-            retention = RetentionActivities(sessions, settings, stores, client=client)
-            scrub = ScrubActivities(sessions, settings, stores)
-            repair = RepairActivities(sessions, settings, stores, client=client)
-            census = ReconcileActivities(sessions, settings, stores)
-            # Periodic retention for time-based rules; idempotent, so every shared worker does it.
-            await ensure_sweep_schedule(client, settings.retention_sweep_interval)
-            await ensure_integrity_schedules(
-                client,
-                settings.scrub_interval if settings.scrub_enabled else None,
-                settings.reconcile_schedule_interval,
-            )
-            workers.append(
-                Worker(
-                    client,
-                    task_queue=SHARED_TASK_QUEUE,
-                    workflows=[
-                        CheckpointLifecycle,
-                        CheckpointLifecycleStage,
-                        JobRetention,
-                        RetentionSweep,
-                        CheckpointRepair,
-                        Scrub,
-                        ScrubUnitRun,
-                        VerifyReplicas,
-                        VerifyCheckpoint,
-                        Reconcile,
-                    ],
-                    activities=[
-                        acts.plan,
-                        acts.promote,
-                        acts.copy_batch,
-                        retention.plan,
-                        retention.begin_expiry,
-                        retention.delete_copy,
-                        retention.finish_expiry,
-                        retention.request,
-                        retention.request_many,
-                        retention.list_jobs,
-                        scrub.plan,
-                        scrub.pick,
-                        scrub.verify_pick,
-                        scrub.verify_batch,
-                        repair.plan,
-                        repair.copy_batch,
-                        repair.request,
-                        census.plan,
-                        census.scan,
-                    ],
-                    activity_executor=executor,
-                    max_concurrent_activities=ACTIVITY_THREADS,
-                    max_concurrent_local_activities=LOCAL_ACTIVITY_THREADS,
-                    max_heartbeat_throttle_interval=heartbeat_throttle(settings),
-                    graceful_shutdown_timeout=graceful_shutdown,
-                )
-            )
-
-        # Our own event, so a crashed worker stops our loops without touching the caller's `stop`.
-        halt = asyncio.Event()
-        tasks = [asyncio.create_task(w.run()) for w in workers]
-        loops = [
-            asyncio.create_task(_every(NODE_HEARTBEAT_SECONDS, halt, "node heartbeat", fn))
-            for fn in periodic
-        ]
-        if shared:
-
-            async def reconcile() -> None:
-                await reconcile_once(client, async_sessions(reconciler_engine))
-
-            loops.append(
-                asyncio.create_task(
-                    _every(settings.reconcile_interval_seconds, halt, "reconciler", reconcile)
-                )
-            )
-        log.info("workers running", nodes=list(nodes), shared=shared)
-        stopped = asyncio.create_task(stop.wait())
+        wiring = _Wiring(
+            settings, client, sync_sessions(engine), Stores(settings), executor, graceful_shutdown
+        )
         try:
-            done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
-            for t in tasks:
-                if t in done and t.exception() is not None:
-                    raise RuntimeError("a worker stopped unexpectedly") from t.exception()
+            await _run(wiring, nodes, shared, stop, async_sessions(reconciler_engine))
         finally:
-            halt.set()
-            stopped.cancel()
-            await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
-            await asyncio.gather(*tasks, *loops, return_exceptions=True)
             executor.shutdown(wait=False, cancel_futures=True)
-            log.info("workers stopped", nodes=list(nodes), shared=shared)
     finally:
         if metrics_server is not None:
             await asyncio.to_thread(metrics_server.shutdown)
             metrics_server.server_close()
         engine.dispose()
         await reconciler_engine.dispose()
+
+
+async def _run(
+    wiring: _Wiring,
+    nodes: Sequence[str],
+    shared: bool,
+    stop: asyncio.Event,
+    reconciler_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Build the workers and their loops, run them until `stop` (or until a worker dies), and
+    shut them down."""
+    workers: list[Worker] = []
+    loops: list[tuple[float, str, Callable[[], Awaitable[None]]]] = []
+    for node in nodes:
+        worker, report_in = await wiring.node_worker(node)
+        workers.append(worker)
+        loops.append((NODE_HEARTBEAT_SECONDS, "node heartbeat", report_in))
+    if shared:
+        workers.append(await wiring.shared_worker())
+
+        async def reconcile() -> None:
+            await reconcile_once(wiring.client, reconciler_sessions)
+
+        loops.append((wiring.settings.reconcile_interval_seconds, "reconciler", reconcile))
+
+    # Our own event, so a crashed worker stops our loops without touching the caller's `stop`.
+    halt = asyncio.Event()
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    running = [asyncio.create_task(_every(every, halt, what, fn)) for every, what, fn in loops]
+    log.info("workers running", nodes=list(nodes), shared=shared)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for t in tasks:
+            if t in done and t.exception() is not None:
+                raise RuntimeError("a worker stopped unexpectedly") from t.exception()
+    finally:
+        halt.set()
+        stopped.cancel()
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        await asyncio.gather(*tasks, *running, return_exceptions=True)
+        log.info("workers stopped", nodes=list(nodes), shared=shared)

@@ -5,6 +5,9 @@ client.register(job, step, "/nvme/ckpt/<job>/<step>", node="node-a")
 client.restore(job, "/nvme/restore", node="node-a")
 """
 
+import warnings
+from typing import Any
+
 from tierpoint_client._version import __version__
 from tierpoint_client.client import Client
 from tierpoint_client.errors import (
@@ -36,8 +39,8 @@ from tierpoint_client.models import (
     Shard,
     ShardSpec,
     Skipped,
+    TierCopy,
     TierInfo,
-    TierState,
 )
 from tierpoint_client.paths import safe_join, validate_relative_path
 from tierpoint_client.restore import SourceError
@@ -68,8 +71,8 @@ __all__ = [
     "ShardSpec",
     "Skipped",
     "SourceError",
+    "TierCopy",
     "TierInfo",
-    "TierState",
     "TierpointError",
     "TransportError",
     "UnsafePathError",
@@ -80,3 +83,14 @@ __all__ = [
     "safe_join",
     "validate_relative_path",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # TierCopy was called TierState, the name the server gives its state enum: the old name
+    # still imports, with a warning, for code written against it.
+    if name == "TierState":
+        warnings.warn(
+            "tierpoint_client.TierState is now TierCopy", DeprecationWarning, stacklevel=2
+        )
+        return TierCopy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,7 +52,9 @@ class Progress:
 
 
 @dataclass(frozen=True)
-class TierState:
+class TierCopy:
+    """The checkpoint's copy on one tier: its state and, while it copies, its progress."""
+
     tier: str
     kind: str
     state: str  # pending | restorable | expiring | expired | failed
@@ -62,7 +64,7 @@ class TierState:
     quarantine_reason: str | None = None
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TierState:
+    def from_json(cls, d: dict[str, Any]) -> TierCopy:
         progress = d.get("progress")
         return cls(
             tier=d["tier"],
@@ -131,7 +133,7 @@ class Checkpoint:
     quarantine_reason: str | None
     total_bytes: int
     shard_count: int
-    tiers: tuple[TierState, ...]
+    tiers: tuple[TierCopy, ...]
     # Only GET /v1/jobs/{job}/checkpoints/{step} lists the shards.
     shards: tuple[Shard, ...] | None = None
 
@@ -147,11 +149,11 @@ class Checkpoint:
             quarantine_reason=d.get("quarantine_reason"),
             total_bytes=int(d.get("total_bytes", 0)),
             shard_count=int(d.get("shard_count", 0)),
-            tiers=tuple(TierState.from_json(t) for t in d.get("tiers") or ()),
+            tiers=tuple(TierCopy.from_json(t) for t in d.get("tiers") or ()),
             shards=tuple(Shard.from_json(s) for s in shards) if shards is not None else None,
         )
 
-    def tier(self, name: str) -> TierState | None:
+    def tier(self, name: str) -> TierCopy | None:
         return next((t for t in self.tiers if t.tier == name), None)
 
     def restorable_tiers(self) -> list[str]:

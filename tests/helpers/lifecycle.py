@@ -1,5 +1,6 @@
 """Helpers of the lifecycle tests: real shard files on the node roots, checkpoints inserted in the
-catalog as the API would register them, and real workers running in the background."""
+catalog as the API would register them, real workers running in the background, and a lifecycle
+run to its end with what it left (tier copies, bytes on every tier)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,21 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import crc32c
 from sqlalchemy import func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
-from tierpoint.catalog.models import Checkpoint, Job, Shard
+from tests.helpers.services import Services, s3_client
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Shard
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.config import Settings, TierKind
+from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
+from tierpoint.temporal import start_lifecycle
 from tierpoint.worker import node_roots, run_workers
 
 NODES = ("node-a", "node-b")
@@ -198,3 +203,45 @@ def activities_run(history: WorkflowHistory) -> tuple[Counter[str], Counter[str]
                 data = json.loads(marker.details["data"].payloads[0].data)
                 local[data["activity_type"]] += 1
     return queued, local
+
+
+# Guards against a hang, not a performance assertion.
+RESULT_TIMEOUT = 480.0
+
+
+async def run_lifecycle(
+    client: Client, seeded: Seeded
+) -> tuple[LifecycleResult, WorkflowHandle[Any, Any]]:
+    await start_lifecycle(
+        client, LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=seeded.job, step=seeded.step)
+    )
+    handle = client.get_workflow_handle(
+        workflow_id(seeded.job, seeded.step), result_type=LifecycleResult
+    )
+    result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+    assert isinstance(result, LifecycleResult)
+    return result, handle
+
+
+def markers(
+    sessions: sessionmaker[Session], checkpoint_id: int
+) -> dict[str, tuple[str, str | None]]:
+    with sessions() as s:
+        rows = s.execute(
+            select(CheckpointTier.tier, CheckpointTier.state, CheckpointTier.reason).where(
+                CheckpointTier.checkpoint_id == checkpoint_id
+            )
+        )
+        return {t: (st, r) for t, st, r in rows}
+
+
+def assert_bytes_everywhere(settings: Settings, services: Services, seeded: Seeded) -> None:
+    s3 = s3_client(services)
+    s3_tier = settings.tier("s3")
+    for sh in seeded.shards:
+        for tier, node in (("ssd", sh.node), ("lustre", None)):
+            f = shard_file(settings, tier, node, seeded.job, seeded.step, sh.path)
+            assert f.read_bytes() == sh.data, f"{tier}: {sh.path}"
+        key = f"{s3_tier.prefix}{seeded.job}/{seeded.step}/{sh.path}"
+        body = s3.get_object(Bucket=s3_tier.bucket, Key=key)["Body"].read()
+        assert body == sh.data, f"s3: {sh.path}"

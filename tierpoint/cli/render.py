@@ -7,7 +7,7 @@ from datetime import datetime
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from tierpoint_client import Checkpoint, LatestCheckpoint, TierState
+from tierpoint_client import Checkpoint, LatestCheckpoint, TierCopy
 
 STATE_STYLES = {
     "restorable": "bold green",
@@ -50,7 +50,7 @@ def when(dt: datetime | None) -> str:
     return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S") if dt else "-"
 
 
-def tier_cell(t: TierState | None) -> Text:
+def tier_cell(t: TierCopy | None) -> Text:
     if t is None:
         return Text("-", style="dim")
     cell = state_text(t.state)

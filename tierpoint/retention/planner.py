@@ -24,13 +24,13 @@ the most durable tier's above all, said that it is not wanted anywhere.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from tierpoint.config import TierKind
 from tierpoint.states import TierState
 
+from .keep_rules import TierRules, aware, oldest_first
 from .models import (
     PROTECTIONS,
     CheckpointInfo,
@@ -44,27 +44,9 @@ from .models import (
     TierUsage,
     Unfinished,
 )
-from .policy import Policy, TierRef, TierRule, format_duration, promotion_targets
+from .policy import Policy, promotion_targets
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _REASON_ORDER = {r: i for i, r in enumerate(KeepReason)}
-
-
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
-
-
-def _order(c: CheckpointInfo) -> tuple[int, datetime, int]:
-    """Oldest first: by step, then registration time, then id."""
-    return (c.step, _aware(c.created_at), c.id)
-
-
-def _time_order(c: CheckpointInfo) -> tuple[datetime, int, int]:
-    return (_aware(c.created_at), c.step, c.id)
-
-
-def _bucket(c: CheckpointInfo, interval: timedelta) -> int:
-    return (_aware(c.created_at) - _EPOCH) // interval
 
 
 def _is_good(c: CheckpointInfo, copy: TierCopy | None) -> bool:
@@ -90,253 +72,222 @@ def _is_intact(copy: TierCopy | None) -> bool:
     )
 
 
-@dataclass
-class _Tier:
-    index: int
-    ref: TierRef
-    rule: TierRule
-    good: list[CheckpointInfo]  # oldest first
-    good_keys: list[tuple[int, datetime, int]] = field(default_factory=list)
-    first_in_bucket: dict[int, tuple[datetime, int, int]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.good_keys = [_order(c) for c in self.good]
-        every = self.rule.keep_every
-        if every is not None and every.interval is not None:
-            for c in self.good:
-                b = _bucket(c, every.interval)
-                key = _time_order(c)
-                if b not in self.first_in_bucket or key < self.first_in_bucket[b]:
-                    self.first_in_bucket[b] = key
-
-    def newer_than(self, c: CheckpointInfo) -> int:
-        """How many good copies on this tier are newer than `c` (c itself not counted)."""
-        return len(self.good_keys) - bisect.bisect_right(self.good_keys, _order(c))
-
-    def keeps(self, c: CheckpointInfo, now: datetime) -> list[KeepReason]:
-        """The keep rules of this tier that keep `c`, as if `c` had a good copy here."""
-        rule = self.rule
-        if not rule.has_keep_rules():
-            return [KeepReason.KEEP_ALL]
-        reasons = []
-        if rule.keep_last is not None and self.newer_than(c) < rule.keep_last:
-            reasons.append(KeepReason.KEEP_LAST)
-        every = rule.keep_every
-        if every is not None:
-            if every.steps is not None and c.step % every.steps == 0:
-                reasons.append(KeepReason.KEEP_EVERY_STEPS)
-            if every.interval is not None:
-                first = self.first_in_bucket.get(_bucket(c, every.interval))
-                if first is None or _time_order(c) <= first:
-                    reasons.append(KeepReason.KEEP_EVERY_INTERVAL)
-        if rule.keep_within is not None and now - _aware(c.created_at) <= rule.keep_within:
-            reasons.append(KeepReason.KEEP_WITHIN)
-        if rule.keep_tags and not c.tags.isdisjoint(rule.keep_tags):
-            reasons.append(KeepReason.KEEP_TAGS)
-        return reasons
-
-    def why_not(self, c: CheckpointInfo, now: datetime) -> str:
-        rule = self.rule
-        parts = []
-        if rule.keep_last is not None:
-            parts.append(f"keep_last={rule.keep_last}: {self.newer_than(c)} newer")
-        every = rule.keep_every
-        if every is not None:
-            if every.steps is not None:
-                parts.append(f"keep_every.steps={every.steps}: step {c.step} is not a multiple")
-            if every.interval is not None:
-                parts.append(
-                    f"keep_every.interval={format_duration(every.interval)}: "
-                    "an older checkpoint holds its interval"
-                )
-        if rule.keep_within is not None:
-            age = now - _aware(c.created_at)
-            parts.append(
-                f"keep_within={format_duration(rule.keep_within)}: {int(age.total_seconds())}s old"
-            )
-        if rule.keep_tags:
-            parts.append(f"keep_tags={list(rule.keep_tags)}: tags {sorted(c.tags)}")
-        return f"no rule of tier {self.ref.name!r} keeps step {c.step} (" + "; ".join(parts) + ")"
-
-
 def plan(snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> RetentionPlan:
     """What retention would do to the job's copies now. Pure and deterministic: the same snapshot
     (in any checkpoint order), policy and time give the same plan, order included."""
-    now = _aware(now)
-    refs = snapshot.tiers
-    last = len(refs) - 1
-    checkpoints = sorted(snapshot.checkpoints, key=_order)
-    tiers = [
-        _Tier(
-            index=i,
-            ref=ref,
-            rule=policy.rule_for(ref.name, ref.kind, most_durable=i == last),
-            good=[c for c in checkpoints if _is_good(c, c.copies.get(ref.name))],
-        )
-        for i, ref in enumerate(refs)
-    ]
-    notes = _notes(snapshot, policy)
+    planning = _Planning.start(snapshot, policy, aware(now))
+    planning.protect_and_keep()
+    planning.keep_last_copies()
+    usage = tuple(planning.apply_quota(t) for t in planning.tiers)
+    return planning.result(snapshot.job, usage, _notes(snapshot, policy))
 
-    targets = {c.id: set(promotion_targets(policy, refs, c.step)) for c in checkpoints}
-    # wants[(checkpoint id, tier index)]: the keep rules of the tier that claim the checkpoint.
-    wants: dict[tuple[int, int], list[KeepReason]] = {}
-    keepers: dict[int, set[int]] = {}
-    for c in checkpoints:
-        keepers[c.id] = set()
+
+@dataclass
+class _Planning:
+    """One plan in the making: what each tier claims, and the decisions of the passes so far.
+    Keys are (checkpoint id, tier index)."""
+
+    now: datetime
+    checkpoints: list[CheckpointInfo]  # oldest first
+    tiers: list[TierRules]
+    targets: dict[int, set[str]]  # the tiers each checkpoint is meant for (promote_every)
+    # The keep rules of a tier that claim a checkpoint, and the tiers that keep each checkpoint.
+    wants: dict[tuple[int, int], list[KeepReason]] = field(default_factory=dict)
+    keepers: dict[int, set[int]] = field(default_factory=dict)
+    reasons: dict[tuple[int, int], list[KeepReason]] = field(default_factory=dict)
+    expire: dict[tuple[int, int], Expiry] = field(default_factory=dict)
+    # Tiers whose quota took a checkpoint's copy: they no longer claim it.
+    withdrawn: dict[int, set[int]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> _Planning:
+        refs = snapshot.tiers
+        last = len(refs) - 1
+        checkpoints = sorted(snapshot.checkpoints, key=oldest_first)
+        tiers = [
+            TierRules(
+                index=i,
+                ref=ref,
+                rule=policy.rule_for(ref.name, ref.kind, most_durable=i == last),
+                good=[c for c in checkpoints if _is_good(c, c.copies.get(ref.name))],
+            )
+            for i, ref in enumerate(refs)
+        ]
+        targets = {c.id: set(promotion_targets(policy, refs, c.step)) for c in checkpoints}
+        planning = cls(now, checkpoints, tiers, targets)
+        for c in checkpoints:
+            planning.claim(c)
+        return planning
+
+    def claim(self, c: CheckpointInfo) -> None:
+        """Which tiers keep `c`, and by which rules."""
+        self.keepers[c.id] = set()
+        self.withdrawn[c.id] = set()
         # Copies flow from the fastest tier to the most durable one: a tier before the last one
         # with a marker will never receive the checkpoint if it has no marker by now.
-        reached = max((t.index for t in tiers if t.ref.name in c.copies), default=-1)
-        for t in tiers:
+        reached = max((t.index for t in self.tiers if t.ref.name in c.copies), default=-1)
+        for t in self.tiers:
             copy = c.copies.get(t.ref.name)
             if _is_good(c, copy):
                 claims = True
             elif copy is None:
-                claims = t.ref.name in targets[c.id] and t.index > reached
+                claims = t.ref.name in self.targets[c.id] and t.index > reached
             else:
                 # Meant for this tier and not (validly) there: the tier still claims it, unless
                 # it already let the checkpoint go.
-                claims = t.ref.name in targets[c.id] and copy.state not in (
+                claims = t.ref.name in self.targets[c.id] and copy.state not in (
                     TierState.EXPIRING,
                     TierState.EXPIRED,
                 )
-            why = t.keeps(c, now) if claims else []
-            wants[(c.id, t.index)] = why
+            why = t.keeps(c, self.now) if claims else []
+            self.wants[(c.id, t.index)] = why
             if why:
-                keepers[c.id].add(t.index)
+                self.keepers[c.id].add(t.index)
 
-    latest_durable = tiers[last].good[-1].id if refs and tiers[last].good else None
-    reasons: dict[tuple[int, int], list[KeepReason]] = {}
-    expire: dict[tuple[int, int], Expiry] = {}
-
-    # Passes 1 and 2: protections and keep rules.
-    for t in tiers:
-        for c in checkpoints:
-            copy = c.copies.get(t.ref.name)
-            if copy is None or copy.state != TierState.RESTORABLE:
-                continue
-            why = _protections(c, t, tiers, targets[c.id], keepers[c.id], latest_durable)
-            why += wants[(c.id, t.index)]
-            good = _is_good(c, copy)
-            if why:
-                reasons[(c.id, t.index)] = why
-            else:
-                expire[(c.id, t.index)] = Expiry(
+    def protect_and_keep(self) -> None:
+        """Passes 1 and 2: every restorable copy is protected, kept by its tier's rules, or
+        expires."""
+        tiers = self.tiers
+        last = tiers[-1] if tiers else None
+        latest_durable = last.good[-1].id if last is not None and last.good else None
+        for t in tiers:
+            for c in self.checkpoints:
+                copy = c.copies.get(t.ref.name)
+                if copy is None or copy.state != TierState.RESTORABLE:
+                    continue
+                key = (c.id, t.index)
+                why = _protections(
+                    c, t, tiers, self.targets[c.id], self.keepers[c.id], latest_durable
+                )
+                why += self.wants[key]
+                if why:
+                    self.reasons[key] = why
+                    continue
+                self.expire[key] = Expiry(
                     checkpoint_id=c.id,
                     step=c.step,
                     tier=t.ref.name,
                     bytes=copy.bytes,
                     rule=ExpiryRule.NOT_KEPT,
-                    reason=t.why_not(c, now)
-                    if good
+                    reason=t.why_not(c, self.now)
+                    if _is_good(c, copy)
                     else f"the copy on {t.ref.name!r} is not verified, quarantined or meant for "
                     "this tier, and no rule keeps it",
                 )
 
-    # A checkpoint some tier keeps keeps its most durable good copy.
-    for c in checkpoints:
-        if not keepers[c.id]:
-            continue
-        good_on = [t.index for t in tiers if _is_intact(c.copies.get(t.ref.name))]
-        if good_on and all((c.id, i) in expire for i in good_on):
-            del expire[(c.id, good_on[-1])]
-            reasons[(c.id, good_on[-1])] = [KeepReason.LAST_COPY]
+    def keep_last_copies(self) -> None:
+        """A checkpoint some tier keeps keeps its most durable intact copy."""
+        expire, reasons = self.expire, self.reasons
+        for c in self.checkpoints:
+            if not self.keepers[c.id]:
+                continue
+            good_on = [t.index for t in self.tiers if _is_intact(c.copies.get(t.ref.name))]
+            if good_on and all((c.id, i) in expire for i in good_on):
+                del expire[(c.id, good_on[-1])]
+                reasons[(c.id, good_on[-1])] = [KeepReason.LAST_COPY]
 
-    # Pass 3: quotas, fastest tier first.
-    withdrawn: dict[int, set[int]] = {c.id: set() for c in checkpoints}
-    usage = []
-    for t in tiers:
+    def apply_quota(self, t: TierRules) -> TierUsage:
+        """Pass 3, one tier at a time, fastest first: while the tier is over its quota, the
+        oldest copies only keep rules hold expire."""
         name = t.ref.name
-        bytes_now = sum(c.copies[name].bytes for c in checkpoints if name in c.copies)
-        leaving = sum(e.bytes for (_, i), e in expire.items() if i == t.index)
+        held = [c for c in self.checkpoints if name in c.copies]
+        bytes_now = sum(c.copies[name].bytes for c in held)
+        leaving = sum(e.bytes for (_, i), e in self.expire.items() if i == t.index)
         unfinished = sum(
-            c.copies[name].bytes
-            for c in checkpoints
-            if name in c.copies and c.copies[name].state == TierState.EXPIRING
+            c.copies[name].bytes for c in held if c.copies[name].state == TierState.EXPIRING
         )
         after = bytes_now - leaving - unfinished
         quota = t.rule.max_bytes
         if quota is not None and after > quota:
-            for c in checkpoints:  # oldest first
-                if after <= quota:
-                    break
-                key = (c.id, t.index)
-                held = reasons.get(key)
-                if held is None or any(r in PROTECTIONS for r in held):
-                    continue
-                others = [
-                    u.index
-                    for u in tiers
-                    if u.index != t.index
-                    and _is_intact(c.copies.get(u.ref.name))
-                    and (c.id, u.index) not in expire
-                ]
-                if not others and keepers[c.id] - withdrawn[c.id] - {t.index}:
-                    held.insert(0, KeepReason.LAST_COPY)
-                    continue
-                copy = c.copies[name]
-                del reasons[key]
-                withdrawn[c.id].add(t.index)
-                expire[key] = Expiry(
-                    checkpoint_id=c.id,
-                    step=c.step,
-                    tier=name,
-                    bytes=copy.bytes,
-                    rule=ExpiryRule.MAX_BYTES,
-                    reason=f"max_bytes={quota} on {name!r}: {after} bytes would remain "
-                    "without this expiry; the oldest copies that no protection holds go first",
-                )
-                after -= copy.bytes
-        usage.append(
-            TierUsage(
-                tier=name,
-                kind=str(t.ref.kind),
-                bytes_now=bytes_now,
-                bytes_after=after,
-                max_bytes=quota,
-                quota_met=None if quota is None else after <= quota,
-                over_by=0 if quota is None else max(0, after - quota),
-                rule=t.rule.describe(),
-            )
+            after = self._expire_over_quota(t, quota, after)
+        return TierUsage(
+            tier=name,
+            kind=str(t.ref.kind),
+            bytes_now=bytes_now,
+            bytes_after=after,
+            max_bytes=quota,
+            quota_met=None if quota is None else after <= quota,
+            over_by=0 if quota is None else max(0, after - quota),
+            rule=t.rule.describe(),
         )
 
-    by_id = {c.id: c for c in checkpoints}
-    position = {c.id: n for n, c in enumerate(checkpoints)}
-
-    def order(key: tuple[int, int]) -> tuple[int, int]:
-        return (key[1], position[key[0]])
-
-    keeps = tuple(
-        Keep(
-            checkpoint_id=cid,
-            step=by_id[cid].step,
-            tier=refs[i].name,
-            bytes=by_id[cid].copies[refs[i].name].bytes,
-            reasons=tuple(sorted(set(reasons[(cid, i)]), key=_REASON_ORDER.__getitem__)),
-        )
-        for cid, i in sorted(reasons, key=order)
-    )
-    return RetentionPlan(
-        job=snapshot.job,
-        now=now,
-        expiries=tuple(expire[k] for k in sorted(expire, key=order)),
-        keeps=keeps,
-        unfinished=tuple(
-            Unfinished(
-                checkpoint_id=c.id, step=c.step, tier=t.ref.name, bytes=c.copies[t.ref.name].bytes
+    def _expire_over_quota(self, t: TierRules, quota: int, after: int) -> int:
+        """Expire the oldest copies on `t` that no protection holds until `after` (the bytes the
+        tier keeps) meets `quota`, except a last intact copy another tier still wants. Returns
+        the bytes left."""
+        for c in self.checkpoints:  # oldest first
+            if after <= quota:
+                break
+            key = (c.id, t.index)
+            held = self.reasons.get(key)
+            if held is None or any(r in PROTECTIONS for r in held):
+                continue
+            others = [
+                u.index
+                for u in self.tiers
+                if u.index != t.index
+                and _is_intact(c.copies.get(u.ref.name))
+                and (c.id, u.index) not in self.expire
+            ]
+            if not others and self.keepers[c.id] - self.withdrawn[c.id] - {t.index}:
+                held.insert(0, KeepReason.LAST_COPY)
+                continue
+            copy = c.copies[t.ref.name]
+            del self.reasons[key]
+            self.withdrawn[c.id].add(t.index)
+            self.expire[key] = Expiry(
+                checkpoint_id=c.id,
+                step=c.step,
+                tier=t.ref.name,
+                bytes=copy.bytes,
+                rule=ExpiryRule.MAX_BYTES,
+                reason=f"max_bytes={quota} on {t.ref.name!r}: {after} bytes would remain "
+                "without this expiry; the oldest copies that no protection holds go first",
             )
-            for t in tiers
-            for c in checkpoints
-            if t.ref.name in c.copies and c.copies[t.ref.name].state == TierState.EXPIRING
-        ),
-        usage=tuple(usage),
-        notes=notes,
-    )
+            after -= copy.bytes
+        return after
+
+    def result(
+        self, job: str, usage: tuple[TierUsage, ...], notes: tuple[str, ...]
+    ) -> RetentionPlan:
+        """The decisions in a stable order: by tier, then oldest checkpoint first."""
+        by_id = {c.id: c for c in self.checkpoints}
+        position = {c.id: n for n, c in enumerate(self.checkpoints)}
+
+        def order(key: tuple[int, int]) -> tuple[int, int]:
+            return (key[1], position[key[0]])
+
+        names = [t.ref.name for t in self.tiers]
+        keeps = tuple(
+            Keep(
+                checkpoint_id=cid,
+                step=by_id[cid].step,
+                tier=names[i],
+                bytes=by_id[cid].copies[names[i]].bytes,
+                reasons=tuple(sorted(set(self.reasons[(cid, i)]), key=_REASON_ORDER.__getitem__)),
+            )
+            for cid, i in sorted(self.reasons, key=order)
+        )
+        return RetentionPlan(
+            job=job,
+            now=self.now,
+            expiries=tuple(self.expire[k] for k in sorted(self.expire, key=order)),
+            keeps=keeps,
+            unfinished=tuple(
+                Unfinished(checkpoint_id=c.id, step=c.step, tier=name, bytes=c.copies[name].bytes)
+                for name in names
+                for c in self.checkpoints
+                if name in c.copies and c.copies[name].state == TierState.EXPIRING
+            ),
+            usage=usage,
+            notes=notes,
+        )
 
 
 def _protections(
     c: CheckpointInfo,
-    t: _Tier,
-    tiers: list[_Tier],
+    t: TierRules,
+    tiers: list[TierRules],
     targets: set[str],
     keepers: set[int],
     latest_durable: int | None,

@@ -1,8 +1,8 @@
-"""A copy that finds its source replica corrupt reaches the same outcome as a scrub that finds it:
-the replica is marked corrupt and its tier demoted in one transaction (never quarantined, which
-would keep repair away from it for good), and the lifecycle asks for the checkpoint's repair,
-which copies the shard again from a tier that holds it verified and promotes the demoted tier and
-the one the copy could not fill.
+"""The repair workflow (workflows/repair.py) end to end. A copy that finds its source replica
+corrupt reaches the same outcome as a scrub that finds it: the replica is marked corrupt and its
+tier demoted in one transaction (never quarantined, which would keep repair away from it for
+good), and the lifecycle asks for the checkpoint's repair, which copies the shard again from a
+tier that holds it verified and promotes the demoted tier and the one the copy could not fill.
 
 The copy here is an operator's retry of an S3 copy that had failed, run after one byte of the
 shared-tier file it reads from rotted. (That the tier is demoted and counted right the moment the

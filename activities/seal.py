@@ -1,0 +1,93 @@
+"""Seal of one batch of shards on the tier the job wrote them to: each shard is checksummed where
+it lies and compared with what was registered; a match becomes a verified replica (a shard
+registered without a checksum gets the one computed here), anything else a corrupt one.
+
+Bad bytes are an outcome, never an exception: the batch goes on and the promotion names them.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from tierpoint import metrics_worker as metrics
+from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.config import TierConfig
+from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
+from tierpoint.errors import UnsafePath
+from tierpoint.states import ReplicaState
+from tierpoint.storage.base import ShardRef, TierStore, VerifyResult
+
+from .progress import BatchReporter
+
+
+def _heartbeat_bytes(reporter: BatchReporter, ordinal: int, _bytes_read: int) -> None:
+    reporter.heartbeat(ordinal)
+
+
+def _problem(sh: repo.BatchShard, v: VerifyResult, tier: str) -> str | None:
+    """Why the shard as read does not match its registration, or None when it does."""
+    if v.size is None:
+        return v.reason or f"missing on {tier}"
+    if v.size != sh.size:
+        return f"size {v.size} != registered {sh.size}"
+    if v.crc32c is None:
+        return v.reason or "no checksum could be computed"
+    if sh.checksum is not None and v.crc32c != sh.checksum.lower():
+        return f"crc32c {v.crc32c} != registered {sh.checksum}"
+    return None
+
+
+@dataclass
+class BatchSeal:
+    job: str
+    step: int
+    tier: TierConfig
+    store: TierStore
+    node: str | None  # the node of a local tier's replicas
+    reporter: BatchReporter
+    result: BatchResult
+
+    def run(self, shards: list[repo.BatchShard]) -> None:
+        for sh in shards:
+            if sh.state == ReplicaState.VERIFIED:
+                self.result.skipped += 1
+                self.result.verified += 1
+                continue
+            self._seal_one(sh)
+            self.reporter.flush_if_due()
+        self.reporter.flush()
+
+    def _seal_one(self, sh: repo.BatchShard) -> None:
+        ref = ShardRef(self.job, self.step, sh.path)
+        self.reporter.heartbeat(sh.ordinal)
+        try:
+            v = self.store.checksum(
+                ref, functools.partial(_heartbeat_bytes, self.reporter, sh.ordinal)
+            )
+        except UnsafePath as exc:
+            # E.g. a symlink out of the root, put there after registration: this shard is bad,
+            # the rest of the batch is not.
+            v = VerifyResult(ok=False, size=None, crc32c=None, reason=f"unsafe: {exc}")
+        self.result.bytes += v.size or 0
+        problem = _problem(sh, v, self.tier.name)
+        location = self.store.location(ref)
+        if problem is None:
+            if sh.checksum is None:
+                assert v.crc32c is not None
+                self.reporter.checksum(sh.id, v.crc32c)
+            self.reporter.replica(
+                repo.ReplicaWrite(
+                    sh.id, ReplicaState.VERIFIED, location, self.node, bytes_done=sh.size
+                )
+            )
+            self.result.verified += 1
+            metrics.BYTES_VERIFIED.labels(self.tier.name).inc(sh.size)
+            return
+        self.reporter.replica(
+            repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem)
+        )
+        metrics.VERIFICATION_FAILURES.labels(self.tier.name).inc()
+        self.result.corrupt += 1
+        if len(self.result.problems) < PROBLEM_EXAMPLES:
+            self.result.problems.append(f"{sh.path}: {problem}")

@@ -25,7 +25,7 @@ from benchmarks.harness import Method, Outcome, Row, Scenario
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard
+from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.devstack.services import EmbeddedPostgres
 from tierpoint.states import ReplicaState
@@ -33,6 +33,8 @@ from tierpoint.states import ReplicaState
 FLUSH = 500  # replicas per flush
 TIER = "lustre"
 NODE = "node-0"
+# The old statement's own guard, as it was then.
+_ON_LOST_NODE = Replica.node_id.in_(select(Node.id).where(Node.lost_at.is_not(None)))
 
 Write = Callable[[Session, int, list[repo.ReplicaWrite]], None]
 
@@ -74,7 +76,7 @@ def values_list_per_call(
             },
             where=and_(
                 Replica.state.notin_([ReplicaState.VERIFIED.value, ReplicaState.EXPIRING.value]),
-                ~and_(Replica.state == ReplicaState.LOST.value, repo._ON_LOST_NODE),
+                ~and_(Replica.state == ReplicaState.LOST.value, _ON_LOST_NODE),
             ),
         )
     )

@@ -1,9 +1,10 @@
 """An upgrade rehearsal: the order "Upgrades and migrations" in docs/deployment.md gives, run with
 checkpoints in flight and requests going to the API all the time.
 
-The old version: this repository's code as processes (two API replicas behind a Service stand-in,
-the node worker of each of two nodes, a shared worker). The new version: a second copy of the code
-with one more, additive migration on top of the newest (a nullable column and an index). Each
+The old version: a copy of this repository's code, run as processes with its venv (two API
+replicas behind a Service stand-in, the node worker of each of two nodes, a shared worker). The
+new version: a second copy with one more, additive migration on top of the newest (a nullable
+column and an index). Each
 workload is rolled in the documented order: the migration applied by the new copy while the old
 processes serve, then every replica replaced by a process of the new copy (a node worker's old
 process first, as the DaemonSet does; a Deployment's new replica first). Before each step a new
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -38,8 +40,7 @@ from temporalio.client import Client
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.faults import db_now, workers_reported_in
 from tests.helpers.lifecycle import NODES, crc_hex
-from tests.helpers.rehearsal import REPO as OLD_BUILD
-from tests.helpers.rehearsal import WAIT, Endpoints, Proc, build_process, copy_build, wait_for
+from tests.helpers.rehearsal import REPO, WAIT, Endpoints, Proc, build_process, copy_build, wait_for
 from tests.helpers.tokens import create_token
 from tests.helpers.worker_process import settings_env
 from tierpoint.catalog import migrate
@@ -48,7 +49,7 @@ from tierpoint.contract.lifecycle import LifecycleResult, workflow_id
 from tierpoint.devstack.services import free_port
 from tierpoint.states import TierState
 
-DOC = OLD_BUILD / "docs" / "deployment.md"
+DOC = REPO / "docs" / "deployment.md"
 MIGRATE, NODE_WORKER, WORKER, API = (
     "tierpoint-migrate",
     "tierpoint-node-worker",
@@ -270,9 +271,9 @@ def url(proc: Proc) -> str:
     return f"http://127.0.0.1:{proc.ports['metrics']}/metrics"
 
 
-def new_build(work: Path) -> Path:
-    """A copy of the code with one more migration on top of the newest one."""
-    build = copy_build(work / "new-build")
+def new_build(old: Path, work: Path) -> Path:
+    """A copy of the old build with one more migration on top of the newest one."""
+    build = Path(shutil.copytree(old, work / "new-build"))
     down = migrate.head_revision()
     revision = f"{down}_rehearsal"
     versions = build / "migrations" / "versions"
@@ -287,11 +288,12 @@ async def test_a_rolling_upgrade_in_the_documented_order_fails_nothing(
     ssd = settings.tiers[0].model_copy(update={"read_bandwidth_limit": READ_LIMIT})
     throttled = settings.model_copy(update={"tiers": [ssd, *settings.tiers[1:]]})
     traffic = Traffic(Endpoints(), create_token(engine))
-    rollout = Rollout(throttled, engine, tmp_path, new_build(tmp_path), traffic)
+    old_build = copy_build(tmp_path / "old-build")
+    rollout = Rollout(throttled, engine, tmp_path, new_build(old_build, tmp_path), traffic)
     since = db_now(engine)
-    old = [rollout.api_process(OLD_BUILD, f"api-{i}-old") for i in range(2)]
-    old.append(rollout.worker_process(OLD_BUILD, "worker-0-old", None))
-    old += [rollout.worker_process(OLD_BUILD, f"node-worker-{n}-old", n) for n in NODES]
+    old = [rollout.api_process(old_build, f"api-{i}-old") for i in range(2)]
+    old.append(rollout.worker_process(old_build, "worker-0-old", None))
+    old += [rollout.worker_process(old_build, f"node-worker-{n}-old", n) for n in NODES]
     rollout.api, rollout.worker = old[:2], [old[2]]
     rollout.node_worker = dict(zip(NODES, old[3:], strict=True))
     stop = threading.Event()

@@ -18,6 +18,7 @@ a cluster has is mapped to a local stand-in in one place, `Cluster`, and nothing
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import json
 import os
@@ -277,11 +278,14 @@ def pod_env(proc: Proc) -> dict[str, str]:
 
 
 def copy_build(dst: Path) -> Path:
-    """A second checkout of the code, as a new image would carry it: the packages, no bytecode."""
+    """A checkout of the code as an image carries it: the packages, compiled once (the image's
+    bytecode; with PYTHONDONTWRITEBYTECODE set, as in CI, every process would compile them
+    again). `shutil.copytree` of it keeps the sources' times, so a copy's bytecode stays valid."""
     for package in BUILD_PACKAGES:
         shutil.copytree(
             REPO / package, dst / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
         )
+    compileall.compile_dir(dst, quiet=1)
     return dst
 
 

@@ -217,6 +217,26 @@ class Rollout:
         states = {t["tier"]: t["state"] for t in cp["tiers"]}
         assert states["s3"] != "restorable", "the copy finished at once: lower READ_LIMIT"
 
+    def old_fleet(self, build: Path) -> list[Proc]:
+        """The old version's replicas (not started): two API, a shared worker, a node worker per
+        node."""
+        self.api = [self.api_process(build, f"api-{i}-old") for i in range(2)]
+        self.worker = [self.worker_process(build, "worker-0-old", None)]
+        for node in NODES:
+            self.node_worker[node] = self.worker_process(build, f"node-worker-{node}-old", node)
+        return [*self.api, *self.worker, *self.node_worker.values()]
+
+    async def started(self, procs: list[Proc]) -> None:
+        """All started at once, ready, the node workers reported in, the API in the rotation."""
+        since = db_now(self.engine)
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            await asyncio.to_thread(wait_for, proc, url(proc))
+        await workers_reported_in(self.engine, NODES, since)
+        for proc in self.api:
+            self.traffic.endpoints.add(base(proc))
+
     # -- the steps, by workload ------------------------------------------------------------
 
     def migrate(self) -> None:
@@ -290,22 +310,11 @@ async def test_a_rolling_upgrade_in_the_documented_order_fails_nothing(
     traffic = Traffic(Endpoints(), create_token(engine))
     old_build = copy_build(tmp_path / "old-build")
     rollout = Rollout(throttled, engine, tmp_path, new_build(old_build, tmp_path), traffic)
-    since = db_now(engine)
-    old = [rollout.api_process(old_build, f"api-{i}-old") for i in range(2)]
-    old.append(rollout.worker_process(old_build, "worker-0-old", None))
-    old += [rollout.worker_process(old_build, f"node-worker-{n}-old", n) for n in NODES]
-    rollout.api, rollout.worker = old[:2], [old[2]]
-    rollout.node_worker = dict(zip(NODES, old[3:], strict=True))
+    old = rollout.old_fleet(old_build)
     stop = threading.Event()
     load: asyncio.Future[None] | None = None
     try:
-        for proc in old:
-            proc.start()
-        for proc in old:
-            await asyncio.to_thread(wait_for, proc, url(proc))
-        await workers_reported_in(engine, NODES, since)
-        for proc in rollout.api:
-            traffic.endpoints.add(base(proc))
+        await rollout.started(old)
 
         def paths() -> list[str]:
             job, step = rollout.registered[-1]
@@ -323,17 +332,7 @@ async def test_a_rolling_upgrade_in_the_documented_order_fails_nothing(
             results.append(await asyncio.wait_for(handle.result(), WAIT))
         stop.set()
         await load
-        for result in results:
-            assert {t.state for t in result.tiers} == {TierState.RESTORABLE}, result
-        for job, step in rollout.registered:
-            path = f"/v1/jobs/{job}/checkpoints/{step}"
-            _, cp = await asyncio.to_thread(traffic.request, "GET", path)
-            assert {t["state"] for t in cp["tiers"]} == {"restorable"}, cp
-        checked = assert_catalog_matches_tiers(
-            throttled, engine, [r.checkpoint_id for r in results]
-        )
-        everywhere = Counter({tier: len(results) for tier in throttled.tier_names()})
-        assert checked.restorable == everywhere, checked
+        await _every_tier_restorable(rollout, results)
         assert traffic.failures == []
         replicas = {base(p) for p in [*old[:2], *rollout.api]}
         assert set(traffic.answered) == replicas and all(traffic.answered.values())
@@ -350,3 +349,18 @@ async def test_a_rolling_upgrade_in_the_documented_order_fails_nothing(
         traffic.close()
         for proc in [*old, *rollout.api, *rollout.worker, *rollout.node_worker.values()]:
             proc.stop()
+
+
+async def _every_tier_restorable(rollout: Rollout, results: list[LifecycleResult]) -> None:
+    """Every lifecycle's outcome, what the API says and the bytes on every tier agree: each
+    checkpoint restorable on each tier, with its checksums verified."""
+    for result in results:
+        assert {t.state for t in result.tiers} == {TierState.RESTORABLE}, result
+    for job, step in rollout.registered:
+        path = f"/v1/jobs/{job}/checkpoints/{step}"
+        _, cp = await asyncio.to_thread(rollout.traffic.request, "GET", path)
+        assert {t["state"] for t in cp["tiers"]} == {"restorable"}, cp
+    ids = [r.checkpoint_id for r in results]
+    checked = assert_catalog_matches_tiers(rollout.settings, rollout.engine, ids)
+    everywhere = Counter({tier: len(results) for tier in rollout.settings.tier_names()})
+    assert checked.restorable == everywhere, checked

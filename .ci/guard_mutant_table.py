@@ -488,6 +488,17 @@ MUTANTS: tuple[Mutant, ...] = (
         (DEV_REFUSED,),
         "a second `tierpoint dev` on a live stack's data dir refuses and stops none of its servers",
     ),
+    Mutant(
+        "dev-nodes-share-a-local-root",
+        "tierpoint/devstack/tiers.py",
+        'and nodes > 1 and NODE not in (config.root or ""):',
+        "and False:",
+        (
+            "tests/tierpoint/devstack/test_dev_tiers.py::"
+            "test_a_list_the_dev_stack_cannot_run_is_refused_in_one_line",
+        ),
+        "the dev stack's simulated nodes never share one local root (a root without {node})",
+    ),
     # ---- access control: scopes, expiry, revocation ------------------------------------------
     Mutant(
         "auth-train-any-job",

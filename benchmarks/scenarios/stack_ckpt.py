@@ -92,6 +92,7 @@ class Stack:
         self.info = info
         self.client = Client(info.api_url, token=info.token)
         self.nodes = list(info.nodes)
+        assert info.shared_root is not None, "the benchmark runs on the default tiers"
         self.shared = Path(info.shared_root)
         self.bucket = info.s3.bucket
         self.s3 = boto3.client(

@@ -11,20 +11,27 @@ a cluster has is mapped to a local stand-in in one place, `Cluster`, and nothing
   and the tiers' roots (the node's hostPath and the shared claim) as local directories;
 - container ports: each process gets free local ports for the ports it declares (two API replicas
   on one machine), and binds 127.0.0.1 where the pod binds 0.0.0.0;
-- IRSA: the S3 stand-in's keys as AWS_* variables.
+- IRSA: the S3 stand-in's keys as AWS_* variables;
+- a new image: a second copy of the code's packages (`copy_build`), run with the same venv;
+- a Service's endpoints during a rolling update (`Endpoints`).
 """
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
+import threading
 import time
 import tomllib
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +46,15 @@ WAIT = 180.0  # hang guard only
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _PORT_FLAGS = ("--port", "--metrics-port")
 _HOST_FLAGS = ("--host", "--metrics-host")
+# What the image carries of the repository: the service's packages and the client's.
+BUILD_PACKAGES = (
+    "tierpoint",
+    "api",
+    "activities",
+    "workflows",
+    "migrations",
+    "client/tierpoint_client",
+)
 
 
 @dataclass
@@ -259,3 +275,63 @@ def pod_env(proc: Proc) -> dict[str, str]:
     return {k: v for k, v in proc.env.items() if k not in ("PATH", "HOME", "LANG")} | {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin")
     }
+
+
+def copy_build(dst: Path) -> Path:
+    """A checkout of the code as an image carries it: the packages, compiled once (the image's
+    bytecode; with PYTHONDONTWRITEBYTECODE set, as in CI, every process would compile them
+    again). `shutil.copytree` of it keeps the sources' times, so a copy's bytecode stays valid."""
+    for package in BUILD_PACKAGES:
+        shutil.copytree(
+            REPO / package, dst / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
+    compileall.compile_dir(dst, quiet=1)
+    return dst
+
+
+def build_process(
+    build: Path, env: dict[str, str], args: list[str], log: Path, ports: dict[str, int]
+) -> Proc:
+    """`tierpoint ARGS` from the code of `build` (this repository, or a `copy_build`) with the
+    venv's dependencies: the build's packages come first on the import path."""
+    path = os.pathsep.join([str(build), str(build / "client")])
+    log.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "tierpoint.cli.main", *args]
+    return Proc(log.stem, argv, {**env, "PYTHONPATH": path}, ports, log)
+
+
+class Endpoints:
+    """A Service's endpoints during a rolling update: requests go round-robin to the replicas in
+    the rotation; a replica leaves the rotation before it is stopped, and its requests in flight
+    finish first (the endpoints controller and the API's graceful shutdown)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._urls: list[str] = []
+        self._next = 0
+        self._in_flight: Counter[str] = Counter()
+
+    def add(self, url: str) -> None:
+        with self._cond:
+            self._urls.append(url)
+
+    def remove(self, url: str) -> None:
+        """Out of the rotation, once its requests in flight have their answers."""
+        with self._cond:
+            self._urls.remove(url)
+            drained = self._cond.wait_for(lambda: self._in_flight[url] == 0, timeout=WAIT)
+        assert drained, f"{url}: requests still in flight after {WAIT:.0f} s"
+
+    @contextlib.contextmanager
+    def pick(self) -> Iterator[str]:
+        with self._cond:
+            assert self._urls, "no replica in the rotation"
+            url = self._urls[self._next % len(self._urls)]
+            self._next += 1
+            self._in_flight[url] += 1
+        try:
+            yield url
+        finally:
+            with self._cond:
+                self._in_flight[url] -= 1
+                self._cond.notify_all()

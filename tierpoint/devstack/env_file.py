@@ -27,7 +27,7 @@ def stack_env_text(info: StackInfo, settings: Settings, data_dir: Path) -> str:
         "TIERPOINT_TEMPORAL_NAMESPACE": settings.temporal_namespace,
         "TIERPOINT_TIERS": tiers,
         "TIERPOINT_NODES": ",".join(info.nodes),
-        "TIERPOINT_SHARED_ROOT": info.shared_root,
+        "TIERPOINT_SHARED_ROOT": info.shared_root or "",
         "TIERPOINT_S3_BUCKET": info.s3.bucket,
         "AWS_ENDPOINT_URL_S3": info.s3.endpoint_url,
         "AWS_ACCESS_KEY_ID": info.s3.access_key_id,

@@ -4,7 +4,7 @@ importing the stack itself (the CLI's client commands start fast)."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,13 @@ class StackInfo:
 
     api_url: str
     token: str | None
-    nodes: dict[str, str]  # node id -> its local (ssd) root
-    shared_root: str
-    s3: S3Facts
+    nodes: dict[str, str]  # node id -> its root on the (first) local tier
+    shared_root: str | None  # the first shared tier's root; None without a shared tier
+    s3: S3Facts  # the stack's own S3 endpoint (in memory)
     # The API's Prometheus metrics (their own listener; None in facts of an older stack).
     metrics_url: str | None = None
+    # The tiers the stack runs, fastest first, as settings (TIERPOINT_TIERS) would give them.
+    tiers: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,6 +57,7 @@ class StackInfo:
             shared_root=data["shared_root"],
             s3=S3Facts(**data["s3"]),
             metrics_url=data.get("metrics_url"),
+            tiers=list(data.get("tiers", [])),
         )
 
 

@@ -25,17 +25,6 @@ class StackPaths:
         return self.data_dir / "logs"
 
     @property
-    def lustre(self) -> Path:
-        return self.data_dir / "lustre"
-
-    def node_root(self, node: str) -> Path:
-        return self.data_dir / "nodes" / node / "ssd"
-
-    @property
-    def local_root_template(self) -> str:
-        return str(self.data_dir / "nodes" / "{node}" / "ssd")
-
-    @property
     def stack_json(self) -> Path:
         return self.data_dir / STACK_JSON
 

@@ -1,30 +1,17 @@
-"""The settings of a dev stack: its services' addresses and its three tiers."""
+"""The settings of a dev stack: its services' addresses and its tiers (tiers.py)."""
 
 from __future__ import annotations
 
-from tierpoint.config import Settings, TierConfig, TierKind
-from tierpoint.devstack.facts import S3Facts
-from tierpoint.devstack.paths import StackPaths
+from tierpoint.config import Settings, TierConfig
 
 
 def build_settings(
-    paths: StackPaths, *, database_url: str, temporal_address: str, s3: S3Facts, api_port: int
+    *, database_url: str, temporal_address: str, tiers: list[TierConfig], api_port: int
 ) -> Settings:
-    """The dev stack's tiers as the seed names them: ssd (local) -> lustre (shared) -> s3."""
     return Settings(
         database_url=database_url,
         temporal_address=temporal_address,
-        tiers=[
-            TierConfig(name="ssd", kind=TierKind.LOCAL, root=paths.local_root_template),
-            TierConfig(name="lustre", kind=TierKind.SHARED, root=str(paths.lustre)),
-            TierConfig(
-                name="s3",
-                kind=TierKind.S3,
-                bucket=s3.bucket,
-                endpoint_url=s3.endpoint_url,
-                region=s3.region,
-            ),
-        ],
+        tiers=tiers,
         api_host="127.0.0.1",
         api_port=api_port,
         # Metrics name every job, so they are never on the API's port: a free loopback port of

@@ -1,16 +1,17 @@
 """The whole embedded stack in one process: `tierpoint dev`.
 
 Embedded Postgres (data in DIR/postgres), the Temporal dev server (SQLite file DIR/temporal.db),
-a moto S3 server (in memory), the catalog migrations, N simulated nodes with their local roots
-DIR/nodes/<node>/ssd, the shared root DIR/lustre, workers for every node plus the shared worker,
-and the API. DIR/stack.json and DIR/stack.env tell other programs how to reach it; both are
-removed when the stack stops.
+a moto S3 server (in memory), the catalog migrations, N simulated nodes, the tiers (tiers.py: the
+user's list or ssd -> lustre -> s3, roots under DIR unless given), workers for every node plus the
+shared worker, and the API. DIR/stack.json and DIR/stack.env tell other programs how to reach it;
+both are removed when the stack stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -29,7 +30,7 @@ from sqlalchemy import text
 from tierpoint import logs
 from tierpoint.catalog import migrate, tokens_repo
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
-from tierpoint.config import Settings
+from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.devstack.env_file import stack_env_text
 from tierpoint.devstack.facts import (
     BUCKET,
@@ -43,6 +44,7 @@ from tierpoint.devstack.ownership import DataDirClaim
 from tierpoint.devstack.paths import StackPaths
 from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
 from tierpoint.devstack.settings import build_settings
+from tierpoint.devstack.tiers import DEFAULT_TIERS, complete_tiers, on_stack_s3
 from tierpoint.long_lived import freeze_long_lived
 
 READY_TIMEOUT = 120.0
@@ -76,6 +78,8 @@ class DevStack:
     api_port: int = DEFAULT_API_PORT
     nodes: list[str] = field(default_factory=lambda: node_ids(DEFAULT_NODES))
     temporal_ui: bool = True
+    # The user's tier list as written (tiers.requested_tiers); completed at start.
+    tiers: list[dict[str, Any]] = field(default_factory=lambda: [dict(t) for t in DEFAULT_TIERS])
     paths: StackPaths = field(init=False)
     postgres: EmbeddedPostgres = field(init=False)
     temporal: TemporalDevServer = field(init=False)
@@ -135,9 +139,12 @@ class DevStack:
         if self._api_socket is None:
             self.bind_api()
         self.paths.logs.mkdir(parents=True, exist_ok=True)
-        for node in self.nodes:
-            self.paths.node_root(node).mkdir(parents=True, exist_ok=True)
-        self.paths.lustre.mkdir(parents=True, exist_ok=True)
+        for tier in complete_tiers(self.tiers, self.paths, len(self.nodes), None):
+            if tier.kind is TierKind.LOCAL:
+                for node in self.nodes:
+                    tier.root_for(node).mkdir(parents=True, exist_ok=True)
+            elif tier.kind is TierKind.SHARED:
+                tier.root_for(None).mkdir(parents=True, exist_ok=True)
 
         step("Postgres")
         database_url = self.postgres.start()
@@ -151,27 +158,31 @@ class DevStack:
         step("S3 (moto)")
         self.moto.start(log_file=self.paths.logs / "moto.log")
         self._claim.record("moto", self.moto.pid)
-        s3 = S3Facts(
+        s3 = self._s3_facts()
+        tiers = complete_tiers(self.tiers, self.paths, len(self.nodes), s3)
+        for bucket in sorted({BUCKET} | {t.bucket or BUCKET for t in tiers if on_stack_s3(t, s3)}):
+            self._create_bucket(s3, bucket)
+        # Workers and API reach S3 through boto3's standard credential chain.
+        os.environ["AWS_ACCESS_KEY_ID"] = s3.access_key_id
+        os.environ["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
+        self.settings = build_settings(
+            database_url=database_url,
+            temporal_address=self.temporal.address,
+            tiers=tiers,
+            api_port=self.api_port,
+        )
+
+    def _s3_facts(self) -> S3Facts:
+        return S3Facts(
             endpoint_url=self.moto.endpoint_url,
             bucket=BUCKET,
             region=self.moto.region,
             access_key_id=self.moto.access_key_id,
             secret_access_key=self.moto.secret_access_key,
         )
-        self._create_bucket(s3)
-        # Workers and API reach S3 through boto3's standard credential chain.
-        os.environ["AWS_ACCESS_KEY_ID"] = s3.access_key_id
-        os.environ["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
-        self.settings = build_settings(
-            self.paths,
-            database_url=database_url,
-            temporal_address=self.temporal.address,
-            s3=s3,
-            api_port=self.api_port,
-        )
 
     @staticmethod
-    def _create_bucket(s3: S3Facts) -> None:
+    def _create_bucket(s3: S3Facts, bucket: str) -> None:
         client = boto3.client(
             "s3",
             endpoint_url=s3.endpoint_url,
@@ -180,7 +191,7 @@ class DevStack:
             aws_secret_access_key=s3.secret_access_key,
         )
         try:
-            client.create_bucket(Bucket=s3.bucket)
+            client.create_bucket(Bucket=bucket)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "BucketAlreadyOwnedByYou":
                 raise
@@ -230,20 +241,15 @@ class DevStack:
             await self._until_ready(server, since, [workers, api, stopping])
             if stop.is_set():
                 return
-            await _reconcile_s3(client)
-            self.info = StackInfo(
-                api_url=f"http://127.0.0.1:{port}",
-                token=self.token,
-                nodes={n: str(self.paths.node_root(n)) for n in self.nodes},
-                shared_root=str(self.paths.lustre),
-                s3=S3Facts(
-                    endpoint_url=self.moto.endpoint_url,
-                    bucket=BUCKET,
-                    region=self.moto.region,
-                    access_key_id=self.moto.access_key_id,
-                    secret_access_key=self.moto.secret_access_key,
-                ),
-                metrics_url=f"http://127.0.0.1:{app.state.metrics_port}/metrics",
+            s3 = self._s3_facts()
+            for tier in settings.tiers:
+                if on_stack_s3(tier, s3):
+                    await _reconcile_s3(client, tier.name)
+            self.info = _stack_info(
+                settings, self.nodes, f"http://127.0.0.1:{port}", self.token, s3
+            )
+            self.info = dataclasses.replace(
+                self.info, metrics_url=f"http://127.0.0.1:{app.state.metrics_port}/metrics"
             )
             _write_atomic(self.paths.stack_env, stack_env_text(self.info, settings, self.data_dir))
             _write_atomic(self.paths.stack_json, json.dumps(self.info.to_json(), indent=2) + "\n")
@@ -321,7 +327,27 @@ def _admin_token(database_url: str) -> str:
         engine.dispose()
 
 
-async def _reconcile_s3(client: Any) -> None:
+def _stack_info(
+    settings: Settings, nodes: list[str], api_url: str, token: str | None, s3: S3Facts
+) -> StackInfo:
+    local = settings.local_tier()
+    assert local is not None  # complete_tiers refuses a list without one
+    shared = next((t for t in settings.tiers if t.kind is TierKind.SHARED), None)
+    return StackInfo(
+        api_url=api_url,
+        token=token,
+        nodes={n: str(local.root_for(n)) for n in nodes},
+        shared_root=str(shared.root_for(None)) if shared else None,
+        s3=s3,
+        tiers=[_tier_fact(t) for t in settings.tiers],
+    )
+
+
+def _tier_fact(tier: TierConfig) -> dict[str, Any]:
+    return tier.model_dump(mode="json", exclude_defaults=True)
+
+
+async def _reconcile_s3(client: Any, tier: str) -> None:
     """moto keeps S3 in memory while the catalog survives a restart: before the stack reports
     ready, every S3 replica whose object is gone is marked lost (so latest restorable stops
     offering s3 for it) and repair copies it back from a tier that still has it."""
@@ -329,14 +355,14 @@ async def _reconcile_s3(client: Any) -> None:
     from tierpoint.temporal import start_reconcile
 
     wid = await start_reconcile(
-        client, ReconcileInput(tier="s3", repair=True), f"dev-start-{uuid.uuid4().hex}"
+        client, ReconcileInput(tier=tier, repair=True), f"dev-start-{uuid.uuid4().hex}"
     )
     try:
         report = await asyncio.wait_for(
             client.get_workflow_handle(wid, result_type=ReconcileReport).result(), READY_TIMEOUT
         )
     except Exception as exc:
-        log.warning("s3 reconciliation at start did not finish", error=repr(exc)[:300])
+        log.warning("s3 reconciliation at start did not finish", tier=tier, error=repr(exc)[:300])
         return
     lost = sum(t.marked for t in report.tiers)
     if lost:

@@ -123,7 +123,10 @@ def _fresh_facts(data_dir: Path, stale: StackInfo | None) -> bool:
         return False
 
 
-def start_dev(data_dir: Path, log: Path, stale: StackInfo | None = None) -> DevProcess:
+def start_dev(
+    data_dir: Path, log: Path, stale: StackInfo | None = None, env: dict[str, str] | None = None
+) -> DevProcess:
+    """`env`: variables added to the clean environment (the user's settings, e.g. the tiers)."""
     stack_json = data_dir / "stack.json"
     out = open(log, "ab")  # noqa: SIM115  # owned by the process for its lifetime
     proc = subprocess.Popen(
@@ -131,7 +134,7 @@ def start_dev(data_dir: Path, log: Path, stale: StackInfo | None = None) -> DevP
         stdout=out,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env=_env(),
+        env=_env() | (env or {}),
     )
     out.close()
     deadline = time.monotonic() + START_TIMEOUT
@@ -215,7 +218,13 @@ def test_stack_json_describes_the_running_stack(dev: DevProcess) -> None:
     for node, root in info.nodes.items():
         assert Path(root) == dev.data_dir.resolve() / "nodes" / node / "ssd"
         assert Path(root).is_dir()
+    assert info.shared_root is not None
     assert Path(info.shared_root) == dev.data_dir.resolve() / "lustre"
+    assert [(t["name"], t["kind"]) for t in info.tiers] == [
+        ("ssd", "local"),
+        ("lustre", "shared"),
+        ("s3", "s3"),
+    ]
     assert info.api_url.startswith("http://127.0.0.1:")
     with dev.api() as api:
         assert api.get("/healthz").status_code == 200
@@ -272,6 +281,7 @@ def test_demo_checkpoints_are_restorable_on_s3_with_the_original_bytes(
             assert len(in_s3) == shard["size"]
             assert f"{crc32c.crc32c(in_s3):08x}" == shard["crc32c"]
 
+            assert dev.info.shared_root is not None
             lustre = Path(dev.info.shared_root) / demo_job / str(step) / shard["path"]
             if states["lustre"] == "restorable":
                 assert replicas["lustre"]["state"] == "verified"

@@ -17,6 +17,7 @@ from tierpoint.devstack.env_file import stack_env_text
 from tierpoint.devstack.facts import S3Facts, StackInfo, StackNotRunning, read_stack_info
 from tierpoint.devstack.paths import StackPaths
 from tierpoint.devstack.settings import build_settings
+from tierpoint.devstack.tiers import DEFAULT_TIERS, complete_tiers
 
 
 def _info(tmp_path: Path) -> tuple[StackInfo, StackPaths]:
@@ -25,9 +26,10 @@ def _info(tmp_path: Path) -> tuple[StackInfo, StackPaths]:
     info = StackInfo(
         api_url="http://127.0.0.1:8080",
         token=None,
-        nodes={n: str(paths.node_root(n)) for n in ("node-1", "node-2")},
-        shared_root=str(paths.lustre),
+        nodes={n: str(paths.data_dir / "nodes" / n / "ssd") for n in ("node-1", "node-2")},
+        shared_root=str(paths.data_dir / "lustre"),
         s3=s3,
+        tiers=[{"name": "ssd", "kind": "local", "root": "x"}],
     )
     return info, paths
 
@@ -35,7 +37,15 @@ def _info(tmp_path: Path) -> tuple[StackInfo, StackPaths]:
 def test_stack_json_has_exactly_the_documented_keys(tmp_path: Path) -> None:
     info, _ = _info(tmp_path)
     data = info.to_json()
-    assert set(data) == {"api_url", "token", "nodes", "shared_root", "s3", "metrics_url"}
+    assert set(data) == {
+        "api_url",
+        "token",
+        "nodes",
+        "shared_root",
+        "s3",
+        "metrics_url",
+        "tiers",
+    }
     assert set(data["s3"]) == {
         "endpoint_url",
         "bucket",
@@ -56,10 +66,9 @@ def test_stack_env_lets_a_worker_join_the_stack(tmp_path: Path) -> None:
     """Sourcing stack.env gives a process the same Settings as the stack's own workers."""
     info, paths = _info(tmp_path)
     settings = build_settings(
-        paths,
         database_url="postgresql+psycopg://postgres@/tierpoint?host=/tmp/x y",
         temporal_address="127.0.0.1:7233",
-        s3=info.s3,
+        tiers=complete_tiers(list(DEFAULT_TIERS), paths, 2, info.s3),
         api_port=8080,
     )
     env_file = tmp_path / "stack.env"
@@ -105,10 +114,9 @@ def test_stack_env_puts_the_stacks_tierpoint_on_path_and_names_its_data_dir(
     venv: it reaches the stack of DIR, not the default data dir."""
     info, paths = _info(tmp_path)
     settings = build_settings(
-        paths,
         database_url="postgresql+psycopg://x@/y",
         temporal_address="127.0.0.1:1",
-        s3=info.s3,
+        tiers=complete_tiers(list(DEFAULT_TIERS), paths, 2, info.s3),
         api_port=8080,
     )
     env_file = tmp_path / "stack.env"

@@ -11,7 +11,7 @@ import re
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field, PositiveInt, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -25,6 +25,8 @@ from tierpoint.errors import UnknownTier
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 TAG_RE = re.compile(r"^[\w\s.:/=+\-@]*$")
+# botocore's retry modes an S3 tier may use (its `legacy` mode does not retry SlowDown well).
+RetryMode = Literal["standard", "adaptive"]
 
 
 class TierKind(StrEnum):
@@ -114,6 +116,16 @@ class TierConfig(BaseModel):
     )
     multipart_concurrency: PositiveInt = Field(
         default=2, description="S3 tiers: parts of one object uploaded at once."
+    )
+    retry_mode: RetryMode = Field(
+        default="standard",
+        description="S3 tiers: botocore's retry mode for every request; `adaptive` also slows "
+        "each worker's request rate while S3 answers 503 SlowDown (docs/scale.md).",
+    )
+    max_attempts: PositiveInt = Field(
+        default=6,
+        description="S3 tiers: attempts of one request, the first included (as "
+        "`AWS_MAX_ATTEMPTS`), before its error fails the copy attempt, which Temporal retries.",
     )
     parallelism: PositiveInt = Field(
         default=4, description="How many shard batches copy to this tier at once."

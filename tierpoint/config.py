@@ -11,7 +11,7 @@ import re
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 from pydantic import BaseModel, Field, PositiveInt, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -25,14 +25,20 @@ from tierpoint.errors import UnknownTier
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 TAG_RE = re.compile(r"^[\w\s.:/=+\-@]*$")
-# botocore's retry modes an S3 tier may use (its `legacy` mode does not retry SlowDown well).
-RetryMode = Literal["standard", "adaptive"]
 
 
 class TierKind(StrEnum):
     LOCAL = "local"
     SHARED = "shared"
     S3 = "s3"
+
+
+class RetryMode(StrEnum):
+    """botocore's retry modes an S3 tier may use (not `legacy`, which retries less of what S3
+    answers when busy)."""
+
+    STANDARD = "standard"
+    ADAPTIVE = "adaptive"
 
 
 class StorageClass(StrEnum):
@@ -118,7 +124,7 @@ class TierConfig(BaseModel):
         default=2, description="S3 tiers: parts of one object uploaded at once."
     )
     retry_mode: RetryMode = Field(
-        default="standard",
+        default=RetryMode.STANDARD,
         description="S3 tiers: botocore's retry mode for every request; `adaptive` also slows "
         "each worker's request rate while S3 answers 503 SlowDown (docs/scale.md).",
     )

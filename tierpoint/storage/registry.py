@@ -26,7 +26,7 @@ def s3_client(
     endpoint_url: str | None,
     region: str,
     max_pool_connections: int = 32,
-    retry_mode: RetryMode = "standard",
+    retry_mode: RetryMode = RetryMode.STANDARD,
     max_attempts: int = 6,
 ) -> S3Client:
     """A cached client per endpoint and settings: clients are thread-safe, building one costs
@@ -41,7 +41,10 @@ def s3_client(
         if client is None:
             config = Config(
                 max_pool_connections=max_pool_connections,
-                retries={"mode": retry_mode, "total_max_attempts": max_attempts},
+                retries={
+                    "mode": "adaptive" if retry_mode is RetryMode.ADAPTIVE else "standard",
+                    "total_max_attempts": max_attempts,
+                },
                 tcp_keepalive=True,
                 # We send CRC32C ourselves; do not let botocore add a CRC32 of its own.
                 request_checksum_calculation="when_required",
@@ -75,8 +78,6 @@ def open_store(tier: TierConfig, node_id: str | None) -> TierStore:
     limiter = read_limiter(tier, node_id)
     if tier.kind is TierKind.S3:
         pool = max(32, tier.multipart_concurrency * tier.parallelism * 2)
-        client = s3_client(
-            tier.endpoint_url, tier.region, pool, tier.retry_mode, tier.max_attempts
-        )
+        client = s3_client(tier.endpoint_url, tier.region, pool, tier.retry_mode, tier.max_attempts)
         return S3Store(tier, client, limiter=limiter)
     return PosixStore(tier, node_id, limiter=limiter)

@@ -87,8 +87,8 @@ def _s3_shaping(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.s3_shaping import S3Shaping
 
     if s.mib < 256:  # quick: a smoke of every method, seconds each
-        return S3Shaping(env, files=24, size=64 * 1024, threads=8, storm=1.0)
-    return S3Shaping(env, files=400, size=256 * 1024, threads=16, storm=5.0)
+        return S3Shaping(env, files=16, size=64 * 1024, threads=8, storm=0.5)
+    return S3Shaping(env, files=200, size=256 * 1024, threads=16, storm=5.0)
 
 
 def _register_latency(env: Env, s: Sizes) -> Scenario:

@@ -29,7 +29,7 @@ from benchmarks.scenarios.s3_shaping_child import JOB, REGION, STEP, names
 from benchmarks.scenarios.s3_upload import empty_bucket
 from tests.helpers.s3_proxy import Shaping, ShapingProxy
 
-SCALE = 70
+SCALE = 175
 LIMITED = Shaping(write_rate=3500 // SCALE, read_rate=5500 // SCALE)
 # Only the storm refuses requests: no rate limit, so what it costs is the storm's alone.
 STORMY = Shaping(write_rate=0, read_rate=0)

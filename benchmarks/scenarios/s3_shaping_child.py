@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -36,6 +37,7 @@ def names(files: int) -> list[str]:
 class Counts:
     def __init__(self) -> None:
         self.calls = self.attempts = self.gave_up = 0
+        self._lock = threading.Lock()
 
     def hook(self, s3: S3Store) -> None:
         # One before-call per API call, one before-send per HTTP attempt of it.
@@ -44,7 +46,8 @@ class Counts:
         events.register("before-send.s3", lambda **_: self._add("attempts"))
 
     def _add(self, what: str) -> None:
-        setattr(self, what, getattr(self, what) + 1)  # under the GIL: a lost count is harmless
+        with self._lock:  # botocore sends from every thread of the pool
+            setattr(self, what, getattr(self, what) + 1)
 
     def until_done(self, fn: Callable[[], Any]) -> None:
         while True:
@@ -55,7 +58,7 @@ class Counts:
                 status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
                 if status != 503:
                     raise
-                self.gave_up += 1
+                self._add("gave_up")
                 time.sleep(GIVE_UP_BACKOFF)
 
 

@@ -86,8 +86,9 @@ def _s3_upload(env: Env, s: Sizes) -> Scenario:
 def _s3_shaping(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.s3_shaping import S3Shaping
 
-    if s.mib < 256:  # quick: a smoke of every method, seconds each
-        return S3Shaping(env, files=16, size=64 * 1024, threads=8, storm=0.5)
+    if s.mib < 256:  # quick: a smoke of both proxies and both modes, seconds each
+        only = ("direct", "limited, adaptive", "storm, standard")
+        return S3Shaping(env, files=16, size=64 * 1024, threads=8, storm=0.5, only=only)
     return S3Shaping(env, files=200, size=256 * 1024, threads=16, storm=5.0)
 
 

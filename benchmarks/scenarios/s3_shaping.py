@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +48,17 @@ class S3Shaping(Scenario):
     name = "s3_shaping"
     summary = "S3Store upload+verify, read-back via an S3-shaping proxy: standard vs adaptive"
 
-    def __init__(self, env: Env, files: int, size: int, threads: int, storm: float) -> None:
+    def __init__(
+        self,
+        env: Env,
+        files: int,
+        size: int,
+        threads: int,
+        storm: float,
+        only: Sequence[str] | None = None,
+    ) -> None:
         self.env = env
+        self.only = only
         self.files, self.size, self.threads, self.storm = files, size, threads, storm
         self.work = env.work / self.name
         self.bucket = f"tp-bench-{uuid.uuid4().hex[:8]}"
@@ -105,7 +114,7 @@ class S3Shaping(Scenario):
                 cases.append(
                     (f"{proxy}, {mode}", url, mode, storm_url if proxy == "storm" else None)
                 )
-        return [self._method(*case) for case in cases]
+        return [self._method(*c) for c in cases if self.only is None or c[0] in self.only]
 
     def _method(self, name: str, url: str, mode: str, storm_url: str | None) -> Method:
         total = self.files * self.size

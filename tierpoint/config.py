@@ -24,9 +24,24 @@ from pydantic_settings import (
 from tierpoint.errors import UnknownTier
 
 # A tier's options have their own module; importers reach them through the settings as ever.
-from tierpoint.tier_config import NAME_RE, ServerSideEncryption, StorageClass, TierConfig, TierKind
+from tierpoint.tier_config import (
+    NAME_RE,
+    RetryMode,
+    ServerSideEncryption,
+    StorageClass,
+    TierConfig,
+    TierKind,
+)
 
-__all__ = ["NAME_RE", "ServerSideEncryption", "Settings", "StorageClass", "TierConfig", "TierKind"]
+__all__ = [
+    "NAME_RE",
+    "RetryMode",
+    "ServerSideEncryption",
+    "Settings",
+    "StorageClass",
+    "TierConfig",
+    "TierKind",
+]
 
 
 class Settings(BaseSettings):

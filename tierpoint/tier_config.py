@@ -19,13 +19,29 @@ TAG_RE = re.compile(r"^[\w\s.:/=+\-@]*$")
 
 
 # Options that only an S3 tier may set; a POSIX tier that sets one is refused at start.
-S3_ONLY = ("storage_class", "sse", "kms_key_id", "bucket_key", "tags")
+S3_ONLY = (
+    "storage_class",
+    "sse",
+    "kms_key_id",
+    "bucket_key",
+    "tags",
+    "retry_mode",
+    "max_attempts",
+)
 
 
 class TierKind(StrEnum):
     LOCAL = "local"
     SHARED = "shared"
     S3 = "s3"
+
+
+class RetryMode(StrEnum):
+    """botocore's retry modes an S3 tier may use (not `legacy`, which retries less of what S3
+    answers when busy)."""
+
+    STANDARD = "standard"
+    ADAPTIVE = "adaptive"
 
 
 class StorageClass(StrEnum):
@@ -109,6 +125,16 @@ class TierConfig(BaseModel):
     )
     multipart_concurrency: PositiveInt = Field(
         default=2, description="S3 tiers: parts of one object uploaded at once."
+    )
+    retry_mode: RetryMode = Field(
+        default=RetryMode.STANDARD,
+        description="S3 tiers: botocore's retry mode for every request; `adaptive` also slows "
+        "each worker's request rate while S3 answers 503 SlowDown (docs/scale.md).",
+    )
+    max_attempts: PositiveInt = Field(
+        default=6,
+        description="S3 tiers: attempts of one request, the first included (as "
+        "`AWS_MAX_ATTEMPTS`), before its error fails the copy attempt, which Temporal retries.",
     )
     parallelism: PositiveInt = Field(
         default=4, description="How many shard batches copy to this tier at once."

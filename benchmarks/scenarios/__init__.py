@@ -83,6 +83,15 @@ def _s3_upload(env: Env, s: Sizes) -> Scenario:
     return S3Upload(env, s.mib, files=1 if quick else 4, cells=QUICK_CELLS if quick else FULL_CELLS)
 
 
+def _s3_shaping(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.s3_shaping import S3Shaping
+
+    if s.mib < 256:  # quick: a smoke of both proxies and both modes, seconds each
+        only = ("direct", "limited, adaptive", "storm, standard")
+        return S3Shaping(env, files=16, size=64 * 1024, threads=8, storm=0.5, only=only)
+    return S3Shaping(env, files=200, size=256 * 1024, threads=16, storm=5.0)
+
+
 def _register_latency(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.register_latency import RegisterLatency
 
@@ -154,6 +163,7 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "bandwidth_limit": _bandwidth_limit,
     "s3_upload": _s3_upload,
+    "s3_shaping": _s3_shaping,
     "register_latency": _register_latency,
     "dcp": _dcp,
     "checkpoint_visible": _checkpoint_visible,

@@ -161,6 +161,23 @@ def read_full(body: Any, view: memoryview) -> int:
     return got
 
 
+# Adaptive retries by default: a restart is every rank reading at once, which is when S3 answers
+# 503 SlowDown, and adaptive mode slows each client's own request rate until it stops.
+RETRIES: dict[str, Any] = {"mode": "adaptive", "total_max_attempts": 9}
+
+
+def _retries(session: Any) -> dict[str, Any]:
+    """RETRIES, but the AWS SDK's own settings win where given (AWS_RETRY_MODE, AWS_MAX_ATTEMPTS
+    or the profile's retry_mode, max_attempts): botocore fills in what the dict leaves out."""
+    scoped = session._session.get_scoped_config()
+    out = dict(RETRIES)
+    if os.environ.get("AWS_RETRY_MODE") or scoped.get("retry_mode"):
+        del out["mode"]
+    if os.environ.get("AWS_MAX_ATTEMPTS") or scoped.get("max_attempts"):
+        del out["total_max_attempts"]
+    return out
+
+
 def _s3_client(info: TierInfo) -> S3Client:
     try:
         import boto3
@@ -170,8 +187,9 @@ def _s3_client(info: TierInfo) -> S3Client:
             "restoring from an S3 tier needs boto3: pip install 'tierpoint-client[s3]'"
         ) from None
     # Credentials come from the standard AWS chain (environment, profile, instance role).
+    session = boto3.session.Session()
     settings: dict[str, Any] = {
-        "retries": {"max_attempts": 8, "mode": "adaptive"},
+        "retries": _retries(session),
         # More than botocore's 10: the restore's workers and the ranged reads of the torch
         # reader share this client.
         "max_pool_connections": 32,
@@ -183,7 +201,7 @@ def _s3_client(info: TierInfo) -> S3Client:
         config = Config(**settings, response_checksum_validation="when_required")
     except TypeError:  # botocore < 1.36 has no such setting, and validates only when asked
         config = Config(**settings)
-    return boto3.session.Session().client(
+    return session.client(
         "s3", endpoint_url=info.endpoint_url, region_name=info.region, config=config
     )
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config
 
-from tierpoint.config import TierConfig, TierKind
+from tierpoint.config import RetryMode, TierConfig, TierKind
 from tierpoint.storage.base import TierStore
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.s3.store import S3Store
@@ -18,22 +18,33 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 _lock = threading.Lock()
-_clients: dict[tuple[str | None, str, int], S3Client] = {}
+_clients: dict[tuple[str | None, str, int, str, int], S3Client] = {}
 _limiters: dict[tuple[str, str | None, int], TokenBucket] = {}
 
 
-def s3_client(endpoint_url: str | None, region: str, max_pool_connections: int = 32) -> S3Client:
-    """A cached client per endpoint: clients are thread-safe, building one costs ~50 ms.
+def s3_client(
+    endpoint_url: str | None,
+    region: str,
+    max_pool_connections: int = 32,
+    retry_mode: RetryMode = RetryMode.STANDARD,
+    max_attempts: int = 6,
+) -> S3Client:
+    """A cached client per endpoint and settings: clients are thread-safe, building one costs
+    ~50 ms. With `adaptive` retries the client's rate limiter is shared by every copy of the
+    process that talks to this endpoint, as S3's per-prefix limits are.
 
     Credentials come from the standard AWS chain (environment, profile, instance role).
     """
-    key = (endpoint_url, region, max_pool_connections)
+    key = (endpoint_url, region, max_pool_connections, retry_mode, max_attempts)
     with _lock:
         client = _clients.get(key)
         if client is None:
             config = Config(
                 max_pool_connections=max_pool_connections,
-                retries={"mode": "standard", "max_attempts": 5},
+                retries={
+                    "mode": "adaptive" if retry_mode is RetryMode.ADAPTIVE else "standard",
+                    "total_max_attempts": max_attempts,
+                },
                 tcp_keepalive=True,
                 # We send CRC32C ourselves; do not let botocore add a CRC32 of its own.
                 request_checksum_calculation="when_required",
@@ -67,5 +78,6 @@ def open_store(tier: TierConfig, node_id: str | None) -> TierStore:
     limiter = read_limiter(tier, node_id)
     if tier.kind is TierKind.S3:
         pool = max(32, tier.multipart_concurrency * tier.parallelism * 2)
-        return S3Store(tier, s3_client(tier.endpoint_url, tier.region, pool), limiter=limiter)
+        client = s3_client(tier.endpoint_url, tier.region, pool, tier.retry_mode, tier.max_attempts)
+        return S3Store(tier, client, limiter=limiter)
     return PosixStore(tier, node_id, limiter=limiter)

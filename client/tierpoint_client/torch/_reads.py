@@ -17,6 +17,7 @@ the whole file matched (placed reads are then made in order, on one thread).
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -148,8 +149,7 @@ def _read_placed(
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
     pieces = _pieces(placement.segments(lambda off, n: _pread(fd, off, n)), entry.size)
     if copy is None and threads > 1 and len(pieces) > 1:
-        with ThreadPoolExecutor(max_workers=min(threads, len(pieces))) as pool:
-            crcs = [c for _, c in pool.map(lambda p: _read_piece(fd, p), pieces)]
+        crcs = [c for _, c in _pool(threads).map(lambda p: _read_piece(fd, p), pieces)]
     else:
         crcs = []
         for piece in pieces:
@@ -163,6 +163,20 @@ def _read_placed(
     if entry.crc32c is not None and actual != entry.crc32c.lower():
         raise Mismatch(f"crc32c {actual}, registered {entry.crc32c}")
     return copy
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """The process's pool of reader threads: made once, not per file (starting threads costs
+    more than reading a small file)."""
+    with _pools_lock:
+        pool = _pools.get(threads)
+        if pool is None:
+            pool = _pools[threads] = ThreadPoolExecutor(threads, "tierpoint-read")
+        return pool
 
 
 def _pieces(segments: Sequence[Segment], size: int) -> list[Segment]:

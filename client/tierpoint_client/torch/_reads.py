@@ -20,7 +20,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -149,7 +149,7 @@ def _read_placed(
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
     pieces = _pieces(placement.segments(lambda off, n: _pread(fd, off, n)), entry.size)
     if copy is None and threads > 1 and len(pieces) > 1:
-        crcs = [c for _, c in _pool(threads).map(lambda p: _read_piece(fd, p), pieces)]
+        crcs = _in_parallel(fd, pieces, threads)
     else:
         crcs = []
         for piece in pieces:
@@ -177,6 +177,20 @@ def _pool(threads: int) -> ThreadPoolExecutor:
         if pool is None:
             pool = _pools[threads] = ThreadPoolExecutor(threads, "tierpoint-read")
         return pool
+
+
+def _in_parallel(fd: int, pieces: Sequence[Segment], threads: int) -> list[int]:
+    """The pieces' crc32c, read on the pool. On a failure every piece still queued is cancelled
+    and every running one waited for: none may write into the memory after this returns (the
+    next copy is read into it) or read the descriptor after it is closed."""
+    futures = [_pool(threads).submit(_read_piece, fd, p) for p in pieces]
+    try:
+        return [f.result()[1] for f in futures]
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        wait(futures)
+        raise
 
 
 def _pieces(segments: Sequence[Segment], size: int) -> list[Segment]:

@@ -4,13 +4,18 @@ dict and times each save or load it is asked for, so torch's import and the stat
 paid once.
 
 Protocol: one JSON object per line on stdin, one JSON answer per line on stdout:
-  {"op": "init", "mib": N, "tensors": K, "pg_file": PATH}
-  {"op": "save", "writer": "tierpoint"|"fs"|"s3", "mode": "sync"|"async", "job", "step", "path"}
+  {"op": "init", "mib": N, "tensors": K, "pg_file": PATH, "rank": R, "world": W}
+  {"op": "save", "writer": "tierpoint"|"fs"|"s3", "mode": "sync"|"async", "job", "step", "path",
+   "shape"}
       -> {"start": epoch seconds, "blocking": s, "total": s}
   {"op": "floor", "path": DIR} -> {"seconds": s}: the tensors' bytes written + fsynced, no DCP
-  {"op": "load", "reader": "tierpoint"|"fs"|"s3"|"s3-sequential", "job", "step", "tier", "path"}
-      -> {"seconds": s, "equal": bool}
-A single rank in a gloo process group of one, as a one-process training job runs DCP.
+  {"op": "load", "reader": "tierpoint"|"fs"|"s3"|"s3-sequential", "job", "step", "tier", "path",
+   "shape"} -> {"seconds": s, "equal": bool}
+One rank of a gloo process group (rank R of W, default a group of one, as a one-process training
+job runs DCP). Every rank holds the same state (replicated, as under DDP): a save writes each
+tensor once (DCP splits them between the ranks' files), a load reads every tensor on every rank.
+The state's shape: "large" (`tensors` tensors of mib/tensors MiB, the default) or "many" (16 MiB
+tensors, each followed by a 4 KiB bias, and an int: a model's layers).
 """
 
 from __future__ import annotations
@@ -38,11 +43,20 @@ S3_PART = 256 * 1024 * 1024
 S3_CONFIG = S3ClientConfig(force_path_style=True, part_size=S3_PART)
 
 
-def make_state(mib: int, tensors: int) -> dict[str, Any]:
+def make_state(mib: int, tensors: int, shape: str = "large") -> dict[str, Any]:
     cols = 1024
-    rows = max(1, mib * 1024 * 1024 // 4 // tensors // cols)
     g = torch.Generator().manual_seed(0)
-    model = {f"layer{i:02d}.weight": torch.randn(rows, cols, generator=g) for i in range(tensors)}
+    model: dict[str, torch.Tensor] = {}
+    if shape == "many":
+        # 16 MiB weights (smaller in tiny runs, so that there are several), a bias after each.
+        per_mib = min(16, max(1, mib // 4))
+        for i in range(max(1, mib // per_mib)):
+            model[f"layer{i:03d}.weight"] = torch.randn(per_mib * 256, cols, generator=g)
+            model[f"layer{i:03d}.bias"] = torch.randn(cols, generator=g)
+    else:
+        rows = max(1, mib * 1024 * 1024 // 4 // tensors // cols)
+        for i in range(tensors):
+            model[f"layer{i:02d}.weight"] = torch.randn(rows, cols, generator=g)
     return {"model": model, "extra": {"step": 7, "lrs": [0.1, 0.01]}}
 
 
@@ -120,8 +134,13 @@ def floor(state: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:
 def load(state: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:
     target = blank_like(state)
     r = reader(cmd)
+    many = dist.get_world_size() > 1
+    if many:
+        dist.barrier()  # every rank starts together; the time is until the last one is done
     t0 = time.perf_counter()
     dcp.load(target, storage_reader=r)
+    if many:
+        dist.barrier()
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "equal": equal(target, state)}
 
@@ -131,23 +150,29 @@ def main() -> None:
     out = sys.stdout
     sys.stdout = sys.stderr
     warnings.simplefilter("ignore")
-    state: dict[str, Any] = {}
+    states: dict[str, dict[str, Any]] = {}
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd["op"]
         if op == "init":
             dist.init_process_group(
-                "gloo", init_method=f"file://{cmd['pg_file']}", rank=0, world_size=1
+                "gloo",
+                init_method=f"file://{cmd['pg_file']}",
+                rank=cmd.get("rank", 0),
+                world_size=cmd.get("world", 1),
             )
-            state = make_state(cmd["mib"], cmd["tensors"])
-            nbytes = sum(t.numel() * t.element_size() for t in state["model"].values())
-            answer: dict[str, Any] = {"bytes": nbytes}
+            answer: dict[str, Any] = {}
+            for shape in cmd.get("shapes", ["large"]):
+                states[shape] = make_state(cmd["mib"], cmd["tensors"], shape)
+                model = states[shape]["model"].values()
+                answer[f"bytes_{shape}"] = sum(t.numel() * t.element_size() for t in model)
+            answer["bytes"] = answer[f"bytes_{cmd.get('shapes', ['large'])[0]}"]
         elif op == "save":
-            answer = save(state, cmd)
+            answer = save(states[cmd.get("shape", "large")], cmd)
         elif op == "load":
-            answer = load(state, cmd)
+            answer = load(states[cmd.get("shape", "large")], cmd)
         elif op == "floor":
-            answer = floor(state, cmd)
+            answer = floor(states["large"], cmd)
         else:
             break
         out.write(json.dumps(answer) + "\n")

@@ -104,6 +104,13 @@ def _dcp(env: Env, s: Sizes) -> Scenario:
     return Dcp(env, s.mib, tensors=s.tensors)
 
 
+def _dcp_load(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.dcp_load import DcpLoad
+
+    # Tiny runs (CI's smoke) load with one rank only: a second torch process costs seconds.
+    return DcpLoad(env, s.mib, worlds=(1,) if s.mib < 64 else (1, 2))
+
+
 def _checkpoint_visible(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.checkpoint_visible import CheckpointVisible
 
@@ -166,6 +173,7 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "s3_shaping": _s3_shaping,
     "register_latency": _register_latency,
     "dcp": _dcp,
+    "dcp_load": _dcp_load,
     "checkpoint_visible": _checkpoint_visible,
     "end_to_end": _end_to_end,
     "restore": _restore,

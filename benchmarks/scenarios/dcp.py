@@ -9,10 +9,8 @@ dcp_worker.py in the torch venv, a gloo group of one).
 - floor: the state's tensor bytes written and fsynced to the same disk by the training process,
   with nothing of DCP's or ours: what no writer can beat there. Each sync save is compared to it.
 - async save: how long `dcp.async_save` blocks (until its future is returned) and its total time.
-- load: TierpointReader from each tier (tier=) against FileSystemReader and S3StorageReader with
-  its sequential reader (TierpointReader reads whole objects too) and its default reader. The
-  s3torchconnector client uses 256 MiB parts (see dcp_worker.py: moto and ranged GETs). Page
-  caches of the POSIX copies are dropped first.
+The s3torchconnector client uses 256 MiB parts (see dcp_worker.py: moto and ranged GETs). Loads
+are the dcp_load scenario's.
 
 Every tierpoint save waits, untimed, until its copies are restorable on the shared tier and S3,
 so the next run does not compete with the background copies.
@@ -25,7 +23,6 @@ import json
 import shutil
 import subprocess
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,7 +31,6 @@ from tierpoint_client import Client
 
 from benchmarks.env import ROOT, DevStackProcess, Env, subprocess_env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
-from benchmarks.scenarios.copy_posix import drop_cache
 from benchmarks.scenarios.s3_upload import empty_bucket
 
 WORKER = ROOT / "benchmarks" / "dcp_worker.py"
@@ -61,12 +57,20 @@ class Worker:
         )
 
     def ask(self, **cmd: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.send(**cmd)
+        return self.receive(cmd["op"])
+
+    def send(self, **cmd: Any) -> None:
+        """The request alone: the ranks of one process group must all get theirs first."""
+        assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
+
+    def receive(self, op: str) -> dict[str, Any]:
+        assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the DCP worker died on {cmd['op']}: see {self.log}")
+            raise RuntimeError(f"the DCP worker died on {op}: see {self.log}")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
@@ -84,7 +88,7 @@ class Worker:
 
 class Dcp(Scenario):
     name = "dcp"
-    summary = "dcp.save / async_save / load: TierpointWriter/Reader vs FileSystem* and S3Storage*"
+    summary = "dcp.save / async_save: TierpointWriter vs FileSystemWriter and S3StorageWriter"
 
     def __init__(self, env: Env, mib: int, tensors: int = 16) -> None:
         self.env, self.mib, self.tensors = env, mib, tensors
@@ -100,7 +104,6 @@ class Dcp(Scenario):
             "bytes": self.nbytes,
             "tensors": self.tensors,
             "process": "1 rank, gloo",
-            "s3_readers": "S3ReaderConstructor.sequential and .dcp_optimized (the default)",
             "s3_part_mib": 256,
         }
 
@@ -144,8 +147,7 @@ class Dcp(Scenario):
             op="init", mib=self.mib, tensors=self.tensors, pg_file=str(self.work / "pg")
         )
         self.nbytes = int(init["bytes"])
-        self._prepare_loads()
-        return self._save_methods("sync") + self._save_methods("async") + self._load_methods()
+        return self._save_methods("sync") + self._save_methods("async")
 
     # -- saves -----------------------------------------------------------------------------
 
@@ -227,77 +229,6 @@ class Dcp(Scenario):
     def _empty_prefix(self, prefix: str) -> None:
         # moto keeps objects in memory: a finished run's baseline objects go.
         empty_bucket(self.s3, BUCKET, prefix)
-
-    # -- loads -----------------------------------------------------------------------------
-
-    def _prepare_loads(self) -> None:
-        """One checkpoint of each kind to load from, the tierpoint one on all three tiers."""
-        assert self.worker is not None
-        self.load_job = f"{self.job}-load"
-        self.worker.ask(op="save", writer="tierpoint", mode="sync", job=self.load_job, step=1)
-        self._restorable_on_s3(self.load_job, 1)
-        self.worker.ask(op="save", writer="fs", mode="sync", path=str(self.work / "fs-load"))
-        self.worker.ask(op="save", writer="s3", mode="sync", path=f"s3://{BUCKET}/load/")
-
-    def _load_methods(self) -> list[Method]:
-        n = self.nbytes
-        fs_row = "FileSystemReader load"
-        s3_row = "S3StorageReader load (sequential)"
-        methods = []
-        for tier, what, base in (
-            ("ssd", "local tier", fs_row),
-            ("lustre", "shared tier", fs_row),
-            ("s3", "S3", s3_row),
-        ):
-            methods.append(
-                Method(
-                    f"TierpointReader {tier}",
-                    self._loader(reader="tierpoint", job=self.load_job, step=1, tier=tier),
-                    (Row(f"TierpointReader load from {what}", "seconds", base, n),),
-                    before=self._drop_caches,
-                )
-            )
-        methods.append(
-            Method(
-                "FileSystemReader",
-                self._loader(reader="fs", path=str(self.work / "fs-load")),
-                (Row(fs_row, "seconds", None, n),),
-                before=self._drop_caches,
-            )
-        )
-        methods.append(
-            Method(
-                "S3StorageReader sequential",
-                self._loader(reader="s3-sequential", path=f"s3://{BUCKET}/load/"),
-                (Row(s3_row, "seconds", None, n),),
-                before=self._drop_caches,
-            )
-        )
-        # s3torchconnector's default reader for DCP (ranged reads of the items' byte ranges).
-        methods.append(
-            Method(
-                "S3StorageReader dcp_optimized",
-                self._loader(reader="s3", path=f"s3://{BUCKET}/load/"),
-                (Row("S3StorageReader load (default reader)", "seconds", s3_row, n),),
-                before=self._drop_caches,
-            )
-        )
-        return methods
-
-    def _loader(self, **cmd: Any) -> Callable[[], Outcome]:
-        def run() -> Outcome:
-            assert self.worker is not None
-            r = self.worker.ask(op="load", **cmd)
-            if not r["equal"]:
-                raise RuntimeError(f"a load returned other values than were saved: {cmd}")
-            return Outcome({"seconds": r["seconds"]})
-
-        return run
-
-    def _drop_caches(self) -> None:
-        assert self.stack is not None
-        for root in (self.stack.data_dir / "nodes", self.stack.data_dir / "lustre", self.work):
-            drop_cache(root)
 
     def close(self) -> None:
         if self.worker is not None:

@@ -5,6 +5,7 @@ crc32c releases the GIL on large buffers, so a thread pool hashes shards in para
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Sequence
@@ -92,10 +93,16 @@ _X2N = _x2n_table()  # x^(2^k) mod P
 
 def combine(crc_a: int, crc_b: int, len_b: int) -> int:
     """crc32c of A followed by B."""
-    p, k, n = _X0, 3, len_b  # x^(8·len_b): n·2^3
+    return _multmodp(_shift(len_b), crc_a) ^ crc_b
+
+
+@functools.lru_cache(maxsize=256)
+def _shift(len_b: int) -> int:
+    """x^(8·len_b) mod P: a reader combines thousands of pieces of a few lengths."""
+    p, k, n = _X0, 3, len_b  # n·2^3
     while n:
         if n & 1:
             p = _multmodp(_X2N[k & 31], p)
         n >>= 1
         k += 1
-    return _multmodp(p, crc_a) ^ crc_b
+    return p

@@ -16,7 +16,15 @@ from tierpoint_client.errors import TierpointError
 from tierpoint_client.models import Checkpoint, PlanEntry, TierInfo
 from tierpoint_client.restore import SourceError, Sources
 from tierpoint_client.torch._files import AtomicFile, local_tier
-from tierpoint_client.torch._reads import Mismatch, Range, coalesce, read_ranges, read_whole
+from tierpoint_client.torch._reads import (
+    Mismatch,
+    Placement,
+    Range,
+    coalesce,
+    read_placed,
+    read_ranges,
+    read_whole,
+)
 
 # Reports a copy the catalog lists whose bytes did not verify: (entry, reason).
 CorruptReport = Callable[[PlanEntry, str], None]
@@ -137,11 +145,13 @@ class CheckpointFiles:
         path: str,
         ranges: Sequence[Range] | None = None,
         crcs: Mapping[Range, str | None] | None = None,
+        into: Placement | None = None,
     ) -> dict[Range, bytearray]:
         """The bytes of `ranges` of the file (the whole file when None), from the first source
         that verifies. `crcs` are the ranges' own crc32c (from `.metadata`): with all of them
         known, a large S3 file of which little is needed is read in ranges. A source that does
-        not verify, or cannot be read, is reported with a warning and the next one is tried."""
+        not verify, or cannot be read, is reported with a warning and the next one is tried.
+        With `into`, a POSIX copy is read into the memory it gives (and {} returned)."""
         if path not in self.sources:
             raise TierpointError(f"{self.job}/{self.step} has no file {path!r}")
         size, _ = self.sizes[path]
@@ -157,7 +167,11 @@ class CheckpointFiles:
                     got, fetched = read_ranges(self._sources, entry, wanted, known)
                     how = f"{entry.tier} (ranged)"
                 else:
-                    got, copied = read_whole(self._sources, entry, wanted, self._new_copy(source))
+                    copy = self._new_copy(source)
+                    if into is not None and entry.kind in ("local", "shared"):
+                        got, copied = {}, read_placed(entry, into, copy)
+                    else:
+                        got, copied = read_whole(self._sources, entry, wanted, copy)
                     fetched = entry.size
                     how = f"{entry.tier} (cache)" if source.cached else entry.tier
                     if copied:

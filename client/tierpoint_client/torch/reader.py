@@ -4,7 +4,6 @@ a given step) from the fastest verified copy of each file, under a restore lease
 from __future__ import annotations
 
 import functools
-import io
 import os
 import pickle
 import socket
@@ -12,10 +11,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
+from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
@@ -29,6 +27,7 @@ from tierpoint_client.torch._files import (
     parse_checkpoint_id,
     resolve_node,
 )
+from tierpoint_client.torch._load import FileLoad
 from tierpoint_client.torch._sources import (
     CheckpointFiles,
     NoVerifiedCopyError,
@@ -177,9 +176,10 @@ class TierpointReader(StorageReader):
             for path, items in per_file.items():
                 infos = [self.storage_data[i.storage_index] for i in items]
                 crcs = {(s.offset, s.length): s.item_crc32c for s in infos}
-                blobs = self.chosen.files.read(path, list(crcs), crcs)
-                for item, info in zip(items, infos, strict=True):
-                    _apply(planner, item, blobs[(info.offset, info.length)])
+                # Tensors are read straight into their targets where their layouts allow;
+                # DCP gets them (commit_tensor, load_bytes) only once the whole file verified.
+                load = FileLoad(planner, items, infos)
+                load.finish(self.chosen.files.read(path, list(crcs), crcs, into=load))
         finally:
             self._release()
         done: Future[None] = Future()
@@ -274,23 +274,6 @@ class TierpointReader(StorageReader):
         if chosen is not None and chosen.lease_id is not None:
             self.client.release_lease(self.job, chosen.step, chosen.lease_id)
             chosen.lease_id = None
-
-
-def _apply(planner: LoadPlanner, item: ReadItem, blob: bytearray) -> None:
-    if item.type == LoadItemType.BYTE_IO:
-        planner.load_bytes(item, io.BytesIO(blob))
-        return
-    tensor = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
-    for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths, strict=True)):
-        if start != 0 or length != tensor.size(dim):
-            tensor = tensor.narrow(dim, start, length)
-    target = planner.resolve_tensor(item).detach()
-    if target.size() != tensor.size():
-        raise TierpointError(
-            f"{item.storage_index}: stored {tuple(tensor.size())}, wanted {tuple(target.size())}"
-        )
-    target.copy_(tensor)
-    planner.commit_tensor(item, target)
 
 
 def _global(group: Any, rank: int) -> int:

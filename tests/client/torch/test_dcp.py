@@ -29,9 +29,19 @@ from tests.client.torch.ranks import (
     wipe_local,
 )
 from tests.helpers.client import Stack
+from tests.helpers.scrape import http_get, parse
 from tests.helpers.tokens import bearer
 
 FILES = {"__0_0.distcp", "__1_0.distcp", ".metadata"}
+
+
+async def api_requests(stack: Stack) -> float:
+    """Every request the stack's API has answered, as its metrics count them."""
+    async with asyncio.timeout(WAIT):
+        while not stack.api_idle():  # noqa: ASYNC110 (uvicorn's state has no event to wait on)
+            await asyncio.sleep(0.05)
+    samples = parse(await asyncio.to_thread(http_get, stack.metrics_port))
+    return sum(v for (name, _), v in samples.items() if name == "tierpoint_api_requests_total")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,8 +52,13 @@ def _torch_venv() -> None:
 async def test_save_two_ranks_then_load_from_shared_and_s3_with_two_and_one(
     stack: Stack, tmp_path: Path
 ) -> None:
+    """Also what each save and load costs the API, counted by the server: the coordinator alone
+    talks to it (and hands the other ranks what they need through DCP's planning), so the count
+    does not grow with the world size, and a load holds one lease, released once."""
     job, step = new_job(), 10
+    before = await api_requests(stack)
     saved = await ranks(stack, tmp_path, "save", job, world=2, step=step)
+    save_requests = {2: await api_requests(stack) - before}
     assert [r["registered"] for r in saved] == [True, False]  # the coordinator registers once
 
     cp = await wait_everywhere(stack, job, step)
@@ -63,16 +78,28 @@ async def test_save_two_ranks_then_load_from_shared_and_s3_with_two_and_one(
     assert {p.name for p in stack.local_dir(node_b, job, step).iterdir()} == {"__1_0.distcp"}
 
     wipe_local(stack, job)
+    load_requests = {}
     for tier in ("lustre", "s3"):
         for world in (2, 1):
+            before = await api_requests(stack)
             loaded = await ranks(stack, tmp_path, "load", job, world=world, tier=tier)
+            load_requests[tier, world] = await api_requests(stack) - before
             assert_loaded(loaded, step)
             assert [r["warnings"] for r in loaded] == [[]] * world
-    # The leases were released: none is active any more.
+    # One lease per load, each released: none is active any more.
     leases = await asyncio.to_thread(
-        stack.client._http.request, "GET", f"/v1/jobs/{job}/checkpoints/{step}/leases"
+        stack.client._http.request,
+        "GET",
+        f"/v1/jobs/{job}/checkpoints/{step}/leases",
+        query={"all": "true"},
     )
-    assert leases.body["items"] == [], leases.body
+    assert [x["active"] for x in leases.body["items"]] == [False] * 4, leases.body
+
+    before = await api_requests(stack)
+    await ranks(stack, tmp_path, "save", new_job(), world=1, step=step)
+    save_requests[1] = await api_requests(stack) - before
+    assert save_requests[1] == save_requests[2] <= 4, save_requests
+    assert len(set(load_requests.values())) == 1 and max(load_requests.values()) <= 4, load_requests
 
 
 async def test_async_save_saves_the_staged_state(stack: Stack, tmp_path: Path) -> None:

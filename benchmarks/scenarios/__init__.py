@@ -95,6 +95,13 @@ def _dcp(env: Env, s: Sizes) -> Scenario:
     return Dcp(env, s.mib, tensors=s.tensors)
 
 
+def _dcp_requests(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.dcp_requests import DcpRequests
+
+    # Quick: the smallest shape that still shows whether the count grows with the world size.
+    return DcpRequests(env, (1, 2) if s.mib < 256 else (1, 2, 4, 8, 16))
+
+
 def _checkpoint_visible(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.checkpoint_visible import CheckpointVisible
 
@@ -156,6 +163,7 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "s3_upload": _s3_upload,
     "register_latency": _register_latency,
     "dcp": _dcp,
+    "dcp_requests": _dcp_requests,
     "checkpoint_visible": _checkpoint_visible,
     "end_to_end": _end_to_end,
     "restore": _restore,

@@ -541,6 +541,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "401/403 come before a route's body, path or query is parsed: a malformed request from a "
         "stranger or a too narrow token never learns about the route from a 422",
     ),
+    Mutant(
+        "restore-without-lease-scope",
+        "api/routers/restores.py",
+        "    LEASE_WRITE.check(principal, job)\n",
+        "    pass\n",
+        (
+            "tests/api/test_restores.py::"
+            "test_a_train_token_of_the_job_may_start_a_restore_a_reader_may_not",
+        ),
+        "starting a restore takes a lease: a token that may only read is refused (403), no lease",
+    ),
     # ---- integrity: damage takes the tier out of restorable; repair never resurrects ----------
     Mutant(
         "damage-keeps-marker-restorable",

@@ -33,6 +33,7 @@ from api.routers import (
     pins,
     policies,
     quarantine,
+    restores,
     retention,
     tiers,
 )
@@ -137,6 +138,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(policies.router)
     app.include_router(retention.router)
     app.include_router(leases.router)
+    app.include_router(restores.router)
     app.include_router(pins.router)
     app.include_router(quarantine.router)
     app.include_router(deletion.router)

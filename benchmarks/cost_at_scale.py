@@ -152,11 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--api-per-rank",
         type=float,
-        default=1.0,
-        help="requests per rank per save beyond the "
-        "registration (TierpointWriter: its tier lookup); the coordinator adds --api-extra",
+        default=0.0,
+        help="requests per rank per save beyond the registration (TierpointWriter: none, its "
+        "coordinator alone asks); the coordinator adds --api-extra",
     )
-    p.add_argument("--api-extra", type=float, default=1.0, help="the coordinator's step check")
+    p.add_argument(
+        "--api-extra",
+        type=float,
+        default=2.0,
+        help="the coordinator's step check and tier lookup",
+    )
     p.add_argument(
         "--transitions-per-second",
         type=float,

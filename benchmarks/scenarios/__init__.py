@@ -111,6 +111,13 @@ def _dcp_load(env: Env, s: Sizes) -> Scenario:
     return DcpLoad(env, s.mib, worlds=(1,) if s.mib < 64 else (1, 2))
 
 
+def _dcp_requests(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.dcp_requests import DcpRequests
+
+    # Quick: the smallest shape that still shows whether the count grows with the world size.
+    return DcpRequests(env, (1, 2) if s.mib < 256 else (1, 2, 4, 8, 16))
+
+
 def _checkpoint_visible(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.checkpoint_visible import CheckpointVisible
 
@@ -174,6 +181,7 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "register_latency": _register_latency,
     "dcp": _dcp,
     "dcp_load": _dcp_load,
+    "dcp_requests": _dcp_requests,
     "checkpoint_visible": _checkpoint_visible,
     "end_to_end": _end_to_end,
     "restore": _restore,

@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tierpoint_client.errors import (
-    CheckpointFailedError,
-    ChecksumMismatchError,
-    NotFoundError,
-    TierpointError,
-)
+from tierpoint_client._fallback import Fallback
+from tierpoint_client.errors import CheckpointFailedError, NotFoundError
 from tierpoint_client.manifest import PathLike, build_manifest
 from tierpoint_client.models import (
     Checkpoint,
     LatestCheckpoint,
     Lease,
-    PlanEntry,
     RestoreResult,
+    RestoreStart,
     ShardSpec,
     TierInfo,
 )
@@ -161,6 +155,33 @@ class Client:
                 return None
             raise
         return dataclasses.replace(LatestCheckpoint.from_json(resp.body), tier=tier)
+
+    def start_restore(
+        self,
+        job: str,
+        lease_ttl: int,
+        *,
+        step: int | None = None,
+        tier: str | None = None,
+        node: str | None = None,
+        holder: str | None = None,
+    ) -> RestoreStart | None:
+        """One request for all a reader needs: the step (`step`, or the latest restorable one,
+        chosen as `latest(tier, node)` chooses it), a restore lease of `lease_ttl` seconds on it
+        (release it with `release_lease`), and the checkpoint with every copy of every file and
+        the tiers. None when no step is restorable; ConflictError `not_leasable` when `step` is
+        restorable from no tier."""
+        body: dict[str, Any] = {"ttl_seconds": lease_ttl}
+        for key, value in (("step", step), ("tier", tier), ("node", node), ("holder", holder)):
+            if value is not None:
+                body[key] = value
+        try:
+            resp = self._http.request("POST", f"/v1/jobs/{_job(job)}/restores", body=body)
+        except NotFoundError as e:
+            if e.code == "no_restorable_checkpoint":
+                return None
+            raise
+        return RestoreStart.from_json(resp.body)
 
     def create_lease(
         self, job: str, step: int, ttl_seconds: int, holder: str | None = None
@@ -316,7 +337,7 @@ class Client:
             tiers,
             workers=workers,
             progress=progress,
-            fallback=_Fallback(self, latest, tiers, node, only_tier=tier),
+            fallback=Fallback(self, latest, tiers, node, only_tier=tier),
         )
         return RestoreResult(
             job=latest.job,
@@ -339,56 +360,3 @@ def _shard_json(shard: ShardSpec | Mapping[str, Any]) -> dict[str, Any]:
         "crc32c": shard.get("crc32c"),
         "node": shard["node"],
     }
-
-
-class _Fallback:
-    """Another source for a shard whose bytes did not match: the bad copy is reported, then the
-    checkpoint's detail (fetched once) names the other verified copies on restorable tiers."""
-
-    def __init__(
-        self,
-        client: Client,
-        latest: LatestCheckpoint,
-        tiers: dict[str, TierInfo],
-        node: str | None,
-        only_tier: str | None = None,
-    ) -> None:
-        self._only_tier = only_tier
-        self._client = client
-        self._latest = latest
-        self._tiers = tiers
-        self._node = node
-        self._lock = threading.Lock()
-        self._detail: Checkpoint | None = None
-
-    def __call__(
-        self, entry: PlanEntry, err: ChecksumMismatchError, tried: frozenset[str]
-    ) -> PlanEntry | None:
-        job, step = self._latest.job, self._latest.step
-        reason = (
-            f"restore read {err.actual_size} bytes with crc32c {err.actual_crc32c} from "
-            f"{entry.location}; registered {err.expected_size} bytes, crc32c {err.expected_crc32c}"
-        )
-        with contextlib.suppress(TierpointError):
-            self._client.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
-        if self._only_tier is not None:
-            return None
-        with self._lock:
-            if self._detail is None:
-                self._detail = self._client.checkpoint(job, step)
-            detail = self._detail
-        restorable = [t.tier for t in detail.tiers if t.state == "restorable"]
-        shard = next((s for s in detail.shards or () if s.path == entry.path), None)
-        if shard is None:
-            return None
-        for tier in restorable:
-            info = self._tiers.get(tier)
-            if tier in tried or info is None:
-                continue
-            for r in shard.replicas:
-                if r.tier != tier or r.state != "verified" or not r.location:
-                    continue
-                if info.kind == "local" and (self._node is None or r.node != self._node):
-                    continue
-                return PlanEntry.of_replica(shard, r, info.kind)
-        return None

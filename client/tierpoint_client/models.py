@@ -297,6 +297,30 @@ class TierInfo:
 
 
 @dataclass(frozen=True)
+class RestoreStart:
+    """The one answer a restore starts from (`Client.start_restore`): the step, the lease held
+    on it, the checkpoint with every copy of every file, and the tiers those copies are on."""
+
+    job: str
+    step: int
+    lease: Lease
+    checkpoint: Checkpoint
+    tiers: tuple[TierInfo, ...]
+    skipped: tuple[Skipped, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RestoreStart:
+        return cls(
+            job=d["job"],
+            step=int(d["step"]),
+            lease=Lease.from_json(d["lease"]),
+            checkpoint=Checkpoint.from_json(d["checkpoint"]),
+            tiers=tuple(TierInfo.from_json(t) for t in d["tiers"]),
+            skipped=tuple(Skipped.from_json(s) for s in d.get("skipped") or ()),
+        )
+
+
+@dataclass(frozen=True)
 class RestoredFile:
     path: str
     size: int

@@ -33,9 +33,8 @@ class _ApiServer:
         from api.app import create_app
 
         self.port = free_port()
-        config = uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning"
-        )
+        self.app = create_app(settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="tierpoint-api", daemon=True)
 
@@ -46,6 +45,10 @@ class _ApiServer:
                 raise RuntimeError("the API server exited while starting")
             await asyncio.sleep(0.05)
         return f"http://127.0.0.1:{self.port}"
+
+    def idle(self) -> bool:
+        # uvicorn runs each request, its background tasks included, as one task of this set.
+        return not self.server.server_state.tasks
 
     async def stop(self) -> None:
         self.server.should_exit = True
@@ -104,7 +107,8 @@ async def stack(
             timeout=30,
             retry=RetryPolicy(attempts=4, initial_backoff=0.1),
         )
-        yield Stack(settings, api_url, client, nodes, token)
+        metrics_port = api.app.state.metrics_port  # make_settings serves them on a free port
+        yield Stack(settings, api_url, client, nodes, token, metrics_port, api.idle)
     finally:
         stop.set()
         await api.stop()

@@ -4,6 +4,7 @@ written and read back."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,11 @@ class Stack:
     nodes: tuple[str, str]
     # The admin token `client` sends, for processes that talk to the API.
     token: str
+    # The API's own /metrics listener (tests.helpers.scrape reads it).
+    metrics_port: int
+    # True while the API runs no request: it counts one in its metrics only once the request's
+    # background work (e.g. a retention request after a lease's release) is done too.
+    api_idle: Callable[[], bool]
 
     def local_dir(self, node: str, job: str, step: int) -> Path:
         return self.settings.tier("ssd").root_for(node) / job / str(step)

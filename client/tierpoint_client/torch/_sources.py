@@ -83,7 +83,10 @@ class CheckpointFiles:
         tier: str | None,
         options: ReadOptions | None = None,
         report: CorruptReport | None = None,
+        holders: frozenset[str] | None = None,
     ) -> None:
+        """`checkpoint` may list only the files to be read; `holders` is then the whole
+        checkpoint's (`local_holders`)."""
         if checkpoint.shards is None:
             raise TierpointError("the checkpoint was read without its shards")
         self.job, self.step = checkpoint.job, checkpoint.step
@@ -96,15 +99,8 @@ class CheckpointFiles:
             root = Path(local.root.replace("{node}", node))
             self.local_dir = root / self.job / str(self.step)
         restorable = set(checkpoint.restorable_tiers())
-        # Retention deletes a checkpoint's local directory on every node that holds some of its
-        # local copies, once that copy is expiring: a copy written anywhere else, or after that,
-        # would never be deleted. So the cache is written only where retention will clean it.
-        holders = {sh.node for sh in checkpoint.shards} | {
-            r.node
-            for sh in checkpoint.shards
-            for r in sh.replicas
-            if local and r.tier == local.name
-        }
+        if holders is None:
+            holders = local_holders(checkpoint, tiers)
         self._may_write = local is not None and local.name in restorable and node in holders
         self._not_ours: set[str] = set()
         order = {t.name: i for i, t in enumerate(tiers)}
@@ -242,6 +238,21 @@ class CheckpointFiles:
                 os.unlink(entry.location)
         elif self._report is not None:
             self._report(entry, f"{what} on read: {e}")
+
+
+def local_holders(checkpoint: Checkpoint, tiers: Sequence[TierInfo]) -> frozenset[str]:
+    """The nodes a load may cache the checkpoint's files on. Retention deletes a checkpoint's
+    local directory on every node that holds some of its local copies, once that copy is
+    expiring: a copy written anywhere else, or after that, would never be deleted. So the cache
+    is written only where retention will clean it."""
+    local = local_tier(tiers)
+    shards = checkpoint.shards or ()
+    return frozenset({sh.node for sh in shards}) | {
+        r.node
+        for sh in shards
+        for r in sh.replicas
+        if local is not None and r.tier == local.name and r.node is not None
+    }
 
 
 def _same_file(location: str, path: Path | None) -> bool:

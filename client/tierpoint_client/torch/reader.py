@@ -1,13 +1,15 @@
 """`TierpointReader`: a DCP StorageReader that loads the latest restorable checkpoint of a job (or
-a given step) from the fastest verified copy of each file, under a restore lease."""
+a given step) from the fastest verified copy of each file, under one restore lease per load."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import pickle
 import socket
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +21,7 @@ from torch.futures import Future
 
 from tierpoint_client.client import Client
 from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
-from tierpoint_client.models import Checkpoint, PlanEntry, TierInfo
+from tierpoint_client.models import Checkpoint, PlanEntry, RestoreStart, TierInfo
 from tierpoint_client.torch._files import (
     METADATA_FILE,
     SCHEME,
@@ -33,6 +35,7 @@ from tierpoint_client.torch._sources import (
     NoVerifiedCopyError,
     ReadOptions,
     ReadStats,
+    local_holders,
 )
 
 
@@ -40,24 +43,42 @@ from tierpoint_client.torch._sources import (
 class _Chosen:
     step: int
     metadata: Metadata
-    checkpoint: Checkpoint  # with its shards and replicas: where every copy of every file is
-    tiers: list[TierInfo]
-    files: CheckpointFiles
+    # This rank's sources: the coordinator's from the whole checkpoint; another rank's from what
+    # the coordinator sent with its load plan (None until then).
+    files: CheckpointFiles | None
+    # The load's one lease, held by the coordinator alone (None on the other ranks, and once
+    # released).
     lease_id: int | None
+    # The coordinator's answer from the server: every file's copies, for every rank's plan.
+    start: RestoreStart | None = None
+
+
+@dataclass(frozen=True)
+class _RankSources:
+    """What the coordinator adds to a rank's load plan: the checkpoint's files that the plan
+    reads, each with every copy the catalog lists (a rank picks its own node's), and the tiers."""
+
+    checkpoint: Checkpoint
+    tiers: tuple[TierInfo, ...]
+    # Every node holding a local copy of the whole checkpoint: where a rank may cache a file.
+    holders: frozenset[str]
 
 
 class TierpointReader(StorageReader):
     """Load `job` (its latest restorable step, or `step`) with `dcp.load`.
 
     The coordinator (rank 0 of `process_group`, the default group when torch.distributed is
-    initialised) chooses the step, reads and verifies `.metadata` and passes it to the other
-    ranks, so every rank loads the same step. Each rank holds its own restore lease until its reads
-    are done and reads only the files its load plan needs, each from the first verified source: this
-    node's local tier (with `node`, or TIERPOINT_NODE), then the shared tier, then S3; `tier`
-    restricts the sources to one tier. A copy that fails verification is reported with a warning
-    and to the server (`Client.report_corrupt_copy`), and the next one is read. If no copy of the
-    newest step's `.metadata` verifies, the reader warns and loads the next older restorable step
-    (unless `step` was given).
+    initialised) alone talks to the server: one request chooses the step, takes one restore lease
+    for the whole load and lists every copy of every file. It reads and verifies `.metadata`,
+    passes it to the other ranks, so every rank loads the same step, and with each rank's load
+    plan sends the copies of the files that plan reads, nothing more. So a load costs the server
+    the same at any world size. The lease is released once, by the coordinator, when every rank's
+    reads are done (or lapses after `lease_ttl` seconds if the job dies). Each rank reads each file
+    from the first verified source: this node's local tier (with `node`, or TIERPOINT_NODE), then
+    the shared tier, then S3; `tier` restricts the sources to one tier. A copy that fails
+    verification is reported with a warning and to the server (`Client.report_corrupt_copy`), and
+    the next one is read. If no copy of the newest step's `.metadata` verifies, the reader warns
+    and loads the next older restorable step (unless `step` was given).
 
     With `repopulate`, every file a rank read whole from elsewhere is also written to this node's
     local tier (where the writer would have put it), so a restart on this node reads it locally;
@@ -91,6 +112,8 @@ class TierpointReader(StorageReader):
         self.options = ReadOptions(repopulate=repopulate, min_ranged_size=min_ranged_size)
         self.chosen: _Chosen | None = None
         self.storage_data: dict[Any, TierpointStorageInfo] = {}
+        # Whether this load's ranks coordinate through collectives (every rank alike).
+        self._collective = False
 
     @property
     def checkpoint_id(self) -> str:
@@ -100,7 +123,8 @@ class TierpointReader(StorageReader):
     @property
     def stats(self) -> ReadStats:
         """What this rank read, and from where (empty before a load)."""
-        return self.chosen.files.stats if self.chosen is not None else ReadStats()
+        chosen = self.chosen
+        return chosen.files.stats if chosen is not None and chosen.files else ReadStats()
 
     @property
     def client(self) -> Client:
@@ -114,8 +138,10 @@ class TierpointReader(StorageReader):
         parsed = parse_checkpoint_id(checkpoint_id)
         if parsed is not None:
             self.job, self.step = parsed
-        self._release()
+        # A lease still held here is a load that failed before its reads: no rank reads it now.
+        self._drop_lease()
         self.chosen = None
+        self._collective = False
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
@@ -124,29 +150,30 @@ class TierpointReader(StorageReader):
     def read_metadata(self, *args: Any) -> Metadata:
         # No **kwargs: DCP would retry a failed read as per-rank metadata, which we never write.
         group = self.process_group
+        self._collective = False
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
             self.chosen = self._choose()
         elif dist.get_rank(group) == 0:
+            self._collective = True
             payload: list[Any]
             try:
                 self.chosen = self._choose()
-                c = self.chosen
-                payload = [("ok", c.step, c.metadata, c.checkpoint, c.tiers)]
+                payload = [("ok", self.chosen.step, self.chosen.metadata)]
             except Exception as e:
                 # The other ranks wait in the broadcast: they must hear of the failure too.
                 dist.broadcast_object_list([("error", repr(e))], src=_global(group, 0), group=group)
                 raise
+            # Only the metadata: each rank's sources go with its load plan.
             dist.broadcast_object_list(payload, src=_global(group, 0), group=group)
         else:
+            self._collective = True
             received: list[Any] = [None]
             dist.broadcast_object_list(received, src=_global(group, 0), group=group)
             message = received[0]
             if message[0] != "ok":
                 raise TierpointError(f"the coordinator could not choose a checkpoint: {message[1]}")
-            _, step, metadata, checkpoint, tiers = message
-            lease = self.client.create_lease(self.job, step, self.lease_ttl, holder=_holder())
-            files = self._files(checkpoint, tiers)
-            self.chosen = _Chosen(step, metadata, checkpoint, tiers, files, lease.id)
+            _, step, metadata = message
+            self.chosen = _Chosen(step, metadata, None, None)
         metadata = self.chosen.metadata
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
@@ -164,22 +191,34 @@ class TierpointReader(StorageReader):
         return plan
 
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
-        return plans
+        start = self.chosen.start if self.chosen is not None else None
+        if start is None:
+            raise TierpointError("planning a load before its checkpoint was chosen")
+        shards = start.checkpoint.shards or ()
+        holders = local_holders(start.checkpoint, start.tiers)
+        planned = []
+        for plan in plans:
+            paths = {self.storage_data[item.storage_index].path for item in plan.items}
+            mine = dataclasses.replace(
+                start.checkpoint, shards=tuple(s for s in shards if s.path in paths)
+            )
+            sources = _RankSources(mine, start.tiers, holders)
+            planned.append(dataclasses.replace(plan, storage_data=sources))
+        return planned
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
-        if self.chosen is None:
-            raise TierpointError("read_data before read_metadata")
-        per_file: dict[str, list[ReadItem]] = {}
-        for item in plan.items:
-            per_file.setdefault(self.storage_data[item.storage_index].path, []).append(item)
         try:
+            files = self._rank_files(plan)
+            per_file: dict[str, list[ReadItem]] = {}
+            for item in plan.items:
+                per_file.setdefault(self.storage_data[item.storage_index].path, []).append(item)
             for path, items in per_file.items():
                 infos = [self.storage_data[i.storage_index] for i in items]
                 crcs = {(s.offset, s.length): s.item_crc32c for s in infos}
                 # Tensors are read straight into their targets where their layouts allow;
                 # DCP gets them (commit_tensor, load_bytes) only once the whole file verified.
                 load = FileLoad(planner, items, infos)
-                load.finish(self.chosen.files.read(path, list(crcs), crcs, into=load))
+                load.finish(files.read(path, list(crcs), crcs, into=load))
         finally:
             self._release()
         done: Future[None] = Future()
@@ -189,51 +228,48 @@ class TierpointReader(StorageReader):
     # -- choosing the checkpoint -----------------------------------------------------------
 
     def _choose(self) -> _Chosen:
-        client = self.client
-        tiers = client.tiers()
-        if self.step is not None:
-            step = self.step
-            lease_id: int | None = client.create_lease(
-                self.job, step, self.lease_ttl, holder=_holder()
-            ).id
-        else:
-            latest = client.latest(
-                self.job, tier=self.tier, node=self.node, lease_ttl=self.lease_ttl, holder=_holder()
+        """The coordinator's one request: step, lease and every copy; then `.metadata`, or
+        (without `step`) the next older step when no copy of it verifies."""
+        start = self._start(self.step)
+        if start is None:
+            raise NotFoundError(
+                404,
+                "no_restorable_checkpoint",
+                f"job {self.job!r} has no restorable checkpoint"
+                + (f" on tier {self.tier!r}" if self.tier else ""),
             )
-            if latest is None:
-                raise NotFoundError(
-                    404,
-                    "no_restorable_checkpoint",
-                    f"job {self.job!r} has no restorable checkpoint"
-                    + (f" on tier {self.tier!r}" if self.tier else ""),
-                )
-            step = latest.step
-            lease_id = latest.lease.id if latest.lease is not None else None
         while True:
             try:
-                checkpoint = client.checkpoint(self.job, step)
-                files = self._files(checkpoint, tiers)
+                files = self._files(start.checkpoint, start.tiers)
                 raw = files.read(METADATA_FILE)[(0, files.sizes[METADATA_FILE][0])]
                 metadata = pickle.loads(raw)
                 if not isinstance(metadata, Metadata):
-                    raise TierpointError(f"{self.job}/{step}: {METADATA_FILE} is not DCP metadata")
-                return _Chosen(step, metadata, checkpoint, tiers, files, lease_id)
+                    raise TierpointError(
+                        f"{self.job}/{start.step}: {METADATA_FILE} is not DCP metadata"
+                    )
+                return _Chosen(start.step, metadata, files, start.lease.id, start)
             except NoVerifiedCopyError as e:
-                if lease_id is not None:
-                    client.release_lease(self.job, step, lease_id)
+                self.client.release_lease(self.job, start.step, start.lease.id)
                 if self.step is not None:
                     raise
-                older, lease_id = self._older(step)
+                older = self._older(start.step)
                 if older is None:
                     raise
                 warnings.warn(
-                    f"tierpoint: {e}; loading the next older restorable step {older} instead",
+                    f"tierpoint: {e}; loading the next older restorable step {older.step} instead",
                     stacklevel=2,
                 )
-                step = older
+                start = older
 
-    def _older(self, step: int) -> tuple[int | None, int | None]:
-        """The newest restorable step before `step` that can still be leased, with its lease."""
+    def _start(self, step: int | None) -> RestoreStart | None:
+        # The node counts only where the server chooses the step (a given step needs no node).
+        node = self.node if step is None else None
+        return self.client.start_restore(
+            self.job, self.lease_ttl, step=step, tier=self.tier, node=node, holder=self._holder()
+        )
+
+    def _older(self, step: int) -> RestoreStart | None:
+        """The newest restorable step before `step` that can still be leased, started."""
         steps = sorted(
             (
                 cp.step
@@ -244,19 +280,45 @@ class TierpointReader(StorageReader):
         )
         for candidate in steps:
             try:
-                lease = self.client.create_lease(
-                    self.job, candidate, self.lease_ttl, holder=_holder()
-                )
+                return self._start(candidate)
             except ConflictError:
                 continue  # expired or quarantined since it was listed
-            return candidate, lease.id
-        return None, None
+        return None
 
-    def _files(self, checkpoint: Checkpoint, tiers: list[TierInfo]) -> CheckpointFiles:
+    def _files(
+        self,
+        checkpoint: Checkpoint,
+        tiers: Sequence[TierInfo],
+        holders: frozenset[str] | None = None,
+    ) -> CheckpointFiles:
         report = functools.partial(self._report_corrupt, checkpoint.step)
         return CheckpointFiles(
-            checkpoint, tiers, node=self.node, tier=self.tier, options=self.options, report=report
+            checkpoint,
+            tiers,
+            node=self.node,
+            tier=self.tier,
+            options=self.options,
+            report=report,
+            holders=holders,
         )
+
+    def _rank_files(self, plan: LoadPlan) -> CheckpointFiles:
+        """This rank's sources: its own (the coordinator's, or a load without collectives), or
+        those the coordinator sent with the plan."""
+        chosen = self.chosen
+        if chosen is None:
+            raise TierpointError("read_data before read_metadata")
+        sources = plan.storage_data
+        if chosen.files is None:
+            if not isinstance(sources, _RankSources):
+                raise TierpointError("the load plan came without the sources of its files")
+            chosen.files = self._files(sources.checkpoint, sources.tiers, sources.holders)
+        return chosen.files
+
+    def _holder(self) -> str:
+        group = self.process_group
+        ranks = dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+        return f"dcp-load of {ranks} rank(s), coordinator {socket.gethostname()} pid {os.getpid()}"
 
     def _report_corrupt(self, step: int, entry: PlanEntry, reason: str) -> None:
         """Tell the server, so that it stops handing out the copy; never fails the load."""
@@ -270,15 +332,19 @@ class TierpointReader(StorageReader):
             )
 
     def _release(self) -> None:
+        """Every rank's last step of a load, whether its reads succeeded or not: the coordinator
+        releases the load's lease once every rank is done with it."""
+        if self._collective:
+            self._collective = False
+            dist.barrier(group=self.process_group)
+        self._drop_lease()
+
+    def _drop_lease(self) -> None:
         chosen = self.chosen
         if chosen is not None and chosen.lease_id is not None:
-            self.client.release_lease(self.job, chosen.step, chosen.lease_id)
-            chosen.lease_id = None
+            lease_id, chosen.lease_id = chosen.lease_id, None
+            self.client.release_lease(self.job, chosen.step, lease_id)
 
 
 def _global(group: Any, rank: int) -> int:
     return rank if group is None else dist.get_global_rank(group, rank)
-
-
-def _holder() -> str:
-    return f"dcp-load {socket.gethostname()} pid {os.getpid()}"

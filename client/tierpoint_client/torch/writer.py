@@ -9,6 +9,7 @@ import os
 import pickle
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from tierpoint_client.torch._files import (
     SCHEME,
     AtomicFile,
     TierpointStorageInfo,
-    local_root,
+    local_tier,
     parse_checkpoint_id,
     resolve_node,
 )
@@ -83,8 +84,8 @@ class TierpointWriter(StorageWriter):
 
     def directory(self) -> Path:
         if self._root is None:
-            # One tier lookup per writer, not one per file of every save.
-            self._root = local_root(self.client, self.node)
+            # Saves without collectives: one tier lookup per writer, not one per file.
+            self._root = _root_of(_local_root_template(self.client), self.node)
         return self._root / self.job / str(self.step)
 
     # -- StorageWriter ---------------------------------------------------------------------
@@ -116,12 +117,21 @@ class TierpointWriter(StorageWriter):
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         self._refuse_registered_step()
+        # The coordinator alone asks the server for the tiers and hands every rank the local
+        # tier's root with its plan: the API's work per save does not grow with the ranks.
+        root = _local_root_template(self.client)
         # The coordinator names every rank's file, so no two ranks can pick the same name.
-        return [dataclasses.replace(p, storage_data=f"__{i}_") for i, p in enumerate(plans)]
+        return [
+            dataclasses.replace(p, storage_data=_RankPlan(f"__{i}_", root))
+            for i, p in enumerate(plans)
+        ]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
-        prefix = plan.storage_data
-        if not isinstance(prefix, str):
+        planned = plan.storage_data
+        if isinstance(planned, _RankPlan):
+            prefix = planned.prefix
+            self._root = _root_of(planned.root, self.node)
+        else:
             # Saves without collectives plan on each rank alone: the rank names its file.
             prefix = f"__{self.rank if self.rank is not None else 0}_"
         results: list[WriteResult] = []
@@ -205,6 +215,25 @@ class TierpointWriter(StorageWriter):
             )
             for index, offset, length, item_crc in placed
         ]
+
+
+@dataclass(frozen=True)
+class _RankPlan:
+    """What the coordinator adds to each rank's save plan."""
+
+    prefix: str  # the rank's file name, less its `0.distcp`
+    root: str  # the local tier's root, `{node}` not yet replaced
+
+
+def _local_root_template(client: Client) -> str:
+    tier = local_tier(client.tiers())
+    if tier is None or tier.root is None:
+        raise TierpointError("the tierpoint server has no local tier to write checkpoints to")
+    return tier.root
+
+
+def _root_of(template: str, node: str) -> Path:
+    return Path(template.replace("{node}", node))
 
 
 class _ItemSink:

@@ -29,9 +29,22 @@ from tests.client.torch.ranks import (
     wipe_local,
 )
 from tests.helpers.client import Stack
+from tests.helpers.scrape import http_get, parse
 from tests.helpers.tokens import bearer
 
 FILES = {"__0_0.distcp", "__1_0.distcp", ".metadata"}
+# What a save and a load cost the API at any world size: the coordinator's step check, tier
+# lookup and registration; the one request that starts a load and the lease's release.
+SAVE_REQUESTS, LOAD_REQUESTS = 3, 2
+
+
+async def api_requests(stack: Stack) -> float:
+    """Every request the stack's API has answered, as its metrics count them."""
+    async with asyncio.timeout(WAIT):
+        while not stack.api_idle():  # noqa: ASYNC110 (uvicorn's state has no event to wait on)
+            await asyncio.sleep(0.05)
+    samples = parse(await asyncio.to_thread(http_get, stack.metrics_port))
+    return sum(v for (name, _), v in samples.items() if name == "tierpoint_api_requests_total")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,8 +55,13 @@ def _torch_venv() -> None:
 async def test_save_two_ranks_then_load_from_shared_and_s3_with_two_and_one(
     stack: Stack, tmp_path: Path
 ) -> None:
+    """Also what each save and load costs the API, counted by the server: the coordinator alone
+    talks to it (and hands the other ranks what they need through DCP's planning), so the count
+    is the same at any world size, and a load holds one lease, released once."""
     job, step = new_job(), 10
+    before = await api_requests(stack)
     saved = await ranks(stack, tmp_path, "save", job, world=2, step=step)
+    assert await api_requests(stack) - before == SAVE_REQUESTS
     assert [r["registered"] for r in saved] == [True, False]  # the coordinator registers once
 
     cp = await wait_everywhere(stack, job, step)
@@ -63,16 +81,31 @@ async def test_save_two_ranks_then_load_from_shared_and_s3_with_two_and_one(
     assert {p.name for p in stack.local_dir(node_b, job, step).iterdir()} == {"__1_0.distcp"}
 
     wipe_local(stack, job)
+    load_requests = {}
     for tier in ("lustre", "s3"):
         for world in (2, 1):
+            before = await api_requests(stack)
             loaded = await ranks(stack, tmp_path, "load", job, world=world, tier=tier)
+            load_requests[tier, world] = await api_requests(stack) - before
             assert_loaded(loaded, step)
             assert [r["warnings"] for r in loaded] == [[]] * world
-    # The leases were released: none is active any more.
+    # One lease per load, each released: none is active any more.
     leases = await asyncio.to_thread(
-        stack.client._http.request, "GET", f"/v1/jobs/{job}/checkpoints/{step}/leases"
+        stack.client._http.request,
+        "GET",
+        f"/v1/jobs/{job}/checkpoints/{step}/leases",
+        query={"all": "true"},
     )
-    assert leases.body["items"] == [], leases.body
+    assert [x["active"] for x in leases.body["items"]] == [False] * 4, leases.body
+    assert set(load_requests.values()) == {LOAD_REQUESTS}, load_requests
+
+
+async def test_a_save_of_one_rank_costs_the_api_what_a_save_of_two_does(
+    stack: Stack, tmp_path: Path
+) -> None:
+    before = await api_requests(stack)
+    await ranks(stack, tmp_path, "save", new_job(), world=1, step=1)
+    assert await api_requests(stack) - before == SAVE_REQUESTS
 
 
 async def test_async_save_saves_the_staged_state(stack: Stack, tmp_path: Path) -> None:

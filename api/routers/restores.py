@@ -1,0 +1,78 @@
+"""A restarting job's one question: which step to load, from where, under which lease. One
+request answers all three, so a job's restore costs the API the same whatever its size (its
+coordinator asks, and hands every rank the sources of the files that rank reads)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from api.auth import LEASE_WRITE, Actor, PrincipalDep, require_job
+from api.deps import JobName, SessionDep, StateDep
+from api.gate import GatedRoute
+from api.problems import problem_responses
+from api.routers.checkpoints import _tier
+from api.schemas.restores import RestoreOut, StartRestore
+from api.schemas.tiers import TierOut
+from tierpoint.auth import Scope
+from tierpoint.catalog import checkpoint_reads, nodes
+from tierpoint.catalog.leases_repo import create_lease
+from tierpoint.services.restore import LeaseRequest, latest_with_lease
+
+router = APIRouter(prefix="/v1/jobs", tags=["leases"], route_class=GatedRoute)
+
+
+@router.post(
+    "/{job:path}/restores",
+    status_code=201,
+    response_model=RestoreOut,
+    responses=problem_responses(404, 409, 422),
+    summary="Start a restore: the step, a lease on it, and every copy of its files",
+    dependencies=[Depends(require_job(Scope.READ))],
+)
+async def start_restore(
+    job: JobName,
+    body: StartRestore,
+    session: SessionDep,
+    state: StateDep,
+    principal: PrincipalDep,
+    actor: Actor,
+) -> RestoreOut:
+    """Without `step`: the latest step the caller can restore (as `GET .../checkpoints/latest`
+    chooses it, `tier` and `node` included), 404 `no_restorable_checkpoint` when there is none.
+    With `step`: that step, 404 `checkpoint_not_found` or 409 `not_leasable` when it is
+    restorable from no tier. Either way a restore lease is taken on it in the same transaction
+    as the answer is read (release it with `DELETE .../leases/{id}` when the restore is done),
+    and the answer carries the checkpoint with every shard's replicas and the tier
+    configuration: all a reader needs to read any file from its fastest verified copy.
+    422 `unknown_tier`, `unknown_node` for a tier not configured or a node no worker reported
+    from. The token needs what reading the checkpoint and taking a lease need: train:<job>,
+    or read and operate."""
+    LEASE_WRITE.check(principal, job)
+    _tier(state, body.tier)
+    if body.node is not None:
+        await nodes.require_known(session, body.node)
+    tiers = state.settings.tiers
+    if body.step is None:
+        lease = LeaseRequest(body.ttl_seconds, body.holder, actor)
+        found = await latest_with_lease(
+            session, job, tiers, tier=body.tier, node=body.node, lease=lease
+        )
+        step, taken, skipped = found.step, found.lease, found.skipped
+        assert taken is not None  # asked for with the answer
+    else:
+        step, skipped = body.step, []
+        taken = await create_lease(session, job, step, body.ttl_seconds, body.holder, actor)
+    # Read under the lease, which keeps every copy listed from expiring.
+    detail = await checkpoint_reads.get_checkpoint(session, job, step, tiers)
+    await session.commit()
+    return RestoreOut.model_validate(
+        {
+            "job": job,
+            "step": step,
+            "lease": taken,
+            "checkpoint": detail,
+            "tiers": [TierOut.of(t) for t in tiers],
+            "skipped": skipped,
+        },
+        from_attributes=True,
+    )

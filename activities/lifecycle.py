@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pydantic import ValidationError
-from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -22,6 +21,7 @@ from tierpoint import logs
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog import metrics_reads, nodes
+from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.snapshot import policy_for_job
 from tierpoint.config import Settings, TierConfig, TierKind
@@ -89,7 +89,7 @@ class LifecycleActivities:
 
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         settings: Settings,
         stores: Stores,
         node: str | None = None,
@@ -374,7 +374,7 @@ class LifecycleActivities:
             **(extra or {}),
         }
         with self._sessions.begin() as s:
-            job_id = repo.job_id_of(s, checkpoint_id)
+            job_id = repo.job_id_of_checkpoint(s, checkpoint_id)
             record(
                 s,
                 kind,

@@ -14,12 +14,12 @@ import threading
 import time
 from datetime import datetime, timedelta
 
-from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
 from tierpoint import logs
 from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.damage import mark_damaged
+from tierpoint.catalog.engine import Sessions
 from tierpoint.config import Settings, TierKind
 from tierpoint.contract.integrity import (
     PROBLEM_LIMIT,
@@ -64,7 +64,7 @@ def judge(v: VerifyResult, size: int, checksum: str, tier: str) -> tuple[Replica
 class ScrubActivities:
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         settings: Settings,
         stores: Stores,
         node: str | None = None,

@@ -11,10 +11,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Request
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.temporal_link import TemporalLink
 from api.token_cache import TokenCache
+from tierpoint.catalog.engine import AsyncEngine, AsyncSession, AsyncSessions
 from tierpoint.config import NAME_RE, Settings
 from tierpoint.errors import UnsafePath
 from tierpoint.manifest import MAX_STEP, step_in_range
@@ -27,7 +27,7 @@ class ApiState:
     settings: Settings
     metrics: ApiMetrics
     engine: AsyncEngine
-    sessions: async_sessionmaker[AsyncSession]
+    sessions: AsyncSessions
     temporal: TemporalLink
     tokens: TokenCache
     # boto3 S3 clients per tier name, for readiness checks (created on first use).

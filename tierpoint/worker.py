@@ -12,8 +12,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from sqlalchemy import Engine
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -25,6 +23,8 @@ from activities.scrub import ScrubActivities
 from activities.stores import Stores
 from tierpoint import logs, metrics_worker
 from tierpoint.catalog.engine import (
+    AsyncSessions,
+    Engine,
     async_sessions,
     make_async_engine,
     make_sync_engine,
@@ -87,7 +87,7 @@ async def _every(
 
 async def reconcile_once(
     client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: AsyncSessions,
     grace: timedelta = RECONCILE_GRACE,
 ) -> int:
     """Start the lifecycle of every registered checkpoint that has none. Returns how many."""

@@ -102,7 +102,7 @@ def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | No
     return None if row is None else CheckpointHead(*row)
 
 
-def job_id_of(session: Session, checkpoint_id: int) -> int | None:
+def job_id_of_checkpoint(session: Session, checkpoint_id: int) -> int | None:
     return session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
 
 

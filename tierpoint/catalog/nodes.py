@@ -22,6 +22,14 @@ from .events import EventKind, arecord
 from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 
 
+def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -> bool:
+    """Every one of `node_ids` has reported in at or after `since` (the catalog's clock)."""
+    seen = session.scalar(
+        select(func.count()).where(Node.id.in_(list(node_ids)), Node.last_seen_at >= since)
+    )
+    return int(seen or 0) == len(set(node_ids))
+
+
 def upsert_node(session: Session, node_id: str, local_roots: dict[str, Any]) -> None:
     # Reporting in never clears lost_at: a node declared lost stays lost.
     stmt = insert(Node).values(id=node_id, local_roots=local_roots, last_seen_at=func.now())

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import case, exists, func, select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.checkpoint_lookup import no_job, require_job_id_sync
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,
@@ -25,7 +26,6 @@ from tierpoint.catalog.models import (
     RetentionPolicy,
     Shard,
 )
-from tierpoint.errors import JobNotFound
 from tierpoint.retention.models import CheckpointInfo, RetentionPlan, RetentionSnapshot, TierCopy
 from tierpoint.retention.planner import plan
 from tierpoint.retention.policy import DEFAULT_POLICY, Policy, TierRef
@@ -54,7 +54,7 @@ def policy_for_job(session: Session, job: str) -> AssignedPolicy:
     must not run on a policy it cannot read)."""
     row = session.execute(select(Job.id, Job.policy_id).where(Job.name == job)).one_or_none()
     if row is None:
-        raise JobNotFound(f"no job named {job!r}")
+        raise no_job(job)
     if row.policy_id is not None:
         pol = session.get_one(RetentionPolicy, row.policy_id)
         source: Literal["job", "default"] = "job"
@@ -99,9 +99,7 @@ def take_snapshot(
 ) -> RetentionSnapshot:
     """The job's checkpoints with their copies on the configured tiers (markers on other tiers are
     left out). A lease counts if it is unreleased and expires after `now`. Raises JobNotFound."""
-    job_id = session.scalar(select(Job.id).where(Job.name == job))
-    if job_id is None:
-        raise JobNotFound(f"no job named {job!r}")
+    job_id = require_job_id_sync(session, job)
     names = [t.name for t in tiers]
 
     active_lease = exists().where(

@@ -118,7 +118,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- promote: restorable only when every shard is verified -------------------------------
     Mutant(
         "promote-count",
-        "tierpoint/catalog/lifecycle_repo.py",
+        "tierpoint/catalog/promotion.py",
         "    if verified == total and stage_error is None:\n",
         "    if stage_error is None:\n",
         (WRONG_CRC, ROTTING),
@@ -126,7 +126,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "promote-verified-filter",
-        "tierpoint/catalog/lifecycle_repo.py",
+        "tierpoint/catalog/promotion.py",
         """            Replica.tier == tier,
             Replica.state == ReplicaState.VERIFIED.value,
             verified_on_live_nodes(),
@@ -142,7 +142,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "promote-lost-node",
-        "tierpoint/catalog/lifecycle_repo.py",
+        "tierpoint/catalog/promotion.py",
         "            Replica.state == ReplicaState.VERIFIED.value,\n"
         "            verified_on_live_nodes(),\n",
         "            Replica.state == ReplicaState.VERIFIED.value,\n",

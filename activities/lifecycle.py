@@ -23,6 +23,7 @@ from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog import metrics_reads, nodes
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.promotion import promote
 from tierpoint.catalog.snapshot import policy_for_job
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
@@ -339,7 +340,7 @@ class LifecycleActivities:
     def promote(self, inp: PromoteInput) -> PromoteResult:
         with metrics.timed(PROMOTE), self._sessions.begin() as s:
             head = repo.checkpoint_head(s, inp.checkpoint_id)
-            outcome = repo.promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
+            outcome = promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
             # In the promoting transaction, so that now() is the marker's restorable_at; only
             # for the first promotion (a repair's is not a promotion lag).
             lag = (

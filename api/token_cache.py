@@ -30,6 +30,8 @@ class TokenCache:
             record = await tokens_repo.find_by_digest(session, token_digest)
             if record is not None and _touch_due(record):
                 await tokens_repo.touch(session, record.id)
+                # Its own transaction: authentication runs before, and apart from, the
+                # request's unit of work (a refused request still counts as the token's use).
                 await session.commit()
         if record is None:
             self._entries.pop(token_digest, None)

@@ -82,7 +82,7 @@ async def scrub_status(state: StateDep) -> ScrubOut:
 )
 async def start_reconcile(body: ReconcileIn, state: StateDep) -> ReconcileRunOut:
     if body.tier is not None:
-        state.settings.tier(body.tier)  # UnknownTier
+        state.settings.tier(body.tier, "body")  # UnknownTier
     if body.job is not None:
         validate_name(body.job)
         async with state.sessions() as session:

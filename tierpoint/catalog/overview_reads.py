@@ -13,8 +13,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.failures_repo import unacknowledged
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, JobTierUsage, RetentionPolicy
-from tierpoint.catalog.operator_reads import FAILED, PENDING, RESTORABLE, db_now
+from tierpoint.catalog.models import (
+    RESTORABLE,
+    Checkpoint,
+    CheckpointTier,
+    Job,
+    JobTierUsage,
+    RetentionPolicy,
+)
+from tierpoint.catalog.operator_reads import FAILED, PENDING, db_now
 from tierpoint.catalog.operator_views import JobOverviewView, TierPointView
 
 

@@ -532,9 +532,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "damage-keeps-marker-restorable",
         "tierpoint/catalog/damage.py",
-        """            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
+        """        .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
 """,
-        """            .values(reason=reason, updated_at=func.now())
+        """        .values(reason=reason, updated_at=func.now())
 """,
         (
             "tests/tierpoint/catalog/test_integrity_repos.py::"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 from sqlalchemy import Engine
 
@@ -17,18 +19,19 @@ async def test_every_route_refuses_an_unknown_tier_alike(
     await seed(client, catalog, job, [1])
     cp = f"/v1/jobs/{job}/checkpoints/1"
     before = row_counts(catalog)
-    requests = [
-        ("query", client.get(f"/v1/jobs/{job}/checkpoints/latest", params={"tier": UNKNOWN})),
-        ("query", client.get(f"/v1/jobs/{job}/checkpoints", params={"tier": UNKNOWN})),
-        ("query", client.get("/v1/copies/in-flight", params={"tier": UNKNOWN})),
-        ("body", client.post(f"{cp}/quarantine", json={"reason": "x", "tier": UNKNOWN})),
-        ("query", client.delete(f"{cp}/quarantine", params={"tier": UNKNOWN})),
-        ("body", client.post(f"{cp}/verify", json={"tier": UNKNOWN})),
-        ("body", client.post(f"{cp}/acknowledge", json={"tier": UNKNOWN})),
-        ("body", client.post("/v1/reconcile", json={"tier": UNKNOWN})),
+    t = {"tier": UNKNOWN}
+    requests: list[tuple[str, str, str, dict[str, Any]]] = [
+        ("query", "GET", f"/v1/jobs/{job}/checkpoints/latest", {"params": t}),
+        ("query", "GET", f"/v1/jobs/{job}/checkpoints", {"params": t}),
+        ("query", "GET", "/v1/copies/in-flight", {"params": t}),
+        ("body", "POST", f"{cp}/quarantine", {"json": {"reason": "x", **t}}),
+        ("query", "DELETE", f"{cp}/quarantine", {"params": t}),
+        ("body", "POST", f"{cp}/verify", {"json": t}),
+        ("body", "POST", f"{cp}/acknowledge", {"json": t}),
+        ("body", "POST", "/v1/reconcile", {"json": t}),
     ]
-    for location, request in requests:
-        r = await request
+    for location, method, url, kwargs in requests:
+        r = await client.request(method, url, **kwargs)
         assert r.status_code == 422, r.text
         problem = r.json()
         assert problem["code"] == "unknown_tier", r.text

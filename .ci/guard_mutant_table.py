@@ -120,7 +120,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- promote: restorable only when every shard is verified -------------------------------
     Mutant(
         "promote-count",
-        "tierpoint/catalog/lifecycle_repo.py",
+        "tierpoint/catalog/promotion.py",
         "    if verified == total and stage_error is None:\n",
         "    if stage_error is None:\n",
         (WRONG_CRC, ROTTING),
@@ -128,7 +128,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "promote-verified-filter",
-        "tierpoint/catalog/lifecycle_repo.py",
+        "tierpoint/catalog/promotion.py",
         """            Replica.tier == tier,
             Replica.state == ReplicaState.VERIFIED.value,
             verified_on_live_nodes(),
@@ -144,7 +144,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "promote-lost-node",
-        "tierpoint/catalog/lifecycle_repo.py",
+        "tierpoint/catalog/promotion.py",
         "            Replica.state == ReplicaState.VERIFIED.value,\n"
         "            verified_on_live_nodes(),\n",
         "            Replica.state == ReplicaState.VERIFIED.value,\n",
@@ -556,9 +556,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "damage-keeps-marker-restorable",
         "tierpoint/catalog/damage.py",
-        """            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
+        """        .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
 """,
-        """            .values(reason=reason, updated_at=func.now())
+        """        .values(reason=reason, updated_at=func.now())
 """,
         (
             "tests/tierpoint/catalog/test_integrity_repos.py::"

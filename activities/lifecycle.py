@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pydantic import ValidationError
-from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -21,7 +20,9 @@ from tierpoint import logs
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog import metrics_reads, nodes
+from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.promotion import promote
 from tierpoint.catalog.snapshot import policy_for_job
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
@@ -75,7 +76,7 @@ class LifecycleActivities:
 
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         settings: Settings,
         stores: Stores,
         node: str | None = None,
@@ -262,7 +263,7 @@ class LifecycleActivities:
     def promote(self, inp: PromoteInput) -> PromoteResult:
         with metrics.timed(PROMOTE), self._sessions.begin() as s:
             head = repo.checkpoint_head(s, inp.checkpoint_id)
-            outcome = repo.promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
+            outcome = promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
             # In the promoting transaction, so that now() is the marker's restorable_at; only
             # for the first promotion (a repair's is not a promotion lag).
             lag = (
@@ -297,7 +298,7 @@ class LifecycleActivities:
             **(extra or {}),
         }
         with self._sessions.begin() as s:
-            job_id = repo.job_id_of(s, checkpoint_id)
+            job_id = repo.job_id_of_checkpoint(s, checkpoint_id)
             record(
                 s,
                 kind,

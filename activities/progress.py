@@ -11,11 +11,11 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.damage import mark_damaged_shards
+from tierpoint.catalog.engine import Sessions
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ResumeState
 
@@ -40,9 +40,7 @@ def resume_state_for(details: dict[str, Any], ordinal: int) -> ResumeState | Non
 
 
 class BatchReporter:
-    def __init__(
-        self, sessions: sessionmaker[Session], checkpoint_id: int, tier: str, interval: float
-    ) -> None:
+    def __init__(self, sessions: Sessions, checkpoint_id: int, tier: str, interval: float) -> None:
         self._sessions = sessions
         self._checkpoint_id = checkpoint_id
         self._tier = tier

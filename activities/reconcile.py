@@ -21,12 +21,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
 from tierpoint import logs
 from tierpoint.catalog import reconcile_repo, scrub_repo
 from tierpoint.catalog.damage import mark_damaged
+from tierpoint.catalog.engine import Sessions
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.integrity import (
     RECONCILE_PLAN,
@@ -81,7 +81,7 @@ def _walk(top: Path) -> Iterator[Entry]:
 class ReconcileActivities:
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         settings: Settings,
         stores: Stores,
         node: str | None = None,
@@ -168,13 +168,13 @@ class ReconcileActivities:
                 _note(report, Finding.EXTRA, f"{job}/{rel}")
                 continue
             seen.add(key)
-            if exp.replica_state == reconcile_repo.VERIFIED and size != exp.shard_size:
+            if exp.replica_state == ReplicaState.VERIFIED and size != exp.shard_size:
                 _note(report, Finding.WRONG_SIZE, f"{job}/{rel}: {size} != {exp.shard_size} bytes")
                 assert exp.replica_id is not None
                 wrong[exp.replica_id] = f"reconcile: size {size} != registered {exp.shard_size}"
         missing: dict[int, str] = {}
         for key, exp in sorted(expected.items()):
-            if exp.replica_state != reconcile_repo.VERIFIED:
+            if exp.replica_state != ReplicaState.VERIFIED:
                 continue
             report.checked += 1
             if key not in seen:

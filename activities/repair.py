@@ -13,16 +13,14 @@ import dataclasses
 from collections import defaultdict
 from datetime import UTC, datetime
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.client import Client
 
 from tierpoint import logs
+from tierpoint.catalog import expiry_repo, repair_repo
 from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog import repair_repo
+from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.integrity import (
     REPAIR_COPY,
@@ -57,7 +55,7 @@ _UNTOUCHABLE = (
 class RepairActivities:
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         settings: Settings,
         stores: Stores,
         node: str | None = None,
@@ -76,9 +74,8 @@ class RepairActivities:
     @activity.defn(name=REPAIR_PLAN)
     def plan(self, inp: RepairPlanInput) -> RepairPlan:
         with self._sessions.begin() as s:
-            count = s.scalar(
-                select(Checkpoint.shard_count).where(Checkpoint.id == inp.checkpoint_id)
-            )
+            head = repo.checkpoint_head(s, inp.checkpoint_id)
+            count = head.shard_count if head is not None else 0
             return repair_repo.plan_repair(
                 s,
                 inp.checkpoint_id,
@@ -140,12 +137,7 @@ class RepairActivities:
         verified; None when the tier's copy is no longer for repair to mend."""
         b = inp.batch
         with self._sessions.begin() as s:
-            marker = s.scalar(
-                select(CheckpointTier.state).where(
-                    CheckpointTier.checkpoint_id == inp.checkpoint_id,
-                    CheckpointTier.tier == dst_tier.name,
-                )
-            )
+            marker = expiry_repo.marker_state(s, inp.checkpoint_id, dst_tier.name)
             if marker not in repair_repo.REPAIRABLE_MARKERS:
                 return None
             shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name)
@@ -207,7 +199,7 @@ class RepairActivities:
                 s,
                 EventKind.REPAIRED,
                 checkpoint_id=inp.checkpoint_id,
-                job_id=repo.job_id_of(s, inp.checkpoint_id),
+                job_id=repo.job_id_of_checkpoint(s, inp.checkpoint_id),
                 tier=tier.name,
                 actor=ACTOR,
                 detail={
@@ -230,12 +222,7 @@ class RepairActivities:
 
         def names() -> list[tuple[int, str, int]]:
             with self._sessions.begin() as s:
-                rows = s.execute(
-                    select(Checkpoint.id, Job.name, Checkpoint.step)
-                    .join(Job, Job.id == Checkpoint.job_id)
-                    .where(Checkpoint.id.in_(inp.checkpoint_ids))
-                ).all()
-            return [(r[0], r[1], r[2]) for r in rows]
+                return repair_repo.checkpoint_names(s, inp.checkpoint_ids)
 
         rows = await asyncio.to_thread(names)
         for cid, job, step in rows:

@@ -11,13 +11,13 @@ import asyncio
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
-from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint.catalog import expiry_repo as repo
+from tierpoint.catalog.engine import Sessions
 from tierpoint.config import Settings
 from tierpoint.contract import retention as c
 from tierpoint.contract.common import FailureType
@@ -65,7 +65,7 @@ class RetentionActivities:
 
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         settings: Settings,
         stores: Stores,
         client: Client | None = None,

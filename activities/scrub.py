@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy.orm import Session, sessionmaker
 from temporalio import activity
 
 from tierpoint import logs
 from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.damage import mark_damaged
+from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.scrub_repo import ScrubTarget
 from tierpoint.config import Settings, TierKind
 from tierpoint.contract.integrity import (
@@ -67,7 +67,7 @@ def judge(v: VerifyResult, size: int, checksum: str, tier: str) -> tuple[Replica
 class ScrubActivities:
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        sessions: Sessions,
         settings: Settings,
         stores: Stores,
         node: str | None = None,
@@ -245,7 +245,7 @@ class _Found:
     def any_bad(self) -> bool:
         return any(self.problems.values())
 
-    def write(self, sessions: sessionmaker[Session]) -> None:
+    def write(self, sessions: Sessions) -> None:
         result = self.result
         with sessions.begin() as s:
             result.bytes += scrub_repo.record_good(s, self.tier, self.replica_ids, self.picked_at)

@@ -11,10 +11,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Request
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.temporal_link import TemporalLink
 from api.token_cache import TokenCache
+from tierpoint.catalog.engine import AsyncEngine, AsyncSession, AsyncSessions
 from tierpoint.config import NAME_RE, Settings
 from tierpoint.errors import UnsafePath
 from tierpoint.manifest import MAX_STEP, step_in_range
@@ -27,7 +27,7 @@ class ApiState:
     settings: Settings
     metrics: ApiMetrics
     engine: AsyncEngine
-    sessions: async_sessionmaker[AsyncSession]
+    sessions: AsyncSessions
     temporal: TemporalLink
     tokens: TokenCache
     # boto3 S3 clients per tier name, for readiness checks (created on first use).
@@ -43,13 +43,20 @@ StateDep = Annotated[ApiState, Depends(get_state)]
 
 
 async def get_session(state: StateDep) -> AsyncIterator[AsyncSession]:
-    # Handlers commit explicitly before they return: the cleanup below runs after the response
-    # may already be on its way, so it only closes (rolling back anything uncommitted).
+    """The request's unit of work: one session, committed once when the handler returns and
+    rolled back when it raises. Handlers do not commit. Function scope puts the commit before the
+    response is sent (a 2xx means it is in the catalog) and before the background tasks run (so
+    what they start, a retention run or a lifecycle, reads what the request wrote)."""
     async with state.sessions() as session:
-        yield session
+        try:
+            yield session
+        except BaseException:
+            await session.rollback()
+            raise
+        await session.commit()
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session)]
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 
 def _job_name(value: str) -> str:

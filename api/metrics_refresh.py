@@ -10,10 +10,9 @@ import asyncio
 import contextlib
 import time
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from tierpoint import logs
 from tierpoint.catalog import metrics_reads, overview_reads
+from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.config import Settings, TierKind
 from tierpoint.metrics_api import ApiMetrics
 from tierpoint.storage.posix.space import disk_space
@@ -29,9 +28,7 @@ Point = tuple[str, str]  # (job, tier)
 
 
 class CatalogGauges:
-    def __init__(
-        self, settings: Settings, metrics: ApiMetrics, sessions: async_sessionmaker[AsyncSession]
-    ) -> None:
+    def __init__(self, settings: Settings, metrics: ApiMetrics, sessions: AsyncSessions) -> None:
         self._settings = settings
         self._metrics = metrics
         self._sessions = sessions

@@ -11,13 +11,13 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.schemas.problem import Problem
 from tierpoint import logs
+from tierpoint.catalog.engine import CATALOG_UNREACHABLE
 from tierpoint.errors import CatalogUnavailable, TemporalUnavailable, TierpointError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -190,8 +190,8 @@ def install(app: FastAPI) -> None:
             request, CatalogUnavailable("the catalog database is unavailable; retry later")
         )
 
-    app.add_exception_handler(OperationalError, _catalog_down)
-    app.add_exception_handler(InterfaceError, _catalog_down)
+    for unreachable in CATALOG_UNREACHABLE:
+        app.add_exception_handler(unreachable, _catalog_down)
 
     @app.exception_handler(RPCError)
     async def _temporal(request: Request, exc: RPCError) -> JSONResponse:

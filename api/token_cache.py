@@ -7,10 +7,9 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from tierpoint.auth import TokenRecord
 from tierpoint.catalog import tokens_repo
+from tierpoint.catalog.engine import AsyncSessions
 
 
 @dataclass
@@ -22,9 +21,7 @@ class TokenCache:
     max_entries: int = 4096
     _entries: dict[str, tuple[float, TokenRecord]] = field(default_factory=dict)
 
-    async def record(
-        self, token_digest: str, sessions: async_sessionmaker[AsyncSession]
-    ) -> TokenRecord | None:
+    async def record(self, token_digest: str, sessions: AsyncSessions) -> TokenRecord | None:
         now = time.monotonic()
         hit = self._entries.get(token_digest)
         if hit is not None and hit[0] > now:
@@ -33,6 +30,8 @@ class TokenCache:
             record = await tokens_repo.find_by_digest(session, token_digest)
             if record is not None and _touch_due(record):
                 await tokens_repo.touch(session, record.id)
+                # Its own transaction: authentication runs before, and apart from, the
+                # request's unit of work (a refused request still counts as the token's use).
                 await session.commit()
         if record is None:
             self._entries.pop(token_digest, None)

@@ -280,13 +280,12 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
 
-    def tier(self, name: str) -> TierConfig:
+    def tier(self, name: str, location: str = "query") -> TierConfig:
+        """The tier named `name`; the one answer to "is it configured" (raises UnknownTier)."""
         for t in self.tiers:
             if t.name == name:
                 return t
-        raise UnknownTier(
-            f"tier {name!r} is not configured; tiers are {', '.join(self.tier_names())}"
-        )
+        raise UnknownTier.named(name, self.tier_names(), location)
 
     def tier_names(self) -> list[str]:
         return [t.name for t in self.tiers]

@@ -6,6 +6,7 @@ prints `code: detail`. Codes are part of the public contract: never rename one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 
@@ -70,6 +71,21 @@ class UnknownTier(TierpointError):
     code = "unknown_tier"
     status = 422
     title = "Unknown tier"
+
+    @classmethod
+    def named(cls, tier: str, configured: Sequence[str], location: str = "query") -> UnknownTier:
+        """The one refusal of a tier that is not configured, wherever it was named."""
+        return cls(
+            f"tier {tier!r} is not configured; tiers are {', '.join(configured)}",
+            errors=[
+                {
+                    "field": "tier",
+                    "location": location,
+                    "message": f"unknown tier {tier!r}",
+                    "code": cls.code,
+                }
+            ],
+        )
 
 
 class RequestInvalid(TierpointError):

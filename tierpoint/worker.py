@@ -14,9 +14,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -29,6 +26,9 @@ from activities.scrub import ScrubActivities
 from activities.stores import Stores
 from tierpoint import logs, metrics_worker
 from tierpoint.catalog.engine import (
+    AsyncSessions,
+    Engine,
+    Sessions,
     async_sessions,
     make_async_engine,
     make_sync_engine,
@@ -91,7 +91,7 @@ async def _every(
 
 async def reconcile_once(
     client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: AsyncSessions,
     grace: timedelta = RECONCILE_GRACE,
 ) -> int:
     """Start the lifecycle of every registered checkpoint that has none. Returns how many."""
@@ -117,7 +117,7 @@ WORKFLOWS = (
 
 
 def activity_objects(
-    sessions: sessionmaker[Session],
+    sessions: Sessions,
     settings: Settings,
     stores: Stores,
     *,
@@ -140,7 +140,7 @@ class _Wiring:
 
     settings: Settings
     client: Client
-    sessions: sessionmaker[Session]
+    sessions: Sessions
     stores: Stores
     executor: ThreadPoolExecutor
     graceful_shutdown: timedelta
@@ -253,7 +253,7 @@ async def _run(
     nodes: Sequence[str],
     shared: bool,
     stop: asyncio.Event,
-    reconciler_sessions: async_sessionmaker[AsyncSession],
+    reconciler_sessions: AsyncSessions,
 ) -> None:
     """Build the workers and their loops, run them until `stop` (or until a worker dies), and
     shut them down."""

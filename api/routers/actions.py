@@ -44,7 +44,6 @@ async def retry(
         actor,
         state.settings.tier_names(),
     )
-    await session.commit()
     return RetryOut.model_validate(outcome)
 
 
@@ -63,6 +62,7 @@ async def verify(
     `lost`), the tier leaves `restorable` at once and a repair starts. Answers with the outcome if
     the run ends within a few seconds, else `running` (ask again: you join the same run). 409
     `nothing_to_verify` when the tier holds no verified replica of it."""
+    state.settings.tier(body.tier, "body")  # UnknownTier
     run = await verify_checkpoint(
         state.sessions,
         await state.temporal.client(),
@@ -86,6 +86,7 @@ async def acknowledge(
     job: JobName,
     step: Step,
     session: SessionDep,
+    state: StateDep,
     actor: Actor,
     body: AcknowledgeIn | None = None,
 ) -> AcknowledgeOut:
@@ -94,6 +95,7 @@ async def acknowledge(
     copy is not retried nor deleted; a later change of it (a retry, a new failure) shows again.
     409 `nothing_to_acknowledge` when no such failure is open."""
     tier = body.tier if body is not None else None
+    if tier is not None:
+        state.settings.tier(tier, "body")  # UnknownTier
     done = await failures_repo.acknowledge(session, job, step, tier, actor)
-    await session.commit()
     return AcknowledgeOut(job=job, step=step, acknowledged=done)

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from api import background
 from api.auth import LEASE_WRITE, Actor, PrincipalDep, require_job
-from api.deps import ApiState, JobName, SessionDep, StateDep, Step
+from api.deps import JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
@@ -26,7 +26,6 @@ from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads, nodes, registration
 from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
 from tierpoint.contract.lifecycle import LifecycleInput
-from tierpoint.errors import UnknownTier
 from tierpoint.json_types import Text
 from tierpoint.manifest import check_limits, parse_manifest_json
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
@@ -34,23 +33,6 @@ from tierpoint.states import TierState
 
 log = logs.get(__name__)
 router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"], route_class=GatedRoute)
-
-
-def _tier(state: ApiState, tier: str | None) -> str | None:
-    """A tier named in the query must be configured."""
-    if tier is not None and tier not in state.settings.tier_names():
-        raise UnknownTier(
-            f"tier {tier!r} is not configured; tiers are {', '.join(state.settings.tier_names())}",
-            errors=[
-                {
-                    "field": "tier",
-                    "location": "query",
-                    "message": f"unknown tier {tier!r}",
-                    "code": "unknown_tier",
-                }
-            ],
-        )
-    return tier
 
 
 async def manifest_body(job: JobName, request: Request) -> RegisterCheckpoint:
@@ -113,7 +95,6 @@ async def register_checkpoint(
         )
     else:
         view = await checkpoint_reads.checkpoint_view(session, job, result.checkpoint_id, tiers)
-    await session.commit()
     if result.created:
         response.status_code = 201
         state.metrics.registrations.labels("created").inc()
@@ -182,7 +163,8 @@ async def latest_restorable(
     same `skipped` list) when there is none. With `lease_ttl` the token also needs what taking a
     lease needs (train:<job> or operate). 422 `unknown_node` for a node no worker reported
     from."""
-    _tier(state, tier)
+    if tier is not None:
+        state.settings.tier(tier)  # UnknownTier
     if node is not None:
         await nodes.require_known(session, node)
     lease = None
@@ -192,8 +174,6 @@ async def latest_restorable(
     result = await latest_with_lease(
         session, job, state.settings.tiers, tier=tier, node=node, lease=lease
     )
-    if lease is not None:
-        await session.commit()
     return LatestWithLease.model_validate(result)
 
 
@@ -244,7 +224,8 @@ async def list_checkpoints(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[Text | None, Query(max_length=200)] = None,
 ) -> CheckpointPage:
-    _tier(state, tier)
+    if tier is not None:
+        state.settings.tier(tier)  # UnknownTier
     before = decode_cursor(cursor, int) if cursor is not None else None
     items, next_step = await checkpoint_reads.list_checkpoints(
         session,

@@ -35,7 +35,6 @@ async def _delete(
     tasks: BackgroundTasks,
 ) -> DeletionOut:
     out = await deletion_repo.delete_checkpoints(session, job, step, actor, force=force)
-    await session.commit()
     if out.deleted:
         tasks.add_task(background.request_retention, state, [job], f"deleted by {actor}")
     return DeletionOut.model_validate(out)

@@ -6,13 +6,13 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from fastapi import APIRouter, Depends
-from sqlalchemy import text
 
 from api.auth import public
 from api.deps import ApiState, StateDep
 from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.health import Health, Readiness
+from tierpoint.catalog.engine import ping
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NotReady
 
@@ -32,8 +32,7 @@ async def healthz() -> Health:
 
 
 async def _catalog(state: ApiState) -> str | None:
-    async with state.engine.connect() as conn:
-        await conn.execute(text("SELECT 1"))
+    await ping(state.engine)
     return None
 
 

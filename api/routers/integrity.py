@@ -21,9 +21,9 @@ from api.schemas.integrity import (
 )
 from tierpoint.auth import Scope
 from tierpoint.catalog import scrub_repo
-from tierpoint.catalog.checkpoint_reads import job_id_of
+from tierpoint.catalog.checkpoint_lookup import require_job_id
 from tierpoint.contract.integrity import ReconcileInput
-from tierpoint.errors import JobNotFound, TemporalUnavailable
+from tierpoint.errors import TemporalUnavailable
 from tierpoint.services import corrupt_reports, reconcile
 from tierpoint.storage.paths import validate_name
 
@@ -82,12 +82,11 @@ async def scrub_status(state: StateDep) -> ScrubOut:
 )
 async def start_reconcile(body: ReconcileIn, state: StateDep) -> ReconcileRunOut:
     if body.tier is not None:
-        state.settings.tier(body.tier)  # UnknownTier
+        state.settings.tier(body.tier, "body")  # UnknownTier
     if body.job is not None:
         validate_name(body.job)
         async with state.sessions() as session:
-            if await job_id_of(session, body.job) is None:
-                raise JobNotFound(f"no job named {body.job!r}")
+            await require_job_id(session, body.job)
     client = await _client(state)
     run_id = await reconcile.start(
         client, ReconcileInput(tier=body.tier, job=body.job, repair=body.repair)

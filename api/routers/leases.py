@@ -37,7 +37,6 @@ async def create_lease(
 ) -> Lease:
     """409 `not_leasable` when the checkpoint is restorable from no tier."""
     lease = await repo.create_lease(session, job, step, body.ttl_seconds, body.holder, actor)
-    await session.commit()
     return Lease.model_validate(lease)
 
 
@@ -75,7 +74,6 @@ async def renew_lease(
 ) -> Lease:
     """409 `lease_ended` for a released or expired lease: take a new one."""
     lease = await repo.renew_lease(session, job, step, lease_id, body.ttl_seconds, actor)
-    await session.commit()
     return Lease.model_validate(lease)
 
 
@@ -96,7 +94,6 @@ async def release_lease(
     background_tasks: BackgroundTasks,
 ) -> Response:
     _, released = await repo.release_lease(session, job, step, lease_id, actor)
-    await session.commit()
     if released:
         background_tasks.add_task(background.request_retention, state, [job], "lease released")
     return Response(status_code=204, background=background_tasks)

@@ -42,6 +42,9 @@ async def declare_node_lost(
     tiers the shards reached (or fail saying the node was lost). Registrations naming the node
     are refused from now on."""
     lost = await node_lost.declare(session, state.settings, node, actor)
+    # A second transaction on purpose: the lifecycles told below read the lost node from the
+    # catalog, so the declaration must be committed before they are (the unit's own commit at
+    # the end then has nothing left to do).
     await session.commit()
     told = await node_lost.tell_lifecycles(await state.temporal.client(), lost)
     return NodeLostOut(

@@ -37,7 +37,6 @@ from tierpoint.auth import Scope
 from tierpoint.catalog import operator_reads, overview_reads
 from tierpoint.config import TierKind
 from tierpoint.cost import monthly_cost
-from tierpoint.errors import UnknownTier
 from tierpoint.json_types import Text
 from tierpoint.storage.posix.space import disk_space
 
@@ -95,11 +94,6 @@ async def jobs_overview(
     )
 
 
-def _known_tier(tier: str | None, names: list[str]) -> None:
-    if tier is not None and tier not in names:
-        raise UnknownTier(f"tier {tier!r} is not configured; tiers are {', '.join(names)}")
-
-
 @router.get(
     "/copies/in-flight",
     dependencies=[Depends(require(Scope.READ))],
@@ -115,7 +109,8 @@ async def copies_in_flight(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> InFlightList:
     names = state.settings.tier_names()
-    _known_tier(tier, names)
+    if tier is not None:
+        state.settings.tier(tier)  # UnknownTier
     views, now = await operator_reads.in_flight(session, names, job=job, tier=tier, limit=limit)
     return InFlightList(now=now, items=[InFlightOut.model_validate(v) for v in views])
 

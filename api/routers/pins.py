@@ -27,7 +27,6 @@ async def pin_checkpoint(job: JobName, step: Step, session: SessionDep, actor: A
     """409 `copy_expiring` (with `tiers`) while retention is deleting one of its copies: nothing
     is pinned then, as the pin could not keep that copy."""
     pin = await repo.set_pinned(session, job, step, True, actor)
-    await session.commit()
     return Pin.model_validate(pin)
 
 
@@ -47,7 +46,6 @@ async def unpin_checkpoint(
     background_tasks: BackgroundTasks,
 ) -> Pin:
     pin = await repo.set_pinned(session, job, step, False, actor)
-    await session.commit()
     if pin.changed:
         background_tasks.add_task(background.request_retention, state, [job], "checkpoint unpinned")
     return Pin.model_validate(pin)

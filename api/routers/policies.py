@@ -57,7 +57,6 @@ async def create_policy(
     policy = parse_policy(body.spec, tier_refs(state.settings.tiers), ("spec",))
     record = await repo.create_policy(session, body.name, policy, default=body.default, actor=actor)
     affected = await repo.assigned_jobs(session, body.name) if body.default else []
-    await session.commit()
     background_tasks.add_task(
         background.request_retention, state, affected, f"policy {body.name} is default"
     )
@@ -124,7 +123,6 @@ async def update_policy(
         session, name, policy, default=body.default, actor=actor
     )
     after = await repo.assigned_jobs(session, name)
-    await session.commit()
     # A new document affects its jobs; a default change affects the jobs that gain it (the ones
     # that lose it gain the built-in policy, or the next default, which is requested there).
     affected = sorted(set(after) | (set(before) if changed else set()))
@@ -145,7 +143,6 @@ async def update_policy(
 async def delete_policy(name: PolicyName, session: SessionDep, actor: Actor) -> Response:
     """409 `policy_in_use` while it is assigned to a job or is the default."""
     await repo.delete_policy(session, name, actor=actor)
-    await session.commit()
     return Response(status_code=204)
 
 
@@ -167,7 +164,6 @@ async def assign_policy(
     """The job need not have registered a checkpoint yet. Answers the policy that now applies."""
     previous, new = await repo.assign_policy(session, job, body.policy, actor=actor)
     assigned = await resolve_policy(session, job)
-    await session.commit()
     if previous != new:
         background_tasks.add_task(background.request_retention, state, [job], "policy assigned")
     return JobPolicy.of(job, assigned)

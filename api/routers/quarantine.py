@@ -20,24 +20,8 @@ from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads
 from tierpoint.catalog.quarantine_repo import set_quarantine
 from tierpoint.config import NAME_RE
-from tierpoint.errors import UnknownTier
 
 router = APIRouter(prefix="/v1/jobs", tags=["quarantine"], route_class=GatedRoute)
-
-
-def _configured(state: ApiState, tier: str | None, location: str) -> None:
-    if tier is not None and tier not in state.settings.tier_names():
-        raise UnknownTier(
-            f"tier {tier!r} is not configured; tiers are {', '.join(state.settings.tier_names())}",
-            errors=[
-                {
-                    "field": "tier",
-                    "location": location,
-                    "message": f"unknown tier {tier!r}",
-                    "code": "unknown_tier",
-                }
-            ],
-        )
 
 
 async def _answer(state: ApiState, session: SessionDep, job: str, step: int) -> CheckpointOut:
@@ -69,7 +53,8 @@ async def quarantine_checkpoint(
     training token it only hides the checkpoint, and its copies expire as the job's policy says
     (a job must not hold storage past its policy). 409 `copy_expiring` for a tier copy that
     retention is already deleting."""
-    _configured(state, body.tier, "body")
+    if body.tier is not None:
+        state.settings.tier(body.tier, "body")  # UnknownTier
     await set_quarantine(
         session,
         job,
@@ -80,7 +65,6 @@ async def quarantine_checkpoint(
         evidence=principal.has(Scope.OPERATE),
     )
     out = await _answer(state, session, job, step)
-    await session.commit()
     return out
 
 
@@ -106,10 +90,10 @@ async def lift_quarantine(
     ] = None,
 ) -> CheckpointOut:
     """Idempotent: lifting a quarantine that is not there changes nothing."""
-    _configured(state, tier, "query")
+    if tier is not None:
+        state.settings.tier(tier)  # UnknownTier
     changed = await set_quarantine(session, job, step, None, tier=tier, actor=actor)
     out = await _answer(state, session, job, step)
-    await session.commit()
     if changed:
         # The copies are ordinary again: retention may now expire what its rules do not keep.
         background_tasks.add_task(background.request_retention, state, [job], "quarantine lifted")

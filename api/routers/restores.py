@@ -10,7 +10,6 @@ from api.auth import LEASE_WRITE, Actor, PrincipalDep, require_job
 from api.deps import JobName, SessionDep, StateDep
 from api.gate import GatedRoute
 from api.problems import problem_responses
-from api.routers.checkpoints import _tier
 from api.schemas.restores import RestoreOut, StartRestore
 from api.schemas.tiers import TierOut
 from tierpoint.auth import Scope
@@ -48,7 +47,8 @@ async def start_restore(
     from. The token needs what reading the checkpoint and taking a lease need: train:<job>,
     or read and operate."""
     LEASE_WRITE.check(principal, job)
-    _tier(state, body.tier)
+    if body.tier is not None:
+        state.settings.tier(body.tier, location="body")
     if body.node is not None:
         await nodes.require_known(session, body.node)
     tiers = state.settings.tiers
@@ -64,7 +64,6 @@ async def start_restore(
         taken = await create_lease(session, job, step, body.ttl_seconds, body.holder, actor)
     # Read under the lease, which keeps every copy listed from expiring.
     detail = await checkpoint_reads.get_checkpoint(session, job, step, tiers)
-    await session.commit()
     return RestoreOut.model_validate(
         {
             "job": job,

@@ -85,8 +85,11 @@ async def test_an_acknowledged_failure_leaves_the_views_and_stays_in_the_history
 
 
 async def test_acknowledging_needs_an_operator_and_an_existing_checkpoint(
-    client: httpx.AsyncClient, job: str
+    client: httpx.AsyncClient, catalog: Engine, job: str
 ) -> None:
+    r = await client.post(f"/v1/jobs/{job}/checkpoints/9/acknowledge")
+    assert r.status_code == 404 and r.json()["code"] == "job_not_found"
+    await seed(client, catalog, job, [1], tiers=())
     r = await client.post(f"/v1/jobs/{job}/checkpoints/9/acknowledge")
     assert r.status_code == 404 and r.json()["code"] == "checkpoint_not_found"
 

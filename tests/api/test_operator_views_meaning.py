@@ -9,7 +9,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import sessionmaker
 
 from tests.helpers.api import seed, set_marker, set_replicas
-from tierpoint.catalog import lifecycle_repo
+from tierpoint.catalog.promotion import promote
 
 
 def _checkpoint_id(catalog: Engine, job: str, step: int) -> int:
@@ -42,7 +42,7 @@ async def test_a_repair_promotion_is_not_promotion_lag(
     set_replicas(catalog, job, 1, "lustre", "verified")
     sessions = sessionmaker(catalog)
     with sessions.begin() as s:
-        first = lifecycle_repo.promote(s, cid, "lustre", [], None)
+        first = promote(s, cid, "lustre", [], None)
     assert first.state == "restorable" and first.first
     promoted_at = _restorable_at(catalog, cid, "lustre")
     lag = (await client.get("/v1/lag", params={"job": job})).json()["items"]
@@ -62,7 +62,7 @@ async def test_a_repair_promotion_is_not_promotion_lag(
             {"c": cid},
         )
     with sessions.begin() as s:
-        again = lifecycle_repo.promote(s, cid, "lustre", [], None)
+        again = promote(s, cid, "lustre", [], None)
     assert again.state == "restorable" and again.changed and not again.first
     assert _restorable_at(catalog, cid, "lustre") == promoted_at
     lag = (await client.get("/v1/lag", params={"job": job})).json()["items"]

@@ -100,7 +100,12 @@ async def test_retry_after_the_file_appears_makes_it_restorable(
     assert len(events(catalog, "operator_action", job=job)) == 1
 
 
-async def test_retry_of_an_unknown_checkpoint(client: httpx.AsyncClient, job: str) -> None:
+async def test_retry_of_an_unknown_checkpoint(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    r = await client.post(f"/v1/jobs/{job}/checkpoints/3/retry")
+    assert r.status_code == 404 and r.json()["code"] == "job_not_found"
+    await seed(client, catalog, job, [1], tiers=())
     r = await client.post(f"/v1/jobs/{job}/checkpoints/3/retry")
     assert r.status_code == 404 and r.json()["code"] == "checkpoint_not_found"
 

@@ -172,7 +172,7 @@ async def test_errors_carry_problem_codes(stack: Stack, tmp_path: Path) -> None:
 
     with pytest.raises(NotFoundError) as nf:
         await asyncio.to_thread(client.checkpoint, job, 1)
-    assert nf.value.code == "checkpoint_not_found"
+    assert nf.value.code == "job_not_found"
 
     # Nothing was registered by the refused requests.
     assert await asyncio.to_thread(client.latest, job) is None

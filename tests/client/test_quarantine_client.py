@@ -61,7 +61,7 @@ async def test_quarantine_refusals(stack: Stack) -> None:
     client, job = stack.client, f"client-q-{uuid.uuid4().hex[:8]}"
     with pytest.raises(NotFoundError) as missing:
         await asyncio.to_thread(client.quarantine, job, 1, "x")
-    assert missing.value.code == "checkpoint_not_found"
+    assert missing.value.code == "job_not_found"
     with pytest.raises(InvalidRequestError) as empty:
         await asyncio.to_thread(client.quarantine, job, 1, "")
     assert empty.value.code == "validation_error"

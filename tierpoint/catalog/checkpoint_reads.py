@@ -11,7 +11,21 @@ from typing import Any
 from sqlalchemy import BigInteger, String, and_, case, column, exists, func, select, values
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, Shard
+from tierpoint.catalog.checkpoint_lookup import (
+    job_id_by_name,
+    no_checkpoint,
+    no_job,
+    require_job_id,
+)
+from tierpoint.catalog.models import (
+    RESTORABLE,
+    VERIFIED,
+    Checkpoint,
+    CheckpointTier,
+    Job,
+    Replica,
+    Shard,
+)
 from tierpoint.catalog.views import (
     CheckpointDetailView,
     CheckpointView,
@@ -22,21 +36,12 @@ from tierpoint.catalog.views import (
     TierView,
 )
 from tierpoint.config import TierConfig
-from tierpoint.errors import CheckpointNotFound, JobNotFound
 from tierpoint.manifest import Manifest
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.paths import s3_object
 
-VERIFIED = ReplicaState.VERIFIED.value
-RESTORABLE = TierState.RESTORABLE.value
-
-
 # ---------------------------------------------------------------------------------------------
 # Building checkpoint views
-
-
-async def job_id_of(session: AsyncSession, job: str) -> int | None:
-    return await session.scalar(select(Job.id).where(Job.name == job))
 
 
 _CHECKPOINT_COLS = (
@@ -218,7 +223,8 @@ async def get_checkpoint(
         )
     ).all()
     if not rows:
-        raise CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
+        await require_job_id(session, job)
+        raise no_checkpoint(job, step)
     view = (await _views(session, job, rows, tiers))[0]
     detail = CheckpointDetailView(**{f: getattr(view, f) for f in view.__dataclass_fields__})
     if not include_shards:
@@ -285,9 +291,9 @@ async def list_checkpoints(
 ) -> tuple[list[CheckpointView], int | None]:
     """A page of the job's checkpoints by step, newest first, and the step to continue below
     (keyset pagination), or None on the last page."""
-    job_id = await job_id_of(session, job)
+    job_id = await job_id_by_name(session, job)
     if job_id is None:
-        raise JobNotFound(f"no job named {job!r} has registered a checkpoint")
+        raise no_job(job)
     if tier is not None and state is not None:
         # Driven by the markers index (job_id, state, tier, step DESC).
         q = (

@@ -12,9 +12,9 @@ the planner goes on protecting the checkpoint's remaining good copies (invariant
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -52,13 +52,58 @@ def mark_damaged(
     out = Damage()
     if not problems:
         return out
+    marked = _lock_and_mark(session, problems, state)
+    if not marked:
+        return out
+    by_pair: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    for rid, cid, tier, sid in marked:
+        by_pair[(cid, tier)].append((rid, sid))
+    out.marked = len(marked)
+    paths = dict(
+        session.execute(
+            select(Shard.id, Shard.path).where(Shard.id.in_([m.shard_id for m in marked]))
+        ).all()
+    )
+    jobs = dict(
+        session.execute(
+            select(Checkpoint.id, Checkpoint.job_id).where(
+                Checkpoint.id.in_({c for c, _ in by_pair})
+            )
+        ).all()
+    )
+    for (cid, tier), items in sorted(by_pair.items()):
+        examples = [f"{paths[sid]} ({problems[rid]})" for rid, sid in items[:EXAMPLES]]
+        reason = f"{len(items)} shard(s) {state.value} on {tier} (found by {actor}): " + ", ".join(
+            examples
+        )
+        demoted = _demote(session, cid, tier, reason)
+        if demoted:
+            out.demoted.setdefault(cid, []).append(tier)
+        out.checkpoints.add(cid)
+        record(
+            session,
+            EventKind.CORRUPT if state is ReplicaState.CORRUPT else EventKind.LOST,
+            checkpoint_id=cid,
+            job_id=jobs.get(cid),
+            tier=tier,
+            actor=actor,
+            detail={"count": len(items), "examples": examples, "marker_demoted": demoted},
+        )
+    return out
+
+
+def _lock_and_mark(
+    session: Session, problems: Mapping[int, str], state: ReplicaState
+) -> Sequence[Any]:
+    """(id, checkpoint id, tier, shard id) of the replicas of `problems` that were still
+    verified, now marked `state`: their markers locked first, then the replicas."""
     candidates = session.execute(
         select(Replica.checkpoint_id, Replica.tier)
         .where(Replica.id.in_(list(problems)), Replica.state == ReplicaState.VERIFIED.value)
         .distinct()
     ).all()
     if not candidates:
-        return out
+        return []
     pairs = sorted((c, t) for c, t in candidates)
     # Markers first, as promote does: a promotion counting verified replicas waits for this
     # transaction, so it can never count a replica this call is marking bad.
@@ -81,64 +126,32 @@ def mark_damaged(
         .order_by(Replica.id)
         .with_for_update()
     ).all()
-    if not marked:
-        return out
-    session.connection().execute(
-        update(_replica_table)
-        .where(_replica_table.c.id == bindparam("rid"))
-        # The last good read was of bytes that are gone now: the next copy starts afresh.
-        .values(state=state.value, error=bindparam("err"), scrubbed_at=None, updated_at=func.now()),
-        [{"rid": m.id, "err": problems[m.id][:2000]} for m in marked],
-    )
-    by_pair: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
-    for rid, cid, tier, sid in marked:
-        by_pair[(cid, tier)].append((rid, sid))
-    out.marked = len(marked)
-    paths = dict(
-        session.execute(
-            select(Shard.id, Shard.path).where(Shard.id.in_([m.shard_id for m in marked]))
-        ).all()
-    )
-    jobs = dict(
-        session.execute(
-            select(Checkpoint.id, Checkpoint.job_id).where(
-                Checkpoint.id.in_({c for c, _ in by_pair})
-            )
-        ).all()
-    )
-    word = state.value
-    for (cid, tier), items in sorted(by_pair.items()):
-        examples = [f"{paths[sid]} ({problems[rid]})" for rid, sid in items[:EXAMPLES]]
-        reason = f"{len(items)} shard(s) {word} on {tier} (found by {actor}): " + ", ".join(
-            examples
+    if marked:
+        session.connection().execute(
+            update(_replica_table)
+            .where(_replica_table.c.id == bindparam("rid"))
+            # The last good read was of bytes that are gone now: the next copy starts afresh.
+            .values(
+                state=state.value, error=bindparam("err"), scrubbed_at=None, updated_at=func.now()
+            ),
+            [{"rid": m.id, "err": problems[m.id][:2000]} for m in marked],
         )
-        demoted = session.execute(
-            update(CheckpointTier)
-            .where(
-                CheckpointTier.checkpoint_id == cid,
-                CheckpointTier.tier == tier,
-                CheckpointTier.state == TierState.RESTORABLE.value,
-            )
-            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-            .returning(CheckpointTier.tier)
-        ).all()
-        if demoted:
-            out.demoted.setdefault(cid, []).append(tier)
-        out.checkpoints.add(cid)
-        record(
-            session,
-            EventKind.CORRUPT if state is ReplicaState.CORRUPT else EventKind.LOST,
-            checkpoint_id=cid,
-            job_id=jobs.get(cid),
-            tier=tier,
-            actor=actor,
-            detail={
-                "count": len(items),
-                "examples": examples,
-                "marker_demoted": bool(demoted),
-            },
+    return marked
+
+
+def _demote(session: Session, checkpoint_id: int, tier: str, reason: str) -> bool:
+    """The tier's marker out of `restorable` (to `failed`, with the reason); whether it was."""
+    demoted = session.execute(
+        update(CheckpointTier)
+        .where(
+            CheckpointTier.checkpoint_id == checkpoint_id,
+            CheckpointTier.tier == tier,
+            CheckpointTier.state == TierState.RESTORABLE.value,
         )
-    return out
+        .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
+        .returning(CheckpointTier.tier)
+    ).all()
+    return bool(demoted)
 
 
 def mark_damaged_shards(

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from tierpoint.catalog.checkpoint_lookup import no_checkpoint, require_job_id
 from tierpoint.catalog.events import EventKind, arecord
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, RestoreLease
-from tierpoint.errors import CheckpointNotFound, CheckpointProtected, JobNotFound
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, RestoreLease
+from tierpoint.errors import CheckpointProtected
 from tierpoint.states import ReplicaState, TierState
 
 # Markers whose copy the deletion sends to expiry: a restorable copy, and the bytes a pending or
@@ -85,9 +86,7 @@ async def delete_checkpoints(
     mark it deleted, recording one `deleted` event each with `actor`. Raises JobNotFound,
     CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`). Locks
     the checkpoint rows, then their markers, as retention's expiry does; the caller commits."""
-    job_id = await session.scalar(select(Job.id).where(Job.name == job))
-    if job_id is None:
-        raise JobNotFound(f"job {job!r} has no checkpoints")
+    job_id = await require_job_id(session, job)
     q = (
         select(Checkpoint.id, Checkpoint.step, Checkpoint.pinned, Checkpoint.deleted_at)
         .where(Checkpoint.job_id == job_id)
@@ -98,7 +97,7 @@ async def delete_checkpoints(
         q = q.where(Checkpoint.step == step)
     found = (await session.execute(q)).all()
     if step is not None and not found:
-        raise CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
+        raise no_checkpoint(job, step)
     already = [r.step for r in found if r.deleted_at is not None]
     live = [(r.id, r.step, r.pinned) for r in found if r.deleted_at is None]
     if not live:

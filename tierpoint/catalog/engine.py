@@ -3,11 +3,18 @@ async engine (API) and the sync engine (workers' activities, which run in thread
 
 Statement parameters are kept out of error messages: a failed batch insert would otherwise carry
 thousands of rows into logs and into Temporal's activity failure (which then exceeds its size
-limit and loses the actual cause)."""
+limit and loses the actual cause).
+
+This module is also the one door through which code outside the catalog names the catalog's
+session types and failures: nothing outside `tierpoint.catalog` and `migrations` imports
+SQLAlchemy or psycopg (an import-linter contract), so they are re-exported here."""
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, create_engine
+from datetime import datetime
+
+from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -15,6 +22,34 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.orm import Session, sessionmaker
+
+__all__ = [
+    "CATALOG_UNREACHABLE",
+    "AsyncEngine",
+    "AsyncSession",
+    "AsyncSessions",
+    "Engine",
+    "IntegrityError",
+    "NotMigrated",
+    "Session",
+    "Sessions",
+    "async_sessions",
+    "catalog_now",
+    "ensure_database",
+    "make_async_engine",
+    "make_sync_engine",
+    "normalize_url",
+    "ping",
+    "sync_sessions",
+]
+
+Sessions = sessionmaker[Session]
+AsyncSessions = async_sessionmaker[AsyncSession]
+
+# The driver's "cannot talk to the database" failures: the API answers 503, the CLI one line.
+CATALOG_UNREACHABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+# A statement named a table or column the database does not have: the catalog is not migrated.
+NotMigrated = ProgrammingError
 
 
 def normalize_url(url: str) -> str:
@@ -50,3 +85,26 @@ def async_sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 
 def sync_sessions(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+async def ping(engine: AsyncEngine) -> None:
+    """One round trip; raises one of CATALOG_UNREACHABLE when the catalog does not answer."""
+    async with engine.connect() as conn:
+        await conn.execute(text("SELECT 1"))
+
+
+def catalog_now(session: Session) -> datetime:
+    """The catalog's clock (the transaction's start): what every stored timestamp is compared to."""
+    now: datetime | None = session.scalar(select(func.now()))
+    assert now is not None
+    return now
+
+
+def ensure_database(admin_uri: str, name: str) -> None:
+    """Create the database `name` on the server of `admin_uri` (a libpq URI) unless it exists."""
+    import psycopg  # only the dev stack needs it, before any engine exists
+
+    with psycopg.connect(admin_uri, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')

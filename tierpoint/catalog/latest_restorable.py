@@ -15,8 +15,16 @@ from typing import Any
 from sqlalchemy import exists, func, select, tuple_, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tierpoint.catalog.checkpoint_reads import RESTORABLE, VERIFIED, checkpoint_view, job_id_of
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, Shard
+from tierpoint.catalog.checkpoint_lookup import job_id_by_name
+from tierpoint.catalog.checkpoint_reads import checkpoint_view
+from tierpoint.catalog.models import (
+    RESTORABLE,
+    VERIFIED,
+    Checkpoint,
+    CheckpointTier,
+    Replica,
+    Shard,
+)
 from tierpoint.catalog.views import (
     LatestRestorableView,
     RestorePlanEntry,
@@ -289,7 +297,7 @@ async def latest_restorable(
     the caller's transaction ends: retention locks the row too before it flips a marker to
     `expiring`, so a restore lease the caller inserts in this transaction keeps the returned plan
     restorable while the lease lives."""
-    job_id = await job_id_of(session, job)
+    job_id = await job_id_by_name(session, job)
     if job_id is None:
         raise NoRestorableCheckpoint(f"job {job!r} has no checkpoints", extra={"skipped": []})
     chosen = [t for t in tiers if t.name == tier] if tier is not None else list(tiers)

@@ -17,10 +17,10 @@ from typing import Any
 from sqlalchemy import exists, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from tierpoint.catalog.checkpoint_lookup import find_checkpoint
 from tierpoint.catalog.events import EventKind, arecord
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, RestoreLease
 from tierpoint.errors import (
-    CheckpointNotFound,
     CopyExpiring,
     LeaseEnded,
     LeaseNotFound,
@@ -53,17 +53,8 @@ class PinView:
 
 async def lock_checkpoint(session: AsyncSession, job: str, step: int) -> tuple[int, int, bool]:
     """(checkpoint id, job id, pinned) with the checkpoint row locked until commit."""
-    row = (
-        await session.execute(
-            select(Checkpoint.id, Checkpoint.job_id, Checkpoint.pinned)
-            .join(Job, Job.id == Checkpoint.job_id)
-            .where(Job.name == job, Checkpoint.step == step)
-            .with_for_update(of=Checkpoint)
-        )
-    ).one_or_none()
-    if row is None:
-        raise CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
-    return row.id, row.job_id, row.pinned
+    key = await find_checkpoint(session, job, step, lock=True)
+    return key.id, key.job_id, key.pinned
 
 
 async def restorable_tiers(session: AsyncSession, checkpoint_id: int) -> list[str]:
@@ -237,15 +228,7 @@ async def release_lease(
 async def list_leases(
     session: AsyncSession, job: str, step: int, *, include_ended: bool = False
 ) -> list[LeaseView]:
-    checkpoint = (
-        await session.execute(
-            select(Checkpoint.id)
-            .join(Job, Job.id == Checkpoint.job_id)
-            .where(Job.name == job, Checkpoint.step == step)
-        )
-    ).one_or_none()
-    if checkpoint is None:
-        raise CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
+    checkpoint = await find_checkpoint(session, job, step)
     lapsed = RestoreLease.expires_at <= func.now()
     q = select(RestoreLease, lapsed).where(RestoreLease.checkpoint_id == checkpoint.id)
     if not include_ended:

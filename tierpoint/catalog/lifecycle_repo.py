@@ -1,4 +1,5 @@
-"""Catalog reads and writes of the lifecycle activities (seal, copy, verify, promote, reconcile).
+"""Catalog reads and writes of the lifecycle activities (seal, copy, verify, reconcile); the
+promotion of a tier's copy is catalog/promotion.py.
 
 Every write is idempotent: replicas are upserted on (shard, tier), state changes are conditional,
 and a verified replica is never downgraded by a copy that runs again.
@@ -29,13 +30,10 @@ from sqlalchemy.orm import Session, aliased
 
 from tierpoint.states import ReplicaState, TierState
 
-from .events import EventKind, record
 from .models import Checkpoint, CheckpointTier, Job, Replica, Shard
-from .nodes import lost_among, lost_reason, verified_on_live_nodes
+from .nodes import lost_among, lost_reason
 
 ACTOR = "lifecycle"
-# How many bad shards a failure reason names.
-REASON_EXAMPLES = 3
 
 _NOT_OVERWRITTEN = [  # see upsert_replicas
     s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.EXPIRED)
@@ -76,16 +74,6 @@ class ReplicaWrite:
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class PromoteOutcome:
-    state: str
-    reason: str | None
-    changed: bool
-    # The tier's first promotion (not a repair's or a retry's after it was restorable once):
-    # promotion lag is registration -> first promotion.
-    first: bool = False
-
-
 def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | None:
     row = session.execute(
         select(
@@ -102,7 +90,7 @@ def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | No
     return None if row is None else CheckpointHead(*row)
 
 
-def job_id_of(session: Session, checkpoint_id: int) -> int | None:
+def job_id_of_checkpoint(session: Session, checkpoint_id: int) -> int | None:
     return session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
 
 
@@ -296,135 +284,3 @@ def fill_checksums(session: Session, checksums: dict[int, str]) -> None:
         .values(checksum=bindparam("crc")),
         [{"sid": sid, "crc": crc} for sid, crc in checksums.items()],
     )
-
-
-def _bad_examples(session: Session, checkpoint_id: int, tier: str) -> list[str]:
-    rows = session.execute(
-        select(Shard.path, Replica.state, Replica.error)
-        .outerjoin(Replica, and_(Replica.shard_id == Shard.id, Replica.tier == tier))
-        .where(
-            Shard.checkpoint_id == checkpoint_id,
-            func.coalesce(Replica.state, "") != ReplicaState.VERIFIED.value,
-        )
-        .order_by(Shard.ordinal)
-        .limit(REASON_EXAMPLES)
-    )
-    out = []
-    for path, state, error in rows:
-        what = error or state or "no replica"
-        out.append(f"{path} ({what})")
-    return out
-
-
-def promote(
-    session: Session,
-    checkpoint_id: int,
-    tier: str,
-    later_tiers: Sequence[str],
-    stage_error: str | None,
-) -> PromoteOutcome:
-    """Flip the tier's marker in the caller's transaction: `restorable` only if every shard has a
-    verified replica on the tier, else `failed` with a reason, and later tiers `failed` too."""
-    marker = session.execute(
-        select(
-            CheckpointTier.state,
-            CheckpointTier.reason,
-            CheckpointTier.job_id,
-            CheckpointTier.restorable_at,
-        )
-        .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
-        .with_for_update()
-    ).one_or_none()
-    if marker is None:
-        raise LookupError(f"checkpoint {checkpoint_id} has no marker for tier {tier!r}")
-    state, reason, job_id, was_restorable_at = marker
-    if state not in (TierState.PENDING.value, TierState.FAILED.value):
-        # restorable already (a rerun), or retention has taken over.
-        return PromoteOutcome(state, reason, changed=False)
-
-    total = session.scalar(
-        select(func.count()).select_from(Shard).where(Shard.checkpoint_id == checkpoint_id)
-    )
-    verified = session.scalar(
-        select(func.count())
-        .select_from(Replica)
-        .where(
-            Replica.checkpoint_id == checkpoint_id,
-            Replica.tier == tier,
-            Replica.state == ReplicaState.VERIFIED.value,
-            verified_on_live_nodes(),
-        )
-    )
-    assert total is not None and verified is not None
-    if verified == total and stage_error is None:
-        session.execute(
-            update(CheckpointTier)
-            .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
-            .values(
-                state=TierState.RESTORABLE.value,
-                reason=None,
-                # The first promotion's time: a repair's promotion later does not move it, so
-                # the lag (registration -> restorable) is never a repair's.
-                restorable_at=func.coalesce(CheckpointTier.restorable_at, func.now()),
-                updated_at=func.now(),
-            )
-        )
-        record(
-            session,
-            EventKind.PROMOTED,
-            checkpoint_id=checkpoint_id,
-            job_id=job_id,
-            tier=tier,
-            actor=ACTOR,
-            detail={"shards": total},
-        )
-        return PromoteOutcome(
-            TierState.RESTORABLE.value, None, changed=True, first=was_restorable_at is None
-        )
-
-    bad = total - verified
-    parts = []
-    if bad:
-        examples = ", ".join(_bad_examples(session, checkpoint_id, tier))
-        parts.append(f"{bad} of {total} shards have no verified replica on {tier}: {examples}")
-    if stage_error:
-        parts.append(stage_error)
-    why = "; ".join(parts)
-    _fail(
-        session, checkpoint_id, job_id, tier, why, from_states=(TierState.PENDING, TierState.FAILED)
-    )
-    source_failed = f"source tier {tier} failed"
-    for later in later_tiers:
-        _fail(
-            session, checkpoint_id, job_id, later, source_failed, from_states=(TierState.PENDING,)
-        )
-    return PromoteOutcome(TierState.FAILED.value, why, changed=True)
-
-
-def _fail(
-    session: Session,
-    checkpoint_id: int,
-    job_id: int,
-    tier: str,
-    reason: str,
-    from_states: Sequence[TierState],
-) -> None:
-    result = session.execute(
-        update(CheckpointTier)
-        .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.tier == tier,
-            CheckpointTier.state.in_([s.value for s in from_states]),
-        )
-        .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-    )
-    if getattr(result, "rowcount", 0):
-        record(
-            session,
-            EventKind.FAILED,
-            checkpoint_id=checkpoint_id,
-            job_id=job_id,
-            tier=tier,
-            actor=ACTOR,
-            detail={"reason": reason},
-        )

@@ -42,6 +42,10 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
+# The stored text of the two states most queries filter on (columns hold the enum's value).
+VERIFIED = ReplicaState.VERIFIED.value
+RESTORABLE = TierState.RESTORABLE.value
+
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)

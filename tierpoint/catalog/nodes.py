@@ -22,6 +22,14 @@ from .events import EventKind, arecord
 from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 
 
+def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -> bool:
+    """Every one of `node_ids` has reported in at or after `since` (the catalog's clock)."""
+    seen = session.scalar(
+        select(func.count()).where(Node.id.in_(list(node_ids)), Node.last_seen_at >= since)
+    )
+    return int(seen or 0) == len(set(node_ids))
+
+
 def upsert_node(session: Session, node_id: str, local_roots: dict[str, Any]) -> None:
     # Reporting in never clears lost_at: a node declared lost stays lost.
     stmt = insert(Node).values(id=node_id, local_roots=local_roots, last_seen_at=func.now())
@@ -104,45 +112,11 @@ async def mark_lost(
     `failed` with the reason; one `node_lost` event per affected checkpoint and one for the node.
     Idempotent: again changes nothing and reports the checkpoints still in flight, so that their
     lifecycles can be told again. Raises NodeNotFound for a node that never reported in."""
-    row = (
-        await session.execute(select(Node.lost_at).where(Node.id == node).with_for_update(of=Node))
-    ).one_or_none()
-    if row is None:
-        raise NodeNotFound(f"node {node!r} is unknown: a node is known once its worker reported in")
-    changed = row.lost_at is None
-    if changed:
-        await session.execute(update(Node).where(Node.id == node).values(lost_at=func.now()))
-    lost_at = await session.scalar(select(Node.lost_at).where(Node.id == node))
-    assert lost_at is not None
+    lost_at, changed = await _set_lost_at(session, node)
     reason = lost_reason(node)
-
-    lost_rows = (
-        await session.execute(
-            update(Replica)
-            .where(
-                Replica.node_id == node,
-                Replica.state.notin_(_KEPT),
-            )
-            .values(state=ReplicaState.LOST.value, error=reason, updated_at=func.now())
-            .returning(Replica.checkpoint_id)
-        )
-    ).all()
-    lost_per_checkpoint: dict[int, int] = {}
-    for (cp,) in lost_rows:
-        lost_per_checkpoint[cp] = lost_per_checkpoint.get(cp, 0) + 1
-
-    # Checkpoints whose lifecycle has not sealed the node's shards yet hold no replica there:
-    # found through their pending markers (few: the checkpoints in flight).
-    has_shard_there = exists().where(
-        Shard.checkpoint_id == CheckpointTier.checkpoint_id, Shard.node_id == node
-    )
-    pending = (
-        await session.scalars(
-            select(CheckpointTier.checkpoint_id)
-            .where(CheckpointTier.state == TierState.PENDING.value, has_shard_there)
-            .distinct()
-        )
-    ).all()
+    lost_per_checkpoint = await _lose_replicas(session, node, reason)
+    replicas_lost = sum(lost_per_checkpoint.values())
+    pending = await _pending_with_shards_on(session, node)
     ids = sorted(set(lost_per_checkpoint) | set(pending))
     if not ids:
         if changed:
@@ -151,36 +125,10 @@ async def mark_lost(
             )
         return NodeLost(node, lost_at, changed, 0, 0)
 
-    failed = (
-        await session.execute(
-            update(CheckpointTier)
-            .where(
-                CheckpointTier.checkpoint_id.in_(ids),
-                CheckpointTier.tier.in_(list(local_tiers)),
-                CheckpointTier.state.in_([TierState.PENDING.value, TierState.RESTORABLE.value]),
-            )
-            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-            .returning(CheckpointTier.checkpoint_id, CheckpointTier.tier)
-        )
-    ).all()
-    failed_tiers: dict[int, list[str]] = {}
-    for cp, tier in failed:
-        failed_tiers.setdefault(cp, []).append(tier)
-
-    still_pending = exists().where(
-        CheckpointTier.checkpoint_id == Checkpoint.id,
-        CheckpointTier.state == TierState.PENDING.value,
-    )
-    rows = (
-        await session.execute(
-            select(Checkpoint.id, Checkpoint.job_id, Job.name, Checkpoint.step, still_pending)
-            .join(Job, Job.id == Checkpoint.job_id)
-            .where(Checkpoint.id.in_(ids))
-            .order_by(Checkpoint.id)
-        )
-    ).all()
-    out = NodeLost(node, lost_at, changed, len(lost_rows), len(failed))
-    for cp, job_id, job, step, in_flight in rows:
+    failed_tiers = await _fail_local_markers(session, ids, local_tiers, reason)
+    markers_failed = sum(len(t) for t in failed_tiers.values())
+    out = NodeLost(node, lost_at, changed, replicas_lost, markers_failed)
+    for cp, job_id, job, step, in_flight in await _affected(session, ids):
         out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight)))
         if lost_per_checkpoint.get(cp) or failed_tiers.get(cp):
             await arecord(
@@ -200,9 +148,96 @@ async def mark_lost(
             session,
             EventKind.NODE_LOST,
             actor=actor,
-            detail={"node": node, "checkpoints": len(ids), "replicas_lost": len(lost_rows)},
+            detail={"node": node, "checkpoints": len(ids), "replicas_lost": replicas_lost},
         )
     return out
+
+
+async def _set_lost_at(session: AsyncSession, node: str) -> tuple[datetime, bool]:
+    """(when the node was declared lost, whether it is this call that declared it)."""
+    row = (
+        await session.execute(select(Node.lost_at).where(Node.id == node).with_for_update(of=Node))
+    ).one_or_none()
+    if row is None:
+        raise NodeNotFound(f"node {node!r} is unknown: a node is known once its worker reported in")
+    changed = row.lost_at is None
+    if changed:
+        await session.execute(update(Node).where(Node.id == node).values(lost_at=func.now()))
+    lost_at = await session.scalar(select(Node.lost_at).where(Node.id == node))
+    assert lost_at is not None
+    return lost_at, changed
+
+
+async def _lose_replicas(session: AsyncSession, node: str, reason: str) -> dict[int, int]:
+    """Replicas turned `lost`, per checkpoint."""
+    lost_rows = (
+        await session.execute(
+            update(Replica)
+            .where(
+                Replica.node_id == node,
+                Replica.state.notin_(_KEPT),
+            )
+            .values(state=ReplicaState.LOST.value, error=reason, updated_at=func.now())
+            .returning(Replica.checkpoint_id)
+        )
+    ).all()
+    lost_per_checkpoint: dict[int, int] = {}
+    for (cp,) in lost_rows:
+        lost_per_checkpoint[cp] = lost_per_checkpoint.get(cp, 0) + 1
+    return lost_per_checkpoint
+
+
+async def _pending_with_shards_on(session: AsyncSession, node: str) -> Sequence[int]:
+    # Checkpoints whose lifecycle has not sealed the node's shards yet hold no replica there:
+    # found through their pending markers (few: the checkpoints in flight).
+    has_shard_there = exists().where(
+        Shard.checkpoint_id == CheckpointTier.checkpoint_id, Shard.node_id == node
+    )
+    return (
+        await session.scalars(
+            select(CheckpointTier.checkpoint_id)
+            .where(CheckpointTier.state == TierState.PENDING.value, has_shard_there)
+            .distinct()
+        )
+    ).all()
+
+
+async def _fail_local_markers(
+    session: AsyncSession, ids: Sequence[int], local_tiers: Sequence[str], reason: str
+) -> dict[int, list[str]]:
+    """The local tiers' pending or restorable markers of `ids` turned `failed`, per checkpoint."""
+    failed = (
+        await session.execute(
+            update(CheckpointTier)
+            .where(
+                CheckpointTier.checkpoint_id.in_(ids),
+                CheckpointTier.tier.in_(list(local_tiers)),
+                CheckpointTier.state.in_([TierState.PENDING.value, TierState.RESTORABLE.value]),
+            )
+            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
+            .returning(CheckpointTier.checkpoint_id, CheckpointTier.tier)
+        )
+    ).all()
+    failed_tiers: dict[int, list[str]] = {}
+    for cp, tier in failed:
+        failed_tiers.setdefault(cp, []).append(tier)
+    return failed_tiers
+
+
+async def _affected(session: AsyncSession, ids: Sequence[int]) -> Sequence[Any]:
+    """(id, job id, job name, step, still in flight) of each checkpoint of `ids`, by id."""
+    still_pending = exists().where(
+        CheckpointTier.checkpoint_id == Checkpoint.id,
+        CheckpointTier.state == TierState.PENDING.value,
+    )
+    return (
+        await session.execute(
+            select(Checkpoint.id, Checkpoint.job_id, Job.name, Checkpoint.step, still_pending)
+            .join(Job, Job.id == Checkpoint.job_id)
+            .where(Checkpoint.id.in_(ids))
+            .order_by(Checkpoint.id)
+        )
+    ).all()
 
 
 def verified_on_live_nodes() -> Any:

@@ -27,7 +27,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tierpoint.catalog.checkpoint_reads import job_id_of, tier_progress
+from tierpoint.catalog.checkpoint_lookup import find_checkpoint
+from tierpoint.catalog.checkpoint_reads import tier_progress
 from tierpoint.catalog.failures_repo import unacknowledged
 from tierpoint.catalog.models import (
     Checkpoint,
@@ -46,10 +47,8 @@ from tierpoint.catalog.operator_views import (
     NodeView,
     TierUsageRowView,
 )
-from tierpoint.errors import CheckpointNotFound, JobNotFound
 from tierpoint.states import ReplicaState, TierState
 
-RESTORABLE = TierState.RESTORABLE.value
 PENDING = TierState.PENDING.value
 FAILED = TierState.FAILED.value
 # Copies that hold the job's bytes on a tier: restorable, or restorable until retention finishes.
@@ -298,14 +297,7 @@ async def checkpoint_events(
     session: AsyncSession, job: str, step: int, *, limit: int = 200, after_id: int | None = None
 ) -> tuple[list[EventView], int | None]:
     """A checkpoint's history, oldest first (keyset on the event id)."""
-    job_id = await job_id_of(session, job)
-    if job_id is None:
-        raise JobNotFound(f"job {job!r} has no checkpoints")
-    checkpoint_id = await session.scalar(
-        select(Checkpoint.id).where(Checkpoint.job_id == job_id, Checkpoint.step == step)
-    )
-    if checkpoint_id is None:
-        raise CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
+    checkpoint_id = (await find_checkpoint(session, job, step)).id
     q = (
         select(Event.id, Event.kind, Event.tier, Event.actor, Event.detail, Event.created_at)
         .where(Event.checkpoint_id == checkpoint_id)

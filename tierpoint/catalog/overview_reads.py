@@ -5,6 +5,7 @@ open copies. Reads only; every query is bounded by the page's jobs (see operator
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -13,8 +14,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.failures_repo import unacknowledged
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, JobTierUsage, RetentionPolicy
-from tierpoint.catalog.operator_reads import FAILED, PENDING, RESTORABLE, db_now
+from tierpoint.catalog.models import (
+    RESTORABLE,
+    Checkpoint,
+    CheckpointTier,
+    Job,
+    JobTierUsage,
+    RetentionPolicy,
+)
+from tierpoint.catalog.operator_reads import FAILED, PENDING, db_now
 from tierpoint.catalog.operator_views import JobOverviewView, TierPointView
 
 
@@ -49,7 +57,29 @@ async def jobs_overview(
     if not jobs:
         return [], None, now
     ids = [j.id for j in jobs]
+    page = _Page(
+        heads=await _heads(session, ids),
+        points=await _recovery_points(session, ids, tiers),
+        held=await _held(session, ids),
+        open_counts=await _open_counts(session, ids),
+        throughput=await scrub_repo.read_throughput(session, tiers),
+        now=now,
+    )
+    return [_job_view(j, tiers, page) for j in jobs], next_name, now
 
+
+@dataclass(frozen=True)
+class _Page:
+    heads: dict[int, Any]
+    points: dict[tuple[int, str], Any]
+    held: dict[tuple[int, str], tuple[int, int]]
+    open_counts: dict[tuple[int, str], int]
+    throughput: dict[str, float]
+    now: datetime
+
+
+async def _heads(session: AsyncSession, ids: Sequence[int]) -> dict[int, Any]:
+    """Each job's newest step, its time and the count of its checkpoints."""
     # An admin's deleted checkpoints are history, not the job's progress.
     live = Checkpoint.deleted_at.is_(None)
     latest = (
@@ -60,7 +90,7 @@ async def jobs_overview(
         .lateral("latest")
     )
     count = select(func.count()).where(Checkpoint.job_id == Job.id, live).scalar_subquery()
-    heads = {
+    return {
         r.id: r
         for r in await session.execute(
             select(Job.id, latest.c.step, latest.c.created_at, count.label("n"))
@@ -69,43 +99,53 @@ async def jobs_overview(
         )
     }
 
-    points: dict[tuple[int, str], Any] = {}
-    if tiers:
-        t = values(column("tier", String), name="t").data([(n,) for n in tiers])
-        ct = CheckpointTier
-        newest = (
-            select(ct.step, ct.restorable_at, Checkpoint.created_at, Checkpoint.total_bytes)
-            .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
-            .where(
-                ct.job_id == Job.id,
-                ct.state == RESTORABLE,
-                ct.tier == t.c.tier,
-                ct.quarantine_reason.is_(None),
-                Checkpoint.quarantine_reason.is_(None),
-            )
-            .order_by(ct.step.desc())
-            .limit(1)
-            .lateral("newest")
-        )
-        rows = await session.execute(
-            select(
-                Job.id,
-                t.c.tier,
-                newest.c.step,
-                newest.c.restorable_at,
-                newest.c.created_at,
-                newest.c.total_bytes,
-            )
-            .select_from(Job)
-            .join(t, literal_column("true"))
-            .join(newest, literal_column("true"))
-            .where(Job.id.in_(ids))
-        )
-        points = {(r.id, r.tier): r for r in rows}
 
+async def _recovery_points(
+    session: AsyncSession, ids: Sequence[int], tiers: Sequence[str]
+) -> dict[tuple[int, str], Any]:
+    """(job id, tier) -> the newest checkpoint restorable there and not quarantined."""
+    if not tiers:
+        return {}
+    t = values(column("tier", String), name="t").data([(n,) for n in tiers])
+    ct = CheckpointTier
+    newest = (
+        select(ct.step, ct.restorable_at, Checkpoint.created_at, Checkpoint.total_bytes)
+        .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
+        .where(
+            ct.job_id == Job.id,
+            ct.state == RESTORABLE,
+            ct.tier == t.c.tier,
+            ct.quarantine_reason.is_(None),
+            Checkpoint.quarantine_reason.is_(None),
+        )
+        .order_by(ct.step.desc())
+        .limit(1)
+        .lateral("newest")
+    )
+    rows = await session.execute(
+        select(
+            Job.id,
+            t.c.tier,
+            newest.c.step,
+            newest.c.restorable_at,
+            newest.c.created_at,
+            newest.c.total_bytes,
+        )
+        .select_from(Job)
+        .join(t, literal_column("true"))
+        .join(newest, literal_column("true"))
+        .where(Job.id.in_(ids))
+    )
+    return {(r.id, r.tier): r for r in rows}
+
+
+async def _held(
+    session: AsyncSession, ids: Sequence[int]
+) -> dict[tuple[int, str], tuple[int, int]]:
+    """(job id, tier) -> (bytes, checkpoints) held there."""
     # Running totals kept by the catalog's triggers: one row per job and tier, however long the
     # job's history (summing its markers grew with it).
-    held: dict[tuple[int, str], tuple[int, int]] = {
+    return {
         (u.job_id, u.tier): (int(u.bytes), int(u.checkpoints))
         for u in await session.execute(
             select(
@@ -114,7 +154,10 @@ async def jobs_overview(
         )
     }
 
-    open_counts: dict[tuple[int, str], int] = {}
+
+async def _open_counts(session: AsyncSession, ids: Sequence[int]) -> dict[tuple[int, str], int]:
+    """(job id, marker state) -> checkpoints pending, or failed and not acknowledged."""
+    out: dict[tuple[int, str], int] = {}
     for o in await session.execute(
         select(
             CheckpointTier.job_id,
@@ -127,44 +170,41 @@ async def jobs_overview(
         )
         .group_by(CheckpointTier.job_id, CheckpointTier.state)
     ):
-        open_counts[(o[0], o[1])] = int(o[2])
+        out[(o[0], o[1])] = int(o[2])
+    return out
 
-    throughput = await scrub_repo.read_throughput(session, tiers)
-    views = []
-    for j in jobs:
-        head = heads[j.id]
-        tier_views = []
-        for name in tiers:
-            p = points.get((j.id, name))
-            nbytes, n = held.get((j.id, name), (0, 0))
-            tier_views.append(
-                TierPointView(
-                    tier=name,
-                    latest_step=p.step if p else None,
-                    latest_created_at=p.created_at if p else None,
-                    restorable_at=p.restorable_at if p else None,
-                    steps_behind=(head.step - p.step) if p and head.step is not None else None,
-                    age_seconds=(now - p.created_at).total_seconds() if p else None,
-                    bytes=nbytes,
-                    checkpoints=n,
-                    predicted_restore_seconds=(
-                        p.total_bytes / throughput[name] if p and name in throughput else None
-                    ),
-                )
-            )
-        behind = [v.steps_behind for v in tier_views if v.steps_behind is not None]
-        views.append(
-            JobOverviewView(
-                job=j.name,
-                policy=j.policy,
-                latest_step=head.step,
-                latest_created_at=head.created_at,
-                checkpoints=int(head.n),
-                in_flight=open_counts.get((j.id, PENDING), 0),
-                failed=open_counts.get((j.id, FAILED), 0),
-                tiers=tier_views,
-                steps_at_risk_durable=tier_views[-1].steps_behind if tier_views else None,
-                steps_at_risk=min(behind, default=None),
+
+def _job_view(j: Any, tiers: Sequence[str], page: _Page) -> JobOverviewView:
+    head = page.heads[j.id]
+    tier_views = []
+    for name in tiers:
+        p = page.points.get((j.id, name))
+        nbytes, n = page.held.get((j.id, name), (0, 0))
+        tier_views.append(
+            TierPointView(
+                tier=name,
+                latest_step=p.step if p else None,
+                latest_created_at=p.created_at if p else None,
+                restorable_at=p.restorable_at if p else None,
+                steps_behind=(head.step - p.step) if p and head.step is not None else None,
+                age_seconds=(page.now - p.created_at).total_seconds() if p else None,
+                bytes=nbytes,
+                checkpoints=n,
+                predicted_restore_seconds=(
+                    p.total_bytes / page.throughput[name] if p and name in page.throughput else None
+                ),
             )
         )
-    return views, next_name, now
+    behind = [v.steps_behind for v in tier_views if v.steps_behind is not None]
+    return JobOverviewView(
+        job=j.name,
+        policy=j.policy,
+        latest_step=head.step,
+        latest_created_at=head.created_at,
+        checkpoints=int(head.n),
+        in_flight=page.open_counts.get((j.id, PENDING), 0),
+        failed=page.open_counts.get((j.id, FAILED), 0),
+        tiers=tier_views,
+        steps_at_risk_durable=tier_views[-1].steps_behind if tier_views else None,
+        steps_at_risk=min(behind, default=None),
+    )

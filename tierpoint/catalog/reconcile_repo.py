@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
-from tierpoint.states import ReplicaState
-
 from .models import Checkpoint, Job, Replica, Shard
 
 
@@ -46,6 +44,3 @@ def job_on_tier(
         (step, path): Expected(size, rid, state)
         for step, path, size, rid, state in session.execute(q)
     }
-
-
-VERIFIED = ReplicaState.VERIFIED.value

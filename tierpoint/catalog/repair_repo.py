@@ -25,14 +25,13 @@ from tierpoint.contract.lifecycle import Batch
 from tierpoint.retention.models import TierCopy
 from tierpoint.retention.planner import plan as retention_plan
 from tierpoint.retention.policy import TierRef
-from tierpoint.states import ReplicaState, TierState
+from tierpoint.states import TierState
 
 from .lifecycle_repo import checkpoint_head
-from .models import Checkpoint, CheckpointTier, Node, Replica, Shard
+from .models import VERIFIED, Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 from .snapshot import policy_for_job, take_snapshot
 
 REPAIRABLE_MARKERS = (TierState.FAILED.value, TierState.RESTORABLE.value)
-VERIFIED = ReplicaState.VERIFIED.value
 
 
 @dataclass(frozen=True)
@@ -42,6 +41,16 @@ class ShardSources:
     node: str
     # verified replicas: tier -> node (local tiers) or None
     verified: dict[str, str | None]
+
+
+def checkpoint_names(session: Session, checkpoint_ids: Sequence[int]) -> list[tuple[int, str, int]]:
+    """(checkpoint id, job name, step) of each of `checkpoint_ids` that exists."""
+    rows = session.execute(
+        select(Checkpoint.id, Job.name, Checkpoint.step)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(Checkpoint.id.in_(list(checkpoint_ids)))
+    ).all()
+    return [(r[0], r[1], r[2]) for r in rows]
 
 
 def lost_nodes(session: Session, nodes: Sequence[str]) -> set[str]:

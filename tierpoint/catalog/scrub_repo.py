@@ -14,11 +14,17 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from tierpoint.states import ReplicaState
+from .models import (
+    VERIFIED,
+    Checkpoint,
+    Job,
+    Node,
+    Replica,
+    ScrubStats,
+    Shard,
+    TierReadStats,
+)
 
-from .models import Checkpoint, Job, Node, Replica, ScrubStats, Shard, TierReadStats
-
-VERIFIED = ReplicaState.VERIFIED.value
 _last_read = func.coalesce(Replica.scrubbed_at, Replica.verified_at)
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import case, exists, func, select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.checkpoint_lookup import no_job, require_job_id_sync
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,
@@ -25,7 +26,6 @@ from tierpoint.catalog.models import (
     RetentionPolicy,
     Shard,
 )
-from tierpoint.errors import JobNotFound
 from tierpoint.retention.models import CheckpointInfo, RetentionPlan, RetentionSnapshot, TierCopy
 from tierpoint.retention.planner import plan
 from tierpoint.retention.policy import DEFAULT_POLICY, Policy, TierRef
@@ -54,7 +54,7 @@ def policy_for_job(session: Session, job: str) -> AssignedPolicy:
     must not run on a policy it cannot read)."""
     row = session.execute(select(Job.id, Job.policy_id).where(Job.name == job)).one_or_none()
     if row is None:
-        raise JobNotFound(f"no job named {job!r}")
+        raise no_job(job)
     if row.policy_id is not None:
         pol = session.get_one(RetentionPolicy, row.policy_id)
         source: Literal["job", "default"] = "job"
@@ -99,17 +99,38 @@ def take_snapshot(
 ) -> RetentionSnapshot:
     """The job's checkpoints with their copies on the configured tiers (markers on other tiers are
     left out). A lease counts if it is unreleased and expires after `now`. Raises JobNotFound."""
-    job_id = session.scalar(select(Job.id).where(Job.name == job))
-    if job_id is None:
-        raise JobNotFound(f"no job named {job!r}")
+    job_id = require_job_id_sync(session, job)
     names = [t.name for t in tiers]
+    checkpoints = _checkpoints(session, job_id, now)
+    copies = _copies(session, job_id, names, {c.id: c.shard_count for c in checkpoints})
+    return RetentionSnapshot(
+        job=job,
+        tiers=tuple(TierRef(t.name, t.kind) for t in tiers),
+        checkpoints=tuple(
+            CheckpointInfo(
+                id=c.id,
+                step=c.step,
+                created_at=c.created_at,
+                total_bytes=c.total_bytes,
+                pinned=c.pinned,
+                tags=_tags(c.meta),
+                quarantined=c.quarantine_reason is not None,
+                evidence=c.quarantine_reason is not None and c.quarantine_evidence,
+                leased=bool(c.leased),
+                copies=copies.get(c.id, {}),
+            )
+            for c in checkpoints
+        ),
+    )
 
+
+def _checkpoints(session: Session, job_id: int, now: datetime) -> Sequence[Any]:
     active_lease = exists().where(
         RestoreLease.checkpoint_id == Checkpoint.id,
         RestoreLease.released_at.is_(None),
         RestoreLease.expires_at > now,
     )
-    checkpoints = session.execute(
+    return session.execute(
         select(
             Checkpoint.id,
             Checkpoint.step,
@@ -126,6 +147,11 @@ def take_snapshot(
         .order_by(Checkpoint.step, Checkpoint.id)
     ).all()
 
+
+def _copies(
+    session: Session, job_id: int, names: Sequence[str], shard_counts: dict[int, int]
+) -> dict[int, dict[str, TierCopy]]:
+    """checkpoint id -> tier -> its copy there, from the markers and their replicas' totals."""
     markers = session.execute(
         select(
             CheckpointTier.checkpoint_id,
@@ -135,7 +161,24 @@ def take_snapshot(
             CheckpointTier.quarantine_evidence,
         ).where(CheckpointTier.job_id == job_id, CheckpointTier.tier.in_(names))
     ).all()
+    replica_totals = _replica_totals(session, job_id, names)
+    copies: dict[int, dict[str, TierCopy]] = {}
+    for m in markers:
+        verified, nbytes = replica_totals.get((m.checkpoint_id, m.tier), (0, 0))
+        copies.setdefault(m.checkpoint_id, {})[m.tier] = TierCopy(
+            state=TierState(m.state),
+            verified=verified >= shard_counts.get(m.checkpoint_id, 0) > 0,
+            bytes=nbytes,
+            quarantined=m.quarantine_reason is not None,
+            evidence=m.quarantine_reason is not None and m.quarantine_evidence,
+        )
+    return copies
 
+
+def _replica_totals(
+    session: Session, job_id: int, names: Sequence[str]
+) -> dict[tuple[int, str], tuple[int, int]]:
+    """(checkpoint id, tier) -> (verified replicas, bytes stored)."""
     stored = case(
         (Replica.state.in_([s.value for s in _WHOLE]), Shard.size),
         (Replica.state.in_([s.value for s in _PARTIAL]), Replica.bytes_done),
@@ -165,39 +208,7 @@ def take_snapshot(
         )
         .group_by(Replica.checkpoint_id, Replica.tier)
     ).all()
-    replica_totals = {(r.checkpoint_id, r.tier): (int(r.verified), int(r.bytes)) for r in totals}
-
-    copies: dict[int, dict[str, TierCopy]] = {}
-    shard_counts = {c.id: c.shard_count for c in checkpoints}
-    for m in markers:
-        verified, nbytes = replica_totals.get((m.checkpoint_id, m.tier), (0, 0))
-        copies.setdefault(m.checkpoint_id, {})[m.tier] = TierCopy(
-            state=TierState(m.state),
-            verified=verified >= shard_counts.get(m.checkpoint_id, 0) > 0,
-            bytes=nbytes,
-            quarantined=m.quarantine_reason is not None,
-            evidence=m.quarantine_reason is not None and m.quarantine_evidence,
-        )
-
-    return RetentionSnapshot(
-        job=job,
-        tiers=tuple(TierRef(t.name, t.kind) for t in tiers),
-        checkpoints=tuple(
-            CheckpointInfo(
-                id=c.id,
-                step=c.step,
-                created_at=c.created_at,
-                total_bytes=c.total_bytes,
-                pinned=c.pinned,
-                tags=_tags(c.meta),
-                quarantined=c.quarantine_reason is not None,
-                evidence=c.quarantine_reason is not None and c.quarantine_evidence,
-                leased=bool(c.leased),
-                copies=copies.get(c.id, {}),
-            )
-            for c in checkpoints
-        ),
-    )
+    return {(r.checkpoint_id, r.tier): (int(r.verified), int(r.bytes)) for r in totals}
 
 
 def dry_run(

@@ -21,7 +21,7 @@ from tierpoint.cli.serve import settings_or_fail
 
 if TYPE_CHECKING:
     # Only for the annotation: importing SQLAlchemy costs every `tierpoint` command ~1 s.
-    from sqlalchemy.orm import Session
+    from tierpoint.catalog.engine import Session
 
 app = typer.Typer(
     help="API access tokens (in the catalog: needs TIERPOINT_DATABASE_URL).",
@@ -167,17 +167,20 @@ def revoke(
 @contextlib.contextmanager
 def _session(database_url: str | None) -> Iterator[Session]:
     """A catalog session for one command; one clear line when the catalog cannot be used."""
-    from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
-
-    from tierpoint.catalog.engine import make_sync_engine, sync_sessions
+    from tierpoint.catalog.engine import (
+        CATALOG_UNREACHABLE,
+        NotMigrated,
+        make_sync_engine,
+        sync_sessions,
+    )
 
     engine = make_sync_engine(database_url or settings_or_fail().database_url, pool_size=1)
     try:
         with sync_sessions(engine)() as session:
             yield session
-    except (OperationalError, InterfaceError) as exc:
+    except CATALOG_UNREACHABLE as exc:
         fail(f"cannot reach the catalog: {str(exc).splitlines()[0]}")
-    except ProgrammingError as exc:
+    except NotMigrated as exc:
         fail(f"the catalog is not migrated? ({str(exc).splitlines()[0]}); run `tierpoint migrate`")
     finally:
         engine.dispose()

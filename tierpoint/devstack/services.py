@@ -172,14 +172,9 @@ class EmbeddedPostgres:
         server = get_server(self.data_dir, cleanup_mode="stop")
         self._server = server
         admin = server.get_uri()
-        import psycopg
+        from tierpoint.catalog.engine import ensure_database
 
-        with psycopg.connect(admin, autocommit=True) as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)
-            ).fetchone()
-            if not exists:
-                conn.execute(f'CREATE DATABASE "{self.database}"')
+        ensure_database(admin, self.database)
         return self.url
 
     @property

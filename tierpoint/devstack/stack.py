@@ -19,17 +19,18 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import boto3
 import uvicorn
 from botocore.exceptions import ClientError
-from sqlalchemy import text
 
 from tierpoint import logs
 from tierpoint.catalog import migrate, tokens_repo
-from tierpoint.catalog.engine import make_sync_engine, sync_sessions
+from tierpoint.catalog import nodes as catalog_nodes
+from tierpoint.catalog.engine import catalog_now, make_sync_engine, sync_sessions
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.devstack.env_file import stack_env_text
 from tierpoint.devstack.facts import (
@@ -270,34 +271,26 @@ class DevStack:
             stopping.cancel()
             sock.close()
 
-    def _catalog_now(self) -> float:
+    def _catalog_now(self) -> datetime:
         assert self.settings is not None
         engine = make_sync_engine(self.settings.database_url, pool_size=1)
         try:
-            with engine.connect() as conn:
-                now = conn.execute(text("SELECT extract(epoch FROM now())")).scalar_one()
-                return float(now)
+            with sync_sessions(engine)() as session:
+                return catalog_now(session)
         finally:
             engine.dispose()
 
-    def _nodes_reported(self, since: float) -> bool:
+    def _nodes_reported(self, since: datetime) -> bool:
         assert self.settings is not None
         engine = make_sync_engine(self.settings.database_url, pool_size=1)
         try:
-            with engine.connect() as conn:
-                seen = conn.execute(
-                    text(
-                        "SELECT count(*) FROM node WHERE id = ANY(:ids)"
-                        " AND last_seen_at >= to_timestamp(:since)"
-                    ),
-                    {"ids": self.nodes, "since": since},
-                ).scalar_one()
-                return int(seen) == len(self.nodes)
+            with sync_sessions(engine)() as session:
+                return catalog_nodes.all_seen_since(session, self.nodes, since)
         finally:
             engine.dispose()
 
     async def _until_ready(
-        self, server: uvicorn.Server, since: float, tasks: list[asyncio.Task[Any]]
+        self, server: uvicorn.Server, since: datetime, tasks: list[asyncio.Task[Any]]
     ) -> None:
         """The API answers and every node's worker has reported in (so the API accepts its
         shards). A task that ends first (a crash, or a stop request) ends the wait."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from tierpoint.catalog import registration
+from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.temporal import start_lifecycle
 
@@ -25,7 +25,7 @@ class StartOutcome:
 
 
 async def start_and_record(
-    client: Client, sessions: async_sessionmaker[AsyncSession], ref: LifecycleInput
+    client: Client, sessions: AsyncSessions, ref: LifecycleInput
 ) -> StartOutcome:
     """Idempotent: the workflow id is the checkpoint's natural id and the catalog flag is set
     with a conditional update, so any number of racing starters leave exactly one lifecycle."""
@@ -38,7 +38,7 @@ async def start_and_record(
 
 async def start_unstarted(
     client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: AsyncSessions,
     *,
     older_than: timedelta,
     limit: int,

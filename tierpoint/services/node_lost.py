@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client
 
 from tierpoint import logs
 from tierpoint.catalog import nodes
+from tierpoint.catalog.engine import AsyncSession
 from tierpoint.config import Settings, TierKind
 from tierpoint.temporal import signal_node_lost
 

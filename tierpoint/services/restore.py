@@ -7,9 +7,8 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from tierpoint.catalog.checkpoint_reads import job_id_of
+from tierpoint.catalog.checkpoint_lookup import job_id_by_name
+from tierpoint.catalog.engine import AsyncSession
 from tierpoint.catalog.latest_restorable import latest_restorable
 from tierpoint.catalog.leases_repo import insert_lease
 from tierpoint.catalog.views import LatestRestorableView
@@ -54,7 +53,7 @@ async def latest_with_lease(
     )
     if lease is None:
         return found
-    job_id = await job_id_of(session, job)
+    job_id = await job_id_by_name(session, job)
     assert job_id is not None  # the job has a restorable checkpoint, whose row is locked
     taken = await insert_lease(
         session,

@@ -9,12 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import Session
 from temporalio.client import Client
 
 from tierpoint import logs
+from tierpoint.catalog.engine import AsyncSession, Session, catalog_now
 from tierpoint.catalog.snapshot import AssignedPolicy, dry_run, policy_for_job, take_snapshot
 from tierpoint.errors import InvalidPolicy, UnknownTier
 from tierpoint.retention import Policy, RetentionPlan, TierRef, check_tiers, plan
@@ -88,8 +86,7 @@ class Evaluation:
 def _evaluate(
     session: Session, job: str, tiers: Sequence[TierRef], preview: Policy | None
 ) -> Evaluation:
-    now = session.scalar(select(func.now()))
-    assert now is not None
+    now = catalog_now(session)
     if preview is None:
         assigned, current = dry_run(session, job, tiers, now)
         return Evaluation(assigned, current, None)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client
 
 from tierpoint.catalog import retry_repo
+from tierpoint.catalog.engine import AsyncSession
 from tierpoint.contract.lifecycle import LifecycleInput, retry_workflow_id, workflow_id
 from tierpoint.errors import NothingToRetry, NoVerifiedSource, TemporalUnavailable
 from tierpoint.states import TierState

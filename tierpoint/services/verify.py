@@ -12,21 +12,20 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowFailureError
 
 from tierpoint import logs
+from tierpoint.catalog.checkpoint_lookup import find_checkpoint
+from tierpoint.catalog.copy_reads import verified_replicas
+from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.catalog.events import EventKind, arecord
-from tierpoint.catalog.models import Checkpoint, Job, Replica
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     VerifyCheckpointInput,
     VerifyOutcome,
     verify_checkpoint_workflow_id,
 )
-from tierpoint.errors import CheckpointNotFound, JobNotFound, NothingToVerify, TemporalUnavailable
-from tierpoint.states import ReplicaState
+from tierpoint.errors import NothingToVerify, TemporalUnavailable
 from tierpoint.temporal import start_verify_checkpoint
 
 log = logs.get(__name__)
@@ -49,31 +48,8 @@ class VerifyRun:
     error: str | None = field(default=None)
 
 
-async def _target(session: AsyncSession, job: str, step: int, tier: str) -> tuple[int, int, int]:
-    """(checkpoint id, job id, verified replicas on the tier)."""
-    cp = (
-        await session.execute(
-            select(Checkpoint.id, Checkpoint.job_id)
-            .join(Job, Job.id == Checkpoint.job_id)
-            .where(Job.name == job, Checkpoint.step == step)
-        )
-    ).one_or_none()
-    if cp is None:
-        if await session.scalar(select(Job.id).where(Job.name == job)) is None:
-            raise JobNotFound(f"no job named {job!r}")
-        raise CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
-    verified = await session.scalar(
-        select(func.count()).where(
-            Replica.checkpoint_id == cp.id,
-            Replica.tier == tier,
-            Replica.state == ReplicaState.VERIFIED.value,
-        )
-    )
-    return cp.id, cp.job_id, int(verified or 0)
-
-
 async def verify_checkpoint(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: AsyncSessions,
     client: Client | None,
     settings: Settings,
     job: str,
@@ -86,7 +62,9 @@ async def verify_checkpoint(
     there), TemporalUnavailable."""
     kind = settings.tier(tier).kind
     async with sessions() as session:
-        checkpoint_id, job_id, verified = await _target(session, job, step, tier)
+        cp = await find_checkpoint(session, job, step)
+        checkpoint_id, job_id = cp.id, cp.job_id
+        verified = await verified_replicas(session, checkpoint_id, tier)
     wid = verify_checkpoint_workflow_id(job, step, tier)
     if not verified:
         raise NothingToVerify(f"{job}/{step} has no verified replica on tier {tier!r}")
@@ -110,6 +88,7 @@ async def verify_checkpoint(
                 actor=actor,
                 detail={"action": VERIFY, "workflow_id": wid, "run_id": run_id},
             )
+            # Its own transaction: the run is recorded before the request waits on its outcome.
             await session.commit()
     try:
         run.outcome = await asyncio.wait_for(handle.result(), wait)

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 from tierpoint.catalog.nodes import lost_among, upsert_node
+from tierpoint.catalog.promotion import promote
 from tierpoint.states import ReplicaState, TierState
 
 
@@ -94,7 +95,7 @@ def test_promote_never_counts_a_verified_copy_on_a_lost_node(session: Session) -
     cp, shard = one_shard_checkpoint(session, node)
     write(session, cp, shard, node, ReplicaState.VERIFIED)
     declare_lost(session, node)
-    outcome = repo.promote(session, cp, "ssd", [], None)
+    outcome = promote(session, cp, "ssd", [], None)
     assert outcome.state == TierState.FAILED.value
     assert "1 of 1 shards have no verified replica on ssd" in (outcome.reason or "")
 
@@ -102,7 +103,7 @@ def test_promote_never_counts_a_verified_copy_on_a_lost_node(session: Session) -
     other = f"node-{uuid.uuid4().hex[:8]}"
     cp2, shard2 = one_shard_checkpoint(session, other)
     write(session, cp2, shard2, other, ReplicaState.VERIFIED)
-    assert repo.promote(session, cp2, "ssd", [], None).state == TierState.RESTORABLE.value
+    assert promote(session, cp2, "ssd", [], None).state == TierState.RESTORABLE.value
 
 
 def test_lost_among_names_only_the_lost_nodes(session: Session) -> None:

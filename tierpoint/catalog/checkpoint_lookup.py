@@ -1,0 +1,69 @@
+"""Finding a checkpoint by what its callers name it by, (job name, step), and the two refusals
+that go with it. Every route and service that takes a job and a step asks here, so a missing job
+and a missing checkpoint read the same wherever they are refused."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from tierpoint.errors import CheckpointNotFound, JobNotFound
+
+from .models import Checkpoint, Job
+
+
+class CheckpointKey(NamedTuple):
+    id: int
+    job_id: int
+    pinned: bool
+
+
+def no_job(job: str) -> JobNotFound:
+    return JobNotFound(f"no job named {job!r}")
+
+
+def no_checkpoint(job: str, step: int) -> CheckpointNotFound:
+    return CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
+
+
+async def job_id_by_name(session: AsyncSession, job: str) -> int | None:
+    return await session.scalar(select(Job.id).where(Job.name == job))
+
+
+async def require_job_id(session: AsyncSession, job: str) -> int:
+    """The job's id; raises JobNotFound."""
+    job_id = await job_id_by_name(session, job)
+    if job_id is None:
+        raise no_job(job)
+    return job_id
+
+
+def require_job_id_sync(session: Session, job: str) -> int:
+    """The job's id (the workers' sync sessions); raises JobNotFound."""
+    job_id = session.scalar(select(Job.id).where(Job.name == job))
+    if job_id is None:
+        raise no_job(job)
+    return job_id
+
+
+async def find_checkpoint(
+    session: AsyncSession, job: str, step: int, *, lock: bool = False
+) -> CheckpointKey:
+    """The checkpoint at (job, step), its row locked until commit with `lock`. Raises JobNotFound
+    when no job has that name, else CheckpointNotFound."""
+    q = (
+        select(Checkpoint.id, Checkpoint.job_id, Checkpoint.pinned)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(Job.name == job, Checkpoint.step == step)
+    )
+    if lock:
+        q = q.with_for_update(of=Checkpoint)
+    row = (await session.execute(q)).one_or_none()
+    if row is None:
+        # Only the refusal pays for the second lookup; the hot path is one indexed join.
+        await require_job_id(session, job)
+        raise no_checkpoint(job, step)
+    return CheckpointKey(row.id, row.job_id, row.pinned)

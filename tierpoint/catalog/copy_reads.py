@@ -1,0 +1,90 @@
+"""One checkpoint's copy on one tier, as the integrity checks an operator or a reader asks for
+see it: how many of its replicas are verified, one shard's replica there, and what became of a
+replica after it was reported bad."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import and_, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from tierpoint.errors import CopyNotFound
+
+from .checkpoint_lookup import find_checkpoint
+from .models import VERIFIED, CheckpointTier, Replica, Shard
+
+
+@dataclass(frozen=True)
+class CopyRef:
+    checkpoint_id: int
+    job_id: int
+    shard_id: int
+    replica_id: int
+    node: str | None
+    state: str
+    recently_read: bool
+
+
+@dataclass(frozen=True)
+class CopyState:
+    replica: str | None
+    marker: str | None
+    # Verified replicas of the same shard on the other tiers: the sources a repair can copy from.
+    sources: int
+
+
+async def verified_replicas(session: AsyncSession, checkpoint_id: int, tier: str) -> int:
+    n = await session.scalar(
+        select(func.count()).where(
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier == tier,
+            Replica.state == VERIFIED,
+        )
+    )
+    return int(n or 0)
+
+
+async def find_copy(
+    session: AsyncSession, job: str, step: int, tier: str, path: str, recheck_after: timedelta
+) -> CopyRef:
+    """The replica of shard `path` of (job, step) on `tier` (the caller checked the tier is
+    configured); `recently_read` when it was read back within `recheck_after`. Raises
+    JobNotFound, CheckpointNotFound, CopyNotFound."""
+    cp = await find_checkpoint(session, job, step)
+    row = (
+        await session.execute(
+            select(
+                Shard.id,
+                Replica.id,
+                Replica.node_id,
+                Replica.state,
+                Replica.scrubbed_at > func.now() - recheck_after,
+            )
+            .outerjoin(Replica, and_(Replica.shard_id == Shard.id, Replica.tier == tier))
+            .where(Shard.checkpoint_id == cp.id, Shard.path == path)
+        )
+    ).one_or_none()
+    if row is None:
+        raise CopyNotFound(f"{job}/{step} has no shard {path!r}")
+    if row[1] is None:
+        raise CopyNotFound(f"{job}/{step}: {path!r} has no copy on tier {tier!r}")
+    return CopyRef(cp.id, cp.job_id, row[0], row[1], row[2], row[3], bool(row[4]))
+
+
+async def copy_state(session: AsyncSession, ref: CopyRef, tier: str) -> CopyState:
+    state = await session.scalar(select(Replica.state).where(Replica.id == ref.replica_id))
+    marker = await session.scalar(
+        select(CheckpointTier.state).where(
+            CheckpointTier.checkpoint_id == ref.checkpoint_id, CheckpointTier.tier == tier
+        )
+    )
+    sources = await session.scalar(
+        select(func.count()).where(
+            Replica.shard_id == ref.shard_id,
+            Replica.tier != tier,
+            Replica.state == VERIFIED,
+        )
+    )
+    return CopyState(state, marker, int(sources or 0))

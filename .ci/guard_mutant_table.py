@@ -626,6 +626,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "a lifecycle whose copy found its source corrupt asks for the checkpoint's repair",
     ),
     Mutant(
+        "repair-again-after-stale-plan",
+        "workflows/repair.py",
+        "        return plan.more or (again and workflow.patched(REPAIR_AGAIN_PATCH))\n",
+        "        return plan.more\n",
+        (
+            "tests/workflows/test_repair.py::"
+            "test_a_source_gone_since_the_plan_is_marked_and_later_rounds_finish_the_repair",
+        ),
+        "a repair whose plan went stale (a source gone, a faster source back) does not stop "
+        "with the tier failed while rounds still change something",
+    ),
+    Mutant(
         "tier-view-counts-quarantined-copies",
         "tierpoint/catalog/checkpoint_reads.py",
         "            if m.state == RESTORABLE and m.quarantine_reason is None:\n",

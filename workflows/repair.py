@@ -14,6 +14,7 @@ Deterministic: no I/O, no clocks; every read and write happens in an activity.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -28,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from tierpoint.contract.integrity import (
         READ_HEARTBEAT,
+        REPAIR_AGAIN_PATCH,
         REPAIR_COPY,
         REPAIR_PLAN,
         REPAIR_ROUNDS_PER_RUN,
@@ -51,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         PromoteInput,
         PromoteResult,
     )
+    from tierpoint.states import TierState
 
 
 @workflow.defn(name=REPAIR_WORKFLOW)
@@ -106,29 +109,42 @@ class CheckpointRepair:
             retry_policy=CATALOG_RETRY,
         )
         self._result.left = plan.left
+        copied = _Copied()
+        failed = 0
         for tier in plan.tiers:
-            error = await self._copy(plan, tier)
+            this = await self._copy(plan, tier)
+            copied = copied.plus(this)
             res: PromoteResult = await workflow.execute_activity(
                 PROMOTE,
-                PromoteInput(checkpoint_id=plan.checkpoint_id, tier=tier.tier, stage_error=error),
+                PromoteInput(
+                    checkpoint_id=plan.checkpoint_id, tier=tier.tier, stage_error=this.error
+                ),
                 result_type=PromoteResult,
                 task_queue=SHARED_TASK_QUEUE,
                 start_to_close_timeout=CATALOG_TIMEOUT,
                 retry_policy=CATALOG_RETRY,
             )
+            failed += res.state != TierState.RESTORABLE
             outcome = RepairOutcome(tier=tier.tier, state=str(res.state), reason=res.reason)
             self._result.tiers = [t for t in self._result.tiers if t.tier != tier.tier] + [outcome]
-        return plan.more
+        # What the round's plan knew may be stale by the time a later tier's batches ran: a
+        # source verified at planning read back bad or gone (now marked so), or an earlier tier
+        # of this round made a faster source verified, which moves shards to another queue. One
+        # more round, planned from the catalog as it now is, finishes them; it is asked only
+        # while rounds change something, so a shard with no source left cannot loop.
+        again = copied.found_bad > 0 or (failed > 0 and copied.verified_now > 0)
+        return plan.more or (again and workflow.patched(REPAIR_AGAIN_PATCH))
 
-    async def _copy(self, plan: RepairPlan, tier: RepairTier) -> str | None:
+    async def _copy(self, plan: RepairPlan, tier: RepairTier) -> _Copied:
         window = asyncio.Semaphore(tier.parallelism)
         failures: list[str] = []
+        results: list[BatchResult] = []
 
         async def one(rb: RepairBatch) -> None:
             b = rb.batch
             async with window:
                 try:
-                    await workflow.execute_activity(
+                    res: BatchResult = await workflow.execute_activity(
                         REPAIR_COPY,
                         RepairCopyInput(
                             checkpoint_id=plan.checkpoint_id,
@@ -143,10 +159,33 @@ class CheckpointRepair:
                         heartbeat_timeout=READ_HEARTBEAT,
                         retry_policy=BATCH_RETRY,
                     )
+                    results.append(res)
                 except ActivityError as err:
                     failures.append(f"repair {b.node}[{b.first}..{b.last}]: {error_message(err)}")
 
         await asyncio.gather(*(one(b) for b in tier.batches))
-        if not failures:
-            return None
-        return f"{len(failures)} of {len(tier.batches)} repair batches failed, first: {failures[0]}"
+        error = None
+        if failures:
+            n = len(failures)
+            error = f"{n} of {len(tier.batches)} repair batches failed, first: {failures[0]}"
+        return _Copied(
+            error=error,
+            found_bad=sum(r.source_damaged for r in results),
+            verified_now=sum(r.verified - r.skipped for r in results),
+        )
+
+
+@dataclass(frozen=True)
+class _Copied:
+    """What one tier's repair batches did (or several tiers', summed)."""
+
+    error: str | None = None
+    # Shards whose source replica a copy found bad: marked so, so that a new plan avoids it.
+    found_bad: int = 0
+    # Replicas verified by these copies that were not before.
+    verified_now: int = 0
+
+    def plus(self, other: _Copied) -> _Copied:
+        return _Copied(
+            None, self.found_bad + other.found_bad, self.verified_now + other.verified_now
+        )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sqlalchemy import Engine, delete, update
+from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.orm import Session
 from temporalio.client import Client
 
@@ -38,11 +38,13 @@ from tests.helpers.lifecycle import (
     shard_file,
 )
 from tests.helpers.services import Services, s3_client
+from tierpoint.catalog.damage import mark_damaged_shards
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.models import CheckpointTier, Replica
+from tierpoint.catalog.models import CheckpointTier, Replica, Shard
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.temporal import start_lifecycle
+from tierpoint.states import ReplicaState
+from tierpoint.temporal import request_repair, start_lifecycle
 
 
 def _s3_copy_failed_earlier(engine: Engine, checkpoint_id: int) -> None:
@@ -117,5 +119,45 @@ async def test_a_copy_finding_its_source_corrupt_demotes_it_and_repair_heals_it(
             assert r.status_code == 200 and r.json()["step"] == step, r.text
         checked = assert_catalog_matches_tiers(cfg, engine, [cp])
         assert checked.restorable == dict.fromkeys(("ssd", "lustre", "s3"), 1)
+    finally:
+        engine.dispose()
+
+
+async def test_a_source_gone_since_the_plan_is_marked_and_later_rounds_finish_the_repair(
+    settings: Settings, client: Client
+) -> None:
+    """The node's disk lost a file behind the catalog's back: the shared tier's damaged copy is
+    planned from the node's local copy (the fastest verified one), the copy finds that gone and
+    marks it, and repair goes on rather than leaving the shared tier failed: the local copy is
+    made again from S3, and then the shared one from it (planned anew once the local copy was
+    back: the round that mended it had planned the shared copy for the other queue)."""
+    cfg = integrity_settings(settings)
+    engine = make_sync_engine(cfg.database_url, pool_size=2)
+    try:
+        seeded = await promoted(cfg, client, engine)
+        job, step, cp = seeded.job, seeded.step, seeded.checkpoint_id
+        bad = seeded.shards[0]
+        shard_file(cfg, "ssd", bad.node, job, step, bad.path).unlink()
+        flip_file(cfg, "lustre", seeded, bad)
+        with Session(engine) as s, s.begin():
+            (shard_id,) = s.execute(
+                select(Shard.id).where(Shard.checkpoint_id == cp, Shard.path == bad.path)
+            ).one()
+            mark_damaged_shards(
+                s, "lustre", {shard_id: "flipped by the test"}, ReplicaState.CORRUPT, "test"
+            )
+
+        async with running_workers(cfg, client):
+            await request_repair(client, cp, job, step, "the test damaged the shared copy")
+            repaired = await repair_result(client, seeded)
+        assert {t.tier: t.state for t in repaired.tiers}["lustre"] == "restorable", repaired
+        assert repaired.rounds >= 3, repaired
+        states = replica_states(engine, cp)
+        assert states[("lustre", bad.path)] == "verified"
+        assert states[("ssd", bad.path)] in ("lost", "corrupt", "verified"), states
+        assert shard_file(cfg, "lustre", None, job, step, bad.path).read_bytes() == bad.data
+        repairs = [(t, d["sources"]) for k, t, d in events(engine, cp, "repaired")]
+        assert ("ssd", {"s3": 1}) in repairs and ("lustre", {"ssd": 1}) in repairs, repairs
+        assert marker_states(engine, cp)["lustre"] == "restorable"
     finally:
         engine.dispose()

@@ -58,6 +58,9 @@ READ_HEARTBEAT = timedelta(minutes=2)
 # A node that is down (not declared lost) serves nothing: a scrub or scan waiting on its queue gives
 # up after this, so one absent node cannot hold every later run (schedules skip while one runs).
 NODE_QUEUE_WAIT = timedelta(minutes=10)
+# A repair round whose copies found a source replica bad (gone or corrupt since the plan) asks for
+# one more round, planned from the copies left (histories recorded before ended there).
+REPAIR_AGAIN_PATCH = "repair-again-after-source-found-bad"
 READ_RETRY = backoff(timedelta(minutes=2), 20, FailureType.UNKNOWN_TIER, FailureType.WRONG_NODE)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.client.torch.ranks import (
+    WAIT,
     assert_loaded,
     corrupt_file,
     corrupt_s3,
@@ -134,13 +135,20 @@ async def test_s3_reads_fetch_only_the_items_a_rank_needs(stack: Stack, tmp_path
     fetched = stats["bytes_fetched"] - size[".metadata"]
     assert 0 < fetched < size["__0_0.distcp"] // 2, (fetched, size)
 
-    # That load reported the bad shared copy; the server confirmed it and repair ran (from the
-    # wiped local tier or from S3). Whatever it left on lustre, spoil it, so that the next load
+    # That load reported the bad shared copy; the server confirmed it and repaired it (its
+    # first round read the wiped local copy and marked it; later rounds copy the local tier
+    # again from S3 and the shared one from it). Once every tier is restorable again, take the
+    # local and shared copies away behind the catalog's back once more, so that the next load
     # has no good copy but S3's.
     await until_event(stack, job, step, ("repaired", "lustre"))
-    shared = stack.shared_dir(job, step) / "__0_0.distcp"
-    if shared.exists():
-        corrupt_file(shared)
+    async with asyncio.timeout(WAIT):
+        while not all(  # noqa: ASYNC110 (polling the API)
+            t.state == "restorable"
+            for t in (await asyncio.to_thread(stack.client.checkpoint, job, step)).tiers
+        ):
+            await asyncio.sleep(0.5)
+    wipe_local(stack, job)
+    corrupt_file(stack.shared_dir(job, step) / "__0_0.distcp")
 
     # A ranged read verifies each item against its own crc32c: flipped bytes in S3 are caught.
     corrupt_s3(stack, cp, "__0_0.distcp", everywhere=True)

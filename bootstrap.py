@@ -239,6 +239,8 @@ def main(argv: Sequence[str]) -> int:
         _say(f"{TORCH_VENV.name}/ holds {TORCH}, numpy and the client")
         return 0
     if command == "mutants":
+        # Some guards are in the torch client: their tests run ranks in the torch venv.
+        sync_torch_venv()
         python = str(_venv_bin(VENV, "python"))
         return subprocess.run([python, str(ROOT / ".ci" / "guard_mutants.py"), *rest]).returncode
     tierpoint = str(_venv_bin(VENV, "tierpoint"))

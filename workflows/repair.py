@@ -109,11 +109,11 @@ class CheckpointRepair:
             retry_policy=CATALOG_RETRY,
         )
         self._result.left = plan.left
-        copied = _Copied()
-        failed = 0
+        found_bad = verified_now = failed = 0
         for tier in plan.tiers:
             this = await self._copy(plan, tier)
-            copied = copied.plus(this)
+            found_bad += this.found_bad
+            verified_now += this.verified_now
             res: PromoteResult = await workflow.execute_activity(
                 PROMOTE,
                 PromoteInput(
@@ -132,7 +132,7 @@ class CheckpointRepair:
         # of this round made a faster source verified, which moves shards to another queue. One
         # more round, planned from the catalog as it now is, finishes them; it is asked only
         # while rounds change something, so a shard with no source left cannot loop.
-        again = copied.found_bad > 0 or (failed > 0 and copied.verified_now > 0)
+        again = found_bad > 0 or (failed > 0 and verified_now > 0)
         return plan.more or (again and workflow.patched(REPAIR_AGAIN_PATCH))
 
     async def _copy(self, plan: RepairPlan, tier: RepairTier) -> _Copied:
@@ -177,15 +177,10 @@ class CheckpointRepair:
 
 @dataclass(frozen=True)
 class _Copied:
-    """What one tier's repair batches did (or several tiers', summed)."""
+    """What one tier's repair batches did."""
 
     error: str | None = None
     # Shards whose source replica a copy found bad: marked so, so that a new plan avoids it.
     found_bad: int = 0
     # Replicas verified by these copies that were not before.
     verified_now: int = 0
-
-    def plus(self, other: _Copied) -> _Copied:
-        return _Copied(
-            None, self.found_bad + other.found_bad, self.verified_now + other.verified_now
-        )

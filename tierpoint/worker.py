@@ -40,11 +40,7 @@ from tierpoint.config import Settings, TierKind
 from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
 from tierpoint.services.lifecycle_start import start_unstarted
 from tierpoint.temporal import ensure_integrity_schedules, ensure_sweep_schedule
-from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
-from workflows.reconcile import Reconcile
-from workflows.repair import CheckpointRepair
-from workflows.retention import JobRetention, RetentionSweep
-from workflows.scrub import Scrub, ScrubUnitRun, VerifyCheckpoint, VerifyReplicas
+from workflows.registry import WORKFLOWS
 
 log = logs.get(__name__)
 
@@ -99,21 +95,6 @@ async def reconcile_once(
     for ref in started:
         log.info("reconciler started lifecycle", job=ref.job, step=ref.step)
     return len(started)
-
-
-# The shared queue runs every workflow.
-WORKFLOWS = (
-    CheckpointLifecycle,
-    CheckpointLifecycleStage,
-    JobRetention,
-    RetentionSweep,
-    CheckpointRepair,
-    Scrub,
-    ScrubUnitRun,
-    VerifyReplicas,
-    VerifyCheckpoint,
-    Reconcile,
-)
 
 
 def activity_objects(

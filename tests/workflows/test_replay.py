@@ -39,26 +39,11 @@ from tierpoint.contract.lifecycle import (
 )
 from tierpoint.contract.retention import RETENTION_WORKFLOW
 from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
-from workflows.reconcile import Reconcile
-from workflows.repair import CheckpointRepair
-from workflows.retention import JobRetention, RetentionSweep
-from workflows.scrub import Scrub, ScrubUnitRun, VerifyCheckpoint, VerifyReplicas
+from workflows.registry import WORKFLOWS
 
 HISTORIES = {
     p.stem: p.read_text() for p in sorted((Path(__file__).parent / "histories").glob("*.json"))
 }
-WORKFLOWS = [
-    CheckpointLifecycle,
-    CheckpointLifecycleStage,
-    JobRetention,
-    RetentionSweep,
-    CheckpointRepair,
-    Scrub,
-    ScrubUnitRun,
-    VerifyReplicas,
-    VerifyCheckpoint,
-    Reconcile,
-]
 
 
 def _history(name: str) -> WorkflowHistory:

@@ -32,6 +32,7 @@ from tierpoint_client import Client
 from benchmarks.env import ROOT, DevStackProcess, Env, subprocess_env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.s3_upload import empty_bucket
+from tierpoint.devstack.facts import StackInfo
 
 WORKER = ROOT / "benchmarks" / "dcp_worker.py"
 BUCKET = "tp-bench-dcp"
@@ -39,6 +40,35 @@ WAIT = 900.0  # hang guard for the background copies
 
 TP, FS, S3 = "TierpointWriter", "FileSystemWriter", "S3StorageWriter"
 FLOOR = "floor: the tensors' bytes written + fsynced"
+
+
+def stack_s3(info: StackInfo) -> Any:
+    """A boto3 S3 client of the dev stack's endpoint, with its credentials."""
+    s3 = info.s3
+    return boto3.client(
+        "s3",
+        endpoint_url=s3.endpoint_url,
+        region_name=s3.region,
+        aws_access_key_id=s3.access_key_id,
+        aws_secret_access_key=s3.secret_access_key,
+    )
+
+
+def trainer_env(info: StackInfo, node: str) -> dict[str, str]:
+    """The environment of a training process on the dev stack, on `node`."""
+    s3 = info.s3
+    return subprocess_env(
+        {
+            "TIERPOINT_API_URL": info.api_url,
+            "TIERPOINT_TOKEN": info.token or "",
+            "TIERPOINT_NODE": node,
+            # s3torchconnector's client takes the endpoint from the environment only.
+            "AWS_ENDPOINT_URL": s3.endpoint_url,
+            "AWS_ACCESS_KEY_ID": s3.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_access_key,
+            "AWS_DEFAULT_REGION": s3.region,
+        }
+    )
 
 
 class Worker:
@@ -120,28 +150,10 @@ class Dcp(Scenario):
         assert info is not None
         self.node = next(iter(info.nodes))
         self.client = Client(info.api_url, token=info.token)
-        s3 = info.s3
-        self.s3 = boto3.client(
-            "s3",
-            endpoint_url=s3.endpoint_url,
-            region_name=s3.region,
-            aws_access_key_id=s3.access_key_id,
-            aws_secret_access_key=s3.secret_access_key,
-        )
+        self.s3 = stack_s3(info)
         self.s3.create_bucket(Bucket=BUCKET)
         self.work.mkdir(parents=True)
-        env = subprocess_env(
-            {
-                "TIERPOINT_API_URL": info.api_url,
-                "TIERPOINT_TOKEN": info.token or "",
-                "TIERPOINT_NODE": self.node,
-                # s3torchconnector's client takes the endpoint from the environment only.
-                "AWS_ENDPOINT_URL": s3.endpoint_url,
-                "AWS_ACCESS_KEY_ID": s3.access_key_id,
-                "AWS_SECRET_ACCESS_KEY": s3.secret_access_key,
-                "AWS_DEFAULT_REGION": s3.region,
-            }
-        )
+        env = trainer_env(info, self.node)
         self.worker = Worker(python, env, self.work.parent / "dcp-worker.log")
         init = self.worker.ask(
             op="init", mib=self.mib, tensors=self.tensors, pg_file=str(self.work / "pg")

@@ -20,13 +20,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import boto3
 from tierpoint_client import Client
 
-from benchmarks.env import DevStackProcess, Env, subprocess_env
+from benchmarks.env import DevStackProcess, Env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.copy_posix import drop_cache
-from benchmarks.scenarios.dcp import Worker
+from benchmarks.scenarios.dcp import Worker, stack_s3, trainer_env
 from benchmarks.scenarios.s3_upload import empty_bucket
 
 BUCKET = "tp-bench-dcp-load"
@@ -78,27 +77,11 @@ class DcpLoad(Scenario):
         assert info is not None
         self.node = next(iter(info.nodes))
         self.client = Client(info.api_url, token=info.token)
-        s3 = info.s3
-        self.s3 = boto3.client(
-            "s3",
-            endpoint_url=s3.endpoint_url,
-            region_name=s3.region,
-            aws_access_key_id=s3.access_key_id,
-            aws_secret_access_key=s3.secret_access_key,
-        )
+        self.s3 = stack_s3(info)
         self.s3.create_bucket(Bucket=BUCKET)
         self.work.mkdir(parents=True)
-        env = subprocess_env(
-            {
-                "TIERPOINT_API_URL": info.api_url,
-                "TIERPOINT_TOKEN": info.token or "",
-                "TIERPOINT_NODE": self.node,  # every rank on one node: its local tier has all
-                "AWS_ENDPOINT_URL": s3.endpoint_url,
-                "AWS_ACCESS_KEY_ID": s3.access_key_id,
-                "AWS_SECRET_ACCESS_KEY": s3.secret_access_key,
-                "AWS_DEFAULT_REGION": s3.region,
-            }
-        )
+        # Every rank on one node: its local tier has all the files.
+        env = trainer_env(info, self.node)
         log = self.work.parent / "dcp-worker.log"
         for world in self.worlds:
             pg = self.work / f"pg-{world}"

@@ -199,6 +199,21 @@ def lint_commands() -> list[tuple[list[str], Path]]:
     return commands
 
 
+def parallel_args(pytest_args: Sequence[str]) -> list[str]:
+    """The whole suite runs on `TIERPOINT_TEST_WORKERS` pytest-xdist workers (default 2), a test
+    module per worker at a time: most of its time is spent waiting on servers, subprocesses and
+    polls, not on the CPU, and each worker starts its own Postgres, Temporal and S3 endpoint, as
+    one session always has. A run naming tests or its own `-n` stays as asked."""
+    if any(a == "-n" or a.startswith(("-n", "--numprocesses", "--dist")) for a in pytest_args):
+        return []
+    if any(not a.startswith("-") for a in pytest_args):
+        return []
+    workers = os.environ.get("TIERPOINT_TEST_WORKERS", "2")
+    if workers in ("0", "1"):
+        return []
+    return ["-n", workers, "--dist", "loadfile"]
+
+
 def run_tests(args: Sequence[str]) -> int:
     lint = "--no-lint" not in args
     pytest_args = [a for a in args if a != "--no-lint"]
@@ -217,7 +232,7 @@ def run_tests(args: Sequence[str]) -> int:
     if chromium is not None:
         env["TIERPOINT_CHROMIUM"] = chromium
     # pytest last, so that its closing summary line ends the output.
-    pytest = [str(VENV / "bin" / "pytest"), *pytest_args]
+    pytest = [str(VENV / "bin" / "pytest"), *parallel_args(pytest_args), *pytest_args]
     code = subprocess.run(pytest, cwd=ROOT, env=env).returncode
     if failed:
         _say(f"static checks failed: {'; '.join(failed)}")

@@ -249,6 +249,14 @@ RULE_BREAKS: dict[str, tuple[Callable[[list[Obj]], None], str]] = {
         lambda objs: _container_named(objs, "tierpoint-migrate/migrate")["volumeMounts"].pop(0),
         "not mounted at /etc/tierpoint",
     ),
+    "API stopped while the Service still sends it requests": (
+        lambda objs: _container_named(objs, "tierpoint-api/api").pop("lifecycle"),
+        "no preStop sleep",
+    ),
+    "API's preStop sleep takes the whole grace period": (
+        lambda objs: _pod(objs, "tierpoint-api").update(terminationGracePeriodSeconds=5),
+        "leaves none of the 5 s grace period",
+    ),
     "API starts before the schema is checked": (
         lambda objs: _pod(objs, "tierpoint-api").pop("initContainers"),
         "migrate --check",

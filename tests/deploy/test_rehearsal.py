@@ -4,7 +4,8 @@ give it (tests/helpers/rehearsal.py maps what only a cluster has), against real 
 Temporal and S3: the migrations Job on an empty catalog, each pod's init containers, two API
 replicas, the node worker DaemonSet on two simulated nodes and two shared workers, every probe
 called as declared; then the training-pod template's environment saves and loads a DCP
-checkpoint through the running deployment."""
+checkpoint through the running deployment, and an API replica is stopped as the kubelet stops
+it (its preStop hook, then SIGTERM) with a request racing the Service's update."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import asyncio
 import base64
 import json
 import shutil
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -30,6 +32,7 @@ from tests.helpers.rehearsal import (
     pod_env,
     probe_url,
     running,
+    stop_as_kubelet,
     wait_for,
 )
 from tests.helpers.services import Services, fresh_database, make_bucket
@@ -100,6 +103,26 @@ def _check_probes(pods: list[tuple[Obj, Proc]]) -> int:
                 assert http_status(probe_url(proc, main[kind])) == 200, (proc.name, kind)
                 called += 1
     return called
+
+
+def _stop_an_api_replica(objects: list[Obj], pods: list[tuple[Obj, Proc]]) -> None:
+    """One API replica stopped as the kubelet stops it (a rollout, a drained node): a request
+    that races the Service's update is answered, and the API ends on its SIGTERM."""
+    spec = pod_spec(_workload(objects, API))
+    assert spec is not None
+    main, proc = next((c, p) for c, p in pods if p.name == f"{API}-1")
+    answers: list[object] = []
+
+    def racing() -> None:
+        try:
+            answers.append(http_status(probe_url(proc, main["readinessProbe"])))
+        except OSError as exc:
+            answers.append(exc)
+
+    status = stop_as_kubelet(proc, spec, main, racing)
+    assert answers == [200]
+    # uvicorn re-raises the SIGTERM once it has shut down.
+    assert status in (0, -signal.SIGTERM), proc.output()
 
 
 @pytest.fixture
@@ -197,4 +220,5 @@ async def test_the_overlay_runs_as_rendered(
         loaded = await asyncio.to_thread(_dcp, trainer, tmp_path, "load", name)
         assert loaded["step"] == 7 and loaded["mismatches"] == [], loaded
         assert all(proc.alive() for _, proc in pods), [p.output() for _, p in pods if not p.alive()]
+        await asyncio.to_thread(_stop_an_api_replica, objects, pods)
     shutil.rmtree(cluster.work / "hosts", ignore_errors=True)

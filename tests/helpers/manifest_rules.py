@@ -97,6 +97,7 @@ def _specific_rules(name: str, obj: Obj, spec: Obj, settings: Settings) -> Itera
             yield f"{name}: startupProbe on /readyz"
         if main.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
             yield f"{name}: livenessProbe on /healthz"
+        yield from _pre_stop_rules(name, spec, main)
     if name in ("tierpoint-api", "tierpoint-worker", "tierpoint-node-worker"):
         # Every process serves its metrics on a listener of its own, never on the API's port.
         yield from _metrics_rules(name, obj, main)
@@ -112,6 +113,17 @@ def _specific_rules(name: str, obj: Obj, spec: Obj, settings: Settings) -> Itera
         for root in local:
             if root not in host_paths or root not in _mounts(main):
                 yield f"{name}: the local tier {root} must be a hostPath mounted at that path"
+
+
+def _pre_stop_rules(name: str, spec: Obj, main: Obj) -> Iterator[str]:
+    """The kubelet sends SIGTERM while the Service is still dropping the pod: a preStop sleep
+    keeps the API serving until then, and leaves part of the grace period for its shutdown."""
+    seconds = main.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds")
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    if not isinstance(seconds, int) or seconds <= 0:
+        yield f"{name}: no preStop sleep: requests that race the Service's update are refused"
+    elif seconds >= grace:
+        yield f"{name}: a preStop sleep of {seconds} s leaves none of the {grace} s grace period"
 
 
 def training_pod_problems(pod: Obj, settings: Settings, api_service: str) -> list[str]:

@@ -13,7 +13,8 @@ a cluster has is mapped to a local stand-in in one place, `Cluster`, and nothing
   on one machine), and binds 127.0.0.1 where the pod binds 0.0.0.0;
 - IRSA: the S3 stand-in's keys as AWS_* variables;
 - a new image: a second copy of the code's packages (`copy_build`), run with the same venv;
-- a Service's endpoints during a rolling update (`Endpoints`).
+- a Service's endpoints during a rolling update (`Endpoints`);
+- the kubelet stopping a container: its preStop hook, then SIGTERM (`stop_as_kubelet`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import tomllib
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,6 +260,31 @@ def wait_for(proc: Proc, url: str) -> None:
         time.sleep(0.2)
 
 
+def stop_as_kubelet(proc: Proc, pod: Obj, container: Obj, racing: Callable[[], None]) -> int:
+    """Stops `proc` as the kubelet stops `container` of `pod`: its preStop hook, then SIGTERM, then
+    SIGKILL once the grace period is over; returns the exit status. `racing` is a request that
+    reaches the pod while the Service is still dropping it (the endpoints' update and the stop
+    begin together): during the hook if there is one, else once the SIGTERM took effect (the
+    race's worst case). A sleep hook is not slept: its seconds stand for the cluster's propagation
+    time, which has no local stand-in, so only the order is rehearsed."""
+    assert proc.popen is not None
+    hook = container.get("lifecycle", {}).get("preStop")
+    seconds = 0
+    if hook is not None:
+        assert set(hook) == {"sleep"}, f"not rehearsed: preStop {hook}"
+        seconds = hook["sleep"]["seconds"]
+        racing()
+    proc.popen.terminate()
+    try:
+        status = proc.popen.wait(timeout=pod.get("terminationGracePeriodSeconds", 30) - seconds)
+    except subprocess.TimeoutExpired:
+        proc.popen.kill()
+        status = proc.popen.wait(timeout=WAIT)
+    if hook is None:
+        racing()
+    return status
+
+
 @contextlib.contextmanager
 def running(procs: list[Proc]) -> Iterator[list[Proc]]:
     try:
@@ -303,7 +329,8 @@ def build_process(
 class Endpoints:
     """A Service's endpoints during a rolling update: requests go round-robin to the replicas in
     the rotation; a replica leaves the rotation before it is stopped, and its requests in flight
-    finish first (the endpoints controller and the API's graceful shutdown)."""
+    finish first (the endpoints controller, given time by the API's preStop sleep, and the API's
+    graceful shutdown)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()

@@ -1,7 +1,7 @@
 """A shared tier that cannot take a copy (full: here a node worker whose files may not grow past
 1 MiB, so the write fails in the kernel with EFBIG as a full device fails with ENOSPC) says why in
 the operator views: the copy in flight carries the write's error, not only "0 B free" and a line
-in the worker's log.
+in the worker's log, and so does the failure once the tier fails.
 
 Real services; the node's worker is a `tierpoint worker` process with RLIMIT_FSIZE, the shared
 worker runs in the test process."""
@@ -13,10 +13,11 @@ import os
 from pathlib import Path
 
 import crc32c
+from sqlalchemy import Engine
 from temporalio.client import Client
 
 from api.app import create_app
-from tests.helpers.api import NODE_A, manifest, running_client, shard
+from tests.helpers.api import NODE_A, manifest, running_client, set_marker, shard
 from tests.helpers.lifecycle import running_workers, shard_file
 from tests.helpers.worker_process import worker_process
 from tierpoint.config import Settings
@@ -27,7 +28,12 @@ TIMEOUT = 120.0
 
 
 async def test_a_tier_that_cannot_take_the_copy_says_why(
-    settings: Settings, temporal: Client, nodes: tuple[str, str], job: str, tmp_path: Path
+    settings: Settings,
+    temporal: Client,
+    catalog: Engine,
+    nodes: tuple[str, str],
+    job: str,
+    tmp_path: Path,
 ) -> None:
     data = os.urandom(2 * MiB)
     f = shard_file(settings, "ssd", NODE_A, job, 1, "big.bin")
@@ -52,3 +58,9 @@ async def test_a_tier_that_cannot_take_the_copy_says_why(
                 (copy,) = stuck
                 assert copy["last_error"].startswith("write to lustre: "), copy
                 assert "File too large" in copy["last_error"], copy
+                # Its attempts run out after many minutes and the tier is failed (set here):
+                # the failures view carries the same error beside the promotion's reason.
+                set_marker(catalog, job, 1, "lustre", "failed", reason="1 shard(s) not copied")
+                r = await c.get("/v1/failures", params={"job": job})
+                (failure,) = r.json()["items"]
+                assert failure["last_error"] == copy["last_error"], failure

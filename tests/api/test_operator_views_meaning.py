@@ -1,14 +1,20 @@
 """What the operator views mean, said once: a job filter names one job in every view (not a
 prefix in one and a name in the others); promotion lag is registration -> first promotion (a
-repair's promotion later is not lag)."""
+repair's promotion later is not lag); a job's steps at risk count from its newest checkpoint
+restorable on the last tier and on any tier, and a tier's predicted restore time is its
+recovery point's bytes over the read throughput recorded for the tier."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
+import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import sessionmaker
 
-from tests.helpers.api import seed, set_marker, set_replicas
+from tests.helpers.api import SHARD_BYTES, restorable, seed, set_marker, set_replicas
+from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.promotion import promote
 
 
@@ -85,3 +91,51 @@ async def test_a_job_filter_names_one_job_in_every_view(
     assert failures == []
     (row,) = (await client.get("/v1/overview/jobs", params={"job": other})).json()["items"]
     assert row["failed"] == 1
+
+
+async def overview_row(client: httpx.AsyncClient, job: str) -> dict[str, Any]:
+    r = await client.get("/v1/overview/jobs", params={"job": job})
+    assert r.status_code == 200, r.text
+    (row,) = r.json()["items"]
+    return dict(row)
+
+
+def by_tier(row: dict[str, Any], key: str) -> dict[str, Any]:
+    return {t["tier"]: t[key] for t in row["tiers"]}
+
+
+async def test_steps_at_risk_and_the_predicted_restore_time(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """Step 30 is registered, 20 is restorable on ssd and lustre, 10 everywhere: a loss of the
+    nodes and the shared tier costs 20 steps, a loss of what holds 20 costs 10."""
+    await seed(client, catalog, job, [10, 20, 30], tiers=())
+    for tier in ("ssd", "lustre", "s3"):
+        restorable(catalog, job, 10, tier, local=tier == "ssd")
+    for tier in ("ssd", "lustre"):
+        restorable(catalog, job, 20, tier, local=tier == "ssd")
+    row = await overview_row(client, job)
+    assert row["latest_step"] == 30
+    assert (row["steps_at_risk_durable"], row["steps_at_risk"]) == (20, 10)
+    assert by_tier(row, "steps_behind") == {"ssd": 10, "lustre": 10, "s3": 20}
+    # No tier was ever read back: nothing to predict from.
+    assert by_tier(row, "predicted_restore_seconds") == {"ssd": None, "lustre": None, "s3": None}
+
+    # Reads off lustre add up (2000 B in 4 s: 500 B/s); step 20 holds 2 shards there.
+    sessions = sessionmaker(catalog)
+    for _ in range(2):
+        with sessions.begin() as s:
+            scrub_repo.record_reads(s, "lustre", 1000, 2.0)
+    row = await overview_row(client, job)
+    predicted = by_tier(row, "predicted_restore_seconds")
+    assert predicted["lustre"] == pytest.approx(2 * SHARD_BYTES / 500)
+    assert predicted["ssd"] is None and predicted["s3"] is None
+
+    # A quarantined copy is no recovery point: nothing durable on the last tier, every step at
+    # risk there (null); the newest copy anywhere is unchanged.
+    set_marker(catalog, job, 10, "s3", "restorable", quarantine="bad weights")
+    row = await overview_row(client, job)
+    assert (row["steps_at_risk_durable"], row["steps_at_risk"]) == (None, 10)
+    restorable(catalog, job, 30, "ssd", local=True)
+    row = await overview_row(client, job)
+    assert (row["steps_at_risk_durable"], row["steps_at_risk"]) == (None, 0)

@@ -2,11 +2,13 @@
 the real API: a job's page is a URL to share and opens in view; a step of 2^53 - 1 is shown
 exactly and does not push the columns out; a long failure reason wraps in a wide column; an
 acknowledged failure leaves the list and shows in the history, rendered as text; a deleted
-checkpoint is marked in the job's matrix. Screenshots of each go to docs/images (the copies the
-docs show)."""
+checkpoint is marked in the job's matrix; the jobs view shows each job's steps at risk and a
+restore time predicted from a tier's recorded reads. Screenshots of each go to docs/images (the
+copies the docs show)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,12 +16,14 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page
 from sqlalchemy import Engine
+from sqlalchemy.orm import sessionmaker
 
 from api.app import create_app
 from tests.dashboard.test_dashboard import WAIT_MS, browser, chromium
-from tests.helpers.api import seed, set_marker
+from tests.helpers.api import restorable, seed, set_marker
 from tests.helpers.cli import serving
 from tests.helpers.tokens import bearer, create_token
+from tierpoint.catalog import scrub_repo
 from tierpoint.config import Settings
 
 __all__ = ["browser", "chromium"]
@@ -111,3 +115,40 @@ async def test_a_deleted_checkpoint_is_marked_on_the_job_page(
     # The job's recovery point is step 1 again on every tier.
     assert (await page.locator(f'tr[data-job="{job}"]').inner_text()).count("step 1") >= 3
     await page.screenshot(path=str(IMAGES / "dashboard-deleted-checkpoint.png"))
+
+
+async def test_the_jobs_view_shows_steps_at_risk_and_a_predicted_restore_time(
+    url: str, browser: Browser, client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    # Step 30 registered, 20 on ssd and lustre, 10 on every tier; a newer job nothing on s3.
+    await seed(client, catalog, job, [10, 20, 30], tiers=())
+    for step, tiers in ((10, ("ssd", "lustre", "s3")), (20, ("ssd", "lustre"))):
+        for tier in tiers:
+            restorable(catalog, job, step, tier, local=tier == "ssd")
+    young = f"{job}-young"
+    await seed(client, catalog, young, [5], tiers=("ssd",))
+    # Reads recorded off lustre (0.4 B/s) and s3 (50 B/s); ssd was never read back.
+    with sessionmaker(catalog).begin() as s:
+        scrub_repo.record_reads(s, "lustre", 2_000, 5_000.0)
+        scrub_repo.record_reads(s, "s3", 200, 4.0)
+    token = create_token(catalog, f"oncall-{job}", ["read"])
+
+    page = await browser.new_page(viewport={"width": 1440, "height": 900})
+    page.on("pageerror", lambda e: pytest.fail(f"page error: {e}"))
+    await page.goto(f"{url}/#token={token}")
+    row = page.locator(f'tr[data-job="{job}"]')
+    await row.wait_for(timeout=WAIT_MS)
+    cells = row.locator("td")
+    # job, latest, steps at risk, ssd, lustre, s3, ...
+    assert await cells.nth(2).inner_text() == "20 / 10"
+    assert await cells.nth(2).locator(".risk.some").count() == 2
+    # Ages in words: "4m behind" read as a distance from the latest step, not an age.
+    ssd = await cells.nth(3).inner_text()
+    assert re.search(r"10 steps behind · \d+ seconds? old", ssd) and "restore" not in ssd, ssd
+    assert "restore ~8m" in await cells.nth(4).inner_text()  # 200 B at 0.4 B/s
+    assert "restore ~4s" in await cells.nth(5).inner_text()  # 200 B at 50 B/s
+    risk = page.locator(f'tr[data-job="{young}"] td').nth(2)
+    assert await risk.inner_text() == "all / 0"
+    assert await risk.locator(".risk.all").count() == 1
+    await page.locator("#jobs-panel").screenshot(path=str(IMAGES / "dashboard-steps-at-risk.png"))

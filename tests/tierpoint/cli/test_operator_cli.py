@@ -1,7 +1,8 @@
 """The operator's commands in their own processes against the real API (uvicorn on a free local
 port) with real workers: `watch --until-idle` follows a throttled copy to its end, `status` shows
 the job's recovery point, `show` its events, `checkpoints JOB` lists; `verify`, `retry`, `pin`
-and `unpin` act, and every `--json` form parses."""
+and `unpin` act (what `verify` read predicts a restore's time in `status`), and every `--json`
+form parses."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import crc32c
 import httpx
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from temporalio.client import Client
 
 from api.app import create_app
@@ -118,6 +119,13 @@ def parsed(out: str) -> Any:
     return json.loads(out)
 
 
+def read_throughput(catalog: Engine) -> dict[str, float]:
+    """Tier -> bytes per second of the reads the catalog recorded there."""
+    with catalog.connect() as conn:
+        rows = conn.execute(text("SELECT tier, bytes, seconds FROM tier_read_stats")).all()
+    return {r.tier: r.bytes / r.seconds for r in rows}
+
+
 async def test_watch_status_show_follow_a_throttled_copy(
     stack: tuple[str, httpx.AsyncClient], throttled: Settings, catalog: Engine, job: str
 ) -> None:
@@ -214,6 +222,20 @@ async def test_verify_retry_pin_unpin(
     code, out = await cli(url, token, "verify", job, "1", "--tier", "tape")
     assert code == 1 and "unknown_tier" in out, out
     assert await states(c, job, 1) == ALL_RESTORABLE
+
+    # What the three verifications read is each tier's read throughput: `status` predicts a
+    # restore of step 1 from every tier, and nothing trained since it is at risk.
+    speeds = read_throughput(catalog)
+    code, out = await cli(url, token, "status", "--job", job, "--json")
+    assert code == 0, out
+    (row,) = parsed(out)["jobs"]["items"]
+    assert (row["steps_at_risk_durable"], row["steps_at_risk"]) == (0, 0), row
+    predicted = {p["tier"]: p["predicted_restore_seconds"] for p in row["tiers"]}
+    assert predicted == {t: pytest.approx(len(data) / speeds[t]) for t in ALL_RESTORABLE}, row
+    code, out = await cli(url, token, "status", "--job", job)
+    assert code == 0 and "steps at risk" in out, out
+    line = next(line for line in out.splitlines() if line.startswith(f"│ {job}"))
+    assert "0 / 0" in line and line.count("restore ~") == 3, line
 
     code, out = await cli(url, token, "pin", job, "1")
     assert code == 0 and f"pinned {job} step 1" in out, out

@@ -35,7 +35,8 @@ async def declare(
     session: AsyncSession, settings: Settings, node: str, actor: str
 ) -> nodes.NodeLost:
     local = [t.name for t in settings.tiers if t.kind is TierKind.LOCAL]
-    return await nodes.mark_lost(session, node, local, actor)
+    peer = [t.name for t in settings.peer_tiers()]
+    return await nodes.mark_lost(session, node, local, actor, peer)
 
 
 async def tell_lifecycles(client: Client | None, lost: nodes.NodeLost) -> Told:

@@ -27,6 +27,8 @@ from tests.helpers.lifecycle import (
     seed_checkpoint,
     shard_file,
 )
+from tests.helpers.retention import create_job, settle
+from tests.helpers.retention import markers as job_markers
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.catalog.models import Node, Replica, Shard
 from tierpoint.config import Settings, TierConfig, TierKind
@@ -120,12 +122,14 @@ async def test_peer_copies_restore_a_lost_nodes_shards(
     assert markers(sessions, seeded.checkpoint_id)["ssd"][0] == "failed"
 
 
-async def test_the_data_endpoint_serves_only_registered_verified_files_to_credentials(
+async def test_the_data_endpoint_serves_only_registered_verified_files_to_credentials_and_expires(
     settings: Settings,
     sessions: sessionmaker[Session],
     client: Client,
 ) -> None:
     job = f"served-{uuid.uuid4().hex[:10]}"
+    # Retention keeps one peer copy: the next step's expires this one's on its holder.
+    create_job(sessions, job, {"tiers": {"peer": {"keep_last": 1}}})
     data = bytes(range(256)) * 1000
     # A name a URL would cut or decode: the endpoint serves it as the POSIX name it is.
     odd = ShardSpec("node-p", "dir/a?b#c%20.bin", data, crc_hex(data))
@@ -170,3 +174,14 @@ async def test_the_data_endpoint_serves_only_registered_verified_files_to_creden
             ):
                 r = await http.get(base + path, headers=bearer(trainer))
                 assert r.status_code == 400, (path, r.text)
+
+        held = shard_file(settings, "peer", "node-q", job, 3, odd.path)
+        assert held.read_bytes() == data
+        await run_lifecycle(client, seed_checkpoint(settings, sessions, job, 4, [odd]))
+        await settle(client, job)
+        state = job_markers(sessions, job)
+        assert state[(3, "peer")] == "expired" and state[(4, "peer")] == "restorable", state
+        # Deleted on the holder that kept it, by that node's worker; the other tiers keep step 3.
+        assert not held.exists()
+        assert shard_file(settings, "peer", "node-q", job, 4, odd.path).read_bytes() == data
+        assert state[(3, "ssd")] == "restorable" and state[(3, "lustre")] == "restorable"

@@ -134,6 +134,8 @@ async def test_the_data_endpoint_serves_only_registered_verified_files_to_creden
     # A name a URL would cut or decode: the endpoint serves it as the POSIX name it is.
     odd = ShardSpec("node-p", "dir/a?b#c%20.bin", data, crc_hex(data))
     seeded = seed_checkpoint(settings, sessions, job, 3, [odd])
+    # Registered before the workers start: seeding reports the node in without an endpoint.
+    later = seed_checkpoint(settings, sessions, job, 4, [odd])
     # Not registered, beside a registered one: never served.
     stray = shard_file(settings, "ssd", "node-p", job, 3, "dir/stray.bin")
     stray.write_bytes(b"not registered")
@@ -177,7 +179,7 @@ async def test_the_data_endpoint_serves_only_registered_verified_files_to_creden
 
         held = shard_file(settings, "peer", "node-q", job, 3, odd.path)
         assert held.read_bytes() == data
-        await run_lifecycle(client, seed_checkpoint(settings, sessions, job, 4, [odd]))
+        await run_lifecycle(client, later)
         await settle(client, job)
         state = job_markers(sessions, job)
         assert state[(3, "peer")] == "expired" and state[(4, "peer")] == "restorable", state

@@ -98,8 +98,8 @@ def complete_tiers(
             raise DevTiersError(f"tier {name or '?'}: {first['msg']}") from None
         if config.on_nodes and nodes > 1 and NODE not in (config.root or ""):
             raise DevTiersError(
-                f"{config.kind} tier {name!r}: its root {config.root} has no {NODE}, but the dev stack "
-                f"runs {nodes} nodes on this machine and each needs a root of its own "
+                f"{config.kind} tier {name!r}: its root {config.root} has no {NODE}, but the dev "
+                f"stack runs {nodes} nodes on this machine and each needs a root of its own "
                 f"(e.g. {config.root}/{NODE})"
             )
         done.append(config)

@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.lifecycle import LifecycleActivities
+from activities.peer import PeerActivities
 from activities.reconcile import ReconcileActivities
 from activities.registration import activities_of
 from activities.repair import RepairActivities
@@ -113,6 +114,7 @@ def activity_objects(
         ScrubActivities(sessions, settings, stores, node=node),
         RepairActivities(sessions, settings, stores, node=node, client=client),
         ReconcileActivities(sessions, settings, stores, node=node),
+        PeerActivities(sessions, settings, stores, node=node),
     )
 
 

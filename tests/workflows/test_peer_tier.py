@@ -1,10 +1,12 @@
 """The peer tier end to end on real services: each node's local copies pulled by the next live
 node over its data endpoint, verified and promoted; a node declared lost; its shards restored by
-the client on another node from the peer copies, through the endpoint, verified. The endpoint's
+the client on another node from the peer copies, through the endpoint, verified; a holder
+declared lost, and its copies made again on the next live node. The endpoint's
 refusals (no, wrong or too narrow a credential; paths it does not serve) and its ranges."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from tierpoint_client import Client as TierpointClient
 from api.app import create_app
 from tests.helpers.cli import serving
 from tests.helpers.lifecycle import (
+    RESULT_TIMEOUT,
     ShardSpec,
     crc_hex,
     markers,
@@ -32,10 +35,11 @@ from tests.helpers.retention import markers as job_markers
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.catalog.models import Node, Replica, Shard
 from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.contract.peer import rereplicate_id
 
 SOURCES = ("node-a", "node-b")
-# node-c writes nothing: it holds node-b's copies (the ring a -> b -> c -> a).
-LIVE = (*SOURCES, "node-c")
+# node-c and node-d write nothing: the ring is a -> b -> c -> d -> a.
+LIVE = (*SOURCES, "node-c", "node-d")
 # The endpoint's test runs its own nodes: the module's catalog keeps node-a lost.
 SERVING = ("node-p", "node-q")
 WORKER_SECRET = "tp_worker-credential-of-this-test"
@@ -113,13 +117,24 @@ async def test_peer_copies_restore_a_lost_nodes_shards(
             restored = TierpointClient(api, token=trainer).restore(
                 job, tmp_path / "restore", node="node-c"
             )
+            # node-c, which held node-b's copies, is lost too: they are copied again to the node
+            # after node-b among the live ones, node-d, and the tier is restorable again.
+            async with httpx.AsyncClient(base_url=api) as http:
+                r = await http.post("/v1/nodes/node-c/lost", headers=bearer(admin))
+                assert r.status_code == 200 and r.json()["peer_rereplications"] == 1, r.text
+            again = client.get_workflow_handle(rereplicate_id(job, 1))
+            await asyncio.wait_for(again.result(), RESULT_TIMEOUT)
     assert restored.step == 1
     assert {f.path: f.tier for f in restored.files} == {sh.path: "peer" for sh in shards}
     for sh in shards:
         assert (tmp_path / "restore" / sh.path).read_bytes() == sh.data
-    # node-a held no peer copy of this step: the tier stays restorable without it.
     assert markers(sessions, seeded.checkpoint_id)["peer"][0] == "restorable"
     assert markers(sessions, seeded.checkpoint_id)["ssd"][0] == "failed"
+    ring = {"node-a": "node-b", "node-b": "node-d"}
+    held = holders(sessions, seeded.checkpoint_id)
+    for sh in shards:
+        assert held[sh.path] == (ring[sh.node], "verified")
+        assert shard_file(settings, "peer", ring[sh.node], job, 1, sh.path).read_bytes() == sh.data
 
 
 async def test_the_data_endpoint_serves_only_registered_verified_files_to_credentials_and_expires(

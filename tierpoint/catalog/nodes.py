@@ -20,6 +20,7 @@ from tierpoint.states import ReplicaState, TierState
 
 from .events import EventKind, arecord
 from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
+from .peer_reads import held_peer_checkpoints
 
 
 def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -> bool:
@@ -102,6 +103,8 @@ class NodeLost:
     replicas_lost: int
     markers_failed: int
     checkpoints: list[AffectedCheckpoint] = field(default_factory=list)
+    # (id, job, step) of checkpoints whose peer copy the node held: to be copied again elsewhere
+    peer_copies_lost: list[tuple[int, str, int]] = field(default_factory=list)
 
 
 # Copies being expired are retention's to finish; lost ones are lost already.
@@ -144,6 +147,8 @@ async def mark_lost(
         failed_tiers.setdefault(cp, []).extend(tiers)
     markers_failed = sum(len(t) for t in failed_tiers.values())
     out = NodeLost(node, lost_at, changed, replicas_lost, markers_failed)
+    # Asked again on every declaration, so that repeating it re-starts what Temporal missed.
+    out.peer_copies_lost = await held_peer_checkpoints(session, node, peer_tiers)
     for cp, job_id, job, step, in_flight in await _affected(session, ids):
         out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight)))
         if lost_per_checkpoint.get(cp) or failed_tiers.get(cp):

@@ -151,6 +151,10 @@ async def test_the_data_endpoint_serves_only_registered_verified_files_to_creden
     seeded = seed_checkpoint(settings, sessions, job, 3, [odd])
     # Registered before the workers start: seeding reports the node in without an endpoint.
     later = seed_checkpoint(settings, sessions, job, 4, [odd])
+    # On the disk, registered, but sealed corrupt (its bytes are not the registered ones).
+    bad = seed_checkpoint(
+        settings, sessions, job, 5, [ShardSpec("node-p", "bad.bin", data, crc_hex(b"other"))]
+    )
     # Not registered, beside a registered one: never served.
     stray = shard_file(settings, "ssd", "node-p", job, 3, "dir/stray.bin")
     stray.write_bytes(b"not registered")
@@ -158,6 +162,7 @@ async def test_the_data_endpoint_serves_only_registered_verified_files_to_creden
     other = create_token(settings.database_url, scopes=["train:someone-else"])
     async with running_workers(settings, client, nodes=SERVING):
         await run_lifecycle(client, seeded)
+        await run_lifecycle(client, bad)
         base = data_url(sessions, "node-p")
         url = f"{base}/v1/data/ssd/{job}/3/dir/a%3Fb%23c%2520.bin"
         async with httpx.AsyncClient() as http:
@@ -180,6 +185,7 @@ async def test_the_data_endpoint_serves_only_registered_verified_files_to_creden
             assert ranged.headers["Content-Range"] == f"bytes 1000-1999/{len(data)}"
             for path in (
                 f"/v1/data/ssd/{job}/3/dir/stray.bin",  # on the disk, not registered
+                f"/v1/data/ssd/{job}/5/bad.bin",  # registered, not verified
                 f"/v1/data/peer/{job}/3/dir/a%3Fb%23c%2520.bin",  # node-p holds no peer copy
                 f"/v1/data/lustre/{job}/3/dir/a%3Fb%23c%2520.bin",  # not a node's tier
             ):

@@ -143,7 +143,8 @@ async def mark_lost(
         return NodeLost(node, lost_at, changed, 0, 0)
 
     failed_tiers = await _fail_local_markers(session, ids, local_tiers, reason)
-    for cp, tiers in (await _fail_held_peer_markers(session, node, peer_tiers, reason)).items():
+    held = await _fail_held_peer_markers(session, node, peer_tiers, reason)
+    for cp, tiers in held.items():
         failed_tiers.setdefault(cp, []).extend(tiers)
     markers_failed = sum(len(t) for t in failed_tiers.values())
     out = NodeLost(node, lost_at, changed, replicas_lost, markers_failed)

@@ -1,15 +1,18 @@
 """Peer placement (activities/placement.py): the ring over the live nodes, against an independent
 statement of its promises: never the node itself, K distances on K distinct nodes while the ring
-is longer than K, every live node holding about as many copies as any other, deterministic."""
+is longer than K, every live node holding about as many copies as any other, deterministic. And
+the peer tier's configuration rules."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from activities.placement import ring_holders
+from tierpoint.config import Settings, TierConfig, TierKind
 
 NODE = st.from_regex(r"node-[a-z0-9]{1,4}", fullmatch=True)
 
@@ -59,3 +62,16 @@ def test_the_ring_is_the_sorted_live_nodes() -> None:
     # A node that wrote shards but is not live any more: the first live node after it.
     assert ring_holders(["node-bb"], live, 1) == {"node-bb": "node-c"}
     assert ring_holders(["node-a"], ["node-a"], 1) == {}
+
+
+def test_a_peer_tier_needs_a_local_tier_before_it_and_a_root_per_node() -> None:
+    local = TierConfig(name="ssd", kind=TierKind.LOCAL, root="/nvme/{node}")
+    peer = TierConfig(name="peer", kind=TierKind.PEER, root="/nvme/peers/{node}")
+    with pytest.raises(ValueError, match="needs a local tier before it"):
+        Settings(tiers=[peer, local])
+    assert Settings(tiers=[local, peer]).peer_tiers() == [peer]
+    assert str(peer.root_for("node-b")) == "/nvme/peers/node-b"
+    with pytest.raises(ValueError, match="per node"):
+        peer.root_for(None)
+    with pytest.raises(ValueError, match="needs a root"):
+        TierConfig(name="peer", kind=TierKind.PEER)

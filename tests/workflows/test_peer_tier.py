@@ -61,7 +61,9 @@ def settings(settings: Settings, tmp_path: Path) -> Settings:
     )
 
 
-def holders(sessions: sessionmaker[Session], checkpoint_id: int) -> dict[str, tuple[str, str]]:
+def holders(
+    sessions: sessionmaker[Session], checkpoint_id: int
+) -> dict[str, tuple[str | None, str]]:
     """path -> (holding node, state) of each shard's peer copy."""
     with sessions() as s:
         rows = s.execute(

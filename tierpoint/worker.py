@@ -136,6 +136,12 @@ class _Wiring:
         settings = self.settings
         if not settings.peer_tiers() and settings.data_port is None:
             return None
+        if settings.peer_tiers() and settings.data_token is None:
+            # Every pull would be refused, and retried for hours: say so at start instead.
+            raise ValueError(
+                "a peer tier needs the workers' data endpoint credential: set "
+                "TIERPOINT_DATA_TOKEN (the same secret on every worker)"
+            )
         # One fixed port cannot serve several nodes of one process (the dev stack's).
         port = settings.data_port if settings.data_port is not None and nodes == 1 else 0
         server = data_endpoint.serve(settings, self.sessions, node, port)

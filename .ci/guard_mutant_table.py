@@ -21,6 +21,11 @@ class Mutant:
 
 
 RET_E2E = "tests/workflows/test_retention.py"
+PEER_E2E = "tests/workflows/test_peer_tier.py::test_peer_copies_restore_a_lost_nodes_shards"
+PEER_ENDPOINT = (
+    "tests/workflows/test_peer_tier.py::"
+    "test_the_data_endpoint_serves_only_registered_verified_files_to_credentials_and_expires"
+)
 RECHECK = "tests/workflows/test_retention_recheck.py"
 TRIGGER = "tests/workflows/test_lifecycle_requests_retention.py"
 PLANNER_TESTS = (
@@ -730,5 +735,51 @@ MUTANTS: tuple[Mutant, ...] = (
 """,
         ("tests/client/torch/test_dcp.py::test_a_corrupt_shared_copy_is_read_from_s3",),
         "a copy whose bytes were read into the tensors must verify, or the next copy replaces them",
+    ),
+    # ---- the peer tier: placement, the data endpoint, a lost holder ----------------------------
+    Mutant(
+        "peer-ring-never-self",
+        "activities/placement.py",
+        """            if distance >= len(ring):
+                continue
+""",
+        """""",
+        ("tests/activities/test_placement.py",),
+        "a node's peer copy never sits on the node itself, whose loss it is there for",
+    ),
+    Mutant(
+        "data-endpoint-worker-credential",
+        "tierpoint/services/data_endpoint.py",
+        """    if worker is not None and hmac.compare_digest(""",
+        """    if worker is not None or hmac.compare_digest(""",
+        (PEER_ENDPOINT,),
+        "the data endpoint serves nothing to a wrong credential",
+    ),
+    Mutant(
+        "data-endpoint-scope",
+        "tierpoint/services/data_endpoint.py",
+        """    if not (who.has(auth.Scope.READ) or who.trains(job)):""",
+        """    if False:""",
+        (PEER_ENDPOINT,),
+        "an API token reads over the data endpoint only the jobs its scopes cover",
+    ),
+    Mutant(
+        "data-endpoint-verified-only",
+        "tierpoint/catalog/peer_reads.py",
+        """            Replica.node_id == node,
+            Replica.state == ReplicaState.VERIFIED.value,
+""",
+        """            Replica.node_id == node,
+""",
+        (PEER_ENDPOINT,),
+        "the data endpoint serves only copies that were verified, never bytes a seal found bad",
+    ),
+    Mutant(
+        "lost-holder-fails-peer-marker",
+        "tierpoint/catalog/nodes.py",
+        """    held = await _fail_held_peer_markers(session, node, peer_tiers, reason)""",
+        """    held: dict[int, list[str]] = {}""",
+        (PEER_E2E,),
+        "a peer tier whose copy a lost node held stops being restorable, and is copied again",
     ),
 )

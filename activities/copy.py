@@ -26,6 +26,7 @@ from tierpoint.storage.base import (
     ChecksumMismatch,
     ResumeState,
     ShardRef,
+    ShardSource,
     SourceSizeMismatch,
     TierStore,
     VerifyResult,
@@ -52,7 +53,7 @@ class BatchCopy:
     step: int
     src_tier: TierConfig
     dst_tier: TierConfig
-    src: TierStore
+    src: ShardSource
     dst: TierStore
     dst_node: str | None
     reporter: BatchReporter
@@ -273,7 +274,7 @@ class Destination:
 @dataclass(frozen=True)
 class Source:
     tier: TierConfig
-    store: TierStore
+    store: ShardSource
     shards: list[repo.BatchShard]
 
 

@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog import metrics_reads, nodes
+from tierpoint.catalog import metrics_reads, nodes, peer_reads, scrub_repo
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.promotion import promote
@@ -45,11 +45,13 @@ from tierpoint.contract.lifecycle import (
 from tierpoint.errors import UnknownTier, UnsafePath
 from tierpoint.retention.policy import promotion_targets, tier_refs
 from tierpoint.states import ReplicaState, TierState
-from tierpoint.storage.base import TierStore
+from tierpoint.storage.base import ShardSource, TierStore
+from tierpoint.storage.peer_http import PeerSource
 
 from . import observe
 from .batching import batch_size, plan_batches
 from .copy import Destination, Source, copy_to
+from .placement import ring_holders
 from .progress import BatchReporter, resume_details
 from .registration import on_node_queue
 from .seal import BatchSeal
@@ -89,7 +91,7 @@ class LifecycleActivities:
     def _refuse_lost_node(self, batch_node: str, *tiers: TierConfig) -> None:
         """Work on a node declared lost never succeeds: its local tier is gone for good, even if
         a worker still answers its queue."""
-        if not any(t.kind is TierKind.LOCAL for t in tiers):
+        if not any(t.on_nodes for t in tiers):
             return
         with self._sessions.begin() as s:
             lost = nodes.is_lost(s, batch_node)
@@ -128,6 +130,13 @@ class LifecycleActivities:
             )
             ordinals = repo.shard_ordinals_by_node(s, head.id)
             lost = nodes.lost_among(s, (n for n, _, _ in ordinals))
+            peers = [t for t in tiers if t.kind is TierKind.PEER]
+            live = scrub_repo.live_nodes(s) if peers else []
+        sources = {n for n, _, _ in ordinals}
+        # The i-th peer tier of the configuration (not of this step's targets) keeps its ring
+        # distance, so a step that skips a peer tier moves no other tier's copies.
+        distance = {t.name: i + 1 for i, t in enumerate(self._settings.peer_tiers())}
+        holders = {t.name: ring_holders(sources, live, distance[t.name]) for t in peers}
         size = batch_size(self._settings, len(ordinals))
         # Split by bytes for the stages on the nodes' queues (the seal, and the copy off the
         # local tier), whose windows are per node: a shared tier's large window (an S3 tier
@@ -151,6 +160,7 @@ class LifecycleActivities:
             batches_per_child=BATCHES_PER_CHILD,
             batch_heartbeat_seconds=self._settings.batch_heartbeat_timeout_seconds,
             lost_nodes=lost,
+            holders=holders,
         )
 
     def _targets(self, session: Session, head: repo.CheckpointHead) -> list[TierConfig]:
@@ -226,9 +236,25 @@ class LifecycleActivities:
         b = inp.batch
         src_tier = self._stores.tier(inp.source)
         dst_tier = self._stores.tier(inp.destination)
-        src = self._store(src_tier, b.node)
-        dst = self._store(dst_tier, b.node)
-        self._refuse_lost_node(b.node, src_tier, dst_tier)
+        src: ShardSource
+        if dst_tier.kind is TierKind.PEER:
+            # Runs on the holder's queue and pulls from the shards' node over its endpoint.
+            if b.holder is None or b.holder == b.node:
+                raise ApplicationError(
+                    f"a copy to peer tier {dst_tier.name} needs a holder other than {b.node}",
+                    type=FailureType.WRONG_NODE,
+                    non_retryable=True,
+                )
+            dst_node: str | None = b.holder
+            dst = self._store(dst_tier, b.holder)
+            self._refuse_lost_node(b.holder, dst_tier)
+            self._refuse_lost_node(b.node, src_tier)
+            src = self._peer_source(src_tier, b.node)
+        else:
+            dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None
+            src = self._store(src_tier, b.node)
+            dst = self._store(dst_tier, b.node)
+            self._refuse_lost_node(b.node, src_tier, dst_tier)
         with self._sessions.begin() as s:
             shards = repo.batch_shards(
                 s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name, src_tier.name
@@ -241,7 +267,7 @@ class LifecycleActivities:
             step=inp.step,
             tier=dst_tier,
             store=dst,
-            node=b.node if dst_tier.kind is TierKind.LOCAL else None,
+            node=dst_node,
             reporter=self._reporter(inp.checkpoint_id, dst_tier.name),
             result=result,
             heartbeat_details=resume_details(info.heartbeat_details),
@@ -256,6 +282,15 @@ class LifecycleActivities:
         self._batch_events(inp.checkpoint_id, dst_tier.name, EventKind.COPIED, b, result, extra)
         observe.batch("batch copied and verified", result, source=src_tier.name)
         return result
+
+    def _peer_source(self, tier: TierConfig, node: str) -> PeerSource:
+        with self._sessions.begin() as s:
+            url = peer_reads.data_urls(s, [node]).get(node)
+        if url is None:
+            # Retried: the node's worker may be restarting, and reports its endpoint when up.
+            raise ApplicationError(f"node {node} serves no data endpoint", type="NoDataEndpoint")
+        token = self._settings.data_token
+        return PeerSource(url, tier.name, token.get_secret_value() if token else None)
 
     # ---------------------------------------------------------------- promote
 

@@ -98,6 +98,8 @@ class ReconcileActivities:
             nodes = scrub_repo.live_nodes(s)
         units = []
         for t in tiers:
+            if t.kind is TierKind.PEER:
+                continue  # reconciling peer copies (on their holders) is not built yet
             for node in nodes if t.kind is TierKind.LOCAL else [None]:
                 units.append(ReconcileUnit(tier=t.name, kind=t.kind, node=node))
         grace = self._settings.reconcile_grace / timedelta(seconds=1)

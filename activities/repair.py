@@ -88,7 +88,7 @@ class RepairActivities:
     def _source(self, src: repair_repo.ShardSources, dst: TierConfig) -> TierConfig | None:
         """The fastest tier holding the shard verified that this worker can read."""
         for t in self._settings.tiers:
-            if t.name == dst.name or t.name not in src.verified:
+            if t.name == dst.name or t.name not in src.verified or t.kind is TierKind.PEER:
                 continue
             if t.kind is TierKind.LOCAL and (
                 self._node is None or src.verified[t.name] != self._node

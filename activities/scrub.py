@@ -100,7 +100,8 @@ class ScrubActivities:
             nodes = scrub_repo.live_nodes(session)
         units = []
         for t in s.tiers:
-            if t.scrub_bandwidth <= 0:
+            # Peer copies are read back when they are made; their scrub is not built yet.
+            if t.scrub_bandwidth <= 0 or t.kind is TierKind.PEER:
                 continue
             for node in nodes if t.kind is TierKind.LOCAL else [None]:
                 units.append(

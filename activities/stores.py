@@ -6,7 +6,7 @@ import threading
 
 from temporalio.exceptions import ApplicationError
 
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings, TierConfig
 from tierpoint.contract.common import FailureType
 from tierpoint.storage.base import TierStore
 from tierpoint.storage.registry import open_store
@@ -22,8 +22,8 @@ class Stores:
         return self._settings.tier(name)
 
     def get(self, tier: TierConfig, node: str | None) -> TierStore:
-        """The store of `tier`; local tiers are per node, the others ignore the node."""
-        key = (tier.name, node if tier.kind is TierKind.LOCAL else None)
+        """The store of `tier`; local and peer tiers are per node, the others ignore the node."""
+        key = (tier.name, node if tier.on_nodes else None)
         with self._lock:
             store = self._open.get(key)
             if store is None:
@@ -33,9 +33,9 @@ class Stores:
 
 
 def ensure_reachable(tier: TierConfig, node: str | None, worker_node: str | None) -> None:
-    """A local tier is readable only on its own node's worker: a task for it anywhere else is a
-    routing bug, which no retry mends."""
-    if tier.kind is TierKind.LOCAL and (node is None or node != worker_node):
+    """A local or peer tier is reachable only on its own node's worker: a task for it anywhere
+    else is a routing bug, which no retry mends."""
+    if tier.on_nodes and (node is None or node != worker_node):
         raise ApplicationError(
             f"tier {tier.name} of node {node} is not reachable from worker "
             f"{worker_node or 'shared'}",

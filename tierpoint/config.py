@@ -219,6 +219,30 @@ class Settings(BaseSettings):
         description="Temp files and multipart uploads older than this that no copy is writing "
         "are abandoned: reconciliation reports them and, with repair, removes them.",
     )
+    data_host: str = Field(
+        default="127.0.0.1",
+        description="`tierpoint worker --node`: bind address of the node's data endpoint, which "
+        "serves the node's local and peer tier files to peers and restores (docs/security.md). "
+        "Served when a peer tier is configured or `data_port` is set.",
+    )
+    data_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="`tierpoint worker --node`: port of the data endpoint (unset or 0: a free "
+        "port, reported to the catalog; a worker serving several nodes always takes free ports).",
+    )
+    data_url: str | None = Field(
+        default=None,
+        description="The data endpoint's address as other nodes reach it (`http://host:port`), "
+        "when it is not `http://data_host:port` (behind NAT, or bound to 0.0.0.0).",
+    )
+    data_token: SecretStr | None = Field(
+        default=None,
+        description="The worker credential of the data endpoint: a node pulling a peer copy "
+        "sends it; an endpoint accepts it or an API token whose scopes cover the job. Every "
+        "worker of a cluster holds the same one. A secret: set it in the environment.",
+    )
     worker_metrics_port: int | None = Field(
         default=None,
         ge=0,
@@ -267,6 +291,10 @@ class Settings(BaseSettings):
                     f"tier {t.name!r} has storage class {t.storage_class}, whose objects need a "
                     "restore request before they can be read: it can only be the last tier"
                 )
+        # A peer tier holds copies of the local tier's files: something local must come first.
+        for i, t in enumerate(tiers):
+            if t.kind is TierKind.PEER and not any(u.kind is TierKind.LOCAL for u in tiers[:i]):
+                raise ValueError(f"peer tier {t.name!r} needs a local tier before it")
         return tiers
 
     @classmethod
@@ -292,6 +320,11 @@ class Settings(BaseSettings):
 
     def local_tier(self) -> TierConfig | None:
         return next((t for t in self.tiers if t.kind is TierKind.LOCAL), None)
+
+    def peer_tiers(self) -> list[TierConfig]:
+        """The peer tiers in order: the i-th (from 1) holds node N's copy on the i-th live node
+        after N in the ring of live nodes, so K peer tiers keep K copies on K distinct nodes."""
+        return [t for t in self.tiers if t.kind is TierKind.PEER]
 
     def public_dict(self) -> dict[str, Any]:
         """Settings safe to print: no credentials in URLs."""

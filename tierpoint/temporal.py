@@ -57,6 +57,7 @@ from tierpoint.contract.lifecycle import (
     LifecycleInput,
     workflow_id,
 )
+from tierpoint.contract.peer import REREPLICATE_WORKFLOW, RereplicateInput, rereplicate_id
 from tierpoint.contract.retention import (
     REQUEST_SIGNAL,
     RETENTION_WORKFLOW,
@@ -129,6 +130,19 @@ async def start_lifecycle(client: Client, inp: LifecycleInput, run_id: str | Non
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         )
     return True
+
+
+async def start_peer_rereplication(client: Client, inp: RereplicateInput) -> None:
+    """Copy again, to new holders, the peer copies a lost node held. One run at a time per
+    checkpoint; a later node loss starts another once it ended."""
+    await client.start_workflow(
+        REREPLICATE_WORKFLOW,
+        inp,
+        id=rereplicate_id(inp.job, inp.step),
+        task_queue=SHARED_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    )
 
 
 async def _ran_for_another(client: Client, wid: str, checkpoint_id: int) -> bool:

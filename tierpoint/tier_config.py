@@ -34,6 +34,9 @@ class TierKind(StrEnum):
     LOCAL = "local"
     SHARED = "shared"
     S3 = "s3"
+    # Each node's local-tier copies held on another node's own storage, pulled over the nodes'
+    # data endpoints: the copy a replacement node restores from when a node is lost.
+    PEER = "peer"
 
 
 class RetryMode(StrEnum):
@@ -71,12 +74,14 @@ class TierConfig(BaseModel):
         description="The tier's name, URL-safe (`[A-Za-z0-9][A-Za-z0-9._-]{0,127}`), unique."
     )
     kind: TierKind = Field(
-        description="`local` (per node), `shared` (one POSIX root every node sees) or `s3`."
+        description="`local` (per node), `peer` (each node's local copies held by another "
+        "node), `shared` (one POSIX root every node sees) or `s3`."
     )
     root: str | None = Field(
         default=None,
-        description="POSIX tiers: the root directory. A local root may contain `{node}`, "
-        "replaced by the node id, so that one config serves every node.",
+        description="POSIX tiers: the root directory. A local or peer root may contain "
+        "`{node}`, replaced by the node id, so that one config serves every node (a peer "
+        "root is on the node that holds the copies).",
     )
     bucket: str | None = Field(default=None, description="S3 tiers: the bucket (required).")
     prefix: str = Field(default="", description="S3 tiers: the key prefix of every object.")
@@ -200,10 +205,15 @@ class TierConfig(BaseModel):
         """Objects on this tier cannot be read without an S3 restore request first."""
         return self.kind is TierKind.S3 and self.storage_class.needs_restore_request
 
+    @property
+    def on_nodes(self) -> bool:
+        """Its copies live on the nodes' own storage: only a node's own worker reaches them."""
+        return self.kind in (TierKind.LOCAL, TierKind.PEER)
+
     def root_for(self, node_id: str | None) -> Path:
         assert self.root is not None
-        if self.kind is TierKind.LOCAL:
+        if self.on_nodes:
             if node_id is None:
-                raise ValueError(f"local tier {self.name!r} is per node: a node id is needed")
+                raise ValueError(f"{self.kind} tier {self.name!r} is per node: a node id is needed")
             return Path(self.root.replace("{node}", node_id))
         return Path(self.root)

@@ -10,7 +10,7 @@ import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.lifecycle import LifecycleActivities
+from activities.peer import PeerActivities
 from activities.reconcile import ReconcileActivities
 from activities.registration import activities_of
 from activities.repair import RepairActivities
@@ -36,8 +37,9 @@ from tierpoint.catalog.engine import (
 )
 from tierpoint.catalog.migrate import check_schema
 from tierpoint.catalog.nodes import upsert_node
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
+from tierpoint.services import data_endpoint
 from tierpoint.services.lifecycle_start import start_unstarted
 from tierpoint.temporal import ensure_integrity_schedules, ensure_sweep_schedule
 from workflows.registry import WORKFLOWS
@@ -66,7 +68,7 @@ def heartbeat_throttle(settings: Settings) -> timedelta:
 
 
 def node_roots(settings: Settings, node: str) -> dict[str, str]:
-    return {t.name: str(t.root_for(node)) for t in settings.tiers if t.kind is TierKind.LOCAL}
+    return {t.name: str(t.root_for(node)) for t in settings.tiers if t.on_nodes}
 
 
 async def _every(
@@ -112,6 +114,7 @@ def activity_objects(
         ScrubActivities(sessions, settings, stores, node=node),
         RepairActivities(sessions, settings, stores, node=node, client=client),
         ReconcileActivities(sessions, settings, stores, node=node),
+        PeerActivities(sessions, settings, stores, node=node),
     )
 
 
@@ -125,6 +128,31 @@ class _Wiring:
     stores: Stores
     executor: ThreadPoolExecutor
     graceful_shutdown: timedelta
+    # The nodes' data endpoints started by node_worker, stopped with the workers.
+    data_servers: list[data_endpoint.DataServer] = field(default_factory=list)
+
+    def serve_data(self, node: str, nodes: int) -> str | None:
+        """Start `node`'s data endpoint when peers or restores need one; its URL."""
+        settings = self.settings
+        if not settings.peer_tiers() and settings.data_port is None:
+            return None
+        if settings.peer_tiers() and settings.data_token is None:
+            # Every pull would be refused, and retried for hours: say so at start instead.
+            raise ValueError(
+                "a peer tier needs the workers' data endpoint credential: set "
+                "TIERPOINT_DATA_TOKEN (the same secret on every worker)"
+            )
+        # One fixed port cannot serve several nodes of one process (the dev stack's).
+        port = settings.data_port if settings.data_port is not None and nodes == 1 else 0
+        server = data_endpoint.serve(settings, self.sessions, node, port)
+        self.data_servers.append(server)
+        log.info("data endpoint served", node=node, url=server.url)
+        return server.url
+
+    def stop_data(self) -> None:
+        for server in self.data_servers:
+            server.shutdown()
+            server.server_close()
 
     def worker(self, task_queue: str, node: str | None, **options: Any) -> Worker:
         return Worker(
@@ -148,14 +176,17 @@ class _Wiring:
             **options,
         )
 
-    async def node_worker(self, node: str) -> tuple[Worker, Callable[[], Awaitable[None]]]:
+    async def node_worker(
+        self, node: str, nodes: int = 1
+    ) -> tuple[Worker, Callable[[], Awaitable[None]]]:
         """The node's worker and its heartbeat. The node reports in before it serves anything:
         registration accepts shards only on known nodes."""
         roots = node_roots(self.settings, node)
+        data_url = await asyncio.to_thread(self.serve_data, node, nodes)
 
         def report_in() -> None:
             with self.sessions.begin() as s:
-                upsert_node(s, node, roots)
+                upsert_node(s, node, roots, data_url)
 
         await asyncio.to_thread(report_in)
         worker = self.worker(node_task_queue(node), node)
@@ -220,6 +251,7 @@ async def run_workers(
         try:
             await _run(wiring, nodes, shared, stop, async_sessions(reconciler_engine))
         finally:
+            await asyncio.to_thread(wiring.stop_data)
             executor.shutdown(wait=False, cancel_futures=True)
     finally:
         if metrics_server is not None:
@@ -241,7 +273,7 @@ async def _run(
     workers: list[Worker] = []
     loops: list[tuple[float, str, Callable[[], Awaitable[None]]]] = []
     for node in nodes:
-        worker, report_in = await wiring.node_worker(node)
+        worker, report_in = await wiring.node_worker(node, len(nodes))
         workers.append(worker)
         loops.append((NODE_HEARTBEAT_SECONDS, "node heartbeat", report_in))
     if shared:

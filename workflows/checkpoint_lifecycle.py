@@ -20,6 +20,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from tierpoint.config import TierKind
     from tierpoint.contract import retention as retention_contract
     from tierpoint.contract.common import (
         CATALOG_RETRY,
@@ -153,6 +154,13 @@ class CheckpointLifecycle:
             if outcome.state is not TierState.RESTORABLE:
                 break
             self._status.stage = f"copy:{tier.name}"
+            if tier.kind is TierKind.PEER:
+                # A side branch: a peer copy speeds a lost node's restore up but gates nothing,
+                # so its failure (too few live nodes, a holder lost) fails no later tier, and
+                # the next tier copies from the same source.
+                error = await self._stage(plan, tier, source)
+                result.tiers.append(await self._promote(plan, tier, [], error))
+                continue
             error = await self._stage(plan, tier, source)
             outcome = await self._promote(plan, tier, later[i + 1 :], error)
             result.tiers.append(outcome)
@@ -185,7 +193,11 @@ class CheckpointLifecycle:
         self, plan: LifecyclePlan, tier: PlanTier, source: PlanTier | None
     ) -> str | None:
         """Run a stage's batches; returns why the stage is incomplete, if it is."""
-        self._status.batches_total = len(plan.batches)
+        unplaced: list[str] = []
+        all_batches = plan.batches
+        if tier.kind is TierKind.PEER:
+            all_batches, unplaced = plan.peer_batches(tier.name)
+        self._status.batches_total = len(all_batches)
         self._status.batches_done = 0
         size = plan.batches_per_child
 
@@ -202,11 +214,11 @@ class CheckpointLifecycle:
                 window_per_node=self._local_steps,
             )
 
-        if len(plan.batches) <= size:
-            results = [await run_window(stage(plan.batches), self._lost, self._status)]
+        if len(all_batches) <= size:
+            results = [await run_window(stage(all_batches), self._lost, self._status)]
         else:
             kind = "seal" if source is None else "copy"
-            chunks = [plan.batches[i : i + size] for i in range(0, len(plan.batches), size)]
+            chunks = [all_batches[i : i + size] for i in range(0, len(all_batches), size)]
 
             async def child(n: int, chunk: list[Batch]) -> StageResult:
                 child_id = f"{workflow.info().workflow_id}/{kind}-{tier.name}/{n}"
@@ -234,11 +246,13 @@ class CheckpointLifecycle:
                 # the children run one after the other.
                 results = [await child(n, c) for n, c in enumerate(chunks)]
         self._source_damaged += sum(r.source_damaged for r in results)
+        if unplaced:
+            return f"no live node to hold a copy for nodes {', '.join(unplaced)}"
         failed = sum(r.failures for r in results)
         if not failed:
             return None
         first = next(r.first_failure for r in results if r.first_failure)
-        return f"{failed} of {len(plan.batches)} batches failed, first: {first}"
+        return f"{failed} of {len(all_batches)} batches failed, first: {first}"
 
     async def _promote(
         self, plan: LifecyclePlan, tier: PlanTier, later: list[PlanTier], error: str | None

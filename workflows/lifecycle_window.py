@@ -34,13 +34,18 @@ with workflow.unsafe.imports_passed_through():
 
 
 def on_nodes_queues(*tiers: PlanTier | None) -> bool:
-    """Work touching a local tier runs on the batches' nodes' queues; the rest on the shared
-    queue."""
-    return any(t is not None and t.kind is TierKind.LOCAL for t in tiers)
+    """Work touching a local or peer tier runs on the batches' nodes' queues (a peer copy on its
+    holder's); the rest on the shared queue."""
+    return any(t is not None and t.kind in (TierKind.LOCAL, TierKind.PEER) for t in tiers)
 
 
 def _batch_queue(batch: Batch, *tiers: PlanTier) -> str:
-    return node_task_queue(batch.node) if on_nodes_queues(*tiers) else SHARED_TASK_QUEUE
+    return node_task_queue(batch.runs_on) if on_nodes_queues(*tiers) else SHARED_TASK_QUEUE
+
+
+def _nodes_of(batch: Batch) -> list[str]:
+    """The nodes a batch needs alive: its shards' node and, for a peer copy, the holder."""
+    return [batch.node] if batch.holder is None else [batch.node, batch.holder]
 
 
 def _batch_tiers(stage: StageInput) -> tuple[PlanTier, ...]:
@@ -126,7 +131,7 @@ async def run_window(
     windows: dict[str, asyncio.Semaphore] = {}
 
     def window_of(batch: Batch) -> asyncio.Semaphore:
-        key = batch.node if per_node else ""
+        key = batch.runs_on if per_node else ""
         if key not in windows:
             windows[key] = asyncio.Semaphore(stage.tier.parallelism)
         return windows[key]
@@ -135,28 +140,35 @@ async def run_window(
         nonlocal source_damaged
         async with window_of(batch):
             where = f"batch {batch.node}[{batch.first}..{batch.last}]"
-            if on_node and batch.node in lost.nodes:
-                failures.append(f"{where}: {lost_reason(batch.node)}")
+            if batch.holder is not None:
+                where += f" on {batch.holder}"
+            needs = _nodes_of(batch)
+
+            def gone() -> str | None:
+                return next((n for n in needs if on_node and n in lost.nodes), None)
+
+            if (dead := gone()) is not None:
+                failures.append(f"{where}: {lost_reason(dead)}")
             else:
                 handle = _start_batch(stage, batch)
                 if on_node:
-                    lost.track(batch.node, handle)
+                    for n in needs:
+                        lost.track(n, handle)
                 try:
                     source_damaged += (await handle).source_damaged
                 except ActivityError as err:
-                    why = (
-                        lost_reason(batch.node)
-                        if on_node and batch.node in lost.nodes
-                        else error_message(err)
-                    )
+                    dead = gone()
+                    why = lost_reason(dead) if dead is not None else error_message(err)
                     failures.append(f"{where}: {why}")
                 except asyncio.CancelledError:
                     # Cancelled by a lost-node signal; anything else is the workflow's own.
-                    if not (on_node and batch.node in lost.nodes):
+                    dead = gone()
+                    if dead is None:
                         raise
-                    failures.append(f"{where}: {lost_reason(batch.node)}")
+                    failures.append(f"{where}: {lost_reason(dead)}")
                 finally:
-                    lost.untrack(batch.node, handle)
+                    for n in needs:
+                        lost.untrack(n, handle)
             if status is not None:
                 status.batches_done += 1
 

@@ -4,6 +4,7 @@ must replay against."""
 from __future__ import annotations
 
 from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
+from workflows.peer import PeerRereplicate
 from workflows.reconcile import Reconcile
 from workflows.repair import CheckpointRepair
 from workflows.retention import JobRetention, RetentionSweep
@@ -20,4 +21,5 @@ WORKFLOWS = (
     VerifyReplicas,
     VerifyCheckpoint,
     Reconcile,
+    PeerRereplicate,
 )

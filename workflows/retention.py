@@ -188,7 +188,7 @@ class JobRetention:
                 retry_policy=c.DELETE_RETRY,
             )
 
-        if task.kind is TierKind.LOCAL:
+        if task.kind in (TierKind.LOCAL, TierKind.PEER):
             # Every node that may hold part of the copy, at once.
             await asyncio.gather(*(delete(n, node_task_queue(n)) for n in task.nodes))
         else:

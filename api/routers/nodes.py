@@ -39,14 +39,16 @@ async def declare_node_lost(
 ) -> NodeLostOut:
     """Idempotent. Its local replicas become `lost`; local markers of checkpoints with shards
     there become `failed`; running lifecycles stop waiting for its queue and finish from the
-    tiers the shards reached (or fail saying the node was lost). Registrations naming the node
-    are refused from now on."""
+    tiers the shards reached (or fail saying the node was lost). The peer copies it held are
+    copied again to other nodes. Registrations naming the node are refused from now on."""
     lost = await node_lost.declare(session, state.settings, node, actor)
     # A second transaction on purpose: the lifecycles told below read the lost node from the
     # catalog, so the declaration must be committed before they are (the unit's own commit at
     # the end then has nothing left to do).
     await session.commit()
-    told = await node_lost.tell_lifecycles(await state.temporal.client(), lost)
+    temporal = await state.temporal.client()
+    told = await node_lost.tell_lifecycles(temporal, lost)
+    rereplicating = await node_lost.rereplicate(temporal, lost)
     return NodeLostOut(
         node=lost.node,
         lost_at=lost.lost_at,
@@ -57,4 +59,5 @@ async def declare_node_lost(
         lifecycles_signalled=told.signalled,
         lifecycles_not_running=told.not_running,
         lifecycles_unreachable=told.unreachable,
+        peer_rereplications=rereplicating,
     )

@@ -66,6 +66,10 @@ _LOCATION = (
 )
 _BUCKET = "S3 copies: the bucket of the object; null on POSIX tiers"
 _KEY = "S3 copies: the object's key, exactly (no URL encoding); null on POSIX tiers"
+_URL = (
+    "peer copies: where the holding node's data endpoint serves the file (the shard path "
+    "percent-encoded once; a bearer credential is required); null on other tiers"
+)
 
 
 class ReplicaOut(_Out):
@@ -75,6 +79,7 @@ class ReplicaOut(_Out):
     location: str = Field(description=_LOCATION)
     bucket: str | None = Field(default=None, description=_BUCKET)
     key: str | None = Field(default=None, description=_KEY)
+    url: str | None = Field(default=None, description=_URL)
     bytes_done: int
     verified_at: datetime | None
     error: str | None
@@ -110,10 +115,11 @@ class RestorePlanEntryOut(_Out):
     crc32c: str | None
     tier: str
     kind: TierKind
-    node: str | None = Field(description="the node holding a node-local copy, else null")
+    node: str | None = Field(description="the node holding a node-local or peer copy, else null")
     location: str = Field(description=_LOCATION)
     bucket: str | None = Field(default=None, description=_BUCKET)
     key: str | None = Field(default=None, description=_KEY)
+    url: str | None = Field(default=None, description=_URL)
 
 
 class SkippedOut(_Out):

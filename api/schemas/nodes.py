@@ -22,3 +22,8 @@ class NodeLostOut(BaseModel):
     lifecycles_unreachable: int = Field(
         description="Lifecycles that could not be told (Temporal unreachable): repeat the request."
     )
+    peer_rereplications: int = Field(
+        default=0,
+        description="Checkpoints whose peer copies the node held are being copied to other nodes "
+        "(runs started; one that could not start is retried by repeating the request).",
+    )

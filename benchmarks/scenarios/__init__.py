@@ -136,6 +136,12 @@ def _restore(env: Env, s: Sizes) -> Scenario:
     return Restore(env, s.mib, shards=s.ckpt_shards)
 
 
+def _recovery(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.recovery import Recovery
+
+    return Recovery(env, s.mib, shards=s.ckpt_shards)
+
+
 def _sustained(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.sustained import Sustained
 
@@ -185,6 +191,7 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "checkpoint_visible": _checkpoint_visible,
     "end_to_end": _end_to_end,
     "restore": _restore,
+    "recovery": _recovery,
     "sustained": _sustained,
     "catalog_reads": _catalog_reads,
     "memory": _memory,

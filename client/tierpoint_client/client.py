@@ -46,6 +46,11 @@ class Client:
     ) -> None:
         self._http = Transport(api_url, token, timeout, retry or RetryPolicy())
 
+    @property
+    def token(self) -> str | None:
+        """The bearer token this client sends; restores also send it to peers' data endpoints."""
+        return self._http.token
+
     @classmethod
     def from_env(cls, **kwargs: Any) -> Client:
         """From TIERPOINT_API_URL and TIERPOINT_TOKEN (as `tierpoint dev` writes to stack.env)."""
@@ -338,6 +343,7 @@ class Client:
             workers=workers,
             progress=progress,
             fallback=Fallback(self, latest, tiers, node, only_tier=tier),
+            token=self.token,
         )
         return RestoreResult(
             job=latest.job,

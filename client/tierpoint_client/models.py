@@ -88,6 +88,7 @@ class Replica:
     error: str | None
     bucket: str | None = None  # S3 copies: the object
     key: str | None = None
+    url: str | None = None  # peer copies: the holder's data endpoint URL of the file
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Replica:
@@ -101,6 +102,7 @@ class Replica:
             error=d.get("error"),
             bucket=d.get("bucket"),
             key=d.get("key"),
+            url=d.get("url"),
         )
 
 
@@ -173,11 +175,13 @@ class PlanEntry:
     size: int
     crc32c: str | None
     tier: str
-    kind: str  # local | shared | s3
+    kind: str  # local | peer | shared | s3
     node: str | None
     location: str  # absolute POSIX path; for S3 a display string, never parsed
     bucket: str | None = None  # S3 copies only
     key: str | None = None
+    # Peer copies: the holding node's data endpoint URL of the file (the server encoded it)
+    url: str | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PlanEntry:
@@ -191,6 +195,7 @@ class PlanEntry:
             location=d["location"],
             bucket=d.get("bucket"),
             key=d.get("key"),
+            url=d.get("url"),
         )
 
     @classmethod
@@ -206,6 +211,7 @@ class PlanEntry:
             replica.location or "",
             replica.bucket,
             replica.key,
+            replica.url,
         )
 
 

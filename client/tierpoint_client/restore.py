@@ -8,6 +8,7 @@ file under its final name is always a complete, verified copy.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import threading
 import time
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from tierpoint_client.errors import ChecksumMismatchError, MissingDependencyError, TierpointError
 from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, crc32c_hex, update
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 ProgressCallback = Callable[[int, int], None]
+# A peer's data endpoint that sends nothing for this long fails the read (the next copy is tried).
+PEER_TIMEOUT = 60.0
 # Called when a shard's bytes did not match: (the entry read, the mismatch, tiers tried so far);
 # returns another source of the same shard to try, or None to give up.
 FallbackFn = Callable[[PlanEntry, ChecksumMismatchError, frozenset[str]], "PlanEntry | None"]
@@ -52,11 +56,49 @@ def _posix_chunks(location: str, chunk_size: int) -> Iterator[memoryview]:
         f.close()
 
 
-class Sources:
-    """Opens plan entries for reading; one boto3 client per S3 tier, made up front."""
+def _peer_chunks(entry: PlanEntry, token: str | None, chunk_size: int) -> Iterator[memoryview]:
+    """The file from its holder's data endpoint: a plain HTTP GET, the bytes verified by the
+    caller like any other source's."""
+    if not entry.url:
+        raise SourceError(f"the restore plan gives no URL for the peer copy of {entry.path!r}")
+    url = urlsplit(entry.url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise SourceError(f"peer copy URL {entry.url!r} is not http(s)")
+    conn_cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(url.hostname, url.port, timeout=PEER_TIMEOUT)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    view = chunk_buffer(chunk_size)
+    try:
+        try:
+            conn.request("GET", url.path, headers=headers)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            raise SourceError(f"peer copy {entry.url}: {e!r}") from None
+        if resp.status != 200:
+            why = resp.read(512).decode("utf-8", "replace").strip()
+            raise SourceError(f"peer copy {entry.url}: HTTP {resp.status} {why}")
+        while True:
+            try:
+                n = read_full(resp, view)
+            except http.client.HTTPException as e:
+                raise SourceError(f"peer copy {entry.url} cut off: {e!r}") from None
+            if not n:
+                return
+            yield view[:n]
+    finally:
+        conn.close()
 
-    def __init__(self, tiers: dict[str, TierInfo], entries: Sequence[PlanEntry]) -> None:
+
+class Sources:
+    """Opens plan entries for reading; one boto3 client per S3 tier, made up front. A peer copy
+    is read from its holder's data endpoint with `token` (the API token: the endpoint accepts a
+    token whose scopes cover the job)."""
+
+    def __init__(
+        self, tiers: dict[str, TierInfo], entries: Sequence[PlanEntry], token: str | None = None
+    ) -> None:
         self._s3: dict[str, S3Client] = {}
+        self._token = token
         self._tiers = tiers
         self._lock = threading.Lock()
         for tier in sorted({e.tier for e in entries if e.kind == "s3"}):
@@ -80,6 +122,8 @@ class Sources:
             return _posix_chunks(entry.location, chunk_size)
         if entry.kind == "s3":
             return self._s3_chunks(entry, chunk_size)
+        if entry.kind == "peer":
+            return _peer_chunks(entry, self._token, chunk_size)
         raise SourceError(
             f"tier {entry.tier!r} has kind {entry.kind!r}, which this client cannot read"
         )
@@ -289,6 +333,7 @@ def restore_plan(
     workers: int = 4,
     progress: ProgressCallback | None = None,
     fallback: FallbackFn | None = None,
+    token: str | None = None,
 ) -> tuple[list[RestoredFile], float]:
     """Restore every entry; returns the restored files (plan order) and the seconds it took.
 
@@ -305,7 +350,7 @@ def restore_plan(
     dest.mkdir(parents=True, exist_ok=True)
     for entry in plan:
         safe_join(dest, entry.path)
-    sources = Sources(tiers, plan)
+    sources = Sources(tiers, plan, token)
     tracker = _Progress(sum(e.size for e in plan), progress)
 
     def one(entry: PlanEntry) -> RestoredFile:

@@ -43,6 +43,10 @@ def test_quick_run_measures_every_scenario_against_its_baseline(tmp_path: Path) 
             if r["unit"] == "n" and not r["median"]:
                 continue  # a count of 0 compared to a count of 0: no ratio
             assert r["ratio"] is not None and r["ratio"] > 0, (name, r)
+    # Recovery: the shared tier's and S3's restores are compared to the peer's, in the same run.
+    recovery = {r["label"]: r["baseline"] for r in doc["scenarios"]["recovery"]["rows"]}
+    peer = "restore from a peer's data endpoint"
+    assert recovery["restore from the shared tier"] == recovery["restore from S3"] == peer
     dcp = {r["label"]: r for r in doc["scenarios"]["dcp"]["rows"]}
     assert dcp[HEADLINE]["baseline"] == "S3StorageWriter save"
     e2e = {r["label"]: r for r in doc["scenarios"]["end_to_end"]["rows"]}

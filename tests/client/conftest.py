@@ -11,10 +11,13 @@ import asyncio
 import threading
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import uvicorn
+from pydantic import SecretStr
 from sqlalchemy import select
 from tierpoint_client import Client, RetryPolicy
 
@@ -23,7 +26,7 @@ from tests.helpers.services import Services, make_bucket, make_settings
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
-from tierpoint.config import Settings
+from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.devstack.services import free_port
 from tierpoint.temporal import connect
 
@@ -72,24 +75,32 @@ async def _wait_nodes_known(settings: Settings, nodes: tuple[str, ...]) -> None:
         engine.dispose()
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def stack(
+@asynccontextmanager
+async def _running_stack(
     services: Services,
     migrated_url: str,
     temporal_namespace: str,
-    tmp_path_factory: pytest.TempPathFactory,
+    root: Path,
+    names: tuple[str, ...],
+    peer: bool = False,
 ) -> AsyncIterator[Stack]:
     from tierpoint.worker import run_workers
 
     suffix = uuid.uuid4().hex[:6]
-    nodes = (f"node-a-{suffix}", f"node-b-{suffix}")
-    root = tmp_path_factory.mktemp("client-stack")
+    nodes = tuple(f"{n}-{suffix}" for n in names)
     for node in nodes:
         (root / "nodes" / node / "ssd").mkdir(parents=True)
+        (root / "nodes" / node / "peer").mkdir(parents=True)
     (root / "lustre").mkdir()
     settings = make_settings(
         services, migrated_url, root, make_bucket(services), temporal_namespace
     )
+    if peer:
+        ssd, *rest = settings.tiers
+        copies = TierConfig(name="peer", kind=TierKind.PEER, root=str(root / "nodes/{node}/peer"))
+        settings = settings.model_copy(
+            update={"tiers": [ssd, copies, *rest], "data_token": SecretStr(uuid.uuid4().hex)}
+        )
 
     temporal = await connect(settings)
     stop = asyncio.Event()
@@ -113,3 +124,32 @@ async def stack(
         stop.set()
         await api.stop()
         await workers
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def stack(
+    services: Services,
+    migrated_url: str,
+    temporal_namespace: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[Stack]:
+    root = tmp_path_factory.mktemp("client-stack")
+    async with _running_stack(
+        services, migrated_url, temporal_namespace, root, ("node-a", "node-b")
+    ) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def peer_stack(
+    services: Services,
+    migrated_url: str,
+    temporal_namespace: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[Stack]:
+    """Three nodes (a ring a -> b -> c -> a) and a peer tier after the local one."""
+    root = tmp_path_factory.mktemp("client-peer-stack")
+    async with _running_stack(
+        services, migrated_url, temporal_namespace, root, ("node-a", "node-b", "node-c"), True
+    ) as running:
+        yield running

@@ -18,7 +18,7 @@ class Stack:
     settings: Settings
     api_url: str
     client: Client
-    nodes: tuple[str, str]
+    nodes: tuple[str, ...]
     # The admin token `client` sends, for processes that talk to the API.
     token: str
     # The API's own /metrics listener (tests.helpers.scrape reads it).

@@ -35,10 +35,12 @@ from tierpoint.catalog.views import (
     ShardView,
     TierView,
 )
-from tierpoint.config import TierConfig
+from tierpoint.config import TierConfig, TierKind
 from tierpoint.manifest import Manifest
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.paths import s3_object
+
+from . import peer_reads
 
 # ---------------------------------------------------------------------------------------------
 # Building checkpoint views
@@ -240,19 +242,25 @@ async def get_checkpoint(
     order = {t.name: i for i, t in enumerate(tiers)}
     by_name = {t.name: t for t in tiers}
     paths = {sh.id: sh.path for sh in shards}
-    for r in await session.execute(
-        select(
-            Replica.shard_id,
-            Replica.tier,
-            Replica.node_id,
-            Replica.state,
-            Replica.location,
-            Replica.bytes_done,
-            Replica.verified_at,
-            Replica.error,
-            Replica.scrubbed_at,
-        ).where(Replica.checkpoint_id == view.id)
-    ):
+    rows = (
+        await session.execute(
+            select(
+                Replica.shard_id,
+                Replica.tier,
+                Replica.node_id,
+                Replica.state,
+                Replica.location,
+                Replica.bytes_done,
+                Replica.verified_at,
+                Replica.error,
+                Replica.scrubbed_at,
+            ).where(Replica.checkpoint_id == view.id)
+        )
+    ).all()
+    peers = {t.name for t in tiers if t.kind is TierKind.PEER}
+    urls = await peer_reads.adata_urls(session, {r.node_id for r in rows if r.tier in peers})
+    for r in rows:
+        bucket, key = s3_object(by_name.get(r.tier), job, step, paths[r.shard_id])
         replicas[r.shard_id].append(
             ReplicaView(
                 r.tier,
@@ -263,7 +271,11 @@ async def get_checkpoint(
                 r.verified_at,
                 r.error,
                 r.scrubbed_at,
-                *s3_object(by_name.get(r.tier), job, step, paths[r.shard_id]),
+                bucket,
+                key,
+                peer_reads.peer_url(
+                    by_name.get(r.tier), urls, r.node_id, job, step, paths[r.shard_id]
+                ),
             )
         )
     detail.shards = [

@@ -32,6 +32,10 @@ ACTOR = "retention"
 UNFINISHED_RULE = "unfinished"
 
 
+# Tiers whose copies live on the nodes' own storage: deleted by each node's worker.
+ON_NODES = (TierKind.LOCAL, TierKind.PEER)
+
+
 def _local_nodes(session: Session, checkpoint_id: int, tier: str) -> tuple[str, ...]:
     """Nodes that may hold the copy: the shards' nodes and any node a replica names, except nodes
     declared lost (their bytes are unreachable; their replicas are `lost` already)."""
@@ -74,7 +78,7 @@ def plan_expiries(
             kind=kinds[tier],
             bytes=nbytes,
             rule=rule,
-            nodes=list(_local_nodes(session, cid, tier)) if kinds[tier] is TierKind.LOCAL else [],
+            nodes=list(_local_nodes(session, cid, tier)) if kinds[tier] in ON_NODES else [],
         )
         for cid, step, tier, nbytes, rule in wanted[:limit]
     ]

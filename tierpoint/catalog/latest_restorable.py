@@ -35,6 +35,8 @@ from tierpoint.errors import NoRestorableCheckpoint
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.paths import s3_object
 
+from . import peer_reads
+
 NOT_VERIFIED = [s.value for s in ReplicaState if s is not ReplicaState.VERIFIED]
 
 # How many checkpoints newer than the chosen one are examined to explain why they were skipped.
@@ -125,6 +127,10 @@ async def _plan(
     )
     for r in await session.execute(replica_q):
         located[(r.shard_id, r.tier)] = (r.location, r.node_id)
+    peers = {t.name for t in usable if t.kind is TierKind.PEER}
+    urls = await peer_reads.adata_urls(
+        session, {n for (_, t), (_, n) in located.items() if t in peers and n is not None}
+    )
     shards = await session.execute(
         select(Shard.id, Shard.path, Shard.size, Shard.checksum, Shard.node_id)
         .where(Shard.checkpoint_id == checkpoint_id)
@@ -138,10 +144,22 @@ async def _plan(
             hit = located.get((s.id, t.name))
             if hit is None or (t.kind is TierKind.LOCAL and hit[1] != node):
                 continue
+            url = peer_reads.peer_url(t, urls, hit[1], job, step, s.path)
+            if t.kind is TierKind.PEER and url is None:
+                continue  # its holder serves no endpoint now
             bucket, key = s3_object(t, job, step, s.path)
             plan.append(
                 RestorePlanEntry(
-                    s.path, s.size, s.checksum, t.name, t.kind.value, hit[1], hit[0], bucket, key
+                    s.path,
+                    s.size,
+                    s.checksum,
+                    t.name,
+                    t.kind.value,
+                    hit[1],
+                    hit[0],
+                    bucket,
+                    key,
+                    url,
                 )
             )
             break

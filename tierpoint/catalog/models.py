@@ -65,6 +65,8 @@ class Node(Base):
     last_seen_at: Mapped[datetime | None]
     lost_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # Where its worker serves its local and peer tier files (http://host:port); null: not served
+    data_url: Mapped[str | None] = mapped_column(Text)
 
 
 class RetentionPolicy(Base):

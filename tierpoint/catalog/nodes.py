@@ -20,6 +20,7 @@ from tierpoint.states import ReplicaState, TierState
 
 from .events import EventKind, arecord
 from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
+from .peer_reads import held_peer_checkpoints
 
 
 def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -> bool:
@@ -30,13 +31,21 @@ def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -
     return int(seen or 0) == len(set(node_ids))
 
 
-def upsert_node(session: Session, node_id: str, local_roots: dict[str, Any]) -> None:
+def upsert_node(
+    session: Session, node_id: str, local_roots: dict[str, Any], data_url: str | None = None
+) -> None:
     # Reporting in never clears lost_at: a node declared lost stays lost.
-    stmt = insert(Node).values(id=node_id, local_roots=local_roots, last_seen_at=func.now())
+    stmt = insert(Node).values(
+        id=node_id, local_roots=local_roots, last_seen_at=func.now(), data_url=data_url
+    )
     session.execute(
         stmt.on_conflict_do_update(
             index_elements=[Node.id],
-            set_={"local_roots": stmt.excluded.local_roots, "last_seen_at": func.now()},
+            set_={
+                "local_roots": stmt.excluded.local_roots,
+                "last_seen_at": func.now(),
+                "data_url": stmt.excluded.data_url,
+            },
         )
     )
 
@@ -94,6 +103,8 @@ class NodeLost:
     replicas_lost: int
     markers_failed: int
     checkpoints: list[AffectedCheckpoint] = field(default_factory=list)
+    # (id, job, step) of checkpoints whose peer copy the node held: to be copied again elsewhere
+    peer_copies_lost: list[tuple[int, str, int]] = field(default_factory=list)
 
 
 # Copies being expired are retention's to finish; lost ones are lost already.
@@ -105,11 +116,17 @@ def lost_reason(node: str) -> str:
 
 
 async def mark_lost(
-    session: AsyncSession, node: str, local_tiers: Sequence[str], actor: str
+    session: AsyncSession,
+    node: str,
+    local_tiers: Sequence[str],
+    actor: str,
+    peer_tiers: Sequence[str] = (),
 ) -> NodeLost:
     """Declare `node` lost in the caller's transaction. Its replicas become `lost`; every
     checkpoint with shards on it has its `local_tiers` markers, if pending or restorable, turned
-    `failed` with the reason; one `node_lost` event per affected checkpoint and one for the node.
+    `failed` with the reason, and so has every `peer_tiers` marker of a checkpoint whose copy
+    there the node held (the copies other nodes hold of the lost node's shards stay); one
+    `node_lost` event per affected checkpoint and one for the node.
     Idempotent: again changes nothing and reports the checkpoints still in flight, so that their
     lifecycles can be told again. Raises NodeNotFound for a node that never reported in."""
     lost_at, changed = await _set_lost_at(session, node)
@@ -126,8 +143,13 @@ async def mark_lost(
         return NodeLost(node, lost_at, changed, 0, 0)
 
     failed_tiers = await _fail_local_markers(session, ids, local_tiers, reason)
+    held = await _fail_held_peer_markers(session, node, peer_tiers, reason)
+    for cp, tiers in held.items():
+        failed_tiers.setdefault(cp, []).extend(tiers)
     markers_failed = sum(len(t) for t in failed_tiers.values())
     out = NodeLost(node, lost_at, changed, replicas_lost, markers_failed)
+    # Asked again on every declaration, so that repeating it re-starts what Temporal missed.
+    out.peer_copies_lost = await held_peer_checkpoints(session, node, peer_tiers)
     for cp, job_id, job, step, in_flight in await _affected(session, ids):
         out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight)))
         if lost_per_checkpoint.get(cp) or failed_tiers.get(cp):
@@ -222,6 +244,37 @@ async def _fail_local_markers(
     for cp, tier in failed:
         failed_tiers.setdefault(cp, []).append(tier)
     return failed_tiers
+
+
+async def _fail_held_peer_markers(
+    session: AsyncSession, node: str, peer_tiers: Sequence[str], reason: str
+) -> dict[int, list[str]]:
+    """The peer tiers' pending or restorable markers of checkpoints with a copy on `node`
+    (lost now) turned `failed`, per checkpoint: without that copy the tier lacks a shard."""
+    if not peer_tiers:
+        return {}
+    held = exists().where(
+        Replica.checkpoint_id == CheckpointTier.checkpoint_id,
+        Replica.tier == CheckpointTier.tier,
+        Replica.node_id == node,
+        Replica.state == ReplicaState.LOST.value,
+    )
+    failed = (
+        await session.execute(
+            update(CheckpointTier)
+            .where(
+                CheckpointTier.tier.in_(list(peer_tiers)),
+                CheckpointTier.state.in_([TierState.PENDING.value, TierState.RESTORABLE.value]),
+                held,
+            )
+            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
+            .returning(CheckpointTier.checkpoint_id, CheckpointTier.tier)
+        )
+    ).all()
+    out: dict[int, list[str]] = {}
+    for cp, tier in failed:
+        out.setdefault(cp, []).append(tier)
+    return out
 
 
 async def _affected(session: AsyncSession, ids: Sequence[int]) -> Sequence[Any]:

@@ -80,7 +80,7 @@ def prefers_node(shard: ShardSources, tiers: Sequence[TierConfig], lost: set[str
     """The shard's fastest verified copy is on its node's local tier, and the node is not lost:
     its copy is made by that node's worker (the only one that can read it)."""
     for t in tiers:
-        if t.name not in shard.verified:
+        if t.name not in shard.verified or t.kind is TierKind.PEER:
             continue
         return t.kind is TierKind.LOCAL and shard.node not in lost
     return False
@@ -90,7 +90,8 @@ def has_source(
     shard: ShardSources, dst: TierConfig, tiers: Sequence[TierConfig], lost: set[str]
 ) -> bool:
     for t in tiers:
-        if t.name == dst.name or t.name not in shard.verified:
+        # A peer copy is no repair source (yet): only its holder's worker reads it.
+        if t.name == dst.name or t.name not in shard.verified or t.kind is TierKind.PEER:
             continue
         if t.kind is TierKind.LOCAL and shard.node in lost:
             continue
@@ -177,6 +178,10 @@ def plan_repair(
             continue
         if m.quarantine_reason is not None:
             out.left.append(f"{dst.name}: quarantined: {m.quarantine_reason}")
+            continue
+        if dst.kind is TierKind.PEER:
+            # Its copies go to holders by placement, on their queues: the lifecycle's copy.
+            out.left.append(f"{dst.name}: repair of peer copies is not built")
             continue
         if not retention_keeps(session, head.job, head.id, dst.name, tiers, now):
             out.left.append(f"{dst.name}: retention would not keep a copy here")

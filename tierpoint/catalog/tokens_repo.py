@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -128,25 +129,33 @@ def revoke_token(session: Session, name: str) -> tuple[TokenView, bool]:
     return _view(row), True
 
 
-async def find_by_digest(session: AsyncSession, token_digest: str) -> TokenRecord | None:
-    """The token with this digest, whatever its state (the caller tells expired from revoked)."""
-    row = (
-        await session.execute(
-            select(
-                AccessToken.id,
-                AccessToken.name,
-                AccessToken.scopes,
-                AccessToken.expires_at,
-                AccessToken.revoked_at,
-                AccessToken.last_used_at,
-            ).where(AccessToken.digest == token_digest)
-        )
-    ).one_or_none()
+def _by_digest(token_digest: str) -> Any:
+    return select(
+        AccessToken.id,
+        AccessToken.name,
+        AccessToken.scopes,
+        AccessToken.expires_at,
+        AccessToken.revoked_at,
+        AccessToken.last_used_at,
+    ).where(AccessToken.digest == token_digest)
+
+
+def _record(row: Any) -> TokenRecord | None:
     if row is None:
         return None
     return TokenRecord(
         row.id, row.name, tuple(row.scopes), row.expires_at, row.revoked_at, row.last_used_at
     )
+
+
+async def find_by_digest(session: AsyncSession, token_digest: str) -> TokenRecord | None:
+    """The token with this digest, whatever its state (the caller tells expired from revoked)."""
+    return _record((await session.execute(_by_digest(token_digest))).one_or_none())
+
+
+def token_by_digest(session: Session, token_digest: str) -> TokenRecord | None:
+    """`find_by_digest` for a worker's thread (the node data endpoint)."""
+    return _record(session.execute(_by_digest(token_digest)).one_or_none())
 
 
 async def touch(session: AsyncSession, token_id: int) -> None:

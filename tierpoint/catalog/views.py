@@ -59,6 +59,8 @@ class ReplicaView:
     # S3 copies: the object, as data (`location` is for display only)
     bucket: str | None = None
     key: str | None = None
+    # Peer copies: the holder's data endpoint URL of this file
+    url: str | None = None
 
 
 @dataclass
@@ -95,6 +97,8 @@ class RestorePlanEntry:
     # S3 copies: the object, as data (`location` is for display only)
     bucket: str | None = None
     key: str | None = None
+    # Peer copies: the holder's data endpoint URL of this file
+    url: str | None = None
 
 
 @dataclass

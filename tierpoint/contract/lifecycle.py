@@ -90,6 +90,14 @@ class Batch(BaseModel):
     node: str
     first: int
     last: int
+    # A copy to a peer tier: the node that holds the copy, whose queue runs the batch (it pulls
+    # from `node`'s data endpoint). None for every other stage.
+    holder: str | None = None
+
+    @property
+    def runs_on(self) -> str:
+        """The node whose queue runs this batch in a stage on the nodes' queues."""
+        return self.holder or self.node
 
 
 class LifecyclePlan(BaseModel):
@@ -111,6 +119,19 @@ class LifecyclePlan(BaseModel):
     # Nodes of this checkpoint's shards that were declared lost before the plan: their batches
     # are not scheduled. Empty in histories recorded before nodes could be lost.
     lost_nodes: list[str] = Field(default_factory=list)
+    # Per peer tier: each source node's holder (activities/placement.py). Empty without peers.
+    holders: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+    def peer_batches(self, tier: str) -> tuple[list[Batch], list[str]]:
+        """The batches of a copy to peer tier `tier`, each on its holder, and the source nodes
+        that have no holder (fewer live nodes than the tier's ring distance needs)."""
+        holders = self.holders.get(tier, {})
+        batches = [
+            b.model_copy(update={"holder": holders[b.node]})
+            for b in self.batches
+            if b.node in holders
+        ]
+        return batches, sorted({b.node for b in self.batches if b.node not in holders})
 
 
 class BatchInput(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 from tierpoint.config import Settings, TierConfig
 
 
@@ -17,4 +19,7 @@ def build_settings(
         # Metrics name every job, so they are never on the API's port: a free loopback port of
         # their own, written to stack.json as `metrics_url`.
         api_metrics_port=0,
+        # The worker credential of the nodes' data endpoints (a peer tier's copies pull through
+        # them): one per stack, held by its in-process workers only.
+        data_token=secrets.token_urlsafe(32),
     )

@@ -80,7 +80,7 @@ def complete_tiers(
         tier = dict(raw)
         name = str(tier.get("name", ""))
         kind = tier.get("kind")
-        if kind == TierKind.LOCAL and not tier.get("root"):
+        if kind in (TierKind.LOCAL, TierKind.PEER) and not tier.get("root"):
             tier["root"] = str(paths.data_dir / "nodes" / NODE / name)
         elif kind == TierKind.SHARED and not tier.get("root"):
             tier["root"] = str(paths.data_dir / name)
@@ -96,10 +96,10 @@ def complete_tiers(
         except ValidationError as exc:
             first = exc.errors()[0]
             raise DevTiersError(f"tier {name or '?'}: {first['msg']}") from None
-        if config.kind is TierKind.LOCAL and nodes > 1 and NODE not in (config.root or ""):
+        if config.on_nodes and nodes > 1 and NODE not in (config.root or ""):
             raise DevTiersError(
-                f"local tier {name!r}: its root {config.root} has no {NODE}, but the dev stack "
-                f"runs {nodes} nodes on this machine and each needs a root of its own "
+                f"{config.kind} tier {name!r}: its root {config.root} has no {NODE}, but the dev "
+                f"stack runs {nodes} nodes on this machine and each needs a root of its own "
                 f"(e.g. {config.root}/{NODE})"
             )
         done.append(config)

@@ -17,7 +17,8 @@ from tierpoint import logs
 from tierpoint.catalog import nodes
 from tierpoint.catalog.engine import AsyncSession
 from tierpoint.config import Settings, TierKind
-from tierpoint.temporal import signal_node_lost
+from tierpoint.contract.peer import RereplicateInput
+from tierpoint.temporal import signal_node_lost, start_peer_rereplication
 
 log = logs.get(__name__)
 
@@ -35,7 +36,8 @@ async def declare(
     session: AsyncSession, settings: Settings, node: str, actor: str
 ) -> nodes.NodeLost:
     local = [t.name for t in settings.tiers if t.kind is TierKind.LOCAL]
-    return await nodes.mark_lost(session, node, local, actor)
+    peer = [t.name for t in settings.peer_tiers()]
+    return await nodes.mark_lost(session, node, local, actor, peer)
 
 
 async def tell_lifecycles(client: Client | None, lost: nodes.NodeLost) -> Told:
@@ -64,3 +66,26 @@ async def tell_lifecycles(client: Client | None, lost: nodes.NodeLost) -> Told:
         not_running=sum(1 for r in results if r is False),
         unreachable=sum(1 for r in results if r is None),
     )
+
+
+async def rereplicate(client: Client | None, lost: nodes.NodeLost) -> int:
+    """Start copying again, to new holders, the peer copies the node held; how many checkpoints'
+    runs were started (the others are logged: declaring the node lost again retries them)."""
+    if client is None:
+        return 0
+
+    async def start(cp: tuple[int, str, int]) -> bool:
+        cid, job, step = cp
+        try:
+            await asyncio.wait_for(
+                start_peer_rereplication(
+                    client, RereplicateInput(checkpoint_id=cid, job=job, step=step)
+                ),
+                SIGNAL_TIMEOUT,
+            )
+        except Exception as exc:
+            log.warning("peer copies not re-replicated", job=job, step=step, error=repr(exc))
+            return False
+        return True
+
+    return sum(await asyncio.gather(*(start(c) for c in lost.peer_copies_lost)))

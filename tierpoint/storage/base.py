@@ -85,6 +85,14 @@ ProgressFn = Callable[[ResumeState], None]
 """Called as a copy makes progress (at chunk granularity); the caller rate-limits what it does."""
 
 
+class ShardSource(Protocol):
+    """What a copy reads its shards from: a tier store, or another node's data endpoint."""
+
+    def open_read(self, ref: ShardRef, offset: int = 0) -> BinaryIO:
+        """A raw reader positioned at offset; FileNotFoundError when the shard is not there."""
+        ...
+
+
 class TierStore(Protocol):
     config: TierConfig
 

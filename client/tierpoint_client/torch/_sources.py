@@ -84,9 +84,10 @@ class CheckpointFiles:
         options: ReadOptions | None = None,
         report: CorruptReport | None = None,
         holders: frozenset[str] | None = None,
+        token: str | None = None,
     ) -> None:
         """`checkpoint` may list only the files to be read; `holders` is then the whole
-        checkpoint's (`local_holders`)."""
+        checkpoint's (`local_holders`). `token` is sent to the data endpoints of peer copies."""
         if checkpoint.shards is None:
             raise TierpointError("the checkpoint was read without its shards")
         self.job, self.step = checkpoint.job, checkpoint.step
@@ -134,7 +135,7 @@ class CheckpointFiles:
             self.sizes[shard.path] = (shard.size, shard.crc32c)
         tier_map = {t.name: t for t in tiers}
         every = [s.entry for sources in self.sources.values() for s in sources]
-        self._sources = Sources(tier_map, every)
+        self._sources = Sources(tier_map, every, token)
 
     def read(
         self,

@@ -292,6 +292,11 @@ class TierpointReader(StorageReader):
         holders: frozenset[str] | None = None,
     ) -> CheckpointFiles:
         report = functools.partial(self._report_corrupt, checkpoint.step)
+        # Sent to peers' data endpoints; a rank without a client of its own has the coordinator's
+        # environment.
+        token = (
+            self._client.token if self._client is not None else os.environ.get("TIERPOINT_TOKEN")
+        )
         return CheckpointFiles(
             checkpoint,
             tiers,
@@ -300,6 +305,7 @@ class TierpointReader(StorageReader):
             options=self.options,
             report=report,
             holders=holders,
+            token=token,
         )
 
     def _rank_files(self, plan: LoadPlan) -> CheckpointFiles:

@@ -45,6 +45,12 @@ def test_the_example_tier_files_run_on_the_dev_stack(
         "default.toml": [("ssd", "local"), ("lustre", "shared"), ("s3", "s3")],
         "ram-s3.toml": [("ram", "local"), ("s3", "s3")],
         "ssd-lustre-s3.toml": [("ssd", "local"), ("lustre", "shared"), ("s3", "s3")],
+        "ssd-peer-lustre-s3.toml": [
+            ("ssd", "local"),
+            ("peer", "peer"),
+            ("lustre", "shared"),
+            ("s3", "s3"),
+        ],
     }
     assert sorted(p.name for p in EXAMPLES.glob("*.toml")) == sorted(expected)
     for name, kinds in expected.items():
@@ -56,6 +62,11 @@ def test_the_example_tier_files_run_on_the_dev_stack(
         requested_tiers(EXAMPLES / "ram-s3.toml").tiers, StackPaths(tmp_path), 2, S3
     )
     assert ram[0].root == "/dev/shm/tierpoint/{node}"
+    peer = complete_tiers(
+        requested_tiers(EXAMPLES / "ssd-peer-lustre-s3.toml").tiers, StackPaths(tmp_path), 2, S3
+    )
+    # Each simulated node holds its peers' copies in a root of its own.
+    assert peer[1].root == str(tmp_path / "nodes" / "{node}" / "peer")
 
 
 def test_the_users_list_is_kept_and_only_its_gaps_are_filled(

@@ -1,0 +1,83 @@
+"""The plan of a peer re-replication: which peer tiers lost copies with a node, which shards they
+lack, and the new holder of each shard's node. The copies and promotions are the lifecycle's."""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog import nodes, peer_reads, scrub_repo
+from tierpoint.catalog.engine import Sessions
+from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.contract.common import FailureType
+from tierpoint.contract.lifecycle import PlanTier
+from tierpoint.contract.peer import PLAN, PeerPlan, PeerStage, RereplicateInput
+
+from .batching import batch_size, plan_batches
+from .placement import ring_holders
+from .stores import Stores
+
+
+def _plan_tier(t: TierConfig) -> PlanTier:
+    return PlanTier(name=t.name, kind=t.kind, parallelism=t.parallelism)
+
+
+class PeerActivities:
+    def __init__(
+        self, sessions: Sessions, settings: Settings, stores: Stores, node: str | None = None
+    ) -> None:
+        self._sessions = sessions
+        self._settings = settings
+
+    def _source_of(self, tier: TierConfig) -> TierConfig:
+        """The local tier a peer tier copies from: the last one before it."""
+        tiers = self._settings.tiers
+        before = tiers[: tiers.index(tier)]
+        return next(t for t in reversed(before) if t.kind is TierKind.LOCAL)
+
+    @activity.defn(name=PLAN)
+    def plan(self, inp: RereplicateInput) -> PeerPlan:
+        peers = self._settings.peer_tiers()
+        distance = {t.name: i + 1 for i, t in enumerate(peers)}
+        out = PeerPlan(
+            checkpoint_id=inp.checkpoint_id,
+            job=inp.job,
+            step=inp.step,
+            batch_heartbeat_seconds=self._settings.batch_heartbeat_timeout_seconds,
+        )
+        with self._sessions.begin() as s:
+            if repo.checkpoint_head(s, inp.checkpoint_id) is None:
+                raise ApplicationError(
+                    f"checkpoint {inp.checkpoint_id} is not in the catalog",
+                    type=FailureType.CHECKPOINT_NOT_FOUND,
+                    non_retryable=True,
+                )
+            failed = peer_reads.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
+            missing = {t: peer_reads.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
+            sources = {n for rows in missing.values() for n, _, _ in rows}
+            lost = set(nodes.lost_among(s, sources))
+            live = scrub_repo.live_nodes(s)
+        out.lost_nodes = sorted(lost)
+        for tier in (t for t in peers if t.name in missing):
+            reachable = [r for r in missing[tier.name] if r[0] not in lost]
+            holders = ring_holders({n for n, _, _ in reachable}, live, distance[tier.name])
+            batches = plan_batches(
+                reachable,
+                batch_size(self._settings, len(reachable)),
+                tier.parallelism,
+                self._settings.min_batch_bytes,
+            )
+            out.stages.append(
+                PeerStage(
+                    tier=_plan_tier(tier),
+                    source=_plan_tier(self._source_of(tier)),
+                    batches=[
+                        b.model_copy(update={"holder": holders[b.node]})
+                        for b in batches
+                        if b.node in holders
+                    ],
+                    unreachable=len(missing[tier.name]) - len(reachable),
+                )
+            )
+        return out

@@ -1,0 +1,130 @@
+"""What the node data endpoint and peer copies read from the catalog: which files a node serves,
+and where each node serves them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import exists, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from tierpoint.config import TierConfig, TierKind
+from tierpoint.states import ReplicaState, TierState
+from tierpoint.storage.base import ShardRef
+from tierpoint.storage.peer_http import shard_url
+
+from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
+
+
+def served_size(
+    session: Session, node: str, tier: str, job: str, step: int, path: str
+) -> int | None:
+    """The size of the shard `path` of `job`/`step` if `node` holds a verified copy of it on
+    `tier`, else None: the data endpoint serves registered, verified files only."""
+    size: int | None = session.scalar(
+        select(Shard.size)
+        .join(Checkpoint, Checkpoint.id == Shard.checkpoint_id)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .join(Replica, Replica.shard_id == Shard.id)
+        .where(
+            Job.name == job,
+            Checkpoint.step == step,
+            Shard.path == path,
+            Replica.tier == tier,
+            Replica.node_id == node,
+            Replica.state == ReplicaState.VERIFIED.value,
+        )
+    )
+    return size
+
+
+def _data_urls(node_ids: Iterable[str]) -> Any:
+    return select(Node.id, Node.data_url).where(
+        Node.id.in_(sorted(set(node_ids))),
+        Node.data_url.is_not(None),
+        Node.lost_at.is_(None),
+    )
+
+
+def data_urls(session: Session, node_ids: Iterable[str]) -> dict[str, str]:
+    """Each node's data endpoint, for the nodes that serve one and are not declared lost."""
+    return {r.id: r.data_url for r in session.execute(_data_urls(node_ids))}
+
+
+async def adata_urls(session: AsyncSession, node_ids: Iterable[str]) -> dict[str, str]:
+    """`data_urls` for the API."""
+    return {r.id: r.data_url for r in await session.execute(_data_urls(node_ids))}
+
+
+def peer_url(
+    tier: TierConfig | None, urls: dict[str, str], node: str | None, job: str, step: int, path: str
+) -> str | None:
+    """Where a restore reads a peer tier's copy held by `node` (None: not a peer copy, or its
+    node serves no endpoint)."""
+    if tier is None or tier.kind is not TierKind.PEER or node is None or node not in urls:
+        return None
+    return shard_url(urls[node], tier.name, ShardRef(job, step, path))
+
+
+def tiers_to_rereplicate(
+    session: Session, checkpoint_id: int, peer_tiers: Sequence[str]
+) -> list[str]:
+    """The peer tiers whose copy of the checkpoint failed (a holder was lost, a copy failed)."""
+    return list(
+        session.scalars(
+            select(CheckpointTier.tier).where(
+                CheckpointTier.checkpoint_id == checkpoint_id,
+                CheckpointTier.tier.in_(list(peer_tiers)),
+                CheckpointTier.state == TierState.FAILED.value,
+                CheckpointTier.quarantine_reason.is_(None),
+            )
+        )
+    )
+
+
+def without_verified_copy(
+    session: Session, checkpoint_id: int, tier: str
+) -> list[tuple[str, int, int]]:
+    """(node, ordinal, size) of the checkpoint's shards with no verified replica on `tier`, by
+    node and ordinal (what `plan_batches` takes)."""
+    verified = exists().where(
+        Replica.shard_id == Shard.id,
+        Replica.tier == tier,
+        Replica.state == ReplicaState.VERIFIED.value,
+    )
+    rows = session.execute(
+        select(Shard.node_id, Shard.ordinal, Shard.size)
+        .where(Shard.checkpoint_id == checkpoint_id, ~verified)
+        .order_by(Shard.node_id, Shard.ordinal)
+    )
+    return [(r.node_id, r.ordinal, r.size) for r in rows]
+
+
+async def held_peer_checkpoints(
+    session: AsyncSession, node: str, peer_tiers: Sequence[str]
+) -> list[tuple[int, str, int]]:
+    """(id, job, step) of checkpoints whose copy on a peer tier `node` held (now lost) and whose
+    marker there failed: what re-replication copies again."""
+    if not peer_tiers:
+        return []
+    held = exists().where(
+        Replica.checkpoint_id == CheckpointTier.checkpoint_id,
+        Replica.tier == CheckpointTier.tier,
+        Replica.node_id == node,
+        Replica.state == ReplicaState.LOST.value,
+    )
+    rows = await session.execute(
+        select(Checkpoint.id, Job.name, Checkpoint.step)
+        .join(CheckpointTier, CheckpointTier.checkpoint_id == Checkpoint.id)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(
+            CheckpointTier.tier.in_(list(peer_tiers)),
+            CheckpointTier.state == TierState.FAILED.value,
+            held,
+        )
+        .distinct()
+        .order_by(Checkpoint.id)
+    )
+    return [(r.id, r.name, r.step) for r in rows]

@@ -1,0 +1,49 @@
+"""Re-replication of peer copies: `PeerRereplicate` (one run per checkpoint and node loss, id
+`checkpoint/<job>/<step>/peer-replicas`) copies again, to new holders, the peer copies that a
+lost node held, and promotes the peer tiers again. The copies are the lifecycle's own
+(`lifecycle.copy_batch` on each new holder's queue) and so is the promotion (`lifecycle.promote`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, Field
+
+from tierpoint.contract.common import backoff
+from tierpoint.contract.lifecycle import Batch, PlanTier
+
+REREPLICATE_WORKFLOW = "PeerRereplicate"
+PLAN = "peer.plan"
+PLAN_TIMEOUT = timedelta(seconds=30)
+PLAN_RETRY = backoff(timedelta(minutes=1), 0)
+
+
+def rereplicate_id(job: str, step: int) -> str:
+    return f"checkpoint/{job}/{step}/peer-replicas"
+
+
+class RereplicateInput(BaseModel):
+    checkpoint_id: int
+    job: str
+    step: int
+
+
+class PeerStage(BaseModel):
+    """One peer tier's copies to make again: from `source` (the local tier before it) on the
+    shards' nodes to each batch's new holder."""
+
+    tier: PlanTier
+    source: PlanTier
+    batches: list[Batch]
+    # Shards that cannot be copied again (their own node is lost too), for the reason.
+    unreachable: int = 0
+
+
+class PeerPlan(BaseModel):
+    checkpoint_id: int
+    job: str
+    step: int
+    stages: list[PeerStage] = Field(default_factory=list)
+    lost_nodes: list[str] = Field(default_factory=list)
+    batch_heartbeat_seconds: float = 60.0

@@ -1,0 +1,105 @@
+"""The node data endpoint's addresses, and the reader a peer copy pulls its source through.
+
+A node worker serves its local and peer tier files at
+`<data_url>/v1/data/<tier>/<job>/<step>/<path>`. A shard path is a POSIX name, not a URL: it is
+percent-encoded whole into the URL here and decoded once by the endpoint, so `?`, `#` and `%`
+stay the characters they are (`shard_url` and `parse_data_path` are inverses).
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+from typing import BinaryIO, cast
+from urllib.parse import quote, unquote, urlsplit
+
+from tierpoint.storage.base import ShardRef
+from tierpoint.storage.paths import validate_name, validate_relative_path, validate_step
+
+PREFIX = "/v1/data/"
+# A peer read that hears nothing for this long fails, and its copy is retried from its heartbeat.
+READ_TIMEOUT = 60.0
+
+
+def shard_url(base: str, tier: str, ref: ShardRef) -> str:
+    return f"{base.rstrip('/')}{data_path(tier, ref)}"
+
+
+def data_path(tier: str, ref: ShardRef) -> str:
+    return f"{PREFIX}{quote(tier, safe='')}/{quote(ref.job, safe='')}/{ref.step}/" + quote(
+        ref.path, safe="/"
+    )
+
+
+def parse_data_path(raw: str) -> tuple[str, ShardRef]:
+    """(tier, shard) of a request path; ValueError for anything that is not one (the path's
+    rules are the manifest's: no `..`, no absolute path, no empty component)."""
+    if not raw.startswith(PREFIX) or "?" in raw or "#" in raw:
+        raise ValueError("not a data path")
+    parts = raw[len(PREFIX) :].split("/", 3)
+    if len(parts) != 4:
+        raise ValueError("a data path is /v1/data/<tier>/<job>/<step>/<path>")
+    tier, job, step, path = (unquote(p, errors="strict") for p in parts)
+    if not step.isdigit():
+        raise ValueError("the step is a number")
+    ref = ShardRef(validate_name(job), validate_step(int(step)), validate_relative_path(path))
+    return validate_name(tier), ref
+
+
+class _Body(io.RawIOBase):
+    """An HTTP response body as a raw reader; a connection cut mid-body is an OSError like any
+    other read error (the copy's activity fails and resumes from its heartbeat)."""
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        self._conn, self._resp = conn, resp
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
+        try:
+            return self._resp.readinto(b)
+        except http.client.HTTPException as exc:
+            raise ConnectionError(f"peer read cut off: {exc!r}") from exc
+
+    def close(self) -> None:
+        try:
+            self._resp.close()
+            self._conn.close()
+        finally:
+            super().close()
+
+
+class PeerSource:
+    """Reads one tier's shards off another node's data endpoint (a `ShardSource`)."""
+
+    def __init__(self, base_url: str, tier: str, token: str | None) -> None:
+        self.base_url, self.tier, self._token = base_url, tier, token
+
+    def open_read(self, ref: ShardRef, offset: int = 0) -> BinaryIO:
+        url = urlsplit(self.base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ConnectionError(f"data endpoint {self.base_url!r} is not an http(s) URL")
+        cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        conn = cls(url.hostname, url.port, timeout=READ_TIMEOUT)
+        headers = {"Range": f"bytes={offset}-"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        try:
+            conn.request("GET", url.path.rstrip("/") + data_path(self.tier, ref), headers=headers)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise ConnectionError(f"data endpoint {self.base_url}: {exc!r}") from exc
+        if resp.status in (200, 206) and (resp.status == 206 or offset == 0):
+            return cast(BinaryIO, _Body(conn, resp))
+        why = resp.read(512).decode("utf-8", "replace")
+        conn.close()
+        if resp.status == 404:
+            raise FileNotFoundError(f"{self.base_url}: {ref.path!r} is not served: {why}")
+        if resp.status == 416:
+            # Shorter than the offset a resumed copy starts at: not the registered file.
+            raise FileNotFoundError(f"{self.base_url}: {ref.path!r} is shorter than {offset}")
+        if resp.status in (401, 403):
+            raise PermissionError(f"data endpoint {self.base_url} refused the credential: {why}")
+        raise ConnectionError(f"data endpoint {self.base_url} answered {resp.status}: {why}")

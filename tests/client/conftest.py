@@ -18,13 +18,13 @@ import uvicorn
 from sqlalchemy import select
 from tierpoint_client import Client, RetryPolicy
 
+from apps.devstack.services import free_port
 from tests.helpers.client import Stack
 from tests.helpers.services import Services, make_bucket, make_settings
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
 from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
 from tierpoint.temporal import connect
 
 
@@ -79,7 +79,7 @@ async def stack(
     temporal_namespace: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Stack]:
-    from tierpoint.worker import run_workers
+    from apps.worker import run_workers
 
     suffix = uuid.uuid4().hex[:6]
     nodes = (f"node-a-{suffix}", f"node-b-{suffix}")

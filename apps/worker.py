@@ -26,13 +26,12 @@ from activities.scrub import ScrubActivities
 from activities.stores import Stores
 from tierpoint import logs, metrics_worker
 from tierpoint.catalog.engine import (
-    AsyncSessions,
     Engine,
     Sessions,
-    async_sessions,
-    make_async_engine,
+    Transact,
     make_sync_engine,
     sync_sessions,
+    transact_in_thread,
 )
 from tierpoint.catalog.migrate import check_schema
 from tierpoint.catalog.nodes import upsert_node
@@ -87,11 +86,11 @@ async def _every(
 
 async def reconcile_once(
     client: Client,
-    sessions: AsyncSessions,
+    transact: Transact,
     grace: timedelta = RECONCILE_GRACE,
 ) -> int:
     """Start the lifecycle of every registered checkpoint that has none. Returns how many."""
-    started = await start_unstarted(client, sessions, older_than=grace, limit=RECONCILE_BATCH)
+    started = await start_unstarted(client, transact, older_than=grace, limit=RECONCILE_BATCH)
     for ref in started:
         log.info("reconciler started lifecycle", job=ref.job, step=ref.step)
     return len(started)
@@ -201,8 +200,6 @@ async def run_workers(
     if not nodes and not shared:
         raise ValueError("nothing to run: give nodes and/or shared=True")
     engine: Engine = make_sync_engine(settings.database_url)
-    # The reconciler's own small pool (async, like the API's starts it shares a service with).
-    reconciler_engine = make_async_engine(settings.database_url, pool_size=2)
     metrics_server = None
     try:
         await asyncio.to_thread(check_schema, engine)
@@ -218,7 +215,7 @@ async def run_workers(
             settings, client, sync_sessions(engine), Stores(settings), executor, graceful_shutdown
         )
         try:
-            await _run(wiring, nodes, shared, stop, async_sessions(reconciler_engine))
+            await _run(wiring, nodes, shared, stop)
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
     finally:
@@ -226,7 +223,6 @@ async def run_workers(
             await asyncio.to_thread(metrics_server.shutdown)
             metrics_server.server_close()
         engine.dispose()
-        await reconciler_engine.dispose()
 
 
 async def _run(
@@ -234,7 +230,6 @@ async def _run(
     nodes: Sequence[str],
     shared: bool,
     stop: asyncio.Event,
-    reconciler_sessions: AsyncSessions,
 ) -> None:
     """Build the workers and their loops, run them until `stop` (or until a worker dies), and
     shut them down."""
@@ -247,8 +242,12 @@ async def _run(
     if shared:
         workers.append(await wiring.shared_worker())
 
+        # The reconciler shares the activities' sync engine: its two facts (which checkpoints have
+        # no lifecycle, "this one has one now") are the API's too, written once.
+        transact = transact_in_thread(wiring.sessions)
+
         async def reconcile() -> None:
-            await reconcile_once(wiring.client, reconciler_sessions)
+            await reconcile_once(wiring.client, transact)
 
         loops.append((wiring.settings.reconcile_interval_seconds, "reconciler", reconcile))
 

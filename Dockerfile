@@ -16,6 +16,7 @@ COPY client ./client
 RUN uv sync --frozen --no-dev --no-install-project
 COPY tierpoint ./tierpoint
 COPY api ./api
+COPY apps ./apps
 COPY workflows ./workflows
 COPY activities ./activities
 COPY migrations ./migrations

@@ -58,11 +58,11 @@ SYMLINK_SEAL = (
     "test_a_symlink_to_another_jobs_shard_is_refused_at_seal"
 )
 DEV_KILLED = (
-    "tests/tierpoint/devstack/test_dev_killed.py::"
+    "tests/apps/devstack/test_dev_killed.py::"
     "test_sigkill_leaves_no_server_and_a_restart_stops_the_postgres_it_left"
 )
 DEV_REFUSED = (
-    "tests/tierpoint/devstack/test_dev_killed.py::"
+    "tests/apps/devstack/test_dev_killed.py::"
     "test_a_second_stack_on_a_live_stacks_data_dir_refuses_naming_it"
 )
 
@@ -465,7 +465,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- the dev stack owns its servers: never two on one data dir ----------------------------
     Mutant(
         "dev-servers-outlive-the-stack",
-        "tierpoint/devstack/services.py",
+        "apps/devstack/services.py",
         """        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
 """,
         """        pass
@@ -475,7 +475,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "dev-restart-adopts-left-postgres",
-        "tierpoint/devstack/ownership.py",
+        "apps/devstack/ownership.py",
         """        postmaster = postgres.stop_leftover()
 """,
         """        postmaster = None
@@ -485,7 +485,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "dev-two-stacks-one-data-dir",
-        "tierpoint/devstack/ownership.py",
+        "apps/devstack/ownership.py",
         """            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 """,
         """            pass
@@ -495,11 +495,11 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "dev-nodes-share-a-local-root",
-        "tierpoint/devstack/tiers.py",
+        "apps/devstack/tiers.py",
         'and nodes > 1 and NODE not in (config.root or ""):',
         "and False:",
         (
-            "tests/tierpoint/devstack/test_dev_tiers.py::"
+            "tests/apps/devstack/test_dev_tiers.py::"
             "test_a_list_the_dev_stack_cannot_run_is_refused_in_one_line",
         ),
         "the dev stack's simulated nodes never share one local root (a root without {node})",
@@ -595,7 +595,7 @@ MUTANTS: tuple[Mutant, ...] = (
         return _view(existing)
 """,
         (
-            "tests/tierpoint/cli/test_token_bootstrap.py::"
+            "tests/apps/cli/test_token_bootstrap.py::"
             "test_bootstrap_makes_one_admin_token_however_often_it_runs",
         ),
         "a bootstrap run again (a retried Job, a second operator) makes no second admin token",

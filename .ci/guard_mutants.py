@@ -41,7 +41,7 @@ from guard_mutant_table import MUTANTS, Mutant
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 # The repository's own (unmutated) copy: only to start the servers the runs share.
-from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server  # noqa: E402
+from apps.devstack.services import EmbeddedPostgres, MotoS3Server  # noqa: E402
 
 # Only a guard against a hang: a mutant that makes its tests hang counts as killed (timeout).
 RUN_TIMEOUT = 300.0

@@ -20,6 +20,7 @@ from tierpoint import logs
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog import metrics_reads, nodes, peer_reads, scrub_repo
+from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.promotion import promote
@@ -333,7 +334,7 @@ class LifecycleActivities:
             **(extra or {}),
         }
         with self._sessions.begin() as s:
-            job_id = repo.job_id_of_checkpoint(s, checkpoint_id)
+            job_id = job_id_of_checkpoint(s, checkpoint_id)
             record(
                 s,
                 kind,

@@ -19,6 +19,7 @@ from temporalio.client import Client
 from tierpoint import logs
 from tierpoint.catalog import expiry_repo, repair_repo
 from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.config import Settings, TierConfig, TierKind
@@ -199,7 +200,7 @@ class RepairActivities:
                 s,
                 EventKind.REPAIRED,
                 checkpoint_id=inp.checkpoint_id,
-                job_id=repo.job_id_of_checkpoint(s, inp.checkpoint_id),
+                job_id=job_id_of_checkpoint(s, inp.checkpoint_id),
                 tier=tier.name,
                 actor=ACTOR,
                 detail={

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from api.deps import ApiState
 from tierpoint import logs
+from tierpoint.catalog.engine import transact_async
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.services.lifecycle_start import start_and_record
 from tierpoint.services.retention import request_retention_runs
@@ -28,7 +29,8 @@ async def start_lifecycle(state: ApiState, ref: LifecycleInput) -> None:
         return
     try:
         outcome = await asyncio.wait_for(
-            start_and_record(client, state.sessions, ref), timeout=WORKFLOW_START_TIMEOUT
+            start_and_record(client, transact_async(state.sessions), ref),
+            timeout=WORKFLOW_START_TIMEOUT,
         )
     except Exception as exc:
         state.metrics.workflow_starts.labels("failed").inc()

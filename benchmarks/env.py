@@ -18,9 +18,9 @@ from types import ModuleType
 
 import httpx
 
+from apps.devstack.facts import StackInfo, read_stack_info
+from apps.devstack.services import MotoS3Server
 from benchmarks.procs import children_of, cmdline
-from tierpoint.devstack.facts import StackInfo, read_stack_info
-from tierpoint.devstack.services import MotoS3Server
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_TIMEOUT = 180.0

@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
+from apps.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
 from tests.helpers.services import (
     NODES,
     Services,
@@ -38,7 +39,6 @@ from tests.helpers.services import (
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.config import Settings
-from tierpoint.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
 from tierpoint.temporal import connect
 
 

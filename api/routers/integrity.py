@@ -86,7 +86,7 @@ async def start_reconcile(body: ReconcileIn, state: StateDep) -> ReconcileRunOut
     if body.job is not None:
         validate_name(body.job)
         async with state.sessions() as session:
-            await require_job_id(session, body.job)
+            await session.run_sync(require_job_id, body.job)
     client = await _client(state)
     run_id = await reconcile.start(
         client, ReconcileInput(tier=body.tier, job=body.job, repair=body.repair)

@@ -28,13 +28,13 @@ import httpx
 import psycopg
 from sqlalchemy.orm import Session
 
+from apps.devstack.services import EmbeddedPostgres, free_port
 from benchmarks.catalog_fill import Catalog, fill, home_node, job_name
 from benchmarks.env import Env, tierpoint_env, wait_for_api
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.register_latency import percentile
 from tierpoint.catalog import migrate, tokens_repo
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.devstack.services import EmbeddedPostgres, free_port
 
 START_TIMEOUT = 60.0
 SCALES = (("1x", 1), ("10x", 10))

@@ -29,10 +29,10 @@ from typing import IO, Any
 import boto3
 from tierpoint_client import Client
 
+from apps.devstack.facts import StackInfo
 from benchmarks.env import ROOT, DevStackProcess, Env, subprocess_env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.s3_upload import empty_bucket
-from tierpoint.devstack.facts import StackInfo
 
 WORKER = ROOT / "benchmarks" / "dcp_worker.py"
 BUCKET = "tp-bench-dcp"

@@ -32,6 +32,12 @@ from sqlalchemy.orm import Session
 from tierpoint_client import Client
 from tierpoint_client.models import ShardSpec
 
+from apps.devstack.services import (
+    EmbeddedPostgres,
+    MotoS3Server,
+    TemporalDevServer,
+    free_port,
+)
 from benchmarks.env import Env, tierpoint_env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.copy_posix import drop_cache
@@ -39,12 +45,6 @@ from benchmarks.scenarios.s3_upload import empty_bucket
 from tierpoint.catalog import migrate, tokens_repo
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.nodes import upsert_node
-from tierpoint.devstack.services import (
-    EmbeddedPostgres,
-    MotoS3Server,
-    TemporalDevServer,
-    free_port,
-)
 
 MiB = 1024 * 1024
 NODE = "node-m"

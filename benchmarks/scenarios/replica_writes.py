@@ -21,13 +21,13 @@ from sqlalchemy import and_, case, delete, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
+from apps.devstack.services import EmbeddedPostgres
 from benchmarks.harness import Method, Outcome, Row, Scenario
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard
 from tierpoint.catalog.nodes import upsert_node
-from tierpoint.devstack.services import EmbeddedPostgres
 from tierpoint.states import ReplicaState
 
 FLUSH = 500  # replicas per flush

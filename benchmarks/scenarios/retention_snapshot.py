@@ -22,6 +22,7 @@ import psycopg
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from apps.devstack.services import EmbeddedPostgres
 from benchmarks.catalog_fill import TIERS, Catalog, fill, job_name
 from benchmarks.harness import Method, Outcome, Row, Scenario
 from tierpoint.catalog import migrate
@@ -29,7 +30,6 @@ from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard
 from tierpoint.catalog.snapshot import take_snapshot
 from tierpoint.config import TierKind
-from tierpoint.devstack.services import EmbeddedPostgres
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState
 

@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from activities.registration import activities_of
 from activities.stores import Stores
+from apps.worker import activity_objects
 from tierpoint.config import Settings
 from tierpoint.contract import integrity, lifecycle, retention
-from tierpoint.worker import activity_objects
 
 
 def _names(fns: list[Any]) -> set[str]:

@@ -4,11 +4,11 @@ import httpx
 import pytest
 
 from api.app import create_app
+from apps.devstack.services import free_port
 from tests.helpers.api import running_client, scrape_api
 from tests.helpers.services import Services, fresh_database
 from tierpoint.catalog.migrate import SchemaMismatch
 from tierpoint.config import Settings, TierConfig, TierKind
-from tierpoint.devstack.services import free_port
 
 
 async def test_health_and_ready(client: httpx.AsyncClient) -> None:

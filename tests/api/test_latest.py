@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from api.app import create_app
+from apps.devstack.services import free_port
 from tests.helpers.api import (
     NODE_A,
     NODE_B,
@@ -22,7 +23,6 @@ from tests.helpers.api import (
     shard,
 )
 from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
 
 
 async def _register(

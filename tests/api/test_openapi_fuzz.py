@@ -27,12 +27,12 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from sqlalchemy.orm import Session
 
 from api.app import create_app
+from apps.devstack.services import free_port
 from tests.helpers.api import NODE_A, NODE_B
 from tests.helpers.services import Services, make_bucket, make_settings
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
 
 EXAMPLES = 25
 CASES: dict[str, int] = {}

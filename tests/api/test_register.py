@@ -7,6 +7,7 @@ from sqlalchemy import Engine, text
 from temporalio.client import Client
 
 from api.app import create_app
+from apps.devstack.services import free_port
 from tests.helpers.api import (
     NODE_A,
     NODE_B,
@@ -18,7 +19,6 @@ from tests.helpers.api import (
     workflow_count,
 )
 from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
 
 PROBLEM = "application/problem+json"
 

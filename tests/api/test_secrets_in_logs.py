@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import Engine, text
 from tierpoint_client import Client, RetryPolicy
 
+from apps.devstack.services import free_port
 from tests.helpers.client import read_tree, write_shards
 from tests.helpers.services import NODES
 from tests.helpers.worker_process import REPO, settings_env
 from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ START_TIMEOUT = 120.0
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tierpoint.cli.main", *args]
+    return [sys.executable, "-m", "apps.cli.main", *args]
 
 
 def _env(settings: Settings, s3_key: str, s3_secret: str) -> dict[str, str]:

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from api.app import create_app
+from apps.devstack.services import free_port
 from tests.helpers.api import running_client, seed
 from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
 
 
 async def test_changes_succeed_without_temporal(

@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import Engine
 
 from api.app import create_app
+from apps.devstack.services import TemporalDevServer
 from tests.helpers.api import manifest, running_client, seed, set_marker, shard
 from tierpoint.config import Settings
-from tierpoint.devstack.services import TemporalDevServer
 
 # Guards against a hang, not a performance assertion: far above the deadline.
 CLIENT_TIMEOUT = 90.0

@@ -21,13 +21,14 @@ from pydantic import SecretStr
 from sqlalchemy import select
 from tierpoint_client import Client, RetryPolicy
 
+from apps.devstack.services import free_port
 from tests.helpers.client import Stack
 from tests.helpers.services import Services, make_bucket, make_settings
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
 from tierpoint.config import Settings, TierConfig, TierKind
-from tierpoint.devstack.services import free_port
+from apps.devstack.services import free_port
 from tierpoint.temporal import connect
 
 
@@ -84,7 +85,7 @@ async def _running_stack(
     names: tuple[str, ...],
     peer: bool = False,
 ) -> AsyncIterator[Stack]:
-    from tierpoint.worker import run_workers
+    from apps.worker import run_workers
 
     suffix = uuid.uuid4().hex[:6]
     nodes = tuple(f"{n}-{suffix}" for n in names)

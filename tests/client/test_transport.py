@@ -21,7 +21,7 @@ from tierpoint_client import (
     TransportError,
 )
 
-from tierpoint.devstack.services import free_port
+from apps.devstack.services import free_port
 
 FAST = RetryPolicy(attempts=3, initial_backoff=0.01, max_backoff=0.02)
 

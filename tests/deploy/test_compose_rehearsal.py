@@ -14,10 +14,10 @@ from typing import Any
 import yaml
 from sqlalchemy import text
 
+from apps.devstack.services import free_port
 from tests.helpers.rehearsal import REPO, Proc, running, wait_for
 from tests.helpers.services import Services, fresh_database, make_bucket
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.devstack.services import free_port
 
 COMPOSE = REPO / "docker-compose.yml"
 SERVICES = ("migrate", "api", "worker", "worker-node-1")

@@ -15,8 +15,8 @@ import pytest
 import typer
 import yaml
 
+from apps.cli.main import app
 from tests.helpers.manifest_rules import KUBERNETES_VERSION
-from tierpoint.cli.main import app
 from tierpoint.config import Settings, TierConfig, TierKind
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tierpoint.cli.dev import DEV_EXTRA_DISTRIBUTIONS
+from apps.cli.dev import DEV_EXTRA_DISTRIBUTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def test_the_runtime_set_has_no_dev_server(runtime_venv: Path) -> None:
 def test_the_runtime_set_imports_the_api_and_the_workers(runtime_venv: Path) -> None:
     # What `tierpoint api`, `tierpoint worker` and `tierpoint migrate` import when they start.
     code = (
-        "from api.app import create_app; from tierpoint.worker import run_workers; "
+        "from api.app import create_app; from apps.worker import run_workers; "
         "from tierpoint.catalog import migrate; from tierpoint.temporal import connect; "
         "create_app"
     )

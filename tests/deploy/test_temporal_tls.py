@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from temporalio.service import RPCError
 
+from apps.devstack.services import free_port
 from tests.helpers.api_process import api_process
 from tests.helpers.services import Services
 from tests.helpers.tls_proxy import SERVER_NAME, Pki, TlsProxy, make_pki, tls_proxy
 from tests.helpers.worker_process import worker_process
 from tierpoint.config import Settings
 from tierpoint.contract.retention import SWEEP_SCHEDULE_ID
-from tierpoint.devstack.services import free_port
 from tierpoint.temporal import connect
 
 # Guards against a hang, not a performance assertion.

@@ -37,6 +37,7 @@ import pytest
 from sqlalchemy import Engine, text
 from temporalio.client import Client
 
+from apps.devstack.services import free_port
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.faults import db_now, workers_reported_in
 from tests.helpers.lifecycle import NODES, crc_hex
@@ -46,7 +47,6 @@ from tests.helpers.worker_process import settings_env
 from tierpoint.catalog import migrate
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleResult, workflow_id
-from tierpoint.devstack.services import free_port
 from tierpoint.states import TierState
 
 DOC = REPO / "docs" / "deployment.md"

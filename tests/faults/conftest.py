@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from apps.devstack.services import EmbeddedPostgres
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.devstack.services import EmbeddedPostgres
 
 
 @pytest.fixture

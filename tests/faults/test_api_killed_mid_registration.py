@@ -22,6 +22,8 @@ from sqlalchemy.orm import Session
 from tierpoint_client import Client
 from tierpoint_client.transport import RetryPolicy
 
+from apps.devstack.services import EmbeddedPostgres, free_port
+from apps.worker import node_roots
 from tests.helpers.api_process import api_process
 from tests.helpers.faults import OVERALL_TIMEOUT, eventually, make_tier_dirs
 from tests.helpers.lifecycle import NODES, new_job
@@ -29,8 +31,6 @@ from tests.helpers.services import Services, make_bucket, make_settings
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.nodes import upsert_node
-from tierpoint.devstack.services import EmbeddedPostgres, free_port
-from tierpoint.worker import node_roots
 
 STEP = 5
 # Enough to outlast a new API process starting on a busy machine: retries every <= 0.5 s.

@@ -20,6 +20,7 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from api.app import create_app
+from apps.devstack.services import EmbeddedPostgres
 from tests.helpers.api import running_client
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.faults import (
@@ -46,7 +47,6 @@ from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Replica
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import PLAN, LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.devstack.services import EmbeddedPostgres
 from tierpoint.temporal import connect, start_lifecycle
 
 PROBLEM = "application/problem+json"

@@ -22,6 +22,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
+from apps.devstack.services import EmbeddedPostgres
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.faults import (
     OVERALL_TIMEOUT,
@@ -43,7 +44,6 @@ from tests.helpers.services import Services, make_bucket, make_settings
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Event, Replica
 from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.devstack.services import EmbeddedPostgres
 from tierpoint.temporal import connect, start_lifecycle
 
 CHUNK = 8 * 1024 * 1024  # a POSIX copy heartbeats once per chunk

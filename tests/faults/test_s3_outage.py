@@ -20,6 +20,7 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import WorkflowExecutionStatus
 
 from api.app import create_app
+from apps.devstack.services import MotoS3Server
 from tests.helpers.api import running_client
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.faults import (
@@ -39,7 +40,6 @@ from tests.helpers.lifecycle import (
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.devstack.services import MotoS3Server
 from tierpoint.temporal import connect, start_lifecycle
 
 PROBLEM = "application/problem+json"

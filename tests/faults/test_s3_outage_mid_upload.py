@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError
 from sqlalchemy import select
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
+from apps.devstack.services import MotoS3Server
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.faults import (
     OVERALL_TIMEOUT,
@@ -48,7 +49,6 @@ from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Event
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.devstack.services import MotoS3Server
 from tierpoint.storage.checksum import crc32c_to_base64
 from tierpoint.temporal import connect, start_lifecycle
 

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import select
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
+from apps.devstack.services import MotoS3Server
 from tests.helpers.consistency import assert_nothing_lost
 from tests.helpers.faults import (
     OVERALL_TIMEOUT,
@@ -39,7 +40,6 @@ from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Event
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.devstack.services import MotoS3Server
 from tierpoint.temporal import connect, start_lifecycle
 
 PART = 5 * 1024 * 1024

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from api.app import create_app
+from apps.worker import node_roots
 from tests.helpers.api import running_client
 from tests.helpers.consistency import assert_nothing_lost
 from tests.helpers.faults import OVERALL_TIMEOUT, eventually
@@ -35,7 +36,6 @@ from tierpoint.catalog.models import Checkpoint, Job
 from tierpoint.catalog.nodes import upsert_node
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleResult, workflow_id
-from tierpoint.worker import node_roots
 
 NODES = [f"storm-node-{i}" for i in range(8)]
 JOBS = 4  # each on 2 of the nodes

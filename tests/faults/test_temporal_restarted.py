@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import Engine
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
+from apps.devstack.services import EmbeddedPostgres, TemporalDevServer
 from tests.helpers.consistency import assert_nothing_lost
 from tests.helpers.faults import (
     OVERALL_TIMEOUT,
@@ -37,7 +38,6 @@ from tests.helpers.services import Services, make_bucket, make_settings, s3_clie
 from tests.helpers.worker_process import worker_process
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.devstack.services import EmbeddedPostgres, TemporalDevServer
 from tierpoint.temporal import connect, start_lifecycle
 
 PART = 5 * 1024 * 1024

@@ -29,7 +29,7 @@ class ApiProcess:
                 [
                     sys.executable,
                     "-m",
-                    "tierpoint.cli.main",
+                    "apps.cli.main",
                     "api",
                     "--host",
                     "127.0.0.1",

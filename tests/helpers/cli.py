@@ -16,8 +16,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from api.app import create_app
+from apps.devstack.services import free_port
 from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
 
 
 @asynccontextmanager
@@ -59,7 +59,7 @@ async def run_cli(api_url: str, *args: str, token: str | None = None) -> Result:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tierpoint.cli.main",
+        "apps.cli.main",
         *args,
         env=env,
         stdout=asyncio.subprocess.PIPE,

@@ -19,12 +19,12 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowHandle
 
+from apps.devstack.services import MotoS3Server
 from tests.helpers.lifecycle import ShardSpec, crc_hex, new_job, seed_checkpoint
 from tests.helpers.services import NODES
 from tierpoint.catalog.models import CheckpointTier, Replica
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import COPY_BATCH
-from tierpoint.devstack.services import MotoS3Server
 
 # Guards against a hang, not a performance assertion.
 OVERALL_TIMEOUT = 180.0

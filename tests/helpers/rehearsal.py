@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from apps.devstack.services import free_port
 from tests.helpers.kustomize import Obj
-from tierpoint.devstack.services import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRYPOINT = ["tierpoint"]  # the Dockerfile's
@@ -51,6 +51,7 @@ _HOST_FLAGS = ("--host", "--metrics-host")
 BUILD_PACKAGES = (
     "tierpoint",
     "api",
+    "apps",
     "activities",
     "workflows",
     "migrations",
@@ -322,7 +323,7 @@ def build_process(
     venv's dependencies: the build's packages come first on the import path."""
     path = os.pathsep.join([str(build), str(build / "client")])
     log.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "tierpoint.cli.main", *args]
+    argv = [sys.executable, "-m", "apps.cli.main", *args]
     return Proc(log.stem, argv, {**env, "PYTHONPATH": path}, ports, log)
 
 

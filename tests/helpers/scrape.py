@@ -88,7 +88,7 @@ def tierpoint_process(
     env = settings_env(settings) | {"TIERPOINT_LOG_JSON": "true"}
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tierpoint.cli.main", *args],
+            [sys.executable, "-m", "apps.cli.main", *args],
             cwd=REPO,
             env=env,
             stdin=subprocess.DEVNULL,

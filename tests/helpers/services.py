@@ -15,9 +15,9 @@ import boto3
 import psycopg
 from temporalio.client import Client
 
+from apps.devstack.services import MotoS3Server
 from tierpoint.catalog.engine import normalize_url
 from tierpoint.config import Settings, TierConfig, TierKind
-from tierpoint.devstack.services import MotoS3Server
 
 NODES = ("node-a", "node-b")
 

@@ -52,7 +52,7 @@ class WorkerProcess:
             args.append("--no-shared")
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tierpoint.cli.main", "worker", *args],
+                [sys.executable, "-m", "apps.cli.main", "worker", *args],
                 cwd=REPO,
                 env=settings_env(settings),
                 stdin=subprocess.DEVNULL,

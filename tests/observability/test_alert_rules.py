@@ -13,10 +13,10 @@ import yaml
 from prometheus_client import generate_latest
 
 from api.app import create_app
+from apps.devstack.services import free_port
 from tests.helpers.api import running_client
 from tests.helpers.scrape import names, scrape, wait_serving, worker_with_metrics
 from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
 
 RULES = Path(__file__).parents[2] / "docs" / "alerts.yml"
 METRIC = re.compile(r"\btierpoint_[a-z0-9_]+\b")

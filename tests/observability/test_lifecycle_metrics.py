@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, text
 
+from apps.devstack.services import free_port
 from tests.helpers.api import manifest, shard
 from tests.helpers.lifecycle import crc_hex
 from tests.helpers.scrape import (
@@ -27,7 +28,6 @@ from tests.helpers.scrape import (
 )
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.config import Settings
-from tierpoint.devstack.services import free_port
 
 NODE = "node-a"
 STEP = 40

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
+from apps.devstack.services import free_port
 from tests.helpers.api_process import ApiProcess
 from tests.helpers.services import Services, make_bucket, make_settings
 from tests.helpers.tokens import create_token
@@ -21,7 +22,6 @@ from tests.helpers.worker_process import WorkerProcess
 from tests.stateful.stack import Answers, Api, Loop, Stack
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Node
-from tierpoint.devstack.services import free_port
 from tierpoint.temporal import connect
 
 # Guards against a hang, not a performance assertion.

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from apps.worker import node_roots
 from tests.helpers import cost_model
 from tests.helpers.lifecycle import NODES, activities_run, crc_hex, new_job, running_workers
 from tierpoint.catalog.engine import async_sessions, make_async_engine
@@ -38,7 +39,6 @@ from tierpoint.contract.retention import REQUEST, retention_workflow_id
 from tierpoint.manifest import Manifest
 from tierpoint.manifest import ShardSpec as ManifestShard
 from tierpoint.temporal import start_lifecycle
-from tierpoint.worker import node_roots
 
 # Guards against a hang, not a performance assertion.
 RESULT_TIMEOUT = 900.0

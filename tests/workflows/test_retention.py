@@ -1,5 +1,5 @@
 """Retention execution end to end on the real stack: Temporal dev server, Postgres, moto S3, real
-files on two nodes' local roots and a shared root, real workers (tierpoint.worker.run_workers)."""
+files on two nodes' local roots and a shared root, real workers (apps.worker.run_workers)."""
 
 from __future__ import annotations
 

@@ -29,24 +29,20 @@ def no_checkpoint(job: str, step: int) -> CheckpointNotFound:
     return CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
 
 
-async def job_id_by_name(session: AsyncSession, job: str) -> int | None:
-    return await session.scalar(select(Job.id).where(Job.name == job))
+def job_id_by_name(session: Session, job: str) -> int | None:
+    return session.scalar(select(Job.id).where(Job.name == job))
 
 
-async def require_job_id(session: AsyncSession, job: str) -> int:
-    """The job's id; raises JobNotFound."""
-    job_id = await job_id_by_name(session, job)
+def require_job_id(session: Session, job: str) -> int:
+    """The job's id; raises JobNotFound. (The API calls it through `AsyncSession.run_sync`.)"""
+    job_id = job_id_by_name(session, job)
     if job_id is None:
         raise no_job(job)
     return job_id
 
 
-def require_job_id_sync(session: Session, job: str) -> int:
-    """The job's id (the workers' sync sessions); raises JobNotFound."""
-    job_id = session.scalar(select(Job.id).where(Job.name == job))
-    if job_id is None:
-        raise no_job(job)
-    return job_id
+def job_id_of_checkpoint(session: Session, checkpoint_id: int) -> int | None:
+    return session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
 
 
 async def find_checkpoint(
@@ -64,6 +60,6 @@ async def find_checkpoint(
     row = (await session.execute(q)).one_or_none()
     if row is None:
         # Only the refusal pays for the second lookup; the hot path is one indexed join.
-        await require_job_id(session, job)
+        await session.run_sync(require_job_id, job)
         raise no_checkpoint(job, step)
     return CheckpointKey(row.id, row.job_id, row.pinned)

@@ -225,7 +225,7 @@ async def get_checkpoint(
         )
     ).all()
     if not rows:
-        await require_job_id(session, job)
+        await session.run_sync(require_job_id, job)
         raise no_checkpoint(job, step)
     view = (await _views(session, job, rows, tiers))[0]
     detail = CheckpointDetailView(**{f: getattr(view, f) for f in view.__dataclass_fields__})
@@ -303,7 +303,7 @@ async def list_checkpoints(
 ) -> tuple[list[CheckpointView], int | None]:
     """A page of the job's checkpoints by step, newest first, and the step to continue below
     (keyset pagination), or None on the last page."""
-    job_id = await job_id_by_name(session, job)
+    job_id = await session.run_sync(job_id_by_name, job)
     if job_id is None:
         raise no_job(job)
     if tier is not None and state is not None:

@@ -14,7 +14,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.checkpoint_lookup import no_checkpoint, require_job_id
-from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, RestoreLease
 from tierpoint.errors import CheckpointProtected
 from tierpoint.states import ReplicaState, TierState
@@ -86,7 +86,7 @@ async def delete_checkpoints(
     mark it deleted, recording one `deleted` event each with `actor`. Raises JobNotFound,
     CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`). Locks
     the checkpoint rows, then their markers, as retention's expiry does; the caller commits."""
-    job_id = await require_job_id(session, job)
+    job_id = await session.run_sync(require_job_id, job)
     q = (
         select(Checkpoint.id, Checkpoint.step, Checkpoint.pinned, Checkpoint.deleted_at)
         .where(Checkpoint.job_id == job_id)
@@ -130,8 +130,8 @@ async def delete_checkpoints(
             .values(deleted_at=func.now(), pinned=False)
         )
         overrode = protected.get(cid, [])
-        await arecord(
-            session,
+        await session.run_sync(
+            record,
             EventKind.DELETED,
             checkpoint_id=cid,
             job_id=job_id,

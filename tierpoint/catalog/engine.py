@@ -1,5 +1,6 @@
 """Engines and sessions for the catalog. One DSN form, `postgresql+psycopg://`, serves both the
-async engine (API) and the sync engine (workers' activities, which run in threads).
+async engine (API) and the sync engine (workers' activities, which run in threads). A fact both
+sides need is written once, sync; `Transact` is the bridge each side calls it through.
 
 Statement parameters are kept out of error messages: a failed batch insert would otherwise carry
 thousands of rows into logs and into Temporal's activity failure (which then exceeds its size
@@ -11,7 +12,10 @@ SQLAlchemy or psycopg (an import-linter contract), so they are re-exported here.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol, TypeVar
 
 from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, ProgrammingError
@@ -33,6 +37,7 @@ __all__ = [
     "NotMigrated",
     "Session",
     "Sessions",
+    "Transact",
     "async_sessions",
     "catalog_now",
     "ensure_database",
@@ -41,10 +46,13 @@ __all__ = [
     "normalize_url",
     "ping",
     "sync_sessions",
+    "transact_async",
+    "transact_in_thread",
 ]
 
 Sessions = sessionmaker[Session]
 AsyncSessions = async_sessionmaker[AsyncSession]
+T = TypeVar("T")
 
 # The driver's "cannot talk to the database" failures: the API answers 503, the CLI one line.
 CATALOG_UNREACHABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
@@ -85,6 +93,37 @@ def async_sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 
 def sync_sessions(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+class Transact(Protocol):
+    """One unit of work on the catalog: a sync function of a Session, run in its own transaction
+    and committed. A fact is written once, sync; a caller on the API's event loop and one on a
+    worker's reach it through the two doors below (`AsyncSession.run_sync` or a thread)."""
+
+    async def __call__(self, work: Callable[[Session], T], /) -> T: ...
+
+
+def transact_async(sessions: AsyncSessions) -> Transact:
+    """The API's door: its async engine, the work run through `AsyncSession.run_sync`."""
+
+    async def run(work: Callable[[Session], T], /) -> T:
+        async with sessions.begin() as session:
+            return await session.run_sync(work)
+
+    return run
+
+
+def transact_in_thread(sessions: Sessions) -> Transact:
+    """A worker's door: its sync engine, the work run in a thread off the event loop."""
+
+    def in_thread(work: Callable[[Session], T]) -> T:
+        with sessions.begin() as session:
+            return work(session)
+
+    async def run(work: Callable[[Session], T], /) -> T:
+        return await asyncio.to_thread(in_thread, work)
+
+    return run
 
 
 async def ping(engine: AsyncEngine) -> None:

@@ -1,4 +1,5 @@
-"""The append-only event history. Every writer (API, activities) records through here."""
+"""The append-only event history. Every writer records through `record`: the activities on their
+sync sessions, the API with `await session.run_sync(record, ...)` on its async ones."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from .models import Event
@@ -66,18 +66,3 @@ def record(
     detail: dict[str, Any] | None = None,
 ) -> None:
     session.execute(insert(Event).values(_row(kind, checkpoint_id, job_id, tier, actor, detail)))
-
-
-async def arecord(
-    session: AsyncSession,
-    kind: EventKind,
-    *,
-    checkpoint_id: int | None = None,
-    job_id: int | None = None,
-    tier: str | None = None,
-    actor: str | None = None,
-    detail: dict[str, Any] | None = None,
-) -> None:
-    await session.execute(
-        insert(Event).values(_row(kind, checkpoint_id, job_id, tier, actor, detail))
-    )

@@ -23,6 +23,7 @@ from tierpoint.retention.planner import plan
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState, TierState
 
+from .checkpoint_lookup import job_id_of_checkpoint
 from .events import EventKind, record
 from .models import Checkpoint, CheckpointTier, Event, Job, Node, Replica, Shard
 
@@ -146,7 +147,7 @@ def begin_expiry(
         why = ", ".join(keep.reasons) if keep is not None else "not planned any more"
         return BeginResult(state=BeginState.SKIPPED, reason=f"kept now: {why}")
 
-    job_id = session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
+    job_id = job_id_of_checkpoint(session, checkpoint_id)
     session.execute(
         update(CheckpointTier)
         .where(
@@ -229,7 +230,7 @@ def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
         .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
         .values(state=TierState.EXPIRED.value, updated_at=func.now())
     )
-    job_id = session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
+    job_id = job_id_of_checkpoint(session, checkpoint_id)
     record(
         session,
         EventKind.EXPIRED,

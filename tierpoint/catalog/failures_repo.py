@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.leases_repo import lock_checkpoint
 from tierpoint.catalog.models import CheckpointTier
 from tierpoint.errors import NothingToAcknowledge
@@ -45,8 +45,8 @@ async def acknowledge(
         raise NothingToAcknowledge(f"{job}/{step} has no unacknowledged failure{on}")
     await session.execute(update(ct).where(*where).values(acknowledged_at=ct.updated_at))
     for r in rows:
-        await arecord(
-            session,
+        await session.run_sync(
+            record,
             EventKind.ACKNOWLEDGED,
             checkpoint_id=checkpoint_id,
             job_id=job_id,

@@ -315,7 +315,7 @@ async def latest_restorable(
     the caller's transaction ends: retention locks the row too before it flips a marker to
     `expiring`, so a restore lease the caller inserts in this transaction keeps the returned plan
     restorable while the lease lives."""
-    job_id = await job_id_by_name(session, job)
+    job_id = await session.run_sync(job_id_by_name, job)
     if job_id is None:
         raise NoRestorableCheckpoint(f"job {job!r} has no checkpoints", extra={"skipped": []})
     chosen = [t for t in tiers if t.name == tier] if tier is not None else list(tiers)

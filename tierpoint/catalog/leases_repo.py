@@ -18,7 +18,7 @@ from sqlalchemy import exists, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tierpoint.catalog.checkpoint_lookup import find_checkpoint
-from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, RestoreLease
 from tierpoint.errors import (
     CopyExpiring,
@@ -112,8 +112,8 @@ async def insert_lease(
             .returning(RestoreLease.id, RestoreLease.created_at, RestoreLease.expires_at)
         )
     ).one()
-    await arecord(
-        session,
+    await session.run_sync(
+        record,
         EventKind.LEASED,
         checkpoint_id=checkpoint_id,
         job_id=job_id,
@@ -187,8 +187,8 @@ async def renew_lease(
     expires_at = await session.scalar(select(func.now() + timedelta(seconds=ttl_seconds)))
     assert expires_at is not None
     lease.expires_at = expires_at
-    await arecord(
-        session,
+    await session.run_sync(
+        record,
         EventKind.LEASED,
         checkpoint_id=lease.checkpoint_id,
         job_id=job_id,
@@ -213,8 +213,8 @@ async def release_lease(
         return _view(lease, job, step, lapsed), False
     now = await session.scalar(select(func.now()))
     lease.released_at = now
-    await arecord(
-        session,
+    await session.run_sync(
+        record,
         EventKind.LEASED,
         checkpoint_id=lease.checkpoint_id,
         job_id=job_id,
@@ -255,8 +255,8 @@ async def set_pinned(
     checkpoint = await session.get_one(Checkpoint, checkpoint_id)
     checkpoint.pinned = pinned
     detail: dict[str, Any] = {"step": step}
-    await arecord(
-        session,
+    await session.run_sync(
+        record,
         EventKind.PINNED if pinned else EventKind.UNPINNED,
         checkpoint_id=checkpoint_id,
         job_id=job_id,

@@ -90,10 +90,6 @@ def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | No
     return None if row is None else CheckpointHead(*row)
 
 
-def job_id_of_checkpoint(session: Session, checkpoint_id: int) -> int | None:
-    return session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
-
-
 def shard_ordinals_by_node(session: Session, checkpoint_id: int) -> list[tuple[str, int, int]]:
     """(node, ordinal, size) of every shard, ordered by node then ordinal: the input of
     batching."""

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from tierpoint.errors import NodeNotFound, UnknownNode
 from tierpoint.states import ReplicaState, TierState
 
-from .events import EventKind, arecord
+from .events import EventKind, record
 from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 from .peer_reads import held_peer_checkpoints
 
@@ -137,8 +137,8 @@ async def mark_lost(
     ids = sorted(set(lost_per_checkpoint) | set(pending))
     if not ids:
         if changed:
-            await arecord(
-                session, EventKind.NODE_LOST, actor=actor, detail={"node": node, "checkpoints": 0}
+            await session.run_sync(
+                record, EventKind.NODE_LOST, actor=actor, detail={"node": node, "checkpoints": 0}
             )
         return NodeLost(node, lost_at, changed, 0, 0)
 
@@ -153,8 +153,8 @@ async def mark_lost(
     for cp, job_id, job, step, in_flight in await _affected(session, ids):
         out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight)))
         if lost_per_checkpoint.get(cp) or failed_tiers.get(cp):
-            await arecord(
-                session,
+            await session.run_sync(
+                record,
                 EventKind.NODE_LOST,
                 checkpoint_id=cp,
                 job_id=job_id,
@@ -166,8 +166,8 @@ async def mark_lost(
                 },
             )
     if changed:
-        await arecord(
-            session,
+        await session.run_sync(
+            record,
             EventKind.NODE_LOST,
             actor=actor,
             detail={"node": node, "checkpoints": len(ids), "replicas_lost": replicas_lost},

@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import Event, Job, RetentionPolicy
 from tierpoint.catalog.snapshot import BUILTIN_POLICY_NAME
 from tierpoint.errors import PolicyConflict, PolicyExists, PolicyInUse, PolicyNotFound
@@ -66,7 +66,9 @@ async def _locked(session: AsyncSession, name: str) -> RetentionPolicy:
 async def _event(
     session: AsyncSession, actor: str, job_id: int | None = None, **detail: Any
 ) -> None:
-    await arecord(session, EventKind.POLICY_CHANGED, job_id=job_id, actor=actor, detail=detail)
+    await session.run_sync(
+        record, EventKind.POLICY_CHANGED, job_id=job_id, actor=actor, detail=detail
+    )
 
 
 def _default_race() -> PolicyConflict:

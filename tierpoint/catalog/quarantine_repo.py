@@ -19,7 +19,7 @@ from __future__ import annotations
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.leases_repo import lock_checkpoint
 from tierpoint.catalog.models import Checkpoint, CheckpointTier
 from tierpoint.errors import CopyExpiring, TierCopyNotFound
@@ -91,8 +91,8 @@ async def set_quarantine(
         detail["evidence"] = keep
     if before is not None:
         detail["previous_reason"] = before
-    await arecord(
-        session,
+    await session.run_sync(
+        record,
         EventKind.QUARANTINED if reason is not None else EventKind.QUARANTINE_LIFTED,
         checkpoint_id=checkpoint_id,
         job_id=job_id,

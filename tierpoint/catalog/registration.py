@@ -12,8 +12,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, exists, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
-from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.checkpoint_lookup import job_id_by_name
+from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Job, Node
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import CheckpointBeingDeleted, CheckpointConflict, UnknownNode
@@ -87,7 +89,7 @@ async def check_nodes(session: AsyncSession, node_ids: Iterable[str]) -> None:
 
 
 async def _job_id(session: AsyncSession, name: str) -> int:
-    found = await session.scalar(select(Job.id).where(Job.name == name))
+    found = await session.run_sync(job_id_by_name, name)
     if found is not None:
         return found
     created = await session.scalar(
@@ -96,7 +98,7 @@ async def _job_id(session: AsyncSession, name: str) -> int:
     if created is not None:
         return int(created)
     # A concurrent registration created it and has committed (the insert waited for it).
-    again = await session.scalar(select(Job.id).where(Job.name == name))
+    again = await session.run_sync(job_id_by_name, name)
     assert again is not None
     return int(again)
 
@@ -229,8 +231,8 @@ async def register_checkpoint(
             "tiers": list(tiers),
         },
     )
-    await arecord(
-        session,
+    await session.run_sync(
+        record,
         EventKind.REGISTERED,
         checkpoint_id=checkpoint_id,
         job_id=job_id,
@@ -245,9 +247,9 @@ async def register_checkpoint(
     return RegistrationResult(checkpoint_id, job_id, True, created_at, False)
 
 
-async def mark_workflow_started(session: AsyncSession, checkpoint_id: int) -> bool:
+def mark_workflow_started(session: Session, checkpoint_id: int) -> bool:
     """Record that the lifecycle workflow runs; first writer wins (the API or the reconciler)."""
-    result = await session.execute(
+    result = session.execute(
         update(Checkpoint)
         .where(Checkpoint.id == checkpoint_id, Checkpoint.workflow_started_at.is_(None))
         .values(workflow_started_at=func.now())
@@ -255,12 +257,12 @@ async def mark_workflow_started(session: AsyncSession, checkpoint_id: int) -> bo
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-async def unstarted_checkpoints(
-    session: AsyncSession, older_than: timedelta, limit: int
+def unstarted_checkpoints(
+    session: Session, older_than: timedelta, limit: int
 ) -> list[LifecycleInput]:
     """Registered checkpoints whose lifecycle nobody has started, oldest first (reads the partial
     index `ix_checkpoint_unstarted`)."""
-    rows = await session.execute(
+    rows = session.execute(
         select(Checkpoint.id, Job.name, Checkpoint.step)
         .join(Job, Job.id == Checkpoint.job_id)
         .where(

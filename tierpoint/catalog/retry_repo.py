@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.leases_repo import lock_checkpoint
 from tierpoint.catalog.models import CheckpointTier, Event
 from tierpoint.states import TierState
@@ -63,8 +63,8 @@ async def reset_failed(
         )
         .values(state=TierState.PENDING.value, reason=None, updated_at=func.now())
     )
-    await arecord(
-        session,
+    await session.run_sync(
+        record,
         EventKind.OPERATOR_ACTION,
         checkpoint_id=target.checkpoint_id,
         job_id=target.job_id,

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import case, exists, func, select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint_lookup import no_job, require_job_id_sync
+from tierpoint.catalog.checkpoint_lookup import no_job, require_job_id
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,
@@ -99,7 +99,7 @@ def take_snapshot(
 ) -> RetentionSnapshot:
     """The job's checkpoints with their copies on the configured tiers (markers on other tiers are
     left out). A lease counts if it is unreleased and expires after `now`. Raises JobNotFound."""
-    job_id = require_job_id_sync(session, job)
+    job_id = require_job_id(session, job)
     names = [t.name for t in tiers]
     checkpoints = _checkpoints(session, job_id, now)
     copies = _copies(session, job_id, names, {c.id: c.shard_count for c in checkpoints})

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from tierpoint import logs
 from tierpoint.catalog.copy_reads import CopyState, copy_state, find_copy
 from tierpoint.catalog.engine import AsyncSessions
-from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.events import EventKind, record
 from tierpoint.config import Settings, TierKind
 from tierpoint.contract.integrity import ScrubBatchResult, VerifyInput
 from tierpoint.errors import CopyNotFound, TemporalUnavailable
@@ -72,8 +72,8 @@ async def report_corrupt_copy(
             return _answer(await copy_state(session, ref, tier), "recently read back good")
         if client is None:
             raise TemporalUnavailable("cannot re-read the copy now: Temporal is unreachable")
-        await arecord(
-            session,
+        await session.run_sync(
+            record,
             EventKind.CORRUPT_REPORTED,
             checkpoint_id=ref.checkpoint_id,
             job_id=ref.job_id,

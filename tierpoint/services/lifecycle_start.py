@@ -13,7 +13,7 @@ from datetime import timedelta
 from temporalio.client import Client
 
 from tierpoint.catalog import registration
-from tierpoint.catalog.engine import AsyncSessions
+from tierpoint.catalog.engine import Transact
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.temporal import start_lifecycle
 
@@ -24,21 +24,18 @@ class StartOutcome:
     recorded: bool  # this call set the checkpoint's workflow_started_at
 
 
-async def start_and_record(
-    client: Client, sessions: AsyncSessions, ref: LifecycleInput
-) -> StartOutcome:
+async def start_and_record(client: Client, transact: Transact, ref: LifecycleInput) -> StartOutcome:
     """Idempotent: the workflow id is the checkpoint's natural id and the catalog flag is set
-    with a conditional update, so any number of racing starters leave exactly one lifecycle."""
+    with a conditional update, so any number of racing starters leave exactly one lifecycle.
+    `transact` is the caller's door to the catalog (the API's async engine, a worker's sync one)."""
     created = await start_lifecycle(client, ref)
-    async with sessions() as session:
-        recorded = await registration.mark_workflow_started(session, ref.checkpoint_id)
-        await session.commit()
+    recorded = await transact(lambda s: registration.mark_workflow_started(s, ref.checkpoint_id))
     return StartOutcome(created, recorded)
 
 
 async def start_unstarted(
     client: Client,
-    sessions: AsyncSessions,
+    transact: Transact,
     *,
     older_than: timedelta,
     limit: int,
@@ -46,10 +43,9 @@ async def start_unstarted(
     """Start the lifecycle of registered checkpoints that have none, oldest first (at most
     `limit`; registered more than `older_than` ago, so the API's own start goes first). Returns
     the ones this call recorded as started."""
-    async with sessions() as session:
-        todo = await registration.unstarted_checkpoints(session, older_than, limit)
+    todo = await transact(lambda s: registration.unstarted_checkpoints(s, older_than, limit))
     started = []
     for ref in todo:
-        if (await start_and_record(client, sessions, ref)).recorded:
+        if (await start_and_record(client, transact, ref)).recorded:
             started.append(ref)
     return started

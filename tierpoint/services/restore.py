@@ -53,7 +53,7 @@ async def latest_with_lease(
     )
     if lease is None:
         return found
-    job_id = await job_id_by_name(session, job)
+    job_id = await session.run_sync(job_id_by_name, job)
     assert job_id is not None  # the job has a restorable checkpoint, whose row is locked
     taken = await insert_lease(
         session,

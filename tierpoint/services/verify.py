@@ -18,7 +18,7 @@ from tierpoint import logs
 from tierpoint.catalog.checkpoint_lookup import find_checkpoint
 from tierpoint.catalog.copy_reads import verified_replicas
 from tierpoint.catalog.engine import AsyncSessions
-from tierpoint.catalog.events import EventKind, arecord
+from tierpoint.catalog.events import EventKind, record
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     VerifyCheckpointInput,
@@ -79,8 +79,8 @@ async def verify_checkpoint(
     run = VerifyRun(job, step, tier, wid, run_id, joined=not started)
     if started:
         async with sessions() as session:
-            await arecord(
-                session,
+            await session.run_sync(
+                record,
                 EventKind.OPERATOR_ACTION,
                 checkpoint_id=checkpoint_id,
                 job_id=job_id,

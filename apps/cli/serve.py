@@ -1,0 +1,188 @@
+"""Production processes: `tierpoint api`, `tierpoint worker`, `tierpoint migrate`.
+
+Settings come from TIERPOINT_* environment variables and the TOML file named by
+TIERPOINT_CONFIG_FILE (default ./tierpoint.toml); see tierpoint.config.Settings.
+"""
+
+import asyncio
+import signal
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from apps.cli.context import console, err_console, fail
+from tierpoint.long_lived import freeze_long_lived
+
+if TYPE_CHECKING:
+    from tierpoint.config import Settings
+
+
+def settings_or_fail() -> "Settings":
+    from pydantic import ValidationError
+
+    from tierpoint.config import Settings
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        fail(f"invalid settings (TIERPOINT_* environment / TOML file):\n{exc}")
+
+
+def api(
+    host: Annotated[
+        str | None, typer.Option(help="Bind address.", show_default="settings.api_host")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port.", show_default="settings.api_port")
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus /metrics on this port (a listener apart from the API).",
+            show_default="settings.api_metrics_port (none)",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(help="Bind address of /metrics.", show_default="settings.api_metrics_host"),
+    ] = None,
+    insecure_no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-auth",
+            help="Serve WITHOUT authentication: every caller may do everything "
+            "(also TIERPOINT_INSECURE_NO_AUTH=true). Only on a closed test network.",
+        ),
+    ] = False,
+) -> None:
+    """Serve the REST API (uvicorn). Run N of these behind a load balancer.
+
+    Every route but /healthz and /readyz needs a bearer token (`tierpoint token create`).
+    Prometheus metrics are served on a port of their own (--metrics-port), never on the API's."""
+    import uvicorn
+
+    from api.app import create_app
+    from tierpoint import logs
+
+    settings = settings_or_fail()
+    if insecure_no_auth:
+        settings = settings.model_copy(update={"insecure_no_auth": True})
+    if metrics_port is not None:
+        settings = settings.model_copy(update={"api_metrics_port": metrics_port})
+    if metrics_host is not None:
+        settings = settings.model_copy(update={"api_metrics_host": metrics_host})
+    logs.configure(settings.log_level, settings.log_json)
+    if settings.insecure_no_auth:
+        err_console.print(
+            "[bold red]WARNING: authentication is OFF (--insecure-no-auth): anyone who reaches "
+            "this API may register, delete and change policies.[/]"
+        )
+    app = create_app(settings)
+    freeze_long_lived()
+    uvicorn.run(
+        app,
+        host=host or settings.api_host,
+        port=settings.api_port if port is None else port,
+        log_level=settings.log_level.lower(),
+    )
+
+
+def worker(
+    node: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--node",
+            help="Serve this node's task queue (its local tier). Repeat for several.",
+            show_default="with --no-shared: settings.node (TIERPOINT_NODE)",
+        ),
+    ] = None,
+    shared: Annotated[
+        bool,
+        typer.Option(
+            "--shared/--no-shared",
+            help="Also run the shared worker: workflows, shared and S3 tiers, the reconciler.",
+        ),
+    ] = True,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus /metrics on this port.",
+            show_default="settings.worker_metrics_port (none)",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(help="Bind address of /metrics.", show_default="settings.worker_metrics_host"),
+    ] = None,
+) -> None:
+    """Run Temporal workers: `--node N --no-shared` on each training node.
+
+    Plain `tierpoint worker` runs the shared worker (workflows, shared and S3 tiers, reconciler)
+    and can run anywhere.
+    """
+    settings = settings_or_fail()
+    # TIERPOINT_NODE names a node worker's node (`--no-shared`), not a shared worker's: one that
+    # runs on a training host, where the client has the variable too, stays a shared worker only.
+    default = [settings.node] if settings.node and not shared else []
+    nodes = list(node or default)
+    if not nodes and not shared:
+        fail("nothing to run: give --node N (or TIERPOINT_NODE), or leave --shared on")
+
+    async def main() -> None:
+        from apps.worker import run_workers
+        from tierpoint import logs
+        from tierpoint.temporal import connect
+
+        logs.configure(settings.log_level, settings.log_json)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        client = await connect(settings)
+        what = ", ".join([*(f"node {n}" for n in nodes), *(["shared"] if shared else [])])
+        console.print(f"tierpoint worker: {what} (Temporal {settings.temporal_address})")
+        await run_workers(
+            settings,
+            client,
+            nodes=nodes,
+            shared=shared,
+            stop=stop,
+            metrics_port=settings.worker_metrics_port if metrics_port is None else metrics_port,
+            metrics_host=metrics_host or settings.worker_metrics_host,
+        )
+
+    asyncio.run(main())
+
+
+def migrate(
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Only check that the catalog is at this version's head."),
+    ] = False,
+    database_url: Annotated[
+        str | None,
+        typer.Option(help="Catalog URL.", show_default="settings.database_url"),
+    ] = None,
+) -> None:
+    """Apply the catalog migrations (Alembic) up to head, or check that they are applied."""
+    from tierpoint.catalog import migrate as m
+    from tierpoint.catalog.engine import make_sync_engine
+
+    url = database_url or settings_or_fail().database_url
+    if check:
+        engine = make_sync_engine(url, pool_size=1)
+        try:
+            m.check_schema(engine)
+        except m.SchemaMismatch as exc:
+            fail(str(exc))
+        except Exception as exc:
+            fail(f"cannot read the catalog: {exc}")
+        finally:
+            engine.dispose()
+        console.print(f"catalog schema is at head ({m.head_revision()})")
+        return
+    try:
+        m.upgrade(url)
+    except Exception as exc:
+        fail(f"migration failed: {exc}")
+    console.print(f"catalog schema upgraded to head ({m.head_revision()})")

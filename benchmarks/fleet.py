@@ -37,6 +37,13 @@ from tierpoint.devstack.services import (
 # Node queues one worker process serves: 4 processes for 1,000 nodes on this 2-core machine.
 NODES_PER_PROCESS = 250
 START_TIMEOUT = 300.0
+# A node's queue has one poller and a few tasks per checkpoint: the server's default of 4
+# partitions per task queue only multiplies its task-queue state (at 1,000 nodes the dev
+# server's SQLite timed out persisting it and the run failed).
+ONE_PARTITION = (
+    "matching.numTaskqueueReadPartitions=1",
+    "matching.numTaskqueueWritePartitions=1",
+)
 JOB_PREFIX = "scale-"
 
 
@@ -76,7 +83,7 @@ class Fleet:
         os.chmod(self.work, 0o755)  # the embedded Postgres runs as its own user when we are root
         self.pg = EmbeddedPostgres(self.work / "pg")
         self.database_url = self.pg.start()
-        self.temporal = TemporalDevServer(self.work / "temporal.db")
+        self.temporal = TemporalDevServer(self.work / "temporal.db", dynamic_config=ONE_PARTITION)
         self.temporal_address = self.temporal.start(log_file=self.work / "temporal.log")
         migrate.upgrade(self.database_url)
         self.engine = make_sync_engine(self.database_url, pool_size=2)

@@ -271,7 +271,8 @@ class Scale(Scenario):
             try:
                 return await self.temporal.get_workflow_handle(wid).result()
             except RPCError as e:
-                if e.status != RPCStatusCode.NOT_FOUND:
+                # An overloaded server times the long poll out: ask again.
+                if e.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED):
                     raise
             await asyncio.sleep(0.05)
 

@@ -83,6 +83,14 @@ def test_quick_run_measures_every_scenario_against_its_baseline(tmp_path: Path) 
         assert copies[f"{shape}: PosixStore copy+verify"]["baseline"] == f"{shape}: cp+sync"
     limits = [r["baseline"] for r in doc["scenarios"]["bandwidth_limit"]["rows"]]
     assert "loader beside the copy, L = 0.5 x disk: the time at disk - L" in limits
+    # Scale: node workers serving 10 nodes' queues from one process made a checkpoint of 8 shards
+    # per node restorable on every tier; the restart storm of its 80 ranks cost the API 2 + 2R
+    # requests in the reader's old call pattern and 2 in today's.
+    scale = {r["label"]: r for r in doc["scenarios"]["scale"]["rows"]}
+    assert scale["10 nodes: activity tasks"]["median"] == 30  # 10 batches x 3 tiers
+    storm = "10 nodes: restart storm of 80 ranks, API requests"
+    assert scale[f"{storm}: per-rank (before)"]["median"] == 2 + 2 * 80
+    assert scale[f"{storm}: coordinator only (after)"]["median"] == 2
     # The table was printed too, with every scenario's title.
     for name in SCENARIOS:
         assert f"{name}:" in proc.stdout

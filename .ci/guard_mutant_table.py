@@ -157,6 +157,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "a verified copy on a node declared lost does not count towards promotion",
     ),
     Mutant(
+        "report-in-keeps-lost",
+        "tierpoint/catalog/nodes.py",
+        """            set_={"local_roots": stmt.excluded.local_roots, "last_seen_at": func.now()},
+""",
+        """            set_={
+                "local_roots": stmt.excluded.local_roots,
+                "last_seen_at": func.now(),
+                "lost_at": None,
+            },
+""",
+        ("tests/tierpoint/catalog/test_nodes.py",),
+        "a node declared lost stays lost when its worker (or a worker of many nodes) reports in",
+    ),
+    Mutant(
         "lost-among-share-lock",
         "tierpoint/catalog/nodes.py",
         ".where(Node.id.in_(wanted)).with_for_update(read=True)\n",

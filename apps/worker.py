@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
 from activities.lifecycle import LifecycleActivities
 from activities.peer import PeerActivities
@@ -25,7 +25,7 @@ from activities.repair import RepairActivities
 from activities.retention import RetentionActivities
 from activities.scrub import ScrubActivities
 from activities.stores import Stores
-from tierpoint import logs, metrics_worker
+from tierpoint import logs, metrics_worker, node_fleet
 from tierpoint.catalog.engine import (
     Engine,
     Sessions,
@@ -35,7 +35,6 @@ from tierpoint.catalog.engine import (
     transact_in_thread,
 )
 from tierpoint.catalog.migrate import check_schema
-from tierpoint.catalog.nodes import upsert_node
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
 from tierpoint.services import data_endpoint
@@ -169,27 +168,32 @@ class _Wiring:
                 node_queue=node is not None,
             ),
             activity_executor=self.executor,
-            max_concurrent_activities=ACTIVITY_THREADS,
             max_heartbeat_throttle_interval=heartbeat_throttle(self.settings),
             graceful_shutdown_timeout=self.graceful_shutdown,
-            **options,
+            **{"max_concurrent_activities": ACTIVITY_THREADS, **options},
         )
 
-    async def node_worker(
-        self, node: str, nodes: int = 1
-    ) -> tuple[Worker, Callable[[], Awaitable[None]]]:
-        """The node's worker and its heartbeat. The node reports in before it serves anything:
+    async def node_workers(
+        self, nodes: Sequence[str]
+    ) -> tuple[list[Worker], Callable[[], Awaitable[None]]]:
+        """The nodes' workers (sized by tierpoint.node_fleet) and their one heartbeat. Each node's
+        data endpoint starts first, and the nodes report in before they serve anything:
         registration accepts shards only on known nodes."""
-        roots = node_roots(self.settings, node)
-        data_url = await asyncio.to_thread(self.serve_data, node, nodes)
-
-        def report_in() -> None:
-            with self.sessions.begin() as s:
-                upsert_node(s, node, roots, data_url)
-
+        roots = {n: node_roots(self.settings, n) for n in nodes}
+        data_urls = {n: await asyncio.to_thread(self.serve_data, n, len(nodes)) for n in nodes}
+        report_in = functools.partial(node_fleet.report_in, self.sessions, nodes, roots, data_urls)
         await asyncio.to_thread(report_in)
-        worker = self.worker(node_task_queue(node), node)
-        return worker, functools.partial(asyncio.to_thread, report_in)
+        size = node_fleet.sizing(len(nodes))
+        workers = [
+            self.worker(
+                node_task_queue(n),
+                n,
+                max_concurrent_activities=size.slots,
+                activity_task_poller_behavior=PollerBehaviorSimpleMaximum(size.pollers),
+            )
+            for n in nodes
+        ]
+        return workers, functools.partial(asyncio.to_thread, report_in)
 
     async def shared_worker(self) -> Worker:
         settings = self.settings
@@ -238,8 +242,8 @@ async def run_workers(
             metrics_server = metrics_worker.serve(metrics_port, metrics_host)
             log.info("worker metrics served", host=metrics_host, port=metrics_server.server_port)
         executor = ThreadPoolExecutor(
-            max_workers=ACTIVITY_THREADS * (len(nodes) + int(shared))
-            + LOCAL_ACTIVITY_THREADS * int(shared),
+            max_workers=node_fleet.sizing(len(nodes)).threads
+            + (ACTIVITY_THREADS + LOCAL_ACTIVITY_THREADS) * int(shared),
             thread_name_prefix="tierpoint-activity",
         )
         wiring = _Wiring(
@@ -267,9 +271,8 @@ async def _run(
     shut them down."""
     workers: list[Worker] = []
     loops: list[tuple[float, str, Callable[[], Awaitable[None]]]] = []
-    for node in nodes:
-        worker, report_in = await wiring.node_worker(node, len(nodes))
-        workers.append(worker)
+    if nodes:
+        workers, report_in = await wiring.node_workers(nodes)
         loops.append((NODE_HEARTBEAT_SECONDS, "node heartbeat", report_in))
     if shared:
         workers.append(await wiring.shared_worker())

@@ -50,6 +50,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="orchestration: only checkpoints of at most this many shards (100,000 through the "
         "single-threaded moto take tens of minutes)",
     )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        action="append",
+        default=None,
+        help="scale: simulated nodes per run (repeatable; default 10, 100 and 1,000; quick 10)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
     p.add_argument("--dir", type=Path, default=None, help="parent of the work dir (default: tmp)")
@@ -74,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = dataclasses.replace(
             sizes, orchestration=tuple(n for n in sizes.orchestration if n <= args.max_shards)
         )
+    if args.nodes:
+        sizes = dataclasses.replace(sizes, scale=tuple(args.nodes))
     repeats = args.repeats or (2 if args.quick else 3)
     names = args.only or list(SCENARIOS)
     work = Path(tempfile.mkdtemp(prefix="tierpoint-bench-", dir=args.dir))

@@ -165,7 +165,8 @@ def _time(value: float, unit: str) -> str:
     if unit == "MiB":
         return f"{value:.0f} MiB"
     if unit == "n":
-        return f"{value:,.0f}"
+        # Counts per node (a node's share of one request) need their fraction.
+        return f"{value:,.0f}" if value == int(value) or value >= 100 else f"{value:,.2f}"
     if unit == "ms":
         return f"{value:.1f} ms"
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"

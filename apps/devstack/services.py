@@ -247,6 +247,8 @@ class TemporalDevServer:
     # Dies with the process that started it, even when that one is killed (see
     # _die_with_parent_preexec: start it from the main thread).
     die_with_parent: bool = False
+    # Server dynamic config (`--dynamic-config-value KEY=VALUE`), e.g. task queue partitions.
+    dynamic_config: tuple[str, ...] = ()
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
@@ -290,6 +292,7 @@ class TemporalDevServer:
             "journal_mode=wal",
             "--sqlite-pragma",
             "synchronous=normal",
+            *(a for kv in self.dynamic_config for a in ("--dynamic-config-value", kv)),
         ]
         if self.ui_port:
             args += ["--ui-port", str(self.ui_port), "--ui-ip", "127.0.0.1"]

@@ -25,6 +25,7 @@ class Sizes:
     orchestration: tuple[int, ...]  # shards per checkpoint of the orchestration scenario
     history: tuple[int, int]  # retention_snapshot: the job's checkpoints, shards per checkpoint
     replicas: tuple[int, ...]  # replica_writes: the replicas written per run
+    scale: tuple[int, ...]  # scale: simulated nodes per run
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
@@ -42,6 +43,7 @@ class Sizes:
             orchestration=(1, 100, 1_000, 10_000, 100_000),
             history=(2_000, 100),
             replicas=(20, 500, 10_000),
+            scale=(10, 100, 1_000),
         )
 
     @classmethod
@@ -60,6 +62,7 @@ class Sizes:
             orchestration=(1, 100, 1_000),
             history=(100, 10),
             replicas=(20, 1_000),
+            scale=(10,),
         )
 
 
@@ -179,6 +182,13 @@ def _replica_writes(env: Env, s: Sizes) -> Scenario:
     return ReplicaWrites(env.work / "replica-writes", s.replicas)
 
 
+def _scale(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.scale import Scale
+
+    # Quick (the CI smoke): node workers in front of the dev stack the other scenarios started.
+    return Scale(env, s.scale, own_services=not env.quick)
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "bandwidth_limit": _bandwidth_limit,
@@ -198,4 +208,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "orchestration": _orchestration,
     "retention_snapshot": _retention_snapshot,
     "replica_writes": _replica_writes,
+    "scale": _scale,
 }

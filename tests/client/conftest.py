@@ -28,7 +28,6 @@ from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
 from tierpoint.config import Settings, TierConfig, TierKind
-from apps.devstack.services import free_port
 from tierpoint.temporal import connect
 
 

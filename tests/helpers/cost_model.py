@@ -18,7 +18,7 @@ MAX_BATCHES_PER_STAGE = 64
 MIN_BATCH_BYTES = 64 * 1024 * 1024
 PARALLELISM = 4
 # A stage with more batches runs them in child workflows; the model covers the parent-only shape.
-BATCHES_PER_CHILD = 1000
+BATCHES_PER_CHILD = 250
 
 
 def spread(shards: int, nodes: int) -> tuple[int, ...]:

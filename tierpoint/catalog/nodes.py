@@ -5,7 +5,7 @@ with shards there stop being restorable, in one transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,10 +34,26 @@ def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -
 def upsert_node(
     session: Session, node_id: str, local_roots: dict[str, Any], data_url: str | None = None
 ) -> None:
-    # Reporting in never clears lost_at: a node declared lost stays lost.
-    stmt = insert(Node).values(
-        id=node_id, local_roots=local_roots, last_seen_at=func.now(), data_url=data_url
-    )
+    upsert_nodes(session, {node_id: local_roots}, {node_id: data_url})
+
+
+def upsert_nodes(
+    session: Session,
+    roots_by_node: Mapping[str, dict[str, Any]],
+    data_urls: Mapping[str, str | None] | None = None,
+) -> None:
+    """Report every one of these nodes in, in one statement (a worker process serving many
+    nodes' queues reports them in together), with each node's data endpoint where it serves one.
+    Never clears lost_at: a node declared lost stays lost."""
+    if not roots_by_node:
+        return
+    urls = data_urls or {}
+    # Sorted, so two processes reporting overlapping nodes lock their rows in the same order.
+    rows = [
+        {"id": n, "local_roots": r, "last_seen_at": func.now(), "data_url": urls.get(n)}
+        for n, r in sorted(roots_by_node.items())
+    ]
+    stmt = insert(Node).values(rows)
     session.execute(
         stmt.on_conflict_do_update(
             index_elements=[Node.id],

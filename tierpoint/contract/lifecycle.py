@@ -35,8 +35,12 @@ NODE_CHILDREN_PATCH = "node-stage-children-at-once"
 SOURCE_REPAIR_PATCH = "repair-after-source-found-corrupt"
 
 # Beyond this many batches in a stage (one node has at least one batch, so this is about the
-# number of nodes), the stage runs in child workflows of this many batches each.
-BATCHES_PER_CHILD = 1000
+# number of nodes), the stage runs in child workflows of this many batches each. At 1,000 (the
+# value before) a 1,000-node rehearsal's lifecycle had 1,000 batch coroutines in one workflow: an
+# activation handling a burst of their completions on a busy worker ran past the SDK's 2 s
+# deadlock detector, and the eviction that followed never finished, so the lifecycle hung. The
+# value travels in the plan, so recorded histories replay with the one they were planned with.
+BATCHES_PER_CHILD = 250
 # How many "path: reason" examples a batch result carries back into the history.
 PROBLEM_EXAMPLES = 5
 

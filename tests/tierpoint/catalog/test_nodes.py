@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from tierpoint.catalog.nodes import lost_among, upsert_node
+from tierpoint.catalog.nodes import lost_among, upsert_node, upsert_nodes
 from tierpoint.catalog.promotion import promote
 from tierpoint.states import ReplicaState, TierState
 
@@ -131,3 +131,18 @@ def test_a_declaration_waits_for_a_seal_that_read_the_node_as_alive(catalog_engi
     with Session(catalog_engine) as operator, operator.begin():
         declare_lost(operator, node)
         assert lost_among(operator, [node]) == [node]
+
+
+def test_nodes_reporting_in_together_are_all_seen_and_a_lost_one_stays_lost(
+    session: Session,
+) -> None:
+    """A worker process serving many nodes' queues reports them in with one statement."""
+    lost, live = (f"node-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    upsert_node(session, lost, {})
+    declare_lost(session, lost)
+    session.execute(update(Node).values(last_seen_at=None).where(Node.id == lost))
+    upsert_nodes(session, {live: {"ssd": "/l"}, lost: {"ssd": "/x"}})
+    rows = {n.id: n for n in session.scalars(select(Node).where(Node.id.in_([lost, live])))}
+    assert rows[lost].lost_at is not None and rows[lost].last_seen_at is not None
+    assert rows[lost].local_roots == {"ssd": "/x"}
+    assert rows[live].lost_at is None and rows[live].local_roots == {"ssd": "/l"}

@@ -338,3 +338,30 @@ def test_any_sequence_of_interruptions_ends_with_the_right_bytes(
     assert result.crc32c == crc32c_hex(crc32c_of(data))
     assert Path(store.location(ref)).read_bytes() == data
     store.delete_checkpoint(ref.job, ref.step, [ref.path])
+
+
+def test_a_thread_copying_small_shards_holds_buffers_of_their_size(
+    posix_store: PosixStore, tmp_path: Path
+) -> None:
+    """A worker serving many nodes copies on many threads; each keeps its copy and read-back
+    buffers for the next shard. For shards far below the chunk size they must stay that small:
+    8 MiB buffers on 64 threads were gigabytes of memory never filled."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tierpoint.storage.posix import streams
+
+    size = 16 * 1024
+    data = random_bytes(size)
+
+    def copy_and_verify() -> list[int]:
+        ref = new_ref("small.bin")
+        src = tmp_path / "src.bin"
+        src.write_bytes(data)
+        with open(src, "rb") as f:
+            result = posix_store.write(ref, f, size, None, None)
+        assert posix_store.verify(ref, size, result.crc32c).ok
+        return [len(b) for b in (*streams._cache.copy, *streams._cache.direct)]
+
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(copy_and_verify).result()
+    assert held and all(n <= size + 4096 for n in held), held

@@ -1,0 +1,91 @@
+"""Every rank of a job restarting at the same moment, as lightweight clients that make exactly
+the API calls a `TierpointReader` load makes (the real `tierpoint_client.Client` methods, each
+rank's from a pool of threads with a client and a connection each), in two call patterns:
+
+- `per-rank` (TierpointReader before only the coordinator talked to the API): the coordinator
+  asks for the tiers, the latest restorable checkpoint with a lease, and the checkpoint's whole
+  view; every other rank then takes a lease of its own; each rank releases its lease when its
+  reads are done. 2 + 2R requests for R ranks.
+- `coordinator` (TierpointReader now): the coordinator starts the load in one request (step,
+  lease, view) and releases the one lease after the last rank's barrier; the ranks get their
+  files' sources from it, not from the API. 2 requests.
+
+`ready` is the time until every rank holds what it needs to start reading; the releases come
+after it, as they do after a load's reads. The storage reads (`.metadata`, the files) are not
+part of it: they do not touch the API."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from tierpoint_client import Client
+
+PATTERNS = ("per-rank", "coordinator")
+LEASE_TTL = 1800
+# Ranks sending at once: connections the lightweight clients hold open together.
+CONCURRENCY = 64
+
+
+@dataclass
+class _Timed:
+    latencies: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.latencies.append(time.perf_counter() - t0)
+
+
+def storm(
+    clients: Callable[[], Client], job: str, ranks: int, node: str, pattern: str
+) -> dict[str, float]:
+    """One restart of `ranks` ranks in `pattern`: seconds until every rank is ready, until every
+    lease is released, the requests sent and their p50/p99 latency (ms)."""
+    timed = _Timed()
+    local = threading.local()
+
+    def client() -> Client:
+        if not hasattr(local, "client"):
+            local.client = clients()
+        return local.client  # type: ignore[no-any-return]
+
+    t0 = time.perf_counter()
+    coordinator = clients()
+    with ThreadPoolExecutor(min(CONCURRENCY, ranks)) as pool:
+        if pattern == "per-rank":
+            timed.call(coordinator.tiers)
+            latest = timed.call(coordinator.latest, job, node=node, lease_ttl=LEASE_TTL)
+            step = latest.step
+            timed.call(coordinator.checkpoint, job, step)
+            leases = [latest.lease.id]
+            leases += pool.map(
+                lambda r: timed.call(client().create_lease, job, step, LEASE_TTL, f"rank {r}").id,
+                range(1, ranks),
+            )
+            ready = time.perf_counter() - t0
+            list(pool.map(lambda lid: timed.call(client().release_lease, job, step, lid), leases))
+        elif pattern == "coordinator":
+            start = timed.call(coordinator.start_restore, job, LEASE_TTL, node=node)
+            ready = time.perf_counter() - t0
+            timed.call(coordinator.release_lease, job, start.step, start.lease.id)
+        else:
+            raise ValueError(pattern)
+    done = time.perf_counter() - t0
+    ms = sorted(x * 1000 for x in timed.latencies)
+    return {
+        "ready": ready,
+        "done": done,
+        "requests": float(len(ms)),
+        "p50": statistics.median(ms),
+        "p99": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
+    }

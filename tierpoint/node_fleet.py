@@ -1,0 +1,68 @@
+"""One worker process serving many nodes' task queues.
+
+In production a node worker serves its own node. A rehearsal on one machine (and a host that
+stands in for several nodes) runs one process for hundreds of nodes' queues; Temporal polls one
+queue per poll, so such a process still needs a poller per queue, but nothing else of it has to
+grow with the nodes:
+
+- pollers: one per queue once a process serves more than one node (a node's stages run at most
+  a few batches at once; the default of five pollers per queue was 5,000 long polls held open
+  against the server for 1,000 nodes);
+- activity slots: a few per queue instead of the single node's sixteen;
+- threads: one pool for all the queues, capped, instead of sixteen threads per node. A task that
+  finds every thread busy waits in the pool's queue without heartbeating: the cap leaves such a
+  wait far below the batch heartbeat timeout at the shard sizes a shared process is for;
+- the catalog: every node reports in with one statement per round, not one per node;
+- stores: one per (tier, node), opened on first use and shared (`activities.stores.Stores`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.nodes import upsert_nodes
+
+# A process that serves one node keeps what one node's copies need.
+SINGLE_NODE_SLOTS = 16
+SINGLE_NODE_POLLERS = 5
+# Per queue, when one process serves several nodes: the node stages' window is `parallelism`
+# (4 by default) batches per node, and tiny rehearsal shards make one batch per node.
+SHARED_PROCESS_SLOTS = 2
+SHARED_PROCESS_POLLERS = 1
+# Threads for all the node queues of one process.
+SHARED_PROCESS_THREADS = 64
+
+
+@dataclass(frozen=True)
+class NodeQueueSizing:
+    slots: int  # activities one node queue runs at once (max_concurrent_activities)
+    pollers: int  # long polls one node queue holds open
+    threads: int  # the activity threads of all the process's node queues together
+
+
+def sizing(nodes: int) -> NodeQueueSizing:
+    """How a process serving `nodes` node queues sizes each queue and its thread pool."""
+    if nodes <= 1:
+        return NodeQueueSizing(SINGLE_NODE_SLOTS, SINGLE_NODE_POLLERS, SINGLE_NODE_SLOTS * nodes)
+    return NodeQueueSizing(
+        SHARED_PROCESS_SLOTS,
+        SHARED_PROCESS_POLLERS,
+        min(SHARED_PROCESS_SLOTS * nodes, SHARED_PROCESS_THREADS),
+    )
+
+
+def report_in(
+    sessions: Sessions,
+    nodes: Sequence[str],
+    roots: Mapping[str, dict[str, Any]],
+    data_urls: Mapping[str, str | None] | None = None,
+) -> None:
+    """Every node of the process reports in (last_seen, its local roots, its data endpoint) in
+    one transaction."""
+    if not nodes:
+        return
+    with sessions.begin() as s:
+        upsert_nodes(s, {n: roots[n] for n in nodes}, data_urls)

@@ -159,11 +159,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "report-in-keeps-lost",
         "tierpoint/catalog/nodes.py",
-        """            set_={"local_roots": stmt.excluded.local_roots, "last_seen_at": func.now()},
+        """                "data_url": stmt.excluded.data_url,
+            },
 """,
-        """            set_={
-                "local_roots": stmt.excluded.local_roots,
-                "last_seen_at": func.now(),
+        """                "data_url": stmt.excluded.data_url,
                 "lost_at": None,
             },
 """,

@@ -12,7 +12,7 @@ from activities.registration import activities_of
 from activities.stores import Stores
 from apps.worker import activity_objects
 from tierpoint.config import Settings
-from tierpoint.contract import integrity, lifecycle, retention
+from tierpoint.contract import integrity, lifecycle, peer, retention
 
 
 def _names(fns: list[Any]) -> set[str]:
@@ -20,10 +20,10 @@ def _names(fns: list[Any]) -> set[str]:
 
 
 def _contract_names() -> set[str]:
-    prefixes = ("lifecycle.", "retention.", "scrub.", "repair.", "reconcile.")
+    prefixes = ("lifecycle.", "retention.", "scrub.", "repair.", "reconcile.", "peer.")
     return {
         value
-        for module in (lifecycle, retention, integrity)
+        for module in (lifecycle, retention, integrity, peer)
         for name, value in vars(module).items()
         if name.isupper() and isinstance(value, str) and value.startswith(prefixes)
     }

@@ -94,6 +94,7 @@ async def test_local_only_checkpoint_needs_the_callers_node(
             "location": f"/ssd/{NODE_A}/{job}/10/x/0",
             "bucket": None,
             "key": None,
+            "url": None,
         },
         {
             "path": "x/1",
@@ -105,6 +106,7 @@ async def test_local_only_checkpoint_needs_the_callers_node(
             "location": f"/ssd/{NODE_A}/{job}/10/x/1",
             "bucket": None,
             "key": None,
+            "url": None,
         },
     ]
 

@@ -4,6 +4,7 @@ a stack runs, a second one on its data dir refuses and names it. Real processes,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -62,6 +63,10 @@ def _wait_gone(pids: set[int], log: Path) -> None:
     while {p for p in pids if _alive(p)}:
         if time.monotonic() > deadline:
             left = {p for p in pids if _alive(p)}
+            # Not left running for the rest of the suite (or the machine) once reported.
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             pytest.fail(f"still running after the stack was killed: {left}\n{_tail(log)}")
         time.sleep(0.2)
 

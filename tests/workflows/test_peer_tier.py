@@ -25,6 +25,8 @@ from tests.helpers.lifecycle import (
     crc_hex,
     markers,
     random_shards,
+    record_history,
+    recording_histories,
     run_lifecycle,
     running_workers,
     seed_checkpoint,
@@ -35,6 +37,7 @@ from tests.helpers.retention import markers as job_markers
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.catalog.models import Node, Replica, Shard
 from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.contract.lifecycle import workflow_id
 from tierpoint.contract.peer import rereplicate_id
 
 SOURCES = ("node-a", "node-b")
@@ -126,6 +129,9 @@ async def test_peer_copies_restore_a_lost_nodes_shards(
                 assert r.status_code == 200 and r.json()["peer_rereplications"] == 1, r.text
             again = client.get_workflow_handle(rereplicate_id(job, 1))
             await asyncio.wait_for(again.result(), RESULT_TIMEOUT)
+            if recording_histories():
+                await record_history(client, workflow_id(job, 1), "lifecycle_with_peer_tier")
+                await record_history(client, again.id, "peer_rereplicate")
     assert restored.step == 1
     assert {f.path: f.tier for f in restored.files} == {sh.path: "peer" for sh in shards}
     for sh in shards:

@@ -37,6 +37,7 @@ from tierpoint.contract.lifecycle import (
     LifecycleInput,
     LifecycleResult,
 )
+from tierpoint.contract.peer import REREPLICATE_WORKFLOW
 from tierpoint.contract.retention import RETENTION_WORKFLOW
 from workflows.checkpoint_lifecycle import CheckpointLifecycle, CheckpointLifecycleStage
 from workflows.registry import WORKFLOWS
@@ -68,6 +69,7 @@ def test_every_workflow_has_a_recorded_history() -> None:
         VERIFY_WORKFLOW,
         VERIFY_CHECKPOINT_WORKFLOW,
         RECONCILE_WORKFLOW,
+        REREPLICATE_WORKFLOW,
     } <= recorded
     # The shapes later changes must keep replaying: children, a skipped tier, retention requests
     # after promotion, a retention run resumed after its workers stopped.
@@ -86,6 +88,9 @@ def test_every_workflow_has_a_recorded_history() -> None:
         "lifecycle_in_children@node-children",
         # A copy that found its source corrupt, and the repair the lifecycle then asked for.
         "lifecycle_repairs_its_source",
+        # A peer tier's stage on the holders' queues, and its copies made again after a loss.
+        "lifecycle_with_peer_tier",
+        "peer_rereplicate",
     } <= set(HISTORIES)
 
 

@@ -18,7 +18,6 @@ links would give (see docs/benchmarks.md for that arithmetic).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 import uuid
@@ -33,7 +32,7 @@ from benchmarks.env import Env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.copy_posix import drop_cache
 from benchmarks.scenarios.orchestration import stack_env
-from benchmarks.scenarios.stack_ckpt import MiB, Stack, cp_sync, manifest, shard_names, write_shards
+from benchmarks.scenarios.stack_ckpt import MiB, Stack, cp_sync
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.config import Settings
 from tierpoint.services.data_endpoint import DataServer, serve
@@ -70,14 +69,7 @@ class Recovery(Scenario):
 
     def prepare(self) -> list[Method]:
         self.stack = stack = Stack(self.env)
-        self.node = node = stack.nodes[0]
-        names = shard_names(self.shards)
-        block = bytes(range(256)) * (min(self.size, 16 * MiB) // 256 + 1)
-        crcs = write_shards(stack.local_dir(node, self.job, STEP), names, self.size, block)
-        stack.register(self.job, STEP, manifest(names, self.size, crcs, node))
-        stack.wait(self.job, STEP)
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", stack.info.s3.access_key_id)
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", stack.info.s3.secret_access_key)
+        self.node = node = stack.restorable_everywhere(self.job, STEP, self.shards, self.size)
         self.server = self._serve(node)
         for tier in ("lustre", "s3"):
             latest = stack.client.latest(self.job, tier=tier)

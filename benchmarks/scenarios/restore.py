@@ -11,7 +11,6 @@ time ratio of at most 1.11.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 import uuid
@@ -26,9 +25,6 @@ from benchmarks.scenarios.stack_ckpt import (
     MiB,
     Stack,
     cp_sync,
-    manifest,
-    shard_names,
-    write_shards,
 )
 
 CP = "cp -r + sync from the shared tier"
@@ -57,15 +53,7 @@ class Restore(Scenario):
 
     def prepare(self) -> list[Method]:
         self.stack = stack = Stack(self.env)
-        node = stack.nodes[0]
-        names = shard_names(self.shards)
-        block = bytes(range(256)) * (min(self.size, 16 * MiB) // 256 + 1)
-        crcs = write_shards(stack.local_dir(node, self.job, STEP), names, self.size, block)
-        stack.register(self.job, STEP, manifest(names, self.size, crcs, node))
-        stack.wait(self.job, STEP)
-        # The client reads S3 with the standard AWS credential chain.
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", stack.info.s3.access_key_id)
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", stack.info.s3.secret_access_key)
+        stack.restorable_everywhere(self.job, STEP, self.shards, self.size)
         self.work.mkdir(parents=True)
         n = self.nbytes
         return [

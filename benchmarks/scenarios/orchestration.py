@@ -215,7 +215,9 @@ class Orchestration(Scenario):
         self.stack.register(job, 1, specs)
         result = self.loop.run_until_complete(self._finished(job))
         seconds = time.perf_counter() - t0
-        histories, retention = self.loop.run_until_complete(self._histories(job))
+        histories, retention = self.loop.run_until_complete(
+            lifecycle_histories(self.temporal, job, 1)
+        )
         metrics: dict[str, float] = {"seconds": seconds}
         metrics.update(history_counts(histories))
         metrics["retention_events"] = sum(len(h.events) for h in retention)
@@ -242,23 +244,6 @@ class Orchestration(Scenario):
                     raise
             await asyncio.sleep(0.05)
 
-    async def _histories(self, job: str) -> tuple[list[Any], list[Any]]:
-        """The lifecycle's history and its children's (recursively), and the retention's."""
-        found: list[Any] = []
-        todo = [workflow_id(job, 1)]
-        while todo:
-            history = await self.temporal.get_workflow_handle(todo.pop()).fetch_history()
-            found.append(history)
-            todo += [
-                e.start_child_workflow_execution_initiated_event_attributes.workflow_id
-                for e in history.events
-                if e.event_type == E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
-            ]
-        retention = await self.temporal.get_workflow_handle(
-            retention_workflow_id(job)
-        ).fetch_history()
-        return found, [retention]
-
     def _forget(self) -> None:
         assert self.stack is not None
         if self.jobs:
@@ -271,3 +256,22 @@ class Orchestration(Scenario):
         if hasattr(self, "engine"):
             self.engine.dispose()
         self.loop.close()
+
+
+async def lifecycle_histories(
+    temporal: TemporalClient, job: str, step: int
+) -> tuple[list[Any], list[Any]]:
+    """A checkpoint's lifecycle history and its children's (recursively), and its job's
+    retention run's."""
+    found: list[Any] = []
+    todo = [workflow_id(job, step)]
+    while todo:
+        history = await temporal.get_workflow_handle(todo.pop()).fetch_history()
+        found.append(history)
+        todo += [
+            e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+            for e in history.events
+            if e.event_type == E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+        ]
+    retention = await temporal.get_workflow_handle(retention_workflow_id(job)).fetch_history()
+    return found, [retention]

@@ -44,7 +44,12 @@ from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.procs import cpu_seconds
 from benchmarks.restart_storm import PATTERNS, storm
 from benchmarks.scenarios.memory import reset_peak, status_kib
-from benchmarks.scenarios.orchestration import api_requests, catalog_counts, history_counts
+from benchmarks.scenarios.orchestration import (
+    api_requests,
+    catalog_counts,
+    history_counts,
+    lifecycle_histories,
+)
 from tests.helpers.cost_model import Checkpoint as Model
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job
 from tierpoint.contract.lifecycle import workflow_id
@@ -221,7 +226,9 @@ class Scale(Scenario):
         metrics.update({f"cpu {k}": v for k, v in cpu.items()})
         metrics["api_requests"] = api_requests(self.fleet.metrics_url) - api_before
         metrics.update(self._restorable(job, step))
-        histories, retention = self.loop.run_until_complete(self._histories(job, step))
+        histories, retention = self.loop.run_until_complete(
+            lifecycle_histories(self.temporal, job, step)
+        )
         metrics.update(history_counts(histories))
         metrics["retention_events"] = sum(len(h.events) for h in retention)
         metrics.update(catalog_counts(self.fleet.engine, job, step))
@@ -281,25 +288,6 @@ class Scale(Scenario):
                 if e.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.DEADLINE_EXCEEDED):
                     raise
             await asyncio.sleep(0.05)
-
-    async def _histories(self, job: str, step: int) -> tuple[list[Any], list[Any]]:
-        """The lifecycle's history and its children's (recursively), and the retention run's."""
-        from temporalio.api.enums.v1 import EventType
-
-        found: list[Any] = []
-        todo = [workflow_id(job, step)]
-        while todo:
-            history = await self.temporal.get_workflow_handle(todo.pop()).fetch_history()
-            found.append(history)
-            todo += [
-                e.start_child_workflow_execution_initiated_event_attributes.workflow_id
-                for e in history.events
-                if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
-            ]
-        retention = await self.temporal.get_workflow_handle(
-            retention_workflow_id(job)
-        ).fetch_history()
-        return found, [retention]
 
     def close(self) -> None:
         try:

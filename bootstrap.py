@@ -204,9 +204,7 @@ def parallel_args(pytest_args: Sequence[str]) -> list[str]:
     module per worker at a time: most of its time is spent waiting on servers, subprocesses and
     polls, not on the CPU, and each worker starts its own Postgres, Temporal and S3 endpoint, as
     one session always has. A run naming tests or its own `-n` stays as asked."""
-    if any(a == "-n" or a.startswith(("-n", "--numprocesses", "--dist")) for a in pytest_args):
-        return []
-    if any(not a.startswith("-") for a in pytest_args):
+    if any(a.startswith(("-n", "--numprocesses", "--dist")) or a[:1] != "-" for a in pytest_args):
         return []
     workers = os.environ.get("TIERPOINT_TEST_WORKERS", "2")
     if workers in ("0", "1"):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import sessionmaker
@@ -93,6 +95,26 @@ def _peer_copy(cfg: Settings, seeded: Seeded, sh: ShardSpec) -> Path:
     return shard_file(cfg, "peer", RING[sh.node], seeded.job, seeded.step, sh.path)
 
 
+def _flip(path: Path, at: int = 1000) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+async def _verify(api: httpx.AsyncClient, seeded: Seeded, tier: str) -> dict[str, Any]:
+    """`POST .../verify`'s outcome once its run completed (asking again joins the run)."""
+    url = f"/v1/jobs/{seeded.job}/checkpoints/{seeded.step}/verify"
+    async with asyncio.timeout(OVERALL_TIMEOUT):
+        while True:
+            r = await api.post(url, json={"tier": tier})
+            assert r.status_code == 202, r.text
+            body = r.json()
+            if body["status"] != "running":
+                assert body["status"] == "completed", body
+                outcome: dict[str, Any] = body["outcome"]
+                return outcome
+
+
 def _holders(engine: Engine, checkpoint_id: int) -> dict[str, tuple[str | None, str]]:
     """shard path -> (node its peer replica names, state)."""
     with engine.connect() as conn:
@@ -124,9 +146,7 @@ async def test_scrub_finds_a_rotten_peer_copy_on_its_holder_and_repair_recopies_
             cp = seeded.checkpoint_id
             rotten = seeded.shards[0]
             copy = _peer_copy(cfg, seeded, rotten)
-            data = bytearray(copy.read_bytes())
-            data[1000] ^= 0x01
-            copy.write_bytes(bytes(data))
+            _flip(copy)
 
             result = await run_scrub(client, f"scrub-test/{seeded.job}")
             assert result.corrupt == 1, result
@@ -137,7 +157,12 @@ async def test_scrub_finds_a_rotten_peer_copy_on_its_holder_and_repair_recopies_
         assert {t.tier: t.state for t in repaired.tiers} == {"peer": "restorable"}, repaired
         _healed(cfg, engine, seeded)
         kinds = [(k, t) for k, t, _ in events(engine, cp, "corrupt", "repaired", "promoted")]
-        assert [k for k, t in kinds if t == "peer"] == ["promoted", "corrupt", "repaired", "promoted"]
+        assert [k for k, t in kinds if t == "peer"] == [
+            "promoted",
+            "corrupt",
+            "repaired",
+            "promoted",
+        ]
         (repair,) = [d for k, t, d in events(engine, cp, "repaired") if t == "peer"]
         # From the shard's node's local copy, over its data endpoint.
         assert repair["sources"] == {"ssd": 1} and repair["node"] == rotten.node, repair
@@ -155,6 +180,14 @@ async def test_scrub_finds_a_rotten_peer_copy_on_its_holder_and_repair_recopies_
                 assert (rep["node"], rep["state"]) == (RING[node], "verified"), rep
                 # Read back by the scrub on its holder, except the one it found bad.
                 assert (rep["scrubbed_at"] is None) == (shard["path"] == rotten.path), rep
+
+            # An operator's read-back of the whole peer copy reads each replica on its holder.
+            _flip(_peer_copy(cfg, seeded, seeded.shards[1]))
+            async with running_workers(cfg, client):
+                outcome = await _verify(api, seeded, "peer")
+                assert (outcome["read"], outcome["good"], outcome["corrupt"]) == (4, 3, 1), outcome
+                await repair_result(client, seeded)
+            _healed(cfg, engine, seeded)
     finally:
         engine.dispose()
 

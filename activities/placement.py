@@ -1,4 +1,4 @@
-"""Where a peer tier keeps each node's copy: a ring over the live nodes, spread over failure domains.
+"""Where a peer tier keeps each node's copy: a ring over the live nodes, spread over domains.
 
 The live nodes (reported in recently, not declared lost), sorted by id, form a ring. Each source
 node N has a preference list of holders: walking the ring from N, first the nodes of failure

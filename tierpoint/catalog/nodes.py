@@ -72,8 +72,8 @@ def upsert_nodes(
             set_={
                 "local_roots": stmt.excluded.local_roots,
                 "last_seen_at": func.now(),
-                "data_url": stmt.excluded.data_url,
                 "failure_domain": stmt.excluded.failure_domain,
+                "data_url": stmt.excluded.data_url,
             },
         )
     )

@@ -133,11 +133,14 @@ class LifecycleActivities:
             lost = nodes.lost_among(s, (n for n, _, _ in ordinals))
             peers = [t for t in tiers if t.kind is TierKind.PEER]
             live = scrub_repo.live_nodes(s) if peers else []
+            # A source that is not live is placed too, away from its own domain.
+            placed = [*live, *(n for n, _, _ in ordinals)] if peers else []
+            domains = nodes.failure_domains(s, placed)
         sources = {n for n, _, _ in ordinals}
         # The i-th peer tier of the configuration (not of this step's targets) keeps its ring
         # distance, so a step that skips a peer tier moves no other tier's copies.
         distance = {t.name: i + 1 for i, t in enumerate(self._settings.peer_tiers())}
-        holders = {t.name: ring_holders(sources, live, distance[t.name]) for t in peers}
+        holders = {t.name: ring_holders(sources, live, distance[t.name], domains) for t in peers}
         size = batch_size(self._settings, len(ordinals))
         # Split by bytes for the stages on the nodes' queues (the seal, and the copy off the
         # local tier), whose windows are per node: a shared tier's large window (an S3 tier

@@ -1,5 +1,5 @@
-"""Reconciliation: list what is really on a tier (a POSIX root, per node for a local tier, or a
-bucket prefix) and compare it with the catalog, job by job.
+"""Reconciliation: list what is really on a tier (a POSIX root, per node for a local or peer
+tier, or a bucket prefix) and compare it with the catalog, job by job.
 
 Reported: verified replicas whose file/object is missing or has the wrong size, files/objects that
 no shard of the catalog names (never deleted: the catalog does not know what they are), and temp
@@ -98,9 +98,9 @@ class ReconcileActivities:
             nodes = scrub_repo.live_nodes(s)
         units = []
         for t in tiers:
-            if t.kind is TierKind.PEER:
-                continue  # reconciling peer copies (on their holders) is not built yet
-            for node in nodes if t.kind is TierKind.LOCAL else [None]:
+            # A peer tier's root on a node holds the copies that node keeps for others (their
+            # replicas name it): scanned there, as a local root is.
+            for node in nodes if t.on_nodes else [None]:
                 units.append(ReconcileUnit(tier=t.name, kind=t.kind, node=node))
         grace = self._settings.reconcile_grace / timedelta(seconds=1)
         return ReconcilePlan(units=units, grace_seconds=grace)
@@ -148,7 +148,11 @@ class ReconcileActivities:
     ) -> None:
         with self._sessions.begin() as s:
             expected = reconcile_repo.job_on_tier(
-                s, job, tier.name, node if tier.kind is TierKind.LOCAL else None
+                s,
+                job,
+                tier.name,
+                node if tier.kind is TierKind.LOCAL else None,
+                holder=node if tier.kind is TierKind.PEER else None,
             )
         seen: set[tuple[int, str]] = set()
         wrong: dict[int, str] = {}

@@ -22,7 +22,7 @@ from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.scrub_repo import ScrubTarget
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     PROBLEM_LIMIT,
     SCRUB_BATCH,
@@ -100,10 +100,11 @@ class ScrubActivities:
             nodes = scrub_repo.live_nodes(session)
         units = []
         for t in s.tiers:
-            # Peer copies are read back when they are made; their scrub is not built yet.
-            if t.scrub_bandwidth <= 0 or t.kind is TierKind.PEER:
+            if t.scrub_bandwidth <= 0:
                 continue
-            for node in nodes if t.kind is TierKind.LOCAL else [None]:
+            # A local tier's unit is a node's own copies; a peer tier's, the copies a node holds
+            # for other nodes (the replica's node is its holder): each is read on that node.
+            for node in nodes if t.on_nodes else [None]:
                 units.append(
                     ScrubUnit(
                         tier=t.name,
@@ -134,15 +135,16 @@ class ScrubActivities:
 
     @activity.defn(name=VERIFY_PICK)
     def verify_pick(self, inp: VerifyPickInput) -> VerifyPick:
-        """The next replicas of a checkpoint's copy to verify, one batch per node's queue."""
-        local = self._settings.tier(inp.tier).kind is TierKind.LOCAL
+        """The next replicas of a checkpoint's copy to verify, one batch per node's queue (a peer
+        copy's: its holder's)."""
+        on_nodes = self._settings.tier(inp.tier).on_nodes
         with self._sessions.begin() as s:
             rows = scrub_repo.checkpoint_replicas(
                 s, inp.checkpoint_id, inp.tier, inp.after_id, inp.limit
             )
         by_node: dict[str | None, list[int]] = {}
         for rid, node in rows:
-            by_node.setdefault(node if local else None, []).append(rid)
+            by_node.setdefault(node if on_nodes else None, []).append(rid)
         return VerifyPick(
             batches=[VerifyBatch(node=n, replica_ids=ids) for n, ids in by_node.items()],
             last_id=rows[-1][0] if rows else inp.after_id,

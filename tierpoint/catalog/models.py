@@ -67,6 +67,8 @@ class Node(Base):
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     # Where its worker serves its local and peer tier files (http://host:port); null: not served
     data_url: Mapped[str | None] = mapped_column(Text)
+    # What fails together with it (rack, zone), as its worker reported it; null: its own domain
+    failure_domain: Mapped[str | None] = mapped_column(Text)
 
 
 class RetentionPolicy(Base):

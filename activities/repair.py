@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from tierpoint import logs
-from tierpoint.catalog import expiry_repo, repair_repo
+from tierpoint.catalog import expiry_repo, key_layouts, repair_repo
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
 from tierpoint.catalog.engine import Sessions
@@ -35,6 +35,7 @@ from tierpoint.contract.integrity import (
 from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import TierStore
+from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.temporal import request_repair
 
 from .batching import batch_size
@@ -68,9 +69,9 @@ class RepairActivities:
         self._node = node
         self._client = client
 
-    def _store(self, tier: TierConfig, batch_node: str) -> TierStore:
+    def _store(self, tier: TierConfig, batch_node: str, layouts: dict[str, KeyLayout]) -> TierStore:
         ensure_reachable(tier, batch_node, self._node)
-        return self._stores.get(tier, batch_node)
+        return self._stores.get(tier, batch_node, layouts.get(tier.name))
 
     @activity.defn(name=REPAIR_PLAN)
     def plan(self, inp: RepairPlanInput) -> RepairPlan:
@@ -104,11 +105,13 @@ class RepairActivities:
         info = activity.info()
         b = inp.batch
         dst_tier = self._stores.tier(inp.destination)
+        with self._sessions.begin() as s:
+            layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
         dest = Destination(
             job=inp.job,
             step=inp.step,
             tier=dst_tier,
-            store=self._store(dst_tier, b.node),
+            store=self._store(dst_tier, b.node, layouts),
             node=b.node if dst_tier.kind is TierKind.LOCAL else None,
             reporter=BatchReporter(
                 self._sessions,
@@ -126,7 +129,7 @@ class RepairActivities:
             return dest.result
         todo, sources = found
         dest.result.shards = len(todo)
-        copies = copy_to(dest, self._by_source(dest, b.node, todo, sources))
+        copies = copy_to(dest, self._by_source(dest, b.node, todo, sources, layouts))
         used = {c.src_tier.name: c.verified for c in copies}
         self._record(inp, dst_tier, dest.result, used, info.attempt)
         return dest.result
@@ -165,6 +168,7 @@ class RepairActivities:
         batch_node: str,
         todo: list[repo.BatchShard],
         sources: dict[int, repair_repo.ShardSources],
+        layouts: dict[str, KeyLayout],
     ) -> list[Source]:
         """The shards grouped by the fastest tier this worker can read them from verified; a
         shard with no such tier is left as it is, and said so."""
@@ -182,7 +186,7 @@ class RepairActivities:
                 dataclasses.replace(sh, source_state=ReplicaState.VERIFIED.value)
             )
         return [
-            Source(tier, self._store(tier, batch_node), shards)
+            Source(tier, self._store(tier, batch_node, layouts), shards)
             for tier, shards in ((self._stores.tier(n), g) for n, g in groups.items())
         ]
 

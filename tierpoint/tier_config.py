@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
 
@@ -27,6 +27,8 @@ S3_ONLY = (
     "tags",
     "retry_mode",
     "max_attempts",
+    "key_layout",
+    "key_prefixes",
 )
 
 
@@ -90,6 +92,21 @@ class TierConfig(BaseModel):
         description="S3 tiers: an S3-compatible endpoint (MinIO, moto); unset for AWS S3.",
     )
     region: str = Field(default="us-east-1", description="S3 tiers: the bucket's region.")
+    key_layout: Literal["flat", "spread"] = Field(
+        default="flat",
+        description="S3 tiers: how a checkpoint's keys are laid out. `flat`: `<prefix><job>/"
+        "<step>/<path>`, one prefix per checkpoint. `spread`: `<prefix>_<h>/<job>/<step>/<path>`, "
+        "`h` a hash of the shard over `key_prefixes` prefixes, which S3 partitions apart (each "
+        "takes 3,500 PUT and 5,500 GET requests/s). Recorded per checkpoint when its copy is "
+        "planned: changing it moves only later checkpoints (docs/scale.md).",
+    )
+    key_prefixes: int = Field(
+        default=16,
+        ge=2,
+        le=256,
+        description='S3 tiers with `key_layout = "spread"`: how many prefixes a checkpoint\'s '
+        "shards are spread over.",
+    )
     storage_class: StorageClass = Field(
         default=StorageClass.STANDARD,
         description="S3 tiers: the storage class of every object written. GLACIER and "

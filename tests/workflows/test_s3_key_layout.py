@@ -68,14 +68,25 @@ def _keys(s3: Any, bucket: str) -> set[str]:
     return {o["Key"] for page in pages for o in page.get("Contents", [])}
 
 
-async def _restore(cfg: Settings, job: str, dest: Path) -> tuple[LatestCheckpoint, list[Any]]:
+async def _restore(
+    cfg: Settings, job: str, dest: Path
+) -> tuple[LatestCheckpoint, list[Any], dict[str, str]]:
+    """The latest restorable on s3 restored by the client into `dest`, and the checkpoint's page
+    (each shard's key on s3)."""
     async for api in running_client(create_app(cfg)):
         r = await api.get(f"/v1/jobs/{job}/checkpoints/latest", params={"tier": "s3"})
         assert r.status_code == 200, r.text
         tiers = {t["name"]: TierInfo.from_json(t) for t in (await api.get("/v1/tiers")).json()}
         latest = LatestCheckpoint.from_json(r.json())
         files, _ = await asyncio.to_thread(restore_plan, latest.plan, dest, tiers, workers=4)
-        return latest, files
+        page = (await api.get(f"/v1/jobs/{job}/checkpoints/{latest.step}")).json()
+        keys = {
+            sh["path"]: r["key"]
+            for sh in page["shards"]
+            for r in sh["replicas"]
+            if r["tier"] == "s3"
+        }
+        return latest, files, keys
     raise AssertionError("the API did not start")
 
 
@@ -120,9 +131,9 @@ async def test_spread_checkpoint_outlives_a_change_of_the_setting(
 
     # From here on the tier's setting is flat: everything must still find the spread objects.
     async with running_workers(flat, client):
-        latest, files = await _restore(flat, job, tmp_path / "restored")
+        latest, files, shown = await _restore(flat, job, tmp_path / "restored")
         assert latest.step == 1
-        assert {e.path: e.key for e in latest.plan} == expected
+        assert {e.path: e.key for e in latest.plan} == expected == shown
         assert sorted(f.path for f in files) == sorted(expected)
         for sh in first.shards:
             assert (tmp_path / "restored" / sh.path).read_bytes() == sh.data, sh.path
@@ -144,6 +155,13 @@ async def test_spread_checkpoint_outlives_a_change_of_the_setting(
         )
         (s3_report,) = report.tiers
         assert s3_report.counts == {} and s3_report.checked == 8, s3_report
+        # The whole bucket (other tests' objects may be in it): the spread directories are not
+        # taken for jobs, and nothing of this job is missing or extra.
+        report = await run_reconcile(client, f"reconcile-all/{job}", ReconcileInput(tier="s3"))
+        (s3_report,) = report.tiers
+        found = [e for ex in s3_report.examples.values() for e in ex]
+        assert "missing" not in s3_report.counts, s3_report
+        assert not [e for e in found if e.startswith(("_", job))], s3_report
 
         # Keep one copy on S3: the next (flat) checkpoint expires the spread one.
         set_policy(sessions, policy, {"tiers": {"s3": {"keep_last": 1}}})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal, Self
+from typing import Self
 
 from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
 
@@ -47,6 +47,13 @@ class RetryMode(StrEnum):
 
     STANDARD = "standard"
     ADAPTIVE = "adaptive"
+
+
+class KeyLayoutKind(StrEnum):
+    """How an S3 tier lays out a checkpoint's keys (`tierpoint/storage/s3/layout.py`)."""
+
+    FLAT = "flat"
+    SPREAD = "spread"
 
 
 class StorageClass(StrEnum):
@@ -92,8 +99,8 @@ class TierConfig(BaseModel):
         description="S3 tiers: an S3-compatible endpoint (MinIO, moto); unset for AWS S3.",
     )
     region: str = Field(default="us-east-1", description="S3 tiers: the bucket's region.")
-    key_layout: Literal["flat", "spread"] = Field(
-        default="flat",
+    key_layout: KeyLayoutKind = Field(
+        default=KeyLayoutKind.FLAT,
         description="S3 tiers: how a checkpoint's keys are laid out. `flat`: `<prefix><job>/"
         "<step>/<path>`, one prefix per checkpoint. `spread`: `<prefix>_<h>/<job>/<step>/<path>`, "
         "`h` a hash of the shard over `key_prefixes` prefixes, which S3 partitions apart (each "

@@ -30,7 +30,7 @@ from tests.helpers.lifecycle import Seeded, running_workers
 from tests.helpers.retention import create_job, set_policy, settle, write_checkpoint
 from tests.helpers.services import Services, s3_client
 from tierpoint.catalog.models import CheckpointTier
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import KeyLayoutKind, Settings, TierKind
 from tierpoint.contract.common import SHARED_TASK_QUEUE
 from tierpoint.contract.integrity import (
     VERIFY_CHECKPOINT_WORKFLOW,
@@ -109,7 +109,7 @@ async def test_spread_checkpoint_outlives_a_change_of_the_setting(
     services: Services,
     tmp_path: Path,
 ) -> None:
-    spread = _with_s3(settings, key_layout="spread", key_prefixes=PREFIXES)
+    spread = _with_s3(settings, key_layout=KeyLayoutKind.SPREAD, key_prefixes=PREFIXES)
     flat = _with_s3(settings)
     tier = flat.tier("s3")
     assert tier.bucket is not None and tier.key_layout == "flat"

@@ -68,7 +68,9 @@ def test_unknown_layouts_are_refused(recorded: str) -> None:
 def test_the_layout_in_force_comes_from_the_s3_tier() -> None:
     s3 = TierConfig(name="s3", kind=TierKind.S3, bucket="b")
     assert layout_in_force(s3) == FLAT
-    spread = s3.model_copy(update={"key_layout": "spread", "key_prefixes": 32})
+    spread = TierConfig(
+        name="s3", kind=TierKind.S3, bucket="b", key_layout="spread", key_prefixes=32
+    )
     assert layout_in_force(spread) == KeyLayout(32)
     with pytest.raises(ValueError, match="S3 tiers only"):
         TierConfig(name="l", kind=TierKind.SHARED, root="/x", key_layout="spread")

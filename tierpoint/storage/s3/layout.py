@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tierpoint.config import TierKind
+from tierpoint.config import KeyLayoutKind, TierKind
 from tierpoint.storage.paths import checkpoint_parts
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def is_spread_dir(name: str) -> bool:
 def layout_in_force(tier: TierConfig) -> KeyLayout:
     """The layout the tier's settings ask for, recorded for each checkpoint when its copy there
     is planned (and read back from the catalog from then on)."""
-    if tier.kind is not TierKind.S3 or tier.key_layout == "flat":
+    if tier.kind is not TierKind.S3 or tier.key_layout == KeyLayoutKind.FLAT:
         return FLAT
     return KeyLayout(tier.key_prefixes)
 

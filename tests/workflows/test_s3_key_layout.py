@@ -24,6 +24,7 @@ from tierpoint_client.restore import restore_plan
 
 from api.app import create_app
 from tests.helpers.api import running_client
+from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.faults import OVERALL_TIMEOUT, marker_states
 from tests.helpers.integrity import integrity_settings, repair_result, run_reconcile
 from tests.helpers.lifecycle import Seeded, running_workers
@@ -128,6 +129,8 @@ async def test_spread_checkpoint_outlives_a_change_of_the_setting(
     for sh in first.shards:
         body = s3.get_object(Bucket=tier.bucket, Key=expected[sh.path])["Body"].read()
         assert body == sh.data, sh.path
+    checked = assert_catalog_matches_tiers(flat, engine, [first.checkpoint_id])
+    assert checked.verified["s3"] == 8 and checked.restorable["s3"] == 1, checked
 
     # From here on the tier's setting is flat: everything must still find the spread objects.
     async with running_workers(flat, client):
@@ -149,6 +152,7 @@ async def test_spread_checkpoint_outlives_a_change_of_the_setting(
         assert marker_states(engine, first.checkpoint_id)["s3"] == "restorable"
         again = s3.get_object(Bucket=tier.bucket, Key=expected[bad.path])["Body"].read()
         assert again == bad.data
+        assert assert_catalog_matches_tiers(flat, engine, [first.checkpoint_id]).verified["s3"] == 8
 
         report = await run_reconcile(
             client, f"reconcile-layout/{job}", ReconcileInput(tier="s3", job=job)
@@ -173,3 +177,4 @@ async def test_spread_checkpoint_outlives_a_change_of_the_setting(
     stored = _keys(s3, tier.bucket)
     assert not set(expected.values()) & stored
     assert {f"{tier.prefix}{job}/2/{sh.path}" for sh in second.shards} <= stored
+    assert assert_catalog_matches_tiers(flat, engine, [second.checkpoint_id]).verified["s3"] == 8

@@ -11,10 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.helpers.s3_proxy import Shaping, shaping_proxy
 from tierpoint.config import NAME_RE, TierConfig, TierKind
 from tierpoint.storage.base import ShardRef
+from tierpoint.storage.paths import PARTIAL_SUFFIX
 from tierpoint.storage.registry import open_store
 from tierpoint.storage.s3.layout import (
     FLAT,
@@ -117,3 +120,32 @@ def test_spread_keys_meet_fewer_slowdowns(s3_tier: TierConfig) -> None:
     # 16 PUTs on one prefix at once, 2 allowed per second: most are refused at first. Spread,
     # no prefix gets more than 2 in all: none is.
     assert flat >= 8 and spread_refused == 0, (flat, spread_refused)
+
+
+_component = st.from_regex(r"[A-Za-z0-9_.-]{1,6}", fullmatch=True).filter(
+    lambda c: c not in (".", "..") and not c.endswith(PARTIAL_SUFFIX)
+)
+_shard = st.tuples(
+    st.from_regex(NAME_RE, fullmatch=True).map(lambda j: j[:20]),
+    st.integers(0, 10**6),
+    st.lists(_component, min_size=1, max_size=3).map("/".join),
+)
+
+
+@given(a=_shard, b=_shard, n=st.integers(2, 256))
+def test_a_flat_key_is_never_a_spread_key(
+    a: tuple[str, int, str], b: tuple[str, int, str], n: int
+) -> None:
+    """Two layouts in one bucket (a setting changed) never name one object for two shards."""
+    spread = KeyLayout(n)
+    assert FLAT.key("p/", *a) != spread.key("p/", *b)
+    if a != b:
+        assert spread.key("p/", *a) != spread.key("p/", *b)
+
+
+def test_the_mark_keeps_a_spread_key_from_a_flat_one() -> None:
+    key = KeyLayout(16).key("", "5", 3, "p")  # `_<h>/5/3/p`
+    first = key.split("/")[0]
+    # Unmarked, it would be job `<h>`'s step 5, path `3/p` as well.
+    assert FLAT.key("", first.removeprefix("_"), 5, "3/p") != key
+    assert first.startswith("_") and is_spread_dir(first)

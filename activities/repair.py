@@ -18,7 +18,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
-from tierpoint.catalog import expiry_repo, peer_reads, repair_repo
+from tierpoint.catalog import expiry_repo, key_layouts, peer_reads, repair_repo
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
 from tierpoint.catalog.engine import Sessions
@@ -37,6 +37,7 @@ from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardSource, TierStore
 from tierpoint.storage.peer_http import PeerSource
+from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.temporal import request_repair
 
 from .batching import batch_size
@@ -70,11 +71,13 @@ class RepairActivities:
         self._node = node
         self._client = client
 
-    def _store(self, tier: TierConfig, batch_node: str) -> TierStore:
+    def _store(self, tier: TierConfig, batch_node: str, layouts: dict[str, KeyLayout]) -> TierStore:
         ensure_reachable(tier, batch_node, self._node)
-        return self._stores.get(tier, batch_node)
+        return self._stores.get(tier, batch_node, layouts.get(tier.name))
 
-    def _read_from(self, tier: TierConfig, batch_node: str) -> ShardSource:
+    def _read_from(
+        self, tier: TierConfig, batch_node: str, layouts: dict[str, KeyLayout]
+    ) -> ShardSource:
         """A source tier's reader: another node's local tier through its data endpoint."""
         if tier.kind is TierKind.LOCAL and batch_node != self._node:
             with self._sessions.begin() as s:
@@ -86,7 +89,7 @@ class RepairActivities:
                 )
             token = self._settings.data_token
             return PeerSource(url, tier.name, token.get_secret_value() if token else None)
-        return self._store(tier, batch_node)
+        return self._store(tier, batch_node, layouts)
 
     @activity.defn(name=REPAIR_PLAN)
     def plan(self, inp: RepairPlanInput) -> RepairPlan:
@@ -127,11 +130,13 @@ class RepairActivities:
         dst_tier = self._stores.tier(inp.destination)
         # A peer copy is written on its holder (the batch runs on the holder's queue).
         dst_node = b.runs_on if dst_tier.on_nodes else None
+        with self._sessions.begin() as s:
+            layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
         dest = Destination(
             job=inp.job,
             step=inp.step,
             tier=dst_tier,
-            store=self._store(dst_tier, b.runs_on),
+            store=self._store(dst_tier, b.runs_on, layouts),
             node=dst_node,
             reporter=BatchReporter(
                 self._sessions,
@@ -149,7 +154,7 @@ class RepairActivities:
             return dest.result
         todo, sources, lost = found
         dest.result.shards = len(todo)
-        copies = copy_to(dest, self._by_source(dest, b.node, todo, sources, lost))
+        copies = copy_to(dest, self._by_source(dest, b.node, todo, sources, lost, layouts))
         used = {c.src_tier.name: c.verified for c in copies}
         self._record(inp, dst_tier, dest.result, used, info.attempt)
         return dest.result
@@ -198,6 +203,7 @@ class RepairActivities:
         todo: list[repo.BatchShard],
         sources: dict[int, repair_repo.ShardSources],
         lost: set[str],
+        layouts: dict[str, KeyLayout],
     ) -> list[Source]:
         """The shards grouped by the fastest tier this worker can read them from verified; a
         shard with no such tier is left as it is, and said so."""
@@ -215,7 +221,7 @@ class RepairActivities:
                 dataclasses.replace(sh, source_state=ReplicaState.VERIFIED.value)
             )
         return [
-            Source(tier, self._read_from(tier, batch_node), shards)
+            Source(tier, self._read_from(tier, batch_node, layouts), shards)
             for tier, shards in ((self._stores.tier(n), g) for n, g in groups.items())
         ]
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from temporalio import activity
 
 from tierpoint import logs
-from tierpoint.catalog import scrub_repo
+from tierpoint.catalog import key_layouts, scrub_repo
 from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.scrub_repo import ScrubTarget
@@ -156,12 +156,12 @@ class ScrubActivities:
     def verify_batch(self, inp: ScrubBatchInput) -> ScrubBatchResult:
         tier = self._stores.tier(inp.tier)
         ensure_reachable(tier, inp.node, self._node)
-        store = self._stores.get(tier, inp.node)
         bucket = self._bucket(tier.name, inp.node, inp.bandwidth)
         details = activity.info().heartbeat_details
         start = int(details[-1]) if details else 0
         with self._sessions.begin() as s:
             todo = scrub_repo.targets(s, inp.replica_ids)
+            layouts = key_layouts.on_tier(s, {t.checkpoint_id for t in todo}, tier.name)
         result = ScrubBatchResult()
         found = _Found(tier.name, datetime.fromisoformat(inp.picked_at), inp.actor, result)
         for i, t in enumerate(todo):
@@ -171,6 +171,7 @@ class ScrubActivities:
             if t.state != ReplicaState.VERIFIED.value or not t.checksum:
                 result.skipped += 1
                 continue
+            store = self._stores.get(tier, inp.node, layouts.get(t.checkpoint_id))
             state, problem, took = _read_back(store, t, tier.name, bucket, i)
             if problem is None:
                 found.good(t, None if bucket is not None else took)

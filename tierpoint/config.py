@@ -26,6 +26,7 @@ from tierpoint.errors import UnknownTier
 # A tier's options have their own module; importers reach them through the settings as ever.
 from tierpoint.tier_config import (
     NAME_RE,
+    KeyLayoutKind,
     RetryMode,
     ServerSideEncryption,
     StorageClass,
@@ -35,6 +36,7 @@ from tierpoint.tier_config import (
 
 __all__ = [
     "NAME_RE",
+    "KeyLayoutKind",
     "RetryMode",
     "ServerSideEncryption",
     "Settings",

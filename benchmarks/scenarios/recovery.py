@@ -161,7 +161,9 @@ class Recovery(Scenario):
         tiers = {t.name: t for t in self.stack.client.tiers()}
         plan = self.plans[source]
         t0 = time.perf_counter()
-        files, _ = restore_plan(plan, self.dest, tiers, workers=4, token=SECRET)
+        # The job's API token, as a restore on a spare node sends it: checked on every request.
+        token = self.stack.info.token
+        files, _ = restore_plan(plan, self.dest, tiers, workers=4, token=token)
         seconds = time.perf_counter() - t0
         if sum(f.size for f in files) != self.nbytes:
             raise RuntimeError(f"restore from {source} wrote {sum(f.size for f in files)} B")

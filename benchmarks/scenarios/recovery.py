@@ -35,6 +35,7 @@ from benchmarks.env import Env, subprocess_env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.copy_posix import drop_cache
 from benchmarks.scenarios.orchestration import stack_env
+from benchmarks.scenarios.recovery_child import Endpoint
 from benchmarks.scenarios.stack_ckpt import MiB, Stack
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.peer_http import shard_url
@@ -45,6 +46,8 @@ SHARED = "load from the shared tier"
 S3 = "load from S3"
 S3_VS_PEER = "load from S3, against the peer's"
 STEP = 1
+# Runs of at least this many bytes serve the peer's endpoint from a process of its own.
+OWN_PROCESS_FROM = 64 * MiB
 SECRET = "bench-worker-credential"
 # Where each load reads: the plan's tier (the peer's copies are the local tier's, served).
 SOURCES = {LOCAL: "ssd", PEER: "peer", SHARED: "lustre", S3: "s3"}
@@ -62,6 +65,7 @@ class Recovery(Scenario):
         self.job = f"recovery-{uuid.uuid4().hex[:6]}"
         self.stack: Stack | None = None
         self.server: subprocess.Popen[bytes] | None = None
+        self.inline: Endpoint | None = None
         self.url = ""
         self.node = ""
         self.plans: dict[str, list[PlanEntry]] = {}
@@ -71,7 +75,8 @@ class Recovery(Scenario):
             "bytes": self.nbytes,
             "shards": self.shards,
             "client workers": 4,
-            "spare node": "the bench process; the peer: its endpoint in a process of its own",
+            "spare node": "the bench process",
+            "peer": "its endpoint's process" if self.server is not None else "in this process",
         }
 
     def watched(self) -> Watched:
@@ -83,8 +88,10 @@ class Recovery(Scenario):
 
     def prepare(self) -> list[Method]:
         self.stack = stack = Stack(self.env)
+        # The endpoint's process starts while the checkpoint is written and copied.
+        self._serve(stack.nodes[0])
         self.node = node = stack.restorable_everywhere(self.job, STEP, self.shards, self.size)
-        self.url = self._serve(node)
+        self.url = self._url()
         for tier in ("ssd", "lustre", "s3"):
             # The local tier's copies count only on their own node: the local load's.
             latest = stack.client.latest(self.job, tier=tier, node=node if tier == "ssd" else None)
@@ -104,24 +111,30 @@ class Recovery(Scenario):
             methods.append(self._method(label, source, tuple(rows)))
         return methods
 
-    def _serve(self, node: str) -> str:
-        """`node`'s data endpoint in a process of its own (recovery_child); its URL."""
+    def _serve(self, node: str) -> None:
+        """Start `node`'s data endpoint: in a process of its own (recovery_child), or in this one
+        for a tiny run (the CI smoke's), where starting another interpreter would cost more than
+        all of its loads."""
         assert self.stack is not None
-        env = subprocess_env(
-            {
-                **stack_env(self.stack.process.data_dir),
-                "TIERPOINT_DATA_TOKEN": SECRET,
-                "TIERPOINT_LOG_LEVEL": "WARNING",
-            }
-        )
+        variables = {**stack_env(self.stack.process.data_dir), "TIERPOINT_DATA_TOKEN": SECRET}
+        if self.nbytes < OWN_PROCESS_FROM:
+            from benchmarks.scenarios.recovery_child import serve_node
+
+            self.inline = serve_node(variables, node)
+            return
         child = "benchmarks.scenarios.recovery_child"
         self.server = subprocess.Popen(
             [sys.executable, "-m", child, node],
-            env=env,
+            env=subprocess_env({**variables, "TIERPOINT_LOG_LEVEL": "WARNING"}),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        assert self.server.stdout is not None
+
+    def _url(self) -> str:
+        """The endpoint's URL, once it serves."""
+        if self.inline is not None:
+            return self.inline.url
+        assert self.server is not None and self.server.stdout is not None
         line = self.server.stdout.readline()
         if not line:
             raise RuntimeError(f"the data endpoint exited with {self.server.wait()}")
@@ -180,6 +193,8 @@ class Recovery(Scenario):
             except subprocess.TimeoutExpired:
                 self.server.kill()
                 self.server.wait(10)
+        if self.inline is not None:
+            self.inline.close()
         if self.stack is not None:
             self.stack.forget(self.job)
         shutil.rmtree(self.work, ignore_errors=True)

@@ -9,21 +9,44 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.config import Settings
-from tierpoint.services.data_endpoint import serve
+from tierpoint.services.data_endpoint import DataServer, serve
+
+
+class Endpoint:
+    """A node's data endpoint with its own catalog engine."""
+
+    def __init__(self, settings: Settings, node: str) -> None:
+        self.engine = make_sync_engine(settings.database_url, pool_size=4)
+        self.server: DataServer = serve(settings, sync_sessions(self.engine), node, 0)
+        self.url = self.server.url
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.engine.dispose()
+
+
+def serve_node(variables: Mapping[str, str], node: str) -> Endpoint:
+    """`node`'s endpoint in this process, with the settings the TIERPOINT_* `variables` give."""
+    return Endpoint(
+        Settings(
+            database_url=variables["TIERPOINT_DATABASE_URL"],
+            tiers=json.loads(variables["TIERPOINT_TIERS"]),
+            data_token=variables["TIERPOINT_DATA_TOKEN"],
+        ),
+        node,
+    )
 
 
 def main(node: str) -> None:
-    settings = Settings()
-    engine = make_sync_engine(settings.database_url, pool_size=4)
-    server = serve(settings, sync_sessions(engine), node, 0)
-    print(json.dumps({"url": server.url}), flush=True)
+    endpoint = Endpoint(Settings(), node)
+    print(json.dumps({"url": endpoint.url}), flush=True)
     sys.stdin.read()
-    server.shutdown()
-    server.server_close()
-    engine.dispose()
+    endpoint.close()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from tierpoint_client.restore import PEERS, restore_plan
 from tests.helpers.lifecycle import ShardSpec, crc_hex, seed_checkpoint, shard_file
 from tierpoint.catalog.models import Replica, Shard
 from tierpoint.config import Settings
+from tierpoint.services import data_endpoint
 from tierpoint.services.data_endpoint import DataServer, serve
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.peer_http import shard_url
@@ -176,3 +177,20 @@ def test_a_kept_listing_serves_nothing_it_does_not_list(
     time.sleep(server.listings.ttl + 0.1)
     assert get(second.path).status_code == 404
     assert get(first.path).status_code == 200
+
+
+def test_a_connection_the_endpoint_closed_when_idle_is_replaced_on_the_next_read(
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    server: DataServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(data_endpoint, "IDLE_TIMEOUT", 0.2)
+    job, _, shards = seeded(settings, sessions, 2)
+    first, second = plan(server, job, shards)
+    restore_plan([first], tmp_path / "a", {}, workers=1, token=SECRET)
+    time.sleep(0.6)  # the endpoint has closed the connection the client keeps
+    files, _ = restore_plan([second], tmp_path / "b", {}, workers=1, token=SECRET)
+    assert (tmp_path / "b" / second.path).read_bytes() == shards[1].data
+    assert [f.tier for f in files] == ["ssd"]

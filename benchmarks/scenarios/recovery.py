@@ -35,6 +35,7 @@ from benchmarks.env import Env, subprocess_env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.copy_posix import drop_cache
 from benchmarks.scenarios.orchestration import stack_env
+from benchmarks.scenarios.peer_stack import PeerStack
 from benchmarks.scenarios.recovery_child import Endpoint
 from benchmarks.scenarios.stack_ckpt import MiB, Stack
 from tierpoint.storage.base import ShardRef
@@ -49,6 +50,11 @@ STEP = 1
 # Runs of at least this many bytes serve the peer's endpoint from a process of its own.
 OWN_PROCESS_FROM = 64 * MiB
 SECRET = "bench-worker-credential"
+# With a peer tier (peer_stack: 4 simulated nodes, a 2-rank job, rank 1's node lost).
+PT = "4 nodes, peer tier"
+PT_LOCAL = f"{PT}: rank 1's files, local load on its own node"
+PT_PEER = f"{PT}: rank 1's files on the spare node from their peer copy"
+PT_REREPLICATE = f"{PT}: node lost -> every shard's peer copy again (PeerRereplicate)"
 # Where each load reads: the plan's tier (the peer's copies are the local tier's, served).
 SOURCES = {LOCAL: "ssd", PEER: "peer", SHARED: "lustre", S3: "s3"}
 
@@ -69,6 +75,8 @@ class Recovery(Scenario):
         self.url = ""
         self.node = ""
         self.plans: dict[str, list[PlanEntry]] = {}
+        self.peer_stack: PeerStack | None = None
+        self.pending: tuple[str, list[str]] | None = None
 
     def params(self) -> dict[str, Any]:
         return {
@@ -84,6 +92,8 @@ class Recovery(Scenario):
         found = dict(self.stack.watched()) if self.stack is not None else {}
         if self.server is not None:
             found["peer endpoint"] = (self.server.pid, False)
+        if self.peer_stack is not None:
+            found.update({f"peer stack {k}": v for k, v in self.peer_stack.watched().items()})
         return found
 
     def prepare(self) -> list[Method]:
@@ -109,7 +119,53 @@ class Recovery(Scenario):
             if label == S3:
                 rows.insert(1, Row(S3_VS_PEER, baseline=PEER, nbytes=n))
             methods.append(self._method(label, source, tuple(rows)))
+        if self.nbytes >= OWN_PROCESS_FROM:  # a stack of its own: not for the CI smoke
+            methods += self._peer_tier()
         return methods
+
+    def _peer_tier(self) -> list[Method]:
+        self.peer_stack = stack = PeerStack(self.work / "peer-stack", self.nbytes // 2, 4)
+        stack.start()
+        self.pending = job, nodes = stack.group()
+        self.plans.update({f"{PT} {k}": v for k, v in stack.plans(job, nodes[1]).items()})
+        n = stack.size * stack.shards
+        drop = self._drop_peer_stack
+        return [
+            Method(PT_LOCAL, lambda: self._load(f"{PT} local"), (Row(PT_LOCAL, nbytes=n),), drop),
+            Method(
+                PT_PEER,
+                lambda: self._load(f"{PT} peer"),
+                (Row(PT_PEER, baseline=PT_LOCAL, nbytes=n),),
+                drop,
+                self._clear,
+            ),
+            Method(PT_REREPLICATE, self._rereplicate, (Row(PT_REREPLICATE),), self._new_group),
+        ]
+
+    def _drop_peer_stack(self) -> None:
+        assert self.peer_stack is not None
+        drop_cache(self.peer_stack.fleet.work)
+
+    def _load(self, source: str) -> Outcome:
+        assert self.peer_stack is not None
+        fleet = self.peer_stack.fleet
+        tiers = {t.name: t for t in fleet.client.tiers()}
+        t0 = time.perf_counter()
+        restore_plan(self.plans[source], self.dest, tiers, workers=4, token=fleet.token)
+        seconds = time.perf_counter() - t0
+        self._clear()
+        return Outcome({"seconds": seconds})
+
+    def _new_group(self) -> None:
+        """A group whose node 1 is still alive (untimed: starting its workers, its checkpoint)."""
+        assert self.peer_stack is not None
+        if self.pending is None:
+            self.pending = self.peer_stack.group()
+
+    def _rereplicate(self) -> Outcome:
+        assert self.peer_stack is not None and self.pending is not None
+        (job, nodes), self.pending = self.pending, None
+        return Outcome({"seconds": self.peer_stack.lose(job, nodes[1])})
 
     def _serve(self, node: str) -> None:
         """Start `node`'s data endpoint: in a process of its own (recovery_child), or in this one
@@ -195,6 +251,8 @@ class Recovery(Scenario):
                 self.server.wait(10)
         if self.inline is not None:
             self.inline.close()
+        if self.peer_stack is not None:
+            self.peer_stack.close()
         if self.stack is not None:
             self.stack.forget(self.job)
         shutil.rmtree(self.work, ignore_errors=True)

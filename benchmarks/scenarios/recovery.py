@@ -8,12 +8,18 @@ The checkpoint (the end_to_end size) is written on one node of the dev stack and
 it is restorable on S3. The data endpoint is the node worker's own server
 (`tierpoint/services/data_endpoint.py`), run here against the stack's catalog and serving that
 node's local tier: the bytes, the server and the client's reader are a peer copy's; only the
-file's directory differs (the dev stack has no peer tier, so neither DCP's reader nor the peer
-tier's re-replication runs here). Page caches of the sources and the destination are dropped
-before each run. Rows: each load against the local load, S3's also against the peer's (a ratio
-above 1: the peer was that much faster), and the bytes each load read from its source. On this
-machine every "network" is loopback and the shared tier a local disk: the ratios say what the
-software costs, not what a cluster's links would give (see docs/benchmarks.md).
+file's directory differs (the dev stack has no peer tier). The endpoint runs in a process of its
+own from OWN_PROCESS_FROM bytes up, in this one below (the CI smoke's tiny run). Page caches of
+the sources and the destination are dropped before each run. Rows: each load against the local
+load, S3's also against the peer's (a ratio above 1: the peer was that much faster), and the
+bytes each load read from its source.
+
+From OWN_PROCESS_FROM bytes up, also a stack of its own with a peer tier (peer_stack): a 2-rank
+job on 4 simulated nodes, rank 1's files loaded on the spare node from their peer copy against
+their local load, and the time from declaring rank 1's node lost until every shard has a peer
+copy on a live node again (PeerRereplicate). On this machine every "network" is loopback and the
+shared tier a local disk: the ratios say what the software costs, not what a cluster's links
+would give (see docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -77,8 +77,9 @@ class Fleet:
         self.api_url, self.token, self.metrics_url = info.api_url, info.token, info.metrics_url
         self.client = self.new_client()
 
-    def start(self) -> None:
-        """Services of its own, every one a process."""
+    def start(self, peer_token: str | None = None) -> None:
+        """Services of its own, every one a process; with `peer_token`, a peer tier after the
+        local one, its workers' data endpoints taking that credential."""
         self.work.mkdir(parents=True)
         os.chmod(self.work, 0o755)  # the embedded Postgres runs as its own user when we are root
         self.pg = EmbeddedPostgres(self.work / "pg")
@@ -102,6 +103,11 @@ class Fleet:
         self.local_root = str(self.work / "nodes" / "{node}")
         tiers = [
             {"name": "ssd", "kind": "local", "root": self.local_root},
+            *(
+                [{"name": "peer", "kind": "peer", "root": str(self.work / "peer" / "{node}")}]
+                if peer_token
+                else []
+            ),
             {"name": "lustre", "kind": "shared", "root": str(self.work / "lustre")},
             {
                 "name": "s3",
@@ -119,6 +125,7 @@ class Fleet:
             {
                 "AWS_ACCESS_KEY_ID": self.moto.access_key_id,
                 "AWS_SECRET_ACCESS_KEY": self.moto.secret_access_key,
+                **({"TIERPOINT_DATA_TOKEN": peer_token} if peer_token else {}),
             },
         )
         port, metrics = free_port(), free_port()
@@ -151,7 +158,7 @@ class Fleet:
             cmd = [self.tierpoint, "worker", "--no-shared"]
             for n in nodes[i : i + NODES_PER_PROCESS]:
                 cmd += ["--node", n]
-            self._start(self.node_procs, f"node workers {i // NODES_PER_PROCESS + 1}", cmd)
+            self._start(self.node_procs, f"node workers {len(self.node_procs) + 1}", cmd)
         deadline = time.monotonic() + START_TIMEOUT
         while self._seen(nodes, since) < len(nodes):
             self._check_alive(deadline, None)

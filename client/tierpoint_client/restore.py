@@ -23,6 +23,7 @@ from tierpoint_client.errors import ChecksumMismatchError, MissingDependencyErro
 from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, crc32c_hex, update
 from tierpoint_client.models import PlanEntry, RestoredFile, TierInfo
 from tierpoint_client.paths import PARTIAL_SUFFIX, safe_join, validate_relative_path
+from tierpoint_client.transport import DataConnections
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -56,6 +57,10 @@ def _posix_chunks(location: str, chunk_size: int) -> Iterator[memoryview]:
         f.close()
 
 
+# The process's connections to data endpoints, kept open from one file to the next.
+PEERS = DataConnections(PEER_TIMEOUT)
+
+
 def _peer_chunks(entry: PlanEntry, token: str | None, chunk_size: int) -> Iterator[memoryview]:
     """The file from its holder's data endpoint: a plain HTTP GET, the bytes verified by the
     caller like any other source's."""
@@ -64,29 +69,23 @@ def _peer_chunks(entry: PlanEntry, token: str | None, chunk_size: int) -> Iterat
     url = urlsplit(entry.url)
     if url.scheme not in ("http", "https") or not url.hostname:
         raise SourceError(f"peer copy URL {entry.url!r} is not http(s)")
-    conn_cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(url.hostname, url.port, timeout=PEER_TIMEOUT)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     view = chunk_buffer(chunk_size)
     try:
-        try:
-            conn.request("GET", url.path, headers=headers)
-            resp = conn.getresponse()
-        except (OSError, http.client.HTTPException) as e:
-            raise SourceError(f"peer copy {entry.url}: {e!r}") from None
-        if resp.status != 200:
-            why = resp.read(512).decode("utf-8", "replace").strip()
-            raise SourceError(f"peer copy {entry.url}: HTTP {resp.status} {why}")
-        while True:
-            try:
-                n = read_full(resp, view)
-            except http.client.HTTPException as e:
-                raise SourceError(f"peer copy {entry.url} cut off: {e!r}") from None
-            if not n:
-                return
-            yield view[:n]
-    finally:
-        conn.close()
+        with PEERS.get(entry.url, headers) as resp:
+            if resp.status != 200:
+                why = resp.read(512).decode("utf-8", "replace").strip()
+                raise SourceError(f"peer copy {entry.url}: HTTP {resp.status} {why}")
+            while True:
+                try:
+                    n = read_full(resp, view)
+                except http.client.HTTPException as e:
+                    raise SourceError(f"peer copy {entry.url} cut off: {e!r}") from None
+                if not n:
+                    return
+                yield view[:n]
+    except (OSError, http.client.HTTPException) as e:
+        raise SourceError(f"peer copy {entry.url}: {e!r}") from None
 
 
 class Sources:

@@ -1,14 +1,19 @@
-"""JSON over HTTP with the standard library, retrying what is safe to retry."""
+"""JSON over HTTP with the standard library, retrying what is safe to retry; and the keep-alive
+connections of file reads from nodes' data endpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import os
 import random
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,3 +150,108 @@ def _api_error(e: urllib.error.HTTPError) -> ApiError:
     if detail is None and raw:
         detail = raw[:500].decode("utf-8", "replace")
     return error_for(e.code, code, detail, problem)
+
+
+# A connection kept idle for longer is not reused: the endpoint closes its own after 30 s, and a
+# request sent as it does so would fail.
+IDLE_REUSE = 20.0
+IDLE_PER_ENDPOINT = 16
+_Endpoint = tuple[str, str, int | None]
+
+
+class DataConnections:
+    """Keep-alive connections to data endpoints, per endpoint, shared by a process's reads: a file
+    read from a peer costs one request, not a TCP (and TLS) handshake and a new server thread.
+
+    A connection goes back for reuse only once its response was read to the end (and the server
+    did not ask to close it); a request on a reused connection that the server closed meanwhile
+    is sent again once on a new one (a GET changes nothing)."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._idle: dict[_Endpoint, list[tuple[float, http.client.HTTPConnection]]] = {}
+        self._pid = os.getpid()
+
+    @contextlib.contextmanager
+    def get(self, url: str, headers: Mapping[str, str]) -> Iterator[http.client.HTTPResponse]:
+        """The response to a GET of `url` (http or https); raises OSError or HTTPException."""
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"{url!r} is not an http(s) URL")
+        endpoint: _Endpoint = (parsed.scheme, parsed.hostname, parsed.port)
+        target = parsed.path + (f"?{parsed.query}" if parsed.query else "")
+        conn = self._take(endpoint)
+        try:
+            if conn is None:
+                conn = self._new(endpoint)
+                resp = _send(conn, target, headers)
+            else:
+                try:
+                    resp = _send(conn, target, headers)
+                except (http.client.RemoteDisconnected, ConnectionError):
+                    conn.close()
+                    conn = self._new(endpoint)
+                    resp = _send(conn, target, headers)
+            yield resp
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        if resp.isclosed() and not resp.will_close:
+            self._put(endpoint, conn)
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for _, conn in conns:
+                conn.close()
+
+    def _new(self, endpoint: _Endpoint) -> http.client.HTTPConnection:
+        scheme, host, port = endpoint
+        if scheme == "https":
+            return http.client.HTTPSConnection(host, port, timeout=self.timeout)
+        return http.client.HTTPConnection(host, port, timeout=self.timeout)
+
+    def _take(self, endpoint: _Endpoint) -> http.client.HTTPConnection | None:
+        now = time.monotonic()
+        stale: list[http.client.HTTPConnection] = []
+        found = None
+        with self._lock:
+            self._forked()
+            conns = self._idle.get(endpoint, [])
+            while conns:
+                since, conn = conns.pop()
+                if now - since < IDLE_REUSE:
+                    found = conn
+                    break
+                stale.append(conn)
+        for conn in stale:
+            conn.close()
+        return found
+
+    def _put(self, endpoint: _Endpoint, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._forked()
+            conns = self._idle.setdefault(endpoint, [])
+            if len(conns) < IDLE_PER_ENDPOINT:
+                conns.append((time.monotonic(), conn))
+                return
+        conn.close()
+
+    def _forked(self) -> None:
+        """In a forked child, forget the parent's sockets (without closing them: they are the
+        parent's too)."""
+        if os.getpid() != self._pid:
+            self._idle, self._pid = {}, os.getpid()
+
+
+def _send(
+    conn: http.client.HTTPConnection, target: str, headers: Mapping[str, str]
+) -> http.client.HTTPResponse:
+    conn.request("GET", target, headers=dict(headers))
+    return conn.getresponse()

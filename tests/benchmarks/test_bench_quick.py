@@ -46,10 +46,18 @@ def test_quick_run_measures_every_scenario_against_its_baseline(tmp_path: Path) 
             if (r["unit"] == "n" or "CPU" in r["label"]) and not r["median"]:
                 continue  # a count (or a CPU reading) of 0: no ratio
             assert r["ratio"] is not None and r["ratio"] > 0, (name, r)
-    # Recovery: the shared tier's and S3's restores are compared to the peer's, in the same run.
-    recovery = {r["label"]: r["baseline"] for r in doc["scenarios"]["recovery"]["rows"]}
-    peer = "restore from a peer's data endpoint"
-    assert recovery["restore from the shared tier"] == recovery["restore from S3"] == peer
+    # Recovery: each source's load is compared to a local load, S3's also to the peer's, in the
+    # same run; each read every byte from its own source.
+    recovery = {r["label"]: r for r in doc["scenarios"]["recovery"]["rows"]}
+    local = "local load (the node's own local tier)"
+    nbytes = doc["scenarios"]["recovery"]["params"]["bytes"]
+    for source in ("a peer's data endpoint", "the shared tier", "S3"):
+        assert recovery[f"load from {source}"]["baseline"] == local
+        assert recovery[f"load from {source}: bytes read"]["values"] == [nbytes] * repeats
+    assert (
+        recovery["load from S3, against the peer's"]["baseline"]
+        == "load from a peer's data endpoint"
+    )
     dcp = {r["label"]: r for r in doc["scenarios"]["dcp"]["rows"]}
     assert dcp[HEADLINE]["baseline"] == "S3StorageWriter save"
     e2e = {r["label"]: r for r in doc["scenarios"]["end_to_end"]["rows"]}

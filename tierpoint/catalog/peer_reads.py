@@ -18,26 +18,24 @@ from tierpoint.storage.peer_http import shard_url
 from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 
 
-def served_size(
-    session: Session, node: str, tier: str, job: str, step: int, path: str
-) -> int | None:
-    """The size of the shard `path` of `job`/`step` if `node` holds a verified copy of it on
-    `tier`, else None: the data endpoint serves registered, verified files only."""
-    size: int | None = session.scalar(
-        select(Shard.size)
+def served_sizes(session: Session, node: str, tier: str, job: str, step: int) -> dict[str, int]:
+    """path -> size of every shard of `job`/`step` of which `node` holds a verified copy on
+    `tier`: what the data endpoint serves of that checkpoint (registered, verified files only),
+    in one query for the whole checkpoint, as a restore reads all of its files."""
+    rows = session.execute(
+        select(Shard.path, Shard.size)
         .join(Checkpoint, Checkpoint.id == Shard.checkpoint_id)
         .join(Job, Job.id == Checkpoint.job_id)
         .join(Replica, Replica.shard_id == Shard.id)
         .where(
             Job.name == job,
             Checkpoint.step == step,
-            Shard.path == path,
             Replica.tier == tier,
             Replica.node_id == node,
             Replica.state == ReplicaState.VERIFIED.value,
         )
     )
-    return size
+    return {r.path: r.size for r in rows}
 
 
 def _data_urls(node_ids: Iterable[str]) -> Any:

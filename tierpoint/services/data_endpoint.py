@@ -7,6 +7,14 @@ or `train:<prefix>` of the job). Only a verified copy that the catalog lists on 
 is served, read through the tier store (no symlink followed below the root, the tier's read
 bandwidth limit shared with every other read off the node); anything else is 404 whether or not
 a file is there. One range per request (`Range: bytes=a-b`, `bytes=a-`) gives 206.
+
+A restore reads every file of a checkpoint in a burst, over keep-alive connections: the catalog
+is asked once per checkpoint for the verified copies this node holds of it, and that listing
+answers the checkpoint's other requests for `LISTING_TTL` seconds. A path not in it is looked
+up again (a copy verified since is served at once), never guessed; a copy that stopped being
+verified may still be served for at most `LISTING_TTL` (its bytes are the registered ones, and
+the reader checks them against the registered crc32c). The credential is checked on every
+request.
 """
 
 from __future__ import annotations
@@ -15,7 +23,9 @@ import hmac
 import io
 import os
 import re
+import select
 import threading
+import time
 from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +46,13 @@ log = logs.get(__name__)
 
 CHUNK = 8 * 1024 * 1024
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+# How long a checkpoint's listing of served files answers for it (see the module's docstring).
+LISTING_TTL = 1.0
+# Checkpoints whose listing is kept at once; beyond it, the oldest is dropped.
+LISTINGS = 64
+# A keep-alive connection with no request for this long is closed, freeing its thread: a client
+# keeps its connection for the next file, and one that forgets it must not hold a thread.
+IDLE_TIMEOUT = 30.0
 
 
 class Denied(Exception):
@@ -86,6 +103,51 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end
 
 
+class Listings:
+    """The verified copies `node` holds of recently read checkpoints, per (tier, job, step)."""
+
+    def __init__(self, sessions: Sessions, node: str, ttl: float = LISTING_TTL) -> None:
+        self.sessions, self.node, self.ttl = sessions, node, ttl
+        self._lock = threading.Lock()
+        self._listed: dict[tuple[str, str, int], tuple[float, dict[str, int]]] = {}
+        self._loading: dict[tuple[str, str, int], threading.Lock] = {}
+
+    def size(self, tier: str, job: str, step: int, path: str) -> int | None:
+        """The size of the file if this node serves it (a verified copy on `tier`), else None."""
+        key = (tier, job, step)
+        found = self._cached(key, path)
+        if found is not None:
+            return found
+        # One query per checkpoint at a time: the first files of a restore are asked for at
+        # once, and the others wait for its listing rather than each making their own.
+        with self._lock:
+            loading = self._loading.setdefault(key, threading.Lock())
+        with loading:
+            try:
+                found = self._cached(key, path)
+                if found is not None:
+                    return found
+                listed_at = time.monotonic()
+                with self.sessions.begin() as s:
+                    listed = peer_reads.served_sizes(s, self.node, tier, job, step)
+                with self._lock:
+                    self._listed.pop(key, None)
+                    while len(self._listed) >= LISTINGS:
+                        del self._listed[next(iter(self._listed))]
+                    self._listed[key] = (listed_at, listed)
+            finally:
+                with self._lock:
+                    self._loading.pop(key, None)
+        return listed.get(path)
+
+    def _cached(self, key: tuple[str, str, int], path: str) -> int | None:
+        with self._lock:
+            hit = self._listed.get(key)
+        if hit is None or time.monotonic() - hit[0] >= self.ttl:
+            return None
+        return hit[1].get(path)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: DataServer
     protocol_version = "HTTP/1.1"
@@ -101,6 +163,16 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         log.debug("data endpoint", request=format % args)
 
+    def handle(self) -> None:
+        """The connection's requests until it closes or stays idle for IDLE_TIMEOUT."""
+        self.close_connection = True
+        self.handle_one_request()
+        while not self.close_connection:
+            ready, _, _ = select.select([self.connection], [], [], IDLE_TIMEOUT)
+            if not ready:
+                return
+            self.handle_one_request()
+
     def do_GET(self) -> None:
         srv = self.server
         try:
@@ -109,8 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
             tier = next((t for t in srv.settings.tiers if t.name == tier_name), None)
             if tier is None or not tier.on_nodes:
                 raise Denied(HTTPStatus.NOT_FOUND, f"no local or peer tier {tier_name!r}")
-            with srv.sessions.begin() as s:
-                size = peer_reads.served_size(s, srv.node, tier.name, ref.job, ref.step, ref.path)
+            size = srv.listings.size(tier.name, ref.job, ref.step, ref.path)
             if size is None:
                 raise Denied(HTTPStatus.NOT_FOUND, "no verified copy of it on this node")
             span = byte_range(self.headers.get("Range"), size)
@@ -168,6 +239,7 @@ class DataServer(ThreadingHTTPServer):
 
     def __init__(self, settings: Settings, sessions: Sessions, node: str, host: str, port: int):
         self.settings, self.sessions, self.node = settings, sessions, node
+        self.listings = Listings(sessions, node)
         super().__init__((host, port), _Handler)
 
     @property

@@ -15,6 +15,7 @@ import hmac
 import io
 import os
 import re
+import ssl
 import threading
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -140,7 +141,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Range", f"bytes {start}-{max(end - 1, start)}/{size}")
             self.end_headers()
             limiter = getattr(store, "limiter", None)
-            sent = _send_file(self.connection.fileno(), reader.fileno(), start, end, limiter)
+            if isinstance(self.connection, ssl.SSLSocket):
+                sent = _send_tls(self.connection, reader.fileno(), start, end, limiter)
+            else:
+                sent = _send_file(self.connection.fileno(), reader.fileno(), start, end, limiter)
             if sent < end - start:
                 # Shorter than the catalog says: cut the connection, the reader sees a short
                 # body and never takes it for the file.
@@ -163,12 +167,37 @@ def _send_file(sock: int, fd: int, start: int, end: int, limiter: TokenBucket | 
     return pos - start
 
 
+def _send_tls(
+    conn: ssl.SSLSocket, fd: int, start: int, end: int, limiter: TokenBucket | None
+) -> int:
+    """As `_send_file` over TLS, which sendfile cannot encrypt: read, then encrypt and send."""
+    pos = start
+    while pos < end:
+        chunk = os.pread(fd, min(CHUNK, end - pos), pos)
+        if not chunk:
+            break
+        conn.sendall(chunk)
+        if limiter is not None:
+            limiter.consume(len(chunk))
+        pos += len(chunk)
+    return pos - start
+
+
 class DataServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, settings: Settings, sessions: Sessions, node: str, host: str, port: int):
         self.settings, self.sessions, self.node = settings, sessions, node
         super().__init__((host, port), _Handler)
+        self.tls = settings.data_tls_cert is not None
+        if settings.data_tls_cert is not None and settings.data_tls_key is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(settings.data_tls_cert, settings.data_tls_key)
+            # The handshake runs in the request's thread (on its first read), not in the thread
+            # that accepts: a slow or silent client holds up no other.
+            self.socket = ctx.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
 
     @property
     def url(self) -> str:
@@ -176,7 +205,8 @@ class DataServer(ThreadingHTTPServer):
             return self.settings.data_url
         host, port = self.server_address[:2]
         name = host.decode() if isinstance(host, bytes) else str(host)
-        return f"http://{name if ':' not in name else f'[{name}]'}:{port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{name if ':' not in name else f'[{name}]'}:{port}"
 
 
 def serve(settings: Settings, sessions: Sessions, node: str, port: int) -> DataServer:

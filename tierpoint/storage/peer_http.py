@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import http.client
 import io
+import ssl
+from pathlib import Path
 from typing import BinaryIO, cast
 from urllib.parse import quote, unquote, urlsplit
 
@@ -79,6 +81,12 @@ class _Body(io.RawIOBase):
             super().close()
 
 
+def tls_context(ca_bundle: Path | str | None = None) -> ssl.SSLContext:
+    """What a pull from an https data endpoint trusts: the CA bundle, or the system roots; the
+    certificate must name the endpoint's host."""
+    return ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+
+
 def _range_start(resp: http.client.HTTPResponse) -> int | None:
     """The first byte of a 206's `Content-Range: bytes a-b/size`."""
     unit, _, span = (resp.getheader("Content-Range") or "").partition(" ")
@@ -89,15 +97,23 @@ def _range_start(resp: http.client.HTTPResponse) -> int | None:
 class PeerSource:
     """Reads one tier's shards off another node's data endpoint (a `ShardSource`)."""
 
-    def __init__(self, base_url: str, tier: str, token: str | None) -> None:
-        self.base_url, self.tier, self._token = base_url, tier, token
+    def __init__(
+        self, base_url: str, tier: str, token: str | None, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """`tls`: how an https endpoint's certificate is verified (`tls_context`)."""
+        self.base_url, self.tier, self._token, self._tls = base_url, tier, token, tls
 
     def open_read(self, ref: ShardRef, offset: int = 0) -> BinaryIO:
         url = urlsplit(self.base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ConnectionError(f"data endpoint {self.base_url!r} is not an http(s) URL")
-        cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-        conn = cls(url.hostname, url.port, timeout=READ_TIMEOUT)
+        conn: http.client.HTTPConnection
+        if url.scheme == "https":
+            conn = http.client.HTTPSConnection(
+                url.hostname, url.port, timeout=READ_TIMEOUT, context=self._tls or tls_context()
+            )
+        else:
+            conn = http.client.HTTPConnection(url.hostname, url.port, timeout=READ_TIMEOUT)
         headers = {"Range": f"bytes={offset}-"}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"

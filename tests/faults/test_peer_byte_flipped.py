@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
+from activities.copy import REREADS_AFTER_TRANSIT_MISMATCH
 from tests.helpers.flip_proxy import flip_proxy
 from tests.helpers.lifecycle import (
     ShardSpec,
@@ -43,7 +44,7 @@ from tierpoint.config import Settings
 SHARD = "model.bin"
 SIZE = 3 * 1024 * 1024 + 7
 # Every read of the shard damaged: the first and its re-reads.
-READS = 3
+READS = 1 + REREADS_AFTER_TRANSIT_MISMATCH
 
 
 def free_port() -> int:

@@ -17,7 +17,8 @@ and the development tools. Both steps are skipped cheaply when already done.
 `test` also makes ./.venv-torch, a pip venv with the client and its `torch` and `s3` extras, in
 which the tests run the client's torch.distributed.checkpoint storage. torch stays out of uv.lock:
 the lock would pull a multi-GB CUDA build, where pip here installs the CPU build `TORCH`. The
-benchmarks (`python -m benchmarks`) add `BENCH_EXTRAS` to it on first use. And `test` finds (or,
+benchmarks (`python -m benchmarks`) add `BENCH_EXTRAS` to it on first use (a run of the whole
+suite, whose benchmark smoke needs them, adds them beside its static checks). And `test` finds (or,
 as root on Debian, installs) the chromium the dashboard's browser tests drive.
 """
 
@@ -28,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -216,6 +218,12 @@ def run_tests(args: Sequence[str]) -> int:
     lint = "--no-lint" not in args
     pytest_args = [a for a in args if a != "--no-lint"]
     failed: list[str] = []
+    # The whole suite runs the benchmark smoke, which needs BENCH_EXTRAS: install them while the
+    # static checks run (a pip download and unpack, ~30 s on a fresh machine) rather than inside
+    # the smoke, where a test worker would wait for them.
+    extras = threading.Thread(target=sync_bench_extras, daemon=True)
+    if not any(a[:1] != "-" for a in pytest_args):
+        extras.start()
     if lint:
         for cmd, cwd in lint_commands():
             shown = " ".join([Path(cmd[0]).name, *cmd[1:]])
@@ -225,6 +233,8 @@ def run_tests(args: Sequence[str]) -> int:
                 failed.append(shown + where)
         if failed:
             _say(f"static checks failed: {'; '.join(failed)} (running the tests anyway)")
+    if extras.is_alive():
+        extras.join()
     env = dict(os.environ)
     chromium = find_chromium()
     if chromium is not None:

@@ -753,10 +753,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "peer-ring-never-self",
         "activities/placement.py",
-        """            if distance >= len(ring):
-                continue
+        """    walk = [n for n in (*ring[start:], *ring[:start]) if n != node]
 """,
-        """""",
+        """    walk = [n for n in (*ring[start:], *ring[:start])]
+""",
         ("tests/activities/test_placement.py",),
         "a node's peer copy never sits on the node itself, whose loss it is there for",
     ),

@@ -18,8 +18,8 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
+from tierpoint.catalog import key_layouts, metrics_reads, nodes, peer_reads, scrub_repo
 from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog import metrics_reads, nodes, peer_reads, scrub_repo
 from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
@@ -48,6 +48,7 @@ from tierpoint.retention.policy import promotion_targets, tier_refs
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.base import ShardSource, TierStore
 from tierpoint.storage.peer_http import PeerSource, tls_context
+from tierpoint.storage.s3.layout import KeyLayout, layout_in_force
 
 from . import observe
 from .batching import batch_size, plan_batches
@@ -103,9 +104,11 @@ class LifecycleActivities:
                 non_retryable=True,
             )
 
-    def _store(self, tier: TierConfig, batch_node: str) -> TierStore:
+    def _store(
+        self, tier: TierConfig, batch_node: str, layout: KeyLayout | None = None
+    ) -> TierStore:
         ensure_reachable(tier, batch_node, self._node)
-        return self._stores.get(tier, batch_node)
+        return self._stores.get(tier, batch_node, layout)
 
     # ---------------------------------------------------------------- plan
 
@@ -126,6 +129,10 @@ class LifecycleActivities:
                 )
             tiers = self._targets(s, head)
             repo.ensure_markers(s, head, [t.name for t in tiers])
+            # The S3 key layout in force now is this checkpoint's for good (a re-plan keeps it).
+            key_layouts.record(
+                s, head.id, {t.name: layout_in_force(t) for t in tiers if t.kind is TierKind.S3}
+            )
             repo.drop_skipped_markers(
                 s, head, [t.name for t in self._settings.tiers if t not in tiers]
             )
@@ -133,11 +140,14 @@ class LifecycleActivities:
             lost = nodes.lost_among(s, (n for n, _, _ in ordinals))
             peers = [t for t in tiers if t.kind is TierKind.PEER]
             live = scrub_repo.live_nodes(s) if peers else []
+            # A source that is not live is placed too, away from its own domain.
+            placed = [*live, *(n for n, _, _ in ordinals)] if peers else []
+            domains = nodes.failure_domains(s, placed)
         sources = {n for n, _, _ in ordinals}
         # The i-th peer tier of the configuration (not of this step's targets) keeps its ring
         # distance, so a step that skips a peer tier moves no other tier's copies.
         distance = {t.name: i + 1 for i, t in enumerate(self._settings.peer_tiers())}
-        holders = {t.name: ring_holders(sources, live, distance[t.name]) for t in peers}
+        holders = {t.name: ring_holders(sources, live, distance[t.name], domains) for t in peers}
         size = batch_size(self._settings, len(ordinals))
         # Split by bytes for the stages on the nodes' queues (the seal, and the copy off the
         # local tier), whose windows are per node: a shared tier's large window (an S3 tier
@@ -238,6 +248,8 @@ class LifecycleActivities:
         src_tier = self._stores.tier(inp.source)
         dst_tier = self._stores.tier(inp.destination)
         src: ShardSource
+        with self._sessions.begin() as s:
+            layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
         if dst_tier.kind is TierKind.PEER:
             # Runs on the holder's queue and pulls from the shards' node over its endpoint.
             if b.holder is None or b.holder == b.node:
@@ -253,8 +265,8 @@ class LifecycleActivities:
             src = self._peer_source(src_tier, b.node)
         else:
             dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None
-            src = self._store(src_tier, b.node)
-            dst = self._store(dst_tier, b.node)
+            src = self._store(src_tier, b.node, layouts.get(src_tier.name))
+            dst = self._store(dst_tier, b.node, layouts.get(dst_tier.name))
             self._refuse_lost_node(b.node, src_tier, dst_tier)
         with self._sessions.begin() as s:
             shards = repo.batch_shards(

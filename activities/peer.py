@@ -58,10 +58,11 @@ class PeerActivities:
             sources = {n for rows in missing.values() for n, _, _ in rows}
             lost = set(nodes.lost_among(s, sources))
             live = scrub_repo.live_nodes(s)
+            domains = nodes.failure_domains(s, [*live, *sources])
         out.lost_nodes = sorted(lost)
         for tier in (t for t in peers if t.name in missing):
             reachable = [r for r in missing[tier.name] if r[0] not in lost]
-            holders = ring_holders({n for n, _, _ in reachable}, live, distance[tier.name])
+            holders = ring_holders({n for n, _, _ in reachable}, live, distance[tier.name], domains)
             batches = plan_batches(
                 reachable,
                 batch_size(self._settings, len(reachable)),

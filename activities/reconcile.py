@@ -1,5 +1,5 @@
-"""Reconciliation: list what is really on a tier (a POSIX root, per node for a local tier, or a
-bucket prefix) and compare it with the catalog, job by job.
+"""Reconciliation: list what is really on a tier (a POSIX root, per node for a local or peer
+tier, or a bucket prefix) and compare it with the catalog, job by job.
 
 Reported: verified replicas whose file/object is missing or has the wrong size, files/objects that
 no shard of the catalog names (never deleted: the catalog does not know what they are), and temp
@@ -42,6 +42,7 @@ from tierpoint.contract.integrity import (
 from tierpoint.states import ReplicaState
 from tierpoint.storage.paths import is_partial_name
 from tierpoint.storage.posix.store import PosixStore
+from tierpoint.storage.s3.layout import is_spread_dir
 from tierpoint.storage.s3.store import S3Store
 
 from .registration import on_node_queue
@@ -98,9 +99,9 @@ class ReconcileActivities:
             nodes = scrub_repo.live_nodes(s)
         units = []
         for t in tiers:
-            if t.kind is TierKind.PEER:
-                continue  # reconciling peer copies (on their holders) is not built yet
-            for node in nodes if t.kind is TierKind.LOCAL else [None]:
+            # A peer tier's root on a node holds the copies that node keeps for others (their
+            # replicas name it): scanned there, as a local root is.
+            for node in nodes if t.on_nodes else [None]:
                 units.append(ReconcileUnit(tier=t.name, kind=t.kind, node=node))
         grace = self._settings.reconcile_grace / timedelta(seconds=1)
         return ReconcilePlan(units=units, grace_seconds=grace)
@@ -148,7 +149,11 @@ class ReconcileActivities:
     ) -> None:
         with self._sessions.begin() as s:
             expected = reconcile_repo.job_on_tier(
-                s, job, tier.name, node if tier.kind is TierKind.LOCAL else None
+                s,
+                job,
+                tier.name,
+                node if tier.kind is TierKind.LOCAL else None,
+                holder=node if tier.kind is TierKind.PEER else None,
             )
         seen: set[tuple[int, str]] = set()
         wrong: dict[int, str] = {}
@@ -235,30 +240,50 @@ class _S3Lister(_Lister):
         self.prefix = store.prefix
         self.uploads = store.uploads
         self.repair = repair
+        self._spread: list[str] | None = None
+
+    def _list(self, prefix: str) -> tuple[list[str], list[str]]:
+        """(sub-prefixes, object names) directly under `prefix`, relative to it."""
+        dirs: list[str] = []
+        names: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+            dirs.extend(
+                p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])
+            )
+            names.extend(o["Key"][len(prefix) :] for o in page.get("Contents", []))
+        return dirs, names
+
+    def _tops(self) -> list[str]:
+        """Where jobs' keys start: the tier prefix (flat layout) and each spread layout's
+        directory under it (`_<h>/`, tierpoint/storage/s3/layout.py)."""
+        if self._spread is None:
+            dirs, _ = self._list(self.prefix)
+            self._spread = [f"{self.prefix}{d}/" for d in dirs if is_spread_dir(d)]
+        return [self.prefix, *self._spread]
 
     def top_level(self) -> list[str]:
-        names = []
-        paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix, Delimiter="/"):
-            for p in page.get("CommonPrefixes", []):
-                names.append(p["Prefix"][len(self.prefix) :].rstrip("/"))
-            for o in page.get("Contents", []):
-                names.append(o["Key"][len(self.prefix) :])
-        return names
+        dirs, names = self._list(self.prefix)
+        names += [d for d in dirs if not is_spread_dir(d)]
+        for top in self._tops()[1:]:
+            jobs, objects = self._list(top)
+            names += [*jobs, *(top[len(self.prefix) :] + o for o in objects)]
+        return sorted(set(names))
 
     def entries(self, job: str) -> Iterator[Entry]:
-        top = f"{self.prefix}{job}/"
         paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=top):
-            for o in page.get("Contents", []):
-                yield o["Key"][len(top) :], int(o["Size"]), o["LastModified"].timestamp()
+        for top in (f"{t}{job}/" for t in self._tops()):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=top):
+                for o in page.get("Contents", []):
+                    yield o["Key"][len(top) :], int(o["Size"]), o["LastModified"].timestamp()
 
     def abandoned_uploads(self, report: TierReport, job: str | None, grace: float) -> int:
-        prefix = self.prefix + (f"{job}/" if job else "")
+        prefixes = [f"{t}{job}/" for t in self._tops()] if job else [self.prefix]
         cutoff = datetime.fromtimestamp(grace, UTC)
         cleaned = 0
         paginator = self.client.get_paginator("list_multipart_uploads")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+        pages = (p for x in prefixes for p in paginator.paginate(Bucket=self.bucket, Prefix=x))
+        for page in pages:
             for u in page.get("Uploads", []):
                 initiated: Any = u.get("Initiated")
                 if initiated is None or initiated >= cutoff:

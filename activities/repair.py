@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
-from tierpoint.catalog import expiry_repo, repair_repo
+from tierpoint.catalog import expiry_repo, key_layouts, peer_reads, repair_repo
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
 from tierpoint.catalog.engine import Sessions
@@ -34,7 +35,9 @@ from tierpoint.contract.integrity import (
 )
 from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
 from tierpoint.states import ReplicaState
-from tierpoint.storage.base import TierStore
+from tierpoint.storage.base import ShardSource, TierStore
+from tierpoint.storage.peer_http import PeerSource, tls_context
+from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.temporal import request_repair
 
 from .batching import batch_size
@@ -68,9 +71,26 @@ class RepairActivities:
         self._node = node
         self._client = client
 
-    def _store(self, tier: TierConfig, batch_node: str) -> TierStore:
+    def _store(self, tier: TierConfig, batch_node: str, layouts: dict[str, KeyLayout]) -> TierStore:
         ensure_reachable(tier, batch_node, self._node)
-        return self._stores.get(tier, batch_node)
+        return self._stores.get(tier, batch_node, layouts.get(tier.name))
+
+    def _read_from(
+        self, tier: TierConfig, batch_node: str, layouts: dict[str, KeyLayout]
+    ) -> ShardSource:
+        """A source tier's reader: another node's local tier through its data endpoint."""
+        if tier.kind is TierKind.LOCAL and batch_node != self._node:
+            with self._sessions.begin() as s:
+                url = peer_reads.data_urls(s, [batch_node]).get(batch_node)
+            if url is None:
+                # Retried: the node's worker may be restarting, and reports its endpoint when up.
+                raise ApplicationError(
+                    f"node {batch_node} serves no data endpoint", type="NoDataEndpoint"
+                )
+            token = self._settings.data_token
+            tls = tls_context(self._settings.data_tls_ca) if url.startswith("https:") else None
+            return PeerSource(url, tier.name, token.get_secret_value() if token else None, tls)
+        return self._store(tier, batch_node, layouts)
 
     @activity.defn(name=REPAIR_PLAN)
     def plan(self, inp: RepairPlanInput) -> RepairPlan:
@@ -86,15 +106,20 @@ class RepairActivities:
                 inp.limit,
             )
 
-    def _source(self, src: repair_repo.ShardSources, dst: TierConfig) -> TierConfig | None:
-        """The fastest tier holding the shard verified that this worker can read."""
+    def _source(
+        self, src: repair_repo.ShardSources, dst: TierConfig, lost: set[str]
+    ) -> TierConfig | None:
+        """The fastest tier holding the shard verified that this worker can read: a local tier
+        on its own node, or (copying to a peer tier, on the holder) over the shard's node's data
+        endpoint, as the lifecycle's peer copy reads it."""
         for t in self._settings.tiers:
             if t.name == dst.name or t.name not in src.verified or t.kind is TierKind.PEER:
                 continue
-            if t.kind is TierKind.LOCAL and (
-                self._node is None or src.verified[t.name] != self._node
-            ):
-                continue
+            if t.kind is TierKind.LOCAL:
+                if src.node in lost or self._node is None:
+                    continue
+                if dst.kind is not TierKind.PEER and src.verified[t.name] != self._node:
+                    continue
             return t
         return None
 
@@ -104,12 +129,16 @@ class RepairActivities:
         info = activity.info()
         b = inp.batch
         dst_tier = self._stores.tier(inp.destination)
+        # A peer copy is written on its holder (the batch runs on the holder's queue).
+        dst_node = b.runs_on if dst_tier.on_nodes else None
+        with self._sessions.begin() as s:
+            layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
         dest = Destination(
             job=inp.job,
             step=inp.step,
             tier=dst_tier,
-            store=self._store(dst_tier, b.node),
-            node=b.node if dst_tier.kind is TierKind.LOCAL else None,
+            store=self._store(dst_tier, b.runs_on, layouts),
+            node=dst_node,
             reporter=BatchReporter(
                 self._sessions,
                 inp.checkpoint_id,
@@ -124,16 +153,16 @@ class RepairActivities:
         if found is None:
             # Retention (or an operator) took the copy over since the plan: leave it.
             return dest.result
-        todo, sources = found
+        todo, sources, lost = found
         dest.result.shards = len(todo)
-        copies = copy_to(dest, self._by_source(dest, b.node, todo, sources))
+        copies = copy_to(dest, self._by_source(dest, b.node, todo, sources, lost, layouts))
         used = {c.src_tier.name: c.verified for c in copies}
         self._record(inp, dst_tier, dest.result, used, info.attempt)
         return dest.result
 
     def _damaged(
         self, inp: RepairCopyInput, dst_tier: TierConfig
-    ) -> tuple[list[repo.BatchShard], dict[int, repair_repo.ShardSources]] | None:
+    ) -> tuple[list[repo.BatchShard], dict[int, repair_repo.ShardSources], set[str]] | None:
         """The batch's shards this worker is to copy again to `dst_tier`, and where each one is
         verified; None when the tier's copy is no longer for repair to mend."""
         b = inp.batch
@@ -148,8 +177,17 @@ class RepairActivities:
                 if x.node == b.node and b.first <= x.ordinal <= b.last
             }
             lost = repair_repo.lost_nodes(s, [b.node])
+            held = (
+                repair_repo.peer_holders(s, inp.checkpoint_id, dst_tier.name)
+                if dst_tier.kind is TierKind.PEER
+                else {}
+            )
         todo = [sh for sh in shards if sh.state not in _UNTOUCHABLE]
-        if dst_tier.kind is not TierKind.LOCAL:
+        if dst_tier.kind is TierKind.PEER:
+            # A batch's range of the node's shards may hold some on another node (re-replication
+            # moved them): this holder copies only its own.
+            todo = [sh for sh in todo if held.get(sh.id) == b.holder]
+        elif dst_tier.kind is not TierKind.LOCAL:
             # The plan split the shards between the node's queue (fastest copy local) and the
             # shared one; each worker takes its own share, so no shard is copied twice at once.
             mine = self._node is not None
@@ -157,7 +195,7 @@ class RepairActivities:
             todo = [
                 sh for sh in todo if repair_repo.prefers_node(sources[sh.id], tiers, lost) == mine
             ]
-        return todo, sources
+        return todo, sources, lost
 
     def _by_source(
         self,
@@ -165,12 +203,14 @@ class RepairActivities:
         batch_node: str,
         todo: list[repo.BatchShard],
         sources: dict[int, repair_repo.ShardSources],
+        lost: set[str],
+        layouts: dict[str, KeyLayout],
     ) -> list[Source]:
         """The shards grouped by the fastest tier this worker can read them from verified; a
         shard with no such tier is left as it is, and said so."""
         groups: dict[str, list[repo.BatchShard]] = defaultdict(list)
         for sh in todo:
-            src_tier = self._source(sources[sh.id], dest.tier)
+            src_tier = self._source(sources[sh.id], dest.tier, lost)
             if src_tier is None:
                 if len(dest.result.problems) < PROBLEM_EXAMPLES:
                     dest.result.problems.append(
@@ -182,7 +222,7 @@ class RepairActivities:
                 dataclasses.replace(sh, source_state=ReplicaState.VERIFIED.value)
             )
         return [
-            Source(tier, self._store(tier, batch_node), shards)
+            Source(tier, self._read_from(tier, batch_node, layouts), shards)
             for tier, shards in ((self._stores.tier(n), g) for n, g in groups.items())
         ]
 

@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint.catalog import expiry_repo as repo
+from tierpoint.catalog import key_layouts
 from tierpoint.catalog.engine import Sessions
 from tierpoint.config import Settings
 from tierpoint.contract import retention as c
@@ -123,6 +124,7 @@ class RetentionActivities:
         with self._sessions.begin() as s:
             state = repo.marker_state(s, inp.checkpoint_id, inp.tier)
             paths = repo.registered_paths(s, inp.checkpoint_id, inp.tier, inp.node)
+            layout = key_layouts.on_tier(s, [inp.checkpoint_id], inp.tier).get(inp.checkpoint_id)
         if state not in (TierState.EXPIRING.value, TierState.EXPIRED.value):
             raise ApplicationError(
                 f"refusing to delete checkpoint {inp.checkpoint_id} on {inp.tier}: its marker is "
@@ -130,7 +132,7 @@ class RetentionActivities:
                 type=FailureType.NOT_EXPIRING,
                 non_retryable=True,
             )
-        store = self._stores.get(tier, inp.node)
+        store = self._stores.get(tier, inp.node, layout)
         # We delete only what we registered: the shards' files and our temp files, never what
         # else the job left in the directory (it is reported, here and by reconcile).
         done = store.delete_checkpoint(inp.job, inp.step, paths)

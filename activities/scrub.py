@@ -18,11 +18,11 @@ from datetime import datetime, timedelta
 from temporalio import activity
 
 from tierpoint import logs
-from tierpoint.catalog import scrub_repo
+from tierpoint.catalog import key_layouts, scrub_repo
 from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.scrub_repo import ScrubTarget
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     PROBLEM_LIMIT,
     SCRUB_BATCH,
@@ -100,10 +100,11 @@ class ScrubActivities:
             nodes = scrub_repo.live_nodes(session)
         units = []
         for t in s.tiers:
-            # Peer copies are read back when they are made; their scrub is not built yet.
-            if t.scrub_bandwidth <= 0 or t.kind is TierKind.PEER:
+            if t.scrub_bandwidth <= 0:
                 continue
-            for node in nodes if t.kind is TierKind.LOCAL else [None]:
+            # A local tier's unit is a node's own copies; a peer tier's, the copies a node holds
+            # for other nodes (the replica's node is its holder): each is read on that node.
+            for node in nodes if t.on_nodes else [None]:
                 units.append(
                     ScrubUnit(
                         tier=t.name,
@@ -134,15 +135,16 @@ class ScrubActivities:
 
     @activity.defn(name=VERIFY_PICK)
     def verify_pick(self, inp: VerifyPickInput) -> VerifyPick:
-        """The next replicas of a checkpoint's copy to verify, one batch per node's queue."""
-        local = self._settings.tier(inp.tier).kind is TierKind.LOCAL
+        """The next replicas of a checkpoint's copy to verify, one batch per node's queue (a peer
+        copy's: its holder's)."""
+        on_nodes = self._settings.tier(inp.tier).on_nodes
         with self._sessions.begin() as s:
             rows = scrub_repo.checkpoint_replicas(
                 s, inp.checkpoint_id, inp.tier, inp.after_id, inp.limit
             )
         by_node: dict[str | None, list[int]] = {}
         for rid, node in rows:
-            by_node.setdefault(node if local else None, []).append(rid)
+            by_node.setdefault(node if on_nodes else None, []).append(rid)
         return VerifyPick(
             batches=[VerifyBatch(node=n, replica_ids=ids) for n, ids in by_node.items()],
             last_id=rows[-1][0] if rows else inp.after_id,
@@ -154,12 +156,12 @@ class ScrubActivities:
     def verify_batch(self, inp: ScrubBatchInput) -> ScrubBatchResult:
         tier = self._stores.tier(inp.tier)
         ensure_reachable(tier, inp.node, self._node)
-        store = self._stores.get(tier, inp.node)
         bucket = self._bucket(tier.name, inp.node, inp.bandwidth)
         details = activity.info().heartbeat_details
         start = int(details[-1]) if details else 0
         with self._sessions.begin() as s:
             todo = scrub_repo.targets(s, inp.replica_ids)
+            layouts = key_layouts.on_tier(s, {t.checkpoint_id for t in todo}, tier.name)
         result = ScrubBatchResult()
         found = _Found(tier.name, datetime.fromisoformat(inp.picked_at), inp.actor, result)
         for i, t in enumerate(todo):
@@ -169,6 +171,7 @@ class ScrubActivities:
             if t.state != ReplicaState.VERIFIED.value or not t.checksum:
                 result.skipped += 1
                 continue
+            store = self._stores.get(tier, inp.node, layouts.get(t.checkpoint_id))
             state, problem, took = _read_back(store, t, tier.name, bucket, i)
             if problem is None:
                 found.good(t, None if bucket is not None else took)

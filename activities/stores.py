@@ -9,7 +9,8 @@ from temporalio.exceptions import ApplicationError
 from tierpoint.config import Settings, TierConfig
 from tierpoint.contract.common import FailureType
 from tierpoint.storage.base import TierStore
-from tierpoint.storage.registry import open_store
+from tierpoint.storage.registry import keyed, open_store
+from tierpoint.storage.s3.layout import KeyLayout
 
 
 class Stores:
@@ -21,15 +22,17 @@ class Stores:
     def tier(self, name: str) -> TierConfig:
         return self._settings.tier(name)
 
-    def get(self, tier: TierConfig, node: str | None) -> TierStore:
-        """The store of `tier`; local and peer tiers are per node, the others ignore the node."""
+    def get(self, tier: TierConfig, node: str | None, layout: KeyLayout | None = None) -> TierStore:
+        """The store of `tier`; local and peer tiers are per node, the others ignore the node.
+        An S3 store names objects with `layout`, the one the catalog recorded for the checkpoint
+        (`tierpoint.catalog.key_layouts`); without it, it can list but not name a shard."""
         key = (tier.name, node if tier.on_nodes else None)
         with self._lock:
             store = self._open.get(key)
             if store is None:
                 store = open_store(tier, key[1])
                 self._open[key] = store
-            return store
+        return store if layout is None else keyed(store, layout)
 
 
 def ensure_reachable(tier: TierConfig, node: str | None, worker_node: str | None) -> None:

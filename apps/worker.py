@@ -181,7 +181,10 @@ class _Wiring:
         registration accepts shards only on known nodes."""
         roots = {n: node_roots(self.settings, n) for n in nodes}
         data_urls = {n: await asyncio.to_thread(self.serve_data, n, len(nodes)) for n in nodes}
-        report_in = functools.partial(node_fleet.report_in, self.sessions, nodes, roots, data_urls)
+        domains = {n: self.settings.domain_of(n) for n in nodes}
+        report_in = functools.partial(
+            node_fleet.report_in, self.sessions, nodes, roots, data_urls, domains
+        )
         await asyncio.to_thread(report_in)
         size = node_fleet.sizing(len(nodes))
         workers = [

@@ -91,7 +91,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     else:
         temporal = TemporalDevServer(root / "temporal.db", extra_namespaces=tuple(namespaces))
         temporal_address = temporal.start(log_file=root / "temporal.log")
-        stoppers.append(temporal.stop)
+        stoppers.append(temporal.discard)
 
     moto: MotoS3Server | None = None
     s3_url = os.environ.get("TIERPOINT_TEST_S3_ENDPOINT_URL")

@@ -6,7 +6,8 @@ starts it, on a free port).
 Each page is one terminal: variables a command sets or a `source` exports stay for the commands
 after it. A command that a later `kill` ends (training, which the page kills "after a few
 checkpoints") runs in the background until a checkpoint of its job is restorable. Only commands
-that run until stopped are skipped: `dev` itself, and `test` (the whole suite)."""
+that run until stopped are skipped: `dev` itself (the test starts the stack a section asks for),
+and `test` (the whole suite)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import subprocess
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "examples/train_resume/README.md")
+TRAIN_RESUME = "examples/train_resume/README.md"
+# The section of TRAIN_RESUME that runs on a stack of its own (a peer tier, a spare node).
+PEER_SECTION = "When a node is lost: resume on a spare node from its peer copy"
 # Commands that run until Ctrl-C (the test runs `dev` itself) or run the whole test suite.
 LONG_RUNNING = {("python3", "bootstrap.py", "dev"), ("python3", "bootstrap.py", "test")}
 TIMEOUT = 600.0  # per command: a hang guard
@@ -45,11 +49,18 @@ BROKEN = re.compile(
 SAVED = re.compile(r"^step (\d+): loss \S+, checkpointing \(state (\w+)\)$", re.M)
 RESUMED = re.compile(r"^resumed from step (\d+) \(state (\w+);", re.M)
 DONE = re.compile(r"^done at step \d+ \(state \w+\)$", re.M)
+HEADING = re.compile(r"^## (.+)$", re.M)
 
 
-def blocks(page: str, lang: str) -> list[str]:
+def blocks(page: str, lang: str, section: str | None = None) -> list[str]:
+    """The page's fenced blocks in `lang`: those of its `## section` only, or (None) those of
+    every section but PEER_SECTION, which runs against a stack of its own."""
     text = (ROOT / page).read_text()
-    return [textwrap.dedent(m[3]) for m in FENCE.finditer(text) if m[2] == lang]
+    parts = HEADING.split(text)  # [intro, title, body, title, body, ...]
+    titled = [("", parts[0]), *zip(parts[1::2], parts[2::2], strict=True)]
+    wanted = [b for t, b in titled if (t == section if section else t != PEER_SECTION)]
+    assert wanted, f"{page} has no section {section!r}"
+    return [textwrap.dedent(m[3]) for body in wanted for m in FENCE.finditer(body) if m[2] == lang]
 
 
 def commands(block: str) -> list[str]:
@@ -71,7 +82,7 @@ def commands(block: str) -> list[str]:
 
 
 def long_running(command: str) -> bool:
-    return tuple(shlex.split(command, comments=True)) in LONG_RUNNING
+    return tuple(shlex.split(command, comments=True)[:3]) in LONG_RUNNING
 
 
 def newcomer_env() -> dict[str, str]:
@@ -151,10 +162,11 @@ class Clone:
     root: Path
     dev: subprocess.Popen[bytes]
     dev_log: Path
+    data_dir: str = ".tierpoint/dev"
 
     @property
     def stack_json(self) -> Path:
-        return self.root / ".tierpoint" / "dev" / "stack.json"
+        return self.root / self.data_dir / "stack.json"
 
 
 def _clone_like(root: Path) -> None:
@@ -172,6 +184,21 @@ def _clone_like(root: Path) -> None:
 
 @pytest.fixture(scope="module")
 def clone() -> Iterator[Clone]:
+    # The README's `python3 bootstrap.py dev`.
+    yield from _running_clone(["python3", "bootstrap.py", "dev"])
+
+
+@pytest.fixture
+def peer_clone() -> Iterator[Clone]:
+    """A clone running the stack that PEER_SECTION starts (its `dev` command as written); only
+    for its test, so that it is stopped before the other tests' stack starts."""
+    dev = next(c for b in blocks(TRAIN_RESUME, "sh", PEER_SECTION) for c in commands(b))
+    argv = shlex.split(dev)
+    assert long_running(dev) and "--data-dir" in argv, dev
+    yield from _running_clone(argv, data_dir=argv[argv.index("--data-dir") + 1])
+
+
+def _running_clone(dev_argv: list[str], data_dir: str = ".tierpoint/dev") -> Iterator[Clone]:
     require_torch_venv()
     # Outside pytest's basetemp: the embedded Postgres runs as its own user when we are root.
     root = Path(tempfile.mkdtemp(prefix="tierpoint-readme-"))
@@ -179,16 +206,16 @@ def clone() -> Iterator[Clone]:
     _clone_like(root)
     log = root / ".dev.log"
     with open(log, "wb") as out:
-        # The README's `python3 bootstrap.py dev`, on a free port (other stacks may hold 8080).
+        # On a free port (other stacks may hold 8080).
         dev = subprocess.Popen(
-            ["python3", "bootstrap.py", "dev", "--port", "0"],
+            [*dev_argv, "--port", "0"],
             cwd=root,
             env=newcomer_env(),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    running = Clone(root, dev, log)
+    running = Clone(root, dev, log, data_dir)
     try:
         deadline = time.monotonic() + TIMEOUT
         while not running.stack_json.exists():
@@ -210,20 +237,34 @@ def _checked(out: str, command: str) -> str:
     return out
 
 
-def _restorable(clone: Clone, job: str) -> bool:
+def _latest(clone: Clone, job: str, tier: str | None = None) -> int | None:
+    """The step of the job's latest restorable checkpoint (on `tier`), None if there is none."""
     facts = json.loads(clone.stack_json.read_text())
     answer = httpx.get(
         f"{facts['api_url']}/v1/jobs/{job}/checkpoints/latest",
+        params={"tier": tier} if tier else {},
         headers={"Authorization": f"Bearer {facts['token']}"},
         timeout=30,
     )
-    return answer.status_code == 200
+    return int(answer.json()["step"]) if answer.status_code == 200 else None
 
 
-def _run_page(clone: Clone, page: str) -> list[tuple[str, str]]:
-    """Every command of the page in one terminal; (command, output) of each that ran."""
+def _restorable(clone: Clone, job: str, output: str) -> bool:
+    """Two checkpoints saved, one of them restorable."""
+    return len(SAVED.findall(output)) >= 2 and _latest(clone, job) is not None
+
+
+# Whether a background command's run may be killed now: (clone, job, its output so far).
+Ready = Callable[[Clone, str, str], bool]
+
+
+def _run_page(
+    clone: Clone, page: str, section: str | None = None, ready: Ready = _restorable
+) -> list[tuple[str, str]]:
+    """Every command of the page (or of its `section`) in one terminal; (command, output) of
+    each that ran. A command followed by a `kill` is killed once `ready`."""
     term = Terminal(clone.root, newcomer_env())
-    todo = [c for b in blocks(page, "sh") for c in commands(b) if not long_running(c)]
+    todo = [c for b in blocks(page, "sh", section) for c in commands(b) if not long_running(c)]
     assert todo, page
     ran: list[tuple[str, str]] = []
     i = 0
@@ -231,7 +272,7 @@ def _run_page(clone: Clone, page: str) -> list[tuple[str, str]]:
         command = todo[i]
         following = todo[i + 1] if i + 1 < len(todo) else ""
         if following.startswith("kill "):
-            ran.append((command, _run_until_killed(clone, term, command, following)))
+            ran.append((command, _run_until_killed(clone, term, command, following, ready)))
             ran.append((following, ""))
             i += 2
             continue
@@ -240,13 +281,15 @@ def _run_page(clone: Clone, page: str) -> list[tuple[str, str]]:
     return ran
 
 
-def _run_until_killed(clone: Clone, term: Terminal, command: str, kill: str) -> str:
-    """`command` in the background; once a checkpoint of its job is restorable (the page kills
-    it "after a few checkpoints"), `kill` as written. Its processes must all be gone then."""
-    job = "train-resume-demo"
+def _run_until_killed(clone: Clone, term: Terminal, command: str, kill: str, ready: Ready) -> str:
+    """`command` in the background; once `ready` (the page kills it "after a few checkpoints"),
+    `kill` as written. Every process of the run must be gone then: a rank killed alone takes the
+    others down with it (torchrun stops them)."""
+    argv = shlex.split(command)
+    job = argv[argv.index("--job") + 1] if "--job" in argv else "train-resume-demo"
     bg = term.start(command)
     deadline = time.monotonic() + TIMEOUT
-    while len(SAVED.findall(bg.output)) < 2 or not _restorable(clone, job):
+    while not ready(clone, job, bg.output):
         assert bg.proc.poll() is None, f"$ {command}\nended before the kill:\n{bg.output}"
         assert time.monotonic() < deadline, bg.output
         time.sleep(0.2)
@@ -273,6 +316,42 @@ def _state(pid: int) -> str:
         return "Z"
 
 
+def _peer_copy_restorable(clone: Clone, job: str, output: str) -> bool:
+    """The newest checkpoint the run saved is restorable on the peer tier (so the restart reads
+    that one, from there)."""
+    saved = SAVED.findall(output)
+    return len(saved) >= 2 and _latest(clone, job, "peer") == int(saved[-1][0])
+
+
+# Run first: its stack stops before the module's own starts (they would share two cores).
+def test_a_lost_nodes_rank_resumes_on_a_spare_node_from_the_peer_copy(
+    peer_clone: Clone,
+) -> None:
+    ran = _run_page(peer_clone, TRAIN_RESUME, PEER_SECTION, _peer_copy_restorable)
+    training = [out for cmd, out in ran if "torchrun" in cmd]
+    killed, resumed_run, uninterrupted = training
+    assert "declared lost" in next(out for cmd, out in ran if "node-lost" in cmd)
+    resumed = RESUMED.search(resumed_run)
+    assert resumed is not None, resumed_run
+    assert dict(SAVED.findall(killed))[resumed[1]] == resumed[2], "not the state saved"
+    # Every file came from the peer tier: node-1's from node-2's disk, node-2's from node-3's.
+    read = re.search(r"; read (.*?)(;|\))", resumed_run)
+    assert read is not None, resumed_run
+    files = dict(f.rsplit(" from ", 1) for f in read[1].split(", "))
+    assert {".metadata", "__0_0.distcp"} <= set(files), read[1]
+    assert set(files.values()) == {"peer"}, read[1]
+    # Node-1's files, now on the spare node's local tier.
+    kept = peer_clone.root / peer_clone.data_dir / "nodes" / "node-3" / "ssd" / "peer-demo"
+    assert (kept / resumed[1]).is_dir(), f"nothing kept on node-3:\n{resumed_run}"
+    assert {".metadata", "__0_0.distcp"} <= {p.name for p in (kept / resumed[1]).iterdir()}
+    done = [DONE.search(out) for out in (resumed_run, uninterrupted)]
+    assert done[0] is not None and done[1] is not None, training
+    assert done[0][0] == done[1][0], "the resumed run ended in another state"
+    shown = "\n".join(blocks(TRAIN_RESUME, "", PEER_SECTION))
+    for line in [*SAVED.finditer(shown), *DONE.finditer(shown)]:
+        assert line[0] in "\n".join(training), f"the page shows {line[0]!r}"
+
+
 def test_the_readme_runs_as_written(clone: Clone) -> None:
     ran = dict(_run_page(clone, "README.md"))
     demo = next(out for cmd, out in ran.items() if cmd.startswith("python3 bootstrap.py demo"))
@@ -284,7 +363,7 @@ def test_the_readme_runs_as_written(clone: Clone) -> None:
 
 
 def test_train_resume_runs_as_written_and_resumes_with_the_saved_state(clone: Clone) -> None:
-    ran = _run_page(clone, "examples/train_resume/README.md")
+    ran = _run_page(clone, TRAIN_RESUME)
     outputs = "\n".join(out for _, out in ran)
     saved = dict(SAVED.findall(outputs))
     resumed = RESUMED.search(outputs)
@@ -292,7 +371,7 @@ def test_train_resume_runs_as_written_and_resumes_with_the_saved_state(clone: Cl
     assert saved[resumed[1]] == resumed[2], "the resumed state is not the one saved"
     assert DONE.search(outputs), outputs
     # The output the page shows is what a run prints (the digests are deterministic on CPU).
-    shown = "\n".join(blocks("examples/train_resume/README.md", ""))
+    shown = "\n".join(blocks(TRAIN_RESUME, ""))
     for line in [*SAVED.finditer(shown), *DONE.finditer(shown)]:
         assert line[0] in outputs, f"the page shows {line[0]!r}; the run printed:\n{outputs}"
 

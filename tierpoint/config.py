@@ -26,6 +26,7 @@ from tierpoint.errors import UnknownTier
 # A tier's options have their own module; importers reach them through the settings as ever.
 from tierpoint.tier_config import (
     NAME_RE,
+    KeyLayoutKind,
     RetryMode,
     ServerSideEncryption,
     StorageClass,
@@ -35,6 +36,7 @@ from tierpoint.tier_config import (
 
 __all__ = [
     "NAME_RE",
+    "KeyLayoutKind",
     "RetryMode",
     "ServerSideEncryption",
     "Settings",
@@ -237,6 +239,14 @@ class Settings(BaseSettings):
         description="The data endpoint's address as other nodes reach it (`http://host:port`), "
         "when it is not `http://data_host:port` (behind NAT, or bound to 0.0.0.0).",
     )
+    failure_domain: str | dict[str, str] | None = Field(
+        default=None,
+        description="`tierpoint worker --node`: the failure domain of this worker's node (a rack, "
+        "a zone: what fails together), reported with its heartbeat; or a table node -> domain "
+        "for a worker serving several nodes. Peer placement puts a node's copies in other "
+        "domains than its own, and in distinct ones while there are enough. Unset: the node is "
+        "a domain of its own.",
+    )
     data_token: SecretStr | None = Field(
         default=None,
         description="The worker credential of the data endpoint: a node pulling a peer copy "
@@ -336,9 +346,15 @@ class Settings(BaseSettings):
     def local_tier(self) -> TierConfig | None:
         return next((t for t in self.tiers if t.kind is TierKind.LOCAL), None)
 
+    def domain_of(self, node: str) -> str | None:
+        """The failure domain this worker reports for `node` (`failure_domain`)."""
+        if isinstance(self.failure_domain, dict):
+            return self.failure_domain.get(node)
+        return self.failure_domain
+
     def peer_tiers(self) -> list[TierConfig]:
-        """The peer tiers in order: the i-th (from 1) holds node N's copy on the i-th live node
-        after N in the ring of live nodes, so K peer tiers keep K copies on K distinct nodes."""
+        """The peer tiers in order: the i-th (from 1) holds node N's copy on the i-th holder of N's
+        placement (activities/placement.py), so K peer tiers keep K copies on K distinct nodes."""
         return [t for t in self.tiers if t.kind is TierKind.PEER]
 
     def public_dict(self) -> dict[str, Any]:

@@ -59,10 +59,11 @@ def report_in(
     nodes: Sequence[str],
     roots: Mapping[str, dict[str, Any]],
     data_urls: Mapping[str, str | None] | None = None,
+    domains: Mapping[str, str | None] | None = None,
 ) -> None:
-    """Every node of the process reports in (last_seen, its local roots, its data endpoint) in
-    one transaction."""
+    """Every node of the process reports in (last_seen, its local roots, its data endpoint, its
+    failure domain) in one transaction."""
     if not nodes:
         return
     with sessions.begin() as s:
-        upsert_nodes(s, {n: roots[n] for n in nodes}, data_urls)
+        upsert_nodes(s, {n: roots[n] for n in nodes}, data_urls, domains)

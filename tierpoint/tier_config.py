@@ -27,6 +27,8 @@ S3_ONLY = (
     "tags",
     "retry_mode",
     "max_attempts",
+    "key_layout",
+    "key_prefixes",
 )
 
 
@@ -45,6 +47,13 @@ class RetryMode(StrEnum):
 
     STANDARD = "standard"
     ADAPTIVE = "adaptive"
+
+
+class KeyLayoutKind(StrEnum):
+    """How an S3 tier lays out a checkpoint's keys (`tierpoint/storage/s3/layout.py`)."""
+
+    FLAT = "flat"
+    SPREAD = "spread"
 
 
 class StorageClass(StrEnum):
@@ -90,6 +99,21 @@ class TierConfig(BaseModel):
         description="S3 tiers: an S3-compatible endpoint (MinIO, moto); unset for AWS S3.",
     )
     region: str = Field(default="us-east-1", description="S3 tiers: the bucket's region.")
+    key_layout: KeyLayoutKind = Field(
+        default=KeyLayoutKind.FLAT,
+        description="S3 tiers: how a checkpoint's keys are laid out. `flat`: `<prefix><job>/"
+        "<step>/<path>`, one prefix per checkpoint. `spread`: `<prefix>_<h>/<job>/<step>/<path>`, "
+        "`h` a hash of the shard over `key_prefixes` prefixes, which S3 partitions apart (each "
+        "takes 3,500 PUT and 5,500 GET requests/s). Recorded per checkpoint when its copy is "
+        "planned: changing it moves only later checkpoints (docs/scale.md).",
+    )
+    key_prefixes: int = Field(
+        default=16,
+        ge=2,
+        le=256,
+        description='S3 tiers with `key_layout = "spread"`: how many prefixes a checkpoint\'s '
+        "shards are spread over.",
+    )
     storage_class: StorageClass = Field(
         default=StorageClass.STANDARD,
         description="S3 tiers: the storage class of every object written. GLACIER and "

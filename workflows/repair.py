@@ -154,7 +154,9 @@ class CheckpointRepair:
                             destination=tier.tier,
                         ),
                         result_type=BatchResult,
-                        task_queue=node_task_queue(b.node) if rb.on_node else SHARED_TASK_QUEUE,
+                        # A peer copy's batch runs on its holder (`runs_on`); every other
+                        # batch has no holder, so it runs where recorded histories ran it.
+                        task_queue=node_task_queue(b.runs_on) if rb.on_node else SHARED_TASK_QUEUE,
                         start_to_close_timeout=BATCH_TIMEOUT,
                         heartbeat_timeout=READ_HEARTBEAT,
                         retry_policy=BATCH_RETRY,

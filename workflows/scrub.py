@@ -1,8 +1,9 @@
 """The scrub: `Scrub` (started by the `tierpoint.scrub` schedule) runs one `ScrubUnit` child per
-tier (and node, for a local tier); a unit picks the replicas read longest ago and reads them back
-batch by batch at the tier's scrub bandwidth until its budget (bandwidth x interval) is spent or
-nothing is due. `VerifyReplicas` reads named replicas back now (a reader reported them bad);
-`VerifyCheckpoint` reads every verified replica of one checkpoint on one tier (an operator asked).
+tier (and node, for a local or peer tier: a peer unit is the copies one node holds for others);
+a unit picks the replicas read longest ago and reads them back batch by batch at the tier's scrub
+bandwidth until its budget (bandwidth x interval) is spent or nothing is due. `VerifyReplicas`
+reads named replicas back now (a reader reported them bad); `VerifyCheckpoint` reads every
+verified replica of one checkpoint on one tier (an operator asked).
 
 Whatever a read finds bad is already marked and demoted by the activity; the workflow asks for the
 repair of the checkpoints it names. Histories stay bounded: a unit runs at most
@@ -64,7 +65,10 @@ READ_ALL = "9999-12-31T00:00:00+00:00"
 
 
 def _queue(kind: TierKind, node: str | None) -> str:
-    return node_task_queue(node) if kind is TierKind.LOCAL and node else SHARED_TASK_QUEUE
+    # A local copy is read on its node, a peer copy on its holder (the replica's node); every
+    # unit of these kinds names its node, so histories of local units route as they did.
+    on_nodes = kind in (TierKind.LOCAL, TierKind.PEER)
+    return node_task_queue(node) if on_nodes and node else SHARED_TASK_QUEUE
 
 
 async def _read_back(inp: ScrubBatchInput, kind: TierKind) -> ScrubBatchResult:

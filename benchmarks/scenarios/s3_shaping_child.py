@@ -22,6 +22,7 @@ from tierpoint.config import RetryMode, TierConfig, TierKind
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import open_store
+from tierpoint.storage.s3.layout import FLAT
 from tierpoint.storage.s3.store import S3Store
 
 JOB, STEP = "bench", 1
@@ -73,7 +74,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         retry_mode=RetryMode(a.mode),
         max_attempts=a.attempts,
     )
-    s3 = open_store(tier, None)
+    s3 = open_store(tier, None, FLAT)
     assert isinstance(s3, S3Store)
     counts = Counts()
     counts.hook(s3)

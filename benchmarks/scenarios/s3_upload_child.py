@@ -29,6 +29,7 @@ def m_store(src: Path, endpoint: str, bucket: str, files: int, part: int, conc: 
     from tierpoint.storage.base import ShardRef
     from tierpoint.storage.posix.store import PosixStore
     from tierpoint.storage.registry import open_store
+    from tierpoint.storage.s3.layout import FLAT
     from tierpoint.storage.s3.store import S3Store
 
     local = PosixStore(TierConfig(name="ssd", kind=TierKind.SHARED, root=str(src)))
@@ -41,7 +42,7 @@ def m_store(src: Path, endpoint: str, bucket: str, files: int, part: int, conc: 
         multipart_part_size=part,
         multipart_concurrency=conc,
     )
-    s3 = open_store(tier, None)
+    s3 = open_store(tier, None, FLAT)
     assert isinstance(s3, S3Store)
     for name in names(files):
         ref = ShardRef(JOB, STEP, name)

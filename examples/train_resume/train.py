@@ -3,6 +3,7 @@
     source .tierpoint/dev/stack.env
     torchrun --nproc-per-node 2 examples/train_resume/train.py --job demo
     kill -KILL $(cat .tierpoint/demo.pids)    # a crash of exactly this run
+    kill -KILL $(cat .tierpoint/demo.nodes/node-1.pids)    # node-1 fails: its ranks alone
 
 Every `--every` steps the ranks save the model, the optimizer and the step with
 `dcp.async_save(..., storage_writer=TierpointWriter(...))` and train on while it is written. On
@@ -18,6 +19,7 @@ import argparse
 import contextlib
 import hashlib
 import os
+import shutil
 import socket
 import sys
 import time
@@ -51,20 +53,31 @@ def node_id(local_rank: int) -> str:
     return nodes[local_rank]
 
 
-def record_pids(path: str) -> None:
+def record_pids(path: str, node: str) -> list[str]:
     """Write the pids of this run on this host (torchrun's and every local rank's) to `path`, so
-    that exactly this run can be killed (`kill -KILL $(cat PATH)`), not everyone's `train.py`.
-    Removed when the run ends normally: a stale file must not name pids reused by others."""
-    mine = (socket.gethostname(), os.getpid(), os.getppid())
+    that exactly this run can be killed (`kill -KILL $(cat PATH)`), not everyone's `train.py`;
+    and the pids of the ranks that play each tierpoint node to `JOB.nodes/NODE.pids` beside it,
+    so that one node's ranks can be killed alone, as when that node fails. Removed when the run
+    ends normally, and the node files of an earlier run when this one starts: a stale file must
+    not name pids reused by others. Returns the files written."""
+    mine = (socket.gethostname(), os.getpid(), os.getppid(), node)
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     if int(os.environ["LOCAL_RANK"]) != 0:
-        return
-    pids = sorted({p for host, pid, ppid in everyone if host == mine[0] for p in (pid, ppid)})
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        f.write(" ".join(map(str, pids)) + "\n")
-    os.replace(path + ".tmp", path)
+        return []
+    here = [(pid, ppid, n) for host, pid, ppid, n in everyone if host == mine[0]]
+    files = {path: sorted({p for pid, ppid, _ in here for p in (pid, ppid)})}
+    by_node = path.removesuffix(".pids") + ".nodes"
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(by_node)
+    for n in sorted({n for _, _, n in here}):
+        files[os.path.join(by_node, f"{n}.pids")] = sorted(p for p, _, of in here if of == n)
+    for name, pids in files.items():
+        os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
+        with open(name + ".tmp", "w") as f:
+            f.write(" ".join(map(str, pids)) + "\n")
+        os.replace(name + ".tmp", name)
+    return list(files)
 
 
 def batch(seed: int, step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,8 +141,11 @@ def resume(
         model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
     )
     step = int(state["step"])
-    read = ", ".join(f"{path} from {where}" for path, where in sorted(reader.stats.files.items()))
-    say(f"resumed from step {step} (state {digest(state_of(model, optimizer, step))}; read {read})")
+    stats = reader.stats
+    read = ", ".join(f"{path} from {where}" for path, where in sorted(stats.files.items()))
+    kept = f"; kept {', '.join(sorted(stats.repopulated))} on {node}" if stats.repopulated else ""
+    state_now = digest(state_of(model, optimizer, step))
+    say(f"resumed from step {step} (state {state_now}; read {read}{kept})")
     return step, newest_step
 
 
@@ -149,7 +165,7 @@ def main() -> None:
 
     node = node_id(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("gloo")
-    record_pids(pid_file)
+    pid_files = record_pids(pid_file, node)
     # Saves run in a background thread: their collectives get a group of their own, so they
     # never interleave with DDP's gradient all-reduces on the default group.
     save_group = dist.new_group(backend="gloo")
@@ -184,9 +200,12 @@ def main() -> None:
         pending.result()
     say(f"done at step {step} (state {digest(state_of(model, optimizer, step))})")
     dist.destroy_process_group()
-    if int(os.environ["LOCAL_RANK"]) == 0:
+    for name in pid_files:
         with contextlib.suppress(FileNotFoundError):
-            os.remove(pid_file)
+            os.remove(name)
+    if pid_files:
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(pid_files[-1]))  # JOB.nodes, now empty
 
 
 if __name__ == "__main__":

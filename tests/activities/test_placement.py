@@ -1,7 +1,8 @@
 """Peer placement (activities/placement.py): the ring over the live nodes, against an independent
 statement of its promises: never the node itself, K distances on K distinct nodes while the ring
-is longer than K, every live node holding about as many copies as any other, deterministic. And
-the peer tier's configuration rules."""
+is longer than K, every live node holding about as many copies as any other, deterministic; with
+failure domains, K copies in K distinct domains other than the source's whenever there are that
+many, and never fewer copies than without domains. And the peer tier's configuration rules."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities.placement import ring_holders
+from activities.placement import place, ring_holders
 from tierpoint.config import Settings, TierConfig, TierKind
 
 NODE = st.from_regex(r"node-[a-z0-9]{1,4}", fullmatch=True)
@@ -45,6 +46,60 @@ def test_every_live_node_holds_one_nodes_copies(live: list[str], distance: int) 
         return
     # A permutation of the live nodes: each holds exactly one other node's copies.
     assert Counter(holders.values()) == Counter(live)
+
+
+DOMAIN = st.one_of(st.none(), st.sampled_from(["rack-1", "rack-2", "rack-3", "rack-4"]))
+
+
+@given(
+    labelled=st.dictionaries(NODE, DOMAIN, min_size=1, max_size=12),
+    gone=st.dictionaries(NODE, DOMAIN, max_size=3),
+    k=st.integers(1, 5),
+)
+def test_copies_spread_over_failure_domains_when_they_can(
+    labelled: dict[str, str | None], gone: dict[str, str | None], k: int
+) -> None:
+    domains = {**gone, **labelled}
+    live = sorted(labelled)
+    sources = sorted(domains)
+    placed = place(sources, live, k, domains)
+
+    def domain(n: str) -> str:
+        label = domains.get(n)
+        return f"d:{label}" if label else f"n:{n}"
+
+    for node in sources:
+        held = placed[node]
+        assert node not in held and len(set(held)) == len(held)
+        assert set(held) <= set(live)
+        others = [n for n in live if n != node]
+        # Domains never cost a copy: as many as the ring has room for.
+        assert len(held) == min(k, len(others))
+        # Each distance is one copy: the k copies are the first k of k+1.
+        assert held == place([node], live, k + 1, domains)[node][:k]
+        free = {domain(n) for n in others} - {domain(node)}
+        if len(free) >= len(held):
+            # Enough domains: every copy in its own, none in the source's.
+            assert len({domain(h) for h in held}) == len(held), (node, held)
+            assert domain(node) not in {domain(h) for h in held}, (node, held)
+        for i, h in enumerate(held):
+            assert ring_holders([node], live, i + 1, domains) == {node: h}
+    # Deterministic: the same nodes and labels in any order give the same holders.
+    assert place(reversed(sources), list(reversed(live)), k, dict(reversed(domains.items()))) == (
+        placed
+    )
+
+
+def test_a_rack_keeps_no_two_copies() -> None:
+    live = ["n1", "n2", "n3", "n4", "n5", "n6"]
+    racks = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2", "n5": "r3", "n6": "r3"}
+    # n1's next nodes are n2 (its own rack), n3 (r2), n4 (r2 again), n5 (r3).
+    assert place(["n1"], live, 2, racks) == {"n1": ["n3", "n5"]}
+    # No third rack besides its own: the third copy goes outside n1's rack before inside it.
+    assert place(["n1"], live, 4, racks) == {"n1": ["n3", "n5", "n4", "n6"]}
+    assert place(["n1"], live, 5, racks) == {"n1": ["n3", "n5", "n4", "n6", "n2"]}
+    # Without labels, the ring: the i-th copy on the i-th node after n1.
+    assert place(["n1"], live, 2) == {"n1": ["n2", "n3"]}
 
 
 def test_the_ring_is_the_sorted_live_nodes() -> None:

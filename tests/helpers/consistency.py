@@ -6,6 +6,7 @@ own), never through tierpoint's stores, so that a bug in a store cannot vouch fo
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter
 from collections.abc import Collection
@@ -15,7 +16,7 @@ from typing import Any
 
 import boto3
 import crc32c
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, and_, select
 
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, Shard
 from tierpoint.config import Settings, TierConfig, TierKind
@@ -44,6 +45,7 @@ class _Verified:
     node: str | None
     shard_node: str
     location: str
+    key_layout: str | None  # the checkpoint's copy on the tier: flat (None) or spread-N
 
 
 def _s3(tier: TierConfig) -> Any:
@@ -70,12 +72,18 @@ def _check_posix(tier: TierConfig, r: _Verified) -> None:
     assert _crc_hex(data) == r.checksum, f"{r.tier}: {r.path} crc32c differs from the catalog's"
 
 
-def _key(tier: TierConfig, job: str, step: int, path: str = "") -> str:
-    return f"{tier.prefix}{job}/{step}/{path}"
+def _key(tier: TierConfig, job: str, step: int, path: str, layout: str | None) -> str:
+    """The object's key, restated from the rule in docs/scale.md (not taken from the stores)."""
+    spread = ""
+    if layout is not None and layout.startswith("spread-"):
+        n = int(layout.removeprefix("spread-"))
+        digest = hashlib.sha256(f"{job}/{step}/{path}".encode()).digest()
+        spread = f"_{int.from_bytes(digest[:8], 'big') % n:0{len(f'{n - 1:x}')}x}/"
+    return f"{tier.prefix}{spread}{job}/{step}/{path}"
 
 
 def _check_s3(tier: TierConfig, s3: Any, r: _Verified) -> None:
-    key = _key(tier, r.job, r.step, r.path)
+    key = _key(tier, r.job, r.step, r.path, r.key_layout)
     assert r.location == f"s3://{tier.bucket}/{key}", f"{r.tier}: {r.path} at {r.location}"
     try:
         obj = s3.get_object(Bucket=tier.bucket, Key=key, ChecksumMode="ENABLED")
@@ -95,10 +103,18 @@ def _no_leftovers_posix(tier: TierConfig, nodes: set[str | None], job: str, step
             assert not partial, f"{tier.name}: temp files left in {dirpath}: {partial}"
 
 
-def _no_leftovers_s3(tier: TierConfig, s3: Any, job: str, step: int) -> None:
-    """A restorable S3 tier holds no multipart upload under the checkpoint's prefix."""
-    resp = s3.list_multipart_uploads(Bucket=tier.bucket, Prefix=_key(tier, job, step))
-    uploads = [(u["Key"], u["UploadId"]) for u in resp.get("Uploads", [])]
+def _no_leftovers_s3(tier: TierConfig, s3: Any, job: str, step: int, layout: str | None) -> None:
+    """A restorable S3 tier holds no multipart upload under the checkpoint's prefix (any of its
+    prefixes with spread keys)."""
+    spread = layout is not None and layout.startswith("spread-")
+    prefix = tier.prefix if spread else f"{tier.prefix}{job}/{step}/"
+    resp = s3.list_multipart_uploads(Bucket=tier.bucket, Prefix=prefix)
+    mine = f"{job}/{step}/"
+    uploads = [
+        (u["Key"], u["UploadId"])
+        for u in resp.get("Uploads", [])
+        if not spread or u["Key"][len(tier.prefix) :].partition("/")[2].startswith(mine)
+    ]
     assert not uploads, f"{tier.name}: multipart uploads left behind: {uploads}"
 
 
@@ -125,14 +141,22 @@ def assert_catalog_matches_tiers(
                 Replica.node_id,
                 Shard.node_id,
                 Replica.location,
+                CheckpointTier.key_layout,
             )
             .join(Job, Job.id == Checkpoint.job_id)
             .join(Shard, Shard.checkpoint_id == Checkpoint.id)
             .join(Replica, Replica.shard_id == Shard.id)
+            .outerjoin(
+                CheckpointTier,
+                and_(
+                    CheckpointTier.checkpoint_id == Checkpoint.id,
+                    CheckpointTier.tier == Replica.tier,
+                ),
+            )
             .where(Checkpoint.id.in_(ids), Replica.state == ReplicaState.VERIFIED.value)
             .order_by(Checkpoint.id, Shard.ordinal, Replica.tier)
         ).all()
-        verified = [_Verified(*row) for row in rows]
+        verified = [_Verified(*tuple(row)) for row in rows]
         shards: dict[int, set[int]] = {}
         where: dict[int, tuple[str, int]] = {}
         for cp_id, job, step, shard_id in conn.execute(
@@ -144,7 +168,9 @@ def assert_catalog_matches_tiers(
             shards.setdefault(cp_id, set()).add(shard_id)
             where[cp_id] = (job, step)
         markers = conn.execute(
-            select(CheckpointTier.checkpoint_id, CheckpointTier.tier).where(
+            select(
+                CheckpointTier.checkpoint_id, CheckpointTier.tier, CheckpointTier.key_layout
+            ).where(
                 CheckpointTier.checkpoint_id.in_(ids),
                 CheckpointTier.state == TierState.RESTORABLE.value,
             )
@@ -164,7 +190,7 @@ def assert_catalog_matches_tiers(
             _check_posix(tier, r)
         out.verified[r.tier] += 1
 
-    for cp_id, tier_name in markers:
+    for cp_id, tier_name, layout in markers:
         on_tier = {r.shard_id for r in verified if r.checkpoint_id == cp_id and r.tier == tier_name}
         missing = shards.get(cp_id, set()) - on_tier
         assert shards.get(cp_id) and not missing, (
@@ -174,7 +200,7 @@ def assert_catalog_matches_tiers(
         job, step = where[cp_id]
         tier = settings.tier(tier_name)
         if tier.kind is TierKind.S3:
-            _no_leftovers_s3(tier, clients.setdefault(tier.name, _s3(tier)), job, step)
+            _no_leftovers_s3(tier, clients.setdefault(tier.name, _s3(tier)), job, step, layout)
         else:
             nodes = {r.node for r in verified if r.checkpoint_id == cp_id and r.tier == tier_name}
             _no_leftovers_posix(tier, nodes, job, step)

@@ -52,7 +52,7 @@ def test_the_table_has_the_rows_and_columns_the_model_covers() -> None:
     assert [h for _, h in COLUMNS] == [
         "demo (S=4, N=2, T=3 → b=2)",
         "S=1000, N=2",
-        "S=10,000, N=2",
+        "S=5,000, N=2",
     ]
 
 

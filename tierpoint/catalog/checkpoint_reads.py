@@ -38,9 +38,9 @@ from tierpoint.catalog.views import (
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.manifest import Manifest
 from tierpoint.states import ReplicaState, TierState
-from tierpoint.storage.paths import s3_object
+from tierpoint.storage.s3.layout import s3_object
 
-from . import peer_reads
+from . import key_layouts, peer_reads
 
 # ---------------------------------------------------------------------------------------------
 # Building checkpoint views
@@ -259,8 +259,15 @@ async def get_checkpoint(
     ).all()
     peers = {t.name for t in tiers if t.kind is TierKind.PEER}
     urls = await peer_reads.adata_urls(session, {r.node_id for r in rows if r.tier in peers})
+    layouts = await session.run_sync(key_layouts.of_checkpoint, view.id)
     for r in rows:
-        bucket, key = s3_object(by_name.get(r.tier), job, step, paths[r.shard_id])
+        # No marker, no layout to name the object by: no (bucket, key) rather than a guess.
+        layout = layouts.get(r.tier)
+        bucket, key = (
+            (None, None)
+            if layout is None
+            else s3_object(by_name.get(r.tier), layout, job, step, paths[r.shard_id])
+        )
         replicas[r.shard_id].append(
             ReplicaView(
                 r.tier,

@@ -33,7 +33,7 @@ from tierpoint.catalog.views import (
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NoRestorableCheckpoint
 from tierpoint.states import ReplicaState, TierState
-from tierpoint.storage.paths import s3_object
+from tierpoint.storage.s3.layout import KeyLayout, s3_object
 
 from . import peer_reads
 
@@ -105,7 +105,10 @@ async def _plan(
         m.tier: m
         for m in await session.execute(
             select(
-                CheckpointTier.tier, CheckpointTier.state, CheckpointTier.quarantine_reason
+                CheckpointTier.tier,
+                CheckpointTier.state,
+                CheckpointTier.quarantine_reason,
+                CheckpointTier.key_layout,
             ).where(CheckpointTier.checkpoint_id == checkpoint_id)
         )
     }
@@ -147,7 +150,8 @@ async def _plan(
             url = peer_reads.peer_url(t, urls, hit[1], job, step, s.path)
             if t.kind is TierKind.PEER and url is None:
                 continue  # its holder serves no endpoint now
-            bucket, key = s3_object(t, job, step, s.path)
+            layout = KeyLayout.parse(markers[t.name].key_layout)
+            bucket, key = s3_object(t, layout, job, step, s.path)
             plan.append(
                 RestorePlanEntry(
                     s.path,

@@ -67,6 +67,8 @@ class Node(Base):
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     # Where its worker serves its local and peer tier files (http://host:port); null: not served
     data_url: Mapped[str | None] = mapped_column(Text)
+    # What fails together with it (rack, zone), as its worker reported it; null: its own domain
+    failure_domain: Mapped[str | None] = mapped_column(Text)
 
 
 class RetentionPolicy(Base):
@@ -215,6 +217,10 @@ class CheckpointTier(Base):
     # An operator acknowledged the failure: set to the `updated_at` it acknowledged, so any later
     # change of the marker (a retry, a new failure) brings it back to the failures view.
     acknowledged_at: Mapped[datetime | None]
+    # S3 tiers: the key layout of this checkpoint's objects (`flat`, `spread-N`), recorded when
+    # the copy is planned and read by everything that names them; null = flat (copies planned
+    # before layouts were recorded). `tierpoint/storage/s3/layout.py`.
+    key_layout: Mapped[str | None] = mapped_column(String(32))
 
     __table_args__ = (
         CheckConstraint(_in("state", TierState), name="state_valid"),

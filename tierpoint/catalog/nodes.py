@@ -32,25 +32,37 @@ def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -
 
 
 def upsert_node(
-    session: Session, node_id: str, local_roots: dict[str, Any], data_url: str | None = None
+    session: Session,
+    node_id: str,
+    local_roots: dict[str, Any],
+    data_url: str | None = None,
+    failure_domain: str | None = None,
 ) -> None:
-    upsert_nodes(session, {node_id: local_roots}, {node_id: data_url})
+    upsert_nodes(session, {node_id: local_roots}, {node_id: data_url}, {node_id: failure_domain})
 
 
 def upsert_nodes(
     session: Session,
     roots_by_node: Mapping[str, dict[str, Any]],
     data_urls: Mapping[str, str | None] | None = None,
+    domains: Mapping[str, str | None] | None = None,
 ) -> None:
     """Report every one of these nodes in, in one statement (a worker process serving many
-    nodes' queues reports them in together), with each node's data endpoint where it serves one.
-    Never clears lost_at: a node declared lost stays lost."""
+    nodes' queues reports them in together), with each node's data endpoint where it serves one
+    and its failure domain. Never clears lost_at: a node declared lost stays lost."""
     if not roots_by_node:
         return
     urls = data_urls or {}
+    labels = domains or {}
     # Sorted, so two processes reporting overlapping nodes lock their rows in the same order.
     rows = [
-        {"id": n, "local_roots": r, "last_seen_at": func.now(), "data_url": urls.get(n)}
+        {
+            "id": n,
+            "local_roots": r,
+            "last_seen_at": func.now(),
+            "data_url": urls.get(n),
+            "failure_domain": labels.get(n),
+        }
         for n, r in sorted(roots_by_node.items())
     ]
     stmt = insert(Node).values(rows)
@@ -60,10 +72,20 @@ def upsert_nodes(
             set_={
                 "local_roots": stmt.excluded.local_roots,
                 "last_seen_at": func.now(),
+                "failure_domain": stmt.excluded.failure_domain,
                 "data_url": stmt.excluded.data_url,
             },
         )
     )
+
+
+def failure_domains(session: Session, node_ids: Iterable[str]) -> dict[str, str | None]:
+    """node -> the failure domain it reported (None: a domain of its own), for these nodes."""
+    wanted = sorted(set(node_ids))
+    if not wanted:
+        return {}
+    rows = session.execute(select(Node.id, Node.failure_domain).where(Node.id.in_(wanted)))
+    return {n: d for n, d in rows}
 
 
 def lost_among(session: Session, node_ids: Iterable[str]) -> list[str]:

@@ -26,11 +26,12 @@ def job_names(session: Session, job: str | None) -> list[str]:
 
 
 def job_on_tier(
-    session: Session, job: str, tier: str, node: str | None
+    session: Session, job: str, tier: str, node: str | None, holder: str | None = None
 ) -> dict[tuple[int, str], Expected]:
     """(step, shard path) -> the shard's size and its replica on the tier, for every shard of the
-    job's checkpoints (on a local tier: the shards of `node`). A file under such a name is known
-    to the catalog whatever its replica says (e.g. a local shard not sealed yet)."""
+    job's checkpoints (on a local tier: the shards of `node`; on a peer tier: the shards whose
+    copy `holder` holds). A file under such a name is known to the catalog whatever its replica
+    says (e.g. a local shard not sealed yet)."""
     q = (
         select(Checkpoint.step, Shard.path, Shard.size, Replica.id, Replica.state)
         .join(Job, Job.id == Checkpoint.job_id)
@@ -40,6 +41,9 @@ def job_on_tier(
     )
     if node is not None:
         q = q.where(Shard.node_id == node)
+    if holder is not None:
+        # A copy another node held before (re-replication moved its row) is not this node's.
+        q = q.where(Replica.node_id == holder)
     return {
         (step, path): Expected(size, rid, state)
         for step, path, size, rid, state in session.execute(q)

@@ -90,7 +90,8 @@ def has_source(
     shard: ShardSources, dst: TierConfig, tiers: Sequence[TierConfig], lost: set[str]
 ) -> bool:
     for t in tiers:
-        # A peer copy is no repair source (yet): only its holder's worker reads it.
+        # A peer copy is no repair source: the shard's node has it locally (or is lost: then
+        # re-replication's), and any worker reads the shared tier and S3.
         if t.name == dst.name or t.name not in shard.verified or t.kind is TierKind.PEER:
             continue
         if t.kind is TierKind.LOCAL and shard.node in lost:
@@ -179,32 +180,13 @@ def plan_repair(
         if m.quarantine_reason is not None:
             out.left.append(f"{dst.name}: quarantined: {m.quarantine_reason}")
             continue
-        if dst.kind is TierKind.PEER:
-            # Its copies go to holders by placement, on their queues: the lifecycle's copy.
-            out.left.append(f"{dst.name}: repair of peer copies is not built")
-            continue
         if not retention_keeps(session, head.job, head.id, dst.name, tiers, now):
             out.left.append(f"{dst.name}: retention would not keep a copy here")
             continue
-        if dst.kind is TierKind.LOCAL:
-            unreachable = [s for s in bad if s.node in lost]
-            if unreachable:
-                out.left.append(f"{dst.name}: {len(unreachable)} shard(s) on lost nodes")
-            bad = [s for s in bad if s.node not in lost]
-        sourced = [s for s in bad if has_source(s, dst, tiers, lost)]
-        if len(sourced) < len(bad):
-            out.left.append(f"{dst.name}: no verified source of {len(bad) - len(sourced)} shard(s)")
-        if not sourced:
-            continue
-        groups: dict[tuple[str, bool], list[int]] = defaultdict(list)
-        for s in sourced:
-            on_node = dst.kind is TierKind.LOCAL or prefers_node(s, tiers, lost)
-            groups[(s.node, on_node)].append(s.ordinal)
-        batches = [
-            RepairBatch(batch=b, on_node=on_node)
-            for (node, on_node), ordinals in sorted(groups.items())
-            for b in _ranges(node, ordinals, batch_size)
-        ]
+        if dst.kind is TierKind.PEER:
+            batches = _peer_batches(session, out, dst, bad, tiers, batch_size)
+        else:
+            batches = _batches(out, dst, bad, tiers, lost, batch_size)
         if len(batches) > budget:
             batches, out.more = batches[:budget], True
         budget -= len(batches)
@@ -216,3 +198,81 @@ def plan_repair(
             out.more = True
             break
     return out
+
+
+def _batches(
+    out: RepairPlan,
+    dst: TierConfig,
+    bad: list[ShardSources],
+    tiers: Sequence[TierConfig],
+    lost: set[str],
+    batch_size: int,
+) -> list[RepairBatch]:
+    """A local or shared tier's batches: on the shards' node's queue when that node copies them
+    (its own tier, or its local copy is the fastest source), else on the shared queue."""
+    if dst.kind is TierKind.LOCAL:
+        unreachable = [s for s in bad if s.node in lost]
+        if unreachable:
+            out.left.append(f"{dst.name}: {len(unreachable)} shard(s) on lost nodes")
+        bad = [s for s in bad if s.node not in lost]
+    groups: dict[tuple[str, bool], list[int]] = defaultdict(list)
+    for s in _sourced(out, dst, bad, tiers, lost):
+        on_node = dst.kind is TierKind.LOCAL or prefers_node(s, tiers, lost)
+        groups[(s.node, on_node)].append(s.ordinal)
+    return [
+        RepairBatch(batch=b, on_node=on_node)
+        for (node, on_node), ordinals in sorted(groups.items())
+        for b in _ranges(node, ordinals, batch_size)
+    ]
+
+
+def _sourced(
+    out: RepairPlan,
+    dst: TierConfig,
+    bad: list[ShardSources],
+    tiers: Sequence[TierConfig],
+    lost: set[str],
+) -> list[ShardSources]:
+    sourced = [s for s in bad if has_source(s, dst, tiers, lost)]
+    if len(sourced) < len(bad):
+        out.left.append(f"{dst.name}: no verified source of {len(bad) - len(sourced)} shard(s)")
+    return sourced
+
+
+def _peer_batches(
+    session: Session,
+    out: RepairPlan,
+    dst: TierConfig,
+    bad: list[ShardSources],
+    tiers: Sequence[TierConfig],
+    batch_size: int,
+) -> list[RepairBatch]:
+    """A peer tier's batches: each shard is copied again onto the node its replica names (its
+    holder), on that holder's queue. A shard whose holder is lost, or that never had one, is
+    placement's: re-replication puts it on the ring of the live nodes, repair does not."""
+    held = peer_holders(session, out.checkpoint_id, dst.name)
+    lost = lost_nodes(session, sorted({s.node for s in bad} | {h for h in held.values() if h}))
+    homed = [s for s in bad if held.get(s.shard_id) not in (None, s.node, *lost)]
+    if len(homed) < len(bad):
+        out.left.append(
+            f"{dst.name}: {len(bad) - len(homed)} shard(s) with no live holder "
+            "(re-replication places them)"
+        )
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for s in _sourced(out, dst, homed, tiers, lost):
+        groups[(s.node, held[s.shard_id] or "")].append(s.ordinal)
+    return [
+        RepairBatch(batch=b.model_copy(update={"holder": holder}), on_node=True)
+        for (node, holder), ordinals in sorted(groups.items())
+        for b in _ranges(node, ordinals, batch_size)
+    ]
+
+
+def peer_holders(session: Session, checkpoint_id: int, tier: str) -> dict[int, str | None]:
+    """shard id -> the node its replica on peer tier `tier` names (its holder), in any state."""
+    rows = session.execute(
+        select(Replica.shard_id, Replica.node_id).where(
+            Replica.checkpoint_id == checkpoint_id, Replica.tier == tier
+        )
+    )
+    return {sid: node for sid, node in rows}

@@ -226,7 +226,8 @@ class RepairPlanInput(BaseModel):
 
 class RepairBatch(BaseModel):
     batch: Batch
-    # the node's queue when the batch reads or writes its local tier, else the shared queue
+    # the node's queue when the batch reads or writes its local tier (a peer copy's: its
+    # holder's, `batch.runs_on`), else the shared queue
     on_node: bool
 
 

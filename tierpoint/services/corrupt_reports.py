@@ -21,7 +21,7 @@ from tierpoint import logs
 from tierpoint.catalog.copy_reads import CopyState, copy_state, find_copy
 from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.integrity import ScrubBatchResult, VerifyInput
 from tierpoint.errors import CopyNotFound, TemporalUnavailable
 from tierpoint.states import ReplicaState
@@ -83,7 +83,7 @@ async def report_corrupt_copy(
         )
         # Committed before the re-read starts: the report stands whatever the re-read finds.
         await session.commit()
-    node = ref.node if settings.tier(tier).kind is TierKind.LOCAL else None
+    node = ref.node if settings.tier(tier).on_nodes else None  # a peer copy: its holder
     wid = await start_verify(
         client, VerifyInput(tier=tier, node=node, replica_ids=[ref.replica_id], actor="report")
     )

@@ -12,7 +12,7 @@ import hashlib
 from tierpoint_client import paths as rule
 from tierpoint_client.errors import UnsafePathError
 
-from tierpoint.config import NAME_RE, TierConfig, TierKind
+from tierpoint.config import NAME_RE
 from tierpoint.errors import UnsafePath
 
 # The rule itself lives in the training-side client (a dependency of the service): one statement
@@ -57,22 +57,6 @@ def checkpoint_parts(job: str, step: int, rel: str | None = None) -> list[str]:
     if rel is not None:
         parts.extend(validate_relative_path(rel).split("/"))
     return parts
-
-
-def object_key(prefix: str, job: str, step: int, rel: str) -> str:
-    """The S3 key of a shard: the tier's prefix, then `<job>/<step>/<path>`, every character as it
-    is (S3 keys are UTF-8 bytes; nothing is encoded here, and nothing may decode it later)."""
-    return prefix + "/".join(checkpoint_parts(job, step, rel))
-
-
-def s3_object(
-    tier: TierConfig | None, job: str, step: int, rel: str
-) -> tuple[str, str] | tuple[None, None]:
-    """(bucket, key) of a shard's copy on `tier` if it is a configured S3 tier, else (None, None):
-    what the API hands readers, so that none of them has to take a location string apart."""
-    if tier is None or tier.kind is not TierKind.S3 or not tier.bucket:
-        return None, None
-    return tier.bucket, object_key(tier.prefix, job, step, rel)
 
 
 def partial_name(name: str) -> str:

@@ -11,6 +11,7 @@ from botocore.config import Config
 from tierpoint.config import RetryMode, TierConfig, TierKind
 from tierpoint.storage.base import TierStore
 from tierpoint.storage.posix.store import PosixStore
+from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.storage.s3.store import S3Store
 from tierpoint.storage.throttle import TokenBucket
 
@@ -73,11 +74,19 @@ def read_limiter(tier: TierConfig, node_id: str | None) -> TokenBucket | None:
         return limiter
 
 
-def open_store(tier: TierConfig, node_id: str | None) -> TierStore:
-    """The backend of a tier; a local tier is per node and needs node_id."""
+def open_store(tier: TierConfig, node_id: str | None, layout: KeyLayout | None = None) -> TierStore:
+    """The backend of a tier; a local tier is per node and needs node_id. An S3 store names
+    objects only once it has a key layout (`layout`, or `keyed` later): the one the catalog
+    recorded for the checkpoint at hand."""
     limiter = read_limiter(tier, node_id)
     if tier.kind is TierKind.S3:
         pool = max(32, tier.multipart_concurrency * tier.parallelism * 2)
         client = s3_client(tier.endpoint_url, tier.region, pool, tier.retry_mode, tier.max_attempts)
-        return S3Store(tier, client, limiter=limiter)
+        return S3Store(tier, client, limiter=limiter, layout=layout)
     return PosixStore(tier, node_id, limiter=limiter)
+
+
+def keyed(store: TierStore, layout: KeyLayout) -> TierStore:
+    """`store` naming S3 objects as `layout` does; POSIX stores have one layout and are returned
+    as they are."""
+    return store.with_layout(layout) if isinstance(store, S3Store) else store

@@ -103,6 +103,9 @@ class CheckpointFiles:
         if holders is None:
             holders = local_holders(checkpoint, tiers)
         self._may_write = local is not None and local.name in restorable and node in holders
+        # Files whose own node was declared lost: this node, which loads them, is that node's
+        # replacement and keeps them (see _replacing).
+        self._replacing = _replacing(checkpoint, local, node)
         self._not_ours: set[str] = set()
         order = {t.name: i for i, t in enumerate(tiers)}
         kinds = {t.name: t.kind for t in tiers}
@@ -202,7 +205,8 @@ class CheckpointFiles:
         """A new local copy of the file being read, when re-population is on and this read is
         not of the local copy itself; only inside an existing local-tier root."""
         target = self._local_path(source.entry.path)
-        if not (self.options.repopulate and self._may_write) or target is None:
+        allowed = self._may_write or source.entry.path in self._replacing
+        if not (self.options.repopulate and allowed) or target is None:
             return None
         if self._is_here(source.entry) or source.entry.path in self._not_ours:
             return None
@@ -253,6 +257,24 @@ def local_holders(checkpoint: Checkpoint, tiers: Sequence[TierInfo]) -> frozense
         for sh in shards
         for r in sh.replicas
         if local is not None and r.tier == local.name and r.node is not None
+    }
+
+
+def _replacing(checkpoint: Checkpoint, local: TierInfo | None, node: str | None) -> set[str]:
+    """The files this node may keep although it holds none of the checkpoint's local copies: those
+    of another node whose local copy is `lost` (that node was declared lost). A node that loads a
+    lost node's files runs that node's ranks now, and the next restart of those ranks on it reads
+    them locally instead of from a peer, the shared tier or S3."""
+    if local is None or node is None:
+        return set()
+    return {
+        shard.path
+        for shard in checkpoint.shards or ()
+        if shard.node not in (None, node)
+        and any(
+            r.tier == local.name and r.node == shard.node and r.state == "lost"
+            for r in shard.replicas
+        )
     }
 
 

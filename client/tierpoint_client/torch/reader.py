@@ -82,7 +82,8 @@ class TierpointReader(StorageReader):
 
     With `repopulate`, every file a rank read whole from elsewhere is also written to this node's
     local tier (where the writer would have put it), so a restart on this node reads it locally;
-    such a copy is a cache the catalog does not know of, read only after it verifies. S3 files of
+    such a copy is a cache the catalog does not know of, read only after it verifies (written where
+    retention cleans up, or, on a spare node, for the files of a node declared lost). S3 files of
     at least `min_ranged_size` bytes of which a rank needs at most half are read in ranges, each
     item verified against its own crc32c from the verified `.metadata`. `stats` says what was read
     from where.

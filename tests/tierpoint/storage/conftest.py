@@ -13,6 +13,7 @@ from tests.helpers.storage import MiB
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import s3_client
+from tierpoint.storage.s3.layout import FLAT
 from tierpoint.storage.s3.store import S3Store
 
 
@@ -46,7 +47,7 @@ def s3_tier(services: Services) -> TierConfig:
 
 @pytest.fixture
 def s3_store(s3_tier: TierConfig) -> S3Store:
-    return S3Store(s3_tier, s3_client(s3_tier.endpoint_url, s3_tier.region))
+    return S3Store(s3_tier, s3_client(s3_tier.endpoint_url, s3_tier.region), layout=FLAT)
 
 
 @pytest.fixture

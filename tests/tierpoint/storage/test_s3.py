@@ -12,6 +12,7 @@ from tierpoint.storage.base import ResumeState, ShardRef, SourceSizeMismatch
 from tierpoint.storage.checksum import crc32c_hex, crc32c_of, crc32c_to_base64
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import open_store
+from tierpoint.storage.s3.layout import FLAT
 from tierpoint.storage.s3.multipart import part_size_for
 from tierpoint.storage.s3.store import S3Store
 
@@ -220,7 +221,7 @@ def test_cleanup_partial_aborts_abandoned_uploads(s3_store: S3Store, raw_s3: Any
 
 def test_posix_to_s3_and_back(s3_tier: TierConfig, raw_s3: Any, tmp_path: Path) -> None:
     """The copy path both ways: local tier as source of an upload, S3 as source of a restore."""
-    s3 = open_store(s3_tier, None)
+    s3 = open_store(s3_tier, None, FLAT)
     assert isinstance(s3, S3Store)
     other = open_store(s3_tier.model_copy(update={"name": "s3-again"}), None)
     assert isinstance(other, S3Store) and other.client is s3.client  # one client per endpoint

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from tests.helpers.storage import MiB, Progress, new_ref, random_bytes
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.registry import s3_client
+from tierpoint.storage.s3.layout import FLAT
 from tierpoint.storage.s3.store import S3Store
 
 SIZES = {"single PutObject": 1 * MiB, "multipart": 11 * MiB + 3}
@@ -19,7 +20,7 @@ SIZES = {"single PutObject": 1 * MiB, "multipart": 11 * MiB + 3}
 
 def store_with(s3_tier: TierConfig, **options: Any) -> S3Store:
     tier = TierConfig.model_validate({**s3_tier.model_dump(exclude_unset=True), **options})
-    return S3Store(tier, s3_client(tier.endpoint_url, tier.region))
+    return S3Store(tier, s3_client(tier.endpoint_url, tier.region), layout=FLAT)
 
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())

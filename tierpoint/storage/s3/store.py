@@ -32,7 +32,7 @@ from tierpoint.storage.checksum import (
     crc32c_to_base64,
     parse_crc32c,
 )
-from tierpoint.storage.paths import checkpoint_parts, object_key
+from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.storage.s3.multipart import MultipartUploads, part_size_for, request_body
 from tierpoint.storage.s3.object_options import object_write_args
 from tierpoint.storage.s3.reader import S3Reader
@@ -50,11 +50,19 @@ DELETE_BATCH = 1000
 
 class S3Store:
     def __init__(
-        self, config: TierConfig, client: S3Client, *, limiter: TokenBucket | None = None
+        self,
+        config: TierConfig,
+        client: S3Client,
+        *,
+        limiter: TokenBucket | None = None,
+        layout: KeyLayout | None = None,
     ) -> None:
         if config.kind is not TierKind.S3 or not config.bucket:
             raise ValueError(f"tier {config.name!r} is not an s3 tier")
         self.config = config
+        # None until a checkpoint's recorded layout is given (`with_layout`): a key computed from
+        # the tier's current setting could name another checkpoint's object, or none.
+        self.layout = layout
         self.client = client
         self.bucket: str = config.bucket
         self.prefix = config.prefix
@@ -63,11 +71,28 @@ class S3Store:
 
     # -- naming ---------------------------------------------------------------------------
 
-    def key(self, ref: ShardRef) -> str:
-        return object_key(self.prefix, ref.job, ref.step, ref.path)
+    def with_layout(self, layout: KeyLayout) -> S3Store:
+        """This tier's store naming objects as `layout` does (the one recorded for the checkpoint
+        it is used for); it shares the client and the limiter."""
+        return S3Store(self.config, self.client, limiter=self.limiter, layout=layout)
 
-    def checkpoint_prefix(self, job: str, step: int) -> str:
-        return self.prefix + "/".join(checkpoint_parts(job, step)) + "/"
+    def _layout(self) -> KeyLayout:
+        if self.layout is None:
+            raise RuntimeError(
+                f"tier {self.config.name}: an S3 key needs the checkpoint's recorded key layout"
+            )
+        return self.layout
+
+    def key(self, ref: ShardRef) -> str:
+        return self._layout().key(self.prefix, ref.job, ref.step, ref.path)
+
+    def checkpoint_prefix(self, job: str, step: int, paths: Iterable[str] = ()) -> str:
+        """The one prefix under which the checkpoint's shards `paths` live (the first of them
+        for a spread layout, see `checkpoint_prefixes`)."""
+        return self.checkpoint_prefixes(job, step, paths)[0]
+
+    def checkpoint_prefixes(self, job: str, step: int, paths: Iterable[str]) -> list[str]:
+        return self._layout().checkpoint_prefixes(self.prefix, job, step, paths)
 
     def location(self, ref: ShardRef) -> str:
         # For people to read (catalog rows, events, errors); readers are given (bucket, key).
@@ -189,8 +214,9 @@ class S3Store:
     def delete_checkpoint(self, job: str, step: int, paths: Iterable[str]) -> DeleteReport:
         # The registered keys, never a listing of the prefix: an object someone else put there
         # (or a job wrote beside its shards) is not ours to delete.
+        paths = list(paths)
         keys = [self.key(ShardRef(job, step, p)) for p in paths]
-        prefix = self.checkpoint_prefix(job, step)
+        prefixes = self.checkpoint_prefixes(job, step, paths)
         deleted = 0
         for i in range(0, len(keys), DELETE_BATCH):
             batch = keys[i : i + DELETE_BATCH]
@@ -202,16 +228,19 @@ class S3Store:
             if errors:
                 first = errors[0]
                 raise OSError(
-                    f"S3 refused to delete {len(errors)} objects under {prefix}, e.g. "
+                    f"S3 refused to delete {len(errors)} objects of {job}/{step}, e.g. "
                     f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
                 )
             deleted += len(batch)
-        self.uploads.abort_uploads(prefix, set(keys))
-        left = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=LEFT_EXAMPLES)
-        return DeleteReport(
-            deleted=deleted,
-            left=tuple(o["Key"][len(prefix) :] for o in left.get("Contents", [])),
-        )
+        left: list[str] = []
+        for prefix in prefixes:
+            self.uploads.abort_uploads(prefix, set(keys))
+            if len(left) < LEFT_EXAMPLES:
+                listed = self.client.list_objects_v2(
+                    Bucket=self.bucket, Prefix=prefix, MaxKeys=LEFT_EXAMPLES - len(left)
+                )
+                left.extend(o["Key"][len(prefix) :] for o in listed.get("Contents", []))
+        return DeleteReport(deleted=deleted, left=tuple(left))
 
     def cleanup_partial(self, ref: ShardRef, resume: ResumeState | None) -> None:
         key = self.key(ref)

@@ -795,4 +795,29 @@ MUTANTS: tuple[Mutant, ...] = (
         (PEER_E2E,),
         "a peer tier whose copy a lost node held stops being restorable, and is copied again",
     ),
+    Mutant(
+        "peer-cut-body-is-an-error",
+        "tierpoint/storage/peer_http.py",
+        "            if n == 0 and len(b) and self._left:\n",
+        "            if False:\n",
+        ("tests/faults/test_peer_endpoint_killed.py",),
+        "a pull cut off by the source's endpoint dying is retried and resumed, never taken for a "
+        "short source (which would mark the source's verified copy corrupt)",
+    ),
+    Mutant(
+        "peer-transit-mismatch-spares-source",
+        "activities/copy.py",
+        "        remote = isinstance(self.src, PeerSource)\n",
+        "        remote = False\n",
+        ("tests/faults/test_peer_byte_flipped.py",),
+        "bytes damaged on the network are read again and never condemn the source's good copy",
+    ),
+    Mutant(
+        "rereplicate-plans-again-after-loss",
+        "workflows/peer.py",
+        "            workflow.continue_as_new(inp)\n",
+        "            pass\n",
+        ("tests/faults/test_peer_holder_lost_during_rereplication.py",),
+        "a new holder lost during re-replication is replaced, so the checkpoint gets its copy back",
+    ),
 )

@@ -31,6 +31,7 @@ from tierpoint.storage.base import (
     TierStore,
     VerifyResult,
 )
+from tierpoint.storage.peer_http import PeerSource
 
 from .progress import BatchReporter, resume_state_for
 
@@ -38,6 +39,9 @@ HEARTBEAT_WHILE_WAITING = 5.0
 # A copy whose read-back does not match, from a source that read back right, was damaged on its
 # way to or on the destination: written again this many times before it counts as corrupt.
 RECOPIES_AFTER_BAD_READ_BACK = 2
+# A shard read off a peer's data endpoint whose bytes do not match is read again whole this many
+# times: a flip in transit (past TCP's weak checksum, or in a middlebox) is not the source's fault.
+REREADS_AFTER_TRANSIT_MISMATCH = 2
 
 
 @dataclass
@@ -202,7 +206,39 @@ class BatchCopy:
         self, sh: repo.BatchShard, ref: ShardRef, location: str, resume: ResumeState | None
     ) -> bool:
         """Copy the shard from the source (from `resume` on), checksumming what is read. False
-        when it could not be written right; the outcome is recorded then."""
+        when it could not be written right; the outcome is recorded then.
+
+        Bytes that do not match, read off the node's own tier, condemn the source. Read off a
+        peer's data endpoint they may have been damaged on the way: the shard is read again
+        whole, a bounded number of times, and the source, which this node cannot read back, is
+        left to its own node's checks; the copy alone is given up if no read matches."""
+        remote = isinstance(self.src, PeerSource)
+        for _ in range(1 + (REREADS_AFTER_TRANSIT_MISMATCH if remote else 0)):
+            outcome = self._write_once(sh, ref, location, resume)
+            if not isinstance(outcome, str):
+                return outcome
+            if not remote:
+                self._source_bad(sh, ref, location, outcome)
+                return False
+            self.recopied.append({"path": sh.path, "reason": f"read over the network: {outcome}"})
+            self.dst.cleanup_partial(ref, None)
+            self.dst.delete(ref)
+            resume = None
+        metrics.VERIFICATION_FAILURES.labels(self.dst_tier.name).inc()
+        self._corrupt(
+            sh,
+            location,
+            f"no read of {self.src_tier.name} over the network matched "
+            f"({REREADS_AFTER_TRANSIT_MISMATCH + 1} reads, damaged in transit or at the source): "
+            f"{outcome}",
+        )
+        return False
+
+    def _write_once(
+        self, sh: repo.BatchShard, ref: ShardRef, location: str, resume: ResumeState | None
+    ) -> bool | str:
+        """One read of the source into the destination: True when it matched, False when it
+        failed and the outcome is recorded, else why its bytes are not the registered ones."""
         registered = str(sh.checksum).lower()
         start = resume.offset if resume else 0
         try:
@@ -247,12 +283,10 @@ class BatchCopy:
         self.result.bytes += sh.size - start
         metrics.BYTES_COPIED.labels(self.dst_tier.name).inc(sh.size - start)
         if copied.crc32c != registered or copied.size != sh.size:
-            why = (
+            return (
                 f"read {copied.size} bytes with crc32c {copied.crc32c} from "
                 f"{self.src_tier.name}, registered {sh.size} bytes with crc32c {registered}"
             )
-            self._source_bad(sh, ref, location, why)
-            return False
         return True
 
 

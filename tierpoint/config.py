@@ -253,6 +253,19 @@ class Settings(BaseSettings):
         "sends it; an endpoint accepts it or an API token whose scopes cover the job. Every "
         "worker of a cluster holds the same one. A secret: set it in the environment.",
     )
+    data_tls_cert: Path | None = Field(
+        default=None,
+        description="`tierpoint worker --node`: the data endpoint's certificate (PEM, the chain "
+        "first); with `data_tls_key` the endpoint speaks HTTPS only, and its URL is `https://`.",
+    )
+    data_tls_key: Path | None = Field(
+        default=None, description="The data endpoint certificate's private key (PEM)."
+    )
+    data_tls_ca: Path | None = Field(
+        default=None,
+        description="The CA bundle (PEM) a worker verifies other nodes' HTTPS data endpoints "
+        "against when it pulls a peer copy; unset: the system roots.",
+    )
     worker_metrics_port: int | None = Field(
         default=None,
         ge=0,
@@ -276,6 +289,8 @@ class Settings(BaseSettings):
     def _temporal_tls(self) -> Self:
         if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
             raise ValueError("temporal_tls_cert and temporal_tls_key go together")
+        if (self.data_tls_cert is None) != (self.data_tls_key is None):
+            raise ValueError("data_tls_cert and data_tls_key go together")
         return self
 
     def temporal_tls(self) -> bool:

@@ -132,9 +132,10 @@ async def start_lifecycle(client: Client, inp: LifecycleInput, run_id: str | Non
     return True
 
 
-async def start_peer_rereplication(client: Client, inp: RereplicateInput) -> None:
-    """Copy again, to new holders, the peer copies a lost node held. One run at a time per
-    checkpoint; a later node loss starts another once it ended."""
+async def start_peer_rereplication(client: Client, inp: RereplicateInput, lost: str) -> None:
+    """Copy again, to new holders, the peer copies the lost node `lost` held. One run at a time
+    per checkpoint: a run under way is signalled instead (signal-with-start), since it may be
+    copying to that very node; it plans again once its copies ended."""
     await client.start_workflow(
         REREPLICATE_WORKFLOW,
         inp,
@@ -142,6 +143,8 @@ async def start_peer_rereplication(client: Client, inp: RereplicateInput) -> Non
         task_queue=SHARED_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        start_signal=NODE_LOST_SIGNAL,
+        start_signal_args=[lost],
     )
 
 

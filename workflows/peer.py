@@ -3,7 +3,12 @@ the nodes that now follow their shards' nodes in the ring, and each peer tier is
 so a lost holder leaves its checkpoints with K copies once more.
 
 Deterministic: the plan (which shards lack a verified peer copy, and their new holders) is an
-activity; the copies are the lifecycle's own batch activities through the same window."""
+activity; the copies are the lifecycle's own batch activities through the same window.
+
+A node declared lost while a run is under way (a new holder among them) is signalled to the run,
+as to a lifecycle: its batches are cancelled rather than retried on a queue no worker will serve
+again, the tiers are promoted with what was verified, and the run continues as new, so the next
+plan places the shards still lacking a copy on the live nodes of then."""
 
 from __future__ import annotations
 
@@ -11,7 +16,13 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from tierpoint.contract.common import CATALOG_RETRY, CATALOG_TIMEOUT, SHARED_TASK_QUEUE
-    from tierpoint.contract.lifecycle import PROMOTE, PromoteInput, PromoteResult, StageInput
+    from tierpoint.contract.lifecycle import (
+        NODE_LOST_SIGNAL,
+        PROMOTE,
+        PromoteInput,
+        PromoteResult,
+        StageInput,
+    )
     from tierpoint.contract.peer import (
         PLAN,
         PLAN_RETRY,
@@ -23,11 +34,30 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows.lifecycle_window import LostNodes, run_window
 
+# Runs recorded before a lost node was signalled to a running re-replication ignore the signal.
+LOST_DURING_RUN_PATCH = "peer-rereplicate-lost-during-run"
+
 
 @workflow.defn(name=REREPLICATE_WORKFLOW)
 class PeerRereplicate:
+    def __init__(self) -> None:
+        self._lost = LostNodes()
+        # Nodes declared lost after this run planned: its plan may have placed copies on them.
+        self._lost_since_plan: set[str] = set()
+
+    @workflow.signal(name=NODE_LOST_SIGNAL)
+    def node_lost(self, node: str) -> None:
+        if not workflow.patched(LOST_DURING_RUN_PATCH):
+            return
+        if node not in self._lost.nodes:
+            self._lost_since_plan.add(node)
+        self._lost.declare(node)
+
     @workflow.run
     async def run(self, inp: RereplicateInput) -> list[PromoteResult]:
+        # A loss signalled so far (with the start, by the declaration that started this run)
+        # committed before the plan reads the catalog: the plan knows it.
+        self._lost_since_plan.clear()
         plan: PeerPlan = await workflow.execute_activity(
             PLAN,
             inp,
@@ -36,7 +66,8 @@ class PeerRereplicate:
             start_to_close_timeout=PLAN_TIMEOUT,
             retry_policy=PLAN_RETRY,
         )
-        lost = LostNodes(plan.lost_nodes)
+        self._lost.nodes |= set(plan.lost_nodes)
+        lost = self._lost
         outcomes = []
         for stage in plan.stages:
             done = await run_window(
@@ -74,4 +105,8 @@ class PeerRereplicate:
                     retry_policy=CATALOG_RETRY,
                 )
             )
+        if self._lost_since_plan:
+            # Promoted above with what was verified; the next run plans the rest again on the
+            # nodes alive now. Bounded: each run follows the loss of a node not lost before.
+            workflow.continue_as_new(inp)
         return outcomes

@@ -170,12 +170,14 @@ def recording_histories() -> bool:
     return bool(os.environ.get("TIERPOINT_RECORD_HISTORY"))
 
 
-async def record_history(client: Client, workflow_id: str, name: str) -> Path:
-    """Save a workflow's history (latest run) with the id it ran under (replay compares child
-    workflow ids derived from it). Never over a committed one: every recorded history must keep
-    replaying, so a new recording of a scenario goes beside the old, as `name@LABEL.json` with the
-    label from TIERPOINT_RECORD_HISTORY (if not 1) or today's date."""
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
+async def record_history(
+    client: Client, workflow_id: str, name: str, run_id: str | None = None
+) -> Path:
+    """Save a workflow's history (latest run, or `run_id`'s) with the id it ran under (replay
+    compares child workflow ids derived from it). Never over a committed one: every recorded
+    history must keep replaying, so a new recording of a scenario goes beside the old, as
+    `name@LABEL.json` with the label from TIERPOINT_RECORD_HISTORY (if not 1) or today's date."""
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     path = HISTORIES / f"{name}.json"
     if path.exists():
         label = os.environ.get("TIERPOINT_RECORD_HISTORY", "1")

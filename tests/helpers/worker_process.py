@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from tierpoint.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +29,10 @@ def settings_env(settings: Settings) -> dict[str, str]:
     for name, value in settings.model_dump(mode="json").items():
         if value is None:
             continue
+        secret = getattr(settings, name)
+        if isinstance(secret, SecretStr):
+            # A JSON dump masks a secret ("**********"): the process needs the real one.
+            value = secret.get_secret_value()
         env[f"TIERPOINT_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
     return env
 

@@ -24,6 +24,7 @@ import io
 import os
 import re
 import select
+import ssl
 import threading
 import time
 from datetime import UTC, datetime
@@ -168,9 +169,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.handle_one_request()
         while not self.close_connection:
-            ready, _, _ = select.select([self.connection], [], [], IDLE_TIMEOUT)
-            if not ready:
-                return
+            # TLS may hold the next request's bytes already decrypted, where select cannot see.
+            tls_pending = isinstance(self.connection, ssl.SSLSocket) and self.connection.pending()
+            if not tls_pending:
+                ready, _, _ = select.select([self.connection], [], [], IDLE_TIMEOUT)
+                if not ready:
+                    return
             self.handle_one_request()
 
     def do_GET(self) -> None:
@@ -211,7 +215,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Range", f"bytes {start}-{max(end - 1, start)}/{size}")
             self.end_headers()
             limiter = getattr(store, "limiter", None)
-            sent = _send_file(self.connection.fileno(), reader.fileno(), start, end, limiter)
+            if isinstance(self.connection, ssl.SSLSocket):
+                sent = _send_tls(self.connection, reader.fileno(), start, end, limiter)
+            else:
+                sent = _send_file(self.connection.fileno(), reader.fileno(), start, end, limiter)
             if sent < end - start:
                 # Shorter than the catalog says: cut the connection, the reader sees a short
                 # body and never takes it for the file.
@@ -234,6 +241,22 @@ def _send_file(sock: int, fd: int, start: int, end: int, limiter: TokenBucket | 
     return pos - start
 
 
+def _send_tls(
+    conn: ssl.SSLSocket, fd: int, start: int, end: int, limiter: TokenBucket | None
+) -> int:
+    """As `_send_file` over TLS, which sendfile cannot encrypt: read, then encrypt and send."""
+    pos = start
+    while pos < end:
+        chunk = os.pread(fd, min(CHUNK, end - pos), pos)
+        if not chunk:
+            break
+        conn.sendall(chunk)
+        if limiter is not None:
+            limiter.consume(len(chunk))
+        pos += len(chunk)
+    return pos - start
+
+
 class DataServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -241,6 +264,15 @@ class DataServer(ThreadingHTTPServer):
         self.settings, self.sessions, self.node = settings, sessions, node
         self.listings = Listings(sessions, node)
         super().__init__((host, port), _Handler)
+        self.tls = settings.data_tls_cert is not None
+        if settings.data_tls_cert is not None and settings.data_tls_key is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(settings.data_tls_cert, settings.data_tls_key)
+            # The handshake runs in the request's thread (on its first read), not in the thread
+            # that accepts: a slow or silent client holds up no other.
+            self.socket = ctx.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
 
     @property
     def url(self) -> str:
@@ -248,7 +280,8 @@ class DataServer(ThreadingHTTPServer):
             return self.settings.data_url
         host, port = self.server_address[:2]
         name = host.decode() if isinstance(host, bytes) else str(host)
-        return f"http://{name if ':' not in name else f'[{name}]'}:{port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{name if ':' not in name else f'[{name}]'}:{port}"
 
 
 def serve(settings: Settings, sessions: Sessions, node: str, port: int) -> DataServer:

@@ -79,7 +79,7 @@ async def rereplicate(client: Client | None, lost: nodes.NodeLost) -> int:
         try:
             await asyncio.wait_for(
                 start_peer_rereplication(
-                    client, RereplicateInput(checkpoint_id=cid, job=job, step=step)
+                    client, RereplicateInput(checkpoint_id=cid, job=job, step=step), lost.node
                 ),
                 SIGNAL_TIMEOUT,
             )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import http.client
 import io
+import ssl
+from pathlib import Path
 from typing import BinaryIO, cast
 from urllib.parse import quote, unquote, urlsplit
 
@@ -47,20 +49,29 @@ def parse_data_path(raw: str) -> tuple[str, ShardRef]:
 
 
 class _Body(io.RawIOBase):
-    """An HTTP response body as a raw reader; a connection cut mid-body is an OSError like any
-    other read error (the copy's activity fails and resumes from its heartbeat)."""
+    """An HTTP response body as a raw reader. A connection cut mid-body is an OSError like any
+    other read error (the copy's activity fails and resumes from its heartbeat), never a short
+    file: http.client ends a sized body cut off by the peer's close as if it were complete, and
+    a copy would take that for a source shorter than registered, i.e. a corrupt source."""
 
     def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
         self._conn, self._resp = conn, resp
+        length = resp.getheader("Content-Length")
+        self._left = int(length) if length is not None and length.isdigit() else None
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: memoryview) -> int:  # type: ignore[override]
         try:
-            return self._resp.readinto(b)
+            n = self._resp.readinto(b)
         except http.client.HTTPException as exc:
             raise ConnectionError(f"peer read cut off: {exc!r}") from exc
+        if self._left is not None:
+            if n == 0 and len(b) and self._left:
+                raise ConnectionError(f"peer read cut off with {self._left} bytes still to come")
+            self._left -= n
+        return n
 
     def close(self) -> None:
         try:
@@ -70,18 +81,39 @@ class _Body(io.RawIOBase):
             super().close()
 
 
+def tls_context(ca_bundle: Path | str | None = None) -> ssl.SSLContext:
+    """What a pull from an https data endpoint trusts: the CA bundle, or the system roots; the
+    certificate must name the endpoint's host."""
+    return ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+
+
+def _range_start(resp: http.client.HTTPResponse) -> int | None:
+    """The first byte of a 206's `Content-Range: bytes a-b/size`."""
+    unit, _, span = (resp.getheader("Content-Range") or "").partition(" ")
+    first = span.partition("-")[0]
+    return int(first) if unit == "bytes" and first.isdigit() else None
+
+
 class PeerSource:
     """Reads one tier's shards off another node's data endpoint (a `ShardSource`)."""
 
-    def __init__(self, base_url: str, tier: str, token: str | None) -> None:
-        self.base_url, self.tier, self._token = base_url, tier, token
+    def __init__(
+        self, base_url: str, tier: str, token: str | None, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """`tls`: how an https endpoint's certificate is verified (`tls_context`)."""
+        self.base_url, self.tier, self._token, self._tls = base_url, tier, token, tls
 
     def open_read(self, ref: ShardRef, offset: int = 0) -> BinaryIO:
         url = urlsplit(self.base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ConnectionError(f"data endpoint {self.base_url!r} is not an http(s) URL")
-        cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-        conn = cls(url.hostname, url.port, timeout=READ_TIMEOUT)
+        conn: http.client.HTTPConnection
+        if url.scheme == "https":
+            conn = http.client.HTTPSConnection(
+                url.hostname, url.port, timeout=READ_TIMEOUT, context=self._tls or tls_context()
+            )
+        else:
+            conn = http.client.HTTPConnection(url.hostname, url.port, timeout=READ_TIMEOUT)
         headers = {"Range": f"bytes={offset}-"}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
@@ -91,6 +123,10 @@ class PeerSource:
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise ConnectionError(f"data endpoint {self.base_url}: {exc!r}") from exc
+        if resp.status == 206 and _range_start(resp) != offset:
+            conn.close()
+            # Bytes from elsewhere in the file would be written at the resume offset.
+            raise ConnectionError(f"data endpoint {self.base_url} answered another range")
         if resp.status in (200, 206) and (resp.status == 206 or offset == 0):
             return cast(BinaryIO, _Body(conn, resp))
         why = resp.read(512).decode("utf-8", "replace")

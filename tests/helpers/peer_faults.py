@@ -1,0 +1,137 @@
+"""What the peer tier's fault tests share: settings with a peer tier, the catalog's view of the
+peer copies and of the nodes' endpoints, and the pending copy batch as the Temporal server knows
+it (its attempt, and the byte offset of its last heartbeat: where a retry resumes)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client, WorkflowHandle
+
+from tierpoint.catalog.models import Event, Node, Replica, Shard
+from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.contract.lifecycle import COPY_BATCH
+
+WORKER_SECRET = "tp_worker-credential-of-the-peer-fault-tests"
+POLL = 0.2
+
+
+def peer_settings(
+    settings: Settings, tmp_path: Path, nodes: list[str], *, later: bool = False, **extra: Any
+) -> Settings:
+    """ssd -> peer (-> lustre -> s3 with `later`), a worker credential, the nodes' roots."""
+    ssd, *rest = settings.tiers
+    peer = TierConfig(name="peer", kind=TierKind.PEER, root=str(tmp_path / "nodes/{node}/peer"))
+    for node in nodes:
+        (tmp_path / "nodes" / node / "ssd").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "nodes" / node / "peer").mkdir(parents=True, exist_ok=True)
+    return Settings.model_validate(
+        {
+            **settings.model_dump(),
+            "tiers": [ssd, peer, *(rest if later else [])],
+            "data_token": WORKER_SECRET,
+            **extra,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class PeerCopy:
+    node: str | None
+    state: str
+    bytes_done: int
+    error: str | None
+
+
+def peer_copies(sessions: sessionmaker[Session], checkpoint_id: int) -> dict[str, PeerCopy]:
+    """path -> its peer replica (holder, state, bytes done, last error)."""
+    with sessions() as s:
+        rows = s.execute(
+            select(Shard.path, Replica.node_id, Replica.state, Replica.bytes_done, Replica.error)
+            .join(Shard, Shard.id == Replica.shard_id)
+            .where(Replica.checkpoint_id == checkpoint_id, Replica.tier == "peer")
+        )
+        return {p: PeerCopy(n, str(st), int(b or 0), e) for p, n, st, b, e in rows}
+
+
+def replica_states(sessions: sessionmaker[Session], checkpoint_id: int, tier: str) -> list[str]:
+    with sessions() as s:
+        return [
+            str(st)
+            for (st,) in s.execute(
+                select(Replica.state).where(
+                    Replica.checkpoint_id == checkpoint_id, Replica.tier == tier
+                )
+            )
+        ]
+
+
+def copied_events(
+    sessions: sessionmaker[Session], checkpoint_id: int, tier: str
+) -> list[dict[str, Any]]:
+    with sessions() as s:
+        return [
+            dict(d or {})
+            for (d,) in s.execute(
+                select(Event.detail)
+                .where(
+                    Event.checkpoint_id == checkpoint_id,
+                    Event.kind == "copied",
+                    Event.tier == tier,
+                )
+                .order_by(Event.id)
+            )
+        ]
+
+
+def data_url(sessions: sessionmaker[Session], node: str) -> str | None:
+    with sessions() as s:
+        return s.scalar(select(Node.data_url).where(Node.id == node))
+
+
+async def wait_for_endpoints(
+    sessions: sessionmaker[Session], nodes: list[str], within: float, not_: str | None = None
+) -> dict[str, str]:
+    """The nodes' data endpoints once every one has reported one (other than `not_`)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        urls = {n: data_url(sessions, n) for n in nodes}
+        if all(u is not None and u != not_ for u in urls.values()):
+            return {n: str(u) for n, u in urls.items()}
+        assert loop.time() < deadline, f"no data endpoint reported: {urls}"
+        await asyncio.sleep(POLL)
+
+
+@dataclass(frozen=True)
+class PendingCopy:
+    attempt: int
+    state: int
+    # The byte offset of the last heartbeat the server holds: where a retry would resume.
+    offset: int
+    last_failure: str
+
+
+NO_COPY = PendingCopy(0, 0, 0, "")
+
+
+async def pending_copy(client: Client, handle: WorkflowHandle[Any, Any]) -> PendingCopy:
+    """The workflow's pending copy batch as the Temporal server knows it."""
+    desc = await handle.describe()
+    for pa in desc.raw_description.pending_activities:
+        if pa.activity_type.name != COPY_BATCH:
+            continue
+        offset = 0
+        if pa.heartbeat_details.payloads:
+            details = await client.data_converter.decode(pa.heartbeat_details.payloads)
+            last = details[-1] if details else None
+            if isinstance(last, dict):
+                offset = int(last.get("offset") or 0)
+        failure = pa.last_failure.message if pa.HasField("last_failure") else ""
+        return PendingCopy(pa.attempt, int(pa.state), offset, failure)
+    return NO_COPY

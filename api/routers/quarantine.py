@@ -25,8 +25,8 @@ router = APIRouter(prefix="/v1/jobs", tags=["quarantine"], route_class=GatedRout
 
 
 async def _answer(state: ApiState, session: SessionDep, job: str, step: int) -> CheckpointOut:
-    detail = await checkpoint_reads.get_checkpoint(
-        session, job, step, state.settings.tiers, include_shards=False
+    detail = await session.run_sync(
+        checkpoint_reads.get_checkpoint, job, step, state.settings.tiers, include_shards=False
     )
     return CheckpointOut.model_validate(detail)
 

@@ -63,7 +63,7 @@ async def start_restore(
         step, skipped = body.step, []
         taken = await create_lease(session, job, step, body.ttl_seconds, body.holder, actor)
     # Read under the lease, which keeps every copy listed from expiring.
-    detail = await checkpoint_reads.get_checkpoint(session, job, step, tiers)
+    detail = await session.run_sync(checkpoint_reads.get_checkpoint, job, step, tiers)
     return RestoreOut.model_validate(
         {
             "job": job,

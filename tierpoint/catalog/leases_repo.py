@@ -53,7 +53,7 @@ class PinView:
 
 async def lock_checkpoint(session: AsyncSession, job: str, step: int) -> tuple[int, int, bool]:
     """(checkpoint id, job id, pinned) with the checkpoint row locked until commit."""
-    key = await find_checkpoint(session, job, step, lock=True)
+    key = await session.run_sync(find_checkpoint, job, step, lock=True)
     return key.id, key.job_id, key.pinned
 
 
@@ -228,7 +228,7 @@ async def release_lease(
 async def list_leases(
     session: AsyncSession, job: str, step: int, *, include_ended: bool = False
 ) -> list[LeaseView]:
-    checkpoint = await find_checkpoint(session, job, step)
+    checkpoint = await session.run_sync(find_checkpoint, job, step)
     lapsed = RestoreLease.expires_at <= func.now()
     q = select(RestoreLease, lapsed).where(RestoreLease.checkpoint_id == checkpoint.id)
     if not include_ended:

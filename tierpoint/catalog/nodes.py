@@ -165,7 +165,7 @@ async def mark_lost(
     markers_failed = sum(len(t) for t in failed_tiers.values())
     out = NodeLost(node, lost_at, changed, replicas_lost, markers_failed)
     # Asked again on every declaration, so that repeating it re-starts what Temporal missed.
-    out.peer_copies_lost = await held_peer_checkpoints(session, node, peer_tiers)
+    out.peer_copies_lost = await session.run_sync(held_peer_checkpoints, node, peer_tiers)
     for cp, job_id, job, step, in_flight in await _affected(session, ids):
         out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight)))
         if lost_per_checkpoint.get(cp) or failed_tiers.get(cp):

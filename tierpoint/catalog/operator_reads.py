@@ -107,7 +107,7 @@ async def in_flight(
         )
     ):
         promoted[m.checkpoint_id][m.tier] = m.restorable_at
-    progress = await tier_progress(session, [(r.checkpoint_id, r.tier) for r in rows])
+    progress = await session.run_sync(tier_progress, [(r.checkpoint_id, r.tier) for r in rows])
     errors = await last_errors(session, [(r.checkpoint_id, r.tier) for r in rows])
     order = {name: i for i, name in enumerate(tiers)}
     views = []
@@ -297,7 +297,7 @@ async def checkpoint_events(
     session: AsyncSession, job: str, step: int, *, limit: int = 200, after_id: int | None = None
 ) -> tuple[list[EventView], int | None]:
     """A checkpoint's history, oldest first (keyset on the event id)."""
-    checkpoint_id = (await find_checkpoint(session, job, step)).id
+    checkpoint_id = (await session.run_sync(find_checkpoint, job, step)).id
     q = (
         select(Event.id, Event.kind, Event.tier, Event.actor, Event.detail, Event.created_at)
         .where(Event.checkpoint_id == checkpoint_id)

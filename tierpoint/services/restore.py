@@ -48,8 +48,8 @@ async def latest_with_lease(
                 "issue restore requests: restore from another tier, or restore the objects with "
                 "the AWS tools first"
             )
-    found = await latest_restorable(
-        session, job, readable, tier=tier, node=node, lock=lease is not None
+    found = await session.run_sync(
+        latest_restorable, job, readable, tier=tier, node=node, lock=lease is not None
     )
     if lease is None:
         return found

@@ -85,8 +85,8 @@ async def register_checkpoint(
         max_shards=state.settings.max_shards_per_checkpoint,
         max_metadata_bytes=state.settings.max_metadata_bytes,
     )
-    result = await registration.register_checkpoint(
-        session, job, manifest, state.settings.tier_names(), actor=actor
+    result = await session.run_sync(
+        registration.register_checkpoint, job, manifest, state.settings.tier_names(), actor=actor
     )
     tiers = state.settings.tiers
     if result.created:
@@ -168,7 +168,7 @@ async def latest_restorable(
     if tier is not None:
         state.settings.tier(tier)  # UnknownTier
     if node is not None:
-        await nodes.require_known(session, node)
+        await session.run_sync(nodes.require_known, node)
     lease = None
     if lease_ttl is not None:
         LEASE_WRITE.check(principal, job)

@@ -50,7 +50,7 @@ async def start_restore(
     if body.tier is not None:
         state.settings.tier(body.tier, location="body")
     if body.node is not None:
-        await nodes.require_known(session, body.node)
+        await session.run_sync(nodes.require_known, body.node)
     tiers = state.settings.tiers
     if body.step is None:
         lease = LeaseRequest(body.ttl_seconds, body.holder, actor)

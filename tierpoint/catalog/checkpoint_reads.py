@@ -203,7 +203,7 @@ def registered_view(
 def checkpoint_view(
     session: Session, job: str, checkpoint_id: int, tiers: Sequence[TierConfig]
 ) -> CheckpointView:
-    rows = (session.execute(select(*_CHECKPOINT_COLS).where(Checkpoint.id == checkpoint_id))).all()
+    rows = session.execute(select(*_CHECKPOINT_COLS).where(Checkpoint.id == checkpoint_id)).all()
     return _views(session, job, rows, tiers)[0]
 
 

@@ -225,7 +225,7 @@ def _skipped(
     q = q.where(Checkpoint.job_id == job_id)
     if above is not None:
         q = q.where(Checkpoint.step > above)
-    rows = (session.execute(q.order_by(Checkpoint.step.desc()).limit(limit + 1))).all()
+    rows = session.execute(q.order_by(Checkpoint.step.desc()).limit(limit + 1)).all()
     examined = rows[:limit]
     if not examined:
         return []

@@ -61,7 +61,9 @@ async def start_restore(
         assert taken is not None  # asked for with the answer
     else:
         step, skipped = body.step, []
-        taken = await create_lease(session, job, step, body.ttl_seconds, body.holder, actor)
+        taken = await session.run_sync(
+            create_lease, job, step, body.ttl_seconds, body.holder, actor
+        )
     # Read under the lease, which keeps every copy listed from expiring.
     detail = await session.run_sync(checkpoint_reads.get_checkpoint, job, step, tiers)
     return RestoreOut.model_validate(

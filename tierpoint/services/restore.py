@@ -55,8 +55,8 @@ async def latest_with_lease(
         return found
     job_id = await session.run_sync(job_id_by_name, job)
     assert job_id is not None  # the job has a restorable checkpoint, whose row is locked
-    taken = await insert_lease(
-        session,
+    taken = await session.run_sync(
+        insert_lease,
         found.checkpoint.id,
         job_id,
         job,

@@ -617,7 +617,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pin-refused-during-expiry",
         "tierpoint/catalog/leases_repo.py",
-        "    if pinned and (expiring := await expiring_tiers(session, checkpoint_id)):\n",
+        "    if pinned and (expiring := expiring_tiers(session, checkpoint_id)):\n",
         "    if False:\n",
         (
             "tests/api/test_expiry_races.py::"
@@ -790,7 +790,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "lost-holder-fails-peer-marker",
         "tierpoint/catalog/nodes.py",
-        """    held = await _fail_held_peer_markers(session, node, peer_tiers, reason)""",
+        """    held = _fail_held_peer_markers(session, node, peer_tiers, reason)""",
         """    held: dict[int, list[str]] = {}""",
         (PEER_E2E,),
         "a peer tier whose copy a lost node held stops being restorable, and is copied again",

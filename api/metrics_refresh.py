@@ -38,12 +38,15 @@ class CatalogGauges:
         tiers = self._settings.tier_names()
         points: dict[Point, tuple[float, int]] = {}
         async with self._sessions() as s:
-            pending = await metrics_reads.pending_markers_by_tier(s)
+            pending = await s.run_sync(metrics_reads.pending_markers_by_tier)
             after: str | None = None
             jobs = 0
             while jobs < MAX_JOBS:
-                page, after, _ = await overview_reads.jobs_overview(
-                    s, tiers, limit=min(PAGE, MAX_JOBS - jobs), after_name=after
+                page, after, _ = await s.run_sync(
+                    overview_reads.jobs_overview,
+                    tiers,
+                    limit=min(PAGE, MAX_JOBS - jobs),
+                    after_name=after,
                 )
                 jobs += len(page)
                 for view in page:

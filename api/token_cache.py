@@ -27,9 +27,9 @@ class TokenCache:
         if hit is not None and hit[0] > now:
             return hit[1]
         async with sessions() as session:
-            record = await tokens_repo.find_by_digest(session, token_digest)
+            record = await session.run_sync(tokens_repo.token_by_digest, token_digest)
             if record is not None and _touch_due(record):
-                await tokens_repo.touch(session, record.id)
+                await session.run_sync(tokens_repo.touch, record.id)
                 # Its own transaction: authentication runs before, and apart from, the
                 # request's unit of work (a refused request still counts as the token's use).
                 await session.commit()

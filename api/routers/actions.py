@@ -97,5 +97,5 @@ async def acknowledge(
     tier = body.tier if body is not None else None
     if tier is not None:
         state.settings.tier(tier, "body")  # UnknownTier
-    done = await failures_repo.acknowledge(session, job, step, tier, actor)
+    done = await session.run_sync(failures_repo.acknowledge, job, step, tier, actor)
     return AcknowledgeOut(job=job, step=step, acknowledged=done)

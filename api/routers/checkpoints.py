@@ -85,8 +85,8 @@ async def register_checkpoint(
         max_shards=state.settings.max_shards_per_checkpoint,
         max_metadata_bytes=state.settings.max_metadata_bytes,
     )
-    result = await registration.register_checkpoint(
-        session, job, manifest, state.settings.tier_names(), actor=actor
+    result = await session.run_sync(
+        registration.register_checkpoint, job, manifest, state.settings.tier_names(), actor=actor
     )
     tiers = state.settings.tiers
     if result.created:
@@ -94,7 +94,9 @@ async def register_checkpoint(
             job, result.checkpoint_id, result.created_at, manifest, tiers
         )
     else:
-        view = await checkpoint_reads.checkpoint_view(session, job, result.checkpoint_id, tiers)
+        view = await session.run_sync(
+            checkpoint_reads.checkpoint_view, job, result.checkpoint_id, tiers
+        )
     if result.created:
         response.status_code = 201
         state.metrics.registrations.labels("created").inc()
@@ -166,7 +168,7 @@ async def latest_restorable(
     if tier is not None:
         state.settings.tier(tier)  # UnknownTier
     if node is not None:
-        await nodes.require_known(session, node)
+        await session.run_sync(nodes.require_known, node)
     lease = None
     if lease_ttl is not None:
         LEASE_WRITE.check(principal, job)
@@ -191,8 +193,8 @@ async def get_checkpoint(
     state: StateDep,
     shards: Annotated[bool, Query(description="Include shards and their replicas.")] = True,
 ) -> CheckpointDetailOut:
-    detail = await checkpoint_reads.get_checkpoint(
-        session, job, step, state.settings.tiers, include_shards=shards
+    detail = await session.run_sync(
+        checkpoint_reads.get_checkpoint, job, step, state.settings.tiers, include_shards=shards
     )
     out = CheckpointDetailOut.model_validate(detail)
     if not shards:
@@ -227,8 +229,8 @@ async def list_checkpoints(
     if tier is not None:
         state.settings.tier(tier)  # UnknownTier
     before = decode_cursor(cursor, int) if cursor is not None else None
-    items, next_step = await checkpoint_reads.list_checkpoints(
-        session,
+    items, next_step = await session.run_sync(
+        checkpoint_reads.list_checkpoints,
         job,
         state.settings.tiers,
         tier=tier,

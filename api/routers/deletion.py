@@ -34,7 +34,7 @@ async def _delete(
     actor: str,
     tasks: BackgroundTasks,
 ) -> DeletionOut:
-    out = await deletion_repo.delete_checkpoints(session, job, step, actor, force=force)
+    out = await session.run_sync(deletion_repo.delete_checkpoints, job, step, actor, force=force)
     if out.deleted:
         tasks.add_task(background.request_retention, state, [job], f"deleted by {actor}")
     return DeletionOut.model_validate(out)

@@ -50,7 +50,7 @@ async def _client(state: StateDep) -> Client:
 async def scrub_status(state: StateDep) -> ScrubOut:
     settings = state.settings
     async with state.sessions() as session:
-        views = await scrub_repo.overview(session, settings.tier_names())
+        views = await session.run_sync(scrub_repo.overview, settings.tier_names())
     bandwidth = {t.name: t.scrub_bandwidth for t in settings.tiers}
     return ScrubOut(
         enabled=settings.scrub_enabled,

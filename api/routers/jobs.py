@@ -30,7 +30,7 @@ async def list_jobs(
     cursor: Annotated[Text | None, Query(max_length=400)] = None,
 ) -> JobPage:
     after = decode_cursor(cursor, str) if cursor is not None else None
-    jobs, last = await checkpoint_reads.list_jobs(session, limit=limit, after_name=after)
+    jobs, last = await session.run_sync(checkpoint_reads.list_jobs, limit=limit, after_name=after)
     return JobPage(
         items=[JobOut.model_validate(j) for j in jobs],
         next_cursor=encode_cursor(last) if last is not None else None,

@@ -36,7 +36,9 @@ async def create_lease(
     job: JobName, step: Step, body: CreateLease, session: SessionDep, actor: Actor
 ) -> Lease:
     """409 `not_leasable` when the checkpoint is restorable from no tier."""
-    lease = await repo.create_lease(session, job, step, body.ttl_seconds, body.holder, actor)
+    lease = await session.run_sync(
+        repo.create_lease, job, step, body.ttl_seconds, body.holder, actor
+    )
     return Lease.model_validate(lease)
 
 
@@ -53,7 +55,7 @@ async def list_leases(
     session: SessionDep,
     all_: Annotated[bool, Query(alias="all", description="Include released and expired.")] = False,
 ) -> LeaseList:
-    leases = await repo.list_leases(session, job, step, include_ended=all_)
+    leases = await session.run_sync(repo.list_leases, job, step, include_ended=all_)
     return LeaseList(items=[Lease.model_validate(x) for x in leases])
 
 
@@ -73,7 +75,7 @@ async def renew_lease(
     actor: Actor,
 ) -> Lease:
     """409 `lease_ended` for a released or expired lease: take a new one."""
-    lease = await repo.renew_lease(session, job, step, lease_id, body.ttl_seconds, actor)
+    lease = await session.run_sync(repo.renew_lease, job, step, lease_id, body.ttl_seconds, actor)
     return Lease.model_validate(lease)
 
 
@@ -93,7 +95,7 @@ async def release_lease(
     actor: Actor,
     background_tasks: BackgroundTasks,
 ) -> Response:
-    _, released = await repo.release_lease(session, job, step, lease_id, actor)
+    _, released = await session.run_sync(repo.release_lease, job, step, lease_id, actor)
     if released:
         background_tasks.add_task(background.request_retention, state, [job], "lease released")
     return Response(status_code=204, background=background_tasks)

@@ -71,8 +71,13 @@ async def jobs_overview(
 ) -> JobsOverviewPage:
     after = decode_cursor(cursor, str) if cursor is not None else None
     tiers = state.settings.tiers
-    views, last, now = await overview_reads.jobs_overview(
-        session, [t.name for t in tiers], limit=limit, after_name=after, prefix=prefix, job=job
+    views, last, now = await session.run_sync(
+        overview_reads.jobs_overview,
+        [t.name for t in tiers],
+        limit=limit,
+        after_name=after,
+        prefix=prefix,
+        job=job,
     )
     items = []
     for v in views:
@@ -111,7 +116,9 @@ async def copies_in_flight(
     names = state.settings.tier_names()
     if tier is not None:
         state.settings.tier(tier)  # UnknownTier
-    views, now = await operator_reads.in_flight(session, names, job=job, tier=tier, limit=limit)
+    views, now = await session.run_sync(
+        operator_reads.in_flight, names, job=job, tier=tier, limit=limit
+    )
     return InFlightList(now=now, items=[InFlightOut.model_validate(v) for v in views])
 
 
@@ -129,7 +136,7 @@ async def list_failures(
     cursor: Annotated[Text | None, Query(max_length=400)] = None,
 ) -> FailurePage:
     after = _failure_key(decode_cursor(cursor, list)) if cursor is not None else None
-    views, last = await operator_reads.failures(session, job=job, limit=limit, after=after)
+    views, last = await session.run_sync(operator_reads.failures, job=job, limit=limit, after=after)
     return FailurePage(
         items=[FailureOut.model_validate(v) for v in views],
         next_cursor=encode_cursor(list(last)) if last is not None else None,
@@ -163,7 +170,7 @@ async def promotion_lag(
     ] = 86400,
 ) -> LagList:
     window = timedelta(seconds=window_seconds)
-    views, now = await operator_reads.promotion_lag(session, window, job=job)
+    views, now = await session.run_sync(operator_reads.promotion_lag, window, job=job)
     return LagList(
         now=now, window_seconds=window_seconds, items=[LagOut.model_validate(v) for v in views]
     )
@@ -176,7 +183,7 @@ async def promotion_lag(
     summary="Bytes, checkpoints and cost per tier and job; free space of shared POSIX tiers",
 )
 async def tiers_usage(session: SessionDep, state: StateDep) -> TierUsageList:
-    rows = await operator_reads.tier_usage(session)
+    rows = await session.run_sync(operator_reads.tier_usage)
     by_tier: dict[str, list[JobUsageOut]] = defaultdict(list)
     for r in rows:
         by_tier[r.tier].append(JobUsageOut(job=r.job, bytes=r.bytes, checkpoints=r.checkpoints))
@@ -209,7 +216,9 @@ async def tiers_usage(session: SessionDep, state: StateDep) -> TierUsageList:
     summary="Nodes: last seen, lost or not, local bytes held",
 )
 async def list_nodes(session: SessionDep) -> NodeList:
-    return NodeList(items=[NodeOut.model_validate(n) for n in await operator_reads.nodes(session)])
+    return NodeList(
+        items=[NodeOut.model_validate(n) for n in await session.run_sync(operator_reads.nodes)]
+    )
 
 
 @router.get(
@@ -227,8 +236,8 @@ async def checkpoint_events(
     cursor: Annotated[Text | None, Query(max_length=400)] = None,
 ) -> EventPage:
     after = decode_cursor(cursor, int) if cursor is not None else None
-    views, last = await operator_reads.checkpoint_events(
-        session, job, step, limit=limit, after_id=after
+    views, last = await session.run_sync(
+        operator_reads.checkpoint_events, job, step, limit=limit, after_id=after
     )
     return EventPage(
         items=[EventOut.model_validate(v) for v in views],

@@ -55,8 +55,10 @@ async def create_policy(
     """422 `invalid_policy` (errors name the fields under `spec`) or `unknown_tier`; 409
     `policy_exists`. With `default: true` it replaces the current default policy."""
     policy = parse_policy(body.spec, tier_refs(state.settings.tiers), ("spec",))
-    record = await repo.create_policy(session, body.name, policy, default=body.default, actor=actor)
-    affected = await repo.assigned_jobs(session, body.name) if body.default else []
+    record = await session.run_sync(
+        repo.create_policy, body.name, policy, default=body.default, actor=actor
+    )
+    affected = await session.run_sync(repo.assigned_jobs, body.name) if body.default else []
     background_tasks.add_task(
         background.request_retention, state, affected, f"policy {body.name} is default"
     )
@@ -71,7 +73,7 @@ async def create_policy(
 )
 async def list_policies(session: SessionDep) -> PolicyList:
     return PolicyList(
-        items=[PolicyOut.model_validate(p) for p in await repo.list_policies(session)]
+        items=[PolicyOut.model_validate(p) for p in await session.run_sync(repo.list_policies)]
     )
 
 
@@ -83,7 +85,7 @@ async def list_policies(session: SessionDep) -> PolicyList:
     dependencies=[Depends(require(Scope.READ))],
 )
 async def get_policy(name: PolicyName, session: SessionDep) -> PolicyOut:
-    return PolicyOut.model_validate(await repo.get_policy(session, name))
+    return PolicyOut.model_validate(await session.run_sync(repo.get_policy, name))
 
 
 @router.get(
@@ -98,7 +100,7 @@ async def policy_history(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> PolicyHistory:
-    changes = await repo.history(session, name, limit=limit)
+    changes = await session.run_sync(repo.history, name, limit=limit)
     return PolicyHistory(name=name, items=[PolicyChangeOut.model_validate(c) for c in changes])
 
 
@@ -118,11 +120,11 @@ async def update_policy(
     background_tasks: BackgroundTasks,
 ) -> PolicyOut:
     policy = parse_policy(body.spec, tier_refs(state.settings.tiers), ("spec",))
-    before = await repo.assigned_jobs(session, name)
-    record, changed = await repo.update_policy(
-        session, name, policy, default=body.default, actor=actor
+    before = await session.run_sync(repo.assigned_jobs, name)
+    record, changed = await session.run_sync(
+        repo.update_policy, name, policy, default=body.default, actor=actor
     )
-    after = await repo.assigned_jobs(session, name)
+    after = await session.run_sync(repo.assigned_jobs, name)
     # A new document affects its jobs; a default change affects the jobs that gain it (the ones
     # that lose it gain the built-in policy, or the next default, which is requested there).
     affected = sorted(set(after) | (set(before) if changed else set()))
@@ -142,7 +144,7 @@ async def update_policy(
 )
 async def delete_policy(name: PolicyName, session: SessionDep, actor: Actor) -> Response:
     """409 `policy_in_use` while it is assigned to a job or is the default."""
-    await repo.delete_policy(session, name, actor=actor)
+    await session.run_sync(repo.delete_policy, name, actor=actor)
     return Response(status_code=204)
 
 
@@ -162,7 +164,7 @@ async def assign_policy(
     background_tasks: BackgroundTasks,
 ) -> JobPolicy:
     """The job need not have registered a checkpoint yet. Answers the policy that now applies."""
-    previous, new = await repo.assign_policy(session, job, body.policy, actor=actor)
+    previous, new = await session.run_sync(repo.assign_policy, job, body.policy, actor=actor)
     assigned = await resolve_policy(session, job)
     if previous != new:
         background_tasks.add_task(background.request_retention, state, [job], "policy assigned")

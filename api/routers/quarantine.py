@@ -25,8 +25,8 @@ router = APIRouter(prefix="/v1/jobs", tags=["quarantine"], route_class=GatedRout
 
 
 async def _answer(state: ApiState, session: SessionDep, job: str, step: int) -> CheckpointOut:
-    detail = await checkpoint_reads.get_checkpoint(
-        session, job, step, state.settings.tiers, include_shards=False
+    detail = await session.run_sync(
+        checkpoint_reads.get_checkpoint, job, step, state.settings.tiers, include_shards=False
     )
     return CheckpointOut.model_validate(detail)
 
@@ -55,8 +55,8 @@ async def quarantine_checkpoint(
     retention is already deleting."""
     if body.tier is not None:
         state.settings.tier(body.tier, "body")  # UnknownTier
-    await set_quarantine(
-        session,
+    await session.run_sync(
+        set_quarantine,
         job,
         step,
         body.reason,
@@ -92,7 +92,7 @@ async def lift_quarantine(
     """Idempotent: lifting a quarantine that is not there changes nothing."""
     if tier is not None:
         state.settings.tier(tier)  # UnknownTier
-    changed = await set_quarantine(session, job, step, None, tier=tier, actor=actor)
+    changed = await session.run_sync(set_quarantine, job, step, None, tier=tier, actor=actor)
     out = await _answer(state, session, job, step)
     if changed:
         # The copies are ordinary again: retention may now expire what its rules do not keep.

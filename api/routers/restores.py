@@ -50,7 +50,7 @@ async def start_restore(
     if body.tier is not None:
         state.settings.tier(body.tier, location="body")
     if body.node is not None:
-        await nodes.require_known(session, body.node)
+        await session.run_sync(nodes.require_known, body.node)
     tiers = state.settings.tiers
     if body.step is None:
         lease = LeaseRequest(body.ttl_seconds, body.holder, actor)
@@ -61,9 +61,11 @@ async def start_restore(
         assert taken is not None  # asked for with the answer
     else:
         step, skipped = body.step, []
-        taken = await create_lease(session, job, step, body.ttl_seconds, body.holder, actor)
+        taken = await session.run_sync(
+            create_lease, job, step, body.ttl_seconds, body.holder, actor
+        )
     # Read under the lease, which keeps every copy listed from expiring.
-    detail = await checkpoint_reads.get_checkpoint(session, job, step, tiers)
+    detail = await session.run_sync(checkpoint_reads.get_checkpoint, job, step, tiers)
     return RestoreOut.model_validate(
         {
             "job": job,

@@ -227,7 +227,7 @@ async def test_a_pin_holding_the_row_first_cancels_the_expiry(
     cid = await _setup(client, catalog, job)
 
     async def pin(s: AsyncSession) -> None:
-        assert (await leases_repo.set_pinned(s, job, 1, True, actor="test")).changed
+        assert (await s.run_sync(leases_repo.set_pinned, job, 1, True, actor="test")).changed
 
     result = await _begin_waiting_for(catalog, job, cid, pin)
     assert result.state is BeginState.SKIPPED and "pinned" in (result.reason or ""), result
@@ -240,7 +240,7 @@ async def test_a_lease_or_quarantine_holding_the_row_first_cancels_the_expiry(
     cid = await _setup(client, catalog, job)
 
     async def lease(s: AsyncSession) -> None:
-        await leases_repo.create_lease(s, job, 1, 600, "test", actor="test")
+        await s.run_sync(leases_repo.create_lease, job, 1, 600, "test", actor="test")
 
     result = await _begin_waiting_for(catalog, job, cid, lease)
     assert result.state is BeginState.SKIPPED and "leased" in (result.reason or ""), result
@@ -248,7 +248,9 @@ async def test_a_lease_or_quarantine_holding_the_row_first_cancels_the_expiry(
     other = await _setup(client, catalog, f"{job}-q")
 
     async def quarantine(s: AsyncSession) -> None:
-        await set_quarantine(s, f"{job}-q", 1, "bad", tier="ssd", actor="test", evidence=True)
+        await s.run_sync(
+            set_quarantine, f"{job}-q", 1, "bad", tier="ssd", actor="test", evidence=True
+        )
 
     result = await _begin_waiting_for(catalog, f"{job}-q", other, quarantine)
     assert result.state is BeginState.SKIPPED and "quarantined" in (result.reason or ""), result

@@ -158,7 +158,9 @@ async def latest(
     engine = make_async_engine(settings.database_url, pool_size=1)
     try:
         async with async_sessions(engine)() as session:
-            return await latest_restorable(session, job, settings.tiers, tier=tier, node=node)
+            return await session.run_sync(
+                latest_restorable, job, settings.tiers, tier=tier, node=node
+            )
     finally:
         await engine.dispose()
 

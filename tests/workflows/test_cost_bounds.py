@@ -74,8 +74,11 @@ async def register(settings: Settings, sessions: sessionmaker[Session], shards: 
     engine = make_async_engine(settings.database_url, pool_size=1)
     try:
         async with async_sessions(engine).begin() as s:
-            reg = await register_checkpoint(
-                s, job, Manifest(step=step, shards=specs), [t.name for t in settings.tiers]
+            reg = await s.run_sync(
+                register_checkpoint,
+                job,
+                Manifest(step=step, shards=specs),
+                [t.name for t in settings.tiers],
             )
     finally:
         await engine.dispose()

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from tierpoint.errors import CheckpointNotFound, JobNotFound
@@ -45,9 +44,7 @@ def job_id_of_checkpoint(session: Session, checkpoint_id: int) -> int | None:
     return session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
 
 
-async def find_checkpoint(
-    session: AsyncSession, job: str, step: int, *, lock: bool = False
-) -> CheckpointKey:
+def find_checkpoint(session: Session, job: str, step: int, *, lock: bool = False) -> CheckpointKey:
     """The checkpoint at (job, step), its row locked until commit with `lock`. Raises JobNotFound
     when no job has that name, else CheckpointNotFound."""
     q = (
@@ -57,9 +54,9 @@ async def find_checkpoint(
     )
     if lock:
         q = q.with_for_update(of=Checkpoint)
-    row = (await session.execute(q)).one_or_none()
+    row = session.execute(q).one_or_none()
     if row is None:
         # Only the refusal pays for the second lookup; the hot path is one indexed join.
-        await session.run_sync(require_job_id, job)
+        require_job_id(session, job)
         raise no_checkpoint(job, step)
     return CheckpointKey(row.id, row.job_id, row.pinned)

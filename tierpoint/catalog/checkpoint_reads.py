@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, String, and_, case, column, exists, func, select, values
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.catalog.checkpoint_lookup import (
     job_id_by_name,
@@ -60,8 +60,8 @@ _CHECKPOINT_COLS = (
 )
 
 
-async def tier_progress(
-    session: AsyncSession, pairs: Sequence[tuple[int, str]]
+def tier_progress(
+    session: Session, pairs: Sequence[tuple[int, str]]
 ) -> dict[tuple[int, str], tuple[int, int]]:
     """(checkpoint_id, tier) -> (shards verified, bytes done), read from replica rows through the
     (checkpoint_id, tier, state) index."""
@@ -78,7 +78,7 @@ async def tier_progress(
     wanted = values(
         column("checkpoint_id", BigInteger), column("tier", String), name="wanted"
     ).data(list(pairs))
-    rows = await session.execute(
+    rows = session.execute(
         select(
             Replica.checkpoint_id,
             Replica.tier,
@@ -96,14 +96,14 @@ async def tier_progress(
     return {(r[0], r[1]): (int(r[2]), int(r[3])) for r in rows}
 
 
-async def _views(
-    session: AsyncSession, job: str, rows: Sequence[Any], tiers: Sequence[TierConfig]
+def _views(
+    session: Session, job: str, rows: Sequence[Any], tiers: Sequence[TierConfig]
 ) -> list[CheckpointView]:
     if not rows:
         return []
     ids = [r.id for r in rows]
     markers = (
-        await session.execute(
+        session.execute(
             select(
                 CheckpointTier.checkpoint_id,
                 CheckpointTier.tier,
@@ -122,7 +122,7 @@ async def _views(
     # with a bad replica can only be a quarantined copy (a copy's finding quarantined it once):
     # those are counted, so a tier never reports shards verified that a read proved bad.
     counted = [m for m in markers if m.state != RESTORABLE or m.quarantine_reason is not None]
-    progress = await tier_progress(session, [(m.checkpoint_id, m.tier) for m in counted])
+    progress = tier_progress(session, [(m.checkpoint_id, m.tier) for m in counted])
     order = {t.name: i for i, t in enumerate(tiers)}
     kinds = {t.name: t.kind.value for t in tiers}
     views = []
@@ -200,17 +200,15 @@ def registered_view(
     )
 
 
-async def checkpoint_view(
-    session: AsyncSession, job: str, checkpoint_id: int, tiers: Sequence[TierConfig]
+def checkpoint_view(
+    session: Session, job: str, checkpoint_id: int, tiers: Sequence[TierConfig]
 ) -> CheckpointView:
-    rows = (
-        await session.execute(select(*_CHECKPOINT_COLS).where(Checkpoint.id == checkpoint_id))
-    ).all()
-    return (await _views(session, job, rows, tiers))[0]
+    rows = session.execute(select(*_CHECKPOINT_COLS).where(Checkpoint.id == checkpoint_id)).all()
+    return _views(session, job, rows, tiers)[0]
 
 
-async def get_checkpoint(
-    session: AsyncSession,
+def get_checkpoint(
+    session: Session,
     job: str,
     step: int,
     tiers: Sequence[TierConfig],
@@ -218,21 +216,21 @@ async def get_checkpoint(
     include_shards: bool = True,
 ) -> CheckpointDetailView:
     rows = (
-        await session.execute(
+        session.execute(
             select(*_CHECKPOINT_COLS)
             .join(Job, Job.id == Checkpoint.job_id)
             .where(Job.name == job, Checkpoint.step == step)
         )
     ).all()
     if not rows:
-        await session.run_sync(require_job_id, job)
+        require_job_id(session, job)
         raise no_checkpoint(job, step)
-    view = (await _views(session, job, rows, tiers))[0]
+    view = _views(session, job, rows, tiers)[0]
     detail = CheckpointDetailView(**{f: getattr(view, f) for f in view.__dataclass_fields__})
     if not include_shards:
         return detail
     shards = (
-        await session.execute(
+        session.execute(
             select(Shard.id, Shard.path, Shard.size, Shard.checksum, Shard.node_id)
             .where(Shard.checkpoint_id == view.id)
             .order_by(Shard.ordinal)
@@ -243,7 +241,7 @@ async def get_checkpoint(
     by_name = {t.name: t for t in tiers}
     paths = {sh.id: sh.path for sh in shards}
     rows = (
-        await session.execute(
+        session.execute(
             select(
                 Replica.shard_id,
                 Replica.tier,
@@ -258,8 +256,8 @@ async def get_checkpoint(
         )
     ).all()
     peers = {t.name for t in tiers if t.kind is TierKind.PEER}
-    urls = await peer_reads.adata_urls(session, {r.node_id for r in rows if r.tier in peers})
-    layouts = await session.run_sync(key_layouts.of_checkpoint, view.id)
+    urls = peer_reads.data_urls(session, {r.node_id for r in rows if r.tier in peers})
+    layouts = key_layouts.of_checkpoint(session, view.id)
     for r in rows:
         # No marker, no layout to name the object by: no (bucket, key) rather than a guess.
         layout = layouts.get(r.tier)
@@ -298,8 +296,8 @@ async def get_checkpoint(
     return detail
 
 
-async def list_checkpoints(
-    session: AsyncSession,
+def list_checkpoints(
+    session: Session,
     job: str,
     tiers: Sequence[TierConfig],
     *,
@@ -310,7 +308,7 @@ async def list_checkpoints(
 ) -> tuple[list[CheckpointView], int | None]:
     """A page of the job's checkpoints by step, newest first, and the step to continue below
     (keyset pagination), or None on the last page."""
-    job_id = await session.run_sync(job_id_by_name, job)
+    job_id = job_id_by_name(session, job)
     if job_id is None:
         raise no_job(job)
     if tier is not None and state is not None:
@@ -340,13 +338,13 @@ async def list_checkpoints(
         if before_step is not None:
             q = q.where(Checkpoint.step < before_step)
         q = q.order_by(Checkpoint.step.desc())
-    rows = (await session.execute(q.limit(limit + 1))).all()
+    rows = session.execute(q.limit(limit + 1)).all()
     next_step = rows[limit - 1].step if len(rows) > limit else None
-    return await _views(session, job, rows[:limit], tiers), next_step
+    return _views(session, job, rows[:limit], tiers), next_step
 
 
-async def list_jobs(
-    session: AsyncSession, *, limit: int = 100, after_name: str | None = None
+def list_jobs(
+    session: Session, *, limit: int = 100, after_name: str | None = None
 ) -> tuple[list[JobView], str | None]:
     count = select(func.count()).where(Checkpoint.job_id == Job.id).correlate(Job).scalar_subquery()
     latest = (
@@ -360,7 +358,7 @@ async def list_jobs(
     )
     if after_name is not None:
         q = q.where(Job.name > after_name)
-    rows = (await session.execute(q.limit(limit + 1))).all()
+    rows = session.execute(q.limit(limit + 1)).all()
     jobs = [JobView(r.name, r.created_at, r.n, r.latest) for r in rows[:limit]]
     return jobs, (rows[limit - 1].name if len(rows) > limit else None)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import and_, func, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.errors import CopyNotFound
 
@@ -35,8 +35,8 @@ class CopyState:
     sources: int
 
 
-async def verified_replicas(session: AsyncSession, checkpoint_id: int, tier: str) -> int:
-    n = await session.scalar(
+def verified_replicas(session: Session, checkpoint_id: int, tier: str) -> int:
+    n = session.scalar(
         select(func.count()).where(
             Replica.checkpoint_id == checkpoint_id,
             Replica.tier == tier,
@@ -46,15 +46,15 @@ async def verified_replicas(session: AsyncSession, checkpoint_id: int, tier: str
     return int(n or 0)
 
 
-async def find_copy(
-    session: AsyncSession, job: str, step: int, tier: str, path: str, recheck_after: timedelta
+def find_copy(
+    session: Session, job: str, step: int, tier: str, path: str, recheck_after: timedelta
 ) -> CopyRef:
     """The replica of shard `path` of (job, step) on `tier` (the caller checked the tier is
     configured); `recently_read` when it was read back within `recheck_after`. Raises
     JobNotFound, CheckpointNotFound, CopyNotFound."""
-    cp = await find_checkpoint(session, job, step)
+    cp = find_checkpoint(session, job, step)
     row = (
-        await session.execute(
+        session.execute(
             select(
                 Shard.id,
                 Replica.id,
@@ -73,14 +73,14 @@ async def find_copy(
     return CopyRef(cp.id, cp.job_id, row[0], row[1], row[2], row[3], bool(row[4]))
 
 
-async def copy_state(session: AsyncSession, ref: CopyRef, tier: str) -> CopyState:
-    state = await session.scalar(select(Replica.state).where(Replica.id == ref.replica_id))
-    marker = await session.scalar(
+def copy_state(session: Session, ref: CopyRef, tier: str) -> CopyState:
+    state = session.scalar(select(Replica.state).where(Replica.id == ref.replica_id))
+    marker = session.scalar(
         select(CheckpointTier.state).where(
             CheckpointTier.checkpoint_id == ref.checkpoint_id, CheckpointTier.tier == tier
         )
     )
-    sources = await session.scalar(
+    sources = session.scalar(
         select(func.count()).where(
             Replica.shard_id == ref.shard_id,
             Replica.tier != tier,

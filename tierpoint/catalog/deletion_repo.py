@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.catalog.checkpoint_lookup import no_checkpoint, require_job_id
 from tierpoint.catalog.events import EventKind, record
@@ -40,14 +40,12 @@ class Deletion:
     already_deleted: list[int]  # steps deleted before: nothing more to do
 
 
-async def _protections(
-    session: AsyncSession, rows: list[tuple[int, int, bool]]
-) -> dict[int, list[str]]:
+def _protections(session: Session, rows: list[tuple[int, int, bool]]) -> dict[int, list[str]]:
     """checkpoint id -> why it may not be deleted without force (pinned, held by a restore lease,
     a copy still in flight: its run would write bytes nobody deletes)."""
     ids = [cid for cid, _, _ in rows]
     leased = set(
-        await session.scalars(
+        session.scalars(
             select(RestoreLease.checkpoint_id).where(
                 RestoreLease.checkpoint_id.in_(ids),
                 RestoreLease.released_at.is_(None),
@@ -56,7 +54,7 @@ async def _protections(
         )
     )
     pending = set(
-        await session.scalars(
+        session.scalars(
             select(CheckpointTier.checkpoint_id).where(
                 CheckpointTier.checkpoint_id.in_(ids),
                 CheckpointTier.state == TierState.PENDING.value,
@@ -79,14 +77,14 @@ async def _protections(
     return out
 
 
-async def delete_checkpoints(
-    session: AsyncSession, job: str, step: int | None, actor: str, *, force: bool
+def delete_checkpoints(
+    session: Session, job: str, step: int | None, actor: str, *, force: bool
 ) -> Deletion:
     """Send every copy of the job's checkpoint at `step` (None: all its checkpoints) to expiry and
     mark it deleted, recording one `deleted` event each with `actor`. Raises JobNotFound,
     CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`). Locks
     the checkpoint rows, then their markers, as retention's expiry does; the caller commits."""
-    job_id = await session.run_sync(require_job_id, job)
+    job_id = require_job_id(session, job)
     q = (
         select(Checkpoint.id, Checkpoint.step, Checkpoint.pinned, Checkpoint.deleted_at)
         .where(Checkpoint.job_id == job_id)
@@ -95,7 +93,7 @@ async def delete_checkpoints(
     )
     if step is not None:
         q = q.where(Checkpoint.step == step)
-    found = (await session.execute(q)).all()
+    found = session.execute(q).all()
     if step is not None and not found:
         raise no_checkpoint(job, step)
     already = [r.step for r in found if r.deleted_at is not None]
@@ -104,14 +102,14 @@ async def delete_checkpoints(
         return Deletion(job, [], already)
     ids = [cid for cid, _, _ in live]
     markers = (
-        await session.execute(
+        session.execute(
             select(CheckpointTier.checkpoint_id, CheckpointTier.tier, CheckpointTier.state)
             .where(CheckpointTier.checkpoint_id.in_(ids))
             .order_by(CheckpointTier.checkpoint_id, CheckpointTier.tier)
             .with_for_update()
         )
     ).all()
-    protected = await _protections(session, live)
+    protected = _protections(session, live)
     steps = {cid: s for cid, s, _ in live}
     if protected and not force:
         what = "; ".join(f"step {steps[c]} is {' and '.join(w)}" for c, w in protected.items())
@@ -123,15 +121,15 @@ async def delete_checkpoints(
     deleted = []
     for cid in ids:
         tiers = [m.tier for m in markers if m.checkpoint_id == cid and m.state in _TO_EXPIRE]
-        await _expire_copies(session, cid, tiers, reason)
-        await session.execute(
+        _expire_copies(session, cid, tiers, reason)
+        session.execute(
             update(Checkpoint)
             .where(Checkpoint.id == cid)
             .values(deleted_at=func.now(), pinned=False)
         )
         overrode = protected.get(cid, [])
-        await session.run_sync(
-            record,
+        record(
+            session,
             EventKind.DELETED,
             checkpoint_id=cid,
             job_id=job_id,
@@ -142,14 +140,12 @@ async def delete_checkpoints(
     return Deletion(job, deleted, already)
 
 
-async def _expire_copies(
-    session: AsyncSession, checkpoint_id: int, tiers: list[str], reason: str
-) -> None:
+def _expire_copies(session: Session, checkpoint_id: int, tiers: list[str], reason: str) -> None:
     """The markers -> `expiring` and their replicas with them: what retention's begin_expiry
     does once its planner has decided, so its executor finishes these as unfinished expiries."""
     if not tiers:
         return
-    await session.execute(
+    session.execute(
         update(CheckpointTier)
         .where(
             CheckpointTier.checkpoint_id == checkpoint_id,
@@ -158,7 +154,7 @@ async def _expire_copies(
         )
         .values(state=TierState.EXPIRING.value, reason=reason, updated_at=func.now())
     )
-    await session.execute(
+    session.execute(
         update(Replica)
         .where(
             Replica.checkpoint_id == checkpoint_id,

@@ -1,6 +1,8 @@
 """Engines and sessions for the catalog. One DSN form, `postgresql+psycopg://`, serves both the
-async engine (API) and the sync engine (workers' activities, which run in threads). A fact both
-sides need is written once, sync; `Transact` is the bridge each side calls it through.
+async engine (API) and the sync engine (workers' activities, which run in threads). The catalog
+is sync: every fact is written once, as a function of a `Session`; the API calls it through
+`AsyncSession.run_sync`, and `Transact` is the committed unit of work each side reaches it by.
+The coroutines here are those doors, the only ones in the catalog.
 
 Statement parameters are kept out of error messages: a failed batch insert would otherwise carry
 thousands of rows into logs and into Temporal's activity failure (which then exceeds its size

@@ -9,7 +9,7 @@ marker (a retry, another failure) brings it back to the view without anyone clea
 from __future__ import annotations
 
 from sqlalchemy import ColumnElement, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.leases_repo import lock_checkpoint
@@ -25,28 +25,28 @@ def unacknowledged() -> ColumnElement[bool]:
     return (ct.state == TierState.FAILED.value) & ct.acknowledged_at.is_distinct_from(ct.updated_at)
 
 
-async def acknowledge(
-    session: AsyncSession, job: str, step: int, tier: str | None, actor: str
+def acknowledge(
+    session: Session, job: str, step: int, tier: str | None, actor: str
 ) -> dict[str, str | None]:
     """Acknowledge the checkpoint's open failures (on `tier`, or on every tier); returns them
     (tier -> reason). Raises CheckpointNotFound, NothingToAcknowledge. The caller commits."""
-    checkpoint_id, job_id, _ = await lock_checkpoint(session, job, step)
+    checkpoint_id, job_id, _ = lock_checkpoint(session, job, step)
     ct = CheckpointTier
     where = [ct.checkpoint_id == checkpoint_id, unacknowledged()]
     if tier is not None:
         where.append(ct.tier == tier)
     rows = (
-        await session.execute(
+        session.execute(
             select(ct.tier, ct.reason).where(*where).order_by(ct.tier).with_for_update()
         )
     ).all()
     if not rows:
         on = f" on {tier}" if tier is not None else ""
         raise NothingToAcknowledge(f"{job}/{step} has no unacknowledged failure{on}")
-    await session.execute(update(ct).where(*where).values(acknowledged_at=ct.updated_at))
+    session.execute(update(ct).where(*where).values(acknowledged_at=ct.updated_at))
     for r in rows:
-        await session.run_sync(
-            record,
+        record(
+            session,
             EventKind.ACKNOWLEDGED,
             checkpoint_id=checkpoint_id,
             job_id=job_id,

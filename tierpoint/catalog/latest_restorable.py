@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import exists, func, select, tuple_, union_all
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.catalog.checkpoint_lookup import job_id_by_name
 from tierpoint.catalog.checkpoint_reads import checkpoint_view
@@ -90,8 +90,8 @@ def _candidate_query(
     return q
 
 
-async def _plan(
-    session: AsyncSession,
+def _plan(
+    session: Session,
     job: str,
     step: int,
     checkpoint_id: int,
@@ -103,7 +103,7 @@ async def _plan(
     shard has no such source (the catalog disagrees with its markers)."""
     markers = {
         m.tier: m
-        for m in await session.execute(
+        for m in session.execute(
             select(
                 CheckpointTier.tier,
                 CheckpointTier.state,
@@ -128,13 +128,13 @@ async def _plan(
         Replica.tier.in_([t.name for t in usable]),
         Replica.state == VERIFIED,
     )
-    for r in await session.execute(replica_q):
+    for r in session.execute(replica_q):
         located[(r.shard_id, r.tier)] = (r.location, r.node_id)
     peers = {t.name for t in usable if t.kind is TierKind.PEER}
-    urls = await peer_reads.adata_urls(
+    urls = peer_reads.data_urls(
         session, {n for (_, t), (_, n) in located.items() if t in peers and n is not None}
     )
-    shards = await session.execute(
+    shards = session.execute(
         select(Shard.id, Shard.path, Shard.size, Shard.checksum, Shard.node_id)
         .where(Shard.checkpoint_id == checkpoint_id)
         .order_by(Shard.ordinal)
@@ -216,8 +216,8 @@ def _tier_reason(
     return f"{name}: became restorable while this request ran"
 
 
-async def _skipped(
-    session: AsyncSession,
+def _skipped(
+    session: Session,
     job_id: int,
     above: int | None,
     sources: Sequence[TierConfig],
@@ -229,7 +229,7 @@ async def _skipped(
     q = q.where(Checkpoint.job_id == job_id)
     if above is not None:
         q = q.where(Checkpoint.step > above)
-    rows = (await session.execute(q.order_by(Checkpoint.step.desc()).limit(limit + 1))).all()
+    rows = session.execute(q.order_by(Checkpoint.step.desc()).limit(limit + 1)).all()
     examined = rows[:limit]
     if not examined:
         return []
@@ -237,7 +237,7 @@ async def _skipped(
     names = [t.name for t in explain]
     markers: dict[tuple[int, str], Any] = {
         (m.checkpoint_id, m.tier): m
-        for m in await session.execute(
+        for m in session.execute(
             select(
                 CheckpointTier.checkpoint_id,
                 CheckpointTier.tier,
@@ -249,7 +249,7 @@ async def _skipped(
     }
     counts: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)
     if markers:
-        for c in await session.execute(
+        for c in session.execute(
             select(Replica.checkpoint_id, Replica.tier, Replica.state, func.count())
             .where(tuple_(Replica.checkpoint_id, Replica.tier).in_(list(markers)))
             .group_by(Replica.checkpoint_id, Replica.tier, Replica.state)
@@ -263,7 +263,7 @@ async def _skipped(
     ]
     nodes: dict[int, list[str]] = defaultdict(list)
     if local_restorable and node is not None:
-        for n in await session.execute(
+        for n in session.execute(
             select(Shard.checkpoint_id, Shard.node_id)
             .where(Shard.checkpoint_id.in_(local_restorable))
             .distinct()
@@ -301,8 +301,8 @@ async def _skipped(
     return skipped
 
 
-async def latest_restorable(
-    session: AsyncSession,
+def latest_restorable(
+    session: Session,
     job: str,
     tiers: Sequence[TierConfig],
     *,
@@ -319,7 +319,7 @@ async def latest_restorable(
     the caller's transaction ends: retention locks the row too before it flips a marker to
     `expiring`, so a restore lease the caller inserts in this transaction keeps the returned plan
     restorable while the lease lives."""
-    job_id = await session.run_sync(job_id_by_name, job)
+    job_id = job_id_by_name(session, job)
     if job_id is None:
         raise NoRestorableCheckpoint(f"job {job!r} has no checkpoints", extra={"skipped": []})
     chosen = [t for t in tiers if t.name == tier] if tier is not None else list(tiers)
@@ -339,7 +339,7 @@ async def latest_restorable(
             break
         found = union_all(*(select(c.c.step, c.c.checkpoint_id) for c in subs)).subquery()
         hit = (
-            await session.execute(
+            session.execute(
                 select(found.c.step, found.c.checkpoint_id).order_by(found.c.step.desc()).limit(1)
             )
         ).first()
@@ -348,19 +348,15 @@ async def latest_restorable(
         best = (hit.step, hit.checkpoint_id)
         if lock:
             # Waits for a retention flip in progress; the plan below then sees its outcome.
-            await session.execute(
-                select(Checkpoint.id).where(Checkpoint.id == best[1]).with_for_update()
-            )
-        plan = await _plan(session, job, best[0], best[1], sources, node)
+            session.execute(select(Checkpoint.id).where(Checkpoint.id == best[1]).with_for_update())
+        plan = _plan(session, job, best[0], best[1], sources, node)
         if plan is not None:
-            skipped = await _skipped(
-                session, job_id, best[0], sources, explain, node, skipped_limit
-            )
-            view = await checkpoint_view(session, job, best[1], tiers)
+            skipped = _skipped(session, job_id, best[0], sources, explain, node, skipped_limit)
+            view = checkpoint_view(session, job, best[1], tiers)
             return LatestRestorableView(job, best[0], view, plan, skipped)
         below = best[0]
 
-    skipped = await _skipped(session, job_id, None, sources, explain, node, skipped_limit)
+    skipped = _skipped(session, job_id, None, sources, explain, node, skipped_limit)
     where = f" on tier {tier!r}" if tier is not None else ""
     who = f" for node {node!r}" if node is not None else ""
     raise NoRestorableCheckpoint(

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import exists, func, insert, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.catalog.checkpoint_lookup import find_checkpoint
 from tierpoint.catalog.events import EventKind, record
@@ -51,19 +51,19 @@ class PinView:
     changed: bool
 
 
-async def lock_checkpoint(session: AsyncSession, job: str, step: int) -> tuple[int, int, bool]:
+def lock_checkpoint(session: Session, job: str, step: int) -> tuple[int, int, bool]:
     """(checkpoint id, job id, pinned) with the checkpoint row locked until commit."""
-    key = await find_checkpoint(session, job, step, lock=True)
+    key = find_checkpoint(session, job, step, lock=True)
     return key.id, key.job_id, key.pinned
 
 
-async def restorable_tiers(session: AsyncSession, checkpoint_id: int) -> list[str]:
+def restorable_tiers(session: Session, checkpoint_id: int) -> list[str]:
     """Tiers the checkpoint is restorable from (marker restorable, neither it nor the checkpoint
     quarantined). Read after the row lock, so it sees every committed marker flip."""
     quarantined = exists().where(
         Checkpoint.id == checkpoint_id, Checkpoint.quarantine_reason.is_not(None)
     )
-    rows = await session.scalars(
+    rows = session.scalars(
         select(CheckpointTier.tier)
         .where(
             CheckpointTier.checkpoint_id == checkpoint_id,
@@ -76,10 +76,10 @@ async def restorable_tiers(session: AsyncSession, checkpoint_id: int) -> list[st
     return list(rows.all())
 
 
-async def expiring_tiers(session: AsyncSession, checkpoint_id: int) -> list[str]:
+def expiring_tiers(session: Session, checkpoint_id: int) -> list[str]:
     """Tiers whose copy retention has begun deleting (marker `expiring`). Read after the row lock:
     the executor flips markers only while it holds that row, so this sees every committed flip."""
-    rows = await session.scalars(
+    rows = session.scalars(
         select(CheckpointTier.tier)
         .where(
             CheckpointTier.checkpoint_id == checkpoint_id,
@@ -90,8 +90,8 @@ async def expiring_tiers(session: AsyncSession, checkpoint_id: int) -> list[str]
     return list(rows.all())
 
 
-async def insert_lease(
-    session: AsyncSession,
+def insert_lease(
+    session: Session,
     checkpoint_id: int,
     job_id: int,
     job: str,
@@ -102,7 +102,7 @@ async def insert_lease(
 ) -> LeaseView:
     """A new lease on a checkpoint whose row the caller has locked and found restorable."""
     row = (
-        await session.execute(
+        session.execute(
             insert(RestoreLease)
             .values(
                 checkpoint_id=checkpoint_id,
@@ -112,8 +112,8 @@ async def insert_lease(
             .returning(RestoreLease.id, RestoreLease.created_at, RestoreLease.expires_at)
         )
     ).one()
-    await session.run_sync(
-        record,
+    record(
+        session,
         EventKind.LEASED,
         checkpoint_id=checkpoint_id,
         job_id=job_id,
@@ -129,24 +129,24 @@ async def insert_lease(
     return LeaseView(row.id, job, step, holder, row.created_at, row.expires_at, None, True)
 
 
-async def create_lease(
-    session: AsyncSession, job: str, step: int, ttl_seconds: int, holder: str | None, actor: str
+def create_lease(
+    session: Session, job: str, step: int, ttl_seconds: int, holder: str | None, actor: str
 ) -> LeaseView:
-    checkpoint_id, job_id, _ = await lock_checkpoint(session, job, step)
-    if not await restorable_tiers(session, checkpoint_id):
+    checkpoint_id, job_id, _ = lock_checkpoint(session, job, step)
+    if not restorable_tiers(session, checkpoint_id):
         raise NotLeasable(
             f"step {step} of job {job!r} is not restorable from any tier (not yet copied, "
             "quarantined, or expired): there is nothing a lease could hold"
         )
-    return await insert_lease(session, checkpoint_id, job_id, job, step, ttl_seconds, holder, actor)
+    return insert_lease(session, checkpoint_id, job_id, job, step, ttl_seconds, holder, actor)
 
 
-async def _lease_locked(
-    session: AsyncSession, job: str, step: int, lease_id: int
+def _lease_locked(
+    session: Session, job: str, step: int, lease_id: int
 ) -> tuple[RestoreLease, int, bool]:
     """The lease (row locked), its job id, and whether the database clock has passed its end."""
     row = (
-        await session.execute(
+        session.execute(
             select(RestoreLease, Checkpoint.job_id, RestoreLease.expires_at <= func.now())
             .join(Checkpoint, Checkpoint.id == RestoreLease.checkpoint_id)
             .join(Job, Job.id == Checkpoint.job_id)
@@ -172,23 +172,23 @@ def _view(lease: RestoreLease, job: str, step: int, lapsed: bool) -> LeaseView:
     )
 
 
-async def renew_lease(
-    session: AsyncSession, job: str, step: int, lease_id: int, ttl_seconds: int, actor: str
+def renew_lease(
+    session: Session, job: str, step: int, lease_id: int, ttl_seconds: int, actor: str
 ) -> LeaseView:
     """Extend a live lease to now + ttl. A released or lapsed lease is not revived (retention may
     have started expiring the checkpoint once it lapsed): take a new one."""
-    lease, job_id, lapsed = await _lease_locked(session, job, step, lease_id)
+    lease, job_id, lapsed = _lease_locked(session, job, step, lease_id)
     if lease.released_at is not None or lapsed:
         what = "released" if lease.released_at is not None else "expired"
         raise LeaseEnded(
             f"lease {lease_id} has {what}; take a new lease (POST .../leases)",
             extra={"lease_id": lease_id},
         )
-    expires_at = await session.scalar(select(func.now() + timedelta(seconds=ttl_seconds)))
+    expires_at = session.scalar(select(func.now() + timedelta(seconds=ttl_seconds)))
     assert expires_at is not None
     lease.expires_at = expires_at
-    await session.run_sync(
-        record,
+    record(
+        session,
         EventKind.LEASED,
         checkpoint_id=lease.checkpoint_id,
         job_id=job_id,
@@ -200,68 +200,66 @@ async def renew_lease(
             "expires_at": expires_at.isoformat(),
         },
     )
-    await session.flush()
+    session.flush()
     return _view(lease, job, step, False)
 
 
-async def release_lease(
-    session: AsyncSession, job: str, step: int, lease_id: int, actor: str
+def release_lease(
+    session: Session, job: str, step: int, lease_id: int, actor: str
 ) -> tuple[LeaseView, bool]:
     """Release the lease; releasing it again changes nothing. Returns (lease, released now)."""
-    lease, job_id, lapsed = await _lease_locked(session, job, step, lease_id)
+    lease, job_id, lapsed = _lease_locked(session, job, step, lease_id)
     if lease.released_at is not None:
         return _view(lease, job, step, lapsed), False
-    now = await session.scalar(select(func.now()))
+    now = session.scalar(select(func.now()))
     lease.released_at = now
-    await session.run_sync(
-        record,
+    record(
+        session,
         EventKind.LEASED,
         checkpoint_id=lease.checkpoint_id,
         job_id=job_id,
         actor=actor,
         detail={"action": "released", "lease_id": lease_id},
     )
-    await session.flush()
+    session.flush()
     return _view(lease, job, step, lapsed), True
 
 
-async def list_leases(
-    session: AsyncSession, job: str, step: int, *, include_ended: bool = False
+def list_leases(
+    session: Session, job: str, step: int, *, include_ended: bool = False
 ) -> list[LeaseView]:
-    checkpoint = await find_checkpoint(session, job, step)
+    checkpoint = find_checkpoint(session, job, step)
     lapsed = RestoreLease.expires_at <= func.now()
     q = select(RestoreLease, lapsed).where(RestoreLease.checkpoint_id == checkpoint.id)
     if not include_ended:
         q = q.where(RestoreLease.released_at.is_(None), ~lapsed)
-    rows = (await session.execute(q.order_by(RestoreLease.id))).all()
+    rows = session.execute(q.order_by(RestoreLease.id)).all()
     return [_view(r[0], job, step, bool(r[1])) for r in rows]
 
 
-async def set_pinned(
-    session: AsyncSession, job: str, step: int, pinned: bool, actor: str
-) -> PinView:
+def set_pinned(session: Session, job: str, step: int, pinned: bool, actor: str) -> PinView:
     """Pin or unpin; doing it again changes nothing and records nothing. A pin is refused while
     a copy is being expired: it could not keep that copy, and a pin that answered yes would be a
     promise already broken."""
-    checkpoint_id, job_id, was = await lock_checkpoint(session, job, step)
+    checkpoint_id, job_id, was = lock_checkpoint(session, job, step)
     if was == pinned:
         return PinView(job, step, pinned, False)
-    if pinned and (expiring := await expiring_tiers(session, checkpoint_id)):
+    if pinned and (expiring := expiring_tiers(session, checkpoint_id)):
         raise CopyExpiring(
             f"step {step} of job {job!r} is being expired on {', '.join(expiring)}: a pin cannot "
             "keep those copies; pin again once their expiry has finished to keep the others",
             extra={"tiers": expiring},
         )
-    checkpoint = await session.get_one(Checkpoint, checkpoint_id)
+    checkpoint = session.get_one(Checkpoint, checkpoint_id)
     checkpoint.pinned = pinned
     detail: dict[str, Any] = {"step": step}
-    await session.run_sync(
-        record,
+    record(
+        session,
         EventKind.PINNED if pinned else EventKind.UNPINNED,
         checkpoint_id=checkpoint_id,
         job_id=job_id,
         actor=actor,
         detail=detail,
     )
-    await session.flush()
+    session.flush()
     return PinView(job, step, pinned, True)

@@ -6,7 +6,6 @@ apart however large the catalog grows."""
 from __future__ import annotations
 
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.models import Checkpoint, CheckpointTier
@@ -25,10 +24,10 @@ def seconds_since_registration(session: Session, checkpoint_id: int) -> float | 
     return None if value is None else max(float(value), 0.0)
 
 
-async def pending_markers_by_tier(session: AsyncSession) -> dict[str, int]:
+def pending_markers_by_tier(session: Session) -> dict[str, int]:
     """Tier -> markers still pending (checkpoints in flight to that tier)."""
     ct = CheckpointTier
-    rows = await session.execute(
+    rows = session.execute(
         select(ct.tier, func.count()).where(ct.state == TierState.PENDING.value).group_by(ct.tier)
     )
     return {tier: int(n) for tier, n in rows}

@@ -12,7 +12,6 @@ from typing import Any
 
 from sqlalchemy import and_, exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from tierpoint.errors import NodeNotFound, UnknownNode
@@ -101,10 +100,10 @@ def lost_among(session: Session, node_ids: Iterable[str]) -> list[str]:
     return sorted(n for n, lost_at in rows if lost_at is not None)
 
 
-async def require_known(session: AsyncSession, node_id: str) -> None:
+def require_known(session: Session, node_id: str) -> None:
     """UnknownNode unless a worker of `node_id` has reported in: a reader naming a node nobody
     knows (a typo, another cluster's name) would be answered as if it held no local copies."""
-    known = await session.scalar(select(exists().where(Node.id == node_id)))
+    known = session.scalar(select(exists().where(Node.id == node_id)))
     if not known:
         raise UnknownNode(
             f"node {node_id!r} is unknown: a node is known once its worker has reported in",
@@ -153,8 +152,8 @@ def lost_reason(node: str) -> str:
     return f"node {node} was declared lost: its local copies are gone"
 
 
-async def mark_lost(
-    session: AsyncSession,
+def mark_lost(
+    session: Session,
     node: str,
     local_tiers: Sequence[str],
     actor: str,
@@ -167,32 +166,32 @@ async def mark_lost(
     `node_lost` event per affected checkpoint and one for the node.
     Idempotent: again changes nothing and reports the checkpoints still in flight, so that their
     lifecycles can be told again. Raises NodeNotFound for a node that never reported in."""
-    lost_at, changed = await _set_lost_at(session, node)
+    lost_at, changed = _set_lost_at(session, node)
     reason = lost_reason(node)
-    lost_per_checkpoint = await _lose_replicas(session, node, reason)
+    lost_per_checkpoint = _lose_replicas(session, node, reason)
     replicas_lost = sum(lost_per_checkpoint.values())
-    pending = await _pending_with_shards_on(session, node)
+    pending = _pending_with_shards_on(session, node)
     ids = sorted(set(lost_per_checkpoint) | set(pending))
     if not ids:
         if changed:
-            await session.run_sync(
-                record, EventKind.NODE_LOST, actor=actor, detail={"node": node, "checkpoints": 0}
+            record(
+                session, EventKind.NODE_LOST, actor=actor, detail={"node": node, "checkpoints": 0}
             )
         return NodeLost(node, lost_at, changed, 0, 0)
 
-    failed_tiers = await _fail_local_markers(session, ids, local_tiers, reason)
-    held = await _fail_held_peer_markers(session, node, peer_tiers, reason)
+    failed_tiers = _fail_local_markers(session, ids, local_tiers, reason)
+    held = _fail_held_peer_markers(session, node, peer_tiers, reason)
     for cp, tiers in held.items():
         failed_tiers.setdefault(cp, []).extend(tiers)
     markers_failed = sum(len(t) for t in failed_tiers.values())
     out = NodeLost(node, lost_at, changed, replicas_lost, markers_failed)
     # Asked again on every declaration, so that repeating it re-starts what Temporal missed.
-    out.peer_copies_lost = await held_peer_checkpoints(session, node, peer_tiers)
-    for cp, job_id, job, step, in_flight in await _affected(session, ids):
+    out.peer_copies_lost = held_peer_checkpoints(session, node, peer_tiers)
+    for cp, job_id, job, step, in_flight in _affected(session, ids):
         out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight)))
         if lost_per_checkpoint.get(cp) or failed_tiers.get(cp):
-            await session.run_sync(
-                record,
+            record(
+                session,
                 EventKind.NODE_LOST,
                 checkpoint_id=cp,
                 job_id=job_id,
@@ -204,8 +203,8 @@ async def mark_lost(
                 },
             )
     if changed:
-        await session.run_sync(
-            record,
+        record(
+            session,
             EventKind.NODE_LOST,
             actor=actor,
             detail={"node": node, "checkpoints": len(ids), "replicas_lost": replicas_lost},
@@ -213,25 +212,25 @@ async def mark_lost(
     return out
 
 
-async def _set_lost_at(session: AsyncSession, node: str) -> tuple[datetime, bool]:
+def _set_lost_at(session: Session, node: str) -> tuple[datetime, bool]:
     """(when the node was declared lost, whether it is this call that declared it)."""
     row = (
-        await session.execute(select(Node.lost_at).where(Node.id == node).with_for_update(of=Node))
+        session.execute(select(Node.lost_at).where(Node.id == node).with_for_update(of=Node))
     ).one_or_none()
     if row is None:
         raise NodeNotFound(f"node {node!r} is unknown: a node is known once its worker reported in")
     changed = row.lost_at is None
     if changed:
-        await session.execute(update(Node).where(Node.id == node).values(lost_at=func.now()))
-    lost_at = await session.scalar(select(Node.lost_at).where(Node.id == node))
+        session.execute(update(Node).where(Node.id == node).values(lost_at=func.now()))
+    lost_at = session.scalar(select(Node.lost_at).where(Node.id == node))
     assert lost_at is not None
     return lost_at, changed
 
 
-async def _lose_replicas(session: AsyncSession, node: str, reason: str) -> dict[int, int]:
+def _lose_replicas(session: Session, node: str, reason: str) -> dict[int, int]:
     """Replicas turned `lost`, per checkpoint."""
     lost_rows = (
-        await session.execute(
+        session.execute(
             update(Replica)
             .where(
                 Replica.node_id == node,
@@ -247,14 +246,14 @@ async def _lose_replicas(session: AsyncSession, node: str, reason: str) -> dict[
     return lost_per_checkpoint
 
 
-async def _pending_with_shards_on(session: AsyncSession, node: str) -> Sequence[int]:
+def _pending_with_shards_on(session: Session, node: str) -> Sequence[int]:
     # Checkpoints whose lifecycle has not sealed the node's shards yet hold no replica there:
     # found through their pending markers (few: the checkpoints in flight).
     has_shard_there = exists().where(
         Shard.checkpoint_id == CheckpointTier.checkpoint_id, Shard.node_id == node
     )
     return (
-        await session.scalars(
+        session.scalars(
             select(CheckpointTier.checkpoint_id)
             .where(CheckpointTier.state == TierState.PENDING.value, has_shard_there)
             .distinct()
@@ -262,12 +261,12 @@ async def _pending_with_shards_on(session: AsyncSession, node: str) -> Sequence[
     ).all()
 
 
-async def _fail_local_markers(
-    session: AsyncSession, ids: Sequence[int], local_tiers: Sequence[str], reason: str
+def _fail_local_markers(
+    session: Session, ids: Sequence[int], local_tiers: Sequence[str], reason: str
 ) -> dict[int, list[str]]:
     """The local tiers' pending or restorable markers of `ids` turned `failed`, per checkpoint."""
     failed = (
-        await session.execute(
+        session.execute(
             update(CheckpointTier)
             .where(
                 CheckpointTier.checkpoint_id.in_(ids),
@@ -284,8 +283,8 @@ async def _fail_local_markers(
     return failed_tiers
 
 
-async def _fail_held_peer_markers(
-    session: AsyncSession, node: str, peer_tiers: Sequence[str], reason: str
+def _fail_held_peer_markers(
+    session: Session, node: str, peer_tiers: Sequence[str], reason: str
 ) -> dict[int, list[str]]:
     """The peer tiers' pending or restorable markers of checkpoints with a copy on `node`
     (lost now) turned `failed`, per checkpoint: without that copy the tier lacks a shard."""
@@ -298,7 +297,7 @@ async def _fail_held_peer_markers(
         Replica.state == ReplicaState.LOST.value,
     )
     failed = (
-        await session.execute(
+        session.execute(
             update(CheckpointTier)
             .where(
                 CheckpointTier.tier.in_(list(peer_tiers)),
@@ -315,14 +314,14 @@ async def _fail_held_peer_markers(
     return out
 
 
-async def _affected(session: AsyncSession, ids: Sequence[int]) -> Sequence[Any]:
+def _affected(session: Session, ids: Sequence[int]) -> Sequence[Any]:
     """(id, job id, job name, step, still in flight) of each checkpoint of `ids`, by id."""
     still_pending = exists().where(
         CheckpointTier.checkpoint_id == Checkpoint.id,
         CheckpointTier.state == TierState.PENDING.value,
     )
     return (
-        await session.execute(
+        session.execute(
             select(Checkpoint.id, Checkpoint.job_id, Job.name, Checkpoint.step, still_pending)
             .join(Job, Job.id == Checkpoint.job_id)
             .where(Checkpoint.id.in_(ids))

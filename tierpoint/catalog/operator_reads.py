@@ -25,10 +25,11 @@ from sqlalchemy import (
     values,
 )
 from sqlalchemy.dialects.postgresql import distinct_on
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.catalog.checkpoint_lookup import find_checkpoint
 from tierpoint.catalog.checkpoint_reads import tier_progress
+from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.failures_repo import unacknowledged
 from tierpoint.catalog.models import (
     Checkpoint,
@@ -55,18 +56,12 @@ FAILED = TierState.FAILED.value
 HELD = (TierState.RESTORABLE.value, TierState.EXPIRING.value)
 
 
-async def db_now(session: AsyncSession) -> datetime:
-    now: datetime | None = await session.scalar(select(func.now()))
-    assert now is not None
-    return now
-
-
 # ---------------------------------------------------------------------------------------------
 # Copies in flight and failures
 
 
-async def in_flight(
-    session: AsyncSession,
+def in_flight(
+    session: Session,
     tiers: Sequence[str],
     *,
     job: str | None = None,
@@ -74,7 +69,7 @@ async def in_flight(
     limit: int = 100,
 ) -> tuple[list[InFlightView], datetime]:
     """Pending tier copies, oldest checkpoint first, with bytes done, throughput and ETA."""
-    now = await db_now(session)
+    now = catalog_now(session)
     ct = CheckpointTier
     q = (
         select(
@@ -96,19 +91,19 @@ async def in_flight(
         q = q.where(Job.name == job)
     if tier is not None:
         q = q.where(ct.tier == tier)
-    rows = (await session.execute(q)).all()
+    rows = session.execute(q).all()
     if not rows:
         return [], now
     ids = sorted({r.checkpoint_id for r in rows})
     promoted: dict[int, dict[str, datetime]] = defaultdict(dict)
-    for m in await session.execute(
+    for m in session.execute(
         select(ct.checkpoint_id, ct.tier, ct.restorable_at).where(
             ct.checkpoint_id.in_(ids), ct.restorable_at.is_not(None)
         )
     ):
         promoted[m.checkpoint_id][m.tier] = m.restorable_at
-    progress = await tier_progress(session, [(r.checkpoint_id, r.tier) for r in rows])
-    errors = await last_errors(session, [(r.checkpoint_id, r.tier) for r in rows])
+    progress = tier_progress(session, [(r.checkpoint_id, r.tier) for r in rows])
+    errors = last_errors(session, [(r.checkpoint_id, r.tier) for r in rows])
     order = {name: i for i, name in enumerate(tiers)}
     views = []
     for r in rows:
@@ -143,9 +138,7 @@ async def in_flight(
     return views, now
 
 
-async def last_errors(
-    session: AsyncSession, pairs: Sequence[tuple[int, str]]
-) -> dict[tuple[int, str], str]:
+def last_errors(session: Session, pairs: Sequence[tuple[int, str]]) -> dict[tuple[int, str], str]:
     """(checkpoint id, tier) -> the latest error recorded on one of its replicas there."""
     errors: dict[tuple[int, str], str] = {}
     if not pairs:
@@ -154,7 +147,7 @@ async def last_errors(
     wanted = values(
         column("checkpoint_id", BigInteger), column("tier", String), name="wanted"
     ).data(list(pairs))
-    for e in await session.execute(
+    for e in session.execute(
         select(Replica.checkpoint_id, Replica.tier, Replica.error)
         .ext(distinct_on(Replica.checkpoint_id, Replica.tier))
         .select_from(wanted)
@@ -175,8 +168,8 @@ async def last_errors(
 FailureKey = tuple[str, int, str]  # (failed_at ISO, checkpoint id, tier): the keyset of the list
 
 
-async def failures(
-    session: AsyncSession,
+def failures(
+    session: Session,
     *,
     job: str | None = None,
     limit: int = 100,
@@ -201,10 +194,10 @@ async def failures(
             tuple_(ct.updated_at, ct.checkpoint_id, ct.tier)
             < tuple_(datetime.fromisoformat(at), cid, tier)
         )
-    rows = (await session.execute(q)).all()
+    rows = session.execute(q).all()
     more = len(rows) > limit
     rows = rows[:limit]
-    errors = await last_errors(session, [(r.checkpoint_id, r.tier) for r in rows])
+    errors = last_errors(session, [(r.checkpoint_id, r.tier) for r in rows])
     views = [
         FailureView(
             job=r.name,
@@ -226,11 +219,11 @@ async def failures(
 # Lag, usage, nodes, events
 
 
-async def promotion_lag(
-    session: AsyncSession, window: timedelta, *, job: str | None = None
+def promotion_lag(
+    session: Session, window: timedelta, *, job: str | None = None
 ) -> tuple[list[LagView], datetime]:
     """Registration -> restorable per job and tier, over the copies promoted within `window`."""
-    now = await db_now(session)
+    now = catalog_now(session)
     ct = CheckpointTier
     lag = func.extract("epoch", ct.restorable_at - Checkpoint.created_at)
     q = (
@@ -252,15 +245,15 @@ async def promotion_lag(
         q = q.where(Job.name == job)
     views = [
         LagView(r[0], r[1], int(r[2]), float(r[3]), float(r[4]), float(r[5]))
-        for r in await session.execute(q)
+        for r in session.execute(q)
     ]
     return views, now
 
 
-async def tier_usage(session: AsyncSession) -> list[TierUsageRowView]:
+def tier_usage(session: Session) -> list[TierUsageRowView]:
     """Bytes and checkpoints of every job on every tier (restorable or expiring copies)."""
     ct = CheckpointTier
-    rows = await session.execute(
+    rows = session.execute(
         select(ct.tier, Job.name, func.sum(Checkpoint.total_bytes), func.count())
         .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
         .join(Job, Job.id == ct.job_id)
@@ -271,7 +264,7 @@ async def tier_usage(session: AsyncSession) -> list[TierUsageRowView]:
     return [TierUsageRowView(r[0], r[1], int(r[2]), int(r[3])) for r in rows]
 
 
-async def nodes(session: AsyncSession) -> list[NodeView]:
+def nodes(session: Session) -> list[NodeView]:
     held = (
         select(
             Replica.node_id,
@@ -283,7 +276,7 @@ async def nodes(session: AsyncSession) -> list[NodeView]:
         .group_by(Replica.node_id)
         .subquery()
     )
-    rows = await session.execute(
+    rows = session.execute(
         select(Node.id, Node.last_seen_at, Node.lost_at, held.c.bytes, held.c.n)
         .outerjoin(held, held.c.node_id == Node.id)
         .order_by(Node.id)
@@ -293,11 +286,11 @@ async def nodes(session: AsyncSession) -> list[NodeView]:
     ]
 
 
-async def checkpoint_events(
-    session: AsyncSession, job: str, step: int, *, limit: int = 200, after_id: int | None = None
+def checkpoint_events(
+    session: Session, job: str, step: int, *, limit: int = 200, after_id: int | None = None
 ) -> tuple[list[EventView], int | None]:
     """A checkpoint's history, oldest first (keyset on the event id)."""
-    checkpoint_id = (await find_checkpoint(session, job, step)).id
+    checkpoint_id = (find_checkpoint(session, job, step)).id
     q = (
         select(Event.id, Event.kind, Event.tier, Event.actor, Event.detail, Event.created_at)
         .where(Event.checkpoint_id == checkpoint_id)
@@ -306,6 +299,6 @@ async def checkpoint_events(
     )
     if after_id is not None:
         q = q.where(Event.id > after_id)
-    rows = (await session.execute(q)).all()
+    rows = session.execute(q).all()
     views = [EventView(r.id, r.kind, r.tier, r.actor, r.detail, r.created_at) for r in rows[:limit]]
     return views, (rows[limit - 1].id if len(rows) > limit else None)

@@ -10,9 +10,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import String, column, func, literal_column, or_, select, values
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.catalog import scrub_repo
+from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.failures_repo import unacknowledged
 from tierpoint.catalog.models import (
     RESTORABLE,
@@ -22,12 +23,12 @@ from tierpoint.catalog.models import (
     JobTierUsage,
     RetentionPolicy,
 )
-from tierpoint.catalog.operator_reads import FAILED, PENDING, db_now
+from tierpoint.catalog.operator_reads import FAILED, PENDING
 from tierpoint.catalog.operator_views import JobOverviewView, TierPointView
 
 
-async def jobs_overview(
-    session: AsyncSession,
+def jobs_overview(
+    session: Session,
     tiers: Sequence[str],
     *,
     limit: int = 50,
@@ -37,7 +38,7 @@ async def jobs_overview(
 ) -> tuple[list[JobOverviewView], str | None, datetime]:
     """A page of jobs by name (those starting with `prefix`, or the one named `job`), each with
     its recovery point on every configured tier."""
-    now = await db_now(session)
+    now = catalog_now(session)
     q = (
         select(Job.id, Job.name, RetentionPolicy.name.label("policy"))
         .outerjoin(RetentionPolicy, RetentionPolicy.id == Job.policy_id)
@@ -51,18 +52,18 @@ async def jobs_overview(
         q = q.where(Job.name.startswith(prefix, autoescape=True))
     if job is not None:
         q = q.where(Job.name == job)
-    jobs = (await session.execute(q)).all()
+    jobs = session.execute(q).all()
     next_name = jobs[limit - 1].name if len(jobs) > limit else None
     jobs = jobs[:limit]
     if not jobs:
         return [], None, now
     ids = [j.id for j in jobs]
     page = _Page(
-        heads=await _heads(session, ids),
-        points=await _recovery_points(session, ids, tiers),
-        held=await _held(session, ids),
-        open_counts=await _open_counts(session, ids),
-        throughput=await scrub_repo.read_throughput(session, tiers),
+        heads=_heads(session, ids),
+        points=_recovery_points(session, ids, tiers),
+        held=_held(session, ids),
+        open_counts=_open_counts(session, ids),
+        throughput=scrub_repo.read_throughput(session, tiers),
         now=now,
     )
     return [_job_view(j, tiers, page) for j in jobs], next_name, now
@@ -78,7 +79,7 @@ class _Page:
     now: datetime
 
 
-async def _heads(session: AsyncSession, ids: Sequence[int]) -> dict[int, Any]:
+def _heads(session: Session, ids: Sequence[int]) -> dict[int, Any]:
     """Each job's newest step, its time and the count of its checkpoints."""
     # An admin's deleted checkpoints are history, not the job's progress.
     live = Checkpoint.deleted_at.is_(None)
@@ -92,7 +93,7 @@ async def _heads(session: AsyncSession, ids: Sequence[int]) -> dict[int, Any]:
     count = select(func.count()).where(Checkpoint.job_id == Job.id, live).scalar_subquery()
     return {
         r.id: r
-        for r in await session.execute(
+        for r in session.execute(
             select(Job.id, latest.c.step, latest.c.created_at, count.label("n"))
             .outerjoin(latest, literal_column("true"))
             .where(Job.id.in_(ids))
@@ -100,8 +101,8 @@ async def _heads(session: AsyncSession, ids: Sequence[int]) -> dict[int, Any]:
     }
 
 
-async def _recovery_points(
-    session: AsyncSession, ids: Sequence[int], tiers: Sequence[str]
+def _recovery_points(
+    session: Session, ids: Sequence[int], tiers: Sequence[str]
 ) -> dict[tuple[int, str], Any]:
     """(job id, tier) -> the newest checkpoint restorable there and not quarantined."""
     if not tiers:
@@ -122,7 +123,7 @@ async def _recovery_points(
         .limit(1)
         .lateral("newest")
     )
-    rows = await session.execute(
+    rows = session.execute(
         select(
             Job.id,
             t.c.tier,
@@ -139,15 +140,13 @@ async def _recovery_points(
     return {(r.id, r.tier): r for r in rows}
 
 
-async def _held(
-    session: AsyncSession, ids: Sequence[int]
-) -> dict[tuple[int, str], tuple[int, int]]:
+def _held(session: Session, ids: Sequence[int]) -> dict[tuple[int, str], tuple[int, int]]:
     """(job id, tier) -> (bytes, checkpoints) held there."""
     # Running totals kept by the catalog's triggers: one row per job and tier, however long the
     # job's history (summing its markers grew with it).
     return {
         (u.job_id, u.tier): (int(u.bytes), int(u.checkpoints))
-        for u in await session.execute(
+        for u in session.execute(
             select(
                 JobTierUsage.job_id, JobTierUsage.tier, JobTierUsage.bytes, JobTierUsage.checkpoints
             ).where(JobTierUsage.job_id.in_(ids))
@@ -155,10 +154,10 @@ async def _held(
     }
 
 
-async def _open_counts(session: AsyncSession, ids: Sequence[int]) -> dict[tuple[int, str], int]:
+def _open_counts(session: Session, ids: Sequence[int]) -> dict[tuple[int, str], int]:
     """(job id, marker state) -> checkpoints pending, or failed and not acknowledged."""
     out: dict[tuple[int, str], int] = {}
-    for o in await session.execute(
+    for o in session.execute(
         select(
             CheckpointTier.job_id,
             CheckpointTier.state,

@@ -7,7 +7,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import exists, select
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from tierpoint.config import TierConfig, TierKind
@@ -49,11 +48,6 @@ def _data_urls(node_ids: Iterable[str]) -> Any:
 def data_urls(session: Session, node_ids: Iterable[str]) -> dict[str, str]:
     """Each node's data endpoint, for the nodes that serve one and are not declared lost."""
     return {r.id: r.data_url for r in session.execute(_data_urls(node_ids))}
-
-
-async def adata_urls(session: AsyncSession, node_ids: Iterable[str]) -> dict[str, str]:
-    """`data_urls` for the API."""
-    return {r.id: r.data_url for r in await session.execute(_data_urls(node_ids))}
 
 
 def peer_url(
@@ -100,8 +94,8 @@ def without_verified_copy(
     return [(r.node_id, r.ordinal, r.size) for r in rows]
 
 
-async def held_peer_checkpoints(
-    session: AsyncSession, node: str, peer_tiers: Sequence[str]
+def held_peer_checkpoints(
+    session: Session, node: str, peer_tiers: Sequence[str]
 ) -> list[tuple[int, str, int]]:
     """(id, job, step) of checkpoints whose copy on a peer tier `node` held (now lost) and whose
     marker there failed: what re-replication copies again."""
@@ -113,7 +107,7 @@ async def held_peer_checkpoints(
         Replica.node_id == node,
         Replica.state == ReplicaState.LOST.value,
     )
-    rows = await session.execute(
+    rows = session.execute(
         select(Checkpoint.id, Job.name, Checkpoint.step)
         .join(CheckpointTier, CheckpointTier.checkpoint_id == Checkpoint.id)
         .join(Job, Job.id == Checkpoint.job_id)

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import exists, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import Event, Job, RetentionPolicy
@@ -43,19 +43,19 @@ class PolicyChange:
     detail: dict[str, Any]
 
 
-async def _record(row: RetentionPolicy, jobs: int) -> PolicyRecord:
+def _record(row: RetentionPolicy, jobs: int) -> PolicyRecord:
     return PolicyRecord(
         row.name, row.version, row.spec, row.is_default, jobs, row.created_at, row.updated_at
     )
 
 
-async def _jobs_using(session: AsyncSession, policy_id: int) -> int:
-    n = await session.scalar(select(func.count()).where(Job.policy_id == policy_id))
+def _jobs_using(session: Session, policy_id: int) -> int:
+    n = session.scalar(select(func.count()).where(Job.policy_id == policy_id))
     return int(n or 0)
 
 
-async def _locked(session: AsyncSession, name: str) -> RetentionPolicy:
-    row = await session.scalar(
+def _locked(session: Session, name: str) -> RetentionPolicy:
+    row = session.scalar(
         select(RetentionPolicy).where(RetentionPolicy.name == name).with_for_update()
     )
     if row is None:
@@ -63,12 +63,8 @@ async def _locked(session: AsyncSession, name: str) -> RetentionPolicy:
     return row
 
 
-async def _event(
-    session: AsyncSession, actor: str, job_id: int | None = None, **detail: Any
-) -> None:
-    await session.run_sync(
-        record, EventKind.POLICY_CHANGED, job_id=job_id, actor=actor, detail=detail
-    )
+def _event(session: Session, actor: str, job_id: int | None = None, **detail: Any) -> None:
+    record(session, EventKind.POLICY_CHANGED, job_id=job_id, actor=actor, detail=detail)
 
 
 def _default_race() -> PolicyConflict:
@@ -77,30 +73,28 @@ def _default_race() -> PolicyConflict:
     return PolicyConflict("another policy became the default at the same time; retry")
 
 
-async def _take_default(session: AsyncSession, name: str, actor: str) -> None:
+def _take_default(session: Session, name: str, actor: str) -> None:
     """Clear the current default (if another policy holds it) so that `name` can take it; the
     partial unique index allows one default, and the row lock orders concurrent takers."""
-    current = await session.scalar(
+    current = session.scalar(
         select(RetentionPolicy).where(RetentionPolicy.is_default).with_for_update()
     )
     if current is not None and current.name != name:
         current.is_default = False
         current.updated_at = func.now()
-        await _event(
-            session, actor, action="default_unset", policy=current.name, version=current.version
-        )
+        _event(session, actor, action="default_unset", policy=current.name, version=current.version)
 
 
-async def create_policy(
-    session: AsyncSession, name: str, policy: Policy, *, default: bool, actor: str
+def create_policy(
+    session: Session, name: str, policy: Policy, *, default: bool, actor: str
 ) -> PolicyRecord:
     if name == BUILTIN_POLICY_NAME:
         raise PolicyExists(f"{name!r} is the name of the built-in policy")
     spec = policy.to_spec()
     if default:
-        await _take_default(session, name, actor)
+        _take_default(session, name, actor)
     try:
-        inserted = await session.scalar(
+        inserted = session.scalar(
             pg_insert(RetentionPolicy)
             .values(name=name, spec=spec, version=1, is_default=default)
             .on_conflict_do_nothing(index_elements=["name"])
@@ -112,7 +106,7 @@ async def create_policy(
         raise PolicyExists(
             f"a retention policy named {name!r} exists; PUT /v1/policies/{name} revises it"
         )
-    await _event(
+    _event(
         session,
         actor,
         action="created",
@@ -122,12 +116,12 @@ async def create_policy(
         new_spec=spec,
         default=default,
     )
-    row = await session.get_one(RetentionPolicy, inserted)
-    await session.refresh(row)
-    return await _record(row, 0)
+    row = session.get_one(RetentionPolicy, inserted)
+    session.refresh(row)
+    return _record(row, 0)
 
 
-async def list_policies(session: AsyncSession) -> list[PolicyRecord]:
+def list_policies(session: Session) -> list[PolicyRecord]:
     jobs = (
         select(func.count())
         .where(Job.policy_id == RetentionPolicy.id)
@@ -135,34 +129,32 @@ async def list_policies(session: AsyncSession) -> list[PolicyRecord]:
         .scalar_subquery()
     )
     rows = (
-        await session.execute(
-            select(RetentionPolicy, jobs.label("jobs")).order_by(RetentionPolicy.name)
-        )
+        session.execute(select(RetentionPolicy, jobs.label("jobs")).order_by(RetentionPolicy.name))
     ).all()
-    return [await _record(r[0], int(r[1])) for r in rows]
+    return [_record(r[0], int(r[1])) for r in rows]
 
 
-async def get_policy(session: AsyncSession, name: str) -> PolicyRecord:
+def get_policy(session: Session, name: str) -> PolicyRecord:
     """A stored policy, or the built-in one by its name (what jobs run under while the catalog
     has no default: `usage` and the retention plan name it, so it must be readable too)."""
-    row = await session.scalar(select(RetentionPolicy).where(RetentionPolicy.name == name))
+    row = session.scalar(select(RetentionPolicy).where(RetentionPolicy.name == name))
     if row is None and name == BUILTIN_POLICY_NAME:
-        has_default = await session.scalar(select(exists().where(RetentionPolicy.is_default)))
+        has_default = session.scalar(select(exists().where(RetentionPolicy.is_default)))
         return PolicyRecord(
             name, 1, DEFAULT_POLICY.to_spec(), not has_default, 0, created_at=None, updated_at=None
         )
     if row is None:
         raise PolicyNotFound(f"no retention policy named {name!r}")
-    return await _record(row, await _jobs_using(session, row.id))
+    return _record(row, _jobs_using(session, row.id))
 
 
-async def update_policy(
-    session: AsyncSession, name: str, policy: Policy, *, default: bool | None, actor: str
+def update_policy(
+    session: Session, name: str, policy: Policy, *, default: bool | None, actor: str
 ) -> tuple[PolicyRecord, bool]:
     """Replace the document: a different one is a new version (version + 1, event with the old and
     new document); the same one changes nothing. `default` True/False makes it (no longer) the
     default; None leaves that alone. Returns the policy and whether its document changed."""
-    row = await _locked(session, name)
+    row = _locked(session, name)
     spec = policy.to_spec()
     changed = spec != row.spec
     if changed:
@@ -170,7 +162,7 @@ async def update_policy(
         row.spec = spec
         row.version += 1
         row.updated_at = func.now()
-        await _event(
+        _event(
             session,
             actor,
             action="revised",
@@ -181,28 +173,28 @@ async def update_policy(
         )
     if default is not None and default != row.is_default:
         if default:
-            await _take_default(session, name, actor)
-            await session.flush()
+            _take_default(session, name, actor)
+            session.flush()
         row.is_default = default
         row.updated_at = func.now()
         try:
-            await session.flush()
+            session.flush()
         except IntegrityError:
             raise _default_race() from None
-        await _event(
+        _event(
             session,
             actor,
             action="default_set" if default else "default_unset",
             policy=name,
             version=row.version,
         )
-    await session.flush()
-    await session.refresh(row)
-    return await _record(row, await _jobs_using(session, row.id)), changed
+    session.flush()
+    session.refresh(row)
+    return _record(row, _jobs_using(session, row.id)), changed
 
 
-async def delete_policy(session: AsyncSession, name: str, *, actor: str) -> None:
-    row = await _locked(session, name)
+def delete_policy(session: Session, name: str, *, actor: str) -> None:
+    row = _locked(session, name)
     if row.is_default:
         raise PolicyInUse(
             f"{name!r} is the default policy; make another policy the default "
@@ -211,7 +203,7 @@ async def delete_policy(session: AsyncSession, name: str, *, actor: str) -> None
     # Locks the assigned jobs' rows so that no assignment slips in before the delete (the foreign
     # key would refuse it anyway).
     jobs = (
-        await session.scalars(
+        session.scalars(
             select(Job.name).where(Job.policy_id == row.id).order_by(Job.name).with_for_update()
         )
     ).all()
@@ -220,7 +212,7 @@ async def delete_policy(session: AsyncSession, name: str, *, actor: str) -> None
         raise PolicyInUse(
             f"{name!r} is assigned to {len(jobs)} job(s): {shown}", extra={"jobs": list(jobs[:100])}
         )
-    await _event(
+    _event(
         session,
         actor,
         action="deleted",
@@ -229,15 +221,15 @@ async def delete_policy(session: AsyncSession, name: str, *, actor: str) -> None
         old_spec=row.spec,
         new_spec=None,
     )
-    await session.delete(row)
+    session.delete(row)
     try:
-        await session.flush()
+        session.flush()
     except IntegrityError:
         raise PolicyInUse(f"{name!r} was assigned to a job while it was being deleted") from None
 
 
-async def assign_policy(
-    session: AsyncSession, job: str, name: str | None, *, actor: str
+def assign_policy(
+    session: Session, job: str, name: str | None, *, actor: str
 ) -> tuple[str | None, str | None]:
     """Make `name` the job's policy (None: the default policy). The job row is created if the job
     has not registered a checkpoint yet, so a policy can be set before training starts.
@@ -247,7 +239,7 @@ async def assign_policy(
     if name is not None:
         # Shared lock: the policy cannot be deleted until this assignment commits.
         pol = (
-            await session.execute(
+            session.execute(
                 select(RetentionPolicy.id, RetentionPolicy.version)
                 .where(RetentionPolicy.name == name)
                 .with_for_update(read=True)
@@ -256,19 +248,17 @@ async def assign_policy(
         if pol is None:
             raise PolicyNotFound(f"no retention policy named {name!r}")
         new_id, version = pol.id, pol.version
-    await session.execute(pg_insert(Job).values(name=job).on_conflict_do_nothing())
-    job_row = await session.scalar(select(Job).where(Job.name == job).with_for_update())
+    session.execute(pg_insert(Job).values(name=job).on_conflict_do_nothing())
+    job_row = session.scalar(select(Job).where(Job.name == job).with_for_update())
     assert job_row is not None
     previous = (
-        await session.scalar(
-            select(RetentionPolicy.name).where(RetentionPolicy.id == job_row.policy_id)
-        )
+        session.scalar(select(RetentionPolicy.name).where(RetentionPolicy.id == job_row.policy_id))
         if job_row.policy_id is not None
         else None
     )
     if job_row.policy_id != new_id:
         job_row.policy_id = new_id
-        await _event(
+        _event(
             session,
             actor,
             job_id=job_row.id,
@@ -278,27 +268,27 @@ async def assign_policy(
             version=version,
             previous=previous,
         )
-        await session.flush()
+        session.flush()
     return previous, name
 
 
-async def assigned_jobs(session: AsyncSession, name: str) -> list[str]:
+def assigned_jobs(session: Session, name: str) -> list[str]:
     """Jobs whose retention a change to `name` affects: those assigned to it, and for the default
     policy also those without a policy of their own."""
-    row = await session.scalar(select(RetentionPolicy).where(RetentionPolicy.name == name))
+    row = session.scalar(select(RetentionPolicy).where(RetentionPolicy.name == name))
     if row is None:
         return []
     cond = Job.policy_id == row.id
     if row.is_default:
         cond = cond | Job.policy_id.is_(None)
-    return list((await session.scalars(select(Job.name).where(cond).order_by(Job.name))).all())
+    return list(session.scalars(select(Job.name).where(cond).order_by(Job.name)).all())
 
 
-async def history(session: AsyncSession, name: str, *, limit: int = 100) -> list[PolicyChange]:
+def history(session: Session, name: str, *, limit: int = 100) -> list[PolicyChange]:
     """The policy's changes, newest first: creation, revisions (with old and new document),
     default changes, assignments to jobs, deletion. Kept after a delete (a name can be reused)."""
     rows = (
-        await session.execute(
+        session.execute(
             select(Event.id, Event.created_at, Event.actor, Event.detail, Job.name)
             .outerjoin(Job, Job.id == Event.job_id)
             .where(

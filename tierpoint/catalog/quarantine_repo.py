@@ -17,7 +17,7 @@ restores must not wait, and copies already `expiring` are not kept (the answer s
 from __future__ import annotations
 
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.leases_repo import lock_checkpoint
@@ -28,10 +28,10 @@ from tierpoint.states import TierState
 _GONE = frozenset({TierState.EXPIRING.value, TierState.EXPIRED.value})
 
 
-async def _lock_marker(
-    session: AsyncSession, checkpoint_id: int, job: str, step: int, tier: str
+def _lock_marker(
+    session: Session, checkpoint_id: int, job: str, step: int, tier: str
 ) -> CheckpointTier:
-    marker = await session.scalar(
+    marker = session.scalar(
         select(CheckpointTier)
         .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
         .with_for_update()
@@ -41,8 +41,8 @@ async def _lock_marker(
     return marker
 
 
-async def set_quarantine(
-    session: AsyncSession,
+def set_quarantine(
+    session: Session,
     job: str,
     step: int,
     reason: str | None,
@@ -55,12 +55,12 @@ async def set_quarantine(
     `evidence` (an operator's), retention keeps it too. Doing the same again changes and records
     nothing; a new reason replaces the old one, except that a job's quarantine leaves an
     operator's evidence as it is. Returns whether anything changed."""
-    checkpoint_id, job_id, _ = await lock_checkpoint(session, job, step)
+    checkpoint_id, job_id, _ = lock_checkpoint(session, job, step)
     target: Checkpoint | CheckpointTier
     if tier is None:
-        target = await session.get_one(Checkpoint, checkpoint_id)
+        target = session.get_one(Checkpoint, checkpoint_id)
     else:
-        target = await _lock_marker(session, checkpoint_id, job, step, tier)
+        target = _lock_marker(session, checkpoint_id, job, step, tier)
         if reason is not None and target.state in _GONE:
             # Its bytes are being (or have been) deleted: a quarantine could not keep them.
             raise CopyExpiring(
@@ -76,7 +76,7 @@ async def set_quarantine(
     if before == reason and held == keep:
         return False
     if isinstance(target, CheckpointTier):
-        await session.execute(
+        session.execute(
             update(CheckpointTier)
             .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
             .values(quarantine_reason=reason, quarantine_evidence=keep, updated_at=func.now())
@@ -91,8 +91,8 @@ async def set_quarantine(
         detail["evidence"] = keep
     if before is not None:
         detail["previous_reason"] = before
-    await session.run_sync(
-        record,
+    record(
+        session,
         EventKind.QUARANTINED if reason is not None else EventKind.QUARANTINE_LIFTED,
         checkpoint_id=checkpoint_id,
         job_id=job_id,
@@ -100,5 +100,5 @@ async def set_quarantine(
         actor=actor,
         detail=detail,
     )
-    await session.flush()
+    session.flush()
     return True

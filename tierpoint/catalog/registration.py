@@ -11,7 +11,6 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, exists, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.checkpoint_lookup import job_id_by_name
@@ -48,10 +47,10 @@ class RegistrationResult:
     workflow_started: bool
 
 
-async def check_nodes(session: AsyncSession, node_ids: Iterable[str]) -> None:
+def check_nodes(session: Session, node_ids: Iterable[str]) -> None:
     """Every shard must live on a node whose worker has reported in and that is not lost."""
     wanted = sorted(set(node_ids))
-    rows = (await session.execute(select(Node.id, Node.lost_at).where(Node.id.in_(wanted)))).all()
+    rows = session.execute(select(Node.id, Node.lost_at).where(Node.id.in_(wanted))).all()
     known = {r.id for r in rows}
     lost = sorted(r.id for r in rows if r.lost_at is not None)
     unknown = [n for n in wanted if n not in known]
@@ -88,28 +87,28 @@ async def check_nodes(session: AsyncSession, node_ids: Iterable[str]) -> None:
     )
 
 
-async def _job_id(session: AsyncSession, name: str) -> int:
-    found = await session.run_sync(job_id_by_name, name)
+def _job_id(session: Session, name: str) -> int:
+    found = job_id_by_name(session, name)
     if found is not None:
         return found
-    created = await session.scalar(
+    created = session.scalar(
         pg_insert(Job).values(name=name).on_conflict_do_nothing().returning(Job.id)
     )
     if created is not None:
         return int(created)
     # A concurrent registration created it and has committed (the insert waited for it).
-    again = await session.run_sync(job_id_by_name, name)
+    again = job_id_by_name(session, name)
     assert again is not None
     return int(again)
 
 
-async def _existing(
-    session: AsyncSession, job: str, job_id: int, step: int, digest: str
+def _existing(
+    session: Session, job: str, job_id: int, step: int, digest: str
 ) -> RegistrationResult | int | None:
     """The checkpoint registered at this step (this manifest), the id of one an admin deleted
     there, or None."""
     row = (
-        await session.execute(
+        session.execute(
             select(
                 Checkpoint.id,
                 Checkpoint.manifest_digest,
@@ -133,20 +132,18 @@ async def _existing(
     )
 
 
-async def _remove_deleted(
-    session: AsyncSession, job: str, step: int, checkpoint_id: int
-) -> list[int]:
+def _remove_deleted(session: Session, job: str, step: int, checkpoint_id: int) -> list[int]:
     """An admin deleted the checkpoint at this step: once retention has expired every copy, its
     row goes and the step is registered afresh; returns the ids of its events, which the new
     checkpoint takes over (one history per step: its retries keep counting, so a retry's run id
     is never one the old checkpoint used). While a copy is still being deleted,
     CheckpointBeingDeleted: a new copy must not be written where the old one is being removed."""
-    row = await session.scalar(
+    row = session.scalar(
         select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update()
     )
     if row is None:
         return []  # a concurrent registration replaced it and committed
-    expiring = await session.scalar(
+    expiring = session.scalar(
         select(
             exists().where(
                 CheckpointTier.checkpoint_id == checkpoint_id,
@@ -160,19 +157,19 @@ async def _remove_deleted(
             "register it again once they are gone"
         )
     history = list(
-        await session.scalars(
+        session.scalars(
             update(Event)
             .where(Event.checkpoint_id == checkpoint_id)
             .values(checkpoint_id=None)
             .returning(Event.id)
         )
     )
-    await session.execute(delete(Checkpoint).where(Checkpoint.id == checkpoint_id))
+    session.execute(delete(Checkpoint).where(Checkpoint.id == checkpoint_id))
     return history
 
 
-async def register_checkpoint(
-    session: AsyncSession,
+def register_checkpoint(
+    session: Session,
     job: str,
     manifest: Manifest,
     tiers: Sequence[str],
@@ -184,18 +181,16 @@ async def register_checkpoint(
     again. Raises CheckpointConflict for a different manifest at the same step and UnknownNode
     for shards on unknown or lost nodes. The caller has validated `job` and the manifest."""
     digest = manifest_digest(manifest.shards)
-    await check_nodes(session, {s.node for s in manifest.shards})
+    check_nodes(session, {s.node for s in manifest.shards})
 
-    job_id = await _job_id(session, job)
-    existing = await _existing(session, job, job_id, manifest.step, digest)
+    job_id = _job_id(session, job)
+    existing = _existing(session, job, job_id, manifest.step, digest)
     if isinstance(existing, RegistrationResult):
         return existing
-    history = (
-        [] if existing is None else await _remove_deleted(session, job, manifest.step, existing)
-    )
+    history = [] if existing is None else _remove_deleted(session, job, manifest.step, existing)
 
     inserted = (
-        await session.execute(
+        session.execute(
             pg_insert(Checkpoint)
             .values(
                 job_id=job_id,
@@ -211,16 +206,16 @@ async def register_checkpoint(
     ).one_or_none()
     if inserted is None:
         # Lost the race against a concurrent registration of the same step, which has committed.
-        raced = await _existing(session, job, job_id, manifest.step, digest)
+        raced = _existing(session, job, job_id, manifest.step, digest)
         assert isinstance(raced, RegistrationResult)
         return raced
     checkpoint_id, created_at = inserted.id, inserted.created_at
     if history:
-        await session.execute(
+        session.execute(
             update(Event).where(Event.id.in_(history)).values(checkpoint_id=checkpoint_id)
         )
 
-    await session.execute(
+    session.execute(
         _INSERT_SHARDS_AND_TIERS,
         {
             "cid": checkpoint_id,
@@ -231,8 +226,8 @@ async def register_checkpoint(
             "tiers": list(tiers),
         },
     )
-    await session.run_sync(
-        record,
+    record(
+        session,
         EventKind.REGISTERED,
         checkpoint_id=checkpoint_id,
         job_id=job_id,

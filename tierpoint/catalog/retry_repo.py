@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.leases_repo import lock_checkpoint
@@ -27,12 +27,12 @@ class RetryTarget:
     markers: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
-async def lock_failed(session: AsyncSession, job: str, step: int) -> RetryTarget:
+def lock_failed(session: Session, job: str, step: int) -> RetryTarget:
     """The checkpoint's markers with the checkpoint row and those markers locked until commit,
     so that no promotion (nor expiry) can flip them between the retry's start and its reset
     (raises CheckpointNotFound)."""
-    checkpoint_id, job_id, _ = await lock_checkpoint(session, job, step)
-    rows = await session.execute(
+    checkpoint_id, job_id, _ = lock_checkpoint(session, job, step)
+    rows = session.execute(
         select(CheckpointTier.tier, CheckpointTier.state, CheckpointTier.reason)
         .where(CheckpointTier.checkpoint_id == checkpoint_id)
         .order_by(CheckpointTier.tier)
@@ -40,7 +40,7 @@ async def lock_failed(session: AsyncSession, job: str, step: int) -> RetryTarget
     )
     markers = {r.tier: (r.state, r.reason) for r in rows}
     failed = {t: reason for t, (st, reason) in markers.items() if st == TierState.FAILED.value}
-    done = await session.scalar(
+    done = session.scalar(
         select(func.count()).where(
             Event.checkpoint_id == checkpoint_id,
             Event.kind == EventKind.OPERATOR_ACTION.value,
@@ -50,11 +50,9 @@ async def lock_failed(session: AsyncSession, job: str, step: int) -> RetryTarget
     return RetryTarget(checkpoint_id, job_id, failed, int(done or 0) + 1, markers)
 
 
-async def reset_failed(
-    session: AsyncSession, target: RetryTarget, actor: str, workflow_id: str
-) -> None:
+def reset_failed(session: Session, target: RetryTarget, actor: str, workflow_id: str) -> None:
     """Failed markers back to `pending` (in flight again), and the retry as an event."""
-    await session.execute(
+    session.execute(
         update(CheckpointTier)
         .where(
             CheckpointTier.checkpoint_id == target.checkpoint_id,
@@ -63,8 +61,8 @@ async def reset_failed(
         )
         .values(state=TierState.PENDING.value, reason=None, updated_at=func.now())
     )
-    await session.run_sync(
-        record,
+    record(
+        session,
         EventKind.OPERATOR_ACTION,
         checkpoint_id=target.checkpoint_id,
         job_id=target.job_id,

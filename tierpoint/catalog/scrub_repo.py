@@ -11,7 +11,6 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from .models import (
@@ -175,9 +174,9 @@ def record_reads(session: Session, tier: str, nbytes: int, seconds: float) -> No
     )
 
 
-async def read_throughput(session: AsyncSession, tiers: Sequence[str]) -> dict[str, float]:
+def read_throughput(session: Session, tiers: Sequence[str]) -> dict[str, float]:
     """Tier -> bytes per second its recorded reads achieved (tiers never read: absent)."""
-    rows = await session.execute(
+    rows = session.execute(
         select(TierReadStats.tier, TierReadStats.bytes, TierReadStats.seconds).where(
             TierReadStats.tier.in_(list(tiers)), TierReadStats.seconds > 0
         )
@@ -202,16 +201,16 @@ class TierScrubView:
     oldest_read_at: datetime | None
 
 
-async def overview(session: AsyncSession, tiers: Sequence[str]) -> list[TierScrubView]:
+def overview(session: Session, tiers: Sequence[str]) -> list[TierScrubView]:
     stats = {
         s.tier: s
-        for s in (await session.execute(select(ScrubStats).where(ScrubStats.tier.in_(tiers))))
+        for s in (session.execute(select(ScrubStats).where(ScrubStats.tier.in_(tiers))))
         .scalars()
         .all()
     }
     out = []
     for tier in tiers:
-        oldest = await session.scalar(
+        oldest = session.scalar(
             select(_last_read)
             .where(Replica.tier == tier, Replica.state == VERIFIED)
             .order_by(_last_read)

@@ -1,5 +1,6 @@
-"""Access tokens in the catalog: create, list, revoke (sync: the `tierpoint token` commands and the
-dev stack), and the API's lookup by digest with a cheap `last_used_at` touch (async).
+"""Access tokens in the catalog: create, list, revoke (the `tierpoint token` commands and the dev
+stack), and the lookup by digest with a cheap `last_used_at` touch (the API's authentication,
+through `AsyncSession.run_sync`, and a worker's node data endpoint).
 
 Only the digest of a secret is ever written; the secret exists in the caller's memory once."""
 
@@ -11,7 +12,6 @@ from typing import Any
 
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from tierpoint.auth import TokenRecord, check_token_name, digest, new_secret, parse_scopes
@@ -148,19 +148,15 @@ def _record(row: Any) -> TokenRecord | None:
     )
 
 
-async def find_by_digest(session: AsyncSession, token_digest: str) -> TokenRecord | None:
-    """The token with this digest, whatever its state (the caller tells expired from revoked)."""
-    return _record((await session.execute(_by_digest(token_digest))).one_or_none())
-
-
 def token_by_digest(session: Session, token_digest: str) -> TokenRecord | None:
-    """`find_by_digest` for a worker's thread (the node data endpoint)."""
+    """The token with this digest, whatever its state (the caller tells expired from revoked):
+    the API's authentication and a worker's node data endpoint both ask here."""
     return _record(session.execute(_by_digest(token_digest)).one_or_none())
 
 
-async def touch(session: AsyncSession, token_id: int) -> None:
+def touch(session: Session, token_id: int) -> None:
     """Set last_used_at unless it was set within TOUCH_EVERY: a no-op write costs nothing."""
-    await session.execute(
+    session.execute(
         update(AccessToken)
         .where(
             AccessToken.id == token_id,

@@ -65,11 +65,11 @@ async def report_corrupt_copy(
     if tier not in settings.tier_names():
         raise CopyNotFound(f"tier {tier!r} is not configured")
     async with sessions() as session:
-        ref = await find_copy(session, job, step, tier, path, RECHECK_AFTER)
+        ref = await session.run_sync(find_copy, job, step, tier, path, RECHECK_AFTER)
         if ref.state != ReplicaState.VERIFIED.value:
-            return _answer(await copy_state(session, ref, tier), f"already {ref.state}")
+            return _answer(await session.run_sync(copy_state, ref, tier), f"already {ref.state}")
         if ref.recently_read:
-            return _answer(await copy_state(session, ref, tier), "recently read back good")
+            return _answer(await session.run_sync(copy_state, ref, tier), "recently read back good")
         if client is None:
             raise TemporalUnavailable("cannot re-read the copy now: Temporal is unreachable")
         await session.run_sync(
@@ -96,4 +96,4 @@ async def report_corrupt_copy(
     except TimeoutError:
         log.info("re-read of a reported copy still running", workflow_id=wid)
     async with sessions() as session:
-        return _answer(await copy_state(session, ref, tier), verification)
+        return _answer(await session.run_sync(copy_state, ref, tier), verification)

@@ -37,7 +37,7 @@ async def declare(
 ) -> nodes.NodeLost:
     local = [t.name for t in settings.tiers if t.kind is TierKind.LOCAL]
     peer = [t.name for t in settings.peer_tiers()]
-    return await nodes.mark_lost(session, node, local, actor, peer)
+    return await session.run_sync(nodes.mark_lost, node, local, actor, peer)
 
 
 async def tell_lifecycles(client: Client | None, lost: nodes.NodeLost) -> Told:

@@ -48,15 +48,15 @@ async def latest_with_lease(
                 "issue restore requests: restore from another tier, or restore the objects with "
                 "the AWS tools first"
             )
-    found = await latest_restorable(
-        session, job, readable, tier=tier, node=node, lock=lease is not None
+    found = await session.run_sync(
+        latest_restorable, job, readable, tier=tier, node=node, lock=lease is not None
     )
     if lease is None:
         return found
     job_id = await session.run_sync(job_id_by_name, job)
     assert job_id is not None  # the job has a restorable checkpoint, whose row is locked
-    taken = await insert_lease(
-        session,
+    taken = await session.run_sync(
+        insert_lease,
         found.checkpoint.id,
         job_id,
         job,

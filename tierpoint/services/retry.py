@@ -70,7 +70,7 @@ async def retry_checkpoint(
     configured tiers in order. The caller commits. Raises CheckpointNotFound, NothingToRetry
     (nothing failed, or a run is still open), NoVerifiedSource (the run could never finish),
     TemporalUnavailable."""
-    target = await retry_repo.lock_failed(session, job, step)
+    target = await session.run_sync(retry_repo.lock_failed, job, step)
     if not target.failed:
         raise NothingToRetry(f"{job}/{step} has no failed tier: nothing to retry")
     refuse_without_source(job, step, tiers, target)
@@ -88,5 +88,5 @@ async def retry_checkpoint(
     await start_lifecycle(
         client, LifecycleInput(checkpoint_id=target.checkpoint_id, job=job, step=step), run
     )
-    await retry_repo.reset_failed(session, target, actor, run)
+    await session.run_sync(retry_repo.reset_failed, target, actor, run)
     return RetryOutcome(job, step, run, target.attempt, sorted(target.failed))

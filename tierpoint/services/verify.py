@@ -62,9 +62,9 @@ async def verify_checkpoint(
     there), TemporalUnavailable."""
     kind = settings.tier(tier).kind
     async with sessions() as session:
-        cp = await find_checkpoint(session, job, step)
+        cp = await session.run_sync(find_checkpoint, job, step)
         checkpoint_id, job_id = cp.id, cp.job_id
-        verified = await verified_replicas(session, checkpoint_id, tier)
+        verified = await session.run_sync(verified_replicas, checkpoint_id, tier)
     wid = verify_checkpoint_workflow_id(job, step, tier)
     if not verified:
         raise NothingToVerify(f"{job}/{step} has no verified replica on tier {tier!r}")

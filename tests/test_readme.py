@@ -293,6 +293,7 @@ def _run_until_killed(clone: Clone, term: Terminal, command: str, kill: str, rea
         assert bg.proc.poll() is None, f"$ {command}\nended before the kill:\n{bg.output}"
         assert time.monotonic() < deadline, bg.output
         time.sleep(0.2)
+    assert bg.proc.poll() is None, f"$ {command}\nended before it was ready to kill:\n{bg.output}"
     pids = (clone.root / ".tierpoint" / f"{job}.pids").read_text().split()
     term.run(kill)
     code = bg.proc.wait(TIMEOUT)

@@ -186,7 +186,8 @@ def _scale(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.scale import Scale
 
     # Quick (the CI smoke): node workers in front of the dev stack the other scenarios started.
-    return Scale(env, s.scale, own_services=not env.quick)
+    idle = 2.0 if env.quick else 30.0
+    return Scale(env, s.scale, own_services=not env.quick, idle=idle)
 
 
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {

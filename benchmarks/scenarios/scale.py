@@ -19,6 +19,8 @@ above 1 is a cost that grows faster than the nodes):
   workers' peak RSS;
 - the paper model's figures for the same shape (tests/helpers/cost_model.py), each measured
   total compared to them;
+- the CPU each process spends while the fleet is idle (every node worker polling its queue, no
+  checkpoint in flight), per node and second: what a node costs whether or not it is saving;
 - a restart storm: the job's 8 ranks per node all asking for the checkpoint at once
   (benchmarks/restart_storm.py), in the reader's call pattern from before only the coordinator
   talked to the API (the baseline) and in today's.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -59,6 +62,8 @@ SHARDS_PER_NODE = 8
 SHARD_BYTES = 16 * 1024
 TIERS = ("ssd", "lustre", "s3")
 WAIT = 3600.0  # hang guard
+# Seconds the fleet is watched idle before the first checkpoint.
+IDLE = 30.0
 NODE_WORKERS = "node workers"
 # metric -> label, for the counts reported as totals and per node
 COUNTS = {
@@ -105,8 +110,11 @@ class Scale(Scenario):
     name = "scale"
     summary = "one checkpoint of 8 x 16 KiB shards per node at N simulated nodes: cost per node"
 
-    def __init__(self, env: Env, sizes: Sequence[int], *, own_services: bool = True) -> None:
+    def __init__(
+        self, env: Env, sizes: Sequence[int], *, own_services: bool = True, idle: float = IDLE
+    ) -> None:
         self.env, self.sizes, self.own_services = env, list(sizes), own_services
+        self.idle = idle
         self.fleet = Fleet(env.work / self.name)
         self.loop = asyncio.new_event_loop()
         self.pending: dict[int, tuple[str, list[ShardSpec]]] = {}
@@ -165,6 +173,9 @@ class Scale(Scenario):
         for p in self.cpu_labels:
             rows.append(Row(f"{label}: CPU {p}", f"cpu {p}"))
             rows.append(per_node(f"CPU {p}", f"cpu {p}", "s"))
+        for p in self.cpu_labels:
+            base = f"{per}: idle CPU {p} per node-second" if per else None
+            rows.append(Row(f"{label}: idle CPU {p} per node-second", f"idle {p}", base, unit="ms"))
         rows.append(Row(f"{label}: node worker peak RSS (largest process)", "rss", unit="MiB"))
         rows.append(per_node("node worker RSS", "rss total", "MiB"))
         return tuple(rows + self._storm_rows(n))
@@ -213,9 +224,11 @@ class Scale(Scenario):
         which every count, CPU and the storm are of."""
         job, specs = self.pending.pop(n)
         first, step = STEPS
+        idle = self._idle(n)
         self.fleet.client.register_manifest(job, first, specs)
         self.loop.run_until_complete(self._finished(job, first))
         metrics = {f"first {k}": v for k, v in self._restorable(job, first).items()}
+        metrics.update(idle)
         workers = [p.pid for k, p in self.fleet.node_procs.items()]
         reset = all(reset_peak(pid) for pid in workers)
         api_before = api_requests(self.fleet.metrics_url)
@@ -239,6 +252,14 @@ class Scale(Scenario):
             metrics[f"{key}/node"] = metrics[key] / n
         metrics.update(self._storms(job, n))
         return Outcome(metrics)
+
+    def _idle(self, n: int) -> dict[str, float]:
+        """Each process's CPU over `self.idle` seconds with every node polling and nothing in
+        flight, in milliseconds per node and second."""
+        before, start = self._cpu(), time.monotonic()
+        time.sleep(self.idle)
+        after, seconds = self._cpu(), time.monotonic() - start
+        return {f"idle {k}": (after[k] - before[k]) * 1000 / n / seconds for k in before}
 
     def _storms(self, job: str, n: int) -> dict[str, float]:
         """Both patterns of the restart storm on the checkpoint just made restorable, in an order

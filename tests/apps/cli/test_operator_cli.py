@@ -150,7 +150,9 @@ async def test_watch_status_show_follow_a_throttled_copy(
     assert "idle: nothing in flight" in tty_out, tty_out
     assert code == 0, out
     progress = re.findall(rf"{job} step 1 -> lustre  (\d+)% \((\d+)/{SIZE} bytes", out)
-    assert progress and all(int(done) < SIZE for _, done in progress), out
+    # A copy whose bytes are all written is still in flight while it is read back and recorded,
+    # so a line may show every byte before the one that says it is done.
+    assert progress and all(int(done) <= SIZE for _, done in progress), out
     # It printed the copy's progress as it moved, not only its start and its end.
     assert any(0 < int(done) < SIZE for _, done in progress), out
     assert f"{job} step 1 -> lustre  done: restorable" in out, out

@@ -310,14 +310,15 @@ function renderNodes(list) {
   const rows = list.items.map((n) =>
     el(
       "tr",
-      {},
+      { "data-node": n.id },
       el("td", { text: n.id }),
+      el("td", n.failure_domain ? { text: n.failure_domain } : { class: "muted", title: "none reported: a domain of its own", text: "none" }),
       el("td", { text: ago(n.last_seen_at) }),
       el("td", { class: "num", text: bytes(n.local_bytes) }),
       el("td", {}, n.lost_at ? el("span", { class: "pill bad", text: "lost" }) : el("span", { class: "pill ok", text: "ok" })),
     ),
   );
-  fill(document.querySelector("#nodes tbody"), rows, 4, "no node has reported in");
+  fill(document.querySelector("#nodes tbody"), rows, 5, "no node has reported in");
 }
 
 function renderSummary(jobs, inflight, failures, usage) {

@@ -213,7 +213,7 @@ async def tiers_usage(session: SessionDep, state: StateDep) -> TierUsageList:
     "/nodes",
     dependencies=[Depends(require(Scope.READ))],
     response_model=NodeList,
-    summary="Nodes: last seen, lost or not, local bytes held",
+    summary="Nodes: failure domain, last seen, lost or not, local bytes held",
 )
 async def list_nodes(session: SessionDep) -> NodeList:
     return NodeList(

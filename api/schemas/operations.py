@@ -148,6 +148,11 @@ class NodeOut(_View):
     lost_at: datetime | None
     local_bytes: int = Field(description="bytes of verified local replicas on the node")
     local_replicas: int
+    failure_domain: str | None = Field(
+        description="what fails together with the node (a rack, a zone), as its worker reported "
+        "it with its heartbeat (`failure_domain` setting); null: a domain of its own. Peer "
+        "placement keeps a node's copies out of its domain."
+    )
 
 
 class NodeList(BaseModel):

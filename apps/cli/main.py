@@ -106,6 +106,7 @@ app.command("usage")(usage.usage)
 app.command("quarantine")(quarantine.quarantine)
 app.command("unquarantine")(quarantine.unquarantine)
 app.command("reconcile")(reconcile.reconcile)
+app.command("nodes")(nodes.nodes)
 app.command("node-lost")(nodes.node_lost)
 app.command("demo")(demo.demo)
 # Against the catalog (so the first admin token can be made on a fresh install).

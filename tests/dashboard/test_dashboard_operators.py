@@ -3,12 +3,13 @@ the real API: a job's page is a URL to share and opens in view; a step of 2^53 -
 exactly and does not push the columns out; a long failure reason wraps in a wide column; an
 acknowledged failure leaves the list and shows in the history, rendered as text; a deleted
 checkpoint is marked in the job's matrix; the jobs view shows each job's steps at risk and a
-restore time predicted from a tier's recorded reads. Screenshots of each go to docs/images (the
-copies the docs show)."""
+restore time predicted from a tier's recorded reads (screenshots of these go to docs/images, the
+copies the docs show); the nodes panel shows each node's failure domain."""
 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page
 from sqlalchemy import Engine
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from api.app import create_app
 from tests.dashboard.test_dashboard import WAIT_MS, browser, chromium
@@ -24,6 +25,7 @@ from tests.helpers.api import restorable, seed, set_marker
 from tests.helpers.cli import serving
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.catalog import scrub_repo
+from tierpoint.catalog.nodes import upsert_nodes
 from tierpoint.config import Settings
 
 __all__ = ["browser", "chromium"]
@@ -152,3 +154,27 @@ async def test_the_jobs_view_shows_steps_at_risk_and_a_predicted_restore_time(
     assert await risk.inner_text() == "all / 0"
     assert await risk.locator(".risk.all").count() == 1
     await page.locator("#jobs-panel").screenshot(path=str(IMAGES / "dashboard-steps-at-risk.png"))
+
+
+async def test_the_nodes_panel_shows_each_node_failure_domain(
+    url: str, browser: Browser, catalog: Engine
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    racked, bare = f"node-{tag}-r", f"node-{tag}-b"
+    with Session(catalog) as s:
+        upsert_nodes(s, {racked: {}, bare: {}}, domains={racked: f"rack-{tag}"})
+        s.commit()
+    token = create_token(catalog, f"oncall-{tag}", ["read"])
+
+    page = await browser.new_page(viewport={"width": 1440, "height": 900})
+    page.on("pageerror", lambda e: pytest.fail(f"page error: {e}"))
+    await page.goto(f"{url}/#token={token}")
+    row = page.locator(f'#nodes tr[data-node="{racked}"]')
+    await row.wait_for(timeout=WAIT_MS)
+    # node, domain, last seen, local bytes, state
+    assert await page.locator("#nodes th").nth(1).inner_text() == "DOMAIN"
+    assert await row.locator("td").nth(1).inner_text() == f"rack-{tag}"
+    unlabelled = page.locator(f'#nodes tr[data-node="{bare}"] td').nth(1)
+    assert await unlabelled.inner_text() == "none"
+    assert "its own" in (await unlabelled.get_attribute("title") or "")
+    assert await row.locator("td").nth(4).inner_text() == "ok"

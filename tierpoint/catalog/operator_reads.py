@@ -277,12 +277,17 @@ def nodes(session: Session) -> list[NodeView]:
         .subquery()
     )
     rows = session.execute(
-        select(Node.id, Node.last_seen_at, Node.lost_at, held.c.bytes, held.c.n)
+        select(
+            Node.id, Node.last_seen_at, Node.lost_at, held.c.bytes, held.c.n, Node.failure_domain
+        )
         .outerjoin(held, held.c.node_id == Node.id)
         .order_by(Node.id)
     )
     return [
-        NodeView(r.id, r.last_seen_at, r.lost_at, int(r.bytes or 0), int(r.n or 0)) for r in rows
+        NodeView(
+            r.id, r.last_seen_at, r.lost_at, int(r.bytes or 0), int(r.n or 0), r.failure_domain
+        )
+        for r in rows
     ]
 
 

@@ -98,6 +98,7 @@ class NodeView:
     lost_at: datetime | None
     local_bytes: int  # verified local replicas on the node
     local_replicas: int
+    failure_domain: str | None  # as its worker reported it; None: a domain of its own
 
 
 @dataclass

@@ -1,7 +1,9 @@
-"""`tierpoint node-lost NODE` against the real API, as an operator runs it."""
+"""`tierpoint node-lost NODE` and `tierpoint nodes` against the real API, as an operator runs
+them."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from sqlalchemy import Engine, text
@@ -9,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from tests.helpers.cli import run_cli
 from tests.helpers.tokens import create_token
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.nodes import upsert_node, upsert_nodes
 
 
 async def _run(api_url: str, token: str, *args: str) -> tuple[int, str]:
@@ -45,3 +47,22 @@ async def test_node_lost_declares_once_then_reports_it_was_lost(
     code, out = await _run(api_url, bob, "never-reported-in")
     assert code == 1
     assert "node_not_found" in out
+
+
+async def test_nodes_lists_each_node_with_its_failure_domain(api_url: str, catalog: Engine) -> None:
+    tag = uuid.uuid4().hex[:6]
+    racked, bare = f"n{tag}r", f"n{tag}b"
+    with Session(catalog) as s:
+        upsert_nodes(s, {racked: {}, bare: {}}, domains={racked: f"rk{tag}"})
+        s.commit()
+    reader = create_token(catalog, f"reader-{tag}", ["read"])
+    r = await run_cli(api_url, "nodes", "--json", token=reader)
+    assert r.exit_code == 0, r.output
+    found = {n["id"]: n["failure_domain"] for n in json.loads(r.output)["items"]}
+    assert found[racked] == f"rk{tag}" and found[bare] is None
+
+    r = await run_cli(api_url, "nodes", token=reader)
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[1]: line for line in r.output.splitlines() if f"n{tag}" in line}
+    assert f"rk{tag}" in rows[racked] and "ok" in rows[racked], r.output
+    assert "(own)" in rows[bare], r.output

@@ -47,7 +47,7 @@ from tierpoint.errors import UnknownTier, UnsafePath
 from tierpoint.retention.policy import promotion_targets, tier_refs
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.base import ShardSource, TierStore
-from tierpoint.storage.peer_http import PeerSource, tls_context
+from tierpoint.storage.peer_http import PeerSource, pull_tls
 from tierpoint.storage.s3.layout import KeyLayout, layout_in_force
 
 from . import observe
@@ -303,7 +303,7 @@ class LifecycleActivities:
             # Retried: the node's worker may be restarting, and reports its endpoint when up.
             raise ApplicationError(f"node {node} serves no data endpoint", type="NoDataEndpoint")
         token = self._settings.data_token
-        tls = tls_context(self._settings.data_tls_ca) if url.startswith("https:") else None
+        tls = pull_tls(self._settings) if url.startswith("https:") else None
         return PeerSource(url, tier.name, token.get_secret_value() if token else None, tls)
 
     # ---------------------------------------------------------------- promote

@@ -36,7 +36,7 @@ from tierpoint.contract.integrity import (
 from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardSource, TierStore
-from tierpoint.storage.peer_http import PeerSource, tls_context
+from tierpoint.storage.peer_http import PeerSource, pull_tls
 from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.temporal import request_repair
 
@@ -88,7 +88,7 @@ class RepairActivities:
                     f"node {batch_node} serves no data endpoint", type="NoDataEndpoint"
                 )
             token = self._settings.data_token
-            tls = tls_context(self._settings.data_tls_ca) if url.startswith("https:") else None
+            tls = pull_tls(self._settings) if url.startswith("https:") else None
             return PeerSource(url, tier.name, token.get_secret_value() if token else None, tls)
         return self._store(tier, batch_node, layouts)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
 from tierpoint.services import data_endpoint
 from tierpoint.services.lifecycle_start import start_unstarted
+from tierpoint.storage.peer_http import pull_tls
 from tierpoint.temporal import ensure_integrity_schedules, ensure_sweep_schedule
 from workflows.registry import WORKFLOWS
 
@@ -67,6 +69,26 @@ def heartbeat_throttle(settings: Settings) -> timedelta:
 
 def node_roots(settings: Settings, node: str) -> dict[str, str]:
     return {t.name: str(t.root_for(node)) for t in settings.tiers if t.on_nodes}
+
+
+def check_data_tls(settings: Settings) -> None:
+    """ValueError, said at start, for a node worker whose pulls would all be refused: its
+    endpoint requires client certificates (so its peers', configured alike, do too) and it has
+    none, or its certificate or key cannot be loaded."""
+    if settings.data_tls_client_auth and settings.data_tls_client_cert is None:
+        raise ValueError(
+            "data_tls_client_auth is on, so the other nodes' data endpoints require a client "
+            "certificate too: set TIERPOINT_DATA_TLS_CLIENT_CERT and TIERPOINT_DATA_TLS_CLIENT_KEY "
+            "(a certificate for client authentication that TIERPOINT_DATA_TLS_CA signed)"
+        )
+    if settings.data_tls_client_cert is not None:
+        try:
+            pull_tls(settings)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(
+                f"cannot load data_tls_client_cert {settings.data_tls_client_cert} with its key "
+                f"{settings.data_tls_client_key}: {exc}"
+            ) from None
 
 
 async def _every(
@@ -140,6 +162,7 @@ class _Wiring:
                 "a peer tier needs the workers' data endpoint credential: set "
                 "TIERPOINT_DATA_TOKEN (the same secret on every worker)"
             )
+        check_data_tls(settings)
         # One fixed port cannot serve several nodes of one process (the dev stack's).
         port = settings.data_port if settings.data_port is not None and nodes == 1 else 0
         server = data_endpoint.serve(settings, self.sessions, node, port)

@@ -264,7 +264,26 @@ class Settings(BaseSettings):
     data_tls_ca: Path | None = Field(
         default=None,
         description="The CA bundle (PEM) a worker verifies other nodes' HTTPS data endpoints "
-        "against when it pulls a peer copy; unset: the system roots.",
+        "against when it pulls a peer copy; unset: the system roots. With "
+        "`data_tls_client_auth`, also the CAs whose client certificates the endpoint admits.",
+    )
+    data_tls_client_auth: bool = Field(
+        default=False,
+        description="`tierpoint worker --node`: mutual TLS. The data endpoint admits only "
+        "clients presenting a certificate that `data_tls_ca` signed (unexpired, usable for "
+        "client authentication) and refuses any other at the handshake, before it reads a "
+        "request; the bearer credential still applies on top. Needs `data_tls_cert`, "
+        "`data_tls_key` and `data_tls_ca`; a node worker then refuses to start without its own "
+        "`data_tls_client_cert`/`data_tls_client_key`, since its peers require one too.",
+    )
+    data_tls_client_cert: Path | None = Field(
+        default=None,
+        description="The client certificate (PEM, the chain first) a worker presents to other "
+        "nodes' HTTPS data endpoints when it pulls from them (peer copies, re-replication, "
+        "repair). The training client reads the same variable.",
+    )
+    data_tls_client_key: Path | None = Field(
+        default=None, description="The private key (PEM) of `data_tls_client_cert`."
     )
     worker_metrics_port: int | None = Field(
         default=None,
@@ -291,6 +310,15 @@ class Settings(BaseSettings):
             raise ValueError("temporal_tls_cert and temporal_tls_key go together")
         if (self.data_tls_cert is None) != (self.data_tls_key is None):
             raise ValueError("data_tls_cert and data_tls_key go together")
+        if (self.data_tls_client_cert is None) != (self.data_tls_client_key is None):
+            raise ValueError("data_tls_client_cert and data_tls_client_key go together")
+        if self.data_tls_client_auth and (self.data_tls_cert is None or self.data_tls_ca is None):
+            # Without TLS there is no handshake to ask for a certificate in; without a CA the
+            # system roots would admit any publicly issued certificate.
+            raise ValueError(
+                "data_tls_client_auth needs data_tls_cert/data_tls_key (the endpoint's TLS) and "
+                "data_tls_ca (the CA that signs the clients' certificates)"
+            )
         return self
 
     def temporal_tls(self) -> bool:

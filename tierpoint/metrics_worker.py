@@ -42,6 +42,17 @@ CORRUPT_FOUND = Counter(
     "Shard replicas whose bytes did not match the registered size or checksum.",
     ["tier"],
 )
+DATA_BYTES_SERVED = Counter(
+    "tierpoint_worker_data_bytes_served",
+    "Bytes of shard files the node's data endpoint sent to peers and restores, by tier.",
+    ["tier"],
+)
+DATA_HANDSHAKES_REFUSED = Counter(
+    "tierpoint_worker_data_handshakes_refused",
+    "TLS connections to the node's data endpoint refused at the handshake, before any request "
+    "was read: by reason (no client certificate, one the CA did not sign, expired, ...).",
+    ["reason"],
+)
 # From a slow HDD array or a throttled NVMe read (MiB/s) to a fast parallel file system (GiB/s).
 THROUGHPUT_BUCKETS = tuple(float(2**n) for n in range(20, 35))  # 1 MiB/s .. 16 GiB/s
 COPY_THROUGHPUT = Histogram(

@@ -127,6 +127,13 @@ def worker(
     nodes = list(node or default)
     if not nodes and not shared:
         fail("nothing to run: give --node N (or TIERPOINT_NODE), or leave --shared on")
+    if nodes:
+        from apps.worker import check_data_tls
+
+        try:
+            check_data_tls(settings)
+        except ValueError as exc:
+            fail(f"cannot serve nodes {', '.join(nodes)}: {exc}")
 
     async def main() -> None:
         from apps.worker import run_workers

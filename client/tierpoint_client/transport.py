@@ -4,10 +4,12 @@ connections of file reads from nodes' data endpoints."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import json
 import os
 import random
+import ssl
 import threading
 import time
 import urllib.error
@@ -214,7 +216,9 @@ class DataConnections:
     def _new(self, endpoint: _Endpoint) -> http.client.HTTPConnection:
         scheme, host, port = endpoint
         if scheme == "https":
-            return http.client.HTTPSConnection(host, port, timeout=self.timeout)
+            return http.client.HTTPSConnection(
+                host, port, timeout=self.timeout, context=data_tls_context()
+            )
         return http.client.HTTPConnection(host, port, timeout=self.timeout)
 
     def _take(self, endpoint: _Endpoint) -> http.client.HTTPConnection | None:
@@ -248,6 +252,34 @@ class DataConnections:
         parent's too)."""
         if os.getpid() != self._pid:
             self._idle, self._pid = {}, os.getpid()
+
+
+# The node worker's settings of the same names: a training job on a node is given them alike.
+DATA_TLS_CA = "TIERPOINT_DATA_TLS_CA"
+DATA_TLS_CLIENT_CERT = "TIERPOINT_DATA_TLS_CLIENT_CERT"
+DATA_TLS_CLIENT_KEY = "TIERPOINT_DATA_TLS_CLIENT_KEY"
+
+
+def data_tls_context() -> ssl.SSLContext:
+    """How reads from https data endpoints are made: trusting the CA bundle in
+    TIERPOINT_DATA_TLS_CA (else the system roots, or SSL_CERT_FILE's bundle), and presenting the
+    client certificate in TIERPOINT_DATA_TLS_CLIENT_CERT (and _KEY) to an endpoint that requires
+    one (mutual TLS). Made once per set of values: a certificate file replaced in place is read
+    again by a new process."""
+    env = os.environ
+    return _tls_context(
+        env.get(DATA_TLS_CA) or None,
+        env.get(DATA_TLS_CLIENT_CERT) or None,
+        env.get(DATA_TLS_CLIENT_KEY) or None,
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=ca)
+    if cert is not None:
+        ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 def _send(

@@ -15,8 +15,9 @@ from temporalio.service import RPCError
 
 from apps.devstack.services import free_port
 from tests.helpers.api_process import api_process
+from tests.helpers.pki import SERVER_NAME, Pki, make_pki
 from tests.helpers.services import Services
-from tests.helpers.tls_proxy import SERVER_NAME, Pki, TlsProxy, make_pki, tls_proxy
+from tests.helpers.tls_proxy import TlsProxy, tls_proxy
 from tests.helpers.worker_process import worker_process
 from tierpoint.config import Settings
 from tierpoint.contract.retention import SWEEP_SCHEDULE_ID

@@ -1,106 +1,19 @@
-"""A Temporal frontend that requires mutual TLS, for tests: a certificate authority made here, and
-a TLS-terminating TCP proxy in front of the suite's Temporal dev server (which has no TLS option
-of its own). The proxy decrypts and forwards the bytes unchanged: gRPC's HTTP/2 runs end to end,
-so it needs no HTTP/2 of its own, only ALPN `h2` in the handshake, as Temporal Cloud offers it."""
+"""A Temporal frontend that requires mutual TLS, for tests: a certificate authority
+(tests/helpers/pki.py), and a TLS-terminating TCP proxy in front of the suite's Temporal dev
+server (which has no TLS option of its own). The proxy decrypts and forwards the bytes
+unchanged: gRPC's HTTP/2 runs end to end, so it needs no HTTP/2 of its own, only ALPN `h2` in
+the handshake, as Temporal Cloud offers it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import ipaddress
 import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-SERVER_NAME = "temporal.tierpoint.test"
-
-
-@dataclass(frozen=True)
-class Pki:
-    """PEM files: the CA, the server's certificate and key, a client's certificate and key."""
-
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-    client_name: str
-
-
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _issue(
-    subject: str,
-    issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None,
-    *,
-    server: bool = False,
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    issuer_name, issuer_key = issuer or (_name(subject), key)
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(subject))
-        .issuer_name(issuer_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
-    )
-    if issuer is None:
-        usage = x509.KeyUsage(False, False, False, False, False, True, True, False, False)
-        builder = builder.add_extension(usage, critical=True).add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
-        )
-    else:
-        builder = builder.add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
-            critical=False,
-        )
-        purpose = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([purpose]), critical=False)
-    if server:
-        names = [x509.DNSName(SERVER_NAME), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256()), key
-
-
-def _write(
-    directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey
-) -> tuple[Path, Path]:
-    cert_path, key_path = directory / f"{stem}.pem", directory / f"{stem}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    key_path.chmod(0o600)
-    return cert_path, key_path
-
-
-def make_pki(directory: Path, client_name: str = "tierpoint") -> Pki:
-    directory.mkdir(parents=True, exist_ok=True)
-    ca_cert, ca_key = _issue("tierpoint test CA", None)
-    server_cert, server_key = _issue(SERVER_NAME, (ca_cert.subject, ca_key), server=True)
-    client_cert, client_key = _issue(client_name, (ca_cert.subject, ca_key))
-    ca_path, _ = _write(directory, "ca", ca_cert, ca_key)
-    server_paths = _write(directory, "server", server_cert, server_key)
-    client_paths = _write(directory, "client", client_cert, client_key)
-    return Pki(ca_path, *server_paths, *client_paths, client_name)
+from tests.helpers.pki import Pki
 
 
 @dataclass

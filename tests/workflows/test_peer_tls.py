@@ -28,7 +28,7 @@ from tests.helpers.lifecycle import (
     seed_checkpoint,
 )
 from tests.helpers.peer_faults import WORKER_SECRET, peer_copies, peer_settings, wait_for_endpoints
-from tests.helpers.tls_proxy import make_pki
+from tests.helpers.pki import make_pki
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.config import Settings
 from tierpoint.storage.base import ShardRef

@@ -32,7 +32,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import cast
 
-from tierpoint import auth, logs
+from tierpoint import auth, logs, metrics_worker
 from tierpoint.catalog import peer_reads, tokens_repo
 from tierpoint.catalog.engine import Sessions
 from tierpoint.config import Settings
@@ -167,6 +167,8 @@ class _Handler(BaseHTTPRequestHandler):
     def handle(self) -> None:
         """The connection's requests until it closes or stays idle for IDLE_TIMEOUT."""
         self.close_connection = True
+        if isinstance(self.connection, ssl.SSLSocket) and not self._handshake(self.connection):
+            return
         self.handle_one_request()
         while not self.close_connection:
             # TLS may hold the next request's bytes already decrypted, where select cannot see.
@@ -176,6 +178,24 @@ class _Handler(BaseHTTPRequestHandler):
                 if not ready:
                     return
             self.handle_one_request()
+
+    def _handshake(self, conn: ssl.SSLSocket) -> bool:
+        """The TLS handshake, before any request is read: with client authentication on, a
+        client without a certificate the CA signed gets no further. A client silent for
+        IDLE_TIMEOUT is dropped rather than holding its thread."""
+        conn.settimeout(IDLE_TIMEOUT)
+        try:
+            conn.do_handshake()
+        except (ssl.SSLError, OSError) as exc:
+            why = refusal(exc)
+            metrics_worker.DATA_HANDSHAKES_REFUSED.labels(why).inc()
+            log.warning(
+                "data endpoint refused a TLS handshake", peer=self.client_address[0], why=why
+            )
+            return False
+        finally:
+            conn.settimeout(None)
+        return True
 
     def do_GET(self) -> None:
         srv = self.server
@@ -195,10 +215,16 @@ class _Handler(BaseHTTPRequestHandler):
         except Denied as exc:
             self.send_error(exc.status, explain=str(exc))
             return
-        self._send(open_store(tier, srv.node), ref, size, span, who)
+        self._send(tier.name, open_store(tier, srv.node), ref, size, span, who)
 
     def _send(
-        self, store: TierStore, ref: ShardRef, size: int, span: tuple[int, int] | None, who: str
+        self,
+        tier: str,
+        store: TierStore,
+        ref: ShardRef,
+        size: int,
+        span: tuple[int, int] | None,
+        who: str,
     ) -> None:
         start, end = span if span is not None else (0, size)
         try:
@@ -224,7 +250,17 @@ class _Handler(BaseHTTPRequestHandler):
                 # body and never takes it for the file.
                 self.close_connection = True
             drop_cache(reader.fileno(), start, sent)
+        metrics_worker.DATA_BYTES_SERVED.labels(tier).inc(sent)
         log.debug("served", path=ref.path, bytes=sent, to=who)
+
+
+def refusal(exc: OSError) -> str:
+    """A refused handshake's reason, as few distinct words as OpenSSL has reasons."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return str(exc.verify_message or exc.reason or "certificate verify failed")
+    if isinstance(exc, ssl.SSLError):
+        return str(exc.reason or "tls error").lower().replace("_", " ")
+    return "timeout" if isinstance(exc, TimeoutError) else "connection lost"
 
 
 def _send_file(sock: int, fd: int, start: int, end: int, limiter: TokenBucket | None) -> int:
@@ -268,6 +304,11 @@ class DataServer(ThreadingHTTPServer):
         if settings.data_tls_cert is not None and settings.data_tls_key is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(settings.data_tls_cert, settings.data_tls_key)
+            if settings.data_tls_client_auth:
+                # Mutual TLS: OpenSSL checks the chain to the CA, the dates and that the
+                # certificate may authenticate a client (its extended key usage, if any).
+                ctx.verify_mode = ssl.CERT_REQUIRED
+                ctx.load_verify_locations(cafile=settings.data_tls_ca)
             # The handshake runs in the request's thread (on its first read), not in the thread
             # that accepts: a slow or silent client holds up no other.
             self.socket = ctx.wrap_socket(

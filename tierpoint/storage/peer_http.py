@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 from urllib.parse import quote, unquote, urlsplit
 
+from tierpoint.config import Settings
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.paths import validate_name, validate_relative_path, validate_step
 
@@ -81,10 +82,26 @@ class _Body(io.RawIOBase):
             super().close()
 
 
-def tls_context(ca_bundle: Path | str | None = None) -> ssl.SSLContext:
+def tls_context(
+    ca_bundle: Path | str | None = None,
+    client_cert: Path | str | None = None,
+    client_key: Path | str | None = None,
+) -> ssl.SSLContext:
     """What a pull from an https data endpoint trusts: the CA bundle, or the system roots; the
-    certificate must name the endpoint's host."""
-    return ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+    certificate must name the endpoint's host. With `client_cert` (and its key), the certificate
+    the pull presents to an endpoint that requires one (mutual TLS)."""
+    ctx = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+    if client_cert is not None:
+        ctx.load_cert_chain(str(client_cert), str(client_key) if client_key else None)
+    return ctx
+
+
+def pull_tls(settings: Settings) -> ssl.SSLContext:
+    """A worker's pulls from other nodes' https data endpoints: it trusts `data_tls_ca` and
+    presents `data_tls_client_cert` when it has one."""
+    return tls_context(
+        settings.data_tls_ca, settings.data_tls_client_cert, settings.data_tls_client_key
+    )
 
 
 def _range_start(resp: http.client.HTTPResponse) -> int | None:

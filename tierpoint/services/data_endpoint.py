@@ -8,6 +8,10 @@ is served, read through the tier store (no symlink followed below the root, the 
 bandwidth limit shared with every other read off the node); anything else is 404 whether or not
 a file is there. One range per request (`Range: bytes=a-b`, `bytes=a-`) gives 206.
 
+Over TLS (`data_tls_cert`), with `data_tls_client_auth` the endpoint also requires a client
+certificate of `data_tls_ca` (mutual TLS): a connection without one is refused at the handshake,
+before its request is read, and counted by reason; the credential applies on top.
+
 A restore reads every file of a checkpoint in a burst, over keep-alive connections: the catalog
 is asked once per checkpoint for the verified copies this node holds of it, and that listing
 answers the checkpoint's other requests for `LISTING_TTL` seconds. A path not in it is looked

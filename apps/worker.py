@@ -72,9 +72,20 @@ def node_roots(settings: Settings, node: str) -> dict[str, str]:
 
 
 def check_data_tls(settings: Settings) -> None:
-    """ValueError, said at start, for a node worker whose pulls would all be refused: its
-    endpoint requires client certificates (so its peers', configured alike, do too) and it has
-    none, or its certificate or key cannot be loaded."""
+    """ValueError, said at start, for a node worker whose mutual TLS cannot work: client
+    authentication without the endpoint's TLS or the CA, or without its own client certificate
+    (its peers, configured alike, would refuse every pull), or a certificate that does not load.
+    A node worker's check, not the settings': the API and the shared worker serve no endpoint."""
+    if settings.data_tls_client_auth and (
+        settings.data_tls_cert is None or settings.data_tls_ca is None
+    ):
+        # Without TLS there is no handshake to ask for a certificate in; without a CA the
+        # system roots would admit any publicly issued certificate.
+        raise ValueError(
+            "data_tls_client_auth needs TIERPOINT_DATA_TLS_CERT/TIERPOINT_DATA_TLS_KEY (the "
+            "endpoint's TLS) and TIERPOINT_DATA_TLS_CA (the CA that signs the clients' "
+            "certificates)"
+        )
     if settings.data_tls_client_auth and settings.data_tls_client_cert is None:
         raise ValueError(
             "data_tls_client_auth is on, so the other nodes' data endpoints require a client "

@@ -312,13 +312,6 @@ class Settings(BaseSettings):
             raise ValueError("data_tls_cert and data_tls_key go together")
         if (self.data_tls_client_cert is None) != (self.data_tls_client_key is None):
             raise ValueError("data_tls_client_cert and data_tls_client_key go together")
-        if self.data_tls_client_auth and (self.data_tls_cert is None or self.data_tls_ca is None):
-            # Without TLS there is no handshake to ask for a certificate in; without a CA the
-            # system roots would admit any publicly issued certificate.
-            raise ValueError(
-                "data_tls_client_auth needs data_tls_cert/data_tls_key (the endpoint's TLS) and "
-                "data_tls_ca (the CA that signs the clients' certificates)"
-            )
         return self
 
     def temporal_tls(self) -> bool:

@@ -24,6 +24,7 @@ from tierpoint_client.errors import TierpointError
 
 from api.app import create_app
 from apps.devstack.services import free_port
+from apps.worker import check_data_tls
 from tests.helpers.cli import serving
 from tests.helpers.lifecycle import (
     ShardSpec,
@@ -178,7 +179,9 @@ def test_a_node_worker_for_mtls_without_its_client_certificate_refuses_to_start(
     assert r.returncode == 1 and "cannot load data_tls_client_cert" in out, out
 
     # Client authentication needs the endpoint's TLS and the CA that signs the clients.
-    with pytest.raises(ValidationError, match="data_tls_ca"):
-        Settings.model_validate({**full.model_dump(), "data_tls_ca": None})
+    for unset in ({"data_tls_ca": None}, {"data_tls_cert": None, "data_tls_key": None}):
+        with pytest.raises(ValueError, match="TIERPOINT_DATA_TLS_CA"):
+            check_data_tls(full.model_copy(update=unset))
+    check_data_tls(full)
     with pytest.raises(ValidationError, match="go together"):
         Settings.model_validate({**full.model_dump(), "data_tls_client_key": None})

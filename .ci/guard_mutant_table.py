@@ -777,6 +777,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "an API token reads over the data endpoint only the jobs its scopes cover",
     ),
     Mutant(
+        "data-endpoint-client-auth",
+        "tierpoint/services/data_endpoint.py",
+        "                ctx.verify_mode = ssl.CERT_REQUIRED\n",
+        "                pass\n",
+        ("tests/workflows/test_peer_mtls.py",),
+        "with mutual TLS on, the data endpoint serves no client without a certificate of its CA",
+    ),
+    Mutant(
         "data-endpoint-verified-only",
         "tierpoint/catalog/peer_reads.py",
         """            Replica.node_id == node,

@@ -97,7 +97,8 @@ async def test_only_clients_with_a_certificate_of_the_ca_are_served(
             assert (copy.node, copy.state) == (holder, "verified")
             before = parse(await scrape(port))
             served = value(before, SERVED, tier="ssd")
-            assert served == len(data), before
+            # The holder's pull, once (or again, had a retry pulled it twice).
+            assert served is not None and served >= len(data), before
 
             def pull(tls: ssl.SSLContext, token: str = WORKER_SECRET) -> bytes:
                 with PeerSource(urls[source], "ssd", token, tls).open_read(ref) as body:

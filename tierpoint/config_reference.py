@@ -4,6 +4,7 @@ tests/tierpoint/test_config_reference.py fails when the committed file is stale.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import types
@@ -128,7 +129,12 @@ def render(settings: type[BaseSettings] = Settings, tier: type[BaseModel] = Tier
 
 
 def main(argv: list[str]) -> None:
-    path = Path(argv[0]) if argv else DOC
+    parser = argparse.ArgumentParser(
+        prog="python -m tierpoint.config_reference",
+        description="Rewrite the configuration reference from the settings model.",
+    )
+    parser.add_argument("path", nargs="?", type=Path, default=DOC, help=f"default: {DOC.name}")
+    path: Path = parser.parse_args(argv).path
     path.write_text(render())
     print(f"wrote {path}")
 

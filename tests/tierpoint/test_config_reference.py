@@ -46,6 +46,17 @@ def test_the_generator_writes_the_file(tmp_path: Path) -> None:
     assert out.read_text() == render()
 
 
+def test_help_is_help_not_a_file_named_help(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    assert "configuration reference" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_every_documented_variable_is_read_by_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

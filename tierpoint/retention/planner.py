@@ -158,7 +158,7 @@ class _Planning:
         for t in tiers:
             for c in self.checkpoints:
                 copy = c.copies.get(t.ref.name)
-                if not _decided(t, copy):
+                if copy is None or not _decided(t, copy):
                     continue
                 key = (c.id, t.index)
                 why = _protections(
@@ -286,11 +286,9 @@ class _Planning:
         )
 
 
-def _decided(t: TierRules, copy: TierCopy | None) -> bool:
+def _decided(t: TierRules, copy: TierCopy) -> bool:
     """Whether retention decides the copy: a restorable one, or a failed one on a node tier that
     a lost node took part of."""
-    if copy is None:
-        return False
     if copy.state == TierState.FAILED:
         return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS
     return copy.state == TierState.RESTORABLE

@@ -24,6 +24,8 @@ from tests.helpers.lifecycle import (
     RESULT_TIMEOUT,
     markers,
     random_shards,
+    record_history,
+    recording_histories,
     run_lifecycle,
     running_workers,
     seed_checkpoint,
@@ -95,6 +97,9 @@ async def test_a_lost_nodes_shards_are_copied_again_from_the_tiers_below(
         await asyncio.wait_for(
             client.get_workflow_handle(rereplicate_id(job, 3)).result(), RESULT_TIMEOUT
         )
+        if recording_histories():
+            # Batches read from the shared tier and S3, on a holder, for a lost node's shards.
+            await record_history(client, rereplicate_id(job, 3), "peer_rereplicate_from_below")
     state = markers(sessions, cid)
     assert state["peer"] == ("restorable", None), state
     copies = peer_copies(sessions, cid)

@@ -828,4 +828,27 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/faults/test_peer_holder_lost_during_rereplication.py",),
         "a new holder lost during re-replication is replaced, so the checkpoint gets its copy back",
     ),
+    Mutant(
+        "rereplicate-below-verified-only",
+        "tierpoint/catalog/peer_reads.py",
+        """            Replica.tier.in_(list(tiers)),
+            Replica.state == ReplicaState.VERIFIED.value,
+""",
+        """            Replica.tier.in_(list(tiers)),
+""",
+        (
+            "tests/workflows/test_peer_rereplicate_below.py::"
+            "test_a_lost_nodes_shards_are_copied_again_from_the_tiers_below",
+        ),
+        "a lost node's shards are copied again only from a tier below that holds them verified "
+        "(a corrupt copy there is passed over for the next tier down)",
+    ),
+    Mutant(
+        "planner-failed-copy-needs-a-lost-node",
+        PLANNER,
+        "        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS\n",
+        "        return t.ref.kind in NODE_TIER_KINDS\n",
+        ("tests/tierpoint/retention/test_planner_lost_nodes.py", *PLANNER_TESTS),
+        "a failed local or peer copy that no lost node took part of stays the operator's",
+    ),
 )

@@ -261,8 +261,13 @@ class LifecycleActivities:
             dst_node: str | None = b.holder
             dst = self._store(dst_tier, b.holder)
             self._refuse_lost_node(b.holder, dst_tier)
-            self._refuse_lost_node(b.node, src_tier)
-            src = self._peer_source(src_tier, b.node)
+            if src_tier.on_nodes:
+                self._refuse_lost_node(b.node, src_tier)
+                src = self._peer_source(src_tier, b.node)
+            else:
+                # Re-replication of a lost node's shards: read from the tier below that holds
+                # them verified (the holder reaches the shared tier and S3 as repair does).
+                src = self._store(src_tier, b.node, layouts.get(src_tier.name))
         else:
             dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None
             src = self._store(src_tier, b.node, layouts.get(src_tier.name))

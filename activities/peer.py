@@ -11,7 +11,7 @@ from tierpoint.catalog import nodes, peer_reads, scrub_repo
 from tierpoint.catalog.engine import Sessions
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
-from tierpoint.contract.lifecycle import PlanTier
+from tierpoint.contract.lifecycle import Batch, PlanTier
 from tierpoint.contract.peer import PLAN, PeerPlan, PeerStage, RereplicateInput
 
 from .batching import batch_size, plan_batches
@@ -36,6 +36,16 @@ class PeerActivities:
         before = tiers[: tiers.index(tier)]
         return next(t for t in reversed(before) if t.kind is TierKind.LOCAL)
 
+    def _below(self, tier: TierConfig) -> list[str]:
+        """The tiers after a peer tier that a holder can read a lost node's shards from, in
+        order: off the nodes (a shared tier, S3), readable without a restore request."""
+        tiers = self._settings.tiers
+        return [
+            t.name
+            for t in tiers[tiers.index(tier) + 1 :]
+            if not t.on_nodes and not t.needs_restore_request
+        ]
+
     @activity.defn(name=PLAN)
     def plan(self, inp: RereplicateInput) -> PeerPlan:
         peers = self._settings.peer_tiers()
@@ -59,16 +69,22 @@ class PeerActivities:
             lost = set(nodes.lost_among(s, sources))
             live = scrub_repo.live_nodes(s)
             domains = nodes.failure_domains(s, [*live, *sources])
+            below = {t.name: self._below(t) for t in peers if t.name in missing}
+            held_below = peer_reads.verified_below(
+                s, inp.checkpoint_id, sorted(lost), sorted({n for b in below.values() for n in b})
+            )
         out.lost_nodes = sorted(lost)
         for tier in (t for t in peers if t.name in missing):
-            reachable = [r for r in missing[tier.name] if r[0] not in lost]
-            holders = ring_holders({n for n, _, _ in reachable}, live, distance[tier.name], domains)
-            batches = plan_batches(
-                reachable,
-                batch_size(self._settings, len(reachable)),
-                tier.parallelism,
-                self._settings.min_batch_bytes,
-            )
+            rows = missing[tier.name]
+            reachable = [r for r in rows if r[0] not in lost]
+            runs = _runs_below([r for r in rows if r[0] in lost], below[tier.name], held_below)
+            placed = {n for n, _, _ in reachable} | {r[0][0] for _, r in runs}
+            holders = ring_holders(placed, live, distance[tier.name], domains)
+            batches = self._batches(reachable, tier) + [
+                b.model_copy(update={"source_tier": src})
+                for src, run in runs
+                for b in self._batches(run, tier)
+            ]
             out.stages.append(
                 PeerStage(
                     tier=_plan_tier(tier),
@@ -78,7 +94,39 @@ class PeerActivities:
                         for b in batches
                         if b.node in holders
                     ],
-                    unreachable=len(missing[tier.name]) - len(reachable),
+                    unreachable=len(rows) - len(reachable) - sum(len(r) for _, r in runs),
                 )
             )
         return out
+
+    def _batches(self, rows: list[tuple[str, int, int]], tier: TierConfig) -> list[Batch]:
+        return plan_batches(
+            rows,
+            batch_size(self._settings, len(rows)),
+            tier.parallelism,
+            self._settings.min_batch_bytes,
+        )
+
+
+Row = tuple[str, int, int]
+
+
+def _runs_below(
+    stranded: list[Row], below: list[str], held: dict[tuple[str, int], set[str]]
+) -> list[tuple[str, list[Row]]]:
+    """A lost node's shards that a tier below holds verified, as runs of consecutive shards of
+    one node read from the same tier (the first below that holds each), so that no two batches'
+    ordinal ranges overlap; a shard that no tier below holds is in no run."""
+    runs: list[tuple[str, list[Row]]] = []
+    last: tuple[str, str] | None = None
+    for row in stranded:
+        tiers = held.get((row[0], row[1]), set())
+        src = next((t for t in below if t in tiers), None)
+        if src is None:
+            last = None
+            continue
+        if last != (row[0], src):
+            runs.append((src, []))
+            last = (row[0], src)
+        runs[-1][1].append(row)
+    return runs

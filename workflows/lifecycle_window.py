@@ -44,8 +44,11 @@ def _batch_queue(batch: Batch, *tiers: PlanTier) -> str:
 
 
 def _nodes_of(batch: Batch) -> list[str]:
-    """The nodes a batch needs alive: its shards' node and, for a peer copy, the holder."""
-    return [batch.node] if batch.holder is None else [batch.node, batch.holder]
+    """The nodes a batch needs alive: its shards' node and, for a peer copy, the holder; only
+    the holder for a peer copy read from a tier below (the shards' node is lost)."""
+    if batch.holder is None:
+        return [batch.node]
+    return [batch.holder] if batch.source_tier is not None else [batch.node, batch.holder]
 
 
 def _batch_tiers(stage: StageInput) -> tuple[PlanTier, ...]:
@@ -76,7 +79,7 @@ def _start_batch(stage: StageInput, batch: Batch) -> workflow.ActivityHandle[Bat
             job=stage.job,
             step=stage.step,
             batch=batch,
-            source=stage.source.name,
+            source=batch.source_tier or stage.source.name,
             destination=stage.tier.name,
         ),
         result_type=BatchResult,

@@ -88,7 +88,8 @@ class PeerRereplicate:
                 f"{done.failures} of {done.batches} batches failed, first: {done.first_failure}"
                 if done.failures
                 else "",
-                f"{stage.unreachable} shard(s) whose own node is lost too"
+                f"{stage.unreachable} shard(s) whose own node is lost too, and that no tier "
+                "below holds verified"
                 if stage.unreachable
                 else "",
             ]

@@ -7,14 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint
 from tests.helpers.services import NODES, Services, s3_client
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, Shard
-from tierpoint.config import Settings
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Node, Replica, Shard
+from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.storage.paths import partial_name
 
 TIERS = ("ssd", "lustre", "s3")
@@ -151,3 +151,91 @@ def test_catalog_matches_tiers_check_catches_each_disagreement(
         lambda: set_replica("ssd", node_id=NODES[1]),
         lambda: set_replica("ssd", node_id=NODES[0]),
     )
+
+
+def test_the_check_reads_peer_copies_on_their_holders(
+    settings: Settings, engine: Engine, sessions: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """A peer copy is checked under its holder's peer root (not its shard's node's, not a shared
+    root), and only on a holder other than the shard's node and not declared lost."""
+    ssd = settings.tier("ssd")
+    peer = TierConfig(name="peer", kind=TierKind.PEER, root=str(tmp_path / "nodes/{node}/peer"))
+    cfg = Settings.model_validate({**settings.model_dump(), "tiers": [ssd, peer]})
+    shards = random_shards(NODES, 1, 30_000)
+    seeded = seed_checkpoint(cfg, sessions, new_job(), 1, shards)
+    job, cp = seeded.job, seeded.checkpoint_id
+    holder = {NODES[0]: NODES[1], NODES[1]: NODES[0]}
+    with sessions.begin() as s:
+        ids = dict(s.execute(select(Shard.path, Shard.id).where(Shard.checkpoint_id == cp)).all())
+        job_id = s.scalar(select(Checkpoint.job_id).where(Checkpoint.id == cp))
+        rows = []
+        for sh in shards:
+            held = peer.root_for(holder[sh.node]) / job / "1" / sh.path
+            held.parent.mkdir(parents=True, exist_ok=True)
+            held.write_bytes(sh.data)
+            where = {
+                "ssd": (sh.node, ssd.root_for(sh.node) / job / "1" / sh.path),
+                "peer": (holder[sh.node], held),
+            }
+            rows += [
+                {
+                    "shard_id": ids[sh.path],
+                    "checkpoint_id": cp,
+                    "tier": tier,
+                    "node_id": node,
+                    "state": "verified",
+                    "location": str(location),
+                    "bytes_done": len(sh.data),
+                }
+                for tier, (node, location) in where.items()
+            ]
+        s.execute(insert(Replica), rows)
+        s.execute(
+            insert(CheckpointTier),
+            [
+                {"checkpoint_id": cp, "tier": t, "job_id": job_id, "step": 1, "state": "restorable"}
+                for t in ("ssd", "peer")
+            ],
+        )
+    checked = assert_catalog_matches_tiers(cfg, engine, [cp])
+    assert checked.verified == {"ssd": 2, "peer": 2} and checked.restorable["peer"] == 1
+
+    first = shards[0]
+    held = peer.root_for(holder[first.node]) / job / "1" / first.path
+
+    def fails(match: str, spoil: Callable[[], object], mend: Callable[[], object]) -> None:
+        spoil()
+        try:
+            with pytest.raises(AssertionError, match=match):
+                assert_catalog_matches_tiers(cfg, engine, [cp])
+        finally:
+            mend()
+        assert_catalog_matches_tiers(cfg, engine, [cp])
+
+    def set_peer(**values: object) -> None:
+        with sessions.begin() as s:
+            s.execute(
+                update(Replica)
+                .where(Replica.shard_id == ids[first.path], Replica.tier == "peer")
+                .values(**values)
+            )
+
+    def set_lost(at: object) -> None:
+        with sessions.begin() as s:
+            s.execute(update(Node).where(Node.id == holder[first.node]).values(lost_at=at))
+
+    flipped = bytes([first.data[0] ^ 1]) + first.data[1:]
+    fails(
+        "peer: .* crc32c differs",
+        lambda: held.write_bytes(flipped),
+        lambda: held.write_bytes(first.data),
+    )
+    fails("peer: .* is missing", held.unlink, lambda: held.write_bytes(first.data))
+    fails(
+        f"peer: .* of node {first.node} verified on holder {first.node}",
+        lambda: set_peer(node_id=first.node),
+        lambda: set_peer(node_id=holder[first.node]),
+    )
+    fails("peer: .* verified on lost node", lambda: set_lost(func.now()), lambda: set_lost(None))
+    partial = held.with_name(partial_name(held.name))
+    fails("peer: temp files left", lambda: partial.write_bytes(b"x"), partial.unlink)

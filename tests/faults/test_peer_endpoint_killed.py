@@ -21,9 +21,11 @@ import re
 import uuid
 from pathlib import Path
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
+from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.lifecycle import ShardSpec, crc_hex, markers, running_workers, seed_checkpoint
 from tests.helpers.peer_faults import (
     POLL,
@@ -56,6 +58,7 @@ async def test_data_endpoint_killed_mid_copy_resumes_from_the_heartbeat(
     sessions: sessionmaker[Session],
     client: Client,
     tmp_path: Path,
+    engine: Engine,
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     # Sorted ids form the ring: with two live nodes each holds the other's copy.
@@ -129,7 +132,9 @@ async def test_data_endpoint_killed_mid_copy_resumes_from_the_heartbeat(
     copy = peer_copies(sessions, seeded.checkpoint_id)[SHARD]
     assert (copy.node, copy.state) == (holder, "verified")
     assert os.listdir(held_dir) == [SHARD]
-    assert (held_dir / SHARD).read_bytes() == data
+    # On the holder's device, whole, with the registered crc32c; the source's copy too.
+    checked = assert_catalog_matches_tiers(base, engine, [seeded.checkpoint_id])
+    assert checked.verified == {"ssd": 1, "peer": 1}, checked
 
     # One copy reported, by a later attempt, resumed where the killed pull's heartbeat was.
     (copied,) = copied_events(sessions, seeded.checkpoint_id, "peer")

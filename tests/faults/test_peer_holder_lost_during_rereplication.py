@@ -18,12 +18,13 @@ import uuid
 from pathlib import Path
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
 from api.app import create_app
 from tests.helpers.cli import serving
+from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.lifecycle import (
     ShardSpec,
     crc_hex,
@@ -84,6 +85,7 @@ async def test_a_new_holder_lost_mid_rereplication_is_replaced(
     sessions: sessionmaker[Session],
     client: Client,
     tmp_path: Path,
+    engine: Engine,
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     # Sorted ids form the ring: a -> b -> c -> d -> a.
@@ -163,6 +165,7 @@ async def test_a_new_holder_lost_mid_rereplication_is_replaced(
     copy = peer_copies(sessions, cid)[SHARD]
     assert (copy.node, copy.state) == (d, "verified"), copy
     assert offered == {d}
-    held = base.tier("peer").root_for(d) / job / "5" / SHARD
-    assert held.read_bytes() == data
+    # On D's device, whole, with the registered crc32c; nothing verified on B or C.
+    checked = assert_catalog_matches_tiers(base, engine, [cid])
+    assert checked.verified == {"ssd": 1, "peer": 1} and checked.restorable["peer"] == 1, checked
     print(f"peer copy of {SHARD}: {b} lost, {c} lost mid-copy, now on {d}; marker {state['peer']}")

@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from api.app import create_app
 from tests.helpers.api import running_client
+from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.faults import OVERALL_TIMEOUT, marker_states
 from tests.helpers.integrity import (
     events,
@@ -132,8 +133,11 @@ def _healed(cfg: Settings, engine: Engine, seeded: Seeded) -> None:
     held = _holders(engine, seeded.checkpoint_id)
     for sh in seeded.shards:
         assert held[sh.path] == (RING[sh.node], "verified")
-        assert _peer_copy(cfg, seeded, sh).read_bytes() == sh.data
         assert not shard_file(cfg, "peer", sh.node, seeded.job, seeded.step, sh.path).exists()
+    # Each tier's bytes against the catalog: the peer copies read on their holders.
+    checked = assert_catalog_matches_tiers(cfg, engine, [seeded.checkpoint_id])
+    assert checked.verified["peer"] == len(seeded.shards), checked
+    assert checked.restorable == dict.fromkeys(TIERS, 1), checked
 
 
 async def test_scrub_finds_a_rotten_peer_copy_on_its_holder_and_repair_recopies_it(

@@ -18,7 +18,7 @@ import boto3
 import crc32c
 from sqlalchemy import Engine, and_, select
 
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, Shard
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.paths import PARTIAL_SUFFIX
@@ -58,7 +58,9 @@ def _crc_hex(data: bytes) -> str:
 
 
 def _posix_dir(tier: TierConfig, node: str | None, job: str, step: int) -> Path:
-    return tier.root_for(node if tier.kind is TierKind.LOCAL else None) / job / str(step)
+    """The checkpoint's directory on a POSIX tier: under the node's root for a local tier, the
+    holder's for a peer tier (its replica's node), the one root of a shared tier."""
+    return tier.root_for(node if tier.on_nodes else None) / job / str(step)
 
 
 def _check_posix(tier: TierConfig, r: _Verified) -> None:
@@ -121,7 +123,8 @@ def _no_leftovers_s3(tier: TierConfig, s3: Any, job: str, step: int, layout: str
 def assert_catalog_matches_tiers(
     settings: Settings, engine: Engine, checkpoint_ids: Collection[int]
 ) -> Consistency:
-    """Every `verified` replica of these checkpoints is on its tier, at its recorded location,
+    """Every `verified` replica of these checkpoints is on its tier, at its recorded location
+    (a peer copy under its holder's peer root, a node other than the shard's and not lost),
     with the registered size and crc32c; every `restorable` marker has each of the checkpoint's
     shards verified on that tier, and nothing half-written (temp file, multipart upload) left
     under the checkpoint there. Returns what it checked, so a caller can tell it was not empty."""
@@ -167,6 +170,7 @@ def assert_catalog_matches_tiers(
         ):
             shards.setdefault(cp_id, set()).add(shard_id)
             where[cp_id] = (job, step)
+        lost = set(conn.scalars(select(Node.id).where(Node.lost_at.is_not(None))))
         markers = conn.execute(
             select(
                 CheckpointTier.checkpoint_id, CheckpointTier.tier, CheckpointTier.key_layout
@@ -187,6 +191,12 @@ def assert_catalog_matches_tiers(
         else:
             if tier.kind is TierKind.LOCAL:
                 assert r.node == r.shard_node, f"{r.tier}: {r.path} verified on node {r.node}"
+            if tier.kind is TierKind.PEER:
+                # On another node's device, one not declared lost (those copies are `lost`).
+                assert r.node is not None and r.node != r.shard_node, (
+                    f"{r.tier}: {r.path} of node {r.shard_node} verified on holder {r.node}"
+                )
+                assert r.node not in lost, f"{r.tier}: {r.path} verified on lost node {r.node}"
             _check_posix(tier, r)
         out.verified[r.tier] += 1
 

@@ -151,14 +151,24 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
     kept = {(k.checkpoint_id, k.tier): k for k in p.keeps}
     good_on = {t: [c for c in snap.checkpoints if is_good(c, c.copies.get(t))] for t in names}
 
-    # Every restorable copy is decided exactly once; nothing else is touched.
-    restorable = {
+    # Every restorable copy is decided exactly once, and every failed copy on a node tier (local,
+    # peer) that a lost node took part of; nothing else is touched.
+    node_tiers = {t.name for t in tiers if t.kind in (TierKind.LOCAL, TierKind.PEER)}
+    decided = {
         (c.id, t)
         for c in snap.checkpoints
         for t in names
-        if t in c.copies and c.copies[t].state == TierState.RESTORABLE
+        if t in c.copies
+        and (
+            c.copies[t].state == TierState.RESTORABLE
+            or (
+                c.copies[t].state == TierState.FAILED
+                and c.copies[t].on_lost_node
+                and t in node_tiers
+            )
+        )
     }
-    assert set(expired) | set(kept) == restorable
+    assert set(expired) | set(kept) == decided
     assert not set(expired) & set(kept)
     assert len(expired) == len(p.expiries) and len(kept) == len(p.keeps)
     assert all(k.reasons for k in p.keeps)

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from tierpoint_client import Client as TierpointClient
 
 from api.app import create_app
 from tests.helpers.cli import serving
+from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.lifecycle import (
     RESULT_TIMEOUT,
     ShardSpec,
@@ -89,6 +90,7 @@ async def test_peer_copies_restore_a_lost_nodes_shards(
     sessions: sessionmaker[Session],
     client: Client,
     tmp_path: Path,
+    engine: Engine,
 ) -> None:
     job = f"peer-{uuid.uuid4().hex[:10]}"
     shards = random_shards(SOURCES, 2, 96 * 1024 + 7)
@@ -143,6 +145,8 @@ async def test_peer_copies_restore_a_lost_nodes_shards(
     for sh in shards:
         assert held[sh.path] == (ring[sh.node], "verified")
         assert shard_file(settings, "peer", ring[sh.node], job, 1, sh.path).read_bytes() == sh.data
+    checked = assert_catalog_matches_tiers(settings, engine, [seeded.checkpoint_id])
+    assert checked.verified["peer"] == len(shards) and checked.restorable["peer"] == 1, checked
 
 
 async def test_the_data_endpoint_serves_only_registered_verified_files_to_credentials_and_expires(

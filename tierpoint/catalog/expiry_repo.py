@@ -131,7 +131,12 @@ def begin_expiry(
         )
     if state == TierState.EXPIRED.value:
         return BeginResult(state=BeginState.EXPIRED)
-    if state != TierState.RESTORABLE.value:
+    kinds = {t.name: t.kind for t in tiers}
+    # A failed copy on a node tier is planned only when a lost node took part of it (the fresh
+    # plan below decides); any other failed copy is the operator's.
+    if state != TierState.RESTORABLE.value and not (
+        state == TierState.FAILED.value and kinds.get(tier) in ON_NODES
+    ):
         return BeginResult(
             state=BeginState.SKIPPED, reason=f"the marker on {tier!r} is {state or 'missing'}"
         )
@@ -153,7 +158,7 @@ def begin_expiry(
         .where(
             CheckpointTier.checkpoint_id == checkpoint_id,
             CheckpointTier.tier == tier,
-            CheckpointTier.state == TierState.RESTORABLE.value,
+            CheckpointTier.state == state,
         )
         .values(
             state=TierState.EXPIRING.value,

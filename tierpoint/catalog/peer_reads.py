@@ -120,3 +120,34 @@ def held_peer_checkpoints(
         .order_by(Checkpoint.id)
     )
     return [(r.id, r.name, r.step) for r in rows]
+
+
+def verified_below(
+    session: Session, checkpoint_id: int, nodes: Sequence[str], tiers: Sequence[str]
+) -> dict[tuple[str, int], set[str]]:
+    """(node, ordinal) -> which of `tiers` hold that shard of `nodes` verified, on a copy of the
+    checkpoint that is neither quarantined nor being expired: where re-replication may read a
+    lost node's shards from."""
+    if not nodes or not tiers:
+        return {}
+    usable = exists().where(
+        CheckpointTier.checkpoint_id == Replica.checkpoint_id,
+        CheckpointTier.tier == Replica.tier,
+        CheckpointTier.quarantine_reason.is_(None),
+        CheckpointTier.state.not_in([TierState.EXPIRING.value, TierState.EXPIRED.value]),
+    )
+    rows = session.execute(
+        select(Shard.node_id, Shard.ordinal, Replica.tier)
+        .join(Replica, Replica.shard_id == Shard.id)
+        .where(
+            Shard.checkpoint_id == checkpoint_id,
+            Shard.node_id.in_(list(nodes)),
+            Replica.tier.in_(list(tiers)),
+            Replica.state == ReplicaState.VERIFIED.value,
+            usable,
+        )
+    )
+    out: dict[tuple[str, int], set[str]] = {}
+    for node, ordinal, tier in rows:
+        out.setdefault((node, ordinal), set()).add(tier)
+    return out

@@ -21,6 +21,7 @@ from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,
     Job,
+    Node,
     Replica,
     RestoreLease,
     RetentionPolicy,
@@ -164,21 +165,23 @@ def _copies(
     replica_totals = _replica_totals(session, job_id, names)
     copies: dict[int, dict[str, TierCopy]] = {}
     for m in markers:
-        verified, nbytes = replica_totals.get((m.checkpoint_id, m.tier), (0, 0))
+        verified, nbytes, on_lost = replica_totals.get((m.checkpoint_id, m.tier), (0, 0, 0))
         copies.setdefault(m.checkpoint_id, {})[m.tier] = TierCopy(
             state=TierState(m.state),
             verified=verified >= shard_counts.get(m.checkpoint_id, 0) > 0,
             bytes=nbytes,
             quarantined=m.quarantine_reason is not None,
             evidence=m.quarantine_reason is not None and m.quarantine_evidence,
+            on_lost_node=on_lost > 0,
         )
     return copies
 
 
 def _replica_totals(
     session: Session, job_id: int, names: Sequence[str]
-) -> dict[tuple[int, str], tuple[int, int]]:
-    """(checkpoint id, tier) -> (verified replicas, bytes stored)."""
+) -> dict[tuple[int, str], tuple[int, int, int]]:
+    """(checkpoint id, tier) -> (verified replicas, bytes stored, replicas on a node declared
+    lost)."""
     stored = case(
         (Replica.state.in_([s.value for s in _WHOLE]), Shard.size),
         (Replica.state.in_([s.value for s in _PARTIAL]), Replica.bytes_done),
@@ -195,8 +198,10 @@ def _replica_totals(
             Replica.tier,
             func.count().filter(Replica.state == ReplicaState.VERIFIED.value).label("verified"),
             func.coalesce(func.sum(stored), 0).label("bytes"),
+            func.count().filter(Node.lost_at.is_not(None)).label("on_lost"),
         )
         .join(Shard, Shard.id == Replica.shard_id)
+        .outerjoin(Node, Node.id == Replica.node_id)
         .join(
             live,
             (live.checkpoint_id == Replica.checkpoint_id) & (live.tier == Replica.tier),
@@ -208,7 +213,9 @@ def _replica_totals(
         )
         .group_by(Replica.checkpoint_id, Replica.tier)
     ).all()
-    return {(r.checkpoint_id, r.tier): (int(r.verified), int(r.bytes)) for r in totals}
+    return {
+        (r.checkpoint_id, r.tier): (int(r.verified), int(r.bytes), int(r.on_lost)) for r in totals
+    }
 
 
 def dry_run(

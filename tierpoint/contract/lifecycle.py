@@ -97,6 +97,10 @@ class Batch(BaseModel):
     # A copy to a peer tier: the node that holds the copy, whose queue runs the batch (it pulls
     # from `node`'s data endpoint). None for every other stage.
     holder: str | None = None
+    # A peer copy made again for shards whose own node is lost (re-replication): the tier below
+    # (shared, S3) the holder reads them from, verified, instead of the node's endpoint. None:
+    # the stage's source; always None in histories recorded before.
+    source_tier: str | None = None
 
     @property
     def runs_on(self) -> str:

@@ -31,12 +31,14 @@ class RereplicateInput(BaseModel):
 
 class PeerStage(BaseModel):
     """One peer tier's copies to make again: from `source` (the local tier before it) on the
-    shards' nodes to each batch's new holder."""
+    shards' nodes to each batch's new holder; a lost node's shards from the tier below that holds
+    them verified (`Batch.source_tier`)."""
 
     tier: PlanTier
     source: PlanTier
     batches: list[Batch]
-    # Shards that cannot be copied again (their own node is lost too), for the reason.
+    # Shards that cannot be copied again (their own node is lost too, and no tier below holds
+    # them verified), for the reason.
     unreachable: int = 0
 
 

@@ -33,6 +33,9 @@ class TierCopy(_Frozen):
     # quarantined by an operator as evidence: retention never expires it (meaningful only when
     # `quarantined`; a training job's quarantine hides a copy but leaves it to the policy)
     evidence: bool = False
+    # part of the copy was on a node declared lost (a local copy's node, a peer copy's holder):
+    # those bytes are gone with the node, so a failed copy there is retention's to expire
+    on_lost_node: bool = False
 
 
 class CheckpointInfo(_Frozen):

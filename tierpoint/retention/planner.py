@@ -1,10 +1,13 @@
 """The retention planner: a pure function from one job's catalog snapshot and policy to a plan.
 
-Only copies whose marker is `restorable` are ever planned for expiry. Pending copies are in flight,
-failed ones are the operator's, `expiring` ones are listed as unfinished (the executor completes
-them), expired ones are gone.
+Only copies whose marker is `restorable` are ever planned for expiry, and failed copies on the
+nodes' own tiers (local, peer) that a node declared lost took part of (`on_lost_node`: its
+replicas there are gone, the rest are bytes on live nodes that no restore is sent to). Pending
+copies are in flight, other failed ones are the operator's, `expiring` ones are listed as
+unfinished (the executor completes them), expired ones are gone.
 
-Each restorable copy is decided in three passes:
+Each such copy is decided in three passes (a failed copy is never intact, so it is never the last
+copy that pass 2 keeps, and a checkpoint with no intact copy keeps it as a remnant):
 1. protections (never overridden): pinned, leased, quarantined by an operator (evidence; a
    training job's quarantine only makes a copy not good and protects nothing), the latest
    restorable checkpoint on the most durable tier, a source of a copy still in flight to a more
@@ -47,6 +50,8 @@ from .models import (
 from .policy import Policy, promotion_targets
 
 _REASON_ORDER = {r: i for i, r in enumerate(KeepReason)}
+# Tiers on the nodes' own storage, where a lost node leaves failed copies behind.
+NODE_TIER_KINDS = (TierKind.LOCAL, TierKind.PEER)
 
 
 def _is_good(c: CheckpointInfo, copy: TierCopy | None) -> bool:
@@ -153,7 +158,7 @@ class _Planning:
         for t in tiers:
             for c in self.checkpoints:
                 copy = c.copies.get(t.ref.name)
-                if copy is None or copy.state != TierState.RESTORABLE:
+                if copy is None or not _decided(t, copy):
                     continue
                 key = (c.id, t.index)
                 why = _protections(
@@ -169,10 +174,7 @@ class _Planning:
                     tier=t.ref.name,
                     bytes=copy.bytes,
                     rule=ExpiryRule.NOT_KEPT,
-                    reason=t.why_not(c, self.now)
-                    if _is_good(c, copy)
-                    else f"the copy on {t.ref.name!r} is not verified, quarantined or meant for "
-                    "this tier, and no rule keeps it",
+                    reason=_why_expires(c, t, copy, self.now),
                 )
 
     def keep_last_copies(self) -> None:
@@ -282,6 +284,25 @@ class _Planning:
             usage=usage,
             notes=notes,
         )
+
+
+def _decided(t: TierRules, copy: TierCopy) -> bool:
+    """Whether retention decides the copy: a restorable one, or a failed one on a node tier that
+    a lost node took part of."""
+    if copy.state == TierState.FAILED:
+        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS
+    return copy.state == TierState.RESTORABLE
+
+
+def _why_expires(c: CheckpointInfo, t: TierRules, copy: TierCopy, now: datetime) -> str:
+    if copy.state == TierState.FAILED:
+        return f"the copy on {t.ref.name!r} failed; {t.why_not(c, now)}"
+    if _is_good(c, copy):
+        return t.why_not(c, now)
+    return (
+        f"the copy on {t.ref.name!r} is not verified, quarantined or meant for this tier, and no "
+        "rule keeps it"
+    )
 
 
 def _protections(

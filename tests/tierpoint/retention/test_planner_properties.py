@@ -92,6 +92,8 @@ copies = st.builds(
     quarantined=st.sampled_from([False] * 15 + [True]),
     # an operator's quarantine (evidence) or a training job's
     evidence=st.booleans(),
+    # part of it on a node declared lost
+    on_lost_node=st.sampled_from([False] * 3 + [True]),
 )
 rare = st.sampled_from([False] * 11 + [True])
 

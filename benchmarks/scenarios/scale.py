@@ -20,7 +20,7 @@ above 1 is a cost that grows faster than the nodes):
 - the paper model's figures for the same shape (tests/helpers/cost_model.py), each measured
   total compared to them;
 - the CPU each process spends while the fleet is idle (every node worker polling its queue, no
-  checkpoint in flight), per node and second: what a node costs whether or not it is saving;
+  checkpoint in flight), per node and hour: what a node costs whether or not it is saving;
 - a restart storm: the job's 8 ranks per node all asking for the checkpoint at once
   (benchmarks/restart_storm.py), in the reader's call pattern from before only the coordinator
   talked to the API (the baseline) and in today's.
@@ -174,8 +174,8 @@ class Scale(Scenario):
             rows.append(Row(f"{label}: CPU {p}", f"cpu {p}"))
             rows.append(per_node(f"CPU {p}", f"cpu {p}", "s"))
         for p in self.cpu_labels:
-            base = f"{per}: idle CPU {p} per node-second" if per else None
-            rows.append(Row(f"{label}: idle CPU {p} per node-second", f"idle {p}", base, unit="ms"))
+            base = f"{per}: idle CPU {p} per node-hour" if per else None
+            rows.append(Row(f"{label}: idle CPU {p} per node-hour", f"idle {p}", base))
         rows.append(Row(f"{label}: node worker peak RSS (largest process)", "rss", unit="MiB"))
         rows.append(per_node("node worker RSS", "rss total", "MiB"))
         return tuple(rows + self._storm_rows(n))
@@ -255,11 +255,11 @@ class Scale(Scenario):
 
     def _idle(self, n: int) -> dict[str, float]:
         """Each process's CPU over `self.idle` seconds with every node polling and nothing in
-        flight, in milliseconds per node and second."""
+        flight, in seconds per node and hour."""
         before, start = self._cpu(), time.monotonic()
         time.sleep(self.idle)
         after, seconds = self._cpu(), time.monotonic() - start
-        return {f"idle {k}": (after[k] - before[k]) * 1000 / n / seconds for k in before}
+        return {f"idle {k}": (after[k] - before[k]) * 3600 / n / seconds for k in before}
 
     def _storms(self, job: str, n: int) -> dict[str, float]:
         """Both patterns of the restart storm on the checkpoint just made restorable, in an order

@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -146,7 +147,9 @@ def create_time(pid: int) -> float | None:
         return None
 
 
-def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10) -> None:
+def stop_popen(proc: subprocess.Popen[Any] | None, timeout: float = 10) -> None:
+    """Stop a child process we started (SIGTERM, then SIGKILL after `timeout` s) and reap it;
+    nothing if it has exited already."""
     if proc is None or proc.poll() is not None:
         return
     proc.terminate()
@@ -308,7 +311,7 @@ class TemporalDevServer:
         )
 
     def stop(self) -> None:
-        _stop(self._proc)
+        stop_popen(self._proc)
         self._proc = None
 
     def discard(self) -> None:
@@ -379,7 +382,7 @@ class MotoS3Server:
                 time.sleep(0.1)
 
     def stop(self) -> None:
-        _stop(self._proc)
+        stop_popen(self._proc)
         self._proc = None
 
     @property

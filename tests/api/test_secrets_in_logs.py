@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import Engine, text
 from tierpoint_client import Client, RetryPolicy
 
-from apps.devstack.services import free_port
+from apps.devstack.services import free_port, stop_popen
 from tests.helpers.client import read_tree, write_shards
 from tests.helpers.services import NODES
 from tests.helpers.worker_process import REPO, settings_env
@@ -51,16 +51,6 @@ def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
         )
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
-
-
 @pytest.fixture
 def processes(settings: Settings, tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
     """`tierpoint api` and `tierpoint worker` (shared + both nodes) with S3 credentials of their
@@ -88,8 +78,8 @@ def processes(settings: Settings, tmp_path: Path) -> Iterator[tuple[str, dict[st
             time.sleep(0.2)
         yield url, env, logs
     finally:
-        _stop(api)
-        _stop(worker)
+        stop_popen(api, 30)
+        stop_popen(worker, 30)
 
 
 def _nodes_known(catalog: Engine) -> bool:

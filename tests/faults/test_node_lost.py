@@ -33,6 +33,7 @@ from tests.helpers.lifecycle import (
     running_workers,
     seed_checkpoint,
 )
+from tests.helpers.services import with_tier
 from tests.helpers.worker_process import worker_process
 from tierpoint.catalog.models import CheckpointTier, Replica, Shard
 from tierpoint.config import Settings
@@ -92,8 +93,7 @@ async def test_node_declared_lost_mid_copy_stops_waiting_and_falls_back(
     client: Client,
     tmp_path: Path,
 ) -> None:
-    ssd = settings.tier("ssd").model_copy(update={"read_bandwidth_limit": READ_LIMIT})
-    slow = settings.model_copy(update={"tiers": [ssd, *settings.tiers[1:]]})
+    slow = with_tier(settings, "ssd", read_bandwidth_limit=READ_LIMIT)
     job = new_job()
     small = {LOST: {"a.bin": os.urandom(4096)}, ALIVE: {"b.bin": os.urandom(4096)}}
     one = seed_checkpoint(

@@ -13,7 +13,6 @@ node behind the real proxy process, the holder's and the shared worker in the te
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
 from activities.copy import REREADS_AFTER_TRANSIT_MISMATCH
+from apps.devstack.services import free_port
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.flip_proxy import flip_proxy
 from tests.helpers.lifecycle import (
@@ -47,12 +47,6 @@ SHARD = "model.bin"
 SIZE = 3 * 1024 * 1024 + 7
 # Every read of the shard damaged: the first and its re-reads.
 READS = 1 + REREADS_AFTER_TRANSIT_MISMATCH
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize("flips", [1, -1], ids=["once", "every-read"])

@@ -32,10 +32,11 @@ from tests.helpers.peer_faults import (
     copied_events,
     peer_copies,
     peer_settings,
-    pending_copy,
     replica_states,
     wait_for_endpoints,
 )
+from tests.helpers.pending import pending_copy
+from tests.helpers.services import with_tier
 from tests.helpers.worker_process import worker_process
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
@@ -66,8 +67,7 @@ async def test_data_endpoint_killed_mid_copy_resumes_from_the_heartbeat(
     base = peer_settings(
         settings, tmp_path, [source, holder], batch_heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT
     )
-    ssd = base.tier("ssd").model_copy(update={"read_bandwidth_limit": READ_LIMIT})
-    slow = base.model_copy(update={"tiers": [ssd, *base.tiers[1:]]})
+    slow = with_tier(base, "ssd", read_bandwidth_limit=READ_LIMIT)
     data = os.urandom(SHARD_SIZE)
     seeded = seed_checkpoint(
         base, sessions, f"peer-kill-{tag}", 7, [ShardSpec(source, SHARD, data, crc_hex(data))]

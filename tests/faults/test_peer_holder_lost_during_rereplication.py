@@ -36,6 +36,7 @@ from tests.helpers.lifecycle import (
     seed_checkpoint,
 )
 from tests.helpers.peer_faults import POLL, peer_copies, peer_settings, wait_for_endpoints
+from tests.helpers.services import with_tier
 from tests.helpers.tokens import bearer, create_token
 from tests.helpers.worker_process import worker_process
 from tierpoint.catalog.models import Node, Replica
@@ -93,8 +94,7 @@ async def test_a_new_holder_lost_mid_rereplication_is_replaced(
     base = peer_settings(
         settings, tmp_path, [a, b, c, d], batch_heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT
     )
-    ssd = base.tier("ssd").model_copy(update={"read_bandwidth_limit": READ_LIMIT})
-    slow = base.model_copy(update={"tiers": [ssd, *base.tiers[1:]]})
+    slow = with_tier(base, "ssd", read_bandwidth_limit=READ_LIMIT)
     data = os.urandom(SIZE)
     seeded = seed_checkpoint(
         base, sessions, f"relost-{tag}", 5, [ShardSpec(a, SHARD, data, crc_hex(data))]

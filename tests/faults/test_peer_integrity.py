@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import Engine, select
-from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 
 from api.app import create_app
@@ -26,6 +25,7 @@ from tests.helpers.faults import OVERALL_TIMEOUT, marker_states
 from tests.helpers.integrity import (
     events,
     integrity_settings,
+    promoted,
     repair_result,
     replica_states,
     run_reconcile,
@@ -35,10 +35,7 @@ from tests.helpers.lifecycle import (
     NODES,
     Seeded,
     ShardSpec,
-    new_job,
-    random_shards,
     running_workers,
-    seed_checkpoint,
     shard_file,
 )
 from tests.helpers.services import Services
@@ -46,8 +43,6 @@ from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Replica, Shard
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.integrity import ReconcileInput
-from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.temporal import start_lifecycle
 
 # Two nodes: each holds the other's peer copies.
 RING = {NODES[0]: NODES[1], NODES[1]: NODES[0]}
@@ -74,22 +69,6 @@ def cfg(settings: Settings, tmp_path: Path) -> Settings:
             "data_token": "tp_worker-secret-of-this-test",
         }
     )
-
-
-async def _promoted(cfg: Settings, client: Client, engine: Engine) -> Seeded:
-    seeded = seed_checkpoint(
-        cfg, sessionmaker(engine), new_job(), 10, random_shards(NODES, 2, 64_000)
-    )
-    await start_lifecycle(
-        client,
-        LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=seeded.job, step=seeded.step),
-    )
-    handle = client.get_workflow_handle(
-        workflow_id(seeded.job, seeded.step), result_type=LifecycleResult
-    )
-    result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
-    assert [(t.tier, t.state) for t in result.tiers] == [(t, "restorable") for t in TIERS]
-    return seeded
 
 
 def _peer_copy(cfg: Settings, seeded: Seeded, sh: ShardSpec) -> Path:
@@ -146,7 +125,7 @@ async def test_scrub_finds_a_rotten_peer_copy_on_its_holder_and_repair_recopies_
     engine = make_sync_engine(cfg.database_url, pool_size=2)
     try:
         async with running_workers(cfg, client):
-            seeded = await _promoted(cfg, client, engine)
+            seeded = await promoted(cfg, client, engine, workers=False)
             cp = seeded.checkpoint_id
             rotten = seeded.shards[0]
             copy = _peer_copy(cfg, seeded, rotten)
@@ -202,7 +181,7 @@ async def test_reconcile_finds_a_deleted_peer_copy_on_its_holder_and_repair_rest
     engine = make_sync_engine(cfg.database_url, pool_size=2)
     try:
         async with running_workers(cfg, client):
-            seeded = await _promoted(cfg, client, engine)
+            seeded = await promoted(cfg, client, engine, workers=False)
             gone = seeded.shards[-1]
             _peer_copy(cfg, seeded, gone).unlink()
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import sessionmaker
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from apps.devstack.services import EmbeddedPostgres
 from tests.helpers.consistency import assert_catalog_matches_tiers
@@ -40,10 +40,11 @@ from tests.helpers.lifecycle import (
     running_workers,
     seed_checkpoint,
 )
+from tests.helpers.pending import NO_COPY, pending_copy
 from tests.helpers.services import Services, make_bucket, make_settings
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Event, Replica
-from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
+from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.temporal import connect, start_lifecycle
 
 CHUNK = 8 * 1024 * 1024  # a POSIX copy heartbeats once per chunk
@@ -64,26 +65,6 @@ def lustre_replica(engine: Engine, checkpoint_id: int) -> tuple[str | None, int]
             )
         ).one_or_none()
     return (str(row[0]), int(row[1] or 0)) if row else (None, 0)
-
-
-async def pending_copy(
-    client: Client, handle: WorkflowHandle[Any, Any]
-) -> tuple[int, int, str] | None:
-    """(attempt, heartbeat offset, last failure) of the pending copy batch, None when none."""
-    desc = await handle.describe()
-    for pa in desc.raw_description.pending_activities:
-        if pa.activity_type.name != COPY_BATCH:
-            continue
-        offset = 0
-        if pa.heartbeat_details.payloads:
-            details = await client.data_converter.decode(pa.heartbeat_details.payloads)
-            if details and isinstance(details[-1], dict):
-                offset = int(details[-1].get("offset") or 0)
-        # The server keeps a long retryable failure (a stack trace) as the cause of a
-        # "Failure exceeds size limit." of its own.
-        last = pa.last_failure
-        return pa.attempt, offset, last.cause.message or last.message
-    return None
 
 
 async def test_postgres_down_while_copy_runs_retries_and_resumes(
@@ -126,10 +107,10 @@ async def test_postgres_down_while_copy_runs_retries_and_resumes(
                 state, done = await asyncio.to_thread(lustre_replica, engine, cp)
                 assert state != "verified", TOO_LATE
                 pending = await pending_copy(client, handle)
-                if state == "copying" and done > 0 and pending is not None and pending[1] > 0:
+                if state == "copying" and done > 0 and pending.offset > 0:
                     break
                 await asyncio.sleep(POLL)
-            heartbeat_offset = pending[1]
+            heartbeat_offset = pending.offset
             assert heartbeat_offset <= SHARD_SIZE - 2 * CHUNK, TOO_LATE
             await asyncio.to_thread(pg.stop)
             went_down = time.monotonic()
@@ -140,10 +121,10 @@ async def test_postgres_down_while_copy_runs_retries_and_resumes(
 
             async def two_failed() -> bool:
                 p = await pending_copy(client, handle)
-                assert p is not None, TOO_LATE
-                if p[0] >= 2:
-                    failures[p[0] - 1] = p[2]
-                return p[0] >= 3
+                assert p != NO_COPY, TOO_LATE
+                if p.attempt >= 2:
+                    failures[p.attempt - 1] = p.last_failure
+                return p.attempt >= 3
 
             await eventually(
                 "two attempts of the copy failed while the catalog is down", two_failed

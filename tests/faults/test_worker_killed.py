@@ -19,22 +19,21 @@ import asyncio
 import os
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import PendingActivityState
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.lifecycle import ShardSpec, crc_hex, new_job, running_workers, seed_checkpoint
+from tests.helpers.pending import pending_copy
 from tests.helpers.services import Services, s3_client
 from tests.helpers.worker_process import worker_process
 from tierpoint.catalog.models import Event, Replica
 from tierpoint.config import Settings
-from tierpoint.contract.lifecycle import COPY_BATCH, LifecycleInput, LifecycleResult, workflow_id
+from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.storage.paths import partial_name
 from tierpoint.temporal import start_lifecycle
 
@@ -63,41 +62,6 @@ def lustre_replica(sessions: sessionmaker[Session], checkpoint_id: int) -> tuple
             )
         ).one_or_none()
     return (str(row[0]), int(row[1] or 0)) if row else (None, 0)
-
-
-@dataclass(frozen=True)
-class PendingCopy:
-    """The pending copy batch as the Temporal server knows it."""
-
-    attempt: int
-    state: int
-    # The byte offset of the last heartbeat the server holds: where a retry would resume.
-    offset: int
-    # When the server last received a heartbeat (seconds since the epoch, 0 if never).
-    heartbeat_at: float
-
-
-NO_COPY = PendingCopy(0, 0, 0, 0.0)
-
-
-async def copy_activity(client: Client, handle: WorkflowHandle[Any, Any]) -> PendingCopy:
-    desc = await handle.describe()
-    for pa in desc.raw_description.pending_activities:
-        if pa.activity_type.name != COPY_BATCH:
-            continue
-        offset = 0
-        if pa.heartbeat_details.payloads:
-            details = await client.data_converter.decode(pa.heartbeat_details.payloads)
-            last = details[-1] if details else None
-            if isinstance(last, dict):
-                offset = int(last.get("offset") or 0)
-        at = (
-            pa.last_heartbeat_time.ToDatetime().timestamp()
-            if pa.HasField("last_heartbeat_time")
-            else 0.0
-        )
-        return PendingCopy(pa.attempt, int(pa.state), offset, at)
-    return NO_COPY
 
 
 def assert_no_partial_under_final_name(final: Path, size: int) -> None:
@@ -161,7 +125,7 @@ async def test_node_worker_sigkilled_mid_copy_resumes_from_last_heartbeat(
                 assert_no_partial_under_final_name(final, SHARD_SIZE)
                 state, done = lustre_replica(sessions, seeded.checkpoint_id)
                 assert state != "verified", TOO_LATE
-                pending = await copy_activity(client, handle)
+                pending = await pending_copy(client, handle)
                 if pending.heartbeat_at:
                     heartbeats.add(pending.heartbeat_at)
                 heartbeat_offset = pending.offset
@@ -191,7 +155,7 @@ async def test_node_worker_sigkilled_mid_copy_resumes_from_last_heartbeat(
                     assert loop.time() < deadline, f"lifecycle did not finish:\n{second.output()}"
                     assert_no_partial_under_final_name(final, SHARD_SIZE)
                     if resumed_at is None:
-                        pending = await copy_activity(client, handle)
+                        pending = await pending_copy(client, handle)
                         if (
                             pending.attempt >= 2
                             and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED

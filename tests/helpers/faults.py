@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from apps.devstack.services import MotoS3Server
 from tests.helpers.lifecycle import ShardSpec, crc_hex, new_job, seed_checkpoint
+from tests.helpers.pending import pending_copy
 from tests.helpers.services import NODES
 from tierpoint.catalog.models import CheckpointTier, Replica
 from tierpoint.config import Settings
@@ -145,17 +146,8 @@ async def upload_heartbeat(
 ) -> tuple[int, dict[str, Any]]:
     """(attempt, last heartbeat details) of the pending copy batch as the Temporal server holds
     them: the details carry the upload id once an attempt has one; (0, {}) when none."""
-    desc = await handle.describe()
-    for pa in desc.raw_description.pending_activities:
-        if pa.activity_type.name != COPY_BATCH:
-            continue
-        details: dict[str, Any] = {}
-        if pa.heartbeat_details.payloads:
-            decoded = await client.data_converter.decode(pa.heartbeat_details.payloads)
-            if decoded and isinstance(decoded[-1], dict):
-                details = decoded[-1]
-        return pa.attempt, details
-    return 0, {}
+    pending = await pending_copy(client, handle)
+    return pending.attempt, pending.details
 
 
 async def failed_attempts(handle: WorkflowHandle[Any, Any], n: int) -> list[str]:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from apps.devstack.services import stop_popen
 from tests.helpers.s3_proxy_http import HEAD_LIMIT, Head, read_head, response
 
 CONTROL = "/_flip/"
@@ -146,14 +147,8 @@ class FlipProxyProcess:
             return dict(json.loads(r.read()))
 
     def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
+        stop_popen(self._proc)
+        self._proc = None
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ tierpoint's back, and what the catalog recorded about it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -39,8 +40,6 @@ from tierpoint.contract.integrity import (
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.temporal import start_lifecycle
 
-TIERS = ("ssd", "lustre", "s3")
-
 
 def integrity_settings(settings: Settings, **changes: Any) -> Settings:
     """Every verified replica due for a scrub at once; the local tier not scrubbed (so a run
@@ -62,12 +61,21 @@ def integrity_settings(settings: Settings, **changes: Any) -> Settings:
 
 
 async def promoted(
-    cfg: Settings, client: Client, engine: Engine, per_node: int = 2, size: int = 64_000
+    cfg: Settings,
+    client: Client,
+    engine: Engine,
+    per_node: int = 2,
+    size: int = 64_000,
+    *,
+    workers: bool = True,
 ) -> Seeded:
-    """A checkpoint on both nodes, restorable on every tier after a real lifecycle."""
+    """A checkpoint on both nodes, restorable on every tier of `cfg` after a real lifecycle, run
+    on workers of its own (`workers=False`: on the caller's, already running)."""
     shards = random_shards(NODES, per_node, size)
     seeded = seed_checkpoint(cfg, sessionmaker(engine), new_job(), 10, shards)
-    async with running_workers(cfg, client):
+    async with contextlib.AsyncExitStack() as stack:
+        if workers:
+            await stack.enter_async_context(running_workers(cfg, client))
         await start_lifecycle(
             client,
             LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=seeded.job, step=seeded.step),
@@ -76,7 +84,7 @@ async def promoted(
             workflow_id(seeded.job, seeded.step), result_type=LifecycleResult
         )
         result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
-    assert [(t.tier, t.state) for t in result.tiers] == [(t, "restorable") for t in TIERS]
+    assert [(t.tier, t.state) for t in result.tiers] == [(t.name, "restorable") for t in cfg.tiers]
     return seeded
 
 

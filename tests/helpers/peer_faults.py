@@ -1,6 +1,5 @@
 """What the peer tier's fault tests share: settings with a peer tier, the catalog's view of the
-peer copies and of the nodes' endpoints, and the pending copy batch as the Temporal server knows
-it (its attempt, and the byte offset of its last heartbeat: where a retry resumes)."""
+peer copies and of the nodes' endpoints (the pending copy batch is tests/helpers/pending.py's)."""
 
 from __future__ import annotations
 
@@ -11,11 +10,9 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from temporalio.client import Client, WorkflowHandle
 
 from tierpoint.catalog.models import Event, Node, Replica, Shard
 from tierpoint.config import Settings, TierConfig, TierKind
-from tierpoint.contract.lifecycle import COPY_BATCH
 
 WORKER_SECRET = "tp_worker-credential-of-the-peer-fault-tests"
 POLL = 0.2
@@ -106,32 +103,3 @@ async def wait_for_endpoints(
             return {n: str(u) for n, u in urls.items()}
         assert loop.time() < deadline, f"no data endpoint reported: {urls}"
         await asyncio.sleep(POLL)
-
-
-@dataclass(frozen=True)
-class PendingCopy:
-    attempt: int
-    state: int
-    # The byte offset of the last heartbeat the server holds: where a retry would resume.
-    offset: int
-    last_failure: str
-
-
-NO_COPY = PendingCopy(0, 0, 0, "")
-
-
-async def pending_copy(client: Client, handle: WorkflowHandle[Any, Any]) -> PendingCopy:
-    """The workflow's pending copy batch as the Temporal server knows it."""
-    desc = await handle.describe()
-    for pa in desc.raw_description.pending_activities:
-        if pa.activity_type.name != COPY_BATCH:
-            continue
-        offset = 0
-        if pa.heartbeat_details.payloads:
-            details = await client.data_converter.decode(pa.heartbeat_details.payloads)
-            last = details[-1] if details else None
-            if isinstance(last, dict):
-                offset = int(last.get("offset") or 0)
-        failure = pa.last_failure.message if pa.HasField("last_failure") else ""
-        return PendingCopy(pa.attempt, int(pa.state), offset, failure)
-    return NO_COPY

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps.devstack.services import free_port
+from apps.devstack.services import free_port, stop_popen
 from tests.helpers.kustomize import Obj
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,13 +169,7 @@ class Proc:
         return self.log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=30)
+        stop_popen(self.popen, 30)
 
 
 def container_process(

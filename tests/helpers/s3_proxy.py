@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from apps.devstack.services import stop_popen
 from tests.helpers.s3_proxy_http import HEAD_LIMIT, Head, Pace, read_head, relay_body, response
 
 CONTROL = "/_shaping/"
@@ -298,14 +299,8 @@ class ShapingProxy:
         return self._call("POST", f"storm?fraction={fraction}&seconds={seconds}")
 
     def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
+        stop_popen(self._proc)
+        self._proc = None
 
 
 @contextlib.contextmanager

@@ -145,3 +145,9 @@ def make_settings(
         # The API's /metrics listener on a free port (tests.helpers.api.scrape_api reads it).
         api_metrics_port=0,
     )
+
+
+def with_tier(settings: Settings, name: str, **changes: Any) -> Settings:
+    """`settings` with tier `name` changed (a read limit, say), every other tier as it is."""
+    tiers = [t.model_copy(update=changes) if t.name == name else t for t in settings.tiers]
+    return settings.model_copy(update={"tiers": tiers})

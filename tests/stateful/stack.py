@@ -239,9 +239,13 @@ class Stack:
         a row (a workflow started just now may not be listed yet)."""
         deadline = time.monotonic() + timeout
         quiet = 0
-        while quiet < QUIET_POLLS:
+        while True:
             running = self.workflows_running(job) + busy()
             quiet = 0 if running else quiet + 1
+            # Done at the last quiet poll: a sleep after it would see nothing more (a settle
+            # waits twice, so that sleep cost a second per settle).
+            if quiet >= QUIET_POLLS:
+                return
             if running and time.monotonic() > deadline:
                 raise AssertionError(f"the job never settled within {timeout:g}s: {running}")
             time.sleep(0.5)

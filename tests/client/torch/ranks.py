@@ -107,9 +107,12 @@ async def ranks(
     return (await run_ranks(stack, tmp, action, job, **kwargs)).reports
 
 
-async def wait_everywhere(stack: Stack, job: str, step: int) -> Checkpoint:
+async def wait_everywhere(
+    stack: Stack, job: str, step: int, tiers: tuple[str, ...] = TIERS
+) -> Checkpoint:
+    """The checkpoint once it is restorable on each of `tiers`."""
     cp = None
-    for tier in TIERS:
+    for tier in tiers:
         cp = await asyncio.to_thread(stack.client.wait_restorable, job, step, tier, WAIT, 0.2)
     detail = await asyncio.to_thread(stack.client.checkpoint, job, step)
     assert cp is not None and detail.shards is not None

@@ -23,7 +23,6 @@ from tests.client.torch.ranks import (
     corrupt_s3,
     new_job,
     ranks,
-    require_torch_venv,
     run_ranks,
     wait_everywhere,
     wipe_local,
@@ -45,11 +44,6 @@ async def api_requests(stack: Stack) -> float:
             await asyncio.sleep(0.05)
     samples = parse(await asyncio.to_thread(http_get, stack.metrics_port))
     return sum(v for (name, _), v in samples.items() if name == "tierpoint_api_requests_total")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _torch_venv() -> None:
-    require_torch_venv()
 
 
 async def test_save_two_ranks_then_load_from_shared_and_s3_with_two_and_one(

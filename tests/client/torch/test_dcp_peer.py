@@ -7,15 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
-from tests.client.torch.ranks import WAIT, assert_loaded, new_job, ranks, require_torch_venv
+from tests.client.torch.ranks import assert_loaded, new_job, ranks, wait_everywhere
 from tests.helpers.client import Stack
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _torch_venv() -> None:
-    require_torch_venv()
 
 
 async def test_a_spare_node_loads_a_lost_nodes_files_from_their_peer_copy(
@@ -25,9 +18,7 @@ async def test_a_spare_node_loads_a_lost_nodes_files_from_their_peer_copy(
     node_a, node_b, spare = stack.nodes
     job, step = new_job(), 5
     await ranks(stack, tmp_path, "save", job, world=2, step=step)
-    for tier in ("peer", "lustre", "s3"):
-        await asyncio.to_thread(stack.client.wait_restorable, job, step, tier, WAIT, 0.2)
-    cp = await asyncio.to_thread(stack.client.checkpoint, job, step)
+    cp = await wait_everywhere(stack, job, step, ("peer", "lustre", "s3"))
     held = {s.path: r.node for s in cp.shards or () for r in s.replicas if r.tier == "peer"}
     ring = {node_a: node_b, node_b: spare}
     # The ring over the three live nodes: node-a's files on node-b, node-b's on the spare.

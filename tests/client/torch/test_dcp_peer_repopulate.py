@@ -7,15 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
-from tests.client.torch.ranks import WAIT, assert_loaded, new_job, ranks, require_torch_venv
+from tests.client.torch.ranks import assert_loaded, new_job, ranks, wait_everywhere
 from tests.helpers.client import Stack
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _torch_venv() -> None:
-    require_torch_venv()
 
 
 def _same_bytes(mine: Path, location: str | None) -> bool:
@@ -29,9 +22,7 @@ async def test_a_spare_node_keeps_the_lost_nodes_files_it_loaded_from_a_peer(
     node_a, node_b, spare = stack.nodes
     job, step = new_job(), 6
     await ranks(stack, tmp_path, "save", job, world=2, step=step)
-    for tier in ("peer", "lustre", "s3"):
-        await asyncio.to_thread(stack.client.wait_restorable, job, step, tier, WAIT, 0.2)
-    cp = await asyncio.to_thread(stack.client.checkpoint, job, step)
+    cp = await wait_everywhere(stack, job, step, ("peer", "lustre", "s3"))
     lost_files = {s.path for s in cp.shards or () if s.node == node_a}
     held_by = {s.path: r for s in cp.shards or () for r in s.replicas if r.tier == "peer"}
     assert ".metadata" in lost_files and all(held_by[p].node == node_b for p in lost_files)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from tests.client.torch.ranks import (
     WAIT,
     assert_loaded,
@@ -16,18 +14,12 @@ from tests.client.torch.ranks import (
     corrupt_s3,
     new_job,
     ranks,
-    require_torch_venv,
     run_ranks,
     until_event,
     wait_everywhere,
     wipe_local,
 )
 from tests.helpers.client import Stack
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _torch_venv() -> None:
-    require_torch_venv()
 
 
 def _ours(reports: list[dict[str, object]]) -> list[str]:

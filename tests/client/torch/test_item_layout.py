@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
-
-from tests.client.torch.ranks import TORCH_PYTHON, require_torch_venv
+from tests.client.torch.ranks import TORCH_PYTHON
 
 CHECK = r"""
 import io, json
@@ -60,11 +58,6 @@ out["parameter"] = {"found": layout(memoryview(bytearray(sink.getvalue()))) is n
 out["garbage"] = {"found": layout(memoryview(bytearray(b"PK\x03\x04" + bytes(200)))) is not None}
 print(json.dumps(out))
 """
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _torch_venv() -> None:
-    require_torch_venv()
 
 
 def test_a_tensor_is_viewed_where_torch_load_finds_it_and_anything_else_is_left_to_it() -> None:

@@ -13,9 +13,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.client.torch.ranks import ROOT, TORCH_VENV, WAIT, new_job, rank_env, require_torch_venv
+from tests.client.torch.ranks import ROOT, TORCH_VENV, WAIT, new_job, rank_env
 from tests.helpers.client import Stack
 
 EXAMPLE = ROOT / "examples" / "train_resume" / "train.py"
@@ -24,11 +22,6 @@ EVERY = 5
 SAVED = re.compile(r"^step (\d+): loss \S+, checkpointing \(state (\w+)\)$", re.M)
 RESUMED = re.compile(r"^resumed from step (\d+) \(state (\w+); read (.*)\)$", re.M)
 DONE = re.compile(r"^done at step (\d+) \(state (\w+)\)$", re.M)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _torch_venv() -> None:
-    require_torch_venv()
 
 
 class Training:

@@ -10,9 +10,7 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.client.torch.ranks import TORCH_PYTHON, new_job, ranks, require_torch_venv
+from tests.client.torch.ranks import TORCH_PYTHON, new_job, ranks
 from tests.helpers.client import Stack
 
 CHECK = r"""
@@ -36,11 +34,6 @@ for index, info in meta.storage_data.items():
     out.append(entry)
 print(json.dumps(out))
 """
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _torch_venv() -> None:
-    require_torch_venv()
 
 
 async def test_items_are_torch_save_records_without_zip_crc_and_with_our_crc32c(

@@ -1,0 +1,15 @@
+"""The benchmark smoke's "stack" group (tests/benchmarks/quick.py): its scenarios at tiny
+sizes, each measured against its baseline and of its own shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.benchmarks import quick
+
+
+@pytest.mark.slow
+def test_quick_run_measures_each_scenario_against_its_baseline(tmp_path: Path) -> None:
+    quick.run(quick.GROUPS["stack"], tmp_path)

@@ -9,7 +9,7 @@ import http.client
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
-from tierpoint_client.errors import TierpointError
+from tierpoint_client.errors import SourceError
 from tierpoint_client.hashing import chunk_buffer
 from tierpoint_client.models import PlanEntry
 from tierpoint_client.transport import DataConnections
@@ -19,10 +19,6 @@ PEER_TIMEOUT = 60.0
 
 # The process's connections to data endpoints, kept open from one file to the next.
 PEERS = DataConnections(PEER_TIMEOUT)
-
-
-class SourceError(TierpointError):
-    """A restore source cannot be read (missing file, unknown tier, unsupported kind)."""
 
 
 def _checked(entry: PlanEntry, token: str | None) -> dict[str, str]:

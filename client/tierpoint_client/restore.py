@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from tierpoint_client import peer
 from tierpoint_client.errors import ChecksumMismatchError, MissingDependencyError, TierpointError
+from tierpoint_client.errors import SourceError as SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, crc32c_hex, update
 from tierpoint_client.models import PlanEntry, RestoredFile, TierInfo
 from tierpoint_client.paths import PARTIAL_SUFFIX, safe_join, validate_relative_path
-from tierpoint_client.peer import SourceError, peer_chunks, read_full
+from tierpoint_client.peer import peer_chunks, read_full
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -161,10 +161,16 @@ def _read_placed(
     crc = 0
     for piece, piece_crc in zip(pieces, crcs, strict=True):
         crc = combine(crc, piece_crc, piece.length)
+    _verify(entry, crc)
+    return copy
+
+
+def _verify(entry: PlanEntry, crc: int) -> None:
+    """A placed or streamed read's combined crc32c against the registered one: bytes already
+    in the tensors must verify, or the next copy replaces them."""
     actual = crc32c_hex(crc)
     if entry.crc32c is not None and actual != entry.crc32c.lower():
         raise Mismatch(f"crc32c {actual}, registered {entry.crc32c}")
-    return copy
 
 
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -229,9 +235,7 @@ def _stream_into(
         raise ValueError(f"placement: segments end at {pos}, the file at {entry.size}")
     if fill(memoryview(bytearray(1))):
         raise Mismatch(f"larger than the registered {entry.size} bytes")
-    actual = crc32c_hex(crc)
-    if entry.crc32c is not None and actual != entry.crc32c.lower():
-        raise Mismatch(f"crc32c {actual}, registered {entry.crc32c}")
+    _verify(entry, crc)
     return copy
 
 

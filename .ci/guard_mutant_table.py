@@ -736,15 +736,15 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a deleted step is registered again only once its old copies are gone",
     ),
-    # ---- the DCP reader: a placed read verifies the whole file --------------------------------
+    # ---- the DCP reader: a placed or streamed read verifies the whole file -------------------
     Mutant(
         "placed-read-crc",
         "client/tierpoint_client/torch/_reads.py",
-        """    if entry.crc32c is not None and actual != entry.crc32c.lower():
+        """    actual = crc32c_hex(crc)
+    if entry.crc32c is not None and actual != entry.crc32c.lower():
         raise Mismatch(f"crc32c {actual}, registered {entry.crc32c}")
-    return copy
 """,
-        """    return copy
+        """    return
 """,
         ("tests/client/torch/test_dcp.py::test_a_corrupt_shared_copy_is_read_from_s3",),
         "a copy whose bytes were read into the tensors must verify, or the next copy replaces them",

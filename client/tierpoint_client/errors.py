@@ -134,3 +134,7 @@ class ChecksumMismatchError(TierpointError):
 
 class MissingDependencyError(TierpointError, ImportError):
     """An optional dependency (boto3 for S3 restores) is not installed."""
+
+
+class SourceError(TierpointError):
+    """A restore source cannot be read (missing file, unknown tier, unsupported kind)."""

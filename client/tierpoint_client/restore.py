@@ -17,27 +17,22 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
+from tierpoint_client import peer
 from tierpoint_client.errors import ChecksumMismatchError, MissingDependencyError, TierpointError
+from tierpoint_client.errors import SourceError as SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, crc32c_hex, update
 from tierpoint_client.models import PlanEntry, RestoredFile, TierInfo
 from tierpoint_client.paths import PARTIAL_SUFFIX, safe_join, validate_relative_path
-from tierpoint_client.transport import DataConnections
+from tierpoint_client.peer import peer_chunks, read_full
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 ProgressCallback = Callable[[int, int], None]
-# A peer's data endpoint that sends nothing for this long fails the read (the next copy is tried).
-PEER_TIMEOUT = 60.0
 # Called when a shard's bytes did not match: (the entry read, the mismatch, tiers tried so far);
 # returns another source of the same shard to try, or None to give up.
 FallbackFn = Callable[[PlanEntry, ChecksumMismatchError, frozenset[str]], "PlanEntry | None"]
-
-
-class SourceError(TierpointError):
-    """A restore source cannot be read (missing file, unknown tier, unsupported kind)."""
 
 
 def _posix_chunks(location: str, chunk_size: int) -> Iterator[memoryview]:
@@ -55,37 +50,6 @@ def _posix_chunks(location: str, chunk_size: int) -> Iterator[memoryview]:
             yield view[:n]
     finally:
         f.close()
-
-
-# The process's connections to data endpoints, kept open from one file to the next.
-PEERS = DataConnections(PEER_TIMEOUT)
-
-
-def _peer_chunks(entry: PlanEntry, token: str | None, chunk_size: int) -> Iterator[memoryview]:
-    """The file from its holder's data endpoint: a plain HTTP GET, the bytes verified by the
-    caller like any other source's."""
-    if not entry.url:
-        raise SourceError(f"the restore plan gives no URL for the peer copy of {entry.path!r}")
-    url = urlsplit(entry.url)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        raise SourceError(f"peer copy URL {entry.url!r} is not http(s)")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    view = chunk_buffer(chunk_size)
-    try:
-        with PEERS.get(entry.url, headers) as resp:
-            if resp.status != 200:
-                why = resp.read(512).decode("utf-8", "replace").strip()
-                raise SourceError(f"peer copy {entry.url}: HTTP {resp.status} {why}")
-            while True:
-                try:
-                    n = read_full(resp, view)
-                except http.client.HTTPException as e:
-                    raise SourceError(f"peer copy {entry.url} cut off: {e!r}") from None
-                if not n:
-                    return
-                yield view[:n]
-    except (OSError, http.client.HTTPException) as e:
-        raise SourceError(f"peer copy {entry.url}: {e!r}") from None
 
 
 class Sources:
@@ -122,10 +86,30 @@ class Sources:
         if entry.kind == "s3":
             return self._s3_chunks(entry, chunk_size)
         if entry.kind == "peer":
-            return _peer_chunks(entry, self._token, chunk_size)
+            return peer_chunks(entry, self._token, chunk_size)
         raise SourceError(
             f"tier {entry.tier!r} has kind {entry.kind!r}, which this client cannot read"
         )
+
+    @contextlib.contextmanager
+    def stream(self, entry: PlanEntry) -> Iterator[Callable[[memoryview], int]]:
+        """An S3 or peer copy's bytes as one `readinto` (0 at the end), straight from the
+        socket into the caller's memory; a failure to read is SourceError."""
+        if entry.kind == "peer":
+            with peer.stream(entry, self._token) as readinto:
+                yield readinto
+            return
+        if entry.kind != "s3":
+            raise SourceError(f"streamed reads are for S3 and peer tiers, not {entry.kind!r}")
+        body = self._get(entry)["Body"]
+        try:
+            yield _readinto(body)
+        except BaseException as e:
+            body.close()
+            if isinstance(e, http.client.HTTPException):
+                raise SourceError(f"{entry.location} cut off: {e!r}") from None
+            raise
+        _release(body)
 
     def read_range(self, entry: PlanEntry, offset: int, length: int) -> bytes:
         """`length` bytes at `offset` of an S3 entry's object, in one ranged GET (fewer when the
@@ -186,22 +170,28 @@ class Sources:
             body.close()
 
 
-def read_full(body: Any, view: memoryview) -> int:
-    """Fill `view` from a response body; fewer bytes only at its end (a socket read returns
-    whatever has arrived, often much less than asked for)."""
-    readinto = getattr(body, "readinto", None)  # botocore's StreamingBody has it since 1.36
-    got = 0
-    while got < len(view):
-        if readinto is not None:
-            n = readinto(view[got:])
-        else:
-            data = body.read(len(view) - got)
-            n = len(data)
-            view[got : got + n] = data
-        if not n:
-            break
-        got += n
-    return got
+def _readinto(body: Any) -> Callable[[memoryview], int]:
+    """The fastest `readinto` of a botocore body: its HTTP response's own (the socket's bytes
+    straight into the caller's memory) when nothing sits between them (urllib3's readinto reads
+    into a new bytes object, then copies it); else the body's."""
+    raw = getattr(body, "_raw_stream", None)
+    fp = getattr(raw, "_fp", None)
+    plain = raw is not None and not raw.headers.get("Content-Encoding")
+    if isinstance(fp, http.client.HTTPResponse) and plain and not len(raw._decoded_buffer):
+        return fp.readinto
+    readinto: Callable[[memoryview], int] = body.readinto
+    return readinto
+
+
+def _release(body: Any) -> None:
+    """Close a body read without an error; its connection goes back to botocore's pool when
+    its response was read to the end past urllib3, which would close it (and the next object
+    would cost a new TCP and TLS handshake)."""
+    raw = getattr(body, "_raw_stream", None)
+    fp = getattr(raw, "_fp", None)
+    if isinstance(fp, http.client.HTTPResponse) and fp.isclosed() and not fp.will_close:
+        raw.release_conn()
+    body.close()
 
 
 # Adaptive retries by default: a restart is every rank reading at once, which is when S3 answers
@@ -221,7 +211,27 @@ def _retries(session: Any) -> dict[str, Any]:
     return out
 
 
+_S3_CLIENTS: dict[tuple[Any, ...], S3Client] = {}
+_S3_CLIENTS_LOCK = threading.Lock()
+
+
 def _s3_client(info: TierInfo) -> S3Client:
+    """The process's client for the tier's endpoint: made once and shared (boto3's clients are
+    thread-safe; making one reads botocore's endpoint and service models, which cost a large
+    part of a small load). A new one after a fork, or when the AWS settings in the environment
+    (credentials, profile, retries) have changed."""
+    aws = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    key = (os.getpid(), info.endpoint_url, info.region, aws)
+    with _S3_CLIENTS_LOCK:
+        client = _S3_CLIENTS.get(key)
+        if client is None:
+            if any(k[0] != key[0] for k in _S3_CLIENTS):
+                _S3_CLIENTS.clear()  # a forked child: the parent's connections are not its own
+            client = _S3_CLIENTS[key] = _new_s3_client(info)
+        return client
+
+
+def _new_s3_client(info: TierInfo) -> S3Client:
     try:
         import boto3
         from botocore.config import Config

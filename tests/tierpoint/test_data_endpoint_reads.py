@@ -18,7 +18,8 @@ from sqlalchemy import event, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from tierpoint_client.models import PlanEntry
-from tierpoint_client.restore import PEERS, restore_plan
+from tierpoint_client.peer import PEERS
+from tierpoint_client.restore import restore_plan
 
 from tests.helpers.lifecycle import ShardSpec, crc_hex, seed_checkpoint, shard_file
 from tierpoint.catalog.models import Replica, Shard

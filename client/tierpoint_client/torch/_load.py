@@ -16,7 +16,7 @@ import io
 import pickle
 import struct
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,8 @@ from tierpoint_client.torch._reads import Pread, Range, Segment
 
 # Enough for a tensor's zip records before its bytes (a few hundred bytes in practice).
 HEAD = 4096
+# How much of an item is searched first for the records before its tensor's bytes.
+WINDOW = 64 * 1024
 _LOCAL = struct.Struct("<IHHHHHIIIHH")  # a zip local file header
 _LOCAL_SIG = 0x04034B50
 _DESCRIPTOR = b"PK\x07\x08"
@@ -122,24 +124,37 @@ def layout(item: memoryview) -> Layout | None:
     return None
 
 
+def _windows(data: memoryview) -> Iterator[bytes]:
+    """The first WINDOW bytes of `data`, then (if there are more) all of them: the records
+    before a tensor's bytes are small, and copying the whole item (its tensor's bytes too) to
+    search them cost more than the rest of a streamed load."""
+    yield bytes(data[:WINDOW])
+    if len(data) > WINDOW:
+        yield bytes(data)
+
+
 def _unpickle(data: memoryview) -> tuple[_TensorRef | None, int]:
     """The tensor a pickle describes (None: something else) and the pickle's length."""
-    stream = io.BytesIO(bytes(data))
-    try:
-        found = _MetaUnpickler(stream).load()
-    except Exception as e:  # anything but a plain tensor's pickle: torch.load's to read
-        raise ValueError("not a plain tensor") from e
-    return (found if isinstance(found, _TensorRef) else None), stream.tell()
+    for window in _windows(data):
+        stream = io.BytesIO(window)
+        try:
+            found = _MetaUnpickler(stream).load()
+        except Exception as e:  # anything but a plain tensor's pickle: torch.load's to read
+            if len(window) < len(data):
+                continue  # perhaps only cut short by the window
+            raise ValueError("not a plain tensor") from e
+        return (found if isinstance(found, _TensorRef) else None), stream.tell()
+    raise ValueError("not a plain tensor")
 
 
 def _described_size(item: memoryview, start: int) -> int:
     """The size of the record at `start`: where the first descriptor that says so begins."""
-    data = bytes(item[start:])
-    at = data.find(_DESCRIPTOR)
-    while at >= 0:
-        if _descriptor(item, start + at, at):
-            return at
-        at = data.find(_DESCRIPTOR, at + 1)
+    for data in _windows(item[start:]):
+        at = data.find(_DESCRIPTOR)
+        while at >= 0:
+            if _descriptor(item, start + at, at):
+                return at
+            at = data.find(_DESCRIPTOR, at + 1)
     raise ValueError("no data descriptor")
 
 
@@ -240,20 +255,20 @@ class FileLoad:
             self._targets[key] = self.planner.resolve_tensor(item).detach()
         return self._targets[key]
 
-    def segments(self, pread: Pread) -> list[Segment]:
+    def segments(self, pread: Pread) -> Iterator[Segment]:
+        # Lazily, item by item: a streamed read reads an item's head only once every byte
+        # before it has gone where the earlier segments say.
         self.direct, self.buffers = [], {}
-        out: list[Segment] = []
         pos = 0
         for (offset, length), items in sorted(self.by_range.items()):
             if offset < pos:
                 raise TierpointError(f"items overlap at byte {offset} of the file")
             if offset > pos:
-                out.append(Segment(pos, offset - pos))
-            out += self._item(offset, length, items, pread)
+                yield Segment(pos, offset - pos)
+            yield from self._item(offset, length, items, pread)
             pos = offset + length
         if pos < self.file_size:
-            out.append(Segment(pos, self.file_size - pos))
-        return out
+            yield Segment(pos, self.file_size - pos)
 
     def _item(self, offset: int, length: int, items: list[ReadItem], pread: Pread) -> list[Segment]:
         if len(items) == 1 and items[0].type != LoadItemType.BYTE_IO and length > HEAD:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
@@ -60,9 +60,11 @@ Pread = Callable[[int, int], memoryview]  # (offset, length) -> the bytes there 
 
 
 class Placement(Protocol):
-    def segments(self, pread: Pread) -> list[Segment]:
+    def segments(self, pread: Pread) -> Iterable[Segment]:
         """Where every byte of the file goes, in order and without gaps, for one read of one
-        copy (called again for the next copy after a failed one)."""
+        copy (called again for the next copy after a failed one). Reads through `pread` go
+        front to back, each only once the segments before it were taken (a stream has no
+        other order)."""
         ...
 
 
@@ -159,14 +161,82 @@ def _read_placed(
     crc = 0
     for piece, piece_crc in zip(pieces, crcs, strict=True):
         crc = combine(crc, piece_crc, piece.length)
+    _verify(entry, crc)
+    return copy
+
+
+def _verify(entry: PlanEntry, crc: int) -> None:
+    """A placed or streamed read's combined crc32c against the registered one: bytes already
+    in the tensors must verify, or the next copy replaces them."""
     actual = crc32c_hex(crc)
     if entry.crc32c is not None and actual != entry.crc32c.lower():
         raise Mismatch(f"crc32c {actual}, registered {entry.crc32c}")
-    return copy
 
 
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
+
+
+def read_streamed(
+    sources: Sources, entry: PlanEntry, placement: Placement, copy: AtomicFile | None
+) -> bool:
+    """As `read_placed`, for a copy that is one stream (S3, a peer's endpoint): the file read
+    once front to back straight into the memory `placement` gives, each piece through crc32c as
+    it lands; whether `copy` (if given) was committed. Raises Mismatch."""
+    try:
+        with sources.stream(entry) as readinto:
+            copy = _stream_into(readinto, entry, placement, copy)
+    except BaseException:
+        if copy is not None:
+            copy.abort()
+        raise
+    return copy is not None and _commit(copy)
+
+
+def _stream_into(
+    readinto: Callable[[memoryview], int],
+    entry: PlanEntry,
+    placement: Placement,
+    copy: AtomicFile | None,
+) -> AtomicFile | None:
+    taken = 0  # bytes taken off the stream (a head read to decide is taken before it is placed)
+
+    def fill(view: memoryview) -> int:
+        nonlocal taken
+        got = 0
+        while got < len(view):
+            n = readinto(view[got:])
+            if not n:
+                break
+            got += n
+        taken += got
+        return got
+
+    def pread(offset: int, length: int) -> memoryview:
+        if offset != taken:
+            raise ValueError(f"placement: a streamed read at {offset}, the stream at {taken}")
+        view = memoryview(bytearray(length))
+        return view[: fill(view)]
+
+    crc = pos = 0
+    for seg in placement.segments(pread):
+        if seg.offset != pos:
+            raise ValueError(f"placement: a segment at {seg.offset}, expected {pos}")
+        for start in range(0, seg.length, PIECE):
+            n = min(PIECE, seg.length - start)
+            view = chunk_buffer(PIECE)[:n] if seg.view is None else seg.view[start : start + n]
+            if not seg.filled and fill(view) < n:
+                raise Mismatch(f"ends at {taken}: shorter than registered {entry.size}")
+            piece_crc = update(0, view)
+            crc = combine(crc, piece_crc, n)
+            copy = _copy(copy, view, piece_crc)
+        pos += seg.length
+    if pos != entry.size:
+        raise ValueError(f"placement: segments end at {pos}, the file at {entry.size}")
+    if fill(memoryview(bytearray(1))):
+        raise Mismatch(f"larger than the registered {entry.size} bytes")
+    _verify(entry, crc)
+    return copy
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:

@@ -23,6 +23,7 @@ from tierpoint_client.torch._reads import (
     coalesce,
     read_placed,
     read_ranges,
+    read_streamed,
     read_whole,
 )
 
@@ -170,6 +171,8 @@ class CheckpointFiles:
                     copy = self._new_copy(source)
                     if into is not None and entry.kind in ("local", "shared"):
                         got, copied = {}, read_placed(entry, into, copy)
+                    elif into is not None and entry.kind in ("s3", "peer"):
+                        got, copied = {}, read_streamed(self._sources, entry, into, copy)
                     else:
                         got, copied = read_whole(self._sources, entry, wanted, copy)
                     fetched = entry.size

@@ -70,3 +70,40 @@ def test_a_tensor_is_viewed_where_torch_load_finds_it_and_anything_else_is_left_
     assert all(v["found"] and v["equal"] and v["head_only"] for v in plain.values()), plain
     assert not cases["parameter"]["found"]
     assert not cases["garbage"]["found"]
+
+
+COPIES = r"""
+import io, json, tracemalloc
+import torch
+from tierpoint_client.torch._load import layout
+from tierpoint_client.torch.writer import _serialize_tensor
+
+class Sink(io.BytesIO):
+    crc = 0
+
+out = {}
+t = torch.ones(16, 1024, 1024, dtype=torch.uint8)  # 16 MiB
+for how in ("writer", "torch.save"):
+    sink = Sink()
+    _serialize_tensor(t, sink) if how == "writer" else torch.save(t, sink)
+    item = memoryview(bytearray(sink.getvalue()))
+    tracemalloc.start()
+    found = layout(item)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    out[how] = {"found": found is not None and torch.equal(found.view(item), t), "peak": peak}
+print(json.dumps(out))
+"""
+
+
+def test_finding_a_large_items_tensor_copies_none_of_its_bytes() -> None:
+    """An item read whole (a copy streamed from S3 or a peer that was not placed) is searched
+    for its records before the tensor's bytes without copying the tensor's: a copy per record
+    was most of a large S3 load."""
+    proc = subprocess.run(
+        [str(TORCH_PYTHON), "-c", COPIES], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    cases = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(c["found"] for c in cases.values()), cases
+    assert all(c["peak"] < 1024 * 1024 for c in cases.values()), cases

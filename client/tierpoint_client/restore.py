@@ -176,8 +176,12 @@ def _readinto(body: Any) -> Callable[[memoryview], int]:
     into a new bytes object, then copies it); else the body's."""
     raw = getattr(body, "_raw_stream", None)
     fp = getattr(raw, "_fp", None)
-    plain = raw is not None and not raw.headers.get("Content-Encoding")
-    if isinstance(fp, http.client.HTTPResponse) and plain and not len(raw._decoded_buffer):
+    if (
+        raw is not None
+        and isinstance(fp, http.client.HTTPResponse)
+        and not raw.headers.get("Content-Encoding")
+        and not len(raw._decoded_buffer)
+    ):
         return fp.readinto
     readinto: Callable[[memoryview], int] = body.readinto
     return readinto
@@ -189,7 +193,12 @@ def _release(body: Any) -> None:
     would cost a new TCP and TLS handshake)."""
     raw = getattr(body, "_raw_stream", None)
     fp = getattr(raw, "_fp", None)
-    if isinstance(fp, http.client.HTTPResponse) and fp.isclosed() and not fp.will_close:
+    if (
+        raw is not None
+        and isinstance(fp, http.client.HTTPResponse)
+        and fp.isclosed()
+        and not fp.will_close
+    ):
         raw.release_conn()
     body.close()
 

@@ -263,7 +263,7 @@ def _in_parallel(fd: int, pieces: Sequence[Segment], threads: int) -> list[int]:
         raise
 
 
-def _pieces(segments: Sequence[Segment], size: int) -> list[Segment]:
+def _pieces(segments: Iterable[Segment], size: int) -> list[Segment]:
     """The segments cut into pieces of at most PIECE bytes, checked to tile [0, size)."""
     pieces: list[Segment] = []
     pos = 0

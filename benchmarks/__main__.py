@@ -25,8 +25,30 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmarks.env import Env
-from benchmarks.harness import markdown, render, run_methods, summarize
+from benchmarks.harness import Method, markdown, render, run_methods, summarize
 from benchmarks.scenarios import SCENARIOS, Sizes
+
+
+def selected(methods: list[Method], wanted: list[str] | None) -> list[Method]:
+    """The methods named by `wanted` and those their rows' baselines belong to, in their order."""
+    if not wanted:
+        return methods
+    owner = {row.label: m.name for m in methods for row in m.rows}
+    keep = {m.name for m in methods if any(w in m.name for w in wanted)}
+    while True:
+        more = {
+            owner[row.baseline]
+            for m in methods
+            if m.name in keep
+            for row in m.rows
+            if row.baseline in owner
+        }
+        if more <= keep:
+            break
+        keep |= more
+    if not keep:
+        raise SystemExit(f"no method's name contains any of {wanted}")
+    return [m for m in methods if m.name in keep]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -61,6 +83,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
     p.add_argument("--dir", type=Path, default=None, help="parent of the work dir (default: tmp)")
     p.add_argument("--keep", action="store_true", help="keep the work dir (logs, data)")
+    p.add_argument(
+        "--method",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="run only the methods whose name contains TEXT (repeatable), and the methods their "
+        "rows are compared to",
+    )
     return p.parse_args(argv)
 
 
@@ -111,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 scenario = SCENARIOS[name](env, sizes)
                 task = progress.add_task(f"{name}: preparing", total=None)
                 try:
-                    methods = scenario.prepare()
+                    methods = selected(scenario.prepare(), args.method)
                     progress.update(task, total=repeats * len(methods), completed=0)
 
                     def step(method: str, name: str = name, task: Any = task) -> None:

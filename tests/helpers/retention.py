@@ -5,7 +5,7 @@ workflow to settle. Shard files and catalog rows are made by tests/workflows' he
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -73,10 +73,13 @@ async def write_checkpoint(
     *,
     per_node: int = 2,
     size: int = 1024,
+    nodes: Sequence[str] = NODES,
 ) -> tuple[Seeded, LifecycleResult]:
-    """Shards on both nodes, registered as the API does (including a `pending` marker for every
-    configured tier), and the checkpoint's lifecycle run to its end."""
-    seeded = seed_checkpoint(settings, sessions, job, step, random_shards(NODES, per_node, size))
+    """Shards on each of `nodes`, registered as the API does (including a `pending` marker for
+    every configured tier), and the checkpoint's lifecycle run to its end."""
+    seeded = seed_checkpoint(
+        settings, sessions, job, step, random_shards(list(nodes), per_node, size)
+    )
     with sessions.begin() as s:
         head = lifecycle_repo.checkpoint_head(s, seeded.checkpoint_id)
         assert head is not None

@@ -9,7 +9,6 @@ on three nodes' local roots and the shared root, real workers."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import httpx
@@ -19,18 +18,19 @@ from temporalio.client import Client
 from api.app import create_app
 from tests.helpers.cli import serving
 from tests.helpers.lifecycle import (
-    RESULT_TIMEOUT,
     Seeded,
-    random_shards,
     running_workers,
-    seed_checkpoint,
 )
-from tests.helpers.retention import create_job, markers, replica_states, settle, steps_on_disk
+from tests.helpers.retention import (
+    create_job,
+    markers,
+    replica_states,
+    settle,
+    steps_on_disk,
+    write_checkpoint,
+)
 from tests.helpers.tokens import bearer, create_token
-from tierpoint.catalog import lifecycle_repo
 from tierpoint.config import Settings
-from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
-from tierpoint.temporal import start_lifecycle
 
 SSD_LAST_1 = {"tiers": {"ssd": {"keep_last": 1}}}
 
@@ -43,16 +43,9 @@ async def _checkpoint(
     step: int,
     nodes: list[str],
 ) -> Seeded:
-    seeded = seed_checkpoint(settings, sessions, job, step, random_shards(nodes, 2, 4096))
-    with sessions.begin() as s:
-        head = lifecycle_repo.checkpoint_head(s, seeded.checkpoint_id)
-        assert head is not None
-        lifecycle_repo.ensure_markers(s, head, settings.tier_names())
-    await start_lifecycle(
-        client, LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=job, step=step)
+    seeded, result = await write_checkpoint(
+        settings, sessions, client, job, step, size=4096, nodes=nodes
     )
-    handle = client.get_workflow_handle(workflow_id(job, step), result_type=LifecycleResult)
-    result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
     assert all(t.state == "restorable" for t in result.tiers), result
     return seeded
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from tierpoint_client.models import TierInfo
-from tierpoint_client.restore import _s3_client
+from tierpoint_client.s3 import client_for
 
 TIER = TierInfo("s3", "s3", None, "bucket", "", "http://127.0.0.1:9", "us-east-1")
 
@@ -22,7 +22,7 @@ def _no_machine_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 def _retries() -> dict[str, object]:
     # The retry settings as botocore resolved them for this client.
-    resolved: dict[str, object] = getattr(_s3_client(TIER).meta.config, "retries")  # noqa: B009
+    resolved: dict[str, object] = getattr(client_for(TIER).meta.config, "retries")  # noqa: B009
     return resolved
 
 

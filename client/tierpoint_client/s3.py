@@ -1,0 +1,114 @@
+"""The client's S3 reads: one boto3 client per process and endpoint, with the retries a restart
+needs, and a botocore body read straight into the caller's memory."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tierpoint_client.errors import MissingDependencyError
+from tierpoint_client.models import TierInfo
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+
+def readinto_of(body: Any) -> Callable[[memoryview], int]:
+    """The fastest `readinto` of a botocore body: its HTTP response's own (the socket's bytes
+    straight into the caller's memory) when nothing sits between them (urllib3's readinto reads
+    into a new bytes object, then copies it); else the body's."""
+    raw = getattr(body, "_raw_stream", None)
+    fp = getattr(raw, "_fp", None)
+    if (
+        raw is not None
+        and isinstance(fp, http.client.HTTPResponse)
+        and not raw.headers.get("Content-Encoding")
+        and not len(raw._decoded_buffer)
+    ):
+        return fp.readinto
+    readinto: Callable[[memoryview], int] = body.readinto
+    return readinto
+
+
+def release(body: Any) -> None:
+    """Close a body read without an error; its connection goes back to botocore's pool when
+    its response was read to the end past urllib3, which would close it (and the next object
+    would cost a new TCP and TLS handshake)."""
+    raw = getattr(body, "_raw_stream", None)
+    fp = getattr(raw, "_fp", None)
+    if (
+        raw is not None
+        and isinstance(fp, http.client.HTTPResponse)
+        and fp.isclosed()
+        and not fp.will_close
+    ):
+        raw.release_conn()
+    body.close()
+
+
+# Adaptive retries by default: a restart is every rank reading at once, which is when S3 answers
+# 503 SlowDown, and adaptive mode slows each client's own request rate until it stops.
+RETRIES: dict[str, Any] = {"mode": "adaptive", "total_max_attempts": 9}
+
+
+def _retries(session: Any) -> dict[str, Any]:
+    """RETRIES, but the AWS SDK's own settings win where given (AWS_RETRY_MODE, AWS_MAX_ATTEMPTS
+    or the profile's retry_mode, max_attempts): botocore fills in what the dict leaves out."""
+    scoped = session._session.get_scoped_config()
+    out = dict(RETRIES)
+    if os.environ.get("AWS_RETRY_MODE") or scoped.get("retry_mode"):
+        del out["mode"]
+    if os.environ.get("AWS_MAX_ATTEMPTS") or scoped.get("max_attempts"):
+        del out["total_max_attempts"]
+    return out
+
+
+_S3_CLIENTS: dict[tuple[Any, ...], S3Client] = {}
+_S3_CLIENTS_LOCK = threading.Lock()
+
+
+def client_for(info: TierInfo) -> S3Client:
+    """The process's client for the tier's endpoint: made once and shared (boto3's clients are
+    thread-safe; making one reads botocore's endpoint and service models, which cost a large
+    part of a small load). A new one after a fork, or when the AWS settings in the environment
+    (credentials, profile, retries) have changed."""
+    aws = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    key = (os.getpid(), info.endpoint_url, info.region, aws)
+    with _S3_CLIENTS_LOCK:
+        client = _S3_CLIENTS.get(key)
+        if client is None:
+            if any(k[0] != key[0] for k in _S3_CLIENTS):
+                _S3_CLIENTS.clear()  # a forked child: the parent's connections are not its own
+            client = _S3_CLIENTS[key] = _new_client(info)
+        return client
+
+
+def _new_client(info: TierInfo) -> S3Client:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise MissingDependencyError(
+            "restoring from an S3 tier needs boto3: pip install 'tierpoint-client[s3]'"
+        ) from None
+    # Credentials come from the standard AWS chain (environment, profile, instance role).
+    session = boto3.session.Session()
+    settings: dict[str, Any] = {
+        "retries": _retries(session),
+        # More than botocore's 10: the restore's workers and the ranged reads of the torch
+        # reader share this client.
+        "max_pool_connections": 32,
+        "tcp_keepalive": True,
+    }
+    try:
+        # Every shard is checked against its registered crc32c here; botocore checking a
+        # checksum of its own as well would only add a pass over the bytes.
+        config = Config(**settings, response_checksum_validation="when_required")
+    except TypeError:  # botocore < 1.36 has no such setting, and validates only when asked
+        config = Config(**settings)
+    return session.client(
+        "s3", endpoint_url=info.endpoint_url, region_name=info.region, config=config
+    )

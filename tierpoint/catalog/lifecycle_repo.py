@@ -7,22 +7,22 @@ and a verified replica is never downgraded by a copy that runs again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import (
-    Boolean,
     Executable,
     Table,
     and_,
     bindparam,
-    case,
     delete,
     exists,
     func,
     null,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert
@@ -186,34 +186,42 @@ def batch_shards(
     return [BatchShard(*row) for row in session.execute(stmt, params)]
 
 
-def _upsert_replicas_stmt() -> Any:
-    stmt = insert(_replica_table).values(
-        verified_at=case((bindparam("verified", type_=Boolean), func.now()), else_=null())
-    )
-    return stmt.on_conflict_do_update(
-        index_elements=["shard_id", "tier"],
-        set_={
-            "state": stmt.excluded.state,
-            "location": stmt.excluded.location,
-            "node_id": stmt.excluded.node_id,
-            # A copy that starts again keeps showing the progress it had.
-            "bytes_done": case(
-                (stmt.excluded.state == ReplicaState.COPYING.value, Replica.bytes_done),
-                else_=stmt.excluded.bytes_done,
-            ),
-            "error": stmt.excluded.error,
-            "verified_at": stmt.excluded.verified_at,
-            "updated_at": func.now(),
-        },
-        # Not NOT IN: its list would be an expanding parameter, which executemany refuses.
-        where=and_(*(Replica.state != state for state in _NOT_OVERWRITTEN)),
-    )
+# One statement per call whatever the number of rows: the rows travel as one JSON document that
+# Postgres unpacks (as registration's shards do). Run through executemany, the same upsert was
+# one execution per row (psycopg's executemany does not merge rows into a VALUES list), each with
+# its own executor start and trigger calls: the largest share of the catalog's time in a
+# checkpoint's lifecycle. A verified, expiring or expired replica is not overwritten (see
+# upsert_replicas); a copy that starts again keeps showing the progress it had.
+_UPSERT_REPLICAS = text(
+    "INSERT INTO replica AS r "
+    "(shard_id, checkpoint_id, tier, node_id, state, location, bytes_done, verified_at, error) "
+    "SELECT x.shard_id, :cid, :tier, x.node_id, x.state, x.location, x.bytes_done, "
+    "CASE WHEN x.verified THEN now() END, x.error "
+    "FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (shard_id bigint, node_id text, "
+    "state text, location text, bytes_done bigint, error text, verified boolean)) "
+    "WITH ORDINALITY AS x(shard_id, node_id, state, location, bytes_done, error, verified, o) "
+    "ORDER BY x.o "
+    "ON CONFLICT (shard_id, tier) DO UPDATE SET "
+    "state = excluded.state, location = excluded.location, node_id = excluded.node_id, "
+    "bytes_done = CASE WHEN excluded.state = :copying THEN r.bytes_done "
+    "ELSE excluded.bytes_done END, "
+    "error = excluded.error, verified_at = excluded.verified_at, updated_at = now() "
+    "WHERE r.state NOT IN (:kept_1, :kept_2, :kept_3)"
+)
 
 
-# One statement run with the rows as parameters (SQLAlchemy batches them into multi-row VALUES):
-# a VALUES list built per call was compiled anew on every call, a tenth of the dev stack's CPU on
-# a stream of small checkpoints.
-_UPSERT_REPLICAS = _upsert_replicas_stmt()
+def _distinct_runs(writes: list[ReplicaWrite]) -> list[list[ReplicaWrite]]:
+    """The writes cut, in order, into runs in which no shard appears twice: one statement may not
+    touch a row twice, and runs in order leave every row as writing them one by one would."""
+    runs: list[list[ReplicaWrite]] = [[]]
+    seen: set[int] = set()
+    for w in writes:
+        if w.shard_id in seen:
+            runs.append([])
+            seen.clear()
+        runs[-1].append(w)
+        seen.add(w.shard_id)
+    return [r for r in runs if r]
 
 
 def upsert_replicas(
@@ -237,22 +245,22 @@ def upsert_replicas(
         else w
         for w in writes
     ]
-    rows = [
-        {
-            "shard_id": w.shard_id,
-            "checkpoint_id": checkpoint_id,
-            "tier": tier,
-            "node_id": w.node_id,
-            "state": w.state.value,
-            "location": w.location,
-            "bytes_done": w.bytes_done,
-            "error": w.error,
-            "verified": w.state is ReplicaState.VERIFIED,
-        }
-        for w in writes
-    ]
-    if rows:
-        session.connection().execute(_UPSERT_REPLICAS, rows)
+    kept = {f"kept_{i}": state for i, state in enumerate(_NOT_OVERWRITTEN, 1)}
+    for run in _distinct_runs(writes):
+        rows = [
+            {
+                "shard_id": w.shard_id,
+                "node_id": w.node_id,
+                "state": w.state.value,
+                "location": w.location,
+                "bytes_done": w.bytes_done,
+                "error": w.error,
+                "verified": w.state is ReplicaState.VERIFIED,
+            }
+            for w in run
+        ]
+        params = {"cid": checkpoint_id, "tier": tier, "rows": json.dumps(rows)}
+        session.execute(_UPSERT_REPLICAS, params | kept | {"copying": ReplicaState.COPYING.value})
 
 
 def set_bytes_done(session: Session, tier: str, progress: dict[int, int]) -> None:

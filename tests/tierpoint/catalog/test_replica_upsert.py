@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Engine, event, insert, select, update
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog import lifecycle_repo as repo
@@ -116,6 +116,56 @@ def test_a_copy_run_again_keeps_what_it_must(session: Session) -> None:
     # A copy that starts again keeps showing the progress it had.
     assert got[copying].state == "copying" and got[copying].bytes_done == 7
     assert got[pending].state == "verified" and got[pending].verified_at is not None
+
+
+def test_a_flush_that_writes_a_shard_twice_leaves_it_as_written_in_order(session: Session) -> None:
+    """A progress flush holds a shard's `copying` and then its `verified` (a small shard is done
+    within one interval): the rows reach the catalog as if written one by one, in order."""
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    cp, (a, b, c, *_) = checkpoint(session, node)
+    repo.upsert_replicas(session, cp, "lustre", [w(c, ReplicaState.COPYING, node, done=4)])
+    repo.upsert_replicas(
+        session,
+        cp,
+        "lustre",
+        [
+            w(a, ReplicaState.COPYING, node, done=0),
+            w(b, ReplicaState.COPYING, node, done=0),
+            w(a, ReplicaState.VERIFIED, node),
+            w(c, ReplicaState.PENDING, node, done=0),
+            w(c, ReplicaState.COPYING, node, done=0),
+            w(b, ReplicaState.PENDING, node, done=0),
+        ],
+    )
+    got = rows(session, "lustre", [a, b, c])
+    assert got[a].state == "verified" and got[a].verified_at is not None
+    assert got[b].state == "pending" and got[b].verified_at is None
+    # pending wrote 0, and the copy that started after it kept that progress.
+    assert got[c].state == "copying" and got[c].bytes_done == 0
+
+
+def test_a_flush_is_one_statement_per_run_not_one_per_row(
+    session: Session, catalog_engine: Engine
+) -> None:
+    """The rows of a flush go in one statement (two here: a shard written twice starts a second
+    one), not one execution per row: that was the catalog's largest cost per checkpoint."""
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    cp, shards = checkpoint(session, node)
+    executions: list[bool] = []
+
+    def count(_c: object, _cur: object, stmt: str, _p: object, _ctx: object, many: bool) -> None:
+        if stmt.lstrip().upper().startswith("INSERT INTO REPLICA"):
+            executions.append(many)
+
+    event.listen(catalog_engine, "before_cursor_execute", count)
+    try:
+        writes = [w(s, ReplicaState.COPYING, node) for s in shards]
+        writes += [w(s, ReplicaState.VERIFIED, node) for s in shards]
+        repo.upsert_replicas(session, cp, "lustre", writes)
+    finally:
+        event.remove(catalog_engine, "before_cursor_execute", count)
+    assert executions == [False, False]
+    assert {r.state for r in rows(session, "lustre", shards).values()} == {"verified"}
 
 
 def test_batch_shards_reads_the_range_with_both_tiers_replicas(session: Session) -> None:

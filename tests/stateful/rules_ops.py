@@ -42,12 +42,15 @@ FORBIDDEN = (
 
 class OpsRules(MachineBase):
     def protect(self, sm: StepModel, what: str) -> None:
-        """After a pin, lease or quarantine was granted: the tiers restorable now stay. A tier
-        already `expiring` means the protection was granted over an expiry in progress, which
-        the store refuses (409 `copy_expiring`)."""
+        """After a pin, lease or quarantine was granted: the tiers restorable now stay. A pin or
+        a quarantine granted while a tier is already `expiring` would promise a copy whose
+        deletion has begun, which the store refuses (409 `copy_expiring`). A lease promises only
+        the copies restorable when it is granted, so a copy already expiring (one retention began
+        before, or a lost node's failed copy) goes on expiring under it."""
         states = self.tier_states(sm.step)
-        expiring = sorted(t for t, s in states.items() if s == "expiring")
-        assert not expiring, f"{what} of step {sm.step} granted while {expiring} being expired"
+        if what != "lease":
+            expiring = sorted(t for t, s in states.items() if s == "expiring")
+            assert not expiring, f"{what} of step {sm.step} granted while {expiring} being expired"
         sm.protected_tiers |= {t for t, s in states.items() if s == "restorable"}
 
     def unprotect(self, sm: StepModel) -> None:
@@ -135,8 +138,9 @@ class OpsRules(MachineBase):
         body = {"ttl_seconds": 3600, "holder": "sf-lease"}
         r = self.call("POST", self.cp_path(sm.step, "/leases"), "train", json=body)
         if r.status_code == 409:
-            # Not restorable, or a copy is being expired (a lease promises none expires).
-            assert code(r) in ("not_leasable", "copy_expiring"), r.text
+            # Restorable from no tier: a lease holds the restorable copies, so it is refused
+            # only when there are none (a copy being expired does not refuse it).
+            assert code(r) == "not_leasable", r.text
             self.model.count(f"lease refused: {code(r)}")
             return
         assert r.status_code == 201, r.text

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from tests.helpers.pki import Pki
 from tierpoint.catalog.models import Event, Node, Replica, Shard
 from tierpoint.config import Settings, TierConfig, TierKind
 
@@ -35,6 +36,25 @@ def peer_settings(
             **extra,
         }
     )
+
+
+def tls_peer_settings(
+    settings: Settings, tmp_path: Path, nodes: list[str], pki: Pki, *, client_auth: bool = False
+) -> Settings:
+    """`peer_settings` with the data endpoint over TLS with the test CA's server pair; with
+    `client_auth`, mutual TLS, the workers presenting the CA's client certificate."""
+    tls: dict[str, Any] = {
+        "data_tls_cert": pki.server_cert,
+        "data_tls_key": pki.server_key,
+        "data_tls_ca": pki.ca,
+    }
+    if client_auth:
+        tls |= {
+            "data_tls_client_auth": True,
+            "data_tls_client_cert": pki.client_cert,
+            "data_tls_client_key": pki.client_key,
+        }
+    return peer_settings(settings, tmp_path, nodes, **tls)
 
 
 @dataclass(frozen=True)

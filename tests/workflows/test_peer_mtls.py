@@ -34,7 +34,12 @@ from tests.helpers.lifecycle import (
     running_workers,
     seed_checkpoint,
 )
-from tests.helpers.peer_faults import WORKER_SECRET, peer_copies, peer_settings, wait_for_endpoints
+from tests.helpers.peer_faults import (
+    WORKER_SECRET,
+    peer_copies,
+    tls_peer_settings,
+    wait_for_endpoints,
+)
 from tests.helpers.pki import Pki, issue_client, make_pki
 from tests.helpers.scrape import json_lines, parse, scrape, value, wait_serving, worker_with_metrics
 from tests.helpers.tokens import create_token
@@ -49,17 +54,7 @@ REFUSAL_LOG = "data endpoint refused a TLS handshake"
 
 
 def mtls_settings(settings: Settings, tmp_path: Path, nodes: list[str], pki: Pki) -> Settings:
-    return peer_settings(
-        settings,
-        tmp_path,
-        nodes,
-        data_tls_cert=pki.server_cert,
-        data_tls_key=pki.server_key,
-        data_tls_ca=pki.ca,
-        data_tls_client_auth=True,
-        data_tls_client_cert=pki.client_cert,
-        data_tls_client_key=pki.client_key,
-    )
+    return tls_peer_settings(settings, tmp_path, nodes, pki, client_auth=True)
 
 
 async def test_only_clients_with_a_certificate_of_the_ca_are_served(

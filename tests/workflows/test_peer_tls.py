@@ -27,7 +27,12 @@ from tests.helpers.lifecycle import (
     running_workers,
     seed_checkpoint,
 )
-from tests.helpers.peer_faults import WORKER_SECRET, peer_copies, peer_settings, wait_for_endpoints
+from tests.helpers.peer_faults import (
+    WORKER_SECRET,
+    peer_copies,
+    tls_peer_settings,
+    wait_for_endpoints,
+)
 from tests.helpers.pki import make_pki
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.config import Settings
@@ -44,14 +49,7 @@ async def test_a_peer_copy_and_a_restore_over_tls(
 ) -> None:
     pki = make_pki(tmp_path / "pki")
     source, holder = "tls-p", "tls-q"
-    base = peer_settings(
-        settings,
-        tmp_path,
-        [source, holder],
-        data_tls_cert=pki.server_cert,
-        data_tls_key=pki.server_key,
-        data_tls_ca=pki.ca,
-    )
+    base = tls_peer_settings(settings, tmp_path, [source, holder], pki)
     job = f"tls-{uuid.uuid4().hex[:10]}"
     data = bytes(range(256)) * 4099
     seeded = seed_checkpoint(

@@ -32,6 +32,7 @@ from tierpoint.tier_config import (
     StorageClass,
     TierConfig,
     TierKind,
+    expand_copies,
 )
 
 __all__ = [
@@ -95,7 +96,9 @@ class Settings(BaseSettings):
     tiers: list[TierConfig] = Field(
         default_factory=list,
         description="The tiers, ordered from the fastest, most local one to the most durable "
-        "one (see Tier below). As an environment variable: a JSON list.",
+        "one (see Tier below). As an environment variable: a JSON list. A peer tier with "
+        "`copies = K` is read as K peer tiers (its `copies`), which every process and "
+        "`GET /v1/tiers` list.",
     )
     node: str | None = Field(
         default=None,
@@ -327,6 +330,8 @@ class Settings(BaseSettings):
     @field_validator("tiers")
     @classmethod
     def _tiers(cls, tiers: list[TierConfig]) -> list[TierConfig]:
+        # A peer tier with `copies = K` is K peer tiers from here on, for every process alike.
+        tiers = expand_copies(tiers)
         names = [t.name for t in tiers]
         if len(set(names)) != len(names):
             raise ValueError("tier names must be unique")
@@ -375,7 +380,8 @@ class Settings(BaseSettings):
 
     def peer_tiers(self) -> list[TierConfig]:
         """The peer tiers in order: the i-th (from 1) holds node N's copy on the i-th holder of N's
-        placement (activities/placement.py), so K peer tiers keep K copies on K distinct nodes."""
+        placement (activities/placement.py), so K peer tiers keep K copies on K distinct nodes.
+        A peer tier with `copies = K` is K of them (tier_config.expand_copies)."""
         return [t for t in self.tiers if t.kind is TierKind.PEER]
 
     def public_dict(self) -> dict[str, Any]:

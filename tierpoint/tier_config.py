@@ -180,6 +180,27 @@ class TierConfig(BaseModel):
         description="Bytes/s the scrub reads back from this tier (per node for a local tier); "
         "0 = this tier is not scrubbed. See docs/integrity.md for what it costs per day.",
     )
+    copies: PositiveInt = Field(
+        default=1,
+        description="Peer tiers: how many copies of each node's local-tier files, each on "
+        "another node (K distinct nodes while more than K are live, in distinct failure "
+        "domains while there are that many). A peer tier with `copies = K` stands for K peer "
+        "tiers, one per copy, right after it in the list: this one, then `<name>.2` ... "
+        "`<name>.K` rooted at `<root>.2` ... `<root>.K`, each a tier of its own (marker, "
+        "placement, scrub, re-replication); a retention rule for `<name>` applies to them "
+        "unless one names them. Other kinds: 1.",
+    )
+    copy_of: str | None = Field(
+        default=None,
+        description="Set by the settings, not in a configuration: on copies 2..K of a peer "
+        "tier with `copies = K`, that tier's name (a dumped tier list repeats it and loads "
+        "the same).",
+    )
+    copy_number: PositiveInt = Field(
+        default=1,
+        description="Set by the settings with `copy_of`: which copy of its peer tier this "
+        "tier holds, 2..K (1: the configured tier itself).",
+    )
 
     @field_validator("name")
     @classmethod
@@ -220,6 +241,18 @@ class TierConfig(BaseModel):
             ]
             if given:
                 raise ValueError(f"{', '.join(given)}: S3 tiers only, {self.name!r} is {self.kind}")
+        if self.kind is not TierKind.PEER and self.copies != 1:
+            raise ValueError(
+                f"copies: peer tiers only, {self.name!r} is {self.kind} (a local tier is one "
+                "copy per node; copies on other nodes are a peer tier after it)"
+            )
+        if (self.copy_of is None) != (self.copy_number == 1) or not (
+            self.copy_number <= self.copies
+        ):
+            raise ValueError(
+                f"tier {self.name!r}: copy_of and copy_number are set by the settings on the "
+                "copies of a peer tier with `copies`; leave them out"
+            )
         if self.sse is not ServerSideEncryption.KMS and (self.kms_key_id or self.bucket_key):
             raise ValueError(f'tier {self.name!r}: kms_key_id and bucket_key need sse = "aws:kms"')
         return self
@@ -228,6 +261,12 @@ class TierConfig(BaseModel):
     def needs_restore_request(self) -> bool:
         """Objects on this tier cannot be read without an S3 restore request first."""
         return self.kind is TierKind.S3 and self.storage_class.needs_restore_request
+
+    @property
+    def configured_name(self) -> str:
+        """The name of the configured tier this one comes from: itself, or for copies 2..K of
+        a peer tier with `copies = K`, that tier."""
+        return self.copy_of or self.name
 
     @property
     def on_nodes(self) -> bool:
@@ -241,3 +280,65 @@ class TierConfig(BaseModel):
                 raise ValueError(f"{self.kind} tier {self.name!r} is per node: a node id is needed")
             return Path(self.root.replace("{node}", node_id))
         return Path(self.root)
+
+
+def copy_name(name: str, copy: int) -> str:
+    """The name of copy `copy` (2..K) of the peer tier `name` with `copies = K`."""
+    return f"{name}.{copy}"
+
+
+def copy_root(root: str, copy: int) -> str:
+    """Its root: the configured root with `.<copy>` appended, a directory of its own next to the
+    first copy's on each holder (two tiers sharing a root would see each other's files as their
+    own when reconciling and expiring)."""
+    return f"{root.rstrip('/') or '/'}.{copy}"
+
+
+def expand_copies(tiers: list[TierConfig]) -> list[TierConfig]:
+    """The tiers with each peer tier of `copies = K` followed by its copies 2..K, each a peer tier
+    of its own (`copy_name`, `copy_root`). A list already expanded (a dumped one, which repeats
+    the copies) expands to itself: a copy it lists is kept as it is, in its place after its tier."""
+    listed = {t.name: t for t in tiers if t.copy_of is not None}
+    configured = [t for t in tiers if t.copy_of is None]
+    names = {t.name for t in configured}
+    out: list[TierConfig] = []
+    for t in configured:
+        out.append(t)
+        for k in range(2, t.copies + 1):
+            name = copy_name(t.name, k)
+            if name in names:
+                raise ValueError(
+                    f"peer tier {t.name!r} has copies = {t.copies}: its copy {k} is the tier "
+                    f"{name!r}, which is configured too; rename that tier"
+                )
+            if not NAME_RE.match(name):
+                raise ValueError(
+                    f"peer tier {t.name!r} has copies = {t.copies}: its copy {k} would be named "
+                    f"{name!r}, longer than tier names may be (128 characters); shorten the name"
+                )
+            copy = listed.pop(name, None)
+            if copy is None:
+                assert t.root is not None
+                copy = TierConfig.model_validate(
+                    {
+                        **t.model_dump(),
+                        "name": name,
+                        "root": copy_root(t.root, k),
+                        "copy_of": t.name,
+                        "copy_number": k,
+                    }
+                )
+            elif (copy.copy_of, copy.copy_number, copy.copies) != (t.name, k, t.copies):
+                raise ValueError(
+                    f"tier {name!r} says it is copy {copy.copy_number} of {copy.copy_of!r} "
+                    f"with copies = {copy.copies}; copy {k} of {t.name!r} is named so"
+                )
+            out.append(copy)
+    if listed:
+        stray = next(iter(listed.values()))
+        raise ValueError(
+            f"tier {stray.name!r} is listed as copy {stray.copy_number} of {stray.copy_of!r}, "
+            "which is no peer tier with that many copies; leave copy_of out, or set copies on "
+            "that tier"
+        )
+    return out

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tierpoint.config import TierConfig, TierKind
 
@@ -13,9 +13,24 @@ class TierOut(BaseModel):
     prefix: str
     endpoint_url: str | None
     region: str
+    copies: int = Field(
+        ge=1,
+        description="the copies of each node's files its configured tier keeps: K for each of "
+        "the K tiers a peer tier configured with `copies = K` stands for, else 1",
+    )
+    copy_of: str | None = Field(
+        description="with `copies` > 1: the configured peer tier this tier is a copy of (its "
+        "own name for the first copy); null otherwise"
+    )
+    copy_number: int | None = Field(
+        ge=1,
+        description="with `copies` > 1: which of the K copies this tier holds, 1..K; null "
+        "otherwise",
+    )
 
     @classmethod
     def of(cls, t: TierConfig) -> TierOut:
+        expanded = t.copies > 1
         return cls(
             name=t.name,
             kind=t.kind,
@@ -24,4 +39,7 @@ class TierOut(BaseModel):
             prefix=t.prefix,
             endpoint_url=t.endpoint_url,
             region=t.region,
+            copies=t.copies,
+            copy_of=t.configured_name if expanded else None,
+            copy_number=t.copy_number if expanded else None,
         )

@@ -82,7 +82,8 @@ def _summary(stack: "DevStack", info: StackInfo, origin: str) -> Panel:
     grid.add_row("tiers", f"{' -> '.join(t.name for t in settings.tiers)}  (from {origin})")
     for tier in settings.tiers:
         # One line per tier, as the workers use it: {node} is each simulated node.
-        grid.add_row(f"  {tier.name}", f"{tier.kind}  {where(tier)}")
+        copy = f"  (copy {tier.copy_number} of {tier.configured_name})" if tier.copies > 1 else ""
+        grid.add_row(f"  {tier.name}", f"{tier.kind}  {where(tier)}{copy}")
     grid.add_row("stack facts", f"{stack.paths.stack_json}\n{stack.paths.stack_env}")
     grid.add_row("logs", str(stack.paths.logs))
     data_dir = stack.data_dir

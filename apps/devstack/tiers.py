@@ -104,7 +104,9 @@ def complete_tiers(
             )
         done.append(config)
     try:
-        Settings(tiers=done)  # the list's own rules (unique names, archive tiers last)
+        # The list's own rules (unique names, archive tiers last), and the list every process
+        # of the stack sees: a peer tier with `copies = K` is K peer tiers.
+        done = Settings(tiers=done).tiers
     except ValidationError as exc:
         raise DevTiersError(f"tiers: {exc.errors()[0]['msg']}") from None
     if not any(t.kind is TierKind.LOCAL for t in done):

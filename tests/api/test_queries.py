@@ -137,7 +137,11 @@ async def test_jobs_and_tiers(client: httpx.AsyncClient, job: str) -> None:
     ]
     assert tiers[0]["root"].endswith("{node}/ssd") and tiers[0]["bucket"] is None
     assert tiers[2]["bucket"] and tiers[2]["root"] is None and tiers[2]["endpoint_url"]
-    assert set(tiers[2]) == {"name", "kind", "root", "bucket", "prefix", "endpoint_url", "region"}
+    assert set(tiers[2]) == {
+        *("name", "kind", "root", "bucket", "prefix", "endpoint_url", "region"),
+        *("copies", "copy_of", "copy_number"),
+    }
+    assert (tiers[0]["copies"], tiers[0]["copy_of"], tiers[0]["copy_number"]) == (1, None, None)
 
 
 async def test_unknown_route_is_a_problem(client: httpx.AsyncClient) -> None:

@@ -4,13 +4,15 @@ A policy is a JSON document stored in `retention_policy.spec`. Its shape (format
 
     {"format": 1,
      "tiers":   {"<tier name>": TierRule, ...},    # rules for one configured tier
-     "kinds":   {"local"|"shared"|"s3": TierRule},  # rules for every tier of that kind
+     "kinds":   {"local"|"peer"|"shared"|"s3": TierRule},  # every tier of that kind
      "durable": TierRule | null}                    # the most durable tier, whatever its name
 
 The rules for a tier are looked up in that order: by name, then `durable` (for the last tier only),
-then by kind; a tier without rules keeps every checkpoint. Within one TierRule the keep rules are a
-union: a checkpoint stays on the tier if any of them keeps it. A TierRule that sets none of them
-keeps everything (so `{"max_bytes": ...}` alone is a pure quota).
+then by kind; a tier without rules keeps every checkpoint. A peer tier named `<name>.<k>` (k >= 2:
+copy k of a peer tier configured with `copies`, tier_config.copy_name) without a rule of its own
+takes the rule of `<name>` when there is one, before `durable` and the kind. Within one TierRule
+the keep rules are a union: a checkpoint stays on the tier if any of them keeps it. A TierRule
+that sets none of them keeps everything (so `{"max_bytes": ...}` alone is a pure quota).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION_RE = re.compile(r"^(?:\d+[wdhms])+$")
 _PART_RE = re.compile(r"(\d+)([wdhms])")
 _DURATION_PATTERN = r"^([0-9]+[wdhms])+$"
+# The name of copy k >= 2 of a peer tier with `copies` (tier_config.copy_name): `<name>.<k>`.
+_COPY_RE = re.compile(r"^(.+)\.([2-9]|[1-9][0-9]+)$")
 
 
 def parse_duration(value: object) -> timedelta:
@@ -217,6 +221,10 @@ class Policy(BaseModel):
     def rule_for(self, name: str, kind: TierKind, *, most_durable: bool) -> TierRule:
         if name in self.tiers:
             return self.tiers[name]
+        copy = _COPY_RE.match(name) if kind is TierKind.PEER else None
+        if copy is not None and copy.group(1) in self.tiers:
+            # Copy k of a peer tier keeps what the tier's rule says, not everything forever.
+            return self.tiers[copy.group(1)]
         if most_durable and self.durable is not None:
             return self.durable
         return self.kinds.get(kind, KEEP_ALL)

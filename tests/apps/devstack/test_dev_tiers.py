@@ -67,6 +67,14 @@ def test_the_example_tier_files_run_on_the_dev_stack(
     )
     # Each simulated node holds its peers' copies in a root of its own.
     assert peer[1].root == str(tmp_path / "nodes" / "{node}" / "peer")
+    # `copies = 2`, as the example's comment says: two peer tiers, the second in `<root>.2`.
+    two = requested_tiers(EXAMPLES / "ssd-peer-lustre-s3.toml").tiers
+    two[1]["copies"] = 2
+    copies = complete_tiers(two, StackPaths(tmp_path), 3, S3)
+    assert [(t.name, t.root, t.copy_of) for t in copies[1:3]] == [
+        ("peer", str(tmp_path / "nodes" / "{node}" / "peer"), None),
+        ("peer.2", str(tmp_path / "nodes" / "{node}" / "peer.2"), "peer"),
+    ]
 
 
 def test_the_users_list_is_kept_and_only_its_gaps_are_filled(
@@ -109,6 +117,8 @@ def test_a_list_the_dev_stack_cannot_run_is_refused_in_one_line(
         complete_tiers(
             [{"name": "a", "kind": "local"}, {"name": "a", "kind": "shared"}], paths, 2, None
         )
+    with pytest.raises(DevTiersError, match="copies: peer tiers only"):
+        complete_tiers([{"name": "a", "kind": "local", "copies": 2}], paths, 1, None)
     empty = tmp_path / "empty.toml"
     empty.write_text("database_url = 'x'\n")
     with pytest.raises(DevTiersError, match="no `tiers`"):

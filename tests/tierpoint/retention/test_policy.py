@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from tests.helpers.planner_builders import TIERS
-from tierpoint.config import TierConfig, TierKind
+from tests.helpers.planner_builders import T0, TIERS, checkpoint, good, snapshot
+from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.retention import (
     DEFAULT_POLICY,
     KeepEvery,
@@ -20,6 +20,7 @@ from tierpoint.retention import (
     TierRef,
     TierRule,
     check_tiers,
+    plan,
     promotion_targets,
     tier_refs,
 )
@@ -163,3 +164,38 @@ def test_every_policy_in_the_docs_validates() -> None:
     assert len(policies) >= 6
     for doc in policies:
         assert check_tiers(Policy.from_spec(doc), TIERS) == [], doc
+
+
+def test_a_rule_for_a_peer_tier_applies_to_its_copies() -> None:
+    """`tiers.peer` rules `peer.2`, the second copy of a peer tier with `copies = 2`, unless
+    `peer.2` has a rule of its own: without it the second copy would keep every checkpoint and
+    fill its holders' disks."""
+    refs = tier_refs(
+        Settings(
+            tiers=[
+                {"name": "ssd", "kind": "local", "root": "/nvme/{node}/ssd"},
+                {"name": "peer", "kind": "peer", "root": "/nvme/{node}/peer", "copies": 2},
+                {"name": "s3", "kind": "s3", "bucket": "b"},
+            ]
+        ).tiers
+    )
+    assert [r.name for r in refs] == ["ssd", "peer", "peer.2", "s3"]
+    policy = Policy.from_spec({"tiers": {"peer": {"keep_last": 1}}})
+    # A rule naming a copy is one for a configured tier.
+    assert check_tiers(policy, refs) == []
+    assert check_tiers(Policy.from_spec({"tiers": {"peer.2": {}}}), refs) == []
+    assert policy.rule_for("peer.2", TierKind.PEER, most_durable=False).keep_last == 1
+    # The planner expires the second copy's older checkpoint as it does the first's.
+    snap = snapshot(
+        checkpoint(1, {"ssd": good(), "peer": good(), "peer.2": good(), "s3": good()}),
+        checkpoint(2, {"ssd": good(), "peer": good(), "peer.2": good(), "s3": good()}),
+        tiers=refs,
+    )
+    expired = {(e.step, e.tier) for e in plan(snap, policy, T0 + timedelta(days=1)).expiries}
+    assert expired == {(1, "peer"), (1, "peer.2")}
+    # A copy's own rule wins; the fallback is for peer tiers only, and needs the tier's rule.
+    own = Policy.from_spec({"tiers": {"peer": {"keep_last": 1}, "peer.2": {"keep_last": 3}}})
+    assert own.rule_for("peer.2", TierKind.PEER, most_durable=False).keep_last == 3
+    assert not policy.rule_for("peer.2", TierKind.SHARED, most_durable=False).has_keep_rules()
+    assert not policy.rule_for("peer.1", TierKind.PEER, most_durable=False).has_keep_rules()
+    assert not policy.rule_for("other.2", TierKind.PEER, most_durable=False).has_keep_rules()

@@ -10,8 +10,8 @@ Protocol: one JSON object per line on stdin, one JSON answer per line on stdout:
       -> {"start": epoch seconds, "blocking": s, "total": s}
   {"op": "floor", "path": DIR} -> {"seconds": s}: the tensors' bytes written + fsynced, no DCP
   {"op": "load", "reader": "tierpoint"|"fs"|"s3"|"s3-sequential", "job", "step", "tier", "path",
-   "shape", "node", "repopulate"} -> {"seconds": s, "equal": bool, "stats": {"files": {path:
-   source}, "repopulated": [path]} (TierpointReader's)}
+   "shape", "node", "repopulate"} -> {"seconds": s, "cpu": this process's CPU seconds in the
+   load, "equal": bool, "stats": {"files": {path: source}, "repopulated": [path]} (TierpointReader)}
 One rank of a gloo process group (rank R of W, default a group of one, as a one-process training
 job runs DCP). Every rank holds the same state (replicated, as under DDP): a save writes each
 tensor once (DCP splits them between the ranks' files), a load reads every tensor on every rank.
@@ -144,12 +144,12 @@ def load(state: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:
     many = dist.get_world_size() > 1
     if many:
         dist.barrier()  # every rank starts together; the time is until the last one is done
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     dcp.load(target, storage_reader=r)
     if many:
         dist.barrier()
-    seconds = time.perf_counter() - t0
-    answer: dict[str, Any] = {"seconds": seconds, "equal": equal(target, state)}
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    answer: dict[str, Any] = {"seconds": seconds, "cpu": cpu, "equal": equal(target, state)}
     if isinstance(r, TierpointReader):
         # Where each file came from (`tier`, `tier (ranged)`, `tier (cache)`), and what was written.
         stats = r.stats

@@ -12,7 +12,10 @@ for; the "bytes read" rows count the bytes of the files the reader says it read 
 (a fallback to another copy would show there). Nothing is written back: re-population of the
 spare node's local tier is off, so each load is the read into memory alone. Page caches of the
 stack's files are dropped before each run. The training process is the spare node as well as
-rank 1's own: only the node it names and the tier differ between the rows.
+rank 1's own: only the node it names and the tier differ between the rows. Beside each load's
+time, the training process's CPU seconds in `dcp.load` (all its threads), and for the peer load
+the CPU of the node worker process serving the holder's endpoint over the load (with its own
+polling beside it): the per-byte costs docs/benchmarks.md scales to a cluster's links.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 from benchmarks.env import Env, subprocess_env
 from benchmarks.fleet import JOB_PREFIX
 from benchmarks.harness import Method, Outcome, Row
+from benchmarks.procs import cpu_seconds
 from benchmarks.scenarios.copy_posix import drop_cache
 from benchmarks.scenarios.dcp import Worker
 from benchmarks.scenarios.peer_stack import WAIT, PeerStack
@@ -49,6 +53,8 @@ class DcpRecovery:
         self.job = f"{JOB_PREFIX}recovery-dcp-{uuid.uuid4().hex[:6]}"
         self.sizes: dict[str, int] = {}
         self.tensor_bytes = 0
+        # The node worker process serving the loads' group, the peer copy's holder among it.
+        self.holder: int | None = None
 
     def params(self) -> dict[str, Any]:
         return {
@@ -91,6 +97,11 @@ class DcpRecovery:
         self.sizes = {sh.path: sh.size for sh in cp.shards or ()}
         if {sh.node for sh in cp.shards or ()} != {nodes[1]}:
             raise RuntimeError(f"{self.job}: its files are not all on {nodes[1]}")
+        holders = {r.node for sh in cp.shards or () for r in sh.replicas if r.tier == "peer"}
+        if not holders <= set(nodes):
+            raise RuntimeError(f"{self.job}: its peer copies are on {holders}, not in {nodes}")
+        # The group's node workers are the process started last (peer_stack starts one a group).
+        self.holder = list(fleet.node_procs.values())[-1].pid
         n = sum(self.sizes.values())
         spare = nodes[SPARE]
         return [
@@ -110,9 +121,13 @@ class DcpRecovery:
 
     def _method(self, label: str, node: str, tier: str, *rows: Row) -> Method:
         bytes_row = Row(f"{label}: bytes read from that tier", "bytes", unit="n")
+        extra = [Row(f"{label}: the loader's CPU", "cpu")]
+        if tier == "peer":
+            extra.append(Row(f"{label}: the holder's node worker CPU", "holder cpu"))
 
         def run() -> Outcome:
-            assert self.worker is not None
+            assert self.worker is not None and self.holder is not None
+            holder = cpu_seconds(self.holder)
             answer = self.worker.ask(
                 op="load",
                 reader="tierpoint",
@@ -129,9 +144,12 @@ class DcpRecovery:
                 raise RuntimeError(f"{label}: the load wrote {stats['repopulated']} to disk")
             # Every byte from the tier asked for: a file read from elsewhere would show here.
             read = sum(self.sizes[p] for p, how in stats["files"].items() if how == tier)
-            return Outcome({"seconds": float(answer["seconds"]), "bytes": float(read)})
+            metrics = {"seconds": float(answer["seconds"]), "bytes": float(read)}
+            metrics["cpu"] = float(answer["cpu"])
+            metrics["holder cpu"] = cpu_seconds(self.holder) - holder
+            return Outcome(metrics)
 
-        return Method(label, run, (*rows, bytes_row), before=self._drop)
+        return Method(label, run, (*rows, bytes_row, *extra), before=self._drop)
 
     def _drop(self) -> None:
         drop_cache(self.stack.fleet.work)

@@ -13,7 +13,8 @@ for; the "bytes read" rows count the bytes of the files the reader says it read 
 spare node's local tier is off, so each load is the read into memory alone. Page caches of the
 stack's files are dropped before each run. The training process is the spare node as well as
 rank 1's own: only the node it names and the tier differ between the rows. Beside each load's
-time, the training process's CPU seconds in `dcp.load` (all its threads), and for the peer load
+time, the training process's CPU seconds in `dcp.load` (all its threads; and of them in the
+kernel: on loopback a socket's receive path is the loader's), and for the peer load
 the CPU of the node worker process serving the holder's endpoint over the load (with its own
 polling beside it): the per-byte costs docs/benchmarks.md scales to a cluster's links.
 """
@@ -121,7 +122,8 @@ class DcpRecovery:
 
     def _method(self, label: str, node: str, tier: str, *rows: Row) -> Method:
         bytes_row = Row(f"{label}: bytes read from that tier", "bytes", unit="n")
-        extra = [Row(f"{label}: the loader's CPU", "cpu")]
+        cpu = f"{label}: the loader's CPU"
+        extra = [Row(cpu, "cpu"), Row(f"{cpu}, of it in the kernel", "cpu system")]
         if tier == "peer":
             extra.append(Row(f"{label}: the holder's node worker CPU", "holder cpu"))
 
@@ -146,6 +148,7 @@ class DcpRecovery:
             read = sum(self.sizes[p] for p, how in stats["files"].items() if how == tier)
             metrics = {"seconds": float(answer["seconds"]), "bytes": float(read)}
             metrics["cpu"] = float(answer["cpu"])
+            metrics["cpu system"] = float(answer["cpu_system"])
             metrics["holder cpu"] = cpu_seconds(self.holder) - holder
             return Outcome(metrics)
 

@@ -10,7 +10,9 @@ Protocol: one JSON object per line on stdin, one JSON answer per line on stdout:
       -> {"start": epoch seconds, "blocking": s, "total": s}
   {"op": "floor", "path": DIR} -> {"seconds": s}: the tensors' bytes written + fsynced, no DCP
   {"op": "load", "reader": "tierpoint"|"fs"|"s3"|"s3-sequential", "job", "step", "tier", "path",
-   "shape"} -> {"seconds": s, "equal": bool}
+   "shape", "node", "repopulate"} -> {"seconds": s, "cpu": this process's CPU seconds in the
+   load, "cpu_system": of it in the kernel, "equal": bool, "stats": {"files": {path: source},
+   "repopulated": [path]} (TierpointReader's)}
 One rank of a gloo process group (rank R of W, default a group of one, as a one-process training
 job runs DCP). Every rank holds the same state (replicated, as under DDP): a save writes each
 tensor once (DCP splits them between the ranks' files), a load reads every tensor on every rank.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 import warnings
@@ -84,7 +87,13 @@ def writer(cmd: dict[str, Any]) -> Any:
 def reader(cmd: dict[str, Any]) -> Any:
     kind = cmd["reader"]
     if kind == "tierpoint":
-        return TierpointReader(cmd["job"], step=cmd["step"], tier=cmd.get("tier"))
+        return TierpointReader(
+            cmd["job"],
+            step=cmd["step"],
+            tier=cmd.get("tier"),
+            node=cmd.get("node"),
+            repopulate=cmd.get("repopulate", True),
+        )
     if kind == "fs":
         return dcp.FileSystemReader(cmd["path"])
     if kind == "s3-sequential":
@@ -137,12 +146,23 @@ def load(state: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:
     many = dist.get_world_size() > 1
     if many:
         dist.barrier()  # every rank starts together; the time is until the last one is done
-    t0 = time.perf_counter()
+    # getrusage, not os.times: microseconds, not 10 ms ticks.
+    t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     dcp.load(target, storage_reader=r)
     if many:
         dist.barrier()
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "equal": equal(target, state)}
+    seconds, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    answer: dict[str, Any] = {
+        "seconds": seconds,
+        "cpu": c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime,
+        "cpu_system": c1.ru_stime - c0.ru_stime,
+        "equal": equal(target, state),
+    }
+    if isinstance(r, TierpointReader):
+        # Where each file came from (`tier`, `tier (ranged)`, `tier (cache)`), and what was written.
+        stats = r.stats
+        answer["stats"] = {"files": stats.files, "repopulated": stats.repopulated}
+    return answer
 
 
 def main() -> None:

@@ -17,9 +17,11 @@ bytes each load read from its source.
 From OWN_PROCESS_FROM bytes up, also a stack of its own with a peer tier (peer_stack): a 2-rank
 job on 4 simulated nodes, rank 1's files loaded on the spare node from their peer copy against
 their local load, and the time from declaring rank 1's node lost until every shard has a peer
-copy on a live node again (PeerRereplicate). On this machine every "network" is loopback and the
-shared tier a local disk: the ratios say what the software costs, not what a cluster's links
-would give (see docs/benchmarks.md).
+copy on a live node again (PeerRereplicate); and in the same group, rank 1's state loaded with
+`TierpointReader` (DCP into memory, in the torch venv: recovery_dcp) on the spare node from its
+peer copy, the shared tier and S3, against the same load on its own node from its local tier.
+On this machine every "network" is loopback and the shared tier a local disk: the ratios say
+what the software costs, not what a cluster's links would give (see docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from benchmarks.scenarios.copy_posix import drop_cache
 from benchmarks.scenarios.orchestration import stack_env
 from benchmarks.scenarios.peer_stack import PeerStack
 from benchmarks.scenarios.recovery_child import Endpoint
+from benchmarks.scenarios.recovery_dcp import PT, DcpRecovery
 from benchmarks.scenarios.stack_ckpt import MiB, Stack
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.peer_http import shard_url
@@ -57,7 +60,6 @@ STEP = 1
 OWN_PROCESS_FROM = 64 * MiB
 SECRET = "bench-worker-credential"
 # With a peer tier (peer_stack: 4 simulated nodes, a 2-rank job, rank 1's node lost).
-PT = "4 nodes, peer tier"
 PT_LOCAL = f"{PT}: rank 1's files, local load on its own node"
 PT_PEER = f"{PT}: rank 1's files on the spare node from their peer copy"
 PT_REREPLICATE = f"{PT}: node lost -> every shard's peer copy again (PeerRereplicate)"
@@ -82,6 +84,7 @@ class Recovery(Scenario):
         self.node = ""
         self.plans: dict[str, list[PlanEntry]] = {}
         self.peer_stack: PeerStack | None = None
+        self.dcp: DcpRecovery | None = None
         self.pending: tuple[str, list[str]] | None = None
 
     def params(self) -> dict[str, Any]:
@@ -91,6 +94,7 @@ class Recovery(Scenario):
             "client workers": 4,
             "spare node": "the bench process",
             "peer": "its endpoint's process" if self.server is not None else "in this process",
+            **(self.dcp.params() if self.dcp is not None else {}),
         }
 
     def watched(self) -> Watched:
@@ -100,6 +104,8 @@ class Recovery(Scenario):
             found["peer endpoint"] = (self.server.pid, False)
         if self.peer_stack is not None:
             found.update({f"peer stack {k}": v for k, v in self.peer_stack.watched().items()})
+        if self.dcp is not None:
+            found.update(self.dcp.watched())
         return found
 
     def prepare(self) -> list[Method]:
@@ -132,8 +138,11 @@ class Recovery(Scenario):
     def _peer_tier(self) -> list[Method]:
         self.peer_stack = stack = PeerStack(self.work / "peer-stack", self.nbytes // 2, 4)
         stack.start()
-        self.pending = job, nodes = stack.group()
+        # The loads' group: its node 1 is never declared lost (each PeerRereplicate run takes a
+        # group of its own), so its local copies stay the catalog's verified ones.
+        job, nodes = stack.group()
         self.plans.update({f"{PT} {k}": v for k, v in stack.plans(job, nodes[1]).items()})
+        self.dcp = DcpRecovery(self.env, stack, self.work / "dcp")
         n = stack.size * stack.shards
         drop = self._drop_peer_stack
         return [
@@ -146,6 +155,7 @@ class Recovery(Scenario):
                 self._clear,
             ),
             Method(PT_REREPLICATE, self._rereplicate, (Row(PT_REREPLICATE),), self._new_group),
+            *self.dcp.prepare(nodes),
         ]
 
     def _drop_peer_stack(self) -> None:
@@ -257,6 +267,8 @@ class Recovery(Scenario):
                 self.server.wait(10)
         if self.inline is not None:
             self.inline.close()
+        if self.dcp is not None:
+            self.dcp.close()
         if self.peer_stack is not None:
             self.peer_stack.close()
         if self.stack is not None:

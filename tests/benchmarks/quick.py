@@ -51,14 +51,29 @@ Doc = dict[str, Any]
 
 def run(names: Sequence[str], tmp_path: Path) -> tuple[Doc, str]:
     """The run of these scenarios: its JSON document and its printed table."""
-    out = tmp_path / "results.json"
     only = [a for name in names for a in ("--only", name)]
+    doc, stdout = invoke([*QUICK, *only], tmp_path)
+    assert set(doc["scenarios"]) == set(names)
+    check_rows(doc)
+    for name in names:
+        # The table was printed too, with every scenario's title.
+        assert f"{name}:" in stdout
+        shape = SHAPES.get(name)
+        if shape is not None:
+            shape(doc)
+    return doc, stdout
+
+
+def invoke(command: Sequence[str], tmp_path: Path) -> tuple[Doc, str]:
+    """A run of `python -m benchmarks ...` (`command`, without `--out`), stopped if it hangs: its
+    JSON document and its printed table."""
+    out = tmp_path / "results.json"
     # A session of its own: a run stopped for hanging takes its dev stack and servers with it.
     with subprocess.Popen(
         # The work dir in the system's temp dir (the harness's default), not under pytest's
         # basetemp: each test worker that starts re-chmods that tree to 0700, which would lock
         # the Postgres server user of another group's run out of its data dir.
-        [*QUICK, *only, "--out", str(out)],
+        [*command, "--out", str(out)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -81,14 +96,6 @@ def run(names: Sequence[str], tmp_path: Path) -> tuple[Doc, str]:
             ) from None
     assert proc.returncode == 0, stdout[-4000:] + stderr[-8000:]
     doc: Doc = json.loads(out.read_text())
-    assert set(doc["scenarios"]) == set(names)
-    check_rows(doc)
-    for name in names:
-        # The table was printed too, with every scenario's title.
-        assert f"{name}:" in stdout
-        shape = SHAPES.get(name)
-        if shape is not None:
-            shape(doc)
     return doc, stdout
 
 

@@ -206,8 +206,9 @@ def plan_repair(
             out.tiers.append(
                 RepairTier(tier=dst.name, parallelism=dst.parallelism, batches=batches)
             )
-            reads = {source_of(s, dst, tiers, lost) for s in bad} - {None}
-            hold_sources(session, checkpoint_id, dst.name, [r for r in reads if r], now)
+            # What each shard is read from (as the copy picks it), held against retention.
+            reads = [r for s in bad if (r := source_of(s, dst, tiers, lost)) is not None]
+            hold_sources(session, checkpoint_id, dst.name, reads, now)
         if budget <= 0:
             out.more = True
             break

@@ -97,6 +97,31 @@ def test_the_tier_a_peer_copy_is_made_again_from_stays_until_the_copy_is_made() 
     assert {(1, "lustre"), (1, "peer"), (1, "ssd")} <= gone
 
 
+def test_a_held_copy_never_stands_in_for_the_lasting_last_copy() -> None:
+    """The peer tier keeps step 1 (no rules there) while it is re-made from lustre; lustre and S3
+    no longer want it. The hold ends with the rebuild, so it is S3's copy, the most durable, that
+    stays as the last copy, not lustre's alone."""
+    durable_last_1 = Policy.from_spec(
+        {
+            "kinds": {"local": {"keep_last": 1}, "shared": {"keep_last": 1}},
+            "durable": {"keep_last": 1},
+        }
+    )
+    snap = snapshot(
+        checkpoint(
+            1, {"ssd": good(), "peer": rebuilding("lustre"), "lustre": good(), "s3": good()}
+        ),
+        checkpoint(2, {"ssd": good(), "peer": good(), "lustre": good(), "s3": good()}),
+        tiers=PEER_TIERS,
+    )
+    p = plan(snap, durable_last_1, NOW)
+    check_plan(snap, durable_last_1, NOW, p)
+    kept = {(k.step, k.tier): k.reasons for k in p.keeps}
+    assert kept[(1, "lustre")] == (KeepReason.REBUILD_SOURCE,)
+    assert kept[(1, "s3")] == (KeepReason.LAST_COPY,)
+    assert {(e.step, e.tier) for e in p.expiries} == {(1, "ssd")}
+
+
 def test_a_quarantined_copy_holds_no_source() -> None:
     """Neither re-replication nor repair makes a quarantined copy again."""
     quarantined = rebuilding("lustre").model_copy(update={"quarantined": True, "evidence": True})

@@ -42,6 +42,8 @@ WRONG_CRC = (
 )
 ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is_caught_by_the_copy"
 PLANNER = "tierpoint/retention/planner.py"
+REBUILD_PLANNER = "tests/tierpoint/retention/test_planner_rebuild.py"
+REBUILD_CATALOG = "tests/tierpoint/catalog/test_rebuild_hold.py"
 AUTH = "tests/api/test_auth.py"
 PATHS = "tierpoint/storage/paths.py"
 # The lexical path rule: one statement of it, in the client, which the server calls.
@@ -245,8 +247,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "planner-last-copy",
         PLANNER,
-        """                del expire[(c.id, good_on[-1])]
-                reasons[(c.id, good_on[-1])] = [KeepReason.LAST_COPY]
+        """                expire.pop(last, None)
+                reasons[last] = [KeepReason.LAST_COPY, *reasons.get(last, ())]
 """,
         "                pass\n",
         PLANNER_TESTS,
@@ -846,9 +848,72 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "planner-failed-copy-needs-a-lost-node",
         PLANNER,
-        "        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS\n",
-        "        return t.ref.kind in NODE_TIER_KINDS\n",
+        "        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS"
+        " and not _rebuilding(copy)\n",
+        "        return t.ref.kind in NODE_TIER_KINDS and not _rebuilding(copy)\n",
         ("tests/tierpoint/retention/test_planner_lost_nodes.py", *PLANNER_TESTS),
         "a failed local or peer copy that no lost node took part of stays the operator's",
+    ),
+    # ---- retention and copies being made again (re-replication, repair) ----------------------
+    Mutant(
+        "planner-rebuild-source",
+        PLANNER,
+        "        why.append(KeepReason.REBUILD_SOURCE)\n",
+        "        pass\n",
+        (REBUILD_PLANNER, *PLANNER_TESTS),
+        "the copy a re-replication or repair reads from stays while that rebuild holds it",
+    ),
+    Mutant(
+        "planner-rebuilt-copy-in-flight",
+        PLANNER,
+        "        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS"
+        " and not _rebuilding(copy)\n",
+        "        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS\n",
+        (REBUILD_PLANNER, *PLANNER_TESTS),
+        "a lost node's failed copy that a rebuild is making again is in flight, not expired",
+    ),
+    Mutant(
+        "planner-hold-is-no-last-copy",
+        PLANNER,
+        "        return key not in self.expire and bool(why)"
+        " and why != [KeepReason.REBUILD_SOURCE]\n",
+        "        return key not in self.expire\n",
+        (REBUILD_PLANNER, *PLANNER_TESTS),
+        "a copy only a rebuild's hold keeps never stands in for a checkpoint's lasting last copy",
+    ),
+    Mutant(
+        "snapshot-reads-rebuild-hold",
+        "tierpoint/catalog/snapshot.py",
+        "            rebuild_from=frozenset(m.rebuild_from or ())\n",
+        "            rebuild_from=frozenset()\n",
+        (REBUILD_CATALOG,),
+        "the planner and the re-check under locks see a rebuild's hold until it lapses",
+    ),
+    Mutant(
+        "rereplication-holds-its-sources",
+        "activities/peer.py",
+        "                rebuild_repo.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)\n",
+        "                pass\n",
+        ("tests/workflows/test_retention_during_rereplication.py",),
+        "a retention run during re-replication leaves the shared copy it reads alone",
+    ),
+    Mutant(
+        "repair-holds-its-sources",
+        "tierpoint/catalog/repair_repo.py",
+        "            hold_sources(session, checkpoint_id, dst.name, reads, now)\n",
+        "            pass\n",
+        (
+            "tests/tierpoint/catalog/test_integrity_repos.py::"
+            "test_repair_holds_the_tiers_it_reads_against_retention_until_promoted",
+        ),
+        "a repair holds the copies it reads from against retention, faster and slower tiers alike",
+    ),
+    Mutant(
+        "promotion-releases-the-hold",
+        "tierpoint/catalog/promotion.py",
+        "        release(session, checkpoint_id, tier)\n",
+        "        pass\n",
+        (REBUILD_CATALOG, "tests/workflows/test_retention_during_rereplication.py"),
+        "a rebuild made or given up releases its sources to the policy",
     ),
 )

@@ -18,7 +18,14 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog import key_layouts, metrics_reads, nodes, peer_reads, scrub_repo
+from tierpoint.catalog import (
+    key_layouts,
+    metrics_reads,
+    nodes,
+    peer_reads,
+    rebuild_repo,
+    scrub_repo,
+)
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
 from tierpoint.catalog.engine import Session, Sessions
@@ -250,6 +257,9 @@ class LifecycleActivities:
         src: ShardSource
         with self._sessions.begin() as s:
             layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
+            if dst_tier.kind is TierKind.PEER:
+                # Maybe a re-replication's batch: it renews the hold on what it reads from.
+                rebuild_repo.renew(s, inp.checkpoint_id)
         if dst_tier.kind is TierKind.PEER:
             # Runs on the holder's queue and pulls from the shards' node over its endpoint.
             if b.holder is None or b.holder == b.node:

@@ -3,11 +3,12 @@ lack, and the new holder of each shard's node. The copies and promotions are the
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog import nodes, peer_reads, scrub_repo
+from tierpoint.catalog import nodes, peer_reads, rebuild_repo, scrub_repo
 from tierpoint.catalog.engine import Sessions
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
@@ -57,7 +58,9 @@ class PeerActivities:
             batch_heartbeat_seconds=self._settings.batch_heartbeat_timeout_seconds,
         )
         with self._sessions.begin() as s:
-            if repo.checkpoint_head(s, inp.checkpoint_id) is None:
+            # Under the checkpoint's row lock, as retention's re-check: a copy below that the
+            # plan reads is held before any expiry can begin (rebuild_repo).
+            if not rebuild_repo.lock_checkpoint(s, inp.checkpoint_id):
                 raise ApplicationError(
                     f"checkpoint {inp.checkpoint_id} is not in the catalog",
                     type=FailureType.CHECKPOINT_NOT_FOUND,
@@ -73,11 +76,23 @@ class PeerActivities:
             held_below = peer_reads.verified_below(
                 s, inp.checkpoint_id, sorted(lost), sorted({n for b in below.values() for n in b})
             )
+            runs_of = {
+                t: _runs_below([r for r in rows if r[0] in lost], below[t], held_below)
+                for t, rows in missing.items()
+            }
+            now = datetime.now(UTC)
+            for tier in (t for t in peers if t.name in missing):
+                # The tiers this re-replication reads: the shards' nodes' local copies, and the
+                # tiers below for shards whose node is lost too.
+                reads_local = any(r[0] not in lost for r in missing[tier.name])
+                reads = {src for src, _ in runs_of[tier.name]}
+                reads |= {self._source_of(tier).name} if reads_local else set()
+                rebuild_repo.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)
         out.lost_nodes = sorted(lost)
         for tier in (t for t in peers if t.name in missing):
             rows = missing[tier.name]
             reachable = [r for r in rows if r[0] not in lost]
-            runs = _runs_below([r for r in rows if r[0] in lost], below[tier.name], held_below)
+            runs = runs_of[tier.name]
             placed = {n for n, _, _ in reachable} | {r[0][0] for _, r in runs}
             holders = ring_holders(placed, live, distance[tier.name], domains)
             batches = self._batches(reachable, tier) + [

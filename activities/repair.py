@@ -18,7 +18,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
-from tierpoint.catalog import expiry_repo, key_layouts, peer_reads, repair_repo
+from tierpoint.catalog import expiry_repo, key_layouts, peer_reads, rebuild_repo, repair_repo
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
 from tierpoint.catalog.engine import Sessions
@@ -170,6 +170,8 @@ class RepairActivities:
             marker = expiry_repo.marker_state(s, inp.checkpoint_id, dst_tier.name)
             if marker not in repair_repo.REPAIRABLE_MARKERS:
                 return None
+            # Renews the hold on the copies this repair reads from (rebuild_repo).
+            rebuild_repo.renew(s, inp.checkpoint_id)
             shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name)
             sources = {
                 x.shard_id: x

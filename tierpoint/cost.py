@@ -18,6 +18,8 @@ GB = 1 << 30
 
 DEFAULT_PRICE_PER_GB_MONTH: dict[TierKind | StorageClass, float] = {
     TierKind.LOCAL: 0.08,
+    # A peer copy lives on its holder's node-local NVMe, as a local one does.
+    TierKind.PEER: 0.08,
     TierKind.SHARED: 0.145,
     StorageClass.STANDARD: 0.023,
     # The frequent-access tier's price: objects read within 30 days (restores) stay there.

@@ -36,6 +36,7 @@ PROTECTIONS = frozenset(
         "latest_durable",
         "in_flight",
         "awaiting_durable",
+        "rebuild_source",
         "last_copy",
         "no_good_copy",
     }
@@ -98,6 +99,21 @@ def expects(c: CheckpointInfo, tier: str) -> bool:
     return copy is None or copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
 
 
+def rebuilds_from(c: CheckpointInfo, tier: str) -> bool:
+    """Another tier's copy of `c` is being made again (re-replication, repair) from `tier`: its
+    rebuild's hold names `tier`, and that copy is failed and not quarantined."""
+    return any(
+        other != tier and tier in copy.rebuild_from and being_rebuilt(copy)
+        for other, copy in c.copies.items()
+    )
+
+
+def being_rebuilt(copy: TierCopy) -> bool:
+    """docs/retention.md: a failed copy whose rebuild holds sources; quarantined, no one re-makes
+    it."""
+    return copy.state == TierState.FAILED and bool(copy.rebuild_from) and not copy.quarantined
+
+
 def quota_of(rule: TierRule | None) -> int | None:
     return None if rule is None else rule.max_bytes
 
@@ -152,7 +168,8 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
     good_on = {t: [c for c in snap.checkpoints if is_good(c, c.copies.get(t))] for t in names}
 
     # Every restorable copy is decided exactly once, and every failed copy on a node tier (local,
-    # peer) that a lost node took part of; nothing else is touched.
+    # peer) that a lost node took part of and that no rebuild is making again; nothing else is
+    # touched.
     node_tiers = {t.name for t in tiers if t.kind in (TierKind.LOCAL, TierKind.PEER)}
     decided = {
         (c.id, t)
@@ -165,6 +182,7 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
                 c.copies[t].state == TierState.FAILED
                 and c.copies[t].on_lost_node
                 and t in node_tiers
+                and not being_rebuilt(c.copies[t])
             )
         )
     }
@@ -191,6 +209,11 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
             return t in meant and i > reached
         return t in meant and copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
 
+    def lasting(cid: int, t: str) -> bool:
+        """Not expired, and kept for more than a rebuild's hold."""
+        k = kept.get((cid, t))
+        return k is not None and set(k.reasons) != {KeepReason.REBUILD_SOURCE}
+
     durable_good = good_on[names[-1]] if names else []
     latest_durable = max(durable_good, key=lambda c: (c.step, c.created_at, c.id), default=None)
 
@@ -216,6 +239,9 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         # No source of a copy in flight to a tier the checkpoint is meant for.
         in_flight = [t for t in slower if t in c.copies and t in meant]
         assert all(c.copies[t].state != TierState.PENDING for t in in_flight), e
+        # No source of a copy that re-replication or repair is making again on another tier
+        # (docs/retention.md: a hold the rebuild recorded, on a failed copy not quarantined).
+        assert not rebuilds_from(c, tier), e
         # The rule named is the one that decided.
         if e.rule is ExpiryRule.NOT_KEPT:
             assert not (claims(c, i) and rule_keeps(rules[tier], good_on[tier], c, now)), e
@@ -230,7 +256,9 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
             for i, t in enumerate(names)
             if claims(c, i) and rule_keeps(rules[t], good_on[t], c, now)
         ]
-        remaining = [t for t in good_tiers if (c.id, t) not in expired]
+        # A copy held only by a rebuild's hold stays just until the rebuild ends: it does not
+        # count as the copy that remains (docs/retention.md, rebuild_source).
+        remaining = [t for t in good_tiers if lasting(c.id, t)]
         if good_tiers and not remaining:
             # only a quota may take a kept checkpoint's last copy, and only from the tiers that
             # kept it
@@ -266,13 +294,14 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
             KeepReason.AWAITING_DURABLE: tiers[i].kind is TierKind.LOCAL
             and any(t in meant and expects(c, t) for t in slower)
             and not any(is_intact(c.copies.get(t)) for t in slower),
+            KeepReason.REBUILD_SOURCE: rebuilds_from(c, tier),
         }
         for reason, fact in facts.items():
             assert (reason in k.reasons) == fact, (k, reason)
         if KeepReason.LAST_COPY in k.reasons:
             assert is_intact(copy), k
-            assert all(
-                (cid, t) in expired for t in names if t != tier and is_intact(c.copies.get(t))
+            assert not any(
+                lasting(cid, t) for t in names if t != tier and is_intact(c.copies.get(t))
             ), k
         if KeepReason.NO_GOOD_COPY in k.reasons:
             assert not any(is_intact(c.copies.get(t)) for t in names), k

@@ -221,6 +221,11 @@ class CheckpointTier(Base):
     # the copy is planned and read by everything that names them; null = flat (copies planned
     # before layouts were recorded). `tierpoint/storage/s3/layout.py`.
     key_layout: Mapped[str | None] = mapped_column(String(32))
+    # This copy is being made again (re-replication, repair) from these other tiers' copies of the
+    # checkpoint, which retention keeps until `rebuild_until` (`rebuild_repo`); the plan of the
+    # rebuild records both, its promotion (made or given up) clears them.
+    rebuild_from: Mapped[list[str] | None] = mapped_column(JSONB)
+    rebuild_until: Mapped[datetime | None]
 
     __table_args__ = (
         CheckConstraint(_in("state", TierState), name="state_valid"),

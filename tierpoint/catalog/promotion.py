@@ -16,6 +16,7 @@ from .events import EventKind, record
 from .lifecycle_repo import ACTOR
 from .models import VERIFIED, CheckpointTier, Replica, Shard
 from .nodes import verified_on_live_nodes
+from .rebuild_repo import release
 
 # How many bad shards a failure reason names.
 REASON_EXAMPLES = 3
@@ -37,6 +38,7 @@ class _Marker:
     reason: str | None
     job_id: int
     restorable_at: object
+    rebuilding: bool
 
 
 def promote(
@@ -49,6 +51,10 @@ def promote(
     """Flip the tier's marker in the caller's transaction: `restorable` only if every shard has a
     verified replica on the tier, else `failed` with a reason, and later tiers `failed` too."""
     marker = _lock_marker(session, checkpoint_id, tier)
+    if marker.rebuilding:
+        # A rebuild of this copy (re-replication, repair) ends here, made or given up: the
+        # copies it read from are retention's again.
+        release(session, checkpoint_id, tier)
     if marker.state not in (TierState.PENDING.value, TierState.FAILED.value):
         # restorable already (a rerun), or retention has taken over.
         return PromoteOutcome(marker.state, marker.reason, changed=False)
@@ -86,6 +92,7 @@ def _lock_marker(session: Session, checkpoint_id: int, tier: str) -> _Marker:
             CheckpointTier.reason,
             CheckpointTier.job_id,
             CheckpointTier.restorable_at,
+            CheckpointTier.rebuild_from.is_not(None),
         )
         .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
         .with_for_update()

@@ -29,6 +29,7 @@ from tierpoint.states import TierState
 
 from .lifecycle_repo import checkpoint_head
 from .models import VERIFIED, Checkpoint, CheckpointTier, Job, Node, Replica, Shard
+from .rebuild_repo import hold_sources, lock_checkpoint
 from .snapshot import policy_for_job, take_snapshot
 
 REPAIRABLE_MARKERS = (TierState.FAILED.value, TierState.RESTORABLE.value)
@@ -86,9 +87,11 @@ def prefers_node(shard: ShardSources, tiers: Sequence[TierConfig], lost: set[str
     return False
 
 
-def has_source(
+def source_of(
     shard: ShardSources, dst: TierConfig, tiers: Sequence[TierConfig], lost: set[str]
-) -> bool:
+) -> str | None:
+    """The tier a repair of the shard on `dst` reads from: the fastest that holds it verified and
+    that some worker can read (as `activities/repair.py` picks it), or None."""
     for t in tiers:
         # A peer copy is no repair source: the shard's node has it locally (or is lost: then
         # re-replication's), and any worker reads the shared tier and S3.
@@ -96,8 +99,14 @@ def has_source(
             continue
         if t.kind is TierKind.LOCAL and shard.node in lost:
             continue
-        return True
-    return False
+        return t.name
+    return None
+
+
+def has_source(
+    shard: ShardSources, dst: TierConfig, tiers: Sequence[TierConfig], lost: set[str]
+) -> bool:
+    return source_of(shard, dst, tiers, lost) is not None
 
 
 def retention_keeps(
@@ -150,6 +159,9 @@ def plan_repair(
     head = checkpoint_head(session, checkpoint_id)
     if head is None:
         return RepairPlan(checkpoint_id=checkpoint_id, job="", step=0, left=["checkpoint is gone"])
+    # Under the checkpoint's row lock, as retention's re-check: the copies a tier's repair reads
+    # are held (rebuild_repo) before any expiry of them can begin.
+    lock_checkpoint(session, checkpoint_id)
     out = RepairPlan(checkpoint_id=head.id, job=head.job, step=head.step)
     quarantined = session.scalar(
         select(Checkpoint.quarantine_reason).where(Checkpoint.id == checkpoint_id)
@@ -194,6 +206,9 @@ def plan_repair(
             out.tiers.append(
                 RepairTier(tier=dst.name, parallelism=dst.parallelism, batches=batches)
             )
+            # What each shard is read from (as the copy picks it), held against retention.
+            reads = [r for s in bad if (r := source_of(s, dst, tiers, lost)) is not None]
+            hold_sources(session, checkpoint_id, dst.name, reads, now)
         if budget <= 0:
             out.more = True
             break

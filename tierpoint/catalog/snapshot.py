@@ -103,7 +103,7 @@ def take_snapshot(
     job_id = require_job_id(session, job)
     names = [t.name for t in tiers]
     checkpoints = _checkpoints(session, job_id, now)
-    copies = _copies(session, job_id, names, {c.id: c.shard_count for c in checkpoints})
+    copies = _copies(session, job_id, names, {c.id: c.shard_count for c in checkpoints}, now)
     return RetentionSnapshot(
         job=job,
         tiers=tuple(TierRef(t.name, t.kind) for t in tiers),
@@ -150,9 +150,14 @@ def _checkpoints(session: Session, job_id: int, now: datetime) -> Sequence[Any]:
 
 
 def _copies(
-    session: Session, job_id: int, names: Sequence[str], shard_counts: dict[int, int]
+    session: Session,
+    job_id: int,
+    names: Sequence[str],
+    shard_counts: dict[int, int],
+    now: datetime,
 ) -> dict[int, dict[str, TierCopy]]:
-    """checkpoint id -> tier -> its copy there, from the markers and their replicas' totals."""
+    """checkpoint id -> tier -> its copy there, from the markers and their replicas' totals. A
+    rebuild's hold on its sources counts until its `rebuild_until`, as a lease until it expires."""
     markers = session.execute(
         select(
             CheckpointTier.checkpoint_id,
@@ -160,6 +165,8 @@ def _copies(
             CheckpointTier.state,
             CheckpointTier.quarantine_reason,
             CheckpointTier.quarantine_evidence,
+            CheckpointTier.rebuild_from,
+            CheckpointTier.rebuild_until,
         ).where(CheckpointTier.job_id == job_id, CheckpointTier.tier.in_(names))
     ).all()
     replica_totals = _replica_totals(session, job_id, names)
@@ -173,6 +180,9 @@ def _copies(
             quarantined=m.quarantine_reason is not None,
             evidence=m.quarantine_reason is not None and m.quarantine_evidence,
             on_lost_node=on_lost > 0,
+            rebuild_from=frozenset(m.rebuild_from or ())
+            if m.rebuild_until is not None and m.rebuild_until > now
+            else frozenset(),
         )
     return copies
 

@@ -36,6 +36,10 @@ class TierCopy(_Frozen):
     # part of the copy was on a node declared lost (a local copy's node, a peer copy's holder):
     # those bytes are gone with the node, so a failed copy there is retention's to expire
     on_lost_node: bool = False
+    # this copy is being made again (re-replication, repair) and reads from the copies on these
+    # tiers: a hold recorded by the rebuild's plan, cleared by its promotion, and given to the
+    # planner only while it has not lapsed
+    rebuild_from: frozenset[str] = frozenset()
 
 
 class CheckpointInfo(_Frozen):
@@ -67,6 +71,7 @@ class KeepReason(StrEnum):
     LATEST_DURABLE = "latest_durable"  # the job's latest restorable checkpoint on its last tier
     IN_FLIGHT = "in_flight"  # a copy to a more durable target is pending (this may be its source)
     AWAITING_DURABLE = "awaiting_durable"  # local, not yet restorable on a more durable target
+    REBUILD_SOURCE = "rebuild_source"  # a copy on another tier is being made again from this one
     LAST_COPY = "last_copy"  # the only restorable copy left of a checkpoint some tier keeps
     NO_GOOD_COPY = "no_good_copy"  # a kept checkpoint with no restorable copy: keep every remnant
     # Rules of the tier's policy: a quota (max_bytes) may override these, oldest first.
@@ -86,6 +91,7 @@ PROTECTIONS = frozenset(
         KeepReason.LATEST_DURABLE,
         KeepReason.IN_FLIGHT,
         KeepReason.AWAITING_DURABLE,
+        KeepReason.REBUILD_SOURCE,
         KeepReason.LAST_COPY,
         KeepReason.NO_GOOD_COPY,
     }

@@ -2,17 +2,20 @@
 
 Only copies whose marker is `restorable` are ever planned for expiry, and failed copies on the
 nodes' own tiers (local, peer) that a node declared lost took part of (`on_lost_node`: its
-replicas there are gone, the rest are bytes on live nodes that no restore is sent to). Pending
-copies are in flight, other failed ones are the operator's, `expiring` ones are listed as
-unfinished (the executor completes them), expired ones are gone.
+replicas there are gone, the rest are bytes on live nodes that no restore is sent to), unless
+re-replication or repair is making them again (`rebuild_from`). Pending copies are in flight, as
+failed ones being made again are, other failed ones are the operator's, `expiring` ones are
+listed as unfinished (the executor completes them), expired ones are gone.
 
 Each such copy is decided in three passes (a failed copy is never intact, so it is never the last
 copy that pass 2 keeps, and a checkpoint with no intact copy keeps it as a remnant):
 1. protections (never overridden): pinned, leased, quarantined by an operator (evidence; a
    training job's quarantine only makes a copy not good and protects nothing), the latest
    restorable checkpoint on the most durable tier, a source of a copy still in flight to a more
-   durable tier, a local copy not yet restorable on the more durable tier it is meant for, and
-   every remnant of a checkpoint that some tier keeps but that has no good copy left;
+   durable tier, a source of a copy that re-replication or repair is making again (on any other
+   tier, while that rebuild holds it), a local copy not yet restorable on the more durable tier
+   it is meant for, and every remnant of a checkpoint that some tier keeps but that has no good
+   copy left;
 2. the tier's keep rules (a union); copies neither protected nor kept expire, except that a
    checkpoint some tier keeps never loses its last intact copy: its most durable one stays;
 3. the tier's quota: while over `max_bytes`, the oldest copies held only by keep rules expire,
@@ -177,6 +180,12 @@ class _Planning:
                     reason=_why_expires(c, t, copy, self.now),
                 )
 
+    def lasts(self, key: tuple[int, int]) -> bool:
+        """The copy stays beyond this plan: not expiring, and kept by more than a rebuild's hold
+        (which ends with the rebuild: it never stands in for a checkpoint's lasting copy)."""
+        why = self.reasons.get(key)
+        return key not in self.expire and bool(why) and why != [KeepReason.REBUILD_SOURCE]
+
     def keep_last_copies(self) -> None:
         """A checkpoint some tier keeps keeps its most durable intact copy."""
         expire, reasons = self.expire, self.reasons
@@ -184,9 +193,10 @@ class _Planning:
             if not self.keepers[c.id]:
                 continue
             good_on = [t.index for t in self.tiers if _is_intact(c.copies.get(t.ref.name))]
-            if good_on and all((c.id, i) in expire for i in good_on):
-                del expire[(c.id, good_on[-1])]
-                reasons[(c.id, good_on[-1])] = [KeepReason.LAST_COPY]
+            if good_on and not any(self.lasts((c.id, i)) for i in good_on):
+                last = (c.id, good_on[-1])
+                expire.pop(last, None)
+                reasons[last] = [KeepReason.LAST_COPY, *reasons.get(last, ())]
 
     def apply_quota(self, t: TierRules) -> TierUsage:
         """Pass 3, one tier at a time, fastest first: while the tier is over its quota, the
@@ -229,7 +239,7 @@ class _Planning:
                 for u in self.tiers
                 if u.index != t.index
                 and _is_intact(c.copies.get(u.ref.name))
-                and (c.id, u.index) not in self.expire
+                and self.lasts((c.id, u.index))
             ]
             if not others and self.keepers[c.id] - self.withdrawn[c.id] - {t.index}:
                 held.insert(0, KeepReason.LAST_COPY)
@@ -288,10 +298,16 @@ class _Planning:
 
 def _decided(t: TierRules, copy: TierCopy) -> bool:
     """Whether retention decides the copy: a restorable one, or a failed one on a node tier that
-    a lost node took part of."""
+    a lost node took part of, unless it is being made again (in flight, as a pending one)."""
     if copy.state == TierState.FAILED:
-        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS
+        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS and not _rebuilding(copy)
     return copy.state == TierState.RESTORABLE
+
+
+def _rebuilding(copy: TierCopy) -> bool:
+    """A failed copy that re-replication or repair is making again: its rebuild holds sources (a
+    quarantined copy is re-made by neither)."""
+    return copy.state == TierState.FAILED and bool(copy.rebuild_from) and not copy.quarantined
 
 
 def _why_expires(c: CheckpointInfo, t: TierRules, copy: TierCopy, now: datetime) -> str:
@@ -339,6 +355,17 @@ def _protections(
         and not any(_is_intact(c.copies.get(u.ref.name)) for u in slower)
     ):
         why.append(KeepReason.AWAITING_DURABLE)
+    # The mirror of in_flight: a failed copy on another tier (a peer tier after a lost holder, a
+    # copy repair re-makes) is being made again from this one, whichever side of it that tier is.
+    # Only while the rebuild is under way: its promotion (made or given up) clears the hold and a
+    # rebuild that stopped without one lets it lapse, so a copy that can no longer be re-made
+    # does not hold its sources forever.
+    if any(
+        t.ref.name in other.rebuild_from and _rebuilding(other)
+        for name, other in c.copies.items()
+        if name != t.ref.name
+    ):
+        why.append(KeepReason.REBUILD_SOURCE)
     if keepers and not any(_is_intact(c.copies.get(u.ref.name)) for u in tiers):
         why.append(KeepReason.NO_GOOD_COPY)
     return why

@@ -14,9 +14,20 @@ from tests.helpers.lifecycle import NODES, Seeded, new_job, random_shards, seed_
 from tests.helpers.retention import create_job
 from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.damage import mark_damaged
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, ScrubStats, Shard
+from tierpoint.catalog.models import (
+    Checkpoint,
+    CheckpointTier,
+    Event,
+    Job,
+    Replica,
+    ScrubStats,
+    Shard,
+)
+from tierpoint.catalog.promotion import promote
 from tierpoint.catalog.repair_repo import plan_repair
+from tierpoint.catalog.snapshot import take_snapshot
 from tierpoint.config import Settings
+from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState
 
 TIERS = ("ssd", "lustre", "s3")
@@ -234,3 +245,48 @@ def test_scrub_picks_oldest_reads_first_within_budget_and_counts_once(
         local, _ = scrub_repo.due(s, "ssd", "node-b", timedelta(0), now, 10**9, 1000)
         nodes = set(s.scalars(select(Replica.node_id).where(Replica.id.in_(local))))
     assert nodes == {"node-b"}
+
+
+def test_repair_holds_the_tiers_it_reads_against_retention_until_promoted(
+    settings: Settings, sessions: sessionmaker[Session]
+) -> None:
+    """Repair reads each shard from the fastest other tier holding it verified, faster or slower:
+    lustre's shard 0 from ssd and shard 1 from S3 (its ssd copy is bad too), ssd's shard 1 from
+    S3. The plan records that on each repaired marker (what retention keeps as
+    `rebuild_source`); each tier's promotion, made or given up, releases its own."""
+    cp = _everywhere(settings, sessions, new_job(), 1).checkpoint_id
+    ssd, lustre = _replica_ids(sessions, cp, "ssd"), _replica_ids(sessions, cp, "lustre")
+    now = datetime.now(UTC)
+    refs = [TierRef(t.name, t.kind) for t in settings.tiers]
+    with sessions.begin() as s:
+        mark_damaged(s, {lustre[0]: "x", lustre[1]: "y", ssd[1]: "y"}, ReplicaState.CORRUPT, "t")
+        plan = plan_repair(s, cp, settings.tiers, now, batch_size=500, limit=100)
+    assert [t.tier for t in plan.tiers] == ["ssd", "lustre"]
+    assert _holds(sessions, cp) == {"ssd": ["s3"], "lustre": ["s3", "ssd"], "s3": None}
+    with sessions.begin() as s:
+        snap = take_snapshot(s, _job_of(s, cp), refs, now)
+    (copies,) = [c.copies for c in snap.checkpoints if c.id == cp]
+    assert copies["lustre"].rebuild_from == {"s3", "ssd"}
+
+    with sessions.begin() as s:
+        promote(s, cp, "lustre", [], "1 of 1 batches failed")
+    assert _holds(sessions, cp) == {"ssd": ["s3"], "lustre": None, "s3": None}
+
+
+def _holds(sessions: sessionmaker[Session], cp: int) -> dict[str, list[str] | None]:
+    with sessions.begin() as s:
+        rows = s.execute(
+            select(
+                CheckpointTier.tier, CheckpointTier.rebuild_from, CheckpointTier.rebuild_until
+            ).where(CheckpointTier.checkpoint_id == cp)
+        ).all()
+    assert all((held is None) == (until is None) for _, held, until in rows)
+    return {tier: held for tier, held, _ in rows}
+
+
+def _job_of(s: Session, cp: int) -> str:
+    name = s.scalar(
+        select(Job.name).join(Checkpoint, Checkpoint.job_id == Job.id).where(Checkpoint.id == cp)
+    )
+    assert name is not None
+    return name

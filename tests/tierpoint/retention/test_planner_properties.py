@@ -94,6 +94,10 @@ copies = st.builds(
     evidence=st.booleans(),
     # part of it on a node declared lost
     on_lost_node=st.sampled_from([False] * 3 + [True]),
+    # being made again (re-replication, repair) from these tiers' copies, while the hold lasts
+    rebuild_from=st.sampled_from(
+        [frozenset()] * 8 + [frozenset({f"t{i}"}) for i in range(4)] + [frozenset({"t0", "t2"})]
+    ),
 )
 rare = st.sampled_from([False] * 11 + [True])
 

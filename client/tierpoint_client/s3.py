@@ -33,12 +33,18 @@ def readinto_of(body: Any) -> Callable[[memoryview], int]:
         return sized_readinto(fp)
     from botocore.exceptions import BotoCoreError
 
+    readinto = getattr(body, "readinto", None)  # botocore's StreamingBody has it since 1.36
+
     def through_body(view: memoryview) -> int:
         try:
-            n: int = body.readinto(view)
+            if readinto is not None:
+                n: int = readinto(view)
+                return n
+            data = body.read(len(view))
         except BotoCoreError as e:  # IncompleteReadError, ResponseStreamingError
             raise http.client.HTTPException(str(e)) from e
-        return n
+        view[: len(data)] = data
+        return len(data)
 
     return through_body
 

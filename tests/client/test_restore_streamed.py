@@ -63,6 +63,20 @@ def test_large_s3_objects_land_exactly_their_bytes(tmp_path: Path, services: Ser
     assert [(f.size, f.crc32c) for f in files] == [(e.size, e.crc32c) for e in objects.plan]
 
 
+def test_an_object_with_a_content_encoding_is_read_through_botocores_body(
+    tmp_path: Path, services: Services
+) -> None:
+    """Where urllib3 may decode the body, the socket is not read past it: the bytes still land
+    as stored (whose crc32c was registered)."""
+    data = os.urandom(9 * MiB + 1)
+    objects = s3_objects(services, {"enc.bin": b""}, "")
+    key = objects.prefix + "enc.bin"
+    objects.s3.put_object(Bucket=objects.bucket, Key=key, Body=data, ContentEncoding="identity")
+    entry = _entry("enc.bin", data, f"s3://{objects.bucket}/{key}", "s3", (objects.bucket, key))
+    restore_plan([entry], tmp_path / "dest", objects.tiers)
+    assert _files_under(tmp_path / "dest") == {"enc.bin": data}
+
+
 def test_an_s3_restore_allocates_no_chunk_per_read(tmp_path: Path, services: Services) -> None:
     """The bytes go from the socket into the worker's one buffer: a read through urllib3 made a
     new object of a chunk's size for every chunk, then copied it."""

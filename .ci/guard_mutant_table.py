@@ -366,6 +366,27 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/client/test_restore_plan.py::test_progress_counts_a_fallback_read_once",),
         "the bytes of a copy that failed verification are not counted as restored",
     ),
+    Mutant(
+        "restore-cut-body",
+        "client/tierpoint_client/transport.py",
+        "        if not n and len(view) and resp.length:\n",
+        "        if False:\n",
+        (
+            "tests/client/test_restore_streamed.py::"
+            "test_a_cut_s3_body_is_a_read_error_not_a_mismatch",
+            "tests/client/test_restore_streamed.py::"
+            "test_a_cut_peer_body_is_a_read_error_not_a_mismatch",
+        ),
+        "a body cut off before its Content-Length is a read error, never a copy reported corrupt",
+    ),
+    Mutant(
+        "restore-s3-connection-kept",
+        "client/tierpoint_client/restore.py",
+        "        s3.release(body)\n",
+        "        body.close()\n",
+        ("tests/client/test_restore_streamed.py::test_an_s3_connection_read_to_its_end_is_reused",),
+        "an S3 body read to its end gives its connection back for the next object",
+    ),
     # ---- checksums: seal, copy, verify -------------------------------------------------------
     Mutant(
         "seal-crc",

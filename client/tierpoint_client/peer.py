@@ -10,9 +10,8 @@ from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from tierpoint_client.errors import SourceError
-from tierpoint_client.hashing import chunk_buffer
 from tierpoint_client.models import PlanEntry
-from tierpoint_client.transport import DataConnections
+from tierpoint_client.transport import DataConnections, sized_readinto
 
 # A peer's data endpoint that sends nothing for this long fails the read (the next copy is tried).
 PEER_TIMEOUT = 60.0
@@ -35,55 +34,16 @@ def _refused(entry: PlanEntry, resp: http.client.HTTPResponse) -> SourceError:
     return SourceError(f"peer copy {entry.url}: HTTP {resp.status} {why}")
 
 
-def read_full(body: object, view: memoryview) -> int:
-    """Fill `view` from a response body; fewer bytes only at its end (a socket read returns
-    whatever has arrived, often much less than asked for)."""
-    readinto = getattr(body, "readinto", None)  # botocore's StreamingBody has it since 1.36
-    read = getattr(body, "read")  # noqa: B009 - every body has it; readinto is optional
-    got = 0
-    while got < len(view):
-        if readinto is not None:
-            n = readinto(view[got:])
-        else:
-            data = read(len(view) - got)
-            n = len(data)
-            view[got : got + n] = data
-        if not n:
-            break
-        got += n
-    return got
-
-
-def peer_chunks(entry: PlanEntry, token: str | None, chunk_size: int) -> Iterator[memoryview]:
-    """The file from its holder's data endpoint: one plain GET, the bytes verified by the
-    caller like any other source's."""
-    headers = _checked(entry, token)
-    view = chunk_buffer(chunk_size)
-    try:
-        with PEERS.get(entry.url or "", headers) as resp:
-            if resp.status != 200:
-                raise _refused(entry, resp)
-            while True:
-                try:
-                    n = read_full(resp, view)
-                except http.client.HTTPException as e:
-                    raise SourceError(f"peer copy {entry.url} cut off: {e!r}") from None
-                if not n:
-                    return
-                yield view[:n]
-    except (OSError, http.client.HTTPException) as e:
-        raise SourceError(f"peer copy {entry.url}: {e!r}") from None
-
-
 @contextlib.contextmanager
 def stream(entry: PlanEntry, token: str | None) -> Iterator[Callable[[memoryview], int]]:
-    """The file's bytes as a `readinto` of its one GET (0 at its end); a failure to read is
+    """The file's bytes as a `readinto` of its one GET, straight from the socket into the
+    caller's memory (0 at its end); a failure to read, a body cut off among them, is
     SourceError."""
     headers = _checked(entry, token)
     try:
         with PEERS.get(entry.url or "", headers) as resp:
             if resp.status != 200:
                 raise _refused(entry, resp)
-            yield resp.readinto
+            yield sized_readinto(resp)
     except (OSError, http.client.HTTPException) as e:
         raise SourceError(f"peer copy {entry.url}: {e!r}") from None

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,7 @@ from tierpoint_client.errors import SourceError as SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, crc32c_hex, update
 from tierpoint_client.models import PlanEntry, RestoredFile, TierInfo
 from tierpoint_client.paths import PARTIAL_SUFFIX, safe_join, validate_relative_path
-from tierpoint_client.peer import peer_chunks, read_full
+from tierpoint_client.transport import read_full
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -35,7 +35,7 @@ ProgressCallback = Callable[[int, int], None]
 FallbackFn = Callable[[PlanEntry, ChecksumMismatchError, frozenset[str]], "PlanEntry | None"]
 
 
-def _posix_chunks(location: str, chunk_size: int) -> Iterator[memoryview]:
+def _posix_chunks(location: str, chunk_size: int) -> Generator[memoryview, None, None]:
     buf = bytearray(chunk_size)
     view = memoryview(buf)
     try:
@@ -80,13 +80,11 @@ class Sources:
                 client = self._s3[tier] = s3.client_for(info)
             return client
 
-    def chunks(self, entry: PlanEntry, chunk_size: int) -> Iterator[memoryview | bytes]:
+    def chunks(self, entry: PlanEntry, chunk_size: int) -> Generator[memoryview, None, None]:
         if entry.kind in ("local", "shared"):
             return _posix_chunks(entry.location, chunk_size)
-        if entry.kind == "s3":
-            return self._s3_chunks(entry, chunk_size)
-        if entry.kind == "peer":
-            return peer_chunks(entry, self._token, chunk_size)
+        if entry.kind in ("s3", "peer"):
+            return self._streamed_chunks(entry, chunk_size)
         raise SourceError(
             f"tier {entry.tier!r} has kind {entry.kind!r}, which this client cannot read"
         )
@@ -94,7 +92,9 @@ class Sources:
     @contextlib.contextmanager
     def stream(self, entry: PlanEntry) -> Iterator[Callable[[memoryview], int]]:
         """An S3 or peer copy's bytes as one `readinto` (0 at the end), straight from the
-        socket into the caller's memory; a failure to read is SourceError."""
+        socket into the caller's memory; a failure to read, a body cut off among them, is
+        SourceError. An S3 body read to its end goes back to botocore's pool; one left early
+        (a longer copy, an error) is closed with its connection."""
         if entry.kind == "peer":
             with peer.stream(entry, self._token) as readinto:
                 yield readinto
@@ -106,7 +106,7 @@ class Sources:
             yield s3.readinto_of(body)
         except BaseException as e:
             body.close()
-            if isinstance(e, http.client.HTTPException):
+            if isinstance(e, (http.client.HTTPException, ConnectionError, TimeoutError)):
                 raise SourceError(f"{entry.location} cut off: {e!r}") from None
             raise
         s3.release(body)
@@ -154,20 +154,15 @@ class Sources:
                 raise SourceError(f"{entry.location} is shorter than the range read") from None
             raise
 
-    def _s3_chunks(self, entry: PlanEntry, chunk_size: int) -> Iterator[memoryview]:
-        # One buffer per thread, filled in place: `read(n)` would allocate (and the allocator
-        # fault in) a new chunk for every few MiB of every shard.
+    def _streamed_chunks(
+        self, entry: PlanEntry, chunk_size: int
+    ) -> Generator[memoryview, None, None]:
+        # One buffer per thread, filled in place from the socket: a `read(n)` (urllib3's
+        # `readinto` too) would allocate and fault in a new chunk, then copy it.
         view = chunk_buffer(chunk_size)
-        resp = self._get(entry)
-        body = resp["Body"]
-        try:
-            while True:
-                n = read_full(body, view)
-                if not n:
-                    return
+        with self.stream(entry) as readinto:
+            while n := read_full(readinto, view):
                 yield view[:n]
-        finally:
-            body.close()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -210,8 +205,12 @@ def restore_shard(
     size = 0
     counted = 0
     try:
-        with os.fdopen(fd, "wb", buffering=0) as out:
-            for chunk in sources.chunks(entry, chunk_size):
+        # The chunks are closed on an error too: a stream left early goes with its connection.
+        with (
+            os.fdopen(fd, "wb", buffering=0) as out,
+            contextlib.closing(sources.chunks(entry, chunk_size)) as chunks,
+        ):
+            for chunk in chunks:
                 crc = update(crc, chunk)
                 view = memoryview(chunk)
                 while view:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierpoint_client.errors import MissingDependencyError
 from tierpoint_client.models import TierInfo
+from tierpoint_client.transport import sized_readinto
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
 def readinto_of(body: Any) -> Callable[[memoryview], int]:
     """The fastest `readinto` of a botocore body: its HTTP response's own (the socket's bytes
     straight into the caller's memory) when nothing sits between them (urllib3's readinto reads
-    into a new bytes object, then copies it); else the body's."""
+    into a new bytes object, then copies it); else the body's. A body cut off before its
+    Content-Length raises an HTTPException either way."""
     raw = getattr(body, "_raw_stream", None)
     fp = getattr(raw, "_fp", None)
     if (
@@ -28,21 +30,36 @@ def readinto_of(body: Any) -> Callable[[memoryview], int]:
         and not raw.headers.get("Content-Encoding")
         and not len(raw._decoded_buffer)
     ):
-        return fp.readinto
-    readinto: Callable[[memoryview], int] = body.readinto
-    return readinto
+        return sized_readinto(fp)
+    from botocore.exceptions import BotoCoreError
+
+    readinto = getattr(body, "readinto", None)  # botocore's StreamingBody has it since 1.36
+
+    def through_body(view: memoryview) -> int:
+        try:
+            if readinto is not None:
+                n: int = readinto(view)
+                return n
+            data = body.read(len(view))
+        except BotoCoreError as e:  # IncompleteReadError, ResponseStreamingError
+            raise http.client.HTTPException(str(e)) from e
+        view[: len(data)] = data
+        return len(data)
+
+    return through_body
 
 
 def release(body: Any) -> None:
-    """Close a body read without an error; its connection goes back to botocore's pool when
-    its response was read to the end past urllib3, which would close it (and the next object
-    would cost a new TCP and TLS handshake)."""
+    """Close a body read to its end without an error; its connection goes back to botocore's
+    pool when its response was read to its Content-Length past urllib3, which would close it
+    (and the next object would cost a new TCP and TLS handshake)."""
     raw = getattr(body, "_raw_stream", None)
     fp = getattr(raw, "_fp", None)
     if (
         raw is not None
         and isinstance(fp, http.client.HTTPResponse)
         and fp.isclosed()
+        and not fp.length
         and not fp.will_close
     ):
         raw.release_conn()

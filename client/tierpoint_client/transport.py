@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,6 +252,34 @@ class DataConnections:
         parent's too)."""
         if os.getpid() != self._pid:
             self._idle, self._pid = {}, os.getpid()
+
+
+def sized_readinto(resp: http.client.HTTPResponse) -> Callable[[memoryview], int]:
+    """The response's own `readinto` (the socket's bytes straight into the caller's memory; 0
+    at the end of the body), but a body cut off before its Content-Length raises IncompleteRead:
+    `http.client` ends it as if it were complete, and a short read taken for a copy shorter than
+    registered would condemn a good copy for a network fault."""
+    readinto = resp.readinto
+
+    def checked(view: memoryview) -> int:
+        n = readinto(view)
+        if not n and len(view) and resp.length:
+            raise http.client.IncompleteRead(b"", resp.length)
+        return n
+
+    return checked
+
+
+def read_full(readinto: Callable[[memoryview], int], view: memoryview) -> int:
+    """Fill `view` through `readinto`; fewer bytes only at the stream's end (a socket read
+    returns whatever has arrived, often much less than asked for)."""
+    got = 0
+    while got < len(view):
+        n = readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return got
 
 
 # The node worker's settings of the same names: a training job on a node is given them alike.

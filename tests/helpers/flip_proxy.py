@@ -1,6 +1,7 @@
 """An HTTP proxy that damages bodies in transit, run as a process of its own: it passes requests
-to a backend (a node's data endpoint) as they are, and in the body of the first `flips` 200 or
-206 responses (or of every one, `flips` -1) it flips one bit of the byte in the middle.
+to a backend (a node's data endpoint, or S3) as they are, and in the body of the first `flips`
+200 or 206 responses (or of every one, `flips` -1) it flips one bit of the byte in the middle, or
+with `cut` closes the connection there instead, the head having promised the whole body.
 Everything else passes byte for byte. One request per client connection (as `PeerSource` asks).
 
 Control, on the same port: `GET /_flip/stats` (JSON: responses passed on, bodies damaged).
@@ -31,13 +32,14 @@ CHUNK = 64 * 1024
 class Stats:
     responses: int = 0
     flipped: int = 0
+    cut: int = 0  # bodies ended at their middle by closing the connection
     # The byte offset in the body (not in the file) of each flip, in order.
     at: list[int] = field(default_factory=list)
 
 
 class FlipProxy:
-    def __init__(self, backend: tuple[str, int], flips: int) -> None:
-        self.backend, self.left, self.stats = backend, flips, Stats()
+    def __init__(self, backend: tuple[str, int], flips: int, cut: bool = False) -> None:
+        self.backend, self.left, self.cut, self.stats = backend, flips, cut, Stats()
 
     def take_flip(self) -> bool:
         if self.left == 0:
@@ -78,10 +80,14 @@ class FlipProxy:
             flip_at = length // 2 if ok and length and self.take_flip() else -1
             done = 0
             while done < length:
-                data = bytearray(await up_reader.read(min(CHUNK, length - done)))
+                if self.cut and done == flip_at:
+                    self.stats.cut += 1
+                    return  # the connection is closed mid-body
+                end = flip_at if self.cut and done < flip_at else length
+                data = bytearray(await up_reader.read(min(CHUNK, end - done)))
                 if not data:
                     raise asyncio.IncompleteReadError(b"", length - done)
-                if done <= flip_at < done + len(data):
+                if not self.cut and done <= flip_at < done + len(data):
                     data[flip_at - done] ^= 0x01
                     self.stats.flipped += 1
                     self.stats.at.append(flip_at)
@@ -106,10 +112,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--backend", required=True, help="host:port of the data endpoint")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--flips", type=int, default=1, help="bodies to damage; -1 for every one")
+    p.add_argument("--cut", action="store_true", help="close mid-body instead of flipping a bit")
     args = p.parse_args(argv)
     host, port = args.backend.rsplit(":", 1)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(FlipProxy((host, int(port)), args.flips), args.port))
+        asyncio.run(serve(FlipProxy((host, int(port)), args.flips, args.cut), args.port))
 
 
 @dataclass
@@ -118,6 +125,7 @@ class FlipProxyProcess:
 
     backend: str
     flips: int
+    cut: bool = False
     port: int = 0
     _proc: subprocess.Popen[str] | None = None
 
@@ -127,6 +135,7 @@ class FlipProxyProcess:
 
     def start(self) -> str:
         args = ["--backend", self.backend, "--port", str(self.port), "--flips", str(self.flips)]
+        args += ["--cut"] if self.cut else []
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.helpers.flip_proxy", *args],
             cwd=Path(__file__).resolve().parents[2],
@@ -152,8 +161,8 @@ class FlipProxyProcess:
 
 
 @contextlib.contextmanager
-def flip_proxy(backend: str, flips: int) -> Iterator[FlipProxyProcess]:
-    proxy = FlipProxyProcess(backend, flips)
+def flip_proxy(backend: str, flips: int, cut: bool = False) -> Iterator[FlipProxyProcess]:
+    proxy = FlipProxyProcess(backend, flips, cut)
     proxy.start()
     try:
         yield proxy

@@ -22,6 +22,7 @@ import collections
 import contextlib
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -58,10 +59,14 @@ class Shaping:
     read_rate: int = 5500
     # Key path segments (after the bucket) that name a partitioned prefix: 1 = `job/`.
     prefix_depth: int = 1
+    # Keep the client's connection when the backend closes its own after a sized response, as
+    # S3 keeps connections (moto's server closes each); the next request opens a new upstream.
+    keep_alive: bool = False
 
 
 @dataclass
 class Stats:
+    connections: int = 0  # client connections accepted
     requests: int = 0
     forwarded: int = 0
     slowdown_rate: int = 0
@@ -128,6 +133,7 @@ class Proxy:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(self, reader, writer)
+        self.stats.connections += 1
         try:
             await conn.serve()
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
@@ -200,8 +206,12 @@ class Connection:
                 raise ConnectionResetError("the backend closed the connection")
             if not resp.first[1].startswith("1"):
                 break  # the 100 Continue was ours to send; the backend's goes no further
-        self.writer.write(resp.raw)
         empty = method == "HEAD" or int(resp.first[1]) in (204, 304)
+        sized = empty or resp.length is not None or resp.chunked
+        kept = self.proxy.shaping.keep_alive and sized
+        if kept and resp.headers.get("connection", "").lower() == "close":
+            resp.raw = re.sub(rb"(?im)^connection:\s*close\r\n", b"", resp.raw)
+        self.writer.write(resp.raw)
         self.proxy.stats.bytes_down += await relay_body(
             resp, up_reader, self.writer, self.pace_out, empty=empty
         )
@@ -210,7 +220,7 @@ class Connection:
         )
         if closes:
             await self.close_upstream()
-        return not closes
+        return kept or not closes
 
     async def close_upstream(self) -> None:
         if self.up is not None:

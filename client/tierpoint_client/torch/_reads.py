@@ -16,6 +16,7 @@ the whole file matched (placed reads are then made in order, on one thread).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
@@ -28,6 +29,7 @@ from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, combine, crc32c_h
 from tierpoint_client.models import PlanEntry
 from tierpoint_client.restore import SourceError, Sources
 from tierpoint_client.torch._files import AtomicFile
+from tierpoint_client.transport import read_full
 
 Range = tuple[int, int]  # (offset, length) inside a file
 
@@ -90,23 +92,24 @@ def read_whole(
     pos = 0
     crc = 0
     try:
-        for chunk in sources.chunks(entry, CHUNK_SIZE):
-            n = len(chunk)
-            crc = update(crc, chunk)
-            end = pos + n
-            if end > entry.size:
-                raise Mismatch(f"larger than the registered {entry.size} bytes")
-            copy = _copy(copy, chunk)
-            i = first
-            while i < len(wanted) and wanted[i][0] < end:
-                off, length = wanted[i]
-                lo, hi = max(off, pos), min(off + length, end)
-                if lo < hi:
-                    bufs[i][lo - off : hi - off] = chunk[lo - pos : hi - pos]
-                if off + length <= end and i == first:
-                    first += 1
-                i += 1
-            pos = end
+        with contextlib.closing(sources.chunks(entry, CHUNK_SIZE)) as chunks:
+            for chunk in chunks:
+                n = len(chunk)
+                crc = update(crc, chunk)
+                end = pos + n
+                if end > entry.size:
+                    raise Mismatch(f"larger than the registered {entry.size} bytes")
+                copy = _copy(copy, chunk)
+                i = first
+                while i < len(wanted) and wanted[i][0] < end:
+                    off, length = wanted[i]
+                    lo, hi = max(off, pos), min(off + length, end)
+                    if lo < hi:
+                        bufs[i][lo - off : hi - off] = chunk[lo - pos : hi - pos]
+                    if off + length <= end and i == first:
+                        first += 1
+                    i += 1
+                pos = end
         actual = crc32c_hex(crc)
         if pos != entry.size:
             raise Mismatch(f"{pos} bytes, registered {entry.size}")
@@ -203,12 +206,7 @@ def _stream_into(
 
     def fill(view: memoryview) -> int:
         nonlocal taken
-        got = 0
-        while got < len(view):
-            n = readinto(view[got:])
-            if not n:
-                break
-            got += n
+        got = read_full(readinto, view)
         taken += got
         return got
 

@@ -301,6 +301,7 @@ def new_build(old: Path, work: Path) -> Path:
     return build
 
 
+@pytest.mark.slow
 async def test_a_rolling_upgrade_in_the_documented_order_fails_nothing(
     settings: Settings, engine: Engine, client: Client, tmp_path: Path
 ) -> None:

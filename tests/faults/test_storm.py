@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -67,6 +68,7 @@ async def kill_and_restart(
     return WorkerProcess(settings, nodes, log)
 
 
+@pytest.mark.slow
 async def test_storm_of_registrations_with_workers_killed_loses_nothing(
     settings: Settings, engine: Engine, client: Client, tmp_path: Path
 ) -> None:

@@ -55,6 +55,7 @@ def report(started: float, stack: Stack) -> None:
         print(f"  {what}: {n}")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(RUN_TIMEOUT)
 def test_random_interleavings_keep_every_invariant(machine: type[StatefulMachine]) -> None:
     started = time.monotonic()

@@ -772,6 +772,18 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/client/torch/test_dcp.py::test_a_corrupt_shared_copy_is_read_from_s3",),
         "a copy whose bytes were read into the tensors must verify, or the next copy replaces them",
     ),
+    Mutant(
+        "striped-read-hashes-placed-bytes",
+        "client/tierpoint_client/torch/_striped.py",
+        "            crcs.append(update(0, target))\n",
+        "            crcs.append(update(0, into))\n",
+        (
+            "tests/client/torch/test_dcp_peer_striped.py::"
+            "test_a_flipped_byte_is_a_mismatch_and_the_next_copy_is_read",
+        ),
+        "a striped peer read verifies the bytes left in memory (a head read to decide among "
+        "them), not the stripe's copy of them that it dropped",
+    ),
     # ---- the peer tier: placement, the data endpoint, a lost holder ----------------------------
     Mutant(
         "peer-ring-never-self",

@@ -1,11 +1,12 @@
-"""Reading a peer copy: a file from its holder's data endpoint over HTTP(S), one GET on the
-process's kept connections (`transport.DataConnections`), every byte verified by the caller
-against the registered size and crc32c like any other source's."""
+"""Reading a peer copy: a file from its holder's data endpoint over HTTP(S), one GET (or one
+ranged GET per part read) on the process's kept connections (`transport.DataConnections`), every
+byte verified by the caller against the registered size and crc32c like any other source's."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import re
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
@@ -45,5 +46,33 @@ def stream(entry: PlanEntry, token: str | None) -> Iterator[Callable[[memoryview
             if resp.status != 200:
                 raise _refused(entry, resp)
             yield sized_readinto(resp)
+    except (OSError, http.client.HTTPException) as e:
+        raise SourceError(f"peer copy {entry.url}: {e!r}") from None
+
+
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
+
+
+@contextlib.contextmanager
+def ranged(
+    entry: PlanEntry, token: str | None, offset: int, length: int
+) -> Iterator[tuple[Callable[[memoryview], int], int]]:
+    """Bytes [offset, offset + length) of the file (fewer at its end) as the `readinto` of one
+    ranged GET, and the file's size as the endpoint gives it. A reply that is not a 206 starting
+    at `offset` is refused, a failure to read (a body cut off among them) is SourceError."""
+    if length <= 0 or offset < 0:
+        raise ValueError(f"a ranged read of {length} bytes at {offset}")
+    headers = {**_checked(entry, token), "Range": f"bytes={offset}-{offset + length - 1}"}
+    try:
+        with PEERS.get(entry.url or "", headers) as resp:
+            if resp.status != 206:
+                raise _refused(entry, resp)
+            got = _CONTENT_RANGE.match(resp.getheader("Content-Range") or "")
+            if got is None or int(got[1]) != offset:
+                raise SourceError(
+                    f"peer copy {entry.url}: asked bytes from {offset}, sent "
+                    f"{resp.getheader('Content-Range')!r}"
+                )
+            yield sized_readinto(resp), int(got[3])
     except (OSError, http.client.HTTPException) as e:
         raise SourceError(f"peer copy {entry.url}: {e!r}") from None

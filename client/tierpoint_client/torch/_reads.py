@@ -4,6 +4,8 @@
   buffer, or nowhere), reading a few bytes first to decide (`Placement`); the file is read once,
   in pieces by several threads straight into that memory, each piece through crc32c as it lands,
   and the pieces' checksums combined must match the file's registered size and crc32c;
+- striped (a large peer copy, _striped): placed as a POSIX copy is, each stripe of pieces one
+  ranged GET;
 - whole: the file is streamed once through crc32c and must match its registered size and crc32c;
   only the byte ranges the caller needs are kept;
 - ranged (S3): only the needed byte ranges are fetched, adjacent ones coalesced into one GET and

@@ -26,6 +26,7 @@ from tierpoint_client.torch._reads import (
     read_streamed,
     read_whole,
 )
+from tierpoint_client.torch._striped import read_striped, striped
 
 # Reports a copy the catalog lists whose bytes did not verify: (entry, reason).
 CorruptReport = Callable[[PlanEntry, str], None]
@@ -140,6 +141,7 @@ class CheckpointFiles:
         tier_map = {t.name: t for t in tiers}
         every = [s.entry for sources in self.sources.values() for s in sources]
         self._sources = Sources(tier_map, every, token)
+        self._token = token
 
     def read(
         self,
@@ -171,6 +173,9 @@ class CheckpointFiles:
                     copy = self._new_copy(source)
                     if into is not None and entry.kind in ("local", "shared"):
                         got, copied = {}, read_placed(entry, into, copy)
+                    elif into is not None and striped(entry, copy):
+                        read_striped(entry, into, self._token)
+                        got, copied = {}, False
                     elif into is not None and entry.kind in ("s3", "peer"):
                         got, copied = {}, read_streamed(self._sources, entry, into, copy)
                     else:

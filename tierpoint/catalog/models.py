@@ -194,6 +194,10 @@ class Replica(Base):
     scrubbed_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # POSIX copies: which file the catalog last read there (`tierpoint/storage/posix/identity.py`),
+    # set by the seal, a copy's read-back and the scrub; a delete removes only that file. Null on
+    # S3, and for replicas recorded before migration 0013 until their next scrub.
+    file_identity: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         UniqueConstraint("shard_id", "tier", name="uq_replica_shard_tier"),

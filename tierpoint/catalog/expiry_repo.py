@@ -205,7 +205,10 @@ def hold_for_delete(session: Session, checkpoint_id: int, tier: str) -> str | No
     a new checkpoint of the step is registered, and so before tierpoint writes anything of it;
     an attempt that starts later (a retry of an activity that outlived its timeout) finds the
     marker `expired` and deletes nothing. An advisory lock, not a row lock: pins, leases,
-    promotions and expiries of other tiers lock the markers and must not wait for the I/O."""
+    promotions and expiries of other tiers lock the markers and must not wait for the I/O.
+    The transaction stays open, idle, while the bytes go: a server-wide
+    idle_in_transaction_session_timeout must not end it (and release the lock) half-way."""
+    session.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
     session.execute(select(func.pg_advisory_xact_lock_shared(_delete_lock(checkpoint_id, tier))))
     return marker_state(session, checkpoint_id, tier)
 

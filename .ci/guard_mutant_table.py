@@ -59,6 +59,19 @@ SYMLINK_SEAL = (
     "tests/workflows/test_expiry_keeps_unregistered.py::"
     "test_a_symlink_to_another_jobs_shard_is_refused_at_seal"
 )
+REWRITE_E2E = (
+    "tests/workflows/test_delete_then_rewrite.py::"
+    "test_a_step_written_again_while_it_is_deleted_keeps_its_new_bytes"
+)
+REWRITE_PEER = (
+    "tests/workflows/test_delete_then_rewrite.py::"
+    "test_with_two_peer_copies_on_three_nodes_the_new_bytes_are_kept_too"
+)
+READ_BACK_IDENTITY = (
+    "tests/workflows/test_delete_then_rewrite.py::"
+    "test_a_replica_recorded_before_identities_gets_its_own_when_read_back"
+)
+LATE_DELETE = "tests/workflows/test_late_delete_attempt.py"
 DEV_KILLED = (
     "tests/apps/devstack/test_dev_killed.py::"
     "test_sigkill_leaves_no_server_and_a_restart_stops_the_postgres_it_left"
@@ -310,10 +323,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "expiry-deletes-only-registered",
         "tierpoint/storage/posix/store.py",
-        "            for parts, names in by_dir.items():\n",
+        "            for parts, named in by_dir.items():\n",
         "            import shutil\n\n"
         "            shutil.rmtree(os.path.join(self.root, *base), ignore_errors=True)\n"
-        "            for parts, names in by_dir.items():\n",
+        "            for parts, named in by_dir.items():\n",
         (DELETES, EXPIRY_E2E),
         "expiry deletes the registered shards and our temp files, never the step directory's "
         "other contents",
@@ -328,6 +341,63 @@ MUTANTS: tuple[Mutant, ...] = (
         '        keys = [o["Key"] for o in listed.get("Contents", [])]\n',
         (DELETES, EXPIRY_E2E),
         "an S3 expiry deletes the registered keys, never what a listing of the prefix holds",
+    ),
+    # ---- deleting: only the bytes the catalog verified ---------------------------------------
+    Mutant(
+        "delete-checks-identity",
+        "tierpoint/storage/posix/removal.py",
+        "    if stat.S_ISREG(st.st_mode) and is_recorded(dir_fd, aside, st):\n",
+        "    if stat.S_ISREG(st.st_mode):\n",
+        (DELETES, REWRITE_E2E, REWRITE_PEER),
+        "a delete removes a shard's file only if it is the one the catalog verified: a file the "
+        "job wrote at the path since (the step written again) is kept",
+    ),
+    Mutant(
+        "delete-puts-back-without-replacing",
+        "tierpoint/storage/posix/noreplace.py",
+        "        renameat_noreplace(dir_fd, aside, name)\n        return True\n",
+        "        os.rename(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)\n"
+        "        return True\n",
+        (f"{DELETES}::test_what_an_interrupted_delete_left_aside_is_settled_by_the_next",),
+        "a file a delete moved aside and must keep goes back only where nothing appeared "
+        "meanwhile: it never replaces a newer file at the shard's path",
+    ),
+    Mutant(
+        "seal-records-identity",
+        "activities/seal.py",
+        "                    identity=v.identity,\n",
+        "                    identity=None,\n",
+        (REWRITE_E2E,),
+        "the seal records which file it verified, so a delete tells a file written again with "
+        "the same bytes from it",
+    ),
+    Mutant(
+        "read-back-records-identity",
+        "activities/scrub.py",
+        "            scrub_repo.record_identities(s, self.identities)\n",
+        "",
+        (READ_BACK_IDENTITY,),
+        "a scrub or verify records the identity of the file it read good, so replicas recorded "
+        "before identities get one",
+    ),
+    Mutant(
+        "delete-holds-the-copys-lock",
+        "tierpoint/catalog/expiry_repo.py",
+        "    session.execute(select(func.pg_advisory_xact_lock_shared(_delete_lock(checkpoint_id, "
+        "tier))))\n",
+        "",
+        (LATE_DELETE,),
+        "a delete holds its copy's lock until its last request, so a late attempt lands before "
+        "the step can be registered and written again (an S3 object has no identity to check)",
+    ),
+    Mutant(
+        "finish-waits-for-deletes",
+        "tierpoint/catalog/expiry_repo.py",
+        "    session.execute(select(func.pg_advisory_xact_lock(_delete_lock(checkpoint_id, "
+        "tier))))\n",
+        "",
+        (LATE_DELETE,),
+        "a copy becomes expired (and its step registrable again) only once no delete of it runs",
     ),
     Mutant(
         "reconcile-removes-only-our-temp-files",
@@ -468,8 +538,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "delete-marker-check",
         "activities/retention.py",
-        "        if state not in (TierState.EXPIRING.value, TierState.EXPIRED.value):\n",
-        "        if False:\n",
+        "            if state != TierState.EXPIRING.value:\n",
+        "            if False:\n",
         (f"{RET_E2E}::test_crash_between_begin_and_delete_is_finished_by_the_next_run",),
         "the delete activity refuses a copy whose marker is not expiring",
     ),

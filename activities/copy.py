@@ -44,6 +44,14 @@ RECOPIES_AFTER_BAD_READ_BACK = 2
 REREADS_AFTER_TRANSIT_MISMATCH = 2
 
 
+@dataclass(frozen=True)
+class _Mismatch:
+    """Bytes written from the source that are not the registered ones, and the file written."""
+
+    reason: str
+    written: str | None
+
+
 @dataclass
 class _Pending:
     shard: repo.BatchShard
@@ -92,19 +100,28 @@ class BatchCopy:
         if len(self.result.problems) < PROBLEM_EXAMPLES:
             self.result.problems.append(f"{path}: {reason}")
 
-    def _verified(self, sh: repo.BatchShard, location: str) -> None:
+    def _verified(self, sh: repo.BatchShard, location: str, identity: str | None) -> None:
         self.reporter.replica(
             repo.ReplicaWrite(
-                sh.id, ReplicaState.VERIFIED, location, self.dst_node, bytes_done=sh.size
+                sh.id,
+                ReplicaState.VERIFIED,
+                location,
+                self.dst_node,
+                bytes_done=sh.size,
+                identity=identity,
             )
         )
         self.result.verified += 1
         self.verified += 1
         metrics.BYTES_VERIFIED.labels(self.dst_tier.name).inc(sh.size)
 
-    def _corrupt(self, sh: repo.BatchShard, location: str, reason: str) -> None:
+    def _corrupt(
+        self, sh: repo.BatchShard, location: str, reason: str, identity: str | None = None
+    ) -> None:
         self.reporter.replica(
-            repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.dst_node, 0, reason)
+            repo.ReplicaWrite(
+                sh.id, ReplicaState.CORRUPT, location, self.dst_node, 0, reason, identity
+            )
         )
         self.result.corrupt += 1
         metrics.CORRUPT_FOUND.labels(self.dst_tier.name).inc()
@@ -116,14 +133,22 @@ class BatchCopy:
         )
         self._note(sh.path, reason)
 
-    def _source_bad(self, sh: repo.BatchShard, ref: ShardRef, location: str, why: str) -> None:
+    def _source_bad(
+        self,
+        sh: repo.BatchShard,
+        ref: ShardRef,
+        location: str,
+        why: str,
+        written: str | None = None,
+    ) -> None:
         """What was read off the source is not what was registered: the source replica is
-        corrupt, and whatever was written from it must not be taken for a copy."""
+        corrupt, and what this copy wrote from it (`written`: the file it committed, None when
+        it committed none) must not be taken for a copy."""
         self.reporter.corrupt_on(self.src_tier.name, sh.id, why)
         self.result.source_damaged += 1
         metrics.CORRUPT_FOUND.labels(self.src_tier.name).inc()
         self.dst.cleanup_partial(ref, None)
-        self.dst.delete(ref)
+        self.dst.delete(ref, written)
         self._corrupt(sh, location, f"source corrupt: {why}")
 
     def _settle(self, verifier: ThreadPoolExecutor) -> None:
@@ -146,11 +171,11 @@ class BatchCopy:
             check = verifier.submit(self.dst.verify, ref, sh.size, str(sh.checksum).lower())
             v = self._wait(check, sh.ordinal)
         if v.ok:
-            self._verified(sh, location)
+            self._verified(sh, location, v.identity)
         else:
             reason = f"read back from {self.dst_tier.name}: {v.reason or 'mismatch'}"
             metrics.VERIFICATION_FAILURES.labels(self.dst_tier.name).inc()
-            self._corrupt(sh, location, reason)
+            self._corrupt(sh, location, reason, v.identity)
 
     def _wait(self, fut: Future[VerifyResult], ordinal: int) -> VerifyResult:
         """A read-back of a large shard takes long: keep heartbeating while it runs."""
@@ -190,8 +215,9 @@ class BatchCopy:
         committed = resume is None and self.attempt > 1 and self.dst.size(ref) == sh.size
         if committed:
             check = verifier.submit(self.dst.verify, ref, sh.size, registered)
-            if self._wait(check, sh.ordinal).ok:
-                self._verified(sh, location)
+            found = self._wait(check, sh.ordinal)
+            if found.ok:
+                self._verified(sh, location, found.identity)
                 return
         if resume is not None:
             self.resumed.append({"path": sh.path, "offset": resume.offset})
@@ -213,16 +239,18 @@ class BatchCopy:
         whole, a bounded number of times, and the source, which this node cannot read back, is
         left to its own node's checks; the copy alone is given up if no read matches."""
         remote = isinstance(self.src, PeerSource)
+        why = ""
         for _ in range(1 + (REREADS_AFTER_TRANSIT_MISMATCH if remote else 0)):
             outcome = self._write_once(sh, ref, location, resume)
-            if not isinstance(outcome, str):
+            if isinstance(outcome, bool):
                 return outcome
             if not remote:
-                self._source_bad(sh, ref, location, outcome)
+                self._source_bad(sh, ref, location, outcome.reason, outcome.written)
                 return False
-            self.recopied.append({"path": sh.path, "reason": f"read over the network: {outcome}"})
+            why = outcome.reason
+            self.recopied.append({"path": sh.path, "reason": f"read over the network: {why}"})
             self.dst.cleanup_partial(ref, None)
-            self.dst.delete(ref)
+            self.dst.delete(ref, outcome.written)
             resume = None
         metrics.VERIFICATION_FAILURES.labels(self.dst_tier.name).inc()
         self._corrupt(
@@ -230,13 +258,13 @@ class BatchCopy:
             location,
             f"no read of {self.src_tier.name} over the network matched "
             f"({REREADS_AFTER_TRANSIT_MISMATCH + 1} reads, damaged in transit or at the source): "
-            f"{outcome}",
+            f"{why}",
         )
         return False
 
     def _write_once(
         self, sh: repo.BatchShard, ref: ShardRef, location: str, resume: ResumeState | None
-    ) -> bool | str:
+    ) -> bool | _Mismatch:
         """One read of the source into the destination: True when it matched, False when it
         failed and the outcome is recorded, else why its bytes are not the registered ones."""
         registered = str(sh.checksum).lower()
@@ -283,9 +311,10 @@ class BatchCopy:
         self.result.bytes += sh.size - start
         metrics.BYTES_COPIED.labels(self.dst_tier.name).inc(sh.size - start)
         if copied.crc32c != registered or copied.size != sh.size:
-            return (
+            return _Mismatch(
                 f"read {copied.size} bytes with crc32c {copied.crc32c} from "
-                f"{self.src_tier.name}, registered {sh.size} bytes with crc32c {registered}"
+                f"{self.src_tier.name}, registered {sh.size} bytes with crc32c {registered}",
+                copied.identity,
             )
         return True
 

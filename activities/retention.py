@@ -38,6 +38,7 @@ from tierpoint.contract.retention import (
 from tierpoint.errors import JobNotFound
 from tierpoint.retention.policy import tier_refs
 from tierpoint.states import TierState
+from tierpoint.storage.base import LEFT_EXAMPLES
 from tierpoint.temporal import request_retention
 
 from .registration import on_node_queue
@@ -48,6 +49,10 @@ log = logs.get(__name__)
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _where(inp: DeleteInput) -> dict[str, object]:
+    return {"job": inp.job, "step": inp.step, "tier": inp.tier, "node": inp.node}
 
 
 def _policy_error(job: str, exc: ValidationError) -> ApplicationError:
@@ -120,39 +125,42 @@ class RetentionActivities:
     def delete_copy(self, inp: DeleteInput) -> None:
         tier = self._stores.tier(inp.tier)
         ensure_reachable(tier, inp.node, self._node)
-        # Invariant 3, checked where the bytes go: only a copy that no reader is sent to any more.
+        # The whole delete runs in one transaction that holds the copy's delete lock: its marker
+        # cannot become `expired`, nor the step be registered again, before the bytes are gone.
         with self._sessions.begin() as s:
-            state = repo.marker_state(s, inp.checkpoint_id, inp.tier)
-            paths = repo.registered_paths(s, inp.checkpoint_id, inp.tier, inp.node)
+            state = repo.hold_for_delete(s, inp.checkpoint_id, inp.tier)
+            if state == TierState.EXPIRED.value:
+                # Finished after a delete that completed: this is a late attempt, and what is
+                # at the copy's paths now may be a newer checkpoint's.
+                log.info("copy already expired: nothing to delete", **_where(inp))
+                return
+            # Invariant 3, checked where the bytes go: only a copy no reader is sent to any more.
+            if state != TierState.EXPIRING.value:
+                raise ApplicationError(
+                    f"refusing to delete checkpoint {inp.checkpoint_id} on {inp.tier}: its "
+                    f"marker is {state or 'missing'}, not expiring",
+                    type=FailureType.NOT_EXPIRING,
+                    non_retryable=True,
+                )
+            copies = repo.registered_copies(s, inp.checkpoint_id, inp.tier, inp.node)
             layout = key_layouts.on_tier(s, [inp.checkpoint_id], inp.tier).get(inp.checkpoint_id)
-        if state not in (TierState.EXPIRING.value, TierState.EXPIRED.value):
-            raise ApplicationError(
-                f"refusing to delete checkpoint {inp.checkpoint_id} on {inp.tier}: its marker is "
-                f"{state or 'missing'}, not expiring",
-                type=FailureType.NOT_EXPIRING,
-                non_retryable=True,
-            )
-        store = self._stores.get(tier, inp.node, layout)
-        # We delete only what we registered: the shards' files and our temp files, never what
-        # else the job left in the directory (it is reported, here and by reconcile).
-        done = store.delete_checkpoint(inp.job, inp.step, paths)
-        log.info(
-            "copy deleted",
-            job=inp.job,
-            step=inp.step,
-            tier=inp.tier,
-            node=inp.node,
-            shards=done.deleted,
-        )
-        if done.left:
+            store = self._stores.get(tier, inp.node, layout)
+            # We delete only what we registered, and of it only the files the catalog verified:
+            # never what else the job left in the directory, nor a file written at a shard's
+            # path since (the job writing the step again): both are kept and reported.
+            done = store.delete_checkpoint(inp.job, inp.step, copies)
+            if done.kept:
+                repo.record_kept(s, inp.checkpoint_id, inp.tier, inp.node, done.kept)
+        log.info("copy deleted", **_where(inp), shards=done.deleted)
+        if done.kept:
             log.warning(
-                "unregistered files kept",
-                job=inp.job,
-                step=inp.step,
-                tier=inp.tier,
-                node=inp.node,
-                examples=list(done.left),
+                "replaced since verified: kept",
+                **_where(inp),
+                shards=len(done.kept),
+                examples=list(done.kept[:LEFT_EXAMPLES]),
             )
+        if done.left:
+            log.warning("unregistered files kept", **_where(inp), examples=list(done.left))
 
     # ---------------------------------------------------------------- finish
 

@@ -172,9 +172,9 @@ class ScrubActivities:
                 result.skipped += 1
                 continue
             store = self._stores.get(tier, inp.node, layouts.get(t.checkpoint_id))
-            state, problem, took = _read_back(store, t, tier.name, bucket, i)
+            state, problem, took, identity = _read_back(store, t, tier.name, bucket, i)
             if problem is None:
-                found.good(t, None if bucket is not None else took)
+                found.good(t, None if bucket is not None else took, identity)
             else:
                 found.bad(t, state, problem)
             if found.any_bad():
@@ -187,8 +187,9 @@ class ScrubActivities:
 
 def _read_back(
     store: TierStore, t: ScrubTarget, tier: str, bucket: TokenBucket | None, i: int
-) -> tuple[ReplicaState, str | None, float]:
-    """Read the replica back at the scrub's bandwidth: (state it deserves, why, seconds)."""
+) -> tuple[ReplicaState, str | None, float, str | None]:
+    """Read the replica back at the scrub's bandwidth: (state it deserves, why, seconds, which
+    file was read)."""
     seen = 0
 
     def progress(total: int) -> None:
@@ -206,8 +207,8 @@ def _read_back(
         state, problem = judge(v, t.size, t.checksum, tier)
     except UnsafePath as exc:
         # E.g. a symlink out of the root put in place of the file: not these bytes.
-        return ReplicaState.CORRUPT, f"unsafe: {exc}", 0.0
-    return state, problem, took
+        return ReplicaState.CORRUPT, f"unsafe: {exc}", 0.0, None
+    return state, problem, took, v.identity
 
 
 @dataclass
@@ -219,6 +220,8 @@ class _Found:
     actor: str
     result: ScrubBatchResult
     replica_ids: list[int] = field(default_factory=list)
+    # The files read back good (replica id -> identity): what an expiry of them will check.
+    identities: dict[int, str] = field(default_factory=dict)
     problems: dict[ReplicaState, dict[int, str]] = field(
         default_factory=lambda: {ReplicaState.CORRUPT: {}, ReplicaState.LOST: {}}
     )
@@ -227,8 +230,10 @@ class _Found:
     read_seconds: float = 0.0
     since: float = field(default_factory=time.monotonic)
 
-    def good(self, t: ScrubTarget, unthrottled_seconds: float | None) -> None:
+    def good(self, t: ScrubTarget, unthrottled_seconds: float | None, identity: str | None) -> None:
         self.replica_ids.append(t.replica_id)
+        if identity is not None:
+            self.identities[t.replica_id] = identity
         self.result.replicas += 1
         if unthrottled_seconds is not None:
             self.read_bytes += t.size
@@ -253,6 +258,7 @@ class _Found:
         result = self.result
         with sessions.begin() as s:
             result.bytes += scrub_repo.record_good(s, self.tier, self.replica_ids, self.picked_at)
+            scrub_repo.record_identities(s, self.identities)
             scrub_repo.record_reads(s, self.tier, self.read_bytes, self.read_seconds)
             for state, problems in self.problems.items():
                 damage = mark_damaged(s, problems, state, self.actor)
@@ -264,6 +270,7 @@ class _Found:
                     lost=damage.marked if state is ReplicaState.LOST else 0,
                 )
         self.replica_ids.clear()
+        self.identities.clear()
         self.read_bytes, self.read_seconds = 0, 0.0
         for problems in self.problems.values():
             problems.clear()

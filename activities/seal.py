@@ -78,14 +78,21 @@ class BatchSeal:
                 self.reporter.checksum(sh.id, v.crc32c)
             self.reporter.replica(
                 repo.ReplicaWrite(
-                    sh.id, ReplicaState.VERIFIED, location, self.node, bytes_done=sh.size
+                    sh.id,
+                    ReplicaState.VERIFIED,
+                    location,
+                    self.node,
+                    bytes_done=sh.size,
+                    identity=v.identity,
                 )
             )
             self.result.verified += 1
             metrics.BYTES_VERIFIED.labels(self.tier.name).inc(sh.size)
             return
         self.reporter.replica(
-            repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem)
+            repo.ReplicaWrite(
+                sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem, v.identity
+            )
         )
         metrics.VERIFICATION_FAILURES.labels(self.tier.name).inc()
         self.result.corrupt += 1

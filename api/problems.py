@@ -136,6 +136,9 @@ def validation_problem(request: Request, exc: RequestValidationError) -> JSONRes
         code, title = "invalid_job_name", "Invalid job name"
     elif "step_out_of_range" in types:
         code, title = "step_out_of_range", "Step out of range"
+    elif types & {"size_out_of_range", "total_size_too_large"}:
+        # Sizes the catalog could not count exactly: a shard's, or the checkpoint's total.
+        code, title = "size_out_of_range", "Size out of range"
     elif getattr(route, "name", None) in MANIFEST_ROUTES and in_body:
         if "unsafe_path" in types:
             code, title = "unsafe_path", "Unsafe shard path"

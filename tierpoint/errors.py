@@ -265,6 +265,15 @@ class StepOutOfRange(TierpointError):
     title = "Step out of range"
 
 
+class SizeOutOfRange(TierpointError):
+    """A shard size or a checkpoint's total over 2^53 - 1 bytes (raised through the manifest's
+    validation; declared here so the code is part of the contract)."""
+
+    code = "size_out_of_range"
+    status = 422
+    title = "Size out of range"
+
+
 class NothingToVerify(TierpointError):
     code = "nothing_to_verify"
     status = 409
@@ -370,6 +379,7 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     CheckpointBeingDeleted,
     NothingToAcknowledge,
     StepOutOfRange,
+    SizeOutOfRange,
     Unauthenticated,
     InvalidToken,
     TokenExpired,

@@ -43,6 +43,11 @@ MAX_INT64 = 2**63 - 1
 # Steps are bounded by what every JSON reader holds exactly: JavaScript's numbers (the dashboard)
 # are doubles, so 2^53 and 2^53 + 1 would be one step there.
 MAX_STEP = 2**53 - 1
+# Sizes too: a shard's and a checkpoint's total (8 PiB, far above any file a tier holds). The
+# catalog counts them in BIGINT columns (a checkpoint's total) and numeric running totals (a
+# job's usage per tier, summed over any number of checkpoints), the views and metrics as JSON
+# numbers and doubles: every one of them holds any sum of accepted sizes exactly.
+MAX_BYTES = 2**53 - 1
 
 
 def step_in_range(value: int) -> int:
@@ -55,6 +60,28 @@ def step_in_range(value: int) -> int:
             {"max": MAX_STEP},
         )
     return value
+
+
+def size_in_range(value: int) -> int:
+    """A shard size the API accepts (at most MAX_BYTES), else the stable `size_out_of_range`."""
+    if value > MAX_BYTES:
+        raise PydanticCustomError(
+            "size_out_of_range",
+            "size must be at most 2^53-1 = {max} bytes (what the catalog's totals and every "
+            "JSON reader count exactly)",
+            {"max": MAX_BYTES},
+        )
+    return value
+
+
+def _total_in_range(shards: Sequence[ShardSpec]) -> None:
+    total = sum(s.size for s in shards)
+    if total > MAX_BYTES:
+        raise PydanticCustomError(
+            "total_size_too_large",
+            "the shards add up to {total} bytes; a checkpoint holds at most 2^53-1 = {max} bytes",
+            {"total": total, "max": MAX_BYTES},
+        )
 
 
 # In the schema as minimum/maximum; the validator gives a refusal its own code.
@@ -152,6 +179,11 @@ ShardPath = Annotated[
     ),
     AfterValidator(_path),
 ]
+SizeInt = Annotated[
+    JsonInt,
+    Field(ge=0, json_schema_extra={"maximum": MAX_BYTES}),
+    AfterValidator(size_in_range),
+]
 NodeId = Annotated[
     str,
     Field(strict=True, min_length=1, max_length=128, json_schema_extra={"pattern": NO_NUL}),
@@ -168,7 +200,7 @@ class ShardSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: ShardPath = Field(description="Relative to the checkpoint directory, '/'-separated.")
-    size: JsonInt = Field(ge=0, le=MAX_INT64, description="Bytes.")
+    size: SizeInt = Field(description="Bytes, at most 2^53 - 1.")
     crc32c: Crc32c = Field(
         default=None, description="8 hex digits; null lets the seal stage compute it on the node."
     )
@@ -218,10 +250,7 @@ class Manifest(BaseModel):
         if clash is not None:
             # A file and a directory of one name: no tier could hold both shards.
             raise PydanticCustomError("path_conflict", path_conflict_message(*clash))
-        if sum(s.size for s in shards) > MAX_INT64:
-            raise PydanticCustomError(
-                "total_size_too_large", "total size of the shards is over 2^63 - 1 bytes"
-            )
+        _total_in_range(shards)
         return shards
 
     @field_validator("metadata")
@@ -298,7 +327,7 @@ def manifest_digest(shards: Sequence[ShardSpec]) -> str:
 # Manifest, which alone says what is wrong (the errors and their codes).
 class _FastShard(ShardSpec):
     path: str = Field(strict=True)
-    size: int = Field(strict=True, ge=0, le=MAX_INT64)
+    size: int = Field(strict=True, ge=0, le=MAX_BYTES)
     crc32c: str | None = Field(default=None, strict=True, pattern="^[0-9a-f]{8}$")
     node: str = Field(strict=True, min_length=1, max_length=128)
 
@@ -319,7 +348,7 @@ class _FastManifest(Manifest):
             raise ValueError("path conflict")
         for node in {s.node for s in shards}:
             text_value(node)
-        if sum(s.size for s in shards) > MAX_INT64:
+        if sum(s.size for s in shards) > MAX_BYTES:
             raise ValueError("total size")
         return shards
 

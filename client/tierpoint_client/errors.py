@@ -132,6 +132,10 @@ class ChecksumMismatchError(TierpointError):
         return type(self), (self.path, self.source, *args)
 
 
+class SaveMismatchError(TierpointError, ValueError):
+    """The ranks of one DCP save named different jobs or steps: refused before any rank wrote."""
+
+
 class MissingDependencyError(TierpointError, ImportError):
     """An optional dependency (boto3 for S3 restores) is not installed."""
 

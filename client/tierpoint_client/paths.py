@@ -20,6 +20,10 @@ MAX_PATH_BYTES = 768
 MAX_PART_BYTES = 255
 # Temporary files end with this; shard names may not, so they never collide.
 PARTIAL_SUFFIX = ".tierpoint-partial"
+# A file a delete has renamed aside to check it ends with this (the server's POSIX tiers): shard
+# names may not either, so a delete never takes a shard for a file it moved aside.
+ASIDE_SUFFIX = ".tierpoint-deleting"
+RESERVED_SUFFIXES = (PARTIAL_SUFFIX, ASIDE_SUFFIX)
 
 
 def validate_relative_path(path: str) -> str:
@@ -53,9 +57,10 @@ def validate_relative_path(path: str) -> str:
             )
         if part in (".", ".."):
             raise UnsafePathError(f"shard path {path!r} has a {part!r} component")
-        if part.endswith(PARTIAL_SUFFIX):
+        if part.endswith(RESERVED_SUFFIXES):
             raise UnsafePathError(
-                f"shard path {path!r}: names ending in {PARTIAL_SUFFIX!r} are reserved"
+                f"shard path {path!r}: names ending in {PARTIAL_SUFFIX!r} or "
+                f"{ASIDE_SUFFIX!r} are reserved"
             )
         if len(part.encode("utf-8")) > MAX_PART_BYTES:
             raise UnsafePathError(

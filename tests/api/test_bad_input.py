@@ -57,6 +57,13 @@ def _duplicate(body: dict[str, Any]) -> None:
     body["shards"][1]["path"] = body["shards"][0]["path"]
 
 
+def _sizes(first: int, second: int) -> Callable[[dict[str, Any]], None]:
+    def mutate(body: dict[str, Any]) -> None:
+        body["shards"][0]["size"], body["shards"][1]["size"] = first, second
+
+    return mutate
+
+
 def _paths(first: str, second: str) -> Callable[[dict[str, Any]], None]:
     """Two shards at these paths, on different nodes (as gathered from two ranks)."""
 
@@ -83,7 +90,11 @@ BAD_BODIES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("negative-size", _shard0(size=-1), "invalid_manifest", "shards[0].size"),
     ("string-size", _shard0(size="10"), "invalid_manifest", "shards[0].size"),
     ("float-size", _shard0(size=1.5), "invalid_manifest", "shards[0].size"),
-    ("huge-size", _shard0(size=2**63), "invalid_manifest", "shards[0].size"),
+    # Sizes are bounded where every total the catalog keeps stays exact (2^53 - 1).
+    ("huge-size", _shard0(size=2**63), "size_out_of_range", "shards[0].size"),
+    ("size-int64-max", _shard0(size=2**63 - 1), "size_out_of_range", "9007199254740991"),
+    ("size-2^53", _shard0(size=2**53), "size_out_of_range", "shards[0].size"),
+    ("total-over-2^53", _sizes(2**52, 2**52), "size_out_of_range", "total_size_too_large"),
     ("crc-xyz", _shard0(crc32c="xyz"), "invalid_manifest", "shards[0].crc32c"),
     ("crc-7", _shard0(crc32c="1234567"), "invalid_manifest", "8 hex digits"),
     ("crc-9", _shard0(crc32c="123456789"), "invalid_manifest", "8 hex digits"),

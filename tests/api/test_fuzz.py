@@ -21,6 +21,7 @@ CODES = {
     "manifest_too_large",
     "checkpoint_conflict",
     "step_out_of_range",
+    "size_out_of_range",
     "duplicate_key",
     "invalid_text",
 }

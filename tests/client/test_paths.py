@@ -38,6 +38,7 @@ def test_clean_paths_pass(path: str) -> None:
         "a\x1fb",
         "bad\udc80name",
         "shard.bin.tierpoint-partial",
+        "shard.bin.tierpoint-deleting",
         "x" * 256,
         "/".join(["abcdefgh"] * 200),
     ],
@@ -68,7 +69,7 @@ def test_safe_join_refuses_symlinked_directories_leading_out(tmp_path: Path) -> 
 
 # Characters the rules decide on, and characters that URLs, S3 and shells treat specially.
 _EDGES = [*"ab./\\%?#+ ;~*\x00\x1f\x7f", "\u00e9", "e\u0301", "\U0001f642", "\ud800"]
-_EDGES.append(".tierpoint-partial")
+_EDGES.extend([".tierpoint-partial", ".tierpoint-deleting"])
 names = st.one_of(
     st.lists(st.sampled_from(_EDGES), max_size=12).map("".join),
     st.text(max_size=40),

@@ -6,9 +6,10 @@ from __future__ import annotations
 import io
 import os
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
-from tierpoint.storage.base import ResumeState, ShardRef
+from tierpoint.storage.base import RecordedCopy, ResumeState, ShardRef, TierStore
 
 MiB = 1024 * 1024
 
@@ -73,3 +74,16 @@ def new_ref(path: str = "model/rank-0.bin") -> ShardRef:
 
 def random_bytes(n: int) -> bytes:
     return os.urandom(n)
+
+
+def recorded(store: TierStore, job: str, step: int, paths: Iterable[str]) -> list[RecordedCopy]:
+    """The copies as the catalog records them once it has read them (a seal: size, crc32c and
+    the identity of the file read); a path with nothing there is recorded as never read."""
+    out = []
+    for path in paths:
+        v = store.checksum(ShardRef(job, step, path))
+        if v.size is None:
+            out.append(RecordedCopy(path))
+        else:
+            out.append(RecordedCopy(path, v.size, v.crc32c, v.identity))
+    return out

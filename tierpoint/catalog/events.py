@@ -34,6 +34,8 @@ class EventKind(StrEnum):
     REPAIRED = "repaired"
     CORRUPT_REPORTED = "corrupt_reported"
     DELETED = "deleted"
+    # A delete kept a file at a shard's path that is not the one the catalog verified there.
+    KEPT = "kept"
     ACKNOWLEDGED = "acknowledged"
 
 

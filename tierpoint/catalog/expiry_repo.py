@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, and_, case, func, null, select, text, update
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.snapshot import policy_for_job, take_snapshot
@@ -22,12 +22,17 @@ from tierpoint.retention.models import RetentionPlan
 from tierpoint.retention.planner import plan
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState, TierState
+from tierpoint.storage.base import RecordedCopy
 
 from .checkpoint_lookup import job_id_of_checkpoint
 from .events import EventKind, record
 from .models import Checkpoint, CheckpointTier, Event, Job, Node, Replica, Shard
 
 ACTOR = "retention"
+KEPT_EXAMPLES = 10
+# How long a finish waits for a delete of its copy still running before its attempt fails (and
+# is retried): below the catalog activities' timeout, so attempts never pile up waiting.
+FINISH_LOCK_WAIT_MS = 20_000
 # The rule recorded for an expiry that an earlier run began and did not finish, when its
 # `expiring` event cannot be found.
 UNFINISHED_RULE = "unfinished"
@@ -187,19 +192,70 @@ def marker_state(session: Session, checkpoint_id: int, tier: str) -> str | None:
     )
 
 
-def registered_paths(
+def _delete_lock(checkpoint_id: int, tier: str) -> ColumnElement[int]:
+    # Deletes of one copy share this key; a collision with another copy's only makes one wait.
+    return func.hashtextextended(f"tierpoint.delete/{checkpoint_id}/{tier}", 0)
+
+
+def hold_for_delete(session: Session, checkpoint_id: int, tier: str) -> str | None:
+    """The copy's marker state, with the copy's delete lock held in shared mode until the
+    caller's transaction ends. A delete holds it while it removes the bytes; `finish_expiry`
+    takes it exclusively before the marker becomes `expired`, and the step can be registered
+    again only once every marker is expired. So every byte a delete removes is removed before
+    a new checkpoint of the step is registered, and so before tierpoint writes anything of it;
+    an attempt that starts later (a retry of an activity that outlived its timeout) finds the
+    marker `expired` and deletes nothing. An advisory lock, not a row lock: pins, leases,
+    promotions and expiries of other tiers lock the markers and must not wait for the I/O.
+    The transaction stays open, idle, while the bytes go: a server-wide
+    idle_in_transaction_session_timeout must not end it (and release the lock) half-way."""
+    session.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+    session.execute(select(func.pg_advisory_xact_lock_shared(_delete_lock(checkpoint_id, tier))))
+    return marker_state(session, checkpoint_id, tier)
+
+
+def registered_copies(
     session: Session, checkpoint_id: int, tier: str, node: str | None
-) -> list[str]:
-    """The shard paths a copy of the checkpoint on `tier` consists of: what expiring it may
-    delete, and nothing else. On a local tier (`node` given): the shards the job registered on
-    that node and any shard we keep a replica of there."""
-    stmt = select(Shard.path).where(Shard.checkpoint_id == checkpoint_id)
+) -> list[RecordedCopy]:
+    """The shards a copy of the checkpoint on `tier` consists of: what expiring it may delete,
+    and nothing else, each with the identity of the file the catalog last read there. On a node's
+    tier (`node` given): the shards the job registered on that node and any shard we keep a
+    replica of there (an identity counts only from a replica on that node)."""
+    on_tier = and_(Replica.shard_id == Shard.id, Replica.tier == tier)
+    identity = Replica.file_identity if node is None else _on_node(node)
+    stmt = (
+        select(Shard.path, Shard.size, Shard.checksum, identity)
+        .outerjoin(Replica, on_tier)
+        .where(Shard.checkpoint_id == checkpoint_id)
+    )
     if node is not None:
-        on_node = select(Replica.shard_id).where(
-            Replica.checkpoint_id == checkpoint_id, Replica.tier == tier, Replica.node_id == node
-        )
-        stmt = stmt.where((Shard.node_id == node) | Shard.id.in_(on_node))
-    return list(session.scalars(stmt.order_by(Shard.ordinal)))
+        stmt = stmt.where((Shard.node_id == node) | (Replica.node_id == node))
+    return [RecordedCopy(*row) for row in session.execute(stmt.order_by(Shard.ordinal))]
+
+
+def record_kept(
+    session: Session, checkpoint_id: int, tier: str, node: str | None, kept: Sequence[str]
+) -> None:
+    """A delete found files at some of the copy's paths that are not the ones the catalog
+    verified there, and kept them: the checkpoint's history says so (and so does the step's
+    next checkpoint's, which takes this history over)."""
+    record(
+        session,
+        EventKind.KEPT,
+        checkpoint_id=checkpoint_id,
+        job_id=job_id_of_checkpoint(session, checkpoint_id),
+        tier=tier,
+        actor=ACTOR,
+        detail={
+            "reason": "replaced since verified",
+            "node": node,
+            "shards": len(kept),
+            "examples": list(kept[:KEPT_EXAMPLES]),
+        },
+    )
+
+
+def _on_node(node: str) -> ColumnElement[str | None]:
+    return case((Replica.node_id == node, Replica.file_identity), else_=null())
 
 
 def _begun_rule(session: Session, checkpoint_id: int, tier: str) -> str:
@@ -221,7 +277,10 @@ def _begun_rule(session: Session, checkpoint_id: int, tier: str) -> str:
 def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
     """After the bytes are deleted: replicas then marker -> `expired`, event `expired` with the
     rule. Returns the marker's state afterwards (`expired`, or what it was if it was not
-    `expiring`: nothing is changed then)."""
+    `expiring`: nothing is changed then). Waits for deletes of the copy still running (an
+    attempt that outlived its timeout), at most FINISH_LOCK_WAIT: the activity is retried."""
+    session.execute(text(f"SET LOCAL lock_timeout = '{FINISH_LOCK_WAIT_MS}ms'"))
+    session.execute(select(func.pg_advisory_xact_lock(_delete_lock(checkpoint_id, tier))))
     states = _lock(session, checkpoint_id)
     if states is None:
         return "gone"

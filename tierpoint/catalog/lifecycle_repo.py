@@ -72,6 +72,8 @@ class ReplicaWrite:
     node_id: str | None = None
     bytes_done: int = 0
     error: str | None = None
+    # Which file was read there (the read's `VerifyResult.identity`); None: none read.
+    identity: str | None = None
 
 
 def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | None:
@@ -194,18 +196,21 @@ def batch_shards(
 # upsert_replicas); a copy that starts again keeps showing the progress it had.
 _UPSERT_REPLICAS = text(
     "INSERT INTO replica AS r "
-    "(shard_id, checkpoint_id, tier, node_id, state, location, bytes_done, verified_at, error) "
+    "(shard_id, checkpoint_id, tier, node_id, state, location, bytes_done, verified_at, error, "
+    "file_identity) "
     "SELECT x.shard_id, :cid, :tier, x.node_id, x.state, x.location, x.bytes_done, "
-    "CASE WHEN x.verified THEN now() END, x.error "
+    "CASE WHEN x.verified THEN now() END, x.error, x.identity "
     "FROM ROWS FROM (json_to_recordset(CAST(:rows AS json)) AS (shard_id bigint, node_id text, "
-    "state text, location text, bytes_done bigint, error text, verified boolean)) "
-    "WITH ORDINALITY AS x(shard_id, node_id, state, location, bytes_done, error, verified, o) "
+    "state text, location text, bytes_done bigint, error text, verified boolean, identity text)) "
+    "WITH ORDINALITY AS x(shard_id, node_id, state, location, bytes_done, error, verified, "
+    "identity, o) "
     "ORDER BY x.o "
     "ON CONFLICT (shard_id, tier) DO UPDATE SET "
     "state = excluded.state, location = excluded.location, node_id = excluded.node_id, "
     "bytes_done = CASE WHEN excluded.state = :copying THEN r.bytes_done "
     "ELSE excluded.bytes_done END, "
-    "error = excluded.error, verified_at = excluded.verified_at, updated_at = now() "
+    "error = excluded.error, verified_at = excluded.verified_at, "
+    "file_identity = excluded.file_identity, updated_at = now() "
     "WHERE r.state NOT IN (:kept_1, :kept_2, :kept_3)"
 )
 
@@ -256,6 +261,7 @@ def upsert_replicas(
                 "bytes_done": w.bytes_done,
                 "error": w.error,
                 "verified": w.state is ReplicaState.VERIFIED,
+                "identity": w.identity,
             }
             for w in run
         ]

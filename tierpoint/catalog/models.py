@@ -20,19 +20,33 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Numeric,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
     event,
     func,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from tierpoint.catalog import usage_rollup
 from tierpoint.states import ReplicaState, TierState
+
+
+class ByteTotal(TypeDecorator[int]):
+    """A running total of bytes: NUMERIC in the database (it cannot overflow, whatever it sums),
+    an exact int in Python."""
+
+    impl = Numeric
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> int | None:
+        return None if value is None else int(value)
+
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -180,6 +194,10 @@ class Replica(Base):
     scrubbed_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # POSIX copies: which file the catalog last read there (`tierpoint/storage/posix/identity.py`),
+    # set by the seal, a copy's read-back and the scrub; a delete removes only that file. Null on
+    # S3, and for replicas recorded before migration 0013 until their next scrub.
+    file_identity: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         UniqueConstraint("shard_id", "tier", name="uq_replica_shard_tier"),
@@ -258,7 +276,8 @@ class JobTierUsage(Base):
 
     job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True)
     tier: Mapped[str] = mapped_column(String(128), primary_key=True)
-    bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    # Numeric: a sum over any number of checkpoints, each up to 2^53 - 1 bytes, never overflows.
+    bytes: Mapped[int] = mapped_column(ByteTotal(), server_default=text("0"))
     checkpoints: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
 

@@ -4,12 +4,12 @@ the API shows."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -154,6 +154,22 @@ def record_good(
     nbytes = int(size or 0)
     _add(session, tier, replicas=len(rows), bytes=nbytes, last_scrubbed_at=func.now())
     return nbytes
+
+
+def record_identities(session: Session, identities: Mapping[int, str]) -> None:
+    """Which file each replica read back good is (replica id -> identity token), for the ones
+    still verified: a replica recorded before identities were, or one whose file was put back
+    by hand, gets the identity that expiry will check (`tierpoint/storage/posix/identity.py`)."""
+    if not identities:
+        return
+    table = Replica.__table__
+    assert isinstance(table, Table)
+    session.connection().execute(
+        update(table)
+        .where(table.c.id == bindparam("rid"), table.c.state == VERIFIED)
+        .values(file_identity=bindparam("identity")),
+        [{"rid": rid, "identity": token} for rid, token in identities.items()],
+    )
 
 
 def record_reads(session: Session, tier: str, nbytes: int, seconds: float) -> None:

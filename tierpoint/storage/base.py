@@ -6,7 +6,10 @@ the root is ever followed if it is a symlink (an operation on such a shard raise
 
 We delete only what we registered: a store removes the shards it is named and its own temp files
 (POSIX `.<name>.tierpoint-partial`, S3 multipart uploads of those keys), never anything else in
-a checkpoint's directory or under its prefix, and a directory only once it is empty.
+a checkpoint's directory or under its prefix, and a directory only once it is empty. And only the
+bytes the catalog verified: a POSIX store removes a shard's file only while it is still the file
+the catalog recorded (`RecordedCopy.identity`, `tierpoint/storage/posix/identity.py`); a file
+put at the shard's path since (the job writing the step again) is kept and reported.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ class ResumeState:
 class CopyResult:
     size: int
     crc32c: str  # 8 lowercase hex digits of what was read from the source and written
+    # Which file the write committed (POSIX: `FileIdentity` token; None on S3): what a copy that
+    # must take its write back again hands to `delete`, so it never removes another's file.
+    identity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,22 @@ class VerifyResult:
     size: int | None
     crc32c: str | None
     reason: str | None = None  # why not ok: "missing", "size 10 != 12", "crc32c 0badf00d != ..."
+    # Which file was read (POSIX: `FileIdentity` token, whatever the outcome; None on S3 or when
+    # nothing was there): recorded on the replica, so that a delete removes only this file.
+    identity: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordedCopy:
+    """A shard's copy on a tier as the catalog knows it, which is what a delete may remove: the
+    path, the registered size and crc32c, and the identity of the file the catalog verified there
+    (None when none was recorded: a replica from before identities were recorded, or one never
+    read back; a POSIX store then removes the file only if its bytes are the registered ones)."""
+
+    path: str
+    size: int = 0
+    crc32c: str | None = None
+    identity: str | None = None
 
 
 LEFT_EXAMPLES = 10
@@ -64,6 +86,9 @@ class DeleteReport:
     # Up to LEFT_EXAMPLES entries still in the checkpoint's directory (or under its prefix),
     # relative to it: nobody registered them, so they are reported and never deleted.
     left: tuple[str, ...] = ()
+    # Registered shards whose path holds another file than the one the catalog verified (it was
+    # replaced since, e.g. the job wrote the step again): kept, never deleted.
+    kept: tuple[str, ...] = ()
 
 
 class StorageError(Exception):
@@ -136,18 +161,25 @@ class TierStore(Protocol):
         """Compute size and crc32c of the committed shard reading from the device (seal stage)."""
         ...
 
-    def delete(self, ref: ShardRef) -> None:
-        """Remove the shard and its temp file, then its directories while they are empty (never
-        the tier root); removing an absent shard is not an error (idempotent)."""
+    def delete(self, ref: ShardRef, written: str | None) -> None:
+        """Take back what a copy wrote: the shard's temp file, and the shard if it is still the
+        file `written` names (the copy's `CopyResult.identity`; None: this copy committed nothing,
+        so a POSIX store removes only the temp file), then its directories while they are empty
+        (never the tier root). An absent shard is not an error (idempotent)."""
         ...
 
-    def delete_checkpoint(self, job: str, step: int, paths: Iterable[str]) -> DeleteReport:
-        """Remove the checkpoint's registered shards `paths` (and their temp files / multipart
+    def delete_checkpoint(
+        self, job: str, step: int, copies: Iterable[RecordedCopy]
+    ) -> DeleteReport:
+        """Remove the checkpoint's registered shards `copies` (and their temp files / multipart
         uploads), then each directory that held them while it is empty, up to `<job>/`.
 
-        Anything else in the checkpoint's directory or under its prefix is left where it is and
-        named in the report. Idempotent. A shard reached only through a symlink raises
-        UnsafePath: nothing is deleted through one.
+        A POSIX store removes a shard's file only if it is the one the catalog recorded (its
+        identity, or where none was recorded its registered size and crc32c read now), atomically
+        with respect to anything renamed onto the path meanwhile; another file there is kept and
+        named in `kept`. Anything else in the checkpoint's directory or under its prefix is left
+        where it is and named in the report. Idempotent. A shard reached only through a symlink
+        raises UnsafePath: nothing is deleted through one.
         """
         ...
 

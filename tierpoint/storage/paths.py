@@ -21,6 +21,8 @@ MAX_PATH_BYTES = rule.MAX_PATH_BYTES
 MAX_COMPONENT_BYTES = rule.MAX_PART_BYTES
 # Temp files of copies in progress end with this; shard names may not, so they never collide.
 PARTIAL_SUFFIX = rule.PARTIAL_SUFFIX
+# A shard's file a delete renamed aside to check it (`tierpoint/storage/posix/removal.py`).
+ASIDE_SUFFIX = rule.ASIDE_SUFFIX
 
 
 def validate_relative_path(path: str) -> str:
@@ -67,6 +69,16 @@ def partial_name(name: str) -> str:
         return candidate
     digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
     return f".{digest}{PARTIAL_SUFFIX}"
+
+
+def aside_name(name: str) -> str:
+    """The name a delete renames shard `name` to while it checks it is the recorded file
+    (deterministic, so that a later attempt finds what an interrupted one left)."""
+    candidate = f".{name}{ASIDE_SUFFIX}"
+    if len(candidate.encode("utf-8")) <= MAX_COMPONENT_BYTES:
+        return candidate
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+    return f".{digest}{ASIDE_SUFFIX}"
 
 
 def is_partial_name(name: str) -> bool:

@@ -20,7 +20,12 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
 from tierpoint_client.client import Client
-from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
+from tierpoint_client.errors import (
+    ConflictError,
+    NotFoundError,
+    SaveMismatchError,
+    TierpointError,
+)
 from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import ShardSpec
 from tierpoint_client.torch._files import (
@@ -113,9 +118,11 @@ class TierpointWriter(StorageWriter):
         self.rank = int(rank) if rank is not None else None
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
-        return plan
+        # What this rank is about to save travels to the coordinator with its plan.
+        return dataclasses.replace(plan, storage_data=_RankIntent(self.job, self.step))
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        self._refuse_disagreeing_ranks(plans)
         self._refuse_registered_step()
         # The coordinator alone asks the server for the tiers and hands every rank the local
         # tier's root with its plan: the API's work per save does not grow with the ranks.
@@ -169,6 +176,29 @@ class TierpointWriter(StorageWriter):
 
     # -- writing ---------------------------------------------------------------------------
 
+    def _refuse_disagreeing_ranks(self, plans: list[SavePlan]) -> None:
+        """Every rank must save the coordinator's job and step. A rank that names another step
+        would write its file under that step's directory, the coordinator would register its
+        own step with that file's name, and the checkpoint would fail on every tier while the
+        stray file stayed unregistered. Checked here, on the coordinator before any rank writes:
+        DCP then fails the save on every rank and nothing is written or registered."""
+        want = _RankIntent(self.job, self.step)
+        odd: list[str] = []
+        for rank, plan in enumerate(plans):
+            intent = plan.storage_data
+            if isinstance(intent, _RankIntent):
+                if intent != want:
+                    odd.append(f"rank {rank} saves {intent.job}/{intent.step}")
+            elif plan.usable:
+                # A planner that dropped what the rank planned: it cannot be checked.
+                odd.append(f"rank {rank}'s plan does not say what it saves ({intent!r})")
+            # else: a plan-caching planner's "unchanged" marker, which carries nothing.
+        if odd:
+            raise SaveMismatchError(
+                f"the ranks of this save disagree on what they save: the coordinator saves "
+                f"{self.job}/{self.step}, {', '.join(odd)}; nothing was written or registered"
+            )
+
     def _refuse_registered_step(self) -> None:
         """A step is written once: saving it again would overwrite the files of a registered
         checkpoint (DCP's `.metadata` differs on every save) before registration refused it.
@@ -215,6 +245,14 @@ class TierpointWriter(StorageWriter):
             )
             for index, offset, length, item_crc in placed
         ]
+
+
+@dataclass(frozen=True)
+class _RankIntent:
+    """What a rank adds to its local plan: the checkpoint it is about to save."""
+
+    job: str
+    step: int
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,19 @@ def main() -> None:
     p.add_argument("--no-repopulate", action="store_true")
     p.add_argument("--min-ranged-size", type=int)
     p.add_argument("--out", required=True)
+    p.add_argument(
+        "--disagree",
+        metavar="RANK:JOB/STEP",
+        action="append",
+        default=[],
+        help="this rank saves JOB/STEP instead (a job whose ranks disagree on what they save)",
+    )
     args = p.parse_args()
+    for spec in args.disagree:
+        rank, _, target = spec.partition(":")
+        if int(rank) == args.rank:
+            job, _, step = target.rpartition("/")
+            args.job, args.step = job, int(step)
     # A crash in torch's C++ (SIGABRT) then still shows where each Python thread was.
     faulthandler.enable(all_threads=True)
 

@@ -199,3 +199,32 @@ async def test_saving_a_registered_step_again_fails_before_any_file_is_written(
         for node in stack.nodes
     }
     assert after == before
+
+
+@pytest.mark.parametrize("what", ["step", "job"])
+async def test_ranks_that_disagree_on_what_they_save_fail_before_any_byte_is_written(
+    stack: Stack, tmp_path: Path, what: str
+) -> None:
+    """Rank 1 names another step (or job) than the coordinator. Every rank's save fails with the
+    disagreement, nothing is registered under either name, and no rank wrote a file."""
+    job, step = new_job(), 70
+    other_job, other_step = (job, step + 1) if what == "step" else (new_job(), step)
+    failed = await run_ranks(
+        stack,
+        tmp_path,
+        "save",
+        job,
+        world=2,
+        step=step,
+        extra=("--disagree", f"1:{other_job}/{other_step}"),
+        expect_ok=False,
+    )
+    said = f"rank 1 saves {other_job}/{other_step}"
+    for rank in range(2):
+        log = failed.logs.split(f"--- rank {rank}\n")[1].split("--- rank")[0]
+        assert "SaveMismatchError" in log and said in log, failed.logs
+    for name, n in ((job, step), (other_job, other_step)):
+        with pytest.raises(NotFoundError):
+            await asyncio.to_thread(stack.client.checkpoint, name, n)
+        for node in stack.nodes:
+            assert not stack.local_dir(node, name, n).exists()

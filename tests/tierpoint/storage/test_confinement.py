@@ -11,7 +11,7 @@ import pytest
 from tests.helpers.storage import new_ref
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnsafePath
-from tierpoint.storage.base import ShardRef
+from tierpoint.storage.base import RecordedCopy, ShardRef
 from tierpoint.storage.paths import partial_name, validate_relative_path
 from tierpoint.storage.posix.confined import OPENAT2
 from tierpoint.storage.posix.store import PosixStore
@@ -107,15 +107,16 @@ def test_a_symlink_to_another_jobs_files_inside_the_root_is_refused(
     ref = ShardRef("llama-sym", 4 if link != "llama-sym" else 10, shard)
     _refused_everywhere(store, ref)
     if link.endswith(shard):
-        # A symlink at the shard's own name is removed as a name (unlink does not follow it).
-        store.delete_checkpoint(ref.job, ref.step, [ref.path])
-        assert not path.is_symlink()
+        # A symlink at the shard's own name is not a file the catalog verified: it is kept and
+        # reported, and nothing is deleted through it.
+        report = store.delete_checkpoint(ref.job, ref.step, [RecordedCopy(ref.path)])
+        assert path.is_symlink() and report.kept == (ref.path,)
     else:
         # Nothing is deleted through a symlinked directory.
         with pytest.raises(UnsafePath):
-            store.delete_checkpoint(ref.job, ref.step, [ref.path])
+            store.delete_checkpoint(ref.job, ref.step, [RecordedCopy(ref.path)])
         with pytest.raises(UnsafePath):
-            store.delete(ref)
+            store.delete(ref, None)
     with store.open_read(victim) as f:
         assert f.read() == b"gpt-x weights"
 

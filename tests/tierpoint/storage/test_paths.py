@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.helpers.storage import new_ref
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnsafePath
-from tierpoint.storage.base import ShardRef
+from tierpoint.storage.base import RecordedCopy, ShardRef
 from tierpoint.storage.paths import validate_name, validate_relative_path
 from tierpoint.storage.posix.store import PosixStore
 
@@ -35,6 +35,7 @@ BAD_PATHS = [
     "x" * 800,
     "a/" + "y" * 256,
     "a/.b.tierpoint-partial",
+    "a/.b.tierpoint-deleting",
     "\udcff",
 ]
 
@@ -156,7 +157,7 @@ def test_symlinked_job_directory_out_of_the_root_is_refused(
     with pytest.raises(UnsafePath):
         posix_store.write(ref, io.BytesIO(b"abc"), 3, None, None)
     with pytest.raises(UnsafePath):
-        posix_store.delete_checkpoint("victim", 1, ["a/b"])
+        posix_store.delete_checkpoint("victim", 1, [RecordedCopy("a/b")])
     assert list(outside.iterdir()) == []
 
 
@@ -183,7 +184,7 @@ def test_stores_refuse_unsafe_refs(posix_store: PosixStore, path: str) -> None:
     with pytest.raises(UnsafePath):
         posix_store.location(ref)
     with pytest.raises(UnsafePath):
-        posix_store.delete(ref)
+        posix_store.delete(ref, None)
     assert list(posix_store.root.iterdir()) == []
 
 

@@ -9,10 +9,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.storage import InterruptedSource, MiB, Progress, new_ref, random_bytes
+from tests.helpers.storage import (
+    InterruptedSource,
+    MiB,
+    Progress,
+    new_ref,
+    random_bytes,
+    recorded,
+)
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnsafePath
-from tierpoint.storage.base import ResumeState, ShardRef, SourceSizeMismatch
+from tierpoint.storage.base import RecordedCopy, ResumeState, ShardRef, SourceSizeMismatch
 from tierpoint.storage.checksum import crc32c_hex, crc32c_of
 from tierpoint.storage.paths import PARTIAL_SUFFIX, partial_name
 from tierpoint.storage.posix.store import PosixStore
@@ -55,7 +62,8 @@ def test_copy_between_two_posix_tiers(tmp_path: Path) -> None:
     src = ssd.write(ref, io.BytesIO(data), len(data), None, None)
     with ssd.open_read(ref) as f:
         dst = lustre.write(ref, f, len(data), None, None)
-    assert src == dst
+    assert (src.size, src.crc32c) == (dst.size, dst.crc32c)
+    assert src.identity != dst.identity  # two files
     assert Path(lustre.location(ref)).read_bytes() == data
 
 
@@ -194,14 +202,14 @@ def test_verify_reports_missing_and_wrong_size(posix_store: PosixStore) -> None:
 def test_delete_is_idempotent_and_prunes_empty_directories(posix_store: PosixStore) -> None:
     ref = new_ref("a/b/c.bin")
     other = ShardRef(ref.job, ref.step, "a/keep.bin")
-    posix_store.write(ref, io.BytesIO(b"1"), 1, None, None)
-    posix_store.write(other, io.BytesIO(b"2"), 1, None, None)
-    posix_store.delete(ref)
-    posix_store.delete(ref)
+    written = posix_store.write(ref, io.BytesIO(b"1"), 1, None, None).identity
+    kept = posix_store.write(other, io.BytesIO(b"2"), 1, None, None).identity
+    posix_store.delete(ref, written)
+    posix_store.delete(ref, written)
     assert posix_store.size(ref) is None
     assert not (posix_store.root / ref.job / "100" / "a" / "b").exists()
     assert posix_store.size(other) == 1
-    posix_store.delete(other)
+    posix_store.delete(other, kept)
     assert list(posix_store.root.iterdir()) == []
     assert posix_store.root.is_dir()
 
@@ -220,14 +228,16 @@ def test_delete_checkpoint_is_idempotent(posix_store: PosixStore) -> None:
             None,
             None,
         )
-    registered = ["x/y.bin", "z", "w"]
+    registered = recorded(posix_store, ref.job, ref.step, ["x/y.bin", "z", "w"])
     posix_store.delete_checkpoint(ref.job, ref.step, registered)
     posix_store.delete_checkpoint(ref.job, ref.step, registered)
     assert not (posix_store.root / ref.job / str(ref.step)).exists()
     assert posix_store.size(keep) == 4
-    posix_store.delete_checkpoint(keep.job, keep.step, ["y.bin"])
+    posix_store.delete_checkpoint(
+        keep.job, keep.step, recorded(posix_store, keep.job, keep.step, ["y.bin"])
+    )
     assert list(posix_store.root.iterdir()) == []
-    posix_store.delete_checkpoint("never-there", 5, ["a"])
+    posix_store.delete_checkpoint("never-there", 5, [RecordedCopy("a")])
 
 
 def test_delete_checkpoint_does_not_follow_symlinks_inside(
@@ -240,10 +250,11 @@ def test_delete_checkpoint_does_not_follow_symlinks_inside(
     posix_store.write(ref, io.BytesIO(b"x"), 1, None, None)
     (posix_store.root / ref.job / str(ref.step) / "link").symlink_to(outside)
     # Nothing is deleted through a symlink, even under a registered name.
+    copies = recorded(posix_store, ref.job, ref.step, [ref.path])
     with pytest.raises(UnsafePath):
-        posix_store.delete_checkpoint(ref.job, ref.step, [ref.path, "link/file"])
+        posix_store.delete_checkpoint(ref.job, ref.step, [*copies, RecordedCopy("link/file")])
     assert (outside / "file").read_bytes() == b"keep me"
-    report = posix_store.delete_checkpoint(ref.job, ref.step, [ref.path])
+    report = posix_store.delete_checkpoint(ref.job, ref.step, copies)
     assert report.left == ("link",)
 
 
@@ -337,7 +348,7 @@ def test_any_sequence_of_interruptions_ends_with_the_right_bytes(
     result = store.write(ref, InterruptedSource(data, start=start), size, state, None)
     assert result.crc32c == crc32c_hex(crc32c_of(data))
     assert Path(store.location(ref)).read_bytes() == data
-    store.delete_checkpoint(ref.job, ref.step, [ref.path])
+    store.delete_checkpoint(ref.job, ref.step, recorded(store, ref.job, ref.step, [ref.path]))
 
 
 def test_a_thread_copying_small_shards_holds_buffers_of_their_size(

@@ -17,8 +17,6 @@ POSIX_FADV_DONTNEED, then read, dropping pages behind the reader.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +30,7 @@ from tierpoint.storage.base import (
     CopyResult,
     DeleteReport,
     ProgressFn,
+    RecordedCopy,
     ResumeState,
     ShardRef,
     SourceSizeMismatch,
@@ -59,58 +58,23 @@ from tierpoint.storage.posix.confined import (
     open_root,
     opened,
 )
+from tierpoint.storage.posix.identity import identity_token
 from tierpoint.storage.posix.page_cache import drop_cache, start_writeback, wait_writeback
+from tierpoint.storage.posix.partial import lock_partial, pwrite_all, refuse_to_replace
 from tierpoint.storage.posix.reader import PosixReader
-from tierpoint.storage.posix.removal import left_in, prune, unlink_shard
+from tierpoint.storage.posix.removal import (
+    left_in,
+    prune,
+    recorded_check,
+    remove_recorded,
+    unlink_temp,
+    written_check,
+)
 from tierpoint.storage.posix.streams import device_crc32c, prefetched_chunks
 from tierpoint.storage.source import check_source_end, position_source
 from tierpoint.storage.throttle import TokenBucket
 
 DEFAULT_BUFFER_SIZE = 8 * 1024 * 1024
-
-
-def _lock_partial(fd: int, dir_fd: int, tmp: str) -> None:
-    """Take the temp file for this writer alone (two attempts at one shard, e.g. a retry while
-    the first attempt still runs, must not interleave their bytes)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise BlockingIOError(
-            errno.EWOULDBLOCK, f"another copy is writing {tmp!r}; retry later"
-        ) from None
-    except OSError as e:
-        # Some shared file systems (Lustre without -o flock) do not do flock at all.
-        if e.errno not in (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL):
-            raise
-    # The inode we locked may have been renamed onto a final name meanwhile: only the inode that
-    # is still under the temp name is ours to write.
-    try:
-        current = lstat_entry(dir_fd, tmp)
-    except FileNotFoundError:
-        current = None
-    st = os.fstat(fd)
-    if current is None or (current.st_dev, current.st_ino) != (st.st_dev, st.st_ino):
-        raise BlockingIOError(errno.EWOULDBLOCK, f"{tmp!r} was replaced; retry")
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while data:
-        n = os.pwrite(fd, data, offset)
-        data = data[n:]
-        offset += n
-
-
-def _refuse_to_replace(dir_fd: int, name: str, ref: ShardRef) -> None:
-    """A copy renames onto a shard's name only where a file or nothing is: a directory or a
-    symlink there is not ours to replace."""
-    try:
-        mode = lstat_entry(dir_fd, name).st_mode
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(mode):
-        raise UnsafePath(f"shard path {ref.path!r} names an existing directory")
-    if stat.S_ISLNK(mode):
-        raise UnsafePath(f"shard path {ref.path!r} is a symlink; refusing to replace it")
 
 
 class PosixStore:
@@ -179,7 +143,8 @@ class PosixStore:
             raise
         return cast(BinaryIO, PosixReader(fd, self.limiter))
 
-    def size(self, ref: ShardRef) -> int | None:
+    def _stat(self, ref: ShardRef) -> os.stat_result | None:
+        """The committed shard's lstat; None if no regular file is there."""
         try:
             with self._parent(ref) as (dir_fd, name):
                 st = lstat_entry(dir_fd, name)
@@ -189,12 +154,17 @@ class PosixStore:
             raise UnsafePath(f"shard {ref.path!r} is a symlink; refusing to follow it")
         if not stat.S_ISREG(st.st_mode):
             return None
-        return st.st_size
+        return st
+
+    def size(self, ref: ShardRef) -> int | None:
+        st = self._stat(ref)
+        return None if st is None else st.st_size
 
     def _device_crc(
         self, ref: ShardRef, progress: Callable[[int], None] | None, *, durable: bool
-    ) -> tuple[int, int]:
-        """(size, crc32c) of the committed shard, read from the device rather than the cache.
+    ) -> tuple[int, int, str]:
+        """(size, crc32c, identity) of the committed shard, read from the device rather than
+        the cache; the identity is the file's that was read, taken once the read is done.
         `durable`: fsync it first, also where the direct read would not need it (a seal makes a
         file that someone else wrote durable; a read-back of our own committed write need not
         pay for a journal commit again)."""
@@ -213,40 +183,44 @@ class PosixStore:
                 return crc32c_of_stream(reader, self.buffer_size, progress)
 
             # A direct read writes the range's dirty pages back before it reads the device.
-            return device_crc32c(fd, self.buffer_size, self.limiter, progress, buffered)
+            size, crc = device_crc32c(fd, self.buffer_size, self.limiter, progress, buffered)
+            return size, crc, identity_token(os.fstat(fd))
 
     def checksum(
         self, ref: ShardRef, progress: Callable[[int], None] | None = None
     ) -> VerifyResult:
         try:
-            size, crc = self._device_crc(ref, progress, durable=True)
+            size, crc, identity = self._device_crc(ref, progress, durable=True)
         except FileNotFoundError:
             return VerifyResult(ok=False, size=None, crc32c=None, reason="missing")
-        return VerifyResult(ok=True, size=size, crc32c=crc32c_hex(crc))
+        return VerifyResult(ok=True, size=size, crc32c=crc32c_hex(crc), identity=identity)
 
     def verify(self, ref: ShardRef, size: int, crc32c: str) -> VerifyResult:
         expected = parse_crc32c(crc32c)
-        actual_size = self.size(ref)
-        if actual_size is None:
+        st = self._stat(ref)
+        if st is None:
             return VerifyResult(ok=False, size=None, crc32c=None, reason="missing")
-        if actual_size != size:
+        if st.st_size != size:
+            reason = f"size {st.st_size} != {size}"
             return VerifyResult(
-                ok=False, size=actual_size, crc32c=None, reason=f"size {actual_size} != {size}"
+                ok=False, size=st.st_size, crc32c=None, reason=reason, identity=identity_token(st)
             )
         try:
-            read_size, crc = self._device_crc(ref, None, durable=False)
+            read_size, crc, identity = self._device_crc(ref, None, durable=False)
         except FileNotFoundError:
             return VerifyResult(ok=False, size=None, crc32c=None, reason="missing")
         got = crc32c_hex(crc)
         if read_size != size:
+            reason = f"size {read_size} != {size}"
             return VerifyResult(
-                ok=False, size=read_size, crc32c=got, reason=f"size {read_size} != {size}"
+                ok=False, size=read_size, crc32c=got, reason=reason, identity=identity
             )
         if crc != expected:
+            reason = f"crc32c {got} != {crc32c.lower()}"
             return VerifyResult(
-                ok=False, size=read_size, crc32c=got, reason=f"crc32c {got} != {crc32c.lower()}"
+                ok=False, size=read_size, crc32c=got, reason=reason, identity=identity
             )
-        return VerifyResult(ok=True, size=read_size, crc32c=got)
+        return VerifyResult(ok=True, size=read_size, crc32c=got, identity=identity)
 
     # -- writing --------------------------------------------------------------------------
 
@@ -257,7 +231,7 @@ class PosixStore:
         when the file holds that much, else truncated to start over."""
         fd = open_entry(dir_fd, tmp, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
-            _lock_partial(fd, dir_fd, tmp)
+            lock_partial(fd, dir_fd, tmp)
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise UnsafePath(f"temp file {tmp!r} is not a regular file")
@@ -281,10 +255,10 @@ class PosixStore:
         if size < 0:
             raise ValueError("size must be >= 0")
         with self._parent(ref, create=True) as (dir_fd, name):
-            crc = self._write_in(dir_fd, name, ref, source, size, resume, progress)
+            crc, identity = self._write_in(dir_fd, name, ref, source, size, resume, progress)
         if progress is not None:
             progress(ResumeState(offset=size, crc=crc))
-        return CopyResult(size=size, crc32c=crc32c_hex(crc))
+        return CopyResult(size=size, crc32c=crc32c_hex(crc), identity=identity)
 
     def _write_in(
         self,
@@ -295,9 +269,10 @@ class PosixStore:
         size: int,
         resume: ResumeState | None,
         progress: ProgressFn | None,
-    ) -> int:
-        """Write the shard's temp file in its directory and rename it onto `name`; its crc32c."""
-        _refuse_to_replace(dir_fd, name, ref)
+    ) -> tuple[int, str]:
+        """Write the shard's temp file in its directory and rename it onto `name`; its crc32c,
+        and the identity of the file committed (a rename keeps the inode and the mtime)."""
+        refuse_to_replace(dir_fd, name, ref)
         tmp = partial_name(name)
         fd, offset, crc = self._open_partial(dir_fd, tmp, resume, size)
         try:
@@ -312,7 +287,7 @@ class PosixStore:
                         f"source of {ref.path!r} ended at {offset + n} bytes, expected {size}"
                     )
                 crc = crc32c_update(crc, chunk)
-                _pwrite_all(fd, chunk, offset)
+                pwrite_all(fd, chunk, offset)
                 if prev_len:
                     # Without sync_file_range the prefix is only in the page cache: enough to
                     # resume after a worker crash; a node crash shortens the file (restart) or
@@ -327,45 +302,57 @@ class PosixStore:
             check_source_end(ref, source, size)
             os.fsync(fd)
             drop_cache(fd)
-            _refuse_to_replace(dir_fd, name, ref)
+            identity = identity_token(os.fstat(fd))
+            refuse_to_replace(dir_fd, name, ref)
             # Renamed while still locked: a concurrent writer can never lock the committed file.
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             os.fsync(dir_fd)
         finally:
             os.close(fd)
-        return crc
+        return crc, identity
 
-    # -- removing (`removal`: named shards, our temp files, then directories while empty) ----
+    # -- removing (`removal`: recorded files of named shards, our temp files, then directories
+    # while empty) --------------------------------------------------------------------------
 
-    def delete(self, ref: ShardRef) -> None:
+    def delete(self, ref: ShardRef, written: str | None) -> None:
         parts = checkpoint_parts(ref.job, ref.step, ref.path)
         with contextlib.suppress(FileNotFoundError):
             with self._parent(ref) as (dir_fd, name):
-                unlink_shard(dir_fd, name)
+                unlink_temp(dir_fd, name)
+                if written is not None:
+                    remove_recorded(dir_fd, name, written_check(written))
             with opened(open_root(str(self.root))) as root_fd:
                 prune(root_fd, [tuple(parts[:-1])], self.openat2)
 
-    def delete_checkpoint(self, job: str, step: int, paths: Iterable[str]) -> DeleteReport:
+    def delete_checkpoint(
+        self, job: str, step: int, copies: Iterable[RecordedCopy]
+    ) -> DeleteReport:
         base = checkpoint_parts(job, step)
-        by_dir: dict[tuple[str, ...], list[str]] = {}
-        for p in paths:
-            *sub, name = validate_relative_path(p).split("/")
-            by_dir.setdefault((*base, *sub), []).append(name)
+        by_dir: dict[tuple[str, ...], list[tuple[str, RecordedCopy]]] = {}
+        for copy in copies:
+            *sub, name = validate_relative_path(copy.path).split("/")
+            by_dir.setdefault((*base, *sub), []).append((name, copy))
         try:
             root_fd = open_root(str(self.root))
         except FileNotFoundError:
             return DeleteReport()
-        deleted = 0
+        deleted, kept = 0, []
         with opened(root_fd):
-            for parts, names in by_dir.items():
+            for parts, named in by_dir.items():
                 try:
                     dir_fd = open_dir(root_fd, parts, use_openat2=self.openat2)
                 except FileNotFoundError:
                     continue
                 with opened(dir_fd):
-                    deleted += sum(unlink_shard(dir_fd, n) for n in names)
+                    for name, copy in named:
+                        unlink_temp(dir_fd, name)
+                        removed = remove_recorded(dir_fd, name, recorded_check(copy))
+                        deleted += removed.deleted
+                        if removed.kept:
+                            kept.append(copy.path)
             prune(root_fd, [*by_dir, tuple(base)], self.openat2)
-            return DeleteReport(deleted=deleted, left=left_in(root_fd, base, self.openat2))
+            left = left_in(root_fd, base, self.openat2)
+            return DeleteReport(deleted=deleted, left=left, kept=tuple(kept))
 
     def cleanup_partial(self, ref: ShardRef, resume: ResumeState | None) -> None:
         # A directory we cannot reach without following a symlink holds no temp file of ours.

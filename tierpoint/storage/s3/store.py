@@ -20,6 +20,7 @@ from tierpoint.storage.base import (
     CopyResult,
     DeleteReport,
     ProgressFn,
+    RecordedCopy,
     ResumeState,
     ShardRef,
     SourceSizeMismatch,
@@ -208,13 +209,20 @@ class S3Store:
 
     # -- removing -------------------------------------------------------------------------
 
-    def delete(self, ref: ShardRef) -> None:
+    def delete(self, ref: ShardRef, written: str | None) -> None:
+        # An object has no identity of ours to check (`written` is None for S3 copies): a copy
+        # takes back the key it writes, of the checkpoint whose copy it is.
         self.client.delete_object(Bucket=self.bucket, Key=self.key(ref))
 
-    def delete_checkpoint(self, job: str, step: int, paths: Iterable[str]) -> DeleteReport:
+    def delete_checkpoint(
+        self, job: str, step: int, copies: Iterable[RecordedCopy]
+    ) -> DeleteReport:
         # The registered keys, never a listing of the prefix: an object someone else put there
-        # (or a job wrote beside its shards) is not ours to delete.
-        paths = list(paths)
+        # (or a job wrote beside its shards) is not ours to delete. That no key here is a newer
+        # checkpoint's object (the step registered again) is the caller's ordering: the catalog
+        # lets a step be registered again, and so written again, only after its old copies'
+        # deletes are done (`activities/retention.py: delete_copy`).
+        paths = [c.path for c in copies]
         keys = [self.key(ShardRef(job, step, p)) for p in paths]
         prefixes = self.checkpoint_prefixes(job, step, paths)
         deleted = 0

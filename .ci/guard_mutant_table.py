@@ -852,6 +852,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "they stay restorable (latest keeps the newest step) and retention expires them as usual",
     ),
     Mutant(
+        "rereplication-chooses-distinct-holders",
+        "activities/placement.py",
+        "        options = preference(node, ring, domains, others | set(given.values()))\n",
+        "        options = preference(node, ring, domains, set(given.values()))\n",
+        (
+            "tests/activities/test_placement.py::"
+            "test_a_copy_made_again_never_goes_beside_another_copy",
+            "tests/faults/test_rereplication_distinct_holders.py",
+        ),
+        "a lost holder's copy is made again on a node holding none of the node's other copies "
+        "(K copies on K nodes), or not at all and said so, never beside another copy",
+    ),
+    Mutant(
         "peer-cut-body-is-an-error",
         "tierpoint/storage/peer_http.py",
         "            if n == 0 and len(b) and self._left:\n",

@@ -16,7 +16,7 @@ from tierpoint.contract.lifecycle import Batch, PlanTier
 from tierpoint.contract.peer import PLAN, PeerPlan, PeerStage, RereplicateInput
 
 from .batching import batch_size, plan_batches
-from .placement import ring_holders
+from .placement import holders_by_tier
 from .stores import Stores
 
 
@@ -50,7 +50,6 @@ class PeerActivities:
     @activity.defn(name=PLAN)
     def plan(self, inp: RereplicateInput) -> PeerPlan:
         peers = self._settings.peer_tiers()
-        distance = {t.name: i + 1 for i, t in enumerate(peers)}
         out = PeerPlan(
             checkpoint_id=inp.checkpoint_id,
             job=inp.job,
@@ -72,6 +71,7 @@ class PeerActivities:
             lost = set(nodes.lost_among(s, sources))
             live = scrub_repo.live_nodes(s)
             domains = nodes.failure_domains(s, [*live, *sources])
+            kept = peer_reads.copy_holders(s, inp.checkpoint_id, [t.name for t in peers])
             below = {t.name: self._below(t) for t in peers if t.name in missing}
             held_below = peer_reads.verified_below(
                 s, inp.checkpoint_id, sorted(lost), sorted({n for b in below.values() for n in b})
@@ -89,12 +89,16 @@ class PeerActivities:
                 reads |= {self._source_of(tier).name} if reads_local else set()
                 rebuild_repo.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)
         out.lost_nodes = sorted(lost)
+        # Each source node's new holders, tier by tier: none beside another copy of its shards.
+        placing = [t.name for t in peers if t.name in missing]
+        new_holders = holders_by_tier(
+            {r[0] for rows in missing.values() for r in rows}, live, placing, domains, kept
+        )
         for tier in (t for t in peers if t.name in missing):
             rows = missing[tier.name]
             reachable = [r for r in rows if r[0] not in lost]
             runs = runs_of[tier.name]
-            placed = {n for n, _, _ in reachable} | {r[0][0] for _, r in runs}
-            holders = ring_holders(placed, live, distance[tier.name], domains)
+            holders = new_holders[tier.name]
             batches = self._batches(reachable, tier) + [
                 b.model_copy(update={"source_tier": src})
                 for src, run in runs
@@ -110,6 +114,7 @@ class PeerActivities:
                         if b.node in holders
                     ],
                     unreachable=len(rows) - len(reachable) - sum(len(r) for _, r in runs),
+                    unplaced=sorted({b.node for b in batches if b.node not in holders}),
                 )
             )
         return out

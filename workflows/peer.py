@@ -92,6 +92,10 @@ class PeerRereplicate:
                 "below holds verified"
                 if stage.unreachable
                 else "",
+                f"no live node to hold a copy for nodes {', '.join(stage.unplaced)} apart from "
+                "their own and the holders of their other copies"
+                if stage.unplaced
+                else "",
             ]
             error = "; ".join(p for p in problems if p) or None
             outcomes.append(

@@ -151,3 +151,38 @@ def verified_below(
     for node, ordinal, tier in rows:
         out.setdefault((node, ordinal), set()).add(tier)
     return out
+
+
+# A replica in these states keeps its node as the home of that tier's copy of the shard.
+_HOMED = [
+    ReplicaState.PENDING.value,
+    ReplicaState.COPYING.value,
+    ReplicaState.VERIFIED.value,
+    ReplicaState.CORRUPT.value,
+]
+
+
+def copy_holders(
+    session: Session, checkpoint_id: int, tiers: Sequence[str]
+) -> dict[str, dict[str, set[str]]]:
+    """shard node -> peer tier -> the live nodes holding (or copying, or to repair) that node's
+    copies of the checkpoint there: where a new copy of the node's shards must not go."""
+    if not tiers:
+        return {}
+    rows = session.execute(
+        select(Shard.node_id, Replica.tier, Node.id)
+        .join(Replica, Replica.shard_id == Shard.id)
+        .join(Node, Node.id == Replica.node_id)
+        .where(
+            Shard.checkpoint_id == checkpoint_id,
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier.in_(list(tiers)),
+            Replica.state.in_(_HOMED),
+            Node.lost_at.is_(None),
+        )
+        .distinct()
+    )
+    out: dict[str, dict[str, set[str]]] = {}
+    for node, tier, holder in rows:
+        out.setdefault(node, {}).setdefault(tier, set()).add(holder)
+    return out

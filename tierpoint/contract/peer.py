@@ -40,6 +40,10 @@ class PeerStage(BaseModel):
     # Shards that cannot be copied again (their own node is lost too, and no tier below holds
     # them verified), for the reason.
     unreachable: int = 0
+    # Source nodes with no live node to hold the copy apart from themselves and the holders of
+    # their other copies: not copied (never beside another copy), for the reason. Empty in
+    # histories recorded before.
+    unplaced: list[str] = Field(default_factory=list)
 
 
 class PeerPlan(BaseModel):

@@ -264,7 +264,7 @@ class LifecycleActivities:
                 # Maybe a re-replication's batch: it renews the hold on what it reads from.
                 rebuild_repo.renew(s, inp.checkpoint_id)
         if dst_tier.kind is TierKind.PEER:
-            # Runs on the holder's queue and pulls from the shards' node over its endpoint.
+            # Runs on the holder's queue and pulls the copy over its node's endpoint.
             if b.holder is None or b.holder == b.node:
                 raise ApplicationError(
                     f"a copy to peer tier {dst_tier.name} needs a holder other than {b.node}",
@@ -275,11 +275,12 @@ class LifecycleActivities:
             dst = self._store(dst_tier, b.holder)
             self._refuse_lost_node(b.holder, dst_tier)
             if src_tier.on_nodes:
-                self._refuse_lost_node(b.node, src_tier)
-                src = self._peer_source(src_tier, b.node)
-            else:
-                # Re-replication of a lost node's shards: read from the tier below that holds
-                # them verified (the holder reaches the shared tier and S3 as repair does).
+                # The shards' node's local copy, or another peer tier's copy on its holder
+                # (re-replication), over that node's endpoint.
+                serving = b.source_node or b.node
+                self._refuse_lost_node(serving, src_tier)
+                src = self._peer_source(src_tier, serving)
+            else:  # re-replication from the shared tier or S3, as repair reads them
                 src = self._store(src_tier, b.node, layouts.get(src_tier.name))
         else:
             dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None

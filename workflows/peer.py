@@ -88,8 +88,7 @@ class PeerRereplicate:
                 f"{done.failures} of {done.batches} batches failed, first: {done.first_failure}"
                 if done.failures
                 else "",
-                f"{stage.unreachable} shard(s) whose own node is lost too, and that no tier "
-                "below holds verified"
+                f"{stage.unreachable} shard(s) that no other tier holds verified on a live node"
                 if stage.unreachable
                 else "",
                 f"no live node to hold a copy for nodes {', '.join(stage.unplaced)} apart from "

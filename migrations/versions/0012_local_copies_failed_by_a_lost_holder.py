@@ -25,8 +25,7 @@ depends_on: str | Sequence[str] | None = None
 # tierpoint/catalog/nodes.py: lost_reason(node), the reason every such marker was given.
 LOST_REASON = "^node .+ was declared lost: its local copies are gone$"
 WHY = (
-    "a lost node held only peer copies of this checkpoint: this copy lost no byte "
-    "(migration 0012)"
+    "a lost node held only peer copies of this checkpoint: this copy lost no byte (migration 0012)"
 )
 
 

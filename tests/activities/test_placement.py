@@ -124,15 +124,15 @@ def test_a_copy_made_again_never_goes_beside_another_copy(
     k = data.draw(st.integers(1, 4), label="k")
     tiers = [f"peer.{i}" for i in range(1, k + 1)]
     others = [n for n in live if n != node]
-    kept = {
-        t: {h}
-        for t in tiers
-        if others and data.draw(st.booleans(), label=f"{t} kept")
-        for h in [data.draw(st.sampled_from(others), label=f"{t} holder")]
-    }
-    # Kept copies are distinct as placement made them.
-    if len(set().union(*kept.values())) < len(kept):
-        return
+    # Kept copies sit on distinct nodes, as placement put them.
+    kept: dict[str, set[str]] = {}
+    spare = list(others)
+    for t in tiers:
+        keep = data.draw(st.booleans(), label=f"{t} kept")
+        if spare and keep:
+            holder = data.draw(st.sampled_from(spare), label=f"{t} holder")
+            kept[t] = {holder}
+            spare.remove(holder)
     remade = [t for t in tiers if t not in kept]
     given = assign(node, live, remade, domains, kept)
 

@@ -129,7 +129,7 @@ def _failed_by_a_lost_node(
             reason=f"node {lost} was declared lost: its local copies are gone",
         )
     )
-    return cp
+    return int(cp)
 
 
 def test_local_copies_a_lost_holder_failed_are_restorable_again(empty_url: str) -> None:

@@ -909,6 +909,32 @@ MUTANTS: tuple[Mutant, ...] = (
         "a peer tier whose copy a lost node held stops being restorable, and is copied again",
     ),
     Mutant(
+        "node-lost-fails-only-the-lost-nodes-copies",
+        "tierpoint/catalog/nodes.py",
+        "    failed_tiers = _fail_local_markers(session, own, local_tiers, reason)\n",
+        "    failed_tiers = _fail_local_markers(session, ids, local_tiers, reason)\n",
+        (
+            "tests/tierpoint/catalog/test_nodes.py::"
+            "test_a_lost_holder_fails_the_peer_copies_it_held_and_no_local_copy",
+            "tests/faults/test_lost_holder_spares_local_copies.py",
+        ),
+        "a node that held only peer copies of a checkpoint takes no byte of its local copies: "
+        "they stay restorable (latest keeps the newest step) and retention expires them as usual",
+    ),
+    Mutant(
+        "rereplication-chooses-distinct-holders",
+        "activities/placement.py",
+        "        options = preference(node, ring, domains, others | set(given.values()))\n",
+        "        options = preference(node, ring, domains, set(given.values()))\n",
+        (
+            "tests/activities/test_placement.py::"
+            "test_a_copy_made_again_never_goes_beside_another_copy",
+            "tests/faults/test_rereplication_distinct_holders.py",
+        ),
+        "a lost holder's copy is made again on a node holding none of the node's other copies "
+        "(K copies on K nodes), or not at all and said so, never beside another copy",
+    ),
+    Mutant(
         "peer-cut-body-is-an-error",
         "tierpoint/storage/peer_http.py",
         "            if n == 0 and len(b) and self._left:\n",

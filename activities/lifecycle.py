@@ -60,7 +60,7 @@ from tierpoint.storage.s3.layout import KeyLayout, layout_in_force
 from . import observe
 from .batching import batch_size, plan_batches
 from .copy import Destination, Source, copy_to
-from .placement import ring_holders
+from .placement import holders_by_tier
 from .progress import BatchReporter, resume_details
 from .registration import on_node_queue
 from .seal import BatchSeal
@@ -146,15 +146,18 @@ class LifecycleActivities:
             ordinals = repo.shard_ordinals_by_node(s, head.id)
             lost = nodes.lost_among(s, (n for n, _, _ in ordinals))
             peers = [t for t in tiers if t.kind is TierKind.PEER]
+            configured = [t.name for t in self._settings.peer_tiers()]
             live = scrub_repo.live_nodes(s) if peers else []
             # A source that is not live is placed too, away from its own domain.
             placed = [*live, *(n for n, _, _ in ordinals)] if peers else []
             domains = nodes.failure_domains(s, placed)
+            # A retried run's copies go nowhere near the copies the other peer tiers hold.
+            kept = peer_reads.copy_holders(s, head.id, configured) if peers else {}
         sources = {n for n, _, _ in ordinals}
-        # The i-th peer tier of the configuration (not of this step's targets) keeps its ring
-        # distance, so a step that skips a peer tier moves no other tier's copies.
-        distance = {t.name: i + 1 for i, t in enumerate(self._settings.peer_tiers())}
-        holders = {t.name: ring_holders(sources, live, distance[t.name], domains) for t in peers}
+        # Every peer tier of the configuration (not only this step's targets) is placed in its
+        # order, so a step that skips a peer tier moves no other tier's copies.
+        placed_on = holders_by_tier(sources, live, configured, domains, kept)
+        holders = {t.name: placed_on[t.name] for t in peers}
         size = batch_size(self._settings, len(ordinals))
         # Split by bytes for the stages on the nodes' queues (the seal, and the copy off the
         # local tier), whose windows are per node: a shared tier's large window (an S3 tier
@@ -261,7 +264,7 @@ class LifecycleActivities:
                 # Maybe a re-replication's batch: it renews the hold on what it reads from.
                 rebuild_repo.renew(s, inp.checkpoint_id)
         if dst_tier.kind is TierKind.PEER:
-            # Runs on the holder's queue and pulls from the shards' node over its endpoint.
+            # Runs on the holder's queue and pulls the copy over its node's endpoint.
             if b.holder is None or b.holder == b.node:
                 raise ApplicationError(
                     f"a copy to peer tier {dst_tier.name} needs a holder other than {b.node}",
@@ -272,11 +275,12 @@ class LifecycleActivities:
             dst = self._store(dst_tier, b.holder)
             self._refuse_lost_node(b.holder, dst_tier)
             if src_tier.on_nodes:
-                self._refuse_lost_node(b.node, src_tier)
-                src = self._peer_source(src_tier, b.node)
-            else:
-                # Re-replication of a lost node's shards: read from the tier below that holds
-                # them verified (the holder reaches the shared tier and S3 as repair does).
+                # The shards' node's local copy, or another peer tier's copy on its holder
+                # (re-replication), over that node's endpoint.
+                serving = b.source_node or b.node
+                self._refuse_lost_node(serving, src_tier)
+                src = self._peer_source(src_tier, serving)
+            else:  # re-replication from the shared tier or S3, as repair reads them
                 src = self._store(src_tier, b.node, layouts.get(src_tier.name))
         else:
             dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None

@@ -16,7 +16,7 @@ from tierpoint.contract.lifecycle import Batch, PlanTier
 from tierpoint.contract.peer import PLAN, PeerPlan, PeerStage, RereplicateInput
 
 from .batching import batch_size, plan_batches
-from .placement import ring_holders
+from .placement import holders_by_tier
 from .stores import Stores
 
 
@@ -37,20 +37,19 @@ class PeerActivities:
         before = tiers[: tiers.index(tier)]
         return next(t for t in reversed(before) if t.kind is TierKind.LOCAL)
 
-    def _below(self, tier: TierConfig) -> list[str]:
-        """The tiers after a peer tier that a holder can read a lost node's shards from, in
-        order: off the nodes (a shared tier, S3), readable without a restore request."""
-        tiers = self._settings.tiers
+    def _readable(self, tier: TierConfig) -> list[str]:
+        """The tiers a copy on peer tier `tier` may be made again from, fastest first: the
+        shards' nodes' local tiers, the other peer tiers (read from their holders), and the
+        tiers off the nodes (a shared tier, S3) that answer without a restore request."""
         return [
             t.name
-            for t in tiers[tiers.index(tier) + 1 :]
-            if not t.on_nodes and not t.needs_restore_request
+            for t in self._settings.tiers
+            if t is not tier and (t.on_nodes or not t.needs_restore_request)
         ]
 
     @activity.defn(name=PLAN)
     def plan(self, inp: RereplicateInput) -> PeerPlan:
         peers = self._settings.peer_tiers()
-        distance = {t.name: i + 1 for i, t in enumerate(peers)}
         out = PeerPlan(
             checkpoint_id=inp.checkpoint_id,
             job=inp.job,
@@ -58,8 +57,8 @@ class PeerActivities:
             batch_heartbeat_seconds=self._settings.batch_heartbeat_timeout_seconds,
         )
         with self._sessions.begin() as s:
-            # Under the checkpoint's row lock, as retention's re-check: a copy below that the
-            # plan reads is held before any expiry can begin (rebuild_repo).
+            # Under the checkpoint's row lock, as retention's re-check: a copy that the plan
+            # reads is held before any expiry of it can begin (rebuild_repo).
             if not rebuild_repo.lock_checkpoint(s, inp.checkpoint_id):
                 raise ApplicationError(
                     f"checkpoint {inp.checkpoint_id} is not in the catalog",
@@ -68,53 +67,61 @@ class PeerActivities:
                 )
             failed = peer_reads.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
             missing = {t: peer_reads.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
+            remade = [t for t in peers if t.name in missing]
             sources = {n for rows in missing.values() for n, _, _ in rows}
             lost = set(nodes.lost_among(s, sources))
             live = scrub_repo.live_nodes(s)
             domains = nodes.failure_domains(s, [*live, *sources])
-            below = {t.name: self._below(t) for t in peers if t.name in missing}
-            held_below = peer_reads.verified_below(
-                s, inp.checkpoint_id, sorted(lost), sorted({n for b in below.values() for n in b})
+            kept = peer_reads.copy_holders(s, inp.checkpoint_id, [t.name for t in peers])
+            readable = {t.name: self._readable(t) for t in remade}
+            verified = peer_reads.verified_copies(
+                s,
+                inp.checkpoint_id,
+                sorted(sources),
+                sorted({n for r in readable.values() for n in r}),
             )
-            runs_of = {
-                t: _runs_below([r for r in rows if r[0] in lost], below[t], held_below)
-                for t, rows in missing.items()
-            }
+            runs_of = {t: _runs(missing[t], readable[t], verified) for t in missing}
             now = datetime.now(UTC)
-            for tier in (t for t in peers if t.name in missing):
-                # The tiers this re-replication reads: the shards' nodes' local copies, and the
-                # tiers below for shards whose node is lost too.
-                reads_local = any(r[0] not in lost for r in missing[tier.name])
-                reads = {src for src, _ in runs_of[tier.name]}
-                reads |= {self._source_of(tier).name} if reads_local else set()
+            for tier in remade:
+                # The copies this re-replication reads, whichever tier each one is on.
+                reads = {src for (src, _), _ in runs_of[tier.name]}
                 rebuild_repo.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)
         out.lost_nodes = sorted(lost)
-        for tier in (t for t in peers if t.name in missing):
-            rows = missing[tier.name]
-            reachable = [r for r in rows if r[0] not in lost]
-            runs = runs_of[tier.name]
-            placed = {n for n, _, _ in reachable} | {r[0][0] for _, r in runs}
-            holders = ring_holders(placed, live, distance[tier.name], domains)
-            batches = self._batches(reachable, tier) + [
-                b.model_copy(update={"source_tier": src})
-                for src, run in runs
-                for b in self._batches(run, tier)
-            ]
+        # Each source node's new holders, tier by tier: none beside another copy of its shards.
+        new_holders = holders_by_tier(sources, live, [t.name for t in remade], domains, kept)
+        for tier in remade:
             out.stages.append(
-                PeerStage(
-                    tier=_plan_tier(tier),
-                    source=_plan_tier(self._source_of(tier)),
-                    batches=[
-                        b.model_copy(update={"holder": holders[b.node]})
-                        for b in batches
-                        if b.node in holders
-                    ],
-                    unreachable=len(rows) - len(reachable) - sum(len(r) for _, r in runs),
-                )
+                self._stage(tier, missing[tier.name], runs_of[tier.name], new_holders[tier.name])
             )
         return out
 
-    def _batches(self, rows: list[tuple[str, int, int]], tier: TierConfig) -> list[Batch]:
+    def _stage(
+        self, tier: TierConfig, rows: list[Row], runs: list[Run], holders: dict[str, str]
+    ) -> PeerStage:
+        """The copies of one peer tier to make again: each run's batches on the new holder of
+        its node, reading the run's source (the stage's own, the shards' node's local copy over
+        its endpoint, is left implicit, as the lifecycle's batches leave it)."""
+        source = self._source_of(tier)
+        batches = [
+            b
+            if (src, at) == (source.name, b.node)
+            else b.model_copy(update={"source_tier": src, "source_node": at})
+            for (src, at), run in runs
+            for b in self._batches(run, tier)
+        ]
+        return PeerStage(
+            tier=_plan_tier(tier),
+            source=_plan_tier(source),
+            batches=[
+                b.model_copy(update={"holder": holders[b.node]})
+                for b in batches
+                if b.node in holders
+            ],
+            unreachable=len(rows) - sum(len(run) for _, run in runs),
+            unplaced=sorted({b.node for b in batches if b.node not in holders}),
+        )
+
+    def _batches(self, rows: list[Row], tier: TierConfig) -> list[Batch]:
         return plan_batches(
             rows,
             batch_size(self._settings, len(rows)),
@@ -124,22 +131,28 @@ class PeerActivities:
 
 
 Row = tuple[str, int, int]
+# A copy to read: its tier, and the node whose data endpoint serves it (the shards' node for its
+# local copy, the holder for a peer copy); None off the nodes (a shared tier, S3).
+Source = tuple[str, str | None]
+Run = tuple[Source, list[Row]]
 
 
-def _runs_below(
-    stranded: list[Row], below: list[str], held: dict[tuple[str, int], set[str]]
-) -> list[tuple[str, list[Row]]]:
-    """A lost node's shards that a tier below holds verified, as runs of consecutive shards of
-    one node read from the same tier (the first below that holds each), so that no two batches'
-    ordinal ranges overlap; a shard that no tier below holds is in no run."""
-    runs: list[tuple[str, list[Row]]] = []
-    last: tuple[str, str] | None = None
-    for row in stranded:
-        tiers = held.get((row[0], row[1]), set())
-        src = next((t for t in below if t in tiers), None)
-        if src is None:
+def _runs(
+    rows: list[Row], order: list[str], verified: dict[tuple[str, int], dict[str, str | None]]
+) -> list[Run]:
+    """Each shard read from the first tier of `order` that holds it verified (`verified`:
+    (node, ordinal) -> tier -> where), as runs of consecutive shards of one node with the same
+    source, so that no two batches' ordinal ranges overlap; a shard that no tier holds verified
+    is in no run."""
+    runs: list[Run] = []
+    last: tuple[str, Source] | None = None
+    for row in rows:
+        held = verified.get((row[0], row[1]), {})
+        tier = next((t for t in order if t in held), None)
+        if tier is None:
             last = None
             continue
+        src = (tier, held[tier])
         if last != (row[0], src):
             runs.append((src, []))
             last = (row[0], src)

@@ -11,18 +11,28 @@ domain (`failure_domain`, e.g. a rack or zone); a node without one is a domain o
 without labels the i-th holder is simply the i-th node after N, and every live node holds about as
 many copies as it has shards of its own. A node that is not in the ring (it wrote shards, then
 stopped reporting in) still gets holders: the walk starts at the first live node after it.
+
+A copy made again (re-replication after its holder was lost, a retry) goes to the first node of
+that list that holds none of the node's copies on the other peer tiers, the domains of those
+counting as used: K copies stay on K distinct nodes (and domains, while there are enough) however
+the ring changed since the others were placed. When no such live node is left the copy is not
+made, rather than put beside another copy that one node's loss would take with it (`assign`).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 
 def preference(
-    node: str, ring: Sequence[str], domains: Mapping[str, str | None] | None = None
+    node: str,
+    ring: Sequence[str],
+    domains: Mapping[str, str | None] | None = None,
+    held: Collection[str] = (),
 ) -> list[str]:
-    """Every node of the sorted `ring` but `node`, in the order `node`'s copies go to them."""
+    """Every node of the sorted `ring` but `node`, in the order `node`'s copies go to them; with
+    `held` (the nodes holding its other copies), those left out and their domains used."""
     labels = domains or {}
 
     def domain(n: str) -> str:
@@ -31,9 +41,10 @@ def preference(
 
     start = bisect.bisect_right(ring, node)
     walk = [n for n in (*ring[start:], *ring[:start]) if n != node]
+    walk = [n for n in walk if n not in held]
     own = domain(node)
     first: list[str] = []
-    used = {own}
+    used = {own, *(domain(h) for h in held)}
     for n in walk:
         if domain(n) not in used:
             used.add(domain(n))
@@ -65,3 +76,43 @@ def ring_holders(
     other than itself (fewer live nodes than the distance needs) is left out."""
     placed = place(sources, live, distance, domains)
     return {n: held[distance - 1] for n, held in placed.items() if len(held) >= distance}
+
+
+def assign(
+    node: str,
+    live: Sequence[str],
+    tiers: Sequence[str],
+    domains: Mapping[str, str | None] | None = None,
+    kept: Mapping[str, Collection[str]] | None = None,
+) -> dict[str, str]:
+    """The holder of a new copy of `node`'s shards on each of `tiers` (peer tier names in the
+    configuration's order), one tier after the other: the first node of `node`'s preference
+    list that holds none of its copies on another tier, neither one `kept` (tier -> the live
+    nodes holding its copies there now) nor one given to a tier before. A tier that finds no
+    such node is left out. With nothing kept, tier i gets the i-th node of the list, as `place`
+    says."""
+    ring = sorted(set(live))
+    held = kept or {}
+    given: dict[str, str] = {}
+    for tier in tiers:
+        others = {h for t, nodes in held.items() if t != tier for h in nodes}
+        options = preference(node, ring, domains, others | set(given.values()))
+        if options:
+            given[tier] = options[0]
+    return given
+
+
+def holders_by_tier(
+    sources: Iterable[str],
+    live: Sequence[str],
+    tiers: Sequence[str],
+    domains: Mapping[str, str | None] | None = None,
+    kept: Mapping[str, Mapping[str, Collection[str]]] | None = None,
+) -> dict[str, dict[str, str]]:
+    """tier -> source node -> the holder `assign` gives its new copy there (`kept`: per source
+    node, what `assign` takes); a node with no holder on a tier is left out of that tier's."""
+    out: dict[str, dict[str, str]] = {t: {} for t in tiers}
+    for n in sorted(set(sources)):
+        for tier, holder in assign(n, live, tiers, domains, (kept or {}).get(n, {})).items():
+            out[tier][n] = holder
+    return out

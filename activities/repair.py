@@ -75,22 +75,21 @@ class RepairActivities:
         ensure_reachable(tier, batch_node, self._node)
         return self._stores.get(tier, batch_node, layouts.get(tier.name))
 
-    def _read_from(
-        self, tier: TierConfig, batch_node: str, layouts: dict[str, KeyLayout]
-    ) -> ShardSource:
-        """A source tier's reader: another node's local tier through its data endpoint."""
-        if tier.kind is TierKind.LOCAL and batch_node != self._node:
+    def _read_from(self, tier: TierConfig, node: str, layouts: dict[str, KeyLayout]) -> ShardSource:
+        """A source tier's reader: a copy on another node (its local copy, a peer copy on its
+        holder) through that node's data endpoint, else the store this worker reaches."""
+        if tier.on_nodes and node != self._node:
             with self._sessions.begin() as s:
-                url = peer_reads.data_urls(s, [batch_node]).get(batch_node)
+                url = peer_reads.data_urls(s, [node]).get(node)
             if url is None:
                 # Retried: the node's worker may be restarting, and reports its endpoint when up.
                 raise ApplicationError(
-                    f"node {batch_node} serves no data endpoint", type="NoDataEndpoint"
+                    f"node {node} serves no data endpoint", type="NoDataEndpoint"
                 )
             token = self._settings.data_token
             tls = pull_tls(self._settings) if url.startswith("https:") else None
             return PeerSource(url, tier.name, token.get_secret_value() if token else None, tls)
-        return self._store(tier, batch_node, layouts)
+        return self._store(tier, node, layouts)
 
     @activity.defn(name=REPAIR_PLAN)
     def plan(self, inp: RepairPlanInput) -> RepairPlan:
@@ -111,10 +110,15 @@ class RepairActivities:
     ) -> TierConfig | None:
         """The fastest tier holding the shard verified that this worker can read: a local tier
         on its own node, or (copying to a peer tier, on the holder) over the shard's node's data
-        endpoint, as the lifecycle's peer copy reads it."""
+        endpoint, as the lifecycle's peer copy reads it; on a node worker, another peer tier's
+        copy over its holder's endpoint; the shared tier, S3."""
         for t in self._settings.tiers:
-            if t.name == dst.name or t.name not in src.verified or t.kind is TierKind.PEER:
+            if t.name == dst.name or t.name not in src.verified:
                 continue
+            if t.kind is TierKind.PEER:
+                if self._node is None or not repair_repo.reads_peer_copies(dst):
+                    continue
+                return t
             if t.kind is TierKind.LOCAL:
                 if src.node in lost or self._node is None:
                     continue
@@ -156,8 +160,10 @@ class RepairActivities:
         todo, sources, lost = found
         dest.result.shards = len(todo)
         copies = copy_to(dest, self._by_source(dest, b.node, todo, sources, lost, layouts))
-        used = {c.src_tier.name: c.verified for c in copies}
-        self._record(inp, dst_tier, dest.result, used, info.attempt)
+        used: dict[str, int] = defaultdict(int)
+        for c in copies:
+            used[c.src_tier.name] += c.verified
+        self._record(inp, dst_tier, dest.result, dict(used), info.attempt)
         return dest.result
 
     def _damaged(
@@ -210,7 +216,8 @@ class RepairActivities:
     ) -> list[Source]:
         """The shards grouped by the fastest tier this worker can read them from verified; a
         shard with no such tier is left as it is, and said so."""
-        groups: dict[str, list[repo.BatchShard]] = defaultdict(list)
+        # By tier and the node that serves it (a peer copy's holder; else the batch's node).
+        groups: dict[tuple[str, str], list[repo.BatchShard]] = defaultdict(list)
         for sh in todo:
             src_tier = self._source(sources[sh.id], dest.tier, lost)
             if src_tier is None:
@@ -219,13 +226,16 @@ class RepairActivities:
                         f"{sh.path}: no verified source this worker can read"
                     )
                 continue
+            at = sources[sh.id].verified[src_tier.name] if src_tier.kind is TierKind.PEER else None
             # Verified on the tier it is copied from: that is what the source was chosen for.
-            groups[src_tier.name].append(
+            groups[(src_tier.name, at or batch_node)].append(
                 dataclasses.replace(sh, source_state=ReplicaState.VERIFIED.value)
             )
         return [
-            Source(tier, self._read_from(tier, batch_node, layouts), shards)
-            for tier, shards in ((self._stores.tier(n), g) for n, g in groups.items())
+            Source(
+                self._stores.tier(name), self._read_from(self._stores.tier(name), at, layouts), g
+            )
+            for (name, at), g in groups.items()
         ]
 
     def _record(

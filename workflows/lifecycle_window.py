@@ -44,11 +44,14 @@ def _batch_queue(batch: Batch, *tiers: PlanTier) -> str:
 
 
 def _nodes_of(batch: Batch) -> list[str]:
-    """The nodes a batch needs alive: its shards' node and, for a peer copy, the holder; only
-    the holder for a peer copy read from a tier below (the shards' node is lost)."""
+    """The nodes a batch needs alive: its shards' node and, for a peer copy, the holder; for a
+    peer copy read from another copy (re-replication), the holder and the node that serves that
+    copy, or the holder alone for a copy off the nodes (shared, S3)."""
     if batch.holder is None:
         return [batch.node]
-    return [batch.holder] if batch.source_tier is not None else [batch.node, batch.holder]
+    if batch.source_tier is None:
+        return [batch.node, batch.holder]
+    return [batch.holder, *([batch.source_node] if batch.source_node is not None else [])]
 
 
 def _batch_tiers(stage: StageInput) -> tuple[PlanTier, ...]:

@@ -88,9 +88,12 @@ class PeerRereplicate:
                 f"{done.failures} of {done.batches} batches failed, first: {done.first_failure}"
                 if done.failures
                 else "",
-                f"{stage.unreachable} shard(s) whose own node is lost too, and that no tier "
-                "below holds verified"
+                f"{stage.unreachable} shard(s) that no other tier holds verified on a live node"
                 if stage.unreachable
+                else "",
+                f"no live node to hold a copy for nodes {', '.join(stage.unplaced)} apart from "
+                "their own and the holders of their other copies"
+                if stage.unplaced
                 else "",
             ]
             error = "; ".join(p for p in problems if p) or None

@@ -11,9 +11,18 @@ class NodeLostOut(BaseModel):
     node: str
     lost_at: datetime
     changed: bool = Field(description="This request declared it; false: it was lost already.")
-    replicas_lost: int = Field(description="Local replicas this request turned `lost`.")
-    markers_failed: int = Field(description="Local tier markers this request turned `failed`.")
-    checkpoints: int = Field(description="Checkpoints with shards on the node that it affected.")
+    replicas_lost: int = Field(
+        description="Replicas this request turned `lost`: the node's local copies and the peer "
+        "copies it held for other nodes."
+    )
+    markers_failed: int = Field(
+        description="Markers this request turned `failed`: the local tiers' of checkpoints with "
+        "shards on the node, and the peer tiers' whose copy it held (those are copied again). A "
+        "checkpoint of which the node held only peer copies keeps its local copies."
+    )
+    checkpoints: int = Field(
+        description="Checkpoints it affected: with shards on the node, or a peer copy it held."
+    )
     lifecycles_signalled: int = Field(description="Running lifecycles told to stop waiting.")
     lifecycles_not_running: int = Field(
         description="In-flight checkpoints without a running lifecycle (its plan sees the node "

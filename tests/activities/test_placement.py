@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities.placement import place, ring_holders
+from activities.placement import assign, holders_by_tier, place, ring_holders
 from tierpoint.config import Settings, TierConfig, TierKind
 
 NODE = st.from_regex(r"node-[a-z0-9]{1,4}", fullmatch=True)
@@ -88,6 +88,70 @@ def test_copies_spread_over_failure_domains_when_they_can(
     assert place(reversed(sources), list(reversed(live)), k, dict(reversed(domains.items()))) == (
         placed
     )
+
+
+@given(
+    labelled=st.dictionaries(NODE, DOMAIN, min_size=1, max_size=12),
+    gone=st.dictionaries(NODE, DOMAIN, max_size=3),
+    k=st.integers(1, 5),
+)
+def test_a_fresh_placement_gives_the_i_th_tier_the_i_th_holder(
+    labelled: dict[str, str | None], gone: dict[str, str | None], k: int
+) -> None:
+    """With no copies kept, `assign` places the K tiers exactly as the ring's distances do."""
+    domains = {**gone, **labelled}
+    live = sorted(labelled)
+    tiers = [f"peer.{i}" for i in range(1, k + 1)]
+    by_tier = holders_by_tier(domains, live, tiers, domains)
+    for i, tier in enumerate(tiers):
+        assert by_tier[tier] == ring_holders(domains, live, i + 1, domains)
+
+
+@given(
+    labelled=st.dictionaries(NODE, DOMAIN, min_size=1, max_size=10),
+    data=st.data(),
+)
+def test_a_copy_made_again_never_goes_beside_another_copy(
+    labelled: dict[str, str | None], data: st.DataObject
+) -> None:
+    """Some of a node's K copies are kept on live nodes (placed on an earlier ring), the others
+    are made again: each new one on a live node that holds none of its other copies, in a domain
+    none of them (nor the node) is in whenever a free node has one; left out only when no live
+    node is free of them."""
+    live = sorted(labelled)
+    node = data.draw(st.sampled_from(live) | NODE, label="node")
+    domains = {node: data.draw(DOMAIN, label="own domain"), **labelled}
+    k = data.draw(st.integers(1, 4), label="k")
+    tiers = [f"peer.{i}" for i in range(1, k + 1)]
+    others = [n for n in live if n != node]
+    # Kept copies sit on distinct nodes, as placement put them.
+    kept: dict[str, set[str]] = {}
+    spare = list(others)
+    for t in tiers:
+        keep = data.draw(st.booleans(), label=f"{t} kept")
+        if spare and keep:
+            holder = data.draw(st.sampled_from(spare), label=f"{t} holder")
+            kept[t] = {holder}
+            spare.remove(holder)
+    remade = [t for t in tiers if t not in kept]
+    given = assign(node, live, remade, domains, kept)
+
+    def domain(n: str) -> str:
+        label = domains.get(n)
+        return f"d:{label}" if label else f"n:{n}"
+
+    taken = set().union(*kept.values())
+    for tier in remade:
+        if tier not in given:
+            free = set(others) - taken - set(given.values())
+            assert not free, (tier, free)
+            continue
+        holder = given[tier]
+        assert holder in live and holder != node and holder not in taken
+        used = {domain(node)} | {domain(h) for h in taken}
+        if any(domain(n) not in used for n in set(others) - taken):
+            assert domain(holder) not in used, (holder, taken)
+        taken.add(holder)
 
 
 def test_a_rack_keeps_no_two_copies() -> None:

@@ -1,37 +1,57 @@
-"""What the peer tier's fault tests share: settings with a peer tier, the catalog's view of the
-peer copies and of the nodes' endpoints (the pending copy batch is tests/helpers/pending.py's)."""
+"""What the peer tier's fault tests share: settings with a peer tier, checkpoints written and
+registered as a training job does, the catalog's view of the peer copies and of the nodes'
+endpoints (the pending copy batch is tests/helpers/pending.py's)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+from tierpoint_client import Client as TierpointClient
+from tierpoint_client import build_manifest
 
+from tests.helpers.client import write_shards
+from tests.helpers.lifecycle import RESULT_TIMEOUT
 from tests.helpers.pki import Pki
-from tierpoint.catalog.models import Event, Node, Replica, Shard
+from tierpoint.catalog.models import Checkpoint, Event, Job, Node, Replica, Shard
 from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.contract.lifecycle import LifecycleResult, workflow_id
 
 WORKER_SECRET = "tp_worker-credential-of-the-peer-fault-tests"
 POLL = 0.2
 
 
 def peer_settings(
-    settings: Settings, tmp_path: Path, nodes: list[str], *, later: bool = False, **extra: Any
+    settings: Settings,
+    tmp_path: Path,
+    nodes: list[str],
+    *,
+    later: bool = False,
+    below: Sequence[str] = (),
+    copies: int = 1,
+    **extra: Any,
 ) -> Settings:
-    """ssd -> peer (-> lustre -> s3 with `later`), a worker credential, the nodes' roots."""
+    """ssd -> peer (-> lustre -> s3 with `later`, or the tiers `below` names), a worker
+    credential, the nodes' roots; with `copies` K, the peer tier is K catalog tiers `peer`,
+    `peer.2` ... `peer.K`."""
     ssd, *rest = settings.tiers
-    peer = TierConfig(name="peer", kind=TierKind.PEER, root=str(tmp_path / "nodes/{node}/peer"))
+    peer = TierConfig(
+        name="peer", kind=TierKind.PEER, root=str(tmp_path / "nodes/{node}/peer"), copies=copies
+    )
     for node in nodes:
         (tmp_path / "nodes" / node / "ssd").mkdir(parents=True, exist_ok=True)
         (tmp_path / "nodes" / node / "peer").mkdir(parents=True, exist_ok=True)
     return Settings.model_validate(
         {
             **settings.model_dump(),
-            "tiers": [ssd, peer, *(rest if later else [])],
+            "tiers": [ssd, peer, *(t for t in rest if later or t.name in below)],
             "data_token": WORKER_SECRET,
             **extra,
         }
@@ -65,13 +85,15 @@ class PeerCopy:
     error: str | None
 
 
-def peer_copies(sessions: sessionmaker[Session], checkpoint_id: int) -> dict[str, PeerCopy]:
-    """path -> its peer replica (holder, state, bytes done, last error)."""
+def peer_copies(
+    sessions: sessionmaker[Session], checkpoint_id: int, tier: str = "peer"
+) -> dict[str, PeerCopy]:
+    """path -> its replica on peer tier `tier` (holder, state, bytes done, last error)."""
     with sessions() as s:
         rows = s.execute(
             select(Shard.path, Replica.node_id, Replica.state, Replica.bytes_done, Replica.error)
             .join(Shard, Shard.id == Replica.shard_id)
-            .where(Replica.checkpoint_id == checkpoint_id, Replica.tier == "peer")
+            .where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier)
         )
         return {p: PeerCopy(n, str(st), int(b or 0), e) for p, n, st, b, e in rows}
 
@@ -106,6 +128,17 @@ def copied_events(
         ]
 
 
+def checkpoint_id(sessions: sessionmaker[Session], job: str, step: int) -> int:
+    with sessions() as s:
+        found = s.scalar(
+            select(Checkpoint.id)
+            .join(Job, Job.id == Checkpoint.job_id)
+            .where(Job.name == job, Checkpoint.step == step)
+        )
+    assert found is not None, f"{job} step {step} is not registered"
+    return found
+
+
 def data_url(sessions: sessionmaker[Session], node: str) -> str | None:
     with sessions() as s:
         return s.scalar(select(Node.data_url).where(Node.id == node))
@@ -123,3 +156,40 @@ async def wait_for_endpoints(
             return {n: str(u) for n, u in urls.items()}
         assert loop.time() < deadline, f"no data endpoint reported: {urls}"
         await asyncio.sleep(POLL)
+
+
+async def write_and_register(
+    trainer: TierpointClient,
+    temporal: Client,
+    cfg: Settings,
+    job: str,
+    step: int,
+    nodes: Sequence[str],
+    *,
+    per_node: int = 2,
+    size: int = 32 * 1024 + 3,
+) -> LifecycleResult:
+    """What a training job does: each node's shards written on its local tier, the checkpoint
+    registered through the API (which starts its lifecycle), and the lifecycle's outcome."""
+    local = cfg.local_tier()
+    assert local is not None
+    manifest = []
+    for node in nodes:
+        directory = local.root_for(node) / job / str(step)
+        write_shards(directory, {f"rank-{node}/shard-{i}.bin": size for i in range(per_node)})
+        manifest += build_manifest(directory, node)
+    await asyncio.to_thread(trainer.register_manifest, job, step, manifest)
+    handle = temporal.get_workflow_handle(workflow_id(job, step), result_type=LifecycleResult)
+    async with asyncio.timeout(RESULT_TIMEOUT):
+        while True:
+            # Started by the API after its commit: wait until Temporal knows it.
+            try:
+                await handle.describe()
+                break
+            except RPCError as err:
+                if err.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+                await asyncio.sleep(POLL)
+        result = await handle.result()
+    assert isinstance(result, LifecycleResult)
+    return result

@@ -45,13 +45,24 @@ PROTECTIONS = frozenset(
 
 def rule_of(policy: Policy, tiers: Sequence[TierRef], i: int) -> TierRule | None:
     """docs/retention.md: "A tier's rules are looked up by name, then `durable` (last tier only),
-    then by kind." None: the tier has no rules (it keeps everything)."""
+    then by kind"; a peer tier `<name>.<k>` (k >= 2) without one takes `<name>`'s before
+    `durable`, and "a peer tier with no rule ... keeps what the local tier it copies keeps (the
+    last local tier before it)". None: the tier has no rules (it keeps everything)."""
     name, kind = tiers[i]
     if name in policy.tiers:
         return policy.tiers[name]
+    base, dot, k = name.rpartition(".")
+    if kind is TierKind.PEER and dot and k.isdigit() and int(k) >= 2 and base in policy.tiers:
+        return policy.tiers[base]
     if i == len(tiers) - 1 and policy.durable is not None:
         return policy.durable
-    return policy.kinds.get(kind)
+    if kind in policy.kinds:
+        return policy.kinds[kind]
+    if kind is TierKind.PEER:
+        local = [j for j in range(i) if tiers[j].kind is TierKind.LOCAL]
+        if local:
+            return rule_of(policy, tiers, local[-1])
+    return None
 
 
 def keeps_everything(rule: TierRule | None) -> bool:

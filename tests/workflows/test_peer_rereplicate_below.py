@@ -143,6 +143,6 @@ async def test_with_no_tier_below_the_peer_tier_stays_failed_and_says_why(
         failures = {f["tier"]: f["reason"] for f in r.json()["items"]}
     state, reason = markers(sessions, cid)["peer"]
     assert state == "failed", reason
-    why = "1 shard(s) whose own node is lost too, and that no tier below holds verified"
+    why = "1 shard(s) that no other tier holds verified on a live node"
     assert reason is not None and why in reason, reason
     assert why in (failures.get("peer") or ""), failures

@@ -95,6 +95,8 @@ def test_every_workflow_has_a_recorded_history() -> None:
         "peer_rereplicate_holder_lost",
         # A lost node's shards copied again from the tiers below, its holder lost too.
         "peer_rereplicate_from_below",
+        # Copies made again from another peer tier's copy on its holder (the local one expired).
+        "peer_rereplicate_from_peer",
     } <= set(HISTORIES)
 
 

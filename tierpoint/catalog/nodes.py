@@ -162,14 +162,19 @@ def mark_lost(
     """Declare `node` lost in the caller's transaction. Its replicas become `lost`; every
     checkpoint with shards on it has its `local_tiers` markers, if pending or restorable, turned
     `failed` with the reason, and so has every `peer_tiers` marker of a checkpoint whose copy
-    there the node held (the copies other nodes hold of the lost node's shards stay); one
-    `node_lost` event per affected checkpoint and one for the node.
+    there the node held (for re-replication to make again). Only the copies that lost bytes
+    fail: the copies other nodes hold of the lost node's shards stay, and so do the local copies
+    of checkpoints of which the node held only peer copies. One `node_lost` event per affected
+    checkpoint and one for the node.
     Idempotent: again changes nothing and reports the checkpoints still in flight, so that their
     lifecycles can be told again. Raises NodeNotFound for a node that never reported in."""
     lost_at, changed = _set_lost_at(session, node)
     reason = lost_reason(node)
-    lost_per_checkpoint = _lose_replicas(session, node, reason)
-    replicas_lost = sum(lost_per_checkpoint.values())
+    lost_rows = _lose_replicas(session, node, reason)
+    lost_per_checkpoint: dict[int, int] = {}
+    for cp, _ in lost_rows:
+        lost_per_checkpoint[cp] = lost_per_checkpoint.get(cp, 0) + 1
+    replicas_lost = len(lost_rows)
     pending = _pending_with_shards_on(session, node)
     ids = sorted(set(lost_per_checkpoint) | set(pending))
     if not ids:
@@ -179,7 +184,10 @@ def mark_lost(
             )
         return NodeLost(node, lost_at, changed, 0, 0)
 
-    failed_tiers = _fail_local_markers(session, ids, local_tiers, reason)
+    # A local copy lost bytes only if the node wrote shards of it. A checkpoint of which the node
+    # held only peer copies keeps its local copies on their own nodes, intact and restorable.
+    own = sorted({cp for cp, tier in lost_rows if tier in local_tiers} | set(pending))
+    failed_tiers = _fail_local_markers(session, own, local_tiers, reason)
     held = _fail_held_peer_markers(session, node, peer_tiers, reason)
     for cp, tiers in held.items():
         failed_tiers.setdefault(cp, []).extend(tiers)
@@ -227,23 +235,19 @@ def _set_lost_at(session: Session, node: str) -> tuple[datetime, bool]:
     return lost_at, changed
 
 
-def _lose_replicas(session: Session, node: str, reason: str) -> dict[int, int]:
-    """Replicas turned `lost`, per checkpoint."""
-    lost_rows = (
-        session.execute(
-            update(Replica)
-            .where(
-                Replica.node_id == node,
-                Replica.state.notin_(_KEPT),
-            )
-            .values(state=ReplicaState.LOST.value, error=reason, updated_at=func.now())
-            .returning(Replica.checkpoint_id)
+def _lose_replicas(session: Session, node: str, reason: str) -> list[tuple[int, str]]:
+    """(checkpoint, tier) of each replica turned `lost`: the node's own local copies and the
+    peer copies it held for other nodes."""
+    rows = session.execute(
+        update(Replica)
+        .where(
+            Replica.node_id == node,
+            Replica.state.notin_(_KEPT),
         )
+        .values(state=ReplicaState.LOST.value, error=reason, updated_at=func.now())
+        .returning(Replica.checkpoint_id, Replica.tier)
     ).all()
-    lost_per_checkpoint: dict[int, int] = {}
-    for (cp,) in lost_rows:
-        lost_per_checkpoint[cp] = lost_per_checkpoint.get(cp, 0) + 1
-    return lost_per_checkpoint
+    return [(cp, tier) for cp, tier in rows]
 
 
 def _pending_with_shards_on(session: Session, node: str) -> Sequence[int]:

@@ -122,12 +122,13 @@ def held_peer_checkpoints(
     return [(r.id, r.name, r.step) for r in rows]
 
 
-def verified_below(
+def verified_copies(
     session: Session, checkpoint_id: int, nodes: Sequence[str], tiers: Sequence[str]
-) -> dict[tuple[str, int], set[str]]:
-    """(node, ordinal) -> which of `tiers` hold that shard of `nodes` verified, on a copy of the
-    checkpoint that is neither quarantined nor being expired: where re-replication may read a
-    lost node's shards from."""
+) -> dict[tuple[str, int], dict[str, str | None]]:
+    """(node, ordinal) -> tier -> where, for each of `tiers` that holds that shard of `nodes`
+    verified, on a live node (None: a tier off the nodes), in a copy of the checkpoint that is
+    neither quarantined nor being expired: where re-replication may read the shards from (a
+    node's local copy, another peer tier's holder, the shared tier, S3)."""
     if not nodes or not tiers:
         return {}
     usable = exists().where(
@@ -136,8 +137,9 @@ def verified_below(
         CheckpointTier.quarantine_reason.is_(None),
         CheckpointTier.state.not_in([TierState.EXPIRING.value, TierState.EXPIRED.value]),
     )
+    on_lost_node = exists().where(Node.id == Replica.node_id, Node.lost_at.is_not(None))
     rows = session.execute(
-        select(Shard.node_id, Shard.ordinal, Replica.tier)
+        select(Shard.node_id, Shard.ordinal, Replica.tier, Replica.node_id)
         .join(Replica, Replica.shard_id == Shard.id)
         .where(
             Shard.checkpoint_id == checkpoint_id,
@@ -145,9 +147,45 @@ def verified_below(
             Replica.tier.in_(list(tiers)),
             Replica.state == ReplicaState.VERIFIED.value,
             usable,
+            ~on_lost_node,
         )
     )
-    out: dict[tuple[str, int], set[str]] = {}
-    for node, ordinal, tier in rows:
-        out.setdefault((node, ordinal), set()).add(tier)
+    out: dict[tuple[str, int], dict[str, str | None]] = {}
+    for node, ordinal, tier, at in rows:
+        out.setdefault((node, ordinal), {})[tier] = at
+    return out
+
+
+# A replica in these states keeps its node as the home of that tier's copy of the shard.
+_HOMED = [
+    ReplicaState.PENDING.value,
+    ReplicaState.COPYING.value,
+    ReplicaState.VERIFIED.value,
+    ReplicaState.CORRUPT.value,
+]
+
+
+def copy_holders(
+    session: Session, checkpoint_id: int, tiers: Sequence[str]
+) -> dict[str, dict[str, set[str]]]:
+    """shard node -> peer tier -> the live nodes holding (or copying, or to repair) that node's
+    copies of the checkpoint there: where a new copy of the node's shards must not go."""
+    if not tiers:
+        return {}
+    rows = session.execute(
+        select(Shard.node_id, Replica.tier, Node.id)
+        .join(Replica, Replica.shard_id == Shard.id)
+        .join(Node, Node.id == Replica.node_id)
+        .where(
+            Shard.checkpoint_id == checkpoint_id,
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier.in_(list(tiers)),
+            Replica.state.in_(_HOMED),
+            Node.lost_at.is_(None),
+        )
+        .distinct()
+    )
+    out: dict[str, dict[str, set[str]]] = {}
+    for node, tier, holder in rows:
+        out.setdefault(node, {}).setdefault(tier, set()).add(holder)
     return out

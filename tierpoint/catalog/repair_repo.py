@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from tierpoint.config import TierConfig, TierKind
@@ -40,7 +40,7 @@ class ShardSources:
     shard_id: int
     ordinal: int
     node: str
-    # verified replicas: tier -> node (local tiers) or None
+    # verified replicas: tier -> node (a local copy's, a peer copy's holder) or None
     verified: dict[str, str | None]
 
 
@@ -61,16 +61,18 @@ def lost_nodes(session: Session, nodes: Sequence[str]) -> set[str]:
 
 
 def shard_sources(session: Session, checkpoint_id: int) -> list[ShardSources]:
-    """Every shard of the checkpoint with the tiers that hold it verified, in ordinal order."""
+    """Every shard of the checkpoint with the tiers that hold it verified on a live node (or off
+    the nodes), in ordinal order."""
     shards = session.execute(
         select(Shard.id, Shard.ordinal, Shard.node_id)
         .where(Shard.checkpoint_id == checkpoint_id)
         .order_by(Shard.ordinal)
     ).all()
     verified: dict[int, dict[str, str | None]] = defaultdict(dict)
+    on_lost_node = exists().where(Node.id == Replica.node_id, Node.lost_at.is_not(None))
     for sid, tier, node in session.execute(
         select(Replica.shard_id, Replica.tier, Replica.node_id).where(
-            Replica.checkpoint_id == checkpoint_id, Replica.state == VERIFIED
+            Replica.checkpoint_id == checkpoint_id, Replica.state == VERIFIED, ~on_lost_node
         )
     ):
         verified[sid][tier] = node
@@ -87,15 +89,22 @@ def prefers_node(shard: ShardSources, tiers: Sequence[TierConfig], lost: set[str
     return False
 
 
+def reads_peer_copies(dst: TierConfig) -> bool:
+    """A repair of a copy on `dst` runs on a node worker, which reads another node's copies (a
+    peer copy on its holder) over that node's data endpoint: a local or peer destination. The
+    shared worker repairing a shared tier or S3 reads only what it reaches itself."""
+    return dst.on_nodes
+
+
 def source_of(
     shard: ShardSources, dst: TierConfig, tiers: Sequence[TierConfig], lost: set[str]
 ) -> str | None:
     """The tier a repair of the shard on `dst` reads from: the fastest that holds it verified and
-    that some worker can read (as `activities/repair.py` picks it), or None."""
+    that the worker doing the repair can read (as `activities/repair.py` picks it), or None."""
     for t in tiers:
-        # A peer copy is no repair source: the shard's node has it locally (or is lost: then
-        # re-replication's), and any worker reads the shared tier and S3.
-        if t.name == dst.name or t.name not in shard.verified or t.kind is TierKind.PEER:
+        if t.name == dst.name or t.name not in shard.verified:
+            continue
+        if t.kind is TierKind.PEER and not reads_peer_copies(dst):
             continue
         if t.kind is TierKind.LOCAL and shard.node in lost:
             continue

@@ -97,10 +97,15 @@ class Batch(BaseModel):
     # A copy to a peer tier: the node that holds the copy, whose queue runs the batch (it pulls
     # from `node`'s data endpoint). None for every other stage.
     holder: str | None = None
-    # A peer copy made again for shards whose own node is lost (re-replication): the tier below
-    # (shared, S3) the holder reads them from, verified, instead of the node's endpoint. None:
-    # the stage's source; always None in histories recorded before.
+    # A peer copy made again (re-replication) from another copy than the stage's source (the
+    # shards' node's local copy): the tier the holder reads them from, verified: another local
+    # tier, another peer tier, the shared tier, S3. None: the stage's source; always None in
+    # histories recorded before.
     source_tier: str | None = None
+    # With `source_tier` on the nodes: the node whose data endpoint serves that copy (the shards'
+    # node for a local copy, its holder for a peer copy), which must stay alive. None: no node
+    # (shared, S3); always None in histories recorded before.
+    source_node: str | None = None
 
     @property
     def runs_on(self) -> str:

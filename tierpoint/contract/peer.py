@@ -30,16 +30,21 @@ class RereplicateInput(BaseModel):
 
 
 class PeerStage(BaseModel):
-    """One peer tier's copies to make again: from `source` (the local tier before it) on the
-    shards' nodes to each batch's new holder; a lost node's shards from the tier below that holds
-    them verified (`Batch.source_tier`)."""
+    """One peer tier's copies to make again, onto each batch's new holder: from `source` (the
+    local tier before it) on the shards' nodes, or, where that copy is gone (its node lost, the
+    copy expired), from the fastest other copy verified on a live node (`Batch.source_tier`,
+    `Batch.source_node`): another peer tier's holder, the shared tier, S3."""
 
     tier: PlanTier
     source: PlanTier
     batches: list[Batch]
-    # Shards that cannot be copied again (their own node is lost too, and no tier below holds
-    # them verified), for the reason.
+    # Shards that cannot be copied again (no other tier holds them verified on a live node),
+    # for the reason.
     unreachable: int = 0
+    # Source nodes with no live node to hold the copy apart from themselves and the holders of
+    # their other copies: not copied (never beside another copy), for the reason. Empty in
+    # histories recorded before.
+    unplaced: list[str] = Field(default_factory=list)
 
 
 class PeerPlan(BaseModel):

@@ -110,16 +110,15 @@ class _Planning:
     @classmethod
     def start(cls, snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> _Planning:
         refs = snapshot.tiers
-        last = len(refs) - 1
         checkpoints = sorted(snapshot.checkpoints, key=oldest_first)
         tiers = [
             TierRules(
                 index=i,
                 ref=ref,
-                rule=policy.rule_for(ref.name, ref.kind, most_durable=i == last),
+                rule=rule,
                 good=[c for c in checkpoints if _is_good(c, c.copies.get(ref.name))],
             )
-            for i, ref in enumerate(refs)
+            for i, (ref, rule) in enumerate(zip(refs, policy.rules(refs), strict=True))
         ]
         targets = {c.id: set(promotion_targets(policy, refs, c.step)) for c in checkpoints}
         planning = cls(now, checkpoints, tiers, targets)
@@ -388,4 +387,10 @@ def _notes(snapshot: RetentionSnapshot, policy: Policy) -> tuple[str, ...]:
     for c in snapshot.checkpoints:
         stray.update(n for n in c.copies if n not in names)
     notes += [f"copies on unconfigured tier {n!r} are left alone" for n in sorted(stray)]
+    rules = dict(zip((t.name for t in snapshot.tiers), policy.rules(snapshot.tiers), strict=True))
+    notes += [
+        f"peer tier {peer!r} has no rule in this policy: it keeps what {local!r} keeps "
+        f"({rules[peer].describe()}); give it one under tiers or kinds.peer to change that"
+        for peer, local in policy.inherited(snapshot.tiers).items()
+    ]
     return tuple(notes)

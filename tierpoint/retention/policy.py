@@ -8,9 +8,12 @@ A policy is a JSON document stored in `retention_policy.spec`. Its shape (format
      "durable": TierRule | null}                    # the most durable tier, whatever its name
 
 The rules for a tier are looked up in that order: by name, then `durable` (for the last tier only),
-then by kind; a tier without rules keeps every checkpoint. A peer tier named `<name>.<k>` (k >= 2:
-copy k of a peer tier configured with `copies`, tier_config.copy_name) without a rule of its own
-takes the rule of `<name>` when there is one, before `durable` and the kind. Within one TierRule
+then by kind; a tier without rules keeps every checkpoint, except a peer tier. A peer tier named
+`<name>.<k>` (k >= 2: copy k of a peer tier configured with `copies`, tier_config.copy_name)
+without a rule of its own takes the rule of `<name>` when there is one, before `durable` and the
+kind; a peer tier that none of these rules keeps what the local tier it copies keeps (the last
+local tier before it, `Policy.rules`): its copies are that tier's bytes held on other nodes' own
+disks or RAM, and keeping all of them by omission would fill every node. Within one TierRule
 the keep rules are a union: a checkpoint stays on the tier if any of them keeps it. A TierRule
 that sets none of them keeps everything (so `{"max_bytes": ...}` alone is a pure quota).
 """
@@ -219,6 +222,12 @@ class Policy(BaseModel):
         return kinds
 
     def rule_for(self, name: str, kind: TierKind, *, most_durable: bool) -> TierRule:
+        """The rule the policy itself gives the tier (KEEP_ALL: none); `rules` adds what a peer
+        tier without one inherits."""
+        own = self._own_rule(name, kind, most_durable=most_durable)
+        return KEEP_ALL if own is None else own
+
+    def _own_rule(self, name: str, kind: TierKind, *, most_durable: bool) -> TierRule | None:
         if name in self.tiers:
             return self.tiers[name]
         copy = _COPY_RE.match(name) if kind is TierKind.PEER else None
@@ -227,7 +236,38 @@ class Policy(BaseModel):
             return self.tiers[copy.group(1)]
         if most_durable and self.durable is not None:
             return self.durable
-        return self.kinds.get(kind, KEEP_ALL)
+        return self.kinds.get(kind)
+
+    def rules(self, tiers: Sequence[TierRef]) -> list[TierRule]:
+        """Each configured tier's rule, in order (fastest first). A peer tier the policy gives no
+        rule takes the rule of the local tier it copies (`inherited`)."""
+        out: list[TierRule] = []
+        copied = self.inherited(tiers)
+        last = len(tiers) - 1
+        names = [name for name, _ in tiers]
+        for i, (name, kind) in enumerate(tiers):
+            own = self._own_rule(name, kind, most_durable=i == last)
+            if own is None and name in copied:
+                own = out[names.index(copied[name])]
+            out.append(KEEP_ALL if own is None else own)
+        return out
+
+    def inherited(self, tiers: Sequence[TierRef]) -> dict[str, str]:
+        """Peer tier -> the local tier whose rule it keeps, for each peer tier the policy gives no
+        rule of its own: the last local tier before it, the one its copies are made from."""
+        out: dict[str, str] = {}
+        last = len(tiers) - 1
+        local: str | None = None
+        for i, (name, kind) in enumerate(tiers):
+            if kind is TierKind.LOCAL:
+                local = name
+            elif (
+                kind is TierKind.PEER
+                and local is not None
+                and self._own_rule(name, kind, most_durable=i == last) is None
+            ):
+                out[name] = local
+        return out
 
     def to_spec(self) -> dict[str, Any]:
         """The compact canonical JSON document stored in retention_policy.spec."""
@@ -258,8 +298,8 @@ def check_tiers(policy: Policy, tiers: Sequence[TierRef]) -> list[PolicyProblem]
         if name not in names
     ]
     if tiers:
-        first, kind = tiers[0]
-        rule = policy.rule_for(first, kind, most_durable=len(tiers) == 1)
+        first = tiers[0].name
+        rule = policy.rules(tiers)[0]
         if rule.promote_every != 1:
             problems.append(
                 PolicyProblem(
@@ -279,9 +319,7 @@ def promotion_targets(policy: Policy, tiers: Sequence[TierRef], step: int) -> li
     deleted since. With checkpoints every K steps, promote_every=N*K sends every Nth checkpoint.
     """
     targets = []
-    last = len(tiers) - 1
-    for i, (name, kind) in enumerate(tiers):
-        rule = policy.rule_for(name, kind, most_durable=i == last)
+    for i, ((name, _), rule) in enumerate(zip(tiers, policy.rules(tiers), strict=True)):
         if i == 0 or step % rule.promote_every == 0:
             targets.append(name)
     return targets
@@ -290,10 +328,13 @@ def promotion_targets(policy: Policy, tiers: Sequence[TierRef], step: int) -> li
 DEFAULT_POLICY = Policy(
     kinds={
         TierKind.LOCAL: TierRule(keep_last=2),
+        TierKind.PEER: TierRule(keep_last=2),
         TierKind.SHARED: TierRule(keep_last=4),
     },
     durable=KEEP_ALL,
 )
 """Used for jobs without a policy when the catalog has no default policy row: the most durable tier
-keeps everything; local tiers keep the newest 2 and shared tiers the newest 4 (unless the shared
-tier is the most durable one). Pins, tags and leases need no rule to be safe."""
+keeps everything; local and peer tiers keep the newest 2 (a peer copy is there to restore a lost
+node's local copy, so it keeps what the local tier keeps: docs/retention.md) and shared tiers the
+newest 4 (unless the shared tier is the most durable one). Pins, tags and leases need no rule to
+be safe."""

@@ -3,12 +3,24 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, func, insert, inspect, select, update
+from sqlalchemy.orm import Session
 
 from tests.helpers.services import Services, fresh_database
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.models import Base
+from tierpoint.catalog.models import (
+    Base,
+    Checkpoint,
+    CheckpointTier,
+    Event,
+    Job,
+    JobTierUsage,
+    Node,
+    Replica,
+    Shard,
+)
+from tierpoint.catalog.nodes import upsert_node
 
 
 @pytest.fixture
@@ -67,5 +79,86 @@ def test_refuses_newer_schema(empty_url: str) -> None:
             conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'ffff_future'")
         with pytest.raises(migrate.SchemaMismatch, match="newer"):
             migrate.check_schema(engine)
+    finally:
+        engine.dispose()
+
+
+def _failed_by_a_lost_node(
+    session: Session, job_id: int, step: int, lost: str, *states: str
+) -> int:
+    """A checkpoint whose ssd copy a declaration of `lost` failed; its shards' ssd replicas are in
+    `states`, on node-w (alive) unless the state is `lost` (then on `lost`)."""
+    cp = session.scalar(
+        insert(Checkpoint)
+        .values(
+            job_id=job_id,
+            step=step,
+            total_bytes=10,
+            shard_count=len(states),
+            manifest_digest=f"d{step}",
+        )
+        .returning(Checkpoint.id)
+    )
+    assert cp is not None
+    for i, state in enumerate(states):
+        node = lost if state == "lost" else "node-w"
+        shard = session.scalar(
+            insert(Shard)
+            .values(
+                checkpoint_id=cp, ordinal=i, path=f"s{i}", size=5, checksum="0badf00d", node_id=node
+            )
+            .returning(Shard.id)
+        )
+        session.execute(
+            insert(Replica).values(
+                shard_id=shard,
+                checkpoint_id=cp,
+                tier="ssd",
+                state=state,
+                node_id=node,
+                location=f"/ssd/{node}/s{i}",
+            )
+        )
+    session.execute(
+        insert(CheckpointTier).values(
+            checkpoint_id=cp,
+            tier="ssd",
+            job_id=job_id,
+            step=step,
+            state="failed",
+            reason=f"node {lost} was declared lost: its local copies are gone",
+        )
+    )
+    return int(cp)
+
+
+def test_local_copies_a_lost_holder_failed_are_restorable_again(empty_url: str) -> None:
+    """A catalog from before the fix, where a node that held only peer copies failed intact local
+    copies: upgrading makes those restorable (counted in the usage totals, with an event), and
+    leaves failed the copies that lost bytes."""
+    migrate.upgrade(empty_url, "0011")
+    engine = make_sync_engine(empty_url)
+    try:
+        with Session(engine) as s, s.begin():
+            for node in ("node-w", "node-h", "node-x"):
+                upsert_node(s, node, {})
+            s.execute(
+                update(Node).where(Node.id.in_(["node-h", "node-x"])).values(lost_at=func.now())
+            )
+            job_id = s.scalar(insert(Job).values(name="job-heal").returning(Job.id))
+            assert job_id is not None
+            intact = _failed_by_a_lost_node(s, job_id, 1, "node-h", "verified", "verified")
+            gone = _failed_by_a_lost_node(s, job_id, 2, "node-x", "verified", "lost")
+            rotten = _failed_by_a_lost_node(s, job_id, 3, "node-h", "verified", "corrupt")
+        migrate.upgrade(empty_url)
+        with Session(engine) as s:
+            states = dict(
+                s.execute(select(CheckpointTier.checkpoint_id, CheckpointTier.state)).all()
+            )
+            assert states == {intact: "restorable", gone: "failed", rotten: "failed"}, states
+            usage = s.execute(select(JobTierUsage.tier, JobTierUsage.checkpoints)).all()
+            assert usage == [("ssd", 1)], usage
+            (event,) = s.execute(select(Event.checkpoint_id, Event.kind, Event.actor)).all()
+            assert tuple(event) == (intact, "promoted", "migration")
     finally:
         engine.dispose()

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from tierpoint.catalog.nodes import lost_among, upsert_node, upsert_nodes
+from tierpoint.catalog.nodes import lost_among, mark_lost, upsert_node, upsert_nodes
 from tierpoint.catalog.promotion import promote
 from tierpoint.states import ReplicaState, TierState
 
@@ -146,3 +146,45 @@ def test_nodes_reporting_in_together_are_all_seen_and_a_lost_one_stays_lost(
     assert rows[lost].lost_at is not None and rows[lost].last_seen_at is not None
     assert rows[lost].local_roots == {"ssd": "/x"}
     assert rows[live].lost_at is None and rows[live].local_roots == {"ssd": "/l"}
+
+
+def test_a_lost_holder_fails_the_peer_copies_it_held_and_no_local_copy(session: Session) -> None:
+    """The node held only a peer copy of the checkpoint: the local copy on the writer's node lost
+    no byte and stays restorable; the peer copy is the one that failed (to be made again)."""
+    writer, holder = (f"node-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    cp, shard = one_shard_checkpoint(session, writer)
+    upsert_node(session, holder, {})
+    write(session, cp, shard, writer, ReplicaState.VERIFIED)
+    assert promote(session, cp, "ssd", [], None).state == TierState.RESTORABLE.value
+    job_id = session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == cp))
+    session.execute(
+        insert(CheckpointTier).values(checkpoint_id=cp, tier="peer", job_id=job_id, step=1)
+    )
+    held = repo.ReplicaWrite(shard, ReplicaState.VERIFIED, f"/peer/{holder}/a", holder, 10)
+    repo.upsert_replicas(session, cp, "peer", [held])
+    assert promote(session, cp, "peer", [], None).state == TierState.RESTORABLE.value
+
+    out = mark_lost(session, holder, ["ssd"], "ops", ["peer"])
+    states = dict(
+        session.execute(
+            select(CheckpointTier.tier, CheckpointTier.state).where(
+                CheckpointTier.checkpoint_id == cp
+            )
+        ).all()
+    )
+    assert states == {"ssd": "restorable", "peer": "failed"}, states
+    assert (out.replicas_lost, out.markers_failed) == (1, 1)
+    assert [c.checkpoint_id for c in out.checkpoints] == [cp]
+    assert [c for c, _, _ in out.peer_copies_lost] == [cp]
+
+    # The writer itself lost: its local copy lost its bytes and fails.
+    out = mark_lost(session, writer, ["ssd"], "ops", ["peer"])
+    assert out.markers_failed == 1
+    assert (
+        session.scalar(
+            select(CheckpointTier.state).where(
+                CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "ssd"
+            )
+        )
+        == TierState.FAILED.value
+    )

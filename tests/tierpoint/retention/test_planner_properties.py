@@ -42,9 +42,9 @@ tier_lists = st.integers(min_value=1, max_value=4).flatmap(
         *(
             st.just(TierKind.LOCAL)
             if i == 0
-            else st.sampled_from([TierKind.LOCAL, TierKind.SHARED])
+            else st.sampled_from([TierKind.LOCAL, TierKind.PEER, TierKind.SHARED])
             if i < n - 1
-            else st.sampled_from([TierKind.SHARED, TierKind.S3])
+            else st.sampled_from([TierKind.PEER, TierKind.SHARED, TierKind.S3])
             for i in range(n)
         )
     ).map(lambda kinds: tuple(TierRef(f"t{i}", k) for i, k in enumerate(kinds)))
@@ -71,7 +71,7 @@ rules = st.builds(
 def policies(draw: st.DrawFn, tiers: tuple[TierRef, ...]) -> Policy:
     named = {t.name: draw(rules) for t in tiers if draw(st.integers(0, 9)) < 8}
     kinds = {}
-    for kind in (TierKind.SHARED, TierKind.S3):
+    for kind in (TierKind.PEER, TierKind.SHARED, TierKind.S3):
         if draw(st.booleans()):
             kinds[kind] = draw(rules)
     local = draw(st.none() | rules)
@@ -273,9 +273,7 @@ def test_the_product_applies_the_rules_as_the_docs_state_them(
     uses, so the checker's verdicts are about the rules as documented."""
     tiers, policy = tiers_policy
     assert promotion_targets(policy, tiers, step) == targets(policy, tiers, step)
-    last = len(tiers) - 1
-    for i, (name, kind) in enumerate(tiers):
-        rule = policy.rule_for(name, kind, most_durable=i == last)
+    for i, rule in enumerate(policy.rules(tiers)):
         stated = rule_of(policy, tiers, i)
         assert rule.has_keep_rules() is not keeps_everything(stated)
         if stated is not None:

@@ -98,12 +98,12 @@ def test_the_tier_a_peer_copy_is_made_again_from_stays_until_the_copy_is_made() 
 
 
 def test_a_held_copy_never_stands_in_for_the_lasting_last_copy() -> None:
-    """The peer tier keeps step 1 (no rules there) while it is re-made from lustre; lustre and S3
-    no longer want it. The hold ends with the rebuild, so it is S3's copy, the most durable, that
-    stays as the last copy, not lustre's alone."""
+    """The peer tier keeps step 1 (a rule that keeps everything there) while it is re-made from
+    lustre; lustre and S3 no longer want it. The hold ends with the rebuild, so it is S3's copy,
+    the most durable, that stays as the last copy, not lustre's alone."""
     durable_last_1 = Policy.from_spec(
         {
-            "kinds": {"local": {"keep_last": 1}, "shared": {"keep_last": 1}},
+            "kinds": {"local": {"keep_last": 1}, "peer": {}, "shared": {"keep_last": 1}},
             "durable": {"keep_last": 1},
         }
     )

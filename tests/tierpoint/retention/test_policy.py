@@ -199,3 +199,64 @@ def test_a_rule_for_a_peer_tier_applies_to_its_copies() -> None:
     assert not policy.rule_for("peer.2", TierKind.SHARED, most_durable=False).has_keep_rules()
     assert not policy.rule_for("peer.1", TierKind.PEER, most_durable=False).has_keep_rules()
     assert not policy.rule_for("other.2", TierKind.PEER, most_durable=False).has_keep_rules()
+
+
+PEER_STACK = (
+    TierRef("ram", TierKind.LOCAL),
+    TierRef("ssd", TierKind.LOCAL),
+    TierRef("peer", TierKind.PEER),
+    TierRef("peer.2", TierKind.PEER),
+    TierRef("s3", TierKind.S3),
+)
+
+
+def test_the_built_in_policy_keeps_the_newest_two_on_peer_tiers() -> None:
+    rules = DEFAULT_POLICY.rules(PEER_STACK)
+    assert [r.keep_last for r in rules] == [2, 2, 2, 2, None]
+    assert not rules[-1].has_keep_rules()
+    assert DEFAULT_POLICY.inherited(PEER_STACK) == {}
+
+
+def test_a_peer_tier_without_a_rule_keeps_what_the_local_tier_it_copies_keeps() -> None:
+    """A policy written with rules for the local tier only: its peer tiers (the copies of that
+    tier's bytes on other nodes) keep what that tier keeps, not everything forever."""
+    ssd = TierRule(keep_last=1, max_bytes=10)
+    policy = Policy(tiers={"ssd": ssd}, kinds={TierKind.LOCAL: TierRule(keep_last=5)})
+    rules = policy.rules(PEER_STACK)
+    assert rules[2] is ssd and rules[3] is ssd
+    assert policy.inherited(PEER_STACK) == {"peer": "ssd", "peer.2": "ssd"}
+    assert rules[0].keep_last == 5 and not rules[4].has_keep_rules()
+    # The policy's own word wins: a kind rule (even one keeping everything), a rule by name (the
+    # second copy takes the first's), the durable rule of a peer tier that is the last tier.
+    for spec, tiers, want in (
+        ({"kinds": {"local": {"keep_last": 1}, "peer": {}}}, PEER_STACK, None),
+        (
+            {"kinds": {"local": {"keep_last": 1}}, "tiers": {"peer": {"keep_last": 3}}},
+            PEER_STACK,
+            3,
+        ),
+        ({"kinds": {"local": {"keep_last": 1}}, "durable": {"keep_last": 4}}, PEER_STACK[:3], 4),
+    ):
+        other = Policy.from_spec(spec)
+        assert other.rules(tiers)[2].keep_last == want, spec
+        assert "peer" not in other.inherited(tiers), spec
+    # promote_every follows too: the peer tier receives what its local tier receives.
+    assert promotion_targets(policy, PEER_STACK, 3) == ["ram", "ssd", "peer", "peer.2", "s3"]
+
+
+def test_the_dry_run_says_which_peer_tiers_keep_the_local_tiers_rule() -> None:
+    policy = Policy.from_spec({"kinds": {"local": {"keep_last": 1}}})
+    snap = snapshot(
+        checkpoint(1, {"ssd": good(), "peer": good(), "s3": good()}),
+        tiers=(
+            TierRef("ssd", TierKind.LOCAL),
+            TierRef("peer", TierKind.PEER),
+            TierRef("s3", TierKind.S3),
+        ),
+    )
+    notes = plan(snap, policy, T0).notes
+    assert notes == (
+        "peer tier 'peer' has no rule in this policy: it keeps what 'ssd' keeps (keep_last=1); "
+        "give it one under tiers or kinds.peer to change that",
+    )
+    assert plan(snap, DEFAULT_POLICY, T0).notes == ()

@@ -136,7 +136,7 @@ def test_local_copies_a_lost_holder_failed_are_restorable_again(empty_url: str) 
     """A catalog from before the fix, where a node that held only peer copies failed intact local
     copies: upgrading makes those restorable (counted in the usage totals, with an event), and
     leaves failed the copies that lost bytes."""
-    migrate.upgrade(empty_url, "0011")
+    migrate.upgrade(empty_url, "0013")
     engine = make_sync_engine(empty_url)
     try:
         with Session(engine) as s, s.begin():

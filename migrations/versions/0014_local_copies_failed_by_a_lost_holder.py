@@ -8,8 +8,8 @@ retention never expired it. This revision makes each one restorable again, as pr
 (every shard verified on the tier, none on a lost node), with a `promoted` event that says why.
 A copy that really lost bytes (a replica on a lost node, a shard not verified) stays failed.
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-06 09:00:00.000000
 """
 
@@ -17,15 +17,15 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0012"
-down_revision: str | None = "0011"
+revision: str = "0014"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 # tierpoint/catalog/nodes.py: lost_reason(node), the reason every such marker was given.
 LOST_REASON = "^node .+ was declared lost: its local copies are gone$"
 WHY = (
-    "a lost node held only peer copies of this checkpoint: this copy lost no byte (migration 0012)"
+    "a lost node held only peer copies of this checkpoint: this copy lost no byte (migration 0014)"
 )
 
 

@@ -25,6 +25,7 @@ from api.routers import (
     checkpoints,
     dashboard,
     deletion,
+    failures,
     health,
     integrity,
     jobs,
@@ -136,6 +137,7 @@ def create_app(settings: Settings) -> FastAPI:
     problems.install(app)
     # Before the checkpoints router: its `{job:path}/checkpoints/{step}` must not see `/events`.
     app.include_router(operations.router)
+    app.include_router(failures.router)
     app.include_router(actions.router)
     app.include_router(checkpoints.router)
     app.include_router(policies.router)

@@ -6,6 +6,7 @@ to another host, as a cluster without internet would. Screenshots go to TIERPOIN
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -56,7 +57,7 @@ async def operations(url: str) -> list[str]:
 
 
 async def test_the_api_docs_render_every_operation_without_internet(
-    url: str, browser: Browser, shots: object
+    url: str, browser: Browser, shots: Path
 ) -> None:
     summaries = await operations(url)
     assert len(summaries) > 40, len(summaries)

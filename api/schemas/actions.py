@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from tierpoint.json_types import Text
+from tierpoint.json_types import Text, Timestamp
 
 # Failures listed in the answer of an acknowledgement by job or reason (all are counted).
 ACKNOWLEDGED_SHOWN = 100
@@ -94,9 +94,8 @@ class AcknowledgeMatchingIn(BaseModel):
     tier: Text | None = Field(
         default=None, min_length=1, max_length=128, description="on this tier"
     )
-    until: AwareDatetime | None = Field(
+    until: Timestamp | None = Field(
         default=None,
-        strict=False,
         description="only failures that failed at or before this time: give the `now` of the "
         "failures list you decided on, and a failure that came after stays on the list",
     )

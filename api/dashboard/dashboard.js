@@ -249,7 +249,7 @@ function renderFailures(page) {
       retryCell.addEventListener("click", () => retry(f.job, f.step, retryCell));
     } else if (!f.retryable) {
       const refused = f.retry_refused;
-      retryCell = el("span", { class: "no-retry", title: refused.detail,
+      retryCell = el("span", { class: "no-retry", title: refused.why,
         text: `no retry: ${NO_RETRY[refused.code] || refused.code}` });
     }
     const ack = el("button", { type: "button", class: "small secondary", text: "acknowledge",

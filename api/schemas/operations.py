@@ -92,7 +92,8 @@ class InFlightList(BaseModel):
 
 class RetryRefusalOut(_View):
     code: str = Field(description="the problem code a retry is refused with (api.md)")
-    detail: str
+    detail: str = Field(description="the problem's detail, as a retry answers it")
+    why: str = Field(description="the detail's own clause, without the failure's reason")
 
 
 class FailureOut(_View):

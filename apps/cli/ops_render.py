@@ -150,7 +150,8 @@ def retry_hint(f: dict[str, Any]) -> Text:
     refused = f.get("retry_refused")
     if refused is None:
         return Text(f"tierpoint retry {f['job']} {f['step']}", style="cyan")
-    return Text(f"no retry can help ({refused['code']}): {refused['detail']}", style="dim")
+    why = refused.get("why") or refused["detail"]  # an API before `why` sent the detail only
+    return Text(f"no retry can help: {why} ({refused['code']})", style="dim")
 
 
 def acknowledge_hint(failures: dict[str, Any]) -> Text | None:

@@ -119,6 +119,10 @@ async def test_after_a_restart_only_the_lost_checkpoints_fail_and_are_acknowledg
         refused = f["retry_refused"]
         assert refused["code"] == "no_verified_source", f
         assert "ssd is expired, lustre is expired" in refused["detail"], f
+        # In a few words, without the failure's own reason (the list shows that already).
+        assert refused["why"] == (
+            "the copies a new run would start from are gone (ssd is expired, lustre is expired)"
+        ), f
         # The retry the list advises against answers exactly that, and changes nothing.
         r = await api.post(f"/v1/jobs/{job}/checkpoints/{f['step']}/retry")
         assert r.status_code == 409 and r.json()["code"] == refused["code"], r.text

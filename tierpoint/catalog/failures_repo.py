@@ -124,7 +124,9 @@ def failures(
                 # own words, shown once.
                 last_error=None if error and error in (r.reason or "") else error,
                 retry_refused=(
-                    RetryRefusalView(refused.code, refused.detail) if refused is not None else None
+                    RetryRefusalView(refused.code, refused.detail, str(refused.extra["why"]))
+                    if refused is not None
+                    else None
                 ),
             )
         )

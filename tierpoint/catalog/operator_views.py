@@ -68,6 +68,7 @@ class RetryRefusalView:
 
     code: str
     detail: str
+    why: str  # the detail's own clause, without the failure's reason (which the view has)
 
 
 @dataclass

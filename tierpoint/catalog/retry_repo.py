@@ -68,10 +68,8 @@ def refusal(
     rebuilt = {t: facts.rebuilding[t] for t in sorted(failed) if facts.rebuilding.get(t)}
     if rebuilt:
         what = "; ".join(f"{t} from {', '.join(src)}" for t, src in rebuilt.items())
-        return RepairInProgress(
-            f"{job}/{step}: a repair is copying it back ({what}) and promotes it when done",
-            extra={"rebuilding": rebuilt},
-        )
+        why = f"a repair is copying it back ({what}) and promotes it when done"
+        return RepairInProgress(f"{job}/{step}: {why}", extra={"rebuilding": rebuilt, "why": why})
     order = [t for t in tiers if t in facts.markers]
     first = next((t for t in order if t in failed), None)
     if first is None:
@@ -80,22 +78,22 @@ def refusal(
     gone = {t: facts.markers[t][0] for t in before if facts.markers[t][0] not in _PASSABLE}
     if gone:
         what = ", ".join(f"{t} is {state}" for t, state in gone.items())
+        why = f"the copies a new run would start from are gone ({what})"
         reasons = "; ".join(
             f"{t} failed: {reason or 'no reason recorded'}" for t, reason in sorted(failed.items())
         )
         return NoVerifiedSource(
-            f"{job}/{step} cannot be retried: the copies a new run would start from are gone "
-            f"({what}); {reasons}",
-            extra={"gone": gone, "failed": sorted(failed)},
+            f"{job}/{step} cannot be retried: {why}; {reasons}",
+            extra={"gone": gone, "failed": sorted(failed), "why": why},
         )
     if first in local and facts.lost_nodes:
         # The run would seal or copy there on the lost nodes' queues, which no worker serves
         # again: the tier fails once more, and every tier after it with it.
-        nodes = ", ".join(facts.lost_nodes)
+        why = f"its copy on {first} was on node(s) {', '.join(facts.lost_nodes)}, declared lost"
         return CopyOnLostNode(
-            f"{job}/{step} cannot be retried: its copy on {first} was on node(s) {nodes}, "
-            "declared lost; restore from another tier, and acknowledge the failure",
-            extra={"tier": first, "nodes": facts.lost_nodes},
+            f"{job}/{step} cannot be retried: {why}; restore from another tier, and acknowledge "
+            "the failure",
+            extra={"tier": first, "nodes": facts.lost_nodes, "why": why},
         )
     return None
 

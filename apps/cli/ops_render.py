@@ -47,7 +47,8 @@ def _point(p: dict[str, Any]) -> Text:
         cell.append(f" ({behind} steps behind)", style="yellow")
     restore = p.get("predicted_restore_seconds")
     if restore is not None:
-        cell.append(f", restore ~{ago(restore)}", style="dim")
+        # Under a second, "~0s" reads as "nothing to read".
+        cell.append(", restore <1s" if restore < 1 else f", restore ~{ago(restore)}", style="dim")
     return cell
 
 

@@ -779,17 +779,32 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- operators: a retry that could never finish, expired copies, deletion ----------------
     Mutant(
         "retry-without-source",
-        "tierpoint/services/retry.py",
-        """    if not gone:
-        return
-""",
-        """    return
-""",
+        "tierpoint/catalog/retry_repo.py",
+        """    if gone:
+        what = """,
+        """    if False:
+        what = """,
         (
             "tests/api/test_retry.py::"
             "test_retry_without_a_verified_source_is_refused_and_changes_nothing",
+            "tests/api/test_failures_after_restart.py::"
+            "test_after_a_restart_only_the_lost_checkpoints_fail_and_are_acknowledged_by_reason",
         ),
         "a retry whose run must pass an expired tier would leave the failed tier pending for good",
+    ),
+    Mutant(
+        "retry-during-repair",
+        "tierpoint/catalog/retry_repo.py",
+        """    if rebuilt:
+""",
+        """    if False:
+""",
+        (
+            "tests/api/test_failures_after_restart.py::"
+            "test_a_retry_while_a_repair_copies_the_copy_back_is_refused_and_said",
+        ),
+        "a retry while a repair copies the copy back would run a second copy of the same shards "
+        "beside the repair's",
     ),
     Mutant(
         "expired-replica-overwritten",

@@ -10,6 +10,7 @@ copy is bound by the source and the write, the verify by the destination's reads
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -52,11 +53,24 @@ class _Mismatch:
     written: str | None
 
 
+@dataclass(frozen=True)
+class _ReadBack:
+    result: VerifyResult
+    seconds: float  # how long the read took
+
+
+def _read_back(store: TierStore, ref: ShardRef, size: int, crc32c: str) -> _ReadBack:
+    """The destination's verification, timed: a restore reads the same bytes the same way."""
+    began = time.monotonic()
+    v = store.verify(ref, size, crc32c)
+    return _ReadBack(v, time.monotonic() - began)
+
+
 @dataclass
 class _Pending:
     shard: repo.BatchShard
     location: str
-    verify: Future[VerifyResult]
+    verify: Future[_ReadBack]
 
 
 @dataclass
@@ -168,7 +182,7 @@ class BatchCopy:
             ref = ShardRef(self.job, self.step, sh.path)
             if not self._write(sh, ref, location, None):
                 return
-            check = verifier.submit(self.dst.verify, ref, sh.size, str(sh.checksum).lower())
+            check = verifier.submit(_read_back, self.dst, ref, sh.size, str(sh.checksum).lower())
             v = self._wait(check, sh.ordinal)
         if v.ok:
             self._verified(sh, location, v.identity)
@@ -177,13 +191,20 @@ class BatchCopy:
             metrics.VERIFICATION_FAILURES.labels(self.dst_tier.name).inc()
             self._corrupt(sh, location, reason, v.identity)
 
-    def _wait(self, fut: Future[VerifyResult], ordinal: int) -> VerifyResult:
-        """A read-back of a large shard takes long: keep heartbeating while it runs."""
+    def _wait(self, fut: Future[_ReadBack], ordinal: int) -> VerifyResult:
+        """A read-back of a large shard takes long: keep heartbeating while it runs. A good one
+        read without a bandwidth limit counts for the tier's read throughput (a limit would
+        measure itself). It ran beside the next shard's copy, so it errs slow."""
         while True:
             try:
-                return fut.result(timeout=HEARTBEAT_WHILE_WAITING)
+                done = fut.result(timeout=HEARTBEAT_WHILE_WAITING)
             except TimeoutError:
                 self.reporter.heartbeat(ordinal)
+                continue
+            v = done.result
+            if v.ok and v.size and self.dst_tier.read_bandwidth_limit <= 0:
+                self.reporter.read_back(v.size, done.seconds)
+            return v
 
     # -- one shard ---------------------------------------------------------------------------
 
@@ -214,7 +235,7 @@ class BatchCopy:
         # it: reading it back is cheaper than copying it again.
         committed = resume is None and self.attempt > 1 and self.dst.size(ref) == sh.size
         if committed:
-            check = verifier.submit(self.dst.verify, ref, sh.size, registered)
+            check = verifier.submit(_read_back, self.dst, ref, sh.size, registered)
             found = self._wait(check, sh.ordinal)
             if found.ok:
                 self._verified(sh, location, found.identity)
@@ -225,7 +246,7 @@ class BatchCopy:
             return
         self._settle(verifier)
         self._pending = _Pending(
-            sh, location, verifier.submit(self.dst.verify, ref, sh.size, registered)
+            sh, location, verifier.submit(_read_back, self.dst, ref, sh.size, registered)
         )
 
     def _write(
@@ -369,5 +390,5 @@ def copy_to(dest: Destination, sources: Sequence[Source]) -> list[BatchCopy]:
         )
         copy.run(source.shards)
         copies.append(copy)
-    dest.reporter.flush()
+    dest.reporter.finish()
     return copies

@@ -14,6 +14,7 @@ from typing import Any
 from temporalio import activity
 
 from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.damage import mark_damaged_shards
 from tierpoint.catalog.engine import Sessions
 from tierpoint.states import ReplicaState
@@ -50,6 +51,10 @@ class BatchReporter:
         self._bytes_done: dict[int, int] = {}
         self._corrupt_elsewhere: dict[str, dict[int, str]] = {}
         self._checksums: dict[int, str] = {}
+        # Whole shards read back off this tier at full speed: (bytes, seconds), written once at
+        # the end of the batch (`finish`), one upsert of the tier's row per batch, not per flush.
+        self._read_bytes = 0
+        self._read_seconds = 0.0
 
     def heartbeat(self, ordinal: int | None, state: ResumeState | None = None) -> None:
         details: dict[str, Any] = {"ordinal": ordinal}
@@ -72,6 +77,13 @@ class BatchReporter:
     def checksum(self, shard_id: int, crc32c: str) -> None:
         self._checksums[shard_id] = crc32c
 
+    def read_back(self, nbytes: int, seconds: float) -> None:
+        """A shard read back whole from this tier's device (a seal's checksum, a copy's
+        verification) without a bandwidth limit: the tier's read throughput, which predicts
+        how long a restore from it takes (the jobs overview)."""
+        self._read_bytes += nbytes
+        self._read_seconds += seconds
+
     def flush_if_due(self) -> None:
         if time.monotonic() - self._last_flush >= self._interval:
             self.flush()
@@ -91,3 +103,11 @@ class BatchReporter:
         self._bytes_done.clear()
         self._corrupt_elsewhere.clear()
         self._last_flush = time.monotonic()
+
+    def finish(self) -> None:
+        """The batch's last flush, with what its reads measured."""
+        self.flush()
+        if self._read_bytes > 0:
+            with self._sessions.begin() as s:
+                scrub_repo.record_reads(s, self._tier, self._read_bytes, self._read_seconds)
+            self._read_bytes, self._read_seconds = 0, 0.0

@@ -8,6 +8,7 @@ Bad bytes are an outcome, never an exception: the batch goes on and the promotio
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 
 from tierpoint import metrics_worker as metrics
@@ -56,11 +57,12 @@ class BatchSeal:
                 continue
             self._seal_one(sh)
             self.reporter.flush_if_due()
-        self.reporter.flush()
+        self.reporter.finish()
 
     def _seal_one(self, sh: repo.BatchShard) -> None:
         ref = ShardRef(self.job, self.step, sh.path)
         self.reporter.heartbeat(sh.ordinal)
+        began = time.monotonic()
         try:
             v = self.store.checksum(
                 ref, functools.partial(_heartbeat_bytes, self.reporter, sh.ordinal)
@@ -73,6 +75,9 @@ class BatchSeal:
         problem = _problem(sh, v, self.tier.name)
         location = self.store.location(ref)
         if problem is None:
+            if self.tier.read_bandwidth_limit <= 0:
+                # Read whole off the device the job wrote to: how fast a restart reads it back.
+                self.reporter.read_back(sh.size, time.monotonic() - began)
             if sh.checksum is None:
                 assert v.crc32c is not None
                 self.reporter.checksum(sh.id, v.crc32c)

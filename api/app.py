@@ -21,9 +21,11 @@ from api.metrics_refresh import CatalogGauges
 from api.middleware import BodySizeLimit, RequestObserver
 from api.routers import (
     actions,
+    api_docs,
     checkpoints,
     dashboard,
     deletion,
+    failures,
     health,
     integrity,
     jobs,
@@ -117,7 +119,9 @@ def create_app(settings: Settings) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
         generate_unique_id_function=_operation_id,
-        docs_url="/docs",
+        # Served by api/routers/api_docs.py with assets of its own: FastAPI's pages use a CDN.
+        docs_url=None,
+        redoc_url=None,
         openapi_url="/openapi.json",
     )
     app.state.metrics = metrics
@@ -133,6 +137,7 @@ def create_app(settings: Settings) -> FastAPI:
     problems.install(app)
     # Before the checkpoints router: its `{job:path}/checkpoints/{step}` must not see `/events`.
     app.include_router(operations.router)
+    app.include_router(failures.router)
     app.include_router(actions.router)
     app.include_router(checkpoints.router)
     app.include_router(policies.router)
@@ -149,6 +154,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.mount("/ui", dashboard.assets(), name="ui")
+    app.include_router(api_docs.router)
+    app.mount(api_docs.ASSETS_URL, api_docs.assets(), name="docs-assets")
     # Outermost last: the observer sees every response, including refused oversize bodies.
     app.add_middleware(
         BodySizeLimit,

@@ -369,6 +369,10 @@ class Settings(BaseSettings):
     def tier_names(self) -> list[str]:
         return [t.name for t in self.tiers]
 
+    def local_tier_names(self) -> list[str]:
+        """The tiers local to one node (a node declared lost takes its copies there along)."""
+        return [t.name for t in self.tiers if t.kind is TierKind.LOCAL]
+
     def local_tier(self) -> TierConfig | None:
         return next((t for t in self.tiers if t.kind is TierKind.LOCAL), None)
 

@@ -241,6 +241,24 @@ class NoVerifiedSource(TierpointError):
     title = "No verified copy left to retry from"
 
 
+class CopyOnLostNode(TierpointError):
+    """A retry that cannot help: the failed copy is on a tier local to a node declared lost, whose
+    bytes no run can read or write again (the checkpoint's other tiers still serve restores)."""
+
+    code = "copy_on_lost_node"
+    status = 409
+    title = "The failed copy was on a node declared lost"
+
+
+class RepairInProgress(TierpointError):
+    """A retry while a repair (or a re-replication) is copying the failed copy back: the repair
+    promotes it when done, and a second run would copy the same shards beside it."""
+
+    code = "repair_in_progress"
+    status = 409
+    title = "A repair is copying this copy back"
+
+
 class CheckpointProtected(TierpointError):
     code = "checkpoint_protected"
     status = 409
@@ -251,6 +269,15 @@ class CheckpointBeingDeleted(TierpointError):
     code = "checkpoint_being_deleted"
     status = 409
     title = "The checkpoint at this step is still being deleted"
+
+
+class FilterRequired(TierpointError):
+    """An acknowledgement of many failures that names none: acknowledging every failure at once
+    takes a filter that says so."""
+
+    code = "filter_required"
+    status = 422
+    title = "Say which failures"
 
 
 class NothingToAcknowledge(TierpointError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field, GetJsonSchemaHandler
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
@@ -49,3 +49,7 @@ class _NoNulPattern:
 # The one request string type: 422 `invalid_text` for what the catalog cannot store, and the
 # schema's pattern says so. Strings with a pattern of their own (names) exclude NUL through it.
 Text = Annotated[str, AfterValidator(text_value), _NoNulPattern]
+
+# A time in a request: RFC 3339 with its offset (a naive one is refused: whose clock?), parsed from
+# the JSON string; its schema excludes NUL as every request string's does.
+Timestamp = Annotated[AwareDatetime, Field(strict=False), _NoNulPattern]

@@ -73,6 +73,12 @@ function fill(tbody, rows, columns, empty) {
   for (const r of rows) tbody.append(r);
 }
 
+// A list's count: "50 of 62" where the list is cut.
+function counted(page) {
+  const total = page.total === undefined ? page.items.length : page.total;
+  return total > page.items.length ? `${page.items.length} of ${total}` : String(total);
+}
+
 function pill(n, kind) {
   return el("span", { class: `pill ${n ? kind : "zero"}`, text: String(n) });
 }
@@ -111,8 +117,9 @@ function pointCell(p) {
   const age = p.age_seconds;
   const freshness = age < 3600 ? "fresh" : age < 6 * 3600 ? "stale" : "old";
   const behind = p.steps_behind ? `${p.steps_behind} steps behind · ` : "";
-  const restore = p.predicted_restore_seconds === null || p.predicted_restore_seconds === undefined
-    ? "" : `restore ~${duration(p.predicted_restore_seconds)}`;
+  const predicted = p.predicted_restore_seconds;
+  const restore = predicted === null || predicted === undefined
+    ? "" : `restore ${predicted < 1 ? "<1s" : `~${duration(predicted)}`}`;
   return el(
     "td",
     { title: `restorable ${ago(p.restorable_at)}; ${bytes(p.bytes)} in ${p.checkpoints} checkpoints` },
@@ -163,7 +170,7 @@ function renderJobs(page, tiers) {
     ),
   );
   fill(document.querySelector("#jobs tbody"), rows, tiers.length + 6, "no job has registered a checkpoint yet");
-  document.getElementById("jobs-count").textContent = `${page.items.length}${page.next_cursor ? "+" : ""}`;
+  document.getElementById("jobs-count").textContent = counted(page);
 }
 
 function renderInFlight(list) {
@@ -190,7 +197,7 @@ function renderInFlight(list) {
     );
   });
   fill(document.querySelector("#inflight tbody"), rows, 5, "nothing in flight");
-  document.getElementById("inflight-count").textContent = String(list.items.length);
+  document.getElementById("inflight-count").textContent = counted(list);
 }
 
 async function retry(job, step, button) {
@@ -222,6 +229,13 @@ async function acknowledge(job, step, tier, button) {
   }
 }
 
+// Why no retry can help, in a few words (the full problem detail is the title).
+const NO_RETRY = {
+  no_verified_source: "no copy left to copy from",
+  copy_on_lost_node: "its node was declared lost",
+  repair_in_progress: "a repair is copying it back",
+};
+
 function renderFailures(page) {
   // One retry per checkpoint: the tiers after a failed one fail with it.
   const seen = new Set();
@@ -229,8 +243,15 @@ function renderFailures(page) {
     const key = `${f.job}/${f.step}`;
     const first = !seen.has(key);
     seen.add(key);
-    const button = el("button", { type: "button", class: "small", text: "retry" });
-    button.addEventListener("click", () => retry(f.job, f.step, button));
+    let retryCell = "";
+    if (first && f.retryable) {
+      retryCell = el("button", { type: "button", class: "small", text: "retry" });
+      retryCell.addEventListener("click", () => retry(f.job, f.step, retryCell));
+    } else if (!f.retryable) {
+      const refused = f.retry_refused;
+      retryCell = el("span", { class: "no-retry", title: refused.why,
+        text: `no retry: ${NO_RETRY[refused.code] || refused.code}` });
+    }
     const ack = el("button", { type: "button", class: "small secondary", text: "acknowledge",
       title: "clear it from this list (it stays in the checkpoint's history)" });
     ack.addEventListener("click", () => acknowledge(f.job, f.step, f.tier, ack));
@@ -242,11 +263,50 @@ function renderFailures(page) {
       el("td", { class: "grow" }, el("div", { class: "reason", text: f.reason || "" }),
         f.last_error ? el("div", { class: "muted", text: f.last_error }) : ""),
       el("td", { text: ago(f.failed_at) }),
-      el("td", { class: "actions" }, first ? button : "", ack),
+      el("td", { class: "actions" }, retryCell, ack),
     );
   });
-  fill(document.querySelector("#failures tbody"), rows, 5, "no failures");
-  document.getElementById("failures-count").textContent = String(page.items.length);
+  fill(document.querySelector("#failures tbody"), rows, 5, failureFilter() ? "no failure matches" : "no failures");
+  document.getElementById("failures-count").textContent = counted(page);
+  const bulk = document.getElementById("failures-ack");
+  bulk.disabled = !failureFilter() || page.total === 0;
+  bulk.textContent = failureFilter() ? `acknowledge ${page.total} matching` : "acknowledge matching";
+  bulk.dataset.until = page.now;
+}
+
+// The failures filter: { job, reason } as typed, or null when both are empty.
+function failureFilter() {
+  const job = document.getElementById("failures-job").value.trim();
+  const reason = document.getElementById("failures-reason").value.trim();
+  if (!job && !reason) return null;
+  const f = {};
+  if (job) f.job = job;
+  if (reason) f.reason = reason;
+  return f;
+}
+
+function failuresPath() {
+  const params = new URLSearchParams({ limit: "50", ...(failureFilter() || {}) });
+  return `/v1/failures?${params}`;
+}
+
+// Every failure the filter matches, as of the list shown (one that came later stays listed).
+async function acknowledgeMatching(button) {
+  const filter = failureFilter();
+  if (!filter) return;
+  button.disabled = true;
+  try {
+    const out = await api("/v1/failures/acknowledge", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ ...filter, until: button.dataset.until }),
+    });
+    button.textContent = `acknowledged ${out.acknowledged}`;
+    refresh();
+  } catch (e) {
+    button.disabled = false;
+    showError(`acknowledging failures matching ${JSON.stringify(filter)}: ${e.message}`);
+  }
 }
 
 function renderUsage(list) {
@@ -326,9 +386,9 @@ function renderSummary(jobs, inflight, failures, usage) {
     el("div", { class: `stat${bad ? " bad" : ""}` }, el("b", { text: value }), el("span", { text: label }));
   const box = document.getElementById("summary");
   box.replaceChildren(
-    stat(`${jobs.items.length}${jobs.next_cursor ? "+" : ""}`, "jobs"),
-    stat(String(inflight.items.length), "copies in flight"),
-    stat(String(failures.items.length), "failures", failures.items.length > 0),
+    stat(String(jobs.total), "jobs"),
+    stat(String(inflight.total), "copies in flight"),
+    stat(String(failures.total), "failures", failures.total > 0),
     ...usage.items.map((t) => stat(bytes(t.bytes), t.tier)),
   );
 }
@@ -445,18 +505,19 @@ async function refresh() {
   clearTimeout(timer);
   try {
     const tiers = (await api("/v1/tiers")).map((t) => t.name);
-    const [jobs, inflight, failures, usage, lag, nodes] = await Promise.all([
+    const [jobs, inflight, failures, usage, lag, nodes, filtered] = await Promise.all([
       api("/v1/overview/jobs?limit=100"),
       api("/v1/copies/in-flight?limit=100"),
       api("/v1/failures?limit=50"),
       api("/v1/tiers/usage"),
       api("/v1/lag?window_seconds=86400"),
       api("/v1/nodes"),
+      failureFilter() ? api(failuresPath()) : null,
     ]);
     renderSummary(jobs, inflight, failures, usage);
     renderJobs(jobs, tiers);
     renderInFlight(inflight);
-    renderFailures(failures);
+    renderFailures(filtered || failures);
     renderUsage(usage);
     renderLag(lag);
     renderNodes(nodes);
@@ -477,6 +538,16 @@ function setUp() {
   const legend = document.getElementById("legend");
   for (const s of STATES) legend.append(el("span", { style: `--c: var(--${s === "restorable" ? "ok" : s})`, text: s }));
   document.getElementById("auto").addEventListener("change", refresh);
+  for (const id of ["failures-job", "failures-reason"]) {
+    document.getElementById(id).addEventListener("change", refresh);
+  }
+  const bulk = document.getElementById("failures-ack");
+  bulk.addEventListener("click", () => acknowledgeMatching(bulk));
+  // Scrolling to a panel (a job's page) stops below the sticky header, however tall it wraps.
+  const header = document.querySelector("header");
+  new ResizeObserver(() => {
+    document.documentElement.style.setProperty("--header-height", `${header.offsetHeight}px`);
+  }).observe(header);
   document.getElementById("job-close").addEventListener("click", () => {
     history.pushState(null, "", location.pathname + location.search);
     selectJob(null);

@@ -32,9 +32,11 @@ async def retry(
 ) -> RetryOut:
     """Failed tiers go back to `pending` and a new lifecycle run copies what is not verified yet
     (verified copies are kept as they are). 409 `nothing_to_retry` when no tier failed or the
-    previous run is still open; 409 `no_verified_source` when a tier the run must copy from
-    holds no copy any more (expired, say), naming them: nothing changes then; 503
-    `temporal_unavailable` without Temporal."""
+    previous run is still open; and, when a run could not help (the failures view says so
+    beforehand, in `retry`): 409 `no_verified_source` when a tier the run must copy from holds
+    no copy any more (expired, say), naming them; 409 `copy_on_lost_node` when the failed copy
+    was on a node declared lost; 409 `repair_in_progress` while a repair copies it back.
+    Nothing changes on a 409. 503 `temporal_unavailable` without Temporal."""
     logs.bind_checkpoint(job=job, step=step)
     outcome = await retry_checkpoint(
         session,
@@ -43,6 +45,7 @@ async def retry(
         step,
         actor,
         state.settings.tier_names(),
+        state.settings.local_tier_names(),
     )
     return RetryOut.model_validate(outcome)
 

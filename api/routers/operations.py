@@ -1,11 +1,12 @@
-"""Operator views: the jobs overview with recovery points per tier, copies in flight, failures,
-promotion lag, tier usage, nodes, and a checkpoint's event history. Reads only."""
+"""Operator views: the jobs overview with recovery points per tier, copies in flight, promotion
+lag, tier usage, nodes, and a checkpoint's event history. Reads only. (The failures are in
+`api/routers/failures.py`.)"""
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
@@ -13,13 +14,11 @@ from fastapi import APIRouter, Depends, Query
 from api.auth import require, require_job
 from api.deps import JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
-from api.pagination import decode_cursor, encode_cursor, invalid_cursor
+from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
 from api.schemas.operations import (
     EventOut,
     EventPage,
-    FailureOut,
-    FailurePage,
     InFlightList,
     InFlightOut,
     JobOverviewOut,
@@ -94,8 +93,12 @@ async def jobs_overview(
                 }
             )
         )
+    total = await session.run_sync(overview_reads.count_jobs, prefix=prefix, job=job)
     return JobsOverviewPage(
-        now=now, items=items, next_cursor=encode_cursor(last) if last is not None else None
+        now=now,
+        total=total,
+        items=items,
+        next_cursor=encode_cursor(last) if last is not None else None,
     )
 
 
@@ -119,40 +122,8 @@ async def copies_in_flight(
     views, now = await session.run_sync(
         operator_reads.in_flight, names, job=job, tier=tier, limit=limit
     )
-    return InFlightList(now=now, items=[InFlightOut.model_validate(v) for v in views])
-
-
-@router.get(
-    "/failures",
-    dependencies=[Depends(require(Scope.READ))],
-    response_model=FailurePage,
-    responses=problem_responses(422),
-    summary="Failed tier copies, newest first, with reason and last error",
-)
-async def list_failures(
-    session: SessionDep,
-    job: JobFilter = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[Text | None, Query(max_length=400)] = None,
-) -> FailurePage:
-    after = _failure_key(decode_cursor(cursor, list)) if cursor is not None else None
-    views, last = await session.run_sync(operator_reads.failures, job=job, limit=limit, after=after)
-    return FailurePage(
-        items=[FailureOut.model_validate(v) for v in views],
-        next_cursor=encode_cursor(list(last)) if last is not None else None,
-    )
-
-
-def _failure_key(raw: list[object]) -> tuple[str, int, str]:
-    match raw:
-        case [str(at), int(cid), str(tier)]:
-            try:
-                datetime.fromisoformat(at)
-            except ValueError:
-                pass
-            else:
-                return at, cid, tier
-    raise invalid_cursor()
+    total = await session.run_sync(operator_reads.count_in_flight, job=job, tier=tier)
+    return InFlightList(now=now, total=total, items=[InFlightOut.model_validate(v) for v in views])
 
 
 @router.get(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tierpoint.json_types import Text
+from tierpoint.json_types import Text, Timestamp
+
+# Failures listed in the answer of an acknowledgement by job or reason (all are counted).
+ACKNOWLEDGED_SHOWN = 100
 
 
 class RetryOut(BaseModel):
@@ -66,6 +69,51 @@ class AcknowledgeOut(BaseModel):
     step: int
     acknowledged: dict[str, str | None] = Field(
         description="the failures acknowledged: tier -> the reason it failed"
+    )
+
+
+class AcknowledgeMatchingIn(BaseModel):
+    """Which open failures to acknowledge: those of a job, those whose reason contains some
+    text, or both (at least one of the two)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    job: Text | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+        description="the job's failures (its exact name)",
+    )
+    reason: Text | None = Field(
+        default=None,
+        min_length=1,
+        max_length=500,
+        description="failures whose reason contains this text, in any case (e.g. `lost on s3`)",
+    )
+    tier: Text | None = Field(
+        default=None, min_length=1, max_length=128, description="on this tier"
+    )
+    until: Timestamp | None = Field(
+        default=None,
+        description="only failures that failed at or before this time: give the `now` of the "
+        "failures list you decided on, and a failure that came after stays on the list",
+    )
+
+
+class AcknowledgedOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    job: str
+    step: int
+    tier: str
+    reason: str | None
+
+
+class AcknowledgeMatchingOut(BaseModel):
+    acknowledged: int = Field(description="how many failures were acknowledged")
+    items: list[AcknowledgedOut] = Field(
+        description=f"the first {ACKNOWLEDGED_SHOWN} of them, oldest checkpoint first"
     )
 
 

@@ -55,6 +55,7 @@ class JobOverviewOut(_View):
 
 class JobsOverviewPage(BaseModel):
     now: datetime
+    total: int = Field(description="jobs matching the filters, on every page")
     items: list[JobOverviewOut]
     next_cursor: str | None
 
@@ -85,7 +86,14 @@ class InFlightOut(_View):
 
 class InFlightList(BaseModel):
     now: datetime
+    total: int = Field(description="copies in flight matching the filters, listed or not")
     items: list[InFlightOut]
+
+
+class RetryRefusalOut(_View):
+    code: str = Field(description="the problem code a retry is refused with (api.md)")
+    detail: str = Field(description="the problem's detail, as a retry answers it")
+    why: str = Field(description="the detail's own clause, without the failure's reason")
 
 
 class FailureOut(_View):
@@ -95,10 +103,24 @@ class FailureOut(_View):
     tier: str
     reason: str | None
     failed_at: datetime
-    last_error: str | None = Field(description="the most recent replica error on the tier")
+    last_error: str | None = Field(
+        description="the most recent replica error on the tier; none when the reason says it "
+        "already (a node declared lost, a reconciliation)"
+    )
+    retryable: bool = Field(
+        description="whether a retry (POST .../retry) could help: false where a run could only "
+        "be refused, with retry_refused saying why"
+    )
+    retry_refused: RetryRefusalOut | None = Field(
+        description="why no retry can help (none: it can): `no_verified_source` (the copies a "
+        "run would start from are gone), `copy_on_lost_node` (the copy was on a node declared "
+        "lost), `repair_in_progress` (a repair is copying it back and promotes it when done)"
+    )
 
 
 class FailurePage(BaseModel):
+    now: datetime
+    total: int = Field(description="open failures matching the filters, on every page")
     items: list[FailureOut]
     next_cursor: str | None
 

@@ -12,6 +12,7 @@ from apps.cli import (
     context,
     demo,
     dev,
+    failures,
     nodes,
     policy,
     quarantine,
@@ -98,7 +99,7 @@ app.command("retry")(actions.retry)
 app.command("verify")(actions.verify)
 app.command("pin")(actions.pin)
 app.command("unpin")(actions.unpin)
-app.add_typer(removal.failures, name="failures")
+app.add_typer(failures.failures, name="failures")
 app.command("delete")(removal.delete)
 app.add_typer(policy.app, name="policy")
 app.command("restore")(restore.restore)

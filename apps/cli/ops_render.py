@@ -47,7 +47,8 @@ def _point(p: dict[str, Any]) -> Text:
         cell.append(f" ({behind} steps behind)", style="yellow")
     restore = p.get("predicted_restore_seconds")
     if restore is not None:
-        cell.append(f", restore ~{ago(restore)}", style="dim")
+        # Under a second, "~0s" reads as "nothing to read".
+        cell.append(", restore <1s" if restore < 1 else f", restore ~{ago(restore)}", style="dim")
     return cell
 
 
@@ -66,12 +67,20 @@ def at_risk(job: dict[str, Any]) -> Text:
     return Text.assemble(part(durable), " / ", part(anywhere))
 
 
+def counted(what: str, page: dict[str, Any]) -> str:
+    """A list's title with its count: "failures (20 of 22)" when the list is cut."""
+    shown = len(page["items"])
+    total = page.get("total", shown)
+    return f"{what} ({shown} of {total})" if total > shown else f"{what} ({shown})"
+
+
 def jobs_table(overview: dict[str, Any]) -> Table:
     """One row per job: its recovery point on every tier (the step a restart from that tier
     would resume at, and how old it is), in flight, failed, cost."""
     items = overview["items"]
     tiers = [t["tier"] for t in items[0]["tiers"]] if items else []
-    table = Table(title="jobs: recovery point per tier", title_justify="left")
+    title = f"{counted('jobs', overview)}: recovery point per tier"
+    table = Table(title=title, title_justify="left")
     table.add_column("job", style="bold")
     table.add_column("latest", justify="right")
     table.add_column("steps at risk\n(durable / any)", justify="right")
@@ -102,7 +111,7 @@ def rate(bps: float | None) -> str:
 
 
 def in_flight_table(flights: dict[str, Any]) -> Table:
-    table = Table(title=f"copies in flight ({len(flights['items'])})", title_justify="left")
+    table = Table(title=counted("copies in flight", flights), title_justify="left")
     for col in ("job", "step", "tier", "progress", "shards", "rate", "eta", "waiting since"):
         table.add_column(col, justify="right" if col in ("step", "rate", "eta") else "left")
     for c in flights["items"]:
@@ -124,15 +133,37 @@ def in_flight_table(flights: dict[str, Any]) -> Table:
 
 
 def failures_table(failures: dict[str, Any]) -> Table:
-    table = Table(title=f"failures ({len(failures['items'])})", title_justify="left")
-    for col in ("job", "step", "tier", "failed at", "reason"):
+    table = Table(title=counted("failures", failures), title_justify="left")
+    for col in ("job", "step", "tier", "failed at", "reason", "retry"):
         table.add_column(col, overflow="fold")
     for f in failures["items"]:
         reason = Text(f["reason"] or "", style="red")
         if f.get("last_error") and f["last_error"] not in (f["reason"] or ""):
             reason.append(f"\nlast error: {f['last_error']}", style="dim")
-        table.add_row(f["job"], str(f["step"]), f["tier"], stamp(f["failed_at"]), reason)
+        table.add_row(
+            f["job"], str(f["step"]), f["tier"], stamp(f["failed_at"]), reason, retry_hint(f)
+        )
     return table
+
+
+def retry_hint(f: dict[str, Any]) -> Text:
+    """What to do about a failure: the retry command where a retry can help, else why not."""
+    refused = f.get("retry_refused")
+    if refused is None:
+        return Text(f"tierpoint retry {f['job']} {f['step']}", style="cyan")
+    why = refused.get("why") or refused["detail"]  # an API before `why` sent the detail only
+    return Text(f"no retry can help: {why} ({refused['code']})", style="dim")
+
+
+def acknowledge_hint(failures: dict[str, Any]) -> Text | None:
+    """How to clear the failures no retry can help, when the list has any."""
+    if all(f.get("retryable", True) for f in failures["items"]):
+        return None
+    return Text(
+        "failures no retry can help: acknowledge them with `tierpoint failures ack JOB [STEP]` "
+        "or `tierpoint failures ack --reason TEXT` (see `tierpoint failures list`)",
+        style="dim",
+    )
 
 
 def usage_table(usage: dict[str, Any]) -> Table:

@@ -9,7 +9,13 @@ import httpx
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from apps.cli.ops_render import failures_table, in_flight_table, jobs_table, usage_table
+from apps.cli.ops_render import (
+    acknowledge_hint,
+    failures_table,
+    in_flight_table,
+    jobs_table,
+    usage_table,
+)
 
 # The views' paths and the keys they go under in `status --json`.
 VIEWS = {
@@ -63,6 +69,9 @@ def render(views: dict[str, Any]) -> RenderableType:
         parts.append(
             failures_table(failures) if failures["items"] else Text("no failures", style="green")
         )
+        hint = acknowledge_hint(failures)
+        if hint is not None:
+            parts.append(hint)
     if "tiers_usage" in views:
         parts.append(usage_table(views["tiers_usage"]))
     return Group(*parts)

@@ -69,7 +69,11 @@ def test_the_runtime_set_imports_the_api_and_the_workers(runtime_venv: Path) -> 
     code = (
         "from api.app import create_app; from apps.worker import run_workers; "
         "from tierpoint.catalog import migrate; from tierpoint.temporal import connect; "
-        "create_app"
+        "create_app\n"
+        # /docs and /redoc serve Swagger UI and ReDoc from the installed set, not a CDN.
+        "from api.routers.api_docs import ASSETS\n"
+        "for asset in ('swagger/swagger-ui-bundle.js', 'redoc/redoc.standalone.js'):\n"
+        "    assert (ASSETS / asset).is_file(), asset"
     )
     result = _python(runtime_venv, code)
     assert result.returncode == 0, result.stderr

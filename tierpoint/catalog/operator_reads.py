@@ -1,6 +1,6 @@
-"""Reads behind the operator views: copies in flight with their progress, failures, promotion
-lag, tier usage, nodes, a checkpoint's events (the jobs overview is in overview_reads.py). Reads
-only.
+"""Reads behind the operator views: copies in flight with their progress, promotion lag, tier
+usage, nodes, a checkpoint's events (the jobs overview is in overview_reads.py, the failures in
+failures_repo.py). Reads only.
 
 Every query is bounded by a page or by an index on the rows it is about (pending and failed
 markers are few however large the catalog grows: partial indexes hold just them), so the views
@@ -21,7 +21,6 @@ from sqlalchemy import (
     column,
     func,
     select,
-    tuple_,
     values,
 )
 from sqlalchemy.dialects.postgresql import distinct_on
@@ -30,7 +29,6 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.checkpoint_lookup import find_checkpoint
 from tierpoint.catalog.checkpoint_reads import tier_progress
 from tierpoint.catalog.engine import catalog_now
-from tierpoint.catalog.failures_repo import unacknowledged
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,
@@ -42,7 +40,6 @@ from tierpoint.catalog.models import (
 )
 from tierpoint.catalog.operator_views import (
     EventView,
-    FailureView,
     InFlightView,
     LagView,
     NodeView,
@@ -57,7 +54,7 @@ HELD = (TierState.RESTORABLE.value, TierState.EXPIRING.value)
 
 
 # ---------------------------------------------------------------------------------------------
-# Copies in flight and failures
+# Copies in flight
 
 
 def in_flight(
@@ -138,6 +135,17 @@ def in_flight(
     return views, now
 
 
+def count_in_flight(session: Session, *, job: str | None = None, tier: str | None = None) -> int:
+    """How many tier copies are pending (with the same filters as `in_flight`), listed or not."""
+    ct = CheckpointTier
+    q = select(func.count()).select_from(ct).where(ct.state == PENDING)
+    if job is not None:
+        q = q.join(Job, Job.id == ct.job_id).where(Job.name == job)
+    if tier is not None:
+        q = q.where(ct.tier == tier)
+    return int(session.scalar(q) or 0)
+
+
 def last_errors(session: Session, pairs: Sequence[tuple[int, str]]) -> dict[tuple[int, str], str]:
     """(checkpoint id, tier) -> the latest error recorded on one of its replicas there."""
     errors: dict[tuple[int, str], str] = {}
@@ -163,56 +171,6 @@ def last_errors(session: Session, pairs: Sequence[tuple[int, str]]) -> dict[tupl
     ):
         errors[(e.checkpoint_id, e.tier)] = e.error
     return errors
-
-
-FailureKey = tuple[str, int, str]  # (failed_at ISO, checkpoint id, tier): the keyset of the list
-
-
-def failures(
-    session: Session,
-    *,
-    job: str | None = None,
-    limit: int = 100,
-    after: FailureKey | None = None,
-) -> tuple[list[FailureView], FailureKey | None]:
-    """Failed tier copies nobody acknowledged, newest first, with the marker's reason and the
-    last replica error."""
-    ct = CheckpointTier
-    q = (
-        select(ct.checkpoint_id, ct.tier, ct.reason, ct.updated_at, Job.name, Checkpoint.step)
-        .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
-        .join(Job, Job.id == ct.job_id)
-        .where(unacknowledged())
-        .order_by(ct.updated_at.desc(), ct.checkpoint_id.desc(), ct.tier.desc())
-        .limit(limit + 1)
-    )
-    if job is not None:
-        q = q.where(Job.name == job)
-    if after is not None:
-        at, cid, tier = after
-        q = q.where(
-            tuple_(ct.updated_at, ct.checkpoint_id, ct.tier)
-            < tuple_(datetime.fromisoformat(at), cid, tier)
-        )
-    rows = session.execute(q).all()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    errors = last_errors(session, [(r.checkpoint_id, r.tier) for r in rows])
-    views = [
-        FailureView(
-            job=r.name,
-            step=r.step,
-            checkpoint_id=r.checkpoint_id,
-            tier=r.tier,
-            reason=r.reason,
-            failed_at=r.updated_at,
-            last_error=errors.get((r.checkpoint_id, r.tier)),
-        )
-        for r in rows
-    ]
-    last = rows[-1] if more else None
-    key = (last.updated_at.isoformat(), last.checkpoint_id, last.tier) if last else None
-    return views, key
 
 
 # ---------------------------------------------------------------------------------------------

@@ -69,6 +69,16 @@ def jobs_overview(
     return [_job_view(j, tiers, page) for j in jobs], next_name, now
 
 
+def count_jobs(session: Session, *, prefix: str | None = None, job: str | None = None) -> int:
+    """How many jobs the overview lists over all its pages (with the same filters)."""
+    q = select(func.count()).select_from(Job)
+    if prefix:
+        q = q.where(Job.name.startswith(prefix, autoescape=True))
+    if job is not None:
+        q = q.where(Job.name == job)
+    return int(session.scalar(q) or 0)
+
+
 @dataclass(frozen=True)
 class _Page:
     heads: dict[int, Any]

@@ -237,7 +237,8 @@ async def test_verify_retry_pin_unpin(
     code, out = await cli(url, token, "status", "--job", job)
     assert code == 0 and "steps at risk" in out, out
     line = next(line for line in out.splitlines() if line.startswith(f"│ {job}"))
-    assert "0 / 0" in line and line.count("restore ~") == 3, line
+    # "restore ~3s", or "restore <1s" for a small copy on a fast tier.
+    assert "0 / 0" in line and line.count(", restore ") == 3, line
 
     code, out = await cli(url, token, "pin", job, "1")
     assert code == 0 and f"pinned {job} step 1" in out, out

@@ -23,6 +23,7 @@ from apps.cli import context
 # Any: typer types its click objects with its vendored click, which it does not export.
 Command = Any
 Param = Any
+Ctx = Any
 
 # Parameter names of the shared options, and their flags.
 SHARED = {"data_dir": "--data-dir", "api_url": "--api-url", "token": "--token"}
@@ -56,7 +57,7 @@ RootApiUrlOpt = Annotated[
 ]
 
 
-def _given(ctx: typer.Context, name: str) -> bool:
+def _given(ctx: Ctx, name: str) -> bool:
     source = ctx.get_parameter_source(name)
     return source is not None and source.name == "COMMANDLINE"
 

@@ -12,6 +12,7 @@ from apps.cli import (
     context,
     demo,
     dev,
+    help_text,
     nodes,
     policy,
     quarantine,
@@ -29,11 +30,12 @@ from apps.cli import (
 
 class _Root(TyperGroup):
     """The top-level command: its `--data-dir`, `--api-url` and `--token` reach every command
-    that takes them (common_options.py)."""
+    that takes them (common_options.py); every command's help reads as help_text.py says."""
 
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
         common_options.share(self)
+        help_text.tidy(self)
 
 
 app = typer.Typer(
@@ -52,6 +54,7 @@ def _options(
     token: common_options.TokenOpt = None,
     data_dir: common_options.RootDataDirOpt = None,
     api_url: common_options.RootApiUrlOpt = None,
+    version: help_text.VersionOpt = False,
 ) -> None:
     # The commands read --data-dir and --api-url as their own (common_options.share).
     context.set_token(token)

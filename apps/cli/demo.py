@@ -264,7 +264,9 @@ def demo(
         )
         console.print(plan_table(latest))
         console.print(
-            f"restore it: [bold]tierpoint restore {job} ./restored --data-dir {data_dir}[/]"
+            # Under .tierpoint/ as the README's restore: a checkout's .gitignore covers it.
+            f"restore it: [bold]tierpoint restore {job} .tierpoint/restored --data-dir "
+            f"{data_dir}[/]"
         )
     for step, reasons in failures.items():
         bad = next(t.last for t in tracked if t.step == step)

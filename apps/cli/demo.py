@@ -173,18 +173,19 @@ def _job_name(job: str | None) -> str | None:
         raise typer.BadParameter(str(exc)) from None
 
 
+JobOpt = Annotated[
+    str | None,
+    typer.Option(
+        help=f"Job name: {NAME_RULE}.", show_default="demo-<time>-<random>", callback=_job_name
+    ),
+]
+
+
 def demo(
     checkpoints: Annotated[int, typer.Option(min=1, help="Checkpoints to write.")] = 3,
     shards: Annotated[int, typer.Option(min=1, help="Shards per checkpoint.")] = 4,
     shard_size: Annotated[str, typer.Option(help="Bytes per shard (4MiB, 512KiB, ...).")] = "4MiB",
-    job: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Job name: {NAME_RULE}.",
-            show_default="demo-<time>-<random>",
-            callback=_job_name,
-        ),
-    ] = None,
+    job: JobOpt = None,
     steps_between: Annotated[int, typer.Option(min=1, help="Training steps per checkpoint.")] = 100,
     interval: Annotated[
         float, typer.Option(min=0, help="Seconds of 'training' between checkpoints.")

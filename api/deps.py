@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Query, Request
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
+from tierpoint_client.paths import NAME_RULE
 
 from api.temporal_link import TemporalLink
 from api.token_cache import TokenCache
@@ -61,22 +62,30 @@ SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 def _job_name(value: str) -> str:
     try:
-        return validate_name(value)
+        return validate_name(value, "job name")
     except UnsafePath as exc:
-        raise PydanticCustomError(
-            "invalid_job_name", str(exc).replace("name", "job name", 1)
-        ) from None
+        # The message as a value, not as the template: a name may hold braces.
+        raise PydanticCustomError("invalid_job_name", "{reason}", {"reason": str(exc)}) from None
 
 
-# The pattern is in the schema so that clients (and the schema fuzzer) know the rule; the
-# validator gives the refusal its own code and message (see api/problems.py).
+# The pattern is in the schema so that clients (and the schema fuzzer) know the rule, but not a
+# constraint of the parameter: the validator alone refuses a name, with its own code and the rule
+# in words (api/problems.py), where the constraint would answer with the bare regex.
+_JOB_NAME_SCHEMA = {"pattern": NAME_RE.pattern}
+_JOB_NAME_HELP = f"Job name: {NAME_RULE}."
 JobName = Annotated[
     str,
     Path(
-        description="Job name: [A-Za-z0-9][A-Za-z0-9._-]{0,127}",
+        description=_JOB_NAME_HELP,
         examples=["llama3-70b.run-7"],
-        pattern=NAME_RE.pattern,
+        json_schema_extra=_JOB_NAME_SCHEMA,
     ),
+    AfterValidator(_job_name),
+]
+# `?job=NAME` of the operator views: the same rule, the same refusal.
+JobQuery = Annotated[
+    str | None,
+    Query(description=f"Only this job. {_JOB_NAME_HELP}", json_schema_extra=_JOB_NAME_SCHEMA),
     AfterValidator(_job_name),
 ]
 

@@ -121,8 +121,21 @@ def _field(loc: Sequence[Any]) -> tuple[str, str]:
     return where, text or where
 
 
+def _distinct(raw: Sequence[Any]) -> list[Any]:
+    """Each error once: a path parameter that a route and one of its dependencies both declare
+    (the job name of a registration) is validated, and refused, twice."""
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for e in raw:
+        key = (tuple(e.get("loc", ())), e.get("type"), str(e.get("msg")))
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
+
+
 def validation_problem(request: Request, exc: RequestValidationError) -> JSONResponse:
-    raw = list(exc.errors())
+    raw = _distinct(exc.errors())
     errors = []
     for e in raw[:MAX_FIELD_ERRORS]:
         where, name = _field(e.get("loc", ()))
@@ -151,6 +164,9 @@ def validation_problem(request: Request, exc: RequestValidationError) -> JSONRes
         code, title = "validation_error", "Invalid request"
     first = errors[0] if errors else None
     detail = f"{first['field']}: {first['message']}" if first else "the request is invalid"
+    named = next((e for e in errors if e["code"] == "invalid_job_name"), None)
+    if named is not None:
+        detail = named["message"]  # it names the job name and says the rule
     if len(raw) > 1:
         detail += f" (and {len(raw) - 1} more)"
     _count(request, code)

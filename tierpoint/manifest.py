@@ -266,9 +266,9 @@ class Manifest(BaseModel):
 
 def check_job_name(job: str) -> str:
     try:
-        return validate_name(job)
+        return validate_name(job, "job name")
     except UnsafePath as exc:
-        raise InvalidJobName(str(exc).replace("name", "job name", 1)) from None
+        raise InvalidJobName(str(exc)) from None
 
 
 def check_limits(manifest: Manifest, *, max_shards: int, max_metadata_bytes: int) -> None:

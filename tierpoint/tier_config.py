@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Self
 
 from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
+from tierpoint_client.paths import NAME_PATTERN
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# The name rule is the training-side client's (one statement of it): a name the client accepts
+# is one the server accepts.
+NAME_RE = re.compile(NAME_PATTERN)
 TAG_RE = re.compile(r"^[\w\s.:/=+\-@]*$")
 
 

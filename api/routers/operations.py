@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from api.auth import require, require_job
-from api.deps import JobName, SessionDep, StateDep, Step
+from api.deps import JobName, JobQuery, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
@@ -41,11 +41,7 @@ from tierpoint.storage.posix.space import disk_space
 
 router = APIRouter(prefix="/v1", tags=["operations"], route_class=GatedRoute)
 
-JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-JobFilter = Annotated[
-    str | None,
-    Query(description="Only this job.", min_length=1, max_length=128, pattern=JOB_NAME_PATTERN),
-]
+JobFilter = JobQuery
 # Jobs listed under each tier of the usage view.
 TOP_JOBS = 10
 

@@ -2,12 +2,14 @@
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, NoReturn
 
+import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from tierpoint_client import ApiError, Client, TierpointError, TransportError
 
 from apps.devstack.facts import StackInfo, StackNotRunning, read_stack_info
@@ -105,20 +107,45 @@ def use_stack_s3_credentials(data_dir: Path) -> None:
     os.environ["AWS_SECRET_ACCESS_KEY"] = info.s3.secret_access_key
 
 
-def auth_hint(status: int) -> str:
+# What to do when the API refused the token (401: missing, invalid, expired or revoked).
+TOKEN_HINT = "pass --token, set TIERPOINT_TOKEN, or use a dev stack's --data-dir"
+
+
+def fail_problem(
+    status: int, code: str | None, detail: str, field_errors: Sequence[str] = ()
+) -> NoReturn:
+    """The one rendering of an API's refusal: its detail and stable code on one line (with what
+    to do when the token was refused), the fields it names below; exit 1. Every client command
+    fails this way, whichever HTTP client it used."""
+    line = f"{escape(detail)} [dim]({status} {escape(code or 'error')})[/]"
     if status == 401:
-        return "\n  pass --token, set TIERPOINT_TOKEN, or use a dev stack's --data-dir"
-    return ""
+        line += f"; {TOKEN_HINT}"
+    fail("\n".join([line, *(f"  {escape(e)}" for e in field_errors)]))
+
+
+def fail_response(r: httpx.Response) -> NoReturn:
+    """A problem answer (or any error answer) of the API as the command's failure."""
+    try:
+        p = r.json()
+    except ValueError:
+        p = None
+    if not isinstance(p, dict):
+        fail_problem(r.status_code, None, r.text[:200])
+    errors = [
+        f"{e.get('field') or e.get('loc')}: {e.get('msg') or e.get('message')}"
+        for e in p.get("errors") or []
+        if isinstance(e, dict)
+    ]
+    fail_problem(r.status_code, p.get("code"), p.get("detail") or p.get("title") or "", errors)
 
 
 @contextlib.contextmanager
 def api_errors() -> Iterator[None]:
-    """Render client errors as one clear line (with the problem's stable code) and exit 1."""
+    """Render the client library's errors as the command's failure (fail_problem)."""
     try:
         yield
     except ApiError as exc:
-        detail = exc.detail or exc.problem.get("title") or ""
-        fail(f"{detail} [dim]({exc.status} {exc.code or 'error'})[/]{auth_hint(exc.status)}")
+        fail_problem(exc.status, exc.code, exc.detail or exc.problem.get("title") or "")
     except TransportError as exc:
         fail(f"cannot reach the API: {exc}")
     except TierpointError as exc:

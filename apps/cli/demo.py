@@ -19,7 +19,8 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, Task, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
-from tierpoint_client import Checkpoint, Client, ShardSpec
+from tierpoint_client import Checkpoint, Client, InvalidJobNameError, ShardSpec
+from tierpoint_client.paths import NAME_RULE, validate_job_name
 
 from apps.cli.context import ApiUrlOpt, DataDirOpt, api_errors, console, fail, token_for
 from apps.cli.render import checkpoint_detail, human_bytes, plan_table, state_text
@@ -164,14 +165,27 @@ def _summary(job: str, tracked: list[Tracked], tiers: list[str]) -> Table:
     return table
 
 
+def _job_name(job: str | None) -> str | None:
+    """The server's rule, before a shard is written under <root>/<job>/."""
+    try:
+        return None if job is None else validate_job_name(job)
+    except InvalidJobNameError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+JobOpt = Annotated[
+    str | None,
+    typer.Option(
+        help=f"Job name: {NAME_RULE}.", show_default="demo-<time>-<random>", callback=_job_name
+    ),
+]
+
+
 def demo(
     checkpoints: Annotated[int, typer.Option(min=1, help="Checkpoints to write.")] = 3,
     shards: Annotated[int, typer.Option(min=1, help="Shards per checkpoint.")] = 4,
     shard_size: Annotated[str, typer.Option(help="Bytes per shard (4MiB, 512KiB, ...).")] = "4MiB",
-    job: Annotated[
-        str | None,
-        typer.Option(help="Job name.", show_default="demo-<time>-<random>"),
-    ] = None,
+    job: JobOpt = None,
     steps_between: Annotated[int, typer.Option(min=1, help="Training steps per checkpoint.")] = 100,
     interval: Annotated[
         float, typer.Option(min=0, help="Seconds of 'training' between checkpoints.")
@@ -251,7 +265,9 @@ def demo(
         )
         console.print(plan_table(latest))
         console.print(
-            f"restore it: [bold]tierpoint restore {job} ./restored --data-dir {data_dir}[/]"
+            # Under .tierpoint/ as the README's restore: a checkout's .gitignore covers it.
+            f"restore it: [bold]tierpoint restore {job} .tierpoint/restored --data-dir "
+            f"{data_dir}[/]"
         )
     for step, reasons in failures.items():
         bad = next(t.last for t in tracked if t.step == step)

@@ -185,11 +185,11 @@ def dev(
         temporal_ui=temporal_ui,
         tiers=requested.tiers,
     )
+    # The data dir before the port: a second `dev` on a running stack's data dir (on its port,
+    # most likely) is told which stack runs there, not only that the port is taken.
     try:
-        stack.bind_api()
         stopped = stack.claim_data_dir()
     except RuntimeError as exc:
-        stack.stop_services()
         fail(str(exc))
     if stopped:
         console.print(
@@ -197,6 +197,11 @@ def dev(
             + ", ".join(stopped),
             soft_wrap=True,
         )
+    try:
+        stack.bind_api()
+    except RuntimeError as exc:
+        stack.stop_services()  # gives the data dir back
+        fail(str(exc))
     error: BaseException | None = None
     try:
         with console.status("starting the dev stack ...") as status:

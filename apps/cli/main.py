@@ -1,7 +1,6 @@
 """The `tierpoint` command (console script `tierpoint = apps.cli.main:app`)."""
 
-import copy
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from typer.core import TyperGroup
@@ -9,10 +8,12 @@ from typer.core import TyperGroup
 from apps.cli import (
     actions,
     checkpoints,
+    common_options,
     context,
     demo,
     dev,
     failures,
+    help_text,
     nodes,
     policy,
     quarantine,
@@ -28,39 +29,18 @@ from apps.cli import (
 )
 
 
-def _set_token(ctx: typer.Context, param: Any, value: str | None) -> None:
-    if value:
-        context.set_token(value)
-
-
-class _CommonOptions(TyperGroup):
-    """`--token` works before the subcommand (`tierpoint --token T status`) and, like
-    `--api-url` and `--data-dir`, after it (`tierpoint status --token T`): every command that
-    talks to the API (it has `--api-url`) gets a copy of the top-level option."""
+class _Root(TyperGroup):
+    """The top-level command: its `--data-dir`, `--api-url` and `--token` reach every command
+    that takes them (common_options.py); every command's help reads as help_text.py says."""
 
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
-        token = next(p for p in self.params if p.name == "token")
-        _share(token, list(self.commands.values()))
-
-
-def _share(option: Any, commands: list[Any]) -> None:
-    # Any: typer's click classes are private (typer._click).
-    for command in commands:
-        subcommands = getattr(command, "commands", None)
-        if subcommands is not None:
-            _share(option, list(subcommands.values()))
-            continue
-        names = {p.name for p in command.params}
-        if "api_url" in names and option.name not in names:
-            shared = copy.copy(option)
-            shared.expose_value = False  # the command's function takes no `token`
-            shared.callback = _set_token
-            command.params.append(shared)
+        common_options.share(self)
+        help_text.tidy(self)
 
 
 app = typer.Typer(
-    cls=_CommonOptions,
+    cls=_Root,
     name="tierpoint",
     help="Tiered checkpoint storage for large-model training: local SSD -> shared FS -> S3, "
     "verified at every hop.",
@@ -72,16 +52,12 @@ app = typer.Typer(
 
 @app.callback()
 def _options(
-    token: Annotated[
-        str | None,
-        typer.Option(
-            "--token",
-            help="API token of the client commands (else TIERPOINT_TOKEN, else the dev "
-            "stack's stack.json). Prefer the variable: a flag shows in `ps`.",
-            show_default=False,
-        ),
-    ] = None,
+    token: common_options.TokenOpt = None,
+    data_dir: common_options.RootDataDirOpt = None,
+    api_url: common_options.RootApiUrlOpt = None,
+    version: help_text.VersionOpt = False,
 ) -> None:
+    # The commands read --data-dir and --api-url as their own (common_options.share).
     context.set_token(token)
 
 
@@ -116,4 +92,4 @@ app.add_typer(tokens.app, name="token")
 # added with app.add_typer(module.app, name=...).
 
 if __name__ == "__main__":
-    app()
+    app(prog_name="tierpoint")  # as the console script names itself, not `python -m ...`

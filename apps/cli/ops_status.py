@@ -9,6 +9,7 @@ import httpx
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from apps.cli.context import fail_response
 from apps.cli.ops_render import (
     acknowledge_hint,
     failures_table,
@@ -28,7 +29,8 @@ VIEWS = {
 
 def fetch(client: httpx.Client, jobs: int, job: str | None) -> tuple[dict[str, Any], list[str]]:
     """The views' answers by key, and one line per view that could not be read (its problem's
-    code and detail): a view the token may not read leaves the others on the screen."""
+    code and detail): a view the token may not read leaves the others on the screen. A token
+    the API does not accept at all (401) fails the command."""
     out: dict[str, Any] = {}
     problems: list[str] = []
     for key, path in VIEWS.items():
@@ -44,6 +46,9 @@ def fetch(client: httpx.Client, jobs: int, job: str | None) -> tuple[dict[str, A
         except httpx.HTTPError as exc:
             problems.append(f"{path}: {exc}")
             continue
+        if r.status_code == 401:
+            # A token the API refuses fails every view alike: the command fails, in one line.
+            fail_response(r)
         body = r.json() if r.headers.get("content-type", "").endswith("json") else None
         if r.status_code != 200 or not isinstance(body, dict):
             code = body.get("code") if isinstance(body, dict) else r.status_code

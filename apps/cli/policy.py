@@ -14,7 +14,14 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from apps.cli.context import ApiUrlOpt, DataDirOpt, auth_hint, console, fail, resolve_api
+from apps.cli.context import (
+    ApiUrlOpt,
+    DataDirOpt,
+    console,
+    fail,
+    fail_response,
+    resolve_api,
+)
 from apps.cli.render import dollars, human_bytes
 from apps.devstack.facts import DEFAULT_DATA_DIR
 
@@ -40,22 +47,8 @@ class Api:
         except httpx.HTTPError as exc:
             fail(f"cannot reach the API: {exc}")
         if r.status_code >= 400 and r.status_code not in ok:
-            _problem(r)
+            fail_response(r)
         return r.json() if r.content else None
-
-
-def _problem(r: httpx.Response) -> None:
-    try:
-        p = r.json()
-    except ValueError:
-        fail(f"{r.status_code}: {r.text[:200]}")
-    lines = [
-        f"{p.get('detail') or p.get('title')} [dim]({r.status_code} {p.get('code')})[/]"
-        + auth_hint(r.status_code)
-    ]
-    for e in p.get("errors") or []:
-        lines.append(f"  {e.get('field') or e.get('loc')}: {e.get('msg') or e.get('message')}")
-    fail("\n".join(lines))
 
 
 def _spec_text(spec: dict[str, Any]) -> str:

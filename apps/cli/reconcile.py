@@ -5,18 +5,11 @@ import json
 import time
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.table import Table
 
-from apps.cli.context import (
-    DAMAGE_FOUND,
-    ApiUrlOpt,
-    DataDirOpt,
-    console,
-    fail,
-    resolve_api,
-)
+from apps.cli.context import DAMAGE_FOUND, ApiUrlOpt, DataDirOpt, console, fail
+from apps.cli.policy import Api
 from apps.devstack.facts import DEFAULT_DATA_DIR
 
 POLL = 0.5
@@ -31,14 +24,6 @@ def damage_found(report: dict[str, Any]) -> int:
 def unchecked_tiers(report: dict[str, Any]) -> list[str]:
     """Tiers whose scan ended in an error: not checked, so their silence is no all-clear."""
     return sorted({t["tier"] for t in report["tiers"] if t.get("error")})
-
-
-def _problem(resp: httpx.Response) -> str:
-    try:
-        body = resp.json()
-        return f"{body.get('detail')} ({resp.status_code} {body.get('code')})"
-    except ValueError:
-        return f"{resp.status_code} {resp.text[:200]}"
 
 
 def _table(report: dict[str, Any]) -> Table:
@@ -81,28 +66,14 @@ def reconcile(
     """Compare the catalog with the tiers: missing or wrong-sized copies, unknown files, abandoned
     temp files and uploads. Exits 3 when registered copies are missing or have the wrong size,
     1 when the run, or any tier's part of it, could not be made."""
-    url, token = resolve_api(api_url, data_dir)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
-        try:
-            resp = client.post("/v1/reconcile", json={"tier": tier, "job": job, "repair": repair})
-            if resp.status_code != 202:
-                fail(_problem(resp))
-            run = resp.json()["id"]
-            deadline = time.monotonic() + timeout
-            with console.status(f"reconciling (run {run})", spinner="dots"):
-                while True:
-                    resp = client.get(f"/v1/reconcile/{run}")
-                    if resp.status_code != 200:
-                        fail(_problem(resp))
-                    body = resp.json()
-                    if body["status"] != "running":
-                        break
-                    if time.monotonic() > deadline:
-                        fail(f"run {run} still running after {timeout:g}s")
-                    time.sleep(POLL)
-        except httpx.HTTPError as exc:
-            fail(f"cannot reach the API at {url}: {exc}")
+    api = Api(api_url, data_dir)
+    run = api.call("POST", "/v1/reconcile", {"tier": tier, "job": job, "repair": repair})["id"]
+    deadline = time.monotonic() + timeout
+    with console.status(f"reconciling (run {run})", spinner="dots"):
+        while (body := api.call("GET", f"/v1/reconcile/{run}"))["status"] == "running":
+            if time.monotonic() > deadline:
+                fail(f"run {run} still running after {timeout:g}s")
+            time.sleep(POLL)
     if body["status"] != "completed" or body.get("report") is None:
         fail(f"run {run} ended {body['status']}")
     report = body["report"]

@@ -30,21 +30,23 @@ def settings_or_fail() -> "Settings":
 
 def api(
     host: Annotated[
-        str | None, typer.Option(help="Bind address.", show_default="settings.api_host")
+        str | None, typer.Option(help="Bind address.", show_default="setting api_host: 127.0.0.1")
     ] = None,
     port: Annotated[
-        int | None, typer.Option(help="Port.", show_default="settings.api_port")
+        int | None, typer.Option(help="Port.", show_default="setting api_port: 8080")
     ] = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(
             help="Serve Prometheus /metrics on this port (a listener apart from the API).",
-            show_default="settings.api_metrics_port (none)",
+            show_default="setting api_metrics_port: none",
         ),
     ] = None,
     metrics_host: Annotated[
         str | None,
-        typer.Option(help="Bind address of /metrics.", show_default="settings.api_metrics_host"),
+        typer.Option(
+            help="Bind address of /metrics.", show_default="setting api_metrics_host: 127.0.0.1"
+        ),
     ] = None,
     insecure_no_auth: Annotated[
         bool,
@@ -93,7 +95,7 @@ def worker(
         typer.Option(
             "--node",
             help="Serve this node's task queue (its local tier). Repeat for several.",
-            show_default="with --no-shared: settings.node (TIERPOINT_NODE)",
+            show_default="with --no-shared: setting node (TIERPOINT_NODE)",
         ),
     ] = None,
     shared: Annotated[
@@ -107,12 +109,14 @@ def worker(
         int | None,
         typer.Option(
             help="Serve Prometheus /metrics on this port.",
-            show_default="settings.worker_metrics_port (none)",
+            show_default="setting worker_metrics_port: none",
         ),
     ] = None,
     metrics_host: Annotated[
         str | None,
-        typer.Option(help="Bind address of /metrics.", show_default="settings.worker_metrics_host"),
+        typer.Option(
+            help="Bind address of /metrics.", show_default="setting worker_metrics_host: 127.0.0.1"
+        ),
     ] = None,
 ) -> None:
     """Run Temporal workers: `--node N --no-shared` on each training node.
@@ -168,7 +172,7 @@ def migrate(
     ] = False,
     database_url: Annotated[
         str | None,
-        typer.Option(help="Catalog URL.", show_default="settings.database_url"),
+        typer.Option(help="Catalog URL.", show_default="setting database_url"),
     ] = None,
 ) -> None:
     """Apply the catalog migrations (Alembic) up to head, or check that they are applied."""

@@ -12,8 +12,6 @@ from apps.cli.context import ApiUrlOpt, DataDirOpt, console, fail, resolve_api, 
 from apps.cli.ops_render import print_json
 from apps.devstack.facts import DEFAULT_DATA_DIR
 
-TOKEN_PROBLEMS = ("missing_token", "invalid_token", "token_expired", "token_revoked")
-
 
 def _get(client: httpx.Client, path: str) -> tuple[int | None, Any]:
     try:
@@ -82,8 +80,6 @@ def status(
             console.print(f"dev stack: nodes {nodes}; S3 {info.s3.endpoint_url}", style="dim")
         for p in problems:
             console.print(Text(p, style="bold red"))
-        if any(f": {code}:" in p for p in problems for code in TOKEN_PROBLEMS):
-            console.print("  pass --token, set TIERPOINT_TOKEN, or use a dev stack's --data-dir")
         console.print(ops_status.render(views))
     if live != 200 or ready != 200:
         fail("the API is not " + ("reachable" if live is None else "ready"))

@@ -34,7 +34,7 @@ _DURATION = re.compile(r"^(\d{1,6})([smhdw])$")
 
 DatabaseUrlOpt = Annotated[
     str | None,
-    typer.Option(help="Catalog URL.", show_default="settings.database_url"),
+    typer.Option(help="Catalog URL.", show_default="setting database_url"),
 ]
 
 

@@ -16,6 +16,7 @@ from tierpoint_client.errors import (
     CheckpointFailedError,
     ChecksumMismatchError,
     ConflictError,
+    InvalidJobNameError,
     InvalidRequestError,
     ManifestError,
     MissingDependencyError,
@@ -44,7 +45,7 @@ from tierpoint_client.models import (
     TierCopy,
     TierInfo,
 )
-from tierpoint_client.paths import safe_join, validate_relative_path
+from tierpoint_client.paths import safe_join, validate_job_name, validate_relative_path
 from tierpoint_client.restore import SourceError
 from tierpoint_client.transport import RetryPolicy
 
@@ -56,6 +57,7 @@ __all__ = [
     "ChecksumMismatchError",
     "Client",
     "ConflictError",
+    "InvalidJobNameError",
     "InvalidRequestError",
     "LatestCheckpoint",
     "Lease",
@@ -85,6 +87,7 @@ __all__ = [
     "file_crc32c",
     "hash_files",
     "safe_join",
+    "validate_job_name",
     "validate_relative_path",
 ]
 

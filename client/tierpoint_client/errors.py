@@ -93,6 +93,11 @@ class CheckpointFailedError(TierpointError):
         return type(self), (self.job, self.step, self.tier, self.state, self.reason)
 
 
+class InvalidJobNameError(TierpointError, ValueError):
+    """A job name the API would refuse (422 `invalid_job_name`): refused before anything is
+    written under it."""
+
+
 class UnsafePathError(TierpointError, ValueError):
     """A shard path would land outside its checkpoint directory (or is otherwise malformed)."""
 

@@ -1,5 +1,6 @@
-"""Shard path rules: the one statement of them. The server validates manifests with this module
-too (tierpoint.storage.paths), so bad paths fail before any request with the server's own reason,
+"""Shard path and job name rules: the one statement of them. The server validates manifests and
+names with this module too (tierpoint.storage.paths), so a bad path or job name fails before any
+request with the server's own reason, nothing is written under a name the server would refuse,
 and a restore plan can never write outside its destination directory.
 
 A shard path is the bytes of a POSIX name, carried as text: every character below is kept as it
@@ -10,10 +11,20 @@ characters, not `A`).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from tierpoint_client.errors import ManifestError, UnsafePathError
+from tierpoint_client.errors import InvalidJobNameError, ManifestError, UnsafePathError
+
+# Job names (tier and policy names too) are a URL path segment, a directory name and a part of an
+# S3 key as they are: nothing to escape anywhere, nothing that leaves a directory.
+NAME_BODY = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+NAME_PATTERN = f"^{NAME_BODY}$"
+NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+_NAME = re.compile(NAME_BODY)
+# A refused name is quoted up to this many characters.
+_SHOWN_CHARS = 40
 
 # S3 keys are at most 1024 bytes: leave room for the tier prefix, the job name and the step.
 MAX_PATH_BYTES = 768
@@ -114,3 +125,22 @@ def safe_join(root: str | os.PathLike[str], path: str) -> Path:
     if target.is_symlink():
         raise UnsafePathError(f"{path!r} is a symlink in the destination; refusing to write it")
     return parent / target.name
+
+
+def is_valid_name(name: object) -> bool:
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
+def name_error(what: str, name: object) -> str:
+    """Why `name` is refused as a `what` ("job name"), in words: the rule, not its regex."""
+    shown = repr(name)
+    if isinstance(name, str) and len(name) > _SHOWN_CHARS:
+        shown = f"{name[:_SHOWN_CHARS]!r}... ({len(name)} characters)"
+    return f"{what} {shown} is not valid: a {what} is {NAME_RULE}"
+
+
+def validate_job_name(job: str) -> str:
+    """Return `job` unchanged if it is a valid job name, else raise InvalidJobNameError."""
+    if not is_valid_name(job):
+        raise InvalidJobNameError(name_error("job name", job))
+    return job

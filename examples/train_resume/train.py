@@ -10,7 +10,9 @@ Every `--every` steps the ranks save the model, the optimizer and the step with
 start they load the latest restorable checkpoint of the job, if there is one, and go on from its
 step: a run killed at any point and started again ends with the same state, bit for bit, as a run
 that was never interrupted. It prints a digest of the state at every checkpoint, after a resume
-and at the end, so you can see that for yourself.
+and at the end, so you can see that for yourself (the digests themselves depend on the machine's
+CPU kernels, which the first line names; they are the same for a resumed and an uninterrupted
+run on one machine).
 """
 
 from __future__ import annotations
@@ -177,6 +179,11 @@ def main() -> None:
     model = DistributedDataParallel(net)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
+    # The digests are this machine's: PyTorch picks CPU kernels by instruction set (AVX-512, AVX2,
+    # ...; ATEN_CPU_CAPABILITY chooses), and their float results differ in the last bits. What
+    # holds everywhere: a resumed run ends on the digest of a run of the same job that never
+    # stopped, on the same machine and kernels.
+    say(f"torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()}")
     step, saved_before = resume(args.job, node, model, optimizer)
     pending = None
     while step < args.steps:

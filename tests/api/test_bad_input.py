@@ -180,16 +180,36 @@ async def test_unknown_and_lost_nodes_are_named(
     assert counts(catalog) == before
 
 
+JOB_NAME_RULE = (
+    "a job name is 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+)
+
+
 @pytest.mark.parametrize(
-    "name", ["-x", ".x", "a/b", "a" * 129, "sp ace", "ünï", "a%2Fb"], ids=lambda n: n[:12]
+    "name", ["-x", ".x", "a/b", "a" * 129, "sp ace", "ünï", "a%2Fb", "{x}"], ids=lambda n: n[:12]
 )
 async def test_bad_job_name(client: httpx.AsyncClient, catalog: Engine, name: str) -> None:
     before = counts(catalog)
     r = await client.post(f"/v1/jobs/{name}/checkpoints", json=_valid())
     assert r.status_code == 422, r.text
     assert r.headers["content-type"] == PROBLEM
-    assert r.json()["code"] == "invalid_job_name"
+    problem = r.json()
+    assert problem["code"] == "invalid_job_name"
+    # The rule in words, as the CLI prints it: not the regex.
+    assert JOB_NAME_RULE in problem["detail"] and "A-Za-z" not in problem["detail"], problem
+    assert len(problem["errors"]) == 1, problem  # once, though route and auth both read it
     assert counts(catalog) == before
+
+
+async def test_a_bad_job_name_in_a_view_filter_is_refused_in_words(
+    client: httpx.AsyncClient,
+) -> None:
+    for view in ("/v1/failures", "/v1/copies/in-flight", "/v1/overview/jobs"):
+        r = await client.get(view, params={"job": "../etc"})
+        assert r.status_code == 422, r.text
+        problem = r.json()
+        assert problem["code"] == "invalid_job_name", problem
+        assert problem["detail"] == f"job name '../etc' is not valid: {JOB_NAME_RULE}", problem
 
 
 async def test_job_name_of_128_chars_is_fine(client: httpx.AsyncClient) -> None:

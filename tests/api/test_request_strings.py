@@ -106,10 +106,10 @@ async def test_every_string_query_parameter_refuses_nul(
                     continue
                 tried += 1
                 r = await client.request(method, _url(path), params={p["name"]: NUL}, json={})
-                if r.status_code != 422 or r.json()["code"] not in (
-                    "invalid_text",
-                    "validation_error",
-                ):
+                refusals = {"invalid_text", "validation_error"}
+                if p["name"] == "job":  # a job name, refused as one wherever it is named
+                    refusals.add("invalid_job_name")
+                if r.status_code != 422 or r.json()["code"] not in refusals:
                     wrong.append((method, path, p["name"], r.status_code, r.text[:200]))
     assert tried >= 10
     assert wrong == []

@@ -47,10 +47,13 @@ async def api_url(settings: Settings, nodes: tuple[str, str]) -> AsyncIterator[s
 @dataclass
 class Result:
     exit_code: int
-    output: str
+    output: str  # stdout, and stderr unless it was asked for apart
+    stderr: str = ""
 
 
-async def run_cli(api_url: str, *args: str, token: str | None = None) -> Result:
+async def run_cli(
+    api_url: str, *args: str, token: str | None = None, stderr_apart: bool = False
+) -> Result:
     """A `tierpoint` command in its own process, as a user runs it, with `token` (else none)."""
     env = {k: v for k, v in os.environ.items() if k not in ("TIERPOINT_TOKEN", "TIERPOINT_ACTOR")}
     env |= {"TIERPOINT_API_URL": api_url, "COLUMNS": "200", "NO_COLOR": "1"}
@@ -63,8 +66,8 @@ async def run_cli(api_url: str, *args: str, token: str | None = None) -> Result:
         *args,
         env=env,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+        stderr=asyncio.subprocess.PIPE if stderr_apart else asyncio.subprocess.STDOUT,
     )
-    out, _ = await proc.communicate()
+    out, err = await proc.communicate()
     assert proc.returncode is not None
-    return Result(proc.returncode, out.decode())
+    return Result(proc.returncode, out.decode(), (err or b"").decode())

@@ -12,7 +12,6 @@ import hashlib
 from tierpoint_client import paths as rule
 from tierpoint_client.errors import UnsafePathError
 
-from tierpoint.config import NAME_RE
 from tierpoint.errors import UnsafePath
 
 # The rule itself lives in the training-side client (a dependency of the service): one statement
@@ -39,12 +38,11 @@ path_conflict = rule.path_conflict
 path_conflict_message = rule.path_conflict_message
 
 
-def validate_name(name: str) -> str:
-    """Job names: URL-safe, [A-Za-z0-9][A-Za-z0-9._-]{0,127}."""
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise UnsafePath(
-            f"name {name!r} is not URL-safe: it must match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}"
-        )
+def validate_name(name: str, what: str = "name") -> str:
+    """Job (and tier) names: the client's rule (`tierpoint_client.paths.NAME_RULE`); the
+    refusal says it in words, naming what the name is for ("job name")."""
+    if not rule.is_valid_name(name):
+        raise UnsafePath(rule.name_error(what, name))
     return name
 
 

@@ -17,7 +17,7 @@ from tierpoint_client.client import Client
 from tierpoint_client.errors import TierpointError
 from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import TierInfo
-from tierpoint_client.paths import PARTIAL_SUFFIX
+from tierpoint_client.paths import NAME_BODY, PARTIAL_SUFFIX
 
 # This node's id, as its tierpoint node worker knows it (`tierpoint worker --node N`).
 NODE_ENV = "TIERPOINT_NODE"
@@ -28,7 +28,7 @@ SCHEME = "tierpoint://"
 # rest is serialised and the final fsync waits only for the tail.
 WRITEBACK_BYTES = 8 * 1024 * 1024
 _SYNC_FILE_RANGE_WRITE = 2
-_ID = re.compile(r"^tierpoint://(?P<job>[A-Za-z0-9][A-Za-z0-9._-]{0,127})(?:/(?P<step>\d+))?/?$")
+_ID = re.compile(rf"^tierpoint://(?P<job>{NAME_BODY})(?:/(?P<step>\d+))?/?$")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from tierpoint_client.errors import (
 )
 from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import ShardSpec
+from tierpoint_client.paths import validate_job_name
 from tierpoint_client.torch._files import (
     METADATA_FILE,
     SCHEME,
@@ -60,7 +61,8 @@ class TierpointWriter(StorageWriter):
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.job = job
+        # Files go to <root>/<job>/<step>/ before the server sees the name: refuse what it would.
+        self.job = validate_job_name(job)
         self.step = int(step)
         self._client = client
         self._node = node

@@ -1,5 +1,6 @@
-"""What every client command shares: `--token` before or after the subcommand, output fit for a
-pipe or a log file (whole lines, no colour codes), and JSON where a value is JSON."""
+"""What every client command shares: `--token`, `--data-dir` and `--api-url` before or after the
+subcommand, output fit for a pipe or a log file (whole lines, no colour codes), and JSON where a
+value is JSON."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 from rich.console import Console
 from sqlalchemy import Engine
 from tierpoint_client import Checkpoint
@@ -17,6 +19,7 @@ from tierpoint_client import Checkpoint
 from apps.cli.dev import dashboard_line
 from apps.cli.render import checkpoint_detail
 from apps.devstack.facts import S3Facts, StackInfo
+from tests.helpers.api import seed
 from tests.helpers.cli import run_cli
 from tests.helpers.tokens import create_token
 
@@ -29,6 +32,53 @@ async def test_token_works_after_the_subcommand_as_before_it(api_url: str, catal
     # Used, not swallowed: a bad one after a subcommand of a group is refused by the API.
     bad = await run_cli(api_url, "checkpoints", "list", "any-job", "--token", "tp_" + "x" * 43)
     assert bad.exit_code == 1 and "401" in bad.output, bad.output
+
+
+def _tierpoint(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`tierpoint ARGS` in a new shell: no TIERPOINT_* settings but `env`'s."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TIERPOINT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "apps.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=clean | {"COLUMNS": "200", "NO_COLOR": "1"} | (env or {}),
+        timeout=120,
+    )
+
+
+async def test_data_dir_and_api_url_work_before_the_subcommand_as_after_it(
+    api_url: str, client: httpx.AsyncClient, catalog: Engine, job: str, tmp_path: Path
+) -> None:
+    """As a user points the CLI at a dev stack in another terminal: its data dir (whose
+    stack.json names the API and a token), or the API's URL and a token, before the subcommand
+    or after it; a flag wins over the environment, and one after the subcommand over one
+    before it. A command that takes none of it refuses it."""
+    await seed(client, catalog, job, [100])
+    secret = create_token(catalog, scopes=("read",))
+    stack = tmp_path / "peer-dev"
+    stack.mkdir()
+    s3 = S3Facts("http://127.0.0.1:9", "b", "us-east-1", "k", "s")
+    facts = StackInfo(api_url, secret, {"node-a": str(tmp_path / "ssd")}, None, s3)
+    (stack / "stack.json").write_text(json.dumps(facts.to_json()))
+    nowhere = str(tmp_path / "no-stack-here")
+    runs = [
+        _tierpoint("--data-dir", str(stack), "checkpoints", "list", job),
+        _tierpoint("--data-dir", str(stack), "checkpoints", job),
+        _tierpoint("checkpoints", "list", job, "--data-dir", str(stack)),
+        _tierpoint("--data-dir", str(stack), "show", job, "100"),
+        _tierpoint("--data-dir", nowhere, "show", job, "100", "--data-dir", str(stack)),
+        _tierpoint("--data-dir", str(stack), "status", env={"TIERPOINT_DATA_DIR": nowhere}),
+        _tierpoint("--api-url", api_url, "--token", secret, "checkpoints", job),
+        _tierpoint("--api-url", api_url, "show", job, "100", env={"TIERPOINT_TOKEN": secret}),
+    ]
+    for ran in runs:
+        shown = f"$ tierpoint {' '.join(ran.args[3:])}\n{ran.stdout}{ran.stderr}"
+        assert ran.returncode == 0, shown
+        assert job in ran.stdout, shown
+    refused = _tierpoint("--api-url", api_url, "dev", "--data-dir", str(tmp_path / "dev"))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "`tierpoint dev` takes no --api-url" in refused.stderr, refused.stderr
+    assert not (tmp_path / "dev").exists()
 
 
 def _run_off_a_terminal(code: str) -> subprocess.CompletedProcess[str]:

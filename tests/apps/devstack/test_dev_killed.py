@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -112,17 +113,20 @@ def test_a_second_stack_on_a_live_stacks_data_dir_refuses_naming_it(root: Path) 
     dev = start_dev(root / "dev", root / "dev-1.log")
     try:
         servers = _servers(dev)
-        second = subprocess.run(
-            _cli("dev", "--data-dir", str(dev.data_dir), "--port", "0"),
-            capture_output=True,
-            text=True,
-            env=_env(),
-            timeout=120,
-        )
-        assert second.returncode == 1, second.stdout + second.stderr
-        refusal = " ".join(second.stderr.split())
-        assert f"pid {dev.proc.pid}" in refusal, refusal
-        assert f"postgres pid {servers['postgres']}" in refusal, refusal
+        # As a user runs it twice: the same port (both on the default 8080), and any free one.
+        port = str(urlsplit(dev.info.api_url).port)
+        for second_port in (port, "0"):
+            second = subprocess.run(
+                _cli("dev", "--data-dir", str(dev.data_dir), "--port", second_port),
+                capture_output=True,
+                text=True,
+                env=_env(),
+                timeout=120,
+            )
+            assert second.returncode == 1, second.stdout + second.stderr
+            refusal = " ".join(second.stderr.split())
+            assert f"pid {dev.proc.pid}" in refusal, refusal
+            assert f"postgres pid {servers['postgres']}" in refusal, refusal
         # It stopped nothing of the live stack's.
         assert all(_alive(pid) for pid in servers.values()), servers
         with dev.api() as api:

@@ -1,7 +1,7 @@
 """What TierpointWriter leaves on the local tier, read back in the torch venv without the reader:
 every tensor item is torch.save's format (torch.load reads it alone) written without torch's zip
 CRC32 (the writer's own crc32c covers it), and every item's and file's crc32c, as `.metadata`
-records them, match the bytes."""
+records them, match the bytes. Under a job name the server would refuse, it writes nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.client.torch.ranks import TORCH_PYTHON, new_job, ranks
+from tests.client.torch.ranks import TORCH_PYTHON, new_job, ranks, run_ranks
 from tests.helpers.client import Stack
 
 CHECK = r"""
@@ -57,3 +57,16 @@ async def test_items_are_torch_save_records_without_zip_crc_and_with_our_crc32c(
     assert all(i["loads"] for i in tensors), tensors
     # Every record of every tensor item: no zip CRC32 computed (the per-call fast path ran).
     assert all(i["zip_crcs"] == [0] for i in tensors), tensors
+
+
+async def test_a_save_under_a_bad_job_name_writes_nothing(stack: Stack, tmp_path: Path) -> None:
+    """`dcp.save(..., storage_writer=TierpointWriter("../escape", 5))`: refused with the rule in
+    words before a file is written, where the files would have gone outside the local root."""
+    root = stack.local_dir(stack.nodes[0], "j", 5).parent.parent
+    before = set(root.parent.rglob("*"))
+    failed = await run_ranks(stack, tmp_path, "save", "../escape", world=1, step=5, expect_ok=False)
+    assert "InvalidJobNameError: job name '../escape' is not valid: a job name is 1-128" in (
+        failed.logs
+    ), failed.logs
+    assert not (root.parent / "escape").exists()
+    assert set(root.parent.rglob("*")) <= before

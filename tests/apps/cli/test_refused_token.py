@@ -24,6 +24,8 @@ COMMANDS = [
     ("policy", "list"),
     ("usage", "some-job"),
     ("nodes",),
+    ("failures", "list"),
+    ("failures", "ack", "some-job"),
     ("watch", "--until-idle"),
     ("reconcile",),
     ("verify", "some-job", "100"),

@@ -37,12 +37,10 @@ from tierpoint.storage.paths import (
     validate_name,
     validate_relative_path,
 )
+from tierpoint.storage.paths import MAX_STEP as MAX_STEP  # the API's bound on steps too
 
 # Columns are BIGINT.
 MAX_INT64 = 2**63 - 1
-# Steps are bounded by what every JSON reader holds exactly: JavaScript's numbers (the dashboard)
-# are doubles, so 2^53 and 2^53 + 1 would be one step there.
-MAX_STEP = 2**53 - 1
 
 
 def step_in_range(value: int) -> int:

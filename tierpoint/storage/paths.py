@@ -37,6 +37,11 @@ path_conflict = rule.path_conflict
 path_conflict_message = rule.path_conflict_message
 
 
+# Steps are bounded by what every JSON reader holds exactly: JavaScript's numbers (the dashboard)
+# are doubles, so 2^53 and 2^53 + 1 would be one step there. No step above it is registered.
+MAX_STEP = 2**53 - 1
+
+
 def validate_name(name: str) -> str:
     """Job names: URL-safe, [A-Za-z0-9][A-Za-z0-9._-]{0,127}."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):

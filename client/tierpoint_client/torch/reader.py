@@ -26,10 +26,10 @@ from tierpoint_client.torch._files import (
     METADATA_FILE,
     SCHEME,
     TierpointStorageInfo,
-    local_tier,
     parse_checkpoint_id,
     resolve_node,
 )
+from tierpoint_client.torch._kept import RankNode, record_kept
 from tierpoint_client.torch._load import FileLoad
 from tierpoint_client.torch._sources import (
     CheckpointFiles,
@@ -53,14 +53,6 @@ class _Chosen:
     start: RestoreStart | None = None
     # The coordinator's `.metadata` as read and verified (kept on its node once recorded).
     metadata_bytes: bytes = b""
-
-
-@dataclass(frozen=True)
-class _RankNode:
-    """What a rank tells the coordinator with its local plan: where it may keep files."""
-
-    node: str | None
-    repopulate: bool
 
 
 @dataclass(frozen=True)
@@ -202,16 +194,17 @@ class TierpointReader(StorageReader):
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         # The coordinator learns each rank's node with its plan: where its files may be kept.
-        return dataclasses.replace(plan, storage_data=_RankNode(self.node, self.options.repopulate))
+        return dataclasses.replace(plan, storage_data=RankNode(self.node, self.options.repopulate))
 
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
         start = self.chosen.start if self.chosen is not None else None
         if start is None:
             raise TierpointError("planning a load before its checkpoint was chosen")
         shards = start.checkpoint.shards or ()
-        ranks = [p.storage_data if isinstance(p.storage_data, _RankNode) else None for p in plans]
+        ranks = [p.storage_data if isinstance(p.storage_data, RankNode) else None for p in plans]
         reads = [{self.storage_data[item.storage_index].path for item in p.items} for p in plans]
-        kept = self._record_kept(start, ranks, reads)
+        node = self.node if self.options.repopulate else None
+        kept = record_kept(self.client, start, ranks, reads, coordinator=node)
         planned = []
         for plan, rank, paths in zip(plans, ranks, reads, strict=True):
             mine = dataclasses.replace(
@@ -226,38 +219,6 @@ class TierpointReader(StorageReader):
             chosen.files.allow_keeping(frozenset(kept[self.node] & {METADATA_FILE}))
             chosen.files.keep(METADATA_FILE, chosen.metadata_bytes)
         return planned
-
-    def _record_kept(
-        self, start: RestoreStart, ranks: list[_RankNode | None], reads: list[set[str]]
-    ) -> dict[str, set[str]]:
-        """Record, in one request for all ranks, the other nodes' files each rank may keep on its
-        node: every file its plan reads that is not its node's own (and the coordinator's
-        `.metadata`). Returns node -> the files recorded; nothing if there is nothing to keep, or
-        if the server cannot be asked (the load goes on without keeping them)."""
-        local = local_tier(start.tiers)
-        if local is None or local.root is None:
-            return {}
-        owner = {s.path: s.node for s in start.checkpoint.shards or ()}
-        wanted: dict[str, set[str]] = {}
-        for rank, paths in zip(ranks, reads, strict=True):
-            if rank is not None and rank.node is not None and rank.repopulate:
-                theirs = {p for p in paths if owner.get(p) != rank.node}
-                wanted.setdefault(rank.node, set()).update(theirs)
-        mine = self.node
-        if mine is not None and self.options.repopulate and owner.get(METADATA_FILE) != mine:
-            wanted.setdefault(mine, set()).add(METADATA_FILE)
-        wanted = {n: p for n, p in wanted.items() if p}
-        if not wanted:
-            return {}
-        try:
-            return self.client.record_cached_copies(self.job, start.step, local.name, wanted)
-        except TierpointError as e:
-            warnings.warn(
-                f"tierpoint: could not record the files this load keeps on its nodes ({e}); "
-                "they are read but not kept",
-                stacklevel=2,
-            )
-            return {}
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         try:

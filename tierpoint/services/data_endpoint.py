@@ -247,17 +247,24 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _damaged(self, tier: str, ref: ShardRef, state: ReplicaState, why: str) -> None:
         """The copy is not what the catalog lists: record it, and say so instead of serving."""
-        self._record(tier, ref, state, why)
+        if self._record(tier, ref, state, why) is False:
+            # Not listed as verified any more (an expiry deleted it since the listing was read).
+            self._refuse(CopyNotFound("no verified copy of it on this node"))
+            return
         self._refuse(CopyDamaged(f"the copy of {ref.path!r} on {tier} here is damaged ({why})"))
 
-    def _record(self, tier: str, ref: ShardRef, state: ReplicaState, why: str) -> None:
+    def _record(self, tier: str, ref: ShardRef, state: ReplicaState, why: str) -> bool | None:
+        """Whether the catalog's verified copy here was marked (None: it could not be told)."""
         try:
-            if self.server.damage.record(tier, ref, state, why):
-                self.server.listings.forget(tier, ref.job, ref.step)
+            marked = self.server.damage.record(tier, ref, state, why)
         except Exception as exc:
             # Unrecorded (the catalog is away): the reader still gets an error, not these
             # bytes, and the next read of the copy finds it again.
             log.warning("could not record a damaged copy", path=ref.path, error=repr(exc))
+            return None
+        # Marked now or before: either way the listing must not offer it again.
+        self.server.listings.forget(tier, ref.job, ref.step)
+        return marked
 
 
 def refusal(exc: OSError) -> str:

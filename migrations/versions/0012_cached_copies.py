@@ -35,9 +35,7 @@ def upgrade() -> None:
             name=op.f("fk_cached_copy_checkpoint_id_checkpoint"),
             ondelete="CASCADE",
         ),
-        sa.ForeignKeyConstraint(
-            ["node_id"], ["node.id"], name=op.f("fk_cached_copy_node_id_node")
-        ),
+        sa.ForeignKeyConstraint(["node_id"], ["node.id"], name=op.f("fk_cached_copy_node_id_node")),
         sa.ForeignKeyConstraint(
             ["shard_id"],
             ["shard.id"],

@@ -52,8 +52,8 @@ def served_replica(
             Checkpoint.step == step,
             Shard.path == path,
             Replica.tier == tier,
-            Replica.node_id == node,
             Replica.state == ReplicaState.VERIFIED.value,
+            Replica.node_id == node,
         )
     ).first()
     return None if row is None else (row.id, row.checkpoint_id)

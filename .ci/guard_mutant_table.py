@@ -882,7 +882,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "data-endpoint-worker-credential",
-        "tierpoint/services/data_endpoint.py",
+        "tierpoint/services/data_access.py",
         """    if worker is not None and hmac.compare_digest(""",
         """    if worker is not None or hmac.compare_digest(""",
         (PEER_ENDPOINT,),
@@ -890,9 +890,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "data-endpoint-scope",
-        "tierpoint/services/data_endpoint.py",
-        """    if not (who.has(auth.Scope.READ) or who.trains(job)):""",
-        """    if False:""",
+        "tierpoint/services/data_access.py",
+        """        if who is not None and not (who.has(auth.Scope.READ) or who.trains(job)):""",
+        """        if False:""",
         (PEER_ENDPOINT,),
         "an API token reads over the data endpoint only the jobs its scopes cover",
     ),
@@ -903,6 +903,43 @@ MUTANTS: tuple[Mutant, ...] = (
         "                pass\n",
         ("tests/workflows/test_peer_mtls.py",),
         "with mutual TLS on, the data endpoint serves no client without a certificate of its CA",
+    ),
+    Mutant(
+        "data-endpoint-credential-first",
+        "tierpoint/services/data_endpoint.py",
+        "            who = authenticate(",
+        "            data_path(self.path)\n            who = authenticate(",
+        ("tests/tierpoint/test_data_endpoint_auth_first.py",),
+        "a request without a valid credential is 401 whatever its path: a stranger learns "
+        "nothing of the endpoint's path rules from a 400",
+    ),
+    Mutant(
+        "data-endpoint-short-copy-refused",
+        "tierpoint/services/data_endpoint.py",
+        "            if held != size:\n",
+        "            if False:\n",
+        (
+            "tests/faults/test_peer_truncated.py::"
+            "test_a_peer_copy_truncated_at_rest_is_marked_at_its_first_read_and_made_again",
+        ),
+        "a copy shorter than registered is never promised (Content-Length) nor served, and is "
+        "marked bad at its first read, so latest stops offering it and repair makes it again",
+    ),
+    Mutant(
+        "data-endpoint-short-send-recorded",
+        "tierpoint/services/data_endpoint.py",
+        """                self._record(
+                    tier,
+""",
+        """                (lambda *_: None)(
+                    tier,
+""",
+        (
+            "tests/faults/test_peer_truncated.py::"
+            "test_a_peer_copy_truncated_while_it_is_served_is_a_read_error_and_made_again",
+        ),
+        "a copy found short while it is sent is marked bad before the reader's connection is "
+        "cut: its read error is not the only trace of the damage",
     ),
     Mutant(
         "data-endpoint-verified-only",

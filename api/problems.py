@@ -18,7 +18,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.schemas.problem import Problem
 from tierpoint import logs
 from tierpoint.catalog.engine import CATALOG_UNREACHABLE
-from tierpoint.errors import CatalogUnavailable, TemporalUnavailable, TierpointError
+from tierpoint.errors import (
+    CatalogUnavailable,
+    TemporalUnavailable,
+    TierpointError,
+    problem_body,
+)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 MAX_FIELD_ERRORS = 100
@@ -59,32 +64,6 @@ class ProblemResponse(JSONResponse):
         # ASCII-escaped: a detail may quote client input, which can hold lone surrogates that
         # have no UTF-8 encoding.
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
-
-
-def problem_type(code: str) -> str:
-    return f"urn:tierpoint:problem:{code}"
-
-
-def problem_body(
-    status: int,
-    code: str,
-    title: str,
-    detail: str,
-    errors: Sequence[dict[str, Any]] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "type": problem_type(code),
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "code": code,
-    }
-    if errors is not None:
-        body["errors"] = list(errors)
-    for k, v in (extra or {}).items():
-        body.setdefault(k, v)
-    return body
 
 
 def problem_response(

@@ -38,7 +38,7 @@ from tierpoint.catalog.engine import (
 from tierpoint.catalog.migrate import check_schema
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
-from tierpoint.services import data_endpoint
+from tierpoint.services import data_damage, data_endpoint
 from tierpoint.services.lifecycle_start import start_unstarted
 from tierpoint.storage.peer_http import pull_tls
 from tierpoint.temporal import ensure_integrity_schedules, ensure_sweep_schedule
@@ -174,8 +174,9 @@ class _Wiring:
     # The nodes' data endpoints started by node_worker, stopped with the workers.
     data_servers: list[data_endpoint.DataServer] = field(default_factory=list)
 
-    def serve_data(self, node: str, nodes: int) -> str | None:
-        """Start `node`'s data endpoint when peers or restores need one; its URL."""
+    def serve_data(self, node: str, nodes: int, repairs: data_damage.RepairRequests) -> str | None:
+        """Start `node`'s data endpoint when peers or restores need one; its URL. A copy it finds
+        damaged is sent to repair through `repairs`."""
         settings = self.settings
         if not settings.peer_tiers() and settings.data_port is None:
             return None
@@ -188,7 +189,7 @@ class _Wiring:
         check_data_tls(settings)
         # One fixed port cannot serve several nodes of one process (the dev stack's).
         port = settings.data_port if settings.data_port is not None and nodes == 1 else 0
-        server = data_endpoint.serve(settings, self.sessions, node, port)
+        server = data_endpoint.serve(settings, self.sessions, node, port, repairs)
         self.data_servers.append(server)
         log.info("data endpoint served", node=node, url=server.url)
         return server.url
@@ -226,7 +227,10 @@ class _Wiring:
         data endpoint starts first, and the nodes report in before they serve anything:
         registration accepts shards only on known nodes."""
         roots = {n: node_roots(self.settings, n) for n in nodes}
-        data_urls = {n: await asyncio.to_thread(self.serve_data, n, len(nodes)) for n in nodes}
+        repairs = data_damage.RepairRequests(self.client, asyncio.get_running_loop())
+        data_urls = {
+            n: await asyncio.to_thread(self.serve_data, n, len(nodes), repairs) for n in nodes
+        }
         domains = {n: self.settings.domain_of(n) for n in nodes}
         report_in = functools.partial(
             node_fleet.report_in, self.sessions, nodes, roots, data_urls, domains

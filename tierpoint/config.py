@@ -288,6 +288,28 @@ class Settings(BaseSettings):
     data_tls_client_key: Path | None = Field(
         default=None, description="The private key (PEM) of `data_tls_client_cert`."
     )
+    data_header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="`tierpoint worker --node`: a connection to the data endpoint must complete "
+        "its TLS handshake, request line and headers within this many seconds of its accept "
+        "(a kept-alive one: of its next request's first byte); one deadline for all of it, so a "
+        "client sending a byte at a time is cut off too (docs/security.md).",
+    )
+    data_idle_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="`tierpoint worker --node`: a kept-alive data endpoint connection with no "
+        "next request for this many seconds is closed, and so is a response whose reader takes "
+        "no byte for as long.",
+    )
+    data_max_connections: PositiveInt = Field(
+        default=256,
+        description="`tierpoint worker --node`: connections the data endpoint holds at once "
+        "(a thread and a descriptor each). At the cap a new connection takes the slot of the "
+        "one that has waited longest for a request; when every slot is answering one, the new "
+        "connection is closed.",
+    )
     worker_metrics_port: int | None = Field(
         default=None,
         ge=0,

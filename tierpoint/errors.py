@@ -10,6 +10,33 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 
+def problem_type(code: str) -> str:
+    return f"urn:tierpoint:problem:{code}"
+
+
+def problem_body(
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    errors: Sequence[dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An RFC 9457 problem document: the API's answers and the node data endpoint's."""
+    body: dict[str, Any] = {
+        "type": problem_type(code),
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    if errors is not None:
+        body["errors"] = list(errors)
+    for k, v in (extra or {}).items():
+        body.setdefault(k, v)
+    return body
+
+
 class TierpointError(Exception):
     code: ClassVar[str] = "internal_error"
     status: ClassVar[int] = 500
@@ -32,6 +59,11 @@ class TierpointError(Exception):
     def response_headers(self) -> dict[str, str] | None:
         """HTTP headers the API sends with this problem."""
         return None
+
+    def problem(self) -> dict[str, Any]:
+        return problem_body(
+            self.status, self.code, self.title, self.detail, self.errors, self.extra
+        )
 
 
 class InvalidManifest(TierpointError):
@@ -212,6 +244,30 @@ class CopyNotFound(TierpointError):
     code = "copy_not_found"
     status = 404
     title = "No such copy of the checkpoint"
+
+
+class InvalidDataPath(TierpointError):
+    """A node data endpoint request whose path is not `/v1/data/<tier>/<job>/<step>/<path>`
+    under the manifest's path rules."""
+
+    code = "invalid_data_path"
+    status = 400
+    title = "Not a data endpoint path"
+
+
+class RangeNotSatisfiable(TierpointError):
+    code = "range_not_satisfiable"
+    status = 416
+    title = "Range not satisfiable"
+
+
+class CopyDamaged(TierpointError):
+    """A node data endpoint found the copy it was asked for not the registered size (or gone):
+    it serves none of it, marks it bad and asks for its repair."""
+
+    code = "copy_damaged"
+    status = 404
+    title = "The copy on this node is damaged"
 
 
 class ReconcileNotFound(TierpointError):
@@ -416,5 +472,8 @@ ALL_ERRORS: tuple[type[TierpointError], ...] = (
     TokenNotFound,
     TokenExists,
     CopyNotFound,
+    InvalidDataPath,
+    RangeNotSatisfiable,
+    CopyDamaged,
     ReconcileNotFound,
 )

@@ -37,12 +37,10 @@ from tierpoint.storage.paths import (
     validate_name,
     validate_relative_path,
 )
+from tierpoint.storage.paths import MAX_STEP as MAX_STEP  # the API's bound on steps too
 
 # Columns are BIGINT.
 MAX_INT64 = 2**63 - 1
-# Steps are bounded by what every JSON reader holds exactly: JavaScript's numbers (the dashboard)
-# are doubles, so 2^53 and 2^53 + 1 would be one step there.
-MAX_STEP = 2**53 - 1
 # Sizes too: a shard's and a checkpoint's total (8 PiB, far above any file a tier holds). The
 # catalog counts them in BIGINT columns (a checkpoint's total) and numeric running totals (a
 # job's usage per tier, summed over any number of checkpoints), the views and metrics as JSON

@@ -53,6 +53,21 @@ DATA_HANDSHAKES_REFUSED = Counter(
     "was read: by reason (no client certificate, one the CA did not sign, expired, ...).",
     ["reason"],
 )
+DATA_CONNECTIONS_CUT = Counter(
+    "tierpoint_worker_data_connections_cut",
+    "Connections the node's data endpoint closed for its limits, by reason: header_timeout (no "
+    "complete request in data_header_timeout), idle_timeout (a kept-alive connection or a "
+    "response reader idle for data_idle_timeout), evicted (its slot taken at "
+    "data_max_connections by a new connection), refused (a new connection at the cap with every "
+    "slot answering a request).",
+    ["reason"],
+)
+DATA_COPIES_DAMAGED = Counter(
+    "tierpoint_worker_data_copies_damaged",
+    "Copies the node's data endpoint found short, long or gone while the catalog listed them "
+    "verified: marked bad and sent to repair, by tier.",
+    ["tier"],
+)
 # From a slow HDD array or a throttled NVMe read (MiB/s) to a fast parallel file system (GiB/s).
 THROUGHPUT_BUCKETS = tuple(float(2**n) for n in range(20, 35))  # 1 MiB/s .. 16 GiB/s
 COPY_THROUGHPUT = Histogram(

@@ -7,14 +7,21 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from api.auth import LEASE_WRITE, Actor, PrincipalDep, require_job
-from api.deps import JobName, SessionDep, StateDep
+from api.deps import JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
-from api.schemas.restores import RestoreOut, StartRestore
+from api.schemas.restores import (
+    CachedCopiesIn,
+    CachedCopiesOut,
+    NodeCachedCopies,
+    RestoreOut,
+    StartRestore,
+)
 from api.schemas.tiers import TierOut
 from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads, nodes
 from tierpoint.catalog.leases_repo import create_lease
+from tierpoint.services.cached_copies import record_cached_copies
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 
 router = APIRouter(prefix="/v1/jobs", tags=["leases"], route_class=GatedRoute)
@@ -76,4 +83,35 @@ async def start_restore(
             "skipped": skipped,
         },
         from_attributes=True,
+    )
+
+
+@router.post(
+    "/{job:path}/checkpoints/{step}/cached-copies",
+    response_model=CachedCopiesOut,
+    responses=problem_responses(404, 422),
+    summary="Record the files a load's ranks keep on their nodes' local tier",
+    dependencies=[Depends(require_job(Scope.OPERATE))],
+)
+async def record_cached(
+    job: JobName, step: Step, body: CachedCopiesIn, session: SessionDep, state: StateDep
+) -> CachedCopiesOut:
+    """A load's coordinator, once for all its ranks and before any writes one: the files each
+    node will keep on its local tier although the catalog holds no copy of them there (another
+    node's files that its ranks load). Expiring the checkpoint's copy on that tier deletes them
+    with the node's own files. Answers what was recorded, which is all a reader may keep: a
+    node's own files are left out (they are the catalog's copies), and nothing is recorded once
+    the copy on the tier is being expired. Recording again changes nothing. 422 for a tier that
+    is not local (`unknown_tier`, `validation_error`), an unknown node (`unknown_node`) or a
+    path that is no file of the checkpoint (`validation_error`). The token needs what a restore
+    lease needs: train:<job>, or operate."""
+    wanted: dict[str, list[str]] = {}
+    for entry in body.copies:
+        wanted.setdefault(entry.node, []).extend(entry.paths)
+    recorded = await session.run_sync(
+        record_cached_copies, state.settings, job, step, body.tier, wanted
+    )
+    return CachedCopiesOut(
+        tier=body.tier,
+        copies=[NodeCachedCopies(node=n, paths=p) for n, p in sorted(recorded.items())],
     )

@@ -3,6 +3,8 @@ which step, from where, under which lease."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.checkpoints import CheckpointDetailOut, SkippedOut
@@ -12,6 +14,10 @@ from tierpoint.json_types import JsonInt, Text
 from tierpoint.manifest import StepInt
 
 _NAME = r"^[^\x00-\x1f\x7f]+$"
+ShardPath = Annotated[Text, Field(min_length=1, max_length=4096)]
+# Bounds of one record of cached copies: the nodes of one load, and the files one node keeps.
+MAX_CACHED_NODES = 100_000
+MAX_CACHED_PER_NODE = 100_000
 
 
 class StartRestore(BaseModel):
@@ -51,4 +57,33 @@ class RestoreOut(BaseModel):
     tiers: list[TierOut] = Field(description="the configured tiers, fastest first")
     skipped: list[SkippedOut] = Field(
         description="without `step`: every newer step, and why it was not chosen"
+    )
+
+
+class NodeCachedCopies(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    node: str = Field(min_length=1, max_length=128, pattern=_NAME, description="the node")
+    paths: list[ShardPath] = Field(
+        min_length=1,
+        max_length=MAX_CACHED_PER_NODE,
+        description="registered paths of the checkpoint's files the node's readers keep there",
+    )
+
+
+class CachedCopiesIn(BaseModel):
+    """The files a load's ranks will keep on their nodes' local tier, recorded before they are
+    written: the copy's expiry on that tier deletes them with the node's own files."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    tier: Text = Field(min_length=1, max_length=128, description="a local tier")
+    copies: list[NodeCachedCopies] = Field(min_length=1, max_length=MAX_CACHED_NODES)
+
+
+class CachedCopiesOut(BaseModel):
+    tier: str
+    copies: list[NodeCachedCopies] = Field(
+        description="what was recorded, per node (a reader keeps only these): nothing for a node's "
+        "own files, nor once the checkpoint's copy on the tier is being expired"
     )

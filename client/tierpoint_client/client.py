@@ -246,6 +246,22 @@ class Client:
         body: dict[str, Any] = resp.body
         return body
 
+    def record_cached_copies(
+        self, job: str, step: int, tier: str, copies: Mapping[str, Iterable[str]]
+    ) -> dict[str, set[str]]:
+        """Before readers keep files of the checkpoint on their nodes' local `tier` (node ->
+        paths: files the catalog holds no copy of there), record them, so that the copy's expiry
+        on that tier deletes them. Returns node -> the paths recorded, the only ones a reader may
+        keep (a node's own files and a copy being expired are left out). One request for all."""
+        body = {
+            "tier": tier,
+            "copies": [{"node": n, "paths": sorted(set(p))} for n, p in sorted(copies.items())],
+        }
+        resp = self._http.request(
+            "POST", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/cached-copies", body=body
+        )
+        return {c["node"]: set(c["paths"]) for c in resp.body["copies"]}
+
     def tiers(self) -> list[TierInfo]:
         resp = self._http.request("GET", "/v1/tiers")
         return [TierInfo.from_json(t) for t in resp.body]

@@ -47,10 +47,12 @@ class WorkerProcess:
         node: str | Sequence[str] | None,
         log: Path,
         file_size_limit: int | None = None,
+        open_files_limit: int | None = None,
     ) -> None:
         """`file_size_limit`: the process may write no file larger (RLIMIT_FSIZE): a write past
         it fails with EFBIG, as a write to a full device fails with ENOSPC (Python ignores the
-        SIGXFSZ that would otherwise end the process)."""
+        SIGXFSZ that would otherwise end the process). `open_files_limit`: the descriptors it
+        may hold at once (RLIMIT_NOFILE), as a small `ulimit -n` of a node sets it."""
         self.log = log
         nodes = [node] if isinstance(node, str) else list(node or [])
         args = [a for n in nodes for a in ("--node", n)]
@@ -65,7 +67,7 @@ class WorkerProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=None if file_size_limit is None else _limit_files(file_size_limit),
+                preexec_fn=_limits(file_size_limit, open_files_limit),
             )
 
     @property
@@ -87,9 +89,15 @@ class WorkerProcess:
         return ""
 
 
-def _limit_files(size: int) -> Callable[[], None]:
+def _limits(size: int | None, files: int | None) -> Callable[[], None] | None:
+    if size is None and files is None:
+        return None
+
     def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+        if size is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+        if files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
 
     return limit
 
@@ -100,8 +108,9 @@ def worker_process(
     node: str | Sequence[str] | None,
     log: Path,
     file_size_limit: int | None = None,
+    open_files_limit: int | None = None,
 ) -> Iterator[WorkerProcess]:
-    worker = WorkerProcess(settings, node, log, file_size_limit)
+    worker = WorkerProcess(settings, node, log, file_size_limit, open_files_limit)
     try:
         yield worker
     finally:

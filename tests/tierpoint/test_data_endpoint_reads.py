@@ -24,7 +24,6 @@ from tierpoint_client.restore import restore_plan
 from tests.helpers.lifecycle import ShardSpec, crc_hex, seed_checkpoint, shard_file
 from tierpoint.catalog.models import Replica, Shard
 from tierpoint.config import Settings
-from tierpoint.services import data_endpoint
 from tierpoint.services.data_endpoint import DataServer, serve
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.peer_http import shard_url
@@ -48,8 +47,10 @@ def server(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Data
     PEERS.close()
 
 
-def verified(sessions: sessionmaker[Session], checkpoint_id: int, paths: list[str]) -> None:
-    """Each file's copy on NODE's local tier listed as verified, as the lifecycle leaves it."""
+def verified(
+    sessions: sessionmaker[Session], checkpoint_id: int, paths: list[str], node: str = NODE
+) -> None:
+    """Each file's copy on `node`'s local tier listed as verified, as the lifecycle leaves it."""
     with sessions.begin() as s:
         shards = s.execute(
             select(Shard.id, Shard.path).where(
@@ -63,7 +64,7 @@ def verified(sessions: sessionmaker[Session], checkpoint_id: int, paths: list[st
                     "shard_id": sh.id,
                     "checkpoint_id": checkpoint_id,
                     "tier": "ssd",
-                    "node_id": NODE,
+                    "node_id": node,
                     "state": "verified",
                     "location": sh.path,
                 }
@@ -181,13 +182,21 @@ def test_a_kept_listing_serves_nothing_it_does_not_list(
 
 
 def test_a_connection_the_endpoint_closed_when_idle_is_replaced_on_the_next_read(
-    settings: Settings,
-    sessions: sessionmaker[Session],
-    server: DataServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    settings: Settings, sessions: sessionmaker[Session], tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(data_endpoint, "IDLE_TIMEOUT", 0.2)
+    settings = settings.model_copy(update={"data_idle_timeout": 0.2})
+    server = serve(settings, sessions, NODE, 0)
+    try:
+        _reads_after_idle(settings, sessions, server, tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+        PEERS.close()
+
+
+def _reads_after_idle(
+    settings: Settings, sessions: sessionmaker[Session], server: DataServer, tmp_path: Path
+) -> None:
     job, _, shards = seeded(settings, sessions, 2)
     first, second = plan(server, job, shards)
     restore_plan([first], tmp_path / "a", {}, workers=1, token=SECRET)

@@ -24,6 +24,7 @@ from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.base import RecordedCopy
 
+from . import cached_copies
 from .checkpoint_lookup import job_id_of_checkpoint
 from .events import EventKind, record
 from .models import Checkpoint, CheckpointTier, Event, Job, Node, Replica, Shard
@@ -43,15 +44,17 @@ ON_NODES = (TierKind.LOCAL, TierKind.PEER)
 
 
 def _local_nodes(session: Session, checkpoint_id: int, tier: str) -> tuple[str, ...]:
-    """Nodes that may hold the copy: the shards' nodes and any node a replica names, except nodes
-    declared lost (their bytes are unreachable; their replicas are `lost` already)."""
+    """Nodes that may hold the copy: the shards' nodes, any node a replica names and any node a
+    reader kept files on (`cached_copies`), except nodes declared lost (their bytes are
+    unreachable; their replicas are `lost` already)."""
     shard_nodes = select(Shard.node_id).where(Shard.checkpoint_id == checkpoint_id)
     replica_nodes = select(Replica.node_id).where(
         Replica.checkpoint_id == checkpoint_id,
         Replica.tier == tier,
         Replica.node_id.is_not(None),
     )
-    candidates = set(session.scalars(shard_nodes.union(replica_nodes)))
+    cached_nodes = cached_copies.nodes_on(checkpoint_id, tier)
+    candidates = set(session.scalars(shard_nodes.union(replica_nodes, cached_nodes)))
     lost = set(
         session.scalars(select(Node.id).where(Node.id.in_(candidates), Node.lost_at.is_not(None)))
     )
@@ -218,8 +221,10 @@ def registered_copies(
 ) -> list[RecordedCopy]:
     """The shards a copy of the checkpoint on `tier` consists of: what expiring it may delete,
     and nothing else, each with the identity of the file the catalog last read there. On a node's
-    tier (`node` given): the shards the job registered on that node and any shard we keep a
-    replica of there (an identity counts only from a replica on that node)."""
+    tier (`node` given): the shards the job registered on that node, any shard we keep a
+    replica of there, and any a reader recorded keeping there (`cached_copies`: no identity, so
+    deleted only when its bytes are the registered ones); an identity counts only from a replica
+    on that node."""
     on_tier = and_(Replica.shard_id == Shard.id, Replica.tier == tier)
     identity = Replica.file_identity if node is None else _on_node(node)
     stmt = (
@@ -228,7 +233,10 @@ def registered_copies(
         .where(Shard.checkpoint_id == checkpoint_id)
     )
     if node is not None:
-        stmt = stmt.where((Shard.node_id == node) | (Replica.node_id == node))
+        cached = cached_copies.shards_on(checkpoint_id, tier, node)
+        stmt = stmt.where(
+            (Shard.node_id == node) | (Replica.node_id == node) | Shard.id.in_(cached)
+        )
     return [RecordedCopy(*row) for row in session.execute(stmt.order_by(Shard.ordinal))]
 
 
@@ -288,6 +296,7 @@ def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
     if state != TierState.EXPIRING.value:
         return state or "missing"
     _move_replicas(session, checkpoint_id, tier, ReplicaState.EXPIRED)
+    cached_copies.forget(session, checkpoint_id, tier)
     rule = _begun_rule(session, checkpoint_id, tier)
     session.execute(
         update(CheckpointTier)

@@ -214,6 +214,28 @@ class Replica(Base):
     )
 
 
+class CachedCopy(Base):
+    """A copy of a shard that a reader wrote on a node's local tier, beside the node's own files
+    of the checkpoint (`<root>/<job>/<step>/<path>`): another node's file the node loaded, kept
+    so that the next load there reads it locally. Not a replica (tierpoint never verified it
+    there, never serves, scrubs or copies it; the reader verifies it whenever it reads it), but
+    a file we know of: expiring the checkpoint's copy on that tier deletes it on that node with
+    the node's own files, and the row with it."""
+
+    __tablename__ = "cached_copy"
+
+    shard_id: Mapped[int] = mapped_column(
+        ForeignKey("shard.id", ondelete="CASCADE"), primary_key=True
+    )
+    tier: Mapped[str] = mapped_column(String(128), primary_key=True)
+    node_id: Mapped[str] = mapped_column(ForeignKey("node.id"), primary_key=True)
+    # denormalised so that an expiry finds a checkpoint's cached copies by one index
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoint.id", ondelete="CASCADE"))
+    recorded_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (Index("ix_cached_copy_checkpoint_tier", "checkpoint_id", "tier", "node_id"),)
+
+
 class CheckpointTier(Base):
     """The promotion marker: restorable only when every shard has a verified replica on the tier."""
 

@@ -37,6 +37,28 @@ def served_sizes(session: Session, node: str, tier: str, job: str, step: int) ->
     return {r.path: r.size for r in rows}
 
 
+def served_replica(
+    session: Session, node: str, tier: str, job: str, step: int, path: str
+) -> tuple[int, int] | None:
+    """(replica id, checkpoint id) of `node`'s verified copy of that file on `tier`, which the
+    data endpoint serves; None if it holds none (any more)."""
+    row = session.execute(
+        select(Replica.id, Replica.checkpoint_id)
+        .join(Shard, Shard.id == Replica.shard_id)
+        .join(Checkpoint, Checkpoint.id == Shard.checkpoint_id)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(
+            Job.name == job,
+            Checkpoint.step == step,
+            Shard.path == path,
+            Replica.tier == tier,
+            Replica.state == ReplicaState.VERIFIED.value,
+            Replica.node_id == node,
+        )
+    ).first()
+    return None if row is None else (row.id, row.checkpoint_id)
+
+
 def _data_urls(node_ids: Iterable[str]) -> Any:
     return select(Node.id, Node.data_url).where(
         Node.id.in_(sorted(set(node_ids))),

@@ -3,10 +3,19 @@ pull copies of them and for restores on other nodes.
 
 Every request must carry a credential (`Authorization: Bearer ...`): the cluster's worker
 credential (`Settings.data_token`), or an API token whose scopes cover the job (`read`, `admin`,
-or `train:<prefix>` of the job). Only a verified copy that the catalog lists on this node's tier
-is served, read through the tier store (no symlink followed below the root, the tier's read
+or `train:<prefix>` of the job). It is checked first: without a valid one a request is 401
+whatever its path (`data_access.py`). Only a verified copy that the catalog lists on this node's
+tier is served, read through the tier store (no symlink followed below the root, the tier's read
 bandwidth limit shared with every other read off the node); anything else is 404 whether or not
-a file is there. One range per request (`Range: bytes=a-b`, `bytes=a-`) gives 206.
+a file is there. One range per request (`Range: bytes=a-b`, `bytes=a-`) gives 206. Refusals are
+RFC 9457 problem+json documents with a stable `code`.
+
+The endpoint never promises bytes it does not have: a file that is not its registered size when
+it is opened is not served (404 `copy_damaged`), and one that ends early while it is sent cuts
+the connection, so a reader sees a read error, never a short file. Either way the copy is marked
+bad and repaired at once (`data_damage.py`).
+
+How many connections it holds and how long each may take: `data_connections.py`.
 
 Over TLS (`data_tls_cert`), with `data_tls_client_auth` the endpoint also requires a client
 certificate of `data_tls_ca` (mutual TLS): a connection without one is refused at the handshake,
@@ -14,182 +23,110 @@ before its request is read, and counted by reason; the credential applies on top
 
 A restore reads every file of a checkpoint in a burst, over keep-alive connections: the catalog
 is asked once per checkpoint for the verified copies this node holds of it, and that listing
-answers the checkpoint's other requests for `LISTING_TTL` seconds. A path not in it is looked
-up again (a copy verified since is served at once), never guessed; a copy that stopped being
-verified may still be served for at most `LISTING_TTL` (its bytes are the registered ones, and
-the reader checks them against the registered crc32c). The credential is checked on every
-request.
+answers the checkpoint's other requests for `data_access.LISTING_TTL` seconds. A path not in it
+is looked up again (a copy verified since is served at once), never guessed; a copy that stopped
+being verified may still be served for at most `LISTING_TTL` (its bytes are the registered ones,
+and the reader checks them against the registered crc32c; a copy the endpoint itself finds bad
+drops the listing at once).
 """
 
 from __future__ import annotations
 
-import hmac
 import io
+import json
 import os
-import re
-import select
+import socket
 import ssl
+import sys
 import threading
 import time
-from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import cast
+from string import punctuation
+from typing import Any, cast
+from urllib.parse import quote_from_bytes
 
-from tierpoint import auth, logs, metrics_worker
-from tierpoint.catalog import peer_reads, tokens_repo
+from tierpoint import logs, metrics_worker
 from tierpoint.catalog.engine import Sessions
 from tierpoint.config import Settings
-from tierpoint.errors import InvalidToken, UnsafePath
+from tierpoint.errors import CopyDamaged, CopyNotFound, TierpointError, UnsafePath, problem_body
+from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, TierStore
-from tierpoint.storage.peer_http import parse_data_path
 from tierpoint.storage.posix.page_cache import drop_cache
 from tierpoint.storage.registry import open_store
 from tierpoint.storage.throttle import TokenBucket
 
+from .data_access import Listings, authenticate, byte_range, data_path
+from .data_connections import (
+    Connections,
+    DeadlineReader,
+    handshake,
+    next_request,
+    wait_writable,
+)
+from .data_damage import DamagedCopies, RepairRequests
+
 log = logs.get(__name__)
 
 CHUNK = 8 * 1024 * 1024
-_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
-# How long a checkpoint's listing of served files answers for it (see the module's docstring).
-LISTING_TTL = 1.0
-# Checkpoints whose listing is kept at once; beyond it, the oldest is dropped.
-LISTINGS = 64
-# A keep-alive connection with no request for this long is closed, freeing its thread: a client
-# keeps its connection for the next file, and one that forgets it must not hold a thread.
-IDLE_TIMEOUT = 30.0
 
 
-class Denied(Exception):
-    def __init__(self, status: HTTPStatus, why: str) -> None:
-        super().__init__(why)
-        self.status = status
-
-
-def authorize(sessions: Sessions, settings: Settings, header: str | None, job: str) -> str:
-    """Who the request acts as, or Denied: 401 without a valid credential, 403 with one whose
-    scopes do not cover `job`."""
-    scheme, _, secret = (header or "").partition(" ")
-    if scheme.lower() != "bearer" or not secret:
-        raise Denied(HTTPStatus.UNAUTHORIZED, "a bearer credential is required")
-    worker = settings.data_token
-    if worker is not None and hmac.compare_digest(
-        secret.encode(), worker.get_secret_value().encode()
-    ):
-        return "worker"
-    with sessions.begin() as s:
-        record = tokens_repo.token_by_digest(s, auth.digest(secret))
-    if record is None:
-        raise Denied(HTTPStatus.UNAUTHORIZED, "unknown credential")
-    try:
-        who = auth.principal_of(record, datetime.now(UTC))
-    except InvalidToken as exc:
-        raise Denied(HTTPStatus.UNAUTHORIZED, str(exc)) from None
-    if not (who.has(auth.Scope.READ) or who.trains(job)):
-        raise Denied(HTTPStatus.FORBIDDEN, f"token {who.name!r} may not read job {job!r}")
-    return who.name
-
-
-def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """[start, end) of a single `bytes=` range, None for the whole file; Denied(416) for one
-    that does not fit."""
-    if header is None:
-        return None
-    m = _RANGE.match(header.strip())
-    if m is None:
-        raise Denied(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, "one bytes=a-b range only")
-    start = int(m.group(1))
-    end = int(m.group(2)) + 1 if m.group(2) else size
-    end = min(end, size)
-    if start >= size or end <= start:
-        if start == size == 0:
-            return 0, 0
-        raise Denied(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, f"the file has {size} bytes")
-    return start, end
-
-
-class Listings:
-    """The verified copies `node` holds of recently read checkpoints, per (tier, job, step)."""
-
-    def __init__(self, sessions: Sessions, node: str, ttl: float = LISTING_TTL) -> None:
-        self.sessions, self.node, self.ttl = sessions, node, ttl
-        self._lock = threading.Lock()
-        self._listed: dict[tuple[str, str, int], tuple[float, dict[str, int]]] = {}
-        self._loading: dict[tuple[str, str, int], threading.Lock] = {}
-
-    def size(self, tier: str, job: str, step: int, path: str) -> int | None:
-        """The size of the file if this node serves it (a verified copy on `tier`), else None."""
-        key = (tier, job, step)
-        found = self._cached(key, path)
-        if found is not None:
-            return found
-        # One query per checkpoint at a time: the first files of a restore are asked for at
-        # once, and the others wait for its listing rather than each making their own.
-        with self._lock:
-            loading = self._loading.setdefault(key, threading.Lock())
-        with loading:
-            try:
-                found = self._cached(key, path)
-                if found is not None:
-                    return found
-                listed_at = time.monotonic()
-                with self.sessions.begin() as s:
-                    listed = peer_reads.served_sizes(s, self.node, tier, job, step)
-                with self._lock:
-                    self._listed.pop(key, None)
-                    while len(self._listed) >= LISTINGS:
-                        del self._listed[next(iter(self._listed))]
-                    self._listed[key] = (listed_at, listed)
-            finally:
-                with self._lock:
-                    self._loading.pop(key, None)
-        return listed.get(path)
-
-    def _cached(self, key: tuple[str, str, int], path: str) -> int | None:
-        with self._lock:
-            hit = self._listed.get(key)
-        if hit is None or time.monotonic() - hit[0] >= self.ttl:
-            return None
-        return hit[1].get(path)
+def escaped_target(line: bytes) -> bytes:
+    """The request line with every byte of its target outside printable ASCII percent-encoded,
+    as a client would have sent it: http.server splits a line at any whitespace (a space, or a
+    byte that Latin-1 calls one) and would refuse such a target before its headers, and so
+    before its credential, are read. `parse_data_path` decodes it back."""
+    method, sp, rest = line.rstrip(b"\r\n").partition(b" ")
+    target, sp2, version = rest.rpartition(b" ")
+    if not sp or not sp2 or not version.startswith(b"HTTP/"):
+        return line
+    return b"%s %s %s\r\n" % (method, quote_from_bytes(target, safe=punctuation).encode(), version)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: DataServer
     protocol_version = "HTTP/1.1"
+    # A request line without a version (HTTP/0.9's) is answered with a status line and headers
+    # like any other, not with a bare body.
+    default_request_version = "HTTP/1.0"
     # The headers go out in one small segment before the body: with Nagle's algorithm the body's
     # first segment would wait for the reader's delayed ACK of them (~40 ms per file).
     disable_nagle_algorithm = True
     # No server banner beyond the protocol's.
     server_version = "tierpoint"
     sys_version = ""
-    error_content_type = "text/plain"
-    error_message_format = "%(code)d %(message)s: %(explain)s\n"
+
+    def setup(self) -> None:
+        super().setup()
+        self.incoming = DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self.incoming)
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("data endpoint", request=format % args)
 
     def handle(self) -> None:
-        """The connection's requests until it closes or stays idle for IDLE_TIMEOUT."""
+        """The connection's requests, each within the header deadline, until it closes or stays
+        idle for `data_idle_timeout`."""
+        settings = self.server.settings
         self.close_connection = True
-        if isinstance(self.connection, ssl.SSLSocket) and not self._handshake(self.connection):
+        deadline = time.monotonic() + settings.data_header_timeout
+        if isinstance(self.connection, ssl.SSLSocket) and not self._handshake(deadline):
             return
+        self.incoming.deadline = deadline
         self.handle_one_request()
         while not self.close_connection:
-            # TLS may hold the next request's bytes already decrypted, where select cannot see.
-            tls_pending = isinstance(self.connection, ssl.SSLSocket) and self.connection.pending()
-            if not tls_pending:
-                ready, _, _ = select.select([self.connection], [], [], IDLE_TIMEOUT)
-                if not ready:
-                    return
+            self.server.connections.waiting(self.connection)
+            if not next_request(self.connection, settings.data_idle_timeout):
+                return
+            self.incoming.deadline = time.monotonic() + settings.data_header_timeout
             self.handle_one_request()
 
-    def _handshake(self, conn: ssl.SSLSocket) -> bool:
+    def _handshake(self, deadline: float) -> bool:
         """The TLS handshake, before any request is read: with client authentication on, a
-        client without a certificate the CA signed gets no further. A client silent for
-        IDLE_TIMEOUT is dropped rather than holding its thread."""
-        conn.settimeout(IDLE_TIMEOUT)
+        client without a certificate the CA signed gets no further."""
+        conn = cast(ssl.SSLSocket, self.connection)
         try:
-            conn.do_handshake()
+            handshake(conn, deadline)
         except (ssl.SSLError, OSError) as exc:
             why = refusal(exc)
             metrics_worker.DATA_HANDSHAKES_REFUSED.labels(why).inc()
@@ -198,28 +135,62 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return False
         finally:
-            conn.settimeout(None)
+            conn.setblocking(True)
         return True
+
+    def parse_request(self) -> bool:
+        self.raw_requestline: bytes = escaped_target(self.raw_requestline)
+        if not super().parse_request():
+            return False
+        # Its request line and headers are in: the header deadline is met, and the connection
+        # is answering, so no new connection may take its slot.
+        self.incoming.deadline = None
+        if not self.server.connections.answering(self.connection):
+            self.close_connection = True
+            return False
+        self.connection.settimeout(self.server.settings.data_idle_timeout)
+        return True
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line, headers too long, a method
+        other than GET) as problem documents too, coded by the status."""
+        status = HTTPStatus(code)
+        phrase = message or status.phrase
+        code_name = status.phrase.lower().replace(" ", "_").replace("-", "_")
+        self._problem(problem_body(code, code_name, status.phrase, explain or phrase), {})
+        self.close_connection = True
+
+    def _refuse(self, exc: TierpointError) -> None:
+        self._problem(exc.problem(), exc.response_headers() or {})
+
+    def _problem(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        content = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        self.send_response(body["status"], body["title"])
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", "application/problem+json")
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(content)
 
     def do_GET(self) -> None:
         srv = self.server
         try:
-            tier_name, ref = parse_data_path(self.path)
-            who = authorize(srv.sessions, srv.settings, self.headers.get("Authorization"), ref.job)
+            who = authenticate(srv.sessions, srv.settings, self.headers.get("Authorization"))
+            tier_name, ref = data_path(self.path)
+            who.check(ref.job)
             tier = next((t for t in srv.settings.tiers if t.name == tier_name), None)
             if tier is None or not tier.on_nodes:
-                raise Denied(HTTPStatus.NOT_FOUND, f"no local or peer tier {tier_name!r}")
+                raise CopyNotFound(f"no local or peer tier {tier_name!r}")
             size = srv.listings.size(tier.name, ref.job, ref.step, ref.path)
             if size is None:
-                raise Denied(HTTPStatus.NOT_FOUND, "no verified copy of it on this node")
+                raise CopyNotFound("no verified copy of it on this node")
             span = byte_range(self.headers.get("Range"), size)
-        except (UnsafePath, ValueError) as exc:
-            self.send_error(HTTPStatus.BAD_REQUEST, explain=str(exc))
+        except TierpointError as exc:
+            self._refuse(exc)
             return
-        except Denied as exc:
-            self.send_error(exc.status, explain=str(exc))
-            return
-        self._send(tier.name, open_store(tier, srv.node), ref, size, span, who)
+        self._send(tier.name, open_store(tier, srv.node), ref, size, span, who.name)
 
     def _send(
         self,
@@ -233,10 +204,19 @@ class _Handler(BaseHTTPRequestHandler):
         start, end = span if span is not None else (0, size)
         try:
             reader = cast(io.RawIOBase, store.open_read(ref, start))
-        except (FileNotFoundError, UnsafePath) as exc:
-            self.send_error(HTTPStatus.NOT_FOUND, explain=f"not readable here: {exc}")
+        except FileNotFoundError as exc:
+            self._damaged(tier, ref, ReplicaState.LOST, f"gone: {exc}")
+            return
+        except UnsafePath as exc:
+            self._damaged(tier, ref, ReplicaState.CORRUPT, f"unsafe: {exc}")
             return
         with reader:
+            held = os.fstat(reader.fileno()).st_size
+            if held != size:
+                self._damaged(
+                    tier, ref, ReplicaState.CORRUPT, f"holds {held} of its {size} registered bytes"
+                )
+                return
             self.send_response(HTTPStatus.PARTIAL_CONTENT if span is not None else HTTPStatus.OK)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(end - start))
@@ -245,17 +225,46 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Range", f"bytes {start}-{max(end - 1, start)}/{size}")
             self.end_headers()
             limiter = getattr(store, "limiter", None)
+            idle = self.server.settings.data_idle_timeout
             if isinstance(self.connection, ssl.SSLSocket):
                 sent = _send_tls(self.connection, reader.fileno(), start, end, limiter)
             else:
-                sent = _send_file(self.connection.fileno(), reader.fileno(), start, end, limiter)
-            if sent < end - start:
-                # Shorter than the catalog says: cut the connection, the reader sees a short
-                # body and never takes it for the file.
-                self.close_connection = True
+                sent = _send_file(self.connection, reader.fileno(), start, end, limiter, idle)
             drop_cache(reader.fileno(), start, sent)
+            if sent < end - start:
+                # The file ended before its registered size while it was sent (it was truncated
+                # under us): the reader must see a read error, never a short file, so the
+                # connection is cut once the damage is recorded.
+                self.close_connection = True
+                self._record(
+                    tier,
+                    ref,
+                    ReplicaState.CORRUPT,
+                    f"ended after {start + sent} of its {size} registered bytes while served",
+                )
         metrics_worker.DATA_BYTES_SERVED.labels(tier).inc(sent)
         log.debug("served", path=ref.path, bytes=sent, to=who)
+
+    def _damaged(self, tier: str, ref: ShardRef, state: ReplicaState, why: str) -> None:
+        """The copy is not what the catalog lists: record it, and say so instead of serving."""
+        if self._record(tier, ref, state, why) is False:
+            # Not listed as verified any more (an expiry deleted it since the listing was read).
+            self._refuse(CopyNotFound("no verified copy of it on this node"))
+            return
+        self._refuse(CopyDamaged(f"the copy of {ref.path!r} on {tier} here is damaged ({why})"))
+
+    def _record(self, tier: str, ref: ShardRef, state: ReplicaState, why: str) -> bool | None:
+        """Whether the catalog's verified copy here was marked (None: it could not be told)."""
+        try:
+            marked = self.server.damage.record(tier, ref, state, why)
+        except Exception as exc:
+            # Unrecorded (the catalog is away): the reader still gets an error, not these
+            # bytes, and the next read of the copy finds it again.
+            log.warning("could not record a damaged copy", path=ref.path, error=repr(exc))
+            return None
+        # Marked now or before: either way the listing must not offer it again.
+        self.server.listings.forget(tier, ref.job, ref.step)
+        return marked
 
 
 def refusal(exc: OSError) -> str:
@@ -267,12 +276,19 @@ def refusal(exc: OSError) -> str:
     return "timeout" if isinstance(exc, TimeoutError) else "connection lost"
 
 
-def _send_file(sock: int, fd: int, start: int, end: int, limiter: TokenBucket | None) -> int:
+def _send_file(
+    sock: socket.socket, fd: int, start: int, end: int, limiter: TokenBucket | None, idle: float
+) -> int:
     """Bytes [start, end) of `fd` to the socket with sendfile (page cache to socket, no copy
-    through Python), a chunk at a time through the tier's read limiter; how many were sent."""
+    through Python), a chunk at a time through the tier's read limiter; how many were sent
+    (fewer: the file ended first). TimeoutError when the reader takes nothing for `idle`."""
     pos = start
     while pos < end:
-        n = os.sendfile(sock, fd, pos, min(CHUNK, end - pos))
+        try:
+            n = os.sendfile(sock.fileno(), fd, pos, min(CHUNK, end - pos))
+        except BlockingIOError:  # the socket has a timeout, so it does not block: wait here
+            wait_writable(sock, idle)
+            continue
         if not n:
             break
         if limiter is not None:
@@ -284,7 +300,8 @@ def _send_file(sock: int, fd: int, start: int, end: int, limiter: TokenBucket | 
 def _send_tls(
     conn: ssl.SSLSocket, fd: int, start: int, end: int, limiter: TokenBucket | None
 ) -> int:
-    """As `_send_file` over TLS, which sendfile cannot encrypt: read, then encrypt and send."""
+    """As `_send_file` over TLS, which sendfile cannot encrypt: read, then encrypt and send (the
+    socket's timeout bounds each wait for the reader)."""
     pos = start
     while pos < end:
         chunk = os.pread(fd, min(CHUNK, end - pos), pos)
@@ -299,10 +316,24 @@ def _send_tls(
 
 class DataServer(ThreadingHTTPServer):
     daemon_threads = True
+    # The accept queue: a restore opens connections from many readers at once, and socketserver's
+    # default of 5 would drop their SYNs into a second's retransmit.
+    request_queue_size = 128
 
-    def __init__(self, settings: Settings, sessions: Sessions, node: str, host: str, port: int):
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: Sessions,
+        node: str,
+        host: str,
+        port: int,
+        repairs: RepairRequests | None = None,
+    ):
+        """`repairs`: how a damaged copy's repair is asked for (None: it is only marked)."""
         self.settings, self.sessions, self.node = settings, sessions, node
         self.listings = Listings(sessions, node)
+        self.connections = Connections(settings.data_max_connections)
+        self.damage = DamagedCopies(sessions, node, repairs)
         super().__init__((host, port), _Handler)
         self.tls = settings.data_tls_cert is not None
         if settings.data_tls_cert is not None and settings.data_tls_key is not None:
@@ -319,6 +350,18 @@ class DataServer(ThreadingHTTPServer):
                 self.socket, server_side=True, do_handshake_on_connect=False
             )
 
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        return self.connections.admit(request)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.connections.release(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A reader that went away mid-answer, or a deadline: no traceback per connection.
+        exc = sys.exc_info()[1]
+        log.debug("data endpoint connection ended", peer=client_address[0], error=repr(exc))
+
     @property
     def url(self) -> str:
         if self.settings.data_url:
@@ -329,8 +372,14 @@ class DataServer(ThreadingHTTPServer):
         return f"{scheme}://{name if ':' not in name else f'[{name}]'}:{port}"
 
 
-def serve(settings: Settings, sessions: Sessions, node: str, port: int) -> DataServer:
+def serve(
+    settings: Settings,
+    sessions: Sessions,
+    node: str,
+    port: int,
+    repairs: RepairRequests | None = None,
+) -> DataServer:
     """Start serving `node`'s files in a background thread; stop with `shutdown()`."""
-    server = DataServer(settings, sessions, node, settings.data_host, port)
+    server = DataServer(settings, sessions, node, settings.data_host, port, repairs)
     threading.Thread(target=server.serve_forever, name=f"data-{node}", daemon=True).start()
     return server

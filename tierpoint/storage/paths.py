@@ -38,6 +38,11 @@ path_conflict = rule.path_conflict
 path_conflict_message = rule.path_conflict_message
 
 
+# Steps are bounded by what every JSON reader holds exactly: JavaScript's numbers (the dashboard)
+# are doubles, so 2^53 and 2^53 + 1 would be one step there. No step above it is registered.
+MAX_STEP = 2**53 - 1
+
+
 def validate_name(name: str, what: str = "name") -> str:
     """Job (and tier) names: the client's rule (`tierpoint_client.paths.NAME_RULE`); the
     refusal says it in words, naming what the name is for ("job name")."""

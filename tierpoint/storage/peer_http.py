@@ -17,7 +17,12 @@ from urllib.parse import quote, unquote, urlsplit
 
 from tierpoint.config import Settings
 from tierpoint.storage.base import ShardRef
-from tierpoint.storage.paths import validate_name, validate_relative_path, validate_step
+from tierpoint.storage.paths import (
+    MAX_STEP,
+    validate_name,
+    validate_relative_path,
+    validate_step,
+)
 
 PREFIX = "/v1/data/"
 # A peer read that hears nothing for this long fails, and its copy is retried from its heartbeat.
@@ -43,8 +48,8 @@ def parse_data_path(raw: str) -> tuple[str, ShardRef]:
     if len(parts) != 4:
         raise ValueError("a data path is /v1/data/<tier>/<job>/<step>/<path>")
     tier, job, step, path = (unquote(p, errors="strict") for p in parts)
-    if not step.isdigit():
-        raise ValueError("the step is a number")
+    if not (step.isascii() and step.isdigit()) or int(step) > MAX_STEP:
+        raise ValueError(f"the step is a number from 0 to {MAX_STEP}")
     ref = ShardRef(validate_name(job), validate_step(int(step)), validate_relative_path(path))
     return validate_name(tier), ref
 

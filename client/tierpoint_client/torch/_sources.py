@@ -1,6 +1,7 @@
 """Reading a checkpoint's files for DCP: every verified copy of a file, fastest first, read so that
-every byte handed to DCP is verified (see _reads), with this node's local tier as a cache that is
-re-populated from what a load read elsewhere."""
+every byte handed to DCP is verified (see _reads), with this node's local tier re-populated from
+what a load read elsewhere: the node's own files put back in place, and other nodes' files kept
+as a cache once the server has recorded them (so that the copy's expiry deletes them)."""
 
 from __future__ import annotations
 
@@ -85,11 +86,12 @@ class CheckpointFiles:
         tier: str | None,
         options: ReadOptions | None = None,
         report: CorruptReport | None = None,
-        holders: frozenset[str] | None = None,
+        keep: frozenset[str] = frozenset(),
         token: str | None = None,
     ) -> None:
-        """`checkpoint` may list only the files to be read; `holders` is then the whole
-        checkpoint's (`local_holders`). `token` is sent to the data endpoints of peer copies."""
+        """`checkpoint` may list only the files to be read. `keep`: the files of other nodes
+        this node may keep on its local tier, as the server recorded them (`allow_keeping`).
+        `token` is sent to the data endpoints of peer copies."""
         if checkpoint.shards is None:
             raise TierpointError("the checkpoint was read without its shards")
         self.job, self.step = checkpoint.job, checkpoint.step
@@ -102,12 +104,10 @@ class CheckpointFiles:
             root = Path(local.root.replace("{node}", node))
             self.local_dir = root / self.job / str(self.step)
         restorable = set(checkpoint.restorable_tiers())
-        if holders is None:
-            holders = local_holders(checkpoint, tiers)
-        self._may_write = local is not None and local.name in restorable and node in holders
-        # Files whose own node was declared lost: this node, which loads them, is that node's
-        # replacement and keeps them (see _replacing).
-        self._replacing = _replacing(checkpoint, local, node)
+        self.local_tier = local.name if local is not None else None
+        self._keep = set(keep)
+        # This node's own files, whose catalog copy here is usable: put back in place if missing.
+        self._own: set[str] = set()
         self._not_ours: set[str] = set()
         order = {t.name: i for i, t in enumerate(tiers)}
         kinds = {t.name: t.kind for t in tiers}
@@ -126,7 +126,9 @@ class CheckpointFiles:
                 found.append(_Source(PlanEntry.of_replica(shard, r, kind)))
             mine = self._local_path(shard.path)
             known = any(_same_file(r.location or "", mine) for r in shard.replicas)
-            if known and not any(_same_file(s.entry.location, mine) for s in found):
+            if known and any(_same_file(s.entry.location, mine) for s in found):
+                self._own.add(shard.path)
+            elif known:
                 # The catalog's own copy, not verified or on a tier not restorable (being sealed,
                 # failed, expiring): the server's to handle, neither a cache nor to overwrite.
                 self._not_ours.add(shard.path)
@@ -193,6 +195,29 @@ class CheckpointFiles:
             return got
         raise NoVerifiedCopyError(self.job, self.step, path, tried)
 
+    def allow_keeping(self, paths: frozenset[str]) -> None:
+        """Other nodes' files this node may keep on its local tier: those the server recorded
+        (`Client.record_cached_copies`), so that the copy's expiry deletes them."""
+        self._keep |= paths
+
+    def keep(self, path: str, data: bytes) -> None:
+        """Write a file already read whole and verified (its bytes `data`) to this node's local
+        tier, if it may keep it and it was read from elsewhere."""
+        if self.stats.files.get(path) in (self.local_tier, f"{self.local_tier} (cache)"):
+            return  # read here
+        entry = next((s.entry for s in self.sources.get(path, ()) if not s.cached), None)
+        copy = self._new_copy(_Source(entry)) if entry is not None else None
+        if copy is None:
+            return
+        try:
+            copy.write(data)
+            copy.commit()
+        except OSError as e:
+            copy.abort()
+            warnings.warn(f"tierpoint: cannot keep {path} on this node ({e})", stacklevel=2)
+            return
+        self.stats.repopulated.append(path)
+
     # -- helpers ------------------------------------------------------------------------------
 
     def _local_path(self, path: str) -> Path | None:
@@ -211,9 +236,10 @@ class CheckpointFiles:
 
     def _new_copy(self, source: _Source) -> AtomicFile | None:
         """A new local copy of the file being read, when re-population is on and this read is
-        not of the local copy itself; only inside an existing local-tier root."""
+        not of the local copy itself: this node's own file put back in place, or another node's
+        that the server recorded as kept here; only inside an existing local-tier root."""
         target = self._local_path(source.entry.path)
-        allowed = self._may_write or source.entry.path in self._replacing
+        allowed = source.entry.path in self._own or source.entry.path in self._keep
         if not (self.options.repopulate and allowed) or target is None:
             return None
         if self._is_here(source.entry) or source.entry.path in self._not_ours:
@@ -251,39 +277,6 @@ class CheckpointFiles:
                 os.unlink(entry.location)
         elif self._report is not None:
             self._report(entry, f"{what} on read: {e}")
-
-
-def local_holders(checkpoint: Checkpoint, tiers: Sequence[TierInfo]) -> frozenset[str]:
-    """The nodes a load may cache the checkpoint's files on. Retention deletes a checkpoint's
-    local directory on every node that holds some of its local copies, once that copy is
-    expiring: a copy written anywhere else, or after that, would never be deleted. So the cache
-    is written only where retention will clean it."""
-    local = local_tier(tiers)
-    shards = checkpoint.shards or ()
-    return frozenset({sh.node for sh in shards}) | {
-        r.node
-        for sh in shards
-        for r in sh.replicas
-        if local is not None and r.tier == local.name and r.node is not None
-    }
-
-
-def _replacing(checkpoint: Checkpoint, local: TierInfo | None, node: str | None) -> set[str]:
-    """The files this node may keep although it holds none of the checkpoint's local copies: those
-    of another node whose local copy is `lost` (that node was declared lost). A node that loads a
-    lost node's files runs that node's ranks now, and the next restart of those ranks on it reads
-    them locally instead of from a peer, the shared tier or S3."""
-    if local is None or node is None:
-        return set()
-    return {
-        shard.path
-        for shard in checkpoint.shards or ()
-        if shard.node not in (None, node)
-        and any(
-            r.tier == local.name and r.node == shard.node and r.state == "lost"
-            for r in shard.replicas
-        )
-    }
 
 
 def _same_file(location: str, path: Path | None) -> bool:

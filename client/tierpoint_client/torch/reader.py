@@ -29,13 +29,13 @@ from tierpoint_client.torch._files import (
     parse_checkpoint_id,
     resolve_node,
 )
+from tierpoint_client.torch._kept import RankNode, record_kept
 from tierpoint_client.torch._load import FileLoad
 from tierpoint_client.torch._sources import (
     CheckpointFiles,
     NoVerifiedCopyError,
     ReadOptions,
     ReadStats,
-    local_holders,
 )
 
 
@@ -51,6 +51,8 @@ class _Chosen:
     lease_id: int | None
     # The coordinator's answer from the server: every file's copies, for every rank's plan.
     start: RestoreStart | None = None
+    # The coordinator's `.metadata` as read and verified (kept on its node once recorded).
+    metadata_bytes: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,8 @@ class _RankSources:
 
     checkpoint: Checkpoint
     tiers: tuple[TierInfo, ...]
-    # Every node holding a local copy of the whole checkpoint: where a rank may cache a file.
-    holders: frozenset[str]
+    # Other nodes' files the rank may keep on its node's local tier: recorded by the server.
+    keep: frozenset[str]
 
 
 class TierpointReader(StorageReader):
@@ -81,9 +83,11 @@ class TierpointReader(StorageReader):
     and loads the next older restorable step (unless `step` was given).
 
     With `repopulate`, every file a rank read whole from elsewhere is also written to this node's
-    local tier (where the writer would have put it), so a restart on this node reads it locally;
-    such a copy is a cache the catalog does not know of, read only after it verifies (written where
-    retention cleans up, or, on a spare node, for the files of a node declared lost). S3 files of
+    local tier (where the writer would have put it), so a restart on this node reads it locally:
+    the node's own files put back in place, and other nodes' files kept as a cache, read only
+    after it verifies. The coordinator records the latter for all ranks in one request before
+    any is written (`Client.record_cached_copies`), so expiring the checkpoint's copy on the
+    local tier deletes them with the node's own files. S3 files of
     at least `min_ranged_size` bytes of which a rank needs at most half are read in ranges, each
     item verified against its own crc32c from the verified `.metadata`. `stats` says what was read
     from where.
@@ -189,22 +193,31 @@ class TierpointReader(StorageReader):
         self.storage_data = metadata.storage_data
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
-        return plan
+        # The coordinator learns each rank's node with its plan: where its files may be kept.
+        return dataclasses.replace(plan, storage_data=RankNode(self.node, self.options.repopulate))
 
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
         start = self.chosen.start if self.chosen is not None else None
         if start is None:
             raise TierpointError("planning a load before its checkpoint was chosen")
         shards = start.checkpoint.shards or ()
-        holders = local_holders(start.checkpoint, start.tiers)
+        ranks = [p.storage_data if isinstance(p.storage_data, RankNode) else None for p in plans]
+        reads = [{self.storage_data[item.storage_index].path for item in p.items} for p in plans]
+        node = self.node if self.options.repopulate else None
+        kept = record_kept(self.client, start, ranks, reads, coordinator=node)
         planned = []
-        for plan in plans:
-            paths = {self.storage_data[item.storage_index].path for item in plan.items}
+        for plan, rank, paths in zip(plans, ranks, reads, strict=True):
             mine = dataclasses.replace(
                 start.checkpoint, shards=tuple(s for s in shards if s.path in paths)
             )
-            sources = _RankSources(mine, start.tiers, holders)
+            keep = frozenset(kept.get(rank.node, set()) & paths) if rank and rank.node else None
+            sources = _RankSources(mine, start.tiers, keep or frozenset())
             planned.append(dataclasses.replace(plan, storage_data=sources))
+        chosen = self.chosen
+        if chosen is not None and chosen.files is not None and self.node in kept:
+            # The coordinator's `.metadata`, read and verified before the plans were made.
+            chosen.files.allow_keeping(frozenset(kept[self.node] & {METADATA_FILE}))
+            chosen.files.keep(METADATA_FILE, chosen.metadata_bytes)
         return planned
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
@@ -248,7 +261,7 @@ class TierpointReader(StorageReader):
                     raise TierpointError(
                         f"{self.job}/{start.step}: {METADATA_FILE} is not DCP metadata"
                     )
-                return _Chosen(start.step, metadata, files, start.lease.id, start)
+                return _Chosen(start.step, metadata, files, start.lease.id, start, bytes(raw))
             except NoVerifiedCopyError as e:
                 self.client.release_lease(self.job, start.step, start.lease.id)
                 if self.step is not None:
@@ -290,7 +303,7 @@ class TierpointReader(StorageReader):
         self,
         checkpoint: Checkpoint,
         tiers: Sequence[TierInfo],
-        holders: frozenset[str] | None = None,
+        keep: frozenset[str] = frozenset(),
     ) -> CheckpointFiles:
         report = functools.partial(self._report_corrupt, checkpoint.step)
         # Sent to peers' data endpoints; a rank without a client of its own has the coordinator's
@@ -305,7 +318,7 @@ class TierpointReader(StorageReader):
             tier=self.tier,
             options=self.options,
             report=report,
-            holders=holders,
+            keep=keep,
             token=token,
         )
 
@@ -319,7 +332,9 @@ class TierpointReader(StorageReader):
         if chosen.files is None:
             if not isinstance(sources, _RankSources):
                 raise TierpointError("the load plan came without the sources of its files")
-            chosen.files = self._files(sources.checkpoint, sources.tiers, sources.holders)
+            chosen.files = self._files(sources.checkpoint, sources.tiers, sources.keep)
+        elif isinstance(sources, _RankSources):
+            chosen.files.allow_keeping(sources.keep)  # the coordinator's own files
         return chosen.files
 
     def _holder(self) -> str:

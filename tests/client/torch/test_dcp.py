@@ -33,8 +33,9 @@ from tests.helpers.tokens import bearer
 
 FILES = {"__0_0.distcp", "__1_0.distcp", ".metadata"}
 # What a save and a load cost the API at any world size: the coordinator's step check, tier
-# lookup and registration; the one request that starts a load and the lease's release.
-SAVE_REQUESTS, LOAD_REQUESTS = 3, 2
+# lookup and registration; the one request that starts a load and the lease's release (and, when
+# a rank keeps another node's file on its node, the one request that records those files).
+SAVE_REQUESTS, LOAD_REQUESTS, KEEPING = 3, 2, 1
 
 
 async def api_requests(stack: Stack) -> float:
@@ -75,7 +76,8 @@ async def test_save_two_ranks_then_load_from_shared_and_s3_with_two_and_one(
     assert {p.name for p in stack.local_dir(node_b, job, step).iterdir()} == {"__1_0.distcp"}
 
     wipe_local(stack, job)
-    load_requests = {}
+    load_requests, keeping = {}, {}
+    owner = {s.path: s.node for s in cp.shards or ()}
     for tier in ("lustre", "s3"):
         for world in (2, 1):
             before = await api_requests(stack)
@@ -83,6 +85,12 @@ async def test_save_two_ranks_then_load_from_shared_and_s3_with_two_and_one(
             load_requests[tier, world] = await api_requests(stack) - before
             assert_loaded(loaded, step)
             assert [r["warnings"] for r in loaded] == [[]] * world
+            # Rank r runs on node r: did a rank keep another node's file on its own?
+            keeping[tier, world] = any(
+                owner[p] != node
+                for r, node in zip(loaded, stack.nodes, strict=False)
+                for p in r["stats"]["repopulated"]
+            )
     # One lease per load, each released: none is active any more.
     leases = await asyncio.to_thread(
         stack.client._http.request,
@@ -91,7 +99,11 @@ async def test_save_two_ranks_then_load_from_shared_and_s3_with_two_and_one(
         query={"all": "true"},
     )
     assert [x["active"] for x in leases.body["items"]] == [False] * 4, leases.body
-    assert set(load_requests.values()) == {LOAD_REQUESTS}, load_requests
+    # One rank alone reads node b's file too, and keeps it on node a.
+    assert keeping["lustre", 1] and keeping["s3", 1], keeping
+    assert load_requests == {
+        load: LOAD_REQUESTS + (KEEPING if kept else 0) for load, kept in keeping.items()
+    }, (load_requests, keeping)
 
 
 async def test_a_save_of_one_rank_costs_the_api_what_a_save_of_two_does(

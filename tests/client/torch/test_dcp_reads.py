@@ -1,6 +1,7 @@
 """How TierpointReader reads, on the real stack: it re-populates this node's local tier from what a
-load read elsewhere (a cache the catalog does not list, used only once it verifies), and reads
-only the items a rank needs of a large S3 file, each verified against its own crc32c."""
+load read elsewhere (another node's files kept as a cache the catalog records but lists as no
+copy, used only once it verifies), and reads only the items a rank needs of a large S3 file,
+each verified against its own crc32c."""
 
 from __future__ import annotations
 
@@ -103,13 +104,17 @@ async def test_s3_reads_fetch_only_the_items_a_rank_needs(stack: Stack, tmp_path
     size = {s.path: s.size for s in cp.shards or ()}
     ranged = ("--min-ranged-size", "0", "--no-repopulate")
 
-    # Node b holds no copy of this checkpoint, so retention would never delete files written
-    # there: a load on node b caches nothing.
+    # Node b holds no copy of this checkpoint: a load there keeps what it read on node b, as
+    # files the catalog records there (so that the local copy's expiry deletes them), not as
+    # node b's copies.
     node_b = stack.nodes[1]
     elsewhere = await ranks(stack, tmp_path, "load", job, world=1, nodes=(node_b,))
     assert_loaded(elsewhere, step)
-    assert elsewhere[0]["stats"]["repopulated"] == []
-    assert not stack.local_dir(node_b, job, step).exists()
+    assert sorted(elsewhere[0]["stats"]["repopulated"]) == [".metadata", "__0_0.distcp"]
+    kept = stack.local_dir(node_b, job, step)
+    assert {p.name for p in kept.iterdir()} == {".metadata", "__0_0.distcp"}
+    detail = await asyncio.to_thread(stack.client.checkpoint, job, step)
+    assert all(r.node != node_b for sh in detail.shards or () for r in sh.replicas)
 
     # A rank that needs the whole file reads it whole (and verifies its registered crc32c).
     whole = await ranks(stack, tmp_path, "load", job, world=1, tier="s3", extra=ranged)

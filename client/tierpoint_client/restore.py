@@ -23,7 +23,7 @@ from tierpoint_client.errors import ChecksumMismatchError, TierpointError
 from tierpoint_client.errors import SourceError as SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, crc32c_hex, update
 from tierpoint_client.models import PlanEntry, RestoredFile, TierInfo
-from tierpoint_client.paths import PARTIAL_SUFFIX, safe_join, validate_relative_path
+from tierpoint_client.paths import partial_name, safe_join, validate_relative_path
 from tierpoint_client.transport import read_full
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ def restore_shard(
 ) -> RestoredFile:
     final = safe_join(dest_dir, validate_relative_path(entry.path))
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{PARTIAL_SUFFIX}")
+    tmp = final.with_name(partial_name(final.name, uuid.uuid4().hex[:12]))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     crc = 0
     size = 0

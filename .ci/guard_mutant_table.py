@@ -381,7 +381,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "restore-s3-connection-kept",
-        "client/tierpoint_client/restore.py",
+        "client/tierpoint_client/sources.py",
         "        s3.release(body)\n",
         "        body.close()\n",
         ("tests/client/test_restore_streamed.py::test_an_s3_connection_read_to_its_end_is_reused",),

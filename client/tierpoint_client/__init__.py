@@ -21,6 +21,7 @@ from tierpoint_client.errors import (
     MissingDependencyError,
     NotFoundError,
     ServerError,
+    SourceError,
     TierpointError,
     TransportError,
     UnsafePathError,
@@ -44,7 +45,6 @@ from tierpoint_client.models import (
     TierInfo,
 )
 from tierpoint_client.paths import safe_join, validate_relative_path
-from tierpoint_client.restore import SourceError
 from tierpoint_client.transport import RetryPolicy
 
 __all__ = [

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tierpoint_client.errors import TierpointError
+from tierpoint_client.errors import SourceError, TierpointError
 from tierpoint_client.models import Checkpoint, PlanEntry, TierInfo
-from tierpoint_client.restore import SourceError, Sources
+from tierpoint_client.sources import Sources
 from tierpoint_client.torch._files import AtomicFile, local_tier
 from tierpoint_client.torch._reads import (
     Mismatch,

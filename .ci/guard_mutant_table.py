@@ -367,6 +367,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "the bytes of a copy that failed verification are not counted as restored",
     ),
     Mutant(
+        "restore-falls-back-on-read-error",
+        "client/tierpoint_client/restore.py",
+        "            except (SourceError, ChecksumMismatchError) as err:\n",
+        "            except ChecksumMismatchError as err:\n",
+        (
+            "tests/client/test_restore_fallback.py::"
+            "test_a_missing_local_and_shared_file_is_read_from_s3",
+            "tests/faults/test_restore_peer_holder_down.py",
+        ),
+        "a restore falling back on a read error: a copy that cannot be read (a file gone, a peer "
+        "holder down but not declared lost) gives way to the shard's next verified copy",
+    ),
+    Mutant(
         "restore-cut-body",
         "client/tierpoint_client/transport.py",
         "        if not n and len(view) and resp.length:\n",

@@ -13,6 +13,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+from tierpoint_client import NoVerifiedCopyError
 
 from apps.cli.context import (
     ApiUrlOpt,
@@ -69,14 +70,19 @@ def restore(
         )
         with Progress(*columns, console=console) as progress:
             task = progress.add_task(f"{job} step {latest.step}", total=latest.total_bytes)
-            result = client.restore_checkpoint(
-                latest,
-                dest,
-                workers=workers,
-                progress=lambda done, _total: progress.update(task, completed=done),
-                node=node,
-                tier=tier,
-            )
+            try:
+                result = client.restore_checkpoint(
+                    latest,
+                    dest,
+                    workers=workers,
+                    progress=lambda done, _total: progress.update(task, completed=done),
+                    node=node,
+                    tier=tier,
+                )
+            except NoVerifiedCopyError as e:
+                # One line per copy tried, and why it was given up.
+                said = f"{e.job}/{e.step}: no copy of {e.path!r} could be read and verified:"
+                fail("\n  ".join([said, *e.tried]))
     table = Table(title=f"restored into {result.dest_dir}", title_justify="left")
     for col in ("path", "size", "crc32c", "from tier"):
         table.add_column(col)

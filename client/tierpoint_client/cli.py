@@ -1,7 +1,7 @@
 """`python -m tierpoint_client`: the client's calls from a shell (job scripts, debugging).
 
 Answers are printed as JSON on stdout; errors as one line on stderr with a non-zero exit status
-(2 for API errors, 3 for a checksum mismatch, 1 otherwise).
+(2 for API errors, 3 when no copy of a shard could be read and verified, 1 otherwise).
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from tierpoint_client.client import Client
-from tierpoint_client.errors import ApiError, ChecksumMismatchError, TierpointError
+from tierpoint_client.errors import (
+    ApiError,
+    ChecksumMismatchError,
+    NoVerifiedCopyError,
+    TierpointError,
+)
 from tierpoint_client.manifest import build_manifest
 
 
@@ -119,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ApiError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except ChecksumMismatchError as e:
+    except (NoVerifiedCopyError, ChecksumMismatchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
     except (TierpointError, TimeoutError, ValueError, OSError) as e:

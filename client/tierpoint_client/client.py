@@ -344,6 +344,8 @@ class Client:
             progress=progress,
             fallback=Fallback(self, latest, tiers, node, only_tier=tier),
             token=self.token,
+            job=latest.job,
+            step=latest.step,
         )
         return RestoreResult(
             job=latest.job,

@@ -2,7 +2,8 @@
 
 Each shard is written to a temporary name in its final directory, fsynced, checked against the
 registered size and crc32c, and only then renamed; on any error the temporary file is removed, so a
-file under its final name is always a complete, verified copy.
+file under its final name is always a complete, verified copy. A copy that cannot be read, or
+whose bytes do not match, gives way to the next verified copy of the shard the fallback names.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from tierpoint_client.errors import ChecksumMismatchError, TierpointError
+from tierpoint_client.errors import ChecksumMismatchError, NoVerifiedCopyError, TierpointError
 from tierpoint_client.errors import SourceError as SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, crc32c_hex, update
 from tierpoint_client.models import PlanEntry, RestoredFile, TierInfo
@@ -24,9 +25,11 @@ from tierpoint_client.paths import partial_name, safe_join, validate_relative_pa
 from tierpoint_client.sources import Sources
 
 ProgressCallback = Callable[[int, int], None]
-# Called when a shard's bytes did not match: (the entry read, the mismatch, tiers tried so far);
-# returns another source of the same shard to try, or None to give up.
-FallbackFn = Callable[[PlanEntry, ChecksumMismatchError, frozenset[str]], "PlanEntry | None"]
+# Why a copy was given up: it could not be read, or its bytes did not match.
+CopyFailure = SourceError | ChecksumMismatchError
+# Called when a copy of a shard failed: (the entry read, why, tiers tried so far); returns another
+# verified copy of the same shard to read, or None when there is none.
+FallbackFn = Callable[[PlanEntry, CopyFailure, frozenset[str]], "PlanEntry | None"]
 
 
 def _fsync_dir(path: Path) -> None:
@@ -52,6 +55,26 @@ class _Progress:
             self.callback(self.done, self.total)
 
 
+def _copy_chunks(
+    sources: Sources, entry: PlanEntry, chunk_size: int
+) -> Generator[memoryview, None, None]:
+    """The copy's bytes. Any failure to read them, whatever raised it (an S3 client, a socket,
+    a file system), is SourceError: this copy cannot be read, the next one may be."""
+    chunks: Generator[memoryview, None, None] | None = None
+    try:
+        chunks = sources.chunks(entry, chunk_size)
+        while (chunk := next(chunks, None)) is not None:
+            yield chunk
+    except SourceError:
+        raise
+    except Exception as e:
+        raise SourceError(f"{entry.location} cannot be read: {e!r}") from e
+    finally:
+        # A stream left early goes with its connection.
+        if chunks is not None:
+            chunks.close()
+
+
 def restore_shard(
     entry: PlanEntry,
     dest_dir: Path,
@@ -69,12 +92,8 @@ def restore_shard(
     size = 0
     counted = 0
     try:
-        # The chunks are closed on an error too: a stream left early goes with its connection.
-        with (
-            os.fdopen(fd, "wb", buffering=0) as out,
-            contextlib.closing(sources.chunks(entry, chunk_size)) as chunks,
-        ):
-            for chunk in chunks:
+        with os.fdopen(fd, "wb", buffering=0) as out:
+            for chunk in _copy_chunks(sources, entry, chunk_size):
                 crc = update(crc, chunk)
                 view = memoryview(chunk)
                 while view:
@@ -117,12 +136,15 @@ def restore_plan(
     progress: ProgressCallback | None = None,
     fallback: FallbackFn | None = None,
     token: str | None = None,
+    job: str | None = None,
+    step: int | None = None,
 ) -> tuple[list[RestoredFile], float]:
     """Restore every entry; returns the restored files (plan order) and the seconds it took.
 
-    A shard whose bytes do not match is offered to `fallback`, which may name another source of
-    the same shard (and report the bad one); without one, or when it has none, the mismatch is
-    raised."""
+    A copy that cannot be read or does not match is offered to `fallback`, which may name
+    another verified copy of the same shard (and report a bad one); when no copy of a shard is
+    left, NoVerifiedCopyError says what each copy tried gave (`job` and `step` name the
+    checkpoint in it)."""
     started = time.monotonic()
     # Refuse a bad plan before writing anything.
     for entry in plan:
@@ -137,16 +159,23 @@ def restore_plan(
     tracker = _Progress(sum(e.size for e in plan), progress)
 
     def one(entry: PlanEntry) -> RestoredFile:
-        tried: set[str] = set()
-        while True:
+        tried: list[str] = []
+        tiers_tried: set[str] = set()
+        source: PlanEntry | None = entry
+        last: CopyFailure | None = None
+        while source is not None:
             try:
-                return restore_shard(entry, dest, sources, tracker, sync_dir=False)
-            except ChecksumMismatchError as err:
-                tried.add(entry.tier)
-                other = fallback(entry, err, frozenset(tried)) if fallback is not None else None
-                if other is None or other.tier in tried or other.path != entry.path:
-                    raise
-                entry = other
+                return restore_shard(source, dest, sources, tracker, sync_dir=False)
+            except (SourceError, ChecksumMismatchError) as err:
+                last = err
+                tried.append(_why(source, err))
+                tiers_tried.add(source.tier)
+                other = None if fallback is None else fallback(source, err, frozenset(tiers_tried))
+                # Another copy of this shard, on a tier not read yet, or none.
+                if other is not None and (other.tier in tiers_tried or other.path != entry.path):
+                    other = None
+                source = other
+        raise NoVerifiedCopyError(job, step, entry.path, tried) from last
 
     files = _run(plan, one, workers)
     # Each file was fsynced before its rename; the renames are made durable once per directory
@@ -154,6 +183,17 @@ def restore_plan(
     for directory in sorted({safe_join(dest, f.path).parent for f in files}):
         _fsync_dir(directory)
     return files, time.monotonic() - started
+
+
+def _why(source: PlanEntry, err: CopyFailure) -> str:
+    """One copy tried, and why it was given up, for NoVerifiedCopyError."""
+    if isinstance(err, ChecksumMismatchError):
+        return (
+            f"{source.tier} copy {source.location} failed verification ({err.actual_size} bytes, "
+            f"crc32c {err.actual_crc32c}; registered {err.expected_size} bytes, crc32c "
+            f"{err.expected_crc32c})"
+        )
+    return f"{source.tier} copy could not be read: {err}"
 
 
 def _run(

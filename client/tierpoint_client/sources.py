@@ -27,9 +27,14 @@ def _posix_chunks(location: str, chunk_size: int) -> Generator[memoryview, None,
         f = open(location, "rb", buffering=0)  # noqa: SIM115 - closed in finally of a generator
     except FileNotFoundError:
         raise SourceError(f"restore source {location} does not exist") from None
+    except OSError as e:
+        raise SourceError(f"restore source {location} cannot be opened: {e}") from None
     try:
         while True:
-            n = f.readinto(view)
+            try:
+                n = f.readinto(view)
+            except OSError as e:
+                raise SourceError(f"restore source {location} cannot be read: {e}") from None
             if not n:
                 return
             yield view[:n]
@@ -128,6 +133,8 @@ class Sources:
                 f"(s3://{info.bucket}/{info.prefix})"
             )
         client = self._client(entry.tier)
+        from botocore.exceptions import BotoCoreError  # there is a client: botocore is installed
+
         try:
             if byte_range is None:
                 return client.get_object(Bucket=bucket, Key=key)
@@ -135,9 +142,15 @@ class Sources:
         except client.exceptions.NoSuchKey:
             raise SourceError(f"restore source {entry.location} does not exist") from None
         except client.exceptions.ClientError as e:
-            if e.response.get("Error", {}).get("Code") == "InvalidRange":
+            error = e.response.get("Error", {})
+            if error.get("Code") == "InvalidRange":
                 raise SourceError(f"{entry.location} is shorter than the range read") from None
-            raise
+            # Denied, throttled past the retries, a server error: this copy cannot be read now.
+            raise SourceError(
+                f"{entry.location}: S3 answered {error.get('Code')}: {error.get('Message')}"
+            ) from None
+        except BotoCoreError as e:  # no connection, timed out (after botocore's retries)
+            raise SourceError(f"{entry.location}: {e}") from None
 
     def _streamed_chunks(
         self, entry: PlanEntry, chunk_size: int

@@ -19,6 +19,7 @@ from tierpoint_client import (
     ConflictError,
     InvalidRequestError,
     NotFoundError,
+    NoVerifiedCopyError,
     ShardSpec,
     build_manifest,
 )
@@ -138,9 +139,10 @@ async def test_corrupted_source_raises_and_leaves_no_final_file(
     on_lustre.write_bytes(bytes(data))
 
     dest = tmp_path / "restore"
-    with pytest.raises(ChecksumMismatchError) as info:
+    with pytest.raises(NoVerifiedCopyError) as info:
         await asyncio.to_thread(client.restore, job, dest, tier="lustre", workers=1)
     assert info.value.path == victim
+    assert isinstance(info.value.__cause__, ChecksumMismatchError)
     restored = read_tree(dest)
     assert victim not in restored
     # Whatever else was restored is complete and correct; no temporary file is left.

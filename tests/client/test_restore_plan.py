@@ -11,7 +11,13 @@ from typing import Any, NamedTuple
 import boto3
 import crc32c
 import pytest
-from tierpoint_client import ChecksumMismatchError, PlanEntry, TierInfo, UnsafePathError
+from tierpoint_client import (
+    ChecksumMismatchError,
+    NoVerifiedCopyError,
+    PlanEntry,
+    TierInfo,
+    UnsafePathError,
+)
 from tierpoint_client.restore import SourceError, restore_plan
 
 from tests.helpers.services import Services, make_bucket
@@ -80,10 +86,14 @@ def test_mismatch_raises_and_leaves_no_final_file(tmp_path: Path, corruption: st
     else:
         src.write_bytes(good + os.urandom(10_000_000))
     dest = tmp_path / "dest"
-    with pytest.raises(ChecksumMismatchError) as info:
+    with pytest.raises(NoVerifiedCopyError) as info:
         restore_plan(plan, dest, {}, workers=1)
     assert info.value.path == "bad/shard.bin"
-    assert info.value.expected_crc32c == plan[0].crc32c
+    (tried,) = info.value.tried
+    assert "failed verification" in tried, tried
+    mismatch = info.value.__cause__
+    assert isinstance(mismatch, ChecksumMismatchError)
+    assert mismatch.expected_crc32c == plan[0].crc32c
     # Neither the final name nor a temporary file is left behind.
     assert _files_under(dest) == {}
 
@@ -92,7 +102,7 @@ def test_mismatch_in_a_parallel_restore_raises(tmp_path: Path) -> None:
     shards = {f"s{i}.bin": os.urandom(50_000) for i in range(8)}
     plan = _posix_plan(tmp_path / "src", shards)
     Path(plan[5].location).write_bytes(os.urandom(50_000))
-    with pytest.raises(ChecksumMismatchError):
+    with pytest.raises(NoVerifiedCopyError, match=r"s5\.bin"):
         restore_plan(plan, tmp_path / "dest", {}, workers=4)
     left = _files_under(tmp_path / "dest")
     assert "s5.bin" not in left
@@ -131,10 +141,11 @@ def test_symlink_in_dest_cannot_redirect_a_write(tmp_path: Path) -> None:
     assert list(outside.iterdir()) == []
 
 
-def test_missing_source_raises_source_error(tmp_path: Path) -> None:
+def test_missing_source_without_another_copy_says_so(tmp_path: Path) -> None:
     plan = [_entry("a.bin", b"abc", str(tmp_path / "gone.bin"))]
-    with pytest.raises(SourceError, match="does not exist"):
+    with pytest.raises(NoVerifiedCopyError, match="does not exist") as info:
         restore_plan(plan, tmp_path / "dest", {})
+    assert isinstance(info.value.__cause__, SourceError)
     assert _files_under(tmp_path / "dest") == {}
 
 
@@ -175,7 +186,7 @@ def test_s3_restore_reads_with_tier_endpoint(tmp_path: Path, services: Services)
 
     # A corrupted object fails verification like a corrupted file.
     s3.put_object(Bucket=bucket, Key=prefix + "r0.bin", Body=b"x" + shards["r0.bin"][1:])
-    with pytest.raises(ChecksumMismatchError):
+    with pytest.raises(NoVerifiedCopyError, match="failed verification"):
         restore_plan(plan[:1], tmp_path / "dest2", tiers)
     assert _files_under(tmp_path / "dest2") == {}
 
@@ -188,7 +199,7 @@ def test_s3_restore_reads_with_tier_endpoint(tmp_path: Path, services: Services)
     stray = [_s3_entry("r0.bin", shards["r0.bin"], other, f"{prefix}r0.bin")]
     stray.append(_s3_entry("r1.bin", b"", bucket, "elsewhere/r1.bin"))
     for entry in stray:
-        with pytest.raises(SourceError, match="outside tier"):
+        with pytest.raises(NoVerifiedCopyError, match="outside tier"):
             restore_plan([entry], tmp_path / "dest4", tiers)
     assert _files_under(tmp_path / "dest4") == {}
 
@@ -257,7 +268,7 @@ def test_an_s3_entry_without_bucket_and_key_is_not_guessed_from_its_location(
 ) -> None:
     objects = s3_objects(services, {"r0.bin": b"bytes"}, "")
     bare = dataclasses.replace(objects.plan[0], bucket=None, key=None)
-    with pytest.raises(SourceError, match="no bucket and key"):
+    with pytest.raises(NoVerifiedCopyError, match="no bucket and key"):
         restore_plan([bare], tmp_path / "dest", objects.tiers)
     assert _files_under(tmp_path / "dest") == {}
 

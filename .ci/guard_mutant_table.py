@@ -380,6 +380,31 @@ MUTANTS: tuple[Mutant, ...] = (
         "holder down but not declared lost) gives way to the shard's next verified copy",
     ),
     Mutant(
+        "restore-refuses-a-non-empty-dest",
+        "client/tierpoint_client/destination.py",
+        "        if names:\n",
+        "        if False:\n",
+        (
+            "tests/client/test_restore_dest.py::"
+            "test_a_directory_holding_files_is_refused_and_nothing_is_written",
+        ),
+        "a restore into a directory that holds files is refused, nothing written, unless told "
+        "to overwrite or clean it: stale shards beside a restored checkpoint are loaded with it",
+    ),
+    Mutant(
+        "restore-abort-leaves-dest-as-it-was",
+        "client/tierpoint_client/destination.py",
+        "                try:\n                    shutil.rmtree(self.staging)\n",
+        "                try:\n                    pass\n",
+        (
+            "tests/client/test_restore_plan.py::test_mismatch_in_a_parallel_restore_raises",
+            "tests/client/test_restore_dest.py::"
+            "test_ctrl_c_mid_restore_leaves_dest_as_it_was_and_says_so",
+        ),
+        "a restore that fails or is interrupted removes what it staged: the destination is as "
+        "it was, and the next restore into it is not refused for our leftovers",
+    ),
+    Mutant(
         "restore-cut-body",
         "client/tierpoint_client/transport.py",
         "        if not n and len(view) and resp.length:\n",

@@ -155,3 +155,28 @@ class NoVerifiedCopyError(TierpointError):
     def __reduce__(self) -> tuple[Any, ...]:
         # DCP pickles a rank's exception to raise it on the others.
         return type(self), (self.job, self.step, self.path, self.tried)
+
+
+class DestinationError(TierpointError):
+    """The restore's destination cannot take the checkpoint as it is (not a directory, an entry
+    where the checkpoint needs another kind, a symlink); nothing was written."""
+
+
+class DestinationNotEmptyError(DestinationError):
+    """The destination holds files and the restore was not told what to do with them
+    (`existing="overwrite"` or `"clean"`); nothing was written. `entries` are some of them."""
+
+    def __init__(self, dest: str, entries: Sequence[str], count: int) -> None:
+        self.dest, self.entries, self.count = dest, tuple(entries), count
+        shown = ", ".join(self.entries) + (
+            f" and {count - len(entries)} more" if count > len(entries) else ""
+        )
+        super().__init__(f"{dest} is not empty ({shown})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.dest, self.entries, self.count)
+
+
+class RestoreInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped a restore; the message says what the destination holds. A
+    KeyboardInterrupt, so that whatever stops on one stops on this."""

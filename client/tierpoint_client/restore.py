@@ -1,9 +1,10 @@
-"""Copy a restore plan's shards into a local directory, verifying crc32c on the way.
+"""Restore a plan's shards into a local directory, verifying crc32c on the way.
 
-Each shard is written to a temporary name in its final directory, fsynced, checked against the
-registered size and crc32c, and only then renamed; on any error the temporary file is removed, so a
-file under its final name is always a complete, verified copy. A copy that cannot be read, or
-whose bytes do not match, gives way to the next verified copy of the shard the fallback names.
+Each shard is read from its plan entry (and, when that copy cannot be read or does not match,
+from the next verified copy the fallback names) into a staging directory inside the destination,
+fsynced and checked against the registered size and crc32c. Only once every shard is verified
+are they moved to their names (`destination`); a restore that fails or is interrupted removes
+what it staged and leaves the destination as it was.
 """
 
 from __future__ import annotations
@@ -12,17 +13,39 @@ import contextlib
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tierpoint_client.errors import ChecksumMismatchError, NoVerifiedCopyError, TierpointError
+from tierpoint_client._fallback import Fallback
+from tierpoint_client.destination import (
+    Destination,
+    Existing,
+    held_interrupts,
+    shown,
+)
+from tierpoint_client.errors import (
+    ChecksumMismatchError,
+    NoVerifiedCopyError,
+    RestoreInterrupted,
+    TierpointError,
+)
 from tierpoint_client.errors import SourceError as SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, crc32c_hex, update
-from tierpoint_client.models import PlanEntry, RestoredFile, TierInfo
-from tierpoint_client.paths import partial_name, safe_join, validate_relative_path
+from tierpoint_client.models import (
+    LatestCheckpoint,
+    PlanEntry,
+    RestoredFile,
+    RestoreResult,
+    TierInfo,
+)
+from tierpoint_client.paths import PARTIAL_SUFFIX, check_no_path_conflict, validate_relative_path
 from tierpoint_client.sources import Sources
+
+if TYPE_CHECKING:
+    from tierpoint_client.client import Client
 
 ProgressCallback = Callable[[int, int], None]
 # Why a copy was given up: it could not be read, or its bytes did not match.
@@ -30,14 +53,6 @@ CopyFailure = SourceError | ChecksumMismatchError
 # Called when a copy of a shard failed: (the entry read, why, tiers tried so far); returns another
 # verified copy of the same shard to read, or None when there is none.
 FallbackFn = Callable[[PlanEntry, CopyFailure, frozenset[str]], "PlanEntry | None"]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _Progress:
@@ -53,6 +68,10 @@ class _Progress:
         with self._lock:
             self.done += n
             self.callback(self.done, self.total)
+
+
+class _Stopped(Exception):
+    """The restore is being given up (a shard failed, or Ctrl-C): the other shards stop."""
 
 
 def _copy_chunks(
@@ -75,18 +94,17 @@ def _copy_chunks(
             chunks.close()
 
 
-def restore_shard(
+def stage_shard(
     entry: PlanEntry,
-    dest_dir: Path,
+    tmp: Path,
     sources: Sources,
     progress: _Progress,
+    stop: threading.Event,
     chunk_size: int = CHUNK_SIZE,
-    *,
-    sync_dir: bool = True,
 ) -> RestoredFile:
-    final = safe_join(dest_dir, validate_relative_path(entry.path))
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(partial_name(final.name, uuid.uuid4().hex[:12]))
+    """Copy one copy of a shard to `tmp`, fsynced and verified against the registered size and
+    crc32c. On any failure `tmp` is removed: SourceError when the copy could not be read,
+    ChecksumMismatchError when its bytes do not match; anything else is the destination's."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     crc = 0
     size = 0
@@ -94,6 +112,8 @@ def restore_shard(
     try:
         with os.fdopen(fd, "wb", buffering=0) as out:
             for chunk in _copy_chunks(sources, entry, chunk_size):
+                if stop.is_set():
+                    raise _Stopped
                 crc = update(crc, chunk)
                 view = memoryview(chunk)
                 while view:
@@ -108,23 +128,36 @@ def restore_shard(
                     )
                 progress.add(len(chunk))
                 counted += len(chunk)
+            if stop.is_set():
+                raise _Stopped  # a read cut short by the stop is not a mismatch to report
             os.fsync(out.fileno())
         actual = crc32c_hex(crc)
         if size != entry.size or (entry.crc32c is not None and actual != entry.crc32c.lower()):
             raise ChecksumMismatchError(
                 entry.path, entry.location, entry.size, size, entry.crc32c, actual
             )
-        os.replace(tmp, final)
     except BaseException:
-        # Leave nothing that could be taken for a restored shard.
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         # These bytes are not restored: a read from another copy counts them again.
         progress.add(-counted)
         raise
-    if sync_dir:
-        _fsync_dir(final.parent)
     return RestoredFile(entry.path, size, actual, entry.tier, entry.location)
+
+
+@dataclass(frozen=True)
+class PlanRestored:
+    """What `restore_plan` did: the files (plan order), the seconds it took, and the entries of
+    the destination outside the checkpoint that it removed ("clean") or left beside it
+    ("overwrite")."""
+
+    files: list[RestoredFile]
+    seconds: float
+    removed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+
+_Staged = tuple[Path, RestoredFile]
 
 
 def restore_plan(
@@ -136,36 +169,46 @@ def restore_plan(
     progress: ProgressCallback | None = None,
     fallback: FallbackFn | None = None,
     token: str | None = None,
+    existing: Existing = "refuse",
     job: str | None = None,
     step: int | None = None,
-) -> tuple[list[RestoredFile], float]:
-    """Restore every entry; returns the restored files (plan order) and the seconds it took.
+) -> PlanRestored:
+    """Restore every entry into `dest_dir`, all or nothing.
 
     A copy that cannot be read or does not match is offered to `fallback`, which may name
     another verified copy of the same shard (and report a bad one); when no copy of a shard is
-    left, NoVerifiedCopyError says what each copy tried gave (`job` and `step` name the
-    checkpoint in it)."""
+    left, NoVerifiedCopyError says what each copy tried gave. `existing` says what to do with a
+    destination that holds entries already: "refuse" (DestinationNotEmptyError), "overwrite"
+    (the checkpoint's files replace theirs, the others stay) or "clean" (the others are removed
+    once the checkpoint is verified). On any failure, and on Ctrl-C (RestoreInterrupted), what
+    was staged is removed and the destination is as it was; `job` and `step` name the
+    checkpoint in errors."""
     started = time.monotonic()
-    # Refuse a bad plan before writing anything.
+    # Refuse a bad plan, or a destination that cannot take it, before writing anything.
     for entry in plan:
         validate_relative_path(entry.path)
-    if len({e.path for e in plan}) != len(plan):
+    paths = [e.path for e in plan]
+    if len(set(paths)) != len(plan):
         raise TierpointError("the restore plan names a shard twice")
-    dest = Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    for entry in plan:
-        safe_join(dest, entry.path)
+    check_no_path_conflict(paths)
+    dest = Destination.survey(dest_dir, paths, existing)
     sources = Sources(tiers, plan, token)
     tracker = _Progress(sum(e.size for e in plan), progress)
+    staging = dest.begin()
+    stop = threading.Event()
+    verified: list[str] = []
 
-    def one(entry: PlanEntry) -> RestoredFile:
+    def one(index: int, entry: PlanEntry) -> _Staged:
         tried: list[str] = []
         tiers_tried: set[str] = set()
         source: PlanEntry | None = entry
         last: CopyFailure | None = None
         while source is not None:
+            if stop.is_set():
+                raise _Stopped
+            tmp = staging / f"{index}.{len(tried)}{PARTIAL_SUFFIX}"
             try:
-                return restore_shard(source, dest, sources, tracker, sync_dir=False)
+                restored = stage_shard(source, tmp, sources, tracker, stop)
             except (SourceError, ChecksumMismatchError) as err:
                 last = err
                 tried.append(_why(source, err))
@@ -175,14 +218,34 @@ def restore_plan(
                 if other is not None and (other.tier in tiers_tried or other.path != entry.path):
                     other = None
                 source = other
+                continue
+            verified.append(entry.path)
+            return tmp, restored
         raise NoVerifiedCopyError(job, step, entry.path, tried) from last
 
-    files = _run(plan, one, workers)
-    # Each file was fsynced before its rename; the renames are made durable once per directory
-    # (a directory fsync can cost a journal commit: one per shard is one per file restored).
-    for directory in sorted({safe_join(dest, f.path).parent for f in files}):
-        _fsync_dir(directory)
-    return files, time.monotonic() - started
+    try:
+        staged = _run(plan, one, workers, stop)
+    except KeyboardInterrupt:
+        left = dest.abort()
+        raise RestoreInterrupted(
+            f"restore interrupted: {left} ({len(verified)} of {len(plan)} shards had been "
+            "copied and verified, and were removed)"
+        ) from None
+    except BaseException as e:
+        _note(e, dest.abort())
+        raise
+    interrupted = dest.commit([(e.path, tmp) for e, (tmp, _) in zip(plan, staged, strict=True)])
+    if interrupted:
+        raise RestoreInterrupted(
+            f"restore interrupted as it finished: {shown(dest.path)} holds the whole checkpoint, "
+            "verified"
+        )
+    return PlanRestored(
+        [f for _, f in staged],
+        time.monotonic() - started,
+        removed=tuple(sorted((*dest.in_the_way, *dest.others))) if existing == "clean" else (),
+        kept=dest.others if existing == "overwrite" else (),
+    )
 
 
 def _why(source: PlanEntry, err: CopyFailure) -> str:
@@ -196,19 +259,78 @@ def _why(source: PlanEntry, err: CopyFailure) -> str:
     return f"{source.tier} copy could not be read: {err}"
 
 
+def restore_latest(
+    client: Client,
+    latest: LatestCheckpoint,
+    dest_dir: str | os.PathLike[str],
+    *,
+    workers: int,
+    progress: ProgressCallback | None,
+    node: str | None,
+    tier: str | None,
+    existing: Existing,
+) -> RestoreResult:
+    """`Client.restore_checkpoint`: the plan restored, with the fallback to other copies."""
+    tiers = {t.name: t for t in client.tiers()}
+    done = restore_plan(
+        latest.plan,
+        dest_dir,
+        tiers,
+        workers=workers,
+        progress=progress,
+        fallback=Fallback(client, latest, tiers, node, only_tier=tier),
+        token=client.token,
+        existing=existing,
+        job=latest.job,
+        step=latest.step,
+    )
+    return RestoreResult(
+        job=latest.job,
+        step=latest.step,
+        dest_dir=os.fspath(Path(dest_dir)),
+        files=tuple(done.files),
+        bytes_total=sum(f.size for f in done.files),
+        seconds=done.seconds,
+        checkpoint=latest.checkpoint,
+        skipped=latest.skipped,
+        removed=done.removed,
+        kept=done.kept,
+    )
+
+
+def _note(e: BaseException, text: str) -> None:
+    """Tell whoever sees `e` what the destination holds now (PEP 678 notes, which tracebacks
+    print; set by hand before Python 3.11, as the exceptiongroup backport does)."""
+    add = getattr(e, "add_note", None)
+    if add is not None:
+        add(text)
+    else:
+        setattr(e, "__notes__", [*getattr(e, "__notes__", ()), text])  # noqa: B010
+
+
 def _run(
-    plan: Sequence[PlanEntry], one: Callable[[PlanEntry], RestoredFile], workers: int
-) -> list[RestoredFile]:
+    plan: Sequence[PlanEntry],
+    one: Callable[[int, PlanEntry], _Staged],
+    workers: int,
+    stop: threading.Event,
+) -> list[_Staged]:
     if workers <= 1 or len(plan) <= 1:
-        return [one(e) for e in plan]
-    with ThreadPoolExecutor(max_workers=min(workers, len(plan))) as pool:
-        futures: list[Future[RestoredFile]] = [pool.submit(one, e) for e in plan]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = [f for f in done if f.exception() is not None]
-        if failed:
-            for f in futures:
-                f.cancel()
-            err = failed[0].exception()
-            assert err is not None
-            raise err
+        return [one(i, e) for i, e in enumerate(plan)]
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(plan)))
+    futures: list[Future[_Staged]] = []
+    try:
+        futures = [pool.submit(one, i, e) for i, e in enumerate(plan)]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            err = f.exception() if f.done() else None
+            if err is not None:
+                raise err
         return [f.result() for f in futures]
+    finally:
+        # On a failure or Ctrl-C the shards still copying stop at their next chunk, the ones not
+        # started never start; the staging directory is removed only once they all have stopped.
+        stop.set()
+        for f in futures:
+            f.cancel()
+        with held_interrupts():
+            pool.shutdown(wait=True)

@@ -19,6 +19,7 @@ CASES = [
     errors.TransportError("refused"),
     errors.NoVerifiedCopyError("j", 3, "a/b", ["ssd copy could not be read: gone"]),
     errors.NoVerifiedCopyError(None, None, "a/b", []),
+    errors.DestinationNotEmptyError("/restore", ["x.bin"], 4),
 ]
 
 

@@ -2,7 +2,7 @@
 gives way to the shard's next verified copy, here S3's, as a user meets it on the real stack:
 `tierpoint restore JOB DIR --node N` exits 0 with every shard verified. A copy that cannot be
 read is not reported corrupt (a missing file says nothing of the bytes). With no copy of a shard
-left, the restore fails naming every copy it tried and why."""
+left, the restore fails naming every copy it tried and why, and DIR is as it was."""
 
 from __future__ import annotations
 
@@ -101,3 +101,5 @@ async def test_with_no_copy_left_the_restore_names_each_copy_and_why(
     assert f"no copy of '{GONE}' could be read and verified" in said, out.output
     assert "ssd copy could not be read" in said and "lustre copy could not be read" in said, said
     assert "does not exist" in said and "s3 copy" in said and "failed verification" in said, said
+    assert f"{dest} was not created" in said, said
+    assert not dest.exists()

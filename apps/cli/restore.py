@@ -1,5 +1,5 @@
 """`tierpoint restore JOB DIR`: the latest restorable checkpoint, copied and verified, all or
-nothing."""
+nothing, under a restore lease."""
 
 from pathlib import Path
 from typing import Annotated
@@ -23,6 +23,7 @@ from tierpoint_client import (
     TierpointError,
 )
 from tierpoint_client.destination import Existing, check_destination
+from tierpoint_client.leases import RESTORE_LEASE_TTL, holder
 
 from apps.cli.context import (
     ApiUrlOpt,
@@ -87,7 +88,8 @@ def restore(
     peer's data endpoint, or an S3 object); a copy that cannot be read or fails its crc32c is
     replaced by the shard's next verified copy. The shards wait in a hidden staging directory in
     DEST until every one is verified, then move into place together: a restore that fails or is
-    interrupted (Ctrl-C, exit 130) leaves DEST as it was.
+    interrupted (Ctrl-C, exit 130) leaves DEST as it was. A restore lease keeps the checkpoint
+    from expiring while it runs.
     """
     existing: Existing = "clean" if clean else "overwrite" if force else "refuse"
     try:
@@ -103,7 +105,10 @@ def restore(
     use_stack_s3_credentials(data_dir)
     try:
         with api_errors():
-            latest = client.latest(job, tier=tier, node=node)
+            # One request: the checkpoint, each shard's fastest verified copy, and the lease.
+            latest = client.latest(
+                job, tier=tier, node=node, lease_ttl=RESTORE_LEASE_TTL, holder=holder()
+            )
             if latest is None:
                 where = (f" on tier {tier}" if tier else "") + (f" for node {node}" if node else "")
                 fail(f"job {job!r} has no restorable checkpoint{where}")
@@ -150,6 +155,7 @@ def _copy(
                 node=node,
                 tier=tier,
                 existing=existing,
+                lease_ttl=RESTORE_LEASE_TTL,
             )
     except KeyboardInterrupt as e:
         # The client's RestoreInterrupted says what DEST holds; a bare one came before it began.

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from tierpoint_client.destination import Existing, check_destination
 from tierpoint_client.errors import CheckpointFailedError, NotFoundError
+from tierpoint_client.leases import RESTORE_LEASE_TTL, holder
 from tierpoint_client.manifest import PathLike, build_manifest
 from tierpoint_client.models import (
     Checkpoint,
@@ -301,10 +302,12 @@ class Client:
         workers: int = 4,
         progress: ProgressCallback | None = None,
         existing: Existing = "refuse",
+        lease_ttl: int = RESTORE_LEASE_TTL,
     ) -> RestoreResult:
         """Restore the latest restorable checkpoint into dest_dir/<shard path>.
 
-        One request chooses the checkpoint and the fastest verified copy of each shard. Each
+        One request chooses the checkpoint, the fastest verified copy of each shard and takes a
+        restore lease on it (`latest(lease_ttl=...)`), held as `restore_checkpoint` says. Each
         shard (a POSIX path, a peer's data endpoint, or an S3 object read with the standard AWS
         credential chain) is staged in dest_dir and checked against its registered size and
         crc32c; a copy that cannot be read or does not match (reported to the server) gives way
@@ -319,7 +322,7 @@ class Client:
         called from the copying threads.
         """
         check_destination(dest_dir, existing)
-        latest = self.latest(job, tier=tier, node=node)
+        latest = self.latest(job, tier=tier, node=node, lease_ttl=lease_ttl, holder=holder())
         if latest is None:
             raise NotFoundError(
                 404,
@@ -336,6 +339,7 @@ class Client:
             node=node,
             tier=tier,
             existing=existing,
+            lease_ttl=lease_ttl,
         )
 
     def restore_checkpoint(
@@ -348,10 +352,14 @@ class Client:
         node: str | None = None,
         tier: str | None = None,
         existing: Existing = "refuse",
+        lease_ttl: int = RESTORE_LEASE_TTL,
     ) -> RestoreResult:
         """Restore a plan obtained from `latest()` (e.g. after inspecting it), as `restore` does.
 
-        A shard whose copy cannot be read or does not match is read from another verified
+        The restore holds the lease `latest` carries (asked for with `lease_ttl`), or takes one
+        (ConflictError `not_leasable` when the checkpoint is no longer restorable), renews it
+        every third of `lease_ttl` seconds while it runs and releases it when it ends, however it
+        ends. A shard whose copy cannot be read or does not match is read from another verified
         copy of it on a restorable tier (a local one only on `node`); with `tier` (the restore
         was asked for that tier only; by default the tier `latest` was asked for) there is no
         other copy to read, and NoVerifiedCopyError says why that one failed."""
@@ -367,6 +375,7 @@ class Client:
             node=node,
             tier=tier,
             existing=existing,
+            lease_ttl=lease_ttl,
         )
 
 

@@ -23,6 +23,7 @@ from tierpoint_client._fallback import Fallback
 from tierpoint_client.destination import (
     Destination,
     Existing,
+    check_destination,
     held_interrupts,
     shown,
 )
@@ -34,6 +35,7 @@ from tierpoint_client.errors import (
 )
 from tierpoint_client.errors import SourceError as SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, crc32c_hex, update
+from tierpoint_client.leases import held, holder
 from tierpoint_client.models import (
     LatestCheckpoint,
     PlanEntry,
@@ -269,21 +271,28 @@ def restore_latest(
     node: str | None,
     tier: str | None,
     existing: Existing,
+    lease_ttl: int,
 ) -> RestoreResult:
-    """`Client.restore_checkpoint`: the plan restored, with the fallback to other copies."""
-    tiers = {t.name: t for t in client.tiers()}
-    done = restore_plan(
-        latest.plan,
-        dest_dir,
-        tiers,
-        workers=workers,
-        progress=progress,
-        fallback=Fallback(client, latest, tiers, node, only_tier=tier),
-        token=client.token,
-        existing=existing,
-        job=latest.job,
-        step=latest.step,
-    )
+    """`Client.restore_checkpoint`: the plan restored under one lease, held from before the
+    first read until the last file is in place (or the restore gave up)."""
+    lease = latest.lease
+    if lease is None or not lease.active:
+        check_destination(dest_dir, existing)  # before a lease is taken for nothing
+        lease = client.create_lease(latest.job, latest.step, lease_ttl, holder())
+    with held(client, lease, lease_ttl):
+        tiers = {t.name: t for t in client.tiers()}
+        done = restore_plan(
+            latest.plan,
+            dest_dir,
+            tiers,
+            workers=workers,
+            progress=progress,
+            fallback=Fallback(client, latest, tiers, node, only_tier=tier),
+            token=client.token,
+            existing=existing,
+            job=latest.job,
+            step=latest.step,
+        )
     return RestoreResult(
         job=latest.job,
         step=latest.step,

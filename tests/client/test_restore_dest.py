@@ -3,7 +3,7 @@
 pick up) is refused, nothing written, unless `--force` (the checkpoint's files replace theirs,
 the others stay and are named) or `--clean` (DIR holds exactly the checkpoint); a DIR that is a
 regular file is one clear line; and Ctrl-C (a real SIGINT to a real `tierpoint restore`) in the
-middle of a shard leaves DIR as it was and says so.
+middle of a shard leaves DIR as it was, says so, and releases the restore's lease.
 
 Real stack: the API under uvicorn, Temporal workers, Postgres, the shared directory and moto S3
 (tests/client/conftest.py). The shard being read when Ctrl-C comes is a named pipe put in place
@@ -20,11 +20,13 @@ import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from tierpoint_client import TierpointError, build_manifest
 
 from tests.helpers.cli import run_cli
 from tests.helpers.client import Stack, read_tree, write_shards
+from tests.helpers.tokens import bearer
 
 WAIT = 300.0  # hang guard only
 KIB = 1024
@@ -58,10 +60,19 @@ def _older_run(dest: Path) -> dict[str, bytes]:
     return read_tree(dest)
 
 
+async def _leases(stack: Stack, job: str, step: int) -> list[dict[str, object]]:
+    """Every lease ever taken on the checkpoint (released and expired ones too)."""
+    async with httpx.AsyncClient(base_url=stack.api_url, headers=bearer(stack.token)) as http:
+        r = await http.get(f"/v1/jobs/{job}/checkpoints/{step}/leases", params={"all": "true"})
+    assert r.status_code == 200, r.text
+    items: list[dict[str, object]] = r.json()["items"]
+    return items
+
+
 async def test_a_directory_holding_files_is_refused_and_nothing_is_written(
     stack: Stack, tmp_path: Path
 ) -> None:
-    job, _, _ = await _checkpoint(stack)
+    job, step, _ = await _checkpoint(stack)
     dest = tmp_path / "restored"
     before = _older_run(dest)
 
@@ -70,6 +81,8 @@ async def test_a_directory_holding_files_is_refused_and_nothing_is_written(
     assert "is not empty" in out.output and STALE in out.output, out.output
     assert "verified" not in out.output, out.output
     assert read_tree(dest) == before
+    # Refused before the API was asked: no lease was taken for it.
+    assert await _leases(stack, job, step) == []
 
     # The same from Python: refused, nothing written.
     with pytest.raises(TierpointError, match="is not empty"):
@@ -189,6 +202,9 @@ async def test_ctrl_c_mid_restore_leaves_dest_as_it_was_and_says_so(
         assert f"{dest} was not created" in out, out
         assert not dest.exists()
     assert "shards had been copied and verified, and were removed" in out, out
+    # The lease the restore held is released, not left to lapse.
+    leases = await _leases(stack, job, step)
+    assert len(leases) == 1 and leases[0]["released_at"] is not None, leases
 
 
 async def _feed_until_exit(proc: asyncio.subprocess.Process, fd: int, limit: int) -> None:

@@ -437,6 +437,44 @@ MUTANTS: tuple[Mutant, ...] = (
         "the bytes of a copy that failed verification are not counted as restored",
     ),
     Mutant(
+        "restore-falls-back-on-read-error",
+        "client/tierpoint_client/restore.py",
+        "            except (SourceError, ChecksumMismatchError) as err:\n",
+        "            except ChecksumMismatchError as err:\n",
+        (
+            "tests/client/test_restore_fallback.py::"
+            "test_a_missing_local_and_shared_file_is_read_from_s3",
+            "tests/faults/test_restore_peer_holder_down.py",
+        ),
+        "a restore falling back on a read error: a copy that cannot be read (a file gone, a peer "
+        "holder down but not declared lost) gives way to the shard's next verified copy",
+    ),
+    Mutant(
+        "restore-refuses-a-non-empty-dest",
+        "client/tierpoint_client/destination.py",
+        "        if names:\n",
+        "        if False:\n",
+        (
+            "tests/client/test_restore_dest.py::"
+            "test_a_directory_holding_files_is_refused_and_nothing_is_written",
+        ),
+        "a restore into a directory that holds files is refused, nothing written, unless told "
+        "to overwrite or clean it: stale shards beside a restored checkpoint are loaded with it",
+    ),
+    Mutant(
+        "restore-abort-leaves-dest-as-it-was",
+        "client/tierpoint_client/destination.py",
+        "                try:\n                    shutil.rmtree(self.staging)\n",
+        "                try:\n                    pass\n",
+        (
+            "tests/client/test_restore_plan.py::test_mismatch_in_a_parallel_restore_raises",
+            "tests/client/test_restore_dest.py::"
+            "test_ctrl_c_mid_restore_leaves_dest_as_it_was_and_says_so",
+        ),
+        "a restore that fails or is interrupted removes what it staged: the destination is as "
+        "it was, and the next restore into it is not refused for our leftovers",
+    ),
+    Mutant(
         "restore-cut-body",
         "client/tierpoint_client/transport.py",
         "        if not n and len(view) and resp.length:\n",
@@ -451,7 +489,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "restore-s3-connection-kept",
-        "client/tierpoint_client/restore.py",
+        "client/tierpoint_client/sources.py",
         "        s3.release(body)\n",
         "        body.close()\n",
         ("tests/client/test_restore_streamed.py::test_an_s3_connection_read_to_its_end_is_reused",),

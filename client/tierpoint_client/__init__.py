@@ -16,13 +16,18 @@ from tierpoint_client.errors import (
     CheckpointFailedError,
     ChecksumMismatchError,
     ConflictError,
+    DestinationError,
+    DestinationNotEmptyError,
     InvalidJobNameError,
     InvalidRequestError,
     ManifestError,
     MissingDependencyError,
     NotFoundError,
+    NoVerifiedCopyError,
+    RestoreInterrupted,
     SaveMismatchError,
     ServerError,
+    SourceError,
     TierpointError,
     TransportError,
     UnsafePathError,
@@ -46,7 +51,6 @@ from tierpoint_client.models import (
     TierInfo,
 )
 from tierpoint_client.paths import safe_join, validate_job_name, validate_relative_path
-from tierpoint_client.restore import SourceError
 from tierpoint_client.transport import RetryPolicy
 
 __all__ = [
@@ -57,16 +61,20 @@ __all__ = [
     "ChecksumMismatchError",
     "Client",
     "ConflictError",
+    "DestinationError",
+    "DestinationNotEmptyError",
     "InvalidJobNameError",
     "InvalidRequestError",
     "LatestCheckpoint",
     "Lease",
     "ManifestError",
     "MissingDependencyError",
+    "NoVerifiedCopyError",
     "NotFoundError",
     "PlanEntry",
     "Progress",
     "Replica",
+    "RestoreInterrupted",
     "RestoreResult",
     "RestoreStart",
     "RestoredFile",

@@ -345,6 +345,10 @@ class RestoreResult:
     seconds: float
     checkpoint: Checkpoint
     skipped: tuple[Skipped, ...] = field(default=())
+    # Entries of the destination outside the checkpoint: removed (existing="clean"), or left
+    # beside it (existing="overwrite"), relative to the destination.
+    removed: tuple[str, ...] = field(default=())
+    kept: tuple[str, ...] = field(default=())
 
     @property
     def tiers_used(self) -> dict[str, int]:

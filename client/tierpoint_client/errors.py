@@ -147,3 +147,8 @@ class MissingDependencyError(TierpointError, ImportError):
 
 class SourceError(TierpointError):
     """A restore source cannot be read (missing file, unknown tier, unsupported kind)."""
+
+
+class MissingCredentialsError(SourceError):
+    """An S3 tier names environment variables for its keys (`credentials_env`) that this
+    process does not have."""

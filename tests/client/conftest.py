@@ -83,7 +83,9 @@ async def _running_stack(
     root: Path,
     names: tuple[str, ...],
     peer: bool = False,
+    s3_tier: TierConfig | None = None,
 ) -> AsyncIterator[Stack]:
+    """`s3_tier`: the s3 tier instead of one on the session's moto (another endpoint)."""
     from apps.worker import run_workers
 
     suffix = uuid.uuid4().hex[:6]
@@ -95,6 +97,9 @@ async def _running_stack(
     settings = make_settings(
         services, migrated_url, root, make_bucket(services), temporal_namespace
     )
+    if s3_tier is not None:
+        *fast, _ = settings.tiers
+        settings = settings.model_copy(update={"tiers": [*fast, s3_tier]})
     if peer:
         ssd, *rest = settings.tiers
         copies = TierConfig(name="peer", kind=TierKind.PEER, root=str(root / "nodes/{node}/peer"))

@@ -48,10 +48,11 @@ from tierpoint_client.models import (
 )
 from tierpoint_client.paths import safe_join, validate_job_name, validate_relative_path
 from tierpoint_client.restore import SourceError
-from tierpoint_client.transport import RetryPolicy
+from tierpoint_client.transport import ApiTls, RetryPolicy
 
 __all__ = [
     "ApiError",
+    "ApiTls",
     "AuthError",
     "Checkpoint",
     "CheckpointFailedError",

@@ -98,7 +98,8 @@ def test_the_training_pod_template_is_a_valid_pod_on_the_tier_roots() -> None:
     assert isinstance(spec, dict)
     mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     roots = {t.root for t in settings.tiers if t.kind is not TierKind.S3}
-    assert roots == mounts
+    # The tiers' roots, and the API's CA (TIERPOINT_API_TLS_CA) beside them.
+    assert roots | {"/etc/tierpoint-api-ca"} == mounts
     host_paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     assert host_paths == {t.root for t in settings.tiers if t.kind is TierKind.LOCAL}
 

@@ -107,17 +107,28 @@ MERGE_KEYS = {
     "env": "name",
     "volumes": "name",
     "volumeMounts": "mountPath",
-    "ports": "containerPort",
+    "ports": "containerPort",  # a Service's: "port" (`_merge_key`)
 }
+
+
+def _merge_key(field: str, items: list[Any]) -> str:
+    key = MERGE_KEYS[field]
+    if field == "ports" and all(isinstance(i, dict) and "containerPort" not in i for i in items):
+        return "port"
+    return key
 
 
 def _merge_list(target: list[Any], patch: list[Any], key: str, where: str) -> None:
     """Item by item on `key`; as kustomize orders the result: the patch's items first (merged
-    into the target's of the same key), then the target's others."""
+    into the target's of the same key), then the target's others. An item `$patch: delete`
+    removes the target's item of its key."""
     merged: list[Any] = []
     for item in patch:
         if not isinstance(item, dict) or key not in item:
             raise UnsupportedKustomization(f"patch {where}: an item without its {key}")
+        if item.get("$patch") == "delete":
+            target[:] = [t for t in target if not (isinstance(t, dict) and t.get(key) == item[key])]
+            continue
         same = next((t for t in target if isinstance(t, dict) and t.get(key) == item[key]), None)
         if same is None:
             merged.append(copy.deepcopy(item))
@@ -130,7 +141,7 @@ def _merge_list(target: list[Any], patch: list[Any], key: str, where: str) -> No
 def _merge_patch(target: Obj, patch: Obj, where: str) -> None:
     for k, v in patch.items():
         if isinstance(v, list) and k in MERGE_KEYS and isinstance(target.get(k), list):
-            _merge_list(target[k], v, MERGE_KEYS[k], where)
+            _merge_list(target[k], v, _merge_key(k, target[k] + v), where)
         elif isinstance(v, list) and any(isinstance(i, dict) for i in v) and k not in MERGE_KEYS:
             raise UnsupportedKustomization(f"patch {where}: lists are not merged here ({k})")
         elif isinstance(v, dict) and isinstance(target.get(k), dict):

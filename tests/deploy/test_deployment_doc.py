@@ -113,8 +113,21 @@ def test_a_broken_training_pod_fails_validation() -> None:
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
 
 
-# Names in backticks that are not tierpoint settings: Postgres roles and PgBouncer's setting.
-FOREIGN_NAMES = {"tierpoint_app", "tierpoint_owner", "max_prepared_statements"}
+# Names in backticks that are not tierpoint settings: Postgres roles, PgBouncer's settings, a
+# retention policy's field, psycopg's option and Postgres's lock function.
+FOREIGN_NAMES = {
+    "tierpoint_app",
+    "tierpoint_owner",
+    "max_prepared_statements",
+    "pool_mode",
+    "max_db_connections",
+    "max_client_conn",
+    "keep_last",
+    "when_required",
+    "pg_dump",
+    "pg_restore",
+    "pg_advisory_xact_lock",
+}
 # What the image sets besides the settings (the settings file's path).
 OTHER_VARIABLES = {"TIERPOINT_CONFIG_FILE"}
 

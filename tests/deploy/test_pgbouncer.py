@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import configparser
+import os
 import threading
 import time
 import uuid
@@ -72,23 +73,34 @@ class ServerConnections:
         self._thread.join()
 
 
+# A PgBouncer of your own instead of the one the test starts: HOST:PORT, in transaction mode,
+# forwarding any database (`* = host=... port=...`) to the Postgres of the test session
+# (TIERPOINT_TEST_DATABASE_URL), and admitting its roles (e.g. `auth_query`).
+EXTERNAL = "TIERPOINT_TEST_PGBOUNCER_ADDRESS"
+
+
 @pytest.fixture
 def pooled(services: Services, tmp_path: Path) -> Iterator[tuple[Roles, str]]:
     """The two roles' catalog, migrated by the owner directly, and the application's URL through
-    PgBouncer."""
+    PgBouncer (Debian's, started with the shipped pgbouncer.ini, or the one EXTERNAL names)."""
     roles = make_roles(services.database_url)
     migrated = _migrate(roles.owner_url)
     assert migrated.returncode == 0, migrated.stdout + migrated.stderr
-    bouncer = PgBouncer(tmp_path / "pgbouncer")
-    bouncer.start(roles.database, roles.app_url, {roles.app_user: roles.password})
+    bouncer: PgBouncer | None = None
+    address = os.environ.get(EXTERNAL)
+    if not address:
+        bouncer = PgBouncer(tmp_path / "pgbouncer")
+        bouncer.start(roles.database, roles.app_url, {roles.app_user: roles.password})
+        address = f"127.0.0.1:{bouncer.port}"
     try:
         url = (
-            f"postgresql+psycopg://{roles.app_user}:{roles.password}@127.0.0.1:{bouncer.port}/"
+            f"postgresql+psycopg://{roles.app_user}:{roles.password}@{address}/"
             f"{roles.database}?prepare_threshold=none"
         )
         yield roles, url
     finally:
-        bouncer.stop()
+        if bouncer is not None:
+            bouncer.stop()
 
 
 async def _expire_fast_tiers(stack: Stack, job: str) -> None:
@@ -132,7 +144,9 @@ async def test_api_and_workers_through_pgbouncer_in_transaction_mode(
             assert states["s3"] == "restorable"
             await asyncio.to_thread(stack.client.restore, job, tmp_path / "restored")
             assert read_tree(tmp_path / "restored") == shards[2]
-    assert seen.samples > 0 and 0 < seen.most <= _shipped("max_db_connections"), seen.most
+    assert seen.samples > 0 and seen.most > 0
+    if not os.environ.get(EXTERNAL):  # the shipped configuration's bound
+        assert seen.most <= _shipped("max_db_connections"), seen.most
 
 
 @pytest.mark.parametrize("setting", ["", "?prepare_threshold=none"])
@@ -143,6 +157,8 @@ def test_prepared_statements_and_pgbouncer_older_than_1_21(
     transaction mode the next transaction may run on another server connection, which does not
     know it. Without the setting that is an error; with it nothing is ever prepared."""
     _, url = pooled
+    if not setting and os.environ.get(EXTERNAL):
+        pytest.skip("whether this errs depends on the given PgBouncer's version (1.21+ does not)")
     engine = make_sync_engine(url.split("?")[0] + setting, pool_size=1, max_overflow=0)
     holder = psycopg.connect(
         normalize_url(url.split("?")[0]).replace("postgresql+psycopg://", "postgresql://"),

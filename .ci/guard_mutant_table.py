@@ -1135,4 +1135,32 @@ MUTANTS: tuple[Mutant, ...] = (
         (REBUILD_CATALOG, "tests/workflows/test_retention_during_rereplication.py"),
         "a rebuild made or given up releases its sources to the policy",
     ),
+    # ---- S3 credentials per tier and the API's TLS ---------------------------------------------
+    Mutant(
+        "tier-credentials-never-fall-back",
+        "tierpoint/storage/s3/credentials.py",
+        "    if not key or not secret:\n",
+        "    if False:\n",
+        (
+            "tests/tierpoint/storage/test_s3_credentials.py::"
+            "test_missing_variables_fail_instead_of_using_the_chain",
+        ),
+        "a tier naming missing key variables fails instead of signing with the AWS chain's keys",
+    ),
+    Mutant(
+        "dev-stack-keys-only-for-its-s3",
+        "apps/devstack/tiers.py",
+        '                tier["credentials_env"] = S3_CREDENTIALS_ENV\n',
+        "                pass\n",
+        ("tests/apps/devstack/test_stack_files.py",),
+        "the dev stack's own S3 tiers, and only they, sign with the embedded S3's keys",
+    ),
+    Mutant(
+        "api-mutual-tls-requires-a-certificate",
+        "apps/cli/serve.py",
+        '        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED\n',
+        '        options["ssl_cert_reqs"] = ssl.CERT_OPTIONAL\n',
+        ("tests/deploy/test_api_tls.py::test_mutual_tls_admits_only_clients_of_its_ca",),
+        "with a client CA, the API refuses a client without a certificate of that CA",
+    ),
 )

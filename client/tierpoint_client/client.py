@@ -24,7 +24,7 @@ from tierpoint_client.models import (
 )
 from tierpoint_client.paths import check_no_path_conflict, validate_relative_path
 from tierpoint_client.restore import ProgressCallback, restore_latest
-from tierpoint_client.transport import RetryPolicy, Transport
+from tierpoint_client.transport import ApiTls, RetryPolicy, Transport
 
 # Tier states from which a checkpoint will not (again) become restorable without an operator.
 _TERMINAL_STATES = frozenset({"failed", "expiring", "expired"})
@@ -43,8 +43,12 @@ class Client:
         token: str | None = None,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        tls: ApiTls | None = None,
     ) -> None:
-        self._http = Transport(api_url, token, timeout, retry or RetryPolicy())
+        """`tls`: how an https API is trusted (its CA, a client certificate for mutual TLS);
+        by default TIERPOINT_API_TLS_CA, TIERPOINT_API_TLS_CLIENT_CERT and _KEY, else the
+        system's roots."""
+        self._http = Transport(api_url, token, timeout, retry or RetryPolicy(), tls)
 
     @property
     def token(self) -> str | None:

@@ -288,6 +288,9 @@ class TierInfo:
     prefix: str
     endpoint_url: str | None
     region: str | None
+    # S3 tiers: whose keys read it, as the server's tier names them (None: the standard chain).
+    credentials_profile: str | None = None
+    credentials_env: str | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TierInfo:
@@ -299,6 +302,8 @@ class TierInfo:
             prefix=d.get("prefix") or "",
             endpoint_url=d.get("endpoint_url"),
             region=d.get("region"),
+            credentials_profile=d.get("credentials_profile"),
+            credentials_env=d.get("credentials_env"),
         )
 
 

@@ -173,6 +173,7 @@ class BatchCopy:
         if pending is None:
             return
         sh, location = pending.shard, pending.location
+        # guard: copy-readback
         v = self._wait(pending.verify, sh.ordinal)
         for _ in range(RECOPIES_AFTER_BAD_READ_BACK):
             if v.ok:
@@ -259,6 +260,7 @@ class BatchCopy:
         peer's data endpoint they may have been damaged on the way: the shard is read again
         whole, a bounded number of times, and the source, which this node cannot read back, is
         left to its own node's checks; the copy alone is given up if no read matches."""
+        # guard: peer-transit-mismatch-spares-source
         remote = isinstance(self.src, PeerSource)
         why = ""
         for _ in range(1 + (REREADS_AFTER_TRANSIT_MISMATCH if remote else 0)):
@@ -331,6 +333,7 @@ class BatchCopy:
             raise
         self.result.bytes += sh.size - start
         metrics.BYTES_COPIED.labels(self.dst_tier.name).inc(sh.size - start)
+        # guard: copy-source-crc
         if copied.crc32c != registered or copied.size != sh.size:
             return _Mismatch(
                 f"read {copied.size} bytes with crc32c {copied.crc32c} from "

@@ -85,6 +85,7 @@ class PeerActivities:
             for tier in remade:
                 # The copies this re-replication reads, whichever tier each one is on.
                 reads = {src for (src, _), _ in runs_of[tier.name]}
+                # guard: rereplication-holds-its-sources
                 rebuild_repo.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)
         out.lost_nodes = sorted(lost)
         # Each source node's new holders, tier by tier: none beside another copy of its shards.

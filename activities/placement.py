@@ -40,6 +40,7 @@ def preference(
         return f"domain:{label}" if label else f"node:{n}"
 
     start = bisect.bisect_right(ring, node)
+    # guard: peer-ring-never-self
     walk = [n for n in (*ring[start:], *ring[:start]) if n != node]
     walk = [n for n in walk if n not in held]
     own = domain(node)
@@ -96,6 +97,7 @@ def assign(
     given: dict[str, str] = {}
     for tier in tiers:
         others = {h for t, nodes in held.items() if t != tier for h in nodes}
+        # guard: rereplication-chooses-distinct-holders
         options = preference(node, ring, domains, others | set(given.values()))
         if options:
             given[tier] = options[0]

@@ -97,6 +97,7 @@ class BatchReporter:
                 # That tier was promoted on bytes that have gone bad since: the same finding as a
                 # scrub's, with the same outcome (its marker demoted, so readers skip it and
                 # repair copies it again).
+                # guard: copy-source-found-corrupt-demotes
                 mark_damaged_shards(s, tier, errors, ReplicaState.CORRUPT, f"copy to {self._tier}")
         self._checksums.clear()
         self._writes.clear()

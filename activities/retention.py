@@ -135,6 +135,7 @@ class RetentionActivities:
                 log.info("copy already expired: nothing to delete", **_where(inp))
                 return
             # Invariant 3, checked where the bytes go: only a copy no reader is sent to any more.
+            # guard: delete-marker-check
             if state != TierState.EXPIRING.value:
                 raise ApplicationError(
                     f"refusing to delete checkpoint {inp.checkpoint_id} on {inp.tier}: its "
@@ -179,6 +180,7 @@ class RetentionActivities:
 
     @activity.defn(name=c.REQUEST)
     async def request(self, inp: RequestInput) -> None:
+        # guard: request-activity-noop
         await request_retention(self._need_client(), inp.job, inp.reason)
 
     @activity.defn(name=c.REQUEST_MANY)

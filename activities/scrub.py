@@ -258,6 +258,7 @@ class _Found:
         result = self.result
         with sessions.begin() as s:
             result.bytes += scrub_repo.record_good(s, self.tier, self.replica_ids, self.picked_at)
+            # guard: read-back-records-identity
             scrub_repo.record_identities(s, self.identities)
             scrub_repo.record_reads(s, self.tier, self.read_bytes, self.read_seconds)
             for state, problems in self.problems.items():

@@ -34,6 +34,7 @@ def _problem(sh: repo.BatchShard, v: VerifyResult, tier: str) -> str | None:
         return f"size {v.size} != registered {sh.size}"
     if v.crc32c is None:
         return v.reason or "no checksum could be computed"
+    # guard: seal-crc
     if sh.checksum is not None and v.crc32c != sh.checksum.lower():
         return f"crc32c {v.crc32c} != registered {sh.checksum}"
     return None
@@ -88,6 +89,7 @@ class BatchSeal:
                     location,
                     self.node,
                     bytes_done=sh.size,
+                    # guard: seal-records-identity
                     identity=v.identity,
                 )
             )

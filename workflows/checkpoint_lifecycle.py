@@ -184,6 +184,7 @@ class CheckpointLifecycle:
                 )
                 if failed:
                     self._status.tiers_failed.append(t.name)
+        # guard: lifecycle-repairs-corrupt-source
         if self._source_damaged and workflow.patched(SOURCE_REPAIR_PATCH):
             await self._request_repair(plan)
         self._status.stage = "done"
@@ -271,6 +272,7 @@ class CheckpointLifecycle:
         if res.state is TierState.RESTORABLE:
             self._status.tiers_done.append(tier.name)
             # LOCAL_STEPS_PATCH came after RETENTION_PATCH: no need to record both.
+            # guard: lifecycle-no-request
             if self._local_steps or workflow.patched(RETENTION_PATCH):
                 await self._request_retention(plan, tier)
         else:

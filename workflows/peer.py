@@ -112,5 +112,6 @@ class PeerRereplicate:
         if self._lost_since_plan:
             # Promoted above with what was verified; the next run plans the rest again on the
             # nodes alive now. Bounded: each run follows the loss of a node not lost before.
+            # guard: rereplicate-plans-again-after-loss
             workflow.continue_as_new(inp)
         return outcomes

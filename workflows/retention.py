@@ -138,6 +138,7 @@ class JobRetention:
     async def _expire(self, job: str, task: ExpiryTask) -> bool:
         """begin -> delete -> finish for one copy; True when it ended `expired`."""
         ref = ExpiryInput(job=job, checkpoint_id=task.checkpoint_id, tier=task.tier)
+        # guard: workflow-delete-before-begin
         try:
             begun: BeginResult = await workflow.execute_activity(
                 c.BEGIN,
@@ -150,6 +151,7 @@ class JobRetention:
             if begun.state is BeginState.SKIPPED:
                 self._status.skipped += 1
                 self._status.last_skip = f"step {task.step} on {task.tier}: {begun.reason}"
+                # guard: workflow-delete-whatever-begin-said
                 return False
             if begun.state is BeginState.EXPIRING:
                 await self._delete(job, task)

@@ -62,6 +62,7 @@ async def quarantine_checkpoint(
         body.reason,
         tier=body.tier,
         actor=actor,
+        # guard: quarantine-evidence-needs-operate
         evidence=principal.has(Scope.OPERATE),
     )
     out = await _answer(state, session, job, step)

@@ -53,6 +53,7 @@ async def start_restore(
     422 `unknown_tier`, `unknown_node` for a tier not configured or a node no worker reported
     from. The token needs what reading the checkpoint and taking a lease need: train:<job>,
     or read and operate."""
+    # guard: restore-without-lease-scope
     LEASE_WRITE.check(principal, job)
     if body.tier is not None:
         state.settings.tier(body.tier, location="body")

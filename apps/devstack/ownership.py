@@ -51,6 +51,7 @@ class DataDirClaim:
         self.paths.data_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.paths.pid_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
+            # guard: dev-two-stacks-one-data-dir
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
@@ -71,6 +72,7 @@ class DataDirClaim:
             for name, r in self._records().items()
             if name != "postgres" and stop_process(int(r["pid"]), r.get("create_time"))
         ]
+        # guard: dev-restart-adopts-left-postgres
         postmaster = postgres.stop_leftover()
         if postmaster is not None:
             stopped.append(f"postgres (pid {postmaster})")

@@ -96,6 +96,7 @@ def complete_tiers(
         except ValidationError as exc:
             first = exc.errors()[0]
             raise DevTiersError(f"tier {name or '?'}: {first['msg']}") from None
+        # guard: dev-nodes-share-a-local-root
         if config.on_nodes and nodes > 1 and NODE not in (config.root or ""):
             raise DevTiersError(
                 f"{config.kind} tier {name!r}: its root {config.root} has no {NODE}, but the dev "

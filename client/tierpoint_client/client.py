@@ -348,6 +348,7 @@ class Client:
         raised. With `tier` (the restore was asked for that tier only; by default the tier
         `latest` was asked for) there is no other copy to read: the bad one is reported and the
         mismatch raised."""
+        # guard: restore-tier-only
         tier = tier if tier is not None else latest.tier
         for entry in latest.plan:
             validate_relative_path(entry.path)

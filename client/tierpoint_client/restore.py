@@ -109,6 +109,7 @@ class Sources:
             if isinstance(e, (http.client.HTTPException, ConnectionError, TimeoutError)):
                 raise SourceError(f"{entry.location} cut off: {e!r}") from None
             raise
+        # guard: restore-s3-connection-kept
         s3.release(body)
 
     def read_range(self, entry: PlanEntry, offset: int, length: int) -> bytes:
@@ -237,6 +238,7 @@ def restore_shard(
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         # These bytes are not restored: a read from another copy counts them again.
+        # guard: restore-progress-once
         progress.add(-counted)
         raise
     if sync_dir:

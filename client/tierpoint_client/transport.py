@@ -263,6 +263,7 @@ def sized_readinto(resp: http.client.HTTPResponse) -> Callable[[memoryview], int
 
     def checked(view: memoryview) -> int:
         n = readinto(view)
+        # guard: restore-cut-body
         if not n and len(view) and resp.length:
             raise http.client.IncompleteRead(b"", resp.length)
         return n

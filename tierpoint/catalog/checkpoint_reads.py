@@ -129,6 +129,7 @@ def _views(
     for r in rows:
         tier_views = []
         for m in sorted(by_checkpoint[r.id], key=lambda m: (order.get(m.tier, len(order)), m.tier)):
+            # guard: tier-view-counts-quarantined-copies
             if m.state == RESTORABLE and m.quarantine_reason is None:
                 verified, done = r.shard_count, r.total_bytes
             else:

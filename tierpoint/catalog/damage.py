@@ -148,6 +148,7 @@ def _demote(session: Session, checkpoint_id: int, tier: str, reason: str) -> boo
             CheckpointTier.tier == tier,
             CheckpointTier.state == TierState.RESTORABLE.value,
         )
+        # guard: damage-keeps-marker-restorable
         .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
         .returning(CheckpointTier.tier)
     ).all()

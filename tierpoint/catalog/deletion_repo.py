@@ -111,6 +111,7 @@ def delete_checkpoints(
     ).all()
     protected = _protections(session, live)
     steps = {cid: s for cid, s, _ in live}
+    # guard: delete-ignores-protection
     if protected and not force:
         what = "; ".join(f"step {steps[c]} is {' and '.join(w)}" for c, w in protected.items())
         raise CheckpointProtected(

@@ -104,6 +104,7 @@ def _lock(session: Session, checkpoint_id: int) -> dict[str, str] | None:
     row); the marker locks with promotions and quarantines of other tiers, which the re-check
     reads. Returns the markers' states, or None if the checkpoint is gone."""
     found = session.scalar(
+        # guard: recheck-row-lock
         select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update()
     )
     if found is None:
@@ -153,6 +154,7 @@ def begin_expiry(
     expiry = next(
         (e for e in fresh.expiries if e.checkpoint_id == checkpoint_id and e.tier == tier), None
     )
+    # guard: recheck-kept-now
     if expiry is None:
         keep = next(
             (k for k in fresh.keeps if k.checkpoint_id == checkpoint_id and k.tier == tier), None
@@ -212,6 +214,7 @@ def hold_for_delete(session: Session, checkpoint_id: int, tier: str) -> str | No
     The transaction stays open, idle, while the bytes go: a server-wide
     idle_in_transaction_session_timeout must not end it (and release the lock) half-way."""
     session.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+    # guard: delete-holds-the-copys-lock
     session.execute(select(func.pg_advisory_xact_lock_shared(_delete_lock(checkpoint_id, tier))))
     return marker_state(session, checkpoint_id, tier)
 
@@ -288,6 +291,7 @@ def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
     `expiring`: nothing is changed then). Waits for deletes of the copy still running (an
     attempt that outlived its timeout), at most FINISH_LOCK_WAIT: the activity is retried."""
     session.execute(text(f"SET LOCAL lock_timeout = '{FINISH_LOCK_WAIT_MS}ms'"))
+    # guard: finish-waits-for-deletes
     session.execute(select(func.pg_advisory_xact_lock(_delete_lock(checkpoint_id, tier))))
     states = _lock(session, checkpoint_id)
     if states is None:

@@ -244,6 +244,7 @@ def set_pinned(session: Session, job: str, step: int, pinned: bool, actor: str) 
     checkpoint_id, job_id, was = lock_checkpoint(session, job, step)
     if was == pinned:
         return PinView(job, step, pinned, False)
+    # guard: pin-refused-during-expiry
     if pinned and (expiring := expiring_tiers(session, checkpoint_id)):
         raise CopyExpiring(
             f"step {step} of job {job!r} is being expired on {', '.join(expiring)}: a pin cannot "

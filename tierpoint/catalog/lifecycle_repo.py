@@ -35,9 +35,10 @@ from .nodes import lost_among, lost_reason
 
 ACTOR = "lifecycle"
 
-_NOT_OVERWRITTEN = [  # see upsert_replicas
-    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.EXPIRED)
-]
+# see upsert_replicas
+# guard: expired-replica-overwritten
+_KEPT = (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.EXPIRED)
+_NOT_OVERWRITTEN = [s.value for s in _KEPT]
 _replica_table = cast(Table, Replica.__table__)
 _shard_table = cast(Table, Shard.__table__)
 
@@ -246,6 +247,7 @@ def upsert_replicas(
     lost = set(lost_among(session, (w.node_id for w in writes if w.node_id is not None)))
     writes = [
         replace(w, state=ReplicaState.LOST, error=lost_reason(w.node_id))
+        # guard: replica-first-written-lost
         if w.node_id is not None and w.node_id in lost
         else w
         for w in writes

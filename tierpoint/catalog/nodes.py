@@ -72,6 +72,7 @@ def upsert_nodes(
                 "local_roots": stmt.excluded.local_roots,
                 "last_seen_at": func.now(),
                 "failure_domain": stmt.excluded.failure_domain,
+                # guard: report-in-keeps-lost
                 "data_url": stmt.excluded.data_url,
             },
         )
@@ -95,6 +96,7 @@ def lost_among(session: Session, node_ids: Iterable[str]) -> list[str]:
     if not wanted:
         return []
     rows = session.execute(
+        # guard: lost-among-share-lock
         select(Node.id, Node.lost_at).where(Node.id.in_(wanted)).with_for_update(read=True)
     ).all()
     return sorted(n for n, lost_at in rows if lost_at is not None)
@@ -187,7 +189,9 @@ def mark_lost(
     # A local copy lost bytes only if the node wrote shards of it. A checkpoint of which the node
     # held only peer copies keeps its local copies on their own nodes, intact and restorable.
     own = sorted({cp for cp, tier in lost_rows if tier in local_tiers} | set(pending))
+    # guard: node-lost-fails-only-the-lost-nodes-copies
     failed_tiers = _fail_local_markers(session, own, local_tiers, reason)
+    # guard: lost-holder-fails-peer-marker
     held = _fail_held_peer_markers(session, node, peer_tiers, reason)
     for cp, tiers in held.items():
         failed_tiers.setdefault(cp, []).extend(tiers)

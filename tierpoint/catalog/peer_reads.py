@@ -30,6 +30,7 @@ def served_sizes(session: Session, node: str, tier: str, job: str, step: int) ->
             Job.name == job,
             Checkpoint.step == step,
             Replica.tier == tier,
+            # guard: data-endpoint-verified-only
             Replica.node_id == node,
             Replica.state == ReplicaState.VERIFIED.value,
         )
@@ -166,6 +167,7 @@ def verified_copies(
         .where(
             Shard.checkpoint_id == checkpoint_id,
             Shard.node_id.in_(list(nodes)),
+            # guard: rereplicate-below-verified-only
             Replica.tier.in_(list(tiers)),
             Replica.state == ReplicaState.VERIFIED.value,
             usable,

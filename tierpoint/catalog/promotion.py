@@ -54,11 +54,13 @@ def promote(
     if marker.rebuilding:
         # A rebuild of this copy (re-replication, repair) ends here, made or given up: the
         # copies it read from are retention's again.
+        # guard: promotion-releases-the-hold
         release(session, checkpoint_id, tier)
     if marker.state not in (TierState.PENDING.value, TierState.FAILED.value):
         # restorable already (a rerun), or retention has taken over.
         return PromoteOutcome(marker.state, marker.reason, changed=False)
     total, verified = _shard_counts(session, checkpoint_id, tier)
+    # guard: promote-count
     if verified == total and stage_error is None:
         _mark_restorable(session, checkpoint_id, marker.job_id, tier, total)
         return PromoteOutcome(
@@ -112,7 +114,9 @@ def _shard_counts(session: Session, checkpoint_id: int, tier: str) -> tuple[int,
         .select_from(Replica)
         .where(
             Replica.checkpoint_id == checkpoint_id,
+            # guard: promote-verified-filter
             Replica.tier == tier,
+            # guard: promote-lost-node
             Replica.state == ReplicaState.VERIFIED.value,
             verified_on_live_nodes(),
         )

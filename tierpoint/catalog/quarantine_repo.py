@@ -61,6 +61,7 @@ def set_quarantine(
         target = session.get_one(Checkpoint, checkpoint_id)
     else:
         target = _lock_marker(session, checkpoint_id, job, step, tier)
+        # guard: quarantine-expiring-copy
         if reason is not None and target.state in _GONE:
             # Its bytes are being (or have been) deleted: a quarantine could not keep them.
             raise CopyExpiring(

@@ -122,6 +122,7 @@ def _existing(
         return None
     if row.deleted_at is not None:
         return int(row.id)
+    # guard: register-digest
     if row.manifest_digest != digest:
         raise CheckpointConflict(
             f"step {step} of job {job!r} is already registered with a different manifest",
@@ -151,6 +152,7 @@ def _remove_deleted(session: Session, job: str, step: int, checkpoint_id: int) -
             )
         )
     )
+    # guard: delete-replaces-while-expiring
     if expiring:
         raise CheckpointBeingDeleted(
             f"step {step} of job {job!r} was deleted and its copies are still being removed: "

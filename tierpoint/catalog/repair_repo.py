@@ -32,6 +32,7 @@ from .models import VERIFIED, Checkpoint, CheckpointTier, Job, Node, Replica, Sh
 from .rebuild_repo import hold_sources, lock_checkpoint
 from .snapshot import policy_for_job, take_snapshot
 
+# guard: repair-touches-expiring-copies
 REPAIRABLE_MARKERS = (TierState.FAILED.value, TierState.RESTORABLE.value)
 
 
@@ -217,6 +218,7 @@ def plan_repair(
             )
             # What each shard is read from (as the copy picks it), held against retention.
             reads = [r for s in bad if (r := source_of(s, dst, tiers, lost)) is not None]
+            # guard: repair-holds-its-sources
             hold_sources(session, checkpoint_id, dst.name, reads, now)
         if budget <= 0:
             out.more = True

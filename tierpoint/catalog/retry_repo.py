@@ -66,6 +66,7 @@ def refusal(
     `local`: those of them local to a node."""
     failed = facts.failed
     rebuilt = {t: facts.rebuilding[t] for t in sorted(failed) if facts.rebuilding.get(t)}
+    # guard: retry-during-repair
     if rebuilt:
         what = "; ".join(f"{t} from {', '.join(src)}" for t, src in rebuilt.items())
         why = f"a repair is copying it back ({what}) and promotes it when done"
@@ -76,6 +77,7 @@ def refusal(
         return None  # failed tiers no longer configured: the run does not copy to them
     before = order[: order.index(first)]
     gone = {t: facts.markers[t][0] for t in before if facts.markers[t][0] not in _PASSABLE}
+    # guard: retry-without-source
     if gone:
         what = ", ".join(f"{t} is {state}" for t, state in gone.items())
         why = f"the copies a new run would start from are gone ({what})"

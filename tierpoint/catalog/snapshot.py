@@ -180,6 +180,7 @@ def _copies(
             quarantined=m.quarantine_reason is not None,
             evidence=m.quarantine_reason is not None and m.quarantine_evidence,
             on_lost_node=on_lost > 0,
+            # guard: snapshot-reads-rebuild-hold
             rebuild_from=frozenset(m.rebuild_from or ())
             if m.rebuild_until is not None and m.rebuild_until > now
             else frozenset(),

@@ -105,6 +105,7 @@ def first_admin_token(
         .order_by(AccessToken.created_at)
         .limit(1)
     ).one_or_none()
+    # guard: token-bootstrap-once
     if existing is not None:
         return _view(existing)
     return create_token(session, name, ["admin"], expires_in)

@@ -183,6 +183,7 @@ class _Planning:
         """The copy stays beyond this plan: not expiring, and kept by more than a rebuild's hold
         (which ends with the rebuild: it never stands in for a checkpoint's lasting copy)."""
         why = self.reasons.get(key)
+        # guard: planner-hold-is-no-last-copy
         return key not in self.expire and bool(why) and why != [KeepReason.REBUILD_SOURCE]
 
     def keep_last_copies(self) -> None:
@@ -194,6 +195,7 @@ class _Planning:
             good_on = [t.index for t in self.tiers if _is_intact(c.copies.get(t.ref.name))]
             if good_on and not any(self.lasts((c.id, i)) for i in good_on):
                 last = (c.id, good_on[-1])
+                # guard: planner-last-copy
                 expire.pop(last, None)
                 reasons[last] = [KeepReason.LAST_COPY, *reasons.get(last, ())]
 
@@ -241,6 +243,7 @@ class _Planning:
                 and self.lasts((c.id, u.index))
             ]
             if not others and self.keepers[c.id] - self.withdrawn[c.id] - {t.index}:
+                # guard: planner-last-copy-quota
                 held.insert(0, KeepReason.LAST_COPY)
                 continue
             copy = c.copies[t.ref.name]
@@ -299,6 +302,8 @@ def _decided(t: TierRules, copy: TierCopy) -> bool:
     """Whether retention decides the copy: a restorable one, or a failed one on a node tier that
     a lost node took part of, unless it is being made again (in flight, as a pending one)."""
     if copy.state == TierState.FAILED:
+        # guard: planner-failed-copy-needs-a-lost-node
+        # guard: planner-rebuilt-copy-in-flight
         return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS and not _rebuilding(copy)
     return copy.state == TierState.RESTORABLE
 
@@ -330,13 +335,18 @@ def _protections(
 ) -> list[KeepReason]:
     why = []
     if c.pinned:
+        # guard: planner-pinned
         why.append(KeepReason.PINNED)
     if c.leased:
+        # guard: planner-leased
         why.append(KeepReason.LEASED)
     copy = c.copies[t.ref.name]
+    # guard: planner-quarantine-evidence-only
     if (c.quarantined and c.evidence) or (copy.quarantined and copy.evidence):
+        # guard: planner-quarantined
         why.append(KeepReason.QUARANTINED)
     if t.index == len(tiers) - 1 and c.id == latest_durable:
+        # guard: planner-latest-durable
         why.append(KeepReason.LATEST_DURABLE)
     slower = tiers[t.index + 1 :]
     # A pending marker on a tier the checkpoint is not meant for (the policy changed, or a marker
@@ -347,12 +357,14 @@ def _protections(
         and u.ref.name in targets
         for u in slower
     ):
+        # guard: planner-in-flight
         why.append(KeepReason.IN_FLIGHT)
     if (
         t.ref.kind is TierKind.LOCAL
         and any(u.ref.name in targets and _expects(c, u.ref.name) for u in slower)
         and not any(_is_intact(c.copies.get(u.ref.name)) for u in slower)
     ):
+        # guard: planner-awaiting-durable
         why.append(KeepReason.AWAITING_DURABLE)
     # The mirror of in_flight: a failed copy on another tier (a peer tier after a lost holder, a
     # copy repair re-makes) is being made again from this one, whichever side of it that tier is.
@@ -364,8 +376,10 @@ def _protections(
         for name, other in c.copies.items()
         if name != t.ref.name
     ):
+        # guard: planner-rebuild-source
         why.append(KeepReason.REBUILD_SOURCE)
     if keepers and not any(_is_intact(c.copies.get(u.ref.name)) for u in tiers):
+        # guard: planner-no-good-copy
         why.append(KeepReason.NO_GOOD_COPY)
     return why
 

@@ -48,6 +48,7 @@ class Caller:
     def check(self, job: str) -> None:
         """InsufficientScope (403) unless the credential covers `job`."""
         who = self.principal
+        # guard: data-endpoint-scope
         if who is not None and not (who.has(auth.Scope.READ) or who.trains(job)):
             raise InsufficientScope(
                 f"token {who.name!r} may not read job {job!r}", required=f"train:{job}"
@@ -61,6 +62,7 @@ def authenticate(sessions: Sessions, settings: Settings, header: str | None) -> 
     if scheme.lower() != "bearer" or not secret:
         raise Unauthenticated("a bearer credential is required")
     worker = settings.data_token
+    # guard: data-endpoint-worker-credential
     if worker is not None and hmac.compare_digest(
         secret.encode(), worker.get_secret_value().encode()
     ):

@@ -215,6 +215,7 @@ class PosixStore:
             return VerifyResult(
                 ok=False, size=read_size, crc32c=got, reason=reason, identity=identity
             )
+        # guard: posix-verify-crc
         if crc != expected:
             reason = f"crc32c {got} != {crc32c.lower()}"
             return VerifyResult(
@@ -338,6 +339,7 @@ class PosixStore:
             return DeleteReport()
         deleted, kept = 0, []
         with opened(root_fd):
+            # guard: expiry-deletes-only-registered
             for parts, named in by_dir.items():
                 try:
                     dir_fd = open_dir(root_fd, parts, use_openat2=self.openat2)
@@ -366,6 +368,7 @@ class PosixStore:
         """Remove an abandoned temp file `<job>/<rel>` that reconcile found; only a regular file
         named like ours is removed. True if one was."""
         *sub, name = [validate_name(job), *rel.split("/")]
+        # guard: reconcile-removes-only-our-temp-files
         if not is_partial_name(name) or not sub[1:]:
             return False
         try:

@@ -159,6 +159,7 @@ class S3Store:
                     crc32c=crc32c_hex(stored),
                     reason=f"size {actual_size} != {size}",
                 )
+        # guard: s3-verify-crc
         got = crc32c_hex(stored)
         if stored != expected:
             return VerifyResult(
@@ -223,6 +224,7 @@ class S3Store:
         # lets a step be registered again, and so written again, only after its old copies'
         # deletes are done (`activities/retention.py: delete_copy`).
         paths = [c.path for c in copies]
+        # guard: s3-deletes-only-registered
         keys = [self.key(ShardRef(job, step, p)) for p in paths]
         prefixes = self.checkpoint_prefixes(job, step, paths)
         deleted = 0

@@ -27,9 +27,9 @@ from tierpoint.catalog import (
     scrub_repo,
 )
 from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.job.lookup import job_id_of_checkpoint
 from tierpoint.catalog.promotion import promote
 from tierpoint.catalog.snapshot import policy_for_job
 from tierpoint.config import Settings, TierConfig, TierKind

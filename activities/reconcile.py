@@ -27,6 +27,7 @@ from tierpoint import logs
 from tierpoint.catalog import reconcile_repo, scrub_repo
 from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.job import lookup
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.integrity import (
     RECONCILE_PLAN,
@@ -115,7 +116,7 @@ class ReconcileActivities:
         report = TierReport(tier=tier.name, node=node)
         grace = time.time() - inp.grace_seconds
         with self._sessions.begin() as s:
-            jobs = reconcile_repo.job_names(s, inp.job)
+            jobs = lookup.job_names(s, only=inp.job)
         if tier.kind is TierKind.S3:
             lister: _Lister = _S3Lister(self._stores, tier, inp.repair)
         else:

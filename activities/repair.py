@@ -20,9 +20,10 @@ from temporalio.exceptions import ApplicationError
 from tierpoint import logs
 from tierpoint.catalog import expiry_repo, key_layouts, peer_reads, rebuild_repo, repair_repo
 from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.job import lookup
+from tierpoint.catalog.job.lookup import job_id_of_checkpoint
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.integrity import (
     REPAIR_COPY,
@@ -275,7 +276,7 @@ class RepairActivities:
 
         def names() -> list[tuple[int, str, int]]:
             with self._sessions.begin() as s:
-                return repair_repo.checkpoint_names(s, inp.checkpoint_ids)
+                return lookup.checkpoint_names(s, inp.checkpoint_ids)
 
         rows = await asyncio.to_thread(names)
         for cid, job, step in rows:

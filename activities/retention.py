@@ -19,6 +19,7 @@ from tierpoint import logs
 from tierpoint.catalog import expiry_repo as repo
 from tierpoint.catalog import key_layouts
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.job import lookup
 from tierpoint.config import Settings
 from tierpoint.contract import retention as c
 from tierpoint.contract.common import FailureType
@@ -194,7 +195,7 @@ class RetentionActivities:
     async def list_jobs(self, inp: ListJobsInput) -> JobNamesPage:
         def page() -> list[str]:
             with self._sessions.begin() as s:
-                return repo.job_names(s, inp.after, inp.limit)
+                return lookup.job_names(s, after=inp.after, limit=inp.limit)
 
         jobs = await asyncio.to_thread(page)
         return JobNamesPage(jobs=jobs, next_after=jobs[-1] if len(jobs) == inp.limit else None)

@@ -21,7 +21,7 @@ from api.schemas.integrity import (
 )
 from tierpoint.auth import Scope
 from tierpoint.catalog import scrub_repo
-from tierpoint.catalog.checkpoint_lookup import require_job_id
+from tierpoint.catalog.job.lookup import require_job_id
 from tierpoint.contract.integrity import ReconcileInput
 from tierpoint.errors import TemporalUnavailable
 from tierpoint.services import corrupt_reports, reconcile

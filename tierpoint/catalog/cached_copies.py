@@ -18,9 +18,8 @@ from sqlalchemy import Select, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.models import CachedCopy, Checkpoint, CheckpointTier, Replica, Shard
 from tierpoint.states import TierState
-
-from .models import CachedCopy, Checkpoint, CheckpointTier, Replica, Shard
 
 # The marker states whose copy no expiry has begun to delete: a file recorded now is deleted
 # by the expiry to come.

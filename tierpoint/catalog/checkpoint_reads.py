@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy import BigInteger, String, and_, case, column, exists, func, select, values
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint_lookup import (
+from tierpoint.catalog import key_layouts, peer_reads
+from tierpoint.catalog.job.lookup import (
     job_id_by_name,
     no_checkpoint,
     no_job,
@@ -39,8 +40,6 @@ from tierpoint.config import TierConfig, TierKind
 from tierpoint.manifest import Manifest
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.s3.layout import s3_object
-
-from . import key_layouts, peer_reads
 
 # ---------------------------------------------------------------------------------------------
 # Building checkpoint views

@@ -10,10 +10,9 @@ from datetime import timedelta
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.job.lookup import find_checkpoint
+from tierpoint.catalog.models import VERIFIED, CheckpointTier, Replica, Shard
 from tierpoint.errors import CopyNotFound
-
-from .checkpoint_lookup import find_checkpoint
-from .models import VERIFIED, CheckpointTier, Replica, Shard
 
 
 @dataclass(frozen=True)

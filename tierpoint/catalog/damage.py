@@ -19,10 +19,9 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, Shard
 from tierpoint.states import ReplicaState, TierState
-
-from .events import EventKind, record
-from .models import Checkpoint, CheckpointTier, Replica, Shard
 
 EXAMPLES = 3
 

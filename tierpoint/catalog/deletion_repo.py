@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint_lookup import no_checkpoint, require_job_id
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.job.lookup import no_checkpoint, require_job_id
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, RestoreLease
 from tierpoint.errors import CheckpointProtected
 from tierpoint.states import ReplicaState, TierState

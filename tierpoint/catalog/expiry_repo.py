@@ -15,6 +15,10 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, and_, case, func, null, select, text, update
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog import cached_copies
+from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.job.lookup import job_id_of_checkpoint
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Node, Replica, Shard
 from tierpoint.catalog.snapshot import policy_for_job, take_snapshot
 from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginResult, BeginState, ExpiryTask, RetentionPlanResult
@@ -23,11 +27,6 @@ from tierpoint.retention.planner import plan
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.base import RecordedCopy
-
-from . import cached_copies
-from .checkpoint_lookup import job_id_of_checkpoint
-from .events import EventKind, record
-from .models import Checkpoint, CheckpointTier, Event, Job, Node, Replica, Shard
 
 ACTOR = "retention"
 KEPT_EXAMPLES = 10
@@ -318,14 +317,6 @@ def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
         detail={"rule": rule},
     )
     return TierState.EXPIRED.value
-
-
-def job_names(session: Session, after: str | None, limit: int) -> list[str]:
-    """Jobs in name order after `after` (keyset paging for the sweep)."""
-    stmt = select(Job.name).order_by(Job.name).limit(limit)
-    if after is not None:
-        stmt = stmt.where(Job.name > after)
-    return list(session.scalars(stmt))
 
 
 def _move_replicas(session: Session, checkpoint_id: int, tier: str, to: ReplicaState) -> None:

@@ -12,9 +12,8 @@ from collections.abc import Collection, Mapping
 from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.models import CheckpointTier, Replica
 from tierpoint.storage.s3.layout import KeyLayout
-
-from .models import CheckpointTier, Replica
 
 
 def record(session: Session, checkpoint_id: int, layouts: Mapping[str, KeyLayout]) -> None:

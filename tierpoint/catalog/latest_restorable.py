@@ -15,8 +15,9 @@ from typing import Any
 from sqlalchemy import exists, func, select, tuple_, union_all
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint_lookup import job_id_by_name
+from tierpoint.catalog import peer_reads
 from tierpoint.catalog.checkpoint_reads import checkpoint_view
+from tierpoint.catalog.job.lookup import job_id_by_name
 from tierpoint.catalog.models import (
     RESTORABLE,
     VERIFIED,
@@ -34,8 +35,6 @@ from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NoRestorableCheckpoint
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.s3.layout import KeyLayout, s3_object
-
-from . import peer_reads
 
 NOT_VERIFIED = [s.value for s in ReplicaState if s is not ReplicaState.VERIFIED]
 

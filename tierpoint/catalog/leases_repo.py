@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import exists, func, insert, select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint_lookup import find_checkpoint
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, RestoreLease
 from tierpoint.errors import (
     CopyExpiring,

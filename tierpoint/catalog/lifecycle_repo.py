@@ -28,10 +28,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, aliased
 
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, Shard
+from tierpoint.catalog.nodes import lost_among, lost_reason
 from tierpoint.states import ReplicaState, TierState
-
-from .models import Checkpoint, CheckpointTier, Job, Replica, Shard
-from .nodes import lost_among, lost_reason
 
 ACTOR = "lifecycle"
 

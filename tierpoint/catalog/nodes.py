@@ -14,12 +14,11 @@ from sqlalchemy import and_, exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
+from tierpoint.catalog.peer_reads import held_peer_checkpoints
 from tierpoint.errors import NodeNotFound, UnknownNode
 from tierpoint.states import ReplicaState, TierState
-
-from .events import EventKind, record
-from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from .peer_reads import held_peer_checkpoints
 
 
 def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -> bool:

@@ -26,9 +26,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint_lookup import find_checkpoint
 from tierpoint.catalog.checkpoint_reads import tier_progress
 from tierpoint.catalog.engine import catalog_now
+from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,

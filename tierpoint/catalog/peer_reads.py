@@ -9,12 +9,11 @@ from typing import Any
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.peer_http import shard_url
-
-from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 
 
 def served_sizes(session: Session, node: str, tier: str, job: str, step: int) -> dict[str, int]:

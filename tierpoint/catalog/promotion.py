@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from sqlalchemy import and_, func, select, update
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.lifecycle_repo import ACTOR
+from tierpoint.catalog.models import VERIFIED, CheckpointTier, Replica, Shard
+from tierpoint.catalog.nodes import verified_on_live_nodes
+from tierpoint.catalog.rebuild_repo import release
 from tierpoint.states import ReplicaState, TierState
-
-from .events import EventKind, record
-from .lifecycle_repo import ACTOR
-from .models import VERIFIED, CheckpointTier, Replica, Shard
-from .nodes import verified_on_live_nodes
-from .rebuild_repo import release
 
 # How many bad shards a failure reason names.
 REASON_EXAMPLES = 3

@@ -21,9 +21,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, null, select, update
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.models import Checkpoint, CheckpointTier
 from tierpoint.contract.lifecycle import BATCH_TIMEOUT
-
-from .models import Checkpoint, CheckpointTier
 
 REBUILD_HOLD = BATCH_TIMEOUT + timedelta(hours=1)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
-from .models import CachedCopy, Checkpoint, Job, Replica, Shard
+from tierpoint.catalog.models import CachedCopy, Checkpoint, Job, Replica, Shard
 
 
 @dataclass(frozen=True)
@@ -16,13 +16,6 @@ class Expected:
     shard_size: int
     replica_id: int | None
     replica_state: str | None
-
-
-def job_names(session: Session, job: str | None) -> list[str]:
-    q = select(Job.name).order_by(Job.name)
-    if job is not None:
-        q = q.where(Job.name == job)
-    return list(session.scalars(q))
 
 
 def job_on_tier(

@@ -13,8 +13,8 @@ from sqlalchemy import delete, exists, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint_lookup import job_id_by_name
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.job.lookup import job_id_by_name
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Job, Node
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import CheckpointBeingDeleted, CheckpointConflict, UnknownNode

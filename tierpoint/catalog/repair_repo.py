@@ -19,6 +19,10 @@ from pydantic import ValidationError
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.lifecycle_repo import checkpoint_head
+from tierpoint.catalog.models import VERIFIED, Checkpoint, CheckpointTier, Node, Replica, Shard
+from tierpoint.catalog.rebuild_repo import hold_sources, lock_checkpoint
+from tierpoint.catalog.snapshot import policy_for_job, take_snapshot
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.contract.integrity import RepairBatch, RepairPlan, RepairTier
 from tierpoint.contract.lifecycle import Batch
@@ -26,11 +30,6 @@ from tierpoint.retention.models import TierCopy
 from tierpoint.retention.planner import plan as retention_plan
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import TierState
-
-from .lifecycle_repo import checkpoint_head
-from .models import VERIFIED, Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from .rebuild_repo import hold_sources, lock_checkpoint
-from .snapshot import policy_for_job, take_snapshot
 
 # guard: repair-touches-expiring-copies
 REPAIRABLE_MARKERS = (TierState.FAILED.value, TierState.RESTORABLE.value)
@@ -43,16 +42,6 @@ class ShardSources:
     node: str
     # verified replicas: tier -> node (a local copy's, a peer copy's holder) or None
     verified: dict[str, str | None]
-
-
-def checkpoint_names(session: Session, checkpoint_ids: Sequence[int]) -> list[tuple[int, str, int]]:
-    """(checkpoint id, job name, step) of each of `checkpoint_ids` that exists."""
-    rows = session.execute(
-        select(Checkpoint.id, Job.name, Checkpoint.step)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(Checkpoint.id.in_(list(checkpoint_ids)))
-    ).all()
-    return [(r[0], r[1], r[2]) for r in rows]
 
 
 def lost_nodes(session: Session, nodes: Sequence[str]) -> set[str]:

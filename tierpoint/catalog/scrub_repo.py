@@ -13,7 +13,7 @@ from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from .models import (
+from tierpoint.catalog.models import (
     VERIFIED,
     Checkpoint,
     Job,

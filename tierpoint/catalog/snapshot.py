@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import case, exists, func, select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint_lookup import no_job, require_job_id
+from tierpoint.catalog.job.lookup import no_job, require_job_id
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from tierpoint.catalog import cached_copies, nodes
-from tierpoint.catalog.checkpoint_lookup import find_checkpoint
 from tierpoint.catalog.engine import Session
+from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.config import Settings, TierKind
 from tierpoint.errors import RequestInvalid
 

@@ -1,17 +1,17 @@
-"""Finding a checkpoint by what its callers name it by, (job name, step), and the two refusals
-that go with it. Every route and service that takes a job and a step asks here, so a missing job
-and a missing checkpoint read the same wherever they are refused."""
+"""Jobs, and their checkpoints by what callers name them by, (job name, step), with the two
+refusals that go with it. Every route and service that takes a job and a step asks here, so a
+missing job and a missing checkpoint read the same wherever they are refused."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.models import Checkpoint, Job
 from tierpoint.errors import CheckpointNotFound, JobNotFound
-
-from .models import Checkpoint, Job
 
 
 class CheckpointKey(NamedTuple):
@@ -60,3 +60,28 @@ def find_checkpoint(session: Session, job: str, step: int, *, lock: bool = False
         require_job_id(session, job)
         raise no_checkpoint(job, step)
     return CheckpointKey(row.id, row.job_id, row.pinned)
+
+
+def job_names(
+    session: Session, *, after: str | None = None, limit: int | None = None, only: str | None = None
+) -> list[str]:
+    """Job names in name order: those after `after`, at most `limit` (keyset paging, as the
+    retention sweep pages), or only `only` when such a job exists (one job's reconciliation)."""
+    stmt = select(Job.name).order_by(Job.name)
+    if after is not None:
+        stmt = stmt.where(Job.name > after)
+    if only is not None:
+        stmt = stmt.where(Job.name == only)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return list(session.scalars(stmt))
+
+
+def checkpoint_names(session: Session, checkpoint_ids: Sequence[int]) -> list[tuple[int, str, int]]:
+    """(checkpoint id, job name, step) of each of `checkpoint_ids` that exists."""
+    rows = session.execute(
+        select(Checkpoint.id, Job.name, Checkpoint.step)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(Checkpoint.id.in_(list(checkpoint_ids)))
+    ).all()
+    return [(r[0], r[1], r[2]) for r in rows]

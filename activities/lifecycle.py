@@ -18,18 +18,12 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog import (
-    key_layouts,
-    metrics_reads,
-    nodes,
-    peer_reads,
-    rebuild_repo,
-    scrub_repo,
-)
+from tierpoint.catalog import key_layouts, metrics_reads, peer_reads, rebuild_repo
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import job_id_of_checkpoint
+from tierpoint.catalog.node import registry
 from tierpoint.catalog.promotion import promote
 from tierpoint.catalog.snapshot import policy_for_job
 from tierpoint.config import Settings, TierConfig, TierKind
@@ -103,7 +97,7 @@ class LifecycleActivities:
         if not any(t.on_nodes for t in tiers):
             return
         with self._sessions.begin() as s:
-            lost = nodes.is_lost(s, batch_node)
+            lost = registry.is_lost(s, batch_node)
         if lost:
             raise ApplicationError(
                 f"node {batch_node} was declared lost",
@@ -144,19 +138,19 @@ class LifecycleActivities:
                 s, head, [t.name for t in self._settings.tiers if t not in tiers]
             )
             ordinals = repo.shard_ordinals_by_node(s, head.id)
-            lost = nodes.lost_among(s, (n for n, _, _ in ordinals))
+            lost = registry.lost_among(s, (n for n, _, _ in ordinals))
             peers = [t for t in tiers if t.kind is TierKind.PEER]
             configured = [t.name for t in self._settings.peer_tiers()]
-            live = scrub_repo.live_nodes(s) if peers else []
-            # A source that is not live is placed too, away from its own domain.
-            placed = [*live, *(n for n, _, _ in ordinals)] if peers else []
-            domains = nodes.failure_domains(s, placed)
+            serving = registry.serving_nodes(s) if peers else []
+            # A source that is not serving is placed too, away from its own domain.
+            placed = [*serving, *(n for n, _, _ in ordinals)] if peers else []
+            domains = registry.failure_domains(s, placed)
             # A retried run's copies go nowhere near the copies the other peer tiers hold.
             kept = peer_reads.copy_holders(s, head.id, configured) if peers else {}
         sources = {n for n, _, _ in ordinals}
         # Every peer tier of the configuration (not only this step's targets) is placed in its
         # order, so a step that skips a peer tier moves no other tier's copies.
-        placed_on = holders_by_tier(sources, live, configured, domains, kept)
+        placed_on = holders_by_tier(sources, serving, configured, domains, kept)
         holders = {t.name: placed_on[t.name] for t in peers}
         size = batch_size(self._settings, len(ordinals))
         # Split by bytes for the stages on the nodes' queues (the seal, and the copy off the
@@ -317,7 +311,7 @@ class LifecycleActivities:
 
     def _peer_source(self, tier: TierConfig, node: str) -> PeerSource:
         with self._sessions.begin() as s:
-            url = peer_reads.data_urls(s, [node]).get(node)
+            url = registry.data_urls(s, [node]).get(node)
         if url is None:
             # Retried: the node's worker may be restarting, and reports its endpoint when up.
             raise ApplicationError(f"node {node} serves no data endpoint", type="NoDataEndpoint")

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from tierpoint.catalog import nodes, peer_reads, rebuild_repo, scrub_repo
+from tierpoint.catalog import peer_reads, rebuild_repo
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.node import registry
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import Batch, PlanTier
@@ -69,9 +70,9 @@ class PeerActivities:
             missing = {t: peer_reads.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
             remade = [t for t in peers if t.name in missing]
             sources = {n for rows in missing.values() for n, _, _ in rows}
-            lost = set(nodes.lost_among(s, sources))
-            live = scrub_repo.live_nodes(s)
-            domains = nodes.failure_domains(s, [*live, *sources])
+            lost = set(registry.lost_among(s, sources))
+            serving = registry.serving_nodes(s)
+            domains = registry.failure_domains(s, [*serving, *sources])
             kept = peer_reads.copy_holders(s, inp.checkpoint_id, [t.name for t in peers])
             readable = {t.name: self._readable(t) for t in remade}
             verified = peer_reads.verified_copies(
@@ -89,7 +90,7 @@ class PeerActivities:
                 rebuild_repo.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)
         out.lost_nodes = sorted(lost)
         # Each source node's new holders, tier by tier: none beside another copy of its shards.
-        new_holders = holders_by_tier(sources, live, [t.name for t in remade], domains, kept)
+        new_holders = holders_by_tier(sources, serving, [t.name for t in remade], domains, kept)
         for tier in remade:
             out.stages.append(
                 self._stage(tier, missing[tier.name], runs_of[tier.name], new_holders[tier.name])

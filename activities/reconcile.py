@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 
 from tierpoint import logs
-from tierpoint.catalog import reconcile_repo, scrub_repo
+from tierpoint.catalog import reconcile_repo
 from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.job import lookup
+from tierpoint.catalog.node import registry
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.integrity import (
     RECONCILE_PLAN,
@@ -97,7 +98,7 @@ class ReconcileActivities:
     def plan(self, inp: ReconcileInput) -> ReconcilePlan:
         tiers = [self._settings.tier(inp.tier)] if inp.tier else self._settings.tiers
         with self._sessions.begin() as s:
-            nodes = scrub_repo.live_nodes(s)
+            nodes = registry.serving_nodes(s)
         units = []
         for t in tiers:
             # A peer tier's root on a node holds the copies that node keeps for others (their

@@ -18,12 +18,13 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
-from tierpoint.catalog import expiry_repo, key_layouts, peer_reads, rebuild_repo, repair_repo
+from tierpoint.catalog import expiry_repo, key_layouts, rebuild_repo, repair_repo
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job import lookup
 from tierpoint.catalog.job.lookup import job_id_of_checkpoint
+from tierpoint.catalog.node import registry
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.integrity import (
     REPAIR_COPY,
@@ -81,7 +82,7 @@ class RepairActivities:
         holder) through that node's data endpoint, else the store this worker reaches."""
         if tier.on_nodes and node != self._node:
             with self._sessions.begin() as s:
-                url = peer_reads.data_urls(s, [node]).get(node)
+                url = registry.data_urls(s, [node]).get(node)
             if url is None:
                 # Retried: the node's worker may be restarting, and reports its endpoint when up.
                 raise ApplicationError(
@@ -185,7 +186,7 @@ class RepairActivities:
                 for x in repair_repo.shard_sources(s, inp.checkpoint_id)
                 if x.node == b.node and b.first <= x.ordinal <= b.last
             }
-            lost = repair_repo.lost_nodes(s, [b.node])
+            lost = registry.lost_nodes(s, [b.node])
             held = (
                 repair_repo.peer_holders(s, inp.checkpoint_id, dst_tier.name)
                 if dst_tier.kind is TierKind.PEER

@@ -20,7 +20,8 @@ from temporalio import activity
 from tierpoint import logs
 from tierpoint.catalog import key_layouts, scrub_repo
 from tierpoint.catalog.damage import mark_damaged
-from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.engine import Sessions, catalog_now
+from tierpoint.catalog.node import registry
 from tierpoint.catalog.scrub_repo import ScrubTarget
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
@@ -97,7 +98,7 @@ class ScrubActivities:
             return ScrubPlan()
         interval = s.scrub_interval.total_seconds()
         with self._sessions.begin() as session:
-            nodes = scrub_repo.live_nodes(session)
+            nodes = registry.serving_nodes(session)
         units = []
         for t in s.tiers:
             if t.scrub_bandwidth <= 0:
@@ -120,7 +121,7 @@ class ScrubActivities:
     @activity.defn(name=SCRUB_PICK)
     def pick(self, inp: ScrubPickInput) -> ScrubPick:
         with self._sessions.begin() as s:
-            now = scrub_repo.catalog_now(s)
+            now = catalog_now(s)
             cutoff = datetime.fromisoformat(inp.cutoff) if inp.cutoff else now
             ids, nbytes = scrub_repo.due(
                 s,

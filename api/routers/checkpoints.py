@@ -23,8 +23,9 @@ from api.schemas.checkpoints import (
 from api.schemas.leases import LatestWithLease
 from tierpoint import logs
 from tierpoint.auth import Scope
-from tierpoint.catalog import checkpoint_reads, nodes, registration
+from tierpoint.catalog import checkpoint_reads, registration
 from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
+from tierpoint.catalog.node import registry
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.json_types import Text
 from tierpoint.manifest import check_limits, parse_manifest_json
@@ -168,7 +169,7 @@ async def latest_restorable(
     if tier is not None:
         state.settings.tier(tier)  # UnknownTier
     if node is not None:
-        await session.run_sync(nodes.require_known, node)
+        await session.run_sync(registry.require_known, node)
     lease = None
     if lease_ttl is not None:
         LEASE_WRITE.check(principal, job)

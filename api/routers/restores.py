@@ -19,8 +19,9 @@ from api.schemas.restores import (
 )
 from api.schemas.tiers import TierOut
 from tierpoint.auth import Scope
-from tierpoint.catalog import checkpoint_reads, nodes
+from tierpoint.catalog import checkpoint_reads
 from tierpoint.catalog.leases_repo import create_lease
+from tierpoint.catalog.node import registry
 from tierpoint.services.cached_copies import record_cached_copies
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 
@@ -58,7 +59,7 @@ async def start_restore(
     if body.tier is not None:
         state.settings.tier(body.tier, location="body")
     if body.node is not None:
-        await session.run_sync(nodes.require_known, body.node)
+        await session.run_sync(registry.require_known, body.node)
     tiers = state.settings.tiers
     if body.step is None:
         lease = LeaseRequest(body.ttl_seconds, body.holder, actor)

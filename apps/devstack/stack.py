@@ -43,8 +43,8 @@ from apps.devstack.settings import build_settings
 from apps.devstack.tiers import DEFAULT_TIERS, complete_tiers, on_stack_s3
 from tierpoint import logs
 from tierpoint.catalog import migrate, tokens_repo
-from tierpoint.catalog import nodes as catalog_nodes
 from tierpoint.catalog.engine import catalog_now, make_sync_engine, sync_sessions
+from tierpoint.catalog.node import registry as catalog_nodes
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.long_lived import freeze_long_lived
 

@@ -44,7 +44,7 @@ from benchmarks.scenarios.copy_posix import drop_cache
 from benchmarks.scenarios.s3_upload import empty_bucket
 from tierpoint.catalog import migrate, tokens_repo
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 
 MiB = 1024 * 1024
 NODE = "node-m"

@@ -44,7 +44,7 @@ from benchmarks.env import Env, subprocess_env, tierpoint_env, wait_for_api
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from tierpoint.catalog import migrate, tokens_repo
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 
 NODES = ("node-a", "node-b")
 START_TIMEOUT = 60.0

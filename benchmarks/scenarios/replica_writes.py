@@ -27,7 +27,7 @@ from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.states import ReplicaState
 
 FLUSH = 500  # replicas per flush

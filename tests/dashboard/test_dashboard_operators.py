@@ -25,7 +25,7 @@ from tests.helpers.api import restorable, seed, set_marker
 from tests.helpers.cli import serving
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.catalog import scrub_repo
-from tierpoint.catalog.nodes import upsert_nodes
+from tierpoint.catalog.node.registry import upsert_nodes
 from tierpoint.config import Settings
 
 __all__ = ["browser", "chromium"]

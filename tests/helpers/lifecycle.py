@@ -27,7 +27,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from apps.worker import node_roots, run_workers
 from tests.helpers.services import Services, s3_client
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Shard
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings, TierKind
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.temporal import start_lifecycle

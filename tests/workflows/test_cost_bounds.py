@@ -23,7 +23,7 @@ from tests.helpers import cost_model
 from tests.helpers.lifecycle import NODES, activities_run, crc_hex, new_job, running_workers
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.catalog.registration import register_checkpoint
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import (

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import BigInteger, String, and_, case, column, exists, func, select, values
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog import key_layouts, peer_reads
+from tierpoint.catalog import key_layouts
 from tierpoint.catalog.job.lookup import (
     job_id_by_name,
     no_checkpoint,
@@ -27,6 +27,7 @@ from tierpoint.catalog.models import (
     Replica,
     Shard,
 )
+from tierpoint.catalog.node import registry
 from tierpoint.catalog.views import (
     CheckpointDetailView,
     CheckpointView,
@@ -256,7 +257,7 @@ def get_checkpoint(
         )
     ).all()
     peers = {t.name for t in tiers if t.kind is TierKind.PEER}
-    urls = peer_reads.data_urls(session, {r.node_id for r in rows if r.tier in peers})
+    urls = registry.data_urls(session, {r.node_id for r in rows if r.tier in peers})
     layouts = key_layouts.of_checkpoint(session, view.id)
     for r in rows:
         # No marker, no layout to name the object by: no (bucket, key) rather than a guess.
@@ -278,7 +279,7 @@ def get_checkpoint(
                 r.scrubbed_at,
                 bucket,
                 key,
-                peer_reads.peer_url(
+                registry.peer_url(
                     by_name.get(r.tier), urls, r.node_id, job, step, paths[r.shard_id]
                 ),
             )

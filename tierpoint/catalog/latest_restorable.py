@@ -15,7 +15,6 @@ from typing import Any
 from sqlalchemy import exists, func, select, tuple_, union_all
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog import peer_reads
 from tierpoint.catalog.checkpoint_reads import checkpoint_view
 from tierpoint.catalog.job.lookup import job_id_by_name
 from tierpoint.catalog.models import (
@@ -26,6 +25,7 @@ from tierpoint.catalog.models import (
     Replica,
     Shard,
 )
+from tierpoint.catalog.node import registry
 from tierpoint.catalog.views import (
     LatestRestorableView,
     RestorePlanEntry,
@@ -130,7 +130,7 @@ def _plan(
     for r in session.execute(replica_q):
         located[(r.shard_id, r.tier)] = (r.location, r.node_id)
     peers = {t.name for t in usable if t.kind is TierKind.PEER}
-    urls = peer_reads.data_urls(
+    urls = registry.data_urls(
         session, {n for (_, t), (_, n) in located.items() if t in peers and n is not None}
     )
     shards = session.execute(
@@ -146,7 +146,7 @@ def _plan(
             hit = located.get((s.id, t.name))
             if hit is None or (t.kind is TierKind.LOCAL and hit[1] != node):
                 continue
-            url = peer_reads.peer_url(t, urls, hit[1], job, step, s.path)
+            url = registry.peer_url(t, urls, hit[1], job, step, s.path)
             if t.kind is TierKind.PEER and url is None:
                 continue  # its holder serves no endpoint now
             layout = KeyLayout.parse(markers[t.name].key_layout)

@@ -29,7 +29,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, aliased
 
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, Shard
-from tierpoint.catalog.nodes import lost_among, lost_reason
+from tierpoint.catalog.node.registry import lost_among, lost_reason
 from tierpoint.states import ReplicaState, TierState
 
 ACTOR = "lifecycle"

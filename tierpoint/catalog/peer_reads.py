@@ -3,17 +3,13 @@ and where each node serves them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.states import ReplicaState, TierState
-from tierpoint.storage.base import ShardRef
-from tierpoint.storage.peer_http import shard_url
 
 
 def served_sizes(session: Session, node: str, tier: str, job: str, step: int) -> dict[str, int]:
@@ -57,29 +53,6 @@ def served_replica(
         )
     ).first()
     return None if row is None else (row.id, row.checkpoint_id)
-
-
-def _data_urls(node_ids: Iterable[str]) -> Any:
-    return select(Node.id, Node.data_url).where(
-        Node.id.in_(sorted(set(node_ids))),
-        Node.data_url.is_not(None),
-        Node.lost_at.is_(None),
-    )
-
-
-def data_urls(session: Session, node_ids: Iterable[str]) -> dict[str, str]:
-    """Each node's data endpoint, for the nodes that serve one and are not declared lost."""
-    return {r.id: r.data_url for r in session.execute(_data_urls(node_ids))}
-
-
-def peer_url(
-    tier: TierConfig | None, urls: dict[str, str], node: str | None, job: str, step: int, path: str
-) -> str | None:
-    """Where a restore reads a peer tier's copy held by `node` (None: not a peer copy, or its
-    node serves no endpoint)."""
-    if tier is None or tier.kind is not TierKind.PEER or node is None or node not in urls:
-        return None
-    return shard_url(urls[node], tier.name, ShardRef(job, step, path))
 
 
 def tiers_to_rereplicate(

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.lifecycle_repo import ACTOR
 from tierpoint.catalog.models import VERIFIED, CheckpointTier, Replica, Shard
-from tierpoint.catalog.nodes import verified_on_live_nodes
+from tierpoint.catalog.node.registry import not_on_lost_node
 from tierpoint.catalog.rebuild_repo import release
 from tierpoint.states import ReplicaState, TierState
 
@@ -117,7 +117,7 @@ def _shard_counts(session: Session, checkpoint_id: int, tier: str) -> tuple[int,
             Replica.tier == tier,
             # guard: promote-lost-node
             Replica.state == ReplicaState.VERIFIED.value,
-            verified_on_live_nodes(),
+            not_on_lost_node(),
         )
     )
     assert total is not None and verified is not None

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.lifecycle_repo import checkpoint_head
 from tierpoint.catalog.models import VERIFIED, Checkpoint, CheckpointTier, Node, Replica, Shard
+from tierpoint.catalog.node.registry import lost_nodes
 from tierpoint.catalog.rebuild_repo import hold_sources, lock_checkpoint
 from tierpoint.catalog.snapshot import policy_for_job, take_snapshot
 from tierpoint.config import TierConfig, TierKind
@@ -42,12 +43,6 @@ class ShardSources:
     node: str
     # verified replicas: tier -> node (a local copy's, a peer copy's holder) or None
     verified: dict[str, str | None]
-
-
-def lost_nodes(session: Session, nodes: Sequence[str]) -> set[str]:
-    return set(
-        session.scalars(select(Node.id).where(Node.id.in_(list(nodes)), Node.lost_at.is_not(None)))
-    )
 
 
 def shard_sources(session: Session, checkpoint_id: int) -> list[ShardSources]:

@@ -17,7 +17,6 @@ from tierpoint.catalog.models import (
     VERIFIED,
     Checkpoint,
     Job,
-    Node,
     Replica,
     ScrubStats,
     Shard,
@@ -38,26 +37,6 @@ class ScrubTarget:
     checksum: str | None
     node_id: str | None
     state: str
-
-
-def catalog_now(session: Session) -> datetime:
-    now: datetime = session.execute(select(func.now())).scalar_one()
-    return now
-
-
-# A node worker reports in every 15 s: one not seen for this long is not serving its queue now.
-NODE_SEEN_WITHIN = timedelta(minutes=5)
-
-
-def live_nodes(session: Session) -> list[str]:
-    """Nodes not declared lost whose worker reported in lately: their queues are served."""
-    return list(
-        session.scalars(
-            select(Node.id)
-            .where(Node.lost_at.is_(None), Node.last_seen_at > func.now() - NODE_SEEN_WITHIN)
-            .order_by(Node.id)
-        )
-    )
 
 
 def due(

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tierpoint.catalog import cached_copies, nodes
+from tierpoint.catalog import cached_copies
 from tierpoint.catalog.engine import Session
 from tierpoint.catalog.job.lookup import find_checkpoint
+from tierpoint.catalog.node import registry
 from tierpoint.config import Settings, TierKind
 from tierpoint.errors import RequestInvalid
 
@@ -33,7 +34,7 @@ def record_cached_copies(
             errors=[{"field": "tier", "location": "body", "message": "not a local tier"}],
         )
     for node in sorted(wanted):
-        nodes.require_known(session, node)
+        registry.require_known(session, node)
     checkpoint = find_checkpoint(session, job, step)
     unknown = cached_copies.unknown_paths(
         session, checkpoint.id, [p for paths in wanted.values() for p in paths]

@@ -14,6 +14,7 @@ from tests.helpers.lifecycle import NODES, Seeded, new_job, random_shards, seed_
 from tests.helpers.retention import create_job
 from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.damage import mark_damaged
+from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,
@@ -224,7 +225,7 @@ def test_scrub_picks_oldest_reads_first_within_budget_and_counts_once(
     older = _everywhere(settings, sessions, new_job(), 5, age_days=100)
     newer = _everywhere(settings, sessions, new_job(), 6, age_days=50)
     with sessions.begin() as s:
-        now = scrub_repo.catalog_now(s)
+        now = catalog_now(s)
         stats = s.get(ScrubStats, "lustre")
         before = (stats.replicas, stats.bytes) if stats else (0, 0)
         ids, nbytes = scrub_repo.due(s, "lustre", None, timedelta(0), now, budget=250, limit=10)

@@ -20,7 +20,7 @@ from tierpoint.catalog.models import (
     Replica,
     Shard,
 )
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 
 
 @pytest.fixture

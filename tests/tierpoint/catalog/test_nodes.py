@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from tierpoint.catalog.nodes import lost_among, mark_lost, upsert_node, upsert_nodes
+from tierpoint.catalog.node.registry import lost_among, mark_lost, upsert_node, upsert_nodes
 from tierpoint.catalog.promotion import promote
 from tierpoint.states import ReplicaState, TierState
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.states import ReplicaState
 
 SHARDS = 6

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, select, update
@@ -17,8 +17,11 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
 from tierpoint.catalog.peer_reads import held_peer_checkpoints
+from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NodeNotFound, UnknownNode
 from tierpoint.states import ReplicaState, TierState
+from tierpoint.storage.base import ShardRef
+from tierpoint.storage.peer_http import shard_url
 
 
 def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -> bool:
@@ -337,7 +340,52 @@ def _affected(session: Session, ids: Sequence[int]) -> Sequence[Any]:
     ).all()
 
 
-def verified_on_live_nodes() -> Any:
-    """A condition on Replica: not a local copy on a node declared lost (copies on shared tiers
-    have no node)."""
+def not_on_lost_node() -> Any:
+    """A condition on Replica: not a copy on a node declared lost (copies on shared tiers have
+    no node)."""
     return ~exists().where(and_(Node.id == Replica.node_id, Node.lost_at.is_not(None)))
+
+
+# A node worker reports in every 15 s: one not seen for this long is not serving its queue now.
+NODE_SEEN_WITHIN = timedelta(minutes=5)
+
+
+def serving_nodes(session: Session) -> list[str]:
+    """The nodes serving their queues: not declared lost, and reported in lately."""
+    return list(
+        session.scalars(
+            select(Node.id)
+            .where(Node.lost_at.is_(None), Node.last_seen_at > func.now() - NODE_SEEN_WITHIN)
+            .order_by(Node.id)
+        )
+    )
+
+
+def lost_nodes(session: Session, nodes: Sequence[str]) -> set[str]:
+    """Which of these nodes are declared lost (no lock: see `lost_among` for one)."""
+    return set(
+        session.scalars(select(Node.id).where(Node.id.in_(list(nodes)), Node.lost_at.is_not(None)))
+    )
+
+
+def _data_urls(node_ids: Iterable[str]) -> Any:
+    return select(Node.id, Node.data_url).where(
+        Node.id.in_(sorted(set(node_ids))),
+        Node.data_url.is_not(None),
+        Node.lost_at.is_(None),
+    )
+
+
+def data_urls(session: Session, node_ids: Iterable[str]) -> dict[str, str]:
+    """Each node's data endpoint, for the nodes that serve one and are not declared lost."""
+    return {r.id: r.data_url for r in session.execute(_data_urls(node_ids))}
+
+
+def peer_url(
+    tier: TierConfig | None, urls: dict[str, str], node: str | None, job: str, step: int, path: str
+) -> str | None:
+    """Where a restore reads a peer tier's copy held by `node` (None: not a peer copy, or its
+    node serves no endpoint)."""
+    if tier is None or tier.kind is not TierKind.PEER or node is None or node not in urls:
+        return None
+    return shard_url(urls[node], tier.name, ShardRef(job, step, path))

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from tierpoint import auth
-from tierpoint.catalog import peer_reads, tokens_repo
+from tierpoint.catalog import peer_reads
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.token import tokens
 from tierpoint.config import Settings
 from tierpoint.errors import (
     InsufficientScope,
@@ -68,7 +69,7 @@ def authenticate(sessions: Sessions, settings: Settings, header: str | None) -> 
     ):
         return Caller("worker", None)
     with sessions.begin() as s:
-        record = tokens_repo.token_by_digest(s, auth.digest(secret))
+        record = tokens.token_by_digest(s, auth.digest(secret))
     if record is None:
         raise InvalidToken("unknown credential")
     who = auth.principal_of(record, datetime.now(UTC))

@@ -24,8 +24,8 @@ from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import job_id_of_checkpoint
 from tierpoint.catalog.node import registry
+from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.promotion import promote
-from tierpoint.catalog.snapshot import policy_for_job
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import (

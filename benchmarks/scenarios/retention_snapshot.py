@@ -28,7 +28,7 @@ from benchmarks.harness import Method, Outcome, Row, Scenario
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard
-from tierpoint.catalog.snapshot import take_snapshot
+from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.config import TierKind
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState

@@ -19,7 +19,8 @@ from tierpoint.catalog import cached_copies
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import job_id_of_checkpoint
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Node, Replica, Shard
-from tierpoint.catalog.snapshot import policy_for_job, take_snapshot
+from tierpoint.catalog.policy.assigned import policy_for_job
+from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginResult, BeginState, ExpiryTask, RetentionPlanResult
 from tierpoint.retention.models import RetentionPlan

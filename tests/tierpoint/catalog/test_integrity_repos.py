@@ -24,9 +24,9 @@ from tierpoint.catalog.models import (
     ScrubStats,
     Shard,
 )
+from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.promotion import promote
 from tierpoint.catalog.repair_repo import plan_repair
-from tierpoint.catalog.snapshot import take_snapshot
 from tierpoint.config import Settings
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState

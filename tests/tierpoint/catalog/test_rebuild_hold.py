@@ -20,9 +20,9 @@ from tierpoint.catalog.models import (
     RetentionPolicy,
     Shard,
 )
+from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.promotion import promote
 from tierpoint.catalog.rebuild_repo import REBUILD_HOLD, hold_sources, lock_checkpoint
-from tierpoint.catalog.snapshot import take_snapshot
 from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginState
 from tierpoint.retention.policy import Policy, TierRef

@@ -21,7 +21,8 @@ from tierpoint.catalog.models import (
     RetentionPolicy,
     Shard,
 )
-from tierpoint.catalog.snapshot import dry_run, policy_for_job, take_snapshot
+from tierpoint.catalog.policy.assigned import policy_for_job
+from tierpoint.catalog.policy.snapshot import dry_run, take_snapshot
 from tierpoint.errors import JobNotFound
 from tierpoint.retention import (
     DEFAULT_POLICY,

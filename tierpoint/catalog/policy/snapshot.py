@@ -1,5 +1,5 @@
-"""Reading what the planner needs from the catalog: one job's checkpoints, markers, replica totals,
-leases, and the policy that applies to the job.
+"""Reading what the retention planner needs from the catalog: one job's checkpoints, their copies
+on each tier with their replicas' totals, and leases (the policy: `assigned.py`).
 
 Four indexed queries per job, whatever the number of shards. For a snapshot consistent across them
 (the executor's case), run in a REPEATABLE READ transaction; the executor must still re-check each
@@ -10,75 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 from sqlalchemy import case, exists, func, select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.job.lookup import no_job, require_job_id
+from tierpoint.catalog.job.lookup import require_job_id
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,
-    Job,
     Node,
     Replica,
     RestoreLease,
-    RetentionPolicy,
     Shard,
 )
+from tierpoint.catalog.policy.assigned import AssignedPolicy, policy_for_job
 from tierpoint.retention.models import CheckpointInfo, RetentionPlan, RetentionSnapshot, TierCopy
 from tierpoint.retention.planner import plan
-from tierpoint.retention.policy import DEFAULT_POLICY, Policy, TierRef
+from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState, TierState
-
-
-class AssignedPolicy(BaseModel):
-    """The policy that applies to a job, and where it came from."""
-
-    model_config = ConfigDict(frozen=True)
-
-    source: Literal["job", "default", "builtin"]
-    policy_id: int | None
-    name: str
-    version: int
-    policy: Policy
-
-
-BUILTIN_POLICY_NAME = "builtin-default"
-
-
-def policy_for_job(session: Session, job: str) -> AssignedPolicy:
-    """The job's own policy, else the catalog's default policy, else DEFAULT_POLICY.
-
-    Raises JobNotFound, or pydantic.ValidationError if a stored spec does not validate (retention
-    must not run on a policy it cannot read)."""
-    row = session.execute(select(Job.id, Job.policy_id).where(Job.name == job)).one_or_none()
-    if row is None:
-        raise no_job(job)
-    if row.policy_id is not None:
-        pol = session.get_one(RetentionPolicy, row.policy_id)
-        source: Literal["job", "default"] = "job"
-    else:
-        found = session.scalars(
-            select(RetentionPolicy).where(RetentionPolicy.is_default)
-        ).one_or_none()
-        if found is None:
-            return AssignedPolicy(
-                source="builtin",
-                policy_id=None,
-                name=BUILTIN_POLICY_NAME,
-                version=1,
-                policy=DEFAULT_POLICY,
-            )
-        pol, source = found, "default"
-    return AssignedPolicy(
-        source=source,
-        policy_id=pol.id,
-        name=pol.name,
-        version=pol.version,
-        policy=Policy.from_spec(pol.spec),
-    )
 
 
 def _tags(meta: dict[str, Any]) -> frozenset[str]:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import Event, Job, RetentionPolicy
-from tierpoint.catalog.snapshot import BUILTIN_POLICY_NAME
+from tierpoint.catalog.policy.assigned import BUILTIN_POLICY_NAME
 from tierpoint.errors import PolicyConflict, PolicyExists, PolicyInUse, PolicyNotFound
 from tierpoint.retention.policy import DEFAULT_POLICY, Policy
 

@@ -18,10 +18,11 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog import key_layouts, metrics_reads, peer_reads, rebuild_repo
+from tierpoint.catalog import key_layouts, metrics_reads, peer_reads
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.holds import rebuild
 from tierpoint.catalog.job.lookup import job_id_of_checkpoint
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.policy.assigned import policy_for_job
@@ -256,7 +257,7 @@ class LifecycleActivities:
             layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
             if dst_tier.kind is TierKind.PEER:
                 # Maybe a re-replication's batch: it renews the hold on what it reads from.
-                rebuild_repo.renew(s, inp.checkpoint_id)
+                rebuild.renew(s, inp.checkpoint_id)
         if dst_tier.kind is TierKind.PEER:
             # Runs on the holder's queue and pulls the copy over its node's endpoint.
             if b.holder is None or b.holder == b.node:

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from tierpoint.catalog import peer_reads, rebuild_repo
+from tierpoint.catalog import peer_reads
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.holds import rebuild
 from tierpoint.catalog.node import registry
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
@@ -60,7 +61,7 @@ class PeerActivities:
         with self._sessions.begin() as s:
             # Under the checkpoint's row lock, as retention's re-check: a copy that the plan
             # reads is held before any expiry of it can begin (rebuild_repo).
-            if not rebuild_repo.lock_checkpoint(s, inp.checkpoint_id):
+            if not rebuild.lock_checkpoint(s, inp.checkpoint_id):
                 raise ApplicationError(
                     f"checkpoint {inp.checkpoint_id} is not in the catalog",
                     type=FailureType.CHECKPOINT_NOT_FOUND,
@@ -87,7 +88,7 @@ class PeerActivities:
                 # The copies this re-replication reads, whichever tier each one is on.
                 reads = {src for (src, _), _ in runs_of[tier.name]}
                 # guard: rereplication-holds-its-sources
-                rebuild_repo.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)
+                rebuild.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)
         out.lost_nodes = sorted(lost)
         # Each source node's new holders, tier by tier: none beside another copy of its shards.
         new_holders = holders_by_tier(sources, serving, [t.name for t in remade], domains, kept)

@@ -18,10 +18,11 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
-from tierpoint.catalog import expiry_repo, key_layouts, rebuild_repo, repair_repo
+from tierpoint.catalog import expiry_repo, key_layouts, repair_repo
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.holds import rebuild
 from tierpoint.catalog.job import lookup
 from tierpoint.catalog.job.lookup import job_id_of_checkpoint
 from tierpoint.catalog.node import registry
@@ -179,7 +180,7 @@ class RepairActivities:
             if marker not in repair_repo.REPAIRABLE_MARKERS:
                 return None
             # Renews the hold on the copies this repair reads from (rebuild_repo).
-            rebuild_repo.renew(s, inp.checkpoint_id)
+            rebuild.renew(s, inp.checkpoint_id)
             shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name)
             sources = {
                 x.shard_id: x

@@ -24,7 +24,7 @@ from api.schemas.leases import LatestWithLease
 from tierpoint import logs
 from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads, registration
-from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
+from tierpoint.catalog.holds.leases import MAX_LEASE_SECONDS
 from tierpoint.catalog.node import registry
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.json_types import Text

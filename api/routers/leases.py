@@ -16,7 +16,7 @@ from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.leases import CreateLease, Lease, LeaseList, RenewLease
 from tierpoint.auth import Scope
-from tierpoint.catalog import leases_repo as repo
+from tierpoint.catalog.holds import leases as repo
 from tierpoint.manifest import MAX_INT64
 
 router = APIRouter(prefix="/v1/jobs", tags=["leases"], route_class=GatedRoute)

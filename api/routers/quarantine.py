@@ -18,7 +18,7 @@ from api.schemas.checkpoints import CheckpointOut
 from api.schemas.quarantine import Quarantine
 from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads
-from tierpoint.catalog.quarantine_repo import set_quarantine
+from tierpoint.catalog.holds.quarantine import set_quarantine
 from tierpoint.config import NAME_RE
 
 router = APIRouter(prefix="/v1/jobs", tags=["quarantine"], route_class=GatedRoute)

@@ -20,7 +20,7 @@ from api.schemas.restores import (
 from api.schemas.tiers import TierOut
 from tierpoint.auth import Scope
 from tierpoint.catalog import checkpoint_reads
-from tierpoint.catalog.leases_repo import create_lease
+from tierpoint.catalog.holds.leases import create_lease
 from tierpoint.catalog.node import registry
 from tierpoint.services.cached_copies import record_cached_copies
 from tierpoint.services.restore import LeaseRequest, latest_with_lease

@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.checkpoints import LatestRestorableOut
-from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
+from tierpoint.catalog.holds.leases import MAX_LEASE_SECONDS
 from tierpoint.json_types import JsonInt
 
 TtlSeconds = Field(ge=1, le=MAX_LEASE_SECONDS, description="Lease duration in seconds.")

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.leases_repo import lock_checkpoint
+from tierpoint.catalog.holds.leases import lock_checkpoint
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job
 from tierpoint.catalog.operator_reads import last_errors
 from tierpoint.catalog.operator_views import FailurePageView, FailureView, RetryRefusalView

@@ -19,12 +19,12 @@ from pydantic import ValidationError
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.holds.rebuild import hold_sources, lock_checkpoint
 from tierpoint.catalog.lifecycle_repo import checkpoint_head
 from tierpoint.catalog.models import VERIFIED, Checkpoint, CheckpointTier, Node, Replica, Shard
 from tierpoint.catalog.node.registry import lost_nodes
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.policy.snapshot import take_snapshot
-from tierpoint.catalog.rebuild_repo import hold_sources, lock_checkpoint
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.contract.integrity import RepairBatch, RepairPlan, RepairTier
 from tierpoint.contract.lifecycle import Batch

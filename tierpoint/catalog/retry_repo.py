@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.leases_repo import lock_checkpoint
+from tierpoint.catalog.holds.leases import lock_checkpoint
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Node, Shard
 from tierpoint.errors import CopyOnLostNode, NoVerifiedSource, RepairInProgress, TierpointError
 from tierpoint.states import TierState

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tierpoint.catalog.leases_repo import LeaseView
+from tierpoint.catalog.holds.leases import LeaseView
 
 
 @dataclass

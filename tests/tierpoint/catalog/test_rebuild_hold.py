@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.expiry_repo import begin_expiry, plan_expiries
+from tierpoint.catalog.holds.rebuild import REBUILD_HOLD, hold_sources, lock_checkpoint
 from tierpoint.catalog.models import (
     Checkpoint,
     CheckpointTier,
@@ -22,7 +23,6 @@ from tierpoint.catalog.models import (
 )
 from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.promotion import promote
-from tierpoint.catalog.rebuild_repo import REBUILD_HOLD, hold_sources, lock_checkpoint
 from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginState
 from tierpoint.retention.policy import Policy, TierRef

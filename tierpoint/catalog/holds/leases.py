@@ -1,18 +1,17 @@
-"""Restore leases and pins: the two ways to keep a checkpoint from expiring.
+"""Restore leases: a restore's hold on a checkpoint, which keeps its copies from expiring while
+the lease is active (not released, not past its end). Pins are the operator's hold (`pins.py`).
 
-Both lock the checkpoint row (SELECT ... FOR UPDATE) in the caller's transaction before they
-change anything, as the retention executor does before it flips a marker to `expiring`: a lease
-or pin either commits before the executor's re-check (which then sees it and keeps every copy) or
-after the flip. After the flip the copy is being deleted and nothing brings it back: a pin is then
-refused (409 `copy_expiring`, naming the tiers), since it promises that no copy expires; a lease
-holds only the copies that are restorable, so it is refused only when no tier is. Lease times are
-the database's clock, the same clock the snapshot and the executor compare them with."""
+A lease locks the checkpoint row (SELECT ... FOR UPDATE) in the caller's transaction before it
+changes anything, as the retention executor does before it flips a tier copy to `expiring`: a
+lease either commits before the executor's re-check (which then sees it and keeps every copy) or
+after the flip; it holds only the copies that are restorable, so it is refused only when no tier
+is. Lease times are the database's clock, the same clock the snapshot and the executor compare
+them with."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import exists, func, insert, select
 from sqlalchemy.orm import Session
@@ -21,7 +20,6 @@ from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, RestoreLease
 from tierpoint.errors import (
-    CopyExpiring,
     LeaseEnded,
     LeaseNotFound,
     NotLeasable,
@@ -43,14 +41,6 @@ class LeaseView:
     active: bool
 
 
-@dataclass
-class PinView:
-    job: str
-    step: int
-    pinned: bool
-    changed: bool
-
-
 def lock_checkpoint(session: Session, job: str, step: int) -> tuple[int, int, bool]:
     """(checkpoint id, job id, pinned) with the checkpoint row locked until commit."""
     key = find_checkpoint(session, job, step, lock=True)
@@ -70,20 +60,6 @@ def restorable_tiers(session: Session, checkpoint_id: int) -> list[str]:
             CheckpointTier.state == TierState.RESTORABLE.value,
             CheckpointTier.quarantine_reason.is_(None),
             ~quarantined,
-        )
-        .order_by(CheckpointTier.tier)
-    )
-    return list(rows.all())
-
-
-def expiring_tiers(session: Session, checkpoint_id: int) -> list[str]:
-    """Tiers whose copy retention has begun deleting (marker `expiring`). Read after the row lock:
-    the executor flips markers only while it holds that row, so this sees every committed flip."""
-    rows = session.scalars(
-        select(CheckpointTier.tier)
-        .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.state == TierState.EXPIRING.value,
         )
         .order_by(CheckpointTier.tier)
     )
@@ -235,32 +211,3 @@ def list_leases(
         q = q.where(RestoreLease.released_at.is_(None), ~lapsed)
     rows = session.execute(q.order_by(RestoreLease.id)).all()
     return [_view(r[0], job, step, bool(r[1])) for r in rows]
-
-
-def set_pinned(session: Session, job: str, step: int, pinned: bool, actor: str) -> PinView:
-    """Pin or unpin; doing it again changes nothing and records nothing. A pin is refused while
-    a copy is being expired: it could not keep that copy, and a pin that answered yes would be a
-    promise already broken."""
-    checkpoint_id, job_id, was = lock_checkpoint(session, job, step)
-    if was == pinned:
-        return PinView(job, step, pinned, False)
-    # guard: pin-refused-during-expiry
-    if pinned and (expiring := expiring_tiers(session, checkpoint_id)):
-        raise CopyExpiring(
-            f"step {step} of job {job!r} is being expired on {', '.join(expiring)}: a pin cannot "
-            "keep those copies; pin again once their expiry has finished to keep the others",
-            extra={"tiers": expiring},
-        )
-    checkpoint = session.get_one(Checkpoint, checkpoint_id)
-    checkpoint.pinned = pinned
-    detail: dict[str, Any] = {"step": step}
-    record(
-        session,
-        EventKind.PINNED if pinned else EventKind.UNPINNED,
-        checkpoint_id=checkpoint_id,
-        job_id=job_id,
-        actor=actor,
-        detail=detail,
-    )
-    session.flush()
-    return PinView(job, step, pinned, True)

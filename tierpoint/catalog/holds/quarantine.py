@@ -20,7 +20,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.leases_repo import lock_checkpoint
+from tierpoint.catalog.holds.leases import lock_checkpoint
 from tierpoint.catalog.models import Checkpoint, CheckpointTier
 from tierpoint.errors import CopyExpiring, TierCopyNotFound
 from tierpoint.states import TierState

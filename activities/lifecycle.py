@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog import key_layouts, metrics_reads, peer_reads
+from tierpoint.catalog import key_layouts, metrics_reads
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
@@ -27,6 +27,7 @@ from tierpoint.catalog.job.lookup import job_id_of_checkpoint
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.promotion import promote
+from tierpoint.catalog.replica import placement
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import (
@@ -147,7 +148,7 @@ class LifecycleActivities:
             placed = [*serving, *(n for n, _, _ in ordinals)] if peers else []
             domains = registry.failure_domains(s, placed)
             # A retried run's copies go nowhere near the copies the other peer tiers hold.
-            kept = peer_reads.copy_holders(s, head.id, configured) if peers else {}
+            kept = placement.copy_holders(s, head.id, configured) if peers else {}
         sources = {n for n, _, _ in ordinals}
         # Every peer tier of the configuration (not only this step's targets) is placed in its
         # order, so a step that skips a peer tier moves no other tier's copies.

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from tierpoint.catalog import peer_reads
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.holds import rebuild
 from tierpoint.catalog.node import registry
+from tierpoint.catalog.replica import placement
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import Batch, PlanTier
@@ -67,16 +67,16 @@ class PeerActivities:
                     type=FailureType.CHECKPOINT_NOT_FOUND,
                     non_retryable=True,
                 )
-            failed = peer_reads.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
-            missing = {t: peer_reads.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
+            failed = placement.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
+            missing = {t: placement.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
             remade = [t for t in peers if t.name in missing]
             sources = {n for rows in missing.values() for n, _, _ in rows}
             lost = set(registry.lost_among(s, sources))
             serving = registry.serving_nodes(s)
             domains = registry.failure_domains(s, [*serving, *sources])
-            kept = peer_reads.copy_holders(s, inp.checkpoint_id, [t.name for t in peers])
+            kept = placement.copy_holders(s, inp.checkpoint_id, [t.name for t in peers])
             readable = {t.name: self._readable(t) for t in remade}
-            verified = peer_reads.verified_copies(
+            verified = placement.verified_copies(
                 s,
                 inp.checkpoint_id,
                 sorted(sources),

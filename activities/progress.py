@@ -14,9 +14,9 @@ from typing import Any
 from temporalio import activity
 
 from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.damage import mark_damaged_shards
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.replica import scrub
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ResumeState
 
@@ -110,5 +110,5 @@ class BatchReporter:
         self.flush()
         if self._read_bytes > 0:
             with self._sessions.begin() as s:
-                scrub_repo.record_reads(s, self._tier, self._read_bytes, self._read_seconds)
+                scrub.record_reads(s, self._tier, self._read_bytes, self._read_seconds)
             self._read_bytes, self._read_seconds = 0, 0.0

@@ -18,11 +18,12 @@ from datetime import datetime, timedelta
 from temporalio import activity
 
 from tierpoint import logs
-from tierpoint.catalog import key_layouts, scrub_repo
+from tierpoint.catalog import key_layouts
 from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions, catalog_now
 from tierpoint.catalog.node import registry
-from tierpoint.catalog.scrub_repo import ScrubTarget
+from tierpoint.catalog.replica import scrub
+from tierpoint.catalog.replica.scrub import ScrubTarget
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     PROBLEM_LIMIT,
@@ -123,7 +124,7 @@ class ScrubActivities:
         with self._sessions.begin() as s:
             now = catalog_now(s)
             cutoff = datetime.fromisoformat(inp.cutoff) if inp.cutoff else now
-            ids, nbytes = scrub_repo.due(
+            ids, nbytes = scrub.due(
                 s,
                 inp.unit.tier,
                 inp.unit.node,
@@ -140,7 +141,7 @@ class ScrubActivities:
         copy's: its holder's)."""
         on_nodes = self._settings.tier(inp.tier).on_nodes
         with self._sessions.begin() as s:
-            rows = scrub_repo.checkpoint_replicas(
+            rows = scrub.checkpoint_replicas(
                 s, inp.checkpoint_id, inp.tier, inp.after_id, inp.limit
             )
         by_node: dict[str | None, list[int]] = {}
@@ -161,7 +162,7 @@ class ScrubActivities:
         details = activity.info().heartbeat_details
         start = int(details[-1]) if details else 0
         with self._sessions.begin() as s:
-            todo = scrub_repo.targets(s, inp.replica_ids)
+            todo = scrub.targets(s, inp.replica_ids)
             layouts = key_layouts.on_tier(s, {t.checkpoint_id for t in todo}, tier.name)
         result = ScrubBatchResult()
         found = _Found(tier.name, datetime.fromisoformat(inp.picked_at), inp.actor, result)
@@ -258,14 +259,14 @@ class _Found:
     def write(self, sessions: Sessions) -> None:
         result = self.result
         with sessions.begin() as s:
-            result.bytes += scrub_repo.record_good(s, self.tier, self.replica_ids, self.picked_at)
+            result.bytes += scrub.record_good(s, self.tier, self.replica_ids, self.picked_at)
             # guard: read-back-records-identity
-            scrub_repo.record_identities(s, self.identities)
-            scrub_repo.record_reads(s, self.tier, self.read_bytes, self.read_seconds)
+            scrub.record_identities(s, self.identities)
+            scrub.record_reads(s, self.tier, self.read_bytes, self.read_seconds)
             for state, problems in self.problems.items():
                 damage = mark_damaged(s, problems, state, self.actor)
                 result.damaged = sorted(set(result.damaged) | damage.checkpoints)
-                scrub_repo.record_bad(
+                scrub.record_bad(
                     s,
                     self.tier,
                     corrupt=damage.marked if state is ReplicaState.CORRUPT else 0,

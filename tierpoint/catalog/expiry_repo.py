@@ -15,12 +15,12 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, and_, case, func, null, select, text, update
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog import cached_copies
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import job_id_of_checkpoint
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Node, Replica, Shard
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.policy.snapshot import take_snapshot
+from tierpoint.catalog.replica import cached_copies
 from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginResult, BeginState, ExpiryTask, RetentionPlanResult
 from tierpoint.retention.models import RetentionPlan

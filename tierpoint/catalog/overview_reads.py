@@ -12,7 +12,6 @@ from typing import Any
 from sqlalchemy import String, column, func, literal_column, or_, select, values
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.failures_repo import unacknowledged
 from tierpoint.catalog.models import (
@@ -25,6 +24,7 @@ from tierpoint.catalog.models import (
 )
 from tierpoint.catalog.operator_reads import FAILED, PENDING
 from tierpoint.catalog.operator_views import JobOverviewView, TierPointView
+from tierpoint.catalog.replica import scrub
 
 
 def jobs_overview(
@@ -63,7 +63,7 @@ def jobs_overview(
         points=_recovery_points(session, ids, tiers),
         held=_held(session, ids),
         open_counts=_open_counts(session, ids),
-        throughput=scrub_repo.read_throughput(session, tiers),
+        throughput=scrub.read_throughput(session, tiers),
         now=now,
     )
     return [_job_view(j, tiers, page) for j in jobs], next_name, now

@@ -14,7 +14,7 @@ from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.rebuild import release
 from tierpoint.catalog.lifecycle_repo import ACTOR
 from tierpoint.catalog.models import VERIFIED, CheckpointTier, Replica, Shard
-from tierpoint.catalog.node.registry import not_on_lost_node
+from tierpoint.catalog.replica.placement import not_on_lost_node
 from tierpoint.states import ReplicaState, TierState
 
 # How many bad shards a failure reason names.

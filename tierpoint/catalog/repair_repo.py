@@ -16,15 +16,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import ValidationError
-from sqlalchemy import exists, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.holds.rebuild import hold_sources, lock_checkpoint
 from tierpoint.catalog.lifecycle_repo import checkpoint_head
-from tierpoint.catalog.models import VERIFIED, Checkpoint, CheckpointTier, Node, Replica, Shard
+from tierpoint.catalog.models import VERIFIED, Checkpoint, CheckpointTier, Replica, Shard
 from tierpoint.catalog.node.registry import lost_nodes
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.policy.snapshot import take_snapshot
+from tierpoint.catalog.replica.placement import not_on_lost_node
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.contract.integrity import RepairBatch, RepairPlan, RepairTier
 from tierpoint.contract.lifecycle import Batch
@@ -55,10 +56,9 @@ def shard_sources(session: Session, checkpoint_id: int) -> list[ShardSources]:
         .order_by(Shard.ordinal)
     ).all()
     verified: dict[int, dict[str, str | None]] = defaultdict(dict)
-    on_lost_node = exists().where(Node.id == Replica.node_id, Node.lost_at.is_not(None))
     for sid, tier, node in session.execute(
         select(Replica.shard_id, Replica.tier, Replica.node_id).where(
-            Replica.checkpoint_id == checkpoint_id, Replica.state == VERIFIED, ~on_lost_node
+            Replica.checkpoint_id == checkpoint_id, Replica.state == VERIFIED, not_on_lost_node()
         )
     ):
         verified[sid][tier] = node

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tierpoint.catalog import cached_copies
 from tierpoint.catalog.engine import Session
 from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.catalog.node import registry
+from tierpoint.catalog.replica import cached_copies
 from tierpoint.config import Settings, TierKind
 from tierpoint.errors import RequestInvalid
 

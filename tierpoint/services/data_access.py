@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from tierpoint import auth
-from tierpoint.catalog import peer_reads
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.replica import placement
 from tierpoint.catalog.token import tokens
 from tierpoint.config import Settings
 from tierpoint.errors import (
@@ -128,7 +128,7 @@ class Listings:
                     return found
                 listed_at = time.monotonic()
                 with self.sessions.begin() as s:
-                    listed = peer_reads.served_sizes(s, self.node, tier, job, step)
+                    listed = placement.served_sizes(s, self.node, tier, job, step)
                 with self._lock:
                     self._listed.pop(key, None)
                     while len(self._listed) >= LISTINGS:

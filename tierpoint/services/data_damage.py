@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from temporalio.client import Client
 
 from tierpoint import logs, metrics_worker
-from tierpoint.catalog import peer_reads
 from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.replica import placement
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef
 from tierpoint.temporal import request_repair
@@ -68,7 +68,7 @@ class DamagedCopies:
         catalog lists no verified copy here any more, e.g. it is being expired)."""
         actor = f"data endpoint of {self.node}"
         with self.sessions.begin() as s:
-            found = peer_reads.served_replica(s, self.node, tier, ref.job, ref.step, ref.path)
+            found = placement.served_replica(s, self.node, tier, ref.job, ref.step, ref.path)
             if found is None:
                 return False
             replica_id, checkpoint_id = found

@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.lifecycle import NODES, Seeded, new_job, random_shards, seed_checkpoint
 from tests.helpers.retention import create_job
-from tierpoint.catalog import scrub_repo
 from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.models import (
@@ -27,6 +26,7 @@ from tierpoint.catalog.models import (
 from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.promotion import promote
 from tierpoint.catalog.repair_repo import plan_repair
+from tierpoint.catalog.replica import scrub
 from tierpoint.config import Settings
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState
@@ -228,14 +228,14 @@ def test_scrub_picks_oldest_reads_first_within_budget_and_counts_once(
         now = catalog_now(s)
         stats = s.get(ScrubStats, "lustre")
         before = (stats.replicas, stats.bytes) if stats else (0, 0)
-        ids, nbytes = scrub_repo.due(s, "lustre", None, timedelta(0), now, budget=250, limit=10)
+        ids, nbytes = scrub.due(s, "lustre", None, timedelta(0), now, budget=250, limit=10)
     older_ids = _replica_ids(sessions, older.checkpoint_id, "lustre")
     newer_ids = _replica_ids(sessions, newer.checkpoint_id, "lustre")
     assert ids[:2] == sorted(older_ids)[:2] and nbytes == 200, (ids, older_ids)
     with sessions.begin() as s:
-        assert scrub_repo.record_good(s, "lustre", ids, now) == 200
-        assert scrub_repo.record_good(s, "lustre", ids, now) == 0  # a retried batch
-        again, _ = scrub_repo.due(s, "lustre", None, timedelta(0), now, budget=10**9, limit=1000)
+        assert scrub.record_good(s, "lustre", ids, now) == 200
+        assert scrub.record_good(s, "lustre", ids, now) == 0  # a retried batch
+        again, _ = scrub.due(s, "lustre", None, timedelta(0), now, budget=10**9, limit=1000)
         stats = s.get(ScrubStats, "lustre")
         assert stats is not None
         assert (stats.replicas - before[0], stats.bytes - before[1]) == (2, 200)
@@ -243,7 +243,7 @@ def test_scrub_picks_oldest_reads_first_within_budget_and_counts_once(
     assert set(newer_ids) <= set(again)
     # With a node: only that node's replicas of a local tier.
     with sessions.begin() as s:
-        local, _ = scrub_repo.due(s, "ssd", "node-b", timedelta(0), now, 10**9, 1000)
+        local, _ = scrub.due(s, "ssd", "node-b", timedelta(0), now, 10**9, 1000)
         nodes = set(s.scalars(select(Replica.node_id).where(Replica.id.in_(local))))
     assert nodes == {"node-b"}
 

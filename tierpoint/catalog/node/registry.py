@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, func, select, update
+from sqlalchemy import exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from tierpoint.catalog.peer_reads import held_peer_checkpoints
+from tierpoint.catalog.replica.placement import held_peer_checkpoints
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NodeNotFound, UnknownNode
 from tierpoint.states import ReplicaState, TierState
@@ -338,12 +338,6 @@ def _affected(session: Session, ids: Sequence[int]) -> Sequence[Any]:
             .order_by(Checkpoint.id)
         )
     ).all()
-
-
-def not_on_lost_node() -> Any:
-    """A condition on Replica: not a copy on a node declared lost (copies on shared tiers have
-    no node)."""
-    return ~exists().where(and_(Node.id == Replica.node_id, Node.lost_at.is_not(None)))
 
 
 # A node worker reports in every 15 s: one not seen for this long is not serving its queue now.

@@ -1,11 +1,13 @@
-"""What the node data endpoint and peer copies read from the catalog: which files a node serves,
-and where each node serves them."""
+"""Where a checkpoint's replicas are held: what a node serves over its data endpoint (registered,
+verified files only), which nodes hold a node's peer copies, where a copy made again can be read
+from, and which copies a lost node took with it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import exists, select
+from sqlalchemy import and_, exists, select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
@@ -132,7 +134,6 @@ def verified_copies(
         CheckpointTier.quarantine_reason.is_(None),
         CheckpointTier.state.not_in([TierState.EXPIRING.value, TierState.EXPIRED.value]),
     )
-    on_lost_node = exists().where(Node.id == Replica.node_id, Node.lost_at.is_not(None))
     rows = session.execute(
         select(Shard.node_id, Shard.ordinal, Replica.tier, Replica.node_id)
         .join(Replica, Replica.shard_id == Shard.id)
@@ -143,7 +144,7 @@ def verified_copies(
             Replica.tier.in_(list(tiers)),
             Replica.state == ReplicaState.VERIFIED.value,
             usable,
-            ~on_lost_node,
+            not_on_lost_node(),
         )
     )
     out: dict[tuple[str, int], dict[str, str | None]] = {}
@@ -185,3 +186,9 @@ def copy_holders(
     for node, tier, holder in rows:
         out.setdefault(node, {}).setdefault(tier, set()).add(holder)
     return out
+
+
+def not_on_lost_node() -> Any:
+    """A condition on Replica: not a copy on a node declared lost (copies on shared tiers have
+    no node)."""
+    return ~exists().where(and_(Node.id == Replica.node_id, Node.lost_at.is_not(None)))

@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog import key_layouts, metrics_reads
+from tierpoint.catalog import key_layouts
 from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
@@ -27,6 +27,7 @@ from tierpoint.catalog.job.lookup import job_id_of_checkpoint
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.promotion import promote
+from tierpoint.catalog.reads import metrics as metric_reads
 from tierpoint.catalog.replica import placement
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
@@ -331,7 +332,7 @@ class LifecycleActivities:
             # In the promoting transaction, so that now() is the marker's restorable_at; only
             # for the first promotion (a repair's is not a promotion lag).
             lag = (
-                metrics_reads.seconds_since_registration(s, inp.checkpoint_id)
+                metric_reads.seconds_since_registration(s, inp.checkpoint_id)
                 if outcome.first and outcome.state == TierState.RESTORABLE.value
                 else None
             )

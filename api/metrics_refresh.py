@@ -11,8 +11,8 @@ import contextlib
 import time
 
 from tierpoint import logs
-from tierpoint.catalog import metrics_reads, overview_reads
 from tierpoint.catalog.engine import AsyncSessions
+from tierpoint.catalog.reads import metrics, overview
 from tierpoint.config import Settings, TierKind
 from tierpoint.metrics_api import ApiMetrics
 from tierpoint.storage.posix.space import disk_space
@@ -38,12 +38,12 @@ class CatalogGauges:
         tiers = self._settings.tier_names()
         points: dict[Point, tuple[float, int]] = {}
         async with self._sessions() as s:
-            pending = await s.run_sync(metrics_reads.pending_markers_by_tier)
+            pending = await s.run_sync(metrics.pending_markers_by_tier)
             after: str | None = None
             jobs = 0
             while jobs < MAX_JOBS:
                 page, after, _ = await s.run_sync(
-                    overview_reads.jobs_overview,
+                    overview.jobs_overview,
                     tiers,
                     limit=min(PAGE, MAX_JOBS - jobs),
                     after_name=after,

@@ -23,9 +23,10 @@ from api.schemas.checkpoints import (
 from api.schemas.leases import LatestWithLease
 from tierpoint import logs
 from tierpoint.auth import Scope
-from tierpoint.catalog import checkpoint_reads, registration
+from tierpoint.catalog import registration
 from tierpoint.catalog.holds.leases import MAX_LEASE_SECONDS
 from tierpoint.catalog.node import registry
+from tierpoint.catalog.reads import checkpoints
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.json_types import Text
 from tierpoint.manifest import check_limits, parse_manifest_json
@@ -91,13 +92,11 @@ async def register_checkpoint(
     )
     tiers = state.settings.tiers
     if result.created:
-        view = checkpoint_reads.registered_view(
+        view = checkpoints.registered_view(
             job, result.checkpoint_id, result.created_at, manifest, tiers
         )
     else:
-        view = await session.run_sync(
-            checkpoint_reads.checkpoint_view, job, result.checkpoint_id, tiers
-        )
+        view = await session.run_sync(checkpoints.checkpoint_view, job, result.checkpoint_id, tiers)
     if result.created:
         response.status_code = 201
         state.metrics.registrations.labels("created").inc()
@@ -195,7 +194,7 @@ async def get_checkpoint(
     shards: Annotated[bool, Query(description="Include shards and their replicas.")] = True,
 ) -> CheckpointDetailOut:
     detail = await session.run_sync(
-        checkpoint_reads.get_checkpoint, job, step, state.settings.tiers, include_shards=shards
+        checkpoints.get_checkpoint, job, step, state.settings.tiers, include_shards=shards
     )
     out = CheckpointDetailOut.model_validate(detail)
     if not shards:
@@ -231,7 +230,7 @@ async def list_checkpoints(
         state.settings.tier(tier)  # UnknownTier
     before = decode_cursor(cursor, int) if cursor is not None else None
     items, next_step = await session.run_sync(
-        checkpoint_reads.list_checkpoints,
+        checkpoints.list_checkpoints,
         job,
         state.settings.tiers,
         tier=tier,

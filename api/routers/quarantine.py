@@ -17,8 +17,8 @@ from api.problems import problem_responses
 from api.schemas.checkpoints import CheckpointOut
 from api.schemas.quarantine import Quarantine
 from tierpoint.auth import Scope
-from tierpoint.catalog import checkpoint_reads
 from tierpoint.catalog.holds.quarantine import set_quarantine
+from tierpoint.catalog.reads import checkpoints
 from tierpoint.config import NAME_RE
 
 router = APIRouter(prefix="/v1/jobs", tags=["quarantine"], route_class=GatedRoute)
@@ -26,7 +26,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["quarantine"], route_class=GatedRout
 
 async def _answer(state: ApiState, session: SessionDep, job: str, step: int) -> CheckpointOut:
     detail = await session.run_sync(
-        checkpoint_reads.get_checkpoint, job, step, state.settings.tiers, include_shards=False
+        checkpoints.get_checkpoint, job, step, state.settings.tiers, include_shards=False
     )
     return CheckpointOut.model_validate(detail)
 

@@ -19,9 +19,9 @@ from api.schemas.restores import (
 )
 from api.schemas.tiers import TierOut
 from tierpoint.auth import Scope
-from tierpoint.catalog import checkpoint_reads
 from tierpoint.catalog.holds.leases import create_lease
 from tierpoint.catalog.node import registry
+from tierpoint.catalog.reads import checkpoints
 from tierpoint.services.cached_copies import record_cached_copies
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 
@@ -74,7 +74,7 @@ async def start_restore(
             create_lease, job, step, body.ttl_seconds, body.holder, actor
         )
     # Read under the lease, which keeps every copy listed from expiring.
-    detail = await session.run_sync(checkpoint_reads.get_checkpoint, job, step, tiers)
+    detail = await session.run_sync(checkpoints.get_checkpoint, job, step, tiers)
     return RestoreOut.model_validate(
         {
             "job": job,

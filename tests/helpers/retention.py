@@ -22,9 +22,9 @@ from tierpoint.catalog.engine import (
     async_sessions,
     make_async_engine,
 )
-from tierpoint.catalog.latest_restorable import latest_restorable
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, RetentionPolicy
-from tierpoint.catalog.views import LatestRestorableView
+from tierpoint.catalog.reads.latest import latest_restorable
+from tierpoint.catalog.reads.views import LatestRestorableView
 from tierpoint.config import Settings, TierKind
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.contract.retention import RetentionResult, retention_workflow_id

@@ -25,8 +25,8 @@ from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.leases import lock_checkpoint
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job
-from tierpoint.catalog.operator_reads import last_errors
-from tierpoint.catalog.operator_views import FailurePageView, FailureView, RetryRefusalView
+from tierpoint.catalog.reads.operator import last_errors
+from tierpoint.catalog.reads.operator_views import FailurePageView, FailureView, RetryRefusalView
 from tierpoint.catalog.retry_repo import refusal, retry_facts
 from tierpoint.errors import NothingToAcknowledge
 from tierpoint.states import TierState

@@ -18,9 +18,9 @@ from typing import Any
 from temporalio.client import Client
 
 from tierpoint import logs
-from tierpoint.catalog.copy_reads import CopyState, copy_state, find_copy
 from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.reads.copies import CopyState, copy_state, find_copy
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import ScrubBatchResult, VerifyInput
 from tierpoint.errors import CopyNotFound, TemporalUnavailable

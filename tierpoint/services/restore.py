@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from tierpoint.catalog.engine import AsyncSession
 from tierpoint.catalog.holds.leases import insert_lease
 from tierpoint.catalog.job.lookup import job_id_by_name
-from tierpoint.catalog.latest_restorable import latest_restorable
-from tierpoint.catalog.views import LatestRestorableView
+from tierpoint.catalog.reads.latest import latest_restorable
+from tierpoint.catalog.reads.views import LatestRestorableView
 from tierpoint.config import TierConfig
 from tierpoint.errors import TierNeedsRestoreRequest
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from temporalio.client import Client, WorkflowFailureError
 
 from tierpoint import logs
-from tierpoint.catalog.copy_reads import verified_replicas
 from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import find_checkpoint
+from tierpoint.catalog.reads.copies import verified_replicas
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     VerifyCheckpointInput,

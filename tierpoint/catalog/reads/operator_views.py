@@ -1,4 +1,4 @@
-"""What the operator reads return (`tierpoint.catalog.operator_reads`): plain dataclasses, named
+"""What the operator reads return (`tierpoint.catalog.reads.operator`): plain dataclasses, named
 `...View` like the other catalog reads."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from tierpoint.catalog.models import (
     Shard,
 )
 from tierpoint.catalog.node import registry
-from tierpoint.catalog.views import (
+from tierpoint.catalog.reads.views import (
     CheckpointDetailView,
     CheckpointView,
     JobView,

@@ -26,7 +26,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint_reads import tier_progress
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.catalog.models import (
@@ -38,7 +37,8 @@ from tierpoint.catalog.models import (
     Replica,
     Shard,
 )
-from tierpoint.catalog.operator_views import (
+from tierpoint.catalog.reads.checkpoints import tier_progress
+from tierpoint.catalog.reads.operator_views import (
     EventView,
     InFlightView,
     LagView,

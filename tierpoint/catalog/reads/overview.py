@@ -22,8 +22,8 @@ from tierpoint.catalog.models import (
     JobTierUsage,
     RetentionPolicy,
 )
-from tierpoint.catalog.operator_reads import FAILED, PENDING
-from tierpoint.catalog.operator_views import JobOverviewView, TierPointView
+from tierpoint.catalog.reads.operator import FAILED, PENDING
+from tierpoint.catalog.reads.operator_views import JobOverviewView, TierPointView
 from tierpoint.catalog.replica import scrub
 
 

@@ -15,7 +15,6 @@ from typing import Any
 from sqlalchemy import exists, func, select, tuple_, union_all
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint_reads import checkpoint_view
 from tierpoint.catalog.job.lookup import job_id_by_name
 from tierpoint.catalog.models import (
     RESTORABLE,
@@ -26,7 +25,8 @@ from tierpoint.catalog.models import (
     Shard,
 )
 from tierpoint.catalog.node import registry
-from tierpoint.catalog.views import (
+from tierpoint.catalog.reads.checkpoints import checkpoint_view
+from tierpoint.catalog.reads.views import (
     LatestRestorableView,
     RestorePlanEntry,
     SkippedStep,

@@ -18,17 +18,18 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog import key_layouts
-from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog.checkpoint.shards import batch_shards, shard_ordinals_by_node
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds import rebuild
-from tierpoint.catalog.job.lookup import job_id_of_checkpoint
+from tierpoint.catalog.job.lookup import CheckpointHead, checkpoint_head, job_id_of_checkpoint
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.policy.assigned import policy_for_job
-from tierpoint.catalog.promotion import promote
 from tierpoint.catalog.reads import metrics as metric_reads
 from tierpoint.catalog.replica import placement
+from tierpoint.catalog.tier_copy import key_layouts
+from tierpoint.catalog.tier_copy.machine import drop_skipped_tier_copies, ensure_tier_copies
+from tierpoint.catalog.tier_copy.promotion import ACTOR, promote
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import (
@@ -119,7 +120,7 @@ class LifecycleActivities:
     @activity.defn(name=PLAN)
     def plan(self, inp: PlanInput) -> LifecyclePlan:
         with metrics.timed(PLAN), self._sessions.begin() as s:
-            head = repo.checkpoint_head(s, inp.checkpoint_id)
+            head = checkpoint_head(s, inp.checkpoint_id)
             if head is None:
                 raise ApplicationError(
                     f"checkpoint {inp.checkpoint_id} is not in the catalog",
@@ -132,15 +133,15 @@ class LifecycleActivities:
                     "no tiers are configured", type=FailureType.NO_TIERS, non_retryable=True
                 )
             tiers = self._targets(s, head)
-            repo.ensure_markers(s, head, [t.name for t in tiers])
+            ensure_tier_copies(s, head, [t.name for t in tiers])
             # The S3 key layout in force now is this checkpoint's for good (a re-plan keeps it).
             key_layouts.record(
                 s, head.id, {t.name: layout_in_force(t) for t in tiers if t.kind is TierKind.S3}
             )
-            repo.drop_skipped_markers(
+            drop_skipped_tier_copies(
                 s, head, [t.name for t in self._settings.tiers if t not in tiers]
             )
-            ordinals = repo.shard_ordinals_by_node(s, head.id)
+            ordinals = shard_ordinals_by_node(s, head.id)
             lost = registry.lost_among(s, (n for n, _, _ in ordinals))
             peers = [t for t in tiers if t.kind is TierKind.PEER]
             configured = [t.name for t in self._settings.peer_tiers()]
@@ -181,7 +182,7 @@ class LifecycleActivities:
             holders=holders,
         )
 
-    def _targets(self, session: Session, head: repo.CheckpointHead) -> list[TierConfig]:
+    def _targets(self, session: Session, head: CheckpointHead) -> list[TierConfig]:
         """The tiers the job's retention policy sends this checkpoint to (`promote_every`, by step
         multiple); each copies from the previous one in this list. A policy that does not
         validate sends it everywhere: an extra copy is safe, a missing one is not."""
@@ -212,7 +213,7 @@ class LifecycleActivities:
         store = self._store(tier, b.node)
         self._refuse_lost_node(b.node, tier)
         with self._sessions.begin() as s:
-            shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, tier.name)
+            shards = batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, tier.name)
         result = BatchResult(shards=len(shards))
         BatchSeal(
             job=inp.job,
@@ -285,7 +286,7 @@ class LifecycleActivities:
             dst = self._store(dst_tier, b.node, layouts.get(dst_tier.name))
             self._refuse_lost_node(b.node, src_tier, dst_tier)
         with self._sessions.begin() as s:
-            shards = repo.batch_shards(
+            shards = batch_shards(
                 s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name, src_tier.name
             )
         result = BatchResult(shards=len(shards))
@@ -327,7 +328,7 @@ class LifecycleActivities:
     @activity.defn(name=PROMOTE)
     def promote(self, inp: PromoteInput) -> PromoteResult:
         with metrics.timed(PROMOTE), self._sessions.begin() as s:
-            head = repo.checkpoint_head(s, inp.checkpoint_id)
+            head = checkpoint_head(s, inp.checkpoint_id)
             outcome = promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
             # In the promoting transaction, so that now() is the marker's restorable_at; only
             # for the first promotion (a repair's is not a promotion lag).
@@ -370,7 +371,7 @@ class LifecycleActivities:
                 checkpoint_id=checkpoint_id,
                 job_id=job_id,
                 tier=tier,
-                actor=repo.ACTOR,
+                actor=ACTOR,
                 detail=detail,
             )
             if kind is EventKind.COPIED and result.verified > result.skipped:
@@ -380,7 +381,7 @@ class LifecycleActivities:
                     checkpoint_id=checkpoint_id,
                     job_id=job_id,
                     tier=tier,
-                    actor=repo.ACTOR,
+                    actor=ACTOR,
                     detail={"node": batch.node, "verified": result.verified - result.skipped},
                 )
             if result.corrupt:
@@ -390,7 +391,7 @@ class LifecycleActivities:
                     checkpoint_id=checkpoint_id,
                     job_id=job_id,
                     tier=tier,
-                    actor=repo.ACTOR,
+                    actor=ACTOR,
                     detail={"count": result.corrupt, "examples": result.problems},
                 )
         if kind is EventKind.COPIED:

@@ -12,6 +12,7 @@ from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.holds import rebuild
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.replica import placement
+from tierpoint.catalog.tier_copy import repair
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import Batch, PlanTier
@@ -67,7 +68,7 @@ class PeerActivities:
                     type=FailureType.CHECKPOINT_NOT_FOUND,
                     non_retryable=True,
                 )
-            failed = placement.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
+            failed = repair.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
             missing = {t: placement.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
             remade = [t for t in peers if t.name in missing]
             sources = {n for rows in missing.values() for n, _, _ in rows}

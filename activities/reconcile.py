@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 
 from tierpoint import logs
-from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.job import lookup
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.replica import reconcile
+from tierpoint.catalog.tier_copy.damage import mark_damaged
 from tierpoint.config import Settings, TierConfig, TierKind
 from tierpoint.contract.integrity import (
     RECONCILE_PLAN,

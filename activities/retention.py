@@ -16,10 +16,10 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
-from tierpoint.catalog import expiry_repo as repo
-from tierpoint.catalog import key_layouts
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.job import lookup
+from tierpoint.catalog.tier_copy import expiry as repo
+from tierpoint.catalog.tier_copy import key_layouts
 from tierpoint.config import Settings
 from tierpoint.contract import retention as c
 from tierpoint.contract.common import FailureType

@@ -18,12 +18,12 @@ from datetime import datetime, timedelta
 from temporalio import activity
 
 from tierpoint import logs
-from tierpoint.catalog import key_layouts
-from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions, catalog_now
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.replica import scrub
 from tierpoint.catalog.replica.scrub import ScrubTarget
+from tierpoint.catalog.tier_copy import key_layouts
+from tierpoint.catalog.tier_copy.damage import mark_damaged
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     PROBLEM_LIMIT,

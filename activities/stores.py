@@ -25,7 +25,7 @@ class Stores:
     def get(self, tier: TierConfig, node: str | None, layout: KeyLayout | None = None) -> TierStore:
         """The store of `tier`; local and peer tiers are per node, the others ignore the node.
         An S3 store names objects with `layout`, the one the catalog recorded for the checkpoint
-        (`tierpoint.catalog.key_layouts`); without it, it can list but not name a shard."""
+        (`catalog/tier_copy/key_layouts.py`); without it, it can list but not name a shard."""
         key = (tier.name, node if tier.on_nodes else None)
         with self._lock:
             store = self._open.get(key)

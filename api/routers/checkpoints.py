@@ -23,7 +23,7 @@ from api.schemas.checkpoints import (
 from api.schemas.leases import LatestWithLease
 from tierpoint import logs
 from tierpoint.auth import Scope
-from tierpoint.catalog import registration
+from tierpoint.catalog.checkpoint import registration
 from tierpoint.catalog.holds.leases import MAX_LEASE_SECONDS
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads import checkpoints

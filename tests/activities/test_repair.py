@@ -12,8 +12,8 @@ from activities.lifecycle import LifecycleActivities
 from activities.repair import RepairActivities
 from activities.stores import Stores
 from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint, shard_file
-from tierpoint.catalog.damage import mark_damaged_shards
 from tierpoint.catalog.models import CheckpointTier, Event, Shard
+from tierpoint.catalog.tier_copy.damage import mark_damaged_shards
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import RepairCopyInput, RepairPlanInput
 from tierpoint.contract.lifecycle import CopyInput, PlanInput, PromoteInput, SealInput

@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from tests.helpers.api import events, seed
 from tests.helpers.retention import create_job
 from tierpoint.catalog.engine import async_sessions, make_async_engine
-from tierpoint.catalog.expiry_repo import begin_expiry, finish_expiry
 from tierpoint.catalog.holds import leases, pins
 from tierpoint.catalog.holds.quarantine import set_quarantine
+from tierpoint.catalog.tier_copy.expiry import begin_expiry, finish_expiry
 from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginResult, BeginState
 from tierpoint.retention.policy import TierRef

@@ -14,8 +14,8 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import sessionmaker
 
 from tests.helpers.api import SHARD_BYTES, restorable, seed, set_marker, set_replicas
-from tierpoint.catalog.promotion import promote
 from tierpoint.catalog.replica import scrub
+from tierpoint.catalog.tier_copy.promotion import promote
 
 
 def _checkpoint_id(catalog: Engine, job: str, step: int) -> int:

@@ -21,10 +21,10 @@ from temporalio.client import Client
 from apps.worker import node_roots
 from tests.helpers import cost_model
 from tests.helpers.lifecycle import NODES, activities_run, crc_hex, new_job, running_workers
+from tierpoint.catalog.checkpoint.registration import register_checkpoint
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
 from tierpoint.catalog.node.registry import upsert_node
-from tierpoint.catalog.registration import register_checkpoint
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import (
     COPY_BATCH,

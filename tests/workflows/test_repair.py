@@ -38,9 +38,9 @@ from tests.helpers.lifecycle import (
     shard_file,
 )
 from tests.helpers.services import Services, s3_client
-from tierpoint.catalog.damage import mark_damaged_shards
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import CheckpointTier, Replica, Shard
+from tierpoint.catalog.tier_copy.damage import mark_damaged_shards
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.states import ReplicaState

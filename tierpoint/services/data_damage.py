@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from temporalio.client import Client
 
 from tierpoint import logs, metrics_worker
-from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.replica import placement
+from tierpoint.catalog.tier_copy.damage import mark_damaged
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef
 from tierpoint.temporal import request_repair

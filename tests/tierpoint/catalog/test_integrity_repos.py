@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.lifecycle import NODES, Seeded, new_job, random_shards, seed_checkpoint
 from tests.helpers.retention import create_job
-from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.models import (
     Checkpoint,
@@ -24,9 +23,10 @@ from tierpoint.catalog.models import (
     Shard,
 )
 from tierpoint.catalog.policy.snapshot import take_snapshot
-from tierpoint.catalog.promotion import promote
-from tierpoint.catalog.repair_repo import plan_repair
 from tierpoint.catalog.replica import scrub
+from tierpoint.catalog.tier_copy.damage import mark_damaged
+from tierpoint.catalog.tier_copy.promotion import promote
+from tierpoint.catalog.tier_copy.repair import plan_repair
 from tierpoint.config import Settings
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState

@@ -11,10 +11,11 @@ from sqlalchemy import Engine, func, insert, select, text, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from tierpoint.catalog.node.registry import lost_among, mark_lost, upsert_node, upsert_nodes
-from tierpoint.catalog.promotion import promote
+from tierpoint.catalog.node.registry import lost_among, upsert_node, upsert_nodes
+from tierpoint.catalog.replica.machine import ReplicaWrite, upsert_replicas
+from tierpoint.catalog.tier_copy.node_lost import mark_lost
+from tierpoint.catalog.tier_copy.promotion import promote
 from tierpoint.states import ReplicaState, TierState
 
 
@@ -46,8 +47,8 @@ def declare_lost(session: Session, node: str) -> None:
 
 
 def write(session: Session, cp: int, shard: int, node: str, state: ReplicaState) -> None:
-    w = repo.ReplicaWrite(shard, state, f"/ssd/{node}/a", node, bytes_done=10)
-    repo.upsert_replicas(session, cp, "ssd", [w])
+    w = ReplicaWrite(shard, state, f"/ssd/{node}/a", node, bytes_done=10)
+    upsert_replicas(session, cp, "ssd", [w])
 
 
 def replica_state(session: Session, shard: int) -> str | None:
@@ -160,8 +161,8 @@ def test_a_lost_holder_fails_the_peer_copies_it_held_and_no_local_copy(session: 
     session.execute(
         insert(CheckpointTier).values(checkpoint_id=cp, tier="peer", job_id=job_id, step=1)
     )
-    held = repo.ReplicaWrite(shard, ReplicaState.VERIFIED, f"/peer/{holder}/a", holder, 10)
-    repo.upsert_replicas(session, cp, "peer", [held])
+    held = ReplicaWrite(shard, ReplicaState.VERIFIED, f"/peer/{holder}/a", holder, 10)
+    upsert_replicas(session, cp, "peer", [held])
     assert promote(session, cp, "peer", [], None).state == TierState.RESTORABLE.value
 
     out = mark_lost(session, holder, ["ssd"], "ops", ["peer"])

@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.expiry_repo import begin_expiry, plan_expiries
 from tierpoint.catalog.holds.rebuild import REBUILD_HOLD, hold_sources, lock_checkpoint
 from tierpoint.catalog.models import (
     Checkpoint,
@@ -22,7 +21,8 @@ from tierpoint.catalog.models import (
     Shard,
 )
 from tierpoint.catalog.policy.snapshot import take_snapshot
-from tierpoint.catalog.promotion import promote
+from tierpoint.catalog.tier_copy.expiry import begin_expiry, plan_expiries
+from tierpoint.catalog.tier_copy.promotion import promote
 from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginState
 from tierpoint.retention.policy import Policy, TierRef

@@ -5,6 +5,7 @@ missing job and a missing checkpoint read the same wherever they are refused."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from sqlalchemy import select
@@ -85,3 +86,29 @@ def checkpoint_names(session: Session, checkpoint_ids: Sequence[int]) -> list[tu
         .where(Checkpoint.id.in_(list(checkpoint_ids)))
     ).all()
     return [(r[0], r[1], r[2]) for r in rows]
+
+
+@dataclass(frozen=True)
+class CheckpointHead:
+    id: int
+    job_id: int
+    job: str
+    step: int
+    shard_count: int
+    total_bytes: int
+
+
+def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | None:
+    row = session.execute(
+        select(
+            Checkpoint.id,
+            Checkpoint.job_id,
+            Job.name,
+            Checkpoint.step,
+            Checkpoint.shard_count,
+            Checkpoint.total_bytes,
+        )
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(Checkpoint.id == checkpoint_id)
+    ).one_or_none()
+    return None if row is None else CheckpointHead(*row)

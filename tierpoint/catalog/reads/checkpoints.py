@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy import BigInteger, String, and_, case, column, exists, func, select, values
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog import key_layouts
 from tierpoint.catalog.job.lookup import (
     job_id_by_name,
     no_checkpoint,
@@ -37,6 +36,7 @@ from tierpoint.catalog.reads.views import (
     ShardView,
     TierView,
 )
+from tierpoint.catalog.tier_copy import key_layouts
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.manifest import Manifest
 from tierpoint.states import ReplicaState, TierState

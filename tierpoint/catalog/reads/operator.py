@@ -15,15 +15,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import (
-    BigInteger,
-    String,
-    and_,
-    column,
     func,
     select,
-    values,
 )
-from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.engine import catalog_now
@@ -45,6 +39,7 @@ from tierpoint.catalog.reads.operator_views import (
     NodeView,
     TierUsageRowView,
 )
+from tierpoint.catalog.tier_copy.failures import last_errors
 from tierpoint.states import ReplicaState, TierState
 
 PENDING = TierState.PENDING.value
@@ -144,33 +139,6 @@ def count_in_flight(session: Session, *, job: str | None = None, tier: str | Non
     if tier is not None:
         q = q.where(ct.tier == tier)
     return int(session.scalar(q) or 0)
-
-
-def last_errors(session: Session, pairs: Sequence[tuple[int, str]]) -> dict[tuple[int, str], str]:
-    """(checkpoint id, tier) -> the latest error recorded on one of its replicas there."""
-    errors: dict[tuple[int, str], str] = {}
-    if not pairs:
-        return errors
-    # A join to VALUES, not (checkpoint_id, tier) IN (...): see tier_progress.
-    wanted = values(
-        column("checkpoint_id", BigInteger), column("tier", String), name="wanted"
-    ).data(list(pairs))
-    for e in session.execute(
-        select(Replica.checkpoint_id, Replica.tier, Replica.error)
-        .ext(distinct_on(Replica.checkpoint_id, Replica.tier))
-        .select_from(wanted)
-        .join(
-            Replica,
-            and_(
-                Replica.checkpoint_id == wanted.c.checkpoint_id,
-                Replica.tier == wanted.c.tier,
-            ),
-        )
-        .where(Replica.error.is_not(None))
-        .order_by(Replica.checkpoint_id, Replica.tier, Replica.updated_at.desc())
-    ):
-        errors[(e.checkpoint_id, e.tier)] = e.error
-    return errors
 
 
 # ---------------------------------------------------------------------------------------------

@@ -62,40 +62,6 @@ class InFlightView:
     last_error: str | None = None
 
 
-@dataclass(frozen=True)
-class RetryRefusalView:
-    """Why a retry cannot help: the problem a retry would be refused with."""
-
-    code: str
-    detail: str
-    why: str  # the detail's own clause, without the failure's reason (which the view has)
-
-
-@dataclass
-class FailureView:
-    job: str
-    step: int
-    checkpoint_id: int
-    tier: str
-    reason: str | None
-    failed_at: datetime
-    # the most recent replica error on that tier, unless the reason says it already
-    last_error: str | None
-    retry_refused: RetryRefusalView | None = None  # None: a retry can help
-
-    @property
-    def retryable(self) -> bool:
-        return self.retry_refused is None
-
-
-@dataclass
-class FailurePageView:
-    items: list[FailureView]
-    next_key: tuple[str, int, str] | None  # keyset of the next page
-    total: int  # open failures matching, on every page
-    now: datetime
-
-
 @dataclass
 class LagView:
     job: str

@@ -13,7 +13,6 @@ from sqlalchemy import String, column, func, literal_column, or_, select, values
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.engine import catalog_now
-from tierpoint.catalog.failures_repo import unacknowledged
 from tierpoint.catalog.models import (
     RESTORABLE,
     Checkpoint,
@@ -25,6 +24,7 @@ from tierpoint.catalog.models import (
 from tierpoint.catalog.reads.operator import FAILED, PENDING
 from tierpoint.catalog.reads.operator_views import JobOverviewView, TierPointView
 from tierpoint.catalog.replica import scrub
+from tierpoint.catalog.tier_copy.failures import unacknowledged
 
 
 def jobs_overview(

@@ -57,22 +57,6 @@ def served_replica(
     return None if row is None else (row.id, row.checkpoint_id)
 
 
-def tiers_to_rereplicate(
-    session: Session, checkpoint_id: int, peer_tiers: Sequence[str]
-) -> list[str]:
-    """The peer tiers whose copy of the checkpoint failed (a holder was lost, a copy failed)."""
-    return list(
-        session.scalars(
-            select(CheckpointTier.tier).where(
-                CheckpointTier.checkpoint_id == checkpoint_id,
-                CheckpointTier.tier.in_(list(peer_tiers)),
-                CheckpointTier.state == TierState.FAILED.value,
-                CheckpointTier.quarantine_reason.is_(None),
-            )
-        )
-    )
-
-
 def without_verified_copy(
     session: Session, checkpoint_id: int, tier: str
 ) -> list[tuple[str, int, int]]:

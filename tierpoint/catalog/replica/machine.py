@@ -1,67 +1,33 @@
-"""Catalog reads and writes of the lifecycle activities (seal, copy, verify, reconcile); the
-promotion of a tier's copy is catalog/promotion.py.
+"""Replicas: one shard's copy on one tier (and node, for a tier on the nodes).
 
 Every write is idempotent: replicas are upserted on (shard, tier), state changes are conditional,
-and a verified replica is never downgraded by a copy that runs again.
-"""
+and a verified replica is never downgraded by a copy that runs again."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import cast
 
 from sqlalchemy import (
-    Executable,
     Table,
-    and_,
     bindparam,
-    delete,
-    exists,
     func,
-    null,
-    select,
     text,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, Shard
+from tierpoint.catalog.models import Replica
 from tierpoint.catalog.node.registry import lost_among, lost_reason
-from tierpoint.states import ReplicaState, TierState
-
-ACTOR = "lifecycle"
+from tierpoint.states import ReplicaState
 
 # see upsert_replicas
 # guard: expired-replica-overwritten
 _KEPT = (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.EXPIRED)
 _NOT_OVERWRITTEN = [s.value for s in _KEPT]
 _replica_table = cast(Table, Replica.__table__)
-_shard_table = cast(Table, Shard.__table__)
-
-
-@dataclass(frozen=True)
-class CheckpointHead:
-    id: int
-    job_id: int
-    job: str
-    step: int
-    shard_count: int
-    total_bytes: int
-
-
-@dataclass(frozen=True)
-class BatchShard:
-    id: int
-    ordinal: int
-    path: str
-    size: int
-    checksum: str | None
-    node_id: str
-    source_state: str | None  # replica state on the source tier (None: no replica)
-    state: str | None  # replica state on the tier being written (None: no replica yet)
 
 
 @dataclass(frozen=True)
@@ -74,118 +40,6 @@ class ReplicaWrite:
     error: str | None = None
     # Which file was read there (the read's `VerifyResult.identity`); None: none read.
     identity: str | None = None
-
-
-def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | None:
-    row = session.execute(
-        select(
-            Checkpoint.id,
-            Checkpoint.job_id,
-            Job.name,
-            Checkpoint.step,
-            Checkpoint.shard_count,
-            Checkpoint.total_bytes,
-        )
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(Checkpoint.id == checkpoint_id)
-    ).one_or_none()
-    return None if row is None else CheckpointHead(*row)
-
-
-def shard_ordinals_by_node(session: Session, checkpoint_id: int) -> list[tuple[str, int, int]]:
-    """(node, ordinal, size) of every shard, ordered by node then ordinal: the input of
-    batching."""
-    rows = session.execute(
-        select(Shard.node_id, Shard.ordinal, Shard.size)
-        .where(Shard.checkpoint_id == checkpoint_id)
-        .order_by(Shard.node_id, Shard.ordinal)
-    )
-    return [(n, o, size) for n, o, size in rows]
-
-
-def ensure_markers(session: Session, head: CheckpointHead, tiers: Sequence[str]) -> None:
-    """A `pending` marker per target tier; existing markers keep their state."""
-    if not tiers:
-        return
-    stmt = insert(CheckpointTier).values(
-        [
-            {
-                "checkpoint_id": head.id,
-                "tier": t,
-                "job_id": head.job_id,
-                "step": head.step,
-                "state": TierState.PENDING.value,
-            }
-            for t in tiers
-        ]
-    )
-    session.execute(stmt.on_conflict_do_nothing(index_elements=["checkpoint_id", "tier"]))
-
-
-def drop_skipped_markers(session: Session, head: CheckpointHead, skipped: Sequence[str]) -> None:
-    """Tiers the retention policy does not send this checkpoint to (promote_every) get no marker:
-    remove the `pending` ones registration created, unless a copy was started there already."""
-    if not skipped:
-        return
-    session.execute(
-        delete(CheckpointTier).where(
-            CheckpointTier.checkpoint_id == head.id,
-            CheckpointTier.tier.in_(skipped),
-            CheckpointTier.state == TierState.PENDING.value,
-            ~exists().where(Replica.checkpoint_id == head.id, Replica.tier == CheckpointTier.tier),
-        )
-    )
-
-
-# The batch's shards with their replica on the tier being copied to (and on its source tier):
-# built once, as building a select over aliases costs more than running it.
-_DST = aliased(Replica, name="dst")
-_SRC = aliased(Replica, name="src")
-
-
-def _batch_shards_stmt(with_source: bool) -> Executable:
-    stmt = (
-        select(
-            Shard.id,
-            Shard.ordinal,
-            Shard.path,
-            Shard.size,
-            Shard.checksum,
-            Shard.node_id,
-            _SRC.state if with_source else null(),
-            _DST.state,
-        )
-        .outerjoin(_DST, and_(_DST.shard_id == Shard.id, _DST.tier == bindparam("tier")))
-        .where(
-            Shard.checkpoint_id == bindparam("checkpoint_id"),
-            Shard.node_id == bindparam("node"),
-            Shard.ordinal.between(bindparam("first"), bindparam("last")),
-        )
-        .order_by(Shard.ordinal)
-    )
-    if with_source:
-        stmt = stmt.outerjoin(
-            _SRC, and_(_SRC.shard_id == Shard.id, _SRC.tier == bindparam("source_tier"))
-        )
-    return stmt
-
-
-_BATCH_SHARDS = {True: _batch_shards_stmt(True), False: _batch_shards_stmt(False)}
-
-
-def batch_shards(
-    session: Session,
-    checkpoint_id: int,
-    node: str,
-    first: int,
-    last: int,
-    tier: str,
-    source_tier: str | None = None,
-) -> list[BatchShard]:
-    params = {"checkpoint_id": checkpoint_id, "node": node, "first": first, "last": last}
-    params |= {"tier": tier, "source_tier": source_tier}
-    stmt = _BATCH_SHARDS[source_tier is not None]
-    return [BatchShard(*row) for row in session.execute(stmt, params)]
 
 
 # One statement per call whatever the number of rows: the rows travel as one JSON document that
@@ -282,16 +136,4 @@ def set_bytes_done(session: Session, tier: str, progress: dict[int, int]) -> Non
         )
         .values(bytes_done=bindparam("done"), updated_at=func.now()),
         [{"sid": sid, "done": done} for sid, done in progress.items()],
-    )
-
-
-def fill_checksums(session: Session, checksums: dict[int, str]) -> None:
-    """Record checksums computed at seal for shards registered without one."""
-    if not checksums:
-        return
-    session.connection().execute(
-        update(_shard_table)
-        .where(_shard_table.c.id == bindparam("sid"), _shard_table.c.checksum.is_(None))
-        .values(checksum=bindparam("crc")),
-        [{"sid": sid, "crc": crc} for sid, crc in checksums.items()],
     )

@@ -12,11 +12,13 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.rebuild import release
-from tierpoint.catalog.lifecycle_repo import ACTOR
 from tierpoint.catalog.models import VERIFIED, CheckpointTier, Replica, Shard
 from tierpoint.catalog.replica.placement import not_on_lost_node
 from tierpoint.states import ReplicaState, TierState
 
+# How many bad shards a failure reason names.
+# Who the events of a lifecycle (its seal, copies and promotions) name.
+ACTOR = "lifecycle"
 # How many bad shards a failure reason names.
 REASON_EXAMPLES = 3
 

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.holds.rebuild import hold_sources, lock_checkpoint
-from tierpoint.catalog.lifecycle_repo import checkpoint_head
+from tierpoint.catalog.job.lookup import checkpoint_head
 from tierpoint.catalog.models import VERIFIED, Checkpoint, CheckpointTier, Replica, Shard
 from tierpoint.catalog.node.registry import lost_nodes
 from tierpoint.catalog.policy.assigned import policy_for_job
@@ -287,3 +287,19 @@ def peer_holders(session: Session, checkpoint_id: int, tier: str) -> dict[int, s
         )
     )
     return {sid: node for sid, node in rows}
+
+
+def tiers_to_rereplicate(
+    session: Session, checkpoint_id: int, peer_tiers: Sequence[str]
+) -> list[str]:
+    """The peer tiers whose copy of the checkpoint failed (a holder was lost, a copy failed)."""
+    return list(
+        session.scalars(
+            select(CheckpointTier.tier).where(
+                CheckpointTier.checkpoint_id == checkpoint_id,
+                CheckpointTier.tier.in_(list(peer_tiers)),
+                CheckpointTier.state == TierState.FAILED.value,
+                CheckpointTier.quarantine_reason.is_(None),
+            )
+        )
+    )

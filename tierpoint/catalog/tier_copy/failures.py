@@ -18,18 +18,64 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Select,
+    String,
+    and_,
+    column,
+    func,
+    select,
+    tuple_,
+    update,
+    values,
+)
+from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.leases import lock_checkpoint
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job
-from tierpoint.catalog.reads.operator import last_errors
-from tierpoint.catalog.reads.operator_views import FailurePageView, FailureView, RetryRefusalView
-from tierpoint.catalog.retry_repo import refusal, retry_facts
+from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica
+from tierpoint.catalog.tier_copy.retry import refusal, retry_facts
 from tierpoint.errors import NothingToAcknowledge
 from tierpoint.states import TierState
+
+
+@dataclass(frozen=True)
+class RetryRefusalView:
+    """Why a retry cannot help: the problem a retry would be refused with."""
+
+    code: str
+    detail: str
+    why: str  # the detail's own clause, without the failure's reason (which the view has)
+
+
+@dataclass
+class FailureView:
+    job: str
+    step: int
+    checkpoint_id: int
+    tier: str
+    reason: str | None
+    failed_at: datetime
+    # the most recent replica error on that tier, unless the reason says it already
+    last_error: str | None
+    retry_refused: RetryRefusalView | None = None  # None: a retry can help
+
+    @property
+    def retryable(self) -> bool:
+        return self.retry_refused is None
+
+
+@dataclass
+class FailurePageView:
+    items: list[FailureView]
+    next_key: tuple[str, int, str] | None  # keyset of the next page
+    total: int  # open failures matching, on every page
+    now: datetime
+
 
 FailureKey = tuple[str, int, str]  # (failed_at ISO, checkpoint id, tier): the keyset of the list
 
@@ -208,3 +254,30 @@ def _acknowledge(
             detail=detail,
         )
     return [Acknowledged(r.name, r.step, r.tier, r.reason) for r in rows]
+
+
+def last_errors(session: Session, pairs: Sequence[tuple[int, str]]) -> dict[tuple[int, str], str]:
+    """(checkpoint id, tier) -> the latest error recorded on one of its replicas there."""
+    errors: dict[tuple[int, str], str] = {}
+    if not pairs:
+        return errors
+    # A join to VALUES, not (checkpoint_id, tier) IN (...): see tier_progress.
+    wanted = values(
+        column("checkpoint_id", BigInteger), column("tier", String), name="wanted"
+    ).data(list(pairs))
+    for e in session.execute(
+        select(Replica.checkpoint_id, Replica.tier, Replica.error)
+        .ext(distinct_on(Replica.checkpoint_id, Replica.tier))
+        .select_from(wanted)
+        .join(
+            Replica,
+            and_(
+                Replica.checkpoint_id == wanted.c.checkpoint_id,
+                Replica.tier == wanted.c.tier,
+            ),
+        )
+        .where(Replica.error.is_not(None))
+        .order_by(Replica.checkpoint_id, Replica.tier, Replica.updated_at.desc())
+    ):
+        errors[(e.checkpoint_id, e.tier)] = e.error
+    return errors

@@ -22,7 +22,7 @@ from tierpoint.catalog.engine import (
     make_async_engine,
 )
 from tierpoint.catalog.job.lookup import checkpoint_head
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, RetentionPolicy
+from tierpoint.catalog.models import Checkpoint, Job, Replica, RetentionPolicy, TierCopy
 from tierpoint.catalog.reads.latest import latest_restorable
 from tierpoint.catalog.reads.views import LatestRestorableView
 from tierpoint.catalog.tier_copy.machine import ensure_tier_copies
@@ -109,8 +109,8 @@ def markers(sessions: sessionmaker[Session], job: str) -> dict[tuple[int, str], 
     """(step, tier) -> marker state, for every marker of the job."""
     with sessions() as s:
         rows = s.execute(
-            select(CheckpointTier.step, CheckpointTier.tier, CheckpointTier.state)
-            .join(Job, Job.id == CheckpointTier.job_id)
+            select(TierCopy.step, TierCopy.tier, TierCopy.state)
+            .join(Job, Job.id == TierCopy.job_id)
             .where(Job.name == job)
         )
         return {(step, tier): state for step, tier, state in rows}

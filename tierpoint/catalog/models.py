@@ -236,8 +236,13 @@ class CachedCopy(Base):
     __table_args__ = (Index("ix_cached_copy_checkpoint_tier", "checkpoint_id", "tier", "node_id"),)
 
 
-class CheckpointTier(Base):
-    """The promotion marker: restorable only when every shard has a verified replica on the tier."""
+class TierCopy(Base):
+    """A checkpoint's copy on one tier as a whole: restorable only when every shard has a
+    verified replica on the tier. Its state changes only in `tier_copy/machine.py`.
+
+    The table keeps its first name, `checkpoint_tier`: renaming it would take a migration (its
+    indexes, constraints and the usage triggers are named after it, and a rolling upgrade runs
+    old and new code on one schema) and would change nothing a reader of the code meets."""
 
     __tablename__ = "checkpoint_tier"
 

@@ -15,12 +15,12 @@ from tests.helpers.retention import create_job
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.models import (
     Checkpoint,
-    CheckpointTier,
     Event,
     Job,
     Replica,
     ScrubStats,
     Shard,
+    TierCopy,
 )
 from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.replica import scrub
@@ -64,7 +64,7 @@ def _everywhere(
         )
         job_id = s.scalar(select(Checkpoint.job_id).where(Checkpoint.id == seeded.checkpoint_id))
         s.execute(
-            insert(CheckpointTier),
+            insert(TierCopy),
             [
                 {
                     "checkpoint_id": seeded.checkpoint_id,
@@ -95,9 +95,7 @@ def _markers(sessions: sessionmaker[Session], cp: int) -> dict[str, str]:
     with sessions.begin() as s:
         return dict(
             s.execute(
-                select(CheckpointTier.tier, CheckpointTier.state).where(
-                    CheckpointTier.checkpoint_id == cp
-                )
+                select(TierCopy.tier, TierCopy.state).where(TierCopy.checkpoint_id == cp)
             ).all()
         )
 
@@ -115,9 +113,7 @@ def test_marking_bad_demotes_in_the_same_transaction_and_only_once(
         # Before commit the marker is already demoted in this transaction.
         assert (
             s.scalar(
-                select(CheckpointTier.state).where(
-                    CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "s3"
-                )
+                select(TierCopy.state).where(TierCopy.checkpoint_id == cp, TierCopy.tier == "s3")
             )
             == "failed"
         )
@@ -125,9 +121,7 @@ def test_marking_bad_demotes_in_the_same_transaction_and_only_once(
     assert _markers(sessions, cp) == {"ssd": "restorable", "lustre": "restorable", "s3": "failed"}
     with sessions.begin() as s:
         reason = s.scalar(
-            select(CheckpointTier.reason).where(
-                CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "s3"
-            )
+            select(TierCopy.reason).where(TierCopy.checkpoint_id == cp, TierCopy.tier == "s3")
         )
         events = s.execute(
             select(Event.kind, Event.tier, Event.detail).where(Event.checkpoint_id == cp)
@@ -186,8 +180,8 @@ def test_repair_plans_only_tiers_it_may_touch_and_shards_with_a_source(
     for state, left in [("pending", "s3: still being copied by the lifecycle"), ("expiring", None)]:
         with sessions.begin() as s:
             s.execute(
-                update(CheckpointTier)
-                .where(CheckpointTier.checkpoint_id == cp, CheckpointTier.tier.in_(TIERS))
+                update(TierCopy)
+                .where(TierCopy.checkpoint_id == cp, TierCopy.tier.in_(TIERS))
                 .values(state=state)
             )
             plan = plan_repair(s, cp, tiers, now, batch_size=500, limit=100)
@@ -277,9 +271,9 @@ def test_repair_holds_the_tiers_it_reads_against_retention_until_promoted(
 def _holds(sessions: sessionmaker[Session], cp: int) -> dict[str, list[str] | None]:
     with sessions.begin() as s:
         rows = s.execute(
-            select(
-                CheckpointTier.tier, CheckpointTier.rebuild_from, CheckpointTier.rebuild_until
-            ).where(CheckpointTier.checkpoint_id == cp)
+            select(TierCopy.tier, TierCopy.rebuild_from, TierCopy.rebuild_until).where(
+                TierCopy.checkpoint_id == cp
+            )
         ).all()
     assert all((held is None) == (until is None) for _, held, until in rows)
     return {tier: held for tier, held, _ in rows}

@@ -13,12 +13,12 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.holds.rebuild import REBUILD_HOLD, hold_sources, lock_checkpoint
 from tierpoint.catalog.models import (
     Checkpoint,
-    CheckpointTier,
     Job,
     Node,
     Replica,
     RetentionPolicy,
     Shard,
+    TierCopy,
 )
 from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.tier_copy.expiry import begin_expiry, plan_expiries
@@ -77,9 +77,7 @@ def _checkpoint(session: Session, job: Job, step: int, peer_state: str, now: dat
     session.flush()
     states = {"ssd": "restorable", "peer": peer_state, "lustre": "restorable", "s3": "restorable"}
     for tier, state in states.items():
-        session.add(
-            CheckpointTier(checkpoint_id=cp.id, tier=tier, job_id=job.id, step=step, state=state)
-        )
+        session.add(TierCopy(checkpoint_id=cp.id, tier=tier, job_id=job.id, step=step, state=state))
         for sh in shards:
             node = lost if tier == "ssd" else holder if tier == "peer" else None
             replica_state = "lost" if state == "failed" else "verified"
@@ -100,9 +98,7 @@ def _checkpoint(session: Session, job: Job, step: int, peer_state: str, now: dat
 
 def _state(session: Session, cid: int, tier: str) -> str:
     return session.scalars(
-        select(CheckpointTier.state).where(
-            CheckpointTier.checkpoint_id == cid, CheckpointTier.tier == tier
-        )
+        select(TierCopy.state).where(TierCopy.checkpoint_id == cid, TierCopy.tier == tier)
     ).one()
 
 
@@ -131,9 +127,7 @@ def test_the_recheck_refuses_an_expiry_of_a_source_held_since_the_plan(session: 
     outcome = promote(session, one, "peer", [], "no live node to hold a copy")
     assert outcome.state == TierState.FAILED.value
     marker = session.scalars(
-        select(CheckpointTier).where(
-            CheckpointTier.checkpoint_id == one, CheckpointTier.tier == "peer"
-        )
+        select(TierCopy).where(TierCopy.checkpoint_id == one, TierCopy.tier == "peer")
     ).one()
     session.refresh(marker)
     assert (marker.rebuild_from, marker.rebuild_until) == (None, None)

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import no_checkpoint, require_job_id
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, RestoreLease
+from tierpoint.catalog.models import Checkpoint, Replica, RestoreLease, TierCopy
 from tierpoint.errors import CheckpointProtected
 from tierpoint.states import ReplicaState, TierState
 
@@ -55,9 +55,9 @@ def _protections(session: Session, rows: list[tuple[int, int, bool]]) -> dict[in
     )
     pending = set(
         session.scalars(
-            select(CheckpointTier.checkpoint_id).where(
-                CheckpointTier.checkpoint_id.in_(ids),
-                CheckpointTier.state == TierState.PENDING.value,
+            select(TierCopy.checkpoint_id).where(
+                TierCopy.checkpoint_id.in_(ids),
+                TierCopy.state == TierState.PENDING.value,
             )
         )
     )
@@ -103,9 +103,9 @@ def delete_checkpoints(
     ids = [cid for cid, _, _ in live]
     markers = (
         session.execute(
-            select(CheckpointTier.checkpoint_id, CheckpointTier.tier, CheckpointTier.state)
-            .where(CheckpointTier.checkpoint_id.in_(ids))
-            .order_by(CheckpointTier.checkpoint_id, CheckpointTier.tier)
+            select(TierCopy.checkpoint_id, TierCopy.tier, TierCopy.state)
+            .where(TierCopy.checkpoint_id.in_(ids))
+            .order_by(TierCopy.checkpoint_id, TierCopy.tier)
             .with_for_update()
         )
     ).all()
@@ -147,11 +147,11 @@ def _expire_copies(session: Session, checkpoint_id: int, tiers: list[str], reaso
     if not tiers:
         return
     session.execute(
-        update(CheckpointTier)
+        update(TierCopy)
         .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.tier.in_(tiers),
-            CheckpointTier.state.in_(_TO_EXPIRE),
+            TierCopy.checkpoint_id == checkpoint_id,
+            TierCopy.tier.in_(tiers),
+            TierCopy.state.in_(_TO_EXPIRE),
         )
         .values(state=TierState.EXPIRING.value, reason=reason, updated_at=func.now())
     )

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import job_id_by_name
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Job, Node
+from tierpoint.catalog.models import Checkpoint, Event, Job, Node, TierCopy
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import CheckpointBeingDeleted, CheckpointConflict, UnknownNode
 from tierpoint.manifest import Manifest, manifest_digest, shards_json
@@ -147,8 +147,8 @@ def _remove_deleted(session: Session, job: str, step: int, checkpoint_id: int) -
     expiring = session.scalar(
         select(
             exists().where(
-                CheckpointTier.checkpoint_id == checkpoint_id,
-                CheckpointTier.state == TierState.EXPIRING.value,
+                TierCopy.checkpoint_id == checkpoint_id,
+                TierCopy.state == TierState.EXPIRING.value,
             )
         )
     )

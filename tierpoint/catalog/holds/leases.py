@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import find_checkpoint
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, RestoreLease
+from tierpoint.catalog.models import Checkpoint, Job, RestoreLease, TierCopy
 from tierpoint.errors import (
     LeaseEnded,
     LeaseNotFound,
@@ -54,14 +54,14 @@ def restorable_tiers(session: Session, checkpoint_id: int) -> list[str]:
         Checkpoint.id == checkpoint_id, Checkpoint.quarantine_reason.is_not(None)
     )
     rows = session.scalars(
-        select(CheckpointTier.tier)
+        select(TierCopy.tier)
         .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.state == TierState.RESTORABLE.value,
-            CheckpointTier.quarantine_reason.is_(None),
+            TierCopy.checkpoint_id == checkpoint_id,
+            TierCopy.state == TierState.RESTORABLE.value,
+            TierCopy.quarantine_reason.is_(None),
             ~quarantined,
         )
-        .order_by(CheckpointTier.tier)
+        .order_by(TierCopy.tier)
     )
     return list(rows.all())
 

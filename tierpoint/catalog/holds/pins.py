@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.leases import lock_checkpoint
-from tierpoint.catalog.models import Checkpoint, CheckpointTier
+from tierpoint.catalog.models import Checkpoint, TierCopy
 from tierpoint.errors import CopyExpiring
 from tierpoint.states import TierState
 
@@ -34,12 +34,12 @@ def expiring_tiers(session: Session, checkpoint_id: int) -> list[str]:
     """Tiers whose copy retention has begun deleting (marker `expiring`). Read after the row lock:
     the executor flips markers only while it holds that row, so this sees every committed flip."""
     rows = session.scalars(
-        select(CheckpointTier.tier)
+        select(TierCopy.tier)
         .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.state == TierState.EXPIRING.value,
+            TierCopy.checkpoint_id == checkpoint_id,
+            TierCopy.state == TierState.EXPIRING.value,
         )
-        .order_by(CheckpointTier.tier)
+        .order_by(TierCopy.tier)
     )
     return list(rows.all())
 

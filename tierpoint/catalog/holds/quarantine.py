@@ -21,19 +21,17 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.leases import lock_checkpoint
-from tierpoint.catalog.models import Checkpoint, CheckpointTier
+from tierpoint.catalog.models import Checkpoint, TierCopy
 from tierpoint.errors import CopyExpiring, TierCopyNotFound
 from tierpoint.states import TierState
 
 _GONE = frozenset({TierState.EXPIRING.value, TierState.EXPIRED.value})
 
 
-def _lock_marker(
-    session: Session, checkpoint_id: int, job: str, step: int, tier: str
-) -> CheckpointTier:
+def _lock_marker(session: Session, checkpoint_id: int, job: str, step: int, tier: str) -> TierCopy:
     marker = session.scalar(
-        select(CheckpointTier)
-        .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+        select(TierCopy)
+        .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
         .with_for_update()
     )
     if marker is None:
@@ -56,7 +54,7 @@ def set_quarantine(
     nothing; a new reason replaces the old one, except that a job's quarantine leaves an
     operator's evidence as it is. Returns whether anything changed."""
     checkpoint_id, job_id, _ = lock_checkpoint(session, job, step)
-    target: Checkpoint | CheckpointTier
+    target: Checkpoint | TierCopy
     if tier is None:
         target = session.get_one(Checkpoint, checkpoint_id)
     else:
@@ -76,10 +74,10 @@ def set_quarantine(
     keep = reason is not None and evidence
     if before == reason and held == keep:
         return False
-    if isinstance(target, CheckpointTier):
+    if isinstance(target, TierCopy):
         session.execute(
-            update(CheckpointTier)
-            .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+            update(TierCopy)
+            .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
             .values(quarantine_reason=reason, quarantine_evidence=keep, updated_at=func.now())
             .execution_options(synchronize_session=False)
         )

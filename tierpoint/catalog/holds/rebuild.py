@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, null, select, update
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Checkpoint, CheckpointTier
+from tierpoint.catalog.models import Checkpoint, TierCopy
 from tierpoint.contract.lifecycle import BATCH_TIMEOUT
 
 REBUILD_HOLD = BATCH_TIMEOUT + timedelta(hours=1)
@@ -45,8 +45,8 @@ def hold_sources(
         release(session, checkpoint_id, tier)
         return
     session.execute(
-        update(CheckpointTier)
-        .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+        update(TierCopy)
+        .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
         .values(rebuild_from=names, rebuild_until=now + REBUILD_HOLD)
     )
 
@@ -54,8 +54,8 @@ def hold_sources(
 def release(session: Session, checkpoint_id: int, tier: str) -> None:
     """The rebuild of the copy on `tier` ended (made or given up): its sources are released."""
     session.execute(
-        update(CheckpointTier)
-        .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+        update(TierCopy)
+        .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
         # SQL NULL, not a JSON null: "no hold" is `rebuild_from IS NULL`
         .values(rebuild_from=null(), rebuild_until=None)
     )
@@ -64,10 +64,10 @@ def release(session: Session, checkpoint_id: int, tier: str) -> None:
 def renew(session: Session, checkpoint_id: int) -> None:
     """A batch of a rebuild of the checkpoint starts: its holds last REBUILD_HOLD from now."""
     session.execute(
-        update(CheckpointTier)
+        update(TierCopy)
         .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.rebuild_from.is_not(None),
+            TierCopy.checkpoint_id == checkpoint_id,
+            TierCopy.rebuild_from.is_not(None),
         )
         .values(rebuild_until=func.now() + REBUILD_HOLD)
     )

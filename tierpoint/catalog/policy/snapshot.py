@@ -18,14 +18,15 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.job.lookup import require_job_id
 from tierpoint.catalog.models import (
     Checkpoint,
-    CheckpointTier,
     Node,
     Replica,
     RestoreLease,
     Shard,
+    TierCopy,
 )
 from tierpoint.catalog.policy.assigned import AssignedPolicy, policy_for_job
-from tierpoint.retention.models import CheckpointInfo, RetentionPlan, RetentionSnapshot, TierCopy
+from tierpoint.retention import models as planned
+from tierpoint.retention.models import CheckpointInfo, RetentionPlan, RetentionSnapshot
 from tierpoint.retention.planner import plan
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState, TierState
@@ -105,25 +106,25 @@ def _copies(
     names: Sequence[str],
     shard_counts: dict[int, int],
     now: datetime,
-) -> dict[int, dict[str, TierCopy]]:
+) -> dict[int, dict[str, planned.TierCopy]]:
     """checkpoint id -> tier -> its copy there, from the markers and their replicas' totals. A
     rebuild's hold on its sources counts until its `rebuild_until`, as a lease until it expires."""
     markers = session.execute(
         select(
-            CheckpointTier.checkpoint_id,
-            CheckpointTier.tier,
-            CheckpointTier.state,
-            CheckpointTier.quarantine_reason,
-            CheckpointTier.quarantine_evidence,
-            CheckpointTier.rebuild_from,
-            CheckpointTier.rebuild_until,
-        ).where(CheckpointTier.job_id == job_id, CheckpointTier.tier.in_(names))
+            TierCopy.checkpoint_id,
+            TierCopy.tier,
+            TierCopy.state,
+            TierCopy.quarantine_reason,
+            TierCopy.quarantine_evidence,
+            TierCopy.rebuild_from,
+            TierCopy.rebuild_until,
+        ).where(TierCopy.job_id == job_id, TierCopy.tier.in_(names))
     ).all()
     replica_totals = _replica_totals(session, job_id, names)
-    copies: dict[int, dict[str, TierCopy]] = {}
+    copies: dict[int, dict[str, planned.TierCopy]] = {}
     for m in markers:
         verified, nbytes, on_lost = replica_totals.get((m.checkpoint_id, m.tier), (0, 0, 0))
-        copies.setdefault(m.checkpoint_id, {})[m.tier] = TierCopy(
+        copies.setdefault(m.checkpoint_id, {})[m.tier] = planned.TierCopy(
             state=TierState(m.state),
             verified=verified >= shard_counts.get(m.checkpoint_id, 0) > 0,
             bytes=nbytes,
@@ -152,7 +153,7 @@ def _replica_totals(
     # and a long job's history is mostly expired copies, whose replicas a pass would otherwise
     # read every time. The live markers are found through ix_checkpoint_tier_latest and their
     # replicas through ix_replica_checkpoint_tier_state.
-    live = CheckpointTier
+    live = TierCopy
     totals = session.execute(
         select(
             Replica.checkpoint_id,

@@ -21,10 +21,10 @@ from tierpoint.catalog.models import (
     RESTORABLE,
     VERIFIED,
     Checkpoint,
-    CheckpointTier,
     Job,
     Replica,
     Shard,
+    TierCopy,
 )
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads.views import (
@@ -105,13 +105,13 @@ def _views(
     markers = (
         session.execute(
             select(
-                CheckpointTier.checkpoint_id,
-                CheckpointTier.tier,
-                CheckpointTier.state,
-                CheckpointTier.reason,
-                CheckpointTier.quarantine_reason,
-                CheckpointTier.restorable_at,
-            ).where(CheckpointTier.checkpoint_id.in_(ids))
+                TierCopy.checkpoint_id,
+                TierCopy.tier,
+                TierCopy.state,
+                TierCopy.reason,
+                TierCopy.quarantine_reason,
+                TierCopy.restorable_at,
+            ).where(TierCopy.checkpoint_id.in_(ids))
         )
     ).all()
     by_checkpoint: dict[int, list[Any]] = defaultdict(list)
@@ -316,25 +316,25 @@ def list_checkpoints(
         # Driven by the markers index (job_id, state, tier, step DESC).
         q = (
             select(*_CHECKPOINT_COLS)
-            .select_from(CheckpointTier)
-            .join(Checkpoint, Checkpoint.id == CheckpointTier.checkpoint_id)
+            .select_from(TierCopy)
+            .join(Checkpoint, Checkpoint.id == TierCopy.checkpoint_id)
             .where(
-                CheckpointTier.job_id == job_id,
-                CheckpointTier.state == state,
-                CheckpointTier.tier == tier,
+                TierCopy.job_id == job_id,
+                TierCopy.state == state,
+                TierCopy.tier == tier,
             )
-            .order_by(CheckpointTier.step.desc())
+            .order_by(TierCopy.step.desc())
         )
         if before_step is not None:
-            q = q.where(CheckpointTier.step < before_step)
+            q = q.where(TierCopy.step < before_step)
     else:
         q = select(*_CHECKPOINT_COLS).where(Checkpoint.job_id == job_id)
         if tier is not None or state is not None:
-            cond = [CheckpointTier.checkpoint_id == Checkpoint.id]
+            cond = [TierCopy.checkpoint_id == Checkpoint.id]
             if tier is not None:
-                cond.append(CheckpointTier.tier == tier)
+                cond.append(TierCopy.tier == tier)
             if state is not None:
-                cond.append(CheckpointTier.state == state)
+                cond.append(TierCopy.state == state)
             q = q.where(exists().where(and_(*cond)))
         if before_step is not None:
             q = q.where(Checkpoint.step < before_step)

@@ -11,7 +11,7 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.job.lookup import find_checkpoint
-from tierpoint.catalog.models import VERIFIED, CheckpointTier, Replica, Shard
+from tierpoint.catalog.models import VERIFIED, Replica, Shard, TierCopy
 from tierpoint.errors import CopyNotFound
 
 
@@ -75,8 +75,8 @@ def find_copy(
 def copy_state(session: Session, ref: CopyRef, tier: str) -> CopyState:
     state = session.scalar(select(Replica.state).where(Replica.id == ref.replica_id))
     marker = session.scalar(
-        select(CheckpointTier.state).where(
-            CheckpointTier.checkpoint_id == ref.checkpoint_id, CheckpointTier.tier == tier
+        select(TierCopy.state).where(
+            TierCopy.checkpoint_id == ref.checkpoint_id, TierCopy.tier == tier
         )
     )
     sources = session.scalar(

@@ -20,9 +20,9 @@ from tierpoint.catalog.models import (
     RESTORABLE,
     VERIFIED,
     Checkpoint,
-    CheckpointTier,
     Replica,
     Shard,
+    TierCopy,
 )
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads.checkpoints import checkpoint_view
@@ -52,7 +52,7 @@ def _candidate_query(
     """The newest checkpoint restorable from `source` for the caller, with a step below
     `below`. Only the newest `scan_limit` restorable markers are examined (one range of
     the (job_id, state, tier, step DESC) index), so the cost does not grow with the history."""
-    ct = CheckpointTier
+    ct = TierCopy
     markers = (
         select(ct.step, ct.checkpoint_id)
         .where(
@@ -104,11 +104,11 @@ def _plan(
         m.tier: m
         for m in session.execute(
             select(
-                CheckpointTier.tier,
-                CheckpointTier.state,
-                CheckpointTier.quarantine_reason,
-                CheckpointTier.key_layout,
-            ).where(CheckpointTier.checkpoint_id == checkpoint_id)
+                TierCopy.tier,
+                TierCopy.state,
+                TierCopy.quarantine_reason,
+                TierCopy.key_layout,
+            ).where(TierCopy.checkpoint_id == checkpoint_id)
         )
     }
     usable = [
@@ -238,12 +238,12 @@ def _skipped(
         (m.checkpoint_id, m.tier): m
         for m in session.execute(
             select(
-                CheckpointTier.checkpoint_id,
-                CheckpointTier.tier,
-                CheckpointTier.state,
-                CheckpointTier.reason,
-                CheckpointTier.quarantine_reason,
-            ).where(CheckpointTier.checkpoint_id.in_(ids), CheckpointTier.tier.in_(names))
+                TierCopy.checkpoint_id,
+                TierCopy.tier,
+                TierCopy.state,
+                TierCopy.reason,
+                TierCopy.quarantine_reason,
+            ).where(TierCopy.checkpoint_id.in_(ids), TierCopy.tier.in_(names))
         )
     }
     counts: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)

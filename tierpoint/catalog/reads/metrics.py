@@ -8,7 +8,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Checkpoint, CheckpointTier
+from tierpoint.catalog.models import Checkpoint, TierCopy
 from tierpoint.states import TierState
 
 
@@ -26,7 +26,7 @@ def seconds_since_registration(session: Session, checkpoint_id: int) -> float | 
 
 def pending_markers_by_tier(session: Session) -> dict[str, int]:
     """Tier -> markers still pending (checkpoints in flight to that tier)."""
-    ct = CheckpointTier
+    ct = TierCopy
     rows = session.execute(
         select(ct.tier, func.count()).where(ct.state == TierState.PENDING.value).group_by(ct.tier)
     )

@@ -24,12 +24,12 @@ from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.catalog.models import (
     Checkpoint,
-    CheckpointTier,
     Event,
     Job,
     Node,
     Replica,
     Shard,
+    TierCopy,
 )
 from tierpoint.catalog.reads.checkpoints import tier_progress
 from tierpoint.catalog.reads.operator_views import (
@@ -62,7 +62,7 @@ def in_flight(
 ) -> tuple[list[InFlightView], datetime]:
     """Pending tier copies, oldest checkpoint first, with bytes done, throughput and ETA."""
     now = catalog_now(session)
-    ct = CheckpointTier
+    ct = TierCopy
     q = (
         select(
             ct.checkpoint_id,
@@ -132,7 +132,7 @@ def in_flight(
 
 def count_in_flight(session: Session, *, job: str | None = None, tier: str | None = None) -> int:
     """How many tier copies are pending (with the same filters as `in_flight`), listed or not."""
-    ct = CheckpointTier
+    ct = TierCopy
     q = select(func.count()).select_from(ct).where(ct.state == PENDING)
     if job is not None:
         q = q.join(Job, Job.id == ct.job_id).where(Job.name == job)
@@ -150,7 +150,7 @@ def promotion_lag(
 ) -> tuple[list[LagView], datetime]:
     """Registration -> restorable per job and tier, over the copies promoted within `window`."""
     now = catalog_now(session)
-    ct = CheckpointTier
+    ct = TierCopy
     lag = func.extract("epoch", ct.restorable_at - Checkpoint.created_at)
     q = (
         select(
@@ -178,7 +178,7 @@ def promotion_lag(
 
 def tier_usage(session: Session) -> list[TierUsageRowView]:
     """Bytes and checkpoints of every job on every tier (restorable or expiring copies)."""
-    ct = CheckpointTier
+    ct = TierCopy
     rows = session.execute(
         select(ct.tier, Job.name, func.sum(Checkpoint.total_bytes), func.count())
         .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)

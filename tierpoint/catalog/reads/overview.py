@@ -16,10 +16,10 @@ from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.models import (
     RESTORABLE,
     Checkpoint,
-    CheckpointTier,
     Job,
     JobTierUsage,
     RetentionPolicy,
+    TierCopy,
 )
 from tierpoint.catalog.reads.operator import FAILED, PENDING
 from tierpoint.catalog.reads.operator_views import JobOverviewView, TierPointView
@@ -118,7 +118,7 @@ def _recovery_points(
     if not tiers:
         return {}
     t = values(column("tier", String), name="t").data([(n,) for n in tiers])
-    ct = CheckpointTier
+    ct = TierCopy
     newest = (
         select(ct.step, ct.restorable_at, Checkpoint.created_at, Checkpoint.total_bytes)
         .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
@@ -169,15 +169,15 @@ def _open_counts(session: Session, ids: Sequence[int]) -> dict[tuple[int, str], 
     out: dict[tuple[int, str], int] = {}
     for o in session.execute(
         select(
-            CheckpointTier.job_id,
-            CheckpointTier.state,
-            func.count(func.distinct(CheckpointTier.checkpoint_id)),
+            TierCopy.job_id,
+            TierCopy.state,
+            func.count(func.distinct(TierCopy.checkpoint_id)),
         )
         .where(
-            CheckpointTier.job_id.in_(ids),
-            or_(CheckpointTier.state == PENDING, unacknowledged()),
+            TierCopy.job_id.in_(ids),
+            or_(TierCopy.state == PENDING, unacknowledged()),
         )
-        .group_by(CheckpointTier.job_id, CheckpointTier.state)
+        .group_by(TierCopy.job_id, TierCopy.state)
     ):
         out[(o[0], o[1])] = int(o[2])
     return out

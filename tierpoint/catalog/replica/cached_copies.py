@@ -18,7 +18,7 @@ from sqlalchemy import Select, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import CachedCopy, Checkpoint, CheckpointTier, Replica, Shard
+from tierpoint.catalog.models import CachedCopy, Checkpoint, Replica, Shard, TierCopy
 from tierpoint.states import TierState
 
 # The marker states whose copy no expiry has begun to delete: a file recorded now is deleted
@@ -38,9 +38,7 @@ def record(
         select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update(key_share=True)
     ).all()
     state = session.scalar(
-        select(CheckpointTier.state).where(
-            CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier
-        )
+        select(TierCopy.state).where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
     )
     if state not in _RECORDABLE:
         return {}

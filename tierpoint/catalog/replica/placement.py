@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import and_, exists, select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
+from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard, TierCopy
 from tierpoint.states import ReplicaState, TierState
 
 
@@ -83,18 +83,18 @@ def held_peer_checkpoints(
     if not peer_tiers:
         return []
     held = exists().where(
-        Replica.checkpoint_id == CheckpointTier.checkpoint_id,
-        Replica.tier == CheckpointTier.tier,
+        Replica.checkpoint_id == TierCopy.checkpoint_id,
+        Replica.tier == TierCopy.tier,
         Replica.node_id == node,
         Replica.state == ReplicaState.LOST.value,
     )
     rows = session.execute(
         select(Checkpoint.id, Job.name, Checkpoint.step)
-        .join(CheckpointTier, CheckpointTier.checkpoint_id == Checkpoint.id)
+        .join(TierCopy, TierCopy.checkpoint_id == Checkpoint.id)
         .join(Job, Job.id == Checkpoint.job_id)
         .where(
-            CheckpointTier.tier.in_(list(peer_tiers)),
-            CheckpointTier.state == TierState.FAILED.value,
+            TierCopy.tier.in_(list(peer_tiers)),
+            TierCopy.state == TierState.FAILED.value,
             held,
         )
         .distinct()
@@ -113,10 +113,10 @@ def verified_copies(
     if not nodes or not tiers:
         return {}
     usable = exists().where(
-        CheckpointTier.checkpoint_id == Replica.checkpoint_id,
-        CheckpointTier.tier == Replica.tier,
-        CheckpointTier.quarantine_reason.is_(None),
-        CheckpointTier.state.not_in([TierState.EXPIRING.value, TierState.EXPIRED.value]),
+        TierCopy.checkpoint_id == Replica.checkpoint_id,
+        TierCopy.tier == Replica.tier,
+        TierCopy.quarantine_reason.is_(None),
+        TierCopy.state.not_in([TierState.EXPIRING.value, TierState.EXPIRED.value]),
     )
     rows = session.execute(
         select(Shard.node_id, Shard.ordinal, Replica.tier, Replica.node_id)

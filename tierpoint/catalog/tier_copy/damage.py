@@ -20,7 +20,7 @@ from sqlalchemy import Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Replica, Shard
+from tierpoint.catalog.models import Checkpoint, Replica, Shard, TierCopy
 from tierpoint.states import ReplicaState, TierState
 
 EXAMPLES = 3
@@ -107,16 +107,9 @@ def _lock_and_mark(
     # Markers first, as promote does: a promotion counting verified replicas waits for this
     # transaction, so it can never count a replica this call is marking bad.
     session.execute(
-        select(CheckpointTier.checkpoint_id)
-        .where(
-            or_(
-                *(
-                    and_(CheckpointTier.checkpoint_id == c, CheckpointTier.tier == t)
-                    for c, t in pairs
-                )
-            )
-        )
-        .order_by(CheckpointTier.checkpoint_id, CheckpointTier.tier)
+        select(TierCopy.checkpoint_id)
+        .where(or_(*(and_(TierCopy.checkpoint_id == c, TierCopy.tier == t) for c, t in pairs)))
+        .order_by(TierCopy.checkpoint_id, TierCopy.tier)
         .with_for_update()
     ).all()
     marked = session.execute(
@@ -141,15 +134,15 @@ def _lock_and_mark(
 def _demote(session: Session, checkpoint_id: int, tier: str, reason: str) -> bool:
     """The tier's marker out of `restorable` (to `failed`, with the reason); whether it was."""
     demoted = session.execute(
-        update(CheckpointTier)
+        update(TierCopy)
         .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.tier == tier,
-            CheckpointTier.state == TierState.RESTORABLE.value,
+            TierCopy.checkpoint_id == checkpoint_id,
+            TierCopy.tier == tier,
+            TierCopy.state == TierState.RESTORABLE.value,
         )
         # guard: damage-keeps-marker-restorable
         .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-        .returning(CheckpointTier.tier)
+        .returning(TierCopy.tier)
     ).all()
     return bool(demoted)
 

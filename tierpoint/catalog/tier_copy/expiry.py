@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import job_id_of_checkpoint
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Node, Replica, Shard
+from tierpoint.catalog.models import Checkpoint, Event, Node, Replica, Shard, TierCopy
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.replica import cached_copies
@@ -110,9 +110,9 @@ def _lock(session: Session, checkpoint_id: int) -> dict[str, str] | None:
     if found is None:
         return None
     rows = session.execute(
-        select(CheckpointTier.tier, CheckpointTier.state)
-        .where(CheckpointTier.checkpoint_id == checkpoint_id)
-        .order_by(CheckpointTier.tier)
+        select(TierCopy.tier, TierCopy.state)
+        .where(TierCopy.checkpoint_id == checkpoint_id)
+        .order_by(TierCopy.tier)
         .with_for_update()
     )
     return {t: s for t, s in rows}
@@ -164,11 +164,11 @@ def begin_expiry(
 
     job_id = job_id_of_checkpoint(session, checkpoint_id)
     session.execute(
-        update(CheckpointTier)
+        update(TierCopy)
         .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.tier == tier,
-            CheckpointTier.state == state,
+            TierCopy.checkpoint_id == checkpoint_id,
+            TierCopy.tier == tier,
+            TierCopy.state == state,
         )
         .values(
             state=TierState.EXPIRING.value,
@@ -191,9 +191,7 @@ def begin_expiry(
 
 def marker_state(session: Session, checkpoint_id: int, tier: str) -> str | None:
     return session.scalar(
-        select(CheckpointTier.state).where(
-            CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier
-        )
+        select(TierCopy.state).where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
     )
 
 
@@ -303,8 +301,8 @@ def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
     cached_copies.forget(session, checkpoint_id, tier)
     rule = _begun_rule(session, checkpoint_id, tier)
     session.execute(
-        update(CheckpointTier)
-        .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+        update(TierCopy)
+        .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
         .values(state=TierState.EXPIRED.value, updated_at=func.now())
     )
     job_id = job_id_of_checkpoint(session, checkpoint_id)

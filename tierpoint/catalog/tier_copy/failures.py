@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.leases import lock_checkpoint
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica
+from tierpoint.catalog.models import Checkpoint, Job, Replica, TierCopy
 from tierpoint.catalog.tier_copy.retry import refusal, retry_facts
 from tierpoint.errors import NothingToAcknowledge
 from tierpoint.states import TierState
@@ -83,7 +83,7 @@ FailureKey = tuple[str, int, str]  # (failed_at ISO, checkpoint id, tier): the k
 def unacknowledged() -> ColumnElement[bool]:
     """A marker that is failed and that nobody acknowledged since it last changed: what the
     failures view lists and the jobs view counts as failed."""
-    ct = CheckpointTier
+    ct = TierCopy
     return (ct.state == TierState.FAILED.value) & ct.acknowledged_at.is_distinct_from(ct.updated_at)
 
 
@@ -98,7 +98,7 @@ class FailureFilter:
     until: datetime | None = None
 
     def where(self) -> list[ColumnElement[bool]]:
-        ct = CheckpointTier
+        ct = TierCopy
         out = [unacknowledged()]
         if self.job is not None:
             out.append(Job.name == self.job)
@@ -117,7 +117,7 @@ class FailureFilter:
 
 
 def _open(matching: FailureFilter) -> Select[int, str, str | None, datetime, str, int]:
-    ct = CheckpointTier
+    ct = TierCopy
     return (
         select(ct.checkpoint_id, ct.tier, ct.reason, ct.updated_at, Job.name, Checkpoint.step)
         .join(Checkpoint, Checkpoint.id == ct.checkpoint_id)
@@ -138,7 +138,7 @@ def failures(
     """Open failures, newest first, with the marker's reason, the last replica error (when the
     reason does not say it already), whether a retry could help, and how many match in all.
     `tiers`: the configured tiers in order; `local`: the ones local to a node."""
-    ct = CheckpointTier
+    ct = TierCopy
     now = catalog_now(session)
     q = _open(matching).order_by(ct.updated_at.desc(), ct.checkpoint_id.desc(), ct.tier.desc())
     if after is not None:
@@ -195,7 +195,7 @@ def acknowledge(
     """Acknowledge the checkpoint's open failures (on `tier`, or on every tier); returns them
     (tier -> reason). Raises CheckpointNotFound, NothingToAcknowledge. The caller commits."""
     checkpoint_id, _, _ = lock_checkpoint(session, job, step)
-    one = CheckpointTier.checkpoint_id == checkpoint_id
+    one = TierCopy.checkpoint_id == checkpoint_id
     done = _acknowledge(session, FailureFilter(job=job, tier=tier), actor, None, one)
     if not done:
         on = f" on {tier}" if tier is not None else ""
@@ -222,7 +222,7 @@ def _acknowledge(
     by: dict[str, str] | None,
     *also: ColumnElement[bool],
 ) -> list[Acknowledged]:
-    ct = CheckpointTier
+    ct = TierCopy
     # The markers locked in the order promotion and damage lock them, so a copy repaired (or
     # failed again) meanwhile is seen as it is now: it no longer matches, or matches anew.
     rows = session.execute(

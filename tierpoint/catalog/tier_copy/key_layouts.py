@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping
 from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import CheckpointTier, Replica
+from tierpoint.catalog.models import Replica, TierCopy
 from tierpoint.storage.s3.layout import KeyLayout
 
 
@@ -22,11 +22,11 @@ def record(session: Session, checkpoint_id: int, layouts: Mapping[str, KeyLayout
     recorded, whose objects are flat, as null says)."""
     for tier, layout in layouts.items():
         session.execute(
-            update(CheckpointTier)
+            update(TierCopy)
             .where(
-                CheckpointTier.checkpoint_id == checkpoint_id,
-                CheckpointTier.tier == tier,
-                CheckpointTier.key_layout.is_(None),
+                TierCopy.checkpoint_id == checkpoint_id,
+                TierCopy.tier == tier,
+                TierCopy.key_layout.is_(None),
                 ~exists().where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier),
             )
             .values(key_layout=layout.name)
@@ -37,9 +37,7 @@ def of_checkpoint(session: Session, checkpoint_id: int) -> dict[str, KeyLayout]:
     """The layout of the checkpoint's copy on each tier with a marker (flat where none is
     recorded)."""
     rows = session.execute(
-        select(CheckpointTier.tier, CheckpointTier.key_layout).where(
-            CheckpointTier.checkpoint_id == checkpoint_id
-        )
+        select(TierCopy.tier, TierCopy.key_layout).where(TierCopy.checkpoint_id == checkpoint_id)
     )
     return {tier: KeyLayout.parse(recorded) for tier, recorded in rows}
 
@@ -48,8 +46,8 @@ def on_tier(session: Session, checkpoint_ids: Collection[int], tier: str) -> dic
     """The layout of each checkpoint's copy on `tier` that has a marker (flat where none is
     recorded). No marker, no entry: nothing is guessed for a copy the catalog does not know."""
     rows = session.execute(
-        select(CheckpointTier.checkpoint_id, CheckpointTier.key_layout).where(
-            CheckpointTier.checkpoint_id.in_(list(checkpoint_ids)), CheckpointTier.tier == tier
+        select(TierCopy.checkpoint_id, TierCopy.key_layout).where(
+            TierCopy.checkpoint_id.in_(list(checkpoint_ids)), TierCopy.tier == tier
         )
     )
     return {cid: KeyLayout.parse(recorded) for cid, recorded in rows}

@@ -9,7 +9,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.job.lookup import CheckpointHead
-from tierpoint.catalog.models import CheckpointTier, Replica
+from tierpoint.catalog.models import Replica, TierCopy
 from tierpoint.states import TierState
 
 
@@ -17,7 +17,7 @@ def ensure_tier_copies(session: Session, head: CheckpointHead, tiers: Sequence[s
     """A `pending` marker per target tier; existing markers keep their state."""
     if not tiers:
         return
-    stmt = insert(CheckpointTier).values(
+    stmt = insert(TierCopy).values(
         [
             {
                 "checkpoint_id": head.id,
@@ -40,10 +40,10 @@ def drop_skipped_tier_copies(
     if not skipped:
         return
     session.execute(
-        delete(CheckpointTier).where(
-            CheckpointTier.checkpoint_id == head.id,
-            CheckpointTier.tier.in_(skipped),
-            CheckpointTier.state == TierState.PENDING.value,
-            ~exists().where(Replica.checkpoint_id == head.id, Replica.tier == CheckpointTier.tier),
+        delete(TierCopy).where(
+            TierCopy.checkpoint_id == head.id,
+            TierCopy.tier.in_(skipped),
+            TierCopy.state == TierState.PENDING.value,
+            ~exists().where(Replica.checkpoint_id == head.id, Replica.tier == TierCopy.tier),
         )
     )

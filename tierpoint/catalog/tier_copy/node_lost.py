@@ -14,7 +14,7 @@ from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
+from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard, TierCopy
 from tierpoint.catalog.node.registry import lost_reason
 from tierpoint.catalog.replica.placement import held_peer_checkpoints
 from tierpoint.errors import NodeNotFound
@@ -150,12 +150,12 @@ def _pending_with_shards_on(session: Session, node: str) -> Sequence[int]:
     # Checkpoints whose lifecycle has not sealed the node's shards yet hold no replica there:
     # found through their pending markers (few: the checkpoints in flight).
     has_shard_there = exists().where(
-        Shard.checkpoint_id == CheckpointTier.checkpoint_id, Shard.node_id == node
+        Shard.checkpoint_id == TierCopy.checkpoint_id, Shard.node_id == node
     )
     return (
         session.scalars(
-            select(CheckpointTier.checkpoint_id)
-            .where(CheckpointTier.state == TierState.PENDING.value, has_shard_there)
+            select(TierCopy.checkpoint_id)
+            .where(TierCopy.state == TierState.PENDING.value, has_shard_there)
             .distinct()
         )
     ).all()
@@ -167,14 +167,14 @@ def _fail_local_markers(
     """The local tiers' pending or restorable markers of `ids` turned `failed`, per checkpoint."""
     failed = (
         session.execute(
-            update(CheckpointTier)
+            update(TierCopy)
             .where(
-                CheckpointTier.checkpoint_id.in_(ids),
-                CheckpointTier.tier.in_(list(local_tiers)),
-                CheckpointTier.state.in_([TierState.PENDING.value, TierState.RESTORABLE.value]),
+                TierCopy.checkpoint_id.in_(ids),
+                TierCopy.tier.in_(list(local_tiers)),
+                TierCopy.state.in_([TierState.PENDING.value, TierState.RESTORABLE.value]),
             )
             .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-            .returning(CheckpointTier.checkpoint_id, CheckpointTier.tier)
+            .returning(TierCopy.checkpoint_id, TierCopy.tier)
         )
     ).all()
     failed_tiers: dict[int, list[str]] = {}
@@ -191,21 +191,21 @@ def _fail_held_peer_markers(
     if not peer_tiers:
         return {}
     held = exists().where(
-        Replica.checkpoint_id == CheckpointTier.checkpoint_id,
-        Replica.tier == CheckpointTier.tier,
+        Replica.checkpoint_id == TierCopy.checkpoint_id,
+        Replica.tier == TierCopy.tier,
         Replica.node_id == node,
         Replica.state == ReplicaState.LOST.value,
     )
     failed = (
         session.execute(
-            update(CheckpointTier)
+            update(TierCopy)
             .where(
-                CheckpointTier.tier.in_(list(peer_tiers)),
-                CheckpointTier.state.in_([TierState.PENDING.value, TierState.RESTORABLE.value]),
+                TierCopy.tier.in_(list(peer_tiers)),
+                TierCopy.state.in_([TierState.PENDING.value, TierState.RESTORABLE.value]),
                 held,
             )
             .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-            .returning(CheckpointTier.checkpoint_id, CheckpointTier.tier)
+            .returning(TierCopy.checkpoint_id, TierCopy.tier)
         )
     ).all()
     out: dict[int, list[str]] = {}
@@ -217,8 +217,8 @@ def _fail_held_peer_markers(
 def _affected(session: Session, ids: Sequence[int]) -> Sequence[Any]:
     """(id, job id, job name, step, still in flight) of each checkpoint of `ids`, by id."""
     still_pending = exists().where(
-        CheckpointTier.checkpoint_id == Checkpoint.id,
-        CheckpointTier.state == TierState.PENDING.value,
+        TierCopy.checkpoint_id == Checkpoint.id,
+        TierCopy.state == TierState.PENDING.value,
     )
     return (
         session.execute(

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.rebuild import release
-from tierpoint.catalog.models import VERIFIED, CheckpointTier, Replica, Shard
+from tierpoint.catalog.models import VERIFIED, Replica, Shard, TierCopy
 from tierpoint.catalog.replica.placement import not_on_lost_node
 from tierpoint.states import ReplicaState, TierState
 
@@ -91,13 +91,13 @@ def promote(
 def _lock_marker(session: Session, checkpoint_id: int, tier: str) -> _Marker:
     row = session.execute(
         select(
-            CheckpointTier.state,
-            CheckpointTier.reason,
-            CheckpointTier.job_id,
-            CheckpointTier.restorable_at,
-            CheckpointTier.rebuild_from.is_not(None),
+            TierCopy.state,
+            TierCopy.reason,
+            TierCopy.job_id,
+            TierCopy.restorable_at,
+            TierCopy.rebuild_from.is_not(None),
         )
-        .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+        .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
         .with_for_update()
     ).one_or_none()
     if row is None:
@@ -130,14 +130,14 @@ def _mark_restorable(
     session: Session, checkpoint_id: int, job_id: int, tier: str, shards: int
 ) -> None:
     session.execute(
-        update(CheckpointTier)
-        .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == tier)
+        update(TierCopy)
+        .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
         .values(
             state=TierState.RESTORABLE.value,
             reason=None,
             # The first promotion's time: a repair's promotion later does not move it, so
             # the lag (registration -> restorable) is never a repair's.
-            restorable_at=func.coalesce(CheckpointTier.restorable_at, func.now()),
+            restorable_at=func.coalesce(TierCopy.restorable_at, func.now()),
             updated_at=func.now(),
         )
     )
@@ -179,11 +179,11 @@ def _fail(
     from_states: Sequence[TierState],
 ) -> None:
     result = session.execute(
-        update(CheckpointTier)
+        update(TierCopy)
         .where(
-            CheckpointTier.checkpoint_id == checkpoint_id,
-            CheckpointTier.tier == tier,
-            CheckpointTier.state.in_([s.value for s in from_states]),
+            TierCopy.checkpoint_id == checkpoint_id,
+            TierCopy.tier == tier,
+            TierCopy.state.in_([s.value for s in from_states]),
         )
         .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
     )

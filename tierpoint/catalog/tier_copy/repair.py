@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.holds.rebuild import hold_sources, lock_checkpoint
 from tierpoint.catalog.job.lookup import checkpoint_head
-from tierpoint.catalog.models import VERIFIED, Checkpoint, CheckpointTier, Replica, Shard
+from tierpoint.catalog.models import VERIFIED, Checkpoint, Replica, Shard, TierCopy
 from tierpoint.catalog.node.registry import lost_nodes
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.policy.snapshot import take_snapshot
@@ -29,7 +29,7 @@ from tierpoint.catalog.replica.placement import not_on_lost_node
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.contract.integrity import RepairBatch, RepairPlan, RepairTier
 from tierpoint.contract.lifecycle import Batch
-from tierpoint.retention.models import TierCopy
+from tierpoint.retention import models as planned
 from tierpoint.retention.planner import plan as retention_plan
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import TierState
@@ -125,7 +125,7 @@ def retention_keeps(
     for c in snap.checkpoints:
         if c.id == checkpoint_id:
             copies = dict(c.copies)
-            copies[tier] = TierCopy(
+            copies[tier] = planned.TierCopy(
                 state=TierState.RESTORABLE, verified=True, bytes=c.total_bytes, quarantined=False
             )
             c = c.model_copy(update={"copies": copies})
@@ -167,9 +167,9 @@ def plan_repair(
     markers = {
         m.tier: m
         for m in session.execute(
-            select(
-                CheckpointTier.tier, CheckpointTier.state, CheckpointTier.quarantine_reason
-            ).where(CheckpointTier.checkpoint_id == checkpoint_id)
+            select(TierCopy.tier, TierCopy.state, TierCopy.quarantine_reason).where(
+                TierCopy.checkpoint_id == checkpoint_id
+            )
         )
     }
     shards = shard_sources(session, checkpoint_id)
@@ -295,11 +295,11 @@ def tiers_to_rereplicate(
     """The peer tiers whose copy of the checkpoint failed (a holder was lost, a copy failed)."""
     return list(
         session.scalars(
-            select(CheckpointTier.tier).where(
-                CheckpointTier.checkpoint_id == checkpoint_id,
-                CheckpointTier.tier.in_(list(peer_tiers)),
-                CheckpointTier.state == TierState.FAILED.value,
-                CheckpointTier.quarantine_reason.is_(None),
+            select(TierCopy.tier).where(
+                TierCopy.checkpoint_id == checkpoint_id,
+                TierCopy.tier.in_(list(peer_tiers)),
+                TierCopy.state == TierState.FAILED.value,
+                TierCopy.quarantine_reason.is_(None),
             )
         )
     )

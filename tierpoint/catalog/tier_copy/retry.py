@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.leases import lock_checkpoint
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Node, Shard
+from tierpoint.catalog.models import Checkpoint, Event, Node, Shard, TierCopy
 from tierpoint.errors import CopyOnLostNode, NoVerifiedSource, RepairInProgress, TierpointError
 from tierpoint.states import TierState
 
@@ -105,7 +105,7 @@ def retry_facts(session: Session, checkpoint_ids: Sequence[int]) -> dict[int, Re
     if not checkpoint_ids:
         return {}
     now = catalog_now(session)
-    ct = CheckpointTier
+    ct = TierCopy
     markers: dict[int, dict[str, tuple[str, str | None]]] = defaultdict(dict)
     rebuilding: dict[int, dict[str, list[str]]] = defaultdict(dict)
     for m in session.execute(
@@ -142,9 +142,9 @@ def lock_failed(session: Session, job: str, step: int) -> RetryTarget:
     (raises CheckpointNotFound)."""
     checkpoint_id, job_id, _ = lock_checkpoint(session, job, step)
     session.execute(
-        select(CheckpointTier.tier)
-        .where(CheckpointTier.checkpoint_id == checkpoint_id)
-        .order_by(CheckpointTier.tier)
+        select(TierCopy.tier)
+        .where(TierCopy.checkpoint_id == checkpoint_id)
+        .order_by(TierCopy.tier)
         .with_for_update()
     ).all()
     facts = retry_facts(session, [checkpoint_id])[checkpoint_id]
@@ -161,11 +161,11 @@ def lock_failed(session: Session, job: str, step: int) -> RetryTarget:
 def reset_failed(session: Session, target: RetryTarget, actor: str, workflow_id: str) -> None:
     """Failed markers back to `pending` (in flight again), and the retry as an event."""
     session.execute(
-        update(CheckpointTier)
+        update(TierCopy)
         .where(
-            CheckpointTier.checkpoint_id == target.checkpoint_id,
-            CheckpointTier.tier.in_(list(target.failed)),
-            CheckpointTier.state == TierState.FAILED.value,
+            TierCopy.checkpoint_id == target.checkpoint_id,
+            TierCopy.tier.in_(list(target.failed)),
+            TierCopy.state == TierState.FAILED.value,
         )
         .values(state=TierState.PENDING.value, reason=None, updated_at=func.now())
     )

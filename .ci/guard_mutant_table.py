@@ -111,8 +111,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "recheck-row-lock",
-        "select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update()",
-        "select(Checkpoint.id).where(Checkpoint.id == checkpoint_id)",
+        "checkpoint_lock=RowLock.UPDATE,",
+        "checkpoint_lock=None,",
         (RECHECK,),
         "the re-check must wait for a pin or lease insert in flight on the checkpoint row",
     ),
@@ -147,7 +147,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "promote-verified-filter",
         """            Replica.tier == tier,
             Replica.state == ReplicaState.VERIFIED.value,
-            verified_on_live_nodes(),
+            not_on_lost_node(),
         )
     )
     assert total is not None and verified is not None""",
@@ -161,7 +161,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "promote-lost-node",
         "            Replica.state == ReplicaState.VERIFIED.value,\n"
-        "            verified_on_live_nodes(),\n",
+        "            not_on_lost_node(),\n",
         "            Replica.state == ReplicaState.VERIFIED.value,\n",
         ("tests/tierpoint/catalog/test_nodes.py",),
         "a verified copy on a node declared lost does not count towards promotion",
@@ -180,8 +180,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "lost-among-share-lock",
-        ".where(Node.id.in_(wanted)).with_for_update(read=True)\n",
-        ".where(Node.id.in_(wanted))\n",
+        "node_lock=RowLock.SHARE",
+        "node_lock=None",
         ("tests/tierpoint/catalog/test_nodes.py",),
         "a node cannot be declared lost between a seal's read of it and the seal's write",
     ),
@@ -346,7 +346,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "read-back-records-identity",
-        "            scrub_repo.record_identities(s, self.identities)\n",
+        "            scrub.record_identities(s, self.identities)\n",
         "",
         (READ_BACK_IDENTITY,),
         "a scrub or verify records the identity of the file it read good, so replicas recorded "
@@ -608,10 +608,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- integrity: damage takes the tier out of restorable; repair never resurrects ----------
     Mutant(
         "damage-keeps-marker-restorable",
-        """        .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-""",
-        """        .values(reason=reason, updated_at=func.now())
-""",
+        "return bool(move(session, locked, Move.DAMAGED, [(checkpoint_id, tier)], reason=reason))",
+        "return bool([(checkpoint_id, tier)])",
         (
             "tests/tierpoint/catalog/test_integrity_repos.py::"
             "test_marking_bad_demotes_in_the_same_transaction_and_only_once",
@@ -738,8 +736,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "expired-replica-overwritten",
-        "ReplicaState.EXPIRING, ReplicaState.EXPIRED)",
-        "ReplicaState.EXPIRING)",
+        "[None, PENDING, COPYING, CORRUPT, LOST],",
+        "[None, PENDING, COPYING, CORRUPT, LOST, EXPIRED],",
         ("tests/api/test_retry.py::test_a_reseal_never_marks_an_expired_replica",),
         "a copy retention deleted on purpose is never re-marked corrupt by a reseal",
     ),
@@ -869,15 +867,15 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "lost-holder-fails-peer-marker",
-        """    held = _fail_held_peer_markers(session, node, peer_tiers, reason)""",
+        """    held = _fail_held_peer_copies(session, locked, node, peer_tiers, reason)""",
         """    held: dict[int, list[str]] = {}""",
         (PEER_E2E,),
         "a peer tier whose copy a lost node held stops being restorable, and is copied again",
     ),
     Mutant(
         "node-lost-fails-only-the-lost-nodes-copies",
-        "    failed_tiers = _fail_local_markers(session, own, local_tiers, reason)\n",
-        "    failed_tiers = _fail_local_markers(session, ids, local_tiers, reason)\n",
+        "    failed_tiers = _fail(session, locked, Move.NODE_LOST, own, local_tiers, reason)\n",
+        "    failed_tiers = _fail(session, locked, Move.NODE_LOST, ids, local_tiers, reason)\n",
         (
             "tests/tierpoint/catalog/test_nodes.py::"
             "test_a_lost_holder_fails_the_peer_copies_it_held_and_no_local_copy",
@@ -975,7 +973,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "rereplication-holds-its-sources",
-        "                rebuild_repo.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)\n",
+        "                rebuild.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)\n",
         "                pass\n",
         ("tests/workflows/test_retention_during_rereplication.py",),
         "a retention run during re-replication leaves the shared copy it reads alone",

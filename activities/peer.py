@@ -10,6 +10,7 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.holds import rebuild
+from tierpoint.catalog.locks import RowLock, lock_checkpoint
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.replica import placement
 from tierpoint.catalog.tier_copy import repair
@@ -62,7 +63,7 @@ class PeerActivities:
         with self._sessions.begin() as s:
             # Under the checkpoint's row lock, as retention's re-check: a copy that the plan
             # reads is held before any expiry of it can begin (rebuild_repo).
-            if not rebuild.lock_checkpoint(s, inp.checkpoint_id):
+            if not lock_checkpoint(s, inp.checkpoint_id, RowLock.NO_KEY_UPDATE):
                 raise ApplicationError(
                     f"checkpoint {inp.checkpoint_id} is not in the catalog",
                     type=FailureType.CHECKPOINT_NOT_FOUND,

@@ -54,7 +54,7 @@ async def declare_node_lost(
         lost_at=lost.lost_at,
         changed=lost.changed,
         replicas_lost=lost.replicas_lost,
-        markers_failed=lost.markers_failed,
+        tier_copies_failed=lost.tier_copies_failed,
         checkpoints=len(lost.checkpoints),
         lifecycles_signalled=told.signalled,
         lifecycles_not_running=told.not_running,

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.holds.rebuild import REBUILD_HOLD, hold_sources, lock_checkpoint
+from tierpoint.catalog.holds.rebuild import REBUILD_HOLD, hold_sources
+from tierpoint.catalog.locks import RowLock, lock_checkpoint
 from tierpoint.catalog.models import (
     Checkpoint,
     Job,
@@ -113,7 +114,7 @@ def test_the_recheck_refuses_an_expiry_of_a_source_held_since_the_plan(session: 
     assert (one, "lustre") in {(t.checkpoint_id, t.tier) for t in stale.tasks}
 
     # Re-replication plans: the lost node's shards are read from lustre.
-    assert lock_checkpoint(session, one)
+    assert lock_checkpoint(session, one, RowLock.NO_KEY_UPDATE)
     hold_sources(session, one, "peer", ["lustre"], now)
     begun = begin_expiry(session, job.name, one, "lustre", TIERS, now)
     assert begun.state is BeginState.SKIPPED

@@ -15,13 +15,17 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import no_checkpoint, require_job_id
-from tierpoint.catalog.models import Checkpoint, Replica, RestoreLease, TierCopy
+from tierpoint.catalog.locks import EVERY_TIER_COPY, CheckpointsOf, Locked, lock_in_order
+from tierpoint.catalog.models import Checkpoint, RestoreLease, TierCopy
+from tierpoint.catalog.replica.machine import Move as ReplicaMove
+from tierpoint.catalog.replica.machine import expire
+from tierpoint.catalog.tier_copy.machine import Move, move, sources
 from tierpoint.errors import CheckpointProtected
-from tierpoint.states import ReplicaState, TierState
+from tierpoint.states import TierState
 
-# Markers whose copy the deletion sends to expiry: a restorable copy, and the bytes a pending or
-# failed copy may have written (its directory is removed the same way).
-_TO_EXPIRE = (TierState.RESTORABLE.value, TierState.PENDING.value, TierState.FAILED.value)
+# Tier copies the deletion sends to expiry (a DELETED move's sources): a restorable copy, and the
+# bytes a pending or failed copy may have written (its directory is removed the same way).
+_TO_EXPIRE = sources(Move.DELETED)
 
 
 @dataclass(frozen=True)
@@ -85,15 +89,11 @@ def delete_checkpoints(
     CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`). Locks
     the checkpoint rows, then their markers, as retention's expiry does; the caller commits."""
     job_id = require_job_id(session, job)
-    q = (
-        select(Checkpoint.id, Checkpoint.step, Checkpoint.pinned, Checkpoint.deleted_at)
-        .where(Checkpoint.job_id == job_id)
-        .order_by(Checkpoint.id)
-        .with_for_update()
+    # The checkpoint rows, then every tier copy of them, as retention's expiry locks them.
+    locked = lock_in_order(
+        session, checkpoints=CheckpointsOf(job_id, step), tier_copies=EVERY_TIER_COPY
     )
-    if step is not None:
-        q = q.where(Checkpoint.step == step)
-    found = session.execute(q).all()
+    found = sorted(locked.checkpoints.values(), key=lambda c: c.id)
     if step is not None and not found:
         raise no_checkpoint(job, step)
     already = [r.step for r in found if r.deleted_at is not None]
@@ -101,14 +101,7 @@ def delete_checkpoints(
     if not live:
         return Deletion(job, [], already)
     ids = [cid for cid, _, _ in live]
-    markers = (
-        session.execute(
-            select(TierCopy.checkpoint_id, TierCopy.tier, TierCopy.state)
-            .where(TierCopy.checkpoint_id.in_(ids))
-            .order_by(TierCopy.checkpoint_id, TierCopy.tier)
-            .with_for_update()
-        )
-    ).all()
+    markers = [locked.tier_copies[k] for k in sorted(locked.tier_copies) if k[0] in set(ids)]
     protected = _protections(session, live)
     steps = {cid: s for cid, s, _ in live}
     # guard: delete-ignores-protection
@@ -122,7 +115,7 @@ def delete_checkpoints(
     deleted = []
     for cid in ids:
         tiers = [m.tier for m in markers if m.checkpoint_id == cid and m.state in _TO_EXPIRE]
-        _expire_copies(session, cid, tiers, reason)
+        _expire_copies(session, locked, cid, tiers, reason)
         session.execute(
             update(Checkpoint)
             .where(Checkpoint.id == cid)
@@ -141,26 +134,11 @@ def delete_checkpoints(
     return Deletion(job, deleted, already)
 
 
-def _expire_copies(session: Session, checkpoint_id: int, tiers: list[str], reason: str) -> None:
-    """The markers -> `expiring` and their replicas with them: what retention's begin_expiry
+def _expire_copies(
+    session: Session, locked: Locked, checkpoint_id: int, tiers: list[str], reason: str
+) -> None:
+    """The tier copies -> `expiring` and their replicas with them: what retention's begin_expiry
     does once its planner has decided, so its executor finishes these as unfinished expiries."""
-    if not tiers:
-        return
-    session.execute(
-        update(TierCopy)
-        .where(
-            TierCopy.checkpoint_id == checkpoint_id,
-            TierCopy.tier.in_(tiers),
-            TierCopy.state.in_(_TO_EXPIRE),
-        )
-        .values(state=TierState.EXPIRING.value, reason=reason, updated_at=func.now())
-    )
-    session.execute(
-        update(Replica)
-        .where(
-            Replica.checkpoint_id == checkpoint_id,
-            Replica.tier.in_(tiers),
-            Replica.state != ReplicaState.EXPIRED.value,
-        )
-        .values(state=ReplicaState.EXPIRING.value, updated_at=func.now())
-    )
+    copies = [(checkpoint_id, t) for t in tiers]
+    move(session, locked, Move.DELETED, copies, reason=reason)
+    expire(session, locked, ReplicaMove.DELETED, copies)

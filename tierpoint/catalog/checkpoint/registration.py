@@ -15,7 +15,9 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import job_id_by_name
+from tierpoint.catalog.locks import lock_checkpoint
 from tierpoint.catalog.models import Checkpoint, Event, Job, Node, TierCopy
+from tierpoint.catalog.tier_copy.machine import REGISTER_TIER_COPIES_SQL, REGISTERED_STATE
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import CheckpointBeingDeleted, CheckpointConflict, UnknownNode
 from tierpoint.manifest import Manifest, manifest_digest, shards_json
@@ -23,17 +25,15 @@ from tierpoint.states import TierState
 
 # One statement whatever the shard count: the shards travel as one JSON document that Postgres
 # unpacks (cheaper for both sides than an array per column, far cheaper than a row per statement),
-# and the tiers' `pending` markers go in the same round trip.
+# and the tiers' `pending` tier copies go in the same round trip (their half of the statement is
+# the tier copy machine's).
 _INSERT_SHARDS_AND_TIERS = text(
     "WITH shards AS ("
     "INSERT INTO shard (checkpoint_id, ordinal, path, size, checksum, node_id) "
     "SELECT :cid, x.ordinal - 1, x.path, x.size, x.crc32c, x.node "
     "FROM ROWS FROM (json_to_recordset(CAST(:shards AS json)) "
     "AS (path text, size bigint, crc32c text, node text)) "
-    "WITH ORDINALITY AS x(path, size, crc32c, node, ordinal)) "
-    "INSERT INTO checkpoint_tier (checkpoint_id, tier, job_id, step, state) "
-    "SELECT :cid, t.tier, :job_id, :step, :state "
-    "FROM unnest(CAST(:tiers AS text[])) AS t(tier)"
+    "WITH ORDINALITY AS x(path, size, crc32c, node, ordinal)) " + REGISTER_TIER_COPIES_SQL
 )
 
 
@@ -139,10 +139,7 @@ def _remove_deleted(session: Session, job: str, step: int, checkpoint_id: int) -
     checkpoint takes over (one history per step: its retries keep counting, so a retry's run id
     is never one the old checkpoint used). While a copy is still being deleted,
     CheckpointBeingDeleted: a new copy must not be written where the old one is being removed."""
-    row = session.scalar(
-        select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update()
-    )
-    if row is None:
+    if not lock_checkpoint(session, checkpoint_id):
         return []  # a concurrent registration replaced it and committed
     expiring = session.scalar(
         select(
@@ -178,7 +175,7 @@ def register_checkpoint(
     *,
     actor: str = "api",
 ) -> RegistrationResult:
-    """Insert job (if new), checkpoint, shards, one `pending` marker per tier and the
+    """Insert job (if new), checkpoint, shards, one `pending` tier copy per tier and the
     `registered` event; or return the existing checkpoint when the same manifest is registered
     again. Raises CheckpointConflict for a different manifest at the same step and UnknownNode
     for shards on unknown or lost nodes. The caller has validated `job` and the manifest."""
@@ -224,7 +221,7 @@ def register_checkpoint(
             "shards": shards_json(manifest.shards).decode(),
             "job_id": job_id,
             "step": manifest.step,
-            "state": TierState.PENDING.value,
+            "state": REGISTERED_STATE,
             "tiers": list(tiers),
         },
     )

@@ -41,12 +41,6 @@ class LeaseView:
     active: bool
 
 
-def lock_checkpoint(session: Session, job: str, step: int) -> tuple[int, int, bool]:
-    """(checkpoint id, job id, pinned) with the checkpoint row locked until commit."""
-    key = find_checkpoint(session, job, step, lock=True)
-    return key.id, key.job_id, key.pinned
-
-
 def restorable_tiers(session: Session, checkpoint_id: int) -> list[str]:
     """Tiers the checkpoint is restorable from (marker restorable, neither it nor the checkpoint
     quarantined). Read after the row lock, so it sees every committed marker flip."""
@@ -108,7 +102,7 @@ def insert_lease(
 def create_lease(
     session: Session, job: str, step: int, ttl_seconds: int, holder: str | None, actor: str
 ) -> LeaseView:
-    checkpoint_id, job_id, _ = lock_checkpoint(session, job, step)
+    checkpoint_id, job_id, _ = find_checkpoint(session, job, step, lock=True)
     if not restorable_tiers(session, checkpoint_id):
         raise NotLeasable(
             f"step {step} of job {job!r} is not restorable from any tier (not yet copied, "

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.holds.leases import lock_checkpoint
+from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.catalog.models import Checkpoint, TierCopy
 from tierpoint.errors import CopyExpiring
 from tierpoint.states import TierState
@@ -48,7 +48,7 @@ def set_pinned(session: Session, job: str, step: int, pinned: bool, actor: str) 
     """Pin or unpin; doing it again changes nothing and records nothing. A pin is refused while
     a copy is being expired: it could not keep that copy, and a pin that answered yes would be a
     promise already broken."""
-    checkpoint_id, job_id, was = lock_checkpoint(session, job, step)
+    checkpoint_id, job_id, was = find_checkpoint(session, job, step, lock=True)
     if was == pinned:
         return PinView(job, step, pinned, False)
     # guard: pin-refused-during-expiry

@@ -16,11 +16,18 @@ restores must not wait, and copies already `expiring` are not kept (the answer s
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, update
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.holds.leases import lock_checkpoint
+from tierpoint.catalog.job.lookup import no_checkpoint, require_job_id
+from tierpoint.catalog.locks import (
+    EVERY_TIER_COPY,
+    CheckpointAt,
+    Locked,
+    LockedTierCopy,
+    lock_in_order,
+)
 from tierpoint.catalog.models import Checkpoint, TierCopy
 from tierpoint.errors import CopyExpiring, TierCopyNotFound
 from tierpoint.states import TierState
@@ -28,15 +35,21 @@ from tierpoint.states import TierState
 _GONE = frozenset({TierState.EXPIRING.value, TierState.EXPIRED.value})
 
 
-def _lock_marker(session: Session, checkpoint_id: int, job: str, step: int, tier: str) -> TierCopy:
-    marker = session.scalar(
-        select(TierCopy)
-        .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
-        .with_for_update()
+def _lock(session: Session, job: str, step: int, tier: str | None) -> Locked:
+    """The checkpoint row, then its tier copy on `tier` (if given), locked until commit. Raises
+    JobNotFound, CheckpointNotFound, or TierCopyNotFound when it has no copy on `tier`."""
+    locked = lock_in_order(
+        session,
+        checkpoints=CheckpointAt(job, step),
+        tier_copies=EVERY_TIER_COPY if tier is not None else (),
+        tiers=None if tier is None else [tier],
     )
-    if marker is None:
+    if not locked.checkpoints:
+        require_job_id(session, job)
+        raise no_checkpoint(job, step)
+    if tier is not None and not locked.tier_copies:
         raise TierCopyNotFound(f"step {step} of job {job!r} has no copy on tier {tier!r}")
-    return marker
+    return locked
 
 
 def set_quarantine(
@@ -53,12 +66,14 @@ def set_quarantine(
     `evidence` (an operator's), retention keeps it too. Doing the same again changes and records
     nothing; a new reason replaces the old one, except that a job's quarantine leaves an
     operator's evidence as it is. Returns whether anything changed."""
-    checkpoint_id, job_id, _ = lock_checkpoint(session, job, step)
-    target: Checkpoint | TierCopy
+    locked = _lock(session, job, step, tier)
+    (held_checkpoint,) = locked.checkpoints.values()
+    checkpoint_id, job_id = held_checkpoint.id, held_checkpoint.job_id
+    target: Checkpoint | LockedTierCopy
     if tier is None:
         target = session.get_one(Checkpoint, checkpoint_id)
     else:
-        target = _lock_marker(session, checkpoint_id, job, step, tier)
+        (target,) = locked.tier_copies.values()
         # guard: quarantine-expiring-copy
         if reason is not None and target.state in _GONE:
             # Its bytes are being (or have been) deleted: a quarantine could not keep them.
@@ -74,7 +89,7 @@ def set_quarantine(
     keep = reason is not None and evidence
     if before == reason and held == keep:
         return False
-    if isinstance(target, TierCopy):
+    if isinstance(target, LockedTierCopy):
         session.execute(
             update(TierCopy)
             .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)

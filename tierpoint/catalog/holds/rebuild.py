@@ -18,22 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, null, select, update
+from sqlalchemy import func, null, update
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Checkpoint, TierCopy
+from tierpoint.catalog.models import TierCopy
 from tierpoint.contract.lifecycle import BATCH_TIMEOUT
 
 REBUILD_HOLD = BATCH_TIMEOUT + timedelta(hours=1)
-
-
-def lock_checkpoint(session: Session, checkpoint_id: int) -> bool:
-    """Take the checkpoint's row lock until commit (FOR NO KEY UPDATE: it waits for and holds off
-    `begin_expiry`'s FOR UPDATE, not lease inserts). False if the checkpoint is gone."""
-    found = session.scalar(
-        select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update(key_share=True)
-    )
-    return found is not None
 
 
 def hold_sources(

@@ -11,6 +11,7 @@ from typing import NamedTuple
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.locks import CheckpointAt, lock_in_order
 from tierpoint.catalog.models import Checkpoint, Job
 from tierpoint.errors import CheckpointNotFound, JobNotFound
 
@@ -46,21 +47,25 @@ def job_id_of_checkpoint(session: Session, checkpoint_id: int) -> int | None:
 
 
 def find_checkpoint(session: Session, job: str, step: int, *, lock: bool = False) -> CheckpointKey:
-    """The checkpoint at (job, step), its row locked until commit with `lock`. Raises JobNotFound
-    when no job has that name, else CheckpointNotFound."""
-    q = (
-        select(Checkpoint.id, Checkpoint.job_id, Checkpoint.pinned)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(Job.name == job, Checkpoint.step == step)
-    )
+    """The checkpoint at (job, step), its row locked until commit with `lock` (FOR UPDATE,
+    through `locks.lock_in_order`). Raises JobNotFound when no job has that name, else
+    CheckpointNotFound."""
     if lock:
-        q = q.with_for_update(of=Checkpoint)
-    row = session.execute(q).one_or_none()
-    if row is None:
+        held = lock_in_order(session, checkpoints=CheckpointAt(job, step)).checkpoints
+        found = next(iter(held.values()), None)
+        key = None if found is None else CheckpointKey(found.id, found.job_id, found.pinned)
+    else:
+        row = session.execute(
+            select(Checkpoint.id, Checkpoint.job_id, Checkpoint.pinned)
+            .join(Job, Job.id == Checkpoint.job_id)
+            .where(Job.name == job, Checkpoint.step == step)
+        ).one_or_none()
+        key = None if row is None else CheckpointKey(row.id, row.job_id, row.pinned)
+    if key is None:
         # Only the refusal pays for the second lookup; the hot path is one indexed join.
         require_job_id(session, job)
         raise no_checkpoint(job, step)
-    return CheckpointKey(row.id, row.job_id, row.pinned)
+    return key
 
 
 def job_names(

@@ -13,6 +13,7 @@ from sqlalchemy import exists, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.locks import RowLock, lock_in_order
 from tierpoint.catalog.models import Node
 from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnknownNode
@@ -90,14 +91,8 @@ def lost_among(session: Session, node_ids: Iterable[str]) -> list[str]:
     """Which of these nodes are lost. Takes a share lock on their rows until commit, so a caller
     that plans work for them either sees a declaration that committed first or commits before it
     (and `mark_lost` then sees what the caller wrote)."""
-    wanted = sorted(set(node_ids))
-    if not wanted:
-        return []
-    rows = session.execute(
-        # guard: lost-among-share-lock
-        select(Node.id, Node.lost_at).where(Node.id.in_(wanted)).with_for_update(read=True)
-    ).all()
-    return sorted(n for n, lost_at in rows if lost_at is not None)
+    # guard: lost-among-share-lock
+    return lock_in_order(session, nodes=node_ids, node_lock=RowLock.SHARE).lost_nodes
 
 
 def require_known(session: Session, node_id: str) -> None:

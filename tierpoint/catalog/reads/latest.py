@@ -16,6 +16,7 @@ from sqlalchemy import exists, func, select, tuple_, union_all
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.job.lookup import job_id_by_name
+from tierpoint.catalog.locks import lock_checkpoint
 from tierpoint.catalog.models import (
     RESTORABLE,
     VERIFIED,
@@ -347,7 +348,7 @@ def latest_restorable(
         best = (hit.step, hit.checkpoint_id)
         if lock:
             # Waits for a retention flip in progress; the plan below then sees its outcome.
-            session.execute(select(Checkpoint.id).where(Checkpoint.id == best[1]).with_for_update())
+            lock_checkpoint(session, best[1])
         plan = _plan(session, job, best[0], best[1], sources, node)
         if plan is not None:
             skipped = _skipped(session, job_id, best[0], sources, explain, node, skipped_limit)

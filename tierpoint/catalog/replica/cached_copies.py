@@ -18,7 +18,8 @@ from sqlalchemy import Select, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import CachedCopy, Checkpoint, Replica, Shard, TierCopy
+from tierpoint.catalog.locks import RowLock, lock_checkpoint
+from tierpoint.catalog.models import CachedCopy, Replica, Shard, TierCopy
 from tierpoint.states import TierState
 
 # The marker states whose copy no expiry has begun to delete: a file recorded now is deleted
@@ -34,9 +35,7 @@ def record(
     included). Left out: a node's own files and the files of which it holds a replica on the
     tier (the catalog's own copies, deleted with the copy anyway), and everything once the copy
     on the tier is `expiring` or `expired` (or has no marker). Idempotent; the caller commits."""
-    session.execute(
-        select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update(key_share=True)
-    ).all()
+    lock_checkpoint(session, checkpoint_id, RowLock.NO_KEY_UPDATE)
     state = session.scalar(
         select(TierCopy.state).where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
     )

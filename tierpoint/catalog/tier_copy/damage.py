@@ -12,16 +12,19 @@ the planner goes on protecting the checkpoint's remaining good copies (invariant
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
-from sqlalchemy import Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.models import Checkpoint, Replica, Shard, TierCopy
-from tierpoint.states import ReplicaState, TierState
+from tierpoint.catalog.locks import Locked, LockedReplica, lock_in_order
+from tierpoint.catalog.models import Checkpoint, Replica, Shard
+from tierpoint.catalog.replica.machine import mark_bad
+from tierpoint.catalog.tier_copy.machine import Move, move
+from tierpoint.states import ReplicaState
 
 EXAMPLES = 3
 
@@ -51,12 +54,12 @@ def mark_damaged(
     out = Damage()
     if not problems:
         return out
-    marked = _lock_and_mark(session, problems, state)
+    locked, marked = _lock_and_mark(session, problems, state)
     if not marked:
         return out
     by_pair: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
-    for rid, cid, tier, sid in marked:
-        by_pair[(cid, tier)].append((rid, sid))
+    for m in marked:
+        by_pair[(m.checkpoint_id, m.tier)].append((m.id, m.shard_id))
     out.marked = len(marked)
     paths = dict(
         session.execute(
@@ -75,7 +78,7 @@ def mark_damaged(
         reason = f"{len(items)} shard(s) {state.value} on {tier} (found by {actor}): " + ", ".join(
             examples
         )
-        demoted = _demote(session, cid, tier, reason)
+        demoted = _demote(session, locked, cid, tier, reason)
         if demoted:
             out.demoted.setdefault(cid, []).append(tier)
         out.checkpoints.add(cid)
@@ -93,58 +96,32 @@ def mark_damaged(
 
 def _lock_and_mark(
     session: Session, problems: Mapping[int, str], state: ReplicaState
-) -> Sequence[Any]:
-    """(id, checkpoint id, tier, shard id) of the replicas of `problems` that were still
-    verified, now marked `state`: their markers locked first, then the replicas."""
+) -> tuple[Locked, list[LockedReplica]]:
+    """The replicas of `problems` that were still verified, now marked `state`, with what was
+    locked: their tier copies first, then the replicas, so a promotion counting verified replicas
+    waits for this transaction and can never count a replica this call is marking bad."""
     candidates = session.execute(
         select(Replica.checkpoint_id, Replica.tier)
         .where(Replica.id.in_(list(problems)), Replica.state == ReplicaState.VERIFIED.value)
         .distinct()
     ).all()
     if not candidates:
-        return []
-    pairs = sorted((c, t) for c, t in candidates)
-    # Markers first, as promote does: a promotion counting verified replicas waits for this
-    # transaction, so it can never count a replica this call is marking bad.
-    session.execute(
-        select(TierCopy.checkpoint_id)
-        .where(or_(*(and_(TierCopy.checkpoint_id == c, TierCopy.tier == t) for c, t in pairs)))
-        .order_by(TierCopy.checkpoint_id, TierCopy.tier)
-        .with_for_update()
-    ).all()
-    marked = session.execute(
-        select(Replica.id, Replica.checkpoint_id, Replica.tier, Replica.shard_id)
-        .where(Replica.id.in_(list(problems)), Replica.state == ReplicaState.VERIFIED.value)
-        .order_by(Replica.id)
-        .with_for_update()
-    ).all()
-    if marked:
-        session.connection().execute(
-            update(_replica_table)
-            .where(_replica_table.c.id == bindparam("rid"))
-            # The last good read was of bytes that are gone now: the next copy starts afresh.
-            .values(
-                state=state.value, error=bindparam("err"), scrubbed_at=None, updated_at=func.now()
-            ),
-            [{"rid": m.id, "err": problems[m.id][:2000]} for m in marked],
-        )
-    return marked
+        return Locked(), []
+    locked = lock_in_order(
+        session,
+        tier_copies=[(c, t) for c, t in candidates],
+        replicas=list(problems),
+        replicas_in=ReplicaState.VERIFIED.value,
+    )
+    marked = list(locked.replicas.values())
+    mark_bad(session, locked, {m.id: problems[m.id] for m in marked}, state)
+    return locked, marked
 
 
-def _demote(session: Session, checkpoint_id: int, tier: str, reason: str) -> bool:
-    """The tier's marker out of `restorable` (to `failed`, with the reason); whether it was."""
-    demoted = session.execute(
-        update(TierCopy)
-        .where(
-            TierCopy.checkpoint_id == checkpoint_id,
-            TierCopy.tier == tier,
-            TierCopy.state == TierState.RESTORABLE.value,
-        )
-        # guard: damage-keeps-marker-restorable
-        .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-        .returning(TierCopy.tier)
-    ).all()
-    return bool(demoted)
+def _demote(session: Session, locked: Locked, checkpoint_id: int, tier: str, reason: str) -> bool:
+    """The tier copy out of `restorable` (to `failed`, with the reason); whether it was."""
+    # guard: damage-keeps-marker-restorable
+    return bool(move(session, locked, Move.DAMAGED, [(checkpoint_id, tier)], reason=reason))
 
 
 def mark_damaged_shards(

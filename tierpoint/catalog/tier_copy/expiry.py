@@ -12,21 +12,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, and_, case, func, null, select, text, update
+from sqlalchemy import ColumnElement, and_, case, func, null, select, text
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import job_id_of_checkpoint
-from tierpoint.catalog.models import Checkpoint, Event, Node, Replica, Shard, TierCopy
+from tierpoint.catalog.locks import EVERY_TIER_COPY, Locked, RowLock, lock_in_order
+from tierpoint.catalog.models import Event, Node, Replica, Shard, TierCopy
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.replica import cached_copies
+from tierpoint.catalog.replica.machine import Move as ReplicaMove
+from tierpoint.catalog.replica.machine import expire
+from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginResult, BeginState, ExpiryTask, RetentionPlanResult
 from tierpoint.retention.models import RetentionPlan
 from tierpoint.retention.planner import plan
 from tierpoint.retention.policy import TierRef
-from tierpoint.states import ReplicaState, TierState
+from tierpoint.states import TierState
 from tierpoint.storage.base import RecordedCopy
 
 ACTOR = "retention"
@@ -98,24 +102,23 @@ def plan_expiries(
     )
 
 
-def _lock(session: Session, checkpoint_id: int) -> dict[str, str] | None:
-    """Lock the checkpoint row and all its markers, in this order, until commit. The row lock
+def _lock(session: Session, checkpoint_id: int) -> Locked | None:
+    """Lock the checkpoint row and all its tier copies, in this order, until commit. The row lock
     serialises with pins and with lease inserts (their foreign key check takes KEY SHARE on the
-    row); the marker locks with promotions and quarantines of other tiers, which the re-check
-    reads. Returns the markers' states, or None if the checkpoint is gone."""
-    found = session.scalar(
+    row); the tier copies' locks with promotions and quarantines of other tiers, which the
+    re-check reads. None if the checkpoint is gone."""
+    locked = lock_in_order(
+        session,
+        checkpoints=[checkpoint_id],
         # guard: recheck-row-lock
-        select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update()
+        checkpoint_lock=RowLock.UPDATE,
+        tier_copies=EVERY_TIER_COPY,
     )
-    if found is None:
-        return None
-    rows = session.execute(
-        select(TierCopy.tier, TierCopy.state)
-        .where(TierCopy.checkpoint_id == checkpoint_id)
-        .order_by(TierCopy.tier)
-        .with_for_update()
-    )
-    return {t: s for t, s in rows}
+    return locked if locked.checkpoints else None
+
+
+def _states(locked: Locked) -> dict[str, str]:
+    return {tier: c.state for (_, tier), c in locked.tier_copies.items()}
 
 
 def begin_expiry(
@@ -130,10 +133,10 @@ def begin_expiry(
     now under locks by the planner over a fresh snapshot. The caller commits before it deletes a
     byte (invariant 3). An `expiring` marker is an expiry begun earlier: it is continued, never
     turned back."""
-    states = _lock(session, checkpoint_id)
-    if states is None:
+    locked = _lock(session, checkpoint_id)
+    if locked is None:
         return BeginResult(state=BeginState.SKIPPED, reason=f"checkpoint {checkpoint_id} is gone")
-    state = states.get(tier)
+    state = _states(locked).get(tier)
     if state == TierState.EXPIRING.value:
         return BeginResult(
             state=BeginState.EXPIRING, rule=_begun_rule(session, checkpoint_id, tier)
@@ -163,20 +166,9 @@ def begin_expiry(
         return BeginResult(state=BeginState.SKIPPED, reason=f"kept now: {why}")
 
     job_id = job_id_of_checkpoint(session, checkpoint_id)
-    session.execute(
-        update(TierCopy)
-        .where(
-            TierCopy.checkpoint_id == checkpoint_id,
-            TierCopy.tier == tier,
-            TierCopy.state == state,
-        )
-        .values(
-            state=TierState.EXPIRING.value,
-            reason=f"{expiry.rule.value}: {expiry.reason}",
-            updated_at=func.now(),
-        )
-    )
-    _move_replicas(session, checkpoint_id, tier, ReplicaState.EXPIRING)
+    copy = [(checkpoint_id, tier)]
+    move(session, locked, Move.EXPIRY_BEGUN, copy, reason=f"{expiry.rule.value}: {expiry.reason}")
+    expire(session, locked, ReplicaMove.EXPIRY_BEGUN, copy)
     record(
         session,
         EventKind.EXPIRING,
@@ -291,20 +283,17 @@ def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
     session.execute(text(f"SET LOCAL lock_timeout = '{FINISH_LOCK_WAIT_MS}ms'"))
     # guard: finish-waits-for-deletes
     session.execute(select(func.pg_advisory_xact_lock(_delete_lock(checkpoint_id, tier))))
-    states = _lock(session, checkpoint_id)
-    if states is None:
+    locked = _lock(session, checkpoint_id)
+    if locked is None:
         return "gone"
-    state = states.get(tier)
+    state = _states(locked).get(tier)
     if state != TierState.EXPIRING.value:
         return state or "missing"
-    _move_replicas(session, checkpoint_id, tier, ReplicaState.EXPIRED)
+    copy = [(checkpoint_id, tier)]
+    expire(session, locked, ReplicaMove.EXPIRED, copy)
     cached_copies.forget(session, checkpoint_id, tier)
     rule = _begun_rule(session, checkpoint_id, tier)
-    session.execute(
-        update(TierCopy)
-        .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
-        .values(state=TierState.EXPIRED.value, updated_at=func.now())
-    )
+    move(session, locked, Move.EXPIRED, copy)
     job_id = job_id_of_checkpoint(session, checkpoint_id)
     record(
         session,
@@ -316,16 +305,3 @@ def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
         detail={"rule": rule},
     )
     return TierState.EXPIRED.value
-
-
-def _move_replicas(session: Session, checkpoint_id: int, tier: str, to: ReplicaState) -> None:
-    """Every replica of the checkpoint on the tier that is not expired yet goes to `to`."""
-    session.execute(
-        update(Replica)
-        .where(
-            Replica.checkpoint_id == checkpoint_id,
-            Replica.tier == tier,
-            Replica.state != ReplicaState.EXPIRED.value,
-        )
-        .values(state=to.value, updated_at=func.now())
-    )

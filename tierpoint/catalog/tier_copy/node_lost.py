@@ -14,9 +14,14 @@ from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.locks import Locked, RowLock, lock_in_order
 from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard, TierCopy
 from tierpoint.catalog.node.registry import lost_reason
+from tierpoint.catalog.replica.machine import Move as ReplicaMove
+from tierpoint.catalog.replica.machine import lose_on_node
+from tierpoint.catalog.replica.machine import sources as replica_sources
 from tierpoint.catalog.replica.placement import held_peer_checkpoints
+from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.errors import NodeNotFound
 from tierpoint.states import ReplicaState, TierState
 
@@ -36,14 +41,10 @@ class NodeLost:
     lost_at: datetime
     changed: bool  # this call declared it (False: it was lost already)
     replicas_lost: int
-    markers_failed: int
+    tier_copies_failed: int
     checkpoints: list[AffectedCheckpoint] = field(default_factory=list)
     # (id, job, step) of checkpoints whose peer copy the node held: to be copied again elsewhere
     peer_copies_lost: list[tuple[int, str, int]] = field(default_factory=list)
-
-
-# Copies being expired are retention's to finish; lost ones are lost already.
-_KEPT = [ReplicaState.LOST.value, ReplicaState.EXPIRING.value, ReplicaState.EXPIRED.value]
 
 
 def mark_lost(
@@ -54,17 +55,20 @@ def mark_lost(
     peer_tiers: Sequence[str] = (),
 ) -> NodeLost:
     """Declare `node` lost in the caller's transaction. Its replicas become `lost`; every
-    checkpoint with shards on it has its `local_tiers` markers, if pending or restorable, turned
-    `failed` with the reason, and so has every `peer_tiers` marker of a checkpoint whose copy
-    there the node held (for re-replication to make again). Only the copies that lost bytes
-    fail: the copies other nodes hold of the lost node's shards stay, and so do the local copies
-    of checkpoints of which the node held only peer copies. One `node_lost` event per affected
-    checkpoint and one for the node.
+    checkpoint with shards on it has its `local_tiers` tier copies, if pending or restorable,
+    turned `failed` with the reason, and so has every `peer_tiers` tier copy of a checkpoint
+    whose copy there the node held (for re-replication to make again). Only the copies that
+    lost bytes fail: the copies other nodes hold of the lost node's shards stay, and so do the
+    local copies of checkpoints of which the node held only peer copies. One `node_lost` event
+    per affected checkpoint and one for the node.
     Idempotent: again changes nothing and reports the checkpoints still in flight, so that their
     lifecycles can be told again. Raises NodeNotFound for a node that never reported in."""
-    lost_at, changed = _set_lost_at(session, node)
+    locked, lost_at, changed = _set_lost_at(session, node)
     reason = lost_reason(node)
-    lost_rows = _lose_replicas(session, node, reason)
+    # The node's row is held: no seal or copy writes replicas there until this commits. The tier
+    # copies that may fail are locked before the replicas move, in the catalog's order.
+    _lock_tier_copies_at_stake(session, locked, node, local_tiers, peer_tiers)
+    lost_rows = lose_on_node(session, locked, node, reason)
     lost_per_checkpoint: dict[int, int] = {}
     for cp, _ in lost_rows:
         lost_per_checkpoint[cp] = lost_per_checkpoint.get(cp, 0) + 1
@@ -82,13 +86,28 @@ def mark_lost(
     # held only peer copies keeps its local copies on their own nodes, intact and restorable.
     own = sorted({cp for cp, tier in lost_rows if tier in local_tiers} | set(pending))
     # guard: node-lost-fails-only-the-lost-nodes-copies
-    failed_tiers = _fail_local_markers(session, own, local_tiers, reason)
+    failed_tiers = _fail(session, locked, Move.NODE_LOST, own, local_tiers, reason)
     # guard: lost-holder-fails-peer-marker
-    held = _fail_held_peer_markers(session, node, peer_tiers, reason)
+    held = _fail_held_peer_copies(session, locked, node, peer_tiers, reason)
     for cp, tiers in held.items():
         failed_tiers.setdefault(cp, []).extend(tiers)
-    markers_failed = sum(len(t) for t in failed_tiers.values())
-    out = NodeLost(node, lost_at, changed, replicas_lost, markers_failed)
+    tier_copies_failed = sum(len(t) for t in failed_tiers.values())
+    out = NodeLost(node, lost_at, changed, replicas_lost, tier_copies_failed)
+    _record(session, out, actor, peer_tiers, ids, lost_per_checkpoint, failed_tiers)
+    return out
+
+
+def _record(
+    session: Session,
+    out: NodeLost,
+    actor: str,
+    peer_tiers: Sequence[str],
+    ids: Sequence[int],
+    lost_per_checkpoint: dict[int, int],
+    failed_tiers: dict[int, list[str]],
+) -> None:
+    """The affected checkpoints into `out`, and the declaration's events."""
+    node = out.node
     # Asked again on every declaration, so that repeating it re-starts what Temporal missed.
     out.peer_copies_lost = held_peer_checkpoints(session, node, peer_tiers)
     for cp, job_id, job, step, in_flight in _affected(session, ids):
@@ -106,49 +125,56 @@ def mark_lost(
                     "tiers_failed": sorted(failed_tiers.get(cp, [])),
                 },
             )
-    if changed:
+    if out.changed:
         record(
             session,
             EventKind.NODE_LOST,
             actor=actor,
-            detail={"node": node, "checkpoints": len(ids), "replicas_lost": replicas_lost},
+            detail={"node": node, "checkpoints": len(ids), "replicas_lost": out.replicas_lost},
         )
-    return out
 
 
-def _set_lost_at(session: Session, node: str) -> tuple[datetime, bool]:
-    """(when the node was declared lost, whether it is this call that declared it)."""
-    row = (
-        session.execute(select(Node.lost_at).where(Node.id == node).with_for_update(of=Node))
-    ).one_or_none()
-    if row is None:
+def _set_lost_at(session: Session, node: str) -> tuple[Locked, datetime, bool]:
+    """The node's row locked for update, when it was declared lost, and whether it is this call
+    that declared it."""
+    locked = lock_in_order(session, nodes=[node], node_lock=RowLock.UPDATE)
+    if node not in locked.nodes:
         raise NodeNotFound(f"node {node!r} is unknown: a node is known once its worker reported in")
-    changed = row.lost_at is None
+    changed = locked.nodes[node] is None
     if changed:
         session.execute(update(Node).where(Node.id == node).values(lost_at=func.now()))
     lost_at = session.scalar(select(Node.lost_at).where(Node.id == node))
     assert lost_at is not None
-    return lost_at, changed
+    return locked, lost_at, changed
 
 
-def _lose_replicas(session: Session, node: str, reason: str) -> list[tuple[int, str]]:
-    """(checkpoint, tier) of each replica turned `lost`: the node's own local copies and the
-    peer copies it held for other nodes."""
-    rows = session.execute(
-        update(Replica)
+def _lock_tier_copies_at_stake(
+    session: Session,
+    locked: Locked,
+    node: str,
+    local_tiers: Sequence[str],
+    peer_tiers: Sequence[str],
+) -> None:
+    """Lock (into `locked`) every tier copy the declaration may fail: the local tier copies of
+    checkpoints with a replica on the node or still pending with shards there, and the peer
+    tier copies whose copy the node holds."""
+    on_node = session.execute(
+        select(Replica.checkpoint_id, Replica.tier)
         .where(
             Replica.node_id == node,
-            Replica.state.notin_(_KEPT),
+            Replica.state.in_([*replica_sources(ReplicaMove.NODE_LOST), ReplicaState.LOST.value]),
         )
-        .values(state=ReplicaState.LOST.value, error=reason, updated_at=func.now())
-        .returning(Replica.checkpoint_id, Replica.tier)
+        .distinct()
     ).all()
-    return [(cp, tier) for cp, tier in rows]
+    own = {cp for cp, _ in on_node} | set(_pending_with_shards_on(session, node))
+    pairs = {(cp, t) for cp in own for t in local_tiers}
+    pairs |= {(cp, tier) for cp, tier in on_node if tier in peer_tiers}
+    lock_in_order(session, tier_copies=pairs, into=locked)
 
 
 def _pending_with_shards_on(session: Session, node: str) -> Sequence[int]:
     # Checkpoints whose lifecycle has not sealed the node's shards yet hold no replica there:
-    # found through their pending markers (few: the checkpoints in flight).
+    # found through their pending tier copies (few: the checkpoints in flight).
     has_shard_there = exists().where(
         Shard.checkpoint_id == TierCopy.checkpoint_id, Shard.node_id == node
     )
@@ -161,55 +187,41 @@ def _pending_with_shards_on(session: Session, node: str) -> Sequence[int]:
     ).all()
 
 
-def _fail_local_markers(
-    session: Session, ids: Sequence[int], local_tiers: Sequence[str], reason: str
+def _fail(
+    session: Session,
+    locked: Locked,
+    how: Move,
+    ids: Sequence[int],
+    tiers: Sequence[str],
+    reason: str,
 ) -> dict[int, list[str]]:
-    """The local tiers' pending or restorable markers of `ids` turned `failed`, per checkpoint."""
-    failed = (
-        session.execute(
-            update(TierCopy)
-            .where(
-                TierCopy.checkpoint_id.in_(ids),
-                TierCopy.tier.in_(list(local_tiers)),
-                TierCopy.state.in_([TierState.PENDING.value, TierState.RESTORABLE.value]),
-            )
-            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-            .returning(TierCopy.checkpoint_id, TierCopy.tier)
-        )
-    ).all()
-    failed_tiers: dict[int, list[str]] = {}
-    for cp, tier in failed:
-        failed_tiers.setdefault(cp, []).append(tier)
-    return failed_tiers
+    """The `tiers`' pending or restorable tier copies of `ids` turned `failed`, per checkpoint."""
+    failed = move(session, locked, how, [(cp, t) for cp in ids for t in tiers], reason=reason)
+    out: dict[int, list[str]] = {}
+    for cp, tier in sorted(failed):
+        out.setdefault(cp, []).append(tier)
+    return out
 
 
-def _fail_held_peer_markers(
-    session: Session, node: str, peer_tiers: Sequence[str], reason: str
+def _fail_held_peer_copies(
+    session: Session, locked: Locked, node: str, peer_tiers: Sequence[str], reason: str
 ) -> dict[int, list[str]]:
-    """The peer tiers' pending or restorable markers of checkpoints with a copy on `node`
+    """The peer tiers' pending or restorable tier copies of checkpoints with a copy on `node`
     (lost now) turned `failed`, per checkpoint: without that copy the tier lacks a shard."""
     if not peer_tiers:
         return {}
-    held = exists().where(
-        Replica.checkpoint_id == TierCopy.checkpoint_id,
-        Replica.tier == TierCopy.tier,
-        Replica.node_id == node,
-        Replica.state == ReplicaState.LOST.value,
-    )
-    failed = (
-        session.execute(
-            update(TierCopy)
-            .where(
-                TierCopy.tier.in_(list(peer_tiers)),
-                TierCopy.state.in_([TierState.PENDING.value, TierState.RESTORABLE.value]),
-                held,
-            )
-            .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-            .returning(TierCopy.checkpoint_id, TierCopy.tier)
+    held = session.execute(
+        select(Replica.checkpoint_id, Replica.tier)
+        .where(
+            Replica.node_id == node,
+            Replica.tier.in_(list(peer_tiers)),
+            Replica.state == ReplicaState.LOST.value,
         )
+        .distinct()
     ).all()
+    failed = move(session, locked, Move.HOLDER_LOST, [(c, t) for c, t in held], reason=reason)
     out: dict[int, list[str]] = {}
-    for cp, tier in failed:
+    for cp, tier in sorted(failed):
         out.setdefault(cp, []).append(tier)
     return out
 

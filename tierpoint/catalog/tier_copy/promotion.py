@@ -1,22 +1,23 @@
-"""Promotion of a checkpoint's copy on one tier: its marker becomes `restorable` only when every
-shard has a verified replica there (on a node that is not lost), else `failed` with a reason that
-names a few bad shards, and the later tiers, which would copy from it, fail with it."""
+"""Promotion of a checkpoint's copy on one tier: the tier copy becomes `restorable` only when
+every shard has a verified replica there (on a node that is not lost), else `failed` with a reason
+that names a few bad shards, and the later tiers, which would copy from it, fail with it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.rebuild import release
+from tierpoint.catalog.locks import Locked, lock_in_order
 from tierpoint.catalog.models import VERIFIED, Replica, Shard, TierCopy
 from tierpoint.catalog.replica.placement import not_on_lost_node
+from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.states import ReplicaState, TierState
 
-# How many bad shards a failure reason names.
 # Who the events of a lifecycle (its seal, copies and promotions) name.
 ACTOR = "lifecycle"
 # How many bad shards a failure reason names.
@@ -33,15 +34,6 @@ class PromoteOutcome:
     first: bool = False
 
 
-@dataclass(frozen=True)
-class _Marker:
-    state: str
-    reason: str | None
-    job_id: int
-    restorable_at: object
-    rebuilding: bool
-
-
 def promote(
     session: Session,
     checkpoint_id: int,
@@ -49,9 +41,14 @@ def promote(
     later_tiers: Sequence[str],
     stage_error: str | None,
 ) -> PromoteOutcome:
-    """Flip the tier's marker in the caller's transaction: `restorable` only if every shard has a
-    verified replica on the tier, else `failed` with a reason, and later tiers `failed` too."""
-    marker = _lock_marker(session, checkpoint_id, tier)
+    """Move the tier copy in the caller's transaction: to `restorable` only if every shard has a
+    verified replica on the tier, else to `failed` with a reason, and the later tiers' with it.
+    The later tiers' tier copies are locked with this one, in the catalog's order, as they may
+    fail with it. Raises LookupError when the checkpoint has no tier copy on `tier`."""
+    locked = lock_in_order(session, tier_copies=[(checkpoint_id, t) for t in (tier, *later_tiers)])
+    marker = locked.tier_copies.get((checkpoint_id, tier))
+    if marker is None:
+        raise LookupError(f"checkpoint {checkpoint_id} has no tier copy on tier {tier!r}")
     if marker.rebuilding:
         # A rebuild of this copy (re-replication, repair) ends here, made or given up: the
         # copies it read from are retention's again.
@@ -63,7 +60,7 @@ def promote(
     total, verified = _shard_counts(session, checkpoint_id, tier)
     # guard: promote-count
     if verified == total and stage_error is None:
-        _mark_restorable(session, checkpoint_id, marker.job_id, tier, total)
+        _mark_restorable(session, locked, checkpoint_id, marker.job_id, tier, total)
         return PromoteOutcome(
             TierState.RESTORABLE.value, None, changed=True, first=marker.restorable_at is None
         )
@@ -77,32 +74,11 @@ def promote(
         parts.append(stage_error)
     why = "; ".join(parts)
     job_id = marker.job_id
-    _fail(
-        session, checkpoint_id, job_id, tier, why, from_states=(TierState.PENDING, TierState.FAILED)
-    )
+    _fail(session, locked, Move.PROMOTION_FAILED, checkpoint_id, job_id, tier, why)
     source_failed = f"source tier {tier} failed"
     for later in later_tiers:
-        _fail(
-            session, checkpoint_id, job_id, later, source_failed, from_states=(TierState.PENDING,)
-        )
+        _fail(session, locked, Move.SOURCE_FAILED, checkpoint_id, job_id, later, source_failed)
     return PromoteOutcome(TierState.FAILED.value, why, changed=True)
-
-
-def _lock_marker(session: Session, checkpoint_id: int, tier: str) -> _Marker:
-    row = session.execute(
-        select(
-            TierCopy.state,
-            TierCopy.reason,
-            TierCopy.job_id,
-            TierCopy.restorable_at,
-            TierCopy.rebuild_from.is_not(None),
-        )
-        .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
-        .with_for_update()
-    ).one_or_none()
-    if row is None:
-        raise LookupError(f"checkpoint {checkpoint_id} has no marker for tier {tier!r}")
-    return _Marker(*row)
 
 
 def _shard_counts(session: Session, checkpoint_id: int, tier: str) -> tuple[int, int]:
@@ -127,19 +103,17 @@ def _shard_counts(session: Session, checkpoint_id: int, tier: str) -> tuple[int,
 
 
 def _mark_restorable(
-    session: Session, checkpoint_id: int, job_id: int, tier: str, shards: int
+    session: Session, locked: Locked, checkpoint_id: int, job_id: int, tier: str, shards: int
 ) -> None:
-    session.execute(
-        update(TierCopy)
-        .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
-        .values(
-            state=TierState.RESTORABLE.value,
-            reason=None,
-            # The first promotion's time: a repair's promotion later does not move it, so
-            # the lag (registration -> restorable) is never a repair's.
-            restorable_at=func.coalesce(TierCopy.restorable_at, func.now()),
-            updated_at=func.now(),
-        )
+    move(
+        session,
+        locked,
+        Move.PROMOTED,
+        [(checkpoint_id, tier)],
+        reason=None,
+        # The first promotion's time: a repair's promotion later does not move it, so the lag
+        # (registration -> restorable) is never a repair's.
+        restorable_at=func.coalesce(TierCopy.restorable_at, func.now()),
     )
     record(
         session,
@@ -172,22 +146,14 @@ def _bad_examples(session: Session, checkpoint_id: int, tier: str) -> list[str]:
 
 def _fail(
     session: Session,
+    locked: Locked,
+    how: Move,
     checkpoint_id: int,
     job_id: int,
     tier: str,
     reason: str,
-    from_states: Sequence[TierState],
 ) -> None:
-    result = session.execute(
-        update(TierCopy)
-        .where(
-            TierCopy.checkpoint_id == checkpoint_id,
-            TierCopy.tier == tier,
-            TierCopy.state.in_([s.value for s in from_states]),
-        )
-        .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-    )
-    if getattr(result, "rowcount", 0):
+    if move(session, locked, how, [(checkpoint_id, tier)], reason=reason):
         record(
             session,
             EventKind.FAILED,

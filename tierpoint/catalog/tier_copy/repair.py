@@ -19,8 +19,9 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.holds.rebuild import hold_sources, lock_checkpoint
+from tierpoint.catalog.holds.rebuild import hold_sources
 from tierpoint.catalog.job.lookup import checkpoint_head
+from tierpoint.catalog.locks import RowLock, lock_checkpoint
 from tierpoint.catalog.models import VERIFIED, Checkpoint, Replica, Shard, TierCopy
 from tierpoint.catalog.node.registry import lost_nodes
 from tierpoint.catalog.policy.assigned import policy_for_job
@@ -156,7 +157,7 @@ def plan_repair(
         return RepairPlan(checkpoint_id=checkpoint_id, job="", step=0, left=["checkpoint is gone"])
     # Under the checkpoint's row lock, as retention's re-check: the copies a tier's repair reads
     # are held (rebuild_repo) before any expiry of them can begin.
-    lock_checkpoint(session, checkpoint_id)
+    lock_checkpoint(session, checkpoint_id, RowLock.NO_KEY_UPDATE)
     out = RepairPlan(checkpoint_id=head.id, job=head.job, step=head.step)
     quarantined = session.scalar(
         select(Checkpoint.quarantine_reason).where(Checkpoint.id == checkpoint_id)

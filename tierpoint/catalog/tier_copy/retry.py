@@ -10,13 +10,15 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.holds.leases import lock_checkpoint
+from tierpoint.catalog.job.lookup import no_checkpoint, require_job_id
+from tierpoint.catalog.locks import EVERY_TIER_COPY, CheckpointAt, Locked, lock_in_order
 from tierpoint.catalog.models import Checkpoint, Event, Node, Shard, TierCopy
+from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.errors import CopyOnLostNode, NoVerifiedSource, RepairInProgress, TierpointError
 from tierpoint.states import TierState
 
@@ -52,6 +54,8 @@ class RetryTarget:
     job_id: int
     attempt: int  # this retry's number: 1 for the first
     facts: RetryFacts
+    # the checkpoint row and its tier copies, held until the retry's transaction ends
+    locked: Locked = field(default_factory=Locked, compare=False, repr=False)
 
     @property
     def failed(self) -> dict[str, str | None]:
@@ -137,16 +141,17 @@ def _lost_nodes_holding(session: Session, checkpoint_ids: Sequence[int]) -> list
 
 
 def lock_failed(session: Session, job: str, step: int) -> RetryTarget:
-    """The checkpoint's markers with the checkpoint row and those markers locked until commit,
-    so that no promotion (nor expiry) can flip them between the retry's start and its reset
-    (raises CheckpointNotFound)."""
-    checkpoint_id, job_id, _ = lock_checkpoint(session, job, step)
-    session.execute(
-        select(TierCopy.tier)
-        .where(TierCopy.checkpoint_id == checkpoint_id)
-        .order_by(TierCopy.tier)
-        .with_for_update()
-    ).all()
+    """The checkpoint's tier copies, with the checkpoint row and those tier copies locked until
+    commit, so that no promotion (nor expiry) can move them between the retry's start and its
+    reset (raises JobNotFound, CheckpointNotFound)."""
+    locked = lock_in_order(
+        session, checkpoints=CheckpointAt(job, step), tier_copies=EVERY_TIER_COPY
+    )
+    if not locked.checkpoints:
+        require_job_id(session, job)
+        raise no_checkpoint(job, step)
+    (checkpoint,) = locked.checkpoints.values()
+    checkpoint_id, job_id = checkpoint.id, checkpoint.job_id
     facts = retry_facts(session, [checkpoint_id])[checkpoint_id]
     done = session.scalar(
         select(func.count()).where(
@@ -155,20 +160,13 @@ def lock_failed(session: Session, job: str, step: int) -> RetryTarget:
             Event.detail["action"].astext == RETRY,
         )
     )
-    return RetryTarget(checkpoint_id, job_id, int(done or 0) + 1, facts)
+    return RetryTarget(checkpoint_id, job_id, int(done or 0) + 1, facts, locked)
 
 
 def reset_failed(session: Session, target: RetryTarget, actor: str, workflow_id: str) -> None:
-    """Failed markers back to `pending` (in flight again), and the retry as an event."""
-    session.execute(
-        update(TierCopy)
-        .where(
-            TierCopy.checkpoint_id == target.checkpoint_id,
-            TierCopy.tier.in_(list(target.failed)),
-            TierCopy.state == TierState.FAILED.value,
-        )
-        .values(state=TierState.PENDING.value, reason=None, updated_at=func.now())
-    )
+    """Failed tier copies back to `pending` (in flight again), and the retry as an event."""
+    copies = [(target.checkpoint_id, t) for t in target.failed]
+    move(session, target.locked, Move.RETRIED, copies, reason=None)
     record(
         session,
         EventKind.OPERATOR_ACTION,

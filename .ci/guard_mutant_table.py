@@ -491,7 +491,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # ---- expiring before delete --------------------------------------------------------------
     Mutant(
-        "delete-marker-check",
+        "delete-tier-copy-check",
         "            if state != TierState.EXPIRING.value:\n",
         "            if False:\n",
         (f"{RET_E2E}::test_crash_between_begin_and_delete_is_finished_by_the_next_run",),
@@ -607,7 +607,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # ---- integrity: damage takes the tier out of restorable; repair never resurrects ----------
     Mutant(
-        "damage-keeps-marker-restorable",
+        "damage-keeps-tier-copy-restorable",
         "return bool(move(session, locked, Move.DAMAGED, [(checkpoint_id, tier)], reason=reason))",
         "return bool([(checkpoint_id, tier)])",
         (
@@ -619,9 +619,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "repair-touches-expiring-copies",
-        """REPAIRABLE_MARKERS = (TierState.FAILED.value, TierState.RESTORABLE.value)
+        """REPAIRABLE = (TierState.FAILED.value, TierState.RESTORABLE.value)
 """,
-        """REPAIRABLE_MARKERS = tuple(s.value for s in TierState)
+        """REPAIRABLE = tuple(s.value for s in TierState)
 """,
         (
             "tests/tierpoint/catalog/test_integrity_repos.py::"
@@ -866,7 +866,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the data endpoint serves only copies that were verified, never bytes a seal found bad",
     ),
     Mutant(
-        "lost-holder-fails-peer-marker",
+        "lost-holder-fails-peer-tier-copy",
         """    held = _fail_held_peer_copies(session, locked, node, peer_tiers, reason)""",
         """    held: dict[int, list[str]] = {}""",
         (PEER_E2E,),

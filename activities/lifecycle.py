@@ -330,7 +330,7 @@ class LifecycleActivities:
         with metrics.timed(PROMOTE), self._sessions.begin() as s:
             head = checkpoint_head(s, inp.checkpoint_id)
             outcome = promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
-            # In the promoting transaction, so that now() is the marker's restorable_at; only
+            # In the promoting transaction, so that now() is the tier copy's restorable_at; only
             # for the first promotion (a repair's is not a promotion lag).
             lag = (
                 metric_reads.seconds_since_registration(s, inp.checkpoint_id)

@@ -62,7 +62,7 @@ class PeerActivities:
         )
         with self._sessions.begin() as s:
             # Under the checkpoint's row lock, as retention's re-check: a copy that the plan
-            # reads is held before any expiry of it can begin (rebuild_repo).
+            # reads is held before any expiry of it can begin (holds/rebuild.py).
             if not lock_checkpoint(s, inp.checkpoint_id, RowLock.NO_KEY_UPDATE):
                 raise ApplicationError(
                     f"checkpoint {inp.checkpoint_id} is not in the catalog",

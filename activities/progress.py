@@ -96,7 +96,7 @@ class BatchReporter:
             set_bytes_done(s, self._tier, self._bytes_done)
             for tier, errors in self._corrupt_elsewhere.items():
                 # That tier was promoted on bytes that have gone bad since: the same finding as a
-                # scrub's, with the same outcome (its marker demoted, so readers skip it and
+                # scrub's, with the same outcome (its tier copy demoted, so readers skip it and
                 # repair copies it again).
                 # guard: copy-source-found-corrupt-demotes
                 mark_damaged_shards(s, tier, errors, ReplicaState.CORRUPT, f"copy to {self._tier}")

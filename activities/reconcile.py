@@ -4,9 +4,9 @@ tier, or a bucket prefix) and compare it with the catalog, job by job.
 Reported: verified replicas whose file/object is missing or has the wrong size, files/objects that
 no shard of the catalog names (never deleted: the catalog does not know what they are), and temp
 files / multipart uploads older than the grace period (abandoned copies). With `repair`, missing
-replicas become `lost` and wrong-sized ones `corrupt` (their markers demoted in the same
-transaction, `tierpoint/catalog/damage.py`), and the abandoned temp files and uploads are removed;
-the workflow then asks for the repair of the damaged checkpoints.
+replicas become `lost` and wrong-sized ones `corrupt` (their tier copies demoted in the same
+transaction, `tierpoint/catalog/tier_copy/damage.py`), and the abandoned temp files and uploads are
+removed; the workflow then asks for the repair of the damaged checkpoints.
 
 One activity per unit, heartbeating the index of the job it is at, so a retry resumes there.
 """

@@ -176,10 +176,10 @@ class RepairActivities:
         verified; None when the tier's copy is no longer for repair to mend."""
         b = inp.batch
         with self._sessions.begin() as s:
-            marker = expiry.marker_state(s, inp.checkpoint_id, dst_tier.name)
-            if marker not in repair.REPAIRABLE_MARKERS:
+            tier_copy = expiry.tier_copy_state(s, inp.checkpoint_id, dst_tier.name)
+            if tier_copy not in repair.REPAIRABLE:
                 return None
-            # Renews the hold on the copies this repair reads from (rebuild_repo).
+            # Renews the hold on the copies this repair reads from (holds/rebuild.py).
             rebuild.renew(s, inp.checkpoint_id)
             shards = batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name)
             sources = {

@@ -1,4 +1,4 @@
-"""Retention activities: plan the job's expiries, and run each one as begin (marker -> expiring,
+"""Retention activities: plan the job's expiries, and run each one as begin (tier copy -> expiring,
 committed) -> delete the bytes (local tiers on their node's queue) -> finish (-> expired).
 
 Catalog and storage activities are sync (they run in the worker's thread pool); the ones that ask
@@ -126,7 +126,7 @@ class RetentionActivities:
     def delete_copy(self, inp: DeleteInput) -> None:
         tier = self._stores.tier(inp.tier)
         ensure_reachable(tier, inp.node, self._node)
-        # The whole delete runs in one transaction that holds the copy's delete lock: its marker
+        # The whole delete runs in one transaction that holds the copy's delete lock: its tier copy
         # cannot become `expired`, nor the step be registered again, before the bytes are gone.
         with self._sessions.begin() as s:
             state = repo.hold_for_delete(s, inp.checkpoint_id, inp.tier)
@@ -136,11 +136,11 @@ class RetentionActivities:
                 log.info("copy already expired: nothing to delete", **_where(inp))
                 return
             # Invariant 3, checked where the bytes go: only a copy no reader is sent to any more.
-            # guard: delete-marker-check
+            # guard: delete-tier-copy-check
             if state != TierState.EXPIRING.value:
                 raise ApplicationError(
                     f"refusing to delete checkpoint {inp.checkpoint_id} on {inp.tier}: its "
-                    f"marker is {state or 'missing'}, not expiring",
+                    f"tier copy is {state or 'missing'}, not expiring",
                     type=FailureType.NOT_EXPIRING,
                     non_retryable=True,
                 )

@@ -2,9 +2,9 @@
 due, and reading a batch of replicas back (POSIX: from the device, S3: a whole GET with crc32c
 over every byte, never the stored checksum) at the tier's scrub bandwidth.
 
-A replica that reads back wrong is marked `corrupt` (missing: `lost`) and its tier's marker
-demoted in one transaction (`tierpoint/catalog/damage.py`); the result names the checkpoints so
-the workflow can ask for their repair. Idempotent: a retried batch resumes at the replica its last
+A replica that reads back wrong is marked `corrupt` (missing: `lost`) and its tier copy demoted in
+one transaction (`tierpoint/catalog/tier_copy/damage.py`); the result names the checkpoints so the
+workflow can ask for their repair. Idempotent: a retried batch resumes at the replica its last
 heartbeat named, and a replica already counted for this pick is not counted again.
 """
 

@@ -2,7 +2,7 @@
 checkpoints in flight per tier, free space of the shared tiers. Recomputed every
 `metrics_refresh_seconds` by a background task of the API's lifespan, not on scrape: a scrape
 stays cheap however often it comes, and the cost per round is bounded (jobs are read in pages,
-at most MAX_JOBS of them; the pending markers through their partial index)."""
+at most MAX_JOBS of them; the pending tier copies through their partial index)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class CatalogGauges:
         tiers = self._settings.tier_names()
         points: dict[Point, tuple[float, int]] = {}
         async with self._sessions() as s:
-            pending = await s.run_sync(metrics.pending_markers_by_tier)
+            pending = await s.run_sync(metrics.pending_tier_copies_by_tier)
             after: str | None = None
             jobs = 0
             while jobs < MAX_JOBS:

@@ -156,7 +156,7 @@ class CheckpointLifecycle:
             self._status.stage = f"copy:{tier.name}"
             if tier.kind is TierKind.PEER:
                 # A side branch: a peer copy speeds a lost node's restore up but gates nothing,
-                # so its failure (too few live nodes, a holder lost) fails no later tier, and
+                # so its failure (too few serving nodes, a holder lost) fails no later tier, and
                 # the next tier copies from the same source.
                 error = await self._stage(plan, tier, source)
                 result.tiers.append(await self._promote(plan, tier, [], error))
@@ -281,7 +281,7 @@ class CheckpointLifecycle:
 
     async def _request_repair(self, plan: LifecyclePlan) -> None:
         """A copy found a source replica corrupt: that tier was demoted, as a scrub's finding
-        demotes it, and now, with every marker of this run settled, repair copies the damaged
+        demotes it, and now, with every tier copy of this run settled, repair copies the damaged
         shards again from a tier that still holds them verified (the demoted source, and the
         tiers that could not be copied from it)."""
         self._status.stage = "repair-requested"

@@ -8,7 +8,7 @@ activity; the copies are the lifecycle's own batch activities through the same w
 A node declared lost while a run is under way (a new holder among them) is signalled to the run,
 as to a lifecycle: its batches are cancelled rather than retried on a queue no worker will serve
 again, the tiers are promoted with what was verified, and the run continues as new, so the next
-plan places the shards still lacking a copy on the live nodes of then."""
+plan places the shards still lacking a copy on the serving nodes of then."""
 
 from __future__ import annotations
 

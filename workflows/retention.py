@@ -164,7 +164,7 @@ class JobRetention:
                 retry_policy=CATALOG_RETRY,
             )
         except ActivityError as err:
-            # The marker stays `expiring` (no reader is sent there); a later run finishes it.
+            # The tier copy stays `expiring` (no reader is sent there); a later run finishes it.
             self._status.failed += 1
             self._status.last_failure = f"step {task.step} on {task.tier}: {error_message(err)}"
             return False

@@ -150,13 +150,14 @@ async def latest_restorable(
             "atomically with the answer (returned as `lease`).",
         ),
     ] = None,
-    holder: Annotated[
+    owner: Annotated[
         str | None,
         Query(
+            alias="holder",
             min_length=1,
             max_length=256,
             pattern=r"^[^\x00-\x1f\x7f]+$",
-            description="Holder recorded on the lease (with lease_ttl).",
+            description="Who takes the lease, recorded on it (with lease_ttl).",
         ),
     ] = None,
 ) -> LatestWithLease:
@@ -172,7 +173,7 @@ async def latest_restorable(
     lease = None
     if lease_ttl is not None:
         LEASE_WRITE.check(principal, job)
-        lease = LeaseRequest(lease_ttl, holder, principal.name)
+        lease = LeaseRequest(lease_ttl, owner, principal.name)
     result = await latest_with_lease(
         session, job, state.settings.tiers, tier=tier, node=node, lease=lease
     )
@@ -214,13 +215,13 @@ async def list_checkpoints(
     session: SessionDep,
     state: StateDep,
     tier: Annotated[
-        Text | None, Query(description="Only checkpoints with a marker on this tier.")
+        Text | None, Query(description="Only checkpoints with a tier copy on this tier.")
     ] = None,
     tier_state: Annotated[
         TierState | None,
         Query(
             alias="state",
-            description="Only checkpoints with a tier marker in this state (on `tier` if given).",
+            description="Only checkpoints with a tier copy in this state (on `tier` if given).",
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,

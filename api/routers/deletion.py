@@ -1,5 +1,5 @@
 """An admin's deletion of a checkpoint or of all a job's checkpoints. The bytes go through
-retention's expiry (marker -> `expiring` committed first, then the copy deleted, then
+retention's expiry (tier copy -> `expiring` committed first, then the copy deleted, then
 `expired`); the deletion is recorded as an event with the actor."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ async def create_lease(
 ) -> Lease:
     """409 `not_leasable` when the checkpoint is restorable from no tier."""
     lease = await session.run_sync(
-        repo.create_lease, job, step, body.ttl_seconds, body.holder, actor
+        repo.create_lease, job, step, body.ttl_seconds, body.owner, actor
     )
     return Lease.model_validate(lease)
 

@@ -62,7 +62,7 @@ async def start_restore(
         await session.run_sync(registry.require_known, body.node)
     tiers = state.settings.tiers
     if body.step is None:
-        lease = LeaseRequest(body.ttl_seconds, body.holder, actor)
+        lease = LeaseRequest(body.ttl_seconds, body.owner, actor)
         found = await latest_with_lease(
             session, job, tiers, tier=body.tier, node=body.node, lease=lease
         )
@@ -70,9 +70,7 @@ async def start_restore(
         assert taken is not None  # asked for with the answer
     else:
         step, skipped = body.step, []
-        taken = await session.run_sync(
-            create_lease, job, step, body.ttl_seconds, body.holder, actor
-        )
+        taken = await session.run_sync(create_lease, job, step, body.ttl_seconds, body.owner, actor)
     # Read under the lease, which keeps every copy listed from expiring.
     detail = await session.run_sync(checkpoints.get_checkpoint, job, step, tiers)
     return RestoreOut.model_validate(

@@ -17,12 +17,14 @@ class CreateLease(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     ttl_seconds: JsonInt = TtlSeconds
-    holder: str | None = Field(
+    # The wire keeps the field's first name, `holder`.
+    owner: str | None = Field(
         default=None,
+        validation_alias="holder",
         min_length=1,
         max_length=256,
         pattern=r"^[^\x00-\x1f\x7f]+$",
-        description="Who holds it (free text, e.g. the restarting job's node).",
+        description="Who takes it (free text, e.g. the restarting job's node).",
     )
 
 
@@ -38,7 +40,7 @@ class Lease(BaseModel):
     id: int
     job: str
     step: int
-    holder: str | None
+    owner: str | None = Field(serialization_alias="holder", description="Who took it.")
     created_at: datetime
     expires_at: datetime
     released_at: datetime | None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,7 @@ class Client:
         node: str | None = None,
         *,
         lease_ttl: int | None = None,
+        owner: str | None = None,
         holder: str | None = None,
     ) -> LatestCheckpoint | None:
         """The newest restorable checkpoint with its restore plan, or None if there is none.
@@ -147,13 +149,15 @@ class Client:
         `tier` restricts the answer to copies on that tier; `node` lets the local copies on that
         node count (pass this node's id when restarting on the same machine). With `lease_ttl`
         (seconds) the answer carries a restore lease on the chosen checkpoint, taken in the same
-        transaction: release it with `release_lease` when the restore is done.
+        transaction (`owner`: who takes it, free text): release it with `release_lease` when the
+        restore is done. (`holder`: `owner`'s earlier name, deprecated.)
         """
+        owner = _owner(owner, holder)
         try:
             resp = self._http.request(
                 "GET",
                 f"/v1/jobs/{_job(job)}/checkpoints/latest",
-                query={"tier": tier, "node": node, "lease_ttl": lease_ttl, "holder": holder},
+                query={"tier": tier, "node": node, "lease_ttl": lease_ttl, "holder": owner},
             )
         except NotFoundError as e:
             if e.code == "no_restorable_checkpoint":
@@ -169,15 +173,18 @@ class Client:
         step: int | None = None,
         tier: str | None = None,
         node: str | None = None,
+        owner: str | None = None,
         holder: str | None = None,
     ) -> RestoreStart | None:
         """One request for all a reader needs: the step (`step`, or the latest restorable one,
         chosen as `latest(tier, node)` chooses it), a restore lease of `lease_ttl` seconds on it
         (release it with `release_lease`), and the checkpoint with every copy of every file and
         the tiers. None when no step is restorable; ConflictError `not_leasable` when `step` is
-        restorable from no tier."""
+        restorable from no tier. `owner`: who takes the lease, free text (`holder`: its earlier
+        name, deprecated)."""
+        owner = _owner(owner, holder)
         body: dict[str, Any] = {"ttl_seconds": lease_ttl}
-        for key, value in (("step", step), ("tier", tier), ("node", node), ("holder", holder)):
+        for key, value in (("step", step), ("tier", tier), ("node", node), ("holder", owner)):
             if value is not None:
                 body[key] = value
         try:
@@ -189,13 +196,20 @@ class Client:
         return RestoreStart.from_json(resp.body)
 
     def create_lease(
-        self, job: str, step: int, ttl_seconds: int, holder: str | None = None
+        self,
+        job: str,
+        step: int,
+        ttl_seconds: int,
+        owner: str | None = None,
+        *,
+        holder: str | None = None,
     ) -> Lease:
-        """A restore lease on one checkpoint (ConflictError `not_leasable` when it is restorable
-        from no tier)."""
+        """A restore lease on one checkpoint, taken by `owner` (free text; `holder`: its earlier
+        name, deprecated). ConflictError `not_leasable` when it is restorable from no tier."""
+        owner = _owner(owner, holder)
         body: dict[str, Any] = {"ttl_seconds": ttl_seconds}
-        if holder is not None:
-            body["holder"] = holder
+        if owner is not None:
+            body["holder"] = owner  # the wire keeps the field's first name
         resp = self._http.request(
             "POST", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/leases", body=body
         )
@@ -383,3 +397,14 @@ def _shard_json(shard: ShardSpec | Mapping[str, Any]) -> dict[str, Any]:
         "crc32c": shard.get("crc32c"),
         "node": shard["node"],
     }
+
+
+def _owner(owner: str | None, holder: str | None) -> str | None:
+    """A lease's owner, given by its name or by `holder`, the name it had before the peer tier's
+    holders took that word."""
+    if holder is None:
+        return owner
+    warnings.warn("`holder=` is now `owner=`", DeprecationWarning, stacklevel=3)
+    if owner is not None and owner != holder:
+        raise TypeError("give a lease's owner once: `owner=` (or the deprecated `holder=`)")
+    return holder

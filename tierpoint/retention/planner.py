@@ -1,8 +1,8 @@
 """The retention planner: a pure function from one job's catalog snapshot and policy to a plan.
 
-Only copies whose marker is `restorable` are ever planned for expiry, and failed copies on the
+Only restorable tier copies are ever planned for expiry, and failed copies on the
 nodes' own tiers (local, peer) that a node declared lost took part of (`on_lost_node`: its
-replicas there are gone, the rest are bytes on live nodes that no restore is sent to), unless
+replicas there are gone, the rest are bytes on nodes not lost that no restore is sent to), unless
 re-replication or repair is making them again (`rebuild_from`). Pending copies are in flight, as
 failed ones being made again are, other failed ones are the operator's, `expiring` ones are
 listed as unfinished (the executor completes them), expired ones are gone.
@@ -131,7 +131,7 @@ class _Planning:
         self.keepers[c.id] = set()
         self.withdrawn[c.id] = set()
         # Copies flow from the fastest tier to the most durable one: a tier before the last one
-        # with a marker will never receive the checkpoint if it has no marker by now.
+        # with a tier copy will never receive the checkpoint if it has no tier copy by now.
         reached = max((t.index for t in self.tiers if t.ref.name in c.copies), default=-1)
         for t in self.tiers:
             copy = c.copies.get(t.ref.name)
@@ -349,7 +349,7 @@ def _protections(
         # guard: planner-latest-durable
         why.append(KeepReason.LATEST_DURABLE)
     slower = tiers[t.index + 1 :]
-    # A pending marker on a tier the checkpoint is not meant for (the policy changed, or a marker
+    # A pending copy on a tier the checkpoint is not meant for (the policy changed, or a tier copy
     # was made for every tier) is no copy anyone waits for: it must not hold sources forever.
     if any(
         u.ref.name in c.copies
@@ -385,7 +385,7 @@ def _protections(
 
 
 def _expects(c: CheckpointInfo, tier: str) -> bool:
-    """The tier has not received the checkpoint and let it go again (marker expiring/expired)."""
+    """The tier has not received the checkpoint and let it go again (tier copy expiring/expired)."""
     copy = c.copies.get(tier)
     return copy is None or copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
 

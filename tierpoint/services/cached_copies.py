@@ -1,5 +1,6 @@
 """Recording the files a load's ranks keep on their nodes' local tier (see
-`tierpoint/catalog/cached_copies.py`): the one request a DCP load's coordinator makes for all its
+`tierpoint/catalog/replica/cached_copies.py`): the one request a DCP load's coordinator makes for
+all its
 ranks, before any of them writes such a file."""
 
 from __future__ import annotations

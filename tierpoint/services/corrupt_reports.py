@@ -45,7 +45,7 @@ def _answer(now: CopyState, verification: str) -> dict[str, Any]:
         repair = "not needed"
     return {
         "replica_state": now.replica,
-        "marker_state": now.marker,
+        "tier_copy_state": now.tier_copy,
         "repair": repair,
         "verification": verification,
     }

@@ -1,13 +1,13 @@
 """Copies a node's data endpoint finds damaged while it serves them.
 
 The endpoint serves a file the catalog lists as a verified copy on its node, and knows its
-registered size. A file that is not that size when it is opened (fstat), that ends before it
-while it is sent, or that is gone, does not hold the registered bytes. That is the endpoint's own
-finding, not a reader's claim (a reader's report is read back before it counts:
-`corrupt_reports.py`), so it is recorded at once, as a scrub records what it reads
-(`tierpoint/catalog/damage.py`): the replica `corrupt` (gone: `lost`) and its tier's marker out
-of `restorable` in one transaction, committed before the reader gets its error; then the
-checkpoint's repair is asked for, which copies it again from a tier that holds it verified.
+registered size. A file that is not that size when it is opened (fstat), that ends before it while
+it is sent, or that is gone, does not hold the registered bytes. That is the endpoint's own finding,
+not a reader's claim (a reader's report is read back before it counts: `corrupt_reports.py`), so it
+is recorded at once, as a scrub records what it reads (`tierpoint/catalog/tier_copy/damage.py`): the
+replica `corrupt` (gone: `lost`) and its tier copy out of `restorable` in one transaction, committed
+before the reader gets its error; then the checkpoint's repair is asked for, which copies it again
+from a tier that holds it verified.
 """
 
 from __future__ import annotations

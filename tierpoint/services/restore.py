@@ -19,7 +19,7 @@ from tierpoint.errors import TierNeedsRestoreRequest
 @dataclass(frozen=True)
 class LeaseRequest:
     ttl_seconds: int
-    holder: str | None
+    owner: str | None
     actor: str
 
 
@@ -62,7 +62,7 @@ async def latest_with_lease(
         job,
         found.step,
         lease.ttl_seconds,
-        lease.holder,
+        lease.owner,
         lease.actor,
     )
     return dataclasses.replace(found, lease=taken)

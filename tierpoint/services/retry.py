@@ -34,7 +34,7 @@ async def retry_checkpoint(
     tiers: Sequence[str],
     local: Collection[str],
 ) -> RetryOutcome:
-    """Start the retry run and reset the failed markers, in that order and under the markers'
+    """Start the retry run and reset the failed tier copies, in that order and under their
     locks, so the run cannot promote (or fail) a tier before the reset commits. `tiers`: the
     configured tiers in order; `local`: the ones local to a node. The caller commits. Raises
     CheckpointNotFound, NothingToRetry (nothing failed, or a run is still open), and what

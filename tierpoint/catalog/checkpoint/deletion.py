@@ -1,5 +1,5 @@
 """An admin's deletion of checkpoints: the catalog side. Deleting never removes a byte here: every
-copy's marker becomes `expiring` in the caller's transaction (committed before any byte goes,
+tier copy becomes `expiring` in the caller's transaction (committed before any byte goes,
 invariant 3), and retention's own expiry (`activities/retention.py`: delete the copy, then
 `expiring -> expired`) removes the bytes exactly as it removes a copy a policy let go. The
 checkpoint row stays, with `deleted_at`, so that its history stays readable and "latest" never
@@ -87,7 +87,7 @@ def delete_checkpoints(
     """Send every copy of the job's checkpoint at `step` (None: all its checkpoints) to expiry and
     mark it deleted, recording one `deleted` event each with `actor`. Raises JobNotFound,
     CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`). Locks
-    the checkpoint rows, then their markers, as retention's expiry does; the caller commits."""
+    the checkpoint rows, then their tier copies, as retention's expiry does; the caller commits."""
     job_id = require_job_id(session, job)
     # The checkpoint rows, then every tier copy of them, as retention's expiry locks them.
     locked = lock_in_order(
@@ -97,13 +97,13 @@ def delete_checkpoints(
     if step is not None and not found:
         raise no_checkpoint(job, step)
     already = [r.step for r in found if r.deleted_at is not None]
-    live = [(r.id, r.step, r.pinned) for r in found if r.deleted_at is None]
-    if not live:
+    undeleted = [(r.id, r.step, r.pinned) for r in found if r.deleted_at is None]
+    if not undeleted:
         return Deletion(job, [], already)
-    ids = [cid for cid, _, _ in live]
-    markers = [locked.tier_copies[k] for k in sorted(locked.tier_copies) if k[0] in set(ids)]
-    protected = _protections(session, live)
-    steps = {cid: s for cid, s, _ in live}
+    ids = [cid for cid, _, _ in undeleted]
+    tier_copies = [locked.tier_copies[k] for k in sorted(locked.tier_copies) if k[0] in set(ids)]
+    protected = _protections(session, undeleted)
+    steps = {cid: s for cid, s, _ in undeleted}
     # guard: delete-ignores-protection
     if protected and not force:
         what = "; ".join(f"step {steps[c]} is {' and '.join(w)}" for c, w in protected.items())
@@ -114,7 +114,7 @@ def delete_checkpoints(
     reason = f"deleted by {actor}"
     deleted = []
     for cid in ids:
-        tiers = [m.tier for m in markers if m.checkpoint_id == cid and m.state in _TO_EXPIRE]
+        tiers = [m.tier for m in tier_copies if m.checkpoint_id == cid and m.state in _TO_EXPIRE]
         _expire_copies(session, locked, cid, tiers, reason)
         session.execute(
             update(Checkpoint)

@@ -34,7 +34,7 @@ class LeaseView:
     id: int
     job: str
     step: int
-    holder: str | None
+    owner: str | None
     created_at: datetime
     expires_at: datetime
     released_at: datetime | None
@@ -42,8 +42,8 @@ class LeaseView:
 
 
 def restorable_tiers(session: Session, checkpoint_id: int) -> list[str]:
-    """Tiers the checkpoint is restorable from (marker restorable, neither it nor the checkpoint
-    quarantined). Read after the row lock, so it sees every committed marker flip."""
+    """Tiers the checkpoint is restorable from (tier copy restorable, neither it nor the checkpoint
+    quarantined). Read after the row lock, so it sees every committed tier copy flip."""
     quarantined = exists().where(
         Checkpoint.id == checkpoint_id, Checkpoint.quarantine_reason.is_not(None)
     )
@@ -67,7 +67,7 @@ def insert_lease(
     job: str,
     step: int,
     ttl_seconds: int,
-    holder: str | None,
+    owner: str | None,
     actor: str,
 ) -> LeaseView:
     """A new lease on a checkpoint whose row the caller has locked and found restorable."""
@@ -76,7 +76,7 @@ def insert_lease(
             insert(RestoreLease)
             .values(
                 checkpoint_id=checkpoint_id,
-                holder=holder,
+                owner=owner,
                 expires_at=func.now() + timedelta(seconds=ttl_seconds),
             )
             .returning(RestoreLease.id, RestoreLease.created_at, RestoreLease.expires_at)
@@ -91,16 +91,16 @@ def insert_lease(
         detail={
             "action": "created",
             "lease_id": row.id,
-            "holder": holder,
+            "holder": owner,
             "ttl_seconds": ttl_seconds,
             "expires_at": row.expires_at.isoformat(),
         },
     )
-    return LeaseView(row.id, job, step, holder, row.created_at, row.expires_at, None, True)
+    return LeaseView(row.id, job, step, owner, row.created_at, row.expires_at, None, True)
 
 
 def create_lease(
-    session: Session, job: str, step: int, ttl_seconds: int, holder: str | None, actor: str
+    session: Session, job: str, step: int, ttl_seconds: int, owner: str | None, actor: str
 ) -> LeaseView:
     checkpoint_id, job_id, _ = find_checkpoint(session, job, step, lock=True)
     if not restorable_tiers(session, checkpoint_id):
@@ -108,7 +108,7 @@ def create_lease(
             f"step {step} of job {job!r} is not restorable from any tier (not yet copied, "
             "quarantined, or expired): there is nothing a lease could hold"
         )
-    return insert_lease(session, checkpoint_id, job_id, job, step, ttl_seconds, holder, actor)
+    return insert_lease(session, checkpoint_id, job_id, job, step, ttl_seconds, owner, actor)
 
 
 def _lease_locked(
@@ -134,7 +134,7 @@ def _view(lease: RestoreLease, job: str, step: int, lapsed: bool) -> LeaseView:
         lease.id,
         job,
         step,
-        lease.holder,
+        lease.owner,
         lease.created_at,
         lease.expires_at,
         lease.released_at,
@@ -145,7 +145,7 @@ def _view(lease: RestoreLease, job: str, step: int, lapsed: bool) -> LeaseView:
 def renew_lease(
     session: Session, job: str, step: int, lease_id: int, ttl_seconds: int, actor: str
 ) -> LeaseView:
-    """Extend a live lease to now + ttl. A released or lapsed lease is not revived (retention may
+    """Extend an active lease to now + ttl. A released or lapsed lease is not revived (retention may
     have started expiring the checkpoint once it lapsed): take a new one."""
     lease, job_id, lapsed = _lease_locked(session, job, step, lease_id)
     if lease.released_at is not None or lapsed:

@@ -31,8 +31,9 @@ class PinView:
 
 
 def expiring_tiers(session: Session, checkpoint_id: int) -> list[str]:
-    """Tiers whose copy retention has begun deleting (marker `expiring`). Read after the row lock:
-    the executor flips markers only while it holds that row, so this sees every committed flip."""
+    """Tiers whose copy retention has begun deleting (tier copy `expiring`). Read after the row
+    lock: the executor flips tier copies only while it holds that row, so this sees every
+    committed flip."""
     rows = session.scalars(
         select(TierCopy.tier)
         .where(

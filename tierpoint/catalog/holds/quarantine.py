@@ -7,8 +7,8 @@ retention never expires it. A training job's quarantine only hides: its copies s
 job's policy, so a job cannot hold storage past its policy by quarantining its own checkpoints;
 nor does a job's report turn an operator's evidence back into a mere hide.
 
-Setting and lifting lock the checkpoint row and then the marker, in the order the retention
-executor locks them (expiry_repo._lock), so a quarantine either commits before the executor's
+Setting and lifting lock the checkpoint row and then the tier copy, in the order the retention
+executor locks them (`tier_copy/expiry.py`), so a quarantine either commits before the executor's
 re-check (which then keeps the copy) or after its flip to `expiring`: a tier's copy is then
 refused (409 `copy_expiring`); the whole checkpoint is still quarantined, as hiding it from
 restores must not wait, and copies already `expiring` are not kept (the answer shows them so).

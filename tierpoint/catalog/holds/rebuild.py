@@ -1,7 +1,7 @@
 """The sources of a copy being made again: while re-replication or repair re-makes a checkpoint's
 copy on one tier from its copies on other tiers, retention keeps those (`rebuild_source`).
 
-The plan of the rebuild records them on the marker being re-made (`rebuild_from`) with a time
+The plan of the rebuild records them on the tier copy being re-made (`rebuild_from`) with a time
 limit (`rebuild_until`), under the checkpoint's row lock, the lock retention's `begin_expiry`
 takes before it re-checks an expiry: either the expiry wins (the source is `expiring` and the plan
 does not read it) or the plan does (the re-check sees the hold and skips the expiry). Each batch
@@ -9,7 +9,7 @@ of the rebuild renews the limit when it starts, and the promotion of the tier, w
 was made or given up, clears the hold (`promotion.promote`).
 
 Never forever: a rebuild that stops without a promotion (its run terminated, its history lost)
-lets its sources go at most REBUILD_HOLD after its last batch began. A live one renews sooner: a
+lets its sources go at most REBUILD_HOLD after its last batch began. A running one renews sooner: a
 batch attempt lasts at most BATCH_TIMEOUT, and the next one starts within minutes.
 """
 

@@ -3,7 +3,7 @@ on each tier with their replicas' totals, and leases (the policy: `assigned.py`)
 
 Four indexed queries per job, whatever the number of shards. For a snapshot consistent across them
 (the executor's case), run in a REPEATABLE READ transaction; the executor must still re-check each
-expiry when it flips the marker, since pins and leases can arrive after the snapshot.
+expiry when it flips the tier copy, since pins and leases can arrive after the snapshot.
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ _PARTIAL = (ReplicaState.PENDING, ReplicaState.COPYING)
 def take_snapshot(
     session: Session, job: str, tiers: Sequence[TierRef], now: datetime
 ) -> RetentionSnapshot:
-    """The job's checkpoints with their copies on the configured tiers (markers on other tiers are
-    left out). A lease counts if it is unreleased and expires after `now`. Raises JobNotFound."""
+    """The job's checkpoints with their copies on the configured tiers (copies on other tiers
+    are left out). A lease counts if it is unreleased and expires after `now`. Raises
+    JobNotFound."""
     job_id = require_job_id(session, job)
     names = [t.name for t in tiers]
     checkpoints = _checkpoints(session, job_id, now)
@@ -107,9 +108,9 @@ def _copies(
     shard_counts: dict[int, int],
     now: datetime,
 ) -> dict[int, dict[str, planned.TierCopy]]:
-    """checkpoint id -> tier -> its copy there, from the markers and their replicas' totals. A
+    """checkpoint id -> tier -> its copy there, from the tier copies and their replicas' totals. A
     rebuild's hold on its sources counts until its `rebuild_until`, as a lease until it expires."""
-    markers = session.execute(
+    tier_copies = session.execute(
         select(
             TierCopy.checkpoint_id,
             TierCopy.tier,
@@ -122,7 +123,7 @@ def _copies(
     ).all()
     replica_totals = _replica_totals(session, job_id, names)
     copies: dict[int, dict[str, planned.TierCopy]] = {}
-    for m in markers:
+    for m in tier_copies:
         verified, nbytes, on_lost = replica_totals.get((m.checkpoint_id, m.tier), (0, 0, 0))
         copies.setdefault(m.checkpoint_id, {})[m.tier] = planned.TierCopy(
             state=TierState(m.state),
@@ -151,9 +152,9 @@ def _replica_totals(
     )
     # Only copies that are not expired: an expired copy holds nothing and can never be restored,
     # and a long job's history is mostly expired copies, whose replicas a pass would otherwise
-    # read every time. The live markers are found through ix_checkpoint_tier_latest and their
-    # replicas through ix_replica_checkpoint_tier_state.
-    live = TierCopy
+    # read every time. The unexpired tier copies are found through ix_checkpoint_tier_latest and
+    # their replicas through ix_replica_checkpoint_tier_state.
+    unexpired = TierCopy
     totals = session.execute(
         select(
             Replica.checkpoint_id,
@@ -165,13 +166,13 @@ def _replica_totals(
         .join(Shard, Shard.id == Replica.shard_id)
         .outerjoin(Node, Node.id == Replica.node_id)
         .join(
-            live,
-            (live.checkpoint_id == Replica.checkpoint_id) & (live.tier == Replica.tier),
+            unexpired,
+            (unexpired.checkpoint_id == Replica.checkpoint_id) & (unexpired.tier == Replica.tier),
         )
         .where(
-            live.job_id == job_id,
-            live.tier.in_(names),
-            live.state != TierState.EXPIRED.value,
+            unexpired.job_id == job_id,
+            unexpired.tier.in_(names),
+            unexpired.state != TierState.EXPIRED.value,
         )
         .group_by(Replica.checkpoint_id, Replica.tier)
     ).all()

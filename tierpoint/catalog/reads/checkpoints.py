@@ -102,7 +102,7 @@ def _views(
     if not rows:
         return []
     ids = [r.id for r in rows]
-    markers = (
+    tier_copies = (
         session.execute(
             select(
                 TierCopy.checkpoint_id,
@@ -115,13 +115,13 @@ def _views(
         )
     ).all()
     by_checkpoint: dict[int, list[Any]] = defaultdict(list)
-    for m in markers:
+    for m in tier_copies:
         by_checkpoint[m.checkpoint_id].append(m)
-    # A restorable marker means every shard is verified there (invariant 1): no need to count. A
-    # damaged replica demotes its marker in the same transaction (damage.py), so a restorable one
+    # A restorable tier copy means every shard is verified there (invariant 1): no need to count. A
+    # damaged replica demotes its tier copy in the same transaction (damage.py), so a restorable one
     # with a bad replica can only be a quarantined copy (a copy's finding quarantined it once):
     # those are counted, so a tier never reports shards verified that a read proved bad.
-    counted = [m for m in markers if m.state != RESTORABLE or m.quarantine_reason is not None]
+    counted = [m for m in tier_copies if m.state != RESTORABLE or m.quarantine_reason is not None]
     progress = tier_progress(session, [(m.checkpoint_id, m.tier) for m in counted])
     order = {t.name: i for i, t in enumerate(tiers)}
     kinds = {t.name: t.kind.value for t in tiers}
@@ -260,7 +260,7 @@ def get_checkpoint(
     urls = registry.data_urls(session, {r.node_id for r in rows if r.tier in peers})
     layouts = key_layouts.of_checkpoint(session, view.id)
     for r in rows:
-        # No marker, no layout to name the object by: no (bucket, key) rather than a guess.
+        # No tier copy, no layout to name the object by: no (bucket, key) rather than a guess.
         layout = layouts.get(r.tier)
         bucket, key = (
             (None, None)
@@ -313,7 +313,7 @@ def list_checkpoints(
     if job_id is None:
         raise no_job(job)
     if tier is not None and state is not None:
-        # Driven by the markers index (job_id, state, tier, step DESC).
+        # Driven by the tier copies index (job_id, state, tier, step DESC).
         q = (
             select(*_CHECKPOINT_COLS)
             .select_from(TierCopy)

@@ -29,7 +29,7 @@ class CopyRef:
 @dataclass(frozen=True)
 class CopyState:
     replica: str | None
-    marker: str | None
+    tier_copy: str | None
     # Verified replicas of the same shard on the other tiers: the sources a repair can copy from.
     sources: int
 
@@ -74,7 +74,7 @@ def find_copy(
 
 def copy_state(session: Session, ref: CopyRef, tier: str) -> CopyState:
     state = session.scalar(select(Replica.state).where(Replica.id == ref.replica_id))
-    marker = session.scalar(
+    tier_copy = session.scalar(
         select(TierCopy.state).where(
             TierCopy.checkpoint_id == ref.checkpoint_id, TierCopy.tier == tier
         )
@@ -86,4 +86,4 @@ def copy_state(session: Session, ref: CopyRef, tier: str) -> CopyState:
             Replica.state == VERIFIED,
         )
     )
-    return CopyState(state, marker, int(sources or 0))
+    return CopyState(state, tier_copy, int(sources or 0))

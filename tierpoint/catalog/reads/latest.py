@@ -1,8 +1,8 @@
 """The latest checkpoint a caller can restore, its restore plan (the fastest verified source of
 every shard), and why each newer step was not chosen.
 
-Driven by the checkpoint_tier markers index (job_id, state, tier, step DESC): one index range scan
-per candidate tier, so it stays O(log n) as a job's history grows. Reads only; the caller may ask
+Driven by the tier copies' index (job_id, state, tier, step DESC): one index range scan per
+candidate tier, so it stays O(log n) as a job's history grows. Reads only; the caller may ask
 for the chosen checkpoint's row to be locked (to take a restore lease in the same transaction).
 """
 
@@ -51,10 +51,10 @@ def _candidate_query(
     scan_limit: int,
 ) -> Any:
     """The newest checkpoint restorable from `source` for the caller, with a step below
-    `below`. Only the newest `scan_limit` restorable markers are examined (one range of
+    `below`. Only the newest `scan_limit` restorable tier copies are examined (one range of
     the (job_id, state, tier, step DESC) index), so the cost does not grow with the history."""
     ct = TierCopy
-    markers = (
+    tier_copies = (
         select(ct.step, ct.checkpoint_id)
         .where(
             ct.job_id == job_id,
@@ -66,8 +66,8 @@ def _candidate_query(
         .limit(scan_limit)
     )
     if below is not None:
-        markers = markers.where(ct.step < below)
-    m = markers.subquery()
+        tier_copies = tier_copies.where(ct.step < below)
+    m = tier_copies.subquery()
     # Spelled as IN (other states), not != verified: a few probes of the (checkpoint_id, tier,
     # state) index instead of a scan over every verified replica of the checkpoint.
     unverified = exists().where(
@@ -100,8 +100,8 @@ def _plan(
 ) -> list[RestorePlanEntry] | None:
     """For each shard the fastest verified source among the tiers restorable for this checkpoint:
     a local replica on the caller's node, else the first restorable non-local tier. None if some
-    shard has no such source (the catalog disagrees with its markers)."""
-    markers = {
+    shard has no such source (the catalog disagrees with its tier copies)."""
+    tier_copies = {
         m.tier: m
         for m in session.execute(
             select(
@@ -115,7 +115,7 @@ def _plan(
     usable = [
         t
         for t in sources
-        if (m := markers.get(t.name)) is not None
+        if (m := tier_copies.get(t.name)) is not None
         and m.state == RESTORABLE
         and m.quarantine_reason is None
         and (t.kind is not TierKind.LOCAL or node is not None)
@@ -150,7 +150,7 @@ def _plan(
             url = registry.peer_url(t, urls, hit[1], job, step, s.path)
             if t.kind is TierKind.PEER and url is None:
                 continue  # its holder serves no endpoint now
-            layout = KeyLayout.parse(markers[t.name].key_layout)
+            layout = KeyLayout.parse(tier_copies[t.name].key_layout)
             bucket, key = s3_object(t, layout, job, step, s.path)
             plan.append(
                 RestorePlanEntry(
@@ -174,17 +174,17 @@ def _plan(
 
 def _tier_reason(
     t: TierConfig,
-    marker: Any,
+    tier_copy: Any,
     counts: dict[str, int],
     shard_count: int,
     nodes: list[str],
     node: str | None,
 ) -> str:
     name = t.name
-    if marker is None:
+    if tier_copy is None:
         return f"{name}: not copied to this tier"
-    if marker.quarantine_reason is not None:
-        return f"{name}: quarantined: {marker.quarantine_reason}"
+    if tier_copy.quarantine_reason is not None:
+        return f"{name}: quarantined: {tier_copy.quarantine_reason}"
     verified = counts.get(VERIFIED, 0)
     bad = {
         s: n
@@ -192,14 +192,14 @@ def _tier_reason(
         if s not in (VERIFIED, ReplicaState.PENDING.value, ReplicaState.COPYING.value) and n
     }
     bad_text = "".join(f", {n} {s}" for s, n in sorted(bad.items()))
-    if marker.state == TierState.PENDING.value:
+    if tier_copy.state == TierState.PENDING.value:
         started = verified + counts.get(ReplicaState.COPYING.value, 0)
         what = "copying" if started else "pending"
         return f"{name}: {what}, {verified}/{shard_count} shards verified{bad_text}"
-    if marker.state == TierState.FAILED.value:
-        return f"{name}: failed: {marker.reason or 'no reason recorded'}"
-    if marker.state != RESTORABLE:
-        return f"{name}: {marker.state}"
+    if tier_copy.state == TierState.FAILED.value:
+        return f"{name}: failed: {tier_copy.reason or 'no reason recorded'}"
+    if tier_copy.state != RESTORABLE:
+        return f"{name}: {tier_copy.state}"
     if t.kind is TierKind.LOCAL:
         if node is None:
             return f"{name}: node-local copy; pass node= to restore from it"
@@ -235,7 +235,7 @@ def _skipped(
         return []
     ids = [r.id for r in examined]
     names = [t.name for t in explain]
-    markers: dict[tuple[int, str], Any] = {
+    tier_copies: dict[tuple[int, str], Any] = {
         (m.checkpoint_id, m.tier): m
         for m in session.execute(
             select(
@@ -248,16 +248,16 @@ def _skipped(
         )
     }
     counts: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)
-    if markers:
+    if tier_copies:
         for c in session.execute(
             select(Replica.checkpoint_id, Replica.tier, Replica.state, func.count())
-            .where(tuple_(Replica.checkpoint_id, Replica.tier).in_(list(markers)))
+            .where(tuple_(Replica.checkpoint_id, Replica.tier).in_(list(tier_copies)))
             .group_by(Replica.checkpoint_id, Replica.tier, Replica.state)
         ):
             counts[(c[0], c[1])][c[2]] = int(c[3])
     local_restorable = [
         cid
-        for (cid, tier), m in markers.items()
+        for (cid, tier), m in tier_copies.items()
         if m.state == RESTORABLE
         and any(t.name == tier and t.kind is TierKind.LOCAL for t in explain)
     ]
@@ -278,7 +278,7 @@ def _skipped(
         reasons = [
             _tier_reason(
                 t,
-                markers.get((r.id, t.name)),
+                tier_copies.get((r.id, t.name)),
                 counts.get((r.id, t.name), {}),
                 r.shard_count,
                 nodes.get(r.id, []),
@@ -316,7 +316,7 @@ def latest_restorable(
     (the caller validated it); node-local copies count only when `node` is given.
 
     With `lock`, the chosen checkpoint's row is locked (FOR UPDATE) before its plan is read, until
-    the caller's transaction ends: retention locks the row too before it flips a marker to
+    the caller's transaction ends: retention locks the row too before it flips a tier copy to
     `expiring`, so a restore lease the caller inserts in this transaction keeps the returned plan
     restorable while the lease lives."""
     job_id = job_id_by_name(session, job)

@@ -1,9 +1,9 @@
 """Reads behind the operator views: copies in flight with their progress, promotion lag, tier
-usage, nodes, a checkpoint's events (the jobs overview is in overview_reads.py, the failures in
-failures_repo.py). Reads only.
+usage, nodes, a checkpoint's events (the jobs overview is in overview.py, the failures in
+tier_copy/failures.py). Reads only.
 
 Every query is bounded by a page or by an index on the rows it is about (pending and failed
-markers are few however large the catalog grows: partial indexes hold just them), so the views
+tier copies are few however large the catalog grows: partial indexes hold just them), so the views
 stay fast on a catalog of millions of shards. Progress comes from what the copy activities
 record in the catalog (`replica.bytes_done`), never from asking Temporal.
 """

@@ -1,6 +1,6 @@
 """The jobs overview: a page of jobs, each with its recovery point on every configured tier (the
 newest restorable step and how long ago it was registered), the bytes it holds there, and its
-open copies. Reads only; every query is bounded by the page's jobs (see operator_reads.py)."""
+open copies. Reads only; every query is bounded by the page's jobs (see operator.py)."""
 
 from __future__ import annotations
 
@@ -92,15 +92,15 @@ class _Page:
 def _heads(session: Session, ids: Sequence[int]) -> dict[int, Any]:
     """Each job's newest step, its time and the count of its checkpoints."""
     # An admin's deleted checkpoints are history, not the job's progress.
-    live = Checkpoint.deleted_at.is_(None)
+    not_deleted = Checkpoint.deleted_at.is_(None)
     latest = (
         select(Checkpoint.step, Checkpoint.created_at)
-        .where(Checkpoint.job_id == Job.id, live)
+        .where(Checkpoint.job_id == Job.id, not_deleted)
         .order_by(Checkpoint.step.desc())
         .limit(1)
         .lateral("latest")
     )
-    count = select(func.count()).where(Checkpoint.job_id == Job.id, live).scalar_subquery()
+    count = select(func.count()).where(Checkpoint.job_id == Job.id, not_deleted).scalar_subquery()
     return {
         r.id: r
         for r in session.execute(
@@ -153,7 +153,7 @@ def _recovery_points(
 def _held(session: Session, ids: Sequence[int]) -> dict[tuple[int, str], tuple[int, int]]:
     """(job id, tier) -> (bytes, checkpoints) held there."""
     # Running totals kept by the catalog's triggers: one row per job and tier, however long the
-    # job's history (summing its markers grew with it).
+    # job's history (summing its tier copies grew with it).
     return {
         (u.job_id, u.tier): (int(u.bytes), int(u.checkpoints))
         for u in session.execute(
@@ -165,7 +165,7 @@ def _held(session: Session, ids: Sequence[int]) -> dict[tuple[int, str], tuple[i
 
 
 def _open_counts(session: Session, ids: Sequence[int]) -> dict[tuple[int, str], int]:
-    """(job id, marker state) -> checkpoints pending, or failed and not acknowledged."""
+    """(job id, tier copy state) -> checkpoints pending, or failed and not acknowledged."""
     out: dict[tuple[int, str], int] = {}
     for o in session.execute(
         select(

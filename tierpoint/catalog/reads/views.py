@@ -21,7 +21,7 @@ class ProgressView:
 @dataclass
 class TierView:
     tier: str
-    kind: str | None  # None for a marker of a tier no longer configured
+    kind: str | None  # None for a tier copy of a tier no longer configured
     state: str
     reason: str | None
     quarantine_reason: str | None

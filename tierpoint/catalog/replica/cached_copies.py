@@ -6,7 +6,7 @@ A DCP load's coordinator records, in one request, the files each of its ranks ma
 node: files of the checkpoint the catalog holds no copy of on that node's tier. A record is taken
 only while the checkpoint's copy on the tier is not being expired, and under the checkpoint row's
 key-share lock, which an expiry's begin (and an admin's delete) waits for before it flips the
-marker to `expiring`: so either the record commits first and the expiry deletes these files with
+tier copy to `expiring`: so either the record commits first and the expiry deletes these files with
 the node's own, or the flip does and the record is refused (the reader then writes nothing).
 """
 
@@ -22,7 +22,7 @@ from tierpoint.catalog.locks import RowLock, lock_checkpoint
 from tierpoint.catalog.models import CachedCopy, Replica, Shard, TierCopy
 from tierpoint.states import TierState
 
-# The marker states whose copy no expiry has begun to delete: a file recorded now is deleted
+# The tier copy states whose copy no expiry has begun to delete: a file recorded now is deleted
 # by the expiry to come.
 _RECORDABLE = (TierState.PENDING.value, TierState.RESTORABLE.value, TierState.FAILED.value)
 
@@ -34,7 +34,7 @@ def record(
     keep on those nodes' `tier`; returns node -> the paths recorded (those already recorded
     included). Left out: a node's own files and the files of which it holds a replica on the
     tier (the catalog's own copies, deleted with the copy anyway), and everything once the copy
-    on the tier is `expiring` or `expired` (or has no marker). Idempotent; the caller commits."""
+    on the tier is `expiring` or `expired` (or has no tier copy). Idempotent; the caller commits."""
     lock_checkpoint(session, checkpoint_id, RowLock.NO_KEY_UPDATE)
     state = session.scalar(
         select(TierCopy.state).where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)

@@ -79,7 +79,7 @@ def held_peer_checkpoints(
     session: Session, node: str, peer_tiers: Sequence[str]
 ) -> list[tuple[int, str, int]]:
     """(id, job, step) of checkpoints whose copy on a peer tier `node` held (now lost) and whose
-    marker there failed: what re-replication copies again."""
+    tier copy there failed: what re-replication copies again."""
     if not peer_tiers:
         return []
     held = exists().where(
@@ -107,7 +107,7 @@ def verified_copies(
     session: Session, checkpoint_id: int, nodes: Sequence[str], tiers: Sequence[str]
 ) -> dict[tuple[str, int], dict[str, str | None]]:
     """(node, ordinal) -> tier -> where, for each of `tiers` that holds that shard of `nodes`
-    verified, on a live node (None: a tier off the nodes), in a copy of the checkpoint that is
+    verified, on a node not lost (None: a tier off the nodes), in a copy of the checkpoint that is
     neither quarantined nor being expired: where re-replication may read the shards from (a
     node's local copy, another peer tier's holder, the shared tier, S3)."""
     if not nodes or not tiers:
@@ -149,7 +149,7 @@ _HOMED = [
 def copy_holders(
     session: Session, checkpoint_id: int, tiers: Sequence[str]
 ) -> dict[str, dict[str, set[str]]]:
-    """shard node -> peer tier -> the live nodes holding (or copying, or to repair) that node's
+    """shard node -> peer tier -> the nodes not lost holding (or copying, or to repair) that node's
     copies of the checkpoint there: where a new copy of the node's shards must not go."""
     if not tiers:
         return {}

@@ -1,12 +1,12 @@
 """Replicas found bad (a scrub's read, a reconciliation's listing, a reader's report, a copy that
 read its source and got other bytes than were registered): the one place that marks them `corrupt`
-or `lost` and, in the same transaction, takes their tier's marker out of `restorable`, so "latest
+or `lost` and, in the same transaction, takes their tier copy out of `restorable`, so "latest
 restorable" stops offering a copy the moment it is known bad.
 
-A marker demoted here becomes `failed` with a reason that names the damage: retention plans
+A tier copy demoted here becomes `failed` with a reason that names the damage: retention plans
 expiries of `restorable` copies only, so a damaged copy is never deleted as if it were good, and
 the planner goes on protecting the checkpoint's remaining good copies (invariant 2). Repair
-(`tierpoint/catalog/repair_repo.py`) promotes it again once every shard is verified there.
+(`tierpoint/catalog/tier_copy/repair.py`) promotes it again once every shard is verified there.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Damage:
     """What one call changed."""
 
     marked: int = 0
-    # checkpoint id -> tiers whose marker left `restorable`
+    # checkpoint id -> tiers whose tier copy left `restorable`
     demoted: dict[int, list[str]] = field(default_factory=dict)
     checkpoints: set[int] = field(default_factory=set)
 
@@ -48,7 +48,7 @@ def mark_damaged(
     actor: str,
 ) -> Damage:
     """Mark the replicas (id -> reason) `state` (corrupt or lost) if they are still `verified`,
-    and demote their tiers' markers, in the caller's transaction. Idempotent: a replica already
+    and demote their tiers' tier copies, in the caller's transaction. Idempotent: a replica already
     marked is left as it is and counts for nothing."""
     assert state in (ReplicaState.CORRUPT, ReplicaState.LOST)
     out = Damage()
@@ -120,7 +120,7 @@ def _lock_and_mark(
 
 def _demote(session: Session, locked: Locked, checkpoint_id: int, tier: str, reason: str) -> bool:
     """The tier copy out of `restorable` (to `failed`, with the reason); whether it was."""
-    # guard: damage-keeps-marker-restorable
+    # guard: damage-keeps-tier-copy-restorable
     return bool(move(session, locked, Move.DAMAGED, [(checkpoint_id, tier)], reason=reason))
 
 

@@ -1,4 +1,4 @@
-"""Catalog side of executing retention: what to expire now, and the marker/replica transitions of
+"""Catalog side of executing retention: what to expire now, and the tier copy/replica transitions of
 one expiry (restorable -> expiring, committed before any byte is deleted; expiring -> expired after
 the bytes are gone).
 
@@ -129,9 +129,9 @@ def begin_expiry(
     tiers: Sequence[TierRef],
     now: datetime,
 ) -> BeginResult:
-    """Flip the copy's marker and replicas to `expiring` if retention still wants it gone, judged
+    """Move the tier copy and its replicas to `expiring` if retention still wants it gone, judged
     now under locks by the planner over a fresh snapshot. The caller commits before it deletes a
-    byte (invariant 3). An `expiring` marker is an expiry begun earlier: it is continued, never
+    byte (invariant 3). An `expiring` tier copy is an expiry begun earlier: it is continued, never
     turned back."""
     locked = _lock(session, checkpoint_id)
     if locked is None:
@@ -150,7 +150,7 @@ def begin_expiry(
         state == TierState.FAILED.value and kinds.get(tier) in ON_NODES
     ):
         return BeginResult(
-            state=BeginState.SKIPPED, reason=f"the marker on {tier!r} is {state or 'missing'}"
+            state=BeginState.SKIPPED, reason=f"the tier copy on {tier!r} is {state or 'missing'}"
         )
 
     fresh = job_plan(session, job, tiers, now)
@@ -181,7 +181,7 @@ def begin_expiry(
     return BeginResult(state=BeginState.EXPIRING, rule=expiry.rule.value, reason=expiry.reason)
 
 
-def marker_state(session: Session, checkpoint_id: int, tier: str) -> str | None:
+def tier_copy_state(session: Session, checkpoint_id: int, tier: str) -> str | None:
     return session.scalar(
         select(TierCopy.state).where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
     )
@@ -193,20 +193,20 @@ def _delete_lock(checkpoint_id: int, tier: str) -> ColumnElement[int]:
 
 
 def hold_for_delete(session: Session, checkpoint_id: int, tier: str) -> str | None:
-    """The copy's marker state, with the copy's delete lock held in shared mode until the
+    """The tier copy's state, with the copy's delete lock held in shared mode until the
     caller's transaction ends. A delete holds it while it removes the bytes; `finish_expiry`
-    takes it exclusively before the marker becomes `expired`, and the step can be registered
-    again only once every marker is expired. So every byte a delete removes is removed before
+    takes it exclusively before the tier copy becomes `expired`, and the step can be registered
+    again only once every tier copy is expired. So every byte a delete removes is removed before
     a new checkpoint of the step is registered, and so before tierpoint writes anything of it;
     an attempt that starts later (a retry of an activity that outlived its timeout) finds the
-    marker `expired` and deletes nothing. An advisory lock, not a row lock: pins, leases,
-    promotions and expiries of other tiers lock the markers and must not wait for the I/O.
+    tier copy `expired` and deletes nothing. An advisory lock, not a row lock: pins, leases,
+    promotions and expiries of other tiers lock the tier copies and must not wait for the I/O.
     The transaction stays open, idle, while the bytes go: a server-wide
     idle_in_transaction_session_timeout must not end it (and release the lock) half-way."""
     session.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
     # guard: delete-holds-the-copys-lock
     session.execute(select(func.pg_advisory_xact_lock_shared(_delete_lock(checkpoint_id, tier))))
-    return marker_state(session, checkpoint_id, tier)
+    return tier_copy_state(session, checkpoint_id, tier)
 
 
 def registered_copies(
@@ -276,8 +276,8 @@ def _begun_rule(session: Session, checkpoint_id: int, tier: str) -> str:
 
 
 def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
-    """After the bytes are deleted: replicas then marker -> `expired`, event `expired` with the
-    rule. Returns the marker's state afterwards (`expired`, or what it was if it was not
+    """After the bytes are deleted: replicas then tier copy -> `expired`, event `expired` with the
+    rule. Returns the tier copy's state afterwards (`expired`, or what it was if it was not
     `expiring`: nothing is changed then). Waits for deletes of the copy still running (an
     attempt that outlived its timeout), at most FINISH_LOCK_WAIT: the activity is retried."""
     session.execute(text(f"SET LOCAL lock_timeout = '{FINISH_LOCK_WAIT_MS}ms'"))

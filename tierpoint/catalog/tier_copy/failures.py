@@ -4,10 +4,10 @@ failures or of every failure of a job or with a reason. An acknowledged failure 
 (and the jobs' failed counts) and stays in the checkpoint's history as an `acknowledged` event
 with the actor.
 
-A failure is a marker in state `failed`, nothing else: once a repair (or a retry) makes the copy
-restorable again, it is no failure any more, acknowledged or not. The marker keeps its state when
+A failure is a tier copy in state `failed`, nothing else: once a repair (or a retry) makes the copy
+restorable again, it is no failure any more, acknowledged or not. The tier copy keeps its state when
 acknowledged (`failed`: nothing was copied, retention still protects the other copies);
-`acknowledged_at` records the `updated_at` it acknowledged, so any later change of the marker (a
+`acknowledged_at` records the `updated_at` it acknowledged, so any later change of the tier copy (a
 retry, another failure) brings it back to the list without anyone clearing a flag.
 """
 
@@ -81,7 +81,7 @@ FailureKey = tuple[str, int, str]  # (failed_at ISO, checkpoint id, tier): the k
 
 
 def unacknowledged() -> ColumnElement[bool]:
-    """A marker that is failed and that nobody acknowledged since it last changed: what the
+    """A tier copy that is failed and that nobody acknowledged since it last changed: what the
     failures view lists and the jobs view counts as failed."""
     ct = TierCopy
     return (ct.state == TierState.FAILED.value) & ct.acknowledged_at.is_distinct_from(ct.updated_at)
@@ -135,7 +135,7 @@ def failures(
     limit: int = 100,
     after: FailureKey | None = None,
 ) -> FailurePageView:
-    """Open failures, newest first, with the marker's reason, the last replica error (when the
+    """Open failures, newest first, with the tier copy's reason, the last replica error (when the
     reason does not say it already), whether a retry could help, and how many match in all.
     `tiers`: the configured tiers in order; `local`: the ones local to a node."""
     ct = TierCopy
@@ -150,7 +150,7 @@ def failures(
     rows = session.execute(q.limit(limit + 1)).all()
     more = len(rows) > limit
     rows = rows[:limit]
-    # Failed markers are few (a partial index holds just them): counting them all is cheap.
+    # Failed tier copies are few (a partial index holds just them): counting them all is cheap.
     total = session.scalar(select(func.count()).select_from(_open(matching).subquery()))
     errors = last_errors(session, [(r.checkpoint_id, r.tier) for r in rows])
     facts = retry_facts(session, sorted({r.checkpoint_id for r in rows}))
@@ -223,7 +223,7 @@ def _acknowledge(
     *also: ColumnElement[bool],
 ) -> list[Acknowledged]:
     ct = TierCopy
-    # The markers locked in the order promotion and damage lock them, so a copy repaired (or
+    # The tier copies locked in the order promotion and damage lock them, so a copy repaired (or
     # failed again) meanwhile is seen as it is now: it no longer matches, or matches anew.
     rows = session.execute(
         _open(matching)

@@ -17,7 +17,7 @@ from tierpoint.storage.s3.layout import KeyLayout
 
 
 def record(session: Session, checkpoint_id: int, layouts: Mapping[str, KeyLayout]) -> None:
-    """Fix the layout of the checkpoint's copy on each tier of `layouts` (its marker must exist)
+    """Fix the layout of the checkpoint's copy on each tier of `layouts` (its tier copy must exist)
     unless one is recorded already or a replica exists there (a copy begun before layouts were
     recorded, whose objects are flat, as null says)."""
     for tier, layout in layouts.items():
@@ -34,7 +34,7 @@ def record(session: Session, checkpoint_id: int, layouts: Mapping[str, KeyLayout
 
 
 def of_checkpoint(session: Session, checkpoint_id: int) -> dict[str, KeyLayout]:
-    """The layout of the checkpoint's copy on each tier with a marker (flat where none is
+    """The layout of the checkpoint's copy on each tier with a tier copy (flat where none is
     recorded)."""
     rows = session.execute(
         select(TierCopy.tier, TierCopy.key_layout).where(TierCopy.checkpoint_id == checkpoint_id)
@@ -43,8 +43,8 @@ def of_checkpoint(session: Session, checkpoint_id: int) -> dict[str, KeyLayout]:
 
 
 def on_tier(session: Session, checkpoint_ids: Collection[int], tier: str) -> dict[int, KeyLayout]:
-    """The layout of each checkpoint's copy on `tier` that has a marker (flat where none is
-    recorded). No marker, no entry: nothing is guessed for a copy the catalog does not know."""
+    """The layout of each checkpoint's copy on `tier` that has a tier copy (flat where none is
+    recorded). No tier copy, no entry: nothing is guessed for a copy the catalog does not know."""
     rows = session.execute(
         select(TierCopy.checkpoint_id, TierCopy.key_layout).where(
             TierCopy.checkpoint_id.in_(list(checkpoint_ids)), TierCopy.tier == tier

@@ -31,7 +31,7 @@ class AffectedCheckpoint:
     checkpoint_id: int
     job: str
     step: int
-    # Some marker is still pending: its lifecycle may be waiting on the node.
+    # Some tier copy is still pending: its lifecycle may be waiting on the node.
     in_flight: bool
 
 
@@ -87,7 +87,7 @@ def mark_lost(
     own = sorted({cp for cp, tier in lost_rows if tier in local_tiers} | set(pending))
     # guard: node-lost-fails-only-the-lost-nodes-copies
     failed_tiers = _fail(session, locked, Move.NODE_LOST, own, local_tiers, reason)
-    # guard: lost-holder-fails-peer-marker
+    # guard: lost-holder-fails-peer-tier-copy
     held = _fail_held_peer_copies(session, locked, node, peer_tiers, reason)
     for cp, tiers in held.items():
         failed_tiers.setdefault(cp, []).extend(tiers)

@@ -46,23 +46,23 @@ def promote(
     The later tiers' tier copies are locked with this one, in the catalog's order, as they may
     fail with it. Raises LookupError when the checkpoint has no tier copy on `tier`."""
     locked = lock_in_order(session, tier_copies=[(checkpoint_id, t) for t in (tier, *later_tiers)])
-    marker = locked.tier_copies.get((checkpoint_id, tier))
-    if marker is None:
+    tier_copy = locked.tier_copies.get((checkpoint_id, tier))
+    if tier_copy is None:
         raise LookupError(f"checkpoint {checkpoint_id} has no tier copy on tier {tier!r}")
-    if marker.rebuilding:
+    if tier_copy.rebuilding:
         # A rebuild of this copy (re-replication, repair) ends here, made or given up: the
         # copies it read from are retention's again.
         # guard: promotion-releases-the-hold
         release(session, checkpoint_id, tier)
-    if marker.state not in (TierState.PENDING.value, TierState.FAILED.value):
+    if tier_copy.state not in (TierState.PENDING.value, TierState.FAILED.value):
         # restorable already (a rerun), or retention has taken over.
-        return PromoteOutcome(marker.state, marker.reason, changed=False)
+        return PromoteOutcome(tier_copy.state, tier_copy.reason, changed=False)
     total, verified = _shard_counts(session, checkpoint_id, tier)
     # guard: promote-count
     if verified == total and stage_error is None:
-        _mark_restorable(session, locked, checkpoint_id, marker.job_id, tier, total)
+        _mark_restorable(session, locked, checkpoint_id, tier_copy.job_id, tier, total)
         return PromoteOutcome(
-            TierState.RESTORABLE.value, None, changed=True, first=marker.restorable_at is None
+            TierState.RESTORABLE.value, None, changed=True, first=tier_copy.restorable_at is None
         )
 
     bad = total - verified
@@ -73,7 +73,7 @@ def promote(
     if stage_error:
         parts.append(stage_error)
     why = "; ".join(parts)
-    job_id = marker.job_id
+    job_id = tier_copy.job_id
     _fail(session, locked, Move.PROMOTION_FAILED, checkpoint_id, job_id, tier, why)
     source_failed = f"source tier {tier} failed"
     for later in later_tiers:

@@ -1,7 +1,7 @@
 """Catalog side of repair: which tiers of a checkpoint have shards without a verified replica that
 repair may re-copy, where each shard's copy comes from, and the batches of a repair round.
 
-Repair touches only markers that are `failed` (demoted for damage, or a copy that failed) or
+Repair touches only tier copies that are `failed` (demoted for damage, or a copy that failed) or
 `restorable`; never `pending` (the lifecycle is still at work there) nor `expiring`/`expired`
 (retention let the copy go: repair must not resurrect it). It re-copies a tier only if retention
 would keep a good copy there (the pure planner, asked about the checkpoint as if the copy were
@@ -36,7 +36,7 @@ from tierpoint.retention.policy import TierRef
 from tierpoint.states import TierState
 
 # guard: repair-touches-expiring-copies
-REPAIRABLE_MARKERS = (TierState.FAILED.value, TierState.RESTORABLE.value)
+REPAIRABLE = (TierState.FAILED.value, TierState.RESTORABLE.value)
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class ShardSources:
 
 
 def shard_sources(session: Session, checkpoint_id: int) -> list[ShardSources]:
-    """Every shard of the checkpoint with the tiers that hold it verified on a live node (or off
+    """Every shard of the checkpoint with the tiers that hold it verified on a node not lost (or off
     the nodes), in ordinal order."""
     shards = session.execute(
         select(Shard.id, Shard.ordinal, Shard.node_id)
@@ -156,7 +156,7 @@ def plan_repair(
     if head is None:
         return RepairPlan(checkpoint_id=checkpoint_id, job="", step=0, left=["checkpoint is gone"])
     # Under the checkpoint's row lock, as retention's re-check: the copies a tier's repair reads
-    # are held (rebuild_repo) before any expiry of them can begin.
+    # are held (holds/rebuild.py) before any expiry of them can begin.
     lock_checkpoint(session, checkpoint_id, RowLock.NO_KEY_UPDATE)
     out = RepairPlan(checkpoint_id=head.id, job=head.job, step=head.step)
     quarantined = session.scalar(
@@ -165,7 +165,7 @@ def plan_repair(
     if quarantined is not None:
         out.left.append(f"checkpoint quarantined: {quarantined}")
         return out
-    markers = {
+    tier_copies = {
         m.tier: m
         for m in session.execute(
             select(TierCopy.tier, TierCopy.state, TierCopy.quarantine_reason).where(
@@ -177,11 +177,11 @@ def plan_repair(
     lost = lost_nodes(session, sorted({s.node for s in shards}))
     budget = limit
     for dst in tiers:
-        m = markers.get(dst.name)
+        m = tier_copies.get(dst.name)
         bad = [s for s in shards if dst.name not in s.verified]
         if m is None or not bad:
             continue
-        if m.state not in REPAIRABLE_MARKERS:
+        if m.state not in REPAIRABLE:
             if m.state == TierState.PENDING.value:
                 out.left.append(f"{dst.name}: still being copied by the lifecycle")
             continue
@@ -261,13 +261,13 @@ def _peer_batches(
 ) -> list[RepairBatch]:
     """A peer tier's batches: each shard is copied again onto the node its replica names (its
     holder), on that holder's queue. A shard whose holder is lost, or that never had one, is
-    placement's: re-replication puts it on the ring of the live nodes, repair does not."""
+    placement's: re-replication puts it on the ring of the serving nodes, repair does not."""
     held = peer_holders(session, out.checkpoint_id, dst.name)
     lost = lost_nodes(session, sorted({s.node for s in bad} | {h for h in held.values() if h}))
     homed = [s for s in bad if held.get(s.shard_id) not in (None, s.node, *lost)]
     if len(homed) < len(bad):
         out.left.append(
-            f"{dst.name}: {len(bad) - len(homed)} shard(s) with no live holder "
+            f"{dst.name}: {len(bad) - len(homed)} shard(s) with no holder that is not lost "
             "(re-replication places them)"
         )
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)

@@ -24,7 +24,7 @@ from tierpoint.states import TierState
 
 RETRY = "retry"
 
-# Markers a lifecycle run passes through on its way to a failed tier: it reseals or copies a
+# Tier copies a lifecycle run passes through on its way to a failed tier: it reseals or copies a
 # pending or failed one, and copies on from a restorable one. Any other state (retention expired
 # the copy) ends the run there, and the tiers after it would stay `pending` with no run to move
 # them.
@@ -35,8 +35,8 @@ _PASSABLE = (TierState.RESTORABLE.value, TierState.PENDING.value, TierState.FAIL
 class RetryFacts:
     """What decides whether a new lifecycle run can fix a checkpoint's failed tier copies."""
 
-    # every marker of the checkpoint: tier -> (state, reason)
-    markers: dict[str, tuple[str, str | None]]
+    # every tier copy of the checkpoint: tier -> (state, reason)
+    tier_copies: dict[str, tuple[str, str | None]]
     # tier -> the tiers a repair or re-replication is copying it back from, while it holds them
     rebuilding: dict[str, list[str]] = field(default_factory=dict)
     # nodes declared lost that hold some of the checkpoint's shards
@@ -45,7 +45,7 @@ class RetryFacts:
     @property
     def failed(self) -> dict[str, str | None]:
         """Failed tier -> its reason."""
-        return {t: r for t, (st, r) in self.markers.items() if st == TierState.FAILED.value}
+        return {t: r for t, (st, r) in self.tier_copies.items() if st == TierState.FAILED.value}
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,12 @@ def refusal(
         what = "; ".join(f"{t} from {', '.join(src)}" for t, src in rebuilt.items())
         why = f"a repair is copying it back ({what}) and promotes it when done"
         return RepairInProgress(f"{job}/{step}: {why}", extra={"rebuilding": rebuilt, "why": why})
-    order = [t for t in tiers if t in facts.markers]
+    order = [t for t in tiers if t in facts.tier_copies]
     first = next((t for t in order if t in failed), None)
     if first is None:
         return None  # failed tiers no longer configured: the run does not copy to them
     before = order[: order.index(first)]
-    gone = {t: facts.markers[t][0] for t in before if facts.markers[t][0] not in _PASSABLE}
+    gone = {t: facts.tier_copies[t][0] for t in before if facts.tier_copies[t][0] not in _PASSABLE}
     # guard: retry-without-source
     if gone:
         what = ", ".join(f"{t} is {state}" for t, state in gone.items())
@@ -110,21 +110,21 @@ def retry_facts(session: Session, checkpoint_ids: Sequence[int]) -> dict[int, Re
         return {}
     now = catalog_now(session)
     ct = TierCopy
-    markers: dict[int, dict[str, tuple[str, str | None]]] = defaultdict(dict)
+    tier_copies: dict[int, dict[str, tuple[str, str | None]]] = defaultdict(dict)
     rebuilding: dict[int, dict[str, list[str]]] = defaultdict(dict)
     for m in session.execute(
         select(ct.checkpoint_id, ct.tier, ct.state, ct.reason, ct.rebuild_from, ct.rebuild_until)
         .where(ct.checkpoint_id.in_(checkpoint_ids))
         .order_by(ct.checkpoint_id, ct.tier)
     ):
-        markers[m.checkpoint_id][m.tier] = (m.state, m.reason)
+        tier_copies[m.checkpoint_id][m.tier] = (m.state, m.reason)
         if m.rebuild_from and m.rebuild_until is not None and m.rebuild_until > now:
             rebuilding[m.checkpoint_id][m.tier] = list(m.rebuild_from)
     lost: dict[int, list[str]] = defaultdict(list)
     for cid, node in _lost_nodes_holding(session, checkpoint_ids):
         lost[cid].append(node)
     return {
-        cid: RetryFacts(markers[cid], rebuilding.get(cid, {}), sorted(lost.get(cid, [])))
+        cid: RetryFacts(tier_copies[cid], rebuilding.get(cid, {}), sorted(lost.get(cid, [])))
         for cid in checkpoint_ids
     }
 

@@ -162,11 +162,11 @@ class MultipartUploads:
 
     def _list_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]] | None:
         parts: dict[int, dict[str, Any]] = {}
-        marker = 0
+        after_part = 0
         while True:
             try:
                 resp = self.client.list_parts(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumberMarker=marker
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumberMarker=after_part
                 )
             except ClientError as e:
                 if error_code(e) in ("NoSuchUpload", "404"):
@@ -176,7 +176,7 @@ class MultipartUploads:
                 parts[int(p["PartNumber"])] = cast(dict[str, Any], p)
             if not resp.get("IsTruncated"):
                 return parts
-            marker = int(resp["NextPartNumberMarker"])
+            after_part = int(resp["NextPartNumberMarker"])
 
     def abort(self, key: str, upload_id: str) -> None:
         try:

@@ -20,7 +20,6 @@ from typing import Any
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog.checkpoint.shards import BatchShard
 from tierpoint.catalog.replica.machine import ReplicaWrite
-from tierpoint.config import TierConfig
 from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
 from tierpoint.errors import UnsafePath
 from tierpoint.states import ReplicaState
@@ -34,6 +33,7 @@ from tierpoint.storage.base import (
     VerifyResult,
 )
 from tierpoint.storage.peer_http import PeerSource
+from tierpoint.tier_config import TierConfig
 
 from .progress import BatchReporter, resume_state_for
 

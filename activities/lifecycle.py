@@ -30,7 +30,7 @@ from tierpoint.catalog.replica import placement
 from tierpoint.catalog.tier_copy import key_layouts
 from tierpoint.catalog.tier_copy.machine import drop_skipped_tier_copies, ensure_tier_copies
 from tierpoint.catalog.tier_copy.promotion import ACTOR, promote
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import (
     BATCHES_PER_CHILD,
@@ -54,6 +54,7 @@ from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.base import ShardSource, TierStore
 from tierpoint.storage.peer_http import PeerSource, pull_tls
 from tierpoint.storage.s3.layout import KeyLayout, layout_in_force
+from tierpoint.tier_config import TierConfig, TierKind
 
 from . import observe
 from .batching import batch_size, plan_batches

@@ -14,10 +14,11 @@ from tierpoint.catalog.locks import RowLock, lock_checkpoint
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.replica import placement
 from tierpoint.catalog.tier_copy import repair
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import Batch, PlanTier
 from tierpoint.contract.peer import PLAN, PeerPlan, PeerStage, RereplicateInput
+from tierpoint.tier_config import TierConfig, TierKind
 
 from .batching import batch_size, plan_batches
 from .placement import holders_by_tier

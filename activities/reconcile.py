@@ -29,7 +29,7 @@ from tierpoint.catalog.job import lookup
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.replica import reconcile
 from tierpoint.catalog.tier_copy.damage import mark_damaged
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     RECONCILE_PLAN,
     RECONCILE_SCAN,
@@ -46,6 +46,7 @@ from tierpoint.storage.paths import is_partial_name
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.s3.layout import is_spread_dir
 from tierpoint.storage.s3.store import S3Store
+from tierpoint.tier_config import TierConfig, TierKind
 
 from .registration import on_node_queue
 from .stores import Stores, ensure_reachable

@@ -26,7 +26,7 @@ from tierpoint.catalog.job import lookup
 from tierpoint.catalog.job.lookup import checkpoint_head, job_id_of_checkpoint
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.tier_copy import expiry, key_layouts, repair
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     REPAIR_COPY,
     REPAIR_PLAN,
@@ -42,6 +42,7 @@ from tierpoint.storage.base import ShardSource, TierStore
 from tierpoint.storage.peer_http import PeerSource, pull_tls
 from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.temporal import request_repair
+from tierpoint.tier_config import TierConfig, TierKind
 
 from .batching import batch_size
 from .copy import Destination, Source, copy_to

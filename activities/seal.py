@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog.checkpoint.shards import BatchShard
 from tierpoint.catalog.replica.machine import ReplicaWrite
-from tierpoint.config import TierConfig
 from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
 from tierpoint.errors import UnsafePath
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, TierStore, VerifyResult
+from tierpoint.tier_config import TierConfig
 
 from .progress import BatchReporter
 

@@ -6,11 +6,12 @@ import threading
 
 from temporalio.exceptions import ApplicationError
 
-from tierpoint.config import Settings, TierConfig
+from tierpoint.config import Settings
 from tierpoint.contract.common import FailureType
 from tierpoint.storage.base import TierStore
 from tierpoint.storage.registry import keyed, open_store
 from tierpoint.storage.s3.layout import KeyLayout
+from tierpoint.tier_config import TierConfig
 
 
 class Stores:

@@ -13,9 +13,10 @@ import time
 from tierpoint import logs
 from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.catalog.reads import metrics, overview
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.metrics_api import ApiMetrics
 from tierpoint.storage.posix.space import disk_space
+from tierpoint.tier_config import TierKind
 
 log = logs.get(__name__)
 

@@ -20,7 +20,6 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from tierpoint.config import TierKind
     from tierpoint.contract import retention as retention_contract
     from tierpoint.contract.common import (
         CATALOG_RETRY,
@@ -52,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         TierOutcome,
     )
     from tierpoint.states import TierState
+    from tierpoint.tier_config import TierKind
 
 from workflows.lifecycle_window import LostNodes, on_nodes_queues, run_window
 

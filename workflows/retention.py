@@ -20,7 +20,6 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from tierpoint.config import TierKind
     from tierpoint.contract import retention as c
     from tierpoint.contract.common import (
         CATALOG_RETRY,
@@ -51,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         RetentionStatus,
         SweepResult,
     )
+    from tierpoint.tier_config import TierKind
 
 # Expiries in flight at once within a round (each locks its own checkpoint row).
 EXPIRY_WINDOW = 8

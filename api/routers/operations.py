@@ -34,10 +34,10 @@ from api.schemas.operations import (
 )
 from tierpoint.auth import Scope
 from tierpoint.catalog.reads import operator, overview
-from tierpoint.config import TierKind
 from tierpoint.cost import monthly_cost
 from tierpoint.json_types import Text
 from tierpoint.storage.posix.space import disk_space
+from tierpoint.tier_config import TierKind
 
 router = APIRouter(prefix="/v1", tags=["operations"], route_class=GatedRoute)
 

@@ -19,7 +19,7 @@ from api.schemas.quarantine import Quarantine
 from tierpoint.auth import Scope
 from tierpoint.catalog.holds.quarantine import set_quarantine
 from tierpoint.catalog.reads import checkpoints
-from tierpoint.config import NAME_RE
+from tierpoint.tier_config import NAME_RE
 
 router = APIRouter(prefix="/v1/jobs", tags=["quarantine"], route_class=GatedRoute)
 

@@ -46,8 +46,9 @@ from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import catalog_now, make_sync_engine, sync_sessions
 from tierpoint.catalog.node import registry as catalog_nodes
 from tierpoint.catalog.token import tokens
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.long_lived import freeze_long_lived
+from tierpoint.tier_config import TierConfig, TierKind
 
 READY_TIMEOUT = 120.0
 # The dev stack's admin token, made anew at every start (the previous one stops working).

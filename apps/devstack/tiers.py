@@ -16,7 +16,8 @@ from pydantic_settings import EnvSettingsSource, TomlConfigSettingsSource
 
 from apps.devstack.facts import BUCKET, S3Facts
 from apps.devstack.paths import StackPaths
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 DEFAULT_TIERS: tuple[dict[str, Any], ...] = (
     {"name": "ssd", "kind": "local"},

@@ -25,9 +25,9 @@ from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.holds import leases, pins
 from tierpoint.catalog.holds.quarantine import set_quarantine
 from tierpoint.catalog.tier_copy.expiry import begin_expiry, finish_expiry
-from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginResult, BeginState
 from tierpoint.retention.policy import TierRef
+from tierpoint.tier_config import TierKind
 
 TIERS = (
     TierRef("ssd", TierKind.LOCAL),

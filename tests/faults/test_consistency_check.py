@@ -14,8 +14,9 @@ from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint
 from tests.helpers.services import NODES, Services, s3_client
 from tierpoint.catalog.models import Checkpoint, Node, Replica, Shard, TierCopy
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.storage.paths import partial_name
+from tierpoint.tier_config import TierConfig, TierKind
 
 TIERS = ("ssd", "lustre", "s3")
 

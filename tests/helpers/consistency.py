@@ -19,9 +19,10 @@ import crc32c
 from sqlalchemy import Engine, and_, select
 
 from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard, TierCopy
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.paths import PARTIAL_SUFFIX
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 @dataclass

@@ -28,9 +28,10 @@ from apps.worker import node_roots, run_workers
 from tests.helpers.services import Services, s3_client
 from tierpoint.catalog.models import Checkpoint, Job, Shard, TierCopy
 from tierpoint.catalog.node.registry import upsert_node
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.temporal import start_lifecycle
+from tierpoint.tier_config import TierKind
 
 NODES = ("node-a", "node-b")
 

@@ -26,11 +26,12 @@ from tierpoint.catalog.models import Checkpoint, Job, Replica, RetentionPolicy, 
 from tierpoint.catalog.reads.latest import latest_restorable
 from tierpoint.catalog.reads.views import LatestRestorableView
 from tierpoint.catalog.tier_copy.machine import ensure_tier_copies
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.contract.retention import RetentionResult, retention_workflow_id
 from tierpoint.retention.policy import Policy
 from tierpoint.temporal import request_retention, start_lifecycle
+from tierpoint.tier_config import TierKind
 
 NODES = ("node-a", "node-b")
 # Guards against a hang, not a performance assertion.

@@ -32,9 +32,10 @@ from tests.helpers.services import Services, s3_client
 from tierpoint.catalog.job.lookup import checkpoint_head
 from tierpoint.catalog.models import Replica
 from tierpoint.catalog.tier_copy.machine import ensure_tier_copies
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.temporal import start_lifecycle
+from tierpoint.tier_config import TierKind
 
 KEEP_LAST_1 = {
     "tiers": {"ssd": {"keep_last": 1}, "lustre": {"keep_last": 1}, "s3": {"keep_last": 1}}

@@ -31,7 +31,7 @@ from tests.helpers.lifecycle import Seeded, running_workers
 from tests.helpers.retention import create_job, set_policy, settle, write_checkpoint
 from tests.helpers.services import Services, s3_client
 from tierpoint.catalog.models import TierCopy
-from tierpoint.config import KeyLayoutKind, Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE
 from tierpoint.contract.integrity import (
     VERIFY_CHECKPOINT_WORKFLOW,
@@ -40,6 +40,7 @@ from tierpoint.contract.integrity import (
     VerifyOutcome,
     verify_checkpoint_workflow_id,
 )
+from tierpoint.tier_config import KeyLayoutKind, TierKind
 
 PREFIXES = 8
 

@@ -10,9 +10,9 @@ from datetime import timedelta
 
 from pydantic import BaseModel, Field
 
-from tierpoint.config import TierKind
 from tierpoint.contract.common import FailureType, backoff
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 LIFECYCLE_WORKFLOW = "CheckpointLifecycle"
 STAGE_WORKFLOW = "CheckpointLifecycleStage"

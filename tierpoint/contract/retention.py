@@ -8,8 +8,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from tierpoint.config import TierKind
 from tierpoint.contract.common import FailureType, backoff
+from tierpoint.tier_config import TierKind
 
 RETENTION_WORKFLOW = "JobRetention"
 REQUEST_SIGNAL = "request"

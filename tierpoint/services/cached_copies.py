@@ -11,8 +11,9 @@ from tierpoint.catalog.engine import Session
 from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.replica import cached_copies
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.errors import RequestInvalid
+from tierpoint.tier_config import TierKind
 
 EXAMPLES = 5
 

@@ -16,9 +16,10 @@ from temporalio.client import Client
 from tierpoint import logs
 from tierpoint.catalog.engine import AsyncSession
 from tierpoint.catalog.tier_copy import node_lost
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.peer import RereplicateInput
 from tierpoint.temporal import signal_node_lost, start_peer_rereplication
+from tierpoint.tier_config import TierKind
 
 log = logs.get(__name__)
 

@@ -12,8 +12,8 @@ from tierpoint.catalog.holds.leases import insert_lease
 from tierpoint.catalog.job.lookup import job_id_by_name
 from tierpoint.catalog.reads.latest import latest_restorable
 from tierpoint.catalog.reads.views import LatestRestorableView
-from tierpoint.config import TierConfig
 from tierpoint.errors import TierNeedsRestoreRequest
+from tierpoint.tier_config import TierConfig
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ from tierpoint.catalog.models import (
 from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.tier_copy.expiry import begin_expiry, plan_expiries
 from tierpoint.catalog.tier_copy.promotion import promote
-from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginState
 from tierpoint.retention.policy import Policy, TierRef
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 TIERS = (
     TierRef("ssd", TierKind.LOCAL),

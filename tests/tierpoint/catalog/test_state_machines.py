@@ -30,11 +30,11 @@ from tierpoint.catalog.tier_copy.machine import drop_skipped_tier_copies, ensure
 from tierpoint.catalog.tier_copy.node_lost import mark_lost
 from tierpoint.catalog.tier_copy.promotion import promote
 from tierpoint.catalog.tier_copy.retry import lock_failed, reset_failed
-from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginState
 from tierpoint.manifest import Manifest, ShardSpec
 from tierpoint.retention.policy import Policy, TierRef
 from tierpoint.states import ReplicaState, TierState
+from tierpoint.tier_config import TierKind
 
 TIERS = [TierRef("ssd", TierKind.LOCAL), TierRef("lustre", TierKind.SHARED)]
 ARCHITECTURE = Path(__file__).resolve().parents[3] / "docs" / "architecture.md"

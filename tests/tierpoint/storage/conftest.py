@@ -10,11 +10,11 @@ import pytest
 from tests.helpers.services import Services, make_bucket
 from tests.helpers.services import s3_client as session_s3_client
 from tests.helpers.storage import MiB
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import s3_client
 from tierpoint.storage.s3.layout import FLAT
 from tierpoint.storage.s3.store import S3Store
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 @pytest.fixture

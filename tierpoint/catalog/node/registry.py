@@ -15,10 +15,10 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.locks import RowLock, lock_in_order
 from tierpoint.catalog.models import Node
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnknownNode
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.peer_http import shard_url
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -> bool:

@@ -37,10 +37,10 @@ from tierpoint.catalog.reads.views import (
     TierView,
 )
 from tierpoint.catalog.tier_copy import key_layouts
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.manifest import Manifest
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.s3.layout import s3_object
+from tierpoint.tier_config import TierConfig, TierKind
 
 # ---------------------------------------------------------------------------------------------
 # Building checkpoint views

@@ -32,10 +32,10 @@ from tierpoint.catalog.reads.views import (
     RestorePlanEntry,
     SkippedStep,
 )
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NoRestorableCheckpoint
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.s3.layout import KeyLayout, s3_object
+from tierpoint.tier_config import TierConfig, TierKind
 
 NOT_VERIFIED = [s.value for s in ReplicaState if s is not ReplicaState.VERIFIED]
 

@@ -25,13 +25,13 @@ from tierpoint.catalog.replica import cached_copies
 from tierpoint.catalog.replica.machine import Move as ReplicaMove
 from tierpoint.catalog.replica.machine import expire
 from tierpoint.catalog.tier_copy.machine import Move, move
-from tierpoint.config import TierKind
 from tierpoint.contract.retention import BeginResult, BeginState, ExpiryTask, RetentionPlanResult
 from tierpoint.retention.models import RetentionPlan
 from tierpoint.retention.planner import plan
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import TierState
 from tierpoint.storage.base import RecordedCopy
+from tierpoint.tier_config import TierKind
 
 ACTOR = "retention"
 KEPT_EXAMPLES = 10

@@ -27,13 +27,13 @@ from tierpoint.catalog.node.registry import lost_nodes
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.replica.placement import not_on_lost_node
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.contract.integrity import RepairBatch, RepairPlan, RepairTier
 from tierpoint.contract.lifecycle import Batch
 from tierpoint.retention import models as planned
 from tierpoint.retention.planner import plan as retention_plan
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierConfig, TierKind
 
 # guard: repair-touches-expiring-copies
 REPAIRABLE = (TierState.FAILED.value, TierState.RESTORABLE.value)

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import (
     ByteSource,
@@ -73,6 +72,7 @@ from tierpoint.storage.posix.removal import (
 from tierpoint.storage.posix.streams import device_crc32c, prefetched_chunks
 from tierpoint.storage.source import check_source_end, position_source
 from tierpoint.storage.throttle import TokenBucket
+from tierpoint.tier_config import TierConfig, TierKind
 
 DEFAULT_BUFFER_SIZE = 8 * 1024 * 1024
 

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
-from tierpoint.config import TierConfig
 from tierpoint.storage.base import (
     ByteSource,
     ChecksumMismatch,
@@ -39,6 +38,7 @@ from tierpoint.storage.s3.buffers import PartBuffers
 from tierpoint.storage.s3.object_options import object_write_args
 from tierpoint.storage.s3.responses import FULL_OBJECT, error_code, stored_crc32c
 from tierpoint.storage.source import check_source_end, position_source, read_full
+from tierpoint.tier_config import TierConfig
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -934,8 +934,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-failed-copy-needs-a-lost-node",
-        "        return copy.on_lost_node and kind in NODE_TIER_KINDS"
-        " and not rebuilding(copy)\n",
+        "        return copy.on_lost_node and kind in NODE_TIER_KINDS and not rebuilding(copy)\n",
         "        return kind in NODE_TIER_KINDS and not rebuilding(copy)\n",
         ("tests/tierpoint/retention/test_planner_lost_nodes.py", *PLANNER_TESTS),
         "a failed local or peer copy that no lost node took part of stays the operator's",
@@ -950,8 +949,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-rebuilt-copy-in-flight",
-        "        return copy.on_lost_node and kind in NODE_TIER_KINDS"
-        " and not rebuilding(copy)\n",
+        "        return copy.on_lost_node and kind in NODE_TIER_KINDS and not rebuilding(copy)\n",
         "        return copy.on_lost_node and kind in NODE_TIER_KINDS\n",
         (REBUILD_PLANNER, *PLANNER_TESTS),
         "a lost node's failed copy that a rebuild is making again is in flight, not expired",

@@ -403,6 +403,41 @@ MUTANTS: tuple[Mutant, ...] = (
         "the bytes of a copy that failed verification are not counted as restored",
     ),
     Mutant(
+        "restore-falls-back-on-read-error",
+        "            except (SourceError, ChecksumMismatchError) as err:\n",
+        "            except ChecksumMismatchError as err:\n",
+        (
+            "tests/client/test_restore_fallback.py::"
+            "test_a_missing_local_and_shared_file_is_read_from_s3",
+            "tests/faults/test_restore_peer_holder_down.py",
+        ),
+        "a restore falling back on a read error: a copy that cannot be read (a file gone, a peer "
+        "holder down but not declared lost) gives way to the shard's next verified copy",
+    ),
+    Mutant(
+        "restore-refuses-a-non-empty-dest",
+        "        if names:\n",
+        "        if False:\n",
+        (
+            "tests/client/test_restore_dest.py::"
+            "test_a_directory_holding_files_is_refused_and_nothing_is_written",
+        ),
+        "a restore into a directory that holds files is refused, nothing written, unless told "
+        "to overwrite or clean it: stale shards beside a restored checkpoint are loaded with it",
+    ),
+    Mutant(
+        "restore-abort-leaves-dest-as-it-was",
+        "                try:\n                    shutil.rmtree(self.staging)\n",
+        "                try:\n                    pass\n",
+        (
+            "tests/client/test_restore_plan.py::test_mismatch_in_a_parallel_restore_raises",
+            "tests/client/test_restore_dest.py::"
+            "test_ctrl_c_mid_restore_leaves_dest_as_it_was_and_says_so",
+        ),
+        "a restore that fails or is interrupted removes what it staged: the destination is as "
+        "it was, and the next restore into it is not refused for our leftovers",
+    ),
+    Mutant(
         "restore-cut-body",
         "        if not n and len(view) and resp.length:\n",
         "        if False:\n",
@@ -992,5 +1027,30 @@ MUTANTS: tuple[Mutant, ...] = (
         "        pass\n",
         (REBUILD_CATALOG, "tests/workflows/test_retention_during_rereplication.py"),
         "a rebuild made or given up releases its sources to the policy",
+    ),
+    # ---- S3 credentials per tier and the API's TLS ---------------------------------------------
+    Mutant(
+        "tier-credentials-never-fall-back",
+        "    if not key or not secret:\n",
+        "    if False:\n",
+        (
+            "tests/tierpoint/storage/test_s3_credentials.py::"
+            "test_missing_variables_fail_instead_of_using_the_chain",
+        ),
+        "a tier naming missing key variables fails instead of signing with the AWS chain's keys",
+    ),
+    Mutant(
+        "dev-stack-keys-only-for-its-s3",
+        '                tier["credentials_env"] = S3_CREDENTIALS_ENV\n',
+        "                pass\n",
+        ("tests/apps/devstack/test_stack_files.py",),
+        "the dev stack's own S3 tiers, and only they, sign with the embedded S3's keys",
+    ),
+    Mutant(
+        "api-mutual-tls-requires-a-certificate",
+        '        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED\n',
+        '        options["ssl_cert_reqs"] = ssl.CERT_OPTIONAL\n',
+        ("tests/deploy/test_api_tls.py::test_mutual_tls_admits_only_clients_of_its_ca",),
+        "with a client CA, the API refuses a client without a certificate of that CA",
     ),
 )

@@ -114,7 +114,12 @@ async def register_checkpoint(
         background_tasks.add_task(
             background.start_lifecycle,
             state,
-            LifecycleInput(checkpoint_id=result.checkpoint_id, job=job, step=manifest.step),
+            LifecycleInput(
+                checkpoint_id=result.checkpoint_id,
+                job=job,
+                step=manifest.step,
+                registered_at=result.created_at,
+            ),
         )
     return CheckpointOut.model_validate(view)
 

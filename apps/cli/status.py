@@ -6,6 +6,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.text import Text
+from tierpoint_client.transport import ApiTls
 
 from apps.cli import ops_status
 from apps.cli.context import ApiUrlOpt, DataDirOpt, console, fail, resolve_api, stack_info
@@ -51,7 +52,10 @@ def status(
     info = stack_info(data_dir)
     url, token = resolve_api(api_url, data_dir)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=url, headers=headers, timeout=10, trust_env=False) as client:
+    verify = ApiTls.from_env().context()  # an https API's CA, as the training client trusts it
+    with httpx.Client(
+        base_url=url, headers=headers, timeout=10, trust_env=False, verify=verify
+    ) as client:
         healthz, healthz_body = _get(client, "/healthz")
         ready, ready_body = _get(client, "/readyz")
         views, problems = ops_status.fetch(client, jobs, job) if healthz == 200 else ({}, [])

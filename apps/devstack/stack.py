@@ -165,9 +165,9 @@ class DevStack:
         tiers = complete_tiers(self.tiers, self.paths, len(self.nodes), s3)
         for bucket in sorted({BUCKET} | {t.bucket or BUCKET for t in tiers if on_stack_s3(t, s3)}):
             self._create_bucket(s3, bucket)
-        # Workers and API reach S3 through boto3's standard credential chain.
-        os.environ["AWS_ACCESS_KEY_ID"] = s3.access_key_id
-        os.environ["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
+        # The stack's S3 tiers read these (`credentials_env`); a tier of another endpoint keeps
+        # the user's AWS chain, which the stack leaves alone.
+        os.environ.update(s3.credential_vars())
         self.settings = build_settings(
             database_url=database_url,
             temporal_address=self.temporal.address,

@@ -7,12 +7,12 @@ import os
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tierpoint_client._fallback import Fallback
+from tierpoint_client.destination import Existing, check_destination
 from tierpoint_client.errors import CheckpointFailedError, NotFoundError
+from tierpoint_client.leases import RESTORE_LEASE_TTL, holder
 from tierpoint_client.manifest import PathLike, build_manifest
 from tierpoint_client.models import (
     Checkpoint,
@@ -24,8 +24,8 @@ from tierpoint_client.models import (
     TierInfo,
 )
 from tierpoint_client.paths import check_no_path_conflict, validate_relative_path
-from tierpoint_client.restore import ProgressCallback, restore_plan
-from tierpoint_client.transport import RetryPolicy, Transport
+from tierpoint_client.restore import ProgressCallback, restore_latest
+from tierpoint_client.transport import ApiTls, RetryPolicy, Transport
 
 # Tier states from which a checkpoint will not (again) become restorable without an operator.
 _TERMINAL_STATES = frozenset({"failed", "expiring", "expired"})
@@ -44,8 +44,12 @@ class Client:
         token: str | None = None,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        tls: ApiTls | None = None,
     ) -> None:
-        self._http = Transport(api_url, token, timeout, retry or RetryPolicy())
+        """`tls`: how an https API is trusted (its CA, a client certificate for mutual TLS);
+        by default TIERPOINT_API_TLS_CA, TIERPOINT_API_TLS_CLIENT_CERT and _KEY, else the
+        system's roots."""
+        self._http = Transport(api_url, token, timeout, retry or RetryPolicy(), tls)
 
     @property
     def token(self) -> str | None:
@@ -215,6 +219,16 @@ class Client:
         )
         return Lease.from_json(resp.body)
 
+    def renew_lease(self, job: str, step: int, lease_id: int, ttl_seconds: int) -> Lease:
+        """Make a lease end `ttl_seconds` from now; ConflictError `lease_ended` when it was
+        released or has expired (take a new one)."""
+        resp = self._http.request(
+            "PUT",
+            f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/leases/{int(lease_id)}",
+            body={"ttl_seconds": ttl_seconds},
+        )
+        return Lease.from_json(resp.body)
+
     def release_lease(self, job: str, step: int, lease_id: int) -> None:
         """Release a restore lease; releasing an ended lease again is fine."""
         self._http.request(
@@ -321,17 +335,28 @@ class Client:
         tier: str | None = None,
         workers: int = 4,
         progress: ProgressCallback | None = None,
+        existing: Existing = "refuse",
+        lease_ttl: int = RESTORE_LEASE_TTL,
     ) -> RestoreResult:
         """Restore the latest restorable checkpoint into dest_dir/<shard path>.
 
-        Every shard is read from the plan's source (a POSIX path on a local or shared tier, or an
-        S3 object read with boto3 using the tier's endpoint and the standard AWS credential
-        chain), checked against the registered size and crc32c while it is copied, and renamed
-        into place only when it matches. A mismatch raises ChecksumMismatchError and leaves no
-        file under that shard's final name. Raises NotFoundError if nothing is restorable.
-        `progress(bytes_done, bytes_total)` is called from the copying threads as bytes arrive.
+        One request chooses the checkpoint, the fastest verified copy of each shard and takes a
+        restore lease on it (`latest(lease_ttl=...)`), held as `restore_checkpoint` says. Each
+        shard (a POSIX path, a peer's data endpoint, or an S3 object read with the standard AWS
+        credential chain) is staged in dest_dir and checked against its registered size and
+        crc32c; a copy that cannot be read or does not match (reported to the server) gives way
+        to the shard's next verified copy. Only when every shard is verified are they moved to
+        their names: a restore that fails or is interrupted leaves dest_dir as it was.
+        NoVerifiedCopyError when no copy of a shard could be read (each copy and why),
+        NotFoundError when nothing is restorable.
+
+        dest_dir must be empty or absent, unless `existing` is "overwrite" (the checkpoint's
+        files replace those of the same name, other entries stay) or "clean" (every other entry
+        is removed once the checkpoint is verified). `progress(bytes_done, bytes_total)` is
+        called from the copying threads.
         """
-        latest = self.latest(job, tier=tier, node=node)
+        check_destination(dest_dir, existing)
+        latest = self.latest(job, tier=tier, node=node, lease_ttl=lease_ttl, holder=holder())
         if latest is None:
             raise NotFoundError(
                 404,
@@ -341,7 +366,14 @@ class Client:
                 + (f" for node {node!r}" if node else ""),
             )
         return self.restore_checkpoint(
-            latest, dest_dir, workers=workers, progress=progress, node=node, tier=tier
+            latest,
+            dest_dir,
+            workers=workers,
+            progress=progress,
+            node=node,
+            tier=tier,
+            existing=existing,
+            lease_ttl=lease_ttl,
         )
 
     def restore_checkpoint(
@@ -353,38 +385,32 @@ class Client:
         progress: ProgressCallback | None = None,
         node: str | None = None,
         tier: str | None = None,
+        existing: Existing = "refuse",
+        lease_ttl: int = RESTORE_LEASE_TTL,
     ) -> RestoreResult:
-        """Restore a plan obtained from `latest()` (e.g. after inspecting it).
+        """Restore a plan obtained from `latest()` (e.g. after inspecting it), as `restore` does.
 
-        A shard whose bytes do not match its checksum is reported to the server
-        (`report_corrupt_copy`) and read from another verified copy of it on a restorable tier
-        (a local one only on `node`), if the checkpoint has one; else ChecksumMismatchError is
-        raised. With `tier` (the restore was asked for that tier only; by default the tier
-        `latest` was asked for) there is no other copy to read: the bad one is reported and the
-        mismatch raised."""
+        The restore holds the lease `latest` carries (asked for with `lease_ttl`), or takes one
+        (ConflictError `not_leasable` when the checkpoint is no longer restorable), renews it
+        every third of `lease_ttl` seconds while it runs and releases it when it ends, however it
+        ends. A shard whose copy cannot be read or does not match is read from another verified
+        copy of it on a restorable tier (a local one only on `node`); with `tier` (the restore
+        was asked for that tier only; by default the tier `latest` was asked for) there is no
+        other copy to read, and NoVerifiedCopyError says why that one failed."""
         # guard: restore-tier-only
         tier = tier if tier is not None else latest.tier
         for entry in latest.plan:
             validate_relative_path(entry.path)
-        tiers = {t.name: t for t in self.tiers()}
-        files, seconds = restore_plan(
-            latest.plan,
+        return restore_latest(
+            self,
+            latest,
             dest_dir,
-            tiers,
             workers=workers,
             progress=progress,
-            fallback=Fallback(self, latest, tiers, node, only_tier=tier),
-            token=self.token,
-        )
-        return RestoreResult(
-            job=latest.job,
-            step=latest.step,
-            dest_dir=os.fspath(Path(dest_dir)),
-            files=tuple(files),
-            bytes_total=sum(f.size for f in files),
-            seconds=seconds,
-            checkpoint=latest.checkpoint,
-            skipped=latest.skipped,
+            node=node,
+            tier=tier,
+            existing=existing,
+            lease_ttl=lease_ttl,
         )
 
 

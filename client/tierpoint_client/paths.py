@@ -10,6 +10,7 @@ characters, not `A`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterable
@@ -80,6 +81,20 @@ def validate_relative_path(path: str) -> str:
                 f"shard path {path!r} has a component over {MAX_PART_BYTES} bytes"
             )
     return path
+
+
+def partial_name(name: str, tag: str = "") -> str:
+    """The temporary name under which a file to be called `name` is written before its rename:
+    `.<name>.<tag>.tierpoint-partial` (`tag` tells concurrent writers apart; without one,
+    `.<name>.tierpoint-partial`, the server's stores' name), or, where that would pass the
+    255 bytes of a name, the same with the name's sha256 in its place: every name the server
+    accepts (up to MAX_PART_BYTES) has a temporary name."""
+    middle = f".{tag}" if tag else ""
+    candidate = f".{name}{middle}{PARTIAL_SUFFIX}"
+    if len(candidate.encode("utf-8")) <= MAX_PART_BYTES:
+        return candidate
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+    return f".{digest}{middle}{PARTIAL_SUFFIX}"
 
 
 def path_conflict(paths: Iterable[str]) -> tuple[str, str] | None:

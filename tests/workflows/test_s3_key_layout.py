@@ -80,7 +80,7 @@ async def _restore(
         assert r.status_code == 200, r.text
         tiers = {t["name"]: TierInfo.from_json(t) for t in (await api.get("/v1/tiers")).json()}
         latest = LatestCheckpoint.from_json(r.json())
-        files, _ = await asyncio.to_thread(restore_plan, latest.plan, dest, tiers, workers=4)
+        files = (await asyncio.to_thread(restore_plan, latest.plan, dest, tiers, workers=4)).files
         page = (await api.get(f"/v1/jobs/{job}/checkpoints/{latest.step}")).json()
         keys = {
             sh["path"]: r["key"]

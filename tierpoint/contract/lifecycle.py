@@ -6,7 +6,7 @@ The history grows with batches (ranges of manifest ordinals per node), never wit
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
@@ -76,6 +76,11 @@ class LifecycleInput(BaseModel):
     checkpoint_id: int
     job: str
     step: int
+    # When the catalog registered the checkpoint: with the id, which registration a run is for.
+    # An id alone repeats after the catalog is restored from a backup (its sequences go back to
+    # the dump's), while Temporal keeps the closed runs of the checkpoints registered since.
+    # None in the histories of runs started before it was carried.
+    registered_at: datetime | None = None
 
 
 class PlanInput(BaseModel):

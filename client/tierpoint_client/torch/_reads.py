@@ -27,9 +27,10 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
+from tierpoint_client.errors import SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, combine, crc32c_hex, update
 from tierpoint_client.models import PlanEntry
-from tierpoint_client.restore import SourceError, Sources
+from tierpoint_client.sources import Sources
 from tierpoint_client.torch._files import AtomicFile
 from tierpoint_client.transport import read_full
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from concurrent.futures import wait
 
 from tierpoint_client import peer
+from tierpoint_client.errors import SourceError
 from tierpoint_client.hashing import chunk_buffer, combine, update
 from tierpoint_client.models import PlanEntry
-from tierpoint_client.restore import SourceError
 from tierpoint_client.torch._reads import (
     PIECE,
     READ_THREADS,

@@ -20,7 +20,12 @@ from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
 from tierpoint_client.client import Client
-from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
+from tierpoint_client.errors import (
+    ConflictError,
+    NotFoundError,
+    NoVerifiedCopyError,
+    TierpointError,
+)
 from tierpoint_client.models import Checkpoint, PlanEntry, RestoreStart, TierInfo
 from tierpoint_client.torch._files import (
     METADATA_FILE,
@@ -33,7 +38,6 @@ from tierpoint_client.torch._kept import RankNode, record_kept
 from tierpoint_client.torch._load import FileLoad
 from tierpoint_client.torch._sources import (
     CheckpointFiles,
-    NoVerifiedCopyError,
     ReadOptions,
     ReadStats,
 )

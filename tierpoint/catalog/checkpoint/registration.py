@@ -257,7 +257,7 @@ def unstarted_checkpoints(
     """Registered checkpoints whose lifecycle nobody has started, oldest first (reads the partial
     index `ix_checkpoint_unstarted`)."""
     rows = session.execute(
-        select(Checkpoint.id, Job.name, Checkpoint.step)
+        select(Checkpoint.id, Job.name, Checkpoint.step, Checkpoint.created_at)
         .join(Job, Job.id == Checkpoint.job_id)
         .where(
             Checkpoint.workflow_started_at.is_(None),
@@ -266,4 +266,6 @@ def unstarted_checkpoints(
         .order_by(Checkpoint.created_at)
         .limit(limit)
     )
-    return [LifecycleInput(checkpoint_id=i, job=j, step=s) for i, j, s in rows]
+    return [
+        LifecycleInput(checkpoint_id=i, job=j, step=s, registered_at=at) for i, j, s, at in rows
+    ]

@@ -50,13 +50,14 @@ def record(
             )
         )
     }
-    held = set(
-        session.execute(
+    held: set[tuple[int, str | None]] = {
+        (shard_id, node_id)
+        for shard_id, node_id in session.execute(
             select(Replica.shard_id, Replica.node_id).where(
                 Replica.checkpoint_id == checkpoint_id, Replica.tier == tier
             )
-        ).tuples()
-    )
+        )
+    }
     out: dict[str, list[str]] = {}
     rows = []
     for node, node_paths in sorted(wanted.items()):

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import exists, func, select, true
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.engine import catalog_now
@@ -133,9 +133,9 @@ def _lost_nodes_holding(session: Session, checkpoint_ids: Sequence[int]) -> list
     # Lost nodes are few: one probe of the shards' (checkpoint, node) index per pair.
     held = exists().where(Shard.checkpoint_id == Checkpoint.id, Shard.node_id == Node.id)
     rows = session.execute(
-        select(Checkpoint.id, Node.id).where(
-            Checkpoint.id.in_(checkpoint_ids), Node.lost_at.is_not(None), held
-        )
+        select(Checkpoint.id, Node.id)
+        .join(Node, true())  # every (checkpoint, lost node) pair, each probed once by `held`
+        .where(Checkpoint.id.in_(checkpoint_ids), Node.lost_at.is_not(None), held)
     )
     return [(r[0], r[1]) for r in rows]
 

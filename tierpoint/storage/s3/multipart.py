@@ -36,7 +36,12 @@ from tierpoint.storage.base import (
 from tierpoint.storage.checksum import crc32c_combine, crc32c_hex, crc32c_of, crc32c_to_base64
 from tierpoint.storage.s3.buffers import PartBuffers
 from tierpoint.storage.s3.object_options import object_write_args
-from tierpoint.storage.s3.responses import FULL_OBJECT, error_code, stored_crc32c
+from tierpoint.storage.s3.responses import (
+    FULL_OBJECT,
+    error_code,
+    is_upload_gone,
+    stored_crc32c,
+)
 from tierpoint.storage.source import check_source_end, position_source, read_full
 from tierpoint.tier_config import TierConfig
 
@@ -169,7 +174,7 @@ class MultipartUploads:
                     Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumberMarker=after_part
                 )
             except ClientError as e:
-                if error_code(e) in ("NoSuchUpload", "404"):
+                if is_upload_gone(e):
                     return None
                 raise
             for p in resp.get("Parts", []):
@@ -182,7 +187,7 @@ class MultipartUploads:
         try:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
         except ClientError as e:
-            if error_code(e) not in ("NoSuchUpload", "404"):
+            if not is_upload_gone(e):
                 raise
 
     def abort_uploads(self, prefix: str, keys: Container[str]) -> None:

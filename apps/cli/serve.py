@@ -53,13 +53,15 @@ def api(
     tls_cert: Annotated[
         Path | None,
         typer.Option(
-            help="Serve HTTPS with this certificate (PEM); needs --tls-key. Without it: plain HTTP.",
+            help="Serve HTTPS with this certificate (PEM), with --tls-key; else plain HTTP.",
             show_default="setting api_tls_cert: none",
         ),
     ] = None,
     tls_key: Annotated[
         Path | None,
-        typer.Option(help="The certificate's private key (PEM).", show_default="setting api_tls_key: none"),
+        typer.Option(
+            help="The certificate's private key (PEM).", show_default="setting api_tls_key: none"
+        ),
     ] = None,
     tls_client_ca: Annotated[
         Path | None,

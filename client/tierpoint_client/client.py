@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from tierpoint_client.destination import Existing, check_destination
 from tierpoint_client.errors import CheckpointFailedError, NotFoundError
-from tierpoint_client.leases import RESTORE_LEASE_TTL, holder
+from tierpoint_client.leases import RESTORE_LEASE_TTL, owner
 from tierpoint_client.manifest import PathLike, build_manifest
 from tierpoint_client.models import (
     Checkpoint,
@@ -356,7 +356,7 @@ class Client:
         called from the copying threads.
         """
         check_destination(dest_dir, existing)
-        latest = self.latest(job, tier=tier, node=node, lease_ttl=lease_ttl, holder=holder())
+        latest = self.latest(job, tier=tier, node=node, lease_ttl=lease_ttl, owner=owner())
         if latest is None:
             raise NotFoundError(
                 404,

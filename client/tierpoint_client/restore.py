@@ -35,7 +35,7 @@ from tierpoint_client.errors import (
 )
 from tierpoint_client.errors import SourceError as SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, crc32c_hex, update
-from tierpoint_client.leases import held, holder
+from tierpoint_client.leases import held, owner
 from tierpoint_client.models import (
     LatestCheckpoint,
     PlanEntry,
@@ -280,7 +280,7 @@ def restore_latest(
     lease = latest.lease
     if lease is None or not lease.active:
         check_destination(dest_dir, existing)  # before a lease is taken for nothing
-        lease = client.create_lease(latest.job, latest.step, lease_ttl, holder())
+        lease = client.create_lease(latest.job, latest.step, lease_ttl, owner())
     with held(client, lease, lease_ttl):
         tiers = {t.name: t for t in client.tiers()}
         done = restore_plan(

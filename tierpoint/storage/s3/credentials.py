@@ -11,7 +11,7 @@ import os
 
 import boto3
 
-from tierpoint.config import TierConfig
+from tierpoint.tier_config import TierConfig
 
 
 class MissingTierCredentials(ValueError):

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING
-
+from tierpoint_client.api import Api
 from tierpoint_client.errors import ChecksumMismatchError, SourceError, TierpointError
 from tierpoint_client.models import Checkpoint, LatestCheckpoint, PlanEntry, TierInfo
-
-if TYPE_CHECKING:
-    from tierpoint_client.client import Client
 
 
 class Fallback:
@@ -22,14 +18,14 @@ class Fallback:
 
     def __init__(
         self,
-        client: Client,
+        api: Api,
         latest: LatestCheckpoint,
         tiers: dict[str, TierInfo],
         node: str | None,
         only_tier: str | None = None,
     ) -> None:
         self._only_tier = only_tier
-        self._client = client
+        self._api = api
         self._latest = latest
         self._tiers = tiers
         self._node = node
@@ -47,12 +43,12 @@ class Fallback:
                 f"crc32c {err.expected_crc32c}"
             )
             with contextlib.suppress(TierpointError):
-                self._client.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
+                self._api.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
         if self._only_tier is not None:
             return None
         with self._lock:
             if self._detail is None:
-                self._detail = self._client.checkpoint(job, step)
+                self._detail = self._api.checkpoint(job, step)
             detail = self._detail
         restorable = [t.tier for t in detail.tiers if t.state == "restorable"]
         shard = next((s for s in detail.shards or () if s.path == entry.path), None)

@@ -489,7 +489,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "restore-s3-connection-kept",
-        "client/tierpoint_client/sources.py",
+        "client/tierpoint_client/sources/s3_object.py",
         "        s3.release(body)\n",
         "        body.close()\n",
         ("tests/client/test_restore_streamed.py::test_an_s3_connection_read_to_its_end_is_reused",),
@@ -885,7 +885,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- the DCP reader: a placed or streamed read verifies the whole file -------------------
     Mutant(
         "placed-read-crc",
-        "client/tierpoint_client/torch/_reads.py",
+        "client/tierpoint_client/sources/placing.py",
         """    actual = crc32c_hex(crc)
     if entry.crc32c is not None and actual != entry.crc32c.lower():
         raise Mismatch(f"crc32c {actual}, registered {entry.crc32c}")
@@ -897,8 +897,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "striped-read-hashes-placed-bytes",
-        "client/tierpoint_client/torch/_striped.py",
-        "            crcs.append(update(0, target))\n",
+        "client/tierpoint_client/sources/peer_endpoint.py",
+        "                crcs.append(update(0, view))\n",
         "            crcs.append(update(0, into))\n",
         (
             "tests/client/torch/test_dcp_peer_striped.py::"

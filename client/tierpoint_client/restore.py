@@ -17,6 +17,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+
 from tierpoint_client._fallback import Fallback
 from tierpoint_client.api import Api
 from tierpoint_client.destination import (
@@ -79,7 +80,7 @@ def _copy_chunks(
     a file system), is SourceError: this copy cannot be read, the next one may be."""
     chunks: Generator[memoryview, None, None] | None = None
     try:
-        chunks = sources.chunks(entry, chunk_size)
+        chunks = sources.open(entry).chunks(chunk_size)
         while (chunk := next(chunks, None)) is not None:
             yield chunk
     except SourceError:

@@ -4,13 +4,14 @@ the checkpoint's copy on the local tier deletes them: a rank keeps only what the
 
 The coordinator records, for every rank in one request before any rank writes one, the files each
 node will keep (`record_kept`); each rank then writes a file it read whole as it reads it
-(`LocalTier.new_copy`), committed only when the whole file verified."""
+(`LocalTier.copying`), committed only when the whole file verified."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +73,7 @@ class LocalCopy:
 
     def __init__(self, file: AtomicFile) -> None:
         self._file: AtomicFile | None = file
+        self.committed = False
 
     def write(self, data: bytes | bytearray | memoryview, crc: int | None = None) -> None:
         if self._file is None:
@@ -81,17 +83,17 @@ class LocalCopy:
         except OSError as e:
             self._give_up(e)
 
-    def commit(self) -> bool:
-        """Whether the copy is now in place (the read verified: its bytes are the file's)."""
+    def commit(self) -> None:
+        """Put the copy in place (the read verified: its bytes are the file's): `committed`."""
         if self._file is None:
-            return False
+            return
         try:
             self._file.commit()
         except OSError as e:
             self._give_up(e)
-            return False
+            return
         self._file = None
-        return True
+        self.committed = True
 
     def abort(self) -> None:
         if self._file is not None:
@@ -160,10 +162,24 @@ class LocalTier:
         (`Api.record_cached_copies`), so that the copy's expiry deletes them."""
         self._keep |= paths
 
-    def new_copy(self, entry: PlanEntry) -> LocalCopy | None:
-        """A new local copy of the file `entry` is a copy of, when re-population is on and the
-        read is not of the local copy itself: this node's own file put back in place, or another
-        node's that the server recorded as kept here; only inside an existing local-tier root."""
+    @contextlib.contextmanager
+    def copying(self, entry: PlanEntry) -> Iterator[LocalCopy | None]:
+        """A new local copy of the file `entry` is a copy of, for the block to write every byte
+        of the file to (None: none is written), committed when the block ends, removed if it
+        raises. One is made when re-population is on and the read is not of the local copy
+        itself: this node's own file put back in place, or another node's that the server
+        recorded as kept here; only inside an existing local-tier root."""
+        copy = self._new_copy(entry)
+        try:
+            yield copy
+        except BaseException:
+            if copy is not None:
+                copy.abort()
+            raise
+        if copy is not None:
+            copy.commit()
+
+    def _new_copy(self, entry: PlanEntry) -> LocalCopy | None:
         target = self._path(entry.path)
         allowed = entry.path in self._own or entry.path in self._keep
         if not (self._repopulate and allowed) or target is None or self.dir is None:
@@ -178,7 +194,7 @@ class LocalTier:
         except OSError as e:
             warnings.warn(
                 f"tierpoint: cannot write a local copy to {target} ({e}); the load goes on",
-                stacklevel=4,
+                stacklevel=5,
             )
             return None
 

@@ -19,7 +19,6 @@ from tierpoint_client.sources import (
     Pread,
     Range,
     Segment,
-    Source,
     Sources,
     ranged_read,
     verified_copies,
@@ -129,8 +128,13 @@ class CheckpointFiles:
                     got, fetched = ranged.read_ranges(wanted, crcs)
                     how = f"{entry.tier} (ranged)"
                 else:
+                    # A whole read, which also writes every byte to a new local copy where this
+                    # node keeps the file (committed only once the file verified).
+                    with self.local.copying(entry) as local:
+                        source.read_into(into, local)
+                    if local is not None and local.committed:
+                        self.stats.repopulated.append(path)
                     got, fetched = {}, entry.size
-                    self._read_whole(path, copy, source, into)
                     how = f"{entry.tier} (cache)" if copy.cached else entry.tier
             except (SourceError, OSError, Mismatch) as e:
                 tried.append(f"{entry.tier}: {e}")
@@ -158,24 +162,12 @@ class CheckpointFiles:
         if self.stats.files.get(path) in (self.local.name, f"{self.local.name} (cache)"):
             return  # read here
         entry = next((c.entry for c in self.copies.get(path, ()) if not c.cached), None)
-        copy = self.local.new_copy(entry) if entry is not None else None
-        if copy is None:
+        if entry is None:
             return
-        copy.write(data)
-        if copy.commit():
-            self.stats.repopulated.append(path)
-
-    def _read_whole(self, path: str, copy: _Copy, source: Source, into: Placement) -> None:
-        """A whole read of the copy, which writes every byte to a new local copy too where this
-        node keeps the file: committed only when the file verified, else removed."""
-        local = self.local.new_copy(copy.entry)
-        try:
-            source.read_into(into, local)
-        except BaseException:
+        with self.local.copying(entry) as local:
             if local is not None:
-                local.abort()
-            raise
-        if local is not None and local.commit():
+                local.write(data)
+        if local is not None and local.committed:
             self.stats.repopulated.append(path)
 
     def _failed(self, copy: _Copy, e: Exception) -> None:

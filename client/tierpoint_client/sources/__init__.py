@@ -18,7 +18,7 @@ The route of a `dcp.load(state, storage_reader=TierpointReader(job))`, module by
                      are recorded (torch/_cache.py: record_kept, one request for all ranks).
   torch/reader.py    read_data, on every rank, file by file:
     torch/_load.py     FileLoad: where each byte of the file goes (a Placement: straight into
-                       DCP's tensors where the layouts allow, torch/_layout.py);
+                       DCP's tensors where the layouts allow);
     torch/_copies.py   CheckpointFiles.read, copy by copy in order:
       here               Sources.open: the class that reads the copy, by its tier's kind:
                            local, shared  posix_file.FileSource: placed, positional reads on the

@@ -18,8 +18,7 @@ from pathlib import Path
 from tierpoint_client.api import Api
 from tierpoint_client.errors import TierpointError
 from tierpoint_client.models import PlanEntry, RestoreStart, Shard, TierInfo
-from tierpoint_client.torch._atomic import AtomicFile
-from tierpoint_client.torch._files import METADATA_FILE, local_tier
+from tierpoint_client.torch._files import METADATA_FILE, AtomicFile, local_tier
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,32 @@
-"""A DCP checkpoint's files in tierpoint, as its writer and reader both name them (no torch
-needed): where a rank's files go (this node, its local tier), what each stored item records, and
-the checkpoint id DCP is given."""
+"""What the DCP writer and reader share that needs no torch: where a rank's files go, what each
+stored item records, and the atomic, checksummed file writes."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import os
 import re
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tierpoint_client.errors import TierpointError
+from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import TierInfo
-from tierpoint_client.paths import NAME_BODY
+from tierpoint_client.paths import NAME_BODY, partial_name
 
 # This node's id, as its tierpoint node worker knows it (`tierpoint worker --node N`).
 NODE_ENV = "TIERPOINT_NODE"
 # DCP's global metadata file; registered as a shard of the checkpoint like every data file.
 METADATA_FILE = ".metadata"
 SCHEME = "tierpoint://"
+# Writeback of a file being written starts every this many bytes, so the device works while the
+# rest is serialised and the final fsync waits only for the tail.
+WRITEBACK_BYTES = 8 * 1024 * 1024
+_SYNC_FILE_RANGE_WRITE = 2
 _ID = re.compile(rf"^tierpoint://(?P<job>{NAME_BODY})(?:/(?P<step>\d+))?/?$")
 
 
@@ -63,3 +72,77 @@ def resolve_node(node: str | None, *, required: bool) -> str | None:
 def local_tier(tiers: Sequence[TierInfo]) -> TierInfo | None:
     """The tier checkpoints are written to: the first local tier of the server's config."""
     return next((t for t in tiers if t.kind == "local" and t.root), None)
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    # Linux only, and not in the os module. The server has its own (tierpoint.storage): the
+    # client package depends on none of the server's.
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        fn = ctypes.CDLL(name, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_sync_file_range = _load_sync_file_range()
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing [offset, offset+length) to the device, without waiting.
+    Advisory: where it is missing or refused, the commit's fsync writes everything."""
+    if _sync_file_range is not None and length > 0:
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class AtomicFile:
+    """A file written under a temporary name with its crc32c computed on the way; `commit`
+    fsyncs it and renames it into place, so its final name only ever holds a complete file.
+    Writeback starts every WRITEBACK_BYTES, so writing to the device overlaps the writes that
+    follow instead of all waiting for the fsync."""
+
+    def __init__(self, final: Path) -> None:
+        self.final = final
+        self.tmp = final.with_name(partial_name(final.name, uuid.uuid4().hex[:12]))
+        self._f = open(self.tmp, "xb")  # noqa: SIM115 - closed by commit or abort
+        self.size = 0
+        self._crc = 0
+        self._written_back = 0
+
+    def write(self, data: bytes | bytearray | memoryview, crc: int | None = None) -> None:
+        """Append `data`; `crc` is its own crc32c when the caller has it already (it is then
+        folded into the file's instead of hashing the bytes again)."""
+        n = memoryview(data).nbytes
+        self._crc = update(self._crc, data) if crc is None else combine(self._crc, crc, n)
+        self._f.write(data)
+        self.size += n
+        if self.size - self._written_back >= WRITEBACK_BYTES:
+            self._f.flush()
+            start_writeback(self._f.fileno(), self._written_back, self.size - self._written_back)
+            self._written_back = self.size
+
+    def commit(self) -> tuple[int, str]:
+        """(size, crc32c) of the committed file."""
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        os.replace(self.tmp, self.final)
+        fsync_dir(self.final.parent)
+        return self.size, crc32c_hex(self._crc)
+
+    def abort(self) -> None:
+        self._f.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.tmp.unlink()

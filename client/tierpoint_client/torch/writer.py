@@ -29,10 +29,10 @@ from tierpoint_client.errors import (
 from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import ShardSpec
 from tierpoint_client.paths import validate_job_name
-from tierpoint_client.torch._atomic import AtomicFile
 from tierpoint_client.torch._files import (
     METADATA_FILE,
     SCHEME,
+    AtomicFile,
     TierpointStorageInfo,
     local_tier,
     parse_checkpoint_id,

@@ -13,7 +13,7 @@ from tests.client.torch.ranks import TORCH_PYTHON
 CHECK = r"""
 import io, json
 import torch
-from tierpoint_client.torch._layout import HEAD, layout
+from tierpoint_client.torch._load import HEAD, layout
 from tierpoint_client.torch.writer import _serialize_tensor
 
 class Sink(io.BytesIO):
@@ -75,7 +75,7 @@ def test_a_tensor_is_viewed_where_torch_load_finds_it_and_anything_else_is_left_
 COPIES = r"""
 import io, json, tracemalloc
 import torch
-from tierpoint_client.torch._layout import layout
+from tierpoint_client.torch._load import layout
 from tierpoint_client.torch.writer import _serialize_tensor
 
 class Sink(io.BytesIO):

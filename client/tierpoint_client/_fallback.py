@@ -56,5 +56,5 @@ class Fallback:
         shard = next((s for s in detail.shards or () if s.path == entry.path), None)
         if shard is None:
             return None
-        copies = verified_copies(shard, detail.restorable_tiers(), self._tiers, self._node)
-        return next((c for c in copies if c.tier not in tried), None)
+        copies = verified_copies([shard], detail.restorable_tiers(), self._tiers, self._node)
+        return next((c for c in copies[shard.path] if c.tier not in tried), None)

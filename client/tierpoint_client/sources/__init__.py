@@ -134,27 +134,29 @@ class Sources:
 
 
 def verified_copies(
-    shard: Shard,
+    shards: Iterable[Shard],
     restorable: Collection[str],
     tiers: Sequence[TierInfo],
     node: str | None,
     tier: str | None = None,
-) -> list[PlanEntry]:
-    """The catalog's copies of `shard` that a reader on `node` may read, fastest first: its
-    verified replicas on the `restorable` tiers of the server's config (only `tier`, when
-    given), in the tiers' configured order; a node-local replica only on its own node."""
+) -> dict[str, list[PlanEntry]]:
+    """Per shard path, the catalog's copies of it that a reader on `node` may read, fastest
+    first: its verified replicas on the `restorable` tiers of the server's config (only `tier`,
+    when given), in the tiers' configured order; a node-local replica only on its own node."""
     order = {t.name: i for i, t in enumerate(tiers)}
     kinds = {t.name: t.kind for t in tiers}
-    found: list[PlanEntry] = []
-    for r in sorted(shard.replicas, key=lambda r: order.get(r.tier, len(order))):
-        kind = kinds.get(r.tier)
-        if r.state != "verified" or not r.location or r.tier not in restorable:
-            continue
-        if kind is None or (tier is not None and r.tier != tier):
-            continue
-        if kind == "local" and (node is None or r.node != node):
-            continue
-        found.append(PlanEntry.of_replica(shard, r, kind))
+    found: dict[str, list[PlanEntry]] = {}
+    for shard in shards:
+        copies = found[shard.path] = []
+        for r in sorted(shard.replicas, key=lambda r: order.get(r.tier, len(order))):
+            kind = kinds.get(r.tier)
+            if r.state != "verified" or not r.location or r.tier not in restorable:
+                continue
+            if kind is None or (tier is not None and r.tier != tier):
+                continue
+            if kind == "local" and (node is None or r.node != node):
+                continue
+            copies.append(PlanEntry.of_replica(shard, r, kind))
     return found
 
 

@@ -91,10 +91,11 @@ class CheckpointFiles:
             keep=keep,
         )
         restorable = checkpoint.restorable_tiers()
+        verified = verified_copies(checkpoint.shards, restorable, tiers, node, tier)
         self.copies: dict[str, list[_Copy]] = {}
         self.sizes: dict[str, int] = {}
         for shard in checkpoint.shards:
-            usable = verified_copies(shard, restorable, tiers, node, tier)
+            usable = verified[shard.path]
             found = [_Copy(e) for e in usable]
             cached = self.local.cached_copy(shard, usable)
             if cached is not None:

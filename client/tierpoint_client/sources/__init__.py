@@ -9,13 +9,13 @@ The route of a `dcp.load(state, storage_reader=TierpointReader(job))`, module by
                      takes one restore lease for the whole load and lists every copy of every
                      file and the tiers.
   torch/_copies.py   CheckpointFiles: each file's copies, fastest first (`verified_copies`,
-                     here), behind a copy this node keeps of it (torch/_cache.py: LocalTier).
+                     here), behind a copy this node keeps of it (LocalTier, same module).
                      `.metadata` is read whole (the read below). No copy of it verifies: the
                      lease is released and the next older restorable step is started instead
                      (the walk back; not with `step=`). The step and metadata go to every rank.
   torch/reader.py    DCP plans the load; prepare_global_plan, on the coordinator: each rank's
                      plan gets the copies of the files it reads, and the files its node will keep
-                     are recorded (torch/_cache.py: record_kept, one request for all ranks).
+                     are recorded (torch/_kept.py: record_kept, one request for all ranks).
   torch/reader.py    read_data, on every rank, file by file:
     torch/_load.py     FileLoad: where each byte of the file goes (a Placement: straight into
                        DCP's tensors where the layouts allow);
@@ -37,7 +37,7 @@ The route of a `dcp.load(state, storage_reader=TierpointReader(job))`, module by
       torch/_copies.py   a mismatch or a read error: a warning, a mismatch reported to the server
                          (`Api.report_corrupt_copy`; a kept copy is deleted instead), the next
                          copy; none left: NoVerifiedCopyError, and the load fails on every rank;
-                         verified: a local copy written on the way is committed (torch/_cache.py);
+                         verified: a local copy written on the way is committed (LocalTier);
     torch/_load.py     FileLoad.finish: the tensors and bytes handed to DCP.
   torch/reader.py    every rank done: a barrier, then the coordinator releases the lease.
 

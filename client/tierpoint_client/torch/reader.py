@@ -27,7 +27,6 @@ from tierpoint_client.errors import (
     TierpointError,
 )
 from tierpoint_client.models import Checkpoint, PlanEntry, RestoreStart, TierInfo
-from tierpoint_client.torch._cache import RankNode, record_kept
 from tierpoint_client.torch._copies import CheckpointFiles, ReadOptions, ReadStats
 from tierpoint_client.torch._files import (
     METADATA_FILE,
@@ -36,6 +35,7 @@ from tierpoint_client.torch._files import (
     parse_checkpoint_id,
     resolve_node,
 )
+from tierpoint_client.torch._kept import RankNode, record_kept
 from tierpoint_client.torch._load import FileLoad
 
 

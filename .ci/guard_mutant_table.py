@@ -816,8 +816,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "striped-read-hashes-placed-bytes",
-        "            crcs.append(update(0, target))\n",
-        "            crcs.append(update(0, into))\n",
+        "                crcs.append(update(0, view))\n",
+        "                crcs.append(update(0, into))\n",
         (
             "tests/client/torch/test_dcp_peer_striped.py::"
             "test_a_flipped_byte_is_a_mismatch_and_the_next_copy_is_read",

@@ -22,29 +22,7 @@ from pydantic_settings import (
 )
 
 from tierpoint.errors import UnknownTier
-
-# A tier's options have their own module; importers reach them through the settings as ever.
-from tierpoint.tier_config import (
-    NAME_RE,
-    KeyLayoutKind,
-    RetryMode,
-    ServerSideEncryption,
-    StorageClass,
-    TierConfig,
-    TierKind,
-    expand_copies,
-)
-
-__all__ = [
-    "NAME_RE",
-    "KeyLayoutKind",
-    "RetryMode",
-    "ServerSideEncryption",
-    "Settings",
-    "StorageClass",
-    "TierConfig",
-    "TierKind",
-]
+from tierpoint.tier_config import TierConfig, TierKind, expand_copies
 
 
 class Settings(BaseSettings):

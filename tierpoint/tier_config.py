@@ -203,10 +203,10 @@ class TierConfig(BaseModel):
     copies: PositiveInt = Field(
         default=1,
         description="Peer tiers: how many copies of each node's local-tier files, each on "
-        "another node (K distinct nodes while more than K are live, in distinct failure "
+        "another node (K distinct nodes while more than K are serving, in distinct failure "
         "domains while there are that many). A peer tier with `copies = K` stands for K peer "
         "tiers, one per copy, right after it in the list: this one, then `<name>.2` ... "
-        "`<name>.K` rooted at `<root>.2` ... `<root>.K`, each a tier of its own (marker, "
+        "`<name>.K` rooted at `<root>.2` ... `<root>.K`, each a tier of its own (tier copy, "
         "placement, scrub, re-replication); a retention rule for `<name>` applies to them "
         "unless one names them. Other kinds: 1.",
     )

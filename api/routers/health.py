@@ -12,9 +12,9 @@ from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.health import Health, Readiness
 from tierpoint.catalog.engine import ping
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NotReady
 from tierpoint.storage.s3.credentials import tier_session
+from tierpoint.tier_config import TierConfig, TierKind
 
 router = APIRouter(tags=["health"], route_class=GatedRoute)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tierpoint.config import TierConfig, TierKind
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 class TierOut(BaseModel):

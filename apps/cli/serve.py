@@ -139,6 +139,7 @@ def tls_options(settings: "Settings") -> dict[str, Any]:
     }
     if settings.api_tls_client_ca is not None:
         options["ssl_ca_certs"] = str(settings.api_tls_client_ca)
+        # guard: api-mutual-tls-requires-a-certificate
         options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
     return options
 

@@ -42,11 +42,13 @@ from apps.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevSe
 from apps.devstack.settings import build_settings
 from apps.devstack.tiers import DEFAULT_TIERS, complete_tiers, on_stack_s3
 from tierpoint import logs
-from tierpoint.catalog import migrate, tokens_repo
-from tierpoint.catalog import nodes as catalog_nodes
+from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import catalog_now, make_sync_engine, sync_sessions
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.catalog.node import registry as catalog_nodes
+from tierpoint.catalog.token import tokens
+from tierpoint.config import Settings
 from tierpoint.long_lived import freeze_long_lived
+from tierpoint.tier_config import TierConfig, TierKind
 
 READY_TIMEOUT = 120.0
 # The dev stack's admin token, made anew at every start (the previous one stops working).
@@ -313,7 +315,7 @@ def _admin_token(database_url: str) -> str:
     engine = make_sync_engine(database_url, pool_size=1)
     try:
         with sync_sessions(engine)() as session:
-            new = tokens_repo.create_token(session, DEV_TOKEN_NAME, ["admin"], None, replace=True)
+            new = tokens.create_token(session, DEV_TOKEN_NAME, ["admin"], None, replace=True)
             session.commit()
             return new.secret
     finally:

@@ -17,7 +17,8 @@ from pydantic_settings import EnvSettingsSource, TomlConfigSettingsSource
 
 from apps.devstack.facts import BUCKET, S3_CREDENTIALS_ENV, S3Facts
 from apps.devstack.paths import StackPaths
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 DEFAULT_TIERS: tuple[dict[str, Any], ...] = (
     {"name": "ssd", "kind": "local"},
@@ -93,12 +94,14 @@ def complete_tiers(
                 tier["endpoint_url"] = s3.endpoint_url
                 tier["region"] = s3.region
                 tier.pop("credentials_profile", None)
+                # guard: dev-stack-keys-only-for-its-s3
                 tier["credentials_env"] = S3_CREDENTIALS_ENV
         try:
             config = TierConfig(**tier)
         except ValidationError as exc:
             first = exc.errors()[0]
             raise DevTiersError(f"tier {name or '?'}: {first['msg']}") from None
+        # guard: dev-nodes-share-a-local-root
         if config.on_nodes and nodes > 1 and NODE not in (config.root or ""):
             raise DevTiersError(
                 f"{config.kind} tier {name!r}: its root {config.root} has no {NODE}, but the dev "

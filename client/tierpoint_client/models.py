@@ -234,7 +234,7 @@ class Lease:
     id: int
     job: str
     step: int
-    holder: str | None
+    owner: str | None  # who took it (the wire's `holder`)
     expires_at: datetime | None
     active: bool
 
@@ -244,7 +244,7 @@ class Lease:
             id=int(d["id"]),
             job=d["job"],
             step=int(d["step"]),
-            holder=d.get("holder"),
+            owner=d.get("holder"),
             expires_at=_dt(d.get("expires_at")),
             active=bool(d.get("active", True)),
         )

@@ -27,8 +27,9 @@ from tests.helpers.services import Services, make_bucket, make_settings
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.temporal import connect
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 class _ApiServer:

@@ -17,7 +17,8 @@ import yaml
 
 from apps.cli.main import app
 from tests.helpers.manifest_rules import KUBERNETES_VERSION
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "deployment.md"

@@ -20,7 +20,8 @@ from tests.deploy.test_kubernetes import TEST_URL, _kubectl_objects, _schema_err
 from tests.helpers.debian_tools import require
 from tests.helpers.kustomize import Obj, example_overlay, normalize_hashes, pod_spec, render
 from tests.helpers.manifest_rules import problems
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierKind
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"

@@ -11,7 +11,8 @@ from fastapi.routing import APIRoute
 
 from api.routers.health import router as health_router
 from tests.helpers.kustomize import Obj, pod_spec
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierKind
 
 # The oldest Kubernetes minor the manifests are meant for (EKS and GKE both still offer it).
 KUBERNETES_VERSION = "1.32.0"

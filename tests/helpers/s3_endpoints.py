@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 
 from tests.helpers.services import Services
-from tierpoint.config import TierConfig, TierKind
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 @dataclass(frozen=True)

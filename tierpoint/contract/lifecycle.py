@@ -10,9 +10,9 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from tierpoint.config import TierKind
 from tierpoint.contract.common import FailureType, backoff
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 LIFECYCLE_WORKFLOW = "CheckpointLifecycle"
 STAGE_WORKFLOW = "CheckpointLifecycleStage"
@@ -142,7 +142,7 @@ class LifecyclePlan(BaseModel):
 
     def peer_batches(self, tier: str) -> tuple[list[Batch], list[str]]:
         """The batches of a copy to peer tier `tier`, each on its holder, and the source nodes
-        that have no holder (fewer live nodes than the tier's ring distance needs)."""
+        that have no holder (fewer serving nodes than the tier's ring distance needs)."""
         holders = self.holders.get(tier, {})
         batches = [
             b.model_copy(update={"holder": holders[b.node]})

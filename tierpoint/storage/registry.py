@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config
 
-from tierpoint.config import RetryMode, TierConfig, TierKind
 from tierpoint.storage.base import TierStore
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.s3.credentials import credentials_identity, tier_session
 from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.storage.s3.store import S3Store
 from tierpoint.storage.throttle import TokenBucket
+from tierpoint.tier_config import RetryMode, TierConfig, TierKind
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -11,11 +11,11 @@ import pytest
 from tests.helpers.s3_endpoints import S3Endpoint, moto_endpoint
 from tests.helpers.services import Services
 from tests.helpers.storage import MiB
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import s3_client
 from tierpoint.storage.s3.layout import FLAT
 from tierpoint.storage.s3.store import S3Store
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 @pytest.fixture

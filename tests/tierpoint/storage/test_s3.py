@@ -8,7 +8,6 @@ import pytest
 
 from tests.helpers.s3_endpoints import S3Endpoint
 from tests.helpers.storage import InterruptedSource, MiB, Progress, new_ref, random_bytes
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import RecordedCopy, ResumeState, ShardRef, SourceSizeMismatch
 from tierpoint.storage.checksum import crc32c_hex, crc32c_of, crc32c_to_base64
 from tierpoint.storage.posix.store import PosixStore
@@ -16,6 +15,7 @@ from tierpoint.storage.registry import open_store
 from tierpoint.storage.s3.layout import FLAT
 from tierpoint.storage.s3.multipart import part_size_for
 from tierpoint.storage.s3.store import S3Store
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 def object_bytes(raw_s3: Any, store: S3Store, ref: ShardRef) -> bytes:

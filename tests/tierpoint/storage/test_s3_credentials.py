@@ -14,10 +14,10 @@ from pydantic import ValidationError
 from tests.helpers.s3_endpoints import S3Endpoint, moto_endpoint
 from tests.helpers.services import Services
 from tests.helpers.storage import new_ref
-from tierpoint.config import TierConfig
 from tierpoint.storage.registry import open_store
 from tierpoint.storage.s3.credentials import MissingTierCredentials
 from tierpoint.storage.s3.layout import FLAT
+from tierpoint.tier_config import TierConfig
 
 
 def _round_trip(tier: TierConfig) -> None:

@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from tests.helpers.s3_endpoints import S3Endpoint, moto_endpoint
 from tests.helpers.services import Services
 from tests.helpers.storage import MiB, Progress, new_ref, random_bytes
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.registry import s3_client
 from tierpoint.storage.s3.layout import FLAT
 from tierpoint.storage.s3.store import S3Store
+from tierpoint.tier_config import TierConfig, TierKind
 
 SIZES = {"single PutObject": 1 * MiB, "multipart": 11 * MiB + 3}
 

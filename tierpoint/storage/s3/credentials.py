@@ -11,7 +11,7 @@ import os
 
 import boto3
 
-from tierpoint.config import TierConfig
+from tierpoint.tier_config import TierConfig
 
 
 class MissingTierCredentials(ValueError):
@@ -29,6 +29,7 @@ def _env_keys(tier: TierConfig) -> tuple[str, str, str | None] | None:
         return None
     key_var, secret_var, token_var = env_names(tier.credentials_env)
     key, secret = os.environ.get(key_var), os.environ.get(secret_var)
+    # guard: tier-credentials-never-fall-back
     if not key or not secret:
         # Never the standard chain instead: those are another endpoint's keys (the very mix-up
         # this setting exists to prevent).

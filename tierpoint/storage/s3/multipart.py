@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
-from tierpoint.config import TierConfig
 from tierpoint.storage.base import (
     ByteSource,
     ChecksumMismatch,
@@ -44,6 +43,7 @@ from tierpoint.storage.s3.responses import (
     stored_crc32c,
 )
 from tierpoint.storage.source import check_source_end, position_source, read_full
+from tierpoint.tier_config import TierConfig
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -167,11 +167,11 @@ class MultipartUploads:
 
     def _list_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]] | None:
         parts: dict[int, dict[str, Any]] = {}
-        marker = 0
+        after_part = 0
         while True:
             try:
                 resp = self.client.list_parts(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumberMarker=marker
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumberMarker=after_part
                 )
             except ClientError as e:
                 if is_upload_gone(e):
@@ -181,7 +181,7 @@ class MultipartUploads:
                 parts[int(p["PartNumber"])] = cast(dict[str, Any], p)
             if not resp.get("IsTruncated"):
                 return parts
-            marker = int(resp["NextPartNumberMarker"])
+            after_part = int(resp["NextPartNumberMarker"])
 
     def abort(self, key: str, upload_id: str) -> None:
         try:

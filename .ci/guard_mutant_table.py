@@ -116,6 +116,18 @@ MUTANTS: tuple[Mutant, ...] = (
         (RECHECK,),
         "the re-check must wait for a pin or lease insert in flight on the checkpoint row",
     ),
+    Mutant(
+        "actions-lock-checkpoint-no-key-update",
+        "tierpoint/catalog/checkpoint_lookup.py",
+        "        q = q.with_for_update(of=Checkpoint, key_share=True)\n",
+        "        q = q.with_for_update(of=Checkpoint)\n",
+        (
+            "tests/api/test_marker_lock_order.py::"
+            "test_an_action_on_a_copy_being_promoted_waits_for_the_promotion_and_answers",
+        ),
+        "an action waiting for a marker a promotion holds must not block the promotion's event "
+        "insert (a deadlock, answered 503)",
+    ),
     # ---- the lifecycle asks for retention after each promotion -------------------------------
     Mutant(
         "request-activity-noop",

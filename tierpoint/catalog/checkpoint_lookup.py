@@ -46,14 +46,21 @@ def job_id_of_checkpoint(session: Session, checkpoint_id: int) -> int | None:
 
 def find_checkpoint(session: Session, job: str, step: int, *, lock: bool = False) -> CheckpointKey:
     """The checkpoint at (job, step), its row locked until commit with `lock`. Raises JobNotFound
-    when no job has that name, else CheckpointNotFound."""
+    when no job has that name, else CheckpointNotFound.
+
+    The lock is FOR NO KEY UPDATE: it orders the caller with every other holder of the row
+    (another action, the retention executor's FOR UPDATE) but not with foreign-key checks. The
+    store's writers lock a marker and then record an event, whose foreign key takes KEY SHARE on
+    this row; a caller that then waits for that marker while holding the row FOR UPDATE would
+    close a cycle, and Postgres would end one side as deadlocked."""
     q = (
         select(Checkpoint.id, Checkpoint.job_id, Checkpoint.pinned)
         .join(Job, Job.id == Checkpoint.job_id)
         .where(Job.name == job, Checkpoint.step == step)
     )
     if lock:
-        q = q.with_for_update(of=Checkpoint)
+        # key_share=True renders FOR NO KEY UPDATE (FOR KEY SHARE only with read=True).
+        q = q.with_for_update(of=Checkpoint, key_share=True)
     row = session.execute(q).one_or_none()
     if row is None:
         # Only the refusal pays for the second lookup; the hot path is one indexed join.

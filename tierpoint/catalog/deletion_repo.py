@@ -83,13 +83,15 @@ def delete_checkpoints(
     """Send every copy of the job's checkpoint at `step` (None: all its checkpoints) to expiry and
     mark it deleted, recording one `deleted` event each with `actor`. Raises JobNotFound,
     CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`). Locks
-    the checkpoint rows, then their markers, as retention's expiry does; the caller commits."""
+    the checkpoint rows, then their markers, as retention's expiry does; the caller commits.
+    The rows FOR NO KEY UPDATE, as every action locks them (`find_checkpoint`): never in a cycle
+    with a writer that holds a marker and records an event."""
     job_id = require_job_id(session, job)
     q = (
         select(Checkpoint.id, Checkpoint.step, Checkpoint.pinned, Checkpoint.deleted_at)
         .where(Checkpoint.job_id == job_id)
         .order_by(Checkpoint.id)
-        .with_for_update()
+        .with_for_update(key_share=True)
     )
     if step is not None:
         q = q.where(Checkpoint.step == step)

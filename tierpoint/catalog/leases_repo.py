@@ -1,12 +1,13 @@
 """Restore leases and pins: the two ways to keep a checkpoint from expiring.
 
-Both lock the checkpoint row (SELECT ... FOR UPDATE) in the caller's transaction before they
-change anything, as the retention executor does before it flips a marker to `expiring`: a lease
-or pin either commits before the executor's re-check (which then sees it and keeps every copy) or
-after the flip. After the flip the copy is being deleted and nothing brings it back: a pin is then
-refused (409 `copy_expiring`, naming the tiers), since it promises that no copy expires; a lease
-holds only the copies that are restorable, so it is refused only when no tier is. Lease times are
-the database's clock, the same clock the snapshot and the executor compare them with."""
+Both lock the checkpoint row (SELECT ... FOR NO KEY UPDATE, `find_checkpoint`) in the caller's
+transaction before they change anything, as the retention executor does (FOR UPDATE, which this
+waits for) before it flips a marker to `expiring`: a lease or pin either commits before the
+executor's re-check (which then sees it and keeps every copy) or after the flip. After the flip the
+copy is being deleted and nothing brings it back: a pin is then refused (409 `copy_expiring`,
+naming the tiers), since it promises that no copy expires; a lease holds only the copies that are
+restorable, so it is refused only when no tier is. Lease times are the database's clock, the same
+clock the snapshot and the executor compare them with."""
 
 from __future__ import annotations
 

@@ -117,6 +117,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "the re-check must wait for a pin or lease insert in flight on the checkpoint row",
     ),
     Mutant(
+        "deleted-run-gives-way",
+        "tierpoint/temporal.py",
+        "            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,\n",
+        "            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,\n",
+        (
+            "tests/api/test_delete_in_flight.py::"
+            "test_a_step_deleted_in_flight_and_registered_again_gets_a_lifecycle_of_its_own",
+        ),
+        "a step registered again must not join the deleted checkpoint's run still under its id",
+    ),
+    Mutant(
         "actions-lock-checkpoint-no-key-update",
         "tierpoint/catalog/checkpoint_lookup.py",
         "        q = q.with_for_update(of=Checkpoint, key_share=True)\n",

@@ -18,7 +18,7 @@ class Fallback:
     """Another source for a shard whose copy failed: a copy whose bytes did not match is
     reported (one that could not be read is not: a node down, a connection cut say nothing of
     the bytes), then the checkpoint's detail (fetched once, at the first failure) names the
-    other verified copies on restorable tiers, fastest first."""
+    other verified copies on restorable tiers that are not quarantined, fastest first."""
 
     def __init__(
         self,
@@ -54,7 +54,7 @@ class Fallback:
             if self._detail is None:
                 self._detail = self._client.checkpoint(job, step)
             detail = self._detail
-        restorable = [t.tier for t in detail.tiers if t.state == "restorable"]
+        restorable = detail.restorable_tiers()
         shard = next((s for s in detail.shards or () if s.path == entry.path), None)
         if shard is None:
             return None

@@ -117,6 +117,29 @@ MUTANTS: tuple[Mutant, ...] = (
         "the re-check must wait for a pin or lease insert in flight on the checkpoint row",
     ),
     Mutant(
+        "node-lost-tells-lifecycles-placing-peer-copies",
+        "tierpoint/catalog/nodes.py",
+        "    placing = placing_peer_copies(session, peer_tiers)\n",
+        "    placing: list[tuple[int, str, int]] = []\n",
+        (
+            "tests/faults/test_holder_lost_in_flight.py::"
+            "test_a_holder_lost_before_its_copy_began_is_replaced",
+        ),
+        "a holder lost before its planned copy began must be told to the lifecycle and the copy "
+        "made again",
+    ),
+    Mutant(
+        "rereplication-waits-for-the-lifecycle",
+        "activities/peer.py",
+        "            if placing and activity.info().attempt < PLACING_ATTEMPTS:\n",
+        "            if False:\n",
+        (
+            "tests/faults/test_holder_lost_in_flight.py::"
+            "test_a_copy_made_again_waits_for_the_lifecycle_to_place_the_others",
+        ),
+        "a copy made again while the lifecycle places the others must not land beside one",
+    ),
+    Mutant(
         "deleted-run-gives-way",
         "tierpoint/temporal.py",
         "            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,\n",

@@ -3,7 +3,7 @@ lack, and the new holder of each shard's node. The copies and promotions are the
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -18,6 +18,12 @@ from tierpoint.contract.peer import PLAN, PeerPlan, PeerStage, RereplicateInput
 from .batching import batch_size, plan_batches
 from .placement import holders_by_tier
 from .stores import Stores
+
+# A re-replication waits for the checkpoint's lifecycle to place its peer copies (a retryable
+# failure of its plan, this often).
+PLACING = "PeerCopiesPlacing"
+PLACING_RETRY = timedelta(seconds=2)
+PLACING_ATTEMPTS = 300
 
 
 def _plan_tier(t: TierConfig) -> PlanTier:
@@ -65,14 +71,25 @@ class PeerActivities:
                     type=FailureType.CHECKPOINT_NOT_FOUND,
                     non_retryable=True,
                 )
-            failed = peer_reads.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
+            names = [t.name for t in peers]
+            placing = peer_reads.placing_peer_copies(s, names, inp.checkpoint_id)
+            if placing and activity.info().attempt < PLACING_ATTEMPTS:
+                # Its lifecycle still places peer copies: copies made now could not see where
+                # it puts the others, and might land beside one. Asked again shortly (and at
+                # last planned anyway: a lifecycle that stopped leaves its markers pending).
+                raise ApplicationError(
+                    f"checkpoint {inp.checkpoint_id}'s lifecycle is still placing peer copies",
+                    type=PLACING,
+                    next_retry_delay=PLACING_RETRY,
+                )
+            failed = peer_reads.tiers_to_rereplicate(s, inp.checkpoint_id, names)
             missing = {t: peer_reads.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
             remade = [t for t in peers if t.name in missing]
             sources = {n for rows in missing.values() for n, _, _ in rows}
             lost = set(nodes.lost_among(s, sources))
             live = scrub_repo.live_nodes(s)
             domains = nodes.failure_domains(s, [*live, *sources])
-            kept = peer_reads.copy_holders(s, inp.checkpoint_id, [t.name for t in peers])
+            kept = peer_reads.copy_holders(s, inp.checkpoint_id, names)
             readable = {t.name: self._readable(t) for t in remade}
             verified = peer_reads.verified_copies(
                 s,

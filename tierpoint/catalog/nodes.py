@@ -19,7 +19,7 @@ from tierpoint.states import ReplicaState, TierState
 
 from .events import EventKind, record
 from .models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from .peer_reads import held_peer_checkpoints
+from .peer_reads import held_peer_checkpoints, placing_peer_copies
 
 
 def all_seen_since(session: Session, node_ids: Sequence[str], since: datetime) -> bool:
@@ -176,7 +176,11 @@ def mark_lost(
         lost_per_checkpoint[cp] = lost_per_checkpoint.get(cp, 0) + 1
     replicas_lost = len(lost_rows)
     pending = _pending_with_shards_on(session, node)
-    ids = sorted(set(lost_per_checkpoint) | set(pending))
+    # Checkpoints still placing peer copies: their lifecycle may have planned one on the node,
+    # and nothing of it is in the catalog yet. Told like the others (so that none waits on the
+    # node's queue), and re-replicated once their lifecycle has placed the rest.
+    placing = placing_peer_copies(session, peer_tiers)
+    ids = sorted(set(lost_per_checkpoint) | set(pending) | {cp for cp, _, _ in placing})
     if not ids:
         if changed:
             record(
@@ -194,7 +198,9 @@ def mark_lost(
     markers_failed = sum(len(t) for t in failed_tiers.values())
     out = NodeLost(node, lost_at, changed, replicas_lost, markers_failed)
     # Asked again on every declaration, so that repeating it re-starts what Temporal missed.
-    out.peer_copies_lost = held_peer_checkpoints(session, node, peer_tiers)
+    out.peer_copies_lost = sorted(
+        set(held_peer_checkpoints(session, node, peer_tiers)) | set(placing)
+    )
     for cp, job_id, job, step, in_flight in _affected(session, ids):
         out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight)))
         if lost_per_checkpoint.get(cp) or failed_tiers.get(cp):

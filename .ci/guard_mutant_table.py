@@ -140,6 +140,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "a copy made again while the lifecycle places the others must not land beside one",
     ),
     Mutant(
+        "data-endpoint-condemns-by-the-catalog-of-now",
+        "tierpoint/services/data_endpoint.py",
+        "        listings.forget(tier, ref.job, ref.step)\n",
+        "",
+        (
+            "tests/tierpoint/test_data_endpoint_step_again.py::"
+            "test_a_step_registered_again_is_served_with_its_new_size",
+        ),
+        "a listing kept from before a step was registered again must not condemn its new copy",
+    ),
+    Mutant(
         "deleted-run-gives-way",
         "tierpoint/temporal.py",
         "            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,\n",

@@ -13,7 +13,8 @@ RFC 9457 problem+json documents with a stable `code`.
 The endpoint never promises bytes it does not have: a file that is not its registered size when
 it is opened is not served (404 `copy_damaged`), and one that ends early while it is sent cuts
 the connection, so a reader sees a read error, never a short file. Either way the copy is marked
-bad and repaired at once (`data_damage.py`).
+bad and repaired at once (`data_damage.py`), judged by the size the catalog lists now: a kept
+listing may be older than the copy (its step deleted and registered again since).
 
 How many connections it holds and how long each may take: `data_connections.py`.
 
@@ -213,10 +214,11 @@ class _Handler(BaseHTTPRequestHandler):
         with reader:
             held = os.fstat(reader.fileno()).st_size
             if held != size:
-                self._damaged(
-                    tier, ref, ReplicaState.CORRUPT, f"holds {held} of its {size} registered bytes"
-                )
-                return
+                now = self._listed_now(tier, ref, held)
+                if now is None:
+                    return
+                size, span = now
+                start, end = span if span is not None else (0, size)
             self.send_response(HTTPStatus.PARTIAL_CONTENT if span is not None else HTTPStatus.OK)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(end - start))
@@ -244,6 +246,28 @@ class _Handler(BaseHTTPRequestHandler):
                 )
         metrics_worker.DATA_BYTES_SERVED.labels(tier).inc(sent)
         log.debug("served", path=ref.path, bytes=sent, to=who)
+
+    def _listed_now(
+        self, tier: str, ref: ShardRef, held: int
+    ) -> tuple[int, tuple[int, int] | None] | None:
+        """A file not the size the kept listing says: the listing may be older than the copy
+        (its step deleted and registered again since), so the catalog is asked again, and only
+        its size of now condemns the copy. The size and span to serve, or None once refused."""
+        listings = self.server.listings
+        listings.forget(tier, ref.job, ref.step)
+        size = listings.size(tier, ref.job, ref.step, ref.path)
+        if size is None:
+            self._refuse(CopyNotFound("no verified copy of it on this node"))
+            return None
+        if held != size:
+            why = f"holds {held} of its {size} registered bytes"
+            self._damaged(tier, ref, ReplicaState.CORRUPT, why)
+            return None
+        try:
+            return size, byte_range(self.headers.get("Range"), size)
+        except TierpointError as exc:
+            self._refuse(exc)
+            return None
 
     def _damaged(self, tier: str, ref: ShardRef, state: ReplicaState, why: str) -> None:
         """The copy is not what the catalog lists: record it, and say so instead of serving."""

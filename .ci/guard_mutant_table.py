@@ -151,6 +151,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "a listing kept from before a step was registered again must not condemn its new copy",
     ),
     Mutant(
+        "seal-records-no-identity-of-a-wrong-file",
+        "activities/seal.py",
+        "repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem, None)",
+        "repo.ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem, "
+        "v.identity)",
+        (
+            "tests/workflows/test_delete_after_a_failed_seal.py::"
+            "test_a_delete_after_a_failed_seal_keeps_the_files_the_job_wrote_since",
+        ),
+        "a file the seal found not as registered (the job's, written again) is never deleted as "
+        "if the catalog had verified it",
+    ),
+    Mutant(
         "deleted-run-gives-way",
         "tierpoint/temporal.py",
         "            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,\n",

@@ -26,6 +26,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
 from apps.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
+from tests.helpers.rgw import rgw_endpoint
+from tests.helpers.s3_endpoints import S3Endpoint
 from tests.helpers.services import (
     NODES,
     Services,
@@ -180,3 +182,16 @@ async def client(settings: Settings) -> Client:
     """A Temporal client with the project's data converter (tests/api overrides `client` with
     its HTTP client)."""
     return await connect(settings)
+
+
+@pytest.fixture(scope="session")
+def rgw() -> Iterator[S3Endpoint]:
+    """A second, real S3 for the session: Ceph's RADOS Gateway (tests/helpers/rgw.py), started
+    on first use, or the one TIERPOINT_TEST_RGW_ENDPOINT_URL names."""
+    # Outside pytest's basetemp: the daemons' admin sockets need short paths.
+    root = Path(tempfile.mkdtemp(prefix="tierpoint-test-rgw-"))
+    try:
+        with rgw_endpoint(root) as endpoint:
+            yield endpoint
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

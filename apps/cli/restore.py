@@ -23,7 +23,7 @@ from tierpoint_client import (
     TierpointError,
 )
 from tierpoint_client.destination import Existing, check_destination
-from tierpoint_client.leases import RESTORE_LEASE_TTL, holder
+from tierpoint_client.leases import RESTORE_LEASE_TTL, owner
 
 from apps.cli.context import (
     ApiUrlOpt,
@@ -107,7 +107,7 @@ def restore(
         with api_errors():
             # One request: the checkpoint, each shard's fastest verified copy, and the lease.
             latest = client.latest(
-                job, tier=tier, node=node, lease_ttl=RESTORE_LEASE_TTL, holder=holder()
+                job, tier=tier, node=node, lease_ttl=RESTORE_LEASE_TTL, owner=owner()
             )
             if latest is None:
                 where = (f" on tier {tier}" if tier else "") + (f" for node {node}" if node else "")

@@ -21,6 +21,7 @@ from tierpoint_client.errors import (
     InvalidJobNameError,
     InvalidRequestError,
     ManifestError,
+    MissingCredentialsError,
     MissingDependencyError,
     NotFoundError,
     NoVerifiedCopyError,
@@ -51,10 +52,11 @@ from tierpoint_client.models import (
     TierInfo,
 )
 from tierpoint_client.paths import safe_join, validate_job_name, validate_relative_path
-from tierpoint_client.transport import RetryPolicy
+from tierpoint_client.transport import ApiTls, RetryPolicy
 
 __all__ = [
     "ApiError",
+    "ApiTls",
     "AuthError",
     "Checkpoint",
     "CheckpointFailedError",
@@ -68,6 +70,7 @@ __all__ = [
     "LatestCheckpoint",
     "Lease",
     "ManifestError",
+    "MissingCredentialsError",
     "MissingDependencyError",
     "NoVerifiedCopyError",
     "NotFoundError",

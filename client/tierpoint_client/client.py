@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 from tierpoint_client.destination import Existing, check_destination
 from tierpoint_client.errors import CheckpointFailedError, NotFoundError
-from tierpoint_client.leases import RESTORE_LEASE_TTL, holder
+from tierpoint_client.leases import RESTORE_LEASE_TTL, owner
 from tierpoint_client.manifest import PathLike, build_manifest
 from tierpoint_client.models import (
     Checkpoint,
@@ -24,7 +25,7 @@ from tierpoint_client.models import (
 )
 from tierpoint_client.paths import check_no_path_conflict, validate_relative_path
 from tierpoint_client.restore import ProgressCallback, restore_latest
-from tierpoint_client.transport import RetryPolicy, Transport
+from tierpoint_client.transport import ApiTls, RetryPolicy, Transport
 
 # Tier states from which a checkpoint will not (again) become restorable without an operator.
 _TERMINAL_STATES = frozenset({"failed", "expiring", "expired"})
@@ -43,8 +44,12 @@ class Client:
         token: str | None = None,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        tls: ApiTls | None = None,
     ) -> None:
-        self._http = Transport(api_url, token, timeout, retry or RetryPolicy())
+        """`tls`: how an https API is trusted (its CA, a client certificate for mutual TLS);
+        by default TIERPOINT_API_TLS_CA, TIERPOINT_API_TLS_CLIENT_CERT and _KEY, else the
+        system's roots."""
+        self._http = Transport(api_url, token, timeout, retry or RetryPolicy(), tls)
 
     @property
     def token(self) -> str | None:
@@ -140,6 +145,7 @@ class Client:
         node: str | None = None,
         *,
         lease_ttl: int | None = None,
+        owner: str | None = None,
         holder: str | None = None,
     ) -> LatestCheckpoint | None:
         """The newest restorable checkpoint with its restore plan, or None if there is none.
@@ -147,13 +153,15 @@ class Client:
         `tier` restricts the answer to copies on that tier; `node` lets the local copies on that
         node count (pass this node's id when restarting on the same machine). With `lease_ttl`
         (seconds) the answer carries a restore lease on the chosen checkpoint, taken in the same
-        transaction: release it with `release_lease` when the restore is done.
+        transaction (`owner`: who takes it, free text): release it with `release_lease` when the
+        restore is done. (`holder`: `owner`'s earlier name, deprecated.)
         """
+        owner = _owner(owner, holder)
         try:
             resp = self._http.request(
                 "GET",
                 f"/v1/jobs/{_job(job)}/checkpoints/latest",
-                query={"tier": tier, "node": node, "lease_ttl": lease_ttl, "holder": holder},
+                query={"tier": tier, "node": node, "lease_ttl": lease_ttl, "holder": owner},
             )
         except NotFoundError as e:
             if e.code == "no_restorable_checkpoint":
@@ -169,15 +177,18 @@ class Client:
         step: int | None = None,
         tier: str | None = None,
         node: str | None = None,
+        owner: str | None = None,
         holder: str | None = None,
     ) -> RestoreStart | None:
         """One request for all a reader needs: the step (`step`, or the latest restorable one,
         chosen as `latest(tier, node)` chooses it), a restore lease of `lease_ttl` seconds on it
         (release it with `release_lease`), and the checkpoint with every copy of every file and
         the tiers. None when no step is restorable; ConflictError `not_leasable` when `step` is
-        restorable from no tier."""
+        restorable from no tier. `owner`: who takes the lease, free text (`holder`: its earlier
+        name, deprecated)."""
+        owner = _owner(owner, holder)
         body: dict[str, Any] = {"ttl_seconds": lease_ttl}
-        for key, value in (("step", step), ("tier", tier), ("node", node), ("holder", holder)):
+        for key, value in (("step", step), ("tier", tier), ("node", node), ("holder", owner)):
             if value is not None:
                 body[key] = value
         try:
@@ -189,13 +200,20 @@ class Client:
         return RestoreStart.from_json(resp.body)
 
     def create_lease(
-        self, job: str, step: int, ttl_seconds: int, holder: str | None = None
+        self,
+        job: str,
+        step: int,
+        ttl_seconds: int,
+        owner: str | None = None,
+        *,
+        holder: str | None = None,
     ) -> Lease:
-        """A restore lease on one checkpoint (ConflictError `not_leasable` when it is restorable
-        from no tier)."""
+        """A restore lease on one checkpoint, taken by `owner` (free text; `holder`: its earlier
+        name, deprecated). ConflictError `not_leasable` when it is restorable from no tier."""
+        owner = _owner(owner, holder)
         body: dict[str, Any] = {"ttl_seconds": ttl_seconds}
-        if holder is not None:
-            body["holder"] = holder
+        if owner is not None:
+            body["holder"] = owner  # the wire keeps the field's first name
         resp = self._http.request(
             "POST", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/leases", body=body
         )
@@ -338,7 +356,7 @@ class Client:
         called from the copying threads.
         """
         check_destination(dest_dir, existing)
-        latest = self.latest(job, tier=tier, node=node, lease_ttl=lease_ttl, holder=holder())
+        latest = self.latest(job, tier=tier, node=node, lease_ttl=lease_ttl, owner=owner())
         if latest is None:
             raise NotFoundError(
                 404,
@@ -379,6 +397,7 @@ class Client:
         copy of it on a restorable tier (a local one only on `node`); with `tier` (the restore
         was asked for that tier only; by default the tier `latest` was asked for) there is no
         other copy to read, and NoVerifiedCopyError says why that one failed."""
+        # guard: restore-tier-only
         tier = tier if tier is not None else latest.tier
         for entry in latest.plan:
             validate_relative_path(entry.path)
@@ -404,3 +423,14 @@ def _shard_json(shard: ShardSpec | Mapping[str, Any]) -> dict[str, Any]:
         "crc32c": shard.get("crc32c"),
         "node": shard["node"],
     }
+
+
+def _owner(owner: str | None, holder: str | None) -> str | None:
+    """A lease's owner, given by its name or by `holder`, the name it had before the peer tier's
+    holders took that word."""
+    if holder is None:
+        return owner
+    warnings.warn("`holder=` is now `owner=`", DeprecationWarning, stacklevel=3)
+    if owner is not None and owner != holder:
+        raise TypeError("give a lease's owner once: `owner=` (or the deprecated `holder=`)")
+    return holder

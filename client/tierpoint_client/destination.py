@@ -60,6 +60,7 @@ def check_destination(dest_dir: str | os.PathLike[str], existing: Existing) -> N
             names = sorted(os.listdir(path))
         except OSError as e:
             raise DestinationError(f"cannot list {shown(path)}: {e.strerror or e}") from None
+        # guard: restore-refuses-a-non-empty-dest
         if names:
             raise DestinationNotEmptyError(
                 shown(path), [shown(n) for n in names[:SHOWN]], len(names)
@@ -154,6 +155,7 @@ class Destination:
         destination holds now. Raises DestinationError when they cannot be removed."""
         with held_interrupts():
             if self.staging is not None:
+                # guard: restore-abort-leaves-dest-as-it-was
                 try:
                     shutil.rmtree(self.staging)
                 except OSError as e:

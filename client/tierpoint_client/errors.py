@@ -189,3 +189,8 @@ class DestinationNotEmptyError(DestinationError):
 class RestoreInterrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT) stopped a restore; the message says what the destination holds. A
     KeyboardInterrupt, so that whatever stops on one stops on this."""
+
+
+class MissingCredentialsError(SourceError):
+    """An S3 tier names environment variables for its keys (`credentials_env`) that this
+    process does not have."""

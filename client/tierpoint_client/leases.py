@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 RESTORE_LEASE_TTL = 300
 
 
-def holder() -> str:
+def owner() -> str:
     """Who holds a restore's lease, as operators see it in the checkpoint's leases."""
     return f"restore on {socket.gethostname()} pid {os.getpid()}"[:256]
 
@@ -64,7 +64,7 @@ class _Keeper:
     def _retake(self) -> None:
         lease = self.lease
         try:
-            self.lease = self.client.create_lease(lease.job, lease.step, self.ttl, lease.holder)
+            self.lease = self.client.create_lease(lease.job, lease.step, self.ttl, lease.owner)
         except TierpointError as e:
             _warn(
                 f"restore lease {lease.id} on {lease.job}/{lease.step} ended and no new one could "

@@ -241,7 +241,7 @@ class Lease:
     id: int
     job: str
     step: int
-    holder: str | None
+    owner: str | None  # who took it (the wire's `holder`)
     expires_at: datetime | None
     active: bool
 
@@ -251,7 +251,7 @@ class Lease:
             id=int(d["id"]),
             job=d["job"],
             step=int(d["step"]),
-            holder=d.get("holder"),
+            owner=d.get("holder"),
             expires_at=_dt(d.get("expires_at")),
             active=bool(d.get("active", True)),
         )
@@ -295,6 +295,9 @@ class TierInfo:
     prefix: str
     endpoint_url: str | None
     region: str | None
+    # S3 tiers: whose keys read it, as the server's tier names them (None: the standard chain).
+    credentials_profile: str | None = None
+    credentials_env: str | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TierInfo:
@@ -306,6 +309,8 @@ class TierInfo:
             prefix=d.get("prefix") or "",
             endpoint_url=d.get("endpoint_url"),
             region=d.get("region"),
+            credentials_profile=d.get("credentials_profile"),
+            credentials_env=d.get("credentials_env"),
         )
 
 

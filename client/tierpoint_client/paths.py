@@ -46,6 +46,7 @@ def validate_relative_path(path: str) -> str:
     """
     if not isinstance(path, str) or path == "":
         raise UnsafePathError("shard path is empty")
+    # guard: paths-absolute
     if path.startswith("/"):
         raise UnsafePathError(
             f"shard path {path!r} is absolute; paths are relative to the checkpoint"
@@ -67,6 +68,7 @@ def validate_relative_path(path: str) -> str:
             raise UnsafePathError(
                 f"shard path {path!r} has an empty component ('//' or trailing '/')"
             )
+        # guard: paths-dotdot
         if part in (".", ".."):
             raise UnsafePathError(f"shard path {path!r} has a {part!r} component")
         if part.endswith(RESERVED_SUFFIXES):
@@ -103,6 +105,7 @@ def path_conflict(paths: Iterable[str]) -> tuple[str, str] | None:
     for path in listed:
         cut = path.find("/")
         while cut != -1:
+            # guard: paths-file-above-file
             if path[:cut] in every:
                 return path[:cut], path
             cut = path.find("/", cut + 1)

@@ -35,7 +35,7 @@ from tierpoint_client.errors import (
 )
 from tierpoint_client.errors import SourceError as SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, crc32c_hex, update
-from tierpoint_client.leases import held, holder
+from tierpoint_client.leases import held, owner
 from tierpoint_client.models import (
     LatestCheckpoint,
     PlanEntry,
@@ -142,6 +142,7 @@ def stage_shard(
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         # These bytes are not restored: a read from another copy counts them again.
+        # guard: restore-progress-once
         progress.add(-counted)
         raise
     return RestoredFile(entry.path, size, actual, entry.tier, entry.location)
@@ -211,6 +212,7 @@ def restore_plan(
             tmp = staging / f"{index}.{len(tried)}{PARTIAL_SUFFIX}"
             try:
                 restored = stage_shard(source, tmp, sources, tracker, stop)
+            # guard: restore-falls-back-on-read-error
             except (SourceError, ChecksumMismatchError) as err:
                 last = err
                 tried.append(_why(source, err))
@@ -278,7 +280,7 @@ def restore_latest(
     lease = latest.lease
     if lease is None or not lease.active:
         check_destination(dest_dir, existing)  # before a lease is taken for nothing
-        lease = client.create_lease(latest.job, latest.step, lease_ttl, holder())
+        lease = client.create_lease(latest.job, latest.step, lease_ttl, owner())
     with held(client, lease, lease_ttl):
         tiers = {t.name: t for t in client.tiers()}
         done = restore_plan(

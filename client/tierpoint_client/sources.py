@@ -99,6 +99,7 @@ class Sources:
             if isinstance(e, (http.client.HTTPException, ConnectionError, TimeoutError)):
                 raise SourceError(f"{entry.location} cut off: {e!r}") from None
             raise
+        # guard: restore-s3-connection-kept
         s3.release(body)
 
     def read_range(self, entry: PlanEntry, offset: int, length: int) -> bytes:

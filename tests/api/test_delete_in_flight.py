@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from tests.helpers.api import manifest, shard
-from tierpoint.catalog.expiry_repo import finish_expiry
+from tierpoint.catalog.tier_copy.expiry import finish_expiry
 from tierpoint.contract.lifecycle import LifecycleInput, workflow_id
 
 STEP = 5

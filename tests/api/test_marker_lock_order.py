@@ -24,8 +24,8 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from tests.helpers.api import seed, set_marker, set_replicas
-from tierpoint.catalog.expiry_repo import hold_for_delete
-from tierpoint.catalog.promotion import PromoteOutcome, promote
+from tierpoint.catalog.tier_copy.expiry import hold_for_delete
+from tierpoint.catalog.tier_copy.promotion import PromoteOutcome, promote
 
 WAIT_LIMIT = 60.0  # seconds: only a bound on a hang, never a timing assertion
 STEP = 7

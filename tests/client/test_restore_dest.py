@@ -172,6 +172,9 @@ async def test_ctrl_c_mid_restore_leaves_dest_as_it_was_and_says_so(
         env=_cli_env(stack),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        # As a terminal starts it: a suite run in the background of a shell (CI's, nohup) has
+        # SIGINT ignored, which a child inherits and Python then keeps (no KeyboardInterrupt).
+        preexec_fn=_sigint_default,
     )
     opening = asyncio.ensure_future(asyncio.to_thread(os.open, stalled, os.O_WRONLY))
     fed = False
@@ -205,6 +208,10 @@ async def test_ctrl_c_mid_restore_leaves_dest_as_it_was_and_says_so(
     # The lease the restore held is released, not left to lapse.
     leases = await _leases(stack, job, step)
     assert len(leases) == 1 and leases[0]["released_at"] is not None, leases
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 async def _feed_until_exit(proc: asyncio.subprocess.Process, fd: int, limit: int) -> None:

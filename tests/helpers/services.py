@@ -17,7 +17,8 @@ from temporalio.client import Client
 
 from apps.devstack.services import MotoS3Server
 from tierpoint.catalog.engine import normalize_url
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 NODES = ("node-a", "node-b")
 

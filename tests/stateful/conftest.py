@@ -29,8 +29,9 @@ from tests.stateful.holders import Holders
 from tests.stateful.stack import Answers, Api, Loop, Stack
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Node
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.temporal import connect
+from tierpoint.tier_config import TierConfig, TierKind
 
 # Guards against a hang, not a performance assertion.
 START_TIMEOUT = 120.0

@@ -109,7 +109,7 @@ class RestoreRules(DataRules, OpsRules):
         one cannot be read."""
         m, client = self.model, self.client()
         node = m.nodes[0] if tier == LOCAL else None
-        latest = client.latest(m.job, tier=tier, node=node, lease_ttl=300, holder="sf-restore")
+        latest = client.latest(m.job, tier=tier, node=node, lease_ttl=300, owner="sf-restore")
         sm = self.latest_step(latest)
         if latest is None or sm is None:
             m.count(f"restore {tier}: nothing restorable")
@@ -138,7 +138,7 @@ class RestoreRules(DataRules, OpsRules):
         nodes. Each plan not taken has its lease released."""
         m, client = self.model, self.client()
         for t in (tier, *(p for p in PEERS if p != tier)):
-            latest = client.latest(m.job, tier=t, lease_ttl=300, holder="sf-restore")
+            latest = client.latest(m.job, tier=t, lease_ttl=300, owner="sf-restore")
             sm = self.latest_step(latest)
             if latest is None or sm is None:
                 continue
@@ -198,7 +198,7 @@ class RestoreRules(DataRules, OpsRules):
         policy that keeps S3, with `tighten`) runs to its end: the copies the restore's lease
         holds stay, and the restore completes."""
         m, client = self.model, self.client()
-        latest = client.latest(m.job, tier=tier, lease_ttl=300, holder="sf-restore")
+        latest = client.latest(m.job, tier=tier, lease_ttl=300, owner="sf-restore")
         sm = self.latest_step(latest)
         if latest is None or sm is None or latest.lease is None:
             m.count(f"restore {tier} during retention: nothing restorable")

@@ -22,9 +22,10 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from tests.stateful.holders import Holders
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.retention import retention_workflow_id
 from tierpoint.temporal import request_retention
+from tierpoint.tier_config import TierConfig, TierKind
 
 T = TypeVar("T")
 PROBLEM = "application/problem+json"

@@ -178,6 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         srv = self.server
         try:
+            # guard: data-endpoint-credential-first
             who = authenticate(srv.sessions, srv.settings, self.headers.get("Authorization"))
             tier_name, ref = data_path(self.path)
             who.check(ref.job)
@@ -213,6 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with reader:
             held = os.fstat(reader.fileno()).st_size
+            # guard: data-endpoint-short-copy-refused
             if held != size:
                 now = self._listed_now(tier, ref, held)
                 if now is None:
@@ -238,6 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
                 # under us): the reader must see a read error, never a short file, so the
                 # connection is cut once the damage is recorded.
                 self.close_connection = True
+                # guard: data-endpoint-short-send-recorded
                 self._record(
                     tier,
                     ref,
@@ -254,6 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
         (its step deleted and registered again since), so the catalog is asked again, and only
         its size of now condemns the copy. The size and span to serve, or None once refused."""
         listings = self.server.listings
+        # guard: data-endpoint-condemns-by-the-catalog-of-now
         listings.forget(tier, ref.job, ref.step)
         size = listings.size(tier, ref.job, ref.step, ref.path)
         if size is None:
@@ -366,6 +370,7 @@ class DataServer(ThreadingHTTPServer):
             if settings.data_tls_client_auth:
                 # Mutual TLS: OpenSSL checks the chain to the CA, the dates and that the
                 # certificate may authenticate a client (its extended key usage, if any).
+                # guard: data-endpoint-client-auth
                 ctx.verify_mode = ssl.CERT_REQUIRED
                 ctx.load_verify_locations(cafile=settings.data_tls_ca)
             # The handshake runs in the request's thread (on its first read), not in the thread

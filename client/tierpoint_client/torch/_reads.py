@@ -174,6 +174,7 @@ def _read_placed(
 def _verify(entry: PlanEntry, crc: int) -> None:
     """A placed or streamed read's combined crc32c against the registered one: bytes already
     in the tensors must verify, or the next copy replaces them."""
+    # guard: placed-read-crc
     actual = crc32c_hex(crc)
     if entry.crc32c is not None and actual != entry.crc32c.lower():
         raise Mismatch(f"crc32c {actual}, registered {entry.crc32c}")

@@ -59,7 +59,7 @@ class _Source:
 
 class CheckpointFiles:
     """The sources of one checkpoint's files: first this node's local copy (the catalog's, or a
-    cached one), then every verified replica on a tier whose marker is restorable, in the tiers'
+    cached one), then every verified replica on a tier whose tier copy is restorable, in the tiers'
     configured order (fastest first). A node-local replica is used only on its own node; `tier`
     restricts the sources to that tier."""
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import ssl
 import sys
 import threading
@@ -55,7 +54,6 @@ from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, TierStore
 from tierpoint.storage.posix.page_cache import drop_cache
 from tierpoint.storage.registry import open_store
-from tierpoint.storage.throttle import TokenBucket
 
 from .data_access import Listings, authenticate, byte_range, data_path
 from .data_connections import (
@@ -63,13 +61,11 @@ from .data_connections import (
     DeadlineReader,
     handshake,
     next_request,
-    wait_writable,
 )
 from .data_damage import DamagedCopies, RepairRequests
+from .data_send import send_file, send_tls
 
 log = logs.get(__name__)
-
-CHUNK = 8 * 1024 * 1024
 
 
 def escaped_target(line: bytes) -> bytes:
@@ -231,9 +227,9 @@ class _Handler(BaseHTTPRequestHandler):
             limiter = getattr(store, "limiter", None)
             idle = self.server.settings.data_idle_timeout
             if isinstance(self.connection, ssl.SSLSocket):
-                sent = _send_tls(self.connection, reader.fileno(), start, end, limiter)
+                sent = send_tls(self.connection, reader.fileno(), start, end, limiter)
             else:
-                sent = _send_file(self.connection, reader.fileno(), start, end, limiter, idle)
+                sent = send_file(self.connection, reader.fileno(), start, end, limiter, idle)
             drop_cache(reader.fileno(), start, sent)
             if sent < end - start:
                 # The file ended before its registered size while it was sent (it was truncated
@@ -302,44 +298,6 @@ def refusal(exc: OSError) -> str:
     if isinstance(exc, ssl.SSLError):
         return str(exc.reason or "tls error").lower().replace("_", " ")
     return "timeout" if isinstance(exc, TimeoutError) else "connection lost"
-
-
-def _send_file(
-    sock: socket.socket, fd: int, start: int, end: int, limiter: TokenBucket | None, idle: float
-) -> int:
-    """Bytes [start, end) of `fd` to the socket with sendfile (page cache to socket, no copy
-    through Python), a chunk at a time through the tier's read limiter; how many were sent
-    (fewer: the file ended first). TimeoutError when the reader takes nothing for `idle`."""
-    pos = start
-    while pos < end:
-        try:
-            n = os.sendfile(sock.fileno(), fd, pos, min(CHUNK, end - pos))
-        except BlockingIOError:  # the socket has a timeout, so it does not block: wait here
-            wait_writable(sock, idle)
-            continue
-        if not n:
-            break
-        if limiter is not None:
-            limiter.consume(n)
-        pos += n
-    return pos - start
-
-
-def _send_tls(
-    conn: ssl.SSLSocket, fd: int, start: int, end: int, limiter: TokenBucket | None
-) -> int:
-    """As `_send_file` over TLS, which sendfile cannot encrypt: read, then encrypt and send (the
-    socket's timeout bounds each wait for the reader)."""
-    pos = start
-    while pos < end:
-        chunk = os.pread(fd, min(CHUNK, end - pos), pos)
-        if not chunk:
-            break
-        conn.sendall(chunk)
-        if limiter is not None:
-            limiter.consume(len(chunk))
-        pos += len(chunk)
-    return pos - start
 
 
 class DataServer(ThreadingHTTPServer):

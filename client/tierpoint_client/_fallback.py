@@ -16,8 +16,8 @@ class Fallback:
     """Another source for a shard whose copy failed: a copy whose bytes did not match is
     reported (one that could not be read is not: a node down, a connection cut say nothing of
     the bytes), then the checkpoint's detail (fetched once, at the first failure) names the
-    other verified copies on restorable tiers, fastest first (`sources.verified_copies`): the
-    first on a tier not tried yet."""
+    other verified copies on restorable tiers that are not quarantined, fastest first
+    (`sources.verified_copies`): the first on a tier not tried yet."""
 
     def __init__(
         self,

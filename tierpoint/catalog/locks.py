@@ -8,10 +8,12 @@ it needs, all in one call, so no two of them ever wait for each other in a cycle
 
 Some locks' modes are part of the invariants (docs/architecture.md, "Invariants"):
 
-- a checkpoint's FOR UPDATE (pins, leases, quarantines, retries, deletion, retention's begin and
-  finish, a restore choosing a checkpoint) waits for and holds off a lease's insert, whose foreign
-  key check takes KEY SHARE on the row: a pin or lease either commits before retention re-checks
-  an expiry (which then keeps the copy) or after its flip to `expiring`;
+- a checkpoint's FOR UPDATE (pins, quarantines, retries, deletion, retention's begin and finish)
+  waits for and holds off a lease, which takes FOR KEY SHARE on the row before it reads which
+  tiers are restorable (its insert's foreign key check takes the same lock again): a pin or lease
+  either commits before retention re-checks an expiry (which then keeps the copy) or after its
+  flip to `expiring`, which the lease then sees. KEY SHARE does not conflict with itself, so
+  leases on one checkpoint (a whole job restarting) never wait for each other;
 - its FOR NO KEY UPDATE (a rebuild's plan recording its hold, a reader recording the files it
   keeps) waits for and holds off the FOR UPDATE above, but not leases;
 - a node's FOR SHARE (a seal or copy writing replicas, a plan reading which nodes are lost) is
@@ -37,6 +39,7 @@ class RowLock(StrEnum):
     UPDATE = "FOR UPDATE"
     NO_KEY_UPDATE = "FOR NO KEY UPDATE"
     SHARE = "FOR SHARE"
+    KEY_SHARE = "FOR KEY SHARE"
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,8 @@ def _with(q: Any, mode: RowLock | None, of: Any = None) -> Any:
         return q.with_for_update(of=of)
     if mode is RowLock.NO_KEY_UPDATE:
         return q.with_for_update(key_share=True, of=of)
+    if mode is RowLock.KEY_SHARE:
+        return q.with_for_update(read=True, key_share=True, of=of)
     return q.with_for_update(read=True, of=of)
 
 

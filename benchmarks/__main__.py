@@ -87,6 +87,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="scale: simulated nodes per run (repeatable; default 10, 100 and 1,000; quick 10)",
     )
+    p.add_argument(
+        "--leases",
+        type=int,
+        default=None,
+        help="leases: requests per run of each method (default 10,000; quick 200)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
     p.add_argument("--dir", type=Path, default=None, help="parent of the work dir (default: tmp)")
@@ -121,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.nodes:
         sizes = dataclasses.replace(sizes, scale=tuple(args.nodes))
+    if args.leases:
+        sizes = dataclasses.replace(sizes, leases=args.leases)
     repeats = args.repeats or (2 if args.quick else 3)
     names = args.only or list(SCENARIOS)
     work = Path(tempfile.mkdtemp(prefix="tierpoint-bench-", dir=args.dir))

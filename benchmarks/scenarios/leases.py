@@ -152,11 +152,16 @@ class Leases(Scenario):
         answers: list[tuple[float, int]] = [(0.0, 0)] * self.leases
         sent = itertools.count()
         start = threading.Barrier(self.concurrency + 1)
+        stop = threading.Event()  # an interrupted run sends nothing more
 
         def send(http: httpx.Client) -> None:
-            http.get("/v1/tiers").raise_for_status()
+            try:
+                http.get("/v1/tiers").raise_for_status()
+            except Exception:
+                start.abort()  # the run fails at once, not when every thread has given up
+                raise
             start.wait()
-            while (i := next(sent)) < self.leases:
+            while not stop.is_set() and (i := next(sent)) < self.leases:
                 method, path, body = request(i)
                 t0 = time.perf_counter()
                 try:
@@ -169,9 +174,11 @@ class Leases(Scenario):
         for t in threads:
             t.start()
         try:
-            start.wait()
+            start.wait(START_TIMEOUT)
             waiting = self._lock_waiters(threads)
         finally:
+            stop.set()
+            start.abort()  # a thread still warming up must not wait for the others
             for t in threads:
                 t.join()
             for c in clients:

@@ -752,6 +752,26 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a pin is not accepted for a checkpoint whose copy retention is already deleting",
     ),
+    Mutant(
+        "lease-waits-for-expiry",
+        "lock=LEASE_LOCK)",
+        "lock=None)",
+        ("tests/api/test_lease_locking.py::test_lease_waits_for_an_expiry_and_is_refused",),
+        "a lease locks the checkpoint row before it reads which tiers are restorable: it waits "
+        "for a flip to expiring in progress and sees it (its insert's own key-share lock would "
+        "wait too, but after the read)",
+    ),
+    Mutant(
+        "restore-lease-waits-for-expiry",
+        "lock_checkpoint(session, best[1], LEASE_LOCK)",
+        "None",
+        (
+            "tests/api/test_lease_locking.py::"
+            "test_latest_with_lease_waits_for_an_expiry_and_chooses_another",
+        ),
+        "latest with a lease locks the chosen checkpoint before it reads its plan: a flip to "
+        "expiring in progress sends it to an older step, never to bytes being deleted",
+    ),
     # ---- a copy's finding of a corrupt source: the scrub's outcome -----------------------------
     Mutant(
         "copy-source-found-corrupt-demotes",

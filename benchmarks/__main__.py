@@ -25,7 +25,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmarks.env import Env
-from benchmarks.harness import Method, markdown, render, run_methods, summarize
+from benchmarks.harness import (
+    Method,
+    any_failed,
+    failed_scenario,
+    markdown,
+    render,
+    run_methods,
+    summarize,
+)
 from benchmarks.scenarios import SCENARIOS, Sizes
 
 
@@ -79,6 +87,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="scale: simulated nodes per run (repeatable; default 10, 100 and 1,000; quick 10)",
     )
+    p.add_argument(
+        "--leases",
+        type=int,
+        default=None,
+        help="leases: requests per run of each method (default 10,000; quick 200)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
     p.add_argument("--dir", type=Path, default=None, help="parent of the work dir (default: tmp)")
@@ -113,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.nodes:
         sizes = dataclasses.replace(sizes, scale=tuple(args.nodes))
+    if args.leases:
+        sizes = dataclasses.replace(sizes, leases=args.leases)
     repeats = args.repeats or (2 if args.quick else 3)
     names = args.only or list(SCENARIOS)
     work = Path(tempfile.mkdtemp(prefix="tierpoint-bench-", dir=args.dir))
@@ -141,7 +157,14 @@ def main(argv: list[str] | None = None) -> int:
                 scenario = SCENARIOS[name](env, sizes)
                 task = progress.add_task(f"{name}: preparing", total=None)
                 try:
-                    methods = selected(scenario.prepare(), args.method)
+                    try:
+                        prepared = scenario.prepare()
+                    except Exception as exc:  # reported with the others' results
+                        console.print_exception()
+                        doc["scenarios"][name] = failed_scenario(scenario, exc)
+                        progress.update(task, description=f"{name}: failed")
+                        continue
+                    methods = selected(prepared, args.method)
                     progress.update(task, total=repeats * len(methods), completed=0)
 
                     def step(method: str, name: str = name, task: Any = task) -> None:
@@ -174,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
         console.print(f"results written to {args.out}")
-    return 0
+    # Every result is reported; a failure still makes the run's status say so.
+    return 1 if any_failed(doc["scenarios"]) else 0
 
 
 if __name__ == "__main__":

@@ -6,6 +6,10 @@ A scenario prepares its data once and returns its methods. A method is one way o
 work; one run of it yields named timings (`Outcome.metrics`, seconds). A `Row` is one timing of one
 method as the table shows it, optionally compared to another row (its baseline): ratio =
 median / baseline median, so below 1 is faster than the baseline.
+
+A run that raises is a failed run, reported with its error beside the other methods' numbers
+(its rows' medians are those of the runs that did not fail, none when all did); the other
+methods and rounds run on. A measurement that fails is a result too, never the end of the run.
 """
 
 from __future__ import annotations
@@ -74,9 +78,15 @@ class Scenario:
 @dataclass
 class Run:
     method: str
-    outcome: Outcome
+    outcome: Outcome | None  # None: the run failed
     wall: float  # the run's own span, for CPU seconds -> cores
     cpu: dict[str, float]
+    error: str | None = None  # why it failed: the exception's type and message
+
+
+def _error(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {first[0][:300]}" if first else type(exc).__name__
 
 
 def _cpu(watched: Watched) -> dict[str, float]:
@@ -97,21 +107,30 @@ def run_methods(
         k = r % len(methods)
         for m in methods[k:] + methods[:k]:
             step(m.name)
-            if m.before is not None:
-                m.before()
-            w = watched()
-            before = _cpu(w)
-            t0 = time.perf_counter()
-            outcome = m.run()
-            wall = time.perf_counter() - t0
-            after = _cpu(w)
-            cpu = {k: after[k] - before[k] for k in w}
-            cpu.update(outcome.cpu)
-            runs.append(Run(m.name, outcome, wall, cpu))
-            if m.after is not None:
-                m.after()
+            runs.append(_run_once(m, watched))
             done()
     return runs
+
+
+def _run_once(m: Method, watched: Callable[[], Watched]) -> Run:
+    """One run of `m`, its untimed steps included; a failure in any of them is the run's."""
+    t0 = time.perf_counter()
+    try:
+        if m.before is not None:
+            m.before()
+        w = watched()
+        before = _cpu(w)
+        t0 = time.perf_counter()
+        outcome = m.run()
+        wall = time.perf_counter() - t0
+        after = _cpu(w)
+        cpu = {k: after[k] - before[k] for k in w}
+        cpu.update(outcome.cpu)
+        if m.after is not None:
+            m.after()
+    except Exception as exc:
+        return Run(m.name, None, time.perf_counter() - t0, {}, _error(exc))
+    return Run(m.name, outcome, wall, cpu)
 
 
 def _cores(runs: list[Run]) -> dict[str, float]:
@@ -123,45 +142,73 @@ def _cores(runs: list[Run]) -> dict[str, float]:
     }
 
 
+def _failures(runs: list[Run]) -> str | None:
+    """'k of n runs failed: <first error>', or None when none did."""
+    failed = [r for r in runs if r.outcome is None]
+    if not failed:
+        return None
+    return f"{len(failed)} of {len(runs)} runs failed: {failed[0].error}"
+
+
+def _row(m: Method, row: Row, ok: list[Run], failed: str | None) -> dict[str, Any]:
+    values = [r.outcome.metrics[row.metric] for r in ok if r.outcome is not None]
+    median = statistics.median(values) if values else None
+    rss = [r.outcome.rss_mib for r in ok if r.outcome is not None and r.outcome.rss_mib is not None]
+    return {
+        "label": row.label,
+        "method": m.name,
+        "metric": row.metric,
+        "unit": row.unit,
+        "baseline": row.baseline,
+        "values": values,
+        "median": median,
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+        "mb_per_s": row.nbytes / median / 1e6 if row.nbytes and median else None,
+        "cpu_cores": _cores(ok),
+        "peak_rss_mib": max(rss) if rss else None,
+        "failed": failed,
+    }
+
+
 def summarize(scenario: Scenario, methods: list[Method], runs: list[Run]) -> dict[str, Any]:
     by_method = {m.name: [r for r in runs if r.method == m.name] for m in methods}
     rows: list[dict[str, Any]] = []
     for m in methods:
         mine = by_method[m.name]
-        cores = _cores(mine)
-        rss = [r.outcome.rss_mib for r in mine if r.outcome.rss_mib is not None]
-        for row in m.rows:
-            values = [r.outcome.metrics[row.metric] for r in mine]
-            median = statistics.median(values)
-            rows.append(
-                {
-                    "label": row.label,
-                    "method": m.name,
-                    "metric": row.metric,
-                    "unit": row.unit,
-                    "baseline": row.baseline,
-                    "values": values,
-                    "median": median,
-                    "min": min(values),
-                    "max": max(values),
-                    "mb_per_s": row.nbytes / median / 1e6 if row.nbytes and median > 0 else None,
-                    "cpu_cores": cores,
-                    "peak_rss_mib": max(rss) if rss else None,
-                }
-            )
+        ok = [r for r in mine if r.outcome is not None]
+        rows += [_row(m, row, ok, _failures(mine)) for row in m.rows]
     medians = {r["label"]: r["median"] for r in rows}
     for r in rows:
         base = r["baseline"]
+        r["ratio"] = None
         if base is not None:
             if base not in medians:
                 raise ValueError(f"{scenario.name}: row {r['label']!r} names no row {base!r}")
-            r["ratio"] = r["median"] / medians[base] if medians[base] > 0 else None
-        else:
-            r["ratio"] = None
+            if r["median"] is not None and medians[base]:
+                r["ratio"] = r["median"] / medians[base]
     return {"summary": scenario.summary, "params": scenario.params(), "rows": rows}
 
 
-def _time(value: float, unit: str) -> str:
+def failed_scenario(scenario: Scenario, error: BaseException) -> dict[str, Any]:
+    """A scenario whose preparation failed: reported with its error, no rows."""
+    return {
+        "summary": scenario.summary,
+        "params": {},
+        "rows": [],
+        "failed": f"preparing failed: {_error(error)}",
+    }
+
+
+def any_failed(results: Mapping[str, dict[str, Any]]) -> bool:
+    return any(
+        res.get("failed") or any(r.get("failed") for r in res["rows"]) for res in results.values()
+    )
+
+
+def _time(value: float | None, unit: str) -> str:
+    if value is None:
+        return "failed"
     if unit == "MiB":
         return f"{value:.0f} MiB"
     if unit == "n":
@@ -177,39 +224,51 @@ def _busiest(cores: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in top if v >= 0.05)
 
 
+COLUMNS = (
+    ("row", "left"),
+    ("median", "right"),
+    ("min", "right"),
+    ("max", "right"),
+    ("n", "right"),
+    ("MB/s", "right"),
+    ("ratio", "right"),
+    ("baseline", "left"),
+    ("busiest (cores)", "left"),
+    ("failed", "left"),
+)
+
+
+def _cells(r: dict[str, Any]) -> list[str]:
+    unit = r["unit"]
+    return [
+        r["label"],
+        _time(r["median"], unit),
+        _time(r["min"], unit),
+        _time(r["max"], unit),
+        str(len(r["values"])),
+        f"{r['mb_per_s']:.0f}" if r["mb_per_s"] else "",
+        f"{r['ratio']:.2f}" if r["ratio"] is not None else "",
+        r["baseline"] or "",
+        _busiest(r["cpu_cores"]),
+        r.get("failed") or "",
+    ]
+
+
 def render(results: Mapping[str, dict[str, Any]], console: Console) -> None:
     for name, result in results.items():
+        if result.get("failed"):
+            console.print(f"{name}: {result['summary']}: {result['failed']}")
+            continue
         table = Table(
             title=f"{name}: {result['summary']}",
             title_justify="left",
             caption=", ".join(f"{k}={v}" for k, v in result["params"].items()),
             caption_justify="left",
         )
-        for col, justify in (
-            ("row", "left"),
-            ("median", "right"),
-            ("min", "right"),
-            ("max", "right"),
-            ("n", "right"),
-            ("MB/s", "right"),
-            ("ratio", "right"),
-            ("baseline", "left"),
-            ("busiest (cores)", "left"),
-        ):
+        for col, justify in COLUMNS:
             table.add_column(col, justify=justify)  # type: ignore[arg-type]
         for r in result["rows"]:
-            unit = r["unit"]
-            table.add_row(
-                r["label"],
-                _time(r["median"], unit),
-                _time(r["min"], unit),
-                _time(r["max"], unit),
-                str(len(r["values"])),
-                f"{r['mb_per_s']:.0f}" if r["mb_per_s"] else "",
-                f"{r['ratio']:.2f}" if r["ratio"] is not None else "",
-                r["baseline"] or "",
-                _busiest(r["cpu_cores"]),
-            )
+            table.add_row(*_cells(r))
         console.print(table)
 
 
@@ -217,24 +276,12 @@ def markdown(results: Mapping[str, dict[str, Any]]) -> str:
     """The same tables as Markdown, for the README."""
     out: list[str] = []
     for name, result in results.items():
+        if result.get("failed"):
+            out += [f"{name}: {result['summary']}: {result['failed']}", ""]
+            continue
         out += [f"{name}: {result['summary']}", ""]
-        out += [
-            "| row | median | min | max | n | MB/s | ratio | baseline | busiest (cores) |",
-            "|---|---:|---:|---:|---:|---:|---:|---|---|",
-        ]
-        for r in result["rows"]:
-            unit = r["unit"]
-            cells = [
-                r["label"],
-                _time(r["median"], unit),
-                _time(r["min"], unit),
-                _time(r["max"], unit),
-                str(len(r["values"])),
-                f"{r['mb_per_s']:.0f}" if r["mb_per_s"] else "",
-                f"{r['ratio']:.2f}" if r["ratio"] is not None else "",
-                r["baseline"] or "",
-                _busiest(r["cpu_cores"]),
-            ]
-            out.append("| " + " | ".join(cells) + " |")
+        out.append("| " + " | ".join(col for col, _ in COLUMNS) + " |")
+        out.append("|" + "|".join("---:" if j == "right" else "---" for _, j in COLUMNS) + "|")
+        out += ["| " + " | ".join(_cells(r)) + " |" for r in result["rows"]]
         out.append("")
     return "\n".join(out)

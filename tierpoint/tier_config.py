@@ -79,6 +79,14 @@ class StorageClass(StrEnum):
         return self in (StorageClass.GLACIER, StorageClass.DEEP_ARCHIVE)
 
 
+class PageCachePolicy(StrEnum):
+    """What a copy reading a POSIX tier's file leaves in the node's page cache
+    (docs/architecture.md, "The page cache")."""
+
+    KEEP_NEWEST = "keep_newest"
+    DROP = "drop"
+
+
 class ServerSideEncryption(StrEnum):
     AES256 = "AES256"
     KMS = "aws:kms"
@@ -193,6 +201,14 @@ class TierConfig(BaseModel):
         ge=0,
         description="Reads off a local tier are throttled so that copies do not starve "
         "training (bytes/s, 0 = off).",
+    )
+    page_cache: PageCachePolicy = Field(
+        default=PageCachePolicy.KEEP_NEWEST,
+        description="POSIX tiers: what a copy reading a file off this tier leaves in the page "
+        "cache. `keep_newest`: the file's pages stay, so a restart right after the checkpoint "
+        "reads it from memory, and the same file's pages in the job's older checkpoints on "
+        "this tier are dropped, so the cache holds about one checkpoint. `drop`: the pages are "
+        "dropped behind the reader; the memory stays free, a restart reads from the device.",
     )
     scrub_bandwidth: int = Field(
         default=50 * 1024 * 1024,

@@ -26,6 +26,7 @@ class Sizes:
     history: tuple[int, int]  # retention_snapshot: the job's checkpoints, shards per checkpoint
     replicas: tuple[int, ...]  # replica_writes: the replicas written per run
     scale: tuple[int, ...]  # scale: simulated nodes per run
+    leases: int  # leases: requests per run, on one checkpoint or spread
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
@@ -44,6 +45,7 @@ class Sizes:
             history=(2_000, 100),
             replicas=(20, 500, 10_000),
             scale=(10, 100, 1_000),
+            leases=10_000,
         )
 
     @classmethod
@@ -63,6 +65,7 @@ class Sizes:
             history=(100, 10),
             replicas=(20, 1_000),
             scale=(10,),
+            leases=200,
         )
 
 
@@ -190,8 +193,21 @@ def _scale(env: Env, s: Sizes) -> Scenario:
     return Scale(env, s.scale, own_services=not env.quick, idle=idle)
 
 
+def _leases(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.leases import Leases
+
+    return Leases(env, s.leases)
+
+
+def _page_cache(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.page_cache import PageCache
+
+    return PageCache(env, s.mib)
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
+    "page_cache": _page_cache,
     "bandwidth_limit": _bandwidth_limit,
     "s3_upload": _s3_upload,
     "s3_shaping": _s3_shaping,
@@ -210,4 +226,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "retention_snapshot": _retention_snapshot,
     "replica_writes": _replica_writes,
     "scale": _scale,
+    "leases": _leases,
 }

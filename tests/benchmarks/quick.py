@@ -29,9 +29,15 @@ QUICK = [sys.executable, "-m", "benchmarks", "--quick", "--repeats", "1"]
 
 GROUPS: dict[str, tuple[str, ...]] = {
     # No services of the harness but a moto server of its own.
-    "files": ("copy_posix", "bandwidth_limit", "s3_upload", "s3_shaping", "memory"),
+    "files": ("copy_posix", "page_cache", "bandwidth_limit", "s3_upload", "s3_shaping", "memory"),
     # Each on a Postgres (and API processes) of its own.
-    "catalog": ("register_latency", "catalog_reads", "retention_snapshot", "replica_writes"),
+    "catalog": (
+        "register_latency",
+        "catalog_reads",
+        "retention_snapshot",
+        "replica_writes",
+        "leases",
+    ),
     # On one dev stack and the torch venv.
     "dcp": (
         "dcp",
@@ -213,7 +219,31 @@ def _scale(doc: Doc) -> None:
     assert scale[f"{storm}: coordinator only (after)"]["median"] == 2
 
 
+def _leases(doc: Doc) -> None:
+    # Leases on one checkpoint against the same spread over many, every answer a success.
+    leases = rows(doc, "leases")
+    one = "leases on one checkpoint"
+    assert leases[f"{one}: p99"]["baseline"] == "leases, each on another checkpoint: p99"
+    for method in (one, "restores of the latest checkpoint"):
+        assert leases[f"{method}: 5xx answers"]["values"] == [0] * doc["repeats"]
+        assert leases[f"{method}: other failures"]["values"] == [0] * doc["repeats"]
+
+
+def _page_cache(doc: Doc) -> None:
+    # Both settings, each load against the load with no copy in between; what each left cached
+    # (mincore: a fact, not a timing).
+    cache = rows(doc, "page_cache")
+    for policy, newest, older in (("keep_newest", 100, 0), ("drop", 0, 100)):
+        label = f"page_cache = {policy}"
+        base = cache[f"{label}: load right after the copy"]["baseline"]
+        assert base == "load, no copy (as the save left it): load"
+        assert cache[f"{label}: newest checkpoint's pages cached (%)"]["median"] == newest
+        assert cache[f"{label}: older checkpoint's pages cached (%)"]["median"] == older
+
+
 SHAPES: dict[str, Callable[[Doc], None]] = {
+    "leases": _leases,
+    "page_cache": _page_cache,
     "recovery": _recovery,
     "dcp": _dcp,
     "end_to_end": _end_to_end,

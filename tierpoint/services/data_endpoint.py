@@ -53,6 +53,7 @@ from tierpoint.errors import CopyDamaged, CopyNotFound, TierpointError, UnsafePa
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, TierStore
 from tierpoint.storage.posix.page_cache import drop_cache
+from tierpoint.storage.posix.reader import PosixReader
 from tierpoint.storage.registry import open_store
 
 from .data_access import Listings, authenticate, byte_range, data_path
@@ -230,7 +231,8 @@ class _Handler(BaseHTTPRequestHandler):
                 sent = send_tls(self.connection, reader.fileno(), start, end, limiter)
             else:
                 sent = send_file(self.connection, reader.fileno(), start, end, limiter, idle)
-            drop_cache(reader.fileno(), start, sent)
+            if isinstance(reader, PosixReader) and reader.drops_behind:
+                drop_cache(reader.fileno(), start, sent)
             if sent < end - start:
                 # The file ended before its registered size while it was sent (it was truncated
                 # under us): the reader must see a read error, never a short file, so the

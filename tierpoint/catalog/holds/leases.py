@@ -1,12 +1,14 @@
 """Restore leases: a restore's hold on a checkpoint, which keeps its copies from expiring while
 the lease is active (not released, not past its end). Pins are the operator's hold (`pins.py`).
 
-A lease locks the checkpoint row (SELECT ... FOR NO KEY UPDATE, `locks.ACTION_LOCK`) in the
-caller's transaction before it changes anything, as the retention executor does (FOR UPDATE,
-which this waits for) before it flips a tier copy to `expiring`: a lease either commits before the
-executor's re-check (which then sees it and keeps every copy) or after the flip; it holds only the
-copies that are restorable, so it is refused only when no tier is. Lease times are the database's
-clock, the same clock the snapshot and the executor compare them with."""
+A lease locks the checkpoint row FOR KEY SHARE in the caller's transaction before it reads
+anything, and the retention executor locks it FOR UPDATE before it re-checks and flips a tier copy
+to `expiring`: the two conflict, so a lease either commits before the executor's re-check (which
+then sees it and keeps every copy) or waits for the flip and sees it; it holds only the copies
+that are restorable, so it is refused only when no tier is. KEY SHARE does not conflict with
+itself: leases on one checkpoint (every node of a job restarting at once) never wait for each
+other, and a lease costs the same however many are held. Lease times are the database's clock,
+the same clock the snapshot and the executor compare them with."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import find_checkpoint
+from tierpoint.catalog.locks import LEASE_LOCK
 from tierpoint.catalog.models import Checkpoint, Job, RestoreLease, TierCopy
 from tierpoint.errors import (
     LeaseEnded,
@@ -102,7 +105,8 @@ def insert_lease(
 def create_lease(
     session: Session, job: str, step: int, ttl_seconds: int, owner: str | None, actor: str
 ) -> LeaseView:
-    checkpoint_id, job_id, _ = find_checkpoint(session, job, step, lock=True)
+    # guard: lease-waits-for-expiry
+    checkpoint_id, job_id, _ = find_checkpoint(session, job, step, lock=LEASE_LOCK)
     if not restorable_tiers(session, checkpoint_id):
         raise NotLeasable(
             f"step {step} of job {job!r} is not restorable from any tier (not yet copied, "

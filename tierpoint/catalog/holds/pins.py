@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import find_checkpoint
+from tierpoint.catalog.locks import ACTION_LOCK
 from tierpoint.catalog.models import Checkpoint, TierCopy
 from tierpoint.errors import CopyExpiring
 from tierpoint.states import TierState
@@ -49,7 +50,7 @@ def set_pinned(session: Session, job: str, step: int, pinned: bool, actor: str) 
     """Pin or unpin; doing it again changes nothing and records nothing. A pin is refused while
     a copy is being expired: it could not keep that copy, and a pin that answered yes would be a
     promise already broken."""
-    checkpoint_id, job_id, was = find_checkpoint(session, job, step, lock=True)
+    checkpoint_id, job_id, was = find_checkpoint(session, job, step, lock=ACTION_LOCK)
     if was == pinned:
         return PinView(job, step, pinned, False)
     # guard: pin-refused-during-expiry

@@ -16,7 +16,7 @@ from sqlalchemy import exists, func, select, tuple_, union_all
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.job.lookup import job_id_by_name
-from tierpoint.catalog.locks import lock_checkpoint
+from tierpoint.catalog.locks import LEASE_LOCK, lock_checkpoint
 from tierpoint.catalog.models import (
     RESTORABLE,
     VERIFIED,
@@ -315,10 +315,11 @@ def latest_restorable(
     chosen. `tiers` is the configured tier list (fastest first); `tier` restricts the sources
     (the caller validated it); node-local copies count only when `node` is given.
 
-    With `lock`, the chosen checkpoint's row is locked (FOR UPDATE) before its plan is read, until
-    the caller's transaction ends: retention locks the row too before it flips a tier copy to
-    `expiring`, so a restore lease the caller inserts in this transaction keeps the returned plan
-    restorable while the lease lives."""
+    With `lock`, the chosen checkpoint's row is locked FOR KEY SHARE (the lease's lock,
+    `holds/leases.py`) before its plan is read, until the caller's transaction ends: retention
+    locks the row FOR UPDATE before it flips a tier copy to `expiring`, so a restore lease the
+    caller inserts in this transaction keeps the returned plan restorable while the lease lives,
+    and restores of one checkpoint do not wait for each other."""
     job_id = job_id_by_name(session, job)
     if job_id is None:
         raise NoRestorableCheckpoint(f"job {job!r} has no checkpoints", extra={"skipped": []})
@@ -348,7 +349,8 @@ def latest_restorable(
         best = (hit.step, hit.checkpoint_id)
         if lock:
             # Waits for a retention flip in progress; the plan below then sees its outcome.
-            lock_checkpoint(session, best[1])
+            # guard: restore-lease-waits-for-expiry
+            lock_checkpoint(session, best[1], LEASE_LOCK)
         plan = _plan(session, job, best[0], best[1], sources, node)
         if plan is not None:
             skipped = _skipped(session, job_id, best[0], sources, explain, node, skipped_limit)

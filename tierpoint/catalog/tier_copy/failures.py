@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import find_checkpoint
+from tierpoint.catalog.locks import ACTION_LOCK
 from tierpoint.catalog.models import Checkpoint, Job, Replica, TierCopy
 from tierpoint.catalog.tier_copy.retry import refusal, retry_facts
 from tierpoint.errors import NothingToAcknowledge
@@ -194,7 +195,7 @@ def acknowledge(
 ) -> dict[str, str | None]:
     """Acknowledge the checkpoint's open failures (on `tier`, or on every tier); returns them
     (tier -> reason). Raises CheckpointNotFound, NothingToAcknowledge. The caller commits."""
-    checkpoint_id, _, _ = find_checkpoint(session, job, step, lock=True)
+    checkpoint_id, _, _ = find_checkpoint(session, job, step, lock=ACTION_LOCK)
     one = TierCopy.checkpoint_id == checkpoint_id
     done = _acknowledge(session, FailureFilter(job=job, tier=tier), actor, None, one)
     if not done:

@@ -1,5 +1,6 @@
 """Between the page cache and the device: ranged writeback with sync_file_range (Linux), dropping
-a file's cached pages, and fsync of a directory."""
+a file's cached pages (and those of the same file in a job's older checkpoints, for a tier whose
+`page_cache` is `keep_newest`), and fsync of a directory."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
+
+from tierpoint.errors import UnsafePath
+from tierpoint.storage.paths import validate_name, validate_relative_path
+from tierpoint.storage.posix.confined import open_dir, open_entry, open_root, opened
 
 _SYNC_FILE_RANGE_WAIT_BEFORE = 1
 _SYNC_FILE_RANGE_WRITE = 2
@@ -57,6 +63,40 @@ def drop_cache(fd: int, offset: int = 0, length: int = 0) -> None:
     # Advisory: some filesystems ignore it, which only costs cache, never correctness.
     with contextlib.suppress(OSError):
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+def drop_older_steps(root: str, job: str, step: int, rel: str, *, use_openat2: bool) -> int:
+    """Drop the cached pages of file `rel` in the job's checkpoints older than `step` on the tier
+    rooted at `root`, each reached without following a symlink; returns how many files were
+    dropped. A restart loads the newest checkpoint: its pages are the ones worth keeping, and a
+    job's files keep their names from step to step (DCP's `__<rank>_<n>.distcp`), so this holds
+    the cache at about one checkpoint per node. Advisory: what cannot be opened is skipped."""
+    *sub, name = validate_relative_path(rel).split("/")
+    dropped = 0
+    try:
+        with opened(open_root(root)) as root_fd:
+            job_fd = open_dir(root_fd, [validate_name(job)], use_openat2=use_openat2)
+        with opened(job_fd):
+            older = [d for d in os.listdir(job_fd) if d.isdigit() and str(int(d)) == d]
+            for d in sorted((int(d) for d in older if int(d) < step), reverse=True):
+                dropped += _drop_entry(job_fd, [str(d), *sub], name, use_openat2)
+    except (OSError, UnsafePath):
+        pass
+    return dropped
+
+
+def _drop_entry(job_fd: int, parts: list[str], name: str, use_openat2: bool) -> int:
+    try:
+        with opened(open_dir(job_fd, parts, use_openat2=use_openat2)) as dir_fd:
+            # Non-blocking: a FIFO planted at the name must not stall the copy that opens it.
+            fd = open_entry(dir_fd, name, os.O_RDONLY | os.O_NONBLOCK)
+        with opened(fd):
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return 0
+            drop_cache(fd)
+            return 1
+    except (OSError, UnsafePath):
+        return 0
 
 
 def fsync_dir(path: Path) -> None:

@@ -23,6 +23,11 @@ class PosixReader(io.RawIOBase):
         self._pos = os.lseek(fd, 0, os.SEEK_CUR)
         self._dropped = self._pos
 
+    @property
+    def drops_behind(self) -> bool:
+        """Whether what is read is dropped from the page cache (the tier's `page_cache`)."""
+        return self._drop_behind
+
     def readable(self) -> bool:
         return True
 

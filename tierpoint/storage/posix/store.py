@@ -58,7 +58,12 @@ from tierpoint.storage.posix.confined import (
     opened,
 )
 from tierpoint.storage.posix.identity import identity_token
-from tierpoint.storage.posix.page_cache import drop_cache, start_writeback, wait_writeback
+from tierpoint.storage.posix.page_cache import (
+    drop_cache,
+    drop_older_steps,
+    start_writeback,
+    wait_writeback,
+)
 from tierpoint.storage.posix.partial import lock_partial, pwrite_all, refuse_to_replace
 from tierpoint.storage.posix.reader import PosixReader
 from tierpoint.storage.posix.removal import (
@@ -72,7 +77,7 @@ from tierpoint.storage.posix.removal import (
 from tierpoint.storage.posix.streams import device_crc32c, prefetched_chunks
 from tierpoint.storage.source import check_source_end, position_source
 from tierpoint.storage.throttle import TokenBucket
-from tierpoint.tier_config import TierConfig, TierKind
+from tierpoint.tier_config import PageCachePolicy, TierConfig, TierKind
 
 DEFAULT_BUFFER_SIZE = 8 * 1024 * 1024
 
@@ -134,6 +139,9 @@ class PosixStore:
         return fd
 
     def open_read(self, ref: ShardRef, offset: int = 0) -> BinaryIO:
+        """A copy's reader. The tier's `page_cache` decides what it leaves in the page cache:
+        `drop`, nothing it read; `keep_newest`, this file's pages, and none of the same file in
+        the job's older checkpoints here."""
         fd = self._open_committed(ref)
         try:
             if offset:
@@ -141,7 +149,10 @@ class PosixStore:
         except BaseException:
             os.close(fd)
             raise
-        return cast(BinaryIO, PosixReader(fd, self.limiter))
+        keep = self.config.page_cache is PageCachePolicy.KEEP_NEWEST
+        if keep:
+            drop_older_steps(str(self.root), ref.job, ref.step, ref.path, use_openat2=self.openat2)
+        return cast(BinaryIO, PosixReader(fd, self.limiter, drop_behind=not keep))
 
     def _stat(self, ref: ShardRef) -> os.stat_result | None:
         """The committed shard's lstat; None if no regular file is there."""

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,6 +31,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.full_stack  # runs bootstrap.py as a process
 def test_usage_without_a_command_exits_2() -> None:
     result = _run()
     assert result.returncode == 2
@@ -36,12 +39,14 @@ def test_usage_without_a_command_exits_2() -> None:
     assert "bootstrap.py test" in result.stdout
 
 
+@pytest.mark.full_stack  # runs bootstrap.py as a process
 def test_help_exits_0() -> None:
     result = _run("--help")
     assert result.returncode == 0
     assert "bootstrap.py test" in result.stdout
 
 
+@pytest.mark.full_stack  # runs bootstrap.py as a process
 def test_other_commands_pass_through_to_tierpoint() -> None:
     result = _run("migrate", "--help")
     assert result.returncode == 0, result.stderr

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
 from apps.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
-from tests.helpers import tiers
+from tests.helpers import properties, tiers
 from tests.helpers.services import (
     NODES,
     S3Endpoint,
@@ -50,6 +50,7 @@ from tierpoint.config import Settings
 from tierpoint.temporal import connect
 
 tiers.install()
+assert properties.FAST  # its Hypothesis profile is registered before the plugin loads one
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the tier marks given here

@@ -13,6 +13,7 @@ from tierpoint_client import UnsafePathError, safe_join, validate_relative_path
 from tierpoint_client.errors import ManifestError
 from tierpoint_client.paths import MAX_PART_BYTES, MAX_PATH_BYTES, check_no_path_conflict
 
+from tests.helpers.properties import examples
 from tierpoint.manifest import parse_manifest_json
 
 
@@ -93,7 +94,7 @@ def _registration_accepts(paths: list[str]) -> tuple[bool, set[str]]:
     return True, set()
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(name=names)
 def test_the_client_and_the_server_accept_the_same_shard_paths(name: str) -> None:
     """One rule on both sides: what the client's manifest builder lets through, registration

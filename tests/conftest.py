@@ -8,9 +8,12 @@ fixture of its own (`postgres_url`, `temporal_address`, `s3_endpoint`; `services
 so a test starts only what it uses, and its tier (tests/helpers/tiers.py: pure, catalog,
 full_stack) follows from them.
 
-Isolation: every test module gets its own migrated catalog database (a copy of a template
-migrated once) and its own Temporal namespace, so one module's jobs, workflows, schedules and
-retention sweeps are invisible to every other module.
+Isolation: a test on `session` runs in a transaction rolled back at its end, on a catalog
+migrated once per session (per xdist worker). A test whose rows must really commit (other
+connections, processes or workers read them; locks and races) uses `migrated_url`: its module's
+own migrated catalog (a copy of the template migrated once). Every module has its own Temporal
+namespace, so one module's jobs, workflows, schedules and retention sweeps are invisible to every
+other module.
 """
 
 from __future__ import annotations
@@ -225,6 +228,30 @@ def migrated_url(_template_url: str) -> Iterator[str]:
     url = fresh_database(_template_url, template=True)
     yield url
     drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def rollback_catalog(_template_url: str) -> Iterator[Engine]:
+    """The catalog of the tests on `session`: one more copy of the template, made once per
+    session, whose every test is rolled back (the template itself must stay free of connections
+    to be copied)."""
+    engine = make_sync_engine(fresh_database(_template_url, template=True), pool_size=2)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def session(rollback_catalog: Engine) -> Iterator[Session]:
+    """A session in a transaction that is rolled back at the end of the test. Code under test
+    may commit: with `create_savepoint` its commits and rollbacks are a savepoint's, inside the
+    outer transaction, so nothing it writes is seen by another test. Only this session's own
+    connection sees its rows: a test that needs another connection, a process or a lock to see
+    them uses `migrated_url`."""
+    with rollback_catalog.connect() as conn:
+        outer = conn.begin()
+        with Session(bind=conn, join_transaction_mode="create_savepoint") as s:
+            yield s
+        outer.rollback()
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,11 @@ tier does not have, fails without starting it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.probes import outcomes, run_pytest, write_probe
 
 # Each probe that tries to start a process runs `touch OUT/<its name>`: the file exists only if
 # the process really started.
@@ -75,42 +72,16 @@ def test_claims_pure(migrated_url):
     pass
 """
 
-# pytest_plugins in the probe directory's conftest would do the same, but only a rootdir conftest
-# may use it: `-p` loads the suite's conftest as a plugin, with its fixtures and hooks.
-CONFIG = str(ROOT / "pyproject.toml")
-PYTEST = [sys.executable, "-m", "pytest", "-c", CONFIG, "-p", "tests.conftest"]
-
-
-def _pytest(probe: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PROBE_OUT": str(out)}
-    return subprocess.run(
-        [*PYTEST, "-p", "no:cacheprovider", "-q", *args, str(probe)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def _probe(tmp_path: Path, source: str) -> tuple[Path, Path]:
-    probe = tmp_path / "probe" / "test_probe.py"
-    probe.parent.mkdir()
-    probe.write_text(source)
-    out = tmp_path / "out"
-    out.mkdir()
-    return probe, out
-
 
 def _collected(probe: Path, out: Path, expression: str) -> set[str]:
-    ran = _pytest(probe, out, "--collect-only", "-m", expression)
+    ran = run_pytest(probe, out, "--collect-only", "-m", expression)
     assert ran.returncode in (0, 5), ran.stdout + ran.stderr  # 5: nothing selected
     return {line.rsplit("::", 1)[1] for line in ran.stdout.splitlines() if "::" in line}
 
 
 @pytest.mark.full_stack  # runs pytest as a process
 def test_each_test_is_in_the_tier_its_fixtures_or_its_mark_say(tmp_path: Path) -> None:
-    probe, out = _probe(tmp_path, PROBES)
+    probe, out = write_probe(tmp_path, PROBES)
     assert _collected(probe, out, "pure") == {
         "test_pure_runs",
         "test_pure_starts_a_process",
@@ -130,15 +101,10 @@ def test_each_test_is_in_the_tier_its_fixtures_or_its_mark_say(tmp_path: Path) -
 
 @pytest.mark.full_stack  # runs pytest as a process
 def test_the_fast_tiers_refuse_processes_and_services_they_do_not_have(tmp_path: Path) -> None:
-    probe, out = _probe(tmp_path, PROBES)
-    ran = _pytest(probe, out, "-m", "pure or catalog", "-rA")
+    probe, out = write_probe(tmp_path, PROBES)
+    ran = run_pytest(probe, out, "-m", "pure or catalog", "-rA")
     report = ran.stdout
-    outcome = {
-        line.split("::", 1)[1].split(" ", 1)[0]: line.split(" ", 1)[0]
-        for line in report.splitlines()
-        if line.startswith(("PASSED ", "FAILED ", "ERROR "))
-    }
-    assert outcome == {
+    assert outcomes(report) == {
         "test_pure_runs": "PASSED",
         "test_catalog_runs": "PASSED",
         "test_catalog_runs_pg_dump": "PASSED",
@@ -155,15 +121,15 @@ def test_the_fast_tiers_refuse_processes_and_services_they_do_not_have(tmp_path:
 
 @pytest.mark.full_stack  # runs pytest as a process
 def test_a_full_stack_test_may_start_processes(tmp_path: Path) -> None:
-    probe, out = _probe(tmp_path, PROBES)
-    ran = _pytest(probe, out, "-k", "marked_full_stack")
+    probe, out = write_probe(tmp_path, PROBES)
+    ran = run_pytest(probe, out, "-k", "marked_full_stack")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert sorted(p.name for p in out.iterdir()) == ["full_stack"]
 
 
 @pytest.mark.full_stack  # runs pytest as a process
 def test_a_mark_lighter_than_the_fixtures_is_refused_at_collection(tmp_path: Path) -> None:
-    probe, out = _probe(tmp_path, MISMARKED)
-    ran = _pytest(probe, out, "--collect-only")
+    probe, out = write_probe(tmp_path, MISMARKED)
+    ran = run_pytest(probe, out, "--collect-only")
     assert ran.returncode == pytest.ExitCode.USAGE_ERROR, ran.stdout + ran.stderr
     assert "is marked pure but uses postgres_url (catalog)" in ran.stderr, ran.stderr

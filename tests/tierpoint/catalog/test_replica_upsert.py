@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import Engine, event, insert, select, update
+from sqlalchemy import event, insert, select, update
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog import lifecycle_repo as repo
@@ -144,26 +144,25 @@ def test_a_flush_that_writes_a_shard_twice_leaves_it_as_written_in_order(session
     assert got[c].state == "copying" and got[c].bytes_done == 0
 
 
-def test_a_flush_is_one_statement_per_run_not_one_per_row(
-    session: Session, catalog_engine: Engine
-) -> None:
+def test_a_flush_is_one_statement_per_run_not_one_per_row(session: Session) -> None:
     """The rows of a flush go in one statement (two here: a shard written twice starts a second
     one), not one execution per row: that was the catalog's largest cost per checkpoint."""
     node = f"node-{uuid.uuid4().hex[:8]}"
     cp, shards = checkpoint(session, node)
     executions: list[bool] = []
+    engine = session.connection().engine
 
     def count(_c: object, _cur: object, stmt: str, _p: object, _ctx: object, many: bool) -> None:
         if stmt.lstrip().upper().startswith("INSERT INTO REPLICA"):
             executions.append(many)
 
-    event.listen(catalog_engine, "before_cursor_execute", count)
+    event.listen(engine, "before_cursor_execute", count)
     try:
         writes = [w(s, ReplicaState.COPYING, node) for s in shards]
         writes += [w(s, ReplicaState.VERIFIED, node) for s in shards]
         repo.upsert_replicas(session, cp, "lustre", writes)
     finally:
-        event.remove(catalog_engine, "before_cursor_execute", count)
+        event.remove(engine, "before_cursor_execute", count)
     assert executions == [False, False]
     assert {r.state for r in rows(session, "lustre", shards).values()} == {"verified"}
 

@@ -22,7 +22,8 @@ which the tests run the client's torch.distributed.checkpoint storage. torch sta
 the lock would pull a multi-GB CUDA build, where pip here installs the CPU build `TORCH`. The
 benchmarks (`python -m benchmarks`) add `BENCH_EXTRAS` to it on first use (a run of the whole
 suite, whose benchmark smoke needs them, adds them beside its static checks). And `test` finds (or,
-as root on Debian, installs) the chromium the dashboard's browser tests drive.
+as root on Debian, installs) the chromium the dashboard's browser tests drive, and Debian's
+radosgw, pgbouncer and prometheus (promtool), which the deployment tests start themselves.
 """
 
 from __future__ import annotations
@@ -136,6 +137,21 @@ def sync_torch_venv() -> None:
     key_file.write_text(key)
 
 
+def _apt_install(packages: Sequence[str], *, recommends: bool = True) -> bool:
+    """Install Debian packages when this runs as root with apt-get; False when it cannot."""
+    apt = shutil.which("apt-get")
+    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [apt, "install", "-y", "-q", *([] if recommends else ["--no-install-recommends"])]
+    install += packages
+    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL).returncode != 0:
+        # A machine whose package lists were never fetched.
+        subprocess.run([apt, "update", "-q"], env=env, stdout=subprocess.DEVNULL)
+        subprocess.run(install, env=env, stdout=subprocess.DEVNULL)
+    return True
+
+
 def find_chromium() -> str | None:
     """A Chromium for the dashboard's browser tests (Playwright drives it by path: browser
     downloads fail on our machines): TIERPOINT_CHROMIUM, one on PATH, else Debian's package,
@@ -147,18 +163,40 @@ def find_chromium() -> str | None:
         found = shutil.which(name)
         if found:
             return found
-    apt = shutil.which("apt-get")
-    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+    _say("installing Debian's chromium for the dashboard's browser tests")
+    if not _apt_install(["chromium"]):
         _say("no chromium, and no apt-get as root to install it: the browser tests will fail")
         return None
-    _say("installing Debian's chromium for the dashboard's browser tests")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = [apt, "install", "-y", "-q", "chromium"]
-    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL).returncode != 0:
-        # A machine whose package lists were never fetched.
-        subprocess.run([apt, "update", "-q"], env=env, stdout=subprocess.DEVNULL)
-        subprocess.run(install, env=env, stdout=subprocess.DEVNULL)
     return shutil.which("chromium")
+
+
+# The real services and tools the deployment tests run, by a program of each, from Debian's
+# packages (tests/helpers/debian_tools.py finds them): Ceph's RADOS Gateway as a second S3,
+# PgBouncer in front of the catalog, promtool for the alert rules. ~65 MB of packages, ~20-50 s.
+TEST_PACKAGES = {
+    "radosgw": ("radosgw", "ceph-mon", "ceph-osd"),
+    "pgbouncer": ("pgbouncer",),
+    "promtool": ("prometheus",),
+}
+
+
+def _installed(program: str) -> bool:
+    return shutil.which(program) is not None or any(
+        os.access(os.path.join(d, program), os.X_OK) for d in ("/usr/sbin", "/usr/bin")
+    )
+
+
+def install_test_packages() -> None:
+    """TEST_PACKAGES that are missing, installed as root with apt-get (without recommends: ceph's
+    pull in a manager and ~40 Python packages the tests do not use). Elsewhere those tests skip
+    and say why."""
+    wanted = [pkgs for prog, pkgs in TEST_PACKAGES.items() if not _installed(prog)]
+    missing = sorted({p for pkgs in wanted for p in pkgs})
+    if not missing:
+        return
+    _say(f"installing Debian's {' '.join(missing)} for the deployment tests")
+    if not _apt_install(missing, recommends=False):
+        _say("no apt-get as root: the tests of RGW, PgBouncer and promtool will be skipped")
 
 
 def sync_bench_extras() -> None:
@@ -297,8 +335,11 @@ def run_tests(args: Sequence[str]) -> int:
     if extras.is_alive():
         extras.join()
     env = test_env()
-    # The fast tier drives no browser: its tests start no process.
-    chromium = None if fast else find_chromium()
+    # The fast tiers start no process: no deployment programs, no browser.
+    chromium = None
+    if not fast:
+        install_test_packages()
+        chromium = find_chromium()
     if chromium is not None:
         env["TIERPOINT_CHROMIUM"] = chromium
     # pytest last, so that its closing summary line ends the output.

@@ -1,5 +1,13 @@
-"""The guard mutants: each names a safety guard by an exact snippet of its source, a replacement
-that breaks it, the tests that must notice, and why the guard matters. Run by guard_mutants.py."""
+"""The guard mutants: each breaks one safety guard on purpose, and the tests named with it must
+notice. Run by guard_mutants.py.
+
+A guard is found by its marker, a comment line `# guard: <id>` right above the guarded line, in
+whichever file the code lives now: code moves freely, and the table does not name files. The
+mutant replaces `original` with `replacement` in the guarded lines (the line below the marker and,
+for an `original` of several lines, as many as it spans; other markers' lines do not count), where
+`original` must occur exactly once. So a guard moved keeps its mutant, and a guard edited (its
+`original` no longer there) stops the check with the mutant's id instead of testing something else.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,6 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Mutant:
     id: str
-    path: str
     original: str
     replacement: str
     tests: tuple[str, ...]
@@ -41,14 +48,9 @@ WRONG_CRC = (
     "tests/workflows/test_checkpoint_lifecycle.py::test_shard_with_wrong_checksum_is_never_promoted"
 )
 ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is_caught_by_the_copy"
-PLANNER = "tierpoint/retention/planner.py"
 REBUILD_PLANNER = "tests/tierpoint/retention/test_planner_rebuild.py"
 REBUILD_CATALOG = "tests/tierpoint/catalog/test_rebuild_hold.py"
 AUTH = "tests/api/test_auth.py"
-PATHS = "tierpoint/storage/paths.py"
-# The lexical path rule: one statement of it, in the client, which the server calls.
-PATH_RULE = "client/tierpoint_client/paths.py"
-CONFINED = "tierpoint/storage/posix/confined.py"
 DELETES = "tests/tierpoint/storage/test_deletes.py"
 CONFINEMENT = "tests/tierpoint/storage/test_confinement.py"
 EXPIRY_E2E = (
@@ -85,7 +87,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- executing retention: the re-check under row locks -----------------------------------
     Mutant(
         "recheck-kept-now",
-        "tierpoint/catalog/expiry_repo.py",
         """    if expiry is None:
         keep = next(
             (k for k in fresh.keeps if k.checkpoint_id == checkpoint_id and k.tier == tier), None
@@ -110,16 +111,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "recheck-row-lock",
-        "tierpoint/catalog/expiry_repo.py",
-        "select(Checkpoint.id).where(Checkpoint.id == checkpoint_id).with_for_update()",
-        "select(Checkpoint.id).where(Checkpoint.id == checkpoint_id)",
+        "checkpoint_lock=RowLock.UPDATE,",
+        "checkpoint_lock=None,",
         (RECHECK,),
         "the re-check must wait for a pin or lease insert in flight on the checkpoint row",
     ),
     # ---- the lifecycle asks for retention after each promotion -------------------------------
     Mutant(
         "request-activity-noop",
-        "activities/retention.py",
         "        await request_retention(self._need_client(), inp.job, inp.reason)\n",
         "        return None\n",
         (TRIGGER,),
@@ -127,7 +126,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "lifecycle-no-request",
-        "workflows/checkpoint_lifecycle.py",
         """            if self._local_steps or workflow.patched(RETENTION_PATCH):
                 await self._request_retention(plan, tier)
 """,
@@ -140,7 +138,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- promote: restorable only when every shard is verified -------------------------------
     Mutant(
         "promote-count",
-        "tierpoint/catalog/promotion.py",
         "    if verified == total and stage_error is None:\n",
         "    if stage_error is None:\n",
         (WRONG_CRC, ROTTING),
@@ -148,10 +145,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "promote-verified-filter",
-        "tierpoint/catalog/promotion.py",
         """            Replica.tier == tier,
             Replica.state == ReplicaState.VERIFIED.value,
-            verified_on_live_nodes(),
+            not_on_lost_node(),
         )
     )
     assert total is not None and verified is not None""",
@@ -164,16 +160,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "promote-lost-node",
-        "tierpoint/catalog/promotion.py",
         "            Replica.state == ReplicaState.VERIFIED.value,\n"
-        "            verified_on_live_nodes(),\n",
+        "            not_on_lost_node(),\n",
         "            Replica.state == ReplicaState.VERIFIED.value,\n",
         ("tests/tierpoint/catalog/test_nodes.py",),
         "a verified copy on a node declared lost does not count towards promotion",
     ),
     Mutant(
         "report-in-keeps-lost",
-        "tierpoint/catalog/nodes.py",
         """                "data_url": stmt.excluded.data_url,
             },
 """,
@@ -186,15 +180,13 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "lost-among-share-lock",
-        "tierpoint/catalog/nodes.py",
-        ".where(Node.id.in_(wanted)).with_for_update(read=True)\n",
-        ".where(Node.id.in_(wanted))\n",
+        "node_lock=RowLock.SHARE",
+        "node_lock=None",
         ("tests/tierpoint/catalog/test_nodes.py",),
         "a node cannot be declared lost between a seal's read of it and the seal's write",
     ),
     Mutant(
         "replica-first-written-lost",
-        "tierpoint/catalog/lifecycle_repo.py",
         "        if w.node_id is not None and w.node_id in lost\n",
         "        if False\n",
         ("tests/tierpoint/catalog/test_nodes.py",),
@@ -203,7 +195,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- planner protections -----------------------------------------------------------------
     Mutant(
         "planner-pinned",
-        PLANNER,
         "        why.append(KeepReason.PINNED)\n",
         "        pass\n",
         PLANNER_TESTS,
@@ -211,7 +202,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-leased",
-        PLANNER,
         "        why.append(KeepReason.LEASED)\n",
         "        pass\n",
         PLANNER_TESTS,
@@ -219,7 +209,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-quarantined",
-        PLANNER,
         "        why.append(KeepReason.QUARANTINED)\n",
         "        pass\n",
         PLANNER_TESTS,
@@ -227,7 +216,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-latest-durable",
-        PLANNER,
         "        why.append(KeepReason.LATEST_DURABLE)\n",
         "        pass\n",
         PLANNER_TESTS,
@@ -235,7 +223,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-in-flight",
-        PLANNER,
         "        why.append(KeepReason.IN_FLIGHT)\n",
         "        pass\n",
         PLANNER_TESTS,
@@ -243,7 +230,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-awaiting-durable",
-        PLANNER,
         "        why.append(KeepReason.AWAITING_DURABLE)\n",
         "        pass\n",
         PLANNER_TESTS,
@@ -251,7 +237,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-no-good-copy",
-        PLANNER,
         "        why.append(KeepReason.NO_GOOD_COPY)\n",
         "        pass\n",
         PLANNER_TESTS,
@@ -259,7 +244,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-last-copy",
-        PLANNER,
         """                expire.pop(last, None)
                 reasons[last] = [KeepReason.LAST_COPY, *reasons.get(last, ())]
 """,
@@ -269,7 +253,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-last-copy-quota",
-        PLANNER,
         """                held.insert(0, KeepReason.LAST_COPY)
                 continue
 """,
@@ -280,7 +263,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- path confinement --------------------------------------------------------------------
     Mutant(
         "paths-dotdot",
-        PATH_RULE,
         '        if part in (".", ".."):\n',
         '        if part == ".":\n',
         PATH_TESTS,
@@ -288,7 +270,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "paths-absolute",
-        PATH_RULE,
         '    if path.startswith("/"):\n',
         "    if False:\n",
         PATH_TESTS,
@@ -296,7 +277,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "posix-paths-refuse-symlinks",
-        CONFINED,
         "_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS\n",
         "_RESOLVE = RESOLVE_BENEATH\n",
         (CONFINEMENT, SYMLINK_SEAL),
@@ -305,7 +285,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "posix-walk-nofollow",
-        CONFINED,
         "nxt = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)",
         "nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)",
         (CONFINEMENT,),
@@ -313,7 +292,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "posix-entry-nofollow",
-        CONFINED,
         "os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)",
         "os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=dir_fd)",
         (CONFINEMENT, SYMLINK_SEAL),
@@ -322,7 +300,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- deleting: only what we registered ---------------------------------------------------
     Mutant(
         "expiry-deletes-only-registered",
-        "tierpoint/storage/posix/store.py",
         "            for parts, named in by_dir.items():\n",
         "            import shutil\n\n"
         "            shutil.rmtree(os.path.join(self.root, *base), ignore_errors=True)\n"
@@ -333,7 +310,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "s3-deletes-only-registered",
-        "tierpoint/storage/s3/store.py",
         "        keys = [self.key(ShardRef(job, step, p)) for p in paths]\n",
         "        listed = self.client.list_objects_v2(\n"
         "            Bucket=self.bucket, Prefix=self.checkpoint_prefix(job, step)\n"
@@ -345,7 +321,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- deleting: only the bytes the catalog verified ---------------------------------------
     Mutant(
         "delete-checks-identity",
-        "tierpoint/storage/posix/removal.py",
         "    if stat.S_ISREG(st.st_mode) and is_recorded(dir_fd, aside, st):\n",
         "    if stat.S_ISREG(st.st_mode):\n",
         (DELETES, REWRITE_E2E, REWRITE_PEER),
@@ -354,7 +329,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "delete-puts-back-without-replacing",
-        "tierpoint/storage/posix/noreplace.py",
         "        renameat_noreplace(dir_fd, aside, name)\n        return True\n",
         "        os.rename(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)\n"
         "        return True\n",
@@ -364,7 +338,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "seal-records-identity",
-        "activities/seal.py",
         "                    identity=v.identity,\n",
         "                    identity=None,\n",
         (REWRITE_E2E,),
@@ -373,8 +346,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "read-back-records-identity",
-        "activities/scrub.py",
-        "            scrub_repo.record_identities(s, self.identities)\n",
+        "            scrub.record_identities(s, self.identities)\n",
         "",
         (READ_BACK_IDENTITY,),
         "a scrub or verify records the identity of the file it read good, so replicas recorded "
@@ -382,7 +354,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "delete-holds-the-copys-lock",
-        "tierpoint/catalog/expiry_repo.py",
         "    session.execute(select(func.pg_advisory_xact_lock_shared(_delete_lock(checkpoint_id, "
         "tier))))\n",
         "",
@@ -392,7 +363,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "finish-waits-for-deletes",
-        "tierpoint/catalog/expiry_repo.py",
         "    session.execute(select(func.pg_advisory_xact_lock(_delete_lock(checkpoint_id, "
         "tier))))\n",
         "",
@@ -401,7 +371,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "reconcile-removes-only-our-temp-files",
-        "tierpoint/storage/posix/store.py",
         "        if not is_partial_name(name) or not sub[1:]:\n",
         "        if not sub[1:]:\n",
         (DELETES,),
@@ -409,7 +378,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "paths-file-above-file",
-        PATH_RULE,
         "            if path[:cut] in every:\n",
         "            if False:\n",
         (
@@ -422,7 +390,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- restores: what they read, and from where ---------------------------------------------
     Mutant(
         "restore-tier-only",
-        "client/tierpoint_client/client.py",
         "        tier = tier if tier is not None else latest.tier\n",
         "        tier = tier\n",
         ("tests/client/test_restore_tier_only.py",),
@@ -430,15 +397,48 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "restore-progress-once",
-        "client/tierpoint_client/restore.py",
         "        progress.add(-counted)\n",
         "        pass\n",
         ("tests/client/test_restore_plan.py::test_progress_counts_a_fallback_read_once",),
         "the bytes of a copy that failed verification are not counted as restored",
     ),
     Mutant(
+        "restore-falls-back-on-read-error",
+        "            except (SourceError, ChecksumMismatchError) as err:\n",
+        "            except ChecksumMismatchError as err:\n",
+        (
+            "tests/client/test_restore_fallback.py::"
+            "test_a_missing_local_and_shared_file_is_read_from_s3",
+            "tests/faults/test_restore_peer_holder_down.py",
+        ),
+        "a restore falling back on a read error: a copy that cannot be read (a file gone, a peer "
+        "holder down but not declared lost) gives way to the shard's next verified copy",
+    ),
+    Mutant(
+        "restore-refuses-a-non-empty-dest",
+        "        if names:\n",
+        "        if False:\n",
+        (
+            "tests/client/test_restore_dest.py::"
+            "test_a_directory_holding_files_is_refused_and_nothing_is_written",
+        ),
+        "a restore into a directory that holds files is refused, nothing written, unless told "
+        "to overwrite or clean it: stale shards beside a restored checkpoint are loaded with it",
+    ),
+    Mutant(
+        "restore-abort-leaves-dest-as-it-was",
+        "                try:\n                    shutil.rmtree(self.staging)\n",
+        "                try:\n                    pass\n",
+        (
+            "tests/client/test_restore_plan.py::test_mismatch_in_a_parallel_restore_raises",
+            "tests/client/test_restore_dest.py::"
+            "test_ctrl_c_mid_restore_leaves_dest_as_it_was_and_says_so",
+        ),
+        "a restore that fails or is interrupted removes what it staged: the destination is as "
+        "it was, and the next restore into it is not refused for our leftovers",
+    ),
+    Mutant(
         "restore-cut-body",
-        "client/tierpoint_client/transport.py",
         "        if not n and len(view) and resp.length:\n",
         "        if False:\n",
         (
@@ -451,7 +451,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "restore-s3-connection-kept",
-        "client/tierpoint_client/restore.py",
         "        s3.release(body)\n",
         "        body.close()\n",
         ("tests/client/test_restore_streamed.py::test_an_s3_connection_read_to_its_end_is_reused",),
@@ -460,7 +459,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- checksums: seal, copy, verify -------------------------------------------------------
     Mutant(
         "seal-crc",
-        "activities/seal.py",
         "    if sh.checksum is not None and v.crc32c != sh.checksum.lower():\n",
         "    if False:\n",
         (WRONG_CRC,),
@@ -468,7 +466,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "copy-source-crc",
-        "activities/copy.py",
         "        if copied.crc32c != registered or copied.size != sh.size:\n",
         "        if copied.size != sh.size:\n",
         (ROTTING,),
@@ -476,7 +473,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "copy-readback",
-        "activities/copy.py",
         "        v = self._wait(pending.verify, sh.ordinal)\n",
         "        v = self._wait(pending.verify, sh.ordinal)\n"
         "        v = VerifyResult(ok=True, size=sh.size, crc32c=sh.checksum)\n",
@@ -486,7 +482,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "posix-verify-crc",
-        "tierpoint/storage/posix/store.py",
         "        if crc != expected:\n",
         "        if False:\n",
         ("tests/tierpoint/storage/test_posix.py",),
@@ -494,7 +489,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "s3-verify-crc",
-        "tierpoint/storage/s3/store.py",
         "        got = crc32c_hex(stored)\n        if stored != expected:\n",
         "        got = crc32c_hex(stored)\n        if False:\n",
         ("tests/tierpoint/storage/test_s3.py",),
@@ -503,7 +497,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- registration: a different manifest at a registered step is a 409 --------------------
     Mutant(
         "register-digest",
-        "tierpoint/catalog/registration.py",
         "    if row.manifest_digest != digest:\n",
         "    if False:\n",
         ("tests/api/test_register.py",),
@@ -512,7 +505,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- input limits and quarantine -----------------------------------------------------------
     Mutant(
         "body-limit-streamed",
-        "api/middleware.py",
         "                if seen > limit:\n",
         "                if False:\n",
         ("tests/api/test_limits.py::test_every_other_body_is_bounded",),
@@ -520,7 +512,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "metadata-limit",
-        "tierpoint/manifest.py",
         "    if size > max_metadata_bytes:\n",
         "    if False:\n",
         ("tests/api/test_limits.py::test_twenty_megabytes_of_metadata_store_nothing",),
@@ -528,7 +519,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "quarantine-expiring-copy",
-        "tierpoint/catalog/quarantine_repo.py",
         "        if reason is not None and target.state in _GONE:\n",
         "        if False:\n",
         ("tests/api/test_quarantine.py::test_refusals_change_nothing",),
@@ -536,8 +526,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # ---- expiring before delete --------------------------------------------------------------
     Mutant(
-        "delete-marker-check",
-        "activities/retention.py",
+        "delete-tier-copy-check",
         "            if state != TierState.EXPIRING.value:\n",
         "            if False:\n",
         (f"{RET_E2E}::test_crash_between_begin_and_delete_is_finished_by_the_next_run",),
@@ -545,7 +534,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "workflow-delete-before-begin",
-        "workflows/retention.py",
         """        try:
             begun: BeginResult = await workflow.execute_activity(
 """,
@@ -558,7 +546,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "workflow-delete-whatever-begin-said",
-        "workflows/retention.py",
         """                return False
             if begun.state is BeginState.EXPIRING:
                 await self._delete(job, task)
@@ -571,7 +558,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- the dev stack owns its servers: never two on one data dir ----------------------------
     Mutant(
         "dev-servers-outlive-the-stack",
-        "apps/devstack/services.py",
         """        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
 """,
         """        pass
@@ -581,7 +567,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "dev-restart-adopts-left-postgres",
-        "apps/devstack/ownership.py",
         """        postmaster = postgres.stop_leftover()
 """,
         """        postmaster = None
@@ -591,7 +576,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "dev-two-stacks-one-data-dir",
-        "apps/devstack/ownership.py",
         """            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 """,
         """            pass
@@ -601,7 +585,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "dev-nodes-share-a-local-root",
-        "apps/devstack/tiers.py",
         'and nodes > 1 and NODE not in (config.root or ""):',
         "and False:",
         (
@@ -613,7 +596,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- access control: scopes, expiry, revocation ------------------------------------------
     Mutant(
         "auth-train-any-job",
-        "tierpoint/auth.py",
         " and job.startswith(s[len(TRAIN) :])",
         "",
         (AUTH,),
@@ -621,7 +603,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "auth-scope-ignored",
-        "api/auth.py",
         "        return self.job_scoped and job is not None and principal.trains(job)\n",
         "        return True\n",
         (AUTH,),
@@ -629,7 +610,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "auth-revocation-ignored",
-        "tierpoint/auth.py",
         "    if token.revoked_at is not None and token.revoked_at <= now:\n",
         "    if False:\n",
         (AUTH,),
@@ -637,7 +617,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "auth-expiry-ignored",
-        "tierpoint/auth.py",
         "    if token.expires_at is not None and token.expires_at <= now:\n",
         "    if False:\n",
         (AUTH,),
@@ -645,7 +624,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "auth-before-validation",
-        "api/gate.py",
         "            await admit(request, rule)\n",
         "            pass\n",
         ("tests/api/test_auth_first.py",),
@@ -654,7 +632,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "restore-without-lease-scope",
-        "api/routers/restores.py",
         "    LEASE_WRITE.check(principal, job)\n",
         "    pass\n",
         (
@@ -665,12 +642,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # ---- integrity: damage takes the tier out of restorable; repair never resurrects ----------
     Mutant(
-        "damage-keeps-marker-restorable",
-        "tierpoint/catalog/damage.py",
-        """        .values(state=TierState.FAILED.value, reason=reason, updated_at=func.now())
-""",
-        """        .values(reason=reason, updated_at=func.now())
-""",
+        "damage-keeps-tier-copy-restorable",
+        "return bool(move(session, locked, Move.DAMAGED, [(checkpoint_id, tier)], reason=reason))",
+        "return bool([(checkpoint_id, tier)])",
         (
             "tests/tierpoint/catalog/test_integrity_repos.py::"
             "test_marking_bad_demotes_in_the_same_transaction_and_only_once",
@@ -680,10 +654,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "repair-touches-expiring-copies",
-        "tierpoint/catalog/repair_repo.py",
-        """REPAIRABLE_MARKERS = (TierState.FAILED.value, TierState.RESTORABLE.value)
+        """REPAIRABLE = (TierState.FAILED.value, TierState.RESTORABLE.value)
 """,
-        """REPAIRABLE_MARKERS = tuple(s.value for s in TierState)
+        """REPAIRABLE = tuple(s.value for s in TierState)
 """,
         (
             "tests/tierpoint/catalog/test_integrity_repos.py::"
@@ -693,7 +666,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "token-bootstrap-once",
-        "tierpoint/catalog/tokens_repo.py",
         """    if existing is not None:
         return _view(existing)
 """,
@@ -709,7 +681,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- pins, leases and quarantines against an expiry in progress -------------------------
     Mutant(
         "pin-refused-during-expiry",
-        "tierpoint/catalog/leases_repo.py",
         "    if pinned and (expiring := expiring_tiers(session, checkpoint_id)):\n",
         "    if False:\n",
         (
@@ -721,7 +692,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- a copy's finding of a corrupt source: the scrub's outcome -----------------------------
     Mutant(
         "copy-source-found-corrupt-demotes",
-        "activities/progress.py",
         "                mark_damaged_shards(s, tier, errors, ReplicaState.CORRUPT, "
         """f"copy to {self._tier}")\n""",
         "                pass\n",
@@ -730,7 +700,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "lifecycle-repairs-corrupt-source",
-        "workflows/checkpoint_lifecycle.py",
         "        if self._source_damaged and workflow.patched(SOURCE_REPAIR_PATCH):\n",
         "        if False:\n",
         ("tests/workflows/test_repair.py",),
@@ -738,7 +707,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "repair-again-after-stale-plan",
-        "workflows/repair.py",
         "        return plan.more or (again and workflow.patched(REPAIR_AGAIN_PATCH))\n",
         "        return plan.more\n",
         (
@@ -750,7 +718,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "tier-view-counts-quarantined-copies",
-        "tierpoint/catalog/checkpoint_reads.py",
         "            if m.state == RESTORABLE and m.quarantine_reason is None:\n",
         "            if m.state == RESTORABLE:\n",
         ("tests/api/test_quarantine.py::test_a_tier_does_not_count_a_corrupt_replica_as_verified",),
@@ -759,7 +726,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- a training job's quarantine hides; only an operator's holds storage -----------------
     Mutant(
         "planner-quarantine-evidence-only",
-        PLANNER,
         "    if (c.quarantined and c.evidence) or (copy.quarantined and copy.evidence):\n",
         "    if c.quarantined or copy.quarantined:\n",
         PLANNER_TESTS,
@@ -767,7 +733,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "quarantine-evidence-needs-operate",
-        "api/routers/quarantine.py",
         "        evidence=principal.has(Scope.OPERATE),\n",
         "        evidence=True,\n",
         (
@@ -779,7 +744,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- operators: a retry that could never finish, expired copies, deletion ----------------
     Mutant(
         "retry-without-source",
-        "tierpoint/catalog/retry_repo.py",
         """    if gone:
         what = """,
         """    if False:
@@ -794,7 +758,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "retry-during-repair",
-        "tierpoint/catalog/retry_repo.py",
         """    if rebuilt:
 """,
         """    if False:
@@ -808,17 +771,13 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "expired-replica-overwritten",
-        "tierpoint/catalog/lifecycle_repo.py",
-        """    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING, ReplicaState.EXPIRED)
-""",
-        """    s.value for s in (ReplicaState.VERIFIED, ReplicaState.EXPIRING)
-""",
+        "[None, PENDING, COPYING, CORRUPT, LOST],",
+        "[None, PENDING, COPYING, CORRUPT, LOST, EXPIRED],",
         ("tests/api/test_retry.py::test_a_reseal_never_marks_an_expired_replica",),
         "a copy retention deleted on purpose is never re-marked corrupt by a reseal",
     ),
     Mutant(
         "delete-ignores-protection",
-        "tierpoint/catalog/deletion_repo.py",
         """    if protected and not force:
 """,
         """    if False:
@@ -833,7 +792,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "delete-replaces-while-expiring",
-        "tierpoint/catalog/registration.py",
         """    if expiring:
         raise CheckpointBeingDeleted(""",
         """    if False:
@@ -847,7 +805,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- the DCP reader: a placed or streamed read verifies the whole file -------------------
     Mutant(
         "placed-read-crc",
-        "client/tierpoint_client/torch/_reads.py",
         """    actual = crc32c_hex(crc)
     if entry.crc32c is not None and actual != entry.crc32c.lower():
         raise Mismatch(f"crc32c {actual}, registered {entry.crc32c}")
@@ -859,7 +816,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "striped-read-hashes-placed-bytes",
-        "client/tierpoint_client/torch/_striped.py",
         "            crcs.append(update(0, target))\n",
         "            crcs.append(update(0, into))\n",
         (
@@ -872,7 +828,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- the peer tier: placement, the data endpoint, a lost holder ----------------------------
     Mutant(
         "peer-ring-never-self",
-        "activities/placement.py",
         """    walk = [n for n in (*ring[start:], *ring[:start]) if n != node]
 """,
         """    walk = [n for n in (*ring[start:], *ring[:start])]
@@ -882,7 +837,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "data-endpoint-worker-credential",
-        "tierpoint/services/data_access.py",
         """    if worker is not None and hmac.compare_digest(""",
         """    if worker is not None or hmac.compare_digest(""",
         (PEER_ENDPOINT,),
@@ -890,7 +844,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "data-endpoint-scope",
-        "tierpoint/services/data_access.py",
         """        if who is not None and not (who.has(auth.Scope.READ) or who.trains(job)):""",
         """        if False:""",
         (PEER_ENDPOINT,),
@@ -898,7 +851,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "data-endpoint-client-auth",
-        "tierpoint/services/data_endpoint.py",
         "                ctx.verify_mode = ssl.CERT_REQUIRED\n",
         "                pass\n",
         ("tests/workflows/test_peer_mtls.py",),
@@ -906,7 +858,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "data-endpoint-credential-first",
-        "tierpoint/services/data_endpoint.py",
         "            who = authenticate(",
         "            data_path(self.path)\n            who = authenticate(",
         ("tests/tierpoint/test_data_endpoint_auth_first.py",),
@@ -915,7 +866,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "data-endpoint-short-copy-refused",
-        "tierpoint/services/data_endpoint.py",
         "            if held != size:\n",
         "            if False:\n",
         (
@@ -927,7 +877,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "data-endpoint-short-send-recorded",
-        "tierpoint/services/data_endpoint.py",
         """                self._record(
                     tier,
 """,
@@ -943,7 +892,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "data-endpoint-verified-only",
-        "tierpoint/catalog/peer_reads.py",
         """            Replica.node_id == node,
             Replica.state == ReplicaState.VERIFIED.value,
 """,
@@ -953,18 +901,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "the data endpoint serves only copies that were verified, never bytes a seal found bad",
     ),
     Mutant(
-        "lost-holder-fails-peer-marker",
-        "tierpoint/catalog/nodes.py",
-        """    held = _fail_held_peer_markers(session, node, peer_tiers, reason)""",
+        "lost-holder-fails-peer-tier-copy",
+        """    held = _fail_held_peer_copies(session, locked, node, peer_tiers, reason)""",
         """    held: dict[int, list[str]] = {}""",
         (PEER_E2E,),
         "a peer tier whose copy a lost node held stops being restorable, and is copied again",
     ),
     Mutant(
         "node-lost-fails-only-the-lost-nodes-copies",
-        "tierpoint/catalog/nodes.py",
-        "    failed_tiers = _fail_local_markers(session, own, local_tiers, reason)\n",
-        "    failed_tiers = _fail_local_markers(session, ids, local_tiers, reason)\n",
+        "    failed_tiers = _fail(session, locked, Move.NODE_LOST, own, local_tiers, reason)\n",
+        "    failed_tiers = _fail(session, locked, Move.NODE_LOST, ids, local_tiers, reason)\n",
         (
             "tests/tierpoint/catalog/test_nodes.py::"
             "test_a_lost_holder_fails_the_peer_copies_it_held_and_no_local_copy",
@@ -975,7 +921,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "rereplication-chooses-distinct-holders",
-        "activities/placement.py",
         "        options = preference(node, ring, domains, others | set(given.values()))\n",
         "        options = preference(node, ring, domains, set(given.values()))\n",
         (
@@ -988,7 +933,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "peer-cut-body-is-an-error",
-        "tierpoint/storage/peer_http.py",
         "            if n == 0 and len(b) and self._left:\n",
         "            if False:\n",
         ("tests/faults/test_peer_endpoint_killed.py",),
@@ -997,7 +941,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "peer-transit-mismatch-spares-source",
-        "activities/copy.py",
         "        remote = isinstance(self.src, PeerSource)\n",
         "        remote = False\n",
         ("tests/faults/test_peer_byte_flipped.py",),
@@ -1005,7 +948,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "rereplicate-plans-again-after-loss",
-        "workflows/peer.py",
         "            workflow.continue_as_new(inp)\n",
         "            pass\n",
         ("tests/faults/test_peer_holder_lost_during_rereplication.py",),
@@ -1013,7 +955,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "rereplicate-below-verified-only",
-        "tierpoint/catalog/peer_reads.py",
         """            Replica.tier.in_(list(tiers)),
             Replica.state == ReplicaState.VERIFIED.value,
 """,
@@ -1028,17 +969,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-failed-copy-needs-a-lost-node",
-        PLANNER,
-        "        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS"
-        " and not _rebuilding(copy)\n",
-        "        return t.ref.kind in NODE_TIER_KINDS and not _rebuilding(copy)\n",
+        "        return copy.on_lost_node and kind in NODE_TIER_KINDS and not rebuilding(copy)\n",
+        "        return kind in NODE_TIER_KINDS and not rebuilding(copy)\n",
         ("tests/tierpoint/retention/test_planner_lost_nodes.py", *PLANNER_TESTS),
         "a failed local or peer copy that no lost node took part of stays the operator's",
     ),
     # ---- retention and copies being made again (re-replication, repair) ----------------------
     Mutant(
         "planner-rebuild-source",
-        PLANNER,
         "        why.append(KeepReason.REBUILD_SOURCE)\n",
         "        pass\n",
         (REBUILD_PLANNER, *PLANNER_TESTS),
@@ -1046,16 +984,13 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "planner-rebuilt-copy-in-flight",
-        PLANNER,
-        "        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS"
-        " and not _rebuilding(copy)\n",
-        "        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS\n",
+        "        return copy.on_lost_node and kind in NODE_TIER_KINDS and not rebuilding(copy)\n",
+        "        return copy.on_lost_node and kind in NODE_TIER_KINDS\n",
         (REBUILD_PLANNER, *PLANNER_TESTS),
         "a lost node's failed copy that a rebuild is making again is in flight, not expired",
     ),
     Mutant(
         "planner-hold-is-no-last-copy",
-        PLANNER,
         "        return key not in self.expire and bool(why)"
         " and why != [KeepReason.REBUILD_SOURCE]\n",
         "        return key not in self.expire\n",
@@ -1064,7 +999,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "snapshot-reads-rebuild-hold",
-        "tierpoint/catalog/snapshot.py",
         "            rebuild_from=frozenset(m.rebuild_from or ())\n",
         "            rebuild_from=frozenset()\n",
         (REBUILD_CATALOG,),
@@ -1072,15 +1006,13 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "rereplication-holds-its-sources",
-        "activities/peer.py",
-        "                rebuild_repo.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)\n",
+        "                rebuild.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)\n",
         "                pass\n",
         ("tests/workflows/test_retention_during_rereplication.py",),
         "a retention run during re-replication leaves the shared copy it reads alone",
     ),
     Mutant(
         "repair-holds-its-sources",
-        "tierpoint/catalog/repair_repo.py",
         "            hold_sources(session, checkpoint_id, dst.name, reads, now)\n",
         "            pass\n",
         (
@@ -1091,10 +1023,34 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "promotion-releases-the-hold",
-        "tierpoint/catalog/promotion.py",
         "        release(session, checkpoint_id, tier)\n",
         "        pass\n",
         (REBUILD_CATALOG, "tests/workflows/test_retention_during_rereplication.py"),
         "a rebuild made or given up releases its sources to the policy",
+    ),
+    # ---- S3 credentials per tier and the API's TLS ---------------------------------------------
+    Mutant(
+        "tier-credentials-never-fall-back",
+        "    if not key or not secret:\n",
+        "    if False:\n",
+        (
+            "tests/tierpoint/storage/test_s3_credentials.py::"
+            "test_missing_variables_fail_instead_of_using_the_chain",
+        ),
+        "a tier naming missing key variables fails instead of signing with the AWS chain's keys",
+    ),
+    Mutant(
+        "dev-stack-keys-only-for-its-s3",
+        '                tier["credentials_env"] = S3_CREDENTIALS_ENV\n',
+        "                pass\n",
+        ("tests/apps/devstack/test_stack_files.py",),
+        "the dev stack's own S3 tiers, and only they, sign with the embedded S3's keys",
+    ),
+    Mutant(
+        "api-mutual-tls-requires-a-certificate",
+        '        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED\n',
+        '        options["ssl_cert_reqs"] = ssl.CERT_OPTIONAL\n',
+        ("tests/deploy/test_api_tls.py::test_mutual_tls_admits_only_clients_of_its_ca",),
+        "with a client CA, the API refuses a client without a certificate of that CA",
     ),
 )

@@ -1,22 +1,24 @@
 #!/usr/bin/env python3
 """Guard mutation check: every safety guard, broken by hand one at a time, must fail a test.
 
-Each mutant (in guard_mutant_table.py) names a guard by an exact snippet of its source and a
-replacement that breaks it, plus the tests that should notice. The check copies the working tree
-(tracked and untracked, not ignored, files) into a scratch directory, applies one mutant there,
-runs only its tests with the repository's own .venv (cwd, PYTHONPATH and rootdir all point at the
-scratch copy, so the mutated modules are the ones imported), and puts the file back. It exits non-
-zero when a mutant survives (1; a mutant marked as a known survivor, with its reason, is run and
-reported but does not count), or when the table has rotted (2): a snippet not found exactly once, a
-test file or test that does not exist, a mutant that does not compile.
+Each mutant (in guard_mutant_table.py) names a guard by its marker, a comment line
+`# guard: <id>` right above the guarded line in whatever file it lives in, and gives a replacement
+that breaks it, plus the tests that should notice. The check copies the working tree (tracked and
+untracked, not ignored, files) into a scratch directory, applies one mutant there, runs only its
+tests with the repository's own .venv (cwd, PYTHONPATH and rootdir all point at the scratch copy,
+so the mutated modules are the ones imported), and puts the file back. It exits non-zero when a
+mutant survives (1; a mutant marked as a known survivor, with its reason, is run and reported but
+does not count), or when the table and the source disagree (2): a marker missing, found twice or
+naming no mutant, a snippet not found exactly once in its guarded lines, a test file or test that
+does not exist, a mutant that does not compile.
 
     python3 .ci/guard_mutants.py                 # every mutant
-    python3 .ci/guard_mutants.py --list          # the table
+    python3 .ci/guard_mutants.py --list          # the table, with where each guard is now
     python3 .ci/guard_mutants.py --only ID ...   # some of them
     python3 .ci/guard_mutants.py --baseline      # first run the selected tests unmutated
 
-Source files move on main from time to time: a snippet that is no longer found stops the check
-with the mutant's id, so the table is updated rather than silently skipped.
+Code moves freely: the marker moves with its guard. Editing a guarded line means editing its
+mutant's `original`, which the check says by the mutant's id.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 # The table lives beside this script (its directory is first on sys.path when run).
@@ -65,25 +68,84 @@ def _git_files(repo: Path) -> list[str]:
     return sorted({p for p in out.split("\0") if p and (repo / p).is_file()})
 
 
-def _table_errors(mutants: list[Mutant], repo: Path) -> list[str]:
+# A marker: a comment line of its own, right above the guarded line.
+MARKER = re.compile(r"^[ \t]*# guard: (\S+)[ \t]*$")
+# Where guards may live: the project's code, not its tests nor this check.
+NOT_SEARCHED = (".ci/", "tests/")
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a mutant's marker is: the file and the line (1-based) of the marker."""
+
+    path: str
+    line: int
+
+
+def _markers(repo: Path) -> tuple[dict[str, list[Site]], dict[str, str]]:
+    """Every marker in the project's Python files: id -> its sites, and path -> source."""
+    sites: dict[str, list[Site]] = {}
+    sources: dict[str, str] = {}
+    for rel in _git_files(repo):
+        if not rel.endswith(".py") or rel.startswith(NOT_SEARCHED):
+            continue
+        source = (repo / rel).read_text()
+        if "# guard: " not in source:
+            continue
+        sources[rel] = source
+        for n, line in enumerate(source.splitlines(), 1):
+            if found := MARKER.match(line):
+                sites.setdefault(found.group(1), []).append(Site(rel, n))
+    return sites, sources
+
+
+def _mutated(source: str, m: Mutant) -> str:
+    """The source with the mutant applied in its guarded lines, every marker line dropped (they
+    are comments: dropping them changes nothing else). ValueError when its `original` is not
+    found exactly once there."""
+    kept: list[str] = []
+    at = None
+    for line in source.splitlines(keepends=True):
+        found = MARKER.match(line)
+        if found is None:
+            kept.append(line)
+        elif found.group(1) == m.id:
+            at = len(kept)
+    if at is None:
+        raise ValueError("no marker")
+    span = m.original.rstrip("\n").count("\n") + 1
+    region = "".join(kept[at : at + span])
+    n = region.count(m.original)
+    if n != 1:
+        raise ValueError(f"its snippet occurs {n} times in the {span} line(s) below its marker")
+    return "".join([*kept[:at], region.replace(m.original, m.replacement, 1), *kept[at + span :]])
+
+
+def _table_errors(mutants: list[Mutant], repo: Path) -> tuple[list[str], dict[str, Site]]:
+    """What is wrong with the table against the source, and where each selected mutant is."""
     errors = []
     ids = [m.id for m in MUTANTS]
     for dup in sorted({i for i in ids if ids.count(i) > 1}):
         errors.append(f"{dup}: id used more than once")
+    sites, sources = _markers(repo)
+    for mid in sorted(set(sites) - set(ids)):
+        where = ", ".join(f"{s.path}:{s.line}" for s in sites[mid])
+        errors.append(f"{mid}: a marker ({where}) that names no mutant of the table")
+    found: dict[str, Site] = {}
     for m in mutants:
-        f = repo / m.path
-        if not f.is_file():
-            errors.append(f"{m.id}: {m.path} does not exist")
+        here = sites.get(m.id, [])
+        if len(here) != 1:
+            where = ", ".join(f"{s.path}:{s.line}" for s in here)
+            what = f"found {len(here)} times ({where})" if here else "missing"
+            errors.append(f"{m.id}: its marker `# guard: {m.id}` is {what}, not once")
             continue
-        source = f.read_text()
-        n = source.count(m.original)
-        if n != 1:
-            errors.append(f"{m.id}: its snippet occurs {n} times in {m.path}, not once")
-            continue
+        site = found[m.id] = here[0]
         try:
-            compile(source.replace(m.original, m.replacement), m.path, "exec")
+            compile(_mutated(sources[site.path], m), site.path, "exec")
+        except ValueError as exc:
+            errors.append(f"{m.id}: {exc} ({site.path}:{site.line})")
         except SyntaxError as exc:
-            errors.append(f"{m.id}: the mutated {m.path} does not compile: {exc}")
+            errors.append(f"{m.id}: the mutated {site.path} does not compile: {exc}")
         for t in m.tests:
             test_file = t.split("::", 1)[0]
             if not (repo / test_file).is_file():
@@ -92,7 +154,7 @@ def _table_errors(mutants: list[Mutant], repo: Path) -> list[str]:
                 name = t.split("::")[-1].split("[", 1)[0]
                 if not re.search(rf"def {re.escape(name)}\(", (repo / test_file).read_text()):
                     errors.append(f"{m.id}: no test {name} in {test_file}")
-    return errors
+    return errors, found
 
 
 def _copy_tree(repo: Path, scratch: Path) -> None:
@@ -234,7 +296,9 @@ def _first_failure(output: str) -> str:
 Row = tuple[str, str, str, str, float, str]
 
 
-def _drain(runner: Runner, todo: queue.SimpleQueue[Mutant]) -> tuple[bool, list[Row]]:
+def _drain(
+    runner: Runner, todo: queue.SimpleQueue[Mutant], sites: dict[str, Site]
+) -> tuple[bool, list[Row]]:
     """Run mutants off the queue in this runner's scratch copy until it is empty; (False, ...)
     when pytest ended in a way that says the table or the suite is broken, not the guard."""
     rows: list[Row] = []
@@ -243,9 +307,10 @@ def _drain(runner: Runner, todo: queue.SimpleQueue[Mutant]) -> tuple[bool, list[
             m = todo.get_nowait()
         except queue.Empty:
             return True, rows
-        target = runner.scratch / m.path
+        path = sites[m.id].path
+        target = runner.scratch / path
         original = target.read_text()
-        target.write_text(original.replace(m.original, m.replacement, 1))
+        target.write_text(_mutated(original, m))
         t0 = time.monotonic()
         try:
             rc, out = runner.pytest(m.tests)
@@ -262,8 +327,8 @@ def _drain(runner: Runner, todo: queue.SimpleQueue[Mutant]) -> tuple[bool, list[
             print(out[-4000:])
             print(f"guard mutants: pytest ended with {rc} for {m.id} (usage or collection)")
             return False, rows
-        rows.append((m.id, m.path, " ".join(m.tests), result, secs, by))
-        print(f"{m.id:36} {m.path:36} {result:8} {secs:6.1f} s  {by or m.why}", flush=True)
+        rows.append((m.id, path, " ".join(m.tests), result, secs, by))
+        print(f"{m.id:36} {path:36} {result:8} {secs:6.1f} s  {by or m.why}", flush=True)
 
 
 def main() -> int:
@@ -288,15 +353,17 @@ def main() -> int:
         if unknown:
             parser.error(f"unknown mutant ids: {', '.join(sorted(unknown))}")
         mutants = [m for m in MUTANTS if m.id in args.only]
+    errors, sites = _table_errors(mutants, REPO)
     if args.list:
         for m in mutants:
-            print(f"{m.id:36} {m.path:36} {' '.join(m.tests)}\n{'':36} {m.why}")
-        return 0
-
-    errors = _table_errors(mutants, REPO)
+            site = sites.get(m.id)
+            where = f"{site.path}:{site.line}" if site else "?"
+            print(f"{m.id:36} {where:44} {' '.join(m.tests)}\n{'':36} {m.why}")
     if errors:
         print("guard mutants: the table does not match the source:", *errors, sep="\n  ")
         return 2
+    if args.list:
+        return 0
     python = REPO / ".venv" / "bin" / "python"
     if not python.exists():
         print(f"guard mutants: {python.relative_to(REPO)} is missing (python3 bootstrap.py test)")
@@ -327,7 +394,7 @@ def main() -> int:
         for m in mutants:
             todo.put(m)
         with ThreadPoolExecutor(jobs) as pool:
-            results = list(pool.map(lambda r: _drain(r, todo), runners))
+            results = list(pool.map(lambda r: _drain(r, todo, sites), runners))
         for ok, got in results:
             rows.extend(got)
             if not ok:

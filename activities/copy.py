@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.config import TierConfig
+from tierpoint.catalog.checkpoint.shards import BatchShard
+from tierpoint.catalog.replica.machine import ReplicaWrite
 from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
 from tierpoint.errors import UnsafePath
 from tierpoint.states import ReplicaState
@@ -33,6 +33,7 @@ from tierpoint.storage.base import (
     VerifyResult,
 )
 from tierpoint.storage.peer_http import PeerSource
+from tierpoint.tier_config import TierConfig
 
 from .progress import BatchReporter, resume_state_for
 
@@ -68,7 +69,7 @@ def _read_back(store: TierStore, ref: ShardRef, size: int, crc32c: str) -> _Read
 
 @dataclass
 class _Pending:
-    shard: repo.BatchShard
+    shard: BatchShard
     location: str
     verify: Future[_ReadBack]
 
@@ -93,7 +94,7 @@ class BatchCopy:
     verified: int = 0
     _pending: _Pending | None = None
 
-    def run(self, shards: list[repo.BatchShard]) -> None:
+    def run(self, shards: list[BatchShard]) -> None:
         with self._verifier() as verifier:
             for sh in shards:
                 self._copy_one(sh, verifier)
@@ -114,9 +115,9 @@ class BatchCopy:
         if len(self.result.problems) < PROBLEM_EXAMPLES:
             self.result.problems.append(f"{path}: {reason}")
 
-    def _verified(self, sh: repo.BatchShard, location: str, identity: str | None) -> None:
+    def _verified(self, sh: BatchShard, location: str, identity: str | None) -> None:
         self.reporter.replica(
-            repo.ReplicaWrite(
+            ReplicaWrite(
                 sh.id,
                 ReplicaState.VERIFIED,
                 location,
@@ -130,26 +131,24 @@ class BatchCopy:
         metrics.BYTES_VERIFIED.labels(self.dst_tier.name).inc(sh.size)
 
     def _corrupt(
-        self, sh: repo.BatchShard, location: str, reason: str, identity: str | None = None
+        self, sh: BatchShard, location: str, reason: str, identity: str | None = None
     ) -> None:
         self.reporter.replica(
-            repo.ReplicaWrite(
-                sh.id, ReplicaState.CORRUPT, location, self.dst_node, 0, reason, identity
-            )
+            ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.dst_node, 0, reason, identity)
         )
         self.result.corrupt += 1
         metrics.CORRUPT_FOUND.labels(self.dst_tier.name).inc()
         self._note(sh.path, reason)
 
-    def _not_copied(self, sh: repo.BatchShard, location: str, reason: str) -> None:
+    def _not_copied(self, sh: BatchShard, location: str, reason: str) -> None:
         self.reporter.replica(
-            repo.ReplicaWrite(sh.id, ReplicaState.PENDING, location, self.dst_node, 0, reason)
+            ReplicaWrite(sh.id, ReplicaState.PENDING, location, self.dst_node, 0, reason)
         )
         self._note(sh.path, reason)
 
     def _source_bad(
         self,
-        sh: repo.BatchShard,
+        sh: BatchShard,
         ref: ShardRef,
         location: str,
         why: str,
@@ -173,6 +172,7 @@ class BatchCopy:
         if pending is None:
             return
         sh, location = pending.shard, pending.location
+        # guard: copy-readback
         v = self._wait(pending.verify, sh.ordinal)
         for _ in range(RECOPIES_AFTER_BAD_READ_BACK):
             if v.ok:
@@ -208,7 +208,7 @@ class BatchCopy:
 
     # -- one shard ---------------------------------------------------------------------------
 
-    def _copy_one(self, sh: repo.BatchShard, verifier: ThreadPoolExecutor) -> None:
+    def _copy_one(self, sh: BatchShard, verifier: ThreadPoolExecutor) -> None:
         ref = ShardRef(self.job, self.step, sh.path)
         location = self.dst.location(ref)
         resume = resume_state_for(self.heartbeat_details, sh.ordinal)
@@ -250,7 +250,7 @@ class BatchCopy:
         )
 
     def _write(
-        self, sh: repo.BatchShard, ref: ShardRef, location: str, resume: ResumeState | None
+        self, sh: BatchShard, ref: ShardRef, location: str, resume: ResumeState | None
     ) -> bool:
         """Copy the shard from the source (from `resume` on), checksumming what is read. False
         when it could not be written right; the outcome is recorded then.
@@ -259,6 +259,7 @@ class BatchCopy:
         peer's data endpoint they may have been damaged on the way: the shard is read again
         whole, a bounded number of times, and the source, which this node cannot read back, is
         left to its own node's checks; the copy alone is given up if no read matches."""
+        # guard: peer-transit-mismatch-spares-source
         remote = isinstance(self.src, PeerSource)
         why = ""
         for _ in range(1 + (REREADS_AFTER_TRANSIT_MISMATCH if remote else 0)):
@@ -284,7 +285,7 @@ class BatchCopy:
         return False
 
     def _write_once(
-        self, sh: repo.BatchShard, ref: ShardRef, location: str, resume: ResumeState | None
+        self, sh: BatchShard, ref: ShardRef, location: str, resume: ResumeState | None
     ) -> bool | _Mismatch:
         """One read of the source into the destination: True when it matched, False when it
         failed and the outcome is recorded, else why its bytes are not the registered ones."""
@@ -319,7 +320,7 @@ class BatchCopy:
             # fails and is retried. The reason reaches the catalog first, so the operator views
             # show why the copy waits instead of only the worker's log.
             self.reporter.replica(
-                repo.ReplicaWrite(
+                ReplicaWrite(
                     sh.id,
                     ReplicaState.COPYING,
                     location,
@@ -331,6 +332,7 @@ class BatchCopy:
             raise
         self.result.bytes += sh.size - start
         metrics.BYTES_COPIED.labels(self.dst_tier.name).inc(sh.size - start)
+        # guard: copy-source-crc
         if copied.crc32c != registered or copied.size != sh.size:
             return _Mismatch(
                 f"read {copied.size} bytes with crc32c {copied.crc32c} from "
@@ -359,7 +361,7 @@ class Destination:
 class Source:
     tier: TierConfig
     store: ShardSource
-    shards: list[repo.BatchShard]
+    shards: list[BatchShard]
 
 
 def copy_to(dest: Destination, sources: Sequence[Source]) -> list[BatchCopy]:
@@ -369,9 +371,7 @@ def copy_to(dest: Destination, sources: Sequence[Source]) -> list[BatchCopy]:
     for source in sources:
         for sh in source.shards:
             location = dest.store.location(ShardRef(dest.job, dest.step, sh.path))
-            dest.reporter.replica(
-                repo.ReplicaWrite(sh.id, ReplicaState.COPYING, location, dest.node)
-            )
+            dest.reporter.replica(ReplicaWrite(sh.id, ReplicaState.COPYING, location, dest.node))
     dest.reporter.flush()
     copies = []
     for source in sources:

@@ -12,30 +12,23 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog import (
-    key_layouts,
-    metrics_reads,
-    nodes,
-    peer_reads,
-    rebuild_repo,
-    scrub_repo,
-)
-from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
-from tierpoint.catalog.engine import Session, Sessions
+from tierpoint.catalog.checkpoint.shards import batch_shards
+from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.promotion import promote
-from tierpoint.catalog.snapshot import policy_for_job
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.catalog.holds import rebuild
+from tierpoint.catalog.job.lookup import checkpoint_head, job_id_of_checkpoint
+from tierpoint.catalog.node import registry
+from tierpoint.catalog.reads import metrics as metric_reads
+from tierpoint.catalog.tier_copy import key_layouts
+from tierpoint.catalog.tier_copy.promotion import ACTOR, promote
+from tierpoint.config import Settings
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import (
-    BATCHES_PER_CHILD,
     COPY_BATCH,
     PLAN,
     PROMOTE,
@@ -45,22 +38,20 @@ from tierpoint.contract.lifecycle import (
     CopyInput,
     LifecyclePlan,
     PlanInput,
-    PlanTier,
     PromoteInput,
     PromoteResult,
     SealInput,
 )
 from tierpoint.errors import UnknownTier, UnsafePath
-from tierpoint.retention.policy import promotion_targets, tier_refs
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.base import ShardSource, TierStore
 from tierpoint.storage.peer_http import PeerSource, pull_tls
-from tierpoint.storage.s3.layout import KeyLayout, layout_in_force
+from tierpoint.storage.s3.layout import KeyLayout
+from tierpoint.tier_config import TierConfig, TierKind
 
 from . import observe
-from .batching import batch_size, plan_batches
 from .copy import Destination, Source, copy_to
-from .placement import holders_by_tier
+from .planning import plan_lifecycle
 from .progress import BatchReporter, resume_details
 from .registration import on_node_queue
 from .seal import BatchSeal
@@ -103,7 +94,7 @@ class LifecycleActivities:
         if not any(t.on_nodes for t in tiers):
             return
         with self._sessions.begin() as s:
-            lost = nodes.is_lost(s, batch_node)
+            lost = registry.is_lost(s, batch_node)
         if lost:
             raise ApplicationError(
                 f"node {batch_node} was declared lost",
@@ -121,81 +112,8 @@ class LifecycleActivities:
 
     @activity.defn(name=PLAN)
     def plan(self, inp: PlanInput) -> LifecyclePlan:
-        with metrics.timed(PLAN), self._sessions.begin() as s:
-            head = repo.checkpoint_head(s, inp.checkpoint_id)
-            if head is None:
-                raise ApplicationError(
-                    f"checkpoint {inp.checkpoint_id} is not in the catalog",
-                    type=FailureType.CHECKPOINT_NOT_FOUND,
-                    non_retryable=True,
-                )
-            tiers = self._settings.tiers
-            if not tiers:
-                raise ApplicationError(
-                    "no tiers are configured", type=FailureType.NO_TIERS, non_retryable=True
-                )
-            tiers = self._targets(s, head)
-            repo.ensure_markers(s, head, [t.name for t in tiers])
-            # The S3 key layout in force now is this checkpoint's for good (a re-plan keeps it).
-            key_layouts.record(
-                s, head.id, {t.name: layout_in_force(t) for t in tiers if t.kind is TierKind.S3}
-            )
-            repo.drop_skipped_markers(
-                s, head, [t.name for t in self._settings.tiers if t not in tiers]
-            )
-            ordinals = repo.shard_ordinals_by_node(s, head.id)
-            lost = nodes.lost_among(s, (n for n, _, _ in ordinals))
-            peers = [t for t in tiers if t.kind is TierKind.PEER]
-            configured = [t.name for t in self._settings.peer_tiers()]
-            live = scrub_repo.live_nodes(s) if peers else []
-            # A source that is not live is placed too, away from its own domain.
-            placed = [*live, *(n for n, _, _ in ordinals)] if peers else []
-            domains = nodes.failure_domains(s, placed)
-            # A retried run's copies go nowhere near the copies the other peer tiers hold.
-            kept = peer_reads.copy_holders(s, head.id, configured) if peers else {}
-        sources = {n for n, _, _ in ordinals}
-        # Every peer tier of the configuration (not only this step's targets) is placed in its
-        # order, so a step that skips a peer tier moves no other tier's copies.
-        placed_on = holders_by_tier(sources, live, configured, domains, kept)
-        holders = {t.name: placed_on[t.name] for t in peers}
-        size = batch_size(self._settings, len(ordinals))
-        # Split by bytes for the stages on the nodes' queues (the seal, and the copy off the
-        # local tier), whose windows are per node: a shared tier's large window (an S3 tier
-        # sized for a whole cluster) must not cut every node's shards into that many batches.
-        batches = plan_batches(
-            ordinals,
-            size,
-            max((t.parallelism for t in tiers[:2]), default=1),
-            self._settings.min_batch_bytes,
-        )
-        with logs.checkpoint_context(job=head.job, step=head.step):
-            log.info("lifecycle planned", tiers=[t.name for t in tiers], shards=len(ordinals))
-        return LifecyclePlan(
-            checkpoint_id=head.id,
-            job=head.job,
-            step=head.step,
-            shard_count=len(ordinals),
-            total_bytes=head.total_bytes,
-            tiers=[PlanTier(name=t.name, kind=t.kind, parallelism=t.parallelism) for t in tiers],
-            batches=batches,
-            batches_per_child=BATCHES_PER_CHILD,
-            batch_heartbeat_seconds=self._settings.batch_heartbeat_timeout_seconds,
-            lost_nodes=lost,
-            holders=holders,
-        )
-
-    def _targets(self, session: Session, head: repo.CheckpointHead) -> list[TierConfig]:
-        """The tiers the job's retention policy sends this checkpoint to (`promote_every`, by step
-        multiple); each copies from the previous one in this list. A policy that does not
-        validate sends it everywhere: an extra copy is safe, a missing one is not."""
-        tiers = self._settings.tiers
-        try:
-            policy = policy_for_job(session, head.job).policy
-        except ValidationError:
-            log.warning("unreadable retention policy: copying to every tier", job=head.job)
-            return list(tiers)
-        targets = set(promotion_targets(policy, tier_refs(tiers), head.step))
-        return [t for t in tiers if t.name in targets]
+        with metrics.timed(PLAN):
+            return plan_lifecycle(self._sessions, self._settings, inp)
 
     # ---------------------------------------------------------------- seal
 
@@ -215,7 +133,7 @@ class LifecycleActivities:
         store = self._store(tier, b.node)
         self._refuse_lost_node(b.node, tier)
         with self._sessions.begin() as s:
-            shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, tier.name)
+            shards = batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, tier.name)
         result = BatchResult(shards=len(shards))
         BatchSeal(
             job=inp.job,
@@ -262,7 +180,7 @@ class LifecycleActivities:
             layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
             if dst_tier.kind is TierKind.PEER:
                 # Maybe a re-replication's batch: it renews the hold on what it reads from.
-                rebuild_repo.renew(s, inp.checkpoint_id)
+                rebuild.renew(s, inp.checkpoint_id)
         if dst_tier.kind is TierKind.PEER:
             # Runs on the holder's queue and pulls the copy over its node's endpoint.
             if b.holder is None or b.holder == b.node:
@@ -288,7 +206,7 @@ class LifecycleActivities:
             dst = self._store(dst_tier, b.node, layouts.get(dst_tier.name))
             self._refuse_lost_node(b.node, src_tier, dst_tier)
         with self._sessions.begin() as s:
-            shards = repo.batch_shards(
+            shards = batch_shards(
                 s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name, src_tier.name
             )
         result = BatchResult(shards=len(shards))
@@ -317,7 +235,7 @@ class LifecycleActivities:
 
     def _peer_source(self, tier: TierConfig, node: str) -> PeerSource:
         with self._sessions.begin() as s:
-            url = peer_reads.data_urls(s, [node]).get(node)
+            url = registry.data_urls(s, [node]).get(node)
         if url is None:
             # Retried: the node's worker may be restarting, and reports its endpoint when up.
             raise ApplicationError(f"node {node} serves no data endpoint", type="NoDataEndpoint")
@@ -330,12 +248,12 @@ class LifecycleActivities:
     @activity.defn(name=PROMOTE)
     def promote(self, inp: PromoteInput) -> PromoteResult:
         with metrics.timed(PROMOTE), self._sessions.begin() as s:
-            head = repo.checkpoint_head(s, inp.checkpoint_id)
+            head = checkpoint_head(s, inp.checkpoint_id)
             outcome = promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
-            # In the promoting transaction, so that now() is the marker's restorable_at; only
+            # In the promoting transaction, so that now() is the tier copy's restorable_at; only
             # for the first promotion (a repair's is not a promotion lag).
             lag = (
-                metrics_reads.seconds_since_registration(s, inp.checkpoint_id)
+                metric_reads.seconds_since_registration(s, inp.checkpoint_id)
                 if outcome.first and outcome.state == TierState.RESTORABLE.value
                 else None
             )
@@ -373,7 +291,7 @@ class LifecycleActivities:
                 checkpoint_id=checkpoint_id,
                 job_id=job_id,
                 tier=tier,
-                actor=repo.ACTOR,
+                actor=ACTOR,
                 detail=detail,
             )
             if kind is EventKind.COPIED and result.verified > result.skipped:
@@ -383,7 +301,7 @@ class LifecycleActivities:
                     checkpoint_id=checkpoint_id,
                     job_id=job_id,
                     tier=tier,
-                    actor=repo.ACTOR,
+                    actor=ACTOR,
                     detail={"node": batch.node, "verified": result.verified - result.skipped},
                 )
             if result.corrupt:
@@ -393,7 +311,7 @@ class LifecycleActivities:
                     checkpoint_id=checkpoint_id,
                     job_id=job_id,
                     tier=tier,
-                    actor=repo.ACTOR,
+                    actor=ACTOR,
                     detail={"count": result.corrupt, "examples": result.problems},
                 )
         if kind is EventKind.COPIED:

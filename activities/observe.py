@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog.promotion import PromoteOutcome
+from tierpoint.catalog.job.lookup import CheckpointHead
+from tierpoint.catalog.tier_copy.promotion import PromoteOutcome
 from tierpoint.contract.lifecycle import BatchResult
 from tierpoint.states import TierState
 
@@ -28,7 +28,7 @@ def batch(event: str, result: BatchResult, **extra: object) -> None:
 
 
 def promotion(
-    head: repo.CheckpointHead | None, tier: str, outcome: PromoteOutcome, lag: float | None
+    head: CheckpointHead | None, tier: str, outcome: PromoteOutcome, lag: float | None
 ) -> None:
     """A rerun of a promotion that changes nothing reports nothing: the lag is observed once."""
     if lag is not None:

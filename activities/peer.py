@@ -8,12 +8,17 @@ from datetime import UTC, datetime
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from tierpoint.catalog import nodes, peer_reads, rebuild_repo, scrub_repo
 from tierpoint.catalog.engine import Sessions
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.catalog.holds import rebuild
+from tierpoint.catalog.locks import RowLock, lock_checkpoint
+from tierpoint.catalog.node import registry
+from tierpoint.catalog.replica import placement
+from tierpoint.catalog.tier_copy import repair
+from tierpoint.config import Settings
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import Batch, PlanTier
 from tierpoint.contract.peer import PLAN, PeerPlan, PeerStage, RereplicateInput
+from tierpoint.tier_config import TierConfig, TierKind
 
 from .batching import batch_size, plan_batches
 from .placement import holders_by_tier
@@ -58,23 +63,23 @@ class PeerActivities:
         )
         with self._sessions.begin() as s:
             # Under the checkpoint's row lock, as retention's re-check: a copy that the plan
-            # reads is held before any expiry of it can begin (rebuild_repo).
-            if not rebuild_repo.lock_checkpoint(s, inp.checkpoint_id):
+            # reads is held before any expiry of it can begin (holds/rebuild.py).
+            if not lock_checkpoint(s, inp.checkpoint_id, RowLock.NO_KEY_UPDATE):
                 raise ApplicationError(
                     f"checkpoint {inp.checkpoint_id} is not in the catalog",
                     type=FailureType.CHECKPOINT_NOT_FOUND,
                     non_retryable=True,
                 )
-            failed = peer_reads.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
-            missing = {t: peer_reads.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
+            failed = repair.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
+            missing = {t: placement.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
             remade = [t for t in peers if t.name in missing]
             sources = {n for rows in missing.values() for n, _, _ in rows}
-            lost = set(nodes.lost_among(s, sources))
-            live = scrub_repo.live_nodes(s)
-            domains = nodes.failure_domains(s, [*live, *sources])
-            kept = peer_reads.copy_holders(s, inp.checkpoint_id, [t.name for t in peers])
+            lost = set(registry.lost_among(s, sources))
+            serving = registry.serving_nodes(s)
+            domains = registry.failure_domains(s, [*serving, *sources])
+            kept = placement.copy_holders(s, inp.checkpoint_id, [t.name for t in peers])
             readable = {t.name: self._readable(t) for t in remade}
-            verified = peer_reads.verified_copies(
+            verified = placement.verified_copies(
                 s,
                 inp.checkpoint_id,
                 sorted(sources),
@@ -85,10 +90,11 @@ class PeerActivities:
             for tier in remade:
                 # The copies this re-replication reads, whichever tier each one is on.
                 reads = {src for (src, _), _ in runs_of[tier.name]}
-                rebuild_repo.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)
+                # guard: rereplication-holds-its-sources
+                rebuild.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)
         out.lost_nodes = sorted(lost)
         # Each source node's new holders, tier by tier: none beside another copy of its shards.
-        new_holders = holders_by_tier(sources, live, [t.name for t in remade], domains, kept)
+        new_holders = holders_by_tier(sources, serving, [t.name for t in remade], domains, kept)
         for tier in remade:
             out.stages.append(
                 self._stage(tier, missing[tier.name], runs_of[tier.name], new_holders[tier.name])

@@ -1,6 +1,6 @@
-"""Where a peer tier keeps each node's copy: a ring over the live nodes, spread over domains.
+"""Where a peer tier keeps each node's copy: a ring over the serving nodes, spread over domains.
 
-The live nodes (reported in recently, not declared lost), sorted by id, form a ring. Each source
+The serving nodes (reported in recently, not declared lost), sorted by id, form a ring. Each source
 node N has a preference list of holders: walking the ring from N, first the nodes of failure
 domains not used yet (never N's own domain), then the other nodes outside N's domain, then the
 rest of the ring; never N itself. The i-th peer tier (from 1) places N's copy on the i-th node of
@@ -8,14 +8,15 @@ that list. So the rule is deterministic (every planner computes the same holders
 nodes and labels), K peer tiers put K copies on K distinct nodes while the ring has more than K
 nodes, and in K distinct domains other than N's while there are that many. A node reports its
 domain (`failure_domain`, e.g. a rack or zone); a node without one is a domain of its own, so
-without labels the i-th holder is simply the i-th node after N, and every live node holds about as
-many copies as it has shards of its own. A node that is not in the ring (it wrote shards, then
-stopped reporting in) still gets holders: the walk starts at the first live node after it.
+without labels the i-th holder is simply the i-th node after N, and every serving node holds
+about as many copies as it has shards of its own. A node that is not in the ring (it wrote
+shards, then stopped reporting in) still gets holders: the walk starts at the first serving node
+after it.
 
 A copy made again (re-replication after its holder was lost, a retry) goes to the first node of
 that list that holds none of the node's copies on the other peer tiers, the domains of those
 counting as used: K copies stay on K distinct nodes (and domains, while there are enough) however
-the ring changed since the others were placed. When no such live node is left the copy is not
+the ring changed since the others were placed. When no such serving node is left the copy is not
 made, rather than put beside another copy that one node's loss would take with it (`assign`).
 """
 
@@ -40,6 +41,7 @@ def preference(
         return f"domain:{label}" if label else f"node:{n}"
 
     start = bisect.bisect_right(ring, node)
+    # guard: peer-ring-never-self
     walk = [n for n in (*ring[start:], *ring[:start]) if n != node]
     walk = [n for n in walk if n not in held]
     own = domain(node)
@@ -57,45 +59,46 @@ def preference(
 
 def place(
     sources: Iterable[str],
-    live: Sequence[str],
+    serving: Sequence[str],
     copies: int,
     domains: Mapping[str, str | None] | None = None,
 ) -> dict[str, list[str]]:
     """Each source node's first `copies` holders (fewer while the ring has fewer other nodes)."""
-    ring = sorted(set(live))
+    ring = sorted(set(serving))
     return {n: preference(n, ring, domains)[:copies] for n in sorted(set(sources))}
 
 
 def ring_holders(
     sources: Iterable[str],
-    live: Sequence[str],
+    serving: Sequence[str],
     distance: int,
     domains: Mapping[str, str | None] | None = None,
 ) -> dict[str, str]:
     """Each source node's holder for the `distance`-th (>= 1) peer copy; a source with no holder
-    other than itself (fewer live nodes than the distance needs) is left out."""
-    placed = place(sources, live, distance, domains)
+    other than itself (fewer serving nodes than the distance needs) is left out."""
+    placed = place(sources, serving, distance, domains)
     return {n: held[distance - 1] for n, held in placed.items() if len(held) >= distance}
 
 
 def assign(
     node: str,
-    live: Sequence[str],
+    serving: Sequence[str],
     tiers: Sequence[str],
     domains: Mapping[str, str | None] | None = None,
     kept: Mapping[str, Collection[str]] | None = None,
 ) -> dict[str, str]:
     """The holder of a new copy of `node`'s shards on each of `tiers` (peer tier names in the
     configuration's order), one tier after the other: the first node of `node`'s preference
-    list that holds none of its copies on another tier, neither one `kept` (tier -> the live
+    list that holds none of its copies on another tier, neither one `kept` (tier -> the serving
     nodes holding its copies there now) nor one given to a tier before. A tier that finds no
     such node is left out. With nothing kept, tier i gets the i-th node of the list, as `place`
     says."""
-    ring = sorted(set(live))
+    ring = sorted(set(serving))
     held = kept or {}
     given: dict[str, str] = {}
     for tier in tiers:
         others = {h for t, nodes in held.items() if t != tier for h in nodes}
+        # guard: rereplication-chooses-distinct-holders
         options = preference(node, ring, domains, others | set(given.values()))
         if options:
             given[tier] = options[0]
@@ -104,7 +107,7 @@ def assign(
 
 def holders_by_tier(
     sources: Iterable[str],
-    live: Sequence[str],
+    serving: Sequence[str],
     tiers: Sequence[str],
     domains: Mapping[str, str | None] | None = None,
     kept: Mapping[str, Mapping[str, Collection[str]]] | None = None,
@@ -113,6 +116,6 @@ def holders_by_tier(
     node, what `assign` takes); a node with no holder on a tier is left out of that tier's."""
     out: dict[str, dict[str, str]] = {t: {} for t in tiers}
     for n in sorted(set(sources)):
-        for tier, holder in assign(n, live, tiers, domains, (kept or {}).get(n, {})).items():
+        for tier, holder in assign(n, serving, tiers, domains, (kept or {}).get(n, {})).items():
             out[tier][n] = holder
     return out

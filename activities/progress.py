@@ -13,10 +13,11 @@ from typing import Any
 
 from temporalio import activity
 
-from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog import scrub_repo
-from tierpoint.catalog.damage import mark_damaged_shards
+from tierpoint.catalog.checkpoint.shards import fill_checksums
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.replica import scrub
+from tierpoint.catalog.replica.machine import ReplicaWrite, set_bytes_done, upsert_replicas
+from tierpoint.catalog.tier_copy.damage import mark_damaged_shards
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ResumeState
 
@@ -47,7 +48,7 @@ class BatchReporter:
         self._tier = tier
         self._interval = interval
         self._last_flush = time.monotonic()
-        self._writes: list[repo.ReplicaWrite] = []
+        self._writes: list[ReplicaWrite] = []
         self._bytes_done: dict[int, int] = {}
         self._corrupt_elsewhere: dict[str, dict[int, str]] = {}
         self._checksums: dict[int, str] = {}
@@ -67,7 +68,7 @@ class BatchReporter:
         self._bytes_done[shard_id] = state.offset
         self.flush_if_due()
 
-    def replica(self, write: repo.ReplicaWrite) -> None:
+    def replica(self, write: ReplicaWrite) -> None:
         self._writes.append(write)
         self._bytes_done.pop(write.shard_id, None)
 
@@ -90,13 +91,14 @@ class BatchReporter:
 
     def flush(self) -> None:
         with self._sessions.begin() as s:
-            repo.fill_checksums(s, self._checksums)
-            repo.upsert_replicas(s, self._checkpoint_id, self._tier, self._writes)
-            repo.set_bytes_done(s, self._tier, self._bytes_done)
+            fill_checksums(s, self._checksums)
+            upsert_replicas(s, self._checkpoint_id, self._tier, self._writes)
+            set_bytes_done(s, self._tier, self._bytes_done)
             for tier, errors in self._corrupt_elsewhere.items():
                 # That tier was promoted on bytes that have gone bad since: the same finding as a
-                # scrub's, with the same outcome (its marker demoted, so readers skip it and
+                # scrub's, with the same outcome (its tier copy demoted, so readers skip it and
                 # repair copies it again).
+                # guard: copy-source-found-corrupt-demotes
                 mark_damaged_shards(s, tier, errors, ReplicaState.CORRUPT, f"copy to {self._tier}")
         self._checksums.clear()
         self._writes.clear()
@@ -109,5 +111,5 @@ class BatchReporter:
         self.flush()
         if self._read_bytes > 0:
             with self._sessions.begin() as s:
-                scrub_repo.record_reads(s, self._tier, self._read_bytes, self._read_seconds)
+                scrub.record_reads(s, self._tier, self._read_bytes, self._read_seconds)
             self._read_bytes, self._read_seconds = 0, 0.0

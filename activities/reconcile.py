@@ -4,9 +4,9 @@ tier, or a bucket prefix) and compare it with the catalog, job by job.
 Reported: verified replicas whose file/object is missing or has the wrong size, files/objects that
 no shard of the catalog names (never deleted: the catalog does not know what they are), and temp
 files / multipart uploads older than the grace period (abandoned copies). With `repair`, missing
-replicas become `lost` and wrong-sized ones `corrupt` (their markers demoted in the same
-transaction, `tierpoint/catalog/damage.py`), and the abandoned temp files and uploads are removed;
-the workflow then asks for the repair of the damaged checkpoints.
+replicas become `lost` and wrong-sized ones `corrupt` (their tier copies demoted in the same
+transaction, `tierpoint/catalog/tier_copy/damage.py`), and the abandoned temp files and uploads are
+removed; the workflow then asks for the repair of the damaged checkpoints.
 
 One activity per unit, heartbeating the index of the job it is at, so a retry resumes there.
 """
@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 
 from tierpoint import logs
-from tierpoint.catalog import reconcile_repo, scrub_repo
-from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.catalog.job import lookup
+from tierpoint.catalog.node import registry
+from tierpoint.catalog.replica import reconcile
+from tierpoint.catalog.tier_copy.damage import mark_damaged
+from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     RECONCILE_PLAN,
     RECONCILE_SCAN,
@@ -44,6 +46,7 @@ from tierpoint.storage.paths import is_partial_name
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.s3.layout import is_spread_dir
 from tierpoint.storage.s3.store import S3Store
+from tierpoint.tier_config import TierConfig, TierKind
 
 from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
@@ -96,7 +99,7 @@ class ReconcileActivities:
     def plan(self, inp: ReconcileInput) -> ReconcilePlan:
         tiers = [self._settings.tier(inp.tier)] if inp.tier else self._settings.tiers
         with self._sessions.begin() as s:
-            nodes = scrub_repo.live_nodes(s)
+            nodes = registry.serving_nodes(s)
         units = []
         for t in tiers:
             # A peer tier's root on a node holds the copies that node keeps for others (their
@@ -115,7 +118,7 @@ class ReconcileActivities:
         report = TierReport(tier=tier.name, node=node)
         grace = time.time() - inp.grace_seconds
         with self._sessions.begin() as s:
-            jobs = reconcile_repo.job_names(s, inp.job)
+            jobs = lookup.job_names(s, only=inp.job)
         if tier.kind is TierKind.S3:
             lister: _Lister = _S3Lister(self._stores, tier, inp.repair)
         else:
@@ -148,7 +151,7 @@ class ReconcileActivities:
         index: int,
     ) -> None:
         with self._sessions.begin() as s:
-            expected = reconcile_repo.job_on_tier(
+            expected = reconcile.job_on_tier(
                 s,
                 job,
                 tier.name,

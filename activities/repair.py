@@ -18,12 +18,15 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
-from tierpoint.catalog import expiry_repo, key_layouts, peer_reads, rebuild_repo, repair_repo
-from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog.checkpoint_lookup import job_id_of_checkpoint
+from tierpoint.catalog.checkpoint.shards import BatchShard, batch_shards
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.catalog.holds import rebuild
+from tierpoint.catalog.job import lookup
+from tierpoint.catalog.job.lookup import checkpoint_head, job_id_of_checkpoint
+from tierpoint.catalog.node import registry
+from tierpoint.catalog.tier_copy import expiry, key_layouts, repair
+from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     REPAIR_COPY,
     REPAIR_PLAN,
@@ -39,6 +42,7 @@ from tierpoint.storage.base import ShardSource, TierStore
 from tierpoint.storage.peer_http import PeerSource, pull_tls
 from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.temporal import request_repair
+from tierpoint.tier_config import TierConfig, TierKind
 
 from .batching import batch_size
 from .copy import Destination, Source, copy_to
@@ -80,7 +84,7 @@ class RepairActivities:
         holder) through that node's data endpoint, else the store this worker reaches."""
         if tier.on_nodes and node != self._node:
             with self._sessions.begin() as s:
-                url = peer_reads.data_urls(s, [node]).get(node)
+                url = registry.data_urls(s, [node]).get(node)
             if url is None:
                 # Retried: the node's worker may be restarting, and reports its endpoint when up.
                 raise ApplicationError(
@@ -94,9 +98,9 @@ class RepairActivities:
     @activity.defn(name=REPAIR_PLAN)
     def plan(self, inp: RepairPlanInput) -> RepairPlan:
         with self._sessions.begin() as s:
-            head = repo.checkpoint_head(s, inp.checkpoint_id)
+            head = checkpoint_head(s, inp.checkpoint_id)
             count = head.shard_count if head is not None else 0
-            return repair_repo.plan_repair(
+            return repair.plan_repair(
                 s,
                 inp.checkpoint_id,
                 self._settings.tiers,
@@ -106,7 +110,7 @@ class RepairActivities:
             )
 
     def _source(
-        self, src: repair_repo.ShardSources, dst: TierConfig, lost: set[str]
+        self, src: repair.ShardSources, dst: TierConfig, lost: set[str]
     ) -> TierConfig | None:
         """The fastest tier holding the shard verified that this worker can read: a local tier
         on its own node, or (copying to a peer tier, on the holder) over the shard's node's data
@@ -116,7 +120,7 @@ class RepairActivities:
             if t.name == dst.name or t.name not in src.verified:
                 continue
             if t.kind is TierKind.PEER:
-                if self._node is None or not repair_repo.reads_peer_copies(dst):
+                if self._node is None or not repair.reads_peer_copies(dst):
                     continue
                 return t
             if t.kind is TierKind.LOCAL:
@@ -168,25 +172,25 @@ class RepairActivities:
 
     def _damaged(
         self, inp: RepairCopyInput, dst_tier: TierConfig
-    ) -> tuple[list[repo.BatchShard], dict[int, repair_repo.ShardSources], set[str]] | None:
+    ) -> tuple[list[BatchShard], dict[int, repair.ShardSources], set[str]] | None:
         """The batch's shards this worker is to copy again to `dst_tier`, and where each one is
         verified; None when the tier's copy is no longer for repair to mend."""
         b = inp.batch
         with self._sessions.begin() as s:
-            marker = expiry_repo.marker_state(s, inp.checkpoint_id, dst_tier.name)
-            if marker not in repair_repo.REPAIRABLE_MARKERS:
+            tier_copy = expiry.tier_copy_state(s, inp.checkpoint_id, dst_tier.name)
+            if tier_copy not in repair.REPAIRABLE:
                 return None
-            # Renews the hold on the copies this repair reads from (rebuild_repo).
-            rebuild_repo.renew(s, inp.checkpoint_id)
-            shards = repo.batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name)
+            # Renews the hold on the copies this repair reads from (holds/rebuild.py).
+            rebuild.renew(s, inp.checkpoint_id)
+            shards = batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name)
             sources = {
                 x.shard_id: x
-                for x in repair_repo.shard_sources(s, inp.checkpoint_id)
+                for x in repair.shard_sources(s, inp.checkpoint_id)
                 if x.node == b.node and b.first <= x.ordinal <= b.last
             }
-            lost = repair_repo.lost_nodes(s, [b.node])
+            lost = registry.lost_nodes(s, [b.node])
             held = (
-                repair_repo.peer_holders(s, inp.checkpoint_id, dst_tier.name)
+                repair.peer_holders(s, inp.checkpoint_id, dst_tier.name)
                 if dst_tier.kind is TierKind.PEER
                 else {}
             )
@@ -200,24 +204,22 @@ class RepairActivities:
             # shared one; each worker takes its own share, so no shard is copied twice at once.
             mine = self._node is not None
             tiers = self._settings.tiers
-            todo = [
-                sh for sh in todo if repair_repo.prefers_node(sources[sh.id], tiers, lost) == mine
-            ]
+            todo = [sh for sh in todo if repair.prefers_node(sources[sh.id], tiers, lost) == mine]
         return todo, sources, lost
 
     def _by_source(
         self,
         dest: Destination,
         batch_node: str,
-        todo: list[repo.BatchShard],
-        sources: dict[int, repair_repo.ShardSources],
+        todo: list[BatchShard],
+        sources: dict[int, repair.ShardSources],
         lost: set[str],
         layouts: dict[str, KeyLayout],
     ) -> list[Source]:
         """The shards grouped by the fastest tier this worker can read them from verified; a
         shard with no such tier is left as it is, and said so."""
         # By tier and the node that serves it (a peer copy's holder; else the batch's node).
-        groups: dict[tuple[str, str], list[repo.BatchShard]] = defaultdict(list)
+        groups: dict[tuple[str, str], list[BatchShard]] = defaultdict(list)
         for sh in todo:
             src_tier = self._source(sources[sh.id], dest.tier, lost)
             if src_tier is None:
@@ -275,7 +277,7 @@ class RepairActivities:
 
         def names() -> list[tuple[int, str, int]]:
             with self._sessions.begin() as s:
-                return repair_repo.checkpoint_names(s, inp.checkpoint_ids)
+                return lookup.checkpoint_names(s, inp.checkpoint_ids)
 
         rows = await asyncio.to_thread(names)
         for cid, job, step in rows:

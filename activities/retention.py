@@ -1,4 +1,4 @@
-"""Retention activities: plan the job's expiries, and run each one as begin (marker -> expiring,
+"""Retention activities: plan the job's expiries, and run each one as begin (tier copy -> expiring,
 committed) -> delete the bytes (local tiers on their node's queue) -> finish (-> expired).
 
 Catalog and storage activities are sync (they run in the worker's thread pool); the ones that ask
@@ -16,9 +16,10 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
-from tierpoint.catalog import expiry_repo as repo
-from tierpoint.catalog import key_layouts
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.job import lookup
+from tierpoint.catalog.tier_copy import expiry as repo
+from tierpoint.catalog.tier_copy import key_layouts
 from tierpoint.config import Settings
 from tierpoint.contract import retention as c
 from tierpoint.contract.common import FailureType
@@ -125,7 +126,7 @@ class RetentionActivities:
     def delete_copy(self, inp: DeleteInput) -> None:
         tier = self._stores.tier(inp.tier)
         ensure_reachable(tier, inp.node, self._node)
-        # The whole delete runs in one transaction that holds the copy's delete lock: its marker
+        # The whole delete runs in one transaction that holds the copy's delete lock: its tier copy
         # cannot become `expired`, nor the step be registered again, before the bytes are gone.
         with self._sessions.begin() as s:
             state = repo.hold_for_delete(s, inp.checkpoint_id, inp.tier)
@@ -135,10 +136,11 @@ class RetentionActivities:
                 log.info("copy already expired: nothing to delete", **_where(inp))
                 return
             # Invariant 3, checked where the bytes go: only a copy no reader is sent to any more.
+            # guard: delete-tier-copy-check
             if state != TierState.EXPIRING.value:
                 raise ApplicationError(
                     f"refusing to delete checkpoint {inp.checkpoint_id} on {inp.tier}: its "
-                    f"marker is {state or 'missing'}, not expiring",
+                    f"tier copy is {state or 'missing'}, not expiring",
                     type=FailureType.NOT_EXPIRING,
                     non_retryable=True,
                 )
@@ -179,6 +181,7 @@ class RetentionActivities:
 
     @activity.defn(name=c.REQUEST)
     async def request(self, inp: RequestInput) -> None:
+        # guard: request-activity-noop
         await request_retention(self._need_client(), inp.job, inp.reason)
 
     @activity.defn(name=c.REQUEST_MANY)
@@ -192,7 +195,7 @@ class RetentionActivities:
     async def list_jobs(self, inp: ListJobsInput) -> JobNamesPage:
         def page() -> list[str]:
             with self._sessions.begin() as s:
-                return repo.job_names(s, inp.after, inp.limit)
+                return lookup.job_names(s, after=inp.after, limit=inp.limit)
 
         jobs = await asyncio.to_thread(page)
         return JobNamesPage(jobs=jobs, next_after=jobs[-1] if len(jobs) == inp.limit else None)

@@ -2,9 +2,9 @@
 due, and reading a batch of replicas back (POSIX: from the device, S3: a whole GET with crc32c
 over every byte, never the stored checksum) at the tier's scrub bandwidth.
 
-A replica that reads back wrong is marked `corrupt` (missing: `lost`) and its tier's marker
-demoted in one transaction (`tierpoint/catalog/damage.py`); the result names the checkpoints so
-the workflow can ask for their repair. Idempotent: a retried batch resumes at the replica its last
+A replica that reads back wrong is marked `corrupt` (missing: `lost`) and its tier copy demoted in
+one transaction (`tierpoint/catalog/tier_copy/damage.py`); the result names the checkpoints so the
+workflow can ask for their repair. Idempotent: a retried batch resumes at the replica its last
 heartbeat named, and a replica already counted for this pick is not counted again.
 """
 
@@ -18,10 +18,12 @@ from datetime import datetime, timedelta
 from temporalio import activity
 
 from tierpoint import logs
-from tierpoint.catalog import key_layouts, scrub_repo
-from tierpoint.catalog.damage import mark_damaged
-from tierpoint.catalog.engine import Sessions
-from tierpoint.catalog.scrub_repo import ScrubTarget
+from tierpoint.catalog.engine import Sessions, catalog_now
+from tierpoint.catalog.node import registry
+from tierpoint.catalog.replica import scrub
+from tierpoint.catalog.replica.scrub import ScrubTarget
+from tierpoint.catalog.tier_copy import key_layouts
+from tierpoint.catalog.tier_copy.damage import mark_damaged
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     PROBLEM_LIMIT,
@@ -97,7 +99,7 @@ class ScrubActivities:
             return ScrubPlan()
         interval = s.scrub_interval.total_seconds()
         with self._sessions.begin() as session:
-            nodes = scrub_repo.live_nodes(session)
+            nodes = registry.serving_nodes(session)
         units = []
         for t in s.tiers:
             if t.scrub_bandwidth <= 0:
@@ -120,9 +122,9 @@ class ScrubActivities:
     @activity.defn(name=SCRUB_PICK)
     def pick(self, inp: ScrubPickInput) -> ScrubPick:
         with self._sessions.begin() as s:
-            now = scrub_repo.catalog_now(s)
+            now = catalog_now(s)
             cutoff = datetime.fromisoformat(inp.cutoff) if inp.cutoff else now
-            ids, nbytes = scrub_repo.due(
+            ids, nbytes = scrub.due(
                 s,
                 inp.unit.tier,
                 inp.unit.node,
@@ -139,7 +141,7 @@ class ScrubActivities:
         copy's: its holder's)."""
         on_nodes = self._settings.tier(inp.tier).on_nodes
         with self._sessions.begin() as s:
-            rows = scrub_repo.checkpoint_replicas(
+            rows = scrub.checkpoint_replicas(
                 s, inp.checkpoint_id, inp.tier, inp.after_id, inp.limit
             )
         by_node: dict[str | None, list[int]] = {}
@@ -160,7 +162,7 @@ class ScrubActivities:
         details = activity.info().heartbeat_details
         start = int(details[-1]) if details else 0
         with self._sessions.begin() as s:
-            todo = scrub_repo.targets(s, inp.replica_ids)
+            todo = scrub.targets(s, inp.replica_ids)
             layouts = key_layouts.on_tier(s, {t.checkpoint_id for t in todo}, tier.name)
         result = ScrubBatchResult()
         found = _Found(tier.name, datetime.fromisoformat(inp.picked_at), inp.actor, result)
@@ -257,13 +259,14 @@ class _Found:
     def write(self, sessions: Sessions) -> None:
         result = self.result
         with sessions.begin() as s:
-            result.bytes += scrub_repo.record_good(s, self.tier, self.replica_ids, self.picked_at)
-            scrub_repo.record_identities(s, self.identities)
-            scrub_repo.record_reads(s, self.tier, self.read_bytes, self.read_seconds)
+            result.bytes += scrub.record_good(s, self.tier, self.replica_ids, self.picked_at)
+            # guard: read-back-records-identity
+            scrub.record_identities(s, self.identities)
+            scrub.record_reads(s, self.tier, self.read_bytes, self.read_seconds)
             for state, problems in self.problems.items():
                 damage = mark_damaged(s, problems, state, self.actor)
                 result.damaged = sorted(set(result.damaged) | damage.checkpoints)
-                scrub_repo.record_bad(
+                scrub.record_bad(
                     s,
                     self.tier,
                     corrupt=damage.marked if state is ReplicaState.CORRUPT else 0,

@@ -12,12 +12,13 @@ import time
 from dataclasses import dataclass
 
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.config import TierConfig
+from tierpoint.catalog.checkpoint.shards import BatchShard
+from tierpoint.catalog.replica.machine import ReplicaWrite
 from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
 from tierpoint.errors import UnsafePath
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, TierStore, VerifyResult
+from tierpoint.tier_config import TierConfig
 
 from .progress import BatchReporter
 
@@ -26,7 +27,7 @@ def _heartbeat_bytes(reporter: BatchReporter, ordinal: int, _bytes_read: int) ->
     reporter.heartbeat(ordinal)
 
 
-def _problem(sh: repo.BatchShard, v: VerifyResult, tier: str) -> str | None:
+def _problem(sh: BatchShard, v: VerifyResult, tier: str) -> str | None:
     """Why the shard as read does not match its registration, or None when it does."""
     if v.size is None:
         return v.reason or f"missing on {tier}"
@@ -34,6 +35,7 @@ def _problem(sh: repo.BatchShard, v: VerifyResult, tier: str) -> str | None:
         return f"size {v.size} != registered {sh.size}"
     if v.crc32c is None:
         return v.reason or "no checksum could be computed"
+    # guard: seal-crc
     if sh.checksum is not None and v.crc32c != sh.checksum.lower():
         return f"crc32c {v.crc32c} != registered {sh.checksum}"
     return None
@@ -49,7 +51,7 @@ class BatchSeal:
     reporter: BatchReporter
     result: BatchResult
 
-    def run(self, shards: list[repo.BatchShard]) -> None:
+    def run(self, shards: list[BatchShard]) -> None:
         for sh in shards:
             if sh.state == ReplicaState.VERIFIED:
                 self.result.skipped += 1
@@ -59,7 +61,7 @@ class BatchSeal:
             self.reporter.flush_if_due()
         self.reporter.finish()
 
-    def _seal_one(self, sh: repo.BatchShard) -> None:
+    def _seal_one(self, sh: BatchShard) -> None:
         ref = ShardRef(self.job, self.step, sh.path)
         self.reporter.heartbeat(sh.ordinal)
         began = time.monotonic()
@@ -82,12 +84,13 @@ class BatchSeal:
                 assert v.crc32c is not None
                 self.reporter.checksum(sh.id, v.crc32c)
             self.reporter.replica(
-                repo.ReplicaWrite(
+                ReplicaWrite(
                     sh.id,
                     ReplicaState.VERIFIED,
                     location,
                     self.node,
                     bytes_done=sh.size,
+                    # guard: seal-records-identity
                     identity=v.identity,
                 )
             )
@@ -95,9 +98,7 @@ class BatchSeal:
             metrics.BYTES_VERIFIED.labels(self.tier.name).inc(sh.size)
             return
         self.reporter.replica(
-            repo.ReplicaWrite(
-                sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem, v.identity
-            )
+            ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem, v.identity)
         )
         metrics.VERIFICATION_FAILURES.labels(self.tier.name).inc()
         self.result.corrupt += 1

@@ -6,11 +6,12 @@ import threading
 
 from temporalio.exceptions import ApplicationError
 
-from tierpoint.config import Settings, TierConfig
+from tierpoint.config import Settings
 from tierpoint.contract.common import FailureType
 from tierpoint.storage.base import TierStore
 from tierpoint.storage.registry import keyed, open_store
 from tierpoint.storage.s3.layout import KeyLayout
+from tierpoint.tier_config import TierConfig
 
 
 class Stores:
@@ -25,7 +26,7 @@ class Stores:
     def get(self, tier: TierConfig, node: str | None, layout: KeyLayout | None = None) -> TierStore:
         """The store of `tier`; local and peer tiers are per node, the others ignore the node.
         An S3 store names objects with `layout`, the one the catalog recorded for the checkpoint
-        (`tierpoint.catalog.key_layouts`); without it, it can list but not name a shard."""
+        (`catalog/tier_copy/key_layouts.py`); without it, it can list but not name a shard."""
         key = (tier.name, node if tier.on_nodes else None)
         with self._lock:
             store = self._open.get(key)

@@ -118,6 +118,7 @@ class Requirement(Access):
             return True
         if principal.has(Scope.ADMIN) or any(principal.has(s) for s in self.scopes):
             return True
+        # guard: auth-scope-ignored
         return self.job_scoped and job is not None and principal.trains(job)
 
     def check(self, principal: Principal, job: str | None) -> Principal:

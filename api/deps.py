@@ -16,11 +16,12 @@ from tierpoint_client.paths import NAME_RULE
 from api.temporal_link import TemporalLink
 from api.token_cache import TokenCache
 from tierpoint.catalog.engine import AsyncEngine, AsyncSession, AsyncSessions
-from tierpoint.config import NAME_RE, Settings
+from tierpoint.config import Settings
 from tierpoint.errors import UnsafePath
 from tierpoint.manifest import MAX_STEP, step_in_range
 from tierpoint.metrics_api import ApiMetrics
 from tierpoint.storage.paths import validate_name
+from tierpoint.tier_config import NAME_RE
 
 
 @dataclass

@@ -109,6 +109,7 @@ class GatedRoute(APIRoute):
 
         async def gated(request: Request) -> Response:
             # 401/403 before a byte of the body or a parameter is looked at.
+            # guard: auth-before-validation
             await admit(request, rule)
             strict = StrictJsonRequest(request.scope, request.receive)
             try:

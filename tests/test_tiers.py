@@ -36,7 +36,7 @@ def test_pure_starts_a_process():
 
 
 def test_pure_asks_for_s3_at_run_time(request):
-    request.getfixturevalue("s3_endpoint")
+    request.getfixturevalue("s3_server")
 
 
 def test_catalog_runs(migrated_url):
@@ -114,7 +114,7 @@ def test_the_fast_tiers_refuse_processes_and_services_they_do_not_have(tmp_path:
     }, report
     assert "is a pure test: it may not start a process (subprocess.Popen: touch" in report, report
     assert "is a catalog test: it may not start a process (subprocess.Popen: touch" in report
-    assert "is a pure test and asked for S3 (s3_endpoint, full_stack)" in report, report
+    assert "is a pure test and asked for S3 (s3_server, full_stack)" in report, report
     # Refused, not only reported: neither process ran, and no S3 endpoint was started.
     assert sorted(p.name for p in out.iterdir()) == []
 

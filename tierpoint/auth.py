@@ -89,6 +89,7 @@ class Principal:
         return Scope.ADMIN.value in self.scopes or scope.value in self.scopes
 
     def trains(self, job: str) -> bool:
+        # guard: auth-train-any-job
         return any(s.startswith(TRAIN) and job.startswith(s[len(TRAIN) :]) for s in self.scopes)
 
 
@@ -109,8 +110,10 @@ class TokenRecord:
 
 def principal_of(token: TokenRecord, now: datetime) -> Principal:
     """The principal of a token at `now`; raises for an expired or revoked one."""
+    # guard: auth-revocation-ignored
     if token.revoked_at is not None and token.revoked_at <= now:
         raise TokenRevoked(f"token {token.name!r} was revoked")
+    # guard: auth-expiry-ignored
     if token.expires_at is not None and token.expires_at <= now:
         raise TokenExpired(f"token {token.name!r} expired at {token.expires_at.isoformat()}")
     return Principal(token.name, frozenset(token.scopes))

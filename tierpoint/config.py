@@ -22,29 +22,7 @@ from pydantic_settings import (
 )
 
 from tierpoint.errors import UnknownTier
-
-# A tier's options have their own module; importers reach them through the settings as ever.
-from tierpoint.tier_config import (
-    NAME_RE,
-    KeyLayoutKind,
-    RetryMode,
-    ServerSideEncryption,
-    StorageClass,
-    TierConfig,
-    TierKind,
-    expand_copies,
-)
-
-__all__ = [
-    "NAME_RE",
-    "KeyLayoutKind",
-    "RetryMode",
-    "ServerSideEncryption",
-    "Settings",
-    "StorageClass",
-    "TierConfig",
-    "TierKind",
-]
+from tierpoint.tier_config import TierConfig, TierKind, expand_copies
 
 
 class Settings(BaseSettings):
@@ -108,6 +86,19 @@ class Settings(BaseSettings):
     )
     api_host: str = Field(default="127.0.0.1", description="`tierpoint api`: bind address.")
     api_port: int = Field(default=8080, description="`tierpoint api`: port.")
+    api_tls_cert: Path | None = Field(
+        default=None,
+        description="`tierpoint api`: the server certificate (PEM, chain after it); with "
+        "`api_tls_key` the API speaks HTTPS only and a plain-HTTP request gets no answer.",
+    )
+    api_tls_key: Path | None = Field(
+        default=None, description="`tierpoint api`: the private key (PEM) of `api_tls_cert`."
+    )
+    api_tls_client_ca: Path | None = Field(
+        default=None,
+        description="`tierpoint api` with `api_tls_cert`: admit only clients presenting a "
+        "certificate this CA bundle signed (mutual TLS); the bearer token still applies.",
+    )
     api_metrics_port: int | None = Field(
         default=None,
         ge=0,
@@ -337,6 +328,10 @@ class Settings(BaseSettings):
             raise ValueError("data_tls_cert and data_tls_key go together")
         if (self.data_tls_client_cert is None) != (self.data_tls_client_key is None):
             raise ValueError("data_tls_client_cert and data_tls_client_key go together")
+        if (self.api_tls_cert is None) != (self.api_tls_key is None):
+            raise ValueError("api_tls_cert and api_tls_key go together")
+        if self.api_tls_client_ca is not None and self.api_tls_cert is None:
+            raise ValueError("api_tls_client_ca needs api_tls_cert and api_tls_key")
         return self
 
     def temporal_tls(self) -> bool:

@@ -19,7 +19,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
-from tierpoint.config import Settings, TierConfig
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig
 
 DOC = Path("docs") / "configuration.md"
 REGENERATE = "python -m tierpoint.config_reference"

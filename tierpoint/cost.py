@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tierpoint.config import StorageClass, TierConfig, TierKind
+from tierpoint.tier_config import StorageClass, TierConfig, TierKind
 
 GB = 1 << 30
 

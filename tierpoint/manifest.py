@@ -278,6 +278,7 @@ def check_limits(manifest: Manifest, *, max_shards: int, max_metadata_bytes: int
             errors=[_limit_error("shards", f"more than {max_shards} shards")],
         )
     size = metadata_bytes(manifest.metadata)
+    # guard: metadata-limit
     if size > max_metadata_bytes:
         raise ManifestTooLarge(
             f"metadata is {size} bytes as JSON; the limit is {max_metadata_bytes} bytes "

@@ -73,7 +73,7 @@ class ApiMetrics:
         # replica exports the same values, so alert on max() across replicas.
         self.in_flight = Gauge(
             "tierpoint_checkpoints_in_flight",
-            "Checkpoints whose copy to the tier is still pending (pending markers).",
+            "Checkpoints whose copy to the tier is still pending (pending tier copies).",
             ["tier"],
             registry=r,
         )

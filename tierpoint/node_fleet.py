@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierpoint.catalog.engine import Sessions
-from tierpoint.catalog.nodes import upsert_nodes
+from tierpoint.catalog.node.registry import upsert_nodes
 
 # A process that serves one node keeps what one node's copies need.
 SINGLE_NODE_SLOTS = 16

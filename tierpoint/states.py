@@ -1,11 +1,11 @@
-"""The states a shard's copy (replica) and a checkpoint's copy on one tier (its marker) go through.
+"""The states of a tier copy (a checkpoint's copy on one tier as a whole) and of a replica (one
+shard's copy on one tier).
 
 One home for them: the catalog stores them (text columns with CHECK constraints built from these
 lists), the retention planner reasons about them, and they cross Temporal in activity results.
-
-Replica: `pending -> copying -> verified`, or `corrupt` (a read proved it bad), `lost` (its node was
-declared lost), `expiring -> expired` (retention). Marker: `pending -> restorable`, or `failed`,
-`restorable -> expiring -> expired` (retention).
+Which moves between them there are, and why, is stated once, as data, by the module that makes
+them: `tierpoint/catalog/tier_copy/machine.py` and `tierpoint/catalog/replica/machine.py` (shown in
+docs/architecture.md, "The state machines").
 """
 
 from __future__ import annotations

@@ -117,10 +117,11 @@ async def start_lifecycle(client: Client, inp: LifecycleInput, run_id: str | Non
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
     except WorkflowAlreadyStartedError:
-        if run_id is not None or not await _ran_for_another(client, wid, inp.checkpoint_id):
+        if run_id is not None or not await _ran_for_another(client, wid, inp):
             return False
-        # The step was deleted by an admin and registered again: the closed run was the deleted
-        # checkpoint's, and this one still needs its own first run under the step's id.
+        # The step was deleted by an admin and registered again, or registered again in a catalog
+        # restored from a backup: the closed run was another registration's, and this one still
+        # needs its own first run under the step's id.
         await client.start_workflow(
             LIFECYCLE_WORKFLOW,
             inp,
@@ -148,15 +149,22 @@ async def start_peer_rereplication(client: Client, inp: RereplicateInput, lost: 
     )
 
 
-async def _ran_for_another(client: Client, wid: str, checkpoint_id: int) -> bool:
-    """Whether the latest run under `wid` was started for another checkpoint (read from its
-    first history event: only on a refused start, which is rare)."""
+async def _ran_for_another(client: Client, wid: str, inp: LifecycleInput) -> bool:
+    """Whether the latest run under `wid` was started for another registration: another
+    checkpoint id, or the same id registered at another time (a catalog restored from a backup
+    hands its ids out again). Read from its first history event: only on a refused start, which
+    is rare."""
     async for event in client.get_workflow_handle(wid).fetch_history_events():
         payloads = event.workflow_execution_started_event_attributes.input.payloads
         if not payloads:
             return False
         (first,) = await client.data_converter.decode(payloads[:1], [LifecycleInput])
-        return isinstance(first, LifecycleInput) and first.checkpoint_id != checkpoint_id
+        if not isinstance(first, LifecycleInput):
+            return False
+        if first.checkpoint_id != inp.checkpoint_id:
+            return True
+        known = first.registered_at is not None and inp.registered_at is not None
+        return known and first.registered_at != inp.registered_at
     return False
 
 

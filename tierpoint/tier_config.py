@@ -32,7 +32,10 @@ S3_ONLY = (
     "max_attempts",
     "key_layout",
     "key_prefixes",
+    "credentials_profile",
+    "credentials_env",
 )
+ENV_PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class TierKind(StrEnum):
@@ -102,6 +105,20 @@ class TierConfig(BaseModel):
         description="S3 tiers: an S3-compatible endpoint (MinIO, moto); unset for AWS S3.",
     )
     region: str = Field(default="us-east-1", description="S3 tiers: the bucket's region.")
+    credentials_profile: str | None = Field(
+        default=None,
+        description="S3 tiers: sign with this named profile of the AWS config and credentials "
+        'files instead of the standard AWS chain (docs/deployment.md, "Credentials per '
+        'tier").',
+    )
+    credentials_env: str | None = Field(
+        default=None,
+        description="S3 tiers: sign with the keys in `<PREFIX>_ACCESS_KEY_ID`, "
+        "`<PREFIX>_SECRET_ACCESS_KEY` and, when set, `<PREFIX>_SESSION_TOKEN` of the "
+        "environment instead of the standard AWS chain, so that a process reaching two S3 "
+        "endpoints gives each its own keys. A tier whose variables are missing fails; it never "
+        "falls back to the chain.",
+    )
     key_layout: KeyLayoutKind = Field(
         default=KeyLayoutKind.FLAT,
         description="S3 tiers: how a checkpoint's keys are laid out. `flat`: `<prefix><job>/"
@@ -186,10 +203,10 @@ class TierConfig(BaseModel):
     copies: PositiveInt = Field(
         default=1,
         description="Peer tiers: how many copies of each node's local-tier files, each on "
-        "another node (K distinct nodes while more than K are live, in distinct failure "
+        "another node (K distinct nodes while more than K are serving, in distinct failure "
         "domains while there are that many). A peer tier with `copies = K` stands for K peer "
         "tiers, one per copy, right after it in the list: this one, then `<name>.2` ... "
-        "`<name>.K` rooted at `<root>.2` ... `<root>.K`, each a tier of its own (marker, "
+        "`<name>.K` rooted at `<root>.2` ... `<root>.K`, each a tier of its own (tier copy, "
         "placement, scrub, re-replication); a retention rule for `<name>` applies to them "
         "unless one names them. Other kinds: 1.",
     )
@@ -255,6 +272,15 @@ class TierConfig(BaseModel):
             raise ValueError(
                 f"tier {self.name!r}: copy_of and copy_number are set by the settings on the "
                 "copies of a peer tier with `copies`; leave them out"
+            )
+        if self.credentials_profile and self.credentials_env:
+            raise ValueError(
+                f"tier {self.name!r}: credentials_profile or credentials_env, not both"
+            )
+        if self.credentials_env is not None and not ENV_PREFIX_RE.match(self.credentials_env):
+            raise ValueError(
+                f"tier {self.name!r}: credentials_env is the prefix of environment variables "
+                f"(letters, digits and _), not {self.credentials_env!r}"
             )
         if self.sse is not ServerSideEncryption.KMS and (self.kms_key_id or self.bucket_key):
             raise ValueError(f'tier {self.name!r}: kms_key_id and bucket_key need sse = "aws:kms"')

@@ -20,7 +20,6 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from tierpoint.config import TierKind
     from tierpoint.contract import retention as retention_contract
     from tierpoint.contract.common import (
         CATALOG_RETRY,
@@ -52,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         TierOutcome,
     )
     from tierpoint.states import TierState
+    from tierpoint.tier_config import TierKind
 
 from workflows.lifecycle_window import LostNodes, on_nodes_queues, run_window
 
@@ -156,7 +156,7 @@ class CheckpointLifecycle:
             self._status.stage = f"copy:{tier.name}"
             if tier.kind is TierKind.PEER:
                 # A side branch: a peer copy speeds a lost node's restore up but gates nothing,
-                # so its failure (too few live nodes, a holder lost) fails no later tier, and
+                # so its failure (too few serving nodes, a holder lost) fails no later tier, and
                 # the next tier copies from the same source.
                 error = await self._stage(plan, tier, source)
                 result.tiers.append(await self._promote(plan, tier, [], error))
@@ -184,6 +184,7 @@ class CheckpointLifecycle:
                 )
                 if failed:
                     self._status.tiers_failed.append(t.name)
+        # guard: lifecycle-repairs-corrupt-source
         if self._source_damaged and workflow.patched(SOURCE_REPAIR_PATCH):
             await self._request_repair(plan)
         self._status.stage = "done"
@@ -271,6 +272,7 @@ class CheckpointLifecycle:
         if res.state is TierState.RESTORABLE:
             self._status.tiers_done.append(tier.name)
             # LOCAL_STEPS_PATCH came after RETENTION_PATCH: no need to record both.
+            # guard: lifecycle-no-request
             if self._local_steps or workflow.patched(RETENTION_PATCH):
                 await self._request_retention(plan, tier)
         else:
@@ -279,7 +281,7 @@ class CheckpointLifecycle:
 
     async def _request_repair(self, plan: LifecyclePlan) -> None:
         """A copy found a source replica corrupt: that tier was demoted, as a scrub's finding
-        demotes it, and now, with every marker of this run settled, repair copies the damaged
+        demotes it, and now, with every tier copy of this run settled, repair copies the damaged
         shards again from a tier that still holds them verified (the demoted source, and the
         tiers that could not be copied from it)."""
         self._status.stage = "repair-requested"

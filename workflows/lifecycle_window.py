@@ -11,7 +11,6 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from tierpoint.config import TierKind
     from tierpoint.contract.common import (
         SHARED_TASK_QUEUE,
         error_message,
@@ -31,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         StageInput,
         StageResult,
     )
+    from tierpoint.tier_config import TierKind
 
 
 def on_nodes_queues(*tiers: PlanTier | None) -> bool:

@@ -8,7 +8,7 @@ activity; the copies are the lifecycle's own batch activities through the same w
 A node declared lost while a run is under way (a new holder among them) is signalled to the run,
 as to a lifecycle: its batches are cancelled rather than retried on a queue no worker will serve
 again, the tiers are promoted with what was verified, and the run continues as new, so the next
-plan places the shards still lacking a copy on the live nodes of then."""
+plan places the shards still lacking a copy on the serving nodes of then."""
 
 from __future__ import annotations
 
@@ -112,5 +112,6 @@ class PeerRereplicate:
         if self._lost_since_plan:
             # Promoted above with what was verified; the next run plans the rest again on the
             # nodes alive now. Bounded: each run follows the loss of a node not lost before.
+            # guard: rereplicate-plans-again-after-loss
             workflow.continue_as_new(inp)
         return outcomes

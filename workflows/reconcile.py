@@ -3,7 +3,7 @@
 checkpoint a scan marked damaged. The result is the report; `status` answers with the part done.
 
 Deterministic: no I/O; the history holds one plan, one scan per unit and the repair requests
-(units are tiers x live nodes: a stack of thousands of nodes runs one Reconcile per tier).
+(units are tiers x serving nodes: a stack of thousands of nodes runs one Reconcile per tier).
 """
 
 from __future__ import annotations

@@ -133,6 +133,7 @@ class CheckpointRepair:
         # more round, planned from the catalog as it now is, finishes them; it is asked only
         # while rounds change something, so a shard with no source left cannot loop.
         again = found_bad > 0 or (failed > 0 and verified_now > 0)
+        # guard: repair-again-after-stale-plan
         return plan.more or (again and workflow.patched(REPAIR_AGAIN_PATCH))
 
     async def _copy(self, plan: RepairPlan, tier: RepairTier) -> _Copied:

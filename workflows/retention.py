@@ -20,7 +20,6 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from tierpoint.config import TierKind
     from tierpoint.contract import retention as c
     from tierpoint.contract.common import (
         CATALOG_RETRY,
@@ -51,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         RetentionStatus,
         SweepResult,
     )
+    from tierpoint.tier_config import TierKind
 
 # Expiries in flight at once within a round (each locks its own checkpoint row).
 EXPIRY_WINDOW = 8
@@ -138,6 +138,7 @@ class JobRetention:
     async def _expire(self, job: str, task: ExpiryTask) -> bool:
         """begin -> delete -> finish for one copy; True when it ended `expired`."""
         ref = ExpiryInput(job=job, checkpoint_id=task.checkpoint_id, tier=task.tier)
+        # guard: workflow-delete-before-begin
         try:
             begun: BeginResult = await workflow.execute_activity(
                 c.BEGIN,
@@ -150,6 +151,7 @@ class JobRetention:
             if begun.state is BeginState.SKIPPED:
                 self._status.skipped += 1
                 self._status.last_skip = f"step {task.step} on {task.tier}: {begun.reason}"
+                # guard: workflow-delete-whatever-begin-said
                 return False
             if begun.state is BeginState.EXPIRING:
                 await self._delete(job, task)
@@ -162,7 +164,7 @@ class JobRetention:
                 retry_policy=CATALOG_RETRY,
             )
         except ActivityError as err:
-            # The marker stays `expiring` (no reader is sent there); a later run finishes it.
+            # The tier copy stays `expiring` (no reader is sent there); a later run finishes it.
             self._status.failed += 1
             self._status.last_failure = f"step {task.step} on {task.tier}: {error_message(err)}"
             return False

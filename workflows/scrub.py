@@ -19,7 +19,6 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from tierpoint.config import TierKind
     from tierpoint.contract.common import (
         CATALOG_RETRY,
         CATALOG_TIMEOUT,
@@ -59,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         VerifyPick,
         VerifyPickInput,
     )
+    from tierpoint.tier_config import TierKind
 
 # Every named replica is read, however recently it was.
 READ_ALL = "9999-12-31T00:00:00+00:00"

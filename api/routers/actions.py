@@ -12,7 +12,7 @@ from api.problems import problem_responses
 from api.schemas.actions import AcknowledgeIn, AcknowledgeOut, RetryOut, VerifyIn, VerifyOut
 from tierpoint import logs
 from tierpoint.auth import Scope
-from tierpoint.catalog import failures_repo
+from tierpoint.catalog.tier_copy import failures
 from tierpoint.services.retry import retry_checkpoint
 from tierpoint.services.verify import verify_checkpoint
 
@@ -100,5 +100,5 @@ async def acknowledge(
     tier = body.tier if body is not None else None
     if tier is not None:
         state.settings.tier(tier, "body")  # UnknownTier
-    done = await session.run_sync(failures_repo.acknowledge, job, step, tier, actor)
+    done = await session.run_sync(failures.acknowledge, job, step, tier, actor)
     return AcknowledgeOut(job=job, step=step, acknowledged=done)

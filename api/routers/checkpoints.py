@@ -23,8 +23,10 @@ from api.schemas.checkpoints import (
 from api.schemas.leases import LatestWithLease
 from tierpoint import logs
 from tierpoint.auth import Scope
-from tierpoint.catalog import checkpoint_reads, nodes, registration
-from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
+from tierpoint.catalog.checkpoint import registration
+from tierpoint.catalog.holds.leases import MAX_LEASE_SECONDS
+from tierpoint.catalog.node import registry
+from tierpoint.catalog.reads import checkpoints
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.json_types import Text
 from tierpoint.manifest import check_limits, parse_manifest_json
@@ -90,13 +92,11 @@ async def register_checkpoint(
     )
     tiers = state.settings.tiers
     if result.created:
-        view = checkpoint_reads.registered_view(
+        view = checkpoints.registered_view(
             job, result.checkpoint_id, result.created_at, manifest, tiers
         )
     else:
-        view = await session.run_sync(
-            checkpoint_reads.checkpoint_view, job, result.checkpoint_id, tiers
-        )
+        view = await session.run_sync(checkpoints.checkpoint_view, job, result.checkpoint_id, tiers)
     if result.created:
         response.status_code = 201
         state.metrics.registrations.labels("created").inc()
@@ -114,7 +114,12 @@ async def register_checkpoint(
         background_tasks.add_task(
             background.start_lifecycle,
             state,
-            LifecycleInput(checkpoint_id=result.checkpoint_id, job=job, step=manifest.step),
+            LifecycleInput(
+                checkpoint_id=result.checkpoint_id,
+                job=job,
+                step=manifest.step,
+                registered_at=result.created_at,
+            ),
         )
     return CheckpointOut.model_validate(view)
 
@@ -150,13 +155,14 @@ async def latest_restorable(
             "atomically with the answer (returned as `lease`).",
         ),
     ] = None,
-    holder: Annotated[
+    owner: Annotated[
         str | None,
         Query(
+            alias="holder",
             min_length=1,
             max_length=256,
             pattern=r"^[^\x00-\x1f\x7f]+$",
-            description="Holder recorded on the lease (with lease_ttl).",
+            description="Who takes the lease, recorded on it (with lease_ttl).",
         ),
     ] = None,
 ) -> LatestWithLease:
@@ -168,11 +174,11 @@ async def latest_restorable(
     if tier is not None:
         state.settings.tier(tier)  # UnknownTier
     if node is not None:
-        await session.run_sync(nodes.require_known, node)
+        await session.run_sync(registry.require_known, node)
     lease = None
     if lease_ttl is not None:
         LEASE_WRITE.check(principal, job)
-        lease = LeaseRequest(lease_ttl, holder, principal.name)
+        lease = LeaseRequest(lease_ttl, owner, principal.name)
     result = await latest_with_lease(
         session, job, state.settings.tiers, tier=tier, node=node, lease=lease
     )
@@ -194,7 +200,7 @@ async def get_checkpoint(
     shards: Annotated[bool, Query(description="Include shards and their replicas.")] = True,
 ) -> CheckpointDetailOut:
     detail = await session.run_sync(
-        checkpoint_reads.get_checkpoint, job, step, state.settings.tiers, include_shards=shards
+        checkpoints.get_checkpoint, job, step, state.settings.tiers, include_shards=shards
     )
     out = CheckpointDetailOut.model_validate(detail)
     if not shards:
@@ -214,13 +220,13 @@ async def list_checkpoints(
     session: SessionDep,
     state: StateDep,
     tier: Annotated[
-        Text | None, Query(description="Only checkpoints with a marker on this tier.")
+        Text | None, Query(description="Only checkpoints with a tier copy on this tier.")
     ] = None,
     tier_state: Annotated[
         TierState | None,
         Query(
             alias="state",
-            description="Only checkpoints with a tier marker in this state (on `tier` if given).",
+            description="Only checkpoints with a tier copy in this state (on `tier` if given).",
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -230,7 +236,7 @@ async def list_checkpoints(
         state.settings.tier(tier)  # UnknownTier
     before = decode_cursor(cursor, int) if cursor is not None else None
     items, next_step = await session.run_sync(
-        checkpoint_reads.list_checkpoints,
+        checkpoints.list_checkpoints,
         job,
         state.settings.tiers,
         tier=tier,

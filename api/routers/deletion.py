@@ -1,5 +1,5 @@
 """An admin's deletion of a checkpoint or of all a job's checkpoints. The bytes go through
-retention's expiry (marker -> `expiring` committed first, then the copy deleted, then
+retention's expiry (tier copy -> `expiring` committed first, then the copy deleted, then
 `expired`); the deletion is recorded as an event with the actor."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.actions import DeletionOut
 from tierpoint.auth import Scope
-from tierpoint.catalog import deletion_repo
+from tierpoint.catalog.checkpoint import deletion
 
 router = APIRouter(prefix="/v1/jobs", tags=["operator actions"], route_class=GatedRoute)
 
@@ -34,7 +34,7 @@ async def _delete(
     actor: str,
     tasks: BackgroundTasks,
 ) -> DeletionOut:
-    out = await session.run_sync(deletion_repo.delete_checkpoints, job, step, actor, force=force)
+    out = await session.run_sync(deletion.delete_checkpoints, job, step, actor, force=force)
     if out.deleted:
         tasks.add_task(background.request_retention, state, [job], f"deleted by {actor}")
     return DeletionOut.model_validate(out)

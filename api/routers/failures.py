@@ -23,8 +23,8 @@ from api.schemas.actions import (
 )
 from api.schemas.operations import FailureOut, FailurePage
 from tierpoint.auth import Scope
-from tierpoint.catalog import failures_repo
-from tierpoint.catalog.failures_repo import FailureFilter
+from tierpoint.catalog.tier_copy import failures
+from tierpoint.catalog.tier_copy.failures import FailureFilter
 from tierpoint.errors import FilterRequired
 from tierpoint.json_types import Text
 
@@ -58,7 +58,7 @@ async def list_failures(
     after = _failure_key(decode_cursor(cursor, list)) if cursor is not None else None
     settings = state.settings
     page = await session.run_sync(
-        failures_repo.failures,
+        failures.failures,
         settings.tier_names(),
         settings.local_tier_names(),
         FailureFilter(job=job, reason=reason),
@@ -107,7 +107,7 @@ async def acknowledge_failures(
     if body.tier is not None:
         state.settings.tier(body.tier, "body")  # UnknownTier
     matching = FailureFilter(job=body.job, reason=body.reason, tier=body.tier, until=body.until)
-    done = await session.run_sync(failures_repo.acknowledge_matching, matching, actor)
+    done = await session.run_sync(failures.acknowledge_matching, matching, actor)
     return AcknowledgeMatchingOut(
         acknowledged=len(done),
         items=[AcknowledgedOut.model_validate(a) for a in done[:ACKNOWLEDGED_SHOWN]],

@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import boto3
 from botocore.config import Config
 from fastapi import APIRouter, Depends
 
@@ -13,8 +12,9 @@ from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.health import Health, Readiness
 from tierpoint.catalog.engine import ping
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import NotReady
+from tierpoint.storage.s3.credentials import tier_session
+from tierpoint.tier_config import TierConfig, TierKind
 
 router = APIRouter(tags=["health"], route_class=GatedRoute)
 
@@ -39,7 +39,9 @@ async def _catalog(state: ApiState) -> str | None:
 def _s3_client(state: ApiState, tier: TierConfig) -> Any:
     client = state.s3_clients.get(tier.name)
     if client is None:
-        client = boto3.client(
+        # The tier's own credentials, as its copies use them: a probe signed with other keys
+        # would fail on an endpoint that the workers reach.
+        client = tier_session(tier).client(
             "s3",
             endpoint_url=tier.endpoint_url,
             region_name=tier.region,

@@ -20,8 +20,8 @@ from api.schemas.integrity import (
     TierScrubOut,
 )
 from tierpoint.auth import Scope
-from tierpoint.catalog import scrub_repo
-from tierpoint.catalog.checkpoint_lookup import require_job_id
+from tierpoint.catalog.job.lookup import require_job_id
+from tierpoint.catalog.replica import scrub
 from tierpoint.contract.integrity import ReconcileInput
 from tierpoint.errors import TemporalUnavailable
 from tierpoint.services import corrupt_reports, reconcile
@@ -50,7 +50,7 @@ async def _client(state: StateDep) -> Client:
 async def scrub_status(state: StateDep) -> ScrubOut:
     settings = state.settings
     async with state.sessions() as session:
-        views = await session.run_sync(scrub_repo.overview, settings.tier_names())
+        views = await session.run_sync(scrub.overview, settings.tier_names())
     bandwidth = {t.name: t.scrub_bandwidth for t in settings.tiers}
     return ScrubOut(
         enabled=settings.scrub_enabled,

@@ -16,7 +16,7 @@ from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.leases import CreateLease, Lease, LeaseList, RenewLease
 from tierpoint.auth import Scope
-from tierpoint.catalog import leases_repo as repo
+from tierpoint.catalog.holds import leases as repo
 from tierpoint.manifest import MAX_INT64
 
 router = APIRouter(prefix="/v1/jobs", tags=["leases"], route_class=GatedRoute)
@@ -37,7 +37,7 @@ async def create_lease(
 ) -> Lease:
     """409 `not_leasable` when the checkpoint is restorable from no tier."""
     lease = await session.run_sync(
-        repo.create_lease, job, step, body.ttl_seconds, body.holder, actor
+        repo.create_lease, job, step, body.ttl_seconds, body.owner, actor
     )
     return Lease.model_validate(lease)
 

@@ -37,7 +37,7 @@ NodeId = Annotated[
 async def declare_node_lost(
     node: NodeId, session: SessionDep, state: StateDep, actor: Actor
 ) -> NodeLostOut:
-    """Idempotent. Its local replicas become `lost`; local markers of checkpoints with shards
+    """Idempotent. Its local replicas become `lost`; local tier copies of checkpoints with shards
     there become `failed`; running lifecycles stop waiting for its queue and finish from the
     tiers the shards reached (or fail saying the node was lost). The peer copies it held are
     copied again to other nodes. Registrations naming the node are refused from now on."""
@@ -54,7 +54,7 @@ async def declare_node_lost(
         lost_at=lost.lost_at,
         changed=lost.changed,
         replicas_lost=lost.replicas_lost,
-        markers_failed=lost.markers_failed,
+        tier_copies_failed=lost.tier_copies_failed,
         checkpoints=len(lost.checkpoints),
         lifecycles_signalled=told.signalled,
         lifecycles_not_running=told.not_running,

@@ -33,11 +33,11 @@ from api.schemas.operations import (
     TierUsageSummaryOut,
 )
 from tierpoint.auth import Scope
-from tierpoint.catalog import operator_reads, overview_reads
-from tierpoint.config import TierKind
+from tierpoint.catalog.reads import operator, overview
 from tierpoint.cost import monthly_cost
 from tierpoint.json_types import Text
 from tierpoint.storage.posix.space import disk_space
+from tierpoint.tier_config import TierKind
 
 router = APIRouter(prefix="/v1", tags=["operations"], route_class=GatedRoute)
 
@@ -67,7 +67,7 @@ async def jobs_overview(
     after = decode_cursor(cursor, str) if cursor is not None else None
     tiers = state.settings.tiers
     views, last, now = await session.run_sync(
-        overview_reads.jobs_overview,
+        overview.jobs_overview,
         [t.name for t in tiers],
         limit=limit,
         after_name=after,
@@ -89,7 +89,7 @@ async def jobs_overview(
                 }
             )
         )
-    total = await session.run_sync(overview_reads.count_jobs, prefix=prefix, job=job)
+    total = await session.run_sync(overview.count_jobs, prefix=prefix, job=job)
     return JobsOverviewPage(
         now=now,
         total=total,
@@ -115,10 +115,8 @@ async def copies_in_flight(
     names = state.settings.tier_names()
     if tier is not None:
         state.settings.tier(tier)  # UnknownTier
-    views, now = await session.run_sync(
-        operator_reads.in_flight, names, job=job, tier=tier, limit=limit
-    )
-    total = await session.run_sync(operator_reads.count_in_flight, job=job, tier=tier)
+    views, now = await session.run_sync(operator.in_flight, names, job=job, tier=tier, limit=limit)
+    total = await session.run_sync(operator.count_in_flight, job=job, tier=tier)
     return InFlightList(now=now, total=total, items=[InFlightOut.model_validate(v) for v in views])
 
 
@@ -137,7 +135,7 @@ async def promotion_lag(
     ] = 86400,
 ) -> LagList:
     window = timedelta(seconds=window_seconds)
-    views, now = await session.run_sync(operator_reads.promotion_lag, window, job=job)
+    views, now = await session.run_sync(operator.promotion_lag, window, job=job)
     return LagList(
         now=now, window_seconds=window_seconds, items=[LagOut.model_validate(v) for v in views]
     )
@@ -150,7 +148,7 @@ async def promotion_lag(
     summary="Bytes, checkpoints and cost per tier and job; free space of shared POSIX tiers",
 )
 async def tiers_usage(session: SessionDep, state: StateDep) -> TierUsageList:
-    rows = await session.run_sync(operator_reads.tier_usage)
+    rows = await session.run_sync(operator.tier_usage)
     by_tier: dict[str, list[JobUsageOut]] = defaultdict(list)
     for r in rows:
         by_tier[r.tier].append(JobUsageOut(job=r.job, bytes=r.bytes, checkpoints=r.checkpoints))
@@ -184,7 +182,7 @@ async def tiers_usage(session: SessionDep, state: StateDep) -> TierUsageList:
 )
 async def list_nodes(session: SessionDep) -> NodeList:
     return NodeList(
-        items=[NodeOut.model_validate(n) for n in await session.run_sync(operator_reads.nodes)]
+        items=[NodeOut.model_validate(n) for n in await session.run_sync(operator.nodes)]
     )
 
 
@@ -204,7 +202,7 @@ async def checkpoint_events(
 ) -> EventPage:
     after = decode_cursor(cursor, int) if cursor is not None else None
     views, last = await session.run_sync(
-        operator_reads.checkpoint_events, job, step, limit=limit, after_id=after
+        operator.checkpoint_events, job, step, limit=limit, after_id=after
     )
     return EventPage(
         items=[EventOut.model_validate(v) for v in views],

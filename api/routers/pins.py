@@ -11,7 +11,7 @@ from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.leases import Pin
 from tierpoint.auth import Scope
-from tierpoint.catalog import leases_repo as repo
+from tierpoint.catalog.holds import pins
 
 router = APIRouter(prefix="/v1/jobs", tags=["pins"], route_class=GatedRoute)
 
@@ -26,7 +26,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["pins"], route_class=GatedRoute)
 async def pin_checkpoint(job: JobName, step: Step, session: SessionDep, actor: Actor) -> Pin:
     """409 `copy_expiring` (with `tiers`) while retention is deleting one of its copies: nothing
     is pinned then, as the pin could not keep that copy."""
-    pin = await session.run_sync(repo.set_pinned, job, step, True, actor)
+    pin = await session.run_sync(pins.set_pinned, job, step, True, actor)
     return Pin.model_validate(pin)
 
 
@@ -45,7 +45,7 @@ async def unpin_checkpoint(
     actor: Actor,
     background_tasks: BackgroundTasks,
 ) -> Pin:
-    pin = await session.run_sync(repo.set_pinned, job, step, False, actor)
+    pin = await session.run_sync(pins.set_pinned, job, step, False, actor)
     if pin.changed:
         background_tasks.add_task(background.request_retention, state, [job], "checkpoint unpinned")
     return Pin.model_validate(pin)

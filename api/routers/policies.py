@@ -26,7 +26,7 @@ from api.schemas.policies import (
     UpdatePolicy,
 )
 from tierpoint.auth import Scope
-from tierpoint.catalog import policies_repo as repo
+from tierpoint.catalog.policy import policies as repo
 from tierpoint.retention import tier_refs
 from tierpoint.services.retention import parse_policy, resolve_policy
 

@@ -17,16 +17,16 @@ from api.problems import problem_responses
 from api.schemas.checkpoints import CheckpointOut
 from api.schemas.quarantine import Quarantine
 from tierpoint.auth import Scope
-from tierpoint.catalog import checkpoint_reads
-from tierpoint.catalog.quarantine_repo import set_quarantine
-from tierpoint.config import NAME_RE
+from tierpoint.catalog.holds.quarantine import set_quarantine
+from tierpoint.catalog.reads import checkpoints
+from tierpoint.tier_config import NAME_RE
 
 router = APIRouter(prefix="/v1/jobs", tags=["quarantine"], route_class=GatedRoute)
 
 
 async def _answer(state: ApiState, session: SessionDep, job: str, step: int) -> CheckpointOut:
     detail = await session.run_sync(
-        checkpoint_reads.get_checkpoint, job, step, state.settings.tiers, include_shards=False
+        checkpoints.get_checkpoint, job, step, state.settings.tiers, include_shards=False
     )
     return CheckpointOut.model_validate(detail)
 
@@ -62,6 +62,7 @@ async def quarantine_checkpoint(
         body.reason,
         tier=body.tier,
         actor=actor,
+        # guard: quarantine-evidence-needs-operate
         evidence=principal.has(Scope.OPERATE),
     )
     out = await _answer(state, session, job, step)

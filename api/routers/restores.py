@@ -19,8 +19,9 @@ from api.schemas.restores import (
 )
 from api.schemas.tiers import TierOut
 from tierpoint.auth import Scope
-from tierpoint.catalog import checkpoint_reads, nodes
-from tierpoint.catalog.leases_repo import create_lease
+from tierpoint.catalog.holds.leases import create_lease
+from tierpoint.catalog.node import registry
+from tierpoint.catalog.reads import checkpoints
 from tierpoint.services.cached_copies import record_cached_copies
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 
@@ -53,14 +54,15 @@ async def start_restore(
     422 `unknown_tier`, `unknown_node` for a tier not configured or a node no worker reported
     from. The token needs what reading the checkpoint and taking a lease need: train:<job>,
     or read and operate."""
+    # guard: restore-without-lease-scope
     LEASE_WRITE.check(principal, job)
     if body.tier is not None:
         state.settings.tier(body.tier, location="body")
     if body.node is not None:
-        await session.run_sync(nodes.require_known, body.node)
+        await session.run_sync(registry.require_known, body.node)
     tiers = state.settings.tiers
     if body.step is None:
-        lease = LeaseRequest(body.ttl_seconds, body.holder, actor)
+        lease = LeaseRequest(body.ttl_seconds, body.owner, actor)
         found = await latest_with_lease(
             session, job, tiers, tier=body.tier, node=body.node, lease=lease
         )
@@ -68,11 +70,9 @@ async def start_restore(
         assert taken is not None  # asked for with the answer
     else:
         step, skipped = body.step, []
-        taken = await session.run_sync(
-            create_lease, job, step, body.ttl_seconds, body.holder, actor
-        )
+        taken = await session.run_sync(create_lease, job, step, body.ttl_seconds, body.owner, actor)
     # Read under the lease, which keeps every copy listed from expiring.
-    detail = await session.run_sync(checkpoint_reads.get_checkpoint, job, step, tiers)
+    detail = await session.run_sync(checkpoints.get_checkpoint, job, step, tiers)
     return RestoreOut.model_validate(
         {
             "job": job,

@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tierpoint.config import TierKind
 from tierpoint.manifest import Manifest, ShardSpec
 from tierpoint.states import ReplicaState, TierState
+from tierpoint.tier_config import TierKind
 
 # The request body is the manifest model shared with the CLI.
 RegisterCheckpoint = Manifest

@@ -61,7 +61,8 @@ class CorruptCopyIn(BaseModel):
 
 class CorruptCopyOut(BaseModel):
     replica_state: str | None
-    marker_state: str | None
+    # The wire keeps the field's first name (clients read it).
+    tier_copy_state: str | None = Field(serialization_alias="marker_state")
     repair: str = Field(description="started | no verified source | running | pending | not needed")
     verification: str = Field(
         description="confirmed | not confirmed | running | recently read back good | "

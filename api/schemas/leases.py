@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.checkpoints import LatestRestorableOut
-from tierpoint.catalog.leases_repo import MAX_LEASE_SECONDS
+from tierpoint.catalog.holds.leases import MAX_LEASE_SECONDS
 from tierpoint.json_types import JsonInt
 
 TtlSeconds = Field(ge=1, le=MAX_LEASE_SECONDS, description="Lease duration in seconds.")
@@ -17,12 +17,14 @@ class CreateLease(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     ttl_seconds: JsonInt = TtlSeconds
-    holder: str | None = Field(
+    # The wire keeps the field's first name, `holder`.
+    owner: str | None = Field(
         default=None,
+        validation_alias="holder",
         min_length=1,
         max_length=256,
         pattern=r"^[^\x00-\x1f\x7f]+$",
-        description="Who holds it (free text, e.g. the restarting job's node).",
+        description="Who takes it (free text, e.g. the restarting job's node).",
     )
 
 
@@ -38,7 +40,7 @@ class Lease(BaseModel):
     id: int
     job: str
     step: int
-    holder: str | None
+    owner: str | None = Field(serialization_alias="holder", description="Who took it.")
     created_at: datetime
     expires_at: datetime
     released_at: datetime | None

@@ -15,10 +15,13 @@ class NodeLostOut(BaseModel):
         description="Replicas this request turned `lost`: the node's local copies and the peer "
         "copies it held for other nodes."
     )
-    markers_failed: int = Field(
-        description="Markers this request turned `failed`: the local tiers' of checkpoints with "
-        "shards on the node, and the peer tiers' whose copy it held (those are copied again). A "
-        "checkpoint of which the node held only peer copies keeps its local copies."
+    # The wire keeps the field's first name (clients read it), from before tier copies had
+    # their name.
+    tier_copies_failed: int = Field(
+        serialization_alias="markers_failed",
+        description="Tier copies this request turned `failed`: the local tiers' of checkpoints "
+        "with shards on the node, and the peer tiers' whose copy it held (those are copied "
+        "again). A checkpoint of which the node held only peer copies keeps its local copies.",
     )
     checkpoints: int = Field(
         description="Checkpoints it affected: with shards on the node, or a peer copy it held."

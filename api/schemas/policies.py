@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tierpoint.catalog.snapshot import AssignedPolicy
-from tierpoint.config import NAME_RE
+from tierpoint.catalog.policy.assigned import AssignedPolicy
+from tierpoint.tier_config import NAME_RE
 
 POLICY_NAME_PATTERN = NAME_RE.pattern
 

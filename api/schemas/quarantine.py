@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tierpoint.config import NAME_RE
+from tierpoint.tier_config import NAME_RE
 
 MAX_REASON_CHARS = 1024
 

@@ -38,12 +38,13 @@ class StartRestore(BaseModel):
         description="Without `step`: the caller's node, whose node-local copies then count.",
     )
     ttl_seconds: JsonInt = TtlSeconds
-    holder: str | None = Field(
+    owner: str | None = Field(
         default=None,
+        validation_alias="holder",
         min_length=1,
         max_length=256,
         pattern=_NAME,
-        description="Who holds the lease (free text, e.g. the restarting job and its size).",
+        description="Who takes the lease (free text, e.g. the restarting job and its size).",
     )
 
 

@@ -10,9 +10,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.policies import JobPolicy
-from tierpoint.config import TierConfig
 from tierpoint.cost import summarise
 from tierpoint.retention import RetentionPlan
+from tierpoint.tier_config import TierConfig
 
 
 class PlanRequest(BaseModel):

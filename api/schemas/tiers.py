@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tierpoint.config import TierConfig, TierKind
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 class TierOut(BaseModel):
@@ -13,6 +13,17 @@ class TierOut(BaseModel):
     prefix: str
     endpoint_url: str | None
     region: str
+    credentials_profile: str | None = Field(
+        default=None,
+        description="S3 tiers: the AWS profile whose keys read this tier (a client restoring "
+        "from it uses the same), null for the standard AWS chain",
+    )
+    credentials_env: str | None = Field(
+        default=None,
+        description="S3 tiers: the environment prefix whose `<PREFIX>_ACCESS_KEY_ID` and "
+        "`<PREFIX>_SECRET_ACCESS_KEY` read this tier (a client restoring from it uses the same), "
+        "null for the standard AWS chain",
+    )
     copies: int = Field(
         ge=1,
         description="the copies of each node's files its configured tier keeps: K for each of "
@@ -39,6 +50,8 @@ class TierOut(BaseModel):
             prefix=t.prefix,
             endpoint_url=t.endpoint_url,
             region=t.region,
+            credentials_profile=t.credentials_profile,
+            credentials_env=t.credentials_env,
             copies=t.copies,
             copy_of=t.configured_name if expanded else None,
             copy_number=t.copy_number if expanded else None,

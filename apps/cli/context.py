@@ -99,12 +99,13 @@ def make_client(api_url: str | None, data_dir: Path) -> Client:
 
 
 def use_stack_s3_credentials(data_dir: Path) -> None:
-    """Restores from the dev stack's S3 need its credentials; real ones come from the AWS chain."""
+    """Restores from the dev stack's S3 need its keys, under the names its tiers read them from
+    (`credentials_env`); other S3 tiers keep the AWS chain, untouched."""
     info = stack_info(data_dir)
-    if info is None or os.environ.get("AWS_ACCESS_KEY_ID"):
+    if info is None:
         return
-    os.environ["AWS_ACCESS_KEY_ID"] = info.s3.access_key_id
-    os.environ["AWS_SECRET_ACCESS_KEY"] = info.s3.secret_access_key
+    for name, value in info.s3.credential_vars().items():
+        os.environ.setdefault(name, value)
 
 
 # What to do when the API refused the token (401: missing, invalid, expired or revoked).

@@ -61,7 +61,7 @@ def node_lost(
     what = "declared lost" if out["changed"] else "was lost already"
     console.print(
         f"node {out['node']} {what} (at {out['lost_at']}): {out['replicas_lost']} local replicas "
-        f"lost, {out['markers_failed']} local markers failed, {out['checkpoints']} checkpoints "
+        f"lost, {out['markers_failed']} tier copies failed, {out['checkpoints']} checkpoints "
         f"affected, {out['lifecycles_signalled']} running lifecycles told"
     )
     if out["lifecycles_unreachable"]:

@@ -13,6 +13,7 @@ import httpx
 import typer
 from rich.table import Table
 from rich.text import Text
+from tierpoint_client.transport import ApiTls
 
 from apps.cli.context import (
     ApiUrlOpt,
@@ -38,7 +39,13 @@ class Api:
             headers["Authorization"] = f"Bearer {token}"
         # No proxies from the environment, as the client library does: the API is on the
         # cluster network.
-        self._http = httpx.Client(base_url=url, headers=headers, timeout=TIMEOUT, trust_env=False)
+        self._http = httpx.Client(
+            base_url=url,
+            headers=headers,
+            timeout=TIMEOUT,
+            trust_env=False,
+            verify=ApiTls.from_env().context(),  # the training client's CA settings
+        )
 
     def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> Any:
         """The JSON answer; a problem answer (or no answer) fails the command with its code."""

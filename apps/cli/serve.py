@@ -6,7 +6,9 @@ TIERPOINT_CONFIG_FILE (default ./tierpoint.toml); see tierpoint.config.Settings.
 
 import asyncio
 import signal
-from typing import TYPE_CHECKING, Annotated
+import ssl
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -48,6 +50,26 @@ def api(
             help="Bind address of /metrics.", show_default="setting api_metrics_host: 127.0.0.1"
         ),
     ] = None,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            help="Serve HTTPS with this certificate (PEM), with --tls-key; else plain HTTP.",
+            show_default="setting api_tls_cert: none",
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            help="The certificate's private key (PEM).", show_default="setting api_tls_key: none"
+        ),
+    ] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option(
+            help="Mutual TLS: admit only clients with a certificate this CA signed.",
+            show_default="setting api_tls_client_ca: none",
+        ),
+    ] = None,
     insecure_no_auth: Annotated[
         bool,
         typer.Option(
@@ -66,7 +88,7 @@ def api(
     from api.app import create_app
     from tierpoint import logs
 
-    settings = settings_or_fail()
+    settings = with_tls(settings_or_fail(), tls_cert, tls_key, tls_client_ca)
     if insecure_no_auth:
         settings = settings.model_copy(update={"insecure_no_auth": True})
     if metrics_port is not None:
@@ -86,7 +108,40 @@ def api(
         host=host or settings.api_host,
         port=settings.api_port if port is None else port,
         log_level=settings.log_level.lower(),
+        **tls_options(settings),
     )
+
+
+def with_tls(
+    settings: "Settings", cert: Path | None, key: Path | None, client_ca: Path | None
+) -> "Settings":
+    """The settings with the TLS options given on the command line, checked as settings are."""
+    from pydantic import ValidationError
+
+    given = {"api_tls_cert": cert, "api_tls_key": key, "api_tls_client_ca": client_ca}
+    changes = {k: v for k, v in given.items() if v is not None}
+    if not changes:
+        return settings
+    try:
+        return type(settings).model_validate(settings.model_dump() | changes)
+    except ValidationError as exc:
+        fail(f"invalid TLS options: {exc.errors()[0]['msg']}")
+
+
+def tls_options(settings: "Settings") -> dict[str, Any]:
+    """uvicorn's arguments for the API's TLS: none (plain HTTP), a certificate, or a certificate
+    and a client CA that every connection must present a certificate of (mutual TLS)."""
+    if settings.api_tls_cert is None:
+        return {}
+    options: dict[str, Any] = {
+        "ssl_certfile": str(settings.api_tls_cert),
+        "ssl_keyfile": str(settings.api_tls_key),
+    }
+    if settings.api_tls_client_ca is not None:
+        options["ssl_ca_certs"] = str(settings.api_tls_client_ca)
+        # guard: api-mutual-tls-requires-a-certificate
+        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+    return options
 
 
 def worker(

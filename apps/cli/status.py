@@ -1,4 +1,4 @@
-"""`tierpoint status`: is the API live and ready (catalog, Temporal, S3), and the operator's one
+"""`tierpoint status`: is the API up and ready (catalog, Temporal, S3), and the operator's one
 screen: jobs with their recovery point per tier, copies in flight, failures, tiers."""
 
 from typing import Annotated, Any
@@ -6,6 +6,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.text import Text
+from tierpoint_client.transport import ApiTls
 
 from apps.cli import ops_status
 from apps.cli.context import ApiUrlOpt, DataDirOpt, console, fail, resolve_api, stack_info
@@ -51,15 +52,18 @@ def status(
     info = stack_info(data_dir)
     url, token = resolve_api(api_url, data_dir)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=url, headers=headers, timeout=10, trust_env=False) as client:
-        live, live_body = _get(client, "/healthz")
+    verify = ApiTls.from_env().context()  # an https API's CA, as the training client trusts it
+    with httpx.Client(
+        base_url=url, headers=headers, timeout=10, trust_env=False, verify=verify
+    ) as client:
+        healthz, healthz_body = _get(client, "/healthz")
         ready, ready_body = _get(client, "/readyz")
-        views, problems = ops_status.fetch(client, jobs, job) if live == 200 else ({}, [])
+        views, problems = ops_status.fetch(client, jobs, job) if healthz == 200 else ({}, [])
     if as_json:
         print_json(
             {
                 "api_url": url,
-                "healthz": {"status": live, "body": live_body},
+                "healthz": {"status": healthz, "body": healthz_body},
                 "readyz": {"status": ready, "body": ready_body},
                 **views,
                 "problems": problems,
@@ -68,7 +72,7 @@ def status(
     else:
         line = Text.assemble(
             (f"tierpoint at {url}: ", "bold"),
-            _ok("API /healthz", live),
+            _ok("API /healthz", healthz),
             "  ",
             _ok("API /readyz", ready),
         )
@@ -81,5 +85,5 @@ def status(
         for p in problems:
             console.print(Text(p, style="bold red"))
         console.print(ops_status.render(views))
-    if live != 200 or ready != 200:
-        fail("the API is not " + ("reachable" if live is None else "ready"))
+    if healthz != 200 or ready != 200:
+        fail("the API is not " + ("reachable" if healthz is None else "ready"))

@@ -69,13 +69,13 @@ def create(
     database_url: DatabaseUrlOpt = None,
 ) -> None:
     """Create a token and print its secret, once."""
-    from tierpoint.catalog import tokens_repo
+    from tierpoint.catalog.token import tokens
     from tierpoint.errors import TierpointError
 
     expiry = parse_expiry(expires_in)
     with _session(database_url) as session:
         try:
-            new = tokens_repo.create_token(session, name, scope, expiry)
+            new = tokens.create_token(session, name, scope, expiry)
         except TierpointError as exc:
             fail(f"{exc.detail} ({exc.code})")
         session.commit()
@@ -98,17 +98,17 @@ def bootstrap(
 ) -> None:
     """The install's first admin token: its secret alone on stdout (for a Secret), or nothing
     when an active admin token exists already (run it again safely)."""
-    from tierpoint.catalog import tokens_repo
+    from tierpoint.catalog.token import tokens
     from tierpoint.errors import TierpointError
 
     expiry = parse_expiry(expires_in)
     with _session(database_url) as session:
         try:
-            made = tokens_repo.first_admin_token(session, name, expiry)
+            made = tokens.first_admin_token(session, name, expiry)
         except TierpointError as exc:
             fail(f"{exc.detail} ({exc.code})")
         session.commit()
-    if isinstance(made, tokens_repo.TokenView):
+    if isinstance(made, tokens.TokenView):
         # Not an error: the install is bootstrapped. stdout stays empty, so no Secret is
         # overwritten with a token that was never made.
         err_console.print(
@@ -124,10 +124,10 @@ def bootstrap(
 @app.command("list")
 def list_(database_url: DatabaseUrlOpt = None) -> None:
     """Every token with its scopes and state (never a secret: none is stored)."""
-    from tierpoint.catalog import tokens_repo
+    from tierpoint.catalog.token import tokens
 
     with _session(database_url) as session:
-        views = tokens_repo.list_tokens(session)
+        views = tokens.list_tokens(session)
     now = datetime.now(UTC)
     if not views:
         console.print("no tokens: create one with `tierpoint token create NAME --scope admin`")
@@ -152,12 +152,12 @@ def revoke(
     name: Annotated[str, typer.Argument(help="Token name.")], database_url: DatabaseUrlOpt = None
 ) -> None:
     """Revoke a token: refused by every API process within `token_cache_seconds`."""
-    from tierpoint.catalog import tokens_repo
+    from tierpoint.catalog.token import tokens
     from tierpoint.errors import TierpointError
 
     with _session(database_url) as session:
         try:
-            _, revoked = tokens_repo.revoke_token(session, name)
+            _, revoked = tokens.revoke_token(session, name)
         except TierpointError as exc:
             fail(f"{exc.detail} ({exc.code})")
         session.commit()

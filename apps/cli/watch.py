@@ -72,7 +72,7 @@ def _lines(w: Watcher, interval: float, until_idle: bool) -> None:
         time.sleep(interval)
 
 
-def _live(w: Watcher, interval: float, until_idle: bool) -> None:
+def _bars(w: Watcher, interval: float, until_idle: bool) -> None:
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -121,6 +121,6 @@ def watch(
     """Copies in flight, live: progress, shards, rate and ETA, until Ctrl-C (or --until-idle)."""
     w = Watcher(Api(api_url, data_dir), job, tier)
     try:
-        (_live if console.is_terminal else _lines)(w, interval, until_idle)
+        (_bars if console.is_terminal else _lines)(w, interval, until_idle)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None

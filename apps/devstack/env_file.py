@@ -7,7 +7,7 @@ import shlex
 import sysconfig
 from pathlib import Path
 
-from apps.devstack.facts import StackInfo
+from apps.devstack.facts import S3_CREDENTIALS_ENV, StackInfo
 from tierpoint.config import Settings
 
 
@@ -29,10 +29,11 @@ def stack_env_text(info: StackInfo, settings: Settings, data_dir: Path) -> str:
         "TIERPOINT_NODES": ",".join(info.nodes),
         "TIERPOINT_SHARED_ROOT": info.shared_root or "",
         "TIERPOINT_S3_BUCKET": info.s3.bucket,
-        "AWS_ENDPOINT_URL_S3": info.s3.endpoint_url,
-        "AWS_ACCESS_KEY_ID": info.s3.access_key_id,
-        "AWS_SECRET_ACCESS_KEY": info.s3.secret_access_key,
-        "AWS_DEFAULT_REGION": info.s3.region,
+        # The stack's own S3 under its own names, read by its tiers (`credentials_env`): never
+        # AWS_*, which would hand these keys to every other S3 endpoint of the shell too.
+        f"{S3_CREDENTIALS_ENV}_ENDPOINT_URL": info.s3.endpoint_url,
+        f"{S3_CREDENTIALS_ENV}_REGION": info.s3.region,
+        **info.s3.credential_vars(),
     }
     for node, root in info.nodes.items():
         key = "TIERPOINT_NODE_ROOT_" + node.upper().replace("-", "_").replace(".", "_")

@@ -15,6 +15,10 @@ BUCKET = "tierpoint-dev"
 STACK_JSON = "stack.json"
 STACK_ENV = "stack.env"
 PID_FILE = "dev.pid"
+# The environment prefix of the stack's own S3 keys: each tier on the stack's S3 names it
+# (`credentials_env`), so the keys of the embedded S3 go to its tiers only, never to a tier of
+# another endpoint (which keeps the standard AWS chain or credentials of its own).
+S3_CREDENTIALS_ENV = "TIERPOINT_DEV_S3"
 
 
 class StackNotRunning(RuntimeError):
@@ -28,6 +32,13 @@ class S3Facts:
     region: str
     access_key_id: str
     secret_access_key: str
+
+    def credential_vars(self) -> dict[str, str]:
+        """The variables the stack's S3 tiers read their keys from."""
+        return {
+            f"{S3_CREDENTIALS_ENV}_ACCESS_KEY_ID": self.access_key_id,
+            f"{S3_CREDENTIALS_ENV}_SECRET_ACCESS_KEY": self.secret_access_key,
+        }
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """One `tierpoint dev` per data dir, and nothing left running by one that was killed.
 
 The stack holds an exclusive `flock` on DIR/dev.pid (which names its pid) for as long as it runs:
-the kernel releases it however the process ends, so a lock that cannot be taken means a live
+the kernel releases it however the process ends, so a lock that cannot be taken means a running
 stack, and a lock that can be taken means every earlier owner is gone. The stack records each
 server it starts in DIR/dev.children.json (pid and start time, so a reused pid is never taken for
 it). Temporal and moto also die with the stack (`die_with_parent`); the Postgres server cannot
@@ -26,7 +26,7 @@ CHILDREN_FILE = "dev.children.json"
 
 
 class DataDirBusy(RuntimeError):
-    """Another live `tierpoint dev` owns the data dir."""
+    """Another running `tierpoint dev` owns the data dir."""
 
 
 @dataclass
@@ -46,11 +46,12 @@ class DataDirClaim:
         return {}
 
     def acquire(self, postgres: EmbeddedPostgres) -> list[str]:
-        """Own the data dir, or raise DataDirBusy naming the live owner and its servers. Stops
+        """Own the data dir, or raise DataDirBusy naming the running owner and its servers. Stops
         what a killed owner left running; returns what it stopped ("temporal (pid 123)", ...)."""
         self.paths.data_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.paths.pid_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
+            # guard: dev-two-stacks-one-data-dir
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
@@ -71,6 +72,7 @@ class DataDirClaim:
             for name, r in self._records().items()
             if name != "postgres" and stop_process(int(r["pid"]), r.get("create_time"))
         ]
+        # guard: dev-restart-adopts-left-postgres
         postmaster = postgres.stop_leftover()
         if postmaster is not None:
             stopped.append(f"postgres (pid {postmaster})")

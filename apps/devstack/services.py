@@ -115,6 +115,7 @@ def _die_with_parent_preexec() -> Callable[[], None] | None:
     sigterm, sigkill = int(signal.SIGTERM), int(signal.SIGKILL)
 
     def preexec() -> None:
+        # guard: dev-servers-outlive-the-stack
         prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
         if getppid() != parent:  # the parent died before prctl took effect
             kill(getpid(), sigkill)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import secrets
 
-from tierpoint.config import Settings, TierConfig
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig
 
 
 def build_settings(

@@ -42,11 +42,13 @@ from apps.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevSe
 from apps.devstack.settings import build_settings
 from apps.devstack.tiers import DEFAULT_TIERS, complete_tiers, on_stack_s3
 from tierpoint import logs
-from tierpoint.catalog import migrate, tokens_repo
-from tierpoint.catalog import nodes as catalog_nodes
+from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import catalog_now, make_sync_engine, sync_sessions
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.catalog.node import registry as catalog_nodes
+from tierpoint.catalog.token import tokens
+from tierpoint.config import Settings
 from tierpoint.long_lived import freeze_long_lived
+from tierpoint.tier_config import TierConfig, TierKind
 
 READY_TIMEOUT = 120.0
 # The dev stack's admin token, made anew at every start (the previous one stops working).
@@ -163,9 +165,9 @@ class DevStack:
         tiers = complete_tiers(self.tiers, self.paths, len(self.nodes), s3)
         for bucket in sorted({BUCKET} | {t.bucket or BUCKET for t in tiers if on_stack_s3(t, s3)}):
             self._create_bucket(s3, bucket)
-        # Workers and API reach S3 through boto3's standard credential chain.
-        os.environ["AWS_ACCESS_KEY_ID"] = s3.access_key_id
-        os.environ["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
+        # The stack's S3 tiers read these (`credentials_env`); a tier of another endpoint keeps
+        # the user's AWS chain, which the stack leaves alone.
+        os.environ.update(s3.credential_vars())
         self.settings = build_settings(
             database_url=database_url,
             temporal_address=self.temporal.address,
@@ -313,7 +315,7 @@ def _admin_token(database_url: str) -> str:
     engine = make_sync_engine(database_url, pool_size=1)
     try:
         with sync_sessions(engine)() as session:
-            new = tokens_repo.create_token(session, DEV_TOKEN_NAME, ["admin"], None, replace=True)
+            new = tokens.create_token(session, DEV_TOKEN_NAME, ["admin"], None, replace=True)
             session.commit()
             return new.secret
     finally:

@@ -1,7 +1,8 @@
 """The dev stack's tiers: the user's list, read where every process reads its settings
 (`tierpoint dev --tiers FILE` first, then TIERPOINT_TIERS, then the config file's `[[tiers]]`),
 with only what the user left out filled in by the dev stack: a root under the data dir for a
-POSIX tier without one, its own S3 endpoint and bucket for an s3 tier without them. Without a
+POSIX tier without one, its own S3 endpoint and bucket for an s3 tier without them (and then its
+S3's keys, by `credentials_env`: a tier of another endpoint never gets them). Without a
 list, the seed's ssd (local) -> lustre (shared) -> s3."""
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import EnvSettingsSource, TomlConfigSettingsSource
 
-from apps.devstack.facts import BUCKET, S3Facts
+from apps.devstack.facts import BUCKET, S3_CREDENTIALS_ENV, S3Facts
 from apps.devstack.paths import StackPaths
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 DEFAULT_TIERS: tuple[dict[str, Any], ...] = (
     {"name": "ssd", "kind": "local"},
@@ -91,11 +93,15 @@ def complete_tiers(
             if s3 is not None and (not tier.get("endpoint_url") or tier["bucket"] == BUCKET):
                 tier["endpoint_url"] = s3.endpoint_url
                 tier["region"] = s3.region
+                tier.pop("credentials_profile", None)
+                # guard: dev-stack-keys-only-for-its-s3
+                tier["credentials_env"] = S3_CREDENTIALS_ENV
         try:
             config = TierConfig(**tier)
         except ValidationError as exc:
             first = exc.errors()[0]
             raise DevTiersError(f"tier {name or '?'}: {first['msg']}") from None
+        # guard: dev-nodes-share-a-local-root
         if config.on_nodes and nodes > 1 and NODE not in (config.root or ""):
             raise DevTiersError(
                 f"{config.kind} tier {name!r}: its root {config.root} has no {NODE}, but the dev "

@@ -29,9 +29,9 @@ from typing import Any
 from benchmarks.env import ROOT, Env, json_line
 from benchmarks.harness import Method, Outcome, Row, Scenario
 from benchmarks.scenarios.copy_posix import drop_cache, make_sources
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.posix.store import PosixStore
+from tierpoint.tier_config import TierConfig, TierKind
 
 JOB, STEP, SHARD = "bench", 1, "shard-000.bin"
 READ = 8 * 1024 * 1024  # the data loader's request size

@@ -33,8 +33,9 @@ from benchmarks.catalog_fill import Catalog, fill, home_node, job_name
 from benchmarks.env import Env, tierpoint_env, wait_for_api
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.register_latency import percentile
-from tierpoint.catalog import migrate, tokens_repo
+from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
+from tierpoint.catalog.token import tokens
 
 START_TIMEOUT = 60.0
 SCALES = (("1x", 1), ("10x", 10))
@@ -165,7 +166,7 @@ class CatalogReads(Scenario):
     def _start_api(self, s: Served) -> None:
         engine = make_sync_engine(s.url, pool_size=1)
         with Session(engine) as session:
-            token = tokens_repo.create_token(
+            token = tokens.create_token(
                 session, f"bench-{uuid.uuid4().hex[:8]}", ["read"], None
             ).secret
             session.commit()

@@ -25,10 +25,10 @@ from typing import Any
 
 from benchmarks.env import ROOT, Env, json_line
 from benchmarks.harness import Method, Outcome, Row, Scenario
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import ShardRef, VerifyResult
 from tierpoint.storage.checksum import crc32c_update
 from tierpoint.storage.posix.store import PosixStore
+from tierpoint.tier_config import TierConfig, TierKind
 
 JOB, STEP = "bench", 1
 CHUNK = 8 * 1024 * 1024

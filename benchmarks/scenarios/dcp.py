@@ -67,6 +67,8 @@ def trainer_env(info: StackInfo, node: str) -> dict[str, str]:
             "AWS_ACCESS_KEY_ID": s3.access_key_id,
             "AWS_SECRET_ACCESS_KEY": s3.secret_access_key,
             "AWS_DEFAULT_REGION": s3.region,
+            # tierpoint's reader signs with the keys the stack's S3 tiers name (credentials_env).
+            **s3.credential_vars(),
         }
     )
 

@@ -154,6 +154,8 @@ class DcpRequests(Scenario):
                 "TIERPOINT_API_URL": info.api_url,
                 "TIERPOINT_TOKEN": info.token or "",
                 "OMP_NUM_THREADS": "1",
+                # The keys the stack's S3 tiers name (credentials_env), for loads from S3.
+                **info.s3.credential_vars(),
             }
         )
         return [

@@ -42,9 +42,10 @@ from benchmarks.env import Env, tierpoint_env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.copy_posix import drop_cache
 from benchmarks.scenarios.s3_upload import empty_bucket
-from tierpoint.catalog import migrate, tokens_repo
+from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
+from tierpoint.catalog.token import tokens
 
 MiB = 1024 * 1024
 NODE = "node-m"
@@ -150,7 +151,7 @@ class Memory(Scenario):
         engine = make_sync_engine(url, pool_size=1)
         with Session(engine) as s:
             upsert_node(s, NODE, {})
-            token = tokens_repo.create_token(s, self.job, ["train:bench-"], None).secret
+            token = tokens.create_token(s, self.job, ["train:bench-"], None).secret
             s.commit()
         engine.dispose()
         moto = self.moto

@@ -45,7 +45,7 @@ from benchmarks.env import Env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
 from benchmarks.scenarios.stack_ckpt import Stack
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Job, Replica, Shard
+from tierpoint.catalog.models import Checkpoint, Event, Job, Replica, Shard, TierCopy
 from tierpoint.contract.lifecycle import workflow_id
 from tierpoint.contract.retention import retention_workflow_id
 
@@ -127,7 +127,7 @@ def catalog_counts(engine: Engine, job: str, step: int) -> dict[str, int]:
         if cid is None:
             raise RuntimeError(f"{job}/{step} is not in the catalog")
         rows = 1
-        for table in (Shard, Replica, CheckpointTier, Event):
+        for table in (Shard, Replica, TierCopy, Event):
             rows += (
                 c.scalar(select(func.count()).select_from(table).where(table.checkpoint_id == cid))
                 or 0

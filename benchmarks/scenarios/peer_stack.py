@@ -23,7 +23,7 @@ from tierpoint_client.models import PlanEntry
 from benchmarks.fleet import JOB_PREFIX, Fleet
 from benchmarks.harness import Watched
 from benchmarks.scenarios.stack_ckpt import MiB, manifest, shard_names, write_shards
-from tierpoint.catalog import tokens_repo
+from tierpoint.catalog.token import tokens
 
 SECRET = "bench-worker-credential"
 WAIT = 600.0
@@ -42,7 +42,7 @@ class PeerStack:
     def start(self) -> None:
         self.fleet.start(peer_token=SECRET)
         with Session(self.fleet.engine) as s:
-            self.admin = tokens_repo.create_token(s, "bench-admin", ["admin"], None).secret
+            self.admin = tokens.create_token(s, "bench-admin", ["admin"], None).secret
             s.commit()
 
     def watched(self) -> Watched:

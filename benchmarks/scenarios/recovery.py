@@ -248,7 +248,7 @@ class Recovery(Scenario):
         t0 = time.perf_counter()
         # The job's API token, as a restore on a spare node sends it: checked on every request.
         token = self.stack.info.token
-        files, _ = restore_plan(plan, self.dest, tiers, workers=4, token=token)
+        files = restore_plan(plan, self.dest, tiers, workers=4, token=token).files
         seconds = time.perf_counter() - t0
         if sum(f.size for f in files) != self.nbytes:
             raise RuntimeError(f"restore from {source} wrote {sum(f.size for f in files)} B")

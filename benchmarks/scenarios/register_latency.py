@@ -42,9 +42,10 @@ from sqlalchemy.orm import Session
 from apps.devstack.services import EmbeddedPostgres, TemporalDevServer, free_port
 from benchmarks.env import Env, subprocess_env, tierpoint_env, wait_for_api
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
-from tierpoint.catalog import migrate, tokens_repo
+from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
+from tierpoint.catalog.token import tokens
 
 NODES = ("node-a", "node-b")
 START_TIMEOUT = 60.0
@@ -163,7 +164,7 @@ class RegisterLatency(Scenario):
                 upsert_node(s, node, {})
             # Requests authenticate as a training job does (TIERPOINT_TOKEN_CACHE_SECONDS=0 in
             # the environment measures a catalog lookup per request).
-            token = tokens_repo.create_token(
+            token = tokens.create_token(
                 s, f"bench-{uuid.uuid4().hex[:8]}", ["train:bench-"], None
             ).secret
             s.commit()

@@ -23,11 +23,12 @@ from sqlalchemy.orm import Session
 
 from apps.devstack.services import EmbeddedPostgres
 from benchmarks.harness import Method, Outcome, Row, Scenario
-from tierpoint.catalog import lifecycle_repo as repo
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
+from tierpoint.catalog.replica import machine as replicas
+from tierpoint.catalog.replica.machine import ReplicaWrite
 from tierpoint.states import ReplicaState
 
 FLUSH = 500  # replicas per flush
@@ -36,12 +37,10 @@ NODE = "node-0"
 # The old statement's own guard, as it was then.
 _ON_LOST_NODE = Replica.node_id.in_(select(Node.id).where(Node.lost_at.is_not(None)))
 
-Write = Callable[[Session, int, list[repo.ReplicaWrite]], None]
+Write = Callable[[Session, int, list[ReplicaWrite]], None]
 
 
-def values_list_per_call(
-    session: Session, checkpoint_id: int, writes: list[repo.ReplicaWrite]
-) -> None:
+def values_list_per_call(session: Session, checkpoint_id: int, writes: list[ReplicaWrite]) -> None:
     """The upsert before (the baseline): its rows in a VALUES list, a new statement per call."""
     stmt = pg_insert(Replica).values(
         [
@@ -82,8 +81,8 @@ def values_list_per_call(
     )
 
 
-def upsert_replicas(session: Session, checkpoint_id: int, writes: list[repo.ReplicaWrite]) -> None:
-    repo.upsert_replicas(session, checkpoint_id, TIER, writes)
+def upsert_replicas(session: Session, checkpoint_id: int, writes: list[ReplicaWrite]) -> None:
+    replicas.upsert_replicas(session, checkpoint_id, TIER, writes)
 
 
 class ReplicaWrites(Scenario):
@@ -156,7 +155,7 @@ class ReplicaWrites(Scenario):
                         t0 = time.perf_counter()
                         for state, done in ((ReplicaState.COPYING, 0), (ReplicaState.VERIFIED, 1)):
                             writes = [
-                                repo.ReplicaWrite(sid, state, f"/lustre/{sid}", NODE, done)
+                                ReplicaWrite(sid, state, f"/lustre/{sid}", NODE, done)
                                 for sid in shards
                             ]
                             for i in range(0, len(writes), FLUSH):

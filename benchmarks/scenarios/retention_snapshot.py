@@ -28,10 +28,10 @@ from benchmarks.harness import Method, Outcome, Row, Scenario
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard
-from tierpoint.catalog.snapshot import take_snapshot
-from tierpoint.config import TierKind
+from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState
+from tierpoint.tier_config import TierKind
 
 REFS = (
     TierRef("ssd", TierKind.LOCAL),

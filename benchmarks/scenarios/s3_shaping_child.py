@@ -18,12 +18,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from tierpoint.config import RetryMode, TierConfig, TierKind
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import open_store
 from tierpoint.storage.s3.layout import FLAT
 from tierpoint.storage.s3.store import S3Store
+from tierpoint.tier_config import RetryMode, TierConfig, TierKind
 
 JOB, STEP = "bench", 1
 REGION = "us-east-1"

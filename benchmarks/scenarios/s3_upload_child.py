@@ -25,12 +25,12 @@ def names(files: int) -> list[str]:
 
 
 def m_store(src: Path, endpoint: str, bucket: str, files: int, part: int, conc: int) -> None:
-    from tierpoint.config import TierConfig, TierKind
     from tierpoint.storage.base import ShardRef
     from tierpoint.storage.posix.store import PosixStore
     from tierpoint.storage.registry import open_store
     from tierpoint.storage.s3.layout import FLAT
     from tierpoint.storage.s3.store import S3Store
+    from tierpoint.tier_config import TierConfig, TierKind
 
     local = PosixStore(TierConfig(name="ssd", kind=TierKind.SHARED, root=str(src)))
     tier = TierConfig(

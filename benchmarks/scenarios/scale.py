@@ -55,7 +55,7 @@ from benchmarks.scenarios.orchestration import (
     lifecycle_histories,
 )
 from tests.helpers.cost_model import Checkpoint as Model
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job
+from tierpoint.catalog.models import Checkpoint, Job, TierCopy
 from tierpoint.contract.lifecycle import workflow_id
 from tierpoint.contract.retention import retention_workflow_id
 
@@ -289,8 +289,8 @@ class Scale(Scenario):
         own clock for both)."""
         with self.fleet.engine.connect() as c:
             rows = c.execute(
-                select(CheckpointTier.tier, CheckpointTier.restorable_at, Checkpoint.created_at)
-                .join(Checkpoint, Checkpoint.id == CheckpointTier.checkpoint_id)
+                select(TierCopy.tier, TierCopy.restorable_at, Checkpoint.created_at)
+                .join(Checkpoint, Checkpoint.id == TierCopy.checkpoint_id)
                 .join(Job, Job.id == Checkpoint.job_id)
                 .where(Job.name == job, Checkpoint.step == step)
             ).all()

@@ -123,15 +123,15 @@ class Stack:
     def restorable_everywhere(self, job: str, step: int, shards: int, size: int) -> str:
         """`shards` files of `size` bytes written on the first node's local tier, registered and
         waited for until restorable on the shared tier and S3; the node. Readers of S3 in this
-        process (the client) find the stack's credentials in the standard AWS chain."""
+        process (the client) find the stack's credentials where its tiers name them."""
         node = self.nodes[0]
         names = shard_names(shards)
         block = bytes(range(256)) * (min(size, 16 * MiB) // 256 + 1)
         crcs = write_shards(self.local_dir(node, job, step), names, size, block)
         self.register(job, step, manifest(names, size, crcs, node))
         self.wait(job, step)
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", self.info.s3.access_key_id)
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", self.info.s3.secret_access_key)
+        for name, value in self.info.s3.credential_vars().items():
+            os.environ.setdefault(name, value)
         return node
 
     def restorable_at(self, job: str, step: int) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""What a restore reads when a copy's bytes do not match: another verified copy of the shard."""
+"""What a restore reads when a copy cannot be read or its bytes do not match: another verified
+copy of the shard."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import contextlib
 import threading
 from typing import TYPE_CHECKING
 
-from tierpoint_client.errors import ChecksumMismatchError, TierpointError
+from tierpoint_client.errors import ChecksumMismatchError, SourceError, TierpointError
 from tierpoint_client.models import Checkpoint, LatestCheckpoint, PlanEntry, TierInfo
 
 if TYPE_CHECKING:
@@ -14,8 +15,10 @@ if TYPE_CHECKING:
 
 
 class Fallback:
-    """Another source for a shard whose bytes did not match: the bad copy is reported, then the
-    checkpoint's detail (fetched once) names the other verified copies on restorable tiers."""
+    """Another source for a shard whose copy failed: a copy whose bytes did not match is
+    reported (one that could not be read is not: a node down, a connection cut say nothing of
+    the bytes), then the checkpoint's detail (fetched once, at the first failure) names the
+    other verified copies on restorable tiers, fastest first."""
 
     def __init__(
         self,
@@ -34,15 +37,17 @@ class Fallback:
         self._detail: Checkpoint | None = None
 
     def __call__(
-        self, entry: PlanEntry, err: ChecksumMismatchError, tried: frozenset[str]
+        self, entry: PlanEntry, err: SourceError | ChecksumMismatchError, tried: frozenset[str]
     ) -> PlanEntry | None:
         job, step = self._latest.job, self._latest.step
-        reason = (
-            f"restore read {err.actual_size} bytes with crc32c {err.actual_crc32c} from "
-            f"{entry.location}; registered {err.expected_size} bytes, crc32c {err.expected_crc32c}"
-        )
-        with contextlib.suppress(TierpointError):
-            self._client.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
+        if isinstance(err, ChecksumMismatchError):
+            reason = (
+                f"restore read {err.actual_size} bytes with crc32c {err.actual_crc32c} from "
+                f"{entry.location}; registered {err.expected_size} bytes, "
+                f"crc32c {err.expected_crc32c}"
+            )
+            with contextlib.suppress(TierpointError):
+                self._client.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
         if self._only_tier is not None:
             return None
         with self._lock:

@@ -1,7 +1,8 @@
 """`python -m tierpoint_client`: the client's calls from a shell (job scripts, debugging).
 
 Answers are printed as JSON on stdout; errors as one line on stderr with a non-zero exit status
-(2 for API errors, 3 for a checksum mismatch, 1 otherwise).
+(2 for API errors, 3 when no copy of a shard could be read and verified, 130 when interrupted,
+1 otherwise).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from datetime import datetime
 from typing import Any
 
 from tierpoint_client.client import Client
-from tierpoint_client.errors import ApiError, ChecksumMismatchError, TierpointError
+from tierpoint_client.errors import (
+    ApiError,
+    ChecksumMismatchError,
+    NoVerifiedCopyError,
+    RestoreInterrupted,
+    TierpointError,
+)
 from tierpoint_client.manifest import build_manifest
 
 
@@ -70,6 +77,23 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--tier")
     rs.add_argument("--node")
     rs.add_argument("--workers", type=int, default=4)
+    existing = rs.add_mutually_exclusive_group()
+    existing.add_argument(
+        "--force",
+        action="store_const",
+        dest="existing",
+        const="overwrite",
+        default="refuse",
+        help="restore into a non-empty DEST: the checkpoint's files replace those of the same "
+        "name, the others stay",
+    )
+    existing.add_argument(
+        "--clean",
+        action="store_const",
+        dest="existing",
+        const="clean",
+        help="restore into a non-empty DEST and remove every entry that is not the checkpoint's",
+    )
     return p
 
 
@@ -103,7 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print(client.wait_restorable(args.job, args.step, args.tier, args.wait_timeout))
         elif args.command == "restore":
             result = client.restore(
-                args.job, args.dest, tier=args.tier, node=args.node, workers=args.workers
+                args.job,
+                args.dest,
+                tier=args.tier,
+                node=args.node,
+                workers=args.workers,
+                existing=args.existing,
             )
             _print(
                 {
@@ -114,15 +143,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "seconds": round(result.seconds, 3),
                     "tiers_used": result.tiers_used,
                     "files": [f.path for f in result.files],
+                    "removed": list(result.removed),
+                    "kept": list(result.kept),
                 }
             )
     except ApiError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except ChecksumMismatchError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (NoVerifiedCopyError, ChecksumMismatchError) as e:
+        print(f"error: {_with_notes(e)}", file=sys.stderr)
         return 3
+    except RestoreInterrupted as e:
+        print(str(e), file=sys.stderr)
+        return 130
     except (TierpointError, TimeoutError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_with_notes(e)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _with_notes(e: BaseException) -> str:
+    """The error and what the restore noted on it (what the destination holds now)."""
+    return "; ".join([str(e), *getattr(e, "__notes__", ())])

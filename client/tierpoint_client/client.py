@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tierpoint_client._fallback import Fallback
+from tierpoint_client.destination import Existing, check_destination
 from tierpoint_client.errors import CheckpointFailedError, NotFoundError
+from tierpoint_client.leases import RESTORE_LEASE_TTL, owner
 from tierpoint_client.manifest import PathLike, build_manifest
 from tierpoint_client.models import (
     Checkpoint,
@@ -23,8 +24,8 @@ from tierpoint_client.models import (
     TierInfo,
 )
 from tierpoint_client.paths import check_no_path_conflict, validate_relative_path
-from tierpoint_client.restore import ProgressCallback, restore_plan
-from tierpoint_client.transport import RetryPolicy, Transport
+from tierpoint_client.restore import ProgressCallback, restore_latest
+from tierpoint_client.transport import ApiTls, RetryPolicy, Transport
 
 # Tier states from which a checkpoint will not (again) become restorable without an operator.
 _TERMINAL_STATES = frozenset({"failed", "expiring", "expired"})
@@ -43,8 +44,12 @@ class Client:
         token: str | None = None,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        tls: ApiTls | None = None,
     ) -> None:
-        self._http = Transport(api_url, token, timeout, retry or RetryPolicy())
+        """`tls`: how an https API is trusted (its CA, a client certificate for mutual TLS);
+        by default TIERPOINT_API_TLS_CA, TIERPOINT_API_TLS_CLIENT_CERT and _KEY, else the
+        system's roots."""
+        self._http = Transport(api_url, token, timeout, retry or RetryPolicy(), tls)
 
     @property
     def token(self) -> str | None:
@@ -140,6 +145,7 @@ class Client:
         node: str | None = None,
         *,
         lease_ttl: int | None = None,
+        owner: str | None = None,
         holder: str | None = None,
     ) -> LatestCheckpoint | None:
         """The newest restorable checkpoint with its restore plan, or None if there is none.
@@ -147,13 +153,15 @@ class Client:
         `tier` restricts the answer to copies on that tier; `node` lets the local copies on that
         node count (pass this node's id when restarting on the same machine). With `lease_ttl`
         (seconds) the answer carries a restore lease on the chosen checkpoint, taken in the same
-        transaction: release it with `release_lease` when the restore is done.
+        transaction (`owner`: who takes it, free text): release it with `release_lease` when the
+        restore is done. (`holder`: `owner`'s earlier name, deprecated.)
         """
+        owner = _owner(owner, holder)
         try:
             resp = self._http.request(
                 "GET",
                 f"/v1/jobs/{_job(job)}/checkpoints/latest",
-                query={"tier": tier, "node": node, "lease_ttl": lease_ttl, "holder": holder},
+                query={"tier": tier, "node": node, "lease_ttl": lease_ttl, "holder": owner},
             )
         except NotFoundError as e:
             if e.code == "no_restorable_checkpoint":
@@ -169,15 +177,18 @@ class Client:
         step: int | None = None,
         tier: str | None = None,
         node: str | None = None,
+        owner: str | None = None,
         holder: str | None = None,
     ) -> RestoreStart | None:
         """One request for all a reader needs: the step (`step`, or the latest restorable one,
         chosen as `latest(tier, node)` chooses it), a restore lease of `lease_ttl` seconds on it
         (release it with `release_lease`), and the checkpoint with every copy of every file and
         the tiers. None when no step is restorable; ConflictError `not_leasable` when `step` is
-        restorable from no tier."""
+        restorable from no tier. `owner`: who takes the lease, free text (`holder`: its earlier
+        name, deprecated)."""
+        owner = _owner(owner, holder)
         body: dict[str, Any] = {"ttl_seconds": lease_ttl}
-        for key, value in (("step", step), ("tier", tier), ("node", node), ("holder", holder)):
+        for key, value in (("step", step), ("tier", tier), ("node", node), ("holder", owner)):
             if value is not None:
                 body[key] = value
         try:
@@ -189,15 +200,32 @@ class Client:
         return RestoreStart.from_json(resp.body)
 
     def create_lease(
-        self, job: str, step: int, ttl_seconds: int, holder: str | None = None
+        self,
+        job: str,
+        step: int,
+        ttl_seconds: int,
+        owner: str | None = None,
+        *,
+        holder: str | None = None,
     ) -> Lease:
-        """A restore lease on one checkpoint (ConflictError `not_leasable` when it is restorable
-        from no tier)."""
+        """A restore lease on one checkpoint, taken by `owner` (free text; `holder`: its earlier
+        name, deprecated). ConflictError `not_leasable` when it is restorable from no tier."""
+        owner = _owner(owner, holder)
         body: dict[str, Any] = {"ttl_seconds": ttl_seconds}
-        if holder is not None:
-            body["holder"] = holder
+        if owner is not None:
+            body["holder"] = owner  # the wire keeps the field's first name
         resp = self._http.request(
             "POST", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/leases", body=body
+        )
+        return Lease.from_json(resp.body)
+
+    def renew_lease(self, job: str, step: int, lease_id: int, ttl_seconds: int) -> Lease:
+        """Make a lease end `ttl_seconds` from now; ConflictError `lease_ended` when it was
+        released or has expired (take a new one)."""
+        resp = self._http.request(
+            "PUT",
+            f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/leases/{int(lease_id)}",
+            body={"ttl_seconds": ttl_seconds},
         )
         return Lease.from_json(resp.body)
 
@@ -307,17 +335,28 @@ class Client:
         tier: str | None = None,
         workers: int = 4,
         progress: ProgressCallback | None = None,
+        existing: Existing = "refuse",
+        lease_ttl: int = RESTORE_LEASE_TTL,
     ) -> RestoreResult:
         """Restore the latest restorable checkpoint into dest_dir/<shard path>.
 
-        Every shard is read from the plan's source (a POSIX path on a local or shared tier, or an
-        S3 object read with boto3 using the tier's endpoint and the standard AWS credential
-        chain), checked against the registered size and crc32c while it is copied, and renamed
-        into place only when it matches. A mismatch raises ChecksumMismatchError and leaves no
-        file under that shard's final name. Raises NotFoundError if nothing is restorable.
-        `progress(bytes_done, bytes_total)` is called from the copying threads as bytes arrive.
+        One request chooses the checkpoint, the fastest verified copy of each shard and takes a
+        restore lease on it (`latest(lease_ttl=...)`), held as `restore_checkpoint` says. Each
+        shard (a POSIX path, a peer's data endpoint, or an S3 object read with the standard AWS
+        credential chain) is staged in dest_dir and checked against its registered size and
+        crc32c; a copy that cannot be read or does not match (reported to the server) gives way
+        to the shard's next verified copy. Only when every shard is verified are they moved to
+        their names: a restore that fails or is interrupted leaves dest_dir as it was.
+        NoVerifiedCopyError when no copy of a shard could be read (each copy and why),
+        NotFoundError when nothing is restorable.
+
+        dest_dir must be empty or absent, unless `existing` is "overwrite" (the checkpoint's
+        files replace those of the same name, other entries stay) or "clean" (every other entry
+        is removed once the checkpoint is verified). `progress(bytes_done, bytes_total)` is
+        called from the copying threads.
         """
-        latest = self.latest(job, tier=tier, node=node)
+        check_destination(dest_dir, existing)
+        latest = self.latest(job, tier=tier, node=node, lease_ttl=lease_ttl, owner=owner())
         if latest is None:
             raise NotFoundError(
                 404,
@@ -327,7 +366,14 @@ class Client:
                 + (f" for node {node!r}" if node else ""),
             )
         return self.restore_checkpoint(
-            latest, dest_dir, workers=workers, progress=progress, node=node, tier=tier
+            latest,
+            dest_dir,
+            workers=workers,
+            progress=progress,
+            node=node,
+            tier=tier,
+            existing=existing,
+            lease_ttl=lease_ttl,
         )
 
     def restore_checkpoint(
@@ -339,37 +385,32 @@ class Client:
         progress: ProgressCallback | None = None,
         node: str | None = None,
         tier: str | None = None,
+        existing: Existing = "refuse",
+        lease_ttl: int = RESTORE_LEASE_TTL,
     ) -> RestoreResult:
-        """Restore a plan obtained from `latest()` (e.g. after inspecting it).
+        """Restore a plan obtained from `latest()` (e.g. after inspecting it), as `restore` does.
 
-        A shard whose bytes do not match its checksum is reported to the server
-        (`report_corrupt_copy`) and read from another verified copy of it on a restorable tier
-        (a local one only on `node`), if the checkpoint has one; else ChecksumMismatchError is
-        raised. With `tier` (the restore was asked for that tier only; by default the tier
-        `latest` was asked for) there is no other copy to read: the bad one is reported and the
-        mismatch raised."""
+        The restore holds the lease `latest` carries (asked for with `lease_ttl`), or takes one
+        (ConflictError `not_leasable` when the checkpoint is no longer restorable), renews it
+        every third of `lease_ttl` seconds while it runs and releases it when it ends, however it
+        ends. A shard whose copy cannot be read or does not match is read from another verified
+        copy of it on a restorable tier (a local one only on `node`); with `tier` (the restore
+        was asked for that tier only; by default the tier `latest` was asked for) there is no
+        other copy to read, and NoVerifiedCopyError says why that one failed."""
+        # guard: restore-tier-only
         tier = tier if tier is not None else latest.tier
         for entry in latest.plan:
             validate_relative_path(entry.path)
-        tiers = {t.name: t for t in self.tiers()}
-        files, seconds = restore_plan(
-            latest.plan,
+        return restore_latest(
+            self,
+            latest,
             dest_dir,
-            tiers,
             workers=workers,
             progress=progress,
-            fallback=Fallback(self, latest, tiers, node, only_tier=tier),
-            token=self.token,
-        )
-        return RestoreResult(
-            job=latest.job,
-            step=latest.step,
-            dest_dir=os.fspath(Path(dest_dir)),
-            files=tuple(files),
-            bytes_total=sum(f.size for f in files),
-            seconds=seconds,
-            checkpoint=latest.checkpoint,
-            skipped=latest.skipped,
+            node=node,
+            tier=tier,
+            existing=existing,
+            lease_ttl=lease_ttl,
         )
 
 
@@ -382,3 +423,14 @@ def _shard_json(shard: ShardSpec | Mapping[str, Any]) -> dict[str, Any]:
         "crc32c": shard.get("crc32c"),
         "node": shard["node"],
     }
+
+
+def _owner(owner: str | None, holder: str | None) -> str | None:
+    """A lease's owner, given by its name or by `holder`, the name it had before the peer tier's
+    holders took that word."""
+    if holder is None:
+        return owner
+    warnings.warn("`holder=` is now `owner=`", DeprecationWarning, stacklevel=3)
+    if owner is not None and owner != holder:
+        raise TypeError("give a lease's owner once: `owner=` (or the deprecated `holder=`)")
+    return holder

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -146,4 +147,50 @@ class MissingDependencyError(TierpointError, ImportError):
 
 
 class SourceError(TierpointError):
-    """A restore source cannot be read (missing file, unknown tier, unsupported kind)."""
+    """A copy cannot be read: a missing file, a refused or cut connection, an HTTP or S3 error,
+    an unknown tier or kind. A restore goes on from the shard's next verified copy."""
+
+
+class NoVerifiedCopyError(TierpointError):
+    """No copy of a file could be read and verified: `tried` says, copy by copy, why (a read
+    error, or bytes that did not match, which was reported to the server)."""
+
+    def __init__(self, job: str | None, step: int | None, path: str, tried: Sequence[str]) -> None:
+        self.job, self.step, self.path, self.tried = job, step, path, tuple(tried)
+        detail = "; ".join(tried) if tried else "no verified copy is listed on any usable tier"
+        where = f"{job}/{step}: " if job is not None else ""
+        super().__init__(f"{where}no verified copy of {path!r} ({detail})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # DCP pickles a rank's exception to raise it on the others.
+        return type(self), (self.job, self.step, self.path, self.tried)
+
+
+class DestinationError(TierpointError):
+    """The restore's destination cannot take the checkpoint as it is (not a directory, an entry
+    where the checkpoint needs another kind, a symlink); nothing was written."""
+
+
+class DestinationNotEmptyError(DestinationError):
+    """The destination holds files and the restore was not told what to do with them
+    (`existing="overwrite"` or `"clean"`); nothing was written. `entries` are some of them."""
+
+    def __init__(self, dest: str, entries: Sequence[str], count: int) -> None:
+        self.dest, self.entries, self.count = dest, tuple(entries), count
+        shown = ", ".join(self.entries) + (
+            f" and {count - len(entries)} more" if count > len(entries) else ""
+        )
+        super().__init__(f"{dest} is not empty ({shown})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.dest, self.entries, self.count)
+
+
+class RestoreInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped a restore; the message says what the destination holds. A
+    KeyboardInterrupt, so that whatever stops on one stops on this."""
+
+
+class MissingCredentialsError(SourceError):
+    """An S3 tier names environment variables for its keys (`credentials_env`) that this
+    process does not have."""

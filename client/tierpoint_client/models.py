@@ -234,7 +234,7 @@ class Lease:
     id: int
     job: str
     step: int
-    holder: str | None
+    owner: str | None  # who took it (the wire's `holder`)
     expires_at: datetime | None
     active: bool
 
@@ -244,7 +244,7 @@ class Lease:
             id=int(d["id"]),
             job=d["job"],
             step=int(d["step"]),
-            holder=d.get("holder"),
+            owner=d.get("holder"),
             expires_at=_dt(d.get("expires_at")),
             active=bool(d.get("active", True)),
         )
@@ -288,6 +288,9 @@ class TierInfo:
     prefix: str
     endpoint_url: str | None
     region: str | None
+    # S3 tiers: whose keys read it, as the server's tier names them (None: the standard chain).
+    credentials_profile: str | None = None
+    credentials_env: str | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TierInfo:
@@ -299,6 +302,8 @@ class TierInfo:
             prefix=d.get("prefix") or "",
             endpoint_url=d.get("endpoint_url"),
             region=d.get("region"),
+            credentials_profile=d.get("credentials_profile"),
+            credentials_env=d.get("credentials_env"),
         )
 
 
@@ -345,6 +350,10 @@ class RestoreResult:
     seconds: float
     checkpoint: Checkpoint
     skipped: tuple[Skipped, ...] = field(default=())
+    # Entries of the destination outside the checkpoint: removed (existing="clean"), or left
+    # beside it (existing="overwrite"), relative to the destination.
+    removed: tuple[str, ...] = field(default=())
+    kept: tuple[str, ...] = field(default=())
 
     @property
     def tiers_used(self) -> dict[str, int]:

@@ -10,6 +10,7 @@ characters, not `A`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterable
@@ -45,6 +46,7 @@ def validate_relative_path(path: str) -> str:
     """
     if not isinstance(path, str) or path == "":
         raise UnsafePathError("shard path is empty")
+    # guard: paths-absolute
     if path.startswith("/"):
         raise UnsafePathError(
             f"shard path {path!r} is absolute; paths are relative to the checkpoint"
@@ -66,6 +68,7 @@ def validate_relative_path(path: str) -> str:
             raise UnsafePathError(
                 f"shard path {path!r} has an empty component ('//' or trailing '/')"
             )
+        # guard: paths-dotdot
         if part in (".", ".."):
             raise UnsafePathError(f"shard path {path!r} has a {part!r} component")
         if part.endswith(RESERVED_SUFFIXES):
@@ -80,6 +83,20 @@ def validate_relative_path(path: str) -> str:
     return path
 
 
+def partial_name(name: str, tag: str = "") -> str:
+    """The temporary name under which a file to be called `name` is written before its rename:
+    `.<name>.<tag>.tierpoint-partial` (`tag` tells concurrent writers apart; without one,
+    `.<name>.tierpoint-partial`, the server's stores' name), or, where that would pass the
+    255 bytes of a name, the same with the name's sha256 in its place: every name the server
+    accepts (up to MAX_PART_BYTES) has a temporary name."""
+    middle = f".{tag}" if tag else ""
+    candidate = f".{name}{middle}{PARTIAL_SUFFIX}"
+    if len(candidate.encode("utf-8")) <= MAX_PART_BYTES:
+        return candidate
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+    return f".{digest}{middle}{PARTIAL_SUFFIX}"
+
+
 def path_conflict(paths: Iterable[str]) -> tuple[str, str] | None:
     """Two of `paths` that cannot both be files, one naming a directory above the other (`a` and
     `a/b`), or None. Linear in the number of components."""
@@ -88,6 +105,7 @@ def path_conflict(paths: Iterable[str]) -> tuple[str, str] | None:
     for path in listed:
         cut = path.find("/")
         while cut != -1:
+            # guard: paths-file-above-file
             if path[:cut] in every:
                 return path[:cut], path
             cut = path.find("/", cut + 1)

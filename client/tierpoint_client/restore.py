@@ -1,176 +1,60 @@
-"""Copy a restore plan's shards into a local directory, verifying crc32c on the way.
+"""Restore a plan's shards into a local directory, verifying crc32c on the way.
 
-Each shard is written to a temporary name in its final directory, fsynced, checked against the
-registered size and crc32c, and only then renamed; on any error the temporary file is removed, so a
-file under its final name is always a complete, verified copy.
+Each shard is read from its plan entry (and, when that copy cannot be read or does not match,
+from the next verified copy the fallback names) into a staging directory inside the destination,
+fsynced and checked against the registered size and crc32c. Only once every shard is verified
+are they moved to their names (`destination`); a restore that fails or is interrupted removes
+what it staged and leaves the destination as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tierpoint_client import peer, s3
-from tierpoint_client.errors import ChecksumMismatchError, TierpointError
+from tierpoint_client._fallback import Fallback
+from tierpoint_client.destination import (
+    Destination,
+    Existing,
+    check_destination,
+    held_interrupts,
+    shown,
+)
+from tierpoint_client.errors import (
+    ChecksumMismatchError,
+    NoVerifiedCopyError,
+    RestoreInterrupted,
+    TierpointError,
+)
 from tierpoint_client.errors import SourceError as SourceError
-from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, crc32c_hex, update
-from tierpoint_client.models import PlanEntry, RestoredFile, TierInfo
-from tierpoint_client.paths import PARTIAL_SUFFIX, safe_join, validate_relative_path
-from tierpoint_client.transport import read_full
+from tierpoint_client.hashing import CHUNK_SIZE, crc32c_hex, update
+from tierpoint_client.leases import held, owner
+from tierpoint_client.models import (
+    LatestCheckpoint,
+    PlanEntry,
+    RestoredFile,
+    RestoreResult,
+    TierInfo,
+)
+from tierpoint_client.paths import PARTIAL_SUFFIX, check_no_path_conflict, validate_relative_path
+from tierpoint_client.sources import Sources
 
 if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
+    from tierpoint_client.client import Client
 
 ProgressCallback = Callable[[int, int], None]
-# Called when a shard's bytes did not match: (the entry read, the mismatch, tiers tried so far);
-# returns another source of the same shard to try, or None to give up.
-FallbackFn = Callable[[PlanEntry, ChecksumMismatchError, frozenset[str]], "PlanEntry | None"]
-
-
-def _posix_chunks(location: str, chunk_size: int) -> Generator[memoryview, None, None]:
-    buf = bytearray(chunk_size)
-    view = memoryview(buf)
-    try:
-        f = open(location, "rb", buffering=0)  # noqa: SIM115 - closed in finally of a generator
-    except FileNotFoundError:
-        raise SourceError(f"restore source {location} does not exist") from None
-    try:
-        while True:
-            n = f.readinto(view)
-            if not n:
-                return
-            yield view[:n]
-    finally:
-        f.close()
-
-
-class Sources:
-    """Opens plan entries for reading; one boto3 client per S3 tier, made up front. A peer copy
-    is read from its holder's data endpoint with `token` (the API token: the endpoint accepts a
-    token whose scopes cover the job)."""
-
-    def __init__(
-        self, tiers: dict[str, TierInfo], entries: Sequence[PlanEntry], token: str | None = None
-    ) -> None:
-        self._s3: dict[str, S3Client] = {}
-        self._token = token
-        self._tiers = tiers
-        self._lock = threading.Lock()
-        for tier in sorted({e.tier for e in entries if e.kind == "s3"}):
-            self._client(tier)
-
-    def _client(self, tier: str) -> S3Client:
-        """The tier's boto3 client, made on first use (a fallback source may name a new tier)."""
-        with self._lock:
-            client = self._s3.get(tier)
-            if client is None:
-                info = self._tiers.get(tier)
-                if info is None:
-                    raise SourceError(
-                        f"the restore plan names tier {tier!r}, which GET /v1/tiers lacks"
-                    )
-                client = self._s3[tier] = s3.client_for(info)
-            return client
-
-    def chunks(self, entry: PlanEntry, chunk_size: int) -> Generator[memoryview, None, None]:
-        if entry.kind in ("local", "shared"):
-            return _posix_chunks(entry.location, chunk_size)
-        if entry.kind in ("s3", "peer"):
-            return self._streamed_chunks(entry, chunk_size)
-        raise SourceError(
-            f"tier {entry.tier!r} has kind {entry.kind!r}, which this client cannot read"
-        )
-
-    @contextlib.contextmanager
-    def stream(self, entry: PlanEntry) -> Iterator[Callable[[memoryview], int]]:
-        """An S3 or peer copy's bytes as one `readinto` (0 at the end), straight from the
-        socket into the caller's memory; a failure to read, a body cut off among them, is
-        SourceError. An S3 body read to its end goes back to botocore's pool; one left early
-        (a longer copy, an error) is closed with its connection."""
-        if entry.kind == "peer":
-            with peer.stream(entry, self._token) as readinto:
-                yield readinto
-            return
-        if entry.kind != "s3":
-            raise SourceError(f"streamed reads are for S3 and peer tiers, not {entry.kind!r}")
-        body = self._get(entry)["Body"]
-        try:
-            yield s3.readinto_of(body)
-        except BaseException as e:
-            body.close()
-            if isinstance(e, (http.client.HTTPException, ConnectionError, TimeoutError)):
-                raise SourceError(f"{entry.location} cut off: {e!r}") from None
-            raise
-        s3.release(body)
-
-    def read_range(self, entry: PlanEntry, offset: int, length: int) -> bytes:
-        """`length` bytes at `offset` of an S3 entry's object, in one ranged GET (fewer when the
-        object is shorter than the range)."""
-        if entry.kind != "s3":
-            raise SourceError(f"ranged reads are for S3 tiers; {entry.tier!r} is {entry.kind!r}")
-        if length <= 0:
-            return b""
-        resp = self._get(entry, f"bytes={offset}-{offset + length - 1}")
-        body = resp["Body"]
-        try:
-            data: bytes = body.read()
-        finally:
-            body.close()
-        return data
-
-    def _get(self, entry: PlanEntry, byte_range: str | None = None) -> Any:
-        # The object as the API names it, never taken from `location`: that string is for people,
-        # and a key may hold '?', '#' or '%' that a URL parser would cut or decode.
-        bucket, key = entry.bucket, entry.key
-        if not bucket or not key:
-            raise SourceError(
-                f"the restore plan gives no bucket and key for {entry.path!r} on tier "
-                f"{entry.tier!r} (a server older than this client?)"
-            )
-        info = self._tiers[entry.tier]
-        # Read only inside the tier's own bucket and prefix, whatever the plan says.
-        if bucket != info.bucket or not key.startswith(info.prefix):
-            raise SourceError(
-                f"{entry.location} is outside tier {entry.tier!r} "
-                f"(s3://{info.bucket}/{info.prefix})"
-            )
-        client = self._client(entry.tier)
-        try:
-            if byte_range is None:
-                return client.get_object(Bucket=bucket, Key=key)
-            return client.get_object(Bucket=bucket, Key=key, Range=byte_range)
-        except client.exceptions.NoSuchKey:
-            raise SourceError(f"restore source {entry.location} does not exist") from None
-        except client.exceptions.ClientError as e:
-            if e.response.get("Error", {}).get("Code") == "InvalidRange":
-                raise SourceError(f"{entry.location} is shorter than the range read") from None
-            raise
-
-    def _streamed_chunks(
-        self, entry: PlanEntry, chunk_size: int
-    ) -> Generator[memoryview, None, None]:
-        # One buffer per thread, filled in place from the socket: a `read(n)` (urllib3's
-        # `readinto` too) would allocate and fault in a new chunk, then copy it.
-        view = chunk_buffer(chunk_size)
-        with self.stream(entry) as readinto:
-            while n := read_full(readinto, view):
-                yield view[:n]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+# Why a copy was given up: it could not be read, or its bytes did not match.
+CopyFailure = SourceError | ChecksumMismatchError
+# Called when a copy of a shard failed: (the entry read, why, tiers tried so far); returns another
+# verified copy of the same shard to read, or None when there is none.
+FallbackFn = Callable[[PlanEntry, CopyFailure, frozenset[str]], "PlanEntry | None"]
 
 
 class _Progress:
@@ -188,29 +72,50 @@ class _Progress:
             self.callback(self.done, self.total)
 
 
-def restore_shard(
+class _Stopped(Exception):
+    """The restore is being given up (a shard failed, or Ctrl-C): the other shards stop."""
+
+
+def _copy_chunks(
+    sources: Sources, entry: PlanEntry, chunk_size: int
+) -> Generator[memoryview, None, None]:
+    """The copy's bytes. Any failure to read them, whatever raised it (an S3 client, a socket,
+    a file system), is SourceError: this copy cannot be read, the next one may be."""
+    chunks: Generator[memoryview, None, None] | None = None
+    try:
+        chunks = sources.chunks(entry, chunk_size)
+        while (chunk := next(chunks, None)) is not None:
+            yield chunk
+    except SourceError:
+        raise
+    except Exception as e:
+        raise SourceError(f"{entry.location} cannot be read: {e!r}") from e
+    finally:
+        # A stream left early goes with its connection.
+        if chunks is not None:
+            chunks.close()
+
+
+def stage_shard(
     entry: PlanEntry,
-    dest_dir: Path,
+    tmp: Path,
     sources: Sources,
     progress: _Progress,
+    stop: threading.Event,
     chunk_size: int = CHUNK_SIZE,
-    *,
-    sync_dir: bool = True,
 ) -> RestoredFile:
-    final = safe_join(dest_dir, validate_relative_path(entry.path))
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{PARTIAL_SUFFIX}")
+    """Copy one copy of a shard to `tmp`, fsynced and verified against the registered size and
+    crc32c. On any failure `tmp` is removed: SourceError when the copy could not be read,
+    ChecksumMismatchError when its bytes do not match; anything else is the destination's."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     crc = 0
     size = 0
     counted = 0
     try:
-        # The chunks are closed on an error too: a stream left early goes with its connection.
-        with (
-            os.fdopen(fd, "wb", buffering=0) as out,
-            contextlib.closing(sources.chunks(entry, chunk_size)) as chunks,
-        ):
-            for chunk in chunks:
+        with os.fdopen(fd, "wb", buffering=0) as out:
+            for chunk in _copy_chunks(sources, entry, chunk_size):
+                if stop.is_set():
+                    raise _Stopped
                 crc = update(crc, chunk)
                 view = memoryview(chunk)
                 while view:
@@ -225,23 +130,37 @@ def restore_shard(
                     )
                 progress.add(len(chunk))
                 counted += len(chunk)
+            if stop.is_set():
+                raise _Stopped  # a read cut short by the stop is not a mismatch to report
             os.fsync(out.fileno())
         actual = crc32c_hex(crc)
         if size != entry.size or (entry.crc32c is not None and actual != entry.crc32c.lower()):
             raise ChecksumMismatchError(
                 entry.path, entry.location, entry.size, size, entry.crc32c, actual
             )
-        os.replace(tmp, final)
     except BaseException:
-        # Leave nothing that could be taken for a restored shard.
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         # These bytes are not restored: a read from another copy counts them again.
+        # guard: restore-progress-once
         progress.add(-counted)
         raise
-    if sync_dir:
-        _fsync_dir(final.parent)
     return RestoredFile(entry.path, size, actual, entry.tier, entry.location)
+
+
+@dataclass(frozen=True)
+class PlanRestored:
+    """What `restore_plan` did: the files (plan order), the seconds it took, and the entries of
+    the destination outside the checkpoint that it removed ("clean") or left beside it
+    ("overwrite")."""
+
+    files: list[RestoredFile]
+    seconds: float
+    removed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+
+_Staged = tuple[Path, RestoredFile]
 
 
 def restore_plan(
@@ -253,58 +172,176 @@ def restore_plan(
     progress: ProgressCallback | None = None,
     fallback: FallbackFn | None = None,
     token: str | None = None,
-) -> tuple[list[RestoredFile], float]:
-    """Restore every entry; returns the restored files (plan order) and the seconds it took.
+    existing: Existing = "refuse",
+    job: str | None = None,
+    step: int | None = None,
+) -> PlanRestored:
+    """Restore every entry into `dest_dir`, all or nothing.
 
-    A shard whose bytes do not match is offered to `fallback`, which may name another source of
-    the same shard (and report the bad one); without one, or when it has none, the mismatch is
-    raised."""
+    A copy that cannot be read or does not match is offered to `fallback`, which may name
+    another verified copy of the same shard (and report a bad one); when no copy of a shard is
+    left, NoVerifiedCopyError says what each copy tried gave. `existing` says what to do with a
+    destination that holds entries already: "refuse" (DestinationNotEmptyError), "overwrite"
+    (the checkpoint's files replace theirs, the others stay) or "clean" (the others are removed
+    once the checkpoint is verified). On any failure, and on Ctrl-C (RestoreInterrupted), what
+    was staged is removed and the destination is as it was; `job` and `step` name the
+    checkpoint in errors."""
     started = time.monotonic()
-    # Refuse a bad plan before writing anything.
+    # Refuse a bad plan, or a destination that cannot take it, before writing anything.
     for entry in plan:
         validate_relative_path(entry.path)
-    if len({e.path for e in plan}) != len(plan):
+    paths = [e.path for e in plan]
+    if len(set(paths)) != len(plan):
         raise TierpointError("the restore plan names a shard twice")
-    dest = Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    for entry in plan:
-        safe_join(dest, entry.path)
+    check_no_path_conflict(paths)
+    dest = Destination.survey(dest_dir, paths, existing)
     sources = Sources(tiers, plan, token)
     tracker = _Progress(sum(e.size for e in plan), progress)
+    staging = dest.begin()
+    stop = threading.Event()
+    verified: list[str] = []
 
-    def one(entry: PlanEntry) -> RestoredFile:
-        tried: set[str] = set()
-        while True:
+    def one(index: int, entry: PlanEntry) -> _Staged:
+        tried: list[str] = []
+        tiers_tried: set[str] = set()
+        source: PlanEntry | None = entry
+        last: CopyFailure | None = None
+        while source is not None:
+            if stop.is_set():
+                raise _Stopped
+            tmp = staging / f"{index}.{len(tried)}{PARTIAL_SUFFIX}"
             try:
-                return restore_shard(entry, dest, sources, tracker, sync_dir=False)
-            except ChecksumMismatchError as err:
-                tried.add(entry.tier)
-                other = fallback(entry, err, frozenset(tried)) if fallback is not None else None
-                if other is None or other.tier in tried or other.path != entry.path:
-                    raise
-                entry = other
+                restored = stage_shard(source, tmp, sources, tracker, stop)
+            # guard: restore-falls-back-on-read-error
+            except (SourceError, ChecksumMismatchError) as err:
+                last = err
+                tried.append(_why(source, err))
+                tiers_tried.add(source.tier)
+                other = None if fallback is None else fallback(source, err, frozenset(tiers_tried))
+                # Another copy of this shard, on a tier not read yet, or none.
+                if other is not None and (other.tier in tiers_tried or other.path != entry.path):
+                    other = None
+                source = other
+                continue
+            verified.append(entry.path)
+            return tmp, restored
+        raise NoVerifiedCopyError(job, step, entry.path, tried) from last
 
-    files = _run(plan, one, workers)
-    # Each file was fsynced before its rename; the renames are made durable once per directory
-    # (a directory fsync can cost a journal commit: one per shard is one per file restored).
-    for directory in sorted({safe_join(dest, f.path).parent for f in files}):
-        _fsync_dir(directory)
-    return files, time.monotonic() - started
+    try:
+        staged = _run(plan, one, workers, stop)
+    except KeyboardInterrupt:
+        left = dest.abort()
+        raise RestoreInterrupted(
+            f"restore interrupted: {left} ({len(verified)} of {len(plan)} shards had been "
+            "copied and verified, and were removed)"
+        ) from None
+    except BaseException as e:
+        _note(e, dest.abort())
+        raise
+    interrupted = dest.commit([(e.path, tmp) for e, (tmp, _) in zip(plan, staged, strict=True)])
+    if interrupted:
+        raise RestoreInterrupted(
+            f"restore interrupted as it finished: {shown(dest.path)} holds the whole checkpoint, "
+            "verified"
+        )
+    return PlanRestored(
+        [f for _, f in staged],
+        time.monotonic() - started,
+        removed=tuple(sorted((*dest.in_the_way, *dest.others))) if existing == "clean" else (),
+        kept=dest.others if existing == "overwrite" else (),
+    )
+
+
+def _why(source: PlanEntry, err: CopyFailure) -> str:
+    """One copy tried, and why it was given up, for NoVerifiedCopyError."""
+    if isinstance(err, ChecksumMismatchError):
+        return (
+            f"{source.tier} copy {source.location} failed verification ({err.actual_size} bytes, "
+            f"crc32c {err.actual_crc32c}; registered {err.expected_size} bytes, crc32c "
+            f"{err.expected_crc32c})"
+        )
+    return f"{source.tier} copy could not be read: {err}"
+
+
+def restore_latest(
+    client: Client,
+    latest: LatestCheckpoint,
+    dest_dir: str | os.PathLike[str],
+    *,
+    workers: int,
+    progress: ProgressCallback | None,
+    node: str | None,
+    tier: str | None,
+    existing: Existing,
+    lease_ttl: int,
+) -> RestoreResult:
+    """`Client.restore_checkpoint`: the plan restored under one lease, held from before the
+    first read until the last file is in place (or the restore gave up)."""
+    lease = latest.lease
+    if lease is None or not lease.active:
+        check_destination(dest_dir, existing)  # before a lease is taken for nothing
+        lease = client.create_lease(latest.job, latest.step, lease_ttl, owner())
+    with held(client, lease, lease_ttl):
+        tiers = {t.name: t for t in client.tiers()}
+        done = restore_plan(
+            latest.plan,
+            dest_dir,
+            tiers,
+            workers=workers,
+            progress=progress,
+            fallback=Fallback(client, latest, tiers, node, only_tier=tier),
+            token=client.token,
+            existing=existing,
+            job=latest.job,
+            step=latest.step,
+        )
+    return RestoreResult(
+        job=latest.job,
+        step=latest.step,
+        dest_dir=os.fspath(Path(dest_dir)),
+        files=tuple(done.files),
+        bytes_total=sum(f.size for f in done.files),
+        seconds=done.seconds,
+        checkpoint=latest.checkpoint,
+        skipped=latest.skipped,
+        removed=done.removed,
+        kept=done.kept,
+    )
+
+
+def _note(e: BaseException, text: str) -> None:
+    """Tell whoever sees `e` what the destination holds now (PEP 678 notes, which tracebacks
+    print; set by hand before Python 3.11, as the exceptiongroup backport does)."""
+    add = getattr(e, "add_note", None)
+    if add is not None:
+        add(text)
+    else:
+        setattr(e, "__notes__", [*getattr(e, "__notes__", ()), text])  # noqa: B010
 
 
 def _run(
-    plan: Sequence[PlanEntry], one: Callable[[PlanEntry], RestoredFile], workers: int
-) -> list[RestoredFile]:
+    plan: Sequence[PlanEntry],
+    one: Callable[[int, PlanEntry], _Staged],
+    workers: int,
+    stop: threading.Event,
+) -> list[_Staged]:
     if workers <= 1 or len(plan) <= 1:
-        return [one(e) for e in plan]
-    with ThreadPoolExecutor(max_workers=min(workers, len(plan))) as pool:
-        futures: list[Future[RestoredFile]] = [pool.submit(one, e) for e in plan]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = [f for f in done if f.exception() is not None]
-        if failed:
-            for f in futures:
-                f.cancel()
-            err = failed[0].exception()
-            assert err is not None
-            raise err
+        return [one(i, e) for i, e in enumerate(plan)]
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(plan)))
+    futures: list[Future[_Staged]] = []
+    try:
+        futures = [pool.submit(one, i, e) for i, e in enumerate(plan)]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            err = f.exception() if f.done() else None
+            if err is not None:
+                raise err
         return [f.result() for f in futures]
+    finally:
+        # On a failure or Ctrl-C the shards still copying stop at their next chunk, the ones not
+        # started never start; the staging directory is removed only once they all have stopped.
+        stop.set()
+        for f in futures:
+            f.cancel()
+        with held_interrupts():
+            pool.shutdown(wait=True)

@@ -9,11 +9,12 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tierpoint_client.errors import MissingDependencyError
+from tierpoint_client.errors import MissingCredentialsError, MissingDependencyError
 from tierpoint_client.models import TierInfo
 from tierpoint_client.transport import sized_readinto
 
 if TYPE_CHECKING:
+    import boto3
     from mypy_boto3_s3 import S3Client
 
 
@@ -93,7 +94,8 @@ def client_for(info: TierInfo) -> S3Client:
     part of a small load). A new one after a fork, or when the AWS settings in the environment
     (credentials, profile, retries) have changed."""
     aws = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
-    key = (os.getpid(), info.endpoint_url, info.region, aws)
+    who = (info.credentials_profile, info.credentials_env, _tier_env(info))
+    key = (os.getpid(), info.endpoint_url, info.region, aws, who)
     with _S3_CLIENTS_LOCK:
         client = _S3_CLIENTS.get(key)
         if client is None:
@@ -103,16 +105,47 @@ def client_for(info: TierInfo) -> S3Client:
         return client
 
 
+def _tier_env(info: TierInfo) -> tuple[str | None, ...]:
+    """The keys of a tier that names an environment prefix (`credentials_env`): key id, secret
+    and session token, as the server's tier reads them."""
+    if not info.credentials_env:
+        return ()
+    p = info.credentials_env
+    return tuple(os.environ.get(f"{p}_{n}") for n in CREDENTIAL_NAMES)
+
+
+CREDENTIAL_NAMES = ("ACCESS_KEY_ID", "SECRET_ACCESS_KEY", "SESSION_TOKEN")
+
+
+def _session(info: TierInfo) -> boto3.session.Session:
+    """A boto3 session with the tier's credentials: its environment prefix, its profile, or the
+    standard AWS chain. A prefix whose variables are missing is an error, never the chain (those
+    keys are another endpoint's)."""
+    import boto3
+
+    if info.credentials_env:
+        key, secret, token = _tier_env(info)
+        if not key or not secret:
+            p = info.credentials_env
+            raise MissingCredentialsError(
+                f"tier {info.name!r} is read with the keys in {p}_ACCESS_KEY_ID and "
+                f"{p}_SECRET_ACCESS_KEY, and they are not both set"
+            )
+        return boto3.session.Session(
+            aws_access_key_id=key, aws_secret_access_key=secret, aws_session_token=token
+        )
+    return boto3.session.Session(profile_name=info.credentials_profile)
+
+
 def _new_client(info: TierInfo) -> S3Client:
     try:
-        import boto3
+        import boto3  # noqa: F401  (the dependency `_session` uses)
         from botocore.config import Config
     except ImportError:
         raise MissingDependencyError(
             "restoring from an S3 tier needs boto3: pip install 'tierpoint-client[s3]'"
         ) from None
-    # Credentials come from the standard AWS chain (environment, profile, instance role).
-    session = boto3.session.Session()
+    session = _session(info)
     settings: dict[str, Any] = {
         "retries": _retries(session),
         # More than botocore's 10: the restore's workers and the ranged reads of the torch
@@ -126,6 +159,7 @@ def _new_client(info: TierInfo) -> S3Client:
         config = Config(**settings, response_checksum_validation="when_required")
     except TypeError:  # botocore < 1.36 has no such setting, and validates only when asked
         config = Config(**settings)
-    return session.client(
+    client: S3Client = session.client(
         "s3", endpoint_url=info.endpoint_url, region_name=info.region, config=config
     )
+    return client

@@ -22,7 +22,7 @@ down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# tierpoint/catalog/nodes.py: lost_reason(node), the reason every such marker was given.
+# tierpoint/catalog/node/registry.py: lost_reason(node), the reason every such marker was given.
 LOST_REASON = "^node .+ was declared lost: its local copies are gone$"
 WHY = (
     "a lost node held only peer copies of this checkpoint: this copy lost no byte (migration 0014)"

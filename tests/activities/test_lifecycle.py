@@ -11,7 +11,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.lifecycle import LifecycleActivities
 from activities.stores import Stores
 from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint, shard_file
-from tierpoint.catalog.models import CheckpointTier, Replica, Shard
+from tierpoint.catalog.models import Replica, Shard, TierCopy
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import Batch, CopyInput, PlanInput, PromoteInput, SealInput
 
@@ -57,9 +57,9 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
         )
         replicas = {(p, t): (st, e) for p, t, st, e in rows}
         ssd_marker = s.execute(
-            select(
-                CheckpointTier.state, CheckpointTier.reason, CheckpointTier.quarantine_reason
-            ).where(CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "ssd")
+            select(TierCopy.state, TierCopy.reason, TierCopy.quarantine_reason).where(
+                TierCopy.checkpoint_id == cp, TierCopy.tier == "ssd"
+            )
         ).one()
     state, error = replicas[(rotten.path, "ssd")]
     assert rotten.crc32c is not None
@@ -91,8 +91,8 @@ def test_source_rotting_after_seal_is_caught_by_the_copy(
     assert lustre.reason is not None and "2 of 3 shards" in lustre.reason
     with sessions() as s:
         s3_marker = s.execute(
-            select(CheckpointTier.state, CheckpointTier.reason).where(
-                CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "s3"
+            select(TierCopy.state, TierCopy.reason).where(
+                TierCopy.checkpoint_id == cp, TierCopy.tier == "s3"
             )
         ).one()
     assert tuple(s3_marker) == ("failed", "source tier lustre failed")

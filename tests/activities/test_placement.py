@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from activities.placement import assign, holders_by_tier, place, ring_holders
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 NODE = st.from_regex(r"node-[a-z0-9]{1,4}", fullmatch=True)
 

@@ -11,8 +11,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.progress import BatchReporter, resume_details, resume_state_for
 from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint
-from tierpoint.catalog.lifecycle_repo import ReplicaWrite
 from tierpoint.catalog.models import Replica, Shard
+from tierpoint.catalog.replica.machine import ReplicaWrite
 from tierpoint.config import Settings
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ResumeState

@@ -12,8 +12,8 @@ from activities.lifecycle import LifecycleActivities
 from activities.repair import RepairActivities
 from activities.stores import Stores
 from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint, shard_file
-from tierpoint.catalog.damage import mark_damaged_shards
-from tierpoint.catalog.models import CheckpointTier, Event, Shard
+from tierpoint.catalog.models import Event, Shard, TierCopy
+from tierpoint.catalog.tier_copy.damage import mark_damaged_shards
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import RepairCopyInput, RepairPlanInput
 from tierpoint.contract.lifecycle import CopyInput, PlanInput, PromoteInput, SealInput
@@ -23,8 +23,8 @@ from tierpoint.states import ReplicaState
 def _set_marker(sessions: sessionmaker[Session], cp: int, tier: str, state: str) -> None:
     with sessions.begin() as s:
         s.execute(
-            update(CheckpointTier)
-            .where(CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == tier)
+            update(TierCopy)
+            .where(TierCopy.checkpoint_id == cp, TierCopy.tier == tier)
             .values(state=state)
         )
 

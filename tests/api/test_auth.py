@@ -22,8 +22,8 @@ from api.app import create_app
 from api.auth import access_of, api_routes
 from tests.helpers.api import NODE_A, events, manifest, running_client, shard
 from tests.helpers.tokens import bearer, create_token
-from tierpoint.catalog import tokens_repo
 from tierpoint.catalog.engine import sync_sessions
+from tierpoint.catalog.token import tokens
 from tierpoint.config import Settings
 
 PROBLEM = "application/problem+json"
@@ -262,7 +262,7 @@ async def test_expired_and_revoked_tokens_are_refused(
     revoked_name = f"gone-{uuid.uuid4().hex[:6]}"
     revoked = create_token(catalog, revoked_name, ["admin"])
     with sync_sessions(catalog)() as s:
-        tokens_repo.revoke_token(s, revoked_name)
+        tokens.revoke_token(s, revoked_name)
         s.commit()
     r = await anonymous.get("/v1/jobs", headers=bearer(revoked))
     assert r.status_code == 401 and r.json()["code"] == "token_revoked", r.text
@@ -282,8 +282,8 @@ async def test_a_revocation_applies_to_the_next_request_without_a_cache(
     headers = bearer(create_token(catalog, name, ["read"]))
     assert (await uncached.get("/v1/jobs", headers=headers)).status_code == 200
     with sync_sessions(catalog)() as s:
-        _, first = tokens_repo.revoke_token(s, name)
-        _, again = tokens_repo.revoke_token(s, name)
+        _, first = tokens.revoke_token(s, name)
+        _, again = tokens.revoke_token(s, name)
         s.commit()
     assert (first, again) == (True, False)
     r = await uncached.get("/v1/jobs", headers=headers)
@@ -324,14 +324,14 @@ def test_scopes_and_names_are_checked_when_a_token_is_made(catalog: Engine) -> N
     with sync_sessions(catalog)() as s:
         for scopes in (["write"], ["train:"], ["train:../x"], [], ["Admin"]):
             with pytest.raises(InvalidScope):
-                tokens_repo.create_token(s, f"t-{uuid.uuid4().hex[:6]}", scopes, None)
+                tokens.create_token(s, f"t-{uuid.uuid4().hex[:6]}", scopes, None)
         with pytest.raises(RequestInvalid):
-            tokens_repo.create_token(s, "has space", ["read"], None)
+            tokens.create_token(s, "has space", ["read"], None)
         name = f"dup-{uuid.uuid4().hex[:6]}"
-        tokens_repo.create_token(s, name, ["read"], None)
+        tokens.create_token(s, name, ["read"], None)
         s.commit()
         with pytest.raises(TokenExists):
-            tokens_repo.create_token(s, name, ["read"], None)
+            tokens.create_token(s, name, ["read"], None)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from api.app import create_app
 from tests.helpers.api import NODE_A, NODE_B, counts, manifest, running_client, shard
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 
 PROBLEM = "application/problem+json"

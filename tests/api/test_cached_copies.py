@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from tests.helpers.api import NODE_A, NODE_B, manifest, set_marker, shard
 from tests.helpers.tokens import as_token
-from tierpoint.catalog import expiry_repo
+from tierpoint.catalog.tier_copy import expiry
 
 A_FILE, B_FILE = "__0_0.distcp", "__1_0.distcp"
 
@@ -83,13 +83,13 @@ async def test_other_nodes_files_are_recorded_once_and_expire_with_the_local_cop
     # files kept there, and the rows are forgotten once the copy is expired.
     cid = _checkpoint_id(catalog, job)
     with Session(catalog) as s:
-        assert set(expiry_repo._local_nodes(s, cid, "ssd")) == {NODE_A, NODE_B}
-        assert {c.path for c in expiry_repo.registered_copies(s, cid, "ssd", NODE_A)} == {
+        assert set(expiry._local_nodes(s, cid, "ssd")) == {NODE_A, NODE_B}
+        assert {c.path for c in expiry.registered_copies(s, cid, "ssd", NODE_A)} == {
             A_FILE,
             ".metadata",
             B_FILE,
         }
-        assert {c.path for c in expiry_repo.registered_copies(s, cid, "ssd", NODE_B)} == {
+        assert {c.path for c in expiry.registered_copies(s, cid, "ssd", NODE_B)} == {
             A_FILE,
             ".metadata",
             B_FILE,
@@ -99,7 +99,7 @@ async def test_other_nodes_files_are_recorded_once_and_expire_with_the_local_cop
     late = await client.post(_url(job), json=body, headers=trainer)
     assert late.status_code == 200 and late.json()["copies"] == [], late.text
     with Session(catalog) as s, s.begin():
-        assert expiry_repo.finish_expiry(s, cid, "ssd") == "expired"
+        assert expiry.finish_expiry(s, cid, "ssd") == "expired"
     assert _recorded(catalog, job) == set()
 
 

@@ -21,13 +21,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.api import events, seed
 from tests.helpers.retention import create_job
-from tierpoint.catalog import leases_repo
 from tierpoint.catalog.engine import async_sessions, make_async_engine
-from tierpoint.catalog.expiry_repo import begin_expiry, finish_expiry
-from tierpoint.catalog.quarantine_repo import set_quarantine
-from tierpoint.config import TierKind
+from tierpoint.catalog.holds import leases, pins
+from tierpoint.catalog.holds.quarantine import set_quarantine
+from tierpoint.catalog.tier_copy.expiry import begin_expiry, finish_expiry
 from tierpoint.contract.retention import BeginResult, BeginState
 from tierpoint.retention.policy import TierRef
+from tierpoint.tier_config import TierKind
 
 TIERS = (
     TierRef("ssd", TierKind.LOCAL),
@@ -227,7 +227,7 @@ async def test_a_pin_holding_the_row_first_cancels_the_expiry(
     cid = await _setup(client, catalog, job)
 
     async def pin(s: AsyncSession) -> None:
-        assert (await s.run_sync(leases_repo.set_pinned, job, 1, True, actor="test")).changed
+        assert (await s.run_sync(pins.set_pinned, job, 1, True, actor="test")).changed
 
     result = await _begin_waiting_for(catalog, job, cid, pin)
     assert result.state is BeginState.SKIPPED and "pinned" in (result.reason or ""), result
@@ -240,7 +240,7 @@ async def test_a_lease_or_quarantine_holding_the_row_first_cancels_the_expiry(
     cid = await _setup(client, catalog, job)
 
     async def lease(s: AsyncSession) -> None:
-        await s.run_sync(leases_repo.create_lease, job, 1, 600, "test", actor="test")
+        await s.run_sync(leases.create_lease, job, 1, 600, "test", actor="test")
 
     result = await _begin_waiting_for(catalog, job, cid, lease)
     assert result.state is BeginState.SKIPPED and "leased" in (result.reason or ""), result

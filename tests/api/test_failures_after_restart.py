@@ -176,7 +176,7 @@ async def test_a_retry_while_a_repair_copies_the_copy_back_is_refused_and_said(
 
 
 def hold(catalog: Engine, job: str, step: int, tier: str, sources: list[str]) -> None:
-    """What a repair's plan records while it copies the tier's copy back (rebuild_repo)."""
+    """What a repair's plan records while it copies the tier's copy back (holds/rebuild.py)."""
     with catalog.begin() as conn:
         conn.execute(
             text(

@@ -8,7 +8,8 @@ from apps.devstack.services import free_port
 from tests.helpers.api import running_client, scrape_api
 from tests.helpers.services import Services, fresh_database
 from tierpoint.catalog.migrate import SchemaMismatch
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 async def test_health_and_ready(client: httpx.AsyncClient) -> None:

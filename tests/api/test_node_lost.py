@@ -17,7 +17,7 @@ from temporalio.client import Client
 from tests.helpers.api import counts, events, manifest, restorable, shard, workflow_count
 from tests.helpers.faults import eventually
 from tests.helpers.tokens import TEST_ADMIN, actor_name, as_token
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.contract.lifecycle import workflow_id
 
 

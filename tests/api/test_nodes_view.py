@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from tests.helpers.tokens import as_token
-from tierpoint.catalog.nodes import upsert_nodes
+from tierpoint.catalog.node.registry import upsert_nodes
 
 
 async def test_nodes_show_the_failure_domain_each_worker_reported(

@@ -31,7 +31,7 @@ from apps.devstack.services import free_port
 from tests.helpers.api import NODE_A, NODE_B
 from tests.helpers.services import Services, make_bucket, make_settings
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 
 # Full-stack as a whole, said here too so that a run of the lighter tiers does not even collect it:

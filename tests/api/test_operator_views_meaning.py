@@ -14,8 +14,8 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import sessionmaker
 
 from tests.helpers.api import SHARD_BYTES, restorable, seed, set_marker, set_replicas
-from tierpoint.catalog import scrub_repo
-from tierpoint.catalog.promotion import promote
+from tierpoint.catalog.replica import scrub
+from tierpoint.catalog.tier_copy.promotion import promote
 
 
 def _checkpoint_id(catalog: Engine, job: str, step: int) -> int:
@@ -125,7 +125,7 @@ async def test_steps_at_risk_and_the_predicted_restore_time(
     sessions = sessionmaker(catalog)
     for _ in range(2):
         with sessions.begin() as s:
-            scrub_repo.record_reads(s, "lustre", 1000, 2.0)
+            scrub.record_reads(s, "lustre", 1000, 2.0)
     row = await overview_row(client, job)
     predicted = by_tier(row, "predicted_restore_seconds")
     assert predicted["lustre"] == pytest.approx(2 * SHARD_BYTES / 500)

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from tests.helpers.api import row_counts, seed, set_marker, set_replicas
 from tests.helpers.tokens import TEST_ADMIN, actor_name, as_token
-from tierpoint.catalog.expiry_repo import begin_expiry
+from tierpoint.catalog.tier_copy.expiry import begin_expiry
 from tierpoint.config import Settings
 from tierpoint.contract.retention import BeginState
 from tierpoint.retention import tier_refs

@@ -139,6 +139,7 @@ async def test_jobs_and_tiers(client: httpx.AsyncClient, job: str) -> None:
     assert tiers[2]["bucket"] and tiers[2]["root"] is None and tiers[2]["endpoint_url"]
     assert set(tiers[2]) == {
         *("name", "kind", "root", "bucket", "prefix", "endpoint_url", "region"),
+        *("credentials_profile", "credentials_env"),
         *("copies", "copy_of", "copy_number"),
     }
     assert (tiers[0]["copies"], tiers[0]["copy_of"], tiers[0]["copy_number"]) == (1, None, None)

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from tests.helpers.api import SHARD_BYTES, row_counts, seed
-from tierpoint.catalog.snapshot import take_snapshot
+from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.config import Settings
 from tierpoint.retention import Policy, RetentionPlan, plan, tier_refs
 

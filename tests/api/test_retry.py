@@ -27,7 +27,8 @@ from tests.helpers.api import (
     shard,
 )
 from tests.helpers.lifecycle import running_workers, shard_file
-from tierpoint.catalog import damage, lifecycle_repo
+from tierpoint.catalog.replica.machine import ReplicaWrite, upsert_replicas
+from tierpoint.catalog.tier_copy import damage
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import retry_workflow_id
 from tierpoint.states import ReplicaState
@@ -156,16 +157,11 @@ async def test_a_reseal_never_marks_an_expired_replica(
     cid = rows[0].checkpoint_id
     sessions = sessionmaker(catalog)
     with sessions.begin() as s:
-        lifecycle_repo.upsert_replicas(
+        upsert_replicas(
             s,
             cid,
             "ssd",
-            [
-                lifecycle_repo.ReplicaWrite(
-                    r.shard_id, ReplicaState.CORRUPT, "x", NODE_A, 0, "gone"
-                )
-                for r in rows
-            ],
+            [ReplicaWrite(r.shard_id, ReplicaState.CORRUPT, "x", NODE_A, 0, "gone") for r in rows],
         )
         damage.mark_damaged_shards(
             s, "ssd", {r.shard_id: "gone" for r in rows}, ReplicaState.CORRUPT, "test"

@@ -27,8 +27,9 @@ from tests.helpers.services import Services, make_bucket, make_settings
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.temporal import connect
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 class _ApiServer:
@@ -83,19 +84,30 @@ async def _running_stack(
     root: Path,
     names: tuple[str, ...],
     peer: bool = False,
+    s3_tier: TierConfig | None = None,
+    same_tiers_as: Stack | None = None,
 ) -> AsyncIterator[Stack]:
+    """`s3_tier`: the s3 tier instead of one on the session's moto (another endpoint);
+    `same_tiers_as`: the nodes and tiers of that (stopped) stack, on the catalog `migrated_url`."""
     from apps.worker import run_workers
 
-    suffix = uuid.uuid4().hex[:6]
-    nodes = tuple(f"{n}-{suffix}" for n in names)
-    for node in nodes:
-        (root / "nodes" / node / "ssd").mkdir(parents=True)
-        (root / "nodes" / node / "peer").mkdir(parents=True)
-    (root / "lustre").mkdir()
-    settings = make_settings(
-        services, migrated_url, root, make_bucket(services), temporal_namespace
-    )
-    if peer:
+    if same_tiers_as is not None:
+        nodes = same_tiers_as.nodes
+        settings = same_tiers_as.settings.model_copy(update={"database_url": migrated_url})
+    else:
+        suffix = uuid.uuid4().hex[:6]
+        nodes = tuple(f"{n}-{suffix}" for n in names)
+        for node in nodes:
+            (root / "nodes" / node / "ssd").mkdir(parents=True)
+            (root / "nodes" / node / "peer").mkdir(parents=True)
+        (root / "lustre").mkdir()
+        settings = make_settings(
+            services, migrated_url, root, make_bucket(services), temporal_namespace
+        )
+    if s3_tier is not None and same_tiers_as is None:
+        *fast, _ = settings.tiers
+        settings = settings.model_copy(update={"tiers": [*fast, s3_tier]})
+    if peer and same_tiers_as is None:
         ssd, *rest = settings.tiers
         copies = TierConfig(name="peer", kind=TierKind.PEER, root=str(root / "nodes/{node}/peer"))
         settings = settings.model_copy(

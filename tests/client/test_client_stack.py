@@ -19,6 +19,7 @@ from tierpoint_client import (
     ConflictError,
     InvalidRequestError,
     NotFoundError,
+    NoVerifiedCopyError,
     ShardSpec,
     build_manifest,
 )
@@ -138,13 +139,12 @@ async def test_corrupted_source_raises_and_leaves_no_final_file(
     on_lustre.write_bytes(bytes(data))
 
     dest = tmp_path / "restore"
-    with pytest.raises(ChecksumMismatchError) as info:
+    with pytest.raises(NoVerifiedCopyError) as info:
         await asyncio.to_thread(client.restore, job, dest, tier="lustre", workers=1)
     assert info.value.path == victim
-    restored = read_tree(dest)
-    assert victim not in restored
-    # Whatever else was restored is complete and correct; no temporary file is left.
-    assert all(shards[p] == b for p, b in restored.items())
+    assert isinstance(info.value.__cause__, ChecksumMismatchError)
+    # All or nothing: neither the good shards nor a temporary file is left.
+    assert not dest.exists()
 
     # The S3 copy is intact and restores.
     result = await asyncio.to_thread(client.restore, job, tmp_path / "from-s3", tier="s3")

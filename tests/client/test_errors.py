@@ -17,6 +17,9 @@ CASES = [
     errors.CheckpointFailedError("j", 1, "s3", "failed", None),
     errors.ChecksumMismatchError("a/b", "s3://b/k", 10, 9, "0000000a", "0000000b"),
     errors.TransportError("refused"),
+    errors.NoVerifiedCopyError("j", 3, "a/b", ["ssd copy could not be read: gone"]),
+    errors.NoVerifiedCopyError(None, None, "a/b", []),
+    errors.DestinationNotEmptyError("/restore", ["x.bin"], 4),
 ]
 
 

@@ -11,10 +11,17 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from tierpoint_client import UnsafePathError, safe_join, validate_relative_path
 from tierpoint_client.errors import ManifestError
-from tierpoint_client.paths import MAX_PART_BYTES, MAX_PATH_BYTES, check_no_path_conflict
+from tierpoint_client.paths import (
+    MAX_PART_BYTES,
+    MAX_PATH_BYTES,
+    check_no_path_conflict,
+    partial_name,
+)
 
 from tests.helpers.properties import examples
 from tierpoint.manifest import parse_manifest_json
+from tierpoint.storage.paths import is_partial_name
+from tierpoint.storage.paths import partial_name as servers
 
 
 @pytest.mark.parametrize("path", ["a", "a/b/c.bin", "rank-0.pt", "x..y", ".hidden", "a/.b"])
@@ -112,7 +119,7 @@ def test_the_client_and_the_server_accept_the_same_shard_paths(name: str) -> Non
     assert len(name.encode("utf-8", "replace")) <= MAX_PATH_BYTES or not server_ok
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(paths=st.lists(st.lists(st.sampled_from("ab"), min_size=1, max_size=3), max_size=5))
 def test_the_client_and_the_server_refuse_the_same_file_and_directory_pairs(
     paths: list[list[str]],
@@ -128,3 +135,26 @@ def test_the_client_and_the_server_refuse_the_same_file_and_directory_pairs(
     server_ok, codes = _registration_accepts(joined)
     assert client_ok == server_ok, (joined, codes)
     assert server_ok or codes == {"path_conflict"}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    size=st.integers(1, MAX_PART_BYTES),
+    char=st.sampled_from(["a", "\u00e9", "\u4e2d", "\U0001f642"]),
+    tag=st.sampled_from(["", "0123456789ab"]),
+)
+def test_every_accepted_name_has_a_temp_name_a_file_system_takes(
+    tmp_path_factory: pytest.TempPathFactory, size: int, char: str, tag: str
+) -> None:
+    """A name of any size the server accepts (up to 255 bytes, in characters of 1 to 4 bytes)
+    has a temp name that fits a POSIX name, is ours by its shape, and (without a tag) is the
+    server's stores' own."""
+    wide = char * (size // len(char.encode()))
+    name = wide + "a" * (size - len(wide.encode()))
+    assert len(name.encode()) == size
+    temp = partial_name(name, tag)
+    assert len(temp.encode()) <= MAX_PART_BYTES and "/" not in temp
+    assert is_partial_name(temp) and temp != name
+    assert partial_name(name) == servers(name)
+    directory = tmp_path_factory.mktemp("temp-names")
+    (directory / temp).write_bytes(b"x")  # the file system takes it

@@ -11,7 +11,14 @@ from typing import Any, NamedTuple
 import boto3
 import crc32c
 import pytest
-from tierpoint_client import ChecksumMismatchError, PlanEntry, TierInfo, UnsafePathError
+from tierpoint_client import (
+    ChecksumMismatchError,
+    DestinationError,
+    NoVerifiedCopyError,
+    PlanEntry,
+    TierInfo,
+    UnsafePathError,
+)
 from tierpoint_client.restore import SourceError, restore_plan
 
 from tests.helpers.services import Services, make_bucket
@@ -56,9 +63,9 @@ def test_posix_restore_copies_bytes_and_reports_progress(tmp_path: Path) -> None
     shards = {"a.bin": os.urandom(5_000_000), "d/e/f.bin": os.urandom(1234), "empty": b""}
     plan = _posix_plan(tmp_path / "src", shards)
     seen: list[tuple[int, int]] = []
-    files, _ = restore_plan(
+    files = restore_plan(
         plan, tmp_path / "dest", {}, workers=3, progress=lambda d, t: seen.append((d, t))
-    )
+    ).files
     assert _files_under(tmp_path / "dest") == shards
     assert [f.path for f in files] == list(shards)
     total = sum(map(len, shards.values()))
@@ -80,32 +87,39 @@ def test_mismatch_raises_and_leaves_no_final_file(tmp_path: Path, corruption: st
     else:
         src.write_bytes(good + os.urandom(10_000_000))
     dest = tmp_path / "dest"
-    with pytest.raises(ChecksumMismatchError) as info:
+    with pytest.raises(NoVerifiedCopyError) as info:
         restore_plan(plan, dest, {}, workers=1)
     assert info.value.path == "bad/shard.bin"
-    assert info.value.expected_crc32c == plan[0].crc32c
-    # Neither the final name nor a temporary file is left behind.
-    assert _files_under(dest) == {}
+    (tried,) = info.value.tried
+    assert "failed verification" in tried, tried
+    mismatch = info.value.__cause__
+    assert isinstance(mismatch, ChecksumMismatchError)
+    assert mismatch.expected_crc32c == plan[0].crc32c
+    # Neither the final name nor a temporary file is left behind: the restore made the
+    # destination, and removed it again.
+    assert not dest.exists()
 
 
 def test_mismatch_in_a_parallel_restore_raises(tmp_path: Path) -> None:
     shards = {f"s{i}.bin": os.urandom(50_000) for i in range(8)}
     plan = _posix_plan(tmp_path / "src", shards)
     Path(plan[5].location).write_bytes(os.urandom(50_000))
-    with pytest.raises(ChecksumMismatchError):
-        restore_plan(plan, tmp_path / "dest", {}, workers=4)
-    left = _files_under(tmp_path / "dest")
-    assert "s5.bin" not in left
-    assert all(shards[k] == v for k, v in left.items())
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(NoVerifiedCopyError, match=r"s5\.bin"):
+        restore_plan(plan, dest, {}, workers=4)
+    # All or nothing: the seven good shards are not left to look like a checkpoint.
+    assert list(dest.iterdir()) == []
 
 
-def test_restore_overwrites_an_existing_file_atomically(tmp_path: Path) -> None:
+def test_restore_overwrites_an_existing_file_when_told(tmp_path: Path) -> None:
     plan = _posix_plan(tmp_path / "src", {"x.bin": b"new bytes"})
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "x.bin").write_bytes(b"old")
-    restore_plan(plan, dest, {})
+    restored = restore_plan(plan, dest, {}, existing="overwrite")
     assert (dest / "x.bin").read_bytes() == b"new bytes"
+    assert restored.kept == restored.removed == ()
 
 
 @pytest.mark.parametrize("bad", ["../escape.bin", "/abs.bin", "a/../../b", "a\\b"])
@@ -119,23 +133,35 @@ def test_plan_paths_outside_dest_are_refused_before_writing(tmp_path: Path, bad:
     assert _files_under(dest) == {}
 
 
-def test_symlink_in_dest_cannot_redirect_a_write(tmp_path: Path) -> None:
+@pytest.mark.parametrize("existing", ["overwrite", "clean"])
+def test_symlink_in_dest_cannot_redirect_a_write(tmp_path: Path, existing: str) -> None:
+    """A symlink where the checkpoint has a directory is in the way: refused when the restore
+    only overwrites, removed (the link, never what it points to) when it cleans."""
     plan = _posix_plan(tmp_path / "src", {"sub/shard.bin": b"data"})
     dest = tmp_path / "dest"
     dest.mkdir()
     outside = tmp_path / "outside"
     outside.mkdir()
+    (outside / "theirs.bin").write_bytes(b"not ours")
     (dest / "sub").symlink_to(outside, target_is_directory=True)
-    with pytest.raises(UnsafePathError):
-        restore_plan(plan, dest, {})
-    assert list(outside.iterdir()) == []
+    if existing == "overwrite":
+        with pytest.raises(DestinationError, match="in the way"):
+            restore_plan(plan, dest, {}, existing="overwrite")
+        assert (dest / "sub").is_symlink()
+    else:
+        restored = restore_plan(plan, dest, {}, existing="clean")
+        assert restored.removed == ("sub",)
+        assert not (dest / "sub").is_symlink()
+        assert _files_under(dest) == {"sub/shard.bin": b"data"}
+    assert [p.name for p in outside.iterdir()] == ["theirs.bin"]
 
 
-def test_missing_source_raises_source_error(tmp_path: Path) -> None:
+def test_missing_source_without_another_copy_says_so(tmp_path: Path) -> None:
     plan = [_entry("a.bin", b"abc", str(tmp_path / "gone.bin"))]
-    with pytest.raises(SourceError, match="does not exist"):
+    with pytest.raises(NoVerifiedCopyError, match="does not exist") as info:
         restore_plan(plan, tmp_path / "dest", {})
-    assert _files_under(tmp_path / "dest") == {}
+    assert isinstance(info.value.__cause__, SourceError)
+    assert not (tmp_path / "dest").exists()
 
 
 class S3Objects(NamedTuple):
@@ -175,7 +201,7 @@ def test_s3_restore_reads_with_tier_endpoint(tmp_path: Path, services: Services)
 
     # A corrupted object fails verification like a corrupted file.
     s3.put_object(Bucket=bucket, Key=prefix + "r0.bin", Body=b"x" + shards["r0.bin"][1:])
-    with pytest.raises(ChecksumMismatchError):
+    with pytest.raises(NoVerifiedCopyError, match="failed verification"):
         restore_plan(plan[:1], tmp_path / "dest2", tiers)
     assert _files_under(tmp_path / "dest2") == {}
 
@@ -188,7 +214,7 @@ def test_s3_restore_reads_with_tier_endpoint(tmp_path: Path, services: Services)
     stray = [_s3_entry("r0.bin", shards["r0.bin"], other, f"{prefix}r0.bin")]
     stray.append(_s3_entry("r1.bin", b"", bucket, "elsewhere/r1.bin"))
     for entry in stray:
-        with pytest.raises(SourceError, match="outside tier"):
+        with pytest.raises(NoVerifiedCopyError, match="outside tier"):
             restore_plan([entry], tmp_path / "dest4", tiers)
     assert _files_under(tmp_path / "dest4") == {}
 
@@ -206,7 +232,7 @@ def test_s3_restore_of_objects_larger_than_a_chunk_reuses_no_stale_bytes(
         "empty.bin": b"",
     }
     objects = s3_objects(services, shards, "")
-    files, _ = restore_plan(objects.plan, tmp_path / "dest", objects.tiers, workers=1)
+    files = restore_plan(objects.plan, tmp_path / "dest", objects.tiers, workers=1).files
     assert _files_under(tmp_path / "dest") == shards
     assert [f.size for f in files] == [len(d) for d in shards.values()]
 
@@ -257,7 +283,7 @@ def test_an_s3_entry_without_bucket_and_key_is_not_guessed_from_its_location(
 ) -> None:
     objects = s3_objects(services, {"r0.bin": b"bytes"}, "")
     bare = dataclasses.replace(objects.plan[0], bucket=None, key=None)
-    with pytest.raises(SourceError, match="no bucket and key"):
+    with pytest.raises(NoVerifiedCopyError, match="no bucket and key"):
         restore_plan([bare], tmp_path / "dest", objects.tiers)
     assert _files_under(tmp_path / "dest") == {}
 
@@ -271,14 +297,14 @@ def test_progress_counts_a_fallback_read_once(tmp_path: Path) -> None:
     Path(plan[0].location).write_bytes(os.urandom(3_000_000))
     other = dataclasses.replace(good, tier="ssd", kind="local")
     seen: list[tuple[int, int]] = []
-    files, _ = restore_plan(
+    files = restore_plan(
         plan,
         tmp_path / "dest",
         {},
         workers=1,
         progress=lambda d, t: seen.append((d, t)),
         fallback=lambda entry, err, tried: other,
-    )
+    ).files
     assert _files_under(tmp_path / "dest") == shards
     assert [f.tier for f in files] == ["ssd", "lustre"]
     total = sum(map(len, shards.values()))

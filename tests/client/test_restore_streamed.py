@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tierpoint_client import ChecksumMismatchError, PlanEntry, TierInfo
+from tierpoint_client import ChecksumMismatchError, NoVerifiedCopyError, PlanEntry, TierInfo
 from tierpoint_client.hashing import CHUNK_SIZE
 from tierpoint_client.restore import SourceError, restore_plan
 
@@ -29,16 +29,20 @@ MiB = 1024 * 1024
 
 
 class Fallbacks:
-    """A restore's fallback: records each mismatch and offers the shard's copy in `others`."""
+    """A restore's fallback: records each failed copy (and whether it was a mismatch, which the
+    client reports as corrupt) and offers the shard's copy in `others`."""
 
     def __init__(self, others: dict[str, PlanEntry] | None = None) -> None:
         self.others = others or {}
         self.calls: list[tuple[str, str]] = []
+        self.mismatches: list[tuple[str, str]] = []
 
     def __call__(
-        self, entry: PlanEntry, err: ChecksumMismatchError, tried: frozenset[str]
+        self, entry: PlanEntry, err: SourceError | ChecksumMismatchError, tried: frozenset[str]
     ) -> PlanEntry | None:
         self.calls.append((entry.tier, entry.path))
+        if isinstance(err, ChecksumMismatchError):
+            self.mismatches.append((entry.tier, entry.path))
         return self.others.get(entry.path)
 
 
@@ -58,7 +62,7 @@ def test_large_s3_objects_land_exactly_their_bytes(tmp_path: Path, services: Ser
         "empty.bin": b"",
     }
     objects = s3_objects(services, shards, "")
-    files, _ = restore_plan(objects.plan, tmp_path / "dest", objects.tiers, workers=2)
+    files = restore_plan(objects.plan, tmp_path / "dest", objects.tiers, workers=2).files
     assert _files_under(tmp_path / "dest") == shards
     assert [(f.size, f.crc32c) for f in files] == [(e.size, e.crc32c) for e in objects.plan]
 
@@ -96,17 +100,19 @@ def test_an_s3_restore_allocates_no_chunk_per_read(tmp_path: Path, services: Ser
 
 def test_a_cut_s3_body_is_a_read_error_not_a_mismatch(tmp_path: Path, services: Services) -> None:
     """S3 (here a proxy) closes the connection half way through a body whose head promised all
-    of it: the restore fails as unreadable, and the copy is not offered to the fallback (which
-    would report it corrupt)."""
+    of it: the copy is unreadable, never a mismatch (which the client would report corrupt); the
+    fallback is asked for another copy, and without one the restore fails saying why."""
     shards = {"big.bin": os.urandom(9 * MiB + 3)}
     objects = s3_objects(services, shards, "")
     fallback = Fallbacks()
     with flip_proxy(_hostport(services.s3_endpoint_url), -1, cut=True) as proxy:
         tiers = _behind(objects.tiers, proxy.url)
-        with pytest.raises(SourceError, match="cut off"):
+        with pytest.raises(NoVerifiedCopyError, match="cut off") as info:
             restore_plan(objects.plan, tmp_path / "dest", tiers, fallback=fallback)
         assert proxy.stats()["cut"] >= 1
-    assert fallback.calls == []
+    assert isinstance(info.value.__cause__, SourceError)
+    assert fallback.calls == [("s3", "big.bin")]
+    assert fallback.mismatches == []
     assert _files_under(tmp_path / "dest") == {}
 
 
@@ -126,15 +132,15 @@ def test_a_longer_or_damaged_s3_copy_falls_back_to_the_next(
             proxy = stack.enter_context(flip_proxy(_hostport(services.s3_endpoint_url), 1))
             tiers = _behind(tiers, proxy.url)
         fallback = Fallbacks({"a.bin": good})
-        files, _ = restore_plan(objects.plan[:1], tmp_path / "dest", tiers, fallback=fallback)
-    assert fallback.calls == [("s3", "a.bin")]
+        files = restore_plan(objects.plan[:1], tmp_path / "dest", tiers, fallback=fallback).files
+    assert fallback.calls == fallback.mismatches == [("s3", "a.bin")]
     assert [f.tier for f in files] == ["lustre"]
     assert _files_under(tmp_path / "dest") == {"a.bin": shards["a.bin"]}
     # Without another copy the mismatch is raised, and nothing is left.
     if damage == "longer":
-        with pytest.raises(ChecksumMismatchError):
+        with pytest.raises(NoVerifiedCopyError, match="failed verification"):
             restore_plan(objects.plan, tmp_path / "dest2", objects.tiers, workers=2)
-        assert set(_files_under(tmp_path / "dest2")) <= {"b.bin"}
+        assert _files_under(tmp_path / "dest2") == {}
 
 
 def test_an_s3_connection_read_to_its_end_is_reused(tmp_path: Path, services: Services) -> None:
@@ -158,7 +164,7 @@ def test_an_s3_connection_read_to_its_end_is_reused(tmp_path: Path, services: Se
         # Longer by more than a chunk: the restore stops reading it with bytes still unread.
         longer = shards["s0.bin"] + os.urandom(2 * CHUNK_SIZE)
         objects.s3.put_object(Bucket=objects.bucket, Key=objects.prefix + "s0.bin", Body=longer)
-        with pytest.raises(ChecksumMismatchError):
+        with pytest.raises(NoVerifiedCopyError, match="failed verification"):
             restore_plan(objects.plan[:1], tmp_path / "d2", tiers)
         assert (
             opened(lambda: restore_plan(objects.plan[1:], tmp_path / "d3", tiers, workers=1)) == 1
@@ -206,8 +212,9 @@ def test_a_cut_peer_body_is_a_read_error_not_a_mismatch(tmp_path: Path) -> None:
         fallback = Fallbacks()
         with flip_proxy(endpoint, -1, cut=True) as proxy:
             cut = dataclasses.replace(entry, url=f"{proxy.url}/p.bin")
-            with pytest.raises(SourceError, match="IncompleteRead"):
+            with pytest.raises(NoVerifiedCopyError, match="IncompleteRead"):
                 restore_plan([cut], tmp_path / "dest", {}, fallback=fallback)
             assert proxy.stats()["cut"] == 1
-    assert fallback.calls == []
+    assert fallback.calls == [("peer", "p.bin")]
+    assert fallback.mismatches == []
     assert _files_under(tmp_path / "dest") == {}

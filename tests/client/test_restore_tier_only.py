@@ -9,7 +9,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from tierpoint_client import ChecksumMismatchError, build_manifest
+from tierpoint_client import NoVerifiedCopyError, build_manifest
 
 from tests.helpers.cli import run_cli
 from tests.helpers.client import Stack, read_tree, write_shards
@@ -52,14 +52,16 @@ async def test_restore_from_one_tier_does_not_go_on_from_another(
     dest = tmp_path / "cli"
     out = await run_cli(stack.api_url, "restore", job, str(dest), "--tier", "s3", token=stack.token)
     assert out.exit_code != 0, out.output
-    assert "do not match the registered checkpoint" in out.output, out.output
-    assert not (dest / "a.bin").exists()
+    assert "s3 copy" in out.output and "failed verification" in out.output, out.output
+    assert "lustre" not in out.output, out.output
+    assert not dest.exists()
 
     latest = await asyncio.to_thread(stack.client.latest, job2, "s3")
     assert latest is not None
-    with pytest.raises(ChecksumMismatchError):
+    with pytest.raises(NoVerifiedCopyError) as info:
         await asyncio.to_thread(stack.client.restore_checkpoint, latest, tmp_path / "plan")
-    assert not (tmp_path / "plan" / "a.bin").exists()
+    assert [t.split()[0] for t in info.value.tried] == ["s3"]
+    assert not (tmp_path / "plan").exists()
 
 
 async def test_progress_of_a_restore_that_reads_a_shard_twice_ends_at_the_total(

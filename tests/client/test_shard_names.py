@@ -8,6 +8,7 @@ name. One checkpoint holds one shard per character, so the stack runs one lifecy
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import subprocess
 import time
@@ -19,6 +20,7 @@ import httpx
 from tierpoint_client import build_manifest
 
 from tests.client.torch.ranks import TORCH_PYTHON, rank_env, require_torch_venv
+from tests.helpers.cli import run_cli
 from tests.helpers.client import Stack, read_tree, write_shards
 
 WAIT = 300.0  # hang guard only: the machine is shared
@@ -126,3 +128,35 @@ async def test_every_special_character_restores_from_s3_and_the_shared_tier(
     cp = await asyncio.to_thread(client.checkpoint, job, step)
     assert cp.shards is not None
     assert {r.state for s in cp.shards for r in s.replicas if r.tier == "s3"} == {"verified"}
+
+
+# Names as long as a POSIX name may be (255 bytes), which every tier stores: a temp name made by
+# adding a prefix and a suffix to them would be too long for the file system.
+LONG_NAMES = (
+    "l" * 220 + ".bin",  # 224 bytes, the shortest that a 32-byte prefix and suffix overflow
+    "m" * 251 + ".bin",  # 255
+    "\u00e9" * 125 + "tail.",  # 255 bytes in 130 characters
+    "nested/" + "n" * 251 + ".bin",
+)
+
+
+async def test_names_of_255_bytes_restore_from_every_tier(stack: Stack, tmp_path: Path) -> None:
+    client, node = stack.client, stack.nodes[0]
+    job, step = _job(), 6
+    local = stack.local_dir(node, job, step)
+    shards = write_shards(local, {n: 5000 + i for i, n in enumerate(LONG_NAMES)})
+    assert max(len(p.rsplit("/", 1)[-1].encode()) for p in shards) == 255
+    await asyncio.to_thread(client.register_manifest, job, step, build_manifest(local, node))
+    await asyncio.to_thread(client.wait_restorable, job, step, "s3", WAIT, 0.2)
+
+    # As a user runs it: from the shared tier (the plan's choice without a node).
+    out = await run_cli(stack.api_url, "restore", job, str(tmp_path / "cli"), token=stack.token)
+    assert out.exit_code == 0, out.output
+    assert read_tree(tmp_path / "cli") == shards
+    # And from Python, from each tier: this node's local copies, the shared tier, S3.
+    for tier, on in (("ssd", node), ("lustre", None), ("s3", None)):
+        result = await asyncio.to_thread(
+            functools.partial(client.restore, job, tmp_path / tier, tier=tier, node=on)
+        )
+        assert read_tree(tmp_path / tier) == shards, tier
+        assert result.tiers_used == {tier: len(shards)}

@@ -42,7 +42,7 @@ from tests.helpers.api import (
 from tests.helpers.cli import serving
 from tests.helpers.lifecycle import crc_hex, running_workers, shard_file
 from tests.helpers.tokens import bearer, create_token
-from tierpoint.catalog.nodes import upsert_nodes
+from tierpoint.catalog.node.registry import upsert_nodes
 from tierpoint.config import Settings
 
 __all__ = ["browser", "chromium", "shots"]

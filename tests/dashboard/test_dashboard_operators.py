@@ -24,8 +24,8 @@ from tests.dashboard.test_dashboard import WAIT_MS, browser, chromium
 from tests.helpers.api import restorable, seed, set_marker
 from tests.helpers.cli import serving
 from tests.helpers.tokens import bearer, create_token
-from tierpoint.catalog import scrub_repo
-from tierpoint.catalog.nodes import upsert_nodes
+from tierpoint.catalog.node.registry import upsert_nodes
+from tierpoint.catalog.replica import scrub
 from tierpoint.config import Settings
 
 __all__ = ["browser", "chromium"]
@@ -132,8 +132,8 @@ async def test_the_jobs_view_shows_steps_at_risk_and_a_predicted_restore_time(
     await seed(client, catalog, young, [5], tiers=("ssd",))
     # Reads recorded off lustre (0.4 B/s) and s3 (50 B/s); ssd was never read back.
     with sessionmaker(catalog).begin() as s:
-        scrub_repo.record_reads(s, "lustre", 2_000, 5_000.0)
-        scrub_repo.record_reads(s, "s3", 200, 4.0)
+        scrub.record_reads(s, "lustre", 2_000, 5_000.0)
+        scrub.record_reads(s, "s3", 200, 4.0)
     token = create_token(catalog, f"oncall-{job}", ["read"])
 
     page = await browser.new_page(viewport={"width": 1440, "height": 900})

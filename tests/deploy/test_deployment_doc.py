@@ -17,7 +17,8 @@ import yaml
 
 from apps.cli.main import app
 from tests.helpers.manifest_rules import KUBERNETES_VERSION
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "deployment.md"
@@ -98,7 +99,8 @@ def test_the_training_pod_template_is_a_valid_pod_on_the_tier_roots() -> None:
     assert isinstance(spec, dict)
     mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     roots = {t.root for t in settings.tiers if t.kind is not TierKind.S3}
-    assert roots == mounts
+    # The tiers' roots, and the API's CA (TIERPOINT_API_TLS_CA) beside them.
+    assert roots | {"/etc/tierpoint-api-ca"} == mounts
     host_paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     assert host_paths == {t.root for t in settings.tiers if t.kind is TierKind.LOCAL}
 
@@ -112,8 +114,21 @@ def test_a_broken_training_pod_fails_validation() -> None:
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
 
 
-# Names in backticks that are not tierpoint settings: Postgres roles and PgBouncer's setting.
-FOREIGN_NAMES = {"tierpoint_app", "tierpoint_owner", "max_prepared_statements"}
+# Names in backticks that are not tierpoint settings: Postgres roles, PgBouncer's settings, a
+# retention policy's field, psycopg's option and Postgres's lock function.
+FOREIGN_NAMES = {
+    "tierpoint_app",
+    "tierpoint_owner",
+    "max_prepared_statements",
+    "pool_mode",
+    "max_db_connections",
+    "max_client_conn",
+    "keep_last",
+    "when_required",
+    "pg_dump",
+    "pg_restore",
+    "pg_advisory_xact_lock",
+}
 # What the image sets besides the settings (the settings file's path).
 OTHER_VARIABLES = {"TIERPOINT_CONFIG_FILE"}
 

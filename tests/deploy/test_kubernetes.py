@@ -240,6 +240,12 @@ RULE_BREAKS: dict[str, tuple[Callable[[list[Obj]], None], str]] = {
         )["hostPath"].update(path="/mnt/other"),
         "hostPath",
     ),
+    "local root created on the root volume": (
+        lambda objs: next(
+            v for v in _pod(objs, "tierpoint-node-worker")["volumes"] if v["name"] == "local"
+        )["hostPath"].update(type="DirectoryOrCreate"),
+        "not Directory",
+    ),
     "shared tier not mounted": (
         lambda objs: _container_named(objs, "tierpoint-worker/worker")["volumeMounts"].remove(
             {"name": "shared", "mountPath": "/fsx/tierpoint"}
@@ -283,7 +289,7 @@ def test_the_training_pod_template_matches_the_schema_and_the_overlay(overlay: R
     config = next(o for o in overlay.objects if o["kind"] == "ConfigMap")
     settings = Settings(**tomllib.loads(config["data"]["tierpoint.toml"]))
     namespace = next(o for o in overlay.objects if o["kind"] == "Namespace")["metadata"]["name"]
-    service = f"http://tierpoint-api.{namespace}.svc.cluster.local"
+    service = f"https://tierpoint-api.{namespace}.svc.cluster.local"
     assert training_pod_problems(pod, settings, service) == []
 
 

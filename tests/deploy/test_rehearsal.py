@@ -47,7 +47,8 @@ API, WORKER, NODE_WORKER, MIGRATE = (
     "tierpoint-node-worker",
     "tierpoint-migrate",
 )
-CLUSTER_API_URL = "http://tierpoint-api.tierpoint.svc.cluster.local"
+# The template's URL (the api-tls overlay's HTTPS Service): the rehearsal maps it to its API.
+CLUSTER_API_URL = "https://tierpoint-api.tierpoint.svc.cluster.local"
 WAIT = 300.0  # hang guard only
 
 

@@ -30,7 +30,7 @@ from tests.helpers.lifecycle import NODES, new_job
 from tests.helpers.services import Services, make_bucket, make_settings
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 
 STEP = 5
 # Enough to outlast a new API process starting on a busy machine: retries every <= 0.5 s.

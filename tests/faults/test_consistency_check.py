@@ -13,9 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint
 from tests.helpers.services import NODES, Services, s3_client
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Node, Replica, Shard
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.catalog.models import Checkpoint, Node, Replica, Shard, TierCopy
+from tierpoint.config import Settings
 from tierpoint.storage.paths import partial_name
+from tierpoint.tier_config import TierConfig, TierKind
 
 TIERS = ("ssd", "lustre", "s3")
 
@@ -62,7 +63,7 @@ def test_catalog_matches_tiers_check_catches_each_disagreement(
                 )
         s.execute(insert(Replica), rows)
         s.execute(
-            insert(CheckpointTier),
+            insert(TierCopy),
             [
                 {"checkpoint_id": cp, "tier": t, "job_id": job_id, "step": 1, "state": "restorable"}
                 for t in TIERS
@@ -191,7 +192,7 @@ def test_the_check_reads_peer_copies_on_their_holders(
             ]
         s.execute(insert(Replica), rows)
         s.execute(
-            insert(CheckpointTier),
+            insert(TierCopy),
             [
                 {"checkpoint_id": cp, "tier": t, "job_id": job_id, "step": 1, "state": "restorable"}
                 for t in ("ssd", "peer")

@@ -35,7 +35,7 @@ from tests.helpers.lifecycle import (
 )
 from tests.helpers.services import with_tier
 from tests.helpers.worker_process import worker_process
-from tierpoint.catalog.models import CheckpointTier, Replica, Shard
+from tierpoint.catalog.models import Replica, Shard, TierCopy
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.temporal import start_lifecycle
@@ -79,9 +79,7 @@ async def lifecycle(client: Client, seeded: Seeded) -> LifecycleResult:
 def reasons(engine: Engine, checkpoint_id: int) -> dict[str, str | None]:
     with engine.connect() as conn:
         rows = conn.execute(
-            select(CheckpointTier.tier, CheckpointTier.reason).where(
-                CheckpointTier.checkpoint_id == checkpoint_id
-            )
+            select(TierCopy.tier, TierCopy.reason).where(TierCopy.checkpoint_id == checkpoint_id)
         )
         return {t: r for t, r in rows}
 

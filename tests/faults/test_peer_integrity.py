@@ -41,8 +41,9 @@ from tests.helpers.lifecycle import (
 from tests.helpers.services import Services
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Replica, Shard
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.integrity import ReconcileInput
+from tierpoint.tier_config import TierConfig, TierKind
 
 # Two nodes: each holds the other's peer copies.
 RING = {NODES[0]: NODES[1], NODES[1]: NODES[0]}

@@ -118,9 +118,10 @@ async def test_slowdown_storm_mid_upload_and_mid_restore_loses_nothing(
             assert {e.tier for e in latest.plan} == {"s3"}
             before = await asyncio.to_thread(proxy.stats)
             await asyncio.to_thread(proxy.storm, 0.5, STORM)
-            files, _ = await asyncio.to_thread(
+            restored = await asyncio.to_thread(
                 restore_plan, latest.plan, tmp_path / "restored", tiers, workers=4
             )
+            files = restored.files
             after = await asyncio.to_thread(proxy.storm, 0.0, 0.0)
             print(f"storm over the restore: {after}")
 

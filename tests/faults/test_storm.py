@@ -34,7 +34,7 @@ from tests.helpers.faults import OVERALL_TIMEOUT, eventually
 from tests.helpers.lifecycle import crc_hex, new_job
 from tests.helpers.worker_process import WorkerProcess
 from tierpoint.catalog.models import Checkpoint, Job
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleResult, workflow_id
 

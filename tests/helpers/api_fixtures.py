@@ -19,7 +19,7 @@ from api.app import create_app
 from tests.helpers.api import NODE_A, NODE_B, running_client
 from tests.helpers.services import Services
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 
 

@@ -18,10 +18,11 @@ import boto3
 import crc32c
 from sqlalchemy import Engine, and_, select
 
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard, TierCopy
+from tierpoint.config import Settings
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.storage.paths import PARTIAL_SUFFIX
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 @dataclass
@@ -144,16 +145,16 @@ def assert_catalog_matches_tiers(
                 Replica.node_id,
                 Shard.node_id,
                 Replica.location,
-                CheckpointTier.key_layout,
+                TierCopy.key_layout,
             )
             .join(Job, Job.id == Checkpoint.job_id)
             .join(Shard, Shard.checkpoint_id == Checkpoint.id)
             .join(Replica, Replica.shard_id == Shard.id)
             .outerjoin(
-                CheckpointTier,
+                TierCopy,
                 and_(
-                    CheckpointTier.checkpoint_id == Checkpoint.id,
-                    CheckpointTier.tier == Replica.tier,
+                    TierCopy.checkpoint_id == Checkpoint.id,
+                    TierCopy.tier == Replica.tier,
                 ),
             )
             .where(Checkpoint.id.in_(ids), Replica.state == ReplicaState.VERIFIED.value)
@@ -172,11 +173,9 @@ def assert_catalog_matches_tiers(
             where[cp_id] = (job, step)
         lost = set(conn.scalars(select(Node.id).where(Node.lost_at.is_not(None))))
         markers = conn.execute(
-            select(
-                CheckpointTier.checkpoint_id, CheckpointTier.tier, CheckpointTier.key_layout
-            ).where(
-                CheckpointTier.checkpoint_id.in_(ids),
-                CheckpointTier.state == TierState.RESTORABLE.value,
+            select(TierCopy.checkpoint_id, TierCopy.tier, TierCopy.key_layout).where(
+                TierCopy.checkpoint_id.in_(ids),
+                TierCopy.state == TierState.RESTORABLE.value,
             )
         ).all()
 
@@ -229,9 +228,9 @@ def assert_nothing_lost(
     wrote)."""
     with engine.connect() as conn:
         rows = conn.execute(
-            select(CheckpointTier.checkpoint_id, CheckpointTier.tier).where(
-                CheckpointTier.checkpoint_id.in_(list(kept)),
-                CheckpointTier.state == TierState.RESTORABLE.value,
+            select(TierCopy.checkpoint_id, TierCopy.tier).where(
+                TierCopy.checkpoint_id.in_(list(kept)),
+                TierCopy.state == TierState.RESTORABLE.value,
             )
         ).all()
     restorable: dict[int, set[str]] = {}

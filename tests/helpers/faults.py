@@ -23,7 +23,7 @@ from apps.devstack.services import MotoS3Server
 from tests.helpers.lifecycle import ShardSpec, crc_hex, new_job, seed_checkpoint
 from tests.helpers.pending import pending_copy
 from tests.helpers.services import NODES
-from tierpoint.catalog.models import CheckpointTier, Replica
+from tierpoint.catalog.models import Replica, TierCopy
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import COPY_BATCH
 
@@ -63,9 +63,7 @@ async def eventually(
 def marker_states(engine: Engine, checkpoint_id: int) -> dict[str, str]:
     with engine.connect() as conn:
         rows = conn.execute(
-            select(CheckpointTier.tier, CheckpointTier.state).where(
-                CheckpointTier.checkpoint_id == checkpoint_id
-            )
+            select(TierCopy.tier, TierCopy.state).where(TierCopy.checkpoint_id == checkpoint_id)
         )
         return {t: st for t, st in rows}
 

@@ -5,7 +5,8 @@ tests/deploy/test_kubernetes.py compares it with `kubectl kustomize` where kubec
 
 Supported: `resources` (files and directories), `namespace`, `images`, `configMapGenerator` and
 `secretGenerator` (`files`, `literals`; behavior create/replace/merge), `generatorOptions`
-(`disableNameSuffixHash`), `patches` by `path` (strategic merge of mappings only). Generated
+(`disableNameSuffixHash`), `patches` by `path` (strategic merge: mappings, the pod lists of
+MERGE_KEYS item by item, lists of plain values replaced). Generated
 names get a content hash suffix (not kustomize's hash: compare with `normalize_hashes`) and
 every reference to them in pod specs is rewritten.
 """
@@ -97,11 +98,53 @@ def _generated(kind: str, spec: Obj, root: Path, hashed: bool) -> Obj:
     return obj
 
 
+# The merge keys of the lists a strategic merge patch merges item by item (Kubernetes' own,
+# for the fields the overlays patch); every other list is replaced, as kustomize does with
+# `args`, `command` and lists without a merge key.
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",  # a Service's: "port" (`_merge_key`)
+}
+
+
+def _merge_key(field: str, items: list[Any]) -> str:
+    key = MERGE_KEYS[field]
+    if field == "ports" and all(isinstance(i, dict) and "containerPort" not in i for i in items):
+        return "port"
+    return key
+
+
+def _merge_list(target: list[Any], patch: list[Any], key: str, where: str) -> None:
+    """Item by item on `key`; as kustomize orders the result: the patch's items first (merged
+    into the target's of the same key), then the target's others. An item `$patch: delete`
+    removes the target's item of its key."""
+    merged: list[Any] = []
+    for item in patch:
+        if not isinstance(item, dict) or key not in item:
+            raise UnsupportedKustomization(f"patch {where}: an item without its {key}")
+        if item.get("$patch") == "delete":
+            target[:] = [t for t in target if not (isinstance(t, dict) and t.get(key) == item[key])]
+            continue
+        same = next((t for t in target if isinstance(t, dict) and t.get(key) == item[key]), None)
+        if same is None:
+            merged.append(copy.deepcopy(item))
+        else:
+            _merge_patch(same, item, where)
+            merged.append(same)
+    target[:] = merged + [t for t in target if not any(t is m for m in merged)]
+
+
 def _merge_patch(target: Obj, patch: Obj, where: str) -> None:
     for k, v in patch.items():
-        if isinstance(v, list):
+        if isinstance(v, list) and k in MERGE_KEYS and isinstance(target.get(k), list):
+            _merge_list(target[k], v, _merge_key(k, target[k] + v), where)
+        elif isinstance(v, list) and any(isinstance(i, dict) for i in v) and k not in MERGE_KEYS:
             raise UnsupportedKustomization(f"patch {where}: lists are not merged here ({k})")
-        if isinstance(v, dict) and isinstance(target.get(k), dict):
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
             _merge_patch(target[k], v, where)
         else:
             target[k] = copy.deepcopy(v)
@@ -241,13 +284,15 @@ def normalize_hashes(text: str, generated: set[tuple[str, str]]) -> str:
     return text
 
 
-def example_overlay(tmp: Path, database_url: str) -> Path:
-    """A copy of deploy/kubernetes with the one file the operator creates for the example overlay
-    (secrets/database-url); the overlay's directory in it."""
+def example_overlay(tmp: Path, database_url: str, migrate_url: str | None = None) -> Path:
+    """A copy of deploy/kubernetes with the files the operator creates for the example overlay
+    (secrets/database-url, the application role's URL, and secrets/migrate-database-url, the
+    owner's: `migrate_url`, else the same URL); the overlay's directory in it."""
     tree = tmp / "kubernetes"
     source = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
     shutil.copytree(source, tree, ignore=shutil.ignore_patterns("secrets"))
     secrets = tree / "overlays" / "example" / "secrets"
     secrets.mkdir()
     (secrets / "database-url").write_text(database_url)
+    (secrets / "migrate-database-url").write_text(migrate_url or database_url)
     return tree / "overlays" / "example"

@@ -26,11 +26,12 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from apps.worker import node_roots, run_workers
 from tests.helpers.services import Services, s3_client
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Shard
-from tierpoint.catalog.nodes import upsert_node
-from tierpoint.config import Settings, TierKind
+from tierpoint.catalog.models import Checkpoint, Job, Shard, TierCopy
+from tierpoint.catalog.node.registry import upsert_node
+from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.temporal import start_lifecycle
+from tierpoint.tier_config import TierKind
 
 NODES = ("node-a", "node-b")
 
@@ -230,8 +231,8 @@ def markers(
 ) -> dict[str, tuple[str, str | None]]:
     with sessions() as s:
         rows = s.execute(
-            select(CheckpointTier.tier, CheckpointTier.state, CheckpointTier.reason).where(
-                CheckpointTier.checkpoint_id == checkpoint_id
+            select(TierCopy.tier, TierCopy.state, TierCopy.reason).where(
+                TierCopy.checkpoint_id == checkpoint_id
             )
         )
         return {t: (st, r) for t, st, r in rows}

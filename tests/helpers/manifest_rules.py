@@ -11,7 +11,8 @@ from fastapi.routing import APIRoute
 
 from api.routers.health import router as health_router
 from tests.helpers.kustomize import Obj, pod_spec
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierKind
 
 # The oldest Kubernetes minor the manifests are meant for (EKS and GKE both still offer it).
 KUBERNETES_VERSION = "1.32.0"
@@ -109,10 +110,20 @@ def _specific_rules(name: str, obj: Obj, spec: Obj, settings: Settings) -> Itera
         if main["args"][:4] != ["worker", "--node", "$(TIERPOINT_NODE)", "--no-shared"]:
             yield f"{name}: args {main['args']}"
         yield from node_from_downward_api(name, main)
-        host_paths = {v["hostPath"]["path"] for v in spec.get("volumes", []) if "hostPath" in v}
+        host_paths = {
+            v["hostPath"]["path"]: v["hostPath"].get("type", "")
+            for v in spec.get("volumes", [])
+            if "hostPath" in v
+        }
         for root in local:
             if root not in host_paths or root not in _mounts(main):
                 yield f"{name}: the local tier {root} must be a hostPath mounted at that path"
+            elif host_paths[root] != "Directory":
+                yield (
+                    f"{name}: the local tier's hostPath {root} is {host_paths[root] or 'untyped'}, "
+                    "not Directory: on a node without its NVMe mounted it would land on the root "
+                    "volume"
+                )
 
 
 def _pre_stop_rules(name: str, spec: Obj, main: Obj) -> Iterator[str]:

@@ -21,8 +21,9 @@ from tests.helpers.client import write_shards
 from tests.helpers.lifecycle import RESULT_TIMEOUT
 from tests.helpers.pki import Pki
 from tierpoint.catalog.models import Checkpoint, Event, Job, Node, Replica, Shard
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleResult, workflow_id
+from tierpoint.tier_config import TierConfig, TierKind
 
 WORKER_SECRET = "tp_worker-credential-of-the-peer-fault-tests"
 POLL = 0.2

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from tests.helpers.planner_invariants import targets
-from tierpoint.config import TierKind
 from tierpoint.retention import (
     CheckpointInfo,
     Policy,
@@ -18,6 +17,7 @@ from tierpoint.retention import (
     plan,
 )
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 TIERS = (
     TierRef("ssd", TierKind.LOCAL),

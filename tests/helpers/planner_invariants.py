@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from tierpoint.config import TierKind
 from tierpoint.retention import (
     CheckpointInfo,
     ExpiryRule,
@@ -23,6 +22,7 @@ from tierpoint.retention import (
     TierRule,
 )
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -249,6 +249,19 @@ def latest(clone: Clone, job: str, tier: str | None = None) -> int | None:
     return int(answer.json()["step"]) if answer.status_code == 200 else None
 
 
+def tier_state(clone: Clone, job: str, step: int, tier: str) -> str | None:
+    """The state of the checkpoint's copy on `tier`, None when it has none."""
+    facts = json.loads(clone.stack_json.read_text())
+    answer = httpx.get(
+        f"{facts['api_url']}/v1/jobs/{job}/checkpoints/{step}",
+        headers={"Authorization": f"Bearer {facts['token']}"},
+        timeout=30,
+    )
+    answer.raise_for_status()
+    states = {t["tier"]: t["state"] for t in answer.json()["tiers"]}
+    return states.get(tier)
+
+
 def restorable(clone: Clone, job: str, output: str) -> bool:
     """Two checkpoints saved, one of them restorable."""
     return len(SAVED.findall(output)) >= 2 and latest(clone, job) is not None

@@ -17,19 +17,21 @@ from temporalio.client import Client
 
 from tests.helpers.lifecycle import Seeded, random_shards, seed_checkpoint
 from tests.helpers.services import Services, s3_client
-from tierpoint.catalog import lifecycle_repo
 from tierpoint.catalog.engine import (
     async_sessions,
     make_async_engine,
 )
-from tierpoint.catalog.latest_restorable import latest_restorable
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Replica, RetentionPolicy
-from tierpoint.catalog.views import LatestRestorableView
-from tierpoint.config import Settings, TierKind
+from tierpoint.catalog.job.lookup import checkpoint_head
+from tierpoint.catalog.models import Checkpoint, Job, Replica, RetentionPolicy, TierCopy
+from tierpoint.catalog.reads.latest import latest_restorable
+from tierpoint.catalog.reads.views import LatestRestorableView
+from tierpoint.catalog.tier_copy.machine import ensure_tier_copies
+from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.contract.retention import RetentionResult, retention_workflow_id
 from tierpoint.retention.policy import Policy
 from tierpoint.temporal import request_retention, start_lifecycle
+from tierpoint.tier_config import TierKind
 
 NODES = ("node-a", "node-b")
 # Guards against a hang, not a performance assertion.
@@ -81,9 +83,9 @@ async def write_checkpoint(
         settings, sessions, job, step, random_shards(list(nodes), per_node, size)
     )
     with sessions.begin() as s:
-        head = lifecycle_repo.checkpoint_head(s, seeded.checkpoint_id)
+        head = checkpoint_head(s, seeded.checkpoint_id)
         assert head is not None
-        lifecycle_repo.ensure_markers(s, head, settings.tier_names())
+        ensure_tier_copies(s, head, settings.tier_names())
     await start_lifecycle(
         client, LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=job, step=step)
     )
@@ -108,8 +110,8 @@ def markers(sessions: sessionmaker[Session], job: str) -> dict[tuple[int, str], 
     """(step, tier) -> marker state, for every marker of the job."""
     with sessions() as s:
         rows = s.execute(
-            select(CheckpointTier.step, CheckpointTier.tier, CheckpointTier.state)
-            .join(Job, Job.id == CheckpointTier.job_id)
+            select(TierCopy.step, TierCopy.tier, TierCopy.state)
+            .join(Job, Job.id == TierCopy.job_id)
             .where(Job.name == job)
         )
         return {(step, tier): state for step, tier, state in rows}

@@ -19,7 +19,8 @@ from temporalio.client import Client
 
 from apps.devstack.services import MotoS3Server
 from tierpoint.catalog.engine import normalize_url
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 NODES = ("node-a", "node-b")
 
@@ -34,15 +35,6 @@ class Services:
     s3_region: str
     moto: MotoS3Server | None  # set when the suite runs its own S3 (fault tests may stop it)
     namespaces: frozenset[str]  # Temporal namespaces registered for test modules
-
-
-@dataclass(frozen=True)
-class S3Endpoint:
-    url: str
-    access_key_id: str
-    secret_access_key: str
-    region: str
-    moto: MotoS3Server | None  # set when the session runs its own S3
 
 
 def docker_reachable() -> bool:

@@ -41,7 +41,8 @@ TIERS = (PURE, CATALOG, FULL_STACK)  # lightest first
 SERVICE_FIXTURES = {
     "postgres_url": CATALOG,
     "temporal_address": FULL_STACK,
-    "s3_endpoint": FULL_STACK,
+    "s3_server": FULL_STACK,
+    "rgw": FULL_STACK,  # Ceph's RADOS Gateway, a second S3
     # A Postgres server of the test's own, which it stops and starts (tests/faults/).
     "dedicated_postgres": FULL_STACK,
 }

@@ -11,8 +11,8 @@ from datetime import timedelta
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from tierpoint.catalog import tokens_repo
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
+from tierpoint.catalog.token import tokens
 
 # The default test clients' admin tokens: `test-admin-<random>`, one per client.
 TEST_ADMIN = "test-admin"
@@ -35,7 +35,7 @@ def create_token(
     engine = make_sync_engine(catalog, pool_size=1) if isinstance(catalog, str) else catalog
     try:
         with sync_sessions(engine)() as session:
-            new = tokens_repo.create_token(
+            new = tokens.create_token(
                 session,
                 name or f"test-{uuid.uuid4().hex[:12]}",
                 list(scopes),
@@ -65,7 +65,7 @@ async def app_admin_token(app: FastAPI) -> str:
     sessions = app.state.tierpoint.sessions
     async with sessions() as session:
         new = await session.run_sync(
-            lambda s: tokens_repo.create_token(
+            lambda s: tokens.create_token(
                 s, f"{TEST_ADMIN}-{uuid.uuid4().hex[:12]}", ["admin"], None
             )
         )

@@ -20,9 +20,10 @@ import httpx
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.retention import retention_workflow_id
 from tierpoint.temporal import request_retention
+from tierpoint.tier_config import TierConfig, TierKind
 
 T = TypeVar("T")
 PROBLEM = "application/problem+json"

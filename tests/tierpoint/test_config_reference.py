@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
-from tierpoint.config import Settings, TierConfig
+from tierpoint.config import Settings
 from tierpoint.config_reference import REGENERATE, main, render
+from tierpoint.tier_config import TierConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "configuration.md"

@@ -3,8 +3,8 @@ the cost views answer for any configuration."""
 
 from __future__ import annotations
 
-from tierpoint.config import StorageClass, TierConfig, TierKind
 from tierpoint.cost import price_per_gb_month
+from tierpoint.tier_config import StorageClass, TierConfig, TierKind
 
 
 def test_every_kind_and_storage_class_has_a_default_price() -> None:

@@ -123,12 +123,13 @@ def test_a_restore_reads_every_file_over_one_connection_and_one_catalog_query(
 
     event.listen(engine, "before_cursor_execute", seen)
     try:
-        files, _ = restore_plan(plan(server, job, shards), tmp_path, {}, workers=1, token=SECRET)
+        dest = tmp_path / "restored"
+        files = restore_plan(plan(server, job, shards), dest, {}, workers=1, token=SECRET).files
     finally:
         event.remove(engine, "before_cursor_execute", seen)
     assert [f.path for f in files] == [sh.path for sh in shards]
     for sh in shards:
-        assert (tmp_path / sh.path).read_bytes() == sh.data
+        assert (dest / sh.path).read_bytes() == sh.data
     assert len(accepted) == 1, accepted
     assert len(queries) == 1, queries
 
@@ -202,6 +203,6 @@ def _reads_after_idle(
     first, second = plan(server, job, shards)
     restore_plan([first], tmp_path / "a", {}, workers=1, token=SECRET)
     time.sleep(0.6)  # the endpoint has closed the connection the client keeps
-    files, _ = restore_plan([second], tmp_path / "b", {}, workers=1, token=SECRET)
+    files = restore_plan([second], tmp_path / "b", {}, workers=1, token=SECRET).files
     assert (tmp_path / "b" / second.path).read_bytes() == shards[1].data
     assert [f.tier for f in files] == ["ssd"]

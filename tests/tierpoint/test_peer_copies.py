@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierKind
 
 SSD = {"name": "ssd", "kind": "local", "root": "/nvme/{node}/ssd"}
 S3 = {"name": "s3", "kind": "s3", "bucket": "ckpt"}

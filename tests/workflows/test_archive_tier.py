@@ -23,7 +23,8 @@ from tests.helpers.retention import create_job, markers
 from tests.helpers.retention import write_checkpoint as run_checkpoint
 from tests.helpers.services import Services, s3_client
 from tests.helpers.tokens import create_token
-from tierpoint.config import ServerSideEncryption, Settings, StorageClass, TierConfig
+from tierpoint.config import Settings
+from tierpoint.tier_config import ServerSideEncryption, StorageClass, TierConfig
 
 __all__ = ["api_url", "catalog", "nodes"]
 

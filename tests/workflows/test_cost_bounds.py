@@ -21,10 +21,10 @@ from temporalio.client import Client
 from apps.worker import node_roots
 from tests.helpers import cost_model
 from tests.helpers.lifecycle import NODES, activities_run, crc_hex, new_job, running_workers
+from tierpoint.catalog.checkpoint.registration import register_checkpoint
 from tierpoint.catalog.engine import async_sessions, make_async_engine
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Event, Replica, Shard
-from tierpoint.catalog.nodes import upsert_node
-from tierpoint.catalog.registration import register_checkpoint
+from tierpoint.catalog.models import Checkpoint, Event, Replica, Shard, TierCopy
+from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import (
     COPY_BATCH,
@@ -94,7 +94,7 @@ def catalog_rows(sessions: sessionmaker[Session], checkpoint_id: int) -> dict[st
                 select(func.count()).select_from(table).where(table.checkpoint_id == checkpoint_id)
             )
             or 0
-            for table in (Shard, Replica, CheckpointTier, Event)
+            for table in (Shard, Replica, TierCopy, Event)
         }
         counts["checkpoint"] = (
             s.scalar(

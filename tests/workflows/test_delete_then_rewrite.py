@@ -34,7 +34,8 @@ from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.faults import db_now, workers_reported_in
 from tests.helpers.lifecycle import crc_hex, running_workers, shard_file
 from tests.helpers.tokens import bearer, create_token
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 STEP = 40
 SIZE = 64 * 1024 + 5

@@ -29,11 +29,13 @@ from tests.helpers.retention import (
     write_checkpoint,
 )
 from tests.helpers.services import Services, s3_client
-from tierpoint.catalog import lifecycle_repo
+from tierpoint.catalog.job.lookup import checkpoint_head
 from tierpoint.catalog.models import Replica
-from tierpoint.config import Settings, TierKind
+from tierpoint.catalog.tier_copy.machine import ensure_tier_copies
+from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.temporal import start_lifecycle
+from tierpoint.tier_config import TierKind
 
 KEEP_LAST_1 = {
     "tiers": {"ssd": {"keep_last": 1}, "lustre": {"keep_last": 1}, "s3": {"keep_last": 1}}
@@ -97,9 +99,9 @@ async def _run_lifecycle(
     settings: Settings, sessions: sessionmaker[Session], client: Client, seeded: Seeded
 ) -> LifecycleResult:
     with sessions.begin() as s:
-        head = lifecycle_repo.checkpoint_head(s, seeded.checkpoint_id)
+        head = checkpoint_head(s, seeded.checkpoint_id)
         assert head is not None
-        lifecycle_repo.ensure_markers(s, head, settings.tier_names())
+        ensure_tier_copies(s, head, settings.tier_names())
     inp = LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=seeded.job, step=seeded.step)
     await start_lifecycle(client, inp)
     handle = client.get_workflow_handle(

@@ -5,10 +5,10 @@ bytes has the same ETag. What keeps the next checkpoint's object safe is the ord
 step can be registered again only once every copy of the deleted one is `expired`, and a copy
 becomes `expired` only when no delete of it is still running, since every delete holds the copy's
 delete lock (shared) from its check of the marker until its last request, and the finish takes it
-exclusively (`tierpoint/catalog/expiry_repo.py: hold_for_delete`). A delete attempt that outlived
-its timeout (Temporal retried it, the retry finished, the worker thread is still in the old one)
-is the case that needs it; an attempt that starts after the finish finds the marker `expired` and
-deletes nothing.
+exclusively (`tierpoint/catalog/tier_copy/expiry.py: hold_for_delete`). A delete attempt that
+outlived its timeout (Temporal retried it, the retry finished, the worker thread is still in the old
+one) is the case that needs it; an attempt that starts after the finish finds the marker `expired`
+and deletes nothing.
 
 Here such an attempt is held on its way to S3 by a proxy in front of moto (a real
 `retention.delete_copy`, run as the test in tests/workflows/test_retention.py runs one by hand),

@@ -13,7 +13,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-import activities.lifecycle
+import activities.planning
 from tests.helpers.lifecycle import (
     NODES,
     RESULT_TIMEOUT,
@@ -46,7 +46,7 @@ from tierpoint.temporal import start_lifecycle
 def children_of_three(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """Checkpoints over thousands of nodes have thousands of batches per stage, in child
     workflows of 1,000; the same path, scaled down: 2 shards per batch, 3 batches per child."""
-    monkeypatch.setattr(activities.lifecycle, "BATCHES_PER_CHILD", 3)
+    monkeypatch.setattr(activities.planning, "BATCHES_PER_CHILD", 3)
     return settings.model_copy(update={"shard_batch_size": 2})
 
 

@@ -27,7 +27,8 @@ from tests.helpers.lifecycle import (
 )
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.catalog.models import Replica, Shard
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
 
 SOURCES = ("node-a", "node-b")
 # The ring a -> b -> c -> a: node-a's copies go to b then c, node-b's to c then a.

@@ -28,8 +28,9 @@ from tests.helpers.lifecycle import (
 )
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.catalog.models import Node, Replica, Shard
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.peer import rereplicate_id
+from tierpoint.tier_config import TierConfig, TierKind
 
 SOURCES = ("node-a", "node-b")
 LIVE = (*SOURCES, "node-c", "node-d")

@@ -32,7 +32,7 @@ from tests.helpers.lifecycle import (
 )
 from tests.helpers.peer_faults import copied_events, peer_copies, peer_settings, wait_for_endpoints
 from tests.helpers.tokens import bearer, create_token
-from tierpoint.catalog.models import CheckpointTier, Replica, Shard
+from tierpoint.catalog.models import Replica, Shard, TierCopy
 from tierpoint.config import Settings
 from tierpoint.contract.peer import rereplicate_id
 from tierpoint.states import ReplicaState, TierState
@@ -86,8 +86,8 @@ async def test_a_lost_nodes_shards_are_copied_again_from_the_tiers_below(
                 .values(state=ReplicaState.CORRUPT.value)
             )
             s.execute(
-                update(CheckpointTier)
-                .where(CheckpointTier.checkpoint_id == cid, CheckpointTier.tier == "lustre")
+                update(TierCopy)
+                .where(TierCopy.checkpoint_id == cid, TierCopy.tier == "lustre")
                 .values(state=TierState.FAILED.value, reason="1 corrupt replica found by scrub")
             )
         # a is lost: its peer copies on b stay restorable. Then b, their holder, is lost too.

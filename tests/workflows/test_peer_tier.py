@@ -37,9 +37,10 @@ from tests.helpers.retention import create_job, settle
 from tests.helpers.retention import markers as job_markers
 from tests.helpers.tokens import bearer, create_token
 from tierpoint.catalog.models import Node, Replica, Shard
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import workflow_id
 from tierpoint.contract.peer import rereplicate_id
+from tierpoint.tier_config import TierConfig, TierKind
 
 SOURCES = ("node-a", "node-b")
 # node-c and node-d write nothing: the ring is a -> b -> c -> d -> a.

@@ -38,9 +38,9 @@ from tests.helpers.lifecycle import (
     shard_file,
 )
 from tests.helpers.services import Services, s3_client
-from tierpoint.catalog.damage import mark_damaged_shards
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.catalog.models import CheckpointTier, Replica, Shard
+from tierpoint.catalog.models import Replica, Shard, TierCopy
+from tierpoint.catalog.tier_copy.damage import mark_damaged_shards
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.states import ReplicaState
@@ -54,8 +54,8 @@ def _s3_copy_failed_earlier(engine: Engine, checkpoint_id: int) -> None:
             delete(Replica).where(Replica.checkpoint_id == checkpoint_id, Replica.tier == "s3")
         )
         s.execute(
-            update(CheckpointTier)
-            .where(CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == "s3")
+            update(TierCopy)
+            .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == "s3")
             .values(state="pending", reason=None, restorable_at=None)
         )
 

@@ -310,16 +310,16 @@ async def _wait_for_workflow(client: Client, workflow_id: str) -> None:
 
 
 def test_job_table_is_the_sweep_source(sessions: sessionmaker[Session]) -> None:
-    from tierpoint.catalog.expiry_repo import job_names
+    from tierpoint.catalog.job.lookup import job_names
 
     names = [new_job() for _ in range(3)]
     with sessions.begin() as s:
         s.execute(insert(Job), [{"name": n} for n in names])
     with sessions() as s:
-        first = job_names(s, None, 10_000)
+        first = job_names(s, limit=10_000)
         assert set(names) <= set(first)
         assert first == sorted(first)
-        after = job_names(s, min(names), 10_000)
+        after = job_names(s, after=min(names), limit=10_000)
         assert min(names) not in after and set(names) - {min(names)} <= set(after)
 
 

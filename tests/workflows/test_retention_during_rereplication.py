@@ -26,7 +26,7 @@ from tests.helpers.peer_faults import copied_events, peer_copies, peer_settings,
 from tests.helpers.pending import NO_COPY, pending_copy
 from tests.helpers.retention import create_job, markers, set_policy, settle, wait_for
 from tests.helpers.tokens import bearer, create_token
-from tierpoint.catalog.models import CheckpointTier
+from tierpoint.catalog.models import TierCopy
 from tierpoint.config import Settings
 from tierpoint.contract.peer import rereplicate_id
 
@@ -38,8 +38,8 @@ LUSTRE_LAST_1 = {"tiers": {"lustre": {"keep_last": 1}}}
 def _hold(sessions: sessionmaker[Session], checkpoint_id: int) -> list[str] | None:
     with sessions() as s:
         return s.scalar(
-            select(CheckpointTier.rebuild_from).where(
-                CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == "peer"
+            select(TierCopy.rebuild_from).where(
+                TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == "peer"
             )
         )
 

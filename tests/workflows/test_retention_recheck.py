@@ -29,8 +29,8 @@ from tests.helpers.retention import (
     settle,
     write_checkpoint,
 )
-from tierpoint.catalog import leases_repo
 from tierpoint.catalog.engine import async_sessions, make_async_engine
+from tierpoint.catalog.holds import leases, pins
 from tierpoint.config import Settings
 from tierpoint.contract.retention import retention_workflow_id
 from tierpoint.temporal import request_retention
@@ -55,10 +55,10 @@ async def _transaction(settings: Settings) -> AsyncIterator[AsyncSession]:
 
 async def _take(s: AsyncSession, kind: str, job: str, step: int) -> int | None:
     if kind == "pin":
-        view = await s.run_sync(leases_repo.set_pinned, job, step, True, actor="test")
+        view = await s.run_sync(pins.set_pinned, job, step, True, actor="test")
         assert view.changed
         return None
-    lease = await s.run_sync(leases_repo.create_lease, job, step, 3600, "test", actor="test")
+    lease = await s.run_sync(leases.create_lease, job, step, 3600, "test", actor="test")
     return lease.id
 
 
@@ -144,10 +144,10 @@ async def test_a_pin_or_lease_taken_after_planning_cancels_the_expiry(
         # Let it go: the policy did want step 1 gone from ssd, and now it goes.
         async with _transaction(settings) as s:
             if kind == "pin":
-                await s.run_sync(leases_repo.set_pinned, job, 1, False, actor="test")
+                await s.run_sync(pins.set_pinned, job, 1, False, actor="test")
             else:
                 assert lease is not None
-                await s.run_sync(leases_repo.release_lease, job, 1, lease, actor="test")
+                await s.run_sync(leases.release_lease, job, 1, lease, actor="test")
         done = await settle(client, job)
     assert (done.expired, done.failed) == (1, 0), done
     assert markers(sessions, job)[(1, "ssd")] == "expired"

@@ -30,8 +30,8 @@ from tests.helpers.integrity import integrity_settings, repair_result, run_recon
 from tests.helpers.lifecycle import Seeded, running_workers
 from tests.helpers.retention import create_job, set_policy, settle, write_checkpoint
 from tests.helpers.services import Services, s3_client
-from tierpoint.catalog.models import CheckpointTier
-from tierpoint.config import KeyLayoutKind, Settings, TierKind
+from tierpoint.catalog.models import TierCopy
+from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE
 from tierpoint.contract.integrity import (
     VERIFY_CHECKPOINT_WORKFLOW,
@@ -40,6 +40,7 @@ from tierpoint.contract.integrity import (
     VerifyOutcome,
     verify_checkpoint_workflow_id,
 )
+from tierpoint.tier_config import KeyLayoutKind, TierKind
 
 PREFIXES = 8
 
@@ -58,8 +59,8 @@ def _spread_key(prefix: str, job: str, step: int, path: str) -> str:
 def _layout(engine: Engine, checkpoint_id: int) -> str | None:
     with engine.connect() as conn:
         return conn.scalar(
-            select(CheckpointTier.key_layout).where(
-                CheckpointTier.checkpoint_id == checkpoint_id, CheckpointTier.tier == "s3"
+            select(TierCopy.key_layout).where(
+                TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == "s3"
             )
         )
 
@@ -79,7 +80,7 @@ async def _restore(
         assert r.status_code == 200, r.text
         tiers = {t["name"]: TierInfo.from_json(t) for t in (await api.get("/v1/tiers")).json()}
         latest = LatestCheckpoint.from_json(r.json())
-        files, _ = await asyncio.to_thread(restore_plan, latest.plan, dest, tiers, workers=4)
+        files = (await asyncio.to_thread(restore_plan, latest.plan, dest, tiers, workers=4)).files
         page = (await api.get(f"/v1/jobs/{job}/checkpoints/{latest.step}")).json()
         keys = {
             sh["path"]: r["key"]

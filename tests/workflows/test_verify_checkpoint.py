@@ -14,7 +14,7 @@ from tests.helpers.faults import OVERALL_TIMEOUT
 from tests.helpers.integrity import events, flip_file, integrity_settings, promoted
 from tests.helpers.lifecycle import running_workers
 from tierpoint.catalog.engine import make_sync_engine
-from tierpoint.config import Settings, TierKind
+from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE
 from tierpoint.contract.integrity import (
     VERIFY_CHECKPOINT_WORKFLOW,
@@ -22,6 +22,7 @@ from tierpoint.contract.integrity import (
     VerifyOutcome,
     verify_checkpoint_workflow_id,
 )
+from tierpoint.tier_config import TierKind
 
 
 async def test_verify_checkpoint_reads_each_node_and_continues_as_new(

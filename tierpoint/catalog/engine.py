@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol, TypeVar
 
-from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy import URL, Engine, create_engine, func, make_url, select, text
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -69,25 +69,43 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def _driver_url(url: str) -> tuple[URL, dict[str, int | None]]:
+    """The URL for SQLAlchemy, and the driver's options that the URL names but libpq does not
+    know: `prepare_threshold` (an integer, or `none` to never prepare a statement, which a
+    connection pooler in transaction mode older than PgBouncer 1.21 needs: a statement prepared
+    on one server connection is unknown to the next; docs/deployment.md, "A connection
+    pooler")."""
+    parsed = make_url(normalize_url(url))
+    if "prepare_threshold" not in parsed.query:
+        return parsed, {}
+    raw = str(parsed.query["prepare_threshold"]).strip().lower()
+    threshold = None if raw in ("", "none") else int(raw)
+    return parsed.difference_update_query(["prepare_threshold"]), {"prepare_threshold": threshold}
+
+
 def make_async_engine(url: str, pool_size: int = 10) -> AsyncEngine:
+    driver_url, connect_args = _driver_url(url)
     return create_async_engine(
-        normalize_url(url),
+        driver_url,
         pool_size=pool_size,
         max_overflow=20,
         pool_pre_ping=True,
         hide_parameters=True,
+        connect_args=connect_args,
     )
 
 
 def make_sync_engine(url: str, pool_size: int = 8, max_overflow: int = 16) -> Engine:
     """At most `pool_size + max_overflow` connections; the pool keeps `pool_size` of them open
     between uses and closes every other one when it is returned."""
+    driver_url, connect_args = _driver_url(url)
     return create_engine(
-        normalize_url(url),
+        driver_url,
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_pre_ping=True,
         hide_parameters=True,
+        connect_args=connect_args,
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from .models import Event
+from tierpoint.catalog.models import Event
 
 
 class EventKind(StrEnum):

@@ -12,8 +12,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import migrations
-
-from .engine import normalize_url
+from tierpoint.catalog.engine import normalize_url
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
 

@@ -236,8 +236,13 @@ class CachedCopy(Base):
     __table_args__ = (Index("ix_cached_copy_checkpoint_tier", "checkpoint_id", "tier", "node_id"),)
 
 
-class CheckpointTier(Base):
-    """The promotion marker: restorable only when every shard has a verified replica on the tier."""
+class TierCopy(Base):
+    """A checkpoint's copy on one tier as a whole: restorable only when every shard has a
+    verified replica on the tier. Its state changes only in `tier_copy/machine.py`.
+
+    The table keeps its first name, `checkpoint_tier`: renaming it would take a migration (its
+    indexes, constraints and the usage triggers are named after it, and a rolling upgrade runs
+    old and new code on one schema) and would change nothing a reader of the code meets."""
 
     __tablename__ = "checkpoint_tier"
 
@@ -255,14 +260,14 @@ class CheckpointTier(Base):
     restorable_at: Mapped[datetime | None]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
     # An operator acknowledged the failure: set to the `updated_at` it acknowledged, so any later
-    # change of the marker (a retry, a new failure) brings it back to the failures view.
+    # change of the tier copy (a retry, a new failure) brings it back to the failures view.
     acknowledged_at: Mapped[datetime | None]
     # S3 tiers: the key layout of this checkpoint's objects (`flat`, `spread-N`), recorded when
     # the copy is planned and read by everything that names them; null = flat (copies planned
     # before layouts were recorded). `tierpoint/storage/s3/layout.py`.
     key_layout: Mapped[str | None] = mapped_column(String(32))
     # This copy is being made again (re-replication, repair) from these other tiers' copies of the
-    # checkpoint, which retention keeps until `rebuild_until` (`rebuild_repo`); the plan of the
+    # checkpoint, which retention keeps until `rebuild_until` (`holds/rebuild.py`); the plan of the
     # rebuild records both, its promotion (made or given up) clears them.
     rebuild_from: Mapped[list[str] | None] = mapped_column(JSONB)
     rebuild_until: Mapped[datetime | None]
@@ -291,8 +296,8 @@ class CheckpointTier(Base):
 
 
 class JobTierUsage(Base):
-    """Bytes and checkpoints a job holds on a tier (restorable or expiring markers): running totals
-    kept by the triggers of tierpoint/catalog/usage_rollup.py, never written by the code."""
+    """Bytes and checkpoints a job holds on a tier (restorable or expiring tier copies): running
+    totals kept by the triggers of tierpoint/catalog/usage_rollup.py, never written by the code."""
 
     __tablename__ = "job_tier_usage"
 
@@ -315,7 +320,8 @@ class RestoreLease(Base):
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoint.id", ondelete="CASCADE"))
-    holder: Mapped[str | None] = mapped_column(Text)
+    # Who took it (free text, e.g. the restoring job); the column keeps its first name.
+    owner: Mapped[str | None] = mapped_column("holder", Text)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     expires_at: Mapped[datetime]
     released_at: Mapped[datetime | None]

@@ -70,7 +70,7 @@ DROP = (
     "DROP FUNCTION IF EXISTS job_tier_usage_marker()",
 )
 
-# The totals recomputed from the markers: for a catalog filled while the triggers did not fire.
+# The totals recomputed from the tier copies: for a catalog filled while the triggers did not fire.
 BACKFILL = f"""INSERT INTO job_tier_usage (job_id, tier, bytes, checkpoints)
 SELECT ct.job_id, ct.tier, sum(c.total_bytes), count(*)
 FROM checkpoint_tier ct JOIN checkpoint c ON c.id = ct.checkpoint_id

@@ -13,9 +13,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from tierpoint.config import TierKind
 from tierpoint.contract.common import FailureType, backoff
 from tierpoint.contract.lifecycle import Batch
+from tierpoint.tier_config import TierKind
 
 SCRUB_WORKFLOW = "Scrub"
 SCRUB_UNIT_WORKFLOW = "ScrubUnit"

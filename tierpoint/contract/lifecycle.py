@@ -6,13 +6,13 @@ The history grows with batches (ranges of manifest ordinals per node), never wit
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from tierpoint.config import TierKind
 from tierpoint.contract.common import FailureType, backoff
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 LIFECYCLE_WORKFLOW = "CheckpointLifecycle"
 STAGE_WORKFLOW = "CheckpointLifecycleStage"
@@ -76,6 +76,11 @@ class LifecycleInput(BaseModel):
     checkpoint_id: int
     job: str
     step: int
+    # When the catalog registered the checkpoint: with the id, which registration a run is for.
+    # An id alone repeats after the catalog is restored from a backup (its sequences go back to
+    # the dump's), while Temporal keeps the closed runs of the checkpoints registered since.
+    # None in the histories of runs started before it was carried.
+    registered_at: datetime | None = None
 
 
 class PlanInput(BaseModel):
@@ -137,7 +142,7 @@ class LifecyclePlan(BaseModel):
 
     def peer_batches(self, tier: str) -> tuple[list[Batch], list[str]]:
         """The batches of a copy to peer tier `tier`, each on its holder, and the source nodes
-        that have no holder (fewer live nodes than the tier's ring distance needs)."""
+        that have no holder (fewer serving nodes than the tier's ring distance needs)."""
         holders = self.holders.get(tier, {})
         batches = [
             b.model_copy(update={"holder": holders[b.node]})

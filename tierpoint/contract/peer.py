@@ -32,16 +32,16 @@ class RereplicateInput(BaseModel):
 class PeerStage(BaseModel):
     """One peer tier's copies to make again, onto each batch's new holder: from `source` (the
     local tier before it) on the shards' nodes, or, where that copy is gone (its node lost, the
-    copy expired), from the fastest other copy verified on a live node (`Batch.source_tier`,
+    copy expired), from the fastest other copy verified on a node not lost (`Batch.source_tier`,
     `Batch.source_node`): another peer tier's holder, the shared tier, S3."""
 
     tier: PlanTier
     source: PlanTier
     batches: list[Batch]
-    # Shards that cannot be copied again (no other tier holds them verified on a live node),
+    # Shards that cannot be copied again (no other tier holds them verified on a node not lost),
     # for the reason.
     unreachable: int = 0
-    # Source nodes with no live node to hold the copy apart from themselves and the holders of
+    # Source nodes with no serving node to hold the copy apart from themselves and the holders of
     # their other copies: not copied (never beside another copy), for the reason. Empty in
     # histories recorded before.
     unplaced: list[str] = Field(default_factory=list)

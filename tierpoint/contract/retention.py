@@ -8,8 +8,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from tierpoint.config import TierKind
 from tierpoint.contract.common import FailureType, backoff
+from tierpoint.tier_config import TierKind
 
 RETENTION_WORKFLOW = "JobRetention"
 REQUEST_SIGNAL = "request"
@@ -71,7 +71,7 @@ class ExpiryTask(BaseModel):
     tier: str
     kind: TierKind
     bytes: int
-    # not_kept / max_bytes; None: an expiry an earlier run began (marker already `expiring`)
+    # not_kept / max_bytes; None: an expiry an earlier run began (tier copy already `expiring`)
     rule: str | None = None
     # local tiers: the nodes whose local root may hold the copy (lost nodes left out); deleted
     # on each node's queue
@@ -92,7 +92,7 @@ class ExpiryInput(BaseModel):
 
 
 class BeginState(StrEnum):
-    EXPIRING = "expiring"  # the marker left `restorable` (committed): delete the bytes now
+    EXPIRING = "expiring"  # the tier copy left `restorable` (committed): delete the bytes now
     EXPIRED = "expired"  # nothing left to do
     SKIPPED = "skipped"  # must not expire now (the re-check under row locks said so)
 
@@ -112,7 +112,7 @@ class DeleteInput(BaseModel):
 
 
 class FinishResult(BaseModel):
-    # `expired`, or the marker's state when it was not `expiring` (then nothing changed)
+    # `expired`, or the tier copy's state when it was not `expiring` (then nothing changed)
     state: str
 
 

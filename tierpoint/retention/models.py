@@ -21,7 +21,7 @@ class _Frozen(BaseModel):
 
 
 class TierCopy(_Frozen):
-    """One checkpoint's copy on one tier: its marker and what its replicas hold."""
+    """One checkpoint's copy on one tier: its tier copy and what its replicas hold."""
 
     state: TierState
     # every shard has a replica on the tier whose bytes were read back and matched (invariant 1)
@@ -127,7 +127,7 @@ class Keep(_Frozen):
 
 
 class Unfinished(_Frozen):
-    """A copy whose marker is already `expiring`: an earlier run committed to deleting it and did
+    """A tier copy already `expiring`: an earlier run committed to deleting it and did
     not finish. No reader is sent there any more; the executor completes the deletion."""
 
     checkpoint_id: int

@@ -1,23 +1,19 @@
 """The retention planner: a pure function from one job's catalog snapshot and policy to a plan.
 
-Only copies whose marker is `restorable` are ever planned for expiry, and failed copies on the
-nodes' own tiers (local, peer) that a node declared lost took part of (`on_lost_node`: its
-replicas there are gone, the rest are bytes on live nodes that no restore is sent to), unless
-re-replication or repair is making them again (`rebuild_from`). Pending copies are in flight, as
-failed ones being made again are, other failed ones are the operator's, `expiring` ones are
-listed as unfinished (the executor completes them), expired ones are gone.
+Only restorable tier copies are ever planned for expiry, and failed copies on the nodes' own tiers
+(local, peer) that a node declared lost took part of (`on_lost_node`: its replicas there are gone,
+the rest are bytes on nodes not lost that no restore is sent to), unless re-replication or repair
+is making them again (`rebuild_from`). Pending copies are in flight, as failed ones being made
+again are, other failed ones are the operator's, `expiring` ones are listed as unfinished (the
+executor completes them), expired ones are gone.
 
 Each such copy is decided in three passes (a failed copy is never intact, so it is never the last
 copy that pass 2 keeps, and a checkpoint with no intact copy keeps it as a remnant):
-1. protections (never overridden): pinned, leased, quarantined by an operator (evidence; a
-   training job's quarantine only makes a copy not good and protects nothing), the latest
-   restorable checkpoint on the most durable tier, a source of a copy still in flight to a more
-   durable tier, a source of a copy that re-replication or repair is making again (on any other
-   tier, while that rebuild holds it), a local copy not yet restorable on the more durable tier
-   it is meant for, and every remnant of a checkpoint that some tier keeps but that has no good
-   copy left;
-2. the tier's keep rules (a union); copies neither protected nor kept expire, except that a
-   checkpoint some tier keeps never loses its last intact copy: its most durable one stays;
+1. protections, never overridden (protections.py: pinned, leased, an operator's quarantine, the
+   latest on the most durable tier, sources of copies in flight or being made again, ...);
+2. the tier's keep rules (a union, `TierRules` below); copies neither protected nor kept expire,
+   except that a checkpoint some tier keeps never loses its last intact copy: its most durable
+   one stays;
 3. the tier's quota: while over `max_bytes`, the oldest copies held only by keep rules expire,
    unless that would take the last good copy of a checkpoint that another tier still keeps.
 
@@ -30,13 +26,12 @@ the most durable tier's above all, said that it is not wanted anywhere.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
-from tierpoint.config import TierKind
 from tierpoint.states import TierState
 
-from .keep_rules import TierRules, aware, oldest_first
 from .models import (
     PROTECTIONS,
     CheckpointInfo,
@@ -50,34 +45,101 @@ from .models import (
     TierUsage,
     Unfinished,
 )
-from .policy import Policy, promotion_targets
+from .policy import Policy, TierRef, TierRule, format_duration, promotion_targets
+from .protections import decided, is_good, is_intact, protections
 
 _REASON_ORDER = {r: i for i, r in enumerate(KeepReason)}
-# Tiers on the nodes' own storage, where a lost node leaves failed copies behind.
-NODE_TIER_KINDS = (TierKind.LOCAL, TierKind.PEER)
 
 
-def _is_good(c: CheckpointInfo, copy: TierCopy | None) -> bool:
-    """A copy a job could restore from: promoted, fully verified, not quarantined."""
-    return (
-        copy is not None
-        and copy.state == TierState.RESTORABLE
-        and copy.verified
-        and not copy.quarantined
-        and not c.quarantined
-    )
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _is_intact(copy: TierCopy | None) -> bool:
-    """A copy whose bytes are safe: promoted, fully verified, the copy itself not quarantined. A
-    good copy is intact; so is one of a checkpoint a training job quarantined (its bytes are
-    fine, its content is what the job refused): no other copy need wait or stay for its sake."""
-    return (
-        copy is not None
-        and copy.state == TierState.RESTORABLE
-        and copy.verified
-        and not copy.quarantined
-    )
+def aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+def oldest_first(c: CheckpointInfo) -> tuple[int, datetime, int]:
+    """Oldest first: by step, then registration time, then id."""
+    return (c.step, aware(c.created_at), c.id)
+
+
+def _time_order(c: CheckpointInfo) -> tuple[datetime, int, int]:
+    return (aware(c.created_at), c.step, c.id)
+
+
+def _bucket(c: CheckpointInfo, interval: timedelta) -> int:
+    return (aware(c.created_at) - _EPOCH) // interval
+
+
+@dataclass
+class TierRules:
+    """One tier (its position from the fastest, its rule) and the job's good copies on it."""
+
+    index: int
+    ref: TierRef
+    rule: TierRule
+    good: list[CheckpointInfo]  # oldest first
+    good_keys: list[tuple[int, datetime, int]] = field(default_factory=list)
+    first_in_bucket: dict[int, tuple[datetime, int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.good_keys = [oldest_first(c) for c in self.good]
+        every = self.rule.keep_every
+        if every is not None and every.interval is not None:
+            for c in self.good:
+                b = _bucket(c, every.interval)
+                key = _time_order(c)
+                if b not in self.first_in_bucket or key < self.first_in_bucket[b]:
+                    self.first_in_bucket[b] = key
+
+    def newer_than(self, c: CheckpointInfo) -> int:
+        """How many good copies on this tier are newer than `c` (c itself not counted)."""
+        return len(self.good_keys) - bisect.bisect_right(self.good_keys, oldest_first(c))
+
+    def keeps(self, c: CheckpointInfo, now: datetime) -> list[KeepReason]:
+        """The keep rules of this tier that keep `c`, as if `c` had a good copy here."""
+        rule = self.rule
+        if not rule.has_keep_rules():
+            return [KeepReason.KEEP_ALL]
+        reasons = []
+        if rule.keep_last is not None and self.newer_than(c) < rule.keep_last:
+            reasons.append(KeepReason.KEEP_LAST)
+        every = rule.keep_every
+        if every is not None:
+            if every.steps is not None and c.step % every.steps == 0:
+                reasons.append(KeepReason.KEEP_EVERY_STEPS)
+            if every.interval is not None:
+                first = self.first_in_bucket.get(_bucket(c, every.interval))
+                if first is None or _time_order(c) <= first:
+                    reasons.append(KeepReason.KEEP_EVERY_INTERVAL)
+        if rule.keep_within is not None and now - aware(c.created_at) <= rule.keep_within:
+            reasons.append(KeepReason.KEEP_WITHIN)
+        if rule.keep_tags and not c.tags.isdisjoint(rule.keep_tags):
+            reasons.append(KeepReason.KEEP_TAGS)
+        return reasons
+
+    def why_not(self, c: CheckpointInfo, now: datetime) -> str:
+        rule = self.rule
+        parts = []
+        if rule.keep_last is not None:
+            parts.append(f"keep_last={rule.keep_last}: {self.newer_than(c)} newer")
+        every = rule.keep_every
+        if every is not None:
+            if every.steps is not None:
+                parts.append(f"keep_every.steps={every.steps}: step {c.step} is not a multiple")
+            if every.interval is not None:
+                parts.append(
+                    f"keep_every.interval={format_duration(every.interval)}: "
+                    "an older checkpoint holds its interval"
+                )
+        if rule.keep_within is not None:
+            age = now - aware(c.created_at)
+            parts.append(
+                f"keep_within={format_duration(rule.keep_within)}: {int(age.total_seconds())}s old"
+            )
+        if rule.keep_tags:
+            parts.append(f"keep_tags={list(rule.keep_tags)}: tags {sorted(c.tags)}")
+        return f"no rule of tier {self.ref.name!r} keeps step {c.step} (" + "; ".join(parts) + ")"
 
 
 def plan(snapshot: RetentionSnapshot, policy: Policy, now: datetime) -> RetentionPlan:
@@ -116,7 +178,7 @@ class _Planning:
                 index=i,
                 ref=ref,
                 rule=rule,
-                good=[c for c in checkpoints if _is_good(c, c.copies.get(ref.name))],
+                good=[c for c in checkpoints if is_good(c, c.copies.get(ref.name))],
             )
             for i, (ref, rule) in enumerate(zip(refs, policy.rules(refs), strict=True))
         ]
@@ -131,11 +193,11 @@ class _Planning:
         self.keepers[c.id] = set()
         self.withdrawn[c.id] = set()
         # Copies flow from the fastest tier to the most durable one: a tier before the last one
-        # with a marker will never receive the checkpoint if it has no marker by now.
+        # with a tier copy will never receive the checkpoint if it has no tier copy by now.
         reached = max((t.index for t in self.tiers if t.ref.name in c.copies), default=-1)
         for t in self.tiers:
             copy = c.copies.get(t.ref.name)
-            if _is_good(c, copy):
+            if is_good(c, copy):
                 claims = True
             elif copy is None:
                 claims = t.ref.name in self.targets[c.id] and t.index > reached
@@ -160,11 +222,12 @@ class _Planning:
         for t in tiers:
             for c in self.checkpoints:
                 copy = c.copies.get(t.ref.name)
-                if copy is None or not _decided(t, copy):
+                if copy is None or not decided(t.ref.kind, copy):
                     continue
                 key = (c.id, t.index)
-                why = _protections(
-                    c, t, tiers, self.targets[c.id], self.keepers[c.id], latest_durable
+                refs = [u.ref for u in tiers]
+                why = protections(
+                    c, t.index, refs, self.targets[c.id], self.keepers[c.id], latest_durable
                 )
                 why += self.wants[key]
                 if why:
@@ -183,6 +246,7 @@ class _Planning:
         """The copy stays beyond this plan: not expiring, and kept by more than a rebuild's hold
         (which ends with the rebuild: it never stands in for a checkpoint's lasting copy)."""
         why = self.reasons.get(key)
+        # guard: planner-hold-is-no-last-copy
         return key not in self.expire and bool(why) and why != [KeepReason.REBUILD_SOURCE]
 
     def keep_last_copies(self) -> None:
@@ -191,9 +255,10 @@ class _Planning:
         for c in self.checkpoints:
             if not self.keepers[c.id]:
                 continue
-            good_on = [t.index for t in self.tiers if _is_intact(c.copies.get(t.ref.name))]
+            good_on = [t.index for t in self.tiers if is_intact(c.copies.get(t.ref.name))]
             if good_on and not any(self.lasts((c.id, i)) for i in good_on):
                 last = (c.id, good_on[-1])
+                # guard: planner-last-copy
                 expire.pop(last, None)
                 reasons[last] = [KeepReason.LAST_COPY, *reasons.get(last, ())]
 
@@ -237,10 +302,11 @@ class _Planning:
                 u.index
                 for u in self.tiers
                 if u.index != t.index
-                and _is_intact(c.copies.get(u.ref.name))
+                and is_intact(c.copies.get(u.ref.name))
                 and self.lasts((c.id, u.index))
             ]
             if not others and self.keepers[c.id] - self.withdrawn[c.id] - {t.index}:
+                # guard: planner-last-copy-quota
                 held.insert(0, KeepReason.LAST_COPY)
                 continue
             copy = c.copies[t.ref.name]
@@ -295,85 +361,15 @@ class _Planning:
         )
 
 
-def _decided(t: TierRules, copy: TierCopy) -> bool:
-    """Whether retention decides the copy: a restorable one, or a failed one on a node tier that
-    a lost node took part of, unless it is being made again (in flight, as a pending one)."""
-    if copy.state == TierState.FAILED:
-        return copy.on_lost_node and t.ref.kind in NODE_TIER_KINDS and not _rebuilding(copy)
-    return copy.state == TierState.RESTORABLE
-
-
-def _rebuilding(copy: TierCopy) -> bool:
-    """A failed copy that re-replication or repair is making again: its rebuild holds sources (a
-    quarantined copy is re-made by neither)."""
-    return copy.state == TierState.FAILED and bool(copy.rebuild_from) and not copy.quarantined
-
-
 def _why_expires(c: CheckpointInfo, t: TierRules, copy: TierCopy, now: datetime) -> str:
     if copy.state == TierState.FAILED:
         return f"the copy on {t.ref.name!r} failed; {t.why_not(c, now)}"
-    if _is_good(c, copy):
+    if is_good(c, copy):
         return t.why_not(c, now)
     return (
         f"the copy on {t.ref.name!r} is not verified, quarantined or meant for this tier, and no "
         "rule keeps it"
     )
-
-
-def _protections(
-    c: CheckpointInfo,
-    t: TierRules,
-    tiers: list[TierRules],
-    targets: set[str],
-    keepers: set[int],
-    latest_durable: int | None,
-) -> list[KeepReason]:
-    why = []
-    if c.pinned:
-        why.append(KeepReason.PINNED)
-    if c.leased:
-        why.append(KeepReason.LEASED)
-    copy = c.copies[t.ref.name]
-    if (c.quarantined and c.evidence) or (copy.quarantined and copy.evidence):
-        why.append(KeepReason.QUARANTINED)
-    if t.index == len(tiers) - 1 and c.id == latest_durable:
-        why.append(KeepReason.LATEST_DURABLE)
-    slower = tiers[t.index + 1 :]
-    # A pending marker on a tier the checkpoint is not meant for (the policy changed, or a marker
-    # was made for every tier) is no copy anyone waits for: it must not hold sources forever.
-    if any(
-        u.ref.name in c.copies
-        and c.copies[u.ref.name].state == TierState.PENDING
-        and u.ref.name in targets
-        for u in slower
-    ):
-        why.append(KeepReason.IN_FLIGHT)
-    if (
-        t.ref.kind is TierKind.LOCAL
-        and any(u.ref.name in targets and _expects(c, u.ref.name) for u in slower)
-        and not any(_is_intact(c.copies.get(u.ref.name)) for u in slower)
-    ):
-        why.append(KeepReason.AWAITING_DURABLE)
-    # The mirror of in_flight: a failed copy on another tier (a peer tier after a lost holder, a
-    # copy repair re-makes) is being made again from this one, whichever side of it that tier is.
-    # Only while the rebuild is under way: its promotion (made or given up) clears the hold and a
-    # rebuild that stopped without one lets it lapse, so a copy that can no longer be re-made
-    # does not hold its sources forever.
-    if any(
-        t.ref.name in other.rebuild_from and _rebuilding(other)
-        for name, other in c.copies.items()
-        if name != t.ref.name
-    ):
-        why.append(KeepReason.REBUILD_SOURCE)
-    if keepers and not any(_is_intact(c.copies.get(u.ref.name)) for u in tiers):
-        why.append(KeepReason.NO_GOOD_COPY)
-    return why
-
-
-def _expects(c: CheckpointInfo, tier: str) -> bool:
-    """The tier has not received the checkpoint and let it go again (marker expiring/expired)."""
-    copy = c.copies.get(tier)
-    return copy is None or copy.state not in (TierState.EXPIRING, TierState.EXPIRED)
 
 
 def _notes(snapshot: RetentionSnapshot, policy: Policy) -> tuple[str, ...]:

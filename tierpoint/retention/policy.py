@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from tierpoint.config import NAME_RE, TierConfig, TierKind
+from tierpoint.tier_config import NAME_RE, TierConfig, TierKind
 
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION_RE = re.compile(r"^(?:\d+[wdhms])+$")

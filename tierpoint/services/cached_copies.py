@@ -1,16 +1,19 @@
 """Recording the files a load's ranks keep on their nodes' local tier (see
-`tierpoint/catalog/cached_copies.py`): the one request a DCP load's coordinator makes for all its
+`tierpoint/catalog/replica/cached_copies.py`): the one request a DCP load's coordinator makes for
+all its
 ranks, before any of them writes such a file."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tierpoint.catalog import cached_copies, nodes
-from tierpoint.catalog.checkpoint_lookup import find_checkpoint
 from tierpoint.catalog.engine import Session
-from tierpoint.config import Settings, TierKind
+from tierpoint.catalog.job.lookup import find_checkpoint
+from tierpoint.catalog.node import registry
+from tierpoint.catalog.replica import cached_copies
+from tierpoint.config import Settings
 from tierpoint.errors import RequestInvalid
+from tierpoint.tier_config import TierKind
 
 EXAMPLES = 5
 
@@ -33,7 +36,7 @@ def record_cached_copies(
             errors=[{"field": "tier", "location": "body", "message": "not a local tier"}],
         )
     for node in sorted(wanted):
-        nodes.require_known(session, node)
+        registry.require_known(session, node)
     checkpoint = find_checkpoint(session, job, step)
     unknown = cached_copies.unknown_paths(
         session, checkpoint.id, [p for paths in wanted.values() for p in paths]

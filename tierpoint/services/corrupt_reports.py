@@ -18,9 +18,9 @@ from typing import Any
 from temporalio.client import Client
 
 from tierpoint import logs
-from tierpoint.catalog.copy_reads import CopyState, copy_state, find_copy
 from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.reads.copies import CopyState, copy_state, find_copy
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import ScrubBatchResult, VerifyInput
 from tierpoint.errors import CopyNotFound, TemporalUnavailable
@@ -45,7 +45,7 @@ def _answer(now: CopyState, verification: str) -> dict[str, Any]:
         repair = "not needed"
     return {
         "replica_state": now.replica,
-        "marker_state": now.marker,
+        "tier_copy_state": now.tier_copy,
         "repair": repair,
         "verification": verification,
     }

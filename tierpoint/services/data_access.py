@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from tierpoint import auth
-from tierpoint.catalog import peer_reads, tokens_repo
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.replica import placement
+from tierpoint.catalog.token import tokens
 from tierpoint.config import Settings
 from tierpoint.errors import (
     InsufficientScope,
@@ -48,6 +49,7 @@ class Caller:
     def check(self, job: str) -> None:
         """InsufficientScope (403) unless the credential covers `job`."""
         who = self.principal
+        # guard: data-endpoint-scope
         if who is not None and not (who.has(auth.Scope.READ) or who.trains(job)):
             raise InsufficientScope(
                 f"token {who.name!r} may not read job {job!r}", required=f"train:{job}"
@@ -61,12 +63,13 @@ def authenticate(sessions: Sessions, settings: Settings, header: str | None) -> 
     if scheme.lower() != "bearer" or not secret:
         raise Unauthenticated("a bearer credential is required")
     worker = settings.data_token
+    # guard: data-endpoint-worker-credential
     if worker is not None and hmac.compare_digest(
         secret.encode(), worker.get_secret_value().encode()
     ):
         return Caller("worker", None)
     with sessions.begin() as s:
-        record = tokens_repo.token_by_digest(s, auth.digest(secret))
+        record = tokens.token_by_digest(s, auth.digest(secret))
     if record is None:
         raise InvalidToken("unknown credential")
     who = auth.principal_of(record, datetime.now(UTC))
@@ -125,7 +128,7 @@ class Listings:
                     return found
                 listed_at = time.monotonic()
                 with self.sessions.begin() as s:
-                    listed = peer_reads.served_sizes(s, self.node, tier, job, step)
+                    listed = placement.served_sizes(s, self.node, tier, job, step)
                 with self._lock:
                     self._listed.pop(key, None)
                     while len(self._listed) >= LISTINGS:

@@ -53,9 +53,9 @@ class Connections:
         """Whether to serve a connection just accepted; at the cap, the connection that has
         waited longest for a request is cut to make room, if there is one."""
         with self._lock:
-            live = [h for h in self._held.values() if not h.cut]
-            if len(live) >= self.limit:
-                waiting = [h for h in live if h.waiting_since is not None]
+            uncut = [h for h in self._held.values() if not h.cut]
+            if len(uncut) >= self.limit:
+                waiting = [h for h in uncut if h.waiting_since is not None]
                 if not waiting:
                     metrics_worker.DATA_CONNECTIONS_CUT.labels("refused").inc()
                     return False

@@ -1,13 +1,13 @@
 """Copies a node's data endpoint finds damaged while it serves them.
 
 The endpoint serves a file the catalog lists as a verified copy on its node, and knows its
-registered size. A file that is not that size when it is opened (fstat), that ends before it
-while it is sent, or that is gone, does not hold the registered bytes. That is the endpoint's own
-finding, not a reader's claim (a reader's report is read back before it counts:
-`corrupt_reports.py`), so it is recorded at once, as a scrub records what it reads
-(`tierpoint/catalog/damage.py`): the replica `corrupt` (gone: `lost`) and its tier's marker out
-of `restorable` in one transaction, committed before the reader gets its error; then the
-checkpoint's repair is asked for, which copies it again from a tier that holds it verified.
+registered size. A file that is not that size when it is opened (fstat), that ends before it while
+it is sent, or that is gone, does not hold the registered bytes. That is the endpoint's own finding,
+not a reader's claim (a reader's report is read back before it counts: `corrupt_reports.py`), so it
+is recorded at once, as a scrub records what it reads (`tierpoint/catalog/tier_copy/damage.py`): the
+replica `corrupt` (gone: `lost`) and its tier copy out of `restorable` in one transaction, committed
+before the reader gets its error; then the checkpoint's repair is asked for, which copies it again
+from a tier that holds it verified.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from temporalio.client import Client
 
 from tierpoint import logs, metrics_worker
-from tierpoint.catalog import peer_reads
-from tierpoint.catalog.damage import mark_damaged
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.replica import placement
+from tierpoint.catalog.tier_copy.damage import mark_damaged
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef
 from tierpoint.temporal import request_repair
@@ -68,7 +68,7 @@ class DamagedCopies:
         catalog lists no verified copy here any more, e.g. it is being expired)."""
         actor = f"data endpoint of {self.node}"
         with self.sessions.begin() as s:
-            found = peer_reads.served_replica(s, self.node, tier, ref.job, ref.step, ref.path)
+            found = placement.served_replica(s, self.node, tier, ref.job, ref.step, ref.path)
             if found is None:
                 return False
             replica_id, checkpoint_id = found

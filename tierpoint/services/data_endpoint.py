@@ -177,6 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         srv = self.server
         try:
+            # guard: data-endpoint-credential-first
             who = authenticate(srv.sessions, srv.settings, self.headers.get("Authorization"))
             tier_name, ref = data_path(self.path)
             who.check(ref.job)
@@ -212,6 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with reader:
             held = os.fstat(reader.fileno()).st_size
+            # guard: data-endpoint-short-copy-refused
             if held != size:
                 self._damaged(
                     tier, ref, ReplicaState.CORRUPT, f"holds {held} of its {size} registered bytes"
@@ -236,6 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
                 # under us): the reader must see a read error, never a short file, so the
                 # connection is cut once the damage is recorded.
                 self.close_connection = True
+                # guard: data-endpoint-short-send-recorded
                 self._record(
                     tier,
                     ref,
@@ -342,6 +345,7 @@ class DataServer(ThreadingHTTPServer):
             if settings.data_tls_client_auth:
                 # Mutual TLS: OpenSSL checks the chain to the CA, the dates and that the
                 # certificate may authenticate a client (its extended key usage, if any).
+                # guard: data-endpoint-client-auth
                 ctx.verify_mode = ssl.CERT_REQUIRED
                 ctx.load_verify_locations(cafile=settings.data_tls_ca)
             # The handshake runs in the request's thread (on its first read), not in the thread

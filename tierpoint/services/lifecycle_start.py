@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from temporalio.client import Client
 
-from tierpoint.catalog import registration
+from tierpoint.catalog.checkpoint import registration
 from tierpoint.catalog.engine import Transact
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.temporal import start_lifecycle

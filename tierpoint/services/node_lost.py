@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from temporalio.client import Client
 
 from tierpoint import logs
-from tierpoint.catalog import nodes
 from tierpoint.catalog.engine import AsyncSession
-from tierpoint.config import Settings, TierKind
+from tierpoint.catalog.tier_copy import node_lost
+from tierpoint.config import Settings
 from tierpoint.contract.peer import RereplicateInput
 from tierpoint.temporal import signal_node_lost, start_peer_rereplication
+from tierpoint.tier_config import TierKind
 
 log = logs.get(__name__)
 
@@ -34,18 +35,18 @@ class Told:
 
 async def declare(
     session: AsyncSession, settings: Settings, node: str, actor: str
-) -> nodes.NodeLost:
+) -> node_lost.NodeLost:
     local = [t.name for t in settings.tiers if t.kind is TierKind.LOCAL]
     peer = [t.name for t in settings.peer_tiers()]
-    return await session.run_sync(nodes.mark_lost, node, local, actor, peer)
+    return await session.run_sync(node_lost.mark_lost, node, local, actor, peer)
 
 
-async def tell_lifecycles(client: Client | None, lost: nodes.NodeLost) -> Told:
+async def tell_lifecycles(client: Client | None, lost: node_lost.NodeLost) -> Told:
     in_flight = [c for c in lost.checkpoints if c.in_flight]
     if client is None:
         return Told(0, 0, len(in_flight))
 
-    async def tell(cp: nodes.AffectedCheckpoint) -> bool | None:
+    async def tell(cp: node_lost.AffectedCheckpoint) -> bool | None:
         try:
             return await asyncio.wait_for(
                 signal_node_lost(client, cp.job, cp.step, lost.node), SIGNAL_TIMEOUT
@@ -68,7 +69,7 @@ async def tell_lifecycles(client: Client | None, lost: nodes.NodeLost) -> Told:
     )
 
 
-async def rereplicate(client: Client | None, lost: nodes.NodeLost) -> int:
+async def rereplicate(client: Client | None, lost: node_lost.NodeLost) -> int:
     """Start copying again, to new holders, the peer copies the node held; how many checkpoints'
     runs were started (the others are logged: declaring the node lost again retries them)."""
     if client is None:

@@ -7,19 +7,19 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tierpoint.catalog.checkpoint_lookup import job_id_by_name
 from tierpoint.catalog.engine import AsyncSession
-from tierpoint.catalog.latest_restorable import latest_restorable
-from tierpoint.catalog.leases_repo import insert_lease
-from tierpoint.catalog.views import LatestRestorableView
-from tierpoint.config import TierConfig
+from tierpoint.catalog.holds.leases import insert_lease
+from tierpoint.catalog.job.lookup import job_id_by_name
+from tierpoint.catalog.reads.latest import latest_restorable
+from tierpoint.catalog.reads.views import LatestRestorableView
 from tierpoint.errors import TierNeedsRestoreRequest
+from tierpoint.tier_config import TierConfig
 
 
 @dataclass(frozen=True)
 class LeaseRequest:
     ttl_seconds: int
-    holder: str | None
+    owner: str | None
     actor: str
 
 
@@ -62,7 +62,7 @@ async def latest_with_lease(
         job,
         found.step,
         lease.ttl_seconds,
-        lease.holder,
+        lease.owner,
         lease.actor,
     )
     return dataclasses.replace(found, lease=taken)

@@ -13,7 +13,8 @@ from temporalio.client import Client
 
 from tierpoint import logs
 from tierpoint.catalog.engine import AsyncSession, Session, catalog_now
-from tierpoint.catalog.snapshot import AssignedPolicy, dry_run, policy_for_job, take_snapshot
+from tierpoint.catalog.policy.assigned import AssignedPolicy, policy_for_job
+from tierpoint.catalog.policy.snapshot import dry_run, take_snapshot
 from tierpoint.errors import InvalidPolicy, UnknownTier
 from tierpoint.retention import Policy, RetentionPlan, TierRef, check_tiers, plan
 from tierpoint.temporal import request_retention

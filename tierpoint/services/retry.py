@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
-from tierpoint.catalog import retry_repo
 from tierpoint.catalog.engine import AsyncSession
+from tierpoint.catalog.tier_copy import retry
 from tierpoint.contract.lifecycle import LifecycleInput, retry_workflow_id, workflow_id
 from tierpoint.errors import NothingToRetry, TemporalUnavailable
 from tierpoint.temporal import is_running, start_lifecycle
@@ -34,16 +34,16 @@ async def retry_checkpoint(
     tiers: Sequence[str],
     local: Collection[str],
 ) -> RetryOutcome:
-    """Start the retry run and reset the failed markers, in that order and under the markers'
+    """Start the retry run and reset the failed tier copies, in that order and under their
     locks, so the run cannot promote (or fail) a tier before the reset commits. `tiers`: the
     configured tiers in order; `local`: the ones local to a node. The caller commits. Raises
     CheckpointNotFound, NothingToRetry (nothing failed, or a run is still open), and what
-    `retry_repo.refusal` says when a run could not help (NoVerifiedSource, CopyOnLostNode,
+    `retry.refusal` says when a run could not help (NoVerifiedSource, CopyOnLostNode,
     RepairInProgress), TemporalUnavailable."""
-    target = await session.run_sync(retry_repo.lock_failed, job, step)
+    target = await session.run_sync(retry.lock_failed, job, step)
     if not target.failed:
         raise NothingToRetry(f"{job}/{step} has no failed tier: nothing to retry")
-    refused = retry_repo.refusal(job, step, tiers, local, target.facts)
+    refused = retry.refusal(job, step, tiers, local, target.facts)
     if refused is not None:
         raise refused
     if client is None:
@@ -60,5 +60,5 @@ async def retry_checkpoint(
     await start_lifecycle(
         client, LifecycleInput(checkpoint_id=target.checkpoint_id, job=job, step=step), run
     )
-    await session.run_sync(retry_repo.reset_failed, target, actor, run)
+    await session.run_sync(retry.reset_failed, target, actor, run)
     return RetryOutcome(job, step, run, target.attempt, sorted(target.failed))

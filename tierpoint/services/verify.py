@@ -1,7 +1,7 @@
 """An operator's verification of a checkpoint's copy on one tier: every verified replica there is
-read back on the right queue (`VerifyCheckpoint`, the scrub's read-back activity batch by batch)
-and compared with its registered checksum. What reads back wrong is marked and its tier's marker
-demoted in the same transaction (`tierpoint/catalog/damage.py`), and the repair is requested.
+read back on the right queue (`VerifyCheckpoint`, the scrub's read-back activity batch by batch) and
+compared with its registered checksum. What reads back wrong is marked and its tier copy demoted in
+the same transaction (`tierpoint/catalog/tier_copy/damage.py`), and the repair is requested.
 
 One run per checkpoint and tier at a time: asking again while it runs joins it (and records
 nothing new); asking after it finished reads the copy again.
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from temporalio.client import Client, WorkflowFailureError
 
 from tierpoint import logs
-from tierpoint.catalog.checkpoint_lookup import find_checkpoint
-from tierpoint.catalog.copy_reads import verified_replicas
 from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.job.lookup import find_checkpoint
+from tierpoint.catalog.reads.copies import verified_replicas
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     VerifyCheckpointInput,

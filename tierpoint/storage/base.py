@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
-from tierpoint.config import TierConfig
+from tierpoint.tier_config import TierConfig
 
 
 @dataclass(frozen=True)

@@ -64,14 +64,10 @@ def checkpoint_parts(job: str, step: int, rel: str | None = None) -> list[str]:
     return parts
 
 
-def partial_name(name: str) -> str:
-    """The temp name a copy of shard `name` writes before it renames (deterministic, so a retry
-    finds it; hashed when the name is too long to carry the prefix and suffix)."""
-    candidate = f".{name}{PARTIAL_SUFFIX}"
-    if len(candidate.encode("utf-8")) <= MAX_COMPONENT_BYTES:
-        return candidate
-    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
-    return f".{digest}{PARTIAL_SUFFIX}"
+# The temp name a copy of shard `name` writes before it renames: deterministic (no tag), so a
+# retry finds it; hashed when the name is too long to carry the prefix and suffix. The client's
+# rule, so that its temp names and ours fit the same names.
+partial_name = rule.partial_name
 
 
 def aside_name(name: str) -> str:

@@ -74,6 +74,7 @@ class _Body(io.RawIOBase):
         except http.client.HTTPException as exc:
             raise ConnectionError(f"peer read cut off: {exc!r}") from exc
         if self._left is not None:
+            # guard: peer-cut-body-is-an-error
             if n == 0 and len(b) and self._left:
                 raise ConnectionError(f"peer read cut off with {self._left} bytes still to come")
             self._left -= n

@@ -8,18 +8,19 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config
 
-from tierpoint.config import RetryMode, TierConfig, TierKind
 from tierpoint.storage.base import TierStore
 from tierpoint.storage.posix.store import PosixStore
+from tierpoint.storage.s3.credentials import credentials_identity, tier_session
 from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.storage.s3.store import S3Store
 from tierpoint.storage.throttle import TokenBucket
+from tierpoint.tier_config import RetryMode, TierConfig, TierKind
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 _lock = threading.Lock()
-_clients: dict[tuple[str | None, str, int, str, int], S3Client] = {}
+_clients: dict[tuple[object, ...], S3Client] = {}
 _limiters: dict[tuple[str, str | None, int], TokenBucket] = {}
 
 
@@ -29,14 +30,17 @@ def s3_client(
     max_pool_connections: int = 32,
     retry_mode: RetryMode = RetryMode.STANDARD,
     max_attempts: int = 6,
+    credentials: TierConfig | None = None,
 ) -> S3Client:
-    """A cached client per endpoint and settings: clients are thread-safe, building one costs
-    ~50 ms. With `adaptive` retries the client's rate limiter is shared by every copy of the
-    process that talks to this endpoint, as S3's per-prefix limits are.
+    """A cached client per endpoint, settings and credentials: clients are thread-safe, building
+    one costs ~50 ms. With `adaptive` retries the client's rate limiter is shared by every copy of
+    the process that talks to this endpoint, as S3's per-prefix limits are.
 
-    Credentials come from the standard AWS chain (environment, profile, instance role).
+    Credentials are those the tier `credentials` names (`tierpoint.storage.s3.credentials`), else
+    the standard AWS chain (environment, profile, instance role).
     """
-    key = (endpoint_url, region, max_pool_connections, retry_mode, max_attempts)
+    who = credentials_identity(credentials) if credentials is not None else None
+    key = (endpoint_url, region, max_pool_connections, retry_mode, max_attempts, who)
     with _lock:
         client = _clients.get(key)
         if client is None:
@@ -54,12 +58,16 @@ def s3_client(
                 s3={"addressing_style": "path"} if endpoint_url else None,
             )
             # A session per client: sessions are not thread-safe, clients are.
-            session = boto3.session.Session()
+            session = tier_session(credentials) if credentials is not None else _chain()
             client = session.client(
                 "s3", endpoint_url=endpoint_url, region_name=region, config=config
             )
             _clients[key] = client
         return client
+
+
+def _chain() -> boto3.session.Session:
+    return boto3.session.Session()
 
 
 def read_limiter(tier: TierConfig, node_id: str | None) -> TokenBucket | None:
@@ -81,7 +89,9 @@ def open_store(tier: TierConfig, node_id: str | None, layout: KeyLayout | None =
     limiter = read_limiter(tier, node_id)
     if tier.kind is TierKind.S3:
         pool = max(32, tier.multipart_concurrency * tier.parallelism * 2)
-        client = s3_client(tier.endpoint_url, tier.region, pool, tier.retry_mode, tier.max_attempts)
+        client = s3_client(
+            tier.endpoint_url, tier.region, pool, tier.retry_mode, tier.max_attempts, tier
+        )
         return S3Store(tier, client, limiter=limiter, layout=layout)
     return PosixStore(tier, node_id, limiter=limiter)
 

@@ -13,8 +13,9 @@ except ImportError as e:
         "tierpoint_client.torch needs torch (and numpy): pip install 'tierpoint-client[torch]'"
     ) from e
 
+from tierpoint_client.errors import NoVerifiedCopyError
 from tierpoint_client.torch._files import NODE_ENV, TierpointStorageInfo
-from tierpoint_client.torch._sources import NoVerifiedCopyError, ReadStats
+from tierpoint_client.torch._sources import ReadStats
 from tierpoint_client.torch.reader import TierpointReader
 from tierpoint_client.torch.writer import TierpointWriter
 

@@ -17,7 +17,7 @@ from tierpoint_client.client import Client
 from tierpoint_client.errors import TierpointError
 from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import TierInfo
-from tierpoint_client.paths import NAME_BODY, PARTIAL_SUFFIX
+from tierpoint_client.paths import NAME_BODY, partial_name
 
 # This node's id, as its tierpoint node worker knows it (`tierpoint worker --node N`).
 NODE_ENV = "TIERPOINT_NODE"
@@ -124,7 +124,7 @@ class AtomicFile:
 
     def __init__(self, final: Path) -> None:
         self.final = final
-        self.tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{PARTIAL_SUFFIX}")
+        self.tmp = final.with_name(partial_name(final.name, uuid.uuid4().hex[:12]))
         self._f = open(self.tmp, "xb")  # noqa: SIM115 - closed by commit or abort
         self.size = 0
         self._crc = 0

@@ -27,9 +27,10 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
+from tierpoint_client.errors import SourceError
 from tierpoint_client.hashing import CHUNK_SIZE, chunk_buffer, combine, crc32c_hex, update
 from tierpoint_client.models import PlanEntry
-from tierpoint_client.restore import SourceError, Sources
+from tierpoint_client.sources import Sources
 from tierpoint_client.torch._files import AtomicFile
 from tierpoint_client.transport import read_full
 
@@ -173,6 +174,7 @@ def _read_placed(
 def _verify(entry: PlanEntry, crc: int) -> None:
     """A placed or streamed read's combined crc32c against the registered one: bytes already
     in the tensors must verify, or the next copy replaces them."""
+    # guard: placed-read-crc
     actual = crc32c_hex(crc)
     if entry.crc32c is not None and actual != entry.crc32c.lower():
         raise Mismatch(f"crc32c {actual}, registered {entry.crc32c}")

@@ -11,11 +11,10 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from tierpoint_client.errors import TierpointError
+from tierpoint_client.errors import NoVerifiedCopyError, SourceError, TierpointError
 from tierpoint_client.models import Checkpoint, PlanEntry, TierInfo
-from tierpoint_client.restore import SourceError, Sources
+from tierpoint_client.sources import Sources
 from tierpoint_client.torch._files import AtomicFile, local_tier
 from tierpoint_client.torch._reads import (
     Mismatch,
@@ -31,19 +30,6 @@ from tierpoint_client.torch._striped import read_striped, striped
 
 # Reports a copy the catalog lists whose bytes did not verify: (entry, reason).
 CorruptReport = Callable[[PlanEntry, str], None]
-
-
-class NoVerifiedCopyError(TierpointError):
-    """No source of a file gave bytes matching its registered size and crc32c."""
-
-    def __init__(self, job: str, step: int, path: str, tried: Sequence[str]) -> None:
-        self.job, self.step, self.path, self.tried = job, step, path, tuple(tried)
-        detail = "; ".join(tried) if tried else "no verified copy is listed on any usable tier"
-        super().__init__(f"{job}/{step}: no verified copy of {path!r} ({detail})")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # DCP pickles a rank's exception to raise it on the others.
-        return type(self), (self.job, self.step, self.path, self.tried)
 
 
 @dataclass
@@ -73,7 +59,7 @@ class _Source:
 
 class CheckpointFiles:
     """The sources of one checkpoint's files: first this node's local copy (the catalog's, or a
-    cached one), then every verified replica on a tier whose marker is restorable, in the tiers'
+    cached one), then every verified replica on a tier whose tier copy is restorable, in the tiers'
     configured order (fastest first). A node-local replica is used only on its own node; `tier`
     restricts the sources to that tier."""
 

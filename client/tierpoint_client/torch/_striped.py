@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from concurrent.futures import wait
 
 from tierpoint_client import peer
+from tierpoint_client.errors import SourceError
 from tierpoint_client.hashing import chunk_buffer, combine, update
 from tierpoint_client.models import PlanEntry
-from tierpoint_client.restore import SourceError
 from tierpoint_client.torch._reads import (
     PIECE,
     READ_THREADS,
@@ -110,6 +110,7 @@ def _read_stripe(entry: PlanEntry, token: str | None, pieces: Sequence[Segment])
             if read_full(readinto, into) < piece.length:
                 end = piece.offset + piece.length
                 raise Mismatch(f"ends before {end}: shorter than registered")
+            # guard: striped-read-hashes-placed-bytes
             crcs.append(update(0, target))
         if read_full(readinto, memoryview(bytearray(1))):
             raise SourceError(f"peer copy {entry.url}: a longer body than the range asked")

@@ -20,7 +20,12 @@ from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
 from tierpoint_client.client import Client
-from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
+from tierpoint_client.errors import (
+    ConflictError,
+    NotFoundError,
+    NoVerifiedCopyError,
+    TierpointError,
+)
 from tierpoint_client.models import Checkpoint, PlanEntry, RestoreStart, TierInfo
 from tierpoint_client.torch._files import (
     METADATA_FILE,
@@ -33,7 +38,6 @@ from tierpoint_client.torch._kept import RankNode, record_kept
 from tierpoint_client.torch._load import FileLoad
 from tierpoint_client.torch._sources import (
     CheckpointFiles,
-    NoVerifiedCopyError,
     ReadOptions,
     ReadStats,
 )
@@ -279,7 +283,7 @@ class TierpointReader(StorageReader):
         # The node counts only where the server chooses the step (a given step needs no node).
         node = self.node if step is None else None
         return self.client.start_restore(
-            self.job, self.lease_ttl, step=step, tier=self.tier, node=node, holder=self._holder()
+            self.job, self.lease_ttl, step=step, tier=self.tier, node=node, owner=self._owner()
         )
 
     def _older(self, step: int) -> RestoreStart | None:
@@ -337,7 +341,7 @@ class TierpointReader(StorageReader):
             chosen.files.allow_keeping(sources.keep)  # the coordinator's own files
         return chosen.files
 
-    def _holder(self) -> str:
+    def _owner(self) -> str:
         group = self.process_group
         ranks = dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
         return f"dcp-load of {ranks} rank(s), coordinator {socket.gethostname()} pid {os.getpid()}"

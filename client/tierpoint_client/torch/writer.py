@@ -194,7 +194,7 @@ class TierpointWriter(StorageWriter):
             elif plan.usable:
                 # A planner that dropped what the rank planned: it cannot be checked.
                 odd.append(f"rank {rank}'s plan does not say what it saves ({intent!r})")
-            # else: a plan-caching planner's "unchanged" marker, which carries nothing.
+            # else: a plan-caching planner's "unchanged" tier copy, which carries nothing.
         if odd:
             raise SaveMismatchError(
                 f"the ranks of this save disagree on what they save: the coordinator saves "

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from tests.helpers.cli import run_cli
 from tests.helpers.tokens import create_token
-from tierpoint.catalog.nodes import upsert_node, upsert_nodes
+from tierpoint.catalog.node.registry import upsert_node, upsert_nodes
 
 
 async def _run(api_url: str, token: str, *args: str) -> tuple[int, str]:

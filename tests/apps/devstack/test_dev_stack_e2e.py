@@ -125,13 +125,18 @@ def _fresh_facts(data_dir: Path, stale: StackInfo | None) -> bool:
 
 
 def start_dev(
-    data_dir: Path, log: Path, stale: StackInfo | None = None, env: dict[str, str] | None = None
+    data_dir: Path,
+    log: Path,
+    stale: StackInfo | None = None,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
 ) -> DevProcess:
-    """`env`: variables added to the clean environment (the user's settings, e.g. the tiers)."""
+    """`env`: variables added to the clean environment (the user's settings, e.g. the tiers);
+    `args`: more arguments of `tierpoint dev` (`--tiers FILE`)."""
     stack_json = data_dir / "stack.json"
     out = open(log, "ab")  # noqa: SIM115  # owned by the process for its lifetime
     proc = subprocess.Popen(
-        _cli("dev", "--data-dir", str(data_dir), "--port", "0", "--nodes", "2"),
+        _cli("dev", "--data-dir", str(data_dir), "--port", "0", "--nodes", "2", *args),
         stdout=out,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

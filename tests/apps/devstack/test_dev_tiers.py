@@ -26,7 +26,7 @@ from tests.apps.devstack.test_dev_stack_e2e import (
     _tail,
     start_dev,
 )
-from tierpoint.config import TierKind
+from tierpoint.tier_config import TierKind
 
 # Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
 pytestmark = pytest.mark.full_stack

@@ -98,7 +98,7 @@ def test_stack_env_lets_a_worker_join_the_stack(tmp_path: Path) -> None:
             "bash",
             "-c",
             'source "$1" && printf "%s|%s|%s" "$TIERPOINT_API_URL" '
-            '"$AWS_SECRET_ACCESS_KEY" "$TIERPOINT_NODE_ROOT_NODE_2"',
+            '"$TIERPOINT_DEV_S3_SECRET_ACCESS_KEY" "$TIERPOINT_NODE_ROOT_NODE_2"',
             "_",
             env_file,
         ],
@@ -108,6 +108,12 @@ def test_stack_env_lets_a_worker_join_the_stack(tmp_path: Path) -> None:
         env=clean,
     ).stdout
     assert shell == f"{info.api_url}|se'cret|{info.nodes['node-2']}"
+    # The stack's S3 keys go under its own names, which only its tiers read: AWS_* would hand
+    # them to a tier of any other endpoint in that shell too.
+    assert "AWS_ACCESS_KEY_ID" not in env_file.read_text()
+    assert {t["credentials_env"] for t in joined["tiers"] if t["kind"] == "s3"} == {
+        "TIERPOINT_DEV_S3"
+    }
 
 
 def test_stack_env_puts_the_stacks_tierpoint_on_path_and_names_its_data_dir(

@@ -12,20 +12,21 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.lifecycle import NODES, Seeded, new_job, random_shards, seed_checkpoint
 from tests.helpers.retention import create_job
-from tierpoint.catalog import scrub_repo
-from tierpoint.catalog.damage import mark_damaged
+from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.models import (
     Checkpoint,
-    CheckpointTier,
     Event,
     Job,
     Replica,
     ScrubStats,
     Shard,
+    TierCopy,
 )
-from tierpoint.catalog.promotion import promote
-from tierpoint.catalog.repair_repo import plan_repair
-from tierpoint.catalog.snapshot import take_snapshot
+from tierpoint.catalog.policy.snapshot import take_snapshot
+from tierpoint.catalog.replica import scrub
+from tierpoint.catalog.tier_copy.damage import mark_damaged
+from tierpoint.catalog.tier_copy.promotion import promote
+from tierpoint.catalog.tier_copy.repair import plan_repair
 from tierpoint.config import Settings
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import ReplicaState
@@ -63,7 +64,7 @@ def _everywhere(
         )
         job_id = s.scalar(select(Checkpoint.job_id).where(Checkpoint.id == seeded.checkpoint_id))
         s.execute(
-            insert(CheckpointTier),
+            insert(TierCopy),
             [
                 {
                     "checkpoint_id": seeded.checkpoint_id,
@@ -94,9 +95,7 @@ def _markers(sessions: sessionmaker[Session], cp: int) -> dict[str, str]:
     with sessions.begin() as s:
         return dict(
             s.execute(
-                select(CheckpointTier.tier, CheckpointTier.state).where(
-                    CheckpointTier.checkpoint_id == cp
-                )
+                select(TierCopy.tier, TierCopy.state).where(TierCopy.checkpoint_id == cp)
             ).all()
         )
 
@@ -114,9 +113,7 @@ def test_marking_bad_demotes_in_the_same_transaction_and_only_once(
         # Before commit the marker is already demoted in this transaction.
         assert (
             s.scalar(
-                select(CheckpointTier.state).where(
-                    CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "s3"
-                )
+                select(TierCopy.state).where(TierCopy.checkpoint_id == cp, TierCopy.tier == "s3")
             )
             == "failed"
         )
@@ -124,9 +121,7 @@ def test_marking_bad_demotes_in_the_same_transaction_and_only_once(
     assert _markers(sessions, cp) == {"ssd": "restorable", "lustre": "restorable", "s3": "failed"}
     with sessions.begin() as s:
         reason = s.scalar(
-            select(CheckpointTier.reason).where(
-                CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "s3"
-            )
+            select(TierCopy.reason).where(TierCopy.checkpoint_id == cp, TierCopy.tier == "s3")
         )
         events = s.execute(
             select(Event.kind, Event.tier, Event.detail).where(Event.checkpoint_id == cp)
@@ -185,8 +180,8 @@ def test_repair_plans_only_tiers_it_may_touch_and_shards_with_a_source(
     for state, left in [("pending", "s3: still being copied by the lifecycle"), ("expiring", None)]:
         with sessions.begin() as s:
             s.execute(
-                update(CheckpointTier)
-                .where(CheckpointTier.checkpoint_id == cp, CheckpointTier.tier.in_(TIERS))
+                update(TierCopy)
+                .where(TierCopy.checkpoint_id == cp, TierCopy.tier.in_(TIERS))
                 .values(state=state)
             )
             plan = plan_repair(s, cp, tiers, now, batch_size=500, limit=100)
@@ -224,17 +219,17 @@ def test_scrub_picks_oldest_reads_first_within_budget_and_counts_once(
     older = _everywhere(settings, sessions, new_job(), 5, age_days=100)
     newer = _everywhere(settings, sessions, new_job(), 6, age_days=50)
     with sessions.begin() as s:
-        now = scrub_repo.catalog_now(s)
+        now = catalog_now(s)
         stats = s.get(ScrubStats, "lustre")
         before = (stats.replicas, stats.bytes) if stats else (0, 0)
-        ids, nbytes = scrub_repo.due(s, "lustre", None, timedelta(0), now, budget=250, limit=10)
+        ids, nbytes = scrub.due(s, "lustre", None, timedelta(0), now, budget=250, limit=10)
     older_ids = _replica_ids(sessions, older.checkpoint_id, "lustre")
     newer_ids = _replica_ids(sessions, newer.checkpoint_id, "lustre")
     assert ids[:2] == sorted(older_ids)[:2] and nbytes == 200, (ids, older_ids)
     with sessions.begin() as s:
-        assert scrub_repo.record_good(s, "lustre", ids, now) == 200
-        assert scrub_repo.record_good(s, "lustre", ids, now) == 0  # a retried batch
-        again, _ = scrub_repo.due(s, "lustre", None, timedelta(0), now, budget=10**9, limit=1000)
+        assert scrub.record_good(s, "lustre", ids, now) == 200
+        assert scrub.record_good(s, "lustre", ids, now) == 0  # a retried batch
+        again, _ = scrub.due(s, "lustre", None, timedelta(0), now, budget=10**9, limit=1000)
         stats = s.get(ScrubStats, "lustre")
         assert stats is not None
         assert (stats.replicas - before[0], stats.bytes - before[1]) == (2, 200)
@@ -242,7 +237,7 @@ def test_scrub_picks_oldest_reads_first_within_budget_and_counts_once(
     assert set(newer_ids) <= set(again)
     # With a node: only that node's replicas of a local tier.
     with sessions.begin() as s:
-        local, _ = scrub_repo.due(s, "ssd", "node-b", timedelta(0), now, 10**9, 1000)
+        local, _ = scrub.due(s, "ssd", "node-b", timedelta(0), now, 10**9, 1000)
         nodes = set(s.scalars(select(Replica.node_id).where(Replica.id.in_(local))))
     assert nodes == {"node-b"}
 
@@ -276,9 +271,9 @@ def test_repair_holds_the_tiers_it_reads_against_retention_until_promoted(
 def _holds(sessions: sessionmaker[Session], cp: int) -> dict[str, list[str] | None]:
     with sessions.begin() as s:
         rows = s.execute(
-            select(
-                CheckpointTier.tier, CheckpointTier.rebuild_from, CheckpointTier.rebuild_until
-            ).where(CheckpointTier.checkpoint_id == cp)
+            select(TierCopy.tier, TierCopy.rebuild_from, TierCopy.rebuild_until).where(
+                TierCopy.checkpoint_id == cp
+            )
         ).all()
     assert all((held is None) == (until is None) for _, held, until in rows)
     return {tier: held for tier, held, _ in rows}

@@ -9,7 +9,7 @@ import uuid
 from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, JobTierUsage
+from tierpoint.catalog.models import Checkpoint, Job, JobTierUsage, TierCopy
 
 TIERS = ("ssd", "lustre", "s3")
 
@@ -47,7 +47,7 @@ def register(s: Session, job_id: int, step: int, nbytes: int) -> int:
         .returning(Checkpoint.id)
     ).scalar_one()
     s.execute(
-        insert(CheckpointTier),
+        insert(TierCopy),
         [{"checkpoint_id": cid, "tier": t, "job_id": job_id, "step": step} for t in TIERS],
     )
     return cid
@@ -55,8 +55,8 @@ def register(s: Session, job_id: int, step: int, nbytes: int) -> int:
 
 def flip(s: Session, cid: int, tier: str, state: str) -> None:
     s.execute(
-        update(CheckpointTier)
-        .where(CheckpointTier.checkpoint_id == cid, CheckpointTier.tier == tier)
+        update(TierCopy)
+        .where(TierCopy.checkpoint_id == cid, TierCopy.tier == tier)
         .values(state=state)
     )
 
@@ -84,17 +84,13 @@ def test_totals_follow_every_marker_change(session: Session) -> None:
     # An update that leaves the state as it was (or changes another column) counts nothing.
     flip(s, b, "ssd", "restorable")
     s.execute(
-        update(CheckpointTier)
-        .where(CheckpointTier.checkpoint_id == b, CheckpointTier.tier == "ssd")
+        update(TierCopy)
+        .where(TierCopy.checkpoint_id == b, TierCopy.tier == "ssd")
         .values(quarantine_reason="suspect")
     )
     assert totals(s, job_id)["ssd"] == (50, 1)
 
-    s.execute(
-        delete(CheckpointTier).where(
-            CheckpointTier.checkpoint_id == a, CheckpointTier.tier == "lustre"
-        )
-    )
+    s.execute(delete(TierCopy).where(TierCopy.checkpoint_id == a, TierCopy.tier == "lustre"))
     assert "lustre" not in totals(s, job_id)
 
     # The checkpoint's delete cascades to its markers: its held bytes leave the totals once.

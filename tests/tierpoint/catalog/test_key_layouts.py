@@ -8,9 +8,10 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.lifecycle import NODES, new_job, random_shards, seed_checkpoint
-from tierpoint.catalog import key_layouts
-from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog.job.lookup import checkpoint_head
 from tierpoint.catalog.models import Replica, Shard
+from tierpoint.catalog.tier_copy import key_layouts
+from tierpoint.catalog.tier_copy.machine import ensure_tier_copies
 from tierpoint.config import Settings
 from tierpoint.storage.s3.layout import FLAT, KeyLayout
 
@@ -18,9 +19,9 @@ from tierpoint.storage.s3.layout import FLAT, KeyLayout
 def _checkpoint(settings: Settings, sessions: sessionmaker[Session]) -> int:
     seeded = seed_checkpoint(settings, sessions, new_job(), 1, random_shards(NODES, 1, 10))
     with sessions.begin() as s:
-        head = repo.checkpoint_head(s, seeded.checkpoint_id)
+        head = checkpoint_head(s, seeded.checkpoint_id)
         assert head is not None
-        repo.ensure_markers(s, head, ["lustre", "s3"])
+        ensure_tier_copies(s, head, ["lustre", "s3"])
     return seeded.checkpoint_id
 
 

@@ -12,15 +12,15 @@ from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import (
     Base,
     Checkpoint,
-    CheckpointTier,
     Event,
     Job,
     JobTierUsage,
     Node,
     Replica,
     Shard,
+    TierCopy,
 )
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def _failed_by_a_lost_node(
             )
         )
     session.execute(
-        insert(CheckpointTier).values(
+        insert(TierCopy).values(
             checkpoint_id=cp,
             tier="ssd",
             job_id=job_id,
@@ -152,9 +152,7 @@ def test_local_copies_a_lost_holder_failed_are_restorable_again(empty_url: str) 
             rotten = _failed_by_a_lost_node(s, job_id, 3, "node-h", "verified", "corrupt")
         migrate.upgrade(empty_url)
         with Session(engine) as s:
-            states = dict(
-                s.execute(select(CheckpointTier.checkpoint_id, CheckpointTier.state)).all()
-            )
+            states = dict(s.execute(select(TierCopy.checkpoint_id, TierCopy.state)).all())
             assert states == {intact: "restorable", gone: "failed", rotten: "failed"}, states
             usage = s.execute(select(JobTierUsage.tier, JobTierUsage.checkpoints)).all()
             assert usage == [("ssd", 1)], usage

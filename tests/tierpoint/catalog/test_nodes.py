@@ -11,10 +11,11 @@ from sqlalchemy import Engine, func, insert, select, text, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog import lifecycle_repo as repo
-from tierpoint.catalog.models import Checkpoint, CheckpointTier, Job, Node, Replica, Shard
-from tierpoint.catalog.nodes import lost_among, mark_lost, upsert_node, upsert_nodes
-from tierpoint.catalog.promotion import promote
+from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard, TierCopy
+from tierpoint.catalog.node.registry import lost_among, upsert_node, upsert_nodes
+from tierpoint.catalog.replica.machine import ReplicaWrite, upsert_replicas
+from tierpoint.catalog.tier_copy.node_lost import mark_lost
+from tierpoint.catalog.tier_copy.promotion import promote
 from tierpoint.states import ReplicaState, TierState
 
 
@@ -34,9 +35,7 @@ def one_shard_checkpoint(session: Session, node: str) -> tuple[int, int]:
         .values(checkpoint_id=cp, ordinal=0, path="a", size=10, checksum="0badf00d", node_id=node)
         .returning(Shard.id)
     )
-    session.execute(
-        insert(CheckpointTier).values(checkpoint_id=cp, tier="ssd", job_id=job_id, step=1)
-    )
+    session.execute(insert(TierCopy).values(checkpoint_id=cp, tier="ssd", job_id=job_id, step=1))
     assert cp is not None and shard is not None
     return cp, shard
 
@@ -46,8 +45,8 @@ def declare_lost(session: Session, node: str) -> None:
 
 
 def write(session: Session, cp: int, shard: int, node: str, state: ReplicaState) -> None:
-    w = repo.ReplicaWrite(shard, state, f"/ssd/{node}/a", node, bytes_done=10)
-    repo.upsert_replicas(session, cp, "ssd", [w])
+    w = ReplicaWrite(shard, state, f"/ssd/{node}/a", node, bytes_done=10)
+    upsert_replicas(session, cp, "ssd", [w])
 
 
 def replica_state(session: Session, shard: int) -> str | None:
@@ -157,34 +156,28 @@ def test_a_lost_holder_fails_the_peer_copies_it_held_and_no_local_copy(session: 
     write(session, cp, shard, writer, ReplicaState.VERIFIED)
     assert promote(session, cp, "ssd", [], None).state == TierState.RESTORABLE.value
     job_id = session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == cp))
-    session.execute(
-        insert(CheckpointTier).values(checkpoint_id=cp, tier="peer", job_id=job_id, step=1)
-    )
-    held = repo.ReplicaWrite(shard, ReplicaState.VERIFIED, f"/peer/{holder}/a", holder, 10)
-    repo.upsert_replicas(session, cp, "peer", [held])
+    session.execute(insert(TierCopy).values(checkpoint_id=cp, tier="peer", job_id=job_id, step=1))
+    held = ReplicaWrite(shard, ReplicaState.VERIFIED, f"/peer/{holder}/a", holder, 10)
+    upsert_replicas(session, cp, "peer", [held])
     assert promote(session, cp, "peer", [], None).state == TierState.RESTORABLE.value
 
     out = mark_lost(session, holder, ["ssd"], "ops", ["peer"])
     states = dict(
         session.execute(
-            select(CheckpointTier.tier, CheckpointTier.state).where(
-                CheckpointTier.checkpoint_id == cp
-            )
+            select(TierCopy.tier, TierCopy.state).where(TierCopy.checkpoint_id == cp)
         ).all()
     )
     assert states == {"ssd": "restorable", "peer": "failed"}, states
-    assert (out.replicas_lost, out.markers_failed) == (1, 1)
+    assert (out.replicas_lost, out.tier_copies_failed) == (1, 1)
     assert [c.checkpoint_id for c in out.checkpoints] == [cp]
     assert [c for c, _, _ in out.peer_copies_lost] == [cp]
 
     # The writer itself lost: its local copy lost its bytes and fails.
     out = mark_lost(session, writer, ["ssd"], "ops", ["peer"])
-    assert out.markers_failed == 1
+    assert out.tier_copies_failed == 1
     assert (
         session.scalar(
-            select(CheckpointTier.state).where(
-                CheckpointTier.checkpoint_id == cp, CheckpointTier.tier == "ssd"
-            )
+            select(TierCopy.state).where(TierCopy.checkpoint_id == cp, TierCopy.tier == "ssd")
         )
         == TierState.FAILED.value
     )

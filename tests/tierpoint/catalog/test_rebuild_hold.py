@@ -10,23 +10,24 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.expiry_repo import begin_expiry, plan_expiries
+from tierpoint.catalog.holds.rebuild import REBUILD_HOLD, hold_sources
+from tierpoint.catalog.locks import RowLock, lock_checkpoint
 from tierpoint.catalog.models import (
     Checkpoint,
-    CheckpointTier,
     Job,
     Node,
     Replica,
     RetentionPolicy,
     Shard,
+    TierCopy,
 )
-from tierpoint.catalog.promotion import promote
-from tierpoint.catalog.rebuild_repo import REBUILD_HOLD, hold_sources, lock_checkpoint
-from tierpoint.catalog.snapshot import take_snapshot
-from tierpoint.config import TierKind
+from tierpoint.catalog.policy.snapshot import take_snapshot
+from tierpoint.catalog.tier_copy.expiry import begin_expiry, plan_expiries
+from tierpoint.catalog.tier_copy.promotion import promote
 from tierpoint.contract.retention import BeginState
 from tierpoint.retention.policy import Policy, TierRef
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 TIERS = (
     TierRef("ssd", TierKind.LOCAL),
@@ -77,9 +78,7 @@ def _checkpoint(session: Session, job: Job, step: int, peer_state: str, now: dat
     session.flush()
     states = {"ssd": "restorable", "peer": peer_state, "lustre": "restorable", "s3": "restorable"}
     for tier, state in states.items():
-        session.add(
-            CheckpointTier(checkpoint_id=cp.id, tier=tier, job_id=job.id, step=step, state=state)
-        )
+        session.add(TierCopy(checkpoint_id=cp.id, tier=tier, job_id=job.id, step=step, state=state))
         for sh in shards:
             node = lost if tier == "ssd" else holder if tier == "peer" else None
             replica_state = "lost" if state == "failed" else "verified"
@@ -100,9 +99,7 @@ def _checkpoint(session: Session, job: Job, step: int, peer_state: str, now: dat
 
 def _state(session: Session, cid: int, tier: str) -> str:
     return session.scalars(
-        select(CheckpointTier.state).where(
-            CheckpointTier.checkpoint_id == cid, CheckpointTier.tier == tier
-        )
+        select(TierCopy.state).where(TierCopy.checkpoint_id == cid, TierCopy.tier == tier)
     ).one()
 
 
@@ -117,7 +114,7 @@ def test_the_recheck_refuses_an_expiry_of_a_source_held_since_the_plan(session: 
     assert (one, "lustre") in {(t.checkpoint_id, t.tier) for t in stale.tasks}
 
     # Re-replication plans: the lost node's shards are read from lustre.
-    assert lock_checkpoint(session, one)
+    assert lock_checkpoint(session, one, RowLock.NO_KEY_UPDATE)
     hold_sources(session, one, "peer", ["lustre"], now)
     begun = begin_expiry(session, job.name, one, "lustre", TIERS, now)
     assert begun.state is BeginState.SKIPPED
@@ -131,9 +128,7 @@ def test_the_recheck_refuses_an_expiry_of_a_source_held_since_the_plan(session: 
     outcome = promote(session, one, "peer", [], "no live node to hold a copy")
     assert outcome.state == TierState.FAILED.value
     marker = session.scalars(
-        select(CheckpointTier).where(
-            CheckpointTier.checkpoint_id == one, CheckpointTier.tier == "peer"
-        )
+        select(TierCopy).where(TierCopy.checkpoint_id == one, TierCopy.tier == "peer")
     ).one()
     session.refresh(marker)
     assert (marker.rebuild_from, marker.rebuild_until) == (None, None)

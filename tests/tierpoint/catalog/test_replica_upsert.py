@@ -9,9 +9,10 @@ import uuid
 from sqlalchemy import event, insert, select, update
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog import lifecycle_repo as repo
+from tierpoint.catalog.checkpoint.shards import batch_shards
 from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard
-from tierpoint.catalog.nodes import upsert_node
+from tierpoint.catalog.node.registry import upsert_node
+from tierpoint.catalog.replica.machine import ReplicaWrite, upsert_replicas
 from tierpoint.states import ReplicaState
 
 SHARDS = 6
@@ -56,15 +57,15 @@ def rows(session: Session, tier: str, shards: list[int]) -> dict[int, Replica]:
     return {r.shard_id: r for r in found}
 
 
-def w(shard: int, state: ReplicaState, node: str, done: int = 10) -> repo.ReplicaWrite:
-    return repo.ReplicaWrite(shard, state, f"/lustre/s{shard}", node, bytes_done=done)
+def w(shard: int, state: ReplicaState, node: str, done: int = 10) -> ReplicaWrite:
+    return ReplicaWrite(shard, state, f"/lustre/s{shard}", node, bytes_done=done)
 
 
 def test_many_replicas_in_one_call_each_with_its_own_state(session: Session) -> None:
     node = f"node-{uuid.uuid4().hex[:8]}"
     cp, shards = checkpoint(session, node)
     states = [ReplicaState.VERIFIED, ReplicaState.COPYING, ReplicaState.PENDING] * 2
-    repo.upsert_replicas(
+    upsert_replicas(
         session,
         cp,
         "lustre",
@@ -78,13 +79,13 @@ def test_many_replicas_in_one_call_each_with_its_own_state(session: Session) -> 
     assert [got[s].verified_at is not None for s in shards] == [
         st is ReplicaState.VERIFIED for st in states
     ]
-    repo.upsert_replicas(session, cp, "lustre", [])  # an empty flush runs no statement
+    upsert_replicas(session, cp, "lustre", [])  # an empty flush runs no statement
 
 
 def test_a_copy_run_again_keeps_what_it_must(session: Session) -> None:
     node = f"node-{uuid.uuid4().hex[:8]}"
     cp, (verified, expiring, copying, pending, *_) = checkpoint(session, node)
-    repo.upsert_replicas(
+    upsert_replicas(
         session,
         cp,
         "lustre",
@@ -98,7 +99,7 @@ def test_a_copy_run_again_keeps_what_it_must(session: Session) -> None:
     session.execute(update(Replica).where(Replica.shard_id == expiring).values(state="expiring"))
     first_verified_at = rows(session, "lustre", [verified])[verified].verified_at
 
-    repo.upsert_replicas(
+    upsert_replicas(
         session,
         cp,
         "lustre",
@@ -123,8 +124,8 @@ def test_a_flush_that_writes_a_shard_twice_leaves_it_as_written_in_order(session
     within one interval): the rows reach the catalog as if written one by one, in order."""
     node = f"node-{uuid.uuid4().hex[:8]}"
     cp, (a, b, c, *_) = checkpoint(session, node)
-    repo.upsert_replicas(session, cp, "lustre", [w(c, ReplicaState.COPYING, node, done=4)])
-    repo.upsert_replicas(
+    upsert_replicas(session, cp, "lustre", [w(c, ReplicaState.COPYING, node, done=4)])
+    upsert_replicas(
         session,
         cp,
         "lustre",
@@ -160,7 +161,7 @@ def test_a_flush_is_one_statement_per_run_not_one_per_row(session: Session) -> N
     try:
         writes = [w(s, ReplicaState.COPYING, node) for s in shards]
         writes += [w(s, ReplicaState.VERIFIED, node) for s in shards]
-        repo.upsert_replicas(session, cp, "lustre", writes)
+        upsert_replicas(session, cp, "lustre", writes)
     finally:
         event.remove(engine, "before_cursor_execute", count)
     assert executions == [False, False]
@@ -170,10 +171,10 @@ def test_a_flush_is_one_statement_per_run_not_one_per_row(session: Session) -> N
 def test_batch_shards_reads_the_range_with_both_tiers_replicas(session: Session) -> None:
     node = f"node-{uuid.uuid4().hex[:8]}"
     cp, shards = checkpoint(session, node)
-    repo.upsert_replicas(session, cp, "ssd", [w(s, ReplicaState.VERIFIED, node) for s in shards])
-    repo.upsert_replicas(session, cp, "lustre", [w(shards[2], ReplicaState.COPYING, node)])
+    upsert_replicas(session, cp, "ssd", [w(s, ReplicaState.VERIFIED, node) for s in shards])
+    upsert_replicas(session, cp, "lustre", [w(shards[2], ReplicaState.COPYING, node)])
 
-    batch = repo.batch_shards(session, cp, node, 1, 3, "lustre", source_tier="ssd")
+    batch = batch_shards(session, cp, node, 1, 3, "lustre", source_tier="ssd")
     assert [(b.ordinal, b.path, b.size, b.node_id) for b in batch] == [
         (i, f"s{i}", 10, node) for i in (1, 2, 3)
     ]
@@ -181,7 +182,7 @@ def test_batch_shards_reads_the_range_with_both_tiers_replicas(session: Session)
     assert [b.state for b in batch] == [None, "copying", None]
 
     # The first tier has no source: the seal reads its shards alone.
-    sealed = repo.batch_shards(session, cp, node, 0, SHARDS - 1, "ssd")
+    sealed = batch_shards(session, cp, node, 0, SHARDS - 1, "ssd")
     assert [b.ordinal for b in sealed] == list(range(SHARDS))
     assert {b.source_state for b in sealed} == {None} and {b.state for b in sealed} == {"verified"}
-    assert repo.batch_shards(session, cp, "another-node", 0, SHARDS - 1, "ssd") == []
+    assert batch_shards(session, cp, "another-node", 0, SHARDS - 1, "ssd") == []

@@ -13,15 +13,16 @@ from sqlalchemy.orm import Session
 from tests.helpers.planner_builders import TIERS
 from tierpoint.catalog.models import (
     Checkpoint,
-    CheckpointTier,
     Job,
     Node,
     Replica,
     RestoreLease,
     RetentionPolicy,
     Shard,
+    TierCopy,
 )
-from tierpoint.catalog.snapshot import dry_run, policy_for_job, take_snapshot
+from tierpoint.catalog.policy.assigned import policy_for_job
+from tierpoint.catalog.policy.snapshot import dry_run, take_snapshot
 from tierpoint.errors import JobNotFound
 from tierpoint.retention import (
     DEFAULT_POLICY,
@@ -29,9 +30,9 @@ from tierpoint.retention import (
     ExpiryRule,
     KeepReason,
     Policy,
-    TierCopy,
     plan,
 )
+from tierpoint.retention import models as planned
 from tierpoint.states import TierState
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -80,9 +81,7 @@ def _checkpoint(
     session.add_all(shards)
     session.flush()
     for tier, state in markers.items():
-        session.add(
-            CheckpointTier(checkpoint_id=cp.id, tier=tier, job_id=job.id, step=step, state=state)
-        )
+        session.add(TierCopy(checkpoint_id=cp.id, tier=tier, job_id=job.id, step=step, state=state))
     for tier, states in replicas.items():
         for shard, (state, done) in zip(shards, states, strict=True):
             session.add(
@@ -152,8 +151,8 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
         meta={"tags": "keep"},
     )
     session.execute(
-        update(CheckpointTier)
-        .where(CheckpointTier.checkpoint_id == c3.id, CheckpointTier.tier == "ssd")
+        update(TierCopy)
+        .where(TierCopy.checkpoint_id == c3.id, TierCopy.tier == "ssd")
         .values(quarantine_reason="bad read", quarantine_evidence=True)
     )
     c4 = _checkpoint(
@@ -200,9 +199,9 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
             created_at=c1.created_at,
             total_bytes=30,
             copies={
-                "ssd": TierCopy(state=TierState.RESTORABLE, verified=True, bytes=30),
-                "lustre": TierCopy(state=TierState.RESTORABLE, verified=True, bytes=30),
-                "s3": TierCopy(state=TierState.PENDING, verified=False, bytes=5),
+                "ssd": planned.TierCopy(state=TierState.RESTORABLE, verified=True, bytes=30),
+                "lustre": planned.TierCopy(state=TierState.RESTORABLE, verified=True, bytes=30),
+                "s3": planned.TierCopy(state=TierState.PENDING, verified=False, bytes=5),
             },
         ),
         CheckpointInfo(
@@ -213,8 +212,8 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
             pinned=True,
             tags=frozenset({"best"}),
             copies={
-                "ssd": TierCopy(state=TierState.RESTORABLE, verified=False, bytes=10),
-                "lustre": TierCopy(state=TierState.FAILED, verified=False, bytes=30),
+                "ssd": planned.TierCopy(state=TierState.RESTORABLE, verified=False, bytes=10),
+                "lustre": planned.TierCopy(state=TierState.FAILED, verified=False, bytes=30),
             },
         ),
         CheckpointInfo(
@@ -227,14 +226,14 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
             leased=True,
             copies={
                 # An operator's (evidence); the checkpoint's own quarantine is a job's.
-                "ssd": TierCopy(
+                "ssd": planned.TierCopy(
                     state=TierState.RESTORABLE,
                     verified=True,
                     bytes=7,
                     quarantined=True,
                     evidence=True,
                 ),
-                "lustre": TierCopy(state=TierState.EXPIRING, verified=False, bytes=7),
+                "lustre": planned.TierCopy(state=TierState.EXPIRING, verified=False, bytes=7),
             },
         ),
         CheckpointInfo(
@@ -242,7 +241,7 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
             step=4,
             created_at=c4.created_at,
             total_bytes=5,
-            copies={"ssd": TierCopy(state=TierState.RESTORABLE, verified=True, bytes=5)},
+            copies={"ssd": planned.TierCopy(state=TierState.RESTORABLE, verified=True, bytes=5)},
         ),
         CheckpointInfo(
             id=c5.id,
@@ -250,8 +249,8 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
             created_at=c5.created_at,
             total_bytes=10,
             copies={
-                "ssd": TierCopy(state=TierState.EXPIRED, verified=False, bytes=0),
-                "lustre": TierCopy(state=TierState.RESTORABLE, verified=True, bytes=10),
+                "ssd": planned.TierCopy(state=TierState.EXPIRED, verified=False, bytes=0),
+                "lustre": planned.TierCopy(state=TierState.RESTORABLE, verified=True, bytes=10),
             },
         ),
     )

@@ -13,7 +13,6 @@ from tests.helpers.planner_builders import (
     run_history,
     snapshot,
 )
-from tierpoint.config import TierKind
 from tierpoint.retention import (
     DEFAULT_POLICY,
     ExpiryRule,
@@ -25,6 +24,7 @@ from tierpoint.retention import (
     plan,
 )
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 ISSUE_POLICY = Policy.from_spec(
     {

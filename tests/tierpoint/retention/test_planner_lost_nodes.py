@@ -8,9 +8,9 @@ from datetime import timedelta
 
 from tests.helpers.planner_builders import T0, checkpoint, good, snapshot
 from tests.helpers.planner_invariants import check_plan
-from tierpoint.config import TierKind
 from tierpoint.retention import ExpiryRule, KeepReason, Policy, TierCopy, TierRef, plan
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 NOW = T0 + timedelta(days=1)
 PEER_TIERS = (

@@ -14,7 +14,6 @@ from tests.helpers.planner_builders import T0, apply, run_history
 from tests.helpers.planner_invariants import PROTECTIONS as STATED_PROTECTIONS
 from tests.helpers.planner_invariants import check_plan, keeps_everything, rule_of, targets
 from tests.helpers.properties import examples
-from tierpoint.config import TierKind
 from tierpoint.retention import (
     CheckpointInfo,
     KeepEvery,
@@ -30,6 +29,7 @@ from tierpoint.retention import (
 from tierpoint.retention.models import PROTECTIONS
 from tierpoint.retention.policy import parse_duration
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 # Sized to keep the suite well under a minute on a busy 2-core machine; raise it for a soak run:
 # TIERPOINT_RETENTION_EXAMPLES=20000 pytest tests/tierpoint/retention

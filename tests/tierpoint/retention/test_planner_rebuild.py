@@ -13,10 +13,10 @@ from hypothesis import given
 
 from tests.helpers.planner_builders import T0, checkpoint, good, snapshot
 from tests.helpers.planner_invariants import check_plan
-from tierpoint.config import TierKind
 from tierpoint.retention import ExpiryRule, KeepReason, Policy, TierCopy, TierRef, plan
 from tierpoint.retention.models import CheckpointInfo, RetentionSnapshot
 from tierpoint.states import TierState
+from tierpoint.tier_config import TierKind
 
 from .test_planner_properties import SETTINGS, cases
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.helpers.planner_builders import T0, TIERS, checkpoint, good, snapshot
-from tierpoint.config import Settings, TierConfig, TierKind
+from tierpoint.config import Settings
 from tierpoint.retention import (
     DEFAULT_POLICY,
     KeepEvery,
@@ -25,6 +25,7 @@ from tierpoint.retention import (
     tier_refs,
 )
 from tierpoint.retention.policy import format_duration, parse_duration
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 def test_issue_policy_document_round_trips() -> None:

@@ -1,4 +1,5 @@
-"""Fixtures for the tier backends: real directories under tmp_path, the session's real moto S3."""
+"""Fixtures for the tier backends: real directories under tmp_path; the S3 store's tests run on
+the session's moto and on a real Ceph RADOS Gateway (`s3_endpoint`)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.services import Services, make_bucket
-from tests.helpers.services import s3_client as session_s3_client
+from tests.helpers.s3_endpoints import S3Endpoint, moto_endpoint
+from tests.helpers.services import Services
 from tests.helpers.storage import MiB
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import s3_client
 from tierpoint.storage.s3.layout import FLAT
 from tierpoint.storage.s3.store import S3Store
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 @pytest.fixture
@@ -31,26 +32,26 @@ def posix_store(shared_root: Path) -> PosixStore:
     return PosixStore(tier, buffer_size=256 * 1024)
 
 
+@pytest.fixture(params=["moto", "rgw"])
+def s3_endpoint(request: pytest.FixtureRequest, services: Services) -> S3Endpoint:
+    if request.param == "rgw":
+        endpoint: S3Endpoint = request.getfixturevalue("rgw")
+        return endpoint
+    return moto_endpoint(services)
+
+
 @pytest.fixture
-def s3_tier(services: Services) -> TierConfig:
-    return TierConfig(
-        name="s3",
-        kind=TierKind.S3,
-        bucket=make_bucket(services),
-        prefix="ckpt/",
-        endpoint_url=services.s3_endpoint_url,
-        region=services.s3_region,
-        multipart_part_size=5 * MiB,
-        multipart_concurrency=2,
-    )
+def s3_tier(s3_endpoint: S3Endpoint) -> TierConfig:
+    return s3_endpoint.tier(prefix="ckpt/", multipart_part_size=5 * MiB, multipart_concurrency=2)
 
 
 @pytest.fixture
 def s3_store(s3_tier: TierConfig) -> S3Store:
-    return S3Store(s3_tier, s3_client(s3_tier.endpoint_url, s3_tier.region), layout=FLAT)
+    client = s3_client(s3_tier.endpoint_url, s3_tier.region, credentials=s3_tier)
+    return S3Store(s3_tier, client, layout=FLAT)
 
 
 @pytest.fixture
-def raw_s3(services: Services) -> Any:
+def raw_s3(s3_endpoint: S3Endpoint) -> Any:
     """A plain boto3 client, as another program (or an attacker) would use the bucket."""
-    return session_s3_client(services)
+    return s3_endpoint.client()

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.storage import new_ref
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import RecordedCopy, ShardRef
 from tierpoint.storage.paths import partial_name, validate_relative_path
 from tierpoint.storage.posix.confined import OPENAT2
 from tierpoint.storage.posix.store import PosixStore
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 @pytest.mark.parametrize(

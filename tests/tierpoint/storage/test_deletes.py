@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from tests.helpers.storage import InterruptedSource, MiB, new_ref, recorded
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import RecordedCopy, ShardRef
 from tierpoint.storage.paths import aside_name, partial_name
 from tierpoint.storage.posix.confined import OPENAT2
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.s3.store import S3Store
+from tierpoint.tier_config import TierConfig, TierKind
 
 RESOLVERS = [
     pytest.param(

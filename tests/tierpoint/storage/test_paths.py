@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from tests.helpers.properties import examples
 from tests.helpers.storage import new_ref
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import RecordedCopy, ShardRef
 from tierpoint.storage.paths import validate_name, validate_relative_path
 from tierpoint.storage.posix.store import PosixStore
+from tierpoint.tier_config import TierConfig, TierKind
 
 BAD_PATHS = [
     "",

@@ -18,13 +18,13 @@ from tests.helpers.storage import (
     random_bytes,
     recorded,
 )
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import RecordedCopy, ResumeState, ShardRef, SourceSizeMismatch
 from tierpoint.storage.checksum import crc32c_hex, crc32c_of
 from tierpoint.storage.paths import PARTIAL_SUFFIX, partial_name
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import open_store
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 def partials(root: Path) -> list[Path]:

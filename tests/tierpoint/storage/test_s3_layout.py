@@ -15,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers.s3_proxy import Shaping, shaping_proxy
-from tierpoint.config import NAME_RE, TierConfig, TierKind
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.paths import PARTIAL_SUFFIX
 from tierpoint.storage.registry import open_store
@@ -27,6 +26,7 @@ from tierpoint.storage.s3.layout import (
     layout_in_force,
 )
 from tierpoint.storage.s3.store import S3Store
+from tierpoint.tier_config import NAME_RE, TierConfig, TierKind
 
 
 def _spread_key(prefix: str, n: int, job: str, step: int, path: str) -> str:

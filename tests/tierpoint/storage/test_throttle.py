@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.registry import open_store, read_limiter
 from tierpoint.storage.throttle import TokenBucket
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 class FakeTime:

@@ -29,6 +29,7 @@ _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437, "riscv64": 437, "pp
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
+# guard: posix-paths-refuse-symlinks
 _RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 # The kernel may refuse a RESOLVE_BENEATH walk that raced with a rename elsewhere: try again.
@@ -90,6 +91,7 @@ def _walk_nofollow(root_fd: int, parts: Sequence[str]) -> int:
     try:
         for i, part in enumerate(parts):
             try:
+                # guard: posix-walk-nofollow
                 nxt = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as e:
                 # O_NOFOLLOW | O_DIRECTORY on a symlink fails with ENOTDIR (or ELOOP): tell a
@@ -185,6 +187,7 @@ def open_root(root: str) -> int:
 def open_entry(dir_fd: int, name: str, flags: int, mode: int = 0o644) -> int:
     """Open `name` in the directory, never following a symlink there."""
     try:
+        # guard: posix-entry-nofollow
         return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     except OSError as e:
         if e.errno == errno.ELOOP:

@@ -69,6 +69,7 @@ def put_back(dir_fd: int, aside: str, name: str) -> bool:
     (or already gone from aside: another delete of the shard settled it), False when it stays
     aside because `name` was taken meanwhile, or this file system can do neither."""
     try:
+        # guard: delete-puts-back-without-replacing
         renameat_noreplace(dir_fd, aside, name)
         return True
     except FileExistsError:

@@ -80,6 +80,7 @@ def _settle(dir_fd: int, name: str, aside: str, is_recorded: IsRecorded) -> Remo
         st = lstat_entry(dir_fd, aside)
     except FileNotFoundError:
         return Removed()
+    # guard: delete-checks-identity
     if stat.S_ISREG(st.st_mode) and is_recorded(dir_fd, aside, st):
         try:
             os.unlink(aside, dir_fd=dir_fd)

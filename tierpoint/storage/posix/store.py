@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import (
     ByteSource,
@@ -73,6 +72,7 @@ from tierpoint.storage.posix.removal import (
 from tierpoint.storage.posix.streams import device_crc32c, prefetched_chunks
 from tierpoint.storage.source import check_source_end, position_source
 from tierpoint.storage.throttle import TokenBucket
+from tierpoint.tier_config import TierConfig, TierKind
 
 DEFAULT_BUFFER_SIZE = 8 * 1024 * 1024
 
@@ -215,6 +215,7 @@ class PosixStore:
             return VerifyResult(
                 ok=False, size=read_size, crc32c=got, reason=reason, identity=identity
             )
+        # guard: posix-verify-crc
         if crc != expected:
             reason = f"crc32c {got} != {crc32c.lower()}"
             return VerifyResult(
@@ -338,6 +339,7 @@ class PosixStore:
             return DeleteReport()
         deleted, kept = 0, []
         with opened(root_fd):
+            # guard: expiry-deletes-only-registered
             for parts, named in by_dir.items():
                 try:
                     dir_fd = open_dir(root_fd, parts, use_openat2=self.openat2)
@@ -366,6 +368,7 @@ class PosixStore:
         """Remove an abandoned temp file `<job>/<rel>` that reconcile found; only a regular file
         named like ours is removed. True if one was."""
         *sub, name = [validate_name(job), *rel.split("/")]
+        # guard: reconcile-removes-only-our-temp-files
         if not is_partial_name(name) or not sub[1:]:
             return False
         try:

@@ -23,13 +23,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tierpoint.config import KeyLayoutKind, TierKind
 from tierpoint.storage.paths import checkpoint_parts
+from tierpoint.tier_config import KeyLayoutKind, TierKind
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from tierpoint.config import TierConfig
+    from tierpoint.tier_config import TierConfig
 
 # S3 partitions far past this, but reconciliation lists each prefix per job: a bound keeps that
 # cost known (and 256 x 3,500 PUT/s is more than any one checkpoint needs).

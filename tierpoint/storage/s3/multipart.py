@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
-from tierpoint.config import TierConfig
 from tierpoint.storage.base import (
     ByteSource,
     ChecksumMismatch,
@@ -37,8 +36,14 @@ from tierpoint.storage.base import (
 from tierpoint.storage.checksum import crc32c_combine, crc32c_hex, crc32c_of, crc32c_to_base64
 from tierpoint.storage.s3.buffers import PartBuffers
 from tierpoint.storage.s3.object_options import object_write_args
-from tierpoint.storage.s3.responses import FULL_OBJECT, error_code, stored_crc32c
+from tierpoint.storage.s3.responses import (
+    FULL_OBJECT,
+    error_code,
+    is_upload_gone,
+    stored_crc32c,
+)
 from tierpoint.storage.source import check_source_end, position_source, read_full
+from tierpoint.tier_config import TierConfig
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -162,27 +167,27 @@ class MultipartUploads:
 
     def _list_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]] | None:
         parts: dict[int, dict[str, Any]] = {}
-        marker = 0
+        after_part = 0
         while True:
             try:
                 resp = self.client.list_parts(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumberMarker=marker
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumberMarker=after_part
                 )
             except ClientError as e:
-                if error_code(e) in ("NoSuchUpload", "404"):
+                if is_upload_gone(e):
                     return None
                 raise
             for p in resp.get("Parts", []):
                 parts[int(p["PartNumber"])] = cast(dict[str, Any], p)
             if not resp.get("IsTruncated"):
                 return parts
-            marker = int(resp["NextPartNumberMarker"])
+            after_part = int(resp["NextPartNumberMarker"])
 
     def abort(self, key: str, upload_id: str) -> None:
         try:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
         except ClientError as e:
-            if error_code(e) not in ("NoSuchUpload", "404"):
+            if not is_upload_gone(e):
                 raise
 
     def abort_uploads(self, prefix: str, keys: Container[str]) -> None:

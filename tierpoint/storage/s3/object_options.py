@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from tierpoint.config import ServerSideEncryption, StorageClass, TierConfig
+from tierpoint.tier_config import ServerSideEncryption, StorageClass, TierConfig
 
 
 def object_write_args(config: TierConfig) -> dict[str, Any]:

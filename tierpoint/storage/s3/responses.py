@@ -19,6 +19,12 @@ def is_not_found(e: ClientError) -> bool:
     return error_code(e) in ("404", "NoSuchKey", "NotFound")
 
 
+def is_upload_gone(e: ClientError) -> bool:
+    """The multipart upload named does not exist (any more): AWS and moto answer NoSuchUpload,
+    Ceph RGW NoSuchKey."""
+    return error_code(e) in ("NoSuchUpload", "NoSuchKey", "404")
+
+
 def stored_crc32c(head: dict[str, Any]) -> int | None:
     """The object's whole-content CRC32C as S3 stored it, None if S3 has no such value
     (no CRC32C, or a COMPOSITE checksum of part checksums)."""

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from botocore.exceptions import ClientError
 
-from tierpoint.config import TierConfig, TierKind
 from tierpoint.storage.base import (
     LEFT_EXAMPLES,
     ByteSource,
@@ -40,6 +39,7 @@ from tierpoint.storage.s3.reader import S3Reader
 from tierpoint.storage.s3.responses import is_not_found, stored_crc32c, whole_object_checksum
 from tierpoint.storage.source import check_source_end, position_source, read_full
 from tierpoint.storage.throttle import TokenBucket
+from tierpoint.tier_config import TierConfig, TierKind
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -159,6 +159,7 @@ class S3Store:
                     crc32c=crc32c_hex(stored),
                     reason=f"size {actual_size} != {size}",
                 )
+        # guard: s3-verify-crc
         got = crc32c_hex(stored)
         if stored != expected:
             return VerifyResult(
@@ -223,6 +224,7 @@ class S3Store:
         # lets a step be registered again, and so written again, only after its old copies'
         # deletes are done (`activities/retention.py: delete_copy`).
         paths = [c.path for c in copies]
+        # guard: s3-deletes-only-registered
         keys = [self.key(ShardRef(job, step, p)) for p in paths]
         prefixes = self.checkpoint_prefixes(job, step, paths)
         deleted = 0

@@ -1,0 +1,103 @@
+"""A checkpoint's shards as the lifecycle's activities read them: ordinals by node (the input of
+batching), one batch's shards with their replicas on the tiers a copy reads and writes, and the
+checksums a seal computed for shards registered without one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import Executable, Table, and_, bindparam, null, select, update
+from sqlalchemy.orm import Session, aliased
+
+from tierpoint.catalog.models import Replica, Shard
+
+_shard_table = cast(Table, Shard.__table__)
+
+
+@dataclass(frozen=True)
+class BatchShard:
+    id: int
+    ordinal: int
+    path: str
+    size: int
+    checksum: str | None
+    node_id: str
+    source_state: str | None  # replica state on the source tier (None: no replica)
+    state: str | None  # replica state on the tier being written (None: no replica yet)
+
+
+def shard_ordinals_by_node(session: Session, checkpoint_id: int) -> list[tuple[str, int, int]]:
+    """(node, ordinal, size) of every shard, ordered by node then ordinal: the input of
+    batching."""
+    rows = session.execute(
+        select(Shard.node_id, Shard.ordinal, Shard.size)
+        .where(Shard.checkpoint_id == checkpoint_id)
+        .order_by(Shard.node_id, Shard.ordinal)
+    )
+    return [(n, o, size) for n, o, size in rows]
+
+
+# The batch's shards with their replica on the tier being copied to (and on its source tier):
+# built once, as building a select over aliases costs more than running it.
+_DST = aliased(Replica, name="dst")
+
+
+_SRC = aliased(Replica, name="src")
+
+
+def _batch_shards_stmt(with_source: bool) -> Executable:
+    stmt = (
+        select(
+            Shard.id,
+            Shard.ordinal,
+            Shard.path,
+            Shard.size,
+            Shard.checksum,
+            Shard.node_id,
+            _SRC.state if with_source else null(),
+            _DST.state,
+        )
+        .outerjoin(_DST, and_(_DST.shard_id == Shard.id, _DST.tier == bindparam("tier")))
+        .where(
+            Shard.checkpoint_id == bindparam("checkpoint_id"),
+            Shard.node_id == bindparam("node"),
+            Shard.ordinal.between(bindparam("first"), bindparam("last")),
+        )
+        .order_by(Shard.ordinal)
+    )
+    if with_source:
+        stmt = stmt.outerjoin(
+            _SRC, and_(_SRC.shard_id == Shard.id, _SRC.tier == bindparam("source_tier"))
+        )
+    return stmt
+
+
+_BATCH_SHARDS = {True: _batch_shards_stmt(True), False: _batch_shards_stmt(False)}
+
+
+def batch_shards(
+    session: Session,
+    checkpoint_id: int,
+    node: str,
+    first: int,
+    last: int,
+    tier: str,
+    source_tier: str | None = None,
+) -> list[BatchShard]:
+    params = {"checkpoint_id": checkpoint_id, "node": node, "first": first, "last": last}
+    params |= {"tier": tier, "source_tier": source_tier}
+    stmt = _BATCH_SHARDS[source_tier is not None]
+    return [BatchShard(*row) for row in session.execute(stmt, params)]
+
+
+def fill_checksums(session: Session, checksums: dict[int, str]) -> None:
+    """Record checksums computed at seal for shards registered without one."""
+    if not checksums:
+        return
+    session.connection().execute(
+        update(_shard_table)
+        .where(_shard_table.c.id == bindparam("sid"), _shard_table.c.checksum.is_(None))
+        .values(checksum=bindparam("crc")),
+        [{"sid": sid, "crc": crc} for sid, crc in checksums.items()],
+    )

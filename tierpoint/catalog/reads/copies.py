@@ -1,0 +1,89 @@
+"""One checkpoint's copy on one tier, as the integrity checks an operator or a reader asks for
+see it: how many of its replicas are verified, one shard's replica there, and what became of a
+replica after it was reported bad."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import and_, func, select
+from sqlalchemy.orm import Session
+
+from tierpoint.catalog.job.lookup import find_checkpoint
+from tierpoint.catalog.models import VERIFIED, Replica, Shard, TierCopy
+from tierpoint.errors import CopyNotFound
+
+
+@dataclass(frozen=True)
+class CopyRef:
+    checkpoint_id: int
+    job_id: int
+    shard_id: int
+    replica_id: int
+    node: str | None
+    state: str
+    recently_read: bool
+
+
+@dataclass(frozen=True)
+class CopyState:
+    replica: str | None
+    tier_copy: str | None
+    # Verified replicas of the same shard on the other tiers: the sources a repair can copy from.
+    sources: int
+
+
+def verified_replicas(session: Session, checkpoint_id: int, tier: str) -> int:
+    n = session.scalar(
+        select(func.count()).where(
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier == tier,
+            Replica.state == VERIFIED,
+        )
+    )
+    return int(n or 0)
+
+
+def find_copy(
+    session: Session, job: str, step: int, tier: str, path: str, recheck_after: timedelta
+) -> CopyRef:
+    """The replica of shard `path` of (job, step) on `tier` (the caller checked the tier is
+    configured); `recently_read` when it was read back within `recheck_after`. Raises
+    JobNotFound, CheckpointNotFound, CopyNotFound."""
+    cp = find_checkpoint(session, job, step)
+    row = (
+        session.execute(
+            select(
+                Shard.id,
+                Replica.id,
+                Replica.node_id,
+                Replica.state,
+                Replica.scrubbed_at > func.now() - recheck_after,
+            )
+            .outerjoin(Replica, and_(Replica.shard_id == Shard.id, Replica.tier == tier))
+            .where(Shard.checkpoint_id == cp.id, Shard.path == path)
+        )
+    ).one_or_none()
+    if row is None:
+        raise CopyNotFound(f"{job}/{step} has no shard {path!r}")
+    if row[1] is None:
+        raise CopyNotFound(f"{job}/{step}: {path!r} has no copy on tier {tier!r}")
+    return CopyRef(cp.id, cp.job_id, row[0], row[1], row[2], row[3], bool(row[4]))
+
+
+def copy_state(session: Session, ref: CopyRef, tier: str) -> CopyState:
+    state = session.scalar(select(Replica.state).where(Replica.id == ref.replica_id))
+    tier_copy = session.scalar(
+        select(TierCopy.state).where(
+            TierCopy.checkpoint_id == ref.checkpoint_id, TierCopy.tier == tier
+        )
+    )
+    sources = session.scalar(
+        select(func.count()).where(
+            Replica.shard_id == ref.shard_id,
+            Replica.tier != tier,
+            Replica.state == VERIFIED,
+        )
+    )
+    return CopyState(state, tier_copy, int(sources or 0))

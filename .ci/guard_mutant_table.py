@@ -686,6 +686,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/api/test_expiry_races.py::"
             "test_a_pin_waiting_for_a_begun_expiry_is_refused_naming_the_tiers",
+            "tests/tierpoint/catalog/holds/test_pins.py::"
+            "test_a_pin_during_an_expiry_is_refused_naming_the_tiers_and_changes_nothing",
         ),
         "a pin is not accepted for a checkpoint whose copy retention is already deleting",
     ),

@@ -675,6 +675,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/apps/cli/test_token_bootstrap.py::"
             "test_bootstrap_makes_one_admin_token_however_often_it_runs",
+            "tests/tierpoint/catalog/token/test_tokens.py::"
+            "test_the_first_admin_token_is_made_once_and_again_after_revocation",
         ),
         "a bootstrap run again (a retried Job, a second operator) makes no second admin token",
     ),

@@ -521,7 +521,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "quarantine-expiring-copy",
         "        if reason is not None and target.state in _GONE:\n",
         "        if False:\n",
-        ("tests/api/test_quarantine.py::test_refusals_change_nothing",),
+        (
+            "tests/api/test_quarantine.py::test_refusals_change_nothing",
+            "tests/tierpoint/catalog/holds/test_quarantine.py::"
+            "test_a_copy_being_expired_cannot_be_quarantined_and_nothing_changes",
+        ),
         "a copy retention is deleting is not reported as kept evidence",
     ),
     # ---- expiring before delete --------------------------------------------------------------

@@ -795,6 +795,8 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_a_deleted_checkpoint_goes_through_expiry_and_its_step_comes_back",
             "tests/api/test_acknowledge_delete.py::"
             "test_deleting_a_job_deletes_every_checkpoint_and_keeps_the_job",
+            "tests/tierpoint/catalog/checkpoint/test_deletion.py::"
+            "test_a_protected_checkpoint_is_refused_without_force_and_nothing_changes",
         ),
         "a pinned or leased checkpoint is deleted only with force",
     ),

@@ -116,6 +116,69 @@ MUTANTS: tuple[Mutant, ...] = (
         (RECHECK,),
         "the re-check must wait for a pin or lease insert in flight on the checkpoint row",
     ),
+    Mutant(
+        "node-lost-tells-lifecycles-placing-peer-copies",
+        "    placing = placing_peer_copies(session, peer_tiers)\n",
+        "    placing: list[tuple[int, str, int]] = []\n",
+        (
+            "tests/faults/test_holder_lost_in_flight.py::"
+            "test_a_holder_lost_before_its_copy_began_is_replaced",
+        ),
+        "a holder lost before its planned copy began must be told to the lifecycle and the copy "
+        "made again",
+    ),
+    Mutant(
+        "rereplication-waits-for-the-lifecycle",
+        "            if placing and activity.info().attempt < PLACING_ATTEMPTS:\n",
+        "            if False:\n",
+        (
+            "tests/faults/test_holder_lost_in_flight.py::"
+            "test_a_copy_made_again_waits_for_the_lifecycle_to_place_the_others",
+        ),
+        "a copy made again while the lifecycle places the others must not land beside one",
+    ),
+    Mutant(
+        "data-endpoint-condemns-by-the-catalog-of-now",
+        "        listings.forget(tier, ref.job, ref.step)\n",
+        "",
+        (
+            "tests/tierpoint/test_data_endpoint_step_again.py::"
+            "test_a_step_registered_again_is_served_with_its_new_size",
+        ),
+        "a listing kept from before a step was registered again must not condemn its new copy",
+    ),
+    Mutant(
+        "seal-records-no-identity-of-a-wrong-file",
+        "ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem, None)",
+        "ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem, v.identity)",
+        (
+            "tests/workflows/test_delete_after_a_failed_seal.py::"
+            "test_a_delete_after_a_failed_seal_keeps_the_files_the_job_wrote_since",
+        ),
+        "a file the seal found not as registered (the job's, written again) is never deleted as "
+        "if the catalog had verified it",
+    ),
+    Mutant(
+        "deleted-run-gives-way",
+        "            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,\n",
+        "            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,\n",
+        (
+            "tests/api/test_delete_in_flight.py::"
+            "test_a_step_deleted_in_flight_and_registered_again_gets_a_lifecycle_of_its_own",
+        ),
+        "a step registered again must not join the deleted checkpoint's run still under its id",
+    ),
+    Mutant(
+        "actions-lock-checkpoint-no-key-update",
+        "ACTION_LOCK = RowLock.NO_KEY_UPDATE\n",
+        "ACTION_LOCK = RowLock.UPDATE\n",
+        (
+            "tests/api/test_marker_lock_order.py::"
+            "test_an_action_on_a_copy_being_promoted_waits_for_the_promotion_and_answers",
+        ),
+        "an action waiting for a tier copy a promotion holds must not block the promotion's "
+        "event insert (a deadlock, answered 503)",
+    ),
     # ---- the lifecycle asks for retention after each promotion -------------------------------
     Mutant(
         "request-activity-noop",
@@ -826,8 +889,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "striped-read-hashes-placed-bytes",
-        "            crcs.append(update(0, target))\n",
-        "            crcs.append(update(0, into))\n",
+        "                crcs.append(update(0, view))\n",
+        "                crcs.append(update(0, into))\n",
         (
             "tests/client/torch/test_dcp_peer_striped.py::"
             "test_a_flipped_byte_is_a_mismatch_and_the_next_copy_is_read",

@@ -3,7 +3,7 @@ lack, and the new holder of each shard's node. The copies and promotions are the
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -23,6 +23,12 @@ from tierpoint.tier_config import TierConfig, TierKind
 from .batching import batch_size, plan_batches
 from .placement import holders_by_tier
 from .stores import Stores
+
+# A re-replication waits for the checkpoint's lifecycle to place its peer copies (a retryable
+# failure of its plan, this often).
+PLACING = "PeerCopiesPlacing"
+PLACING_RETRY = timedelta(seconds=2)
+PLACING_ATTEMPTS = 300
 
 
 def _plan_tier(t: TierConfig) -> PlanTier:
@@ -70,14 +76,26 @@ class PeerActivities:
                     type=FailureType.CHECKPOINT_NOT_FOUND,
                     non_retryable=True,
                 )
-            failed = repair.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
+            names = [t.name for t in peers]
+            placing = placement.placing_peer_copies(s, names, inp.checkpoint_id)
+            # guard: rereplication-waits-for-the-lifecycle
+            if placing and activity.info().attempt < PLACING_ATTEMPTS:
+                # Its lifecycle still places peer copies: copies made now could not see where
+                # it puts the others, and might land beside one. Asked again shortly (and at
+                # last planned anyway: a lifecycle that stopped leaves its tier copies pending).
+                raise ApplicationError(
+                    f"checkpoint {inp.checkpoint_id}'s lifecycle is still placing peer copies",
+                    type=PLACING,
+                    next_retry_delay=PLACING_RETRY,
+                )
+            failed = repair.tiers_to_rereplicate(s, inp.checkpoint_id, names)
             missing = {t: placement.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
             remade = [t for t in peers if t.name in missing]
             sources = {n for rows in missing.values() for n, _, _ in rows}
             lost = set(registry.lost_among(s, sources))
             serving = registry.serving_nodes(s)
             domains = registry.failure_domains(s, [*serving, *sources])
-            kept = placement.copy_holders(s, inp.checkpoint_id, [t.name for t in peers])
+            kept = placement.copy_holders(s, inp.checkpoint_id, names)
             readable = {t.name: self._readable(t) for t in remade}
             verified = placement.verified_copies(
                 s,

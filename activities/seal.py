@@ -97,8 +97,12 @@ class BatchSeal:
             self.result.verified += 1
             metrics.BYTES_VERIFIED.labels(self.tier.name).inc(sh.size)
             return
+        # No identity: the file is not the one registered, and on a local tier it is the job's
+        # (written again since, say). A delete removes a file whose identity the catalog
+        # recorded; this one it must judge by its bytes, and keep.
         self.reporter.replica(
-            ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem, v.identity)
+            # guard: seal-records-no-identity-of-a-wrong-file
+            ReplicaWrite(sh.id, ReplicaState.CORRUPT, location, self.node, 0, problem, None)
         )
         metrics.VERIFICATION_FAILURES.labels(self.tier.name).inc()
         self.result.corrupt += 1

@@ -108,26 +108,29 @@ async def start_lifecycle(client: Client, inp: LifecycleInput, run_id: str | Non
     and each retry one run, however often this is called."""
     wid = run_id or workflow_id(inp.job, inp.step)
     try:
+        # A run under the id, open or closed, refuses the start: whose it is decides below.
         await client.start_workflow(
             LIFECYCLE_WORKFLOW,
             inp,
             id=wid,
             task_queue=SHARED_TASK_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
     except WorkflowAlreadyStartedError:
         if run_id is not None or not await _ran_for_another(client, wid, inp):
             return False
         # The step was deleted by an admin and registered again, or registered again in a catalog
-        # restored from a backup: the closed run was another registration's, and this one still
-        # needs its own first run under the step's id.
+        # restored from a backup: the run under the step's id was another registration's. Closed,
+        # or still running (a delete with force of a checkpoint in flight) for a row that is
+        # gone: this one needs its own run, and joining that one would leave it without any.
         await client.start_workflow(
             LIFECYCLE_WORKFLOW,
             inp,
             id=wid,
             task_queue=SHARED_TASK_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            # guard: deleted-run-gives-way
+            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         )
     return True

@@ -5,33 +5,32 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING
 
+from tierpoint_client.api import Api
 from tierpoint_client.errors import ChecksumMismatchError, SourceError, TierpointError
 from tierpoint_client.models import Checkpoint, LatestCheckpoint, PlanEntry, TierInfo
-
-if TYPE_CHECKING:
-    from tierpoint_client.client import Client
+from tierpoint_client.sources import verified_copies
 
 
 class Fallback:
     """Another source for a shard whose copy failed: a copy whose bytes did not match is
     reported (one that could not be read is not: a node down, a connection cut say nothing of
     the bytes), then the checkpoint's detail (fetched once, at the first failure) names the
-    other verified copies on restorable tiers, fastest first."""
+    other verified copies on restorable tiers that are not quarantined, fastest first
+    (`sources.verified_copies`): the first on a tier not tried yet."""
 
     def __init__(
         self,
-        client: Client,
+        api: Api,
         latest: LatestCheckpoint,
         tiers: dict[str, TierInfo],
         node: str | None,
         only_tier: str | None = None,
     ) -> None:
         self._only_tier = only_tier
-        self._client = client
+        self._api = api
         self._latest = latest
-        self._tiers = tiers
+        self._tiers = list(tiers.values())
         self._node = node
         self._lock = threading.Lock()
         self._detail: Checkpoint | None = None
@@ -47,25 +46,15 @@ class Fallback:
                 f"crc32c {err.expected_crc32c}"
             )
             with contextlib.suppress(TierpointError):
-                self._client.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
+                self._api.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
         if self._only_tier is not None:
             return None
         with self._lock:
             if self._detail is None:
-                self._detail = self._client.checkpoint(job, step)
+                self._detail = self._api.checkpoint(job, step)
             detail = self._detail
-        restorable = [t.tier for t in detail.tiers if t.state == "restorable"]
         shard = next((s for s in detail.shards or () if s.path == entry.path), None)
         if shard is None:
             return None
-        for tier in restorable:
-            info = self._tiers.get(tier)
-            if tier in tried or info is None:
-                continue
-            for r in shard.replicas:
-                if r.tier != tier or r.state != "verified" or not r.location:
-                    continue
-                if info.kind == "local" and (self._node is None or r.node != self._node):
-                    continue
-                return PlanEntry.of_replica(shard, r, info.kind)
-        return None
+        copies = verified_copies([shard], detail.restorable_tiers(), self._tiers, self._node)
+        return next((c for c in copies[shard.path] if c.tier not in tried), None)

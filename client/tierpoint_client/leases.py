@@ -9,13 +9,10 @@ import socket
 import threading
 import warnings
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
+from tierpoint_client.api import Api
 from tierpoint_client.errors import ConflictError, TierpointError
 from tierpoint_client.models import Lease
-
-if TYPE_CHECKING:
-    from tierpoint_client.client import Client
 
 # A restore's lease lasts this long past its last renewal (one every third of it): a restore
 # killed outright keeps its checkpoint from expiring for at most this long.
@@ -33,8 +30,8 @@ class _Keeper:
     warnings, not errors: a restore verifies every byte it reads whether or not it holds a lease,
     and a copy that retention removed is read from the next."""
 
-    def __init__(self, client: Client, lease: Lease, ttl: int) -> None:
-        self.client = client
+    def __init__(self, api: Api, lease: Lease, ttl: int) -> None:
+        self.api = api
         self.lease = lease
         self.ttl = ttl
         self._stop = threading.Event()
@@ -54,7 +51,7 @@ class _Keeper:
         while not self._stop.wait(max(self.ttl / 3, 1.0)):
             lease = self.lease
             try:
-                self.lease = self.client.renew_lease(lease.job, lease.step, lease.id, self.ttl)
+                self.lease = self.api.renew_lease(lease.job, lease.step, lease.id, self.ttl)
             except ConflictError:
                 if not self._stop.is_set():  # not one released as the restore ended
                     self._retake()
@@ -64,7 +61,7 @@ class _Keeper:
     def _retake(self) -> None:
         lease = self.lease
         try:
-            self.lease = self.client.create_lease(lease.job, lease.step, self.ttl, lease.owner)
+            self.lease = self.api.create_lease(lease.job, lease.step, self.ttl, lease.owner)
         except TierpointError as e:
             _warn(
                 f"restore lease {lease.id} on {lease.job}/{lease.step} ended and no new one could "
@@ -73,9 +70,9 @@ class _Keeper:
 
 
 @contextlib.contextmanager
-def held(client: Client, lease: Lease, ttl: int) -> Iterator[None]:
+def held(api: Api, lease: Lease, ttl: int) -> Iterator[None]:
     """Keep `lease` for the block, then release it (on an error and on Ctrl-C too)."""
-    keeper = _Keeper(client, lease, ttl)
+    keeper = _Keeper(api, lease, ttl)
     keeper.start()
     try:
         yield
@@ -83,7 +80,7 @@ def held(client: Client, lease: Lease, ttl: int) -> Iterator[None]:
         keeper.stop()
         last = keeper.lease
         try:
-            client.release_lease(last.job, last.step, last.id)
+            api.release_lease(last.job, last.step, last.id)
         except TierpointError as e:
             _warn(
                 f"could not release restore lease {last.id} on {last.job}/{last.step} ({e}); "

@@ -159,7 +159,14 @@ class Checkpoint:
         return next((t for t in self.tiers if t.tier == name), None)
 
     def restorable_tiers(self) -> list[str]:
-        return [t.tier for t in self.tiers if t.state == "restorable"]
+        """The tiers a restore may read this checkpoint from: restorable, and neither the
+        checkpoint nor that tier's copy quarantined (a verdict that it must not be restored
+        from, whatever its bytes)."""
+        if self.quarantine_reason is not None:
+            return []
+        return [
+            t.tier for t in self.tiers if t.state == "restorable" and t.quarantine_reason is None
+        ]
 
 
 @dataclass(frozen=True)

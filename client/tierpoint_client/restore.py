@@ -17,9 +17,9 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tierpoint_client._fallback import Fallback
+from tierpoint_client.api import Api
 from tierpoint_client.destination import (
     Destination,
     Existing,
@@ -45,9 +45,6 @@ from tierpoint_client.models import (
 )
 from tierpoint_client.paths import PARTIAL_SUFFIX, check_no_path_conflict, validate_relative_path
 from tierpoint_client.sources import Sources
-
-if TYPE_CHECKING:
-    from tierpoint_client.client import Client
 
 ProgressCallback = Callable[[int, int], None]
 # Why a copy was given up: it could not be read, or its bytes did not match.
@@ -83,7 +80,7 @@ def _copy_chunks(
     a file system), is SourceError: this copy cannot be read, the next one may be."""
     chunks: Generator[memoryview, None, None] | None = None
     try:
-        chunks = sources.chunks(entry, chunk_size)
+        chunks = sources.open(entry).chunks(chunk_size)
         while (chunk := next(chunks, None)) is not None:
             yield chunk
     except SourceError:
@@ -264,7 +261,7 @@ def _why(source: PlanEntry, err: CopyFailure) -> str:
 
 
 def restore_latest(
-    client: Client,
+    api: Api,
     latest: LatestCheckpoint,
     dest_dir: str | os.PathLike[str],
     *,
@@ -280,17 +277,17 @@ def restore_latest(
     lease = latest.lease
     if lease is None or not lease.active:
         check_destination(dest_dir, existing)  # before a lease is taken for nothing
-        lease = client.create_lease(latest.job, latest.step, lease_ttl, owner())
-    with held(client, lease, lease_ttl):
-        tiers = {t.name: t for t in client.tiers()}
+        lease = api.create_lease(latest.job, latest.step, lease_ttl, owner())
+    with held(api, lease, lease_ttl):
+        tiers = {t.name: t for t in api.tiers()}
         done = restore_plan(
             latest.plan,
             dest_dir,
             tiers,
             workers=workers,
             progress=progress,
-            fallback=Fallback(client, latest, tiers, node, only_tier=tier),
-            token=client.token,
+            fallback=Fallback(api, latest, tiers, node, only_tier=tier),
+            token=api.token,
             existing=existing,
             job=latest.job,
             step=latest.step,

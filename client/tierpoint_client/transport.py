@@ -1,21 +1,19 @@
-"""JSON over HTTP with the standard library, retrying what is safe to retry; and the keep-alive
-connections of file reads from nodes' data endpoints."""
+"""JSON over HTTP with the standard library, retrying what is safe to retry; and the reads of an
+HTTP body straight into the caller's memory that every streamed source shares."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import http.client
 import json
 import os
 import random
 import ssl
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,106 +157,6 @@ def _api_error(e: urllib.error.HTTPError) -> ApiError:
     return error_for(e.code, code, detail, problem)
 
 
-# A connection kept idle for longer is not reused: the endpoint closes its own after 30 s, and a
-# request sent as it does so would fail.
-IDLE_REUSE = 20.0
-IDLE_PER_ENDPOINT = 16
-_Endpoint = tuple[str, str, int | None]
-
-
-class DataConnections:
-    """Keep-alive connections to data endpoints, per endpoint, shared by a process's reads: a file
-    read from a peer costs one request, not a TCP (and TLS) handshake and a new server thread.
-
-    A connection goes back for reuse only once its response was read to the end (and the server
-    did not ask to close it); a request on a reused connection that the server closed meanwhile
-    is sent again once on a new one (a GET changes nothing)."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self._lock = threading.Lock()
-        self._idle: dict[_Endpoint, list[tuple[float, http.client.HTTPConnection]]] = {}
-        self._pid = os.getpid()
-
-    @contextlib.contextmanager
-    def get(self, url: str, headers: Mapping[str, str]) -> Iterator[http.client.HTTPResponse]:
-        """The response to a GET of `url` (http or https); raises OSError or HTTPException."""
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError(f"{url!r} is not an http(s) URL")
-        endpoint: _Endpoint = (parsed.scheme, parsed.hostname, parsed.port)
-        target = parsed.path + (f"?{parsed.query}" if parsed.query else "")
-        conn = self._take(endpoint)
-        try:
-            if conn is None:
-                conn = self._new(endpoint)
-                resp = _send(conn, target, headers)
-            else:
-                try:
-                    resp = _send(conn, target, headers)
-                except (http.client.RemoteDisconnected, ConnectionError):
-                    conn.close()
-                    conn = self._new(endpoint)
-                    resp = _send(conn, target, headers)
-            yield resp
-        except BaseException:
-            if conn is not None:
-                conn.close()
-            raise
-        if resp.isclosed() and not resp.will_close:
-            self._put(endpoint, conn)
-        else:
-            conn.close()
-
-    def close(self) -> None:
-        """Close every idle connection."""
-        with self._lock:
-            idle, self._idle = self._idle, {}
-        for conns in idle.values():
-            for _, conn in conns:
-                conn.close()
-
-    def _new(self, endpoint: _Endpoint) -> http.client.HTTPConnection:
-        scheme, host, port = endpoint
-        if scheme == "https":
-            return http.client.HTTPSConnection(
-                host, port, timeout=self.timeout, context=data_tls_context()
-            )
-        return http.client.HTTPConnection(host, port, timeout=self.timeout)
-
-    def _take(self, endpoint: _Endpoint) -> http.client.HTTPConnection | None:
-        now = time.monotonic()
-        stale: list[http.client.HTTPConnection] = []
-        found = None
-        with self._lock:
-            self._forked()
-            conns = self._idle.get(endpoint, [])
-            while conns:
-                since, conn = conns.pop()
-                if now - since < IDLE_REUSE:
-                    found = conn
-                    break
-                stale.append(conn)
-        for conn in stale:
-            conn.close()
-        return found
-
-    def _put(self, endpoint: _Endpoint, conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            self._forked()
-            conns = self._idle.setdefault(endpoint, [])
-            if len(conns) < IDLE_PER_ENDPOINT:
-                conns.append((time.monotonic(), conn))
-                return
-        conn.close()
-
-    def _forked(self) -> None:
-        """In a forked child, forget the parent's sockets (without closing them: they are the
-        parent's too)."""
-        if os.getpid() != self._pid:
-            self._idle, self._pid = {}, os.getpid()
-
-
 def sized_readinto(resp: http.client.HTTPResponse) -> Callable[[memoryview], int]:
     """The response's own `readinto` (the socket's bytes straight into the caller's memory; 0
     at the end of the body), but a body cut off before its Content-Length raises IncompleteRead:
@@ -314,39 +212,15 @@ class ApiTls:
         )
 
     def context(self) -> ssl.SSLContext:
-        return _tls_context(self.ca, self.cert, self.key)
-
-
-# The node worker's settings of the same names: a training job on a node is given them alike.
-DATA_TLS_CA = "TIERPOINT_DATA_TLS_CA"
-DATA_TLS_CLIENT_CERT = "TIERPOINT_DATA_TLS_CLIENT_CERT"
-DATA_TLS_CLIENT_KEY = "TIERPOINT_DATA_TLS_CLIENT_KEY"
-
-
-def data_tls_context() -> ssl.SSLContext:
-    """How reads from https data endpoints are made: trusting the CA bundle in
-    TIERPOINT_DATA_TLS_CA (else the system roots, or SSL_CERT_FILE's bundle), and presenting the
-    client certificate in TIERPOINT_DATA_TLS_CLIENT_CERT (and _KEY) to an endpoint that requires
-    one (mutual TLS). Made once per set of values: a certificate file replaced in place is read
-    again by a new process."""
-    env = os.environ
-    return _tls_context(
-        env.get(DATA_TLS_CA) or None,
-        env.get(DATA_TLS_CLIENT_CERT) or None,
-        env.get(DATA_TLS_CLIENT_KEY) or None,
-    )
+        return tls_context(self.ca, self.cert, self.key)
 
 
 @functools.lru_cache(maxsize=4)
-def _tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
+def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
+    """A client's TLS context: trusting `ca` (None: the system roots, or SSL_CERT_FILE's bundle)
+    and presenting `cert` and `key` to a server that requires one (mutual TLS). Made once per
+    set of values, for the API's connections and the data endpoints' alike."""
     ctx = ssl.create_default_context(cafile=ca)
     if cert is not None:
         ctx.load_cert_chain(cert, key)
     return ctx
-
-
-def _send(
-    conn: http.client.HTTPConnection, target: str, headers: Mapping[str, str]
-) -> http.client.HTTPResponse:
-    conn.request("GET", target, headers=dict(headers))
-    return conn.getresponse()

@@ -1,6 +1,7 @@
-"""The stateful machine: the rules of rules_data and rules_ops in random interleavings, the
-checks that hold at any moment after every step, and a rule that lets the job settle and then
-checks everything (also run at the end of every example that has not failed)."""
+"""The stateful machine: the rules of rules_data, rules_ops, rules_restore and rules_delete in
+random interleavings, the checks that hold at any moment after every step, and a rule that lets
+the job settle and then checks everything (also run at the end of every example that has not
+failed)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from hypothesis.stateful import invariant, rule
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from tests.stateful import checks
-from tests.stateful.model import LOCAL, SHARED
-from tests.stateful.rules_data import DataRules
-from tests.stateful.rules_ops import OpsRules
+from tests.stateful import checks, checks_copies
+from tests.stateful.model import ON_NODES, SHARED
+from tests.stateful.rules_delete import DeleteRules
+from tests.stateful.rules_restore import RestoreRules
 
 
-class StatefulMachine(DataRules, OpsRules):
+class StatefulMachine(RestoreRules, DeleteRules):
     """One example: a fresh job (and its training token, its two policies) on the shared stack."""
 
     def __init__(self) -> None:
@@ -35,6 +36,14 @@ class StatefulMachine(DataRules, OpsRules):
     def latest_offers_registered_bytes(self) -> None:
         if self.model.steps:
             checks.check_latest(self.stack, self.model, self.train, settled=False)
+
+    @invariant()
+    def acknowledged_files_kept(self) -> None:
+        checks_copies.check_acknowledged_files(self.stack, self.engine, self.model)
+
+    @invariant()
+    def peer_copies_on_distinct_live_nodes(self) -> None:
+        checks_copies.check_distinct_holders(self.engine, self.model)
 
     @rule()
     def settle(self) -> None:
@@ -53,6 +62,7 @@ class StatefulMachine(DataRules, OpsRules):
         self.stack.wait_quiet(m.job, busy)
         checks.forget_repaired(self.stack, self.engine, m)
         checks.check_settled(self.stack, self.engine, m)
+        checks_copies.check_copies_made(self.engine, m)
         checks.check_unregistered(self.stack, self.engine, m)
         checks.check_latest(self.stack, m, self.train, settled=True)
         m.count("settle")
@@ -94,7 +104,8 @@ class StatefulMachine(DataRules, OpsRules):
                 time.sleep(0.5)
         for node in m.nodes:
             for job in (m.job, m.victim_job):
-                shutil.rmtree(stack.step_dir(LOCAL, node, job, 0).parent, ignore_errors=True)
+                for tier in ON_NODES:
+                    shutil.rmtree(stack.step_dir(tier, node, job, 0).parent, ignore_errors=True)
         shutil.rmtree(stack.step_dir(SHARED, None, m.job, 0).parent, ignore_errors=True)
         bucket = stack.s3_tier.bucket
         pages = stack.s3.get_paginator("list_objects_v2")

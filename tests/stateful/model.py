@@ -10,8 +10,12 @@ from typing import Any
 
 import crc32c
 
-TIERS = ("ssd", "lustre", "s3")
-LOCAL, SHARED, S3 = TIERS
+# The peer tier keeps two copies of each node's files: catalog tiers `peer` and `peer.2`.
+TIERS = ("ssd", "peer", "peer.2", "lustre", "s3")
+LOCAL, PEER, PEER2, SHARED, S3 = TIERS
+PEERS = (PEER, PEER2)
+# Tiers whose copies are files under a node's own root.
+ON_NODES = (LOCAL, *PEERS)
 
 # Shard names a POSIX file system holds that URLs, S3 or shells treat specially: each must work
 # end to end or be refused at registration.
@@ -77,6 +81,9 @@ class StepModel:
     quarantined: bool = False  # by an operator, the whole checkpoint
     train_quarantined: bool = False
     tier_quarantined: set[str] = field(default_factory=set)
+    # Tiers ever quarantined: a peer tier's copy quarantined when its holder was lost is not
+    # made again (an operator's evidence), so the count of copies is not held against it.
+    tier_quarantined_ever: set[str] = field(default_factory=set)
     # A shard that is a symlink out of its step directory was accepted at registration (sealing
     # must refuse it: it never reaches another tier, latest never offers it).
     escaped: bool = False
@@ -96,7 +103,8 @@ class StepModel:
 @dataclass
 class Model:
     job: str
-    nodes: tuple[str, str]
+    # The two writers first (shards are written on them), then the nodes holding peer copies.
+    nodes: tuple[str, ...]
     policy: str = "keep-all"
     steps: dict[int, StepModel] = field(default_factory=dict)
     next_step: int = 1
@@ -115,8 +123,20 @@ class Model:
     def policy_is_lossy(self) -> bool:
         return self.policy in LOSSY_POLICIES
 
+    @property
+    def writers(self) -> tuple[str, ...]:
+        return self.nodes[:2]
+
+    @property
+    def holders(self) -> tuple[str, ...]:
+        """Nodes that write nothing and hold peer copies, each in its own worker process."""
+        return self.nodes[2:]
+
     def live_nodes(self) -> list[str]:
         return [n for n in self.nodes if n not in self.lost_nodes]
+
+    def live_writers(self) -> list[str]:
+        return [n for n in self.writers if n not in self.lost_nodes]
 
     def take_step(self) -> int:
         step = self.next_step

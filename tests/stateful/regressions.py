@@ -24,6 +24,7 @@ def manifest(names: list[str], *, extras: int = 0, on_b: bool = False) -> dict[s
         "null_crc": False,
         "extras": extras,
         "symlink_extra": False,
+        "again": False,
     }
 
 
@@ -75,6 +76,56 @@ REGRESSIONS = (
             ("nul_report", {"pick": 0, "field": "path"}),
         ),
     ),
+    # Found by the stateful test with the peer tier: the second writer, which was to hold the
+    # first's copy on `peer`, lost while the lifecycle still placed the copies. Either the copy
+    # to it had not begun (never told, never made again: one copy short for good) or the copy
+    # made again landed where the lifecycle then put `peer.2` (two copies on one node). Timing
+    # decides which; tests/faults/test_holder_lost_in_flight.py pins both.
+    Regression(
+        "writer_lost_while_its_peer_copies_are_placed",
+        (
+            ("first_checkpoint", manifest(["amp&k=v.bin", "plus+1.bin", "w.bin#x"])),
+            ("node_lost", {}),
+            ("settle", {}),
+        ),
+    ),
+    # Found by the stateful test: a step deleted with force while its lifecycle ran and
+    # registered again joined the deleted checkpoint's run and stayed pending on every tier
+    # (when that run had not ended yet; tests/api/test_delete_in_flight.py pins it); or, when
+    # the old seal read the job's new files, their identity was recorded and the old
+    # checkpoint's delete removed them (tests/workflows/test_delete_after_a_failed_seal.py).
+    Regression(
+        "deleted_in_flight_and_registered_again",
+        (
+            ("first_checkpoint", manifest(["a.bin", "w.bin"])),
+            ("delete_and_register_again", {"pick": 0, "force": True, "same_size": False}),
+            ("settle", {}),
+        ),
+    ),
+    # Found by the stateful test: registered again one byte longer within a second of a read of
+    # the old copy, the new copy was found "damaged" by the data endpoint's kept listing and the
+    # checkpoint lost (tests/tierpoint/test_data_endpoint_step_again.py pins it).
+    Regression(
+        "registered_again_within_the_endpoint_listing",
+        (
+            ("first_checkpoint", manifest(["amp&k=v.bin", "plus+1.bin"])),
+            ("settle", {}),
+            ("delete_and_register_again", {"pick": 0, "force": True, "same_size": False}),
+            ("delete_and_register_again", {"pick": 0, "force": True, "same_size": False}),
+            ("settle", {}),
+        ),
+    ),
+    # Found by the restore rule's check: the fallback read a copy quarantined on its tier.
+    Regression(
+        "fallback_skips_a_quarantined_copy",
+        (
+            ("first_checkpoint", manifest(["a.bin"])),
+            ("settle", {}),
+            ("quarantine", {"pick": 0, "tier": "peer.2", "scope": "operate"}),
+            ("flip_byte", {"pick": 0, "tier": "peer", "which": 0}),
+            ("restore", {"tier": "peer", "fallback": True}),
+        ),
+    ),
 )
 
 
@@ -83,6 +134,8 @@ def replay(machine: type[StatefulMachine], steps: tuple[Step, ...]) -> None:
     invariants: list[Callable[[], None]] = [
         state.unregistered_files_kept,
         state.latest_offers_registered_bytes,
+        state.acknowledged_files_kept,
+        state.peer_copies_on_distinct_live_nodes,
     ]
     failed = True
     try:

@@ -1,25 +1,34 @@
 """Rules of the stateful machine that touch bytes: registering checkpoints (good manifests with
 odd names and unregistered files beside them, hostile ones), files put on a tier behind the
-store's back, a byte flipped or an object deleted on a tier, a node lost, restores."""
+store's back, a byte flipped, a file truncated or an object deleted on a tier, a writer lost."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
-from tierpoint_client import Client
-from tierpoint_client.errors import TierpointError
 
 from tests.stateful.base import MachineBase
-from tests.stateful.model import LOCAL, NAMES, S3, SHARED, TIERS, ShardModel, StepModel, crc_hex
+from tests.stateful.model import (
+    LOCAL,
+    NAMES,
+    ON_NODES,
+    PEER,
+    PEER2,
+    PEERS,
+    S3,
+    SHARED,
+    TIERS,
+    ShardModel,
+    StepModel,
+    crc_hex,
+)
 
 MANIFESTS: dict[str, st.SearchStrategy[Any]] = {
     "names": st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True),
@@ -28,6 +37,8 @@ MANIFESTS: dict[str, st.SearchStrategy[Any]] = {
     "null_crc": st.booleans(),
     "extras": st.integers(0, 2),
     "symlink_extra": st.booleans(),
+    # The job sends the same registration again (a retry after a lost answer): 200, nothing new.
+    "again": st.booleans(),
 }
 F = TypeVar("F", bound=Callable[..., None])
 # One set of strategies for the three registration rules (dict unpacking defeats the stubs).
@@ -53,7 +64,7 @@ PLAIN = frozenset({"a.bin", "w.bin", "model/rank0.safetensors", "deep/er/nest.bi
 
 class DataRules(MachineBase):
     def shard_node(self, on_b: bool) -> str:
-        live = self.model.live_nodes()
+        live = self.model.live_writers()
         return live[-1] if on_b else live[0]
 
     def victim(self) -> tuple[Path, bytes]:
@@ -92,6 +103,7 @@ class DataRules(MachineBase):
         null_crc: bool,
         extras: int,
         symlink_extra: bool,
+        again: bool = False,
     ) -> None:
         m = self.model
         step = m.take_step()
@@ -137,6 +149,12 @@ class DataRules(MachineBase):
             step, shards, lossy=m.policy_is_lossy(), crc_registered=not null_crc
         )
         m.count("register")
+        if again:
+            before = self.fingerprint()
+            r = self.call("POST", f"/v1/jobs/{m.job}/checkpoints", "train", json=manifest)
+            assert r.status_code == 200, f"the same registration again: {r.status_code} {r.text}"
+            assert self.fingerprint() == before, "the same registration again changed something"
+            m.count("register: the same again")
 
     @rule(kind=st.sampled_from(HOSTILE))
     def register_hostile(self, kind: str) -> None:
@@ -213,7 +231,10 @@ class DataRules(MachineBase):
         """A file nobody registers in a checkpoint's directory (or S3 prefix) on a tier."""
         sm = self.pick(pick)
         assert sm is not None
-        node = self.model.nodes[0] if tier == LOCAL else None
+        # On a node's tier, the writer's own disk, or a holder's for the peer tiers.
+        node = None
+        if tier in ON_NODES:
+            node = self.model.nodes[0] if tier == LOCAL else self.model.holders[0]
         if node in self.model.lost_nodes:
             return
         n = len(self.model.unregistered)
@@ -269,6 +290,25 @@ class DataRules(MachineBase):
         sm.damaged_tiers.add(tier)
         self.model.count(f"delete behind back: {tier}")
 
+    @precondition(lambda self: self.model.steps)
+    @rule(
+        pick=st.integers(0, 63),
+        tier=st.sampled_from((LOCAL, PEER, PEER2, SHARED)),
+        which=st.integers(0, 3),
+        half=st.booleans(),
+    )
+    def truncate(self, pick: int, tier: str, which: int, half: bool) -> None:
+        """A verified copy's file cut short at rest (to half its size, or empty): a disk that
+        lost its tail, a copy tool killed half-way."""
+        target = self.damage_target(pick, tier, which)
+        if target is None:
+            return
+        sm, path, location = target
+        os.truncate(location, len(sm.shards[path].data) // 2 if half else 0)
+        sm.damage.add((tier, path))
+        sm.damaged_tiers.add(tier)
+        self.model.count(f"truncate: {tier}")
+
     def write_location(self, location: str, data: bytes) -> None:
         if location.startswith("s3://"):
             bucket, _, key = location[len("s3://") :].partition("/")
@@ -276,51 +316,43 @@ class DataRules(MachineBase):
         else:
             Path(location).write_bytes(data)
 
-    @precondition(lambda self: not self.model.lost_nodes)
-    @rule()
-    def node_lost(self) -> None:
-        """The second node's disk is gone for good, and an operator says so."""
+    def lose(self, node: str) -> None:
+        """The node's disks are gone for good (its local and its peer copies), and an operator
+        says so. Its worker goes on serving its queue, as the dev stack's would: an expiry
+        already begun there still deletes (from nothing) and ends."""
         m = self.model
-        lost = m.nodes[1]
-        r = self.call("POST", f"/v1/nodes/{lost}/lost", "operate")
+        r = self.call("POST", f"/v1/nodes/{node}/lost", "operate")
         assert r.status_code == 200, r.text
-        m.lost_nodes.add(lost)
-        shutil.rmtree(self.stack.step_dir(LOCAL, lost, m.job, 0).parent, ignore_errors=True)
-        for key in [k for k in m.unregistered if k[1] == lost]:
+        m.lost_nodes.add(node)
+        for tier in (LOCAL, *PEERS):
+            for job in (m.job, m.victim_job):
+                where = self.stack.step_dir(tier, node, job, 0).parent
+                shutil.rmtree(where, ignore_errors=True)
+        for key in [k for k in m.unregistered if k[1] == node]:
             del m.unregistered[key]
         for sm in m.registered():
-            if any(s.node == lost for s in sm.shards.values()):
-                cp = self.checkpoint(sm.step)
-                if cp is None or not self.whole_tiers(cp, sm, but=LOCAL):
-                    sm.destroyed = True
-        m.count("node lost")
+            cp = self.checkpoint(sm.step)
+            if cp is None:
+                sm.destroyed = True
+            elif any(s.node == node for s in sm.shards.values()):
+                # Its shards there had no copy elsewhere yet, or none left whole.
+                sm.destroyed |= not self.whole_tiers(cp, sm, but=LOCAL)
+            elif not any(t["state"] == "pending" for t in cp["tiers"]):
+                # In flight, it is copied from its writers' disks; else what is left whole.
+                sm.destroyed |= not self.whole_tiers(cp, sm)
 
-    @rule(tier=st.sampled_from(TIERS))
-    def restore(self, tier: str) -> None:
-        """A restarting job restores the latest checkpoint from one tier, under a lease."""
-        m = self.model
-        client = Client(self.stack.api.url, token=self.train)
-        node = m.nodes[0] if tier == LOCAL else None
-        latest = client.latest(m.job, tier=tier, node=node, lease_ttl=300, holder="sf-restore")
-        if latest is None:
-            m.count(f"restore {tier}: nothing restorable")
-            return
-        sm = m.steps.get(latest.step)
-        assert sm is not None, f"restore offers step {latest.step}, never registered"
-        dest = Path(tempfile.mkdtemp(prefix="sf-restore-"))
-        try:
-            try:
-                result = client.restore_checkpoint(latest, dest, node=node, tier=tier)
-            except (TierpointError, OSError, ClientError) as err:
-                if any(t == tier for t, _ in sm.damage):
-                    m.count(f"restore {tier}: damaged copy refused")
-                    return
-                msg = f"restore of step {sm.step} from {tier} failed: {err!r}"
-                raise AssertionError(msg) from err
-            got = {f.path: (dest / f.path).read_bytes() for f in result.files}
-            assert got == {p: s.data for p, s in sm.shards.items()}, f"restore {tier} bytes differ"
-            m.count(f"restore {tier}")
-        finally:
-            shutil.rmtree(dest, ignore_errors=True)
-            if latest.lease is not None:
-                client.release_lease(m.job, latest.step, latest.lease.id)
+    @precondition(lambda self: self.model.writers[1] not in self.model.lost_nodes)
+    @rule()
+    def node_lost(self) -> None:
+        """The second writer is lost: its own shards' local copies, and the peer copies of the
+        first writer's shards it held."""
+        self.lose(self.model.writers[1])
+        self.model.count("node lost")
+
+    @precondition(lambda self: not set(self.model.holders) & self.model.lost_nodes)
+    @rule(which=st.integers(0, 1))
+    def holder_lost(self, which: int) -> None:
+        """A node that wrote nothing and held only peer copies is lost: every copy it held is
+        made again on the live nodes, K copies on K distinct nodes while there are enough."""
+        self.lose(self.model.holders[which])
+        self.model.count("holder lost")

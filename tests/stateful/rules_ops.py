@@ -97,6 +97,7 @@ class OpsRules(MachineBase):
         assert r.status_code == 200, r.text
         if tier is not None:
             sm.tier_quarantined.add(tier)
+            sm.tier_quarantined_ever.add(tier)
         elif scope == "operate":
             sm.quarantined = True
             self.protect(sm, "quarantine")

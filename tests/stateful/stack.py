@@ -1,8 +1,9 @@
 """The real stack the stateful test drives, shared by every example of a run: the API as its own
-process over HTTP, a node worker process (two nodes) and the shared worker process, on the
-session's Postgres, Temporal and S3 endpoint; tokens of every scope; and the tiers read, damaged
-and emptied directly (files by path, objects with a boto3 client of our own), never through
-tierpoint's stores."""
+process over HTTP, a worker process for the two nodes that write shards, one for each of the two
+nodes that only hold peer copies (holders.py: killed and started again by a rule) and the shared
+worker process, on the session's Postgres, Temporal and S3 endpoint; tokens of every scope; and
+the tiers read, damaged and emptied directly (files by path, objects with a boto3 client of our
+own), never through tierpoint's stores."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import httpx
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from tests.stateful.holders import Holders
 from tierpoint.config import Settings
 from tierpoint.contract.retention import retention_workflow_id
 from tierpoint.temporal import request_retention
@@ -145,7 +147,9 @@ class Stack:
     settings: Settings
     api: Api
     tokens: dict[str, str]  # admin, read, operate
-    nodes: tuple[str, str]
+    # The writers (shards are written on them) first, then the nodes that only hold peer copies.
+    nodes: tuple[str, ...]
+    holders: Holders
     temporal: Client
     loop: Loop
     answers: Answers
@@ -163,7 +167,7 @@ class Stack:
     def step_dir(self, tier: str, node: str | None, job: str, step: int) -> Path:
         cfg = self.settings.tier(tier)
         assert cfg.kind is not TierKind.S3
-        return cfg.root_for(node if cfg.kind is TierKind.LOCAL else None) / job / str(step)
+        return cfg.root_for(node if cfg.on_nodes else None) / job / str(step)
 
     def s3_key(self, job: str, step: int, path: str) -> str:
         return f"{self.s3_tier.prefix}{job}/{step}/{path}"

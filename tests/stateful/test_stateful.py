@@ -1,8 +1,11 @@
 """The model-based test of the whole store: random interleavings of registrations (odd names,
 unregistered files and symlinks beside the shards, hostile manifests), pins, quarantines, leases,
-policy changes, retention runs, verification, bytes damaged or deleted behind the store's back,
-reconciliation, a lost node and restores from every tier, on the real stack (machine.py), each
-step followed by the checks of checks.py against the test's own model (model.py).
+policy changes, retention runs, verification, bytes damaged, truncated or deleted behind the
+store's back, reconciliation, deletes followed by the job writing the step again, a lost writer or
+holder, and restores from every tier (while a holder of the copies read dies, while retention
+expires the step), on the real stack with a peer tier of two copies on four nodes (machine.py),
+each step followed by the checks of checks.py and checks_copies.py against the test's own model
+(model.py).
 
 CI runs `knobs.EXAMPLES` examples of up to `knobs.STEPS` steps, derandomized (the same
 sequences every run). Longer: `TIERPOINT_STATEFUL_EXAMPLES=200 python3 bootstrap.py test --no-lint

@@ -8,12 +8,17 @@ it needs, all in one call, so no two of them ever wait for each other in a cycle
 
 Some locks' modes are part of the invariants (docs/architecture.md, "Invariants"):
 
-- a checkpoint's FOR UPDATE (pins, leases, quarantines, retries, deletion, retention's begin and
-  finish, a restore choosing a checkpoint) waits for and holds off a lease's insert, whose foreign
-  key check takes KEY SHARE on the row: a pin or lease either commits before retention re-checks
-  an expiry (which then keeps the copy) or after its flip to `expiring`;
-- its FOR NO KEY UPDATE (a rebuild's plan recording its hold, a reader recording the files it
-  keeps) waits for and holds off the FOR UPDATE above, but not leases;
+- a checkpoint's FOR UPDATE (retention's begin and finish, a restore choosing a checkpoint)
+  waits for and holds off a lease's insert, whose foreign key check takes KEY SHARE on the row:
+  a pin or lease either commits before retention re-checks an expiry (which then keeps the copy)
+  or after its flip to `expiring`;
+- its FOR NO KEY UPDATE (`ACTION_LOCK`: pins, leases, quarantines and their lifts, retries,
+  failures acknowledged, deletion; a rebuild's plan recording its hold, a reader recording the
+  files it keeps) waits for and holds off the FOR UPDATE above and each other, but never a
+  foreign-key check: the store's writers lock a tier copy and then record an event, whose foreign
+  key takes KEY SHARE on the checkpoint row, so an action that held the row FOR UPDATE while it
+  waited for that tier copy closed a cycle (Postgres ended one side as deadlocked, and the API
+  answered 503 `catalog_unavailable`);
 - a node's FOR SHARE (a seal or copy writing replicas, a plan reading which nodes are lost) is
   ordered with its FOR UPDATE by an operator declaring it lost: the writer sees the declaration,
   or the declaration sees what the writer wrote.
@@ -37,6 +42,11 @@ class RowLock(StrEnum):
     UPDATE = "FOR UPDATE"
     NO_KEY_UPDATE = "FOR NO KEY UPDATE"
     SHARE = "FOR SHARE"
+
+
+# How an operator's, an admin's or a job's action on a checkpoint locks its row (the docstring).
+# guard: actions-lock-checkpoint-no-key-update
+ACTION_LOCK = RowLock.NO_KEY_UPDATE
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ RFC 9457 problem+json documents with a stable `code`.
 The endpoint never promises bytes it does not have: a file that is not its registered size when
 it is opened is not served (404 `copy_damaged`), and one that ends early while it is sent cuts
 the connection, so a reader sees a read error, never a short file. Either way the copy is marked
-bad and repaired at once (`data_damage.py`).
+bad and repaired at once (`data_damage.py`), judged by the size the catalog lists now: a kept
+listing may be older than the copy (its step deleted and registered again since).
 
 How many connections it holds and how long each may take: `data_connections.py`.
 
@@ -35,7 +36,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import ssl
 import sys
 import threading
@@ -54,7 +54,6 @@ from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, TierStore
 from tierpoint.storage.posix.page_cache import drop_cache
 from tierpoint.storage.registry import open_store
-from tierpoint.storage.throttle import TokenBucket
 
 from .data_access import Listings, authenticate, byte_range, data_path
 from .data_connections import (
@@ -62,13 +61,11 @@ from .data_connections import (
     DeadlineReader,
     handshake,
     next_request,
-    wait_writable,
 )
 from .data_damage import DamagedCopies, RepairRequests
+from .data_send import send_file, send_tls
 
 log = logs.get(__name__)
-
-CHUNK = 8 * 1024 * 1024
 
 
 def escaped_target(line: bytes) -> bytes:
@@ -215,10 +212,11 @@ class _Handler(BaseHTTPRequestHandler):
             held = os.fstat(reader.fileno()).st_size
             # guard: data-endpoint-short-copy-refused
             if held != size:
-                self._damaged(
-                    tier, ref, ReplicaState.CORRUPT, f"holds {held} of its {size} registered bytes"
-                )
-                return
+                now = self._listed_now(tier, ref, held)
+                if now is None:
+                    return
+                size, span = now
+                start, end = span if span is not None else (0, size)
             self.send_response(HTTPStatus.PARTIAL_CONTENT if span is not None else HTTPStatus.OK)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(end - start))
@@ -229,9 +227,9 @@ class _Handler(BaseHTTPRequestHandler):
             limiter = getattr(store, "limiter", None)
             idle = self.server.settings.data_idle_timeout
             if isinstance(self.connection, ssl.SSLSocket):
-                sent = _send_tls(self.connection, reader.fileno(), start, end, limiter)
+                sent = send_tls(self.connection, reader.fileno(), start, end, limiter)
             else:
-                sent = _send_file(self.connection, reader.fileno(), start, end, limiter, idle)
+                sent = send_file(self.connection, reader.fileno(), start, end, limiter, idle)
             drop_cache(reader.fileno(), start, sent)
             if sent < end - start:
                 # The file ended before its registered size while it was sent (it was truncated
@@ -247,6 +245,29 @@ class _Handler(BaseHTTPRequestHandler):
                 )
         metrics_worker.DATA_BYTES_SERVED.labels(tier).inc(sent)
         log.debug("served", path=ref.path, bytes=sent, to=who)
+
+    def _listed_now(
+        self, tier: str, ref: ShardRef, held: int
+    ) -> tuple[int, tuple[int, int] | None] | None:
+        """A file not the size the kept listing says: the listing may be older than the copy
+        (its step deleted and registered again since), so the catalog is asked again, and only
+        its size of now condemns the copy. The size and span to serve, or None once refused."""
+        listings = self.server.listings
+        # guard: data-endpoint-condemns-by-the-catalog-of-now
+        listings.forget(tier, ref.job, ref.step)
+        size = listings.size(tier, ref.job, ref.step, ref.path)
+        if size is None:
+            self._refuse(CopyNotFound("no verified copy of it on this node"))
+            return None
+        if held != size:
+            why = f"holds {held} of its {size} registered bytes"
+            self._damaged(tier, ref, ReplicaState.CORRUPT, why)
+            return None
+        try:
+            return size, byte_range(self.headers.get("Range"), size)
+        except TierpointError as exc:
+            self._refuse(exc)
+            return None
 
     def _damaged(self, tier: str, ref: ShardRef, state: ReplicaState, why: str) -> None:
         """The copy is not what the catalog lists: record it, and say so instead of serving."""
@@ -277,44 +298,6 @@ def refusal(exc: OSError) -> str:
     if isinstance(exc, ssl.SSLError):
         return str(exc.reason or "tls error").lower().replace("_", " ")
     return "timeout" if isinstance(exc, TimeoutError) else "connection lost"
-
-
-def _send_file(
-    sock: socket.socket, fd: int, start: int, end: int, limiter: TokenBucket | None, idle: float
-) -> int:
-    """Bytes [start, end) of `fd` to the socket with sendfile (page cache to socket, no copy
-    through Python), a chunk at a time through the tier's read limiter; how many were sent
-    (fewer: the file ended first). TimeoutError when the reader takes nothing for `idle`."""
-    pos = start
-    while pos < end:
-        try:
-            n = os.sendfile(sock.fileno(), fd, pos, min(CHUNK, end - pos))
-        except BlockingIOError:  # the socket has a timeout, so it does not block: wait here
-            wait_writable(sock, idle)
-            continue
-        if not n:
-            break
-        if limiter is not None:
-            limiter.consume(n)
-        pos += n
-    return pos - start
-
-
-def _send_tls(
-    conn: ssl.SSLSocket, fd: int, start: int, end: int, limiter: TokenBucket | None
-) -> int:
-    """As `_send_file` over TLS, which sendfile cannot encrypt: read, then encrypt and send (the
-    socket's timeout bounds each wait for the reader)."""
-    pos = start
-    while pos < end:
-        chunk = os.pread(fd, min(CHUNK, end - pos), pos)
-        if not chunk:
-            break
-        conn.sendall(chunk)
-        if limiter is not None:
-            limiter.consume(len(chunk))
-        pos += len(chunk)
-    return pos - start
 
 
 class DataServer(ThreadingHTTPServer):

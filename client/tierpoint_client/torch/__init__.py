@@ -14,8 +14,8 @@ except ImportError as e:
     ) from e
 
 from tierpoint_client.errors import NoVerifiedCopyError
+from tierpoint_client.torch._copies import ReadStats
 from tierpoint_client.torch._files import NODE_ENV, TierpointStorageInfo
-from tierpoint_client.torch._sources import ReadStats
 from tierpoint_client.torch.reader import TierpointReader
 from tierpoint_client.torch.writer import TierpointWriter
 

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierpoint_client.client import Client
 from tierpoint_client.errors import TierpointError
 from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import TierInfo
@@ -73,14 +72,6 @@ def resolve_node(node: str | None, *, required: bool) -> str | None:
 def local_tier(tiers: Sequence[TierInfo]) -> TierInfo | None:
     """The tier checkpoints are written to: the first local tier of the server's config."""
     return next((t for t in tiers if t.kind == "local" and t.root), None)
-
-
-def local_root(client: Client, node: str) -> Path:
-    """The node's local-tier root from the server's tier config, `{node}` replaced."""
-    tier = local_tier(client.tiers())
-    if tier is None or tier.root is None:
-        raise TierpointError("the tierpoint server has no local tier to write checkpoints to")
-    return Path(tier.root.replace("{node}", node))
 
 
 def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:

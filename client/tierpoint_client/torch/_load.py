@@ -1,6 +1,7 @@
-"""Where the bytes of a rank's file go on a load: each tensor's straight into the memory of the
-tensor DCP loads it into, where the layouts allow, else into a buffer the tensor is viewed from
-(never `torch.load`'s copy of it), and nothing is handed to DCP before the file verified.
+"""Where the bytes of a rank's file go on a load (a `sources.Placement`): each tensor's straight
+into the memory of the tensor DCP loads it into, where the layouts allow, else into a buffer the
+tensor is viewed from (never `torch.load`'s copy of it), and nothing is handed to DCP before the
+file verified.
 
 An item of a tensor is a `torch.save` archive: a zip of uncompressed records, `data.pkl` (the
 tensor's dtype, size and strides, and which storage record holds its bytes) first, the storage's
@@ -24,8 +25,8 @@ import torch
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, ReadItem
 
 from tierpoint_client.errors import TierpointError
+from tierpoint_client.sources import Pread, Range, Segment
 from tierpoint_client.torch._files import TierpointStorageInfo
-from tierpoint_client.torch._reads import Pread, Range, Segment
 
 # Enough for a tensor's zip records before its bytes (a few hundred bytes in practice).
 HEAD = 4096
@@ -233,16 +234,19 @@ def _contiguous(size: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class FileLoad:
-    """The placement of one rank's reads from one file (see _reads.Placement), and what is done
-    with them once the file verified: tensors committed, the rest loaded from buffers."""
+    """The placement of one rank's reads from one file, and what is done with them once the
+    file verified: tensors committed, the rest loaded from buffers."""
 
     def __init__(
         self, planner: LoadPlanner, items: Sequence[ReadItem], infos: Sequence[TierpointStorageInfo]
     ) -> None:
         self.planner = planner
         self.by_range: dict[Range, list[ReadItem]] = {}
+        # Each range's own crc32c, from the verified `.metadata` (None in older checkpoints).
+        self.items: dict[Range, str | None] = {}
         for item, info in zip(items, infos, strict=True):
             self.by_range.setdefault((info.offset, info.length), []).append(item)
+            self.items[(info.offset, info.length)] = info.item_crc32c
         self.file_size = infos[0].file_size
         self._targets: dict[int, torch.Tensor] = {}
         self.direct: list[ReadItem] = []  # read straight into their targets

@@ -27,6 +27,7 @@ from tierpoint_client.errors import (
     TierpointError,
 )
 from tierpoint_client.models import Checkpoint, PlanEntry, RestoreStart, TierInfo
+from tierpoint_client.torch._copies import CheckpointFiles, ReadOptions, ReadStats
 from tierpoint_client.torch._files import (
     METADATA_FILE,
     SCHEME,
@@ -36,11 +37,6 @@ from tierpoint_client.torch._files import (
 )
 from tierpoint_client.torch._kept import RankNode, record_kept
 from tierpoint_client.torch._load import FileLoad
-from tierpoint_client.torch._sources import (
-    CheckpointFiles,
-    ReadOptions,
-    ReadStats,
-)
 
 
 @dataclass
@@ -232,11 +228,10 @@ class TierpointReader(StorageReader):
                 per_file.setdefault(self.storage_data[item.storage_index].path, []).append(item)
             for path, items in per_file.items():
                 infos = [self.storage_data[i.storage_index] for i in items]
-                crcs = {(s.offset, s.length): s.item_crc32c for s in infos}
                 # Tensors are read straight into their targets where their layouts allow;
                 # DCP gets them (commit_tensor, load_bytes) only once the whole file verified.
                 load = FileLoad(planner, items, infos)
-                load.finish(files.read(path, list(crcs), crcs, into=load))
+                load.finish(files.read(path, load, load.items))
         finally:
             self._release()
         done: Future[None] = Future()
@@ -259,13 +254,13 @@ class TierpointReader(StorageReader):
         while True:
             try:
                 files = self._files(start.checkpoint, start.tiers)
-                raw = files.read(METADATA_FILE)[(0, files.sizes[METADATA_FILE][0])]
+                raw = files.read_all(METADATA_FILE)
                 metadata = pickle.loads(raw)
                 if not isinstance(metadata, Metadata):
                     raise TierpointError(
                         f"{self.job}/{start.step}: {METADATA_FILE} is not DCP metadata"
                     )
-                return _Chosen(start.step, metadata, files, start.lease.id, start, bytes(raw))
+                return _Chosen(start.step, metadata, files, start.lease.id, start, raw)
             except NoVerifiedCopyError as e:
                 self.client.release_lease(self.job, start.step, start.lease.id)
                 if self.step is not None:

@@ -12,7 +12,7 @@ import sys
 import tierpoint_client.torch  # noqa: F401 - the torch extra, as a training job imports it
 from tierpoint_client import Client
 from tierpoint_client.hashing import crc32c_hex, update
-from tierpoint_client.torch._sources import CheckpointFiles
+from tierpoint_client.torch._copies import CheckpointFiles
 
 
 def main() -> None:
@@ -20,8 +20,8 @@ def main() -> None:
     client = Client.from_env()
     files = CheckpointFiles(client.checkpoint(job, step), client.tiers(), node=None, tier=tier)
     out: dict[str, list[object]] = {}
-    for path in files.sources:
-        data = next(iter(files.read(path).values()))
+    for path in files.copies:
+        data = files.read_all(path)
         out[path] = [len(data), crc32c_hex(update(0, data))]
     json.dump(out, sys.stdout)
 

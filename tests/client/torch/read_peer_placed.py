@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import tierpoint_client.torch  # noqa: F401 - the torch extra, as a training job imports it
 from tierpoint_client.hashing import crc32c_hex, update
 from tierpoint_client.models import Checkpoint, PlanEntry, TierInfo
-from tierpoint_client.torch._reads import Pread, Segment
-from tierpoint_client.torch._sources import CheckpointFiles, ReadOptions
+from tierpoint_client.sources import Pread, Segment
+from tierpoint_client.torch._copies import CheckpointFiles, ReadOptions
 
 HEAD = 4096
 
@@ -84,7 +84,7 @@ def main() -> None:
     placement = WholeFile(spec["size"], spec["heads"], tuple(spec["skip"]))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        files.read(spec["path"], into=placement)
+        files.read(spec["path"], placement)
     lo, hi = spec["skip"]
     kept = bytes(placement.memory[:lo]) + bytes(placement.memory[hi:])
     out = {

@@ -15,7 +15,13 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import no_checkpoint, require_job_id
-from tierpoint.catalog.locks import EVERY_TIER_COPY, CheckpointsOf, Locked, lock_in_order
+from tierpoint.catalog.locks import (
+    ACTION_LOCK,
+    EVERY_TIER_COPY,
+    CheckpointsOf,
+    Locked,
+    lock_in_order,
+)
 from tierpoint.catalog.models import Checkpoint, RestoreLease, TierCopy
 from tierpoint.catalog.replica.machine import Move as ReplicaMove
 from tierpoint.catalog.replica.machine import expire
@@ -87,11 +93,15 @@ def delete_checkpoints(
     """Send every copy of the job's checkpoint at `step` (None: all its checkpoints) to expiry and
     mark it deleted, recording one `deleted` event each with `actor`. Raises JobNotFound,
     CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`). Locks
-    the checkpoint rows, then their tier copies, as retention's expiry does; the caller commits."""
+    the checkpoint rows (as every action locks them, `locks.ACTION_LOCK`), then their tier copies,
+    as retention's expiry does; the caller commits."""
     job_id = require_job_id(session, job)
     # The checkpoint rows, then every tier copy of them, as retention's expiry locks them.
     locked = lock_in_order(
-        session, checkpoints=CheckpointsOf(job_id, step), tier_copies=EVERY_TIER_COPY
+        session,
+        checkpoints=CheckpointsOf(job_id, step),
+        checkpoint_lock=ACTION_LOCK,
+        tier_copies=EVERY_TIER_COPY,
     )
     found = sorted(locked.checkpoints.values(), key=lambda c: c.id)
     if step is not None and not found:

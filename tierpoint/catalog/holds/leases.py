@@ -1,12 +1,12 @@
 """Restore leases: a restore's hold on a checkpoint, which keeps its copies from expiring while
 the lease is active (not released, not past its end). Pins are the operator's hold (`pins.py`).
 
-A lease locks the checkpoint row (SELECT ... FOR UPDATE) in the caller's transaction before it
-changes anything, as the retention executor does before it flips a tier copy to `expiring`: a
-lease either commits before the executor's re-check (which then sees it and keeps every copy) or
-after the flip; it holds only the copies that are restorable, so it is refused only when no tier
-is. Lease times are the database's clock, the same clock the snapshot and the executor compare
-them with."""
+A lease locks the checkpoint row (SELECT ... FOR NO KEY UPDATE, `locks.ACTION_LOCK`) in the
+caller's transaction before it changes anything, as the retention executor does (FOR UPDATE,
+which this waits for) before it flips a tier copy to `expiring`: a lease either commits before the
+executor's re-check (which then sees it and keeps every copy) or after the flip; it holds only the
+copies that are restorable, so it is refused only when no tier is. Lease times are the database's
+clock, the same clock the snapshot and the executor compare them with."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import no_checkpoint, require_job_id
 from tierpoint.catalog.locks import (
+    ACTION_LOCK,
     EVERY_TIER_COPY,
     CheckpointAt,
     Locked,
@@ -41,6 +42,7 @@ def _lock(session: Session, job: str, step: int, tier: str | None) -> Locked:
     locked = lock_in_order(
         session,
         checkpoints=CheckpointAt(job, step),
+        checkpoint_lock=ACTION_LOCK,
         tier_copies=EVERY_TIER_COPY if tier is not None else (),
         tiers=None if tier is None else [tier],
     )

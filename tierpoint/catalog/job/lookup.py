@@ -11,7 +11,7 @@ from typing import NamedTuple
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.locks import CheckpointAt, lock_in_order
+from tierpoint.catalog.locks import ACTION_LOCK, CheckpointAt, lock_in_order
 from tierpoint.catalog.models import Checkpoint, Job
 from tierpoint.errors import CheckpointNotFound, JobNotFound
 
@@ -47,11 +47,13 @@ def job_id_of_checkpoint(session: Session, checkpoint_id: int) -> int | None:
 
 
 def find_checkpoint(session: Session, job: str, step: int, *, lock: bool = False) -> CheckpointKey:
-    """The checkpoint at (job, step), its row locked until commit with `lock` (FOR UPDATE,
-    through `locks.lock_in_order`). Raises JobNotFound when no job has that name, else
-    CheckpointNotFound."""
+    """The checkpoint at (job, step), its row locked until commit with `lock` (as an action locks
+    it, `locks.ACTION_LOCK`, through `locks.lock_in_order`). Raises JobNotFound when no job has
+    that name, else CheckpointNotFound."""
     if lock:
-        held = lock_in_order(session, checkpoints=CheckpointAt(job, step)).checkpoints
+        held = lock_in_order(
+            session, checkpoints=CheckpointAt(job, step), checkpoint_lock=ACTION_LOCK
+        ).checkpoints
         found = next(iter(held.values()), None)
         key = None if found is None else CheckpointKey(found.id, found.job_id, found.pinned)
     else:

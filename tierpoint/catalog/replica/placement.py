@@ -75,6 +75,31 @@ def without_verified_copy(
     return [(r.node_id, r.ordinal, r.size) for r in rows]
 
 
+def placing_peer_copies(
+    session: Session, peer_tiers: Sequence[str], checkpoint_id: int | None = None
+) -> list[tuple[int, str, int]]:
+    """(id, job, step) of checkpoints (or only `checkpoint_id`) whose lifecycle has not yet
+    placed their copy on some peer tier (its tier copy there still `pending`): a copy it planned
+    on a node lost since then is not in the catalog yet, and a copy made again meanwhile could
+    not see where the lifecycle puts the others."""
+    if not peer_tiers:
+        return []
+    q = (
+        select(Checkpoint.id, Job.name, Checkpoint.step)
+        .join(TierCopy, TierCopy.checkpoint_id == Checkpoint.id)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(
+            TierCopy.tier.in_(list(peer_tiers)),
+            TierCopy.state == TierState.PENDING.value,
+        )
+        .distinct()
+        .order_by(Checkpoint.id)
+    )
+    if checkpoint_id is not None:
+        q = q.where(Checkpoint.id == checkpoint_id)
+    return [(r.id, r.name, r.step) for r in session.execute(q)]
+
+
 def held_peer_checkpoints(
     session: Session, node: str, peer_tiers: Sequence[str]
 ) -> list[tuple[int, str, int]]:

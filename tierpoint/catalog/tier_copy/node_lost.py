@@ -20,7 +20,7 @@ from tierpoint.catalog.node.registry import lost_reason
 from tierpoint.catalog.replica.machine import Move as ReplicaMove
 from tierpoint.catalog.replica.machine import lose_on_node
 from tierpoint.catalog.replica.machine import sources as replica_sources
-from tierpoint.catalog.replica.placement import held_peer_checkpoints
+from tierpoint.catalog.replica.placement import held_peer_checkpoints, placing_peer_copies
 from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.errors import NodeNotFound
 from tierpoint.states import ReplicaState, TierState
@@ -74,7 +74,12 @@ def mark_lost(
         lost_per_checkpoint[cp] = lost_per_checkpoint.get(cp, 0) + 1
     replicas_lost = len(lost_rows)
     pending = _pending_with_shards_on(session, node)
-    ids = sorted(set(lost_per_checkpoint) | set(pending))
+    # Checkpoints still placing peer copies: their lifecycle may have planned one on the node,
+    # and nothing of it is in the catalog yet. Told like the others (so that none waits on the
+    # node's queue), and re-replicated once their lifecycle has placed the rest.
+    # guard: node-lost-tells-lifecycles-placing-peer-copies
+    placing = placing_peer_copies(session, peer_tiers)
+    ids = sorted(set(lost_per_checkpoint) | set(pending) | {cp for cp, _, _ in placing})
     if not ids:
         if changed:
             record(
@@ -93,7 +98,7 @@ def mark_lost(
         failed_tiers.setdefault(cp, []).extend(tiers)
     tier_copies_failed = sum(len(t) for t in failed_tiers.values())
     out = NodeLost(node, lost_at, changed, replicas_lost, tier_copies_failed)
-    _record(session, out, actor, peer_tiers, ids, lost_per_checkpoint, failed_tiers)
+    _record(session, out, actor, peer_tiers, placing, ids, lost_per_checkpoint, failed_tiers)
     return out
 
 
@@ -102,6 +107,7 @@ def _record(
     out: NodeLost,
     actor: str,
     peer_tiers: Sequence[str],
+    placing: Sequence[tuple[int, str, int]],
     ids: Sequence[int],
     lost_per_checkpoint: dict[int, int],
     failed_tiers: dict[int, list[str]],
@@ -109,7 +115,9 @@ def _record(
     """The affected checkpoints into `out`, and the declaration's events."""
     node = out.node
     # Asked again on every declaration, so that repeating it re-starts what Temporal missed.
-    out.peer_copies_lost = held_peer_checkpoints(session, node, peer_tiers)
+    out.peer_copies_lost = sorted(
+        set(held_peer_checkpoints(session, node, peer_tiers)) | set(placing)
+    )
     for cp, job_id, job, step, in_flight in _affected(session, ids):
         out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight)))
         if lost_per_checkpoint.get(cp) or failed_tiers.get(cp):

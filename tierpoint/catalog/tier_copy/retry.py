@@ -16,7 +16,13 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import no_checkpoint, require_job_id
-from tierpoint.catalog.locks import EVERY_TIER_COPY, CheckpointAt, Locked, lock_in_order
+from tierpoint.catalog.locks import (
+    ACTION_LOCK,
+    EVERY_TIER_COPY,
+    CheckpointAt,
+    Locked,
+    lock_in_order,
+)
 from tierpoint.catalog.models import Checkpoint, Event, Node, Shard, TierCopy
 from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.errors import CopyOnLostNode, NoVerifiedSource, RepairInProgress, TierpointError
@@ -145,7 +151,10 @@ def lock_failed(session: Session, job: str, step: int) -> RetryTarget:
     commit, so that no promotion (nor expiry) can move them between the retry's start and its
     reset (raises JobNotFound, CheckpointNotFound)."""
     locked = lock_in_order(
-        session, checkpoints=CheckpointAt(job, step), tier_copies=EVERY_TIER_COPY
+        session,
+        checkpoints=CheckpointAt(job, step),
+        checkpoint_lock=ACTION_LOCK,
+        tier_copies=EVERY_TIER_COPY,
     )
     if not locked.checkpoints:
         require_job_id(session, job)

@@ -5,6 +5,9 @@
     python3 bootstrap.py test [--no-lint] [PYTEST ARGS]
                                              ruff check, ruff format --check, mypy,
                                              import-linter, then every test
+    python3 bootstrap.py test --fast [PYTEST ARGS]
+                                             only the pure and catalog tiers (no static
+                                             checks, no Temporal, S3 or processes): ~a minute
     python3 bootstrap.py mutants [ARGS]      the guard mutation check (.ci/guard_mutants.py)
     python3 bootstrap.py torch-venv          only make ./.venv-torch (below)
     python3 bootstrap.py COMMAND [ARGS]      any other `tierpoint` command
@@ -239,6 +242,23 @@ def lint_commands() -> list[tuple[list[str], Path]]:
     return commands
 
 
+# pytest options whose value is the next argument: that value names no test.
+_VALUED_OPTIONS = frozenset(
+    {"-m", "-k", "-p", "-c", "-o", "-W", "--hypothesis-profile", "--timeout", "--durations"}
+    | {"--maxfail", "--deselect", "--ignore", "--basetemp", "--rootdir"}
+)
+
+
+def _names_tests(pytest_args: Sequence[str]) -> bool:
+    """Whether the arguments name tests (a path or node id), rather than only select or tune."""
+    after_option = False
+    for a in pytest_args:
+        if a[:1] != "-" and not after_option:
+            return True
+        after_option = a in _VALUED_OPTIONS
+    return False
+
+
 def parallel_args(pytest_args: Sequence[str]) -> list[str]:
     """The whole suite runs on `TIERPOINT_TEST_WORKERS` pytest-xdist workers (default 3), a test
     module per worker at a time: most of its time is spent waiting on servers, subprocesses and
@@ -246,7 +266,9 @@ def parallel_args(pytest_args: Sequence[str]) -> list[str]:
     one session always has. Three on two cores: the suite took 1,439 s on two workers on a quiet
     machine and 1,350 s on three beside five other engineers' work. A run naming tests or its
     own `-n` stays as asked."""
-    if any(a.startswith(("-n", "--numprocesses", "--dist")) or a[:1] != "-" for a in pytest_args):
+    if any(a.startswith(("-n", "--numprocesses", "--dist")) for a in pytest_args):
+        return []
+    if _names_tests(pytest_args):
         return []
     workers = os.environ.get("TIERPOINT_TEST_WORKERS", "3")
     if workers in ("0", "1"):
@@ -254,15 +276,52 @@ def parallel_args(pytest_args: Sequence[str]) -> list[str]:
     return ["-n", workers, "--dist", "loadfile"]
 
 
+# The fast tier: the tests that need nothing but the pytest process and a migrated Postgres
+# (tests/helpers/tiers.py), every property test a fifth as long (tests/helpers/properties.py).
+FAST_SELECTION = ["-m", "pure or catalog", "--hypothesis-profile", "fast"]
+
+
+def fast_parallel_args(pytest_args: Sequence[str]) -> list[str]:
+    """Two workers for the fast tier, each test sent to whichever worker is free (its tests
+    are short and CPU-bound, and a module's catalog copy costs ~0.1 s): see docs/architecture.md,
+    "Tests", for the measurements. A run naming tests or its own `-n` stays as asked."""
+    if any(a.startswith(("-n", "--numprocesses", "--dist")) for a in pytest_args):
+        return []
+    if _names_tests(pytest_args):
+        return []
+    return ["-n", "2", "--dist", "worksteal"]
+
+
+def pytest_command(args: Sequence[str]) -> list[str]:
+    """The pytest command line of `test ARGS` (without --fast and --no-lint themselves)."""
+    fast = "--fast" in args
+    pytest_args = [a for a in args if a not in ("--fast", "--no-lint")]
+    pytest = str(VENV / "bin" / "pytest")
+    if fast:
+        return [pytest, *FAST_SELECTION, *fast_parallel_args(pytest_args), *pytest_args]
+    return [pytest, *parallel_args(pytest_args), *pytest_args]
+
+
+def test_env() -> dict[str, str]:
+    """The tests' environment: this one, with bytecode written. Where PYTHONDONTWRITEBYTECODE is
+    set (as in some CI and agent shells), every pytest process (each xdist worker, every run)
+    would compile the project and the tests' assertion-rewritten modules from source again:
+    ~7 of the ~15 CPU-seconds a worker spends collecting the suite here."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def run_tests(args: Sequence[str]) -> int:
-    lint = "--no-lint" not in args
-    pytest_args = [a for a in args if a != "--no-lint"]
+    fast = "--fast" in args
+    lint = "--no-lint" not in args and not fast
+    named = _names_tests([a for a in args if a not in ("--fast", "--no-lint")])
     failed: list[str] = []
     # The whole suite runs the benchmark smoke, which needs BENCH_EXTRAS: install them while the
     # static checks run (a pip download and unpack, ~30 s on a fresh machine) rather than inside
     # the smoke, where a test worker would wait for them.
     extras = threading.Thread(target=sync_bench_extras, daemon=True)
-    if not any(a[:1] != "-" for a in pytest_args):
+    if not named and not fast:
         extras.start()
     if lint:
         for cmd, cwd in lint_commands():
@@ -275,14 +334,16 @@ def run_tests(args: Sequence[str]) -> int:
             _say(f"static checks failed: {'; '.join(failed)} (running the tests anyway)")
     if extras.is_alive():
         extras.join()
-    env = dict(os.environ)
-    install_test_packages()
-    chromium = find_chromium()
+    env = test_env()
+    # The fast tiers start no process: no deployment programs, no browser.
+    chromium = None
+    if not fast:
+        install_test_packages()
+        chromium = find_chromium()
     if chromium is not None:
         env["TIERPOINT_CHROMIUM"] = chromium
     # pytest last, so that its closing summary line ends the output.
-    pytest = [str(VENV / "bin" / "pytest"), *parallel_args(pytest_args), *pytest_args]
-    code = subprocess.run(pytest, cwd=ROOT, env=env).returncode
+    code = subprocess.run(pytest_command(args), cwd=ROOT, env=env).returncode
     if failed:
         _say(f"static checks failed: {'; '.join(failed)}")
         return code or 1
@@ -296,7 +357,8 @@ def main(argv: Sequence[str]) -> int:
     command, rest = argv[0], list(argv[1:])
     sync(find_uv())
     if command == "test":
-        sync_torch_venv()
+        if "--fast" not in rest:  # the torch tests are full-stack: they run ranks as processes
+            sync_torch_venv()
         return run_tests(rest)
     if command == "torch-venv":
         sync_torch_venv()

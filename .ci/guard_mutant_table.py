@@ -49,7 +49,7 @@ WRONG_CRC = (
 )
 ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is_caught_by_the_copy"
 REBUILD_PLANNER = "tests/tierpoint/retention/test_planner_rebuild.py"
-REBUILD_CATALOG = "tests/tierpoint/catalog/test_rebuild_hold.py"
+REBUILD_CATALOG = "tests/tierpoint/catalog/holds/test_rebuild.py"
 AUTH = "tests/api/test_auth.py"
 DELETES = "tests/tierpoint/storage/test_deletes.py"
 CONFINEMENT = "tests/tierpoint/storage/test_confinement.py"
@@ -226,7 +226,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            Replica.state == ReplicaState.VERIFIED.value,\n"
         "            not_on_lost_node(),\n",
         "            Replica.state == ReplicaState.VERIFIED.value,\n",
-        ("tests/tierpoint/catalog/test_nodes.py",),
+        ("tests/tierpoint/catalog/tier_copy/test_promotion.py",),
         "a verified copy on a node declared lost does not count towards promotion",
     ),
     Mutant(
@@ -238,21 +238,21 @@ MUTANTS: tuple[Mutant, ...] = (
                 "lost_at": None,
             },
 """,
-        ("tests/tierpoint/catalog/test_nodes.py",),
+        ("tests/tierpoint/catalog/node/test_registry.py",),
         "a node declared lost stays lost when its worker (or a worker of many nodes) reports in",
     ),
     Mutant(
         "lost-among-share-lock",
         "node_lock=RowLock.SHARE",
         "node_lock=None",
-        ("tests/tierpoint/catalog/test_nodes.py",),
+        ("tests/tierpoint/catalog/node/test_registry.py",),
         "a node cannot be declared lost between a seal's read of it and the seal's write",
     ),
     Mutant(
         "replica-first-written-lost",
         "        if w.node_id is not None and w.node_id in lost\n",
         "        if False\n",
-        ("tests/tierpoint/catalog/test_nodes.py",),
+        ("tests/tierpoint/catalog/replica/test_machine.py",),
         "a seal that began before its node was declared lost cannot insert verified replicas",
     ),
     # ---- planner protections -----------------------------------------------------------------
@@ -584,7 +584,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "quarantine-expiring-copy",
         "        if reason is not None and target.state in _GONE:\n",
         "        if False:\n",
-        ("tests/api/test_quarantine.py::test_refusals_change_nothing",),
+        (
+            "tests/api/test_quarantine.py::test_refusals_change_nothing",
+            "tests/tierpoint/catalog/holds/test_quarantine.py::"
+            "test_a_copy_being_expired_cannot_be_quarantined_and_nothing_changes",
+        ),
         "a copy retention is deleting is not reported as kept evidence",
     ),
     # ---- expiring before delete --------------------------------------------------------------
@@ -709,7 +713,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "return bool(move(session, locked, Move.DAMAGED, [(checkpoint_id, tier)], reason=reason))",
         "return bool([(checkpoint_id, tier)])",
         (
-            "tests/tierpoint/catalog/test_integrity_repos.py::"
+            "tests/tierpoint/catalog/tier_copy/test_damage.py::"
             "test_marking_bad_demotes_in_the_same_transaction_and_only_once",
             "tests/faults/test_scrub_bit_rot.py",
         ),
@@ -722,7 +726,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """REPAIRABLE = tuple(s.value for s in TierState)
 """,
         (
-            "tests/tierpoint/catalog/test_integrity_repos.py::"
+            "tests/tierpoint/catalog/tier_copy/test_repair.py::"
             "test_repair_plans_only_tiers_it_may_touch_and_shards_with_a_source",
         ),
         "repair never copies into a copy retention is expiring or the lifecycle is still making",
@@ -738,6 +742,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/apps/cli/test_token_bootstrap.py::"
             "test_bootstrap_makes_one_admin_token_however_often_it_runs",
+            "tests/tierpoint/catalog/token/test_tokens.py::"
+            "test_the_first_admin_token_is_made_once_and_again_after_revocation",
         ),
         "a bootstrap run again (a retried Job, a second operator) makes no second admin token",
     ),
@@ -749,6 +755,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/api/test_expiry_races.py::"
             "test_a_pin_waiting_for_a_begun_expiry_is_refused_naming_the_tiers",
+            "tests/tierpoint/catalog/holds/test_pins.py::"
+            "test_a_pin_during_an_expiry_is_refused_naming_the_tiers_and_changes_nothing",
         ),
         "a pin is not accepted for a checkpoint whose copy retention is already deleting",
     ),
@@ -870,6 +878,8 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_a_deleted_checkpoint_goes_through_expiry_and_its_step_comes_back",
             "tests/api/test_acknowledge_delete.py::"
             "test_deleting_a_job_deletes_every_checkpoint_and_keeps_the_job",
+            "tests/tierpoint/catalog/checkpoint/test_deletion.py::"
+            "test_a_protected_checkpoint_is_refused_without_force_and_nothing_changes",
         ),
         "a pinned or leased checkpoint is deleted only with force",
     ),
@@ -995,7 +1005,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    failed_tiers = _fail(session, locked, Move.NODE_LOST, own, local_tiers, reason)\n",
         "    failed_tiers = _fail(session, locked, Move.NODE_LOST, ids, local_tiers, reason)\n",
         (
-            "tests/tierpoint/catalog/test_nodes.py::"
+            "tests/tierpoint/catalog/tier_copy/test_node_lost.py::"
             "test_a_lost_holder_fails_the_peer_copies_it_held_and_no_local_copy",
             "tests/faults/test_lost_holder_spares_local_copies.py",
         ),
@@ -1099,7 +1109,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            hold_sources(session, checkpoint_id, dst.name, reads, now)\n",
         "            pass\n",
         (
-            "tests/tierpoint/catalog/test_integrity_repos.py::"
+            "tests/tierpoint/catalog/tier_copy/test_repair.py::"
             "test_repair_holds_the_tiers_it_reads_against_retention_until_promoted",
         ),
         "a repair holds the copies it reads from against retention, faster and slower tiers alike",

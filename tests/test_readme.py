@@ -35,7 +35,8 @@ from tests.helpers.readme import (
     tier_state,
 )
 
-pytestmark = pytest.mark.slow
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = [pytest.mark.slow, pytest.mark.full_stack]
 
 TRAIN_RESUME = "examples/train_resume/README.md"
 RESUMED = re.compile(r"^resumed from step (\d+) \(state (\w+);", re.M)

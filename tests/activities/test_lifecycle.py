@@ -15,8 +15,6 @@ from tierpoint.catalog.models import Replica, Shard, TierCopy
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import Batch, CopyInput, PlanInput, PromoteInput, SealInput
 
-MIB = 1024 * 1024
-
 
 def test_source_rotting_after_seal_is_caught_by_the_copy(
     settings: Settings, sessions: sessionmaker[Session]
@@ -120,20 +118,3 @@ def test_local_tier_batches_of_another_node_are_refused(
         assert getattr(exc, "non_retryable", False)
     else:
         raise AssertionError("a node worker sealed another node's shards")
-
-
-def test_the_plan_splits_by_the_windows_of_the_node_stages_only(
-    settings: Settings, sessions: sessionmaker[Session]
-) -> None:
-    # Eight 1 MiB shards on one node, ranges of at least 1 MiB: the seal and the copy off the
-    # local tier run 2 at once per node, so 2 ranges; the S3 tier's window of 64 (sized for a
-    # cluster's shared workers) must not cut the node's shards into 8.
-    tiers = [
-        t.model_copy(update={"parallelism": {"ssd": 2, "lustre": 1, "s3": 64}[t.name]})
-        for t in settings.tiers
-    ]
-    wide = settings.model_copy(update={"tiers": tiers, "min_batch_bytes": MIB})
-    seeded = seed_checkpoint(wide, sessions, new_job(), 6, random_shards(["node-a"], 8, MIB))
-    acts = LifecycleActivities(sessions, wide, Stores(wide), node=None)
-    plan = ActivityEnvironment().run(acts.plan, PlanInput(checkpoint_id=seeded.checkpoint_id))
-    assert [(b.first, b.last) for b in plan.batches] == [(0, 3), (4, 7)]

@@ -34,6 +34,10 @@ from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 
+# Full-stack as a whole, said here too so that a run of the lighter tiers does not even collect it:
+# schemathesis builds its cases at collection, most of the collection of the whole suite.
+pytestmark = pytest.mark.full_stack
+
 EXAMPLES = 25
 CASES: dict[str, int] = {}
 

@@ -9,6 +9,9 @@ import pytest
 
 from tests.benchmarks import quick
 
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = pytest.mark.full_stack
+
 
 @pytest.mark.slow
 def test_quick_run_measures_each_scenario_against_its_baseline(tmp_path: Path) -> None:

@@ -12,6 +12,9 @@ import pytest
 
 from tests.benchmarks import quick
 
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = pytest.mark.full_stack
+
 DCP = "4 nodes, peer tier, TierpointReader: rank 1's state"
 LOCAL = f"{DCP} on its own node from its local tier"
 SPARE = {

@@ -18,6 +18,7 @@ from tierpoint_client.paths import (
     partial_name,
 )
 
+from tests.helpers.properties import examples
 from tierpoint.manifest import parse_manifest_json
 from tierpoint.storage.paths import is_partial_name
 from tierpoint.storage.paths import partial_name as servers
@@ -100,7 +101,7 @@ def _registration_accepts(paths: list[str]) -> tuple[bool, set[str]]:
     return True, set()
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(name=names)
 def test_the_client_and_the_server_accept_the_same_shard_paths(name: str) -> None:
     """One rule on both sides: what the client's manifest builder lets through, registration
@@ -118,7 +119,7 @@ def test_the_client_and_the_server_accept_the_same_shard_paths(name: str) -> Non
     assert len(name.encode("utf-8", "replace")) <= MAX_PATH_BYTES or not server_ok
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(paths=st.lists(st.lists(st.sampled_from("ab"), min_size=1, max_size=3), max_size=5))
 def test_the_client_and_the_server_refuse_the_same_file_and_directory_pairs(
     paths: list[list[str]],
@@ -136,7 +137,7 @@ def test_the_client_and_the_server_refuse_the_same_file_and_directory_pairs(
     assert server_ok or codes == {"path_conflict"}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     size=st.integers(1, MAX_PART_BYTES),
     char=st.sampled_from(["a", "\u00e9", "\u4e2d", "\U0001f642"]),

@@ -199,6 +199,7 @@ def _peer_entry(path: str, data: bytes, url: str) -> PlanEntry:
     return dataclasses.replace(entry, tier="peer", url=url)
 
 
+@pytest.mark.full_stack  # runs a proxy process
 def test_a_cut_peer_body_is_a_read_error_not_a_mismatch(tmp_path: Path) -> None:
     data = os.urandom(9 * MiB + 3)
     served = tmp_path / "served"

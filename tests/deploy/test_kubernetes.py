@@ -119,6 +119,7 @@ def _kubectl_objects(directory: Path, generated: set[tuple[str, str]]) -> list[s
     return sorted(normalize_hashes(json.dumps(o, sort_keys=True), generated) for o in objects)
 
 
+@pytest.mark.full_stack  # runs kubectl
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
 @pytest.mark.parametrize("which", ["base", "overlays/example"])
 def test_the_renderer_agrees_with_kubectl_kustomize(which: str, tmp_path: Path) -> None:

@@ -65,6 +65,7 @@ def test_renders_valid_and_keeps_the_rules(which: str, tmp_path: Path) -> None:
         assert problems(objects) == []
 
 
+@pytest.mark.full_stack  # runs kubectl
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
 @pytest.mark.parametrize("which", [*OVERLAYS, "pgbouncer", "monitoring"])
 def test_the_renderer_agrees_with_kubectl_kustomize(which: str, tmp_path: Path) -> None:
@@ -169,6 +170,7 @@ def test_storage_objects_are_valid() -> None:
     assert volume["spec"]["claimRef"]["name"] == claim["metadata"]["name"]
 
 
+@pytest.mark.full_stack  # runs promtool
 def test_alert_rules_pass_promtool_and_the_prometheus_rule_holds_them(tmp_path: Path) -> None:
     promtool = require("promtool")["promtool"]
     alerts = ROOT / "docs" / "alerts.yml"

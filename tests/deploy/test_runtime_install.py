@@ -13,6 +13,9 @@ import pytest
 
 from apps.cli.dev import DEV_EXTRA_DISTRIBUTIONS
 
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = pytest.mark.full_stack
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

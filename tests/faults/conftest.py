@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import random
 import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from apps.devstack.services import EmbeddedPostgres
+from tests.helpers import tiers
+from tests.helpers.services import postgres_root
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
 
 
 @pytest.fixture
 def dedicated_postgres() -> Iterator[EmbeddedPostgres]:
-    """A migrated catalog on a Postgres server of its own, which the test may stop and start.
-
-    Outside pytest's basetemp (see tests/conftest.py): the server user must reach its data dir."""
-    root = Path(tempfile.mkdtemp(prefix="tierpoint-fault-pg-"))
-    root.chmod(0o755)
+    """A migrated catalog on a Postgres server of its own, which the test may stop and start."""
+    root = postgres_root("tierpoint-fault-pg-")
     pg = EmbeddedPostgres(root / "data", database="tierpoint")
     try:
-        pg.start()
+        with tiers.starting("dedicated_postgres", "a Postgres of its own"):
+            pg.start()
         migrate.upgrade(pg.url)
         engine = make_sync_engine(pg.url, pool_size=1)
         try:

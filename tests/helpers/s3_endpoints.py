@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 
+from apps.devstack.services import MotoS3Server
 from tests.helpers.services import Services
 from tierpoint.tier_config import TierConfig, TierKind
 
@@ -23,6 +24,8 @@ class S3Endpoint:
     region: str
     # The prefix a tier names to sign with these keys; None: the standard AWS chain has them.
     credentials_env: str | None = None
+    # The moto server the session started (its request log); None: one it was given, or RGW.
+    server: MotoS3Server | None = None
 
     @property
     def stores_checksums(self) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,12 +52,52 @@ def with_database(url: str, name: str) -> str:
     return base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
 
 
+# A test Postgres keeps its data in RAM where the machine has room: a database copy there took
+# 0.08-0.14 s against 0.3-1.6 s on disk, and the server's start, stop and removal 2-3x less, on a
+# busy two-core machine. Its data is thrown away at the end of the session anyway.
+RAM_DIR = Path("/dev/shm")
+RAM_NEEDED = 2 * 1024**3
+
+
+def postgres_root(prefix: str) -> Path:
+    """A new directory for an embedded Postgres server's data dir: in RAM when there is room,
+    else in the system's temp dir. Outside pytest's basetemp: pytest re-chmods that tree to 0700
+    when another session starts, which would lock the server's own user (when tests run as root)
+    out of its data dir."""
+    ram = RAM_DIR.is_dir() and os.access(RAM_DIR, os.W_OK)
+    parent = RAM_DIR if ram and shutil.disk_usage(RAM_DIR).free > RAM_NEEDED else None
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    root.chmod(0o755)
+    return root
+
+
+def _libpq(url: str) -> str:
+    return normalize_url(url).replace("postgresql+psycopg://", "postgresql://")
+
+
+def tune_for_tests(admin_url: str) -> None:
+    """Settings of a throwaway server the suite started itself (never one it was given): a small
+    WAL, since every database copy is written to the WAL and the data dir may be in RAM."""
+    with psycopg.connect(_libpq(admin_url), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET max_wal_size = '128MB'")
+        conn.execute("ALTER SYSTEM SET min_wal_size = '32MB'")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def drop_database(url: str) -> None:
+    """Drop the database of `url`, ending whatever is still connected to it."""
+    plain = _libpq(url)
+    name = plain.partition("?")[0].rsplit("/", 1)[1]
+    with psycopg.connect(with_database(plain, "postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def fresh_database(admin_url: str, *, template: bool = False) -> str:
     """A new database on the server of `admin_url`: empty, or with `template` a copy of that
     database (which nobody may be connected to), so runs and modules never see each other's rows."""
     name = f"tierpoint_test_{uuid.uuid4().hex[:10]}"
     url = normalize_url(admin_url)
-    plain = url.replace("postgresql+psycopg://", "postgresql://")
+    plain = _libpq(url)
     source = plain.partition("?")[0].rsplit("/", 1)[1]
     with psycopg.connect(with_database(plain, "postgres"), autocommit=True) as conn:
         clause = f' TEMPLATE "{source}"' if template else ""
@@ -146,6 +188,19 @@ def make_settings(
         # The API's /metrics listener on a free port (tests.helpers.api.scrape_api reads it).
         api_metrics_port=0,
     )
+
+
+# Nothing listens on port 1 of the loopback: a connection there is refused at once.
+NOWHERE = "127.0.0.1:1"
+
+
+def catalog_only_settings(database_url: str, root: Path) -> Settings:
+    """Settings for a three-tier store rooted under `root` whose Temporal address and S3 endpoint
+    lead nowhere: for tests that need only the catalog and files."""
+    nowhere = Services(
+        database_url, NOWHERE, f"http://{NOWHERE}", "none", "none", "us-east-1", None, frozenset()
+    )
+    return make_settings(nowhere, database_url, root, "no-s3-in-this-test")
 
 
 def with_tier(settings: Settings, name: str, **changes: Any) -> Settings:

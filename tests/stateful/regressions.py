@@ -58,7 +58,8 @@ REGRESSIONS = (
     ),
     # Found by the stateful test: the node is declared lost while its seal runs (the replicas'
     # rows did not exist yet, so the declaration marked none); the seal then wrote them verified,
-    # on a disk that is gone. Timing-dependent here; tests/tierpoint/catalog/test_nodes.py pins it.
+    # on a disk that is gone. Timing-dependent here; tests/tierpoint/catalog/replica/test_machine.py
+    # pins it.
     Regression(
         "node_lost_during_seal_leaves_no_verified_replica",
         (

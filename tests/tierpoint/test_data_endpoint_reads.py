@@ -34,8 +34,9 @@ FILES = 6
 
 
 @pytest.fixture
-def settings(settings: Settings) -> Settings:
-    return Settings.model_validate({**settings.model_dump(), "data_token": SECRET})
+def settings(catalog_settings: Settings) -> Settings:
+    """The data endpoint serves files and reads the catalog: no Temporal, no S3."""
+    return Settings.model_validate({**catalog_settings.model_dump(), "data_token": SECRET})
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from tests.helpers.properties import examples
 from tierpoint.manifest import Manifest, manifest_digest, parse_manifest_json, shards_json
 
 MAX_INT64 = 2**63 - 1
@@ -113,7 +114,7 @@ def _outcome(parse: Any, raw: bytes) -> tuple[str, Any]:
     return "accepted", (m.model_dump(), manifest_digest(m.shards), m.total_bytes)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(doc=body())
 def test_the_fast_path_agrees_with_the_model(doc: Any) -> None:
     raw = json.dumps(doc).encode()

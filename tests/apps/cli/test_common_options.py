@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from rich.console import Console
 from sqlalchemy import Engine
 from tierpoint_client import Checkpoint
@@ -88,6 +89,7 @@ def _run_off_a_terminal(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.full_stack  # runs the CLI as a process, off a terminal
 def test_off_a_terminal_a_table_row_stays_on_one_line() -> None:
     long_name = "llama-70b.pretrain.run-" + "7" * 90
     code = (
@@ -103,6 +105,7 @@ def test_off_a_terminal_a_table_row_stays_on_one_line() -> None:
     assert "1000" in row and "ssd lustre s3" in row, out.stdout
 
 
+@pytest.mark.full_stack  # runs the CLI as a process, off a terminal
 def test_logs_off_a_terminal_have_no_colour_codes() -> None:
     code = (
         "from tierpoint import logs\n"

@@ -16,6 +16,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, get_type_hints
 
+import pytest
 import typer
 
 from apps.cli.main import app
@@ -88,6 +89,7 @@ def _lines(help_text: str) -> list[str]:
     return [" ".join(BOX.sub(" ", line).split()) for line in help_text.splitlines()]
 
 
+@pytest.mark.full_stack  # runs `tierpoint --help` as a process
 def test_every_help_text_shows_as_written_one_paragraph_per_line() -> None:
     """Wide enough for any paragraph: each one is on one line, word for word, brackets and
     backticks included (rich markup ate `[[tiers]]`; docstrings broke sentences mid-line)."""
@@ -103,6 +105,7 @@ def test_every_help_text_shows_as_written_one_paragraph_per_line() -> None:
     assert missing == [], "\n".join(f"tierpoint {p} --help lacks: {w}" for p, w in missing)
 
 
+@pytest.mark.full_stack  # runs `tierpoint --help` as a process
 def test_on_80_columns_nothing_is_cut_and_no_flag_shows_a_type() -> None:
     rendered = _render(80)
     for path, shown in rendered.items():
@@ -111,6 +114,7 @@ def test_on_80_columns_nothing_is_cut_and_no_flag_shows_a_type() -> None:
         assert max(len(line) for line in shown.splitlines()) <= 80, shown
 
 
+@pytest.mark.full_stack  # runs `tierpoint --help` as a process
 def test_defaults_named_after_a_setting_are_that_settings_defaults() -> None:
     from tierpoint.config import Settings
 
@@ -122,6 +126,7 @@ def test_defaults_named_after_a_setting_are_that_settings_defaults() -> None:
         assert value == ("none" if default is None else str(default)), (name, value)
 
 
+@pytest.mark.full_stack  # runs `tierpoint --version` as a process
 def test_version_is_the_installed_packages() -> None:
     ran = subprocess.run(
         [sys.executable, "-m", "apps.cli.main", "--version"],

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from sqlalchemy import Engine, text
 
 from api.app import create_app
@@ -72,6 +73,7 @@ async def test_bootstrap_makes_one_admin_token_however_often_it_runs(
         assert refused.status_code not in (401, 403), refused.text
 
 
+@pytest.mark.full_stack  # runs `tierpoint token bootstrap` as a process
 def test_after_the_admin_token_is_revoked_bootstrap_makes_a_new_one(
     migrated_url: str, catalog: Engine
 ) -> None:

@@ -65,6 +65,7 @@ def _lifetime(row: dict[str, Any]) -> timedelta:
     return lifetime
 
 
+@pytest.mark.full_stack  # runs `tierpoint token` as a process
 def test_create_prints_the_secret_once_and_stores_its_digest(
     token_cli: TokenCli, catalog: Engine
 ) -> None:
@@ -97,6 +98,7 @@ def test_create_prints_the_secret_once_and_stores_its_digest(
     assert "tp_" not in listed.out
 
 
+@pytest.mark.full_stack  # runs `tierpoint token` as a process
 def test_refusals_change_nothing(token_cli: TokenCli, catalog: Engine) -> None:
     run = token_cli
     name = f"dup-{uuid.uuid4().hex[:6]}"

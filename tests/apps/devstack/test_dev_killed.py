@@ -27,7 +27,8 @@ from tests.apps.devstack.test_dev_stack_e2e import (
     start_dev,
 )
 
-pytestmark = pytest.mark.slow
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = [pytest.mark.slow, pytest.mark.full_stack]
 
 GONE_TIMEOUT = 60.0  # a hang guard: a server that outlives its stack never goes
 

@@ -27,7 +27,8 @@ from tests.apps.devstack.test_dev_stack_e2e import (
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Checkpoint, Event, Job
 
-pytestmark = pytest.mark.slow
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = [pytest.mark.slow, pytest.mark.full_stack]
 
 REPAIR_TIMEOUT = 240.0
 

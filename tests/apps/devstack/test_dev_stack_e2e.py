@@ -27,7 +27,8 @@ import pytest
 
 from apps.devstack.facts import StackInfo, StackNotRunning, read_stack_info
 
-pytestmark = pytest.mark.slow
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = [pytest.mark.slow, pytest.mark.full_stack]
 
 START_TIMEOUT = 240.0
 STOP_TIMEOUT = 120.0

@@ -28,6 +28,9 @@ from tests.apps.devstack.test_dev_stack_e2e import (
 )
 from tierpoint.tier_config import TierKind
 
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = pytest.mark.full_stack
+
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples" / "tiers"
 S3 = S3Facts("http://127.0.0.1:5999", BUCKET, "us-east-1", "key", "secret")

@@ -21,6 +21,9 @@ from apps.devstack.services import (
     listens,
 )
 
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = pytest.mark.full_stack
+
 
 @pytest.fixture
 def held_port() -> Iterator[int]:

@@ -19,6 +19,9 @@ from apps.devstack.paths import StackPaths
 from apps.devstack.settings import build_settings
 from apps.devstack.tiers import DEFAULT_TIERS, complete_tiers
 
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = pytest.mark.full_stack
+
 
 def _info(tmp_path: Path) -> tuple[StackInfo, StackPaths]:
     paths = StackPaths(tmp_path / "dev dir")  # a space: the env file must quote

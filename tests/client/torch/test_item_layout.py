@@ -8,7 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from tests.client.torch.ranks import TORCH_PYTHON
+
+# Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
+pytestmark = pytest.mark.full_stack
 
 CHECK = r"""
 import io, json

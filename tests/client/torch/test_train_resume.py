@@ -164,6 +164,7 @@ async def test_killed_training_resumes_from_the_latest_checkpoint_bit_identicall
     assert DONE.findall(straight) == [(final, end_state)], (straight, resumed)
 
 
+@pytest.mark.full_stack  # runs the example as a process
 def test_without_stack_env_it_says_what_to_set(tmp_path: Path) -> None:
     """Run as a newcomer does before `source stack.env`: one clear line, no KeyError."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERPOINT_", "AWS_"))}

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tests.helpers.planner_builders import T0, apply, run_history
 from tests.helpers.planner_invariants import PROTECTIONS as STATED_PROTECTIONS
 from tests.helpers.planner_invariants import check_plan, keeps_everything, rule_of, targets
+from tests.helpers.properties import examples
 from tierpoint.retention import (
     CheckpointInfo,
     KeepEvery,
@@ -32,7 +33,7 @@ from tierpoint.tier_config import TierKind
 
 # Sized to keep the suite well under a minute on a busy 2-core machine; raise it for a soak run:
 # TIERPOINT_RETENTION_EXAMPLES=20000 pytest tests/tierpoint/retention
-EXAMPLES = int(os.environ.get("TIERPOINT_RETENTION_EXAMPLES", "700"))
+EXAMPLES = int(os.environ.get("TIERPOINT_RETENTION_EXAMPLES", examples(700)))
 SETTINGS = settings(
     max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

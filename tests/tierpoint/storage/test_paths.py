@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.properties import examples
 from tests.helpers.storage import new_ref
 from tierpoint.errors import UnsafePath
 from tierpoint.storage.base import RecordedCopy, ShardRef
@@ -82,7 +83,9 @@ def test_any_dotdot_or_absolute_path_is_refused(path: str) -> None:
 
 
 @settings(
-    suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200, deadline=None
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    max_examples=examples(200),
+    deadline=None,
 )
 @given(path=paths)
 def test_accepted_paths_resolve_inside_the_root(tmp_path: Path, path: str) -> None:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.properties import examples
 from tests.helpers.storage import (
     InterruptedSource,
     MiB,
@@ -314,7 +315,9 @@ def test_a_second_writer_of_the_same_shard_is_turned_away(posix_store: PosixStor
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     size=st.integers(min_value=1, max_value=600_000),

@@ -6,7 +6,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, func, insert, inspect, select, update
 from sqlalchemy.orm import Session
 
-from tests.helpers.services import Services, fresh_database
+from tests.helpers.services import fresh_database
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import (
@@ -24,8 +24,8 @@ from tierpoint.catalog.node.registry import upsert_node
 
 
 @pytest.fixture
-def empty_url(services: Services) -> str:
-    return fresh_database(services.database_url)
+def empty_url(postgres_url: str) -> str:
+    return fresh_database(postgres_url)
 
 
 def _tables(url: str) -> set[str]:

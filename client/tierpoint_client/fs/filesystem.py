@@ -25,6 +25,7 @@ from tierpoint_client.fs._config import Settings, client_for
 from tierpoint_client.fs._paths import PROTOCOL, FsPath, parse, step_folder, strip
 from tierpoint_client.fs._writes import StagedFile
 from tierpoint_client.models import Checkpoint
+from tierpoint_client.torch._files import METADATA_FILE
 
 
 def _restorable(cp: Checkpoint) -> bool:
@@ -155,6 +156,12 @@ class TierpointFileSystem(AbstractFileSystem):  # type: ignore[misc]
             raise PermissionError(
                 f"{path1} -> {path2}: tierpoint:// renames only a file of a step being written "
                 "within that step (a committed checkpoint does not change)"
+            )
+        if dst.file != METADATA_FILE and dst.file.endswith(METADATA_FILE):
+            # DCP without collectives: each rank its own metadata, and no one commit.
+            raise TierpointError(
+                f"{path2}: a DCP save without collectives writes per-rank metadata, which "
+                "tierpoint cannot register as one checkpoint; save with a process group"
             )
         _saves.rename(self.settings, save, src.file, dst.file)
 

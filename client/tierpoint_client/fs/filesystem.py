@@ -38,7 +38,6 @@ def _dir(name: str) -> dict[str, Any]:
 
 class TierpointFileSystem(AbstractFileSystem):  # type: ignore[misc]
     protocol = (PROTOCOL,)
-    root_marker = ""
 
     def __init__(self, *args: Any, **storage_options: Any) -> None:
         super().__init__(*args, **storage_options)

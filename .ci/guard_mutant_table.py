@@ -1060,4 +1060,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/api/test_purge.py::test_a_job_purges_its_old_steps_never_its_newest_restorable",),
         "a training job's purge never deletes the job's newest restorable checkpoint",
     ),
+    Mutant(
+        "fs-step-saved-once",
+        "    if _writes.is_coordinator():\n",
+        "    if False:\n",
+        (
+            "tests/client/torch/test_fsspec_dcp.py::test_a_registered_step_is_not_saved_again",
+            "tests/client/torch/test_fsspec_dcp.py::"
+            "test_bad_url_missing_token_and_foreign_job_fail_before_anything_is_written",
+        ),
+        "a save by tierpoint:// URL never rewrites a registered step's files, nor starts for a "
+        "job its token may not use",
+    ),
 )

@@ -56,6 +56,7 @@ def begin(settings: Settings, path: FsPath) -> Save:
         return found
     client = client_for(settings)
     node = settings.require_node()
+    # guard: fs-step-saved-once
     if _writes.is_coordinator():
         _refuse_registered(client, path.job, path.step)
     # Created by the first file written: a save that fails while DCP plans it leaves nothing.

@@ -116,6 +116,28 @@ class TierpointFileSystem(AbstractFileSystem):  # type: ignore[misc]
                 return _dir(p.name)
         raise FileNotFoundError(path)
 
+    # fsspec's own answer False on any error: an unreachable API or a refused token would read
+    # as "no checkpoint", and a trainer would start afresh instead of resuming. Only "not there"
+    # is False here.
+    def exists(self, path: Any, **kwargs: Any) -> bool:
+        try:
+            self.info(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def isdir(self, path: Any) -> bool:
+        try:
+            return bool(self.info(path)["type"] == "directory")
+        except FileNotFoundError:
+            return False
+
+    def isfile(self, path: Any) -> bool:
+        try:
+            return bool(self.info(path)["type"] == "file")
+        except FileNotFoundError:
+            return False
+
     # -- writing ---------------------------------------------------------------------------
 
     def makedirs(self, path: Any, exist_ok: bool = False) -> None:

@@ -100,6 +100,14 @@ def listing(fs: Any, job: str, committed: int, uncommitted: int) -> dict[str, An
             "load_step": find_load_step(fs, form),
         }
     out["other_job_exists"] = fs.exists(f"{job}-never-saved")
+    # A refused token is an error, never "no checkpoint" (a trainer would start afresh).
+    refused = fsspec.filesystem("tierpoint", token="not-a-token", skip_instance_cache=True)
+    folder = f"{job}/step-{committed}"
+    out["refused"] = {
+        "exists": outcome(lambda: refused.exists(folder)),
+        "isdir": outcome(lambda: refused.isdir(folder)),
+        "isfile": outcome(lambda: refused.isfile(f"{folder}/.metadata")),
+    }
     return out
 
 

@@ -84,6 +84,8 @@ async def test_a_listing_shows_only_committed_restorable_steps_in_both_path_form
             "load_step": 2,  # torchtitan resumes from step 2, never the half-written step 4
         }, form
     assert facts["other_job_exists"] is False
+    for probe, result in facts["refused"].items():
+        assert result.startswith("AuthError: "), (probe, result)
 
 
 async def test_random_access_reads_are_verified_and_fall_back_to_the_next_copy(

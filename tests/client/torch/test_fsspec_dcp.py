@@ -127,6 +127,22 @@ async def test_one_rank_saves_and_async_saves_by_url(stack: Stack, tmp_path: Pat
     ok(await url_ranks(stack, tmp_path, "load", f"tierpoint://{job}/step-3", 3, world=2))
 
 
+async def test_a_process_based_async_save_by_url_commits_from_its_background_processes(
+    stack: Stack, tmp_path: Path
+) -> None:
+    job = new_job("url")
+    url = f"tierpoint://{job}/step-8"
+    ok(await url_ranks(stack, tmp_path, "process_save", url, 8, world=2))
+    cp = await wait_everywhere(stack, job, 8, ("ssd",))
+    node_a, node_b = stack.nodes
+    assert {s.path: s.node for s in cp.shards or ()} == {
+        "__0_0.distcp": node_a,
+        "__1_0.distcp": node_b,
+        ".metadata": node_a,
+    }
+    ok(await url_ranks(stack, tmp_path, "load", url, 8, world=2))
+
+
 async def test_a_registered_step_is_not_saved_again(stack: Stack, tmp_path: Path) -> None:
     job = new_job("url")
     url = f"tierpoint://{job}/step-4"

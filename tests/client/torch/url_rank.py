@@ -22,12 +22,13 @@ import torch.distributed.checkpoint as dcp
 
 # The script's own folder is on its path (no `tests` package in the torch venv).
 from dcp_rank import distributed, mismatches, original, template  # type: ignore[import-not-found]
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from torch.distributed.device_mesh import init_device_mesh
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["save", "async_save", "load"])
+    p.add_argument("action", choices=["save", "async_save", "process_save", "load"])
     p.add_argument("--url", required=True)
     p.add_argument("--step", type=int, required=True, help="the state's step")
     p.add_argument("--rank", type=int, default=0)
@@ -54,7 +55,14 @@ def main() -> None:
                 dcp.save(distributed(original(args.step), mesh), checkpoint_id=args.url)
             else:
                 state = distributed(original(args.step), mesh)
-                pending = dcp.async_save(state, checkpoint_id=args.url)
+                # A process-based save writes from a fresh interpreter per rank, which knows
+                # tierpoint:// only through the entry point.
+                kind = "PROCESS" if args.action == "process_save" else "THREAD"
+                pending = dcp.async_save(
+                    state,
+                    checkpoint_id=args.url,
+                    async_checkpointer_type=AsyncCheckpointerType[kind],
+                )
                 for t in state["model"].values():
                     t.add_(1)  # training goes on: what was staged is what is saved
                 pending.result()

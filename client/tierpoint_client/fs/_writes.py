@@ -103,6 +103,7 @@ class StagedFile:
     collected unclosed, discards: a failed write never takes the file's name."""
 
     def __init__(self, final: Path, on_commit: Any, *, autocommit: bool = True) -> None:
+        self._done = True  # until the temporary file exists, there is nothing to discard
         self._out = AtomicFile(final)
         self._on_commit = on_commit  # (size, crc32c) -> None
         self.autocommit = autocommit

@@ -1146,4 +1146,23 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/deploy/test_api_tls.py::test_mutual_tls_admits_only_clients_of_its_ca",),
         "with a client CA, the API refuses a client without a certificate of that CA",
     ),
+    Mutant(
+        "purge-deletes-newest",
+        "    if newest is not None and newest in ids:\n",
+        "    if False:\n",
+        ("tests/api/test_purge.py::test_a_job_purges_its_old_steps_never_its_newest_restorable",),
+        "a training job's purge never deletes the job's newest restorable checkpoint",
+    ),
+    Mutant(
+        "fs-step-saved-once",
+        "    if _writes.is_coordinator():\n",
+        "    if False:\n",
+        (
+            "tests/client/torch/test_fsspec_dcp.py::test_a_registered_step_is_not_saved_again",
+            "tests/client/torch/test_fsspec_dcp.py::"
+            "test_bad_url_missing_token_and_foreign_job_fail_before_anything_is_written",
+        ),
+        "a save by tierpoint:// URL never rewrites a registered step's files, nor starts for a "
+        "job its token may not use",
+    ),
 )

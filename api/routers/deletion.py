@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Depends, Query
 
 from api import background
-from api.auth import Actor, require
+from api.auth import Actor, require, require_job
 from api.deps import JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
@@ -33,8 +33,14 @@ async def _delete(
     state: StateDep,
     actor: str,
     tasks: BackgroundTasks,
+    *,
+    keep_newest: bool = False,
 ) -> DeletionOut:
-    out = await session.run_sync(deletion.delete_checkpoints, job, step, actor, force=force)
+    out = await session.run_sync(
+        lambda s: deletion.delete_checkpoints(
+            s, job, step, actor, force=force, keep_newest=keep_newest
+        )
+    )
     if out.deleted:
         tasks.add_task(background.request_retention, state, [job], f"deleted by {actor}")
     return DeletionOut.model_validate(out)
@@ -63,6 +69,29 @@ async def delete_checkpoint(
     does nothing more. Its step may be registered again once every copy is expired (409
     `checkpoint_being_deleted` before)."""
     return await _delete(job, step, force, session, state, actor, tasks)
+
+
+@router.post(
+    "/{job:path}/checkpoints/{step}/purge",
+    dependencies=[Depends(require_job())],
+    response_model=DeletionOut,
+    status_code=202,
+    responses=problem_responses(404, 409, 422),
+    summary="A training job's purge of one of its checkpoints (a trainer's `rm -r` of an old step)",
+)
+async def purge_checkpoint(
+    job: JobName,
+    step: Step,
+    session: SessionDep,
+    state: StateDep,
+    actor: Actor,
+    tasks: BackgroundTasks,
+) -> DeletionOut:
+    """The job's own token (`train:<job>`) deletes one of its checkpoints as an admin's deletion
+    does (its copies through retention's expiry), never with force: 409 `checkpoint_protected`
+    while it is pinned, held by a restore lease, has a copy in flight, or is the job's newest
+    restorable checkpoint (retention never expires that one either)."""
+    return await _delete(job, step, False, session, state, actor, tasks, keep_newest=True)
 
 
 @router.delete(

@@ -206,6 +206,14 @@ class Api:
             "DELETE", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/leases/{int(lease_id)}"
         )
 
+    def purge(self, job: str, step: int) -> dict[str, Any]:
+        """Ask for one of the job's checkpoints to be deleted (a trainer's purge of an old step):
+        its copies go through retention's expiry. ConflictError `checkpoint_protected` while it
+        is pinned, held by a restore lease, in flight, or the job's newest restorable one."""
+        resp = self._http.request("POST", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/purge")
+        result: dict[str, Any] = resp.body
+        return result
+
     def quarantine(self, job: str, step: int, reason: str, tier: str | None = None) -> Checkpoint:
         """Take a checkpoint (or only its copy on `tier`) out of `latest()`: call it when loading
         it failed or the loss diverged right after loading; the next `latest()` serves the next

@@ -194,3 +194,13 @@ class RestoreInterrupted(KeyboardInterrupt):
 class MissingCredentialsError(SourceError):
     """An S3 tier names environment variables for its keys (`credentials_env`) that this
     process does not have."""
+
+
+class InvalidUrlError(TierpointError, ValueError):
+    """A `tierpoint://` path that names no job, step folder or file tierpoint could keep; raised
+    before anything is written."""
+
+
+class ConfigurationError(TierpointError, ValueError):
+    """The process lacks a setting it needs (the API's URL, a token, this node's id); raised
+    before anything is written."""

@@ -133,6 +133,12 @@ class AtomicFile:
             start_writeback(self._f.fileno(), self._written_back, self.size - self._written_back)
             self._written_back = self.size
 
+    def fileno(self) -> int:
+        """The temporary file's descriptor, every byte written so far handed to the kernel (so
+        that an fsync of it covers them)."""
+        self._f.flush()
+        return self._f.fileno()
+
     def commit(self) -> tuple[int, str]:
         """(size, crc32c) of the committed file."""
         self._f.flush()

@@ -88,13 +88,20 @@ def _protections(session: Session, rows: list[tuple[int, int, bool]]) -> dict[in
 
 
 def delete_checkpoints(
-    session: Session, job: str, step: int | None, actor: str, *, force: bool
+    session: Session,
+    job: str,
+    step: int | None,
+    actor: str,
+    *,
+    force: bool,
+    keep_newest: bool = False,
 ) -> Deletion:
     """Send every copy of the job's checkpoint at `step` (None: all its checkpoints) to expiry and
     mark it deleted, recording one `deleted` event each with `actor`. Raises JobNotFound,
-    CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`). Locks
-    the checkpoint rows (as every action locks them, `locks.ACTION_LOCK`), then their tier copies,
-    as retention's expiry does; the caller commits."""
+    CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`; with
+    `keep_newest`, a training job's purge, also the job's newest restorable checkpoint, which
+    retention never expires either). Locks the checkpoint rows (as every action locks them,
+    `locks.ACTION_LOCK`), then their tier copies, as retention's expiry does; the caller commits."""
     job_id = require_job_id(session, job)
     # The checkpoint rows, then every tier copy of them, as retention's expiry locks them.
     locked = lock_in_order(
@@ -113,6 +120,10 @@ def delete_checkpoints(
     ids = [cid for cid, _, _ in undeleted]
     tier_copies = [locked.tier_copies[k] for k in sorted(locked.tier_copies) if k[0] in set(ids)]
     protected = _protections(session, undeleted)
+    newest = _newest_restorable(session, job_id) if keep_newest else None
+    # guard: purge-deletes-newest
+    if newest is not None and newest in ids:
+        protected.setdefault(newest, []).append("the job's newest restorable checkpoint")
     steps = {cid: s for cid, s, _ in undeleted}
     # guard: delete-ignores-protection
     if protected and not force:
@@ -142,6 +153,23 @@ def delete_checkpoints(
         )
         deleted.append(DeletedCheckpoint(cid, steps[cid], tiers, overrode))
     return Deletion(job, deleted, already)
+
+
+def _newest_restorable(session: Session, job_id: int) -> int | None:
+    """The id of the job's newest checkpoint that a restore could use now."""
+    return session.scalar(
+        select(Checkpoint.id)
+        .join(TierCopy, TierCopy.checkpoint_id == Checkpoint.id)
+        .where(
+            Checkpoint.job_id == job_id,
+            Checkpoint.deleted_at.is_(None),
+            Checkpoint.quarantine_reason.is_(None),
+            TierCopy.state == TierState.RESTORABLE.value,
+            TierCopy.quarantine_reason.is_(None),
+        )
+        .order_by(Checkpoint.step.desc())
+        .limit(1)
+    )
 
 
 def _expire_copies(

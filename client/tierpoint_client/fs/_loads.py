@@ -1,0 +1,105 @@
+"""Reading a committed step's files: from the fastest verified copy, verified before a byte is
+handed out, falling back to the next copy exactly as TierpointReader does (its CheckpointFiles).
+
+The first file a process opens of a step starts a restore of that step: one request that takes a
+restore lease on it (so retention deletes none of its copies while the process reads) and lists
+every copy of every file. The process keeps both for the step's other files; the lease is
+released when the process exits (or lapses after `lease_ttl`). A file is read whole and verified
+when it is opened; its reads (DCP seeks all over it) are then served from memory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import socket
+import threading
+import warnings
+from dataclasses import dataclass
+
+from tierpoint_client.client import Client
+from tierpoint_client.errors import ConflictError, TierpointError
+from tierpoint_client.fs._config import Settings, client_for
+from tierpoint_client.models import PlanEntry
+from tierpoint_client.torch._copies import CheckpointFiles
+
+
+@dataclass
+class _Load:
+    client: Client
+    job: str
+    step: int
+    lease_id: int
+    files: CheckpointFiles
+
+
+_lock = threading.Lock()
+_loads: dict[tuple[Settings, str, int], _Load] = {}
+
+
+def read(settings: Settings, job: str, step: int, name: str) -> bytes:
+    """The verified bytes of one file of a restorable step; FileNotFoundError when the step is
+    not restorable or has no such file."""
+    load = _load(settings, job, step)
+    if name not in load.files.sizes:
+        raise FileNotFoundError(f"tierpoint://{job}/step-{step}/{name}")
+    return load.files.read_all(name)
+
+
+def _load(settings: Settings, job: str, step: int) -> _Load:
+    key = (settings, job, step)
+    with _lock:
+        found = _loads.get(key)
+    if found is not None:
+        return found
+    client = client_for(settings)
+    owner = f"fsspec reader {socket.gethostname()} pid {os.getpid()}"
+    try:
+        start = client.start_restore(job, settings.lease_ttl, step=step, owner=owner)
+    except ConflictError as e:  # not leasable: restorable from no tier
+        raise FileNotFoundError(f"tierpoint://{job}/step-{step} is not restorable: {e}") from e
+    if start is None:
+        raise FileNotFoundError(f"tierpoint://{job}/step-{step} is not restorable")
+
+    def report(entry: PlanEntry, reason: str) -> None:
+        try:
+            client.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
+        except TierpointError as e:
+            warnings.warn(
+                f"tierpoint: could not report the corrupt copy of {job}/{step} {entry.path} "
+                f"on tier {entry.tier} to the server: {e}",
+                stacklevel=2,
+            )
+
+    files = CheckpointFiles(
+        start.checkpoint,
+        start.tiers,
+        node=settings.node,
+        tier=None,
+        report=report,
+        token=settings.token,
+    )
+    load = _Load(client, job, step, start.lease.id, files)
+    with _lock:
+        kept = _loads.setdefault(key, load)
+    if kept is not load:  # another thread started the same step meanwhile
+        _release(load)
+    return kept
+
+
+def _release(load: _Load) -> None:
+    with contextlib.suppress(TierpointError):
+        load.client.release_lease(load.job, load.step, load.lease_id)
+
+
+def release_all() -> None:
+    """Release every lease this process holds (at exit)."""
+    with _lock:
+        loads = list(_loads.values())
+        _loads.clear()
+    for load in loads:
+        _release(load)
+
+
+atexit.register(release_all)

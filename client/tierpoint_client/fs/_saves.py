@@ -1,0 +1,158 @@
+"""A save through `tierpoint://<job>/step-<N>/`: where its files go, the checks made before any
+is written, and its commit.
+
+DCP's commit point is the rename of `.metadata.tmp` to `.metadata`, made by the coordinator once
+every rank has closed its data files. That rename registers the checkpoint, in one request, with
+every file that `.metadata` names (each with the size, crc32c and node its rank recorded, see
+_writes) and `.metadata` itself. From then on it is an ordinary checkpoint: tierpoint seals it,
+copies it down the tiers, verifies every copy and applies retention, as for TierpointWriter.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from tierpoint_client.client import Client
+from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
+from tierpoint_client.fs import _writes
+from tierpoint_client.fs._config import Settings, client_for
+from tierpoint_client.fs._paths import FsPath
+from tierpoint_client.models import ShardSpec
+from tierpoint_client.torch._files import METADATA_FILE, fsync_dir, local_tier
+
+
+@dataclass(frozen=True)
+class Save:
+    """A step this process is writing and has not committed."""
+
+    job: str
+    step: int
+    directory: Path  # <local root>/<job>/<step>/ on this node, as TierpointWriter writes it
+    node: str
+
+
+_lock = threading.Lock()
+_saves: dict[tuple[str, int], Save] = {}
+_roots: dict[str, str] = {}  # API URL -> the local tier's root, `{node}` not yet replaced
+
+
+def saving(job: str, step: int) -> Save | None:
+    with _lock:
+        return _saves.get((job, step))
+
+
+def begin(settings: Settings, path: FsPath) -> Save:
+    """The save of `path`'s step, started on its first makedirs or open for writing. On the
+    coordinator (rank 0, or a process without torch.distributed) the step is checked first: the
+    token may write the job and the step is not registered. DCP makes that check, made while it
+    plans the save, fail the save on every rank before any rank writes."""
+    assert path.step is not None
+    found = saving(path.job, path.step)
+    if found is not None:
+        return found
+    client = client_for(settings)
+    node = settings.require_node()
+    # guard: fs-step-saved-once
+    if _writes.is_coordinator():
+        _refuse_registered(client, path.job, path.step)
+    # Created by the first file written: a save that fails while DCP plans it leaves nothing.
+    directory = Path(_root(client, settings).replace("{node}", node)) / path.job / str(path.step)
+    save = Save(path.job, path.step, directory, node)
+    with _lock:
+        return _saves.setdefault((path.job, path.step), save)
+
+
+def on_written(save: Save, name: str) -> _Recorder:
+    return _Recorder(save, name)
+
+
+class _Recorder:
+    """What a staged file calls once it is in place."""
+
+    def __init__(self, save: Save, name: str) -> None:
+        self.save, self.name = save, name
+
+    def __call__(self, size: int, crc: str) -> None:
+        rec = _writes.FileRecord(size, crc, self.save.node)
+        _writes.record(self.save.job, self.save.step, self.name, rec)
+
+
+def rename(settings: Settings, save: Save, src: str, dst: str) -> None:
+    """Rename a file of the save on this node; renaming it to `.metadata` commits the save."""
+    rec = _writes.lookup(save.job, save.step, src)
+    target = save.directory / dst
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(save.directory / src, target)
+    fsync_dir(target.parent)
+    _writes.forget(save.job, save.step, src)
+    _writes.record(save.job, save.step, dst, rec)
+    if dst == METADATA_FILE:
+        commit(client_for(settings), save)
+
+
+def remove(save: Save, name: str) -> None:
+    """A file of the save that DCP removes (a write that failed): gone, and not registered."""
+    (save.directory / name).unlink(missing_ok=True)
+    _writes.forget(save.job, save.step, name)
+
+
+def commit(client: Client, save: Save) -> None:
+    names = _files_of((save.directory / METADATA_FILE).read_bytes(), save)
+    shards = []
+    for name in [*sorted(names), METADATA_FILE]:
+        rec = _writes.lookup(save.job, save.step, name)
+        shards.append(ShardSpec(name, rec.size, rec.crc32c, rec.node))
+    with _lock:
+        _saves.pop((save.job, save.step), None)
+    _writes.forget_step(save.job, save.step)
+    client.register_manifest(save.job, save.step, shards)
+
+
+def _files_of(raw: bytes, save: Save) -> set[str]:
+    """The data files DCP's metadata names (every rank's, on whatever node)."""
+    metadata = pickle.loads(raw)  # written by this process a moment ago
+    storage = getattr(metadata, "storage_data", None)
+    if not isinstance(storage, dict):
+        raise TierpointError(
+            f"{save.job}/step-{save.step}: {METADATA_FILE} is not DCP checkpoint metadata; "
+            "nothing was registered"
+        )
+    names = {getattr(info, "relative_path", None) for info in storage.values()}
+    if None in names:
+        raise TierpointError(
+            f"{save.job}/step-{save.step}: {METADATA_FILE} names its files in a form this "
+            "filesystem does not know; nothing was registered"
+        )
+    return {n for n in names if isinstance(n, str)}
+
+
+def _refuse_registered(client: Client, job: str, step: int) -> None:
+    """A step is saved once (DCP would overwrite a registered checkpoint's files before the
+    registration refused it). A token that may not use the job is refused here too (403)."""
+    try:
+        client.checkpoint(job, step)
+    except NotFoundError:
+        return
+    raise ConflictError(
+        409,
+        "checkpoint_conflict",
+        f"{job}/step-{step} is already registered: a step is saved once",
+    )
+
+
+def _root(client: Client, settings: Settings) -> str:
+    key = settings.api_url or ""
+    with _lock:
+        found = _roots.get(key)
+    if found is None:
+        tier = local_tier(client.tiers())
+        if tier is None or tier.root is None:
+            raise TierpointError("the tierpoint server has no local tier to write checkpoints to")
+        found = tier.root
+        with _lock:
+            _roots[key] = found
+    return found

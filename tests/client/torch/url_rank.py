@@ -1,0 +1,86 @@
+"""One rank of a DCP save or load by URL, `checkpoint_id="tierpoint://<job>/step-<N>"`, with no
+writer or reader object: DCP picks its fsspec storage by itself, and fsspec finds `tierpoint://`
+through the client's entry point. Run by the tests in the torch venv; the state is dcp_rank's (a
+function of the step, DTensors sharded over the ranks with two), so a loading rank knows what it
+must get back. Writes what it saw to --out as JSON; a rank whose save or load raises writes the
+error instead (and exits 0: the test judges it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import faulthandler
+import json
+import os
+import sys
+import warnings
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+# The script's own folder is on its path (no `tests` package in the torch venv).
+from dcp_rank import distributed, mismatches, original, template  # type: ignore[import-not-found]
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+from torch.distributed.device_mesh import init_device_mesh
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("action", choices=["save", "async_save", "process_save", "load"])
+    p.add_argument("--url", required=True)
+    p.add_argument("--step", type=int, required=True, help="the state's step")
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--world", type=int, default=1)
+    p.add_argument("--init-file")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    faulthandler.enable(all_threads=True)
+    mesh = None
+    if args.world > 1:
+        dist.init_process_group(
+            "gloo", init_method=f"file://{args.init_file}", rank=args.rank, world_size=args.world
+        )
+        mesh = init_device_mesh("cpu", (args.world,))
+    report: dict[str, Any] = {"rank": args.rank}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if args.action == "load":
+                state = template(args.step, mesh)
+                dcp.load(state, checkpoint_id=args.url)
+                report["mismatches"] = mismatches(state, original(args.step))
+            elif args.action == "save":
+                dcp.save(distributed(original(args.step), mesh), checkpoint_id=args.url)
+            else:
+                state = distributed(original(args.step), mesh)
+                # A process-based save writes from a fresh interpreter per rank, which knows
+                # tierpoint:// only through the entry point.
+                kind = "PROCESS" if args.action == "process_save" else "THREAD"
+                pending = dcp.async_save(
+                    state,
+                    checkpoint_id=args.url,
+                    async_checkpointer_type=AsyncCheckpointerType[kind],
+                )
+                for t in state["model"].values():
+                    t.add_(1)  # training goes on: what was staged is what is saved
+                pending.result()
+        except BaseException as e:  # DCP raises CheckpointException, a BaseException
+            report["error"] = f"{type(e).__name__}: {e}"
+    report["warnings"] = [str(w.message) for w in caught if "tierpoint" in str(w.message)]
+    if args.world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    with open(args.out, "w") as f:
+        json.dump(report, f)
+
+
+if __name__ == "__main__":
+    main()
+    # As dcp_rank: skip torch's C++ teardown (it intermittently aborts at exit), but run what
+    # an ordinary exit runs (the filesystem releases its restore leases then).
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -329,6 +329,8 @@ def check_limits(manifest: Manifest, *, max_shards: int, max_metadata_bytes: int
             errors=[_limit_error("shards", f"more than {max_shards} shards")],
         )
     size = metadata_bytes(manifest.metadata)
+    if manifest.provenance is not None:
+        size += metadata_bytes(manifest.provenance.model_dump(exclude_none=True))
     # guard: metadata-limit
     if size > max_metadata_bytes:
         raise ManifestTooLarge(

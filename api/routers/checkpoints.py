@@ -128,6 +128,7 @@ async def register_checkpoint(
                 job=job,
                 step=manifest.step,
                 registered_at=result.created_at,
+                branch=result.branch,
             ),
         )
     return CheckpointOut.model_validate(view)

@@ -20,7 +20,8 @@ def _branches(catalog: Engine, job: str) -> list[tuple[int, int | None, int | No
     with catalog.connect() as conn:
         rows = conn.execute(
             text(
-                "SELECT b.number, b.parent, b.from_step FROM branch b JOIN job j ON j.id = b.job_id "
+                "SELECT b.number, b.parent, b.from_step FROM branch b "
+                "JOIN job j ON j.id = b.job_id "
                 "WHERE j.name = :job ORDER BY b.number"
             ),
             {"job": job},

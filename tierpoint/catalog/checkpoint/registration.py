@@ -277,7 +277,7 @@ def unstarted_checkpoints(
     """Registered checkpoints whose lifecycle nobody has started, oldest first (reads the partial
     index `ix_checkpoint_unstarted`)."""
     rows = session.execute(
-        select(Checkpoint.id, Job.name, Checkpoint.step, Checkpoint.created_at)
+        select(Checkpoint.id, Job.name, Checkpoint.step, Checkpoint.created_at, Checkpoint.branch)
         .join(Job, Job.id == Checkpoint.job_id)
         .where(
             Checkpoint.workflow_started_at.is_(None),
@@ -287,5 +287,6 @@ def unstarted_checkpoints(
         .limit(limit)
     )
     return [
-        LifecycleInput(checkpoint_id=i, job=j, step=s, registered_at=at) for i, j, s, at in rows
+        LifecycleInput(checkpoint_id=i, job=j, step=s, registered_at=at, branch=b)
+        for i, j, s, at, b in rows
     ]

@@ -322,7 +322,7 @@ def get_checkpoint(
         bucket, key = (
             (None, None)
             if layout is None
-            else s3_object(by_name.get(r.tier), layout, job, step, paths[r.shard_id])
+            else s3_object(by_name.get(r.tier), layout, job, step, paths[r.shard_id], view.branch)
         )
         replicas[r.shard_id].append(
             ReplicaView(
@@ -337,7 +337,7 @@ def get_checkpoint(
                 bucket,
                 key,
                 registry.peer_url(
-                    by_name.get(r.tier), urls, r.node_id, job, step, paths[r.shard_id]
+                    by_name.get(r.tier), urls, r.node_id, job, step, paths[r.shard_id], view.branch
                 ),
             )
         )

@@ -167,6 +167,7 @@ def _plan(
     ]
     if not usable:
         return None
+    branch = session.scalar(select(Checkpoint.branch).where(Checkpoint.id == checkpoint_id)) or 1
     located: dict[tuple[int, str], tuple[str, str | None]] = {}
     replica_q = select(Replica.shard_id, Replica.tier, Replica.location, Replica.node_id).where(
         Replica.checkpoint_id == checkpoint_id,
@@ -192,11 +193,11 @@ def _plan(
             hit = located.get((s.id, t.name))
             if hit is None or (t.kind is TierKind.LOCAL and hit[1] != node):
                 continue
-            url = registry.peer_url(t, urls, hit[1], job, step, s.path)
+            url = registry.peer_url(t, urls, hit[1], job, step, s.path, branch)
             if t.kind is TierKind.PEER and url is None:
                 continue  # its holder serves no endpoint now
             layout = KeyLayout.parse(tier_copies[t.name].key_layout)
-            bucket, key = s3_object(t, layout, job, step, s.path)
+            bucket, key = s3_object(t, layout, job, step, s.path, branch)
             plan.append(
                 RestorePlanEntry(
                     s.path,

@@ -230,6 +230,7 @@ def check_known_good(stack: Stack, model: Model, token: str) -> None:
     r = stack.api.call(
         "GET", f"/v1/jobs/{model.job}/checkpoints/latest", token, params={"health": "good"}
     )
+    model.count("check: latest?health=good offers a good checkpoint")
     if r.status_code == 404:
         assert code(r) == "no_restorable_checkpoint", r.text
         return

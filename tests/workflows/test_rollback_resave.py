@@ -69,6 +69,15 @@ def write(settings: Settings, job: str, where: str, files: dict[str, bytes]) -> 
     return shards
 
 
+async def keep_everything(api: str, admin: str, job: str) -> None:
+    spec = {"format": 1, "kinds": {"local": {}, "shared": {}}}
+    async with httpx.AsyncClient(base_url=api, headers=bearer(admin)) as http:
+        r = await http.post("/v1/policies", json={"name": f"keep-{job}", "spec": spec})
+        assert r.status_code == 201, r.text
+        r = await http.put(f"/v1/jobs/{job}/policy", json={"policy": f"keep-{job}"})
+        assert r.status_code == 200, r.text
+
+
 async def restorable(
     http: httpx.AsyncClient, job: str, step: int, tiers: list[str], **q: Any
 ) -> None:
@@ -90,6 +99,7 @@ async def test_a_step_saved_again_after_a_rollback_has_its_own_files_on_every_ti
     tiers = settings.tier_names()
     job = f"resave-{uuid.uuid4().hex[:10]}"
     train = create_token(settings.database_url, scopes=[f"train:{job}"])
+    admin = create_token(settings.database_url, scopes=["admin"])
     first = {n: os.urandom(SIZE) for n in NODES}
     old = {n: os.urandom(SIZE) for n in NODES}
     new = {n: os.urandom(SIZE) for n in NODES}
@@ -100,6 +110,9 @@ async def test_a_step_saved_again_after_a_rollback_has_its_own_files_on_every_ti
         httpx.AsyncClient(base_url=api, headers=bearer(train)) as http,
     ):
         await workers_reported_in(engine, NODES, since)
+        # Every copy stays (the files of both step-20 checkpoints are compared at the end): the
+        # default policy would expire the superseded one's local copies first, as it should.
+        await keep_everything(api, admin, job)
         for step, files in ((10, first), (20, old)):
             body = {"step": step, "shards": write(settings, job, str(step), files)}
             r = await http.post(f"/v1/jobs/{job}/checkpoints", json=body)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import exists, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.checkpoint.supersede import lock_for_rollback, supersede
@@ -72,18 +73,31 @@ def _branch(session: Session, job_id: int, number: int) -> Branch:
     return found
 
 
+def _first_branch(session: Session, job_id: int) -> None:
+    """Branch 1's row, for a job made before its first registration (a policy assigned to it, a
+    fork): every job is on branch 1 from the start, whoever created its row."""
+    session.execute(pg_insert(Branch).values(job_id=job_id, number=1).on_conflict_do_nothing())
+
+
 def list_branches(session: Session, job: str) -> tuple[int, list[BranchView]]:
-    row = session.execute(select(Job.id, Job.current_branch).where(Job.name == job)).one_or_none()
+    row = session.execute(
+        select(Job.id, Job.current_branch, Job.created_at).where(Job.name == job)
+    ).one_or_none()
     if row is None:
         raise no_job(job)
     rows = session.scalars(select(Branch).where(Branch.job_id == row.id).order_by(Branch.number))
-    return row.current_branch, [_view(b, row.current_branch) for b in rows]
+    views = [_view(b, row.current_branch) for b in rows]
+    if not views:  # a job whose row was made before its first registration: branch 1
+        views = [BranchView(1, None, None, None, row.created_at, None, None, True, step_dir(1))]
+    return row.current_branch, views
 
 
 def branch_segments(session: Session, job_id: int, number: int) -> list[tuple[int, int | None]]:
     """Branch `number`'s own timeline as (branch, highest step taken from it) pairs: its own
     checkpoints, then those of each branch it came from up to where the next one left it."""
     rows = {b.number: b for b in session.scalars(select(Branch).where(Branch.job_id == job_id))}
+    if number == 1 and not rows:
+        return [(1, None)]  # a job whose row was made before its first registration
     if number not in rows:
         raise BranchNotFound(f"the job has no branch {number}", extra={"branches": len(rows)})
     out: list[tuple[int, int | None]] = []
@@ -174,6 +188,7 @@ def rollback(
     if row is None:
         raise no_job(job)
     job_id, current = row.id, row.current_branch
+    _first_branch(session, job_id)
     head = _branch(session, job_id, current)
     if head.parent is not None and head.from_step == step and from_branch != current:
         # guard: rollback-race-loser

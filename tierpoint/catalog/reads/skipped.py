@@ -89,7 +89,8 @@ def skipped_above(
     examined = rows[:limit]
     if not examined:
         return []
-    ids = [r.id for r in examined]
+    # A step skipped for its health needs no reasons per tier: its copies are not read.
+    ids = [r.id for r in examined if not (timeline.good and r.health != GOOD)]
     names = [t.name for t in explain]
     tier_copies: dict[tuple[int, str], Any] = {
         (m.checkpoint_id, m.tier): m

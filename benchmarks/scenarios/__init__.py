@@ -27,6 +27,7 @@ class Sizes:
     replicas: tuple[int, ...]  # replica_writes: the replicas written per run
     scale: tuple[int, ...]  # scale: simulated nodes per run
     leases: int  # leases: requests per run, on one checkpoint or spread
+    timeline: tuple[int, int] = (1_000_000, 10_000)  # timeline: checkpoints, branches
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
@@ -66,6 +67,7 @@ class Sizes:
             replicas=(20, 1_000),
             scale=(10,),
             leases=200,
+            timeline=(20_000, 200),
         )
 
 
@@ -179,6 +181,12 @@ def _retention_snapshot(env: Env, s: Sizes) -> Scenario:
     return RetentionSnapshot(env.work / "retention-snapshot", *s.history)
 
 
+def _timeline(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.timeline import Timeline
+
+    return Timeline(env.work / "timeline", *s.timeline, reads=s.reads)
+
+
 def _replica_writes(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.replica_writes import ReplicaWrites
 
@@ -227,4 +235,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "replica_writes": _replica_writes,
     "scale": _scale,
     "leases": _leases,
+    "timeline": _timeline,
 }

@@ -45,6 +45,11 @@ class StatefulMachine(RestoreRules, DeleteRules):
     def peer_copies_on_distinct_live_nodes(self) -> None:
         checks_copies.check_distinct_holders(self.engine, self.model)
 
+    @invariant()
+    def known_good_latest_is_good(self) -> None:
+        if self.model.steps:
+            checks.check_known_good(self.stack, self.model, self.train)
+
     @rule()
     def settle(self) -> None:
         """Let every workflow of the job end (copies, repairs, verifications, one more

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.events import EventKind, record
-from tierpoint.catalog.models import Event, Job, RetentionPolicy
+from tierpoint.catalog.models import Branch, Event, Job, RetentionPolicy
 from tierpoint.catalog.policy.assigned import BUILTIN_POLICY_NAME
 from tierpoint.errors import PolicyConflict, PolicyExists, PolicyInUse, PolicyNotFound
 from tierpoint.retention.policy import DEFAULT_POLICY, Policy
@@ -248,7 +248,12 @@ def assign_policy(
         if pol is None:
             raise PolicyNotFound(f"no retention policy named {name!r}")
         new_id, version = pol.id, pol.version
-    session.execute(pg_insert(Job).values(name=job).on_conflict_do_nothing())
+    made = session.scalar(
+        pg_insert(Job).values(name=job).on_conflict_do_nothing().returning(Job.id)
+    )
+    if made is not None:
+        # Every job starts on branch 1 of its timeline (docs/timeline.md).
+        session.execute(pg_insert(Branch).values(job_id=made, number=1).on_conflict_do_nothing())
     job_row = session.scalar(select(Job).where(Job.name == job).with_for_update())
     assert job_row is not None
     previous = (

@@ -58,17 +58,17 @@ def test_each_tier_expects_the_shards_it_should_hold_with_their_replicas(session
     session.execute(insert(CachedCopy).values(shard_id=b0, tier="ssd", node_id=a, checkpoint_id=cp))
 
     assert job_on_tier(session, job, "ssd", a) == {
-        (7, "a0"): Expected(1, sealed, "verified"),
-        (7, "a1"): Expected(2, None, None),  # not sealed yet: known all the same
-        (7, "b0"): Expected(3, None, None),  # the reader's copy, never a replica
+        ("7", "a0"): Expected(1, sealed, "verified"),
+        ("7", "a1"): Expected(2, None, None),  # not sealed yet: known all the same
+        ("7", "b0"): Expected(3, None, None),  # the reader's copy, never a replica
     }
-    assert job_on_tier(session, job, "ssd", b) == {(7, "b0"): Expected(3, None, None)}
+    assert job_on_tier(session, job, "ssd", b) == {("7", "b0"): Expected(3, None, None)}
     assert job_on_tier(session, job, "lustre", None) == {
-        (7, "a0"): Expected(1, None, None),
-        (7, "a1"): Expected(2, None, None),
-        (7, "b0"): Expected(3, shared, "copying"),
+        ("7", "a0"): Expected(1, None, None),
+        ("7", "a1"): Expected(2, None, None),
+        ("7", "b0"): Expected(3, shared, "copying"),
     }
     assert job_on_tier(session, job, "peer", None, holder=holder) == {
-        (7, "b0"): Expected(3, held, "verified")
+        ("7", "b0"): Expected(3, held, "verified")
     }
     assert job_on_tier(session, f"job-{_name()}", "lustre", None) == {}

@@ -87,6 +87,7 @@ class BatchCopy:
     result: BatchResult
     heartbeat_details: dict[str, Any]
     attempt: int
+    branch: int = 1  # the job's branch it was saved on: its directory on every tier
     resumed: list[dict[str, object]] = field(default_factory=list)
     # Shards written again after a bad read-back: {"path", "reason"} per rewrite.
     recopied: list[dict[str, object]] = field(default_factory=list)
@@ -179,7 +180,7 @@ class BatchCopy:
                 break
             reason = f"read back from {self.dst_tier.name}: {v.reason or 'mismatch'}"
             self.recopied.append({"path": sh.path, "reason": reason})
-            ref = ShardRef(self.job, self.step, sh.path)
+            ref = ShardRef(self.job, self.step, sh.path, self.branch)
             if not self._write(sh, ref, location, None):
                 return
             check = verifier.submit(_read_back, self.dst, ref, sh.size, str(sh.checksum).lower())
@@ -209,7 +210,7 @@ class BatchCopy:
     # -- one shard ---------------------------------------------------------------------------
 
     def _copy_one(self, sh: BatchShard, verifier: ThreadPoolExecutor) -> None:
-        ref = ShardRef(self.job, self.step, sh.path)
+        ref = ShardRef(self.job, self.step, sh.path, self.branch)
         location = self.dst.location(ref)
         resume = resume_state_for(self.heartbeat_details, sh.ordinal)
         # Carry the previous attempt's resume point: an attempt that fails before its own first
@@ -355,6 +356,7 @@ class Destination:
     result: BatchResult
     heartbeat_details: dict[str, Any]
     attempt: int
+    branch: int = 1
 
 
 @dataclass(frozen=True)
@@ -370,7 +372,7 @@ def copy_to(dest: Destination, sources: Sequence[Source]) -> list[BatchCopy]:
     batch in flight. Returns the copies, one per source, for what they resumed and rewrote."""
     for source in sources:
         for sh in source.shards:
-            location = dest.store.location(ShardRef(dest.job, dest.step, sh.path))
+            location = dest.store.location(ShardRef(dest.job, dest.step, sh.path, dest.branch))
             dest.reporter.replica(ReplicaWrite(sh.id, ReplicaState.COPYING, location, dest.node))
     dest.reporter.flush()
     copies = []
@@ -387,6 +389,7 @@ def copy_to(dest: Destination, sources: Sequence[Source]) -> list[BatchCopy]:
             result=dest.result,
             heartbeat_details=dest.heartbeat_details,
             attempt=dest.attempt,
+            branch=dest.branch,
         )
         copy.run(source.shards)
         copies.append(copy)

@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog.checkpoint.shards import batch_shards
+from tierpoint.catalog.checkpoint.shards import batch_shards, checkpoint_branch
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds import rebuild
@@ -134,6 +134,7 @@ class LifecycleActivities:
         self._refuse_lost_node(b.node, tier)
         with self._sessions.begin() as s:
             shards = batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, tier.name)
+            branch = checkpoint_branch(s, inp.checkpoint_id)
         result = BatchResult(shards=len(shards))
         BatchSeal(
             job=inp.job,
@@ -143,6 +144,7 @@ class LifecycleActivities:
             node=b.node if tier.kind is TierKind.LOCAL else None,
             reporter=self._reporter(inp.checkpoint_id, tier.name),
             result=result,
+            branch=branch,
         ).run(shards)
         self._batch_events(inp.checkpoint_id, tier.name, EventKind.SEALED, b, result)
         metrics.BYTES_SEALED.labels(tier.name).inc(result.bytes)
@@ -209,6 +211,7 @@ class LifecycleActivities:
             shards = batch_shards(
                 s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name, src_tier.name
             )
+            branch = checkpoint_branch(s, inp.checkpoint_id)
         result = BatchResult(shards=len(shards))
         todo = [sh for sh in shards if sh.state != ReplicaState.VERIFIED]
         result.skipped = result.verified = len(shards) - len(todo)
@@ -222,6 +225,7 @@ class LifecycleActivities:
             result=result,
             heartbeat_details=resume_details(info.heartbeat_details),
             attempt=info.attempt,
+            branch=branch,
         )
         started = time.monotonic()
         (copy,) = copy_to(dest, [Source(src_tier, src, todo)])

@@ -42,7 +42,7 @@ from tierpoint.contract.integrity import (
     TierReport,
 )
 from tierpoint.states import ReplicaState
-from tierpoint.storage.paths import is_partial_name
+from tierpoint.storage.paths import is_partial_name, parse_step_dir
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.s3.layout import is_spread_dir
 from tierpoint.storage.s3.store import S3Store
@@ -158,7 +158,7 @@ class ReconcileActivities:
                 node if tier.kind is TierKind.LOCAL else None,
                 holder=node if tier.kind is TierKind.PEER else None,
             )
-        seen: set[tuple[int, str]] = set()
+        seen: set[tuple[str, str]] = set()
         wrong: dict[int, str] = {}
         for n, (rel, size, mtime) in enumerate(lister.entries(job), 1):
             report.scanned += 1
@@ -172,7 +172,7 @@ class ReconcileActivities:
                     if repair:
                         report.cleaned += lister.remove_temp(job, rel)
                 continue
-            key = (int(step_s), path) if step_s.isdigit() and path else None
+            key = (step_s, path) if _is_step_dir(step_s) and path else None
             exp = expected.get(key) if key is not None else None
             if exp is None or key is None:
                 _note(report, Finding.EXTRA, f"{job}/{rel}")
@@ -296,3 +296,12 @@ class _S3Lister(_Lister):
                     self.uploads.abort(u["Key"], u["UploadId"])
                     cleaned += 1
         return cleaned
+
+
+def _is_step_dir(name: str) -> bool:
+    """A checkpoint's directory: `<step>`, or `<step>.b<branch>` on a later branch."""
+    try:
+        parse_step_dir(name)
+    except ValueError:
+        return False
+    return True

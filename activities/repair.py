@@ -18,7 +18,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
-from tierpoint.catalog.checkpoint.shards import BatchShard, batch_shards
+from tierpoint.catalog.checkpoint.shards import BatchShard, batch_shards, checkpoint_branch
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds import rebuild
@@ -141,6 +141,7 @@ class RepairActivities:
         dst_node = b.runs_on if dst_tier.on_nodes else None
         with self._sessions.begin() as s:
             layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
+            branch = checkpoint_branch(s, inp.checkpoint_id)
         dest = Destination(
             job=inp.job,
             step=inp.step,
@@ -156,6 +157,7 @@ class RepairActivities:
             result=BatchResult(),
             heartbeat_details=resume_details(info.heartbeat_details),
             attempt=info.attempt,
+            branch=branch,
         )
         found = self._damaged(inp, dst_tier)
         if found is None:

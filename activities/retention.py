@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
+from tierpoint.catalog.checkpoint.shards import checkpoint_branch
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.job import lookup
 from tierpoint.catalog.tier_copy import expiry as repo
@@ -145,12 +146,13 @@ class RetentionActivities:
                     non_retryable=True,
                 )
             copies = repo.registered_copies(s, inp.checkpoint_id, inp.tier, inp.node)
+            branch = checkpoint_branch(s, inp.checkpoint_id)
             layout = key_layouts.on_tier(s, [inp.checkpoint_id], inp.tier).get(inp.checkpoint_id)
             store = self._stores.get(tier, inp.node, layout)
             # We delete only what we registered, and of it only the files the catalog verified:
             # never what else the job left in the directory, nor a file written at a shard's
             # path since (the job writing the step again): both are kept and reported.
-            done = store.delete_checkpoint(inp.job, inp.step, copies)
+            done = store.delete_checkpoint(inp.job, inp.step, copies, branch)
             if done.kept:
                 repo.record_kept(s, inp.checkpoint_id, inp.tier, inp.node, done.kept)
         log.info("copy deleted", **_where(inp), shards=done.deleted)

@@ -204,7 +204,7 @@ def _read_back(
     assert t.checksum is not None
     try:
         began = time.monotonic()
-        v = store.checksum(ShardRef(t.job, t.step, t.path), progress)
+        v = store.checksum(ShardRef(t.job, t.step, t.path, t.branch), progress)
         took = time.monotonic() - began
         state, problem = judge(v, t.size, t.checksum, tier)
     except UnsafePath as exc:

@@ -50,6 +50,7 @@ class BatchSeal:
     node: str | None  # the node of a local tier's replicas
     reporter: BatchReporter
     result: BatchResult
+    branch: int = 1  # the job's branch it was saved on: its directory on every tier
 
     def run(self, shards: list[BatchShard]) -> None:
         for sh in shards:
@@ -62,7 +63,7 @@ class BatchSeal:
         self.reporter.finish()
 
     def _seal_one(self, sh: BatchShard) -> None:
-        ref = ShardRef(self.job, self.step, sh.path)
+        ref = ShardRef(self.job, self.step, sh.path, self.branch)
         self.reporter.heartbeat(sh.ordinal)
         began = time.monotonic()
         try:

@@ -38,6 +38,7 @@ from api.routers import (
     restores,
     retention,
     tiers,
+    timeline,
 )
 from api.temporal_link import TemporalLink
 from api.token_cache import TokenCache
@@ -146,6 +147,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(restores.router)
     app.include_router(pins.router)
     app.include_router(quarantine.router)
+    app.include_router(timeline.router)
     app.include_router(deletion.router)
     app.include_router(jobs.router)
     app.include_router(tiers.router)

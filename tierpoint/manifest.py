@@ -38,6 +38,11 @@ from tierpoint.storage.paths import (
     validate_relative_path,
 )
 from tierpoint.storage.paths import MAX_STEP as MAX_STEP  # the API's bound on steps too
+from tierpoint.tier_config import NAME_PATTERN
+
+# Branches of one job are numbered from 1; a rollback adds one (a Postgres integer).
+MAX_BRANCH = 2**31 - 1
+_TEXT = r"^[^\x00-\x1f\x7f]+$"
 
 # Columns are BIGINT.
 MAX_INT64 = 2**63 - 1
@@ -205,6 +210,38 @@ class ShardSpec(BaseModel):
     node: NodeId = Field(description="The node whose local tier holds the shard.")
 
 
+class ParentRef(BaseModel):
+    """A checkpoint named across jobs and branches: a registration's parent, a fork's origin."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    job: str = Field(pattern=NAME_PATTERN)
+    step: StepInt
+    branch: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_BRANCH,
+        description="null: the step as the job's timeline sees it (the checkpoint at that step "
+        "that is not superseded, else the newest one)",
+    )
+
+
+class Provenance(BaseModel):
+    """Where a checkpoint came from, beside its metadata (every field optional)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    config_hash: str | None = Field(default=None, min_length=1, max_length=256, pattern=_TEXT)
+    code_version: str | None = Field(default=None, min_length=1, max_length=256, pattern=_TEXT)
+    data_cursor: Any = Field(default=None, description="Where the data loader was (any JSON).")
+
+    @field_validator("data_cursor")
+    @classmethod
+    def _cursor(cls, value: Any) -> Any:
+        _json_value(value, 1)
+        return value
+
+
 class Manifest(BaseModel):
     """Body of POST /v1/jobs/{job}/checkpoints."""
 
@@ -232,6 +269,20 @@ class Manifest(BaseModel):
     # Paths are unique too (the validator says so; a JSON schema can only say it of whole items).
     shards: list[ShardSpec] = Field(min_length=1, json_schema_extra={"uniqueItems": True})
     metadata: dict[str, Any] = Field(default_factory=dict, strict=True)
+    branch: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_BRANCH,
+        description="The branch the job saves on (what its rollback or its load answered). null: "
+        "the job's current branch. A branch that is no longer current: 409 `branch_superseded` "
+        "(a writer still running after a rollback cannot add to the timeline it left).",
+    )
+    parent: ParentRef | None = Field(
+        default=None,
+        description="The checkpoint the run had loaded before it wrote this one (another job's "
+        "for a fork). null: the step before it on the job's timeline, else the job's fork parent.",
+    )
+    provenance: Provenance | None = None
 
     @field_validator("shards")
     @classmethod
@@ -278,6 +329,8 @@ def check_limits(manifest: Manifest, *, max_shards: int, max_metadata_bytes: int
             errors=[_limit_error("shards", f"more than {max_shards} shards")],
         )
     size = metadata_bytes(manifest.metadata)
+    if manifest.provenance is not None:
+        size += metadata_bytes(manifest.provenance.model_dump(exclude_none=True))
     # guard: metadata-limit
     if size > max_metadata_bytes:
         raise ManifestTooLarge(

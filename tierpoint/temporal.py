@@ -106,7 +106,7 @@ async def start_lifecycle(client: Client, inp: LifecycleInput, run_id: str | Non
     """Start the workflow for a registered checkpoint (under `run_id`, for a retry). Returns False
     if one already exists or existed under that id: a checkpoint has exactly one first lifecycle,
     and each retry one run, however often this is called."""
-    wid = run_id or workflow_id(inp.job, inp.step)
+    wid = run_id or workflow_id(inp.job, inp.step, inp.branch)
     try:
         await client.start_workflow(
             LIFECYCLE_WORKFLOW,
@@ -179,11 +179,12 @@ async def is_running(client: Client, workflow_id: str) -> bool:
     return desc.status is WorkflowExecutionStatus.RUNNING
 
 
-async def signal_node_lost(client: Client, job: str, step: int, node: str) -> bool:
+async def signal_node_lost(client: Client, job: str, step: int, node: str, branch: int = 1) -> bool:
     """Tell a checkpoint's lifecycle that `node` is lost. False if it is not running: not started
     yet (its plan will read the node as lost) or finished."""
     try:
-        await client.get_workflow_handle(workflow_id(job, step)).signal(NODE_LOST_SIGNAL, node)
+        handle = client.get_workflow_handle(workflow_id(job, step, branch))
+        await handle.signal(NODE_LOST_SIGNAL, node)
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             return False

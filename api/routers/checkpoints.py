@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -29,7 +29,7 @@ from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads import checkpoints
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.json_types import Text
-from tierpoint.manifest import check_limits, parse_manifest_json
+from tierpoint.manifest import MAX_BRANCH, check_limits, parse_manifest_json
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 from tierpoint.states import TierState
 
@@ -92,8 +92,17 @@ async def register_checkpoint(
     )
     tiers = state.settings.tiers
     if result.created:
+        parents = await session.run_sync(
+            checkpoints.checkpoint_refs, [] if result.parent_id is None else [result.parent_id]
+        )
         view = checkpoints.registered_view(
-            job, result.checkpoint_id, result.created_at, manifest, tiers
+            job,
+            result.checkpoint_id,
+            result.created_at,
+            manifest,
+            tiers,
+            branch=result.branch,
+            parent=parents.get(result.parent_id) if result.parent_id is not None else None,
         )
     else:
         view = await session.run_sync(checkpoints.checkpoint_view, job, result.checkpoint_id, tiers)
@@ -119,6 +128,7 @@ async def register_checkpoint(
                 job=job,
                 step=manifest.step,
                 registered_at=result.created_at,
+                branch=result.branch,
             ),
         )
     return CheckpointOut.model_validate(view)
@@ -165,6 +175,18 @@ async def latest_restorable(
             description="Who takes the lease, recorded on it (with lease_ttl).",
         ),
     ] = None,
+    branch: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_BRANCH,
+            description="The newest on this branch's own timeline (superseded or not).",
+        ),
+    ] = None,
+    health: Annotated[
+        Literal["good"] | None,
+        Query(description="`good`: the newest checkpoint certified good."),
+    ] = None,
 ) -> LatestWithLease:
     """The highest step the caller can restore, with the fastest verified source of each shard,
     and for every newer step why it was not chosen. 404 (`no_restorable_checkpoint`, with the
@@ -180,7 +202,14 @@ async def latest_restorable(
         LEASE_WRITE.check(principal, job)
         lease = LeaseRequest(lease_ttl, owner, principal.name)
     result = await latest_with_lease(
-        session, job, state.settings.tiers, tier=tier, node=node, lease=lease
+        session,
+        job,
+        state.settings.tiers,
+        tier=tier,
+        node=node,
+        lease=lease,
+        branch=branch,
+        good=health == "good",
     )
     return LatestWithLease.model_validate(result)
 
@@ -198,9 +227,18 @@ async def get_checkpoint(
     session: SessionDep,
     state: StateDep,
     shards: Annotated[bool, Query(description="Include shards and their replicas.")] = True,
+    branch: Annotated[
+        int | None,
+        Query(ge=1, le=MAX_BRANCH, description="The checkpoint saved on this branch."),
+    ] = None,
 ) -> CheckpointDetailOut:
     detail = await session.run_sync(
-        checkpoints.get_checkpoint, job, step, state.settings.tiers, include_shards=shards
+        checkpoints.get_checkpoint,
+        job,
+        step,
+        state.settings.tiers,
+        include_shards=shards,
+        branch=branch,
     )
     out = CheckpointDetailOut.model_validate(detail)
     if not shards:

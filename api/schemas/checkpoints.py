@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.schemas.timeline import CheckpointRefOut, HealthOut
 from tierpoint.manifest import Manifest, ShardSpec
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.tier_config import TierKind
@@ -55,6 +56,24 @@ class CheckpointOut(_Out):
         default=None,
         description="when an admin deleted it (its copies go through expiry; latest never "
         "offers it); null: not deleted",
+    )
+    id: int | None = Field(default=None, description="the checkpoint's id in the catalog")
+    branch: int = Field(default=1, description="the branch of the job it was saved on")
+    superseded_by: int | None = Field(
+        default=None,
+        description="the branch whose rollback superseded it (still listed and restorable by "
+        "branch, never latest); null: on the job's timeline",
+    )
+    health: HealthOut | None = Field(
+        default=None, description="its health verdict; null: none given"
+    )
+    parent: CheckpointRefOut | None = Field(
+        default=None,
+        description="the checkpoint the run had loaded before writing it (across branches and "
+        "jobs); null: a root",
+    )
+    provenance: dict[str, Any] | None = Field(
+        default=None, description="config hash, code version, data cursor, as registered"
     )
 
 
@@ -133,3 +152,8 @@ class LatestRestorableOut(_Out):
     checkpoint: CheckpointOut
     plan: list[RestorePlanEntryOut]
     skipped: list[SkippedOut] = Field(description="every newer step, and why it was not chosen")
+    fork_parent: bool = Field(
+        default=False,
+        description="true: the job asked about has no restorable checkpoint of its own yet, and "
+        "this is the checkpoint it was forked from (of the job named in `job`), read where it is",
+    )

@@ -82,7 +82,9 @@ def _checkpoint_id(conn: Any, job: str, step: int) -> int:
     cid: int = conn.execute(
         text(
             "SELECT c.id FROM checkpoint c JOIN job j ON j.id = c.job_id "
-            "WHERE j.name = :job AND c.step = :step"
+            "WHERE j.name = :job AND c.step = :step "
+            # the step as the job's timeline sees it (docs/api.md, "A run's timeline")
+            "ORDER BY c.superseded_by IS NOT NULL, c.branch DESC LIMIT 1"
         ),
         {"job": job, "step": step},
     ).scalar_one()

@@ -37,6 +37,12 @@ class EventKind(StrEnum):
     # A delete kept a file at a shard's path that is not the one the catalog verified there.
     KEPT = "kept"
     ACKNOWLEDGED = "acknowledged"
+    # A run's timeline: a rollback (on its target), each checkpoint it superseded, a verdict, a
+    # fork (on the parent checkpoint).
+    ROLLED_BACK = "rolled_back"
+    SUPERSEDED = "superseded"
+    VERDICT = "verdict"
+    FORKED = "forked"
 
 
 def _row(

@@ -27,8 +27,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, select, tuple_
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, exists, or_, select, tuple_
+from sqlalchemy.orm import Session, aliased
 
 from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, TierCopy
 
@@ -49,10 +49,12 @@ class CheckpointsOf:
 
 @dataclass(frozen=True)
 class CheckpointAt:
-    """The checkpoint at `step` of the job named `job`."""
+    """The checkpoint at `step` of the job named `job`: the one saved on `branch` when given,
+    else the one on the job's timeline (not superseded), else the newest superseded one."""
 
     job: str
     step: int
+    branch: int | None = None
 
 
 # Every tier copy of the checkpoints the same call locks.
@@ -194,18 +196,36 @@ def _lock_checkpoints(
     )
     if isinstance(which, CheckpointAt):
         q = q.join(Job, Job.id == Checkpoint.job_id).where(
-            Job.name == which.job, Checkpoint.step == which.step
+            Job.name == which.job, at_step(which.step, which.branch)
         )
     elif isinstance(which, CheckpointsOf):
         q = q.where(Checkpoint.job_id == which.job_id)
         if which.step is not None:
-            q = q.where(Checkpoint.step == which.step)
+            q = q.where(at_step(which.step, None))
     elif ids := sorted(set(which)):
         q = q.where(Checkpoint.id.in_(ids))
     else:
         return {}
     rows = session.execute(_with(q.order_by(Checkpoint.id), mode, of=Checkpoint))
     return {r.id: LockedCheckpoint(*r) for r in rows}
+
+
+def at_step(step: int, branch: int | None) -> ColumnElement[bool]:
+    """The checkpoint a caller means by a step (of a job the query names): the one saved on
+    `branch`, else the one on the timeline, else the newest superseded one (a correlated
+    subquery: one probe of the (job_id, branch, step) index)."""
+    if branch is not None:
+        return (Checkpoint.step == step) & (Checkpoint.branch == branch)
+    other = aliased(Checkpoint)
+    better = exists().where(
+        other.job_id == Checkpoint.job_id,
+        other.step == step,
+        or_(
+            other.superseded_by.is_(None) & Checkpoint.superseded_by.is_not(None),
+            Checkpoint.superseded_by.is_not(None) & (other.branch > Checkpoint.branch),
+        ),
+    )
+    return (Checkpoint.step == step) & ~better
 
 
 def _lock_tier_copies(session: Session, where: Any) -> dict[tuple[int, str], LockedTierCopy]:

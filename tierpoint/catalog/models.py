@@ -116,6 +116,43 @@ class Job(Base):
         ForeignKey("retention_policy.id", ondelete="RESTRICT")
     )
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # The branch new checkpoints are saved on (`branch.number`); a rollback moves it.
+    current_branch: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    # A fork: the checkpoint of another job this one started from (its first restore reads it
+    # where it is; retention keeps it until this job has a restorable checkpoint of its own).
+    fork_parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("checkpoint.id", ondelete="SET NULL", use_alter=True)
+    )
+    forked_at: Mapped[datetime | None]
+    forked_by: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index(
+            "ix_job_fork_parent",
+            "fork_parent_id",
+            postgresql_where=text("fork_parent_id IS NOT NULL"),
+        ),
+    )
+
+
+class Branch(Base):
+    """One branch of a job's timeline: 1 from the start, one more per rollback, which starts it
+    from `from_checkpoint_id` (at `from_step`, on branch `parent`)."""
+
+    __tablename__ = "branch"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    parent: Mapped[int | None] = mapped_column(Integer)
+    from_step: Mapped[int | None] = mapped_column(BigInteger)
+    from_checkpoint_id: Mapped[int | None] = mapped_column(
+        ForeignKey("checkpoint.id", ondelete="SET NULL", use_alter=True)
+    )
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    created_by: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (CheckConstraint("number >= 1", name="number_positive"),)
 
 
 class Checkpoint(Base):
@@ -139,11 +176,45 @@ class Checkpoint(Base):
     # An admin deleted it: its copies go through retention's expiry, "latest" never offers it,
     # and the step may be registered again once every copy is expired.
     deleted_at: Mapped[datetime | None]
+    # The branch it was saved on; a step is unique within a branch, and on the timeline (the
+    # checkpoints no rollback superseded).
+    branch: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    # The branch whose rollback superseded it: still listed and restorable by branch, never
+    # "latest", expired first. Null: on the job's timeline. Set only by checkpoint/supersede.py.
+    superseded_by: Mapped[int | None] = mapped_column(Integer)
+    # The checkpoint the run had loaded before writing this one (across branches and jobs).
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("checkpoint.id", ondelete="SET NULL"))
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # Its health verdict (timeline/verdicts.py, the one writer): good | suspect | bad, with the
+    # evidence ({metric, value, at_step, detail}), who gave it and when.
+    health: Mapped[str | None] = mapped_column(String(16))
+    health_evidence: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    health_by: Mapped[str | None] = mapped_column(Text)
+    health_at: Mapped[datetime | None]
 
-    job: Mapped[Job] = relationship(lazy="raise")
+    job: Mapped[Job] = relationship(lazy="raise", foreign_keys=[job_id])
 
     __table_args__ = (
-        UniqueConstraint("job_id", "step", name="uq_checkpoint_job_step"),
+        UniqueConstraint("job_id", "branch", "step", name="uq_checkpoint_job_branch_step"),
+        # On the timeline a step is one checkpoint: registration's idempotence and conflicts
+        # hold against it, and "latest" never sees two of one step.
+        Index(
+            "uq_checkpoint_timeline_step",
+            "job_id",
+            "step",
+            unique=True,
+            postgresql_where=text("superseded_by IS NULL"),
+        ),
+        # latest?health=good: the newest good checkpoints of the timeline, one index range.
+        Index(
+            "ix_checkpoint_good",
+            "job_id",
+            text("step DESC"),
+            postgresql_where=text("health = 'good' AND superseded_by IS NULL"),
+        ),
+        Index("ix_checkpoint_parent", "parent_id", postgresql_where=text("parent_id IS NOT NULL")),
+        CheckConstraint("health IN ('good', 'suspect', 'bad')", name="health_valid"),
+        CheckConstraint("branch >= 1", name="branch_positive"),
         CheckConstraint("step >= 0", name="step_nonnegative"),
         Index(
             "ix_checkpoint_unstarted",
@@ -271,10 +342,20 @@ class TierCopy(Base):
     # rebuild records both, its promotion (made or given up) clears them.
     rebuild_from: Mapped[list[str] | None] = mapped_column(JSONB)
     rebuild_until: Mapped[datetime | None]
+    # Denormalised from its checkpoint (set by checkpoint/supersede.py with it), so that "latest"
+    # skips superseded checkpoints inside one index range instead of after it.
+    superseded: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
     __table_args__ = (
         CheckConstraint(_in("state", TierState), name="state_valid"),
-        Index("ix_checkpoint_tier_latest", "job_id", "state", "tier", text("step DESC")),
+        Index(
+            "ix_checkpoint_tier_latest",
+            "job_id",
+            "state",
+            "tier",
+            "superseded",
+            text("step DESC"),
+        ),
         # The operator views across all jobs: copies in flight (few, however large the catalog),
         # failures newest first, and promotion lag over a recent window.
         Index(

@@ -62,14 +62,18 @@ BATCH_RETRY = backoff(
 NODE_LOST_SIGNAL = "node_lost"
 
 
-def workflow_id(job: str, step: int) -> str:
-    return f"checkpoint/{job}/{step}"
+def workflow_id(job: str, step: int, branch: int = 1) -> str:
+    """A checkpoint's lifecycle: `checkpoint/<job>/<step>` on a job's first branch (as before
+    branches), `checkpoint/<job>/<step>.b<branch>` on later ones: a step saved again after a
+    rollback is another checkpoint, with a lifecycle of its own."""
+    where = str(step) if branch == 1 else f"{step}.b{branch}"
+    return f"checkpoint/{job}/{where}"
 
 
-def retry_workflow_id(job: str, step: int, attempt: int) -> str:
+def retry_workflow_id(job: str, step: int, attempt: int, branch: int = 1) -> str:
     """The lifecycle run an operator's retry starts: a new run of the same workflow on the same
     checkpoint, under its own id so that the first run's history stays as it ended."""
-    return f"{workflow_id(job, step)}/retry-{attempt}"
+    return f"{workflow_id(job, step, branch)}/retry-{attempt}"
 
 
 class LifecycleInput(BaseModel):
@@ -81,6 +85,9 @@ class LifecycleInput(BaseModel):
     # the dump's), while Temporal keeps the closed runs of the checkpoints registered since.
     # None in the histories of runs started before it was carried.
     registered_at: datetime | None = None
+    # The job's branch it was saved on (its workflow id names it); 1 in histories recorded
+    # before branches.
+    branch: int = 1
 
 
 class PlanInput(BaseModel):

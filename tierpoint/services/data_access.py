@@ -103,17 +103,18 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
 
 
 class Listings:
-    """The verified copies `node` holds of recently read checkpoints, per (tier, job, step)."""
+    """The verified copies `node` holds of recently read checkpoints, per (tier, job, step,
+    branch)."""
 
     def __init__(self, sessions: Sessions, node: str, ttl: float = LISTING_TTL) -> None:
         self.sessions, self.node, self.ttl = sessions, node, ttl
         self._lock = threading.Lock()
-        self._listed: dict[tuple[str, str, int], tuple[float, dict[str, int]]] = {}
-        self._loading: dict[tuple[str, str, int], threading.Lock] = {}
+        self._listed: dict[tuple[str, str, int, int], tuple[float, dict[str, int]]] = {}
+        self._loading: dict[tuple[str, str, int, int], threading.Lock] = {}
 
-    def size(self, tier: str, job: str, step: int, path: str) -> int | None:
+    def size(self, tier: str, job: str, step: int, path: str, branch: int = 1) -> int | None:
         """The size of the file if this node serves it (a verified copy on `tier`), else None."""
-        key = (tier, job, step)
+        key = (tier, job, step, branch)
         found = self._cached(key, path)
         if found is not None:
             return found
@@ -128,7 +129,7 @@ class Listings:
                     return found
                 listed_at = time.monotonic()
                 with self.sessions.begin() as s:
-                    listed = placement.served_sizes(s, self.node, tier, job, step)
+                    listed = placement.served_sizes(s, self.node, tier, job, step, branch)
                 with self._lock:
                     self._listed.pop(key, None)
                     while len(self._listed) >= LISTINGS:
@@ -139,14 +140,14 @@ class Listings:
                     self._loading.pop(key, None)
         return listed.get(path)
 
-    def _cached(self, key: tuple[str, str, int], path: str) -> int | None:
+    def _cached(self, key: tuple[str, str, int, int], path: str) -> int | None:
         with self._lock:
             hit = self._listed.get(key)
         if hit is None or time.monotonic() - hit[0] >= self.ttl:
             return None
         return hit[1].get(path)
 
-    def forget(self, tier: str, job: str, step: int) -> None:
+    def forget(self, tier: str, job: str, step: int, branch: int = 1) -> None:
         """Drop the checkpoint's listing: a copy in it was found bad."""
         with self._lock:
-            self._listed.pop((tier, job, step), None)
+            self._listed.pop((tier, job, step, branch), None)

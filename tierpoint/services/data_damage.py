@@ -68,7 +68,9 @@ class DamagedCopies:
         catalog lists no verified copy here any more, e.g. it is being expired)."""
         actor = f"data endpoint of {self.node}"
         with self.sessions.begin() as s:
-            found = placement.served_replica(s, self.node, tier, ref.job, ref.step, ref.path)
+            found = placement.served_replica(
+                s, self.node, tier, ref.job, ref.step, ref.path, ref.branch
+            )
             if found is None:
                 return False
             replica_id, checkpoint_id = found

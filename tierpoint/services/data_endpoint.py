@@ -184,7 +184,7 @@ class _Handler(BaseHTTPRequestHandler):
             tier = next((t for t in srv.settings.tiers if t.name == tier_name), None)
             if tier is None or not tier.on_nodes:
                 raise CopyNotFound(f"no local or peer tier {tier_name!r}")
-            size = srv.listings.size(tier.name, ref.job, ref.step, ref.path)
+            size = srv.listings.size(tier.name, ref.job, ref.step, ref.path, ref.branch)
             if size is None:
                 raise CopyNotFound("no verified copy of it on this node")
             span = byte_range(self.headers.get("Range"), size)
@@ -266,7 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
             log.warning("could not record a damaged copy", path=ref.path, error=repr(exc))
             return None
         # Marked now or before: either way the listing must not offer it again.
-        self.server.listings.forget(tier, ref.job, ref.step)
+        self.server.listings.forget(tier, ref.job, ref.step, ref.branch)
         return marked
 
 

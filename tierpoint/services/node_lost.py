@@ -49,7 +49,7 @@ async def tell_lifecycles(client: Client | None, lost: node_lost.NodeLost) -> To
     async def tell(cp: node_lost.AffectedCheckpoint) -> bool | None:
         try:
             return await asyncio.wait_for(
-                signal_node_lost(client, cp.job, cp.step, lost.node), SIGNAL_TIMEOUT
+                signal_node_lost(client, cp.job, cp.step, lost.node, cp.branch), SIGNAL_TIMEOUT
             )
         except Exception as exc:
             log.warning(

@@ -31,6 +31,8 @@ async def latest_with_lease(
     tier: str | None = None,
     node: str | None = None,
     lease: LeaseRequest | None = None,
+    branch: int | None = None,
+    good: bool = False,
 ) -> LatestRestorableView:
     """The latest restorable checkpoint for the caller; with `lease`, the chosen checkpoint's row
     stays locked from before its plan is read until the lease is inserted, so retention cannot
@@ -49,17 +51,25 @@ async def latest_with_lease(
                 "the AWS tools first"
             )
     found = await session.run_sync(
-        latest_restorable, job, readable, tier=tier, node=node, lock=lease is not None
+        latest_restorable,
+        job,
+        readable,
+        tier=tier,
+        node=node,
+        lock=lease is not None,
+        branch=branch,
+        good=good,
     )
     if lease is None:
         return found
-    job_id = await session.run_sync(job_id_by_name, job)
+    # The checkpoint's own job: a fork's first restore leases its parent's checkpoint.
+    job_id = await session.run_sync(job_id_by_name, found.job)
     assert job_id is not None  # the job has a restorable checkpoint, whose row is locked
     taken = await session.run_sync(
         insert_lease,
         found.checkpoint.id,
         job_id,
-        job,
+        found.job,
         found.step,
         lease.ttl_seconds,
         lease.owner,

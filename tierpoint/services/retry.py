@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
+from tierpoint.catalog.checkpoint.shards import checkpoint_branch
 from tierpoint.catalog.engine import AsyncSession
 from tierpoint.catalog.tier_copy import retry
 from tierpoint.contract.lifecycle import LifecycleInput, retry_workflow_id, workflow_id
@@ -48,17 +49,20 @@ async def retry_checkpoint(
         raise refused
     if client is None:
         raise TemporalUnavailable("Temporal is unreachable: a retry needs a new lifecycle run")
+    branch = await session.run_sync(checkpoint_branch, target.checkpoint_id)
     previous = (
-        workflow_id(job, step)
+        workflow_id(job, step, branch)
         if target.attempt == 1
-        else retry_workflow_id(job, step, target.attempt - 1)
+        else retry_workflow_id(job, step, target.attempt - 1, branch)
     )
     if await is_running(client, previous):
         # Its promote activity will settle the failed tiers; a second run would race it.
         raise NothingToRetry(f"{job}/{step}: lifecycle run {previous} is still running")
-    run = retry_workflow_id(job, step, target.attempt)
+    run = retry_workflow_id(job, step, target.attempt, branch)
     await start_lifecycle(
-        client, LifecycleInput(checkpoint_id=target.checkpoint_id, job=job, step=step), run
+        client,
+        LifecycleInput(checkpoint_id=target.checkpoint_id, job=job, step=step, branch=branch),
+        run,
     )
     await session.run_sync(retry.reset_failed, target, actor, run)
     return RetryOutcome(job, step, run, target.attempt, sorted(target.failed))

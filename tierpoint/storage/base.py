@@ -27,6 +27,8 @@ class ShardRef:
     job: str
     step: int
     path: str  # relative to the checkpoint directory; validated by tierpoint.storage.paths
+    # The job's branch it was saved on: its directory is `paths.step_dir(step, branch)`.
+    branch: int = 1
 
 
 @dataclass
@@ -169,10 +171,11 @@ class TierStore(Protocol):
         ...
 
     def delete_checkpoint(
-        self, job: str, step: int, copies: Iterable[RecordedCopy]
+        self, job: str, step: int, copies: Iterable[RecordedCopy], branch: int = 1
     ) -> DeleteReport:
         """Remove the checkpoint's registered shards `copies` (and their temp files / multipart
-        uploads), then each directory that held them while it is empty, up to `<job>/`.
+        uploads), then each directory that held them while it is empty, up to `<job>/`. The
+        checkpoint is the one saved on `branch` (its directory `paths.step_dir(step, branch)`).
 
         A POSIX store removes a shard's file only if it is the one the catalog recorded (its
         identity, or where none was recorded its registered size and crc32c read now), atomically

@@ -57,8 +57,30 @@ def validate_step(step: int) -> int:
     return step
 
 
-def checkpoint_parts(job: str, step: int, rel: str | None = None) -> list[str]:
-    parts = [validate_name(job), str(validate_step(step))]
+def step_dir(step: int, branch: int = 1) -> str:
+    """A checkpoint's directory under its job's on every tier (and in S3 keys): the step on a
+    job's first branch, as before branches; `<step>.b<branch>` on later ones, so a step saved
+    again after a rollback never shares a file with the one it supersedes."""
+    validate_step(step)
+    if isinstance(branch, bool) or not isinstance(branch, int) or branch < 1:
+        raise UnsafePath(f"branch {branch!r} must be an integer >= 1")
+    return str(step) if branch == 1 else f"{step}.b{branch}"
+
+
+def parse_step_dir(name: str) -> tuple[int, int]:
+    """(step, branch) of a checkpoint directory's name; ValueError for anything else."""
+    step, dot, branch = name.partition(".b")
+    if not (step.isascii() and step.isdigit()) or int(step) > MAX_STEP:
+        raise ValueError(f"the step is a number from 0 to {MAX_STEP}")
+    if not dot:
+        return int(step), 1
+    if not (branch.isascii() and branch.isdigit()) or branch.startswith("0") or int(branch) < 2:
+        raise ValueError("a branch directory is <step>.b<branch>, the branch 2 or more")
+    return int(step), int(branch)
+
+
+def checkpoint_parts(job: str, step: int, rel: str | None = None, branch: int = 1) -> list[str]:
+    parts = [validate_name(job), step_dir(step, branch)]
     if rel is not None:
         parts.extend(validate_relative_path(rel).split("/"))
     return parts

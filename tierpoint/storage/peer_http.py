@@ -18,10 +18,10 @@ from urllib.parse import quote, unquote, urlsplit
 from tierpoint.config import Settings
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.paths import (
-    MAX_STEP,
+    parse_step_dir,
+    step_dir,
     validate_name,
     validate_relative_path,
-    validate_step,
 )
 
 PREFIX = "/v1/data/"
@@ -34,7 +34,8 @@ def shard_url(base: str, tier: str, ref: ShardRef) -> str:
 
 
 def data_path(tier: str, ref: ShardRef) -> str:
-    return f"{PREFIX}{quote(tier, safe='')}/{quote(ref.job, safe='')}/{ref.step}/" + quote(
+    where = step_dir(ref.step, ref.branch)
+    return f"{PREFIX}{quote(tier, safe='')}/{quote(ref.job, safe='')}/{where}/" + quote(
         ref.path, safe="/"
     )
 
@@ -47,10 +48,9 @@ def parse_data_path(raw: str) -> tuple[str, ShardRef]:
     parts = raw[len(PREFIX) :].split("/", 3)
     if len(parts) != 4:
         raise ValueError("a data path is /v1/data/<tier>/<job>/<step>/<path>")
-    tier, job, step, path = (unquote(p, errors="strict") for p in parts)
-    if not (step.isascii() and step.isdigit()) or int(step) > MAX_STEP:
-        raise ValueError(f"the step is a number from 0 to {MAX_STEP}")
-    ref = ShardRef(validate_name(job), validate_step(int(step)), validate_relative_path(path))
+    tier, job, where, path = (unquote(p, errors="strict") for p in parts)
+    step, branch = parse_step_dir(where)
+    ref = ShardRef(validate_name(job), step, validate_relative_path(path), branch)
     return validate_name(tier), ref
 
 

@@ -13,10 +13,11 @@ from sqlalchemy import delete, exists, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.checkpoint.placement_on_timeline import branch_to_save_on, parent_of
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import job_id_by_name
 from tierpoint.catalog.locks import lock_checkpoint
-from tierpoint.catalog.models import Checkpoint, Event, Job, Node, TierCopy
+from tierpoint.catalog.models import Branch, Checkpoint, Event, Job, Node, TierCopy
 from tierpoint.catalog.tier_copy.machine import REGISTER_TIER_COPIES_SQL, REGISTERED_STATE
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import CheckpointBeingDeleted, CheckpointConflict, UnknownNode
@@ -45,6 +46,8 @@ class RegistrationResult:
     created_at: datetime
     # Set when a lifecycle workflow is known to have been started for the checkpoint.
     workflow_started: bool
+    branch: int = 1
+    parent_id: int | None = None
 
 
 def check_nodes(session: Session, node_ids: Iterable[str]) -> None:
@@ -87,7 +90,8 @@ def check_nodes(session: Session, node_ids: Iterable[str]) -> None:
     )
 
 
-def _job_id(session: Session, name: str) -> int:
+def ensure_job(session: Session, name: str) -> int:
+    """The job's id, the job (and its first branch) created when new."""
     found = job_id_by_name(session, name)
     if found is not None:
         return found
@@ -95,6 +99,7 @@ def _job_id(session: Session, name: str) -> int:
         pg_insert(Job).values(name=name).on_conflict_do_nothing().returning(Job.id)
     )
     if created is not None:
+        session.execute(pg_insert(Branch).values(job_id=created, number=1))
         return int(created)
     # A concurrent registration created it and has committed (the insert waited for it).
     again = job_id_by_name(session, name)
@@ -115,7 +120,11 @@ def _existing(
                 Checkpoint.workflow_started_at,
                 Checkpoint.created_at,
                 Checkpoint.deleted_at,
-            ).where(Checkpoint.job_id == job_id, Checkpoint.step == step)
+            ).where(
+                Checkpoint.job_id == job_id,
+                Checkpoint.step == step,
+                Checkpoint.superseded_by.is_(None),
+            )
         )
     ).one_or_none()
     if row is None:
@@ -182,10 +191,12 @@ def register_checkpoint(
     digest = manifest_digest(manifest.shards)
     check_nodes(session, {s.node for s in manifest.shards})
 
-    job_id = _job_id(session, job)
+    job_id = ensure_job(session, job)
+    branch = branch_to_save_on(session, job, job_id, manifest.branch)
     existing = _existing(session, job, job_id, manifest.step, digest)
     if isinstance(existing, RegistrationResult):
         return existing
+    parent_id = parent_of(session, job, job_id, manifest)
     history = [] if existing is None else _remove_deleted(session, job, manifest.step, existing)
 
     inserted = (
@@ -198,8 +209,17 @@ def register_checkpoint(
                 total_bytes=manifest.total_bytes,
                 shard_count=len(manifest.shards),
                 manifest_digest=digest,
+                branch=branch,
+                parent_id=parent_id,
+                provenance=(
+                    None
+                    if manifest.provenance is None
+                    else manifest.provenance.model_dump(exclude_none=True)
+                ),
             )
-            .on_conflict_do_nothing(constraint="uq_checkpoint_job_step")
+            .on_conflict_do_nothing(
+                index_elements=["job_id", "step"], index_where=text("superseded_by IS NULL")
+            )
             .returning(Checkpoint.id, Checkpoint.created_at)
         )
     ).one_or_none()
@@ -238,7 +258,7 @@ def register_checkpoint(
             "digest": digest,
         },
     )
-    return RegistrationResult(checkpoint_id, job_id, True, created_at, False)
+    return RegistrationResult(checkpoint_id, job_id, True, created_at, False, branch, parent_id)
 
 
 def mark_workflow_started(session: Session, checkpoint_id: int) -> bool:
@@ -257,7 +277,7 @@ def unstarted_checkpoints(
     """Registered checkpoints whose lifecycle nobody has started, oldest first (reads the partial
     index `ix_checkpoint_unstarted`)."""
     rows = session.execute(
-        select(Checkpoint.id, Job.name, Checkpoint.step, Checkpoint.created_at)
+        select(Checkpoint.id, Job.name, Checkpoint.step, Checkpoint.created_at, Checkpoint.branch)
         .join(Job, Job.id == Checkpoint.job_id)
         .where(
             Checkpoint.workflow_started_at.is_(None),
@@ -267,5 +287,6 @@ def unstarted_checkpoints(
         .limit(limit)
     )
     return [
-        LifecycleInput(checkpoint_id=i, job=j, step=s, registered_at=at) for i, j, s, at in rows
+        LifecycleInput(checkpoint_id=i, job=j, step=s, registered_at=at, branch=b)
+        for i, j, s, at, b in rows
     ]

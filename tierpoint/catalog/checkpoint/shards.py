@@ -10,7 +10,7 @@ from typing import cast
 from sqlalchemy import Executable, Table, and_, bindparam, null, select, update
 from sqlalchemy.orm import Session, aliased
 
-from tierpoint.catalog.models import Replica, Shard
+from tierpoint.catalog.models import Checkpoint, Replica, Shard
 
 _shard_table = cast(Table, Shard.__table__)
 
@@ -25,6 +25,12 @@ class BatchShard:
     node_id: str
     source_state: str | None  # replica state on the source tier (None: no replica)
     state: str | None  # replica state on the tier being written (None: no replica yet)
+
+
+def checkpoint_branch(session: Session, checkpoint_id: int) -> int:
+    """The branch the checkpoint was saved on, which names its directory on every tier."""
+    branch = session.scalar(select(Checkpoint.branch).where(Checkpoint.id == checkpoint_id))
+    return 1 if branch is None else int(branch)
 
 
 def shard_ordinals_by_node(session: Session, checkpoint_id: int) -> list[tuple[str, int, int]]:

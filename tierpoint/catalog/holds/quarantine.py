@@ -35,12 +35,14 @@ from tierpoint.states import TierState
 _GONE = frozenset({TierState.EXPIRING.value, TierState.EXPIRED.value})
 
 
-def _lock(session: Session, job: str, step: int, tier: str | None) -> Locked:
+def _lock(
+    session: Session, job: str, step: int, tier: str | None, branch: int | None = None
+) -> Locked:
     """The checkpoint row, then its tier copy on `tier` (if given), locked until commit. Raises
     JobNotFound, CheckpointNotFound, or TierCopyNotFound when it has no copy on `tier`."""
     locked = lock_in_order(
         session,
-        checkpoints=CheckpointAt(job, step),
+        checkpoints=CheckpointAt(job, step, branch),
         tier_copies=EVERY_TIER_COPY if tier is not None else (),
         tiers=None if tier is None else [tier],
     )
@@ -61,12 +63,13 @@ def set_quarantine(
     tier: str | None,
     actor: str,
     evidence: bool = False,
+    branch: int | None = None,
 ) -> bool:
     """Quarantine (a reason) or lift (None) the checkpoint, or only its copy on `tier`; with
     `evidence` (an operator's), retention keeps it too. Doing the same again changes and records
     nothing; a new reason replaces the old one, except that a job's quarantine leaves an
     operator's evidence as it is. Returns whether anything changed."""
-    locked = _lock(session, job, step, tier)
+    locked = _lock(session, job, step, tier, branch)
     (held_checkpoint,) = locked.checkpoints.values()
     checkpoint_id, job_id = held_checkpoint.id, held_checkpoint.job_id
     target: Checkpoint | LockedTierCopy

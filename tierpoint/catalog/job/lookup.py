@@ -11,7 +11,7 @@ from typing import NamedTuple
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.locks import CheckpointAt, lock_in_order
+from tierpoint.catalog.locks import CheckpointAt, at_step, lock_in_order
 from tierpoint.catalog.models import Checkpoint, Job
 from tierpoint.errors import CheckpointNotFound, JobNotFound
 
@@ -26,8 +26,9 @@ def no_job(job: str) -> JobNotFound:
     return JobNotFound(f"no job named {job!r}")
 
 
-def no_checkpoint(job: str, step: int) -> CheckpointNotFound:
-    return CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}")
+def no_checkpoint(job: str, step: int, branch: int | None = None) -> CheckpointNotFound:
+    on = "" if branch is None else f" on branch {branch}"
+    return CheckpointNotFound(f"job {job!r} has no checkpoint at step {step}{on}")
 
 
 def job_id_by_name(session: Session, job: str) -> int | None:
@@ -46,25 +47,28 @@ def job_id_of_checkpoint(session: Session, checkpoint_id: int) -> int | None:
     return session.scalar(select(Checkpoint.job_id).where(Checkpoint.id == checkpoint_id))
 
 
-def find_checkpoint(session: Session, job: str, step: int, *, lock: bool = False) -> CheckpointKey:
-    """The checkpoint at (job, step), its row locked until commit with `lock` (FOR UPDATE,
-    through `locks.lock_in_order`). Raises JobNotFound when no job has that name, else
+def find_checkpoint(
+    session: Session, job: str, step: int, *, lock: bool = False, branch: int | None = None
+) -> CheckpointKey:
+    """The checkpoint at (job, step) (`locks.at_step`: on `branch` when given, else the one on
+    the timeline, else the newest superseded one), its row locked until commit with `lock` (FOR
+    UPDATE, through `locks.lock_in_order`). Raises JobNotFound when no job has that name, else
     CheckpointNotFound."""
     if lock:
-        held = lock_in_order(session, checkpoints=CheckpointAt(job, step)).checkpoints
+        held = lock_in_order(session, checkpoints=CheckpointAt(job, step, branch)).checkpoints
         found = next(iter(held.values()), None)
         key = None if found is None else CheckpointKey(found.id, found.job_id, found.pinned)
     else:
         row = session.execute(
             select(Checkpoint.id, Checkpoint.job_id, Checkpoint.pinned)
             .join(Job, Job.id == Checkpoint.job_id)
-            .where(Job.name == job, Checkpoint.step == step)
+            .where(Job.name == job, at_step(step, branch))
         ).one_or_none()
         key = None if row is None else CheckpointKey(row.id, row.job_id, row.pinned)
     if key is None:
         # Only the refusal pays for the second lookup; the hot path is one indexed join.
         require_job_id(session, job)
-        raise no_checkpoint(job, step)
+        raise no_checkpoint(job, step, branch)
     return key
 
 

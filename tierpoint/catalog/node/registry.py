@@ -158,10 +158,16 @@ def data_urls(session: Session, node_ids: Iterable[str]) -> dict[str, str]:
 
 
 def peer_url(
-    tier: TierConfig | None, urls: dict[str, str], node: str | None, job: str, step: int, path: str
+    tier: TierConfig | None,
+    urls: dict[str, str],
+    node: str | None,
+    job: str,
+    step: int,
+    path: str,
+    branch: int = 1,
 ) -> str | None:
     """Where a restore reads a peer tier's copy held by `node` (None: not a peer copy, or its
     node serves no endpoint)."""
     if tier is None or tier.kind is not TierKind.PEER or node is None or node not in urls:
         return None
-    return shard_url(urls[node], tier.name, ShardRef(job, step, path))
+    return shard_url(urls[node], tier.name, ShardRef(job, step, path, branch))

@@ -17,6 +17,7 @@ from tierpoint.catalog.job.lookup import (
     no_job,
     require_job_id,
 )
+from tierpoint.catalog.locks import at_step
 from tierpoint.catalog.models import (
     RESTORABLE,
     VERIFIED,
@@ -29,7 +30,9 @@ from tierpoint.catalog.models import (
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads.views import (
     CheckpointDetailView,
+    CheckpointRefView,
     CheckpointView,
+    HealthView,
     JobView,
     ProgressView,
     ReplicaView,
@@ -57,7 +60,44 @@ _CHECKPOINT_COLS = (
     Checkpoint.shard_count,
     Checkpoint.workflow_started_at,
     Checkpoint.deleted_at,
+    Checkpoint.branch,
+    Checkpoint.superseded_by,
+    Checkpoint.parent_id,
+    Checkpoint.provenance,
+    Checkpoint.health,
+    Checkpoint.health_evidence,
+    Checkpoint.health_by,
+    Checkpoint.health_at,
 )
+
+
+def health_view(r: Any) -> HealthView | None:
+    """The verdict of a row with the `health*` columns, or None."""
+    if r.health is None:
+        return None
+    e = r.health_evidence or {}
+    value = e.get("value")
+    return HealthView(
+        r.health,
+        e.get("metric"),
+        None if value is None else float(value),
+        e.get("at_step"),
+        e.get("detail"),
+        r.health_by,
+        r.health_at,
+    )
+
+
+def checkpoint_refs(session: Session, ids: Sequence[int]) -> dict[int, CheckpointRefView]:
+    """Each checkpoint of `ids` as a reference across jobs: id, job name, step, branch."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(Checkpoint.id, Job.name, Checkpoint.step, Checkpoint.branch)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(Checkpoint.id.in_(sorted(set(ids))))
+    )
+    return {r[0]: CheckpointRefView(r[0], r[1], r[2], r[3]) for r in rows}
 
 
 def tier_progress(
@@ -125,6 +165,7 @@ def _views(
     progress = tier_progress(session, [(m.checkpoint_id, m.tier) for m in counted])
     order = {t.name: i for i, t in enumerate(tiers)}
     kinds = {t.name: t.kind.value for t in tiers}
+    parents = checkpoint_refs(session, [r.parent_id for r in rows if r.parent_id is not None])
     views = []
     for r in rows:
         tier_views = []
@@ -159,6 +200,11 @@ def _views(
                 workflow_started=r.workflow_started_at is not None,
                 tiers=tier_views,
                 deleted_at=r.deleted_at,
+                branch=r.branch,
+                superseded_by=r.superseded_by,
+                health=health_view(r),
+                parent=parents.get(r.parent_id) if r.parent_id is not None else None,
+                provenance=r.provenance,
             )
         )
     return views
@@ -170,6 +216,9 @@ def registered_view(
     created_at: datetime,
     manifest: Manifest,
     tiers: Sequence[TierConfig],
+    *,
+    branch: int = 1,
+    parent: CheckpointRefView | None = None,
 ) -> CheckpointView:
     """The view of a checkpoint just registered, without reading back what was just written:
     every tier pending, nothing copied yet."""
@@ -198,6 +247,13 @@ def registered_view(
             )
             for t in tiers
         ],
+        branch=branch,
+        parent=parent,
+        provenance=(
+            None
+            if manifest.provenance is None
+            else manifest.provenance.model_dump(exclude_none=True)
+        ),
     )
 
 
@@ -215,17 +271,18 @@ def get_checkpoint(
     tiers: Sequence[TierConfig],
     *,
     include_shards: bool = True,
+    branch: int | None = None,
 ) -> CheckpointDetailView:
     rows = (
         session.execute(
             select(*_CHECKPOINT_COLS)
             .join(Job, Job.id == Checkpoint.job_id)
-            .where(Job.name == job, Checkpoint.step == step)
+            .where(Job.name == job, at_step(step, branch))
         )
     ).all()
     if not rows:
         require_job_id(session, job)
-        raise no_checkpoint(job, step)
+        raise no_checkpoint(job, step, branch)
     view = _views(session, job, rows, tiers)[0]
     detail = CheckpointDetailView(**{f: getattr(view, f) for f in view.__dataclass_fields__})
     if not include_shards:
@@ -265,7 +322,7 @@ def get_checkpoint(
         bucket, key = (
             (None, None)
             if layout is None
-            else s3_object(by_name.get(r.tier), layout, job, step, paths[r.shard_id])
+            else s3_object(by_name.get(r.tier), layout, job, step, paths[r.shard_id], view.branch)
         )
         replicas[r.shard_id].append(
             ReplicaView(
@@ -280,7 +337,7 @@ def get_checkpoint(
                 bucket,
                 key,
                 registry.peer_url(
-                    by_name.get(r.tier), urls, r.node_id, job, step, paths[r.shard_id]
+                    by_name.get(r.tier), urls, r.node_id, job, step, paths[r.shard_id], view.branch
                 ),
             )
         )
@@ -323,7 +380,7 @@ def list_checkpoints(
                 TierCopy.state == state,
                 TierCopy.tier == tier,
             )
-            .order_by(TierCopy.step.desc())
+            .order_by(TierCopy.step.desc(), Checkpoint.branch.desc())
         )
         if before_step is not None:
             q = q.where(TierCopy.step < before_step)
@@ -338,10 +395,17 @@ def list_checkpoints(
             q = q.where(exists().where(and_(*cond)))
         if before_step is not None:
             q = q.where(Checkpoint.step < before_step)
-        q = q.order_by(Checkpoint.step.desc())
+        q = q.order_by(Checkpoint.step.desc(), Checkpoint.branch.desc())
     rows = session.execute(q.limit(limit + 1)).all()
-    next_step = rows[limit - 1].step if len(rows) > limit else None
-    return _views(session, job, rows[:limit], tiers), next_step
+    if len(rows) <= limit:
+        return _views(session, job, rows, tiers), None
+    page = rows[:limit]
+    if rows[limit].step == page[-1].step:
+        # The cursor is a step: a page ends where a step ends, so a step saved on several
+        # branches is never split between two pages (unless one step fills a whole page).
+        whole = [r for r in page if r.step != page[-1].step]
+        page = whole or page
+    return _views(session, job, page, tiers), page[-1].step
 
 
 def list_jobs(

@@ -8,11 +8,11 @@ for the chosen checkpoint's row to be locked (to take a restore lease in the sam
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import exists, func, select, tuple_, union_all
+from sqlalchemy import ColumnElement, exists, or_, select, true, union_all
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.job.lookup import job_id_by_name
@@ -21,19 +21,23 @@ from tierpoint.catalog.models import (
     RESTORABLE,
     VERIFIED,
     Checkpoint,
+    Job,
     Replica,
     Shard,
     TierCopy,
 )
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads.checkpoints import checkpoint_view
+from tierpoint.catalog.reads.skipped import skipped_above
 from tierpoint.catalog.reads.views import (
     LatestRestorableView,
     RestorePlanEntry,
     SkippedStep,
 )
+from tierpoint.catalog.timeline.branches import branch_segments
+from tierpoint.catalog.timeline.verdicts import GOOD
 from tierpoint.errors import NoRestorableCheckpoint
-from tierpoint.states import ReplicaState, TierState
+from tierpoint.states import ReplicaState
 from tierpoint.storage.s3.layout import KeyLayout, s3_object
 from tierpoint.tier_config import TierConfig, TierKind
 
@@ -43,31 +47,72 @@ NOT_VERIFIED = [s.value for s in ReplicaState if s is not ReplicaState.VERIFIED]
 SKIPPED_LIMIT = 100
 
 
+@dataclass(frozen=True)
+class Timeline:
+    """Which checkpoints of a job a "latest" may answer: the job's timeline (no `segments`: the
+    checkpoints no rollback superseded), or one branch's own (its `segments`: (branch, highest
+    step taken from it), `branches.branch_segments`); with `good`, only those marked good."""
+
+    segments: tuple[tuple[int, int | None], ...] | None = None
+    good: bool = False
+
+    def where(self) -> ColumnElement[bool]:
+        if self.segments is None:
+            cond: ColumnElement[bool] = Checkpoint.superseded_by.is_(None)
+        else:
+            cond = or_(
+                *(
+                    (Checkpoint.branch == b) & (true() if top is None else Checkpoint.step <= top)
+                    for b, top in self.segments
+                )
+            )
+        if self.good:
+            cond = cond & (Checkpoint.health == GOOD)
+        return cond
+
+
+def _tier_copies(
+    job_id: int, source: TierConfig, below: int | None, scan_limit: int, timeline: Timeline
+) -> Any:
+    """The newest restorable, unquarantined tier copies on `source` of the timeline's
+    checkpoints, at most `scan_limit`. The plain timeline reads one range of the tier copies
+    index (job_id, state, tier, superseded, step DESC); the known-good one walks the partial
+    index of good checkpoints (job_id, step DESC); a branch's joins its checkpoints."""
+    ct = TierCopy
+    copy_ok = (ct.state == RESTORABLE) & (ct.tier == source.name) & ct.quarantine_reason.is_(None)
+    if timeline.good and timeline.segments is None:
+        q = (
+            select(Checkpoint.step, Checkpoint.id.label("checkpoint_id"))
+            .join(ct, (ct.checkpoint_id == Checkpoint.id) & copy_ok)
+            .where(Checkpoint.job_id == job_id, timeline.where())
+            .order_by(Checkpoint.step.desc())
+        )
+        if below is not None:
+            q = q.where(Checkpoint.step < below)
+        return q.limit(scan_limit)
+    q = select(ct.step, ct.checkpoint_id).where(ct.job_id == job_id, copy_ok)
+    if timeline.segments is None:
+        # guard: latest-skips-superseded
+        q = q.where(ct.superseded.is_(False))
+    else:
+        q = q.join(Checkpoint, Checkpoint.id == ct.checkpoint_id).where(timeline.where())
+    if below is not None:
+        q = q.where(ct.step < below)
+    return q.order_by(ct.step.desc()).limit(scan_limit)
+
+
 def _candidate_query(
     job_id: int,
     source: TierConfig,
     node: str | None,
     below: int | None,
     scan_limit: int,
+    timeline: Timeline,
 ) -> Any:
-    """The newest checkpoint restorable from `source` for the caller, with a step below
-    `below`. Only the newest `scan_limit` restorable tier copies are examined (one range of
-    the (job_id, state, tier, step DESC) index), so the cost does not grow with the history."""
-    ct = TierCopy
-    tier_copies = (
-        select(ct.step, ct.checkpoint_id)
-        .where(
-            ct.job_id == job_id,
-            ct.state == RESTORABLE,
-            ct.tier == source.name,
-            ct.quarantine_reason.is_(None),
-        )
-        .order_by(ct.step.desc())
-        .limit(scan_limit)
-    )
-    if below is not None:
-        tier_copies = tier_copies.where(ct.step < below)
-    m = tier_copies.subquery()
+    """The newest checkpoint of the timeline restorable from `source` for the caller, with a
+    step below `below`. Only the newest `scan_limit` restorable tier copies are examined, so the
+    cost does not grow with the history."""
+    m = _tier_copies(job_id, source, below, scan_limit, timeline).subquery()
     # Spelled as IN (other states), not != verified: a few probes of the (checkpoint_id, tier,
     # state) index instead of a scan over every verified replica of the checkpoint.
     unverified = exists().where(
@@ -78,7 +123,7 @@ def _candidate_query(
     q = (
         select(m.c.step, m.c.checkpoint_id)
         .join(Checkpoint, Checkpoint.id == m.c.checkpoint_id)
-        .where(Checkpoint.quarantine_reason.is_(None), ~unverified)
+        .where(Checkpoint.quarantine_reason.is_(None), timeline.where(), ~unverified)
         .order_by(m.c.step.desc())
         .limit(1)
     )
@@ -122,6 +167,7 @@ def _plan(
     ]
     if not usable:
         return None
+    branch = session.scalar(select(Checkpoint.branch).where(Checkpoint.id == checkpoint_id)) or 1
     located: dict[tuple[int, str], tuple[str, str | None]] = {}
     replica_q = select(Replica.shard_id, Replica.tier, Replica.location, Replica.node_id).where(
         Replica.checkpoint_id == checkpoint_id,
@@ -147,11 +193,11 @@ def _plan(
             hit = located.get((s.id, t.name))
             if hit is None or (t.kind is TierKind.LOCAL and hit[1] != node):
                 continue
-            url = registry.peer_url(t, urls, hit[1], job, step, s.path)
+            url = registry.peer_url(t, urls, hit[1], job, step, s.path, branch)
             if t.kind is TierKind.PEER and url is None:
                 continue  # its holder serves no endpoint now
             layout = KeyLayout.parse(tier_copies[t.name].key_layout)
-            bucket, key = s3_object(t, layout, job, step, s.path)
+            bucket, key = s3_object(t, layout, job, step, s.path, branch)
             plan.append(
                 RestorePlanEntry(
                     s.path,
@@ -172,135 +218,6 @@ def _plan(
     return plan
 
 
-def _tier_reason(
-    t: TierConfig,
-    tier_copy: Any,
-    counts: dict[str, int],
-    shard_count: int,
-    nodes: list[str],
-    node: str | None,
-) -> str:
-    name = t.name
-    if tier_copy is None:
-        return f"{name}: not copied to this tier"
-    if tier_copy.quarantine_reason is not None:
-        return f"{name}: quarantined: {tier_copy.quarantine_reason}"
-    verified = counts.get(VERIFIED, 0)
-    bad = {
-        s: n
-        for s, n in counts.items()
-        if s not in (VERIFIED, ReplicaState.PENDING.value, ReplicaState.COPYING.value) and n
-    }
-    bad_text = "".join(f", {n} {s}" for s, n in sorted(bad.items()))
-    if tier_copy.state == TierState.PENDING.value:
-        started = verified + counts.get(ReplicaState.COPYING.value, 0)
-        what = "copying" if started else "pending"
-        return f"{name}: {what}, {verified}/{shard_count} shards verified{bad_text}"
-    if tier_copy.state == TierState.FAILED.value:
-        return f"{name}: failed: {tier_copy.reason or 'no reason recorded'}"
-    if tier_copy.state != RESTORABLE:
-        return f"{name}: {tier_copy.state}"
-    if t.kind is TierKind.LOCAL:
-        if node is None:
-            return f"{name}: node-local copy; pass node= to restore from it"
-        if nodes and nodes != [node]:
-            if node not in nodes:
-                return f"{name}: only on nodes {', '.join(nodes)} (caller {node})"
-            return f"{name}: spread over nodes {', '.join(nodes)}, not all on caller {node}"
-    if bad:
-        return f"{name}: restorable but{bad_text[1:]} replicas"
-    if verified < shard_count:
-        return (
-            f"{name}: restorable but only {verified}/{shard_count} shards have a verified replica"
-        )
-    return f"{name}: became restorable while this request ran"
-
-
-def _skipped(
-    session: Session,
-    job_id: int,
-    above: int | None,
-    sources: Sequence[TierConfig],
-    explain: Sequence[TierConfig],
-    node: str | None,
-    limit: int,
-) -> list[SkippedStep]:
-    q = select(Checkpoint.id, Checkpoint.step, Checkpoint.quarantine_reason, Checkpoint.shard_count)
-    q = q.where(Checkpoint.job_id == job_id)
-    if above is not None:
-        q = q.where(Checkpoint.step > above)
-    rows = session.execute(q.order_by(Checkpoint.step.desc()).limit(limit + 1)).all()
-    examined = rows[:limit]
-    if not examined:
-        return []
-    ids = [r.id for r in examined]
-    names = [t.name for t in explain]
-    tier_copies: dict[tuple[int, str], Any] = {
-        (m.checkpoint_id, m.tier): m
-        for m in session.execute(
-            select(
-                TierCopy.checkpoint_id,
-                TierCopy.tier,
-                TierCopy.state,
-                TierCopy.reason,
-                TierCopy.quarantine_reason,
-            ).where(TierCopy.checkpoint_id.in_(ids), TierCopy.tier.in_(names))
-        )
-    }
-    counts: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)
-    if tier_copies:
-        for c in session.execute(
-            select(Replica.checkpoint_id, Replica.tier, Replica.state, func.count())
-            .where(tuple_(Replica.checkpoint_id, Replica.tier).in_(list(tier_copies)))
-            .group_by(Replica.checkpoint_id, Replica.tier, Replica.state)
-        ):
-            counts[(c[0], c[1])][c[2]] = int(c[3])
-    local_restorable = [
-        cid
-        for (cid, tier), m in tier_copies.items()
-        if m.state == RESTORABLE
-        and any(t.name == tier and t.kind is TierKind.LOCAL for t in explain)
-    ]
-    nodes: dict[int, list[str]] = defaultdict(list)
-    if local_restorable and node is not None:
-        for n in session.execute(
-            select(Shard.checkpoint_id, Shard.node_id)
-            .where(Shard.checkpoint_id.in_(local_restorable))
-            .distinct()
-            .order_by(Shard.checkpoint_id, Shard.node_id)
-        ):
-            nodes[n.checkpoint_id].append(n.node_id)
-    skipped = []
-    for r in examined:
-        if r.quarantine_reason is not None:
-            skipped.append(SkippedStep(r.step, [f"quarantined: {r.quarantine_reason}"]))
-            continue
-        reasons = [
-            _tier_reason(
-                t,
-                tier_copies.get((r.id, t.name)),
-                counts.get((r.id, t.name), {}),
-                r.shard_count,
-                nodes.get(r.id, []),
-                node if t in sources else None,
-            )
-            for t in explain
-        ]
-        skipped.append(SkippedStep(r.step, reasons))
-    if len(rows) > limit:
-        cut = rows[limit].step
-        skipped.append(
-            SkippedStep(
-                cut,
-                [
-                    f"not examined: only the {limit} newest checkpoints above the chosen one are "
-                    f"explained; step {cut} and older ones were not"
-                ],
-            )
-        )
-    return skipped
-
-
 def latest_restorable(
     session: Session,
     job: str,
@@ -310,10 +227,15 @@ def latest_restorable(
     node: str | None = None,
     skipped_limit: int = SKIPPED_LIMIT,
     lock: bool = False,
+    branch: int | None = None,
+    good: bool = False,
 ) -> LatestRestorableView:
     """The highest step the caller can restore, with a plan, and why each newer step was not
     chosen. `tiers` is the configured tier list (fastest first); `tier` restricts the sources
-    (the caller validated it); node-local copies count only when `node` is given.
+    (the caller validated it); node-local copies count only when `node` is given. Only the job's
+    timeline counts (never a superseded checkpoint), or with `branch` that branch's own; with
+    `good`, only checkpoints marked good. A forked job with no restorable checkpoint of its own
+    answers its fork parent (`fork_parent`).
 
     With `lock`, the chosen checkpoint's row is locked (FOR UPDATE) before its plan is read, until
     the caller's transaction ends: retention locks the row too before it flips a tier copy to
@@ -322,6 +244,9 @@ def latest_restorable(
     job_id = job_id_by_name(session, job)
     if job_id is None:
         raise NoRestorableCheckpoint(f"job {job!r} has no checkpoints", extra={"skipped": []})
+    timeline = Timeline(
+        None if branch is None else tuple(branch_segments(session, job_id, branch)), good
+    )
     chosen = [t for t in tiers if t.name == tier] if tier is not None else list(tiers)
     sources = [t for t in chosen if t.kind is not TierKind.LOCAL or node is not None]
     # Tiers mentioned in the explanations: the sources, plus a hint about node-local copies.
@@ -332,7 +257,7 @@ def latest_restorable(
         # Every source's candidate in one round trip (a trip costs more than these index probes):
         # the newest of them wins; a step is one checkpoint whichever tier found it.
         subs = [
-            _candidate_query(job_id, source, node, below, skipped_limit).subquery()
+            _candidate_query(job_id, source, node, below, skipped_limit, timeline).subquery()
             for source in sources
         ]
         if not subs:
@@ -351,14 +276,52 @@ def latest_restorable(
             lock_checkpoint(session, best[1])
         plan = _plan(session, job, best[0], best[1], sources, node)
         if plan is not None:
-            skipped = _skipped(session, job_id, best[0], sources, explain, node, skipped_limit)
+            skipped = skipped_above(
+                session, job_id, best[0], sources, explain, node, skipped_limit, timeline
+            )
             view = checkpoint_view(session, job, best[1], tiers)
             return LatestRestorableView(job, best[0], view, plan, skipped)
         below = best[0]
 
-    skipped = _skipped(session, job_id, None, sources, explain, node, skipped_limit)
+    skipped = skipped_above(session, job_id, None, sources, explain, node, skipped_limit, timeline)
+    inherited = _fork_parent(session, job_id, tiers, sources, node, lock=lock, skipped=skipped)
+    if inherited is not None and branch is None and not good:
+        return inherited
     where = f" on tier {tier!r}" if tier is not None else ""
     who = f" for node {node!r}" if node is not None else ""
+    which = "" if branch is None else f" on branch {branch}"
+    health = " marked good" if good else ""
     raise NoRestorableCheckpoint(
-        f"job {job!r} has no checkpoint restorable{where}{who}", extra={"skipped": skipped}
+        f"job {job!r} has no checkpoint{health} restorable{which}{where}{who}",
+        extra={"skipped": skipped},
     )
+
+
+def _fork_parent(
+    session: Session,
+    job_id: int,
+    tiers: Sequence[TierConfig],
+    sources: Sequence[TierConfig],
+    node: str | None,
+    *,
+    lock: bool,
+    skipped: list[SkippedStep],
+) -> LatestRestorableView | None:
+    """A forked job's first restore: the checkpoint it was forked from, read where it is (no
+    copy made), when that is restorable for the caller and not quarantined."""
+    parent = session.execute(
+        select(Checkpoint.id, Checkpoint.step, Checkpoint.quarantine_reason, Job.name)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(
+            Checkpoint.id == select(Job.fork_parent_id).where(Job.id == job_id).scalar_subquery()
+        )
+    ).one_or_none()
+    if parent is None or parent.quarantine_reason is not None:
+        return None
+    if lock:
+        lock_checkpoint(session, parent.id)
+    plan = _plan(session, parent.name, parent.step, parent.id, sources, node)
+    if plan is None:
+        return None
+    view = checkpoint_view(session, parent.name, parent.id, tiers)
+    return LatestRestorableView(parent.name, parent.step, view, plan, skipped, fork_parent=True)

@@ -29,6 +29,25 @@ class TierView:
     progress: ProgressView
 
 
+@dataclass(frozen=True)
+class CheckpointRefView:
+    id: int
+    job: str
+    step: int
+    branch: int
+
+
+@dataclass(frozen=True)
+class HealthView:
+    verdict: str
+    metric: str | None
+    value: float | None
+    at_step: int | None
+    detail: str | None
+    by: str | None
+    at: datetime
+
+
 @dataclass
 class CheckpointView:
     id: int
@@ -43,6 +62,11 @@ class CheckpointView:
     workflow_started: bool
     tiers: list[TierView]
     deleted_at: datetime | None = None  # an admin deleted it: its copies expire
+    branch: int = 1
+    superseded_by: int | None = None
+    health: HealthView | None = None
+    parent: CheckpointRefView | None = None
+    provenance: dict[str, Any] | None = None
 
 
 @dataclass
@@ -115,3 +139,5 @@ class LatestRestorableView:
     plan: list[RestorePlanEntry]
     skipped: list[SkippedStep]
     lease: LeaseView | None = None
+    # The job has no restorable checkpoint of its own: this is its fork parent's (of `job`).
+    fork_parent: bool = False

@@ -14,7 +14,9 @@ from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard, Tier
 from tierpoint.states import ReplicaState, TierState
 
 
-def served_sizes(session: Session, node: str, tier: str, job: str, step: int) -> dict[str, int]:
+def served_sizes(
+    session: Session, node: str, tier: str, job: str, step: int, branch: int = 1
+) -> dict[str, int]:
     """path -> size of every shard of `job`/`step` of which `node` holds a verified copy on
     `tier`: what the data endpoint serves of that checkpoint (registered, verified files only),
     in one query for the whole checkpoint, as a restore reads all of its files."""
@@ -26,6 +28,7 @@ def served_sizes(session: Session, node: str, tier: str, job: str, step: int) ->
         .where(
             Job.name == job,
             Checkpoint.step == step,
+            Checkpoint.branch == branch,
             Replica.tier == tier,
             # guard: data-endpoint-verified-only
             Replica.node_id == node,
@@ -36,7 +39,7 @@ def served_sizes(session: Session, node: str, tier: str, job: str, step: int) ->
 
 
 def served_replica(
-    session: Session, node: str, tier: str, job: str, step: int, path: str
+    session: Session, node: str, tier: str, job: str, step: int, path: str, branch: int = 1
 ) -> tuple[int, int] | None:
     """(replica id, checkpoint id) of `node`'s verified copy of that file on `tier`, which the
     data endpoint serves; None if it holds none (any more)."""
@@ -48,6 +51,7 @@ def served_replica(
         .where(
             Job.name == job,
             Checkpoint.step == step,
+            Checkpoint.branch == branch,
             Shard.path == path,
             Replica.tier == tier,
             Replica.state == ReplicaState.VERIFIED.value,

@@ -37,6 +37,7 @@ class ScrubTarget:
     checksum: str | None
     node_id: str | None
     state: str
+    branch: int = 1  # its checkpoint's branch: the directory the file is in
 
 
 def due(
@@ -85,6 +86,7 @@ def targets(session: Session, replica_ids: Sequence[int]) -> list[ScrubTarget]:
             Shard.checksum,
             Replica.node_id,
             Replica.state,
+            Checkpoint.branch,
         )
         .join(Shard, Shard.id == Replica.shard_id)
         .join(Checkpoint, Checkpoint.id == Replica.checkpoint_id)

@@ -33,6 +33,7 @@ class AffectedCheckpoint:
     step: int
     # Some tier copy is still pending: its lifecycle may be waiting on the node.
     in_flight: bool
+    branch: int = 1  # names its lifecycle (`contract.lifecycle.workflow_id`)
 
 
 @dataclass
@@ -110,8 +111,8 @@ def _record(
     node = out.node
     # Asked again on every declaration, so that repeating it re-starts what Temporal missed.
     out.peer_copies_lost = held_peer_checkpoints(session, node, peer_tiers)
-    for cp, job_id, job, step, in_flight in _affected(session, ids):
-        out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight)))
+    for cp, job_id, job, step, in_flight, branch in _affected(session, ids):
+        out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight), branch))
         if lost_per_checkpoint.get(cp) or failed_tiers.get(cp):
             record(
                 session,
@@ -234,7 +235,14 @@ def _affected(session: Session, ids: Sequence[int]) -> Sequence[Any]:
     )
     return (
         session.execute(
-            select(Checkpoint.id, Checkpoint.job_id, Job.name, Checkpoint.step, still_pending)
+            select(
+                Checkpoint.id,
+                Checkpoint.job_id,
+                Job.name,
+                Checkpoint.step,
+                still_pending,
+                Checkpoint.branch,
+            )
             .join(Job, Job.id == Checkpoint.job_id)
             .where(Checkpoint.id.in_(ids))
             .order_by(Checkpoint.id)

@@ -105,13 +105,13 @@ class PosixStore:
     # -- naming ---------------------------------------------------------------------------
 
     def location(self, ref: ShardRef) -> str:
-        return str(self.root.joinpath(*checkpoint_parts(ref.job, ref.step, ref.path)))
+        return str(self.root.joinpath(*checkpoint_parts(ref.job, ref.step, ref.path, ref.branch)))
 
     @contextlib.contextmanager
     def _parent(self, ref: ShardRef, *, create: bool = False) -> Iterator[tuple[int, str]]:
         """(descriptor of the shard's directory, the shard's name in it), the directory reached
         without following a symlink (`confined`); FileNotFoundError if it is not there."""
-        parts = checkpoint_parts(ref.job, ref.step, ref.path)
+        parts = checkpoint_parts(ref.job, ref.step, ref.path, ref.branch)
         if create:
             os.makedirs(self.root, exist_ok=True)
         with opened(open_root(str(self.root))) as root_fd:
@@ -316,7 +316,7 @@ class PosixStore:
     # while empty) --------------------------------------------------------------------------
 
     def delete(self, ref: ShardRef, written: str | None) -> None:
-        parts = checkpoint_parts(ref.job, ref.step, ref.path)
+        parts = checkpoint_parts(ref.job, ref.step, ref.path, ref.branch)
         with contextlib.suppress(FileNotFoundError):
             with self._parent(ref) as (dir_fd, name):
                 unlink_temp(dir_fd, name)
@@ -326,9 +326,9 @@ class PosixStore:
                 prune(root_fd, [tuple(parts[:-1])], self.openat2)
 
     def delete_checkpoint(
-        self, job: str, step: int, copies: Iterable[RecordedCopy]
+        self, job: str, step: int, copies: Iterable[RecordedCopy], branch: int = 1
     ) -> DeleteReport:
-        base = checkpoint_parts(job, step)
+        base = checkpoint_parts(job, step, None, branch)
         by_dir: dict[tuple[str, ...], list[tuple[str, RecordedCopy]]] = {}
         for copy in copies:
             *sub, name = validate_relative_path(copy.path).split("/")

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tierpoint.storage.paths import checkpoint_parts
+from tierpoint.storage.paths import checkpoint_parts, step_dir
 from tierpoint.tier_config import KeyLayoutKind, TierKind
 
 if TYPE_CHECKING:
@@ -67,26 +67,30 @@ class KeyLayout:
             raise UnknownKeyLayout(f"unknown S3 key layout {recorded!r}")
         return cls(int(m.group(1)))
 
-    def spread_dir(self, job: str, step: int, rel: str) -> str:
+    def spread_dir(self, job: str, step: int, rel: str, branch: int = 1) -> str:
         """The first key component of a shard under the tier prefix ('' when flat)."""
         if self.prefixes == 1:
             return ""
-        digest = hashlib.sha256(f"{job}/{step}/{rel}".encode()).digest()
+        digest = hashlib.sha256(f"{job}/{step_dir(step, branch)}/{rel}".encode()).digest()
         h = int.from_bytes(digest[:8], "big") % self.prefixes
         width = len(f"{self.prefixes - 1:x}")
         return f"{SPREAD_MARK}{h:0{width}x}/"
 
-    def key(self, prefix: str, job: str, step: int, rel: str) -> str:
+    def key(self, prefix: str, job: str, step: int, rel: str, branch: int = 1) -> str:
         """The S3 key of a shard, every character as it is (S3 keys are UTF-8 bytes; nothing is
         encoded here, and nothing may decode it later)."""
-        return prefix + self.spread_dir(job, step, rel) + "/".join(checkpoint_parts(job, step, rel))
+        return (
+            prefix
+            + self.spread_dir(job, step, rel, branch)
+            + "/".join(checkpoint_parts(job, step, rel, branch))
+        )
 
     def checkpoint_prefixes(
-        self, prefix: str, job: str, step: int, paths: Iterable[str]
+        self, prefix: str, job: str, step: int, paths: Iterable[str], branch: int = 1
     ) -> list[str]:
         """The prefixes under which the shards `paths` of a checkpoint live, each ending in `/`."""
-        tail = "/".join(checkpoint_parts(job, step)) + "/"
-        dirs = {self.spread_dir(job, step, p) for p in paths} if self.prefixes > 1 else {""}
+        tail = "/".join(checkpoint_parts(job, step, None, branch)) + "/"
+        dirs = {self.spread_dir(job, step, p, branch) for p in paths} if self.prefixes > 1 else {""}
         return sorted(prefix + d + tail for d in dirs)
 
 
@@ -112,11 +116,11 @@ def layout_in_force(tier: TierConfig) -> KeyLayout:
 
 
 def s3_object(
-    tier: TierConfig | None, layout: KeyLayout, job: str, step: int, rel: str
+    tier: TierConfig | None, layout: KeyLayout, job: str, step: int, rel: str, branch: int = 1
 ) -> tuple[str, str] | tuple[None, None]:
     """(bucket, key) of a shard's copy on `tier` if it is a configured S3 tier, else (None, None):
     what the API hands readers, so that none of them has to take a location string apart.
     `layout` is the one the catalog recorded for this checkpoint's copy on the tier."""
     if tier is None or tier.kind is not TierKind.S3 or not tier.bucket:
         return None, None
-    return tier.bucket, layout.key(tier.prefix, job, step, rel)
+    return tier.bucket, layout.key(tier.prefix, job, step, rel, branch)

@@ -85,15 +85,19 @@ class S3Store:
         return self.layout
 
     def key(self, ref: ShardRef) -> str:
-        return self._layout().key(self.prefix, ref.job, ref.step, ref.path)
+        return self._layout().key(self.prefix, ref.job, ref.step, ref.path, ref.branch)
 
-    def checkpoint_prefix(self, job: str, step: int, paths: Iterable[str] = ()) -> str:
+    def checkpoint_prefix(
+        self, job: str, step: int, paths: Iterable[str] = (), branch: int = 1
+    ) -> str:
         """The one prefix under which the checkpoint's shards `paths` live (the first of them
         for a spread layout, see `checkpoint_prefixes`)."""
-        return self.checkpoint_prefixes(job, step, paths)[0]
+        return self.checkpoint_prefixes(job, step, paths, branch)[0]
 
-    def checkpoint_prefixes(self, job: str, step: int, paths: Iterable[str]) -> list[str]:
-        return self._layout().checkpoint_prefixes(self.prefix, job, step, paths)
+    def checkpoint_prefixes(
+        self, job: str, step: int, paths: Iterable[str], branch: int = 1
+    ) -> list[str]:
+        return self._layout().checkpoint_prefixes(self.prefix, job, step, paths, branch)
 
     def location(self, ref: ShardRef) -> str:
         # For people to read (catalog rows, events, errors); readers are given (bucket, key).
@@ -216,7 +220,7 @@ class S3Store:
         self.client.delete_object(Bucket=self.bucket, Key=self.key(ref))
 
     def delete_checkpoint(
-        self, job: str, step: int, copies: Iterable[RecordedCopy]
+        self, job: str, step: int, copies: Iterable[RecordedCopy], branch: int = 1
     ) -> DeleteReport:
         # The registered keys, never a listing of the prefix: an object someone else put there
         # (or a job wrote beside its shards) is not ours to delete. That no key here is a newer
@@ -225,8 +229,8 @@ class S3Store:
         # deletes are done (`activities/retention.py: delete_copy`).
         paths = [c.path for c in copies]
         # guard: s3-deletes-only-registered
-        keys = [self.key(ShardRef(job, step, p)) for p in paths]
-        prefixes = self.checkpoint_prefixes(job, step, paths)
+        keys = [self.key(ShardRef(job, step, p, branch)) for p in paths]
+        prefixes = self.checkpoint_prefixes(job, step, paths, branch)
         deleted = 0
         for i in range(0, len(keys), DELETE_BATCH):
             batch = keys[i : i + DELETE_BATCH]

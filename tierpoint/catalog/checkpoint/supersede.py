@@ -1,0 +1,58 @@
+"""Superseded: a checkpoint a rollback left behind. It stays listed and restorable by branch, is
+never "latest", and retention expires it first. The one writer of `checkpoint.superseded_by` and
+of its copy on `checkpoint_tier.superseded` (which "latest" reads through its index)."""
+
+from __future__ import annotations
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.orm import Session
+
+from tierpoint.catalog.events import EventKind
+from tierpoint.catalog.locks import EVERY_TIER_COPY, lock_in_order
+from tierpoint.catalog.models import Checkpoint, Event, TierCopy
+
+
+def supersede_after(
+    session: Session, job_id: int, step: int, by_branch: int, *, actor: str | None
+) -> list[int]:
+    """Every checkpoint of the job's timeline after `step` becomes superseded by `by_branch`;
+    returns their steps, oldest first. The caller holds the job's row FOR UPDATE (no checkpoint
+    joins the timeline meanwhile); the checkpoints and their tier copies are locked here in the
+    catalog's order, so a retention flip or a lease on one of them is ordered with it. No copy is
+    touched: a copy in flight goes on, a lease keeps holding."""
+    ids = list(
+        session.scalars(
+            select(Checkpoint.id).where(
+                Checkpoint.job_id == job_id,
+                Checkpoint.superseded_by.is_(None),
+                Checkpoint.step > step,
+            )
+        )
+    )
+    if not ids:
+        return []
+    lock_in_order(session, checkpoints=ids, tier_copies=EVERY_TIER_COPY)
+    rows = session.execute(
+        update(Checkpoint)
+        .where(Checkpoint.id.in_(ids), Checkpoint.superseded_by.is_(None))
+        .values(superseded_by=by_branch)
+        .returning(Checkpoint.id, Checkpoint.step)
+    ).all()
+    done = [r.id for r in rows]
+    session.execute(
+        update(TierCopy).where(TierCopy.checkpoint_id.in_(done)).values(superseded=True)
+    )
+    session.execute(
+        insert(Event),
+        [
+            {
+                "kind": EventKind.SUPERSEDED.value,
+                "checkpoint_id": r.id,
+                "job_id": job_id,
+                "actor": actor,
+                "detail": {"step": r.step, "by_branch": by_branch, "rollback_to": step},
+            }
+            for r in rows
+        ],
+    )
+    return sorted(r.step for r in rows)

@@ -123,7 +123,7 @@ class HealthOut(_Out):
 
 
 class VerdictIn(_In):
-    verdict: Verdict
+    verdict: Verdict = Field(strict=False)
     metric: str | None = Field(
         default=None,
         min_length=1,

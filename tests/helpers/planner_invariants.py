@@ -39,8 +39,18 @@ PROTECTIONS = frozenset(
         "rebuild_source",
         "last_copy",
         "no_good_copy",
+        # docs/retention.md, "A run's timeline": the job's newest good checkpoint, and a
+        # checkpoint a job forked from it still needs.
+        "newest_good",
+        "fork_parent",
     }
 )
+
+
+def age(c: CheckpointInfo) -> tuple[bool, int, datetime, int]:
+    """docs/retention.md, "A run's timeline": a superseded checkpoint counts as older than every
+    checkpoint on the timeline; otherwise by step, registration time, id."""
+    return (not c.superseded, c.step, c.created_at, c.id)
 
 
 def rule_of(policy: Policy, tiers: Sequence[TierRef], i: int) -> TierRule | None:
@@ -138,7 +148,7 @@ def rule_reasons(
     others = [x for x in good_here if x.id != c.id]
     out = set()
     if rule.keep_last is not None:
-        newer = [x for x in others if (x.step, x.created_at, x.id) > (c.step, c.created_at, c.id)]
+        newer = [x for x in others if age(x) > age(c)]
         if len(newer) < rule.keep_last:
             out.add(KeepReason.KEEP_LAST)
     if rule.keep_every is not None:
@@ -226,7 +236,9 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         return k is not None and set(k.reasons) != {KeepReason.REBUILD_SOURCE}
 
     durable_good = good_on[names[-1]] if names else []
-    latest_durable = max(durable_good, key=lambda c: (c.step, c.created_at, c.id), default=None)
+    latest_durable = max(durable_good, key=age, default=None)
+    good_ones = [c for c in snap.checkpoints if c.good and not c.quarantined]
+    newest_good = max(good_ones, key=age, default=None)
 
     for (cid, tier), e in expired.items():
         c = by_id[cid]
@@ -242,6 +254,9 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
         assert not (copy.quarantined and copy.evidence), e
         # The job's latest restorable checkpoint on its most durable tier.
         assert not (i == last and latest_durable is not None and cid == latest_durable.id), e
+        # The job's newest good checkpoint; one a forked job still needs.
+        assert not (newest_good is not None and cid == newest_good.id), e
+        assert not c.child_needs, e
         # A local copy before its checkpoint is restorable on a more durable tier it is meant for.
         slower = names[i + 1 :]
         meant = targets(policy, tiers, c.step)
@@ -306,6 +321,8 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
             and any(t in meant and expects(c, t) for t in slower)
             and not any(is_intact(c.copies.get(t)) for t in slower),
             KeepReason.REBUILD_SOURCE: rebuilds_from(c, tier),
+            KeepReason.NEWEST_GOOD: newest_good is not None and cid == newest_good.id,
+            KeepReason.FORK_PARENT: c.child_needs,
         }
         for reason, fact in facts.items():
             assert (reason in k.reasons) == fact, (k, reason)
@@ -318,7 +335,7 @@ def check_plan(snap: RetentionSnapshot, policy: Policy, now: datetime, p: Retent
             assert not any(is_intact(c.copies.get(t)) for t in names), k
 
     # Plans list copies by tier, then oldest first.
-    order = {c.id: (c.step, c.created_at, c.id) for c in snap.checkpoints}
+    order = {c.id: age(c) for c in snap.checkpoints}
     for items in (p.expiries, p.keeps, p.unfinished):
         keys = [(names.index(x.tier), order[x.checkpoint_id]) for x in items]
         assert keys == sorted(keys)

@@ -54,6 +54,12 @@ class CheckpointInfo(_Frozen):
     # an unreleased restore lease that has not expired at snapshot time
     leased: bool = False
     copies: dict[str, TierCopy] = Field(default_factory=dict)
+    # A run's timeline (docs/timeline.md): a rollback left it behind (expired first: it counts
+    # as older than every checkpoint on the timeline); its health verdict is good; a job forked
+    # from it has no restorable checkpoint of its own yet.
+    superseded: bool = False
+    good: bool = False
+    child_needs: bool = False
 
 
 class RetentionSnapshot(_Frozen):
@@ -74,6 +80,8 @@ class KeepReason(StrEnum):
     REBUILD_SOURCE = "rebuild_source"  # a copy on another tier is being made again from this one
     LAST_COPY = "last_copy"  # the only restorable copy left of a checkpoint some tier keeps
     NO_GOOD_COPY = "no_good_copy"  # a kept checkpoint with no restorable copy: keep every remnant
+    NEWEST_GOOD = "newest_good"  # the job's newest checkpoint with a good health verdict
+    FORK_PARENT = "fork_parent"  # a job forked from it has no restorable checkpoint of its own
     # Rules of the tier's policy: a quota (max_bytes) may override these, oldest first.
     KEEP_ALL = "keep_all"
     KEEP_LAST = "keep_last"
@@ -94,6 +102,8 @@ PROTECTIONS = frozenset(
         KeepReason.REBUILD_SOURCE,
         KeepReason.LAST_COPY,
         KeepReason.NO_GOOD_COPY,
+        KeepReason.NEWEST_GOOD,
+        KeepReason.FORK_PARENT,
     }
 )
 

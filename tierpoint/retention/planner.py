@@ -46,7 +46,7 @@ from .models import (
     Unfinished,
 )
 from .policy import Policy, TierRef, TierRule, format_duration, promotion_targets
-from .protections import decided, is_good, is_intact, protections
+from .protections import decided, is_good, is_intact, newest_good, protections
 
 _REASON_ORDER = {r: i for i, r in enumerate(KeepReason)}
 
@@ -58,9 +58,11 @@ def aware(ts: datetime) -> datetime:
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
-def oldest_first(c: CheckpointInfo) -> tuple[int, datetime, int]:
-    """Oldest first: by step, then registration time, then id."""
-    return (c.step, aware(c.created_at), c.id)
+def oldest_first(c: CheckpointInfo) -> tuple[bool, int, datetime, int]:
+    """Oldest first: superseded checkpoints before the timeline's (a rollback left them: they
+    are the first to go and never push a timeline checkpoint out of `keep_last`), then by step,
+    registration time, id."""
+    return (not c.superseded, c.step, aware(c.created_at), c.id)
 
 
 def _time_order(c: CheckpointInfo) -> tuple[datetime, int, int]:
@@ -79,7 +81,7 @@ class TierRules:
     ref: TierRef
     rule: TierRule
     good: list[CheckpointInfo]  # oldest first
-    good_keys: list[tuple[int, datetime, int]] = field(default_factory=list)
+    good_keys: list[tuple[bool, int, datetime, int]] = field(default_factory=list)
     first_in_bucket: dict[int, tuple[datetime, int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -219,6 +221,7 @@ class _Planning:
         tiers = self.tiers
         last = tiers[-1] if tiers else None
         latest_durable = last.good[-1].id if last is not None and last.good else None
+        newest_good_id = newest_good(self.checkpoints)
         for t in tiers:
             for c in self.checkpoints:
                 copy = c.copies.get(t.ref.name)
@@ -227,7 +230,13 @@ class _Planning:
                 key = (c.id, t.index)
                 refs = [u.ref for u in tiers]
                 why = protections(
-                    c, t.index, refs, self.targets[c.id], self.keepers[c.id], latest_durable
+                    c,
+                    t.index,
+                    refs,
+                    self.targets[c.id],
+                    self.keepers[c.id],
+                    latest_durable,
+                    newest_good_id,
                 )
                 why += self.wants[key]
                 if why:

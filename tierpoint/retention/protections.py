@@ -63,6 +63,13 @@ def rebuilding(copy: TierCopy) -> bool:
     return copy.state == TierState.FAILED and bool(copy.rebuild_from) and not copy.quarantined
 
 
+def newest_good(checkpoints: Sequence[CheckpointInfo]) -> int | None:
+    """The id of the job's newest checkpoint with a good verdict that is not quarantined (on the
+    timeline before any superseded one: `checkpoints` come oldest first, superseded first)."""
+    good = [c for c in checkpoints if c.good and not c.quarantined]
+    return good[-1].id if good else None
+
+
 def protections(
     c: CheckpointInfo,
     index: int,
@@ -70,12 +77,20 @@ def protections(
     targets: set[str],
     keepers: set[int],
     latest_durable: int | None,
+    newest_good_id: int | None = None,
 ) -> list[KeepReason]:
     """Why the checkpoint's copy on `tiers[index]` may not expire, whatever the keep rules say:
-    `targets` are the tiers it is meant for, `keepers` the tiers whose rules keep it, and
-    `latest_durable` the id of the latest checkpoint restorable on the most durable tier."""
+    `targets` are the tiers it is meant for, `keepers` the tiers whose rules keep it,
+    `latest_durable` the id of the latest checkpoint restorable on the most durable tier and
+    `newest_good_id` the job's newest good one (`newest_good`)."""
     t = tiers[index]
     why = []
+    if c.id == newest_good_id:
+        # guard: planner-newest-good
+        why.append(KeepReason.NEWEST_GOOD)
+    if c.child_needs:
+        # guard: planner-fork-parent
+        why.append(KeepReason.FORK_PARENT)
     if c.pinned:
         # guard: planner-pinned
         why.append(KeepReason.PINNED)

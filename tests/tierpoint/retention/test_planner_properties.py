@@ -126,6 +126,10 @@ def snapshots(draw: st.DrawFn, tiers: tuple[TierRef, ...]) -> RetentionSnapshot:
             quarantined=draw(st.sampled_from([False] * 20 + [True])),
             evidence=draw(st.booleans()),
             tags=draw(st.sampled_from([frozenset(), frozenset(), frozenset({"best"})])),
+            # A run's timeline: superseded by a rollback, marked good, needed by a forked job.
+            superseded=draw(rare),
+            good=draw(st.sampled_from([False, False, True])),
+            child_needs=draw(rare),
             copies={
                 t.name: c
                 for t in tiers

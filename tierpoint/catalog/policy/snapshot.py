@@ -13,11 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import case, exists, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from tierpoint.catalog.job.lookup import require_job_id
 from tierpoint.catalog.models import (
+    RESTORABLE,
     Checkpoint,
+    Job,
     Node,
     Replica,
     RestoreLease,
@@ -71,10 +73,27 @@ def take_snapshot(
                 evidence=c.quarantine_reason is not None and c.quarantine_evidence,
                 leased=bool(c.leased),
                 copies=copies.get(c.id, {}),
+                superseded=c.superseded_by is not None,
+                good=c.health == "good",
+                child_needs=bool(c.child_needs),
             )
             for c in checkpoints
         ),
     )
+
+
+def _child_needs() -> Any:
+    """A job forked from the checkpoint has no restorable checkpoint of its own yet: its first
+    restore reads this one where it is (docs/timeline.md)."""
+    child = aliased(Job, name="child")
+    own = aliased(Checkpoint, name="own")
+    has_own = exists().where(
+        own.job_id == child.id,
+        own.deleted_at.is_(None),
+        own.quarantine_reason.is_(None),
+        exists().where(TierCopy.checkpoint_id == own.id, TierCopy.state == RESTORABLE),
+    )
+    return exists().where(child.fork_parent_id == Checkpoint.id, ~has_own)
 
 
 def _checkpoints(session: Session, job_id: int, now: datetime) -> Sequence[Any]:
@@ -95,6 +114,9 @@ def _checkpoints(session: Session, job_id: int, now: datetime) -> Sequence[Any]:
             Checkpoint.quarantine_reason,
             Checkpoint.quarantine_evidence,
             active_lease.label("leased"),
+            Checkpoint.superseded_by,
+            Checkpoint.health,
+            _child_needs().label("child_needs"),
         )
         .where(Checkpoint.job_id == job_id)
         .order_by(Checkpoint.step, Checkpoint.id)

@@ -131,10 +131,11 @@ def skipped_above(
         if r.quarantine_reason is not None:
             skipped.append(SkippedStep(r.step, [f"quarantined: {r.quarantine_reason}"]))
             continue
-        health = (
-            [f"health: {r.health or 'no verdict'}"] if timeline.good and r.health != GOOD else []
-        )
-        reasons = health + [
+        if timeline.good and r.health != GOOD:
+            # Not certified good: that alone is why, whatever its copies.
+            skipped.append(SkippedStep(r.step, [f"health: {r.health or 'no verdict'}"]))
+            continue
+        reasons = [
             _tier_reason(
                 t,
                 tier_copies.get((r.id, t.name)),

@@ -93,15 +93,21 @@ class TrainingGuard:
             if why is not None:
                 self._fail(step, metric, value, why)
         self.healthy += 1
-        if self.healthy >= self.steps and self._is_coordinator():
+        if self.healthy < self.steps:
+            return
+        if self._is_coordinator():
             self._good(step)
+        else:
+            self.verdict = "good"  # watched to the end; the coordinator tells the server
 
     def _why(self, metric: str, value: float) -> str | None:
+        # guard: guard-nan-inf-is-a-failure
         if not math.isfinite(value):
             return f"{metric} is {value}"
         recorded = self.loaded.metadata.get(metric) if self.loaded is not None else None
-        usable = isinstance(recorded, (int, float)) and math.isfinite(recorded) and recorded > 0
-        if usable and value > self.spike * recorded:
+        if not isinstance(recorded, (int, float)) or not math.isfinite(recorded) or recorded <= 0:
+            return None  # nothing recorded to compare with (or a loss that can be negative)
+        if value > self.spike * recorded:
             return (
                 f"{metric} {value:.6g} is over {self.spike:g}x the {recorded:.6g} recorded "
                 "when the checkpoint was saved"

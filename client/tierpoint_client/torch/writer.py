@@ -148,6 +148,7 @@ class TierpointWriter(StorageWriter):
         # tier's root and the checkpoint's directory with its plan: the API's work per save does
         # not grow with the ranks.
         root = _local_root_template(self.client)
+        # guard: writer-branch-directory
         directory = step_dir(self.step, self.branch or 1)
         self._step_dir = directory
         # The coordinator names every rank's file, so no two ranks can pick the same name.
@@ -243,6 +244,7 @@ class TierpointWriter(StorageWriter):
             found = self.client.checkpoint(self.job, self.step)
         except NotFoundError:
             return
+        # guard: writer-resaves-only-superseded
         if found.superseded_by is not None:
             return
         raise ConflictError(

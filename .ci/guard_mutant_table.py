@@ -28,6 +28,8 @@ class Mutant:
 
 
 RET_E2E = "tests/workflows/test_retention.py"
+TIMELINE_ROLLBACK = "tests/api/test_rollback.py"
+TIMELINE_FORKS = "tests/api/test_lineage_forks.py"
 PEER_E2E = "tests/workflows/test_peer_tier.py::test_peer_copies_restore_a_lost_nodes_shards"
 PEER_ENDPOINT = (
     "tests/workflows/test_peer_tier.py::"
@@ -1086,5 +1088,72 @@ MUTANTS: tuple[Mutant, ...] = (
         '        options["ssl_cert_reqs"] = ssl.CERT_OPTIONAL\n',
         ("tests/deploy/test_api_tls.py::test_mutual_tls_admits_only_clients_of_its_ca",),
         "with a client CA, the API refuses a client without a certificate of that CA",
+    ),
+    # ---- a run's timeline ----------------------------------------------------------------------
+    Mutant(
+        "register-on-left-branch",
+        "    if asked is None or asked == current:\n",
+        "    if True:\n",
+        (TIMELINE_ROLLBACK,),
+        "a writer still running on a branch a rollback left cannot add to the timeline",
+    ),
+    Mutant(
+        "rollback-race-loser",
+        "        if head.created_by == actor and from_branch in (None, head.parent):\n",
+        "        if True:\n",
+        (TIMELINE_ROLLBACK,),
+        "a racing rollback to the same step by another caller is told who won, not taken for ours",
+    ),
+    Mutant(
+        "rollback-target-restorable",
+        "    if why is not None:\n",
+        "    if False:\n",
+        (TIMELINE_ROLLBACK,),
+        "a rollback goes back only to a checkpoint that can be restored",
+    ),
+    Mutant(
+        "latest-skips-superseded",
+        "        q = q.where(ct.superseded.is_(False))\n",
+        "        q = q\n",
+        (TIMELINE_ROLLBACK,),
+        "latest never answers a checkpoint a rollback superseded",
+    ),
+    Mutant(
+        "verdict-transitions",
+        "    if (before, verdict) not in TRANSITIONS:\n",
+        "    if False:\n",
+        ("tests/api/test_verdicts.py::test_bad_quarantines_and_latest_good_walks_back",),
+        "a bad verdict is final",
+    ),
+    Mutant(
+        "fork-cycle",
+        "    if existing is not None and _descends_from(session, parent.job_id, existing):\n",
+        "    if False:\n",
+        (TIMELINE_FORKS,),
+        "a job is never forked from itself or its own descendants",
+    ),
+    Mutant(
+        "fork-reads-parent",
+        "    require_job(Scope.READ).check(principal, body.parent.job)\n",
+        "    pass\n",
+        (TIMELINE_FORKS,),
+        "a fork reads its parent: the token must be allowed to read the parent job",
+    ),
+    Mutant(
+        "planner-newest-good",
+        "        why.append(KeepReason.NEWEST_GOOD)\n",
+        "        pass\n",
+        (
+            *PLANNER_TESTS,
+            "tests/api/test_verdicts.py::test_bad_quarantines_and_latest_good_walks_back",
+        ),
+        "retention never expires a job's newest good checkpoint",
+    ),
+    Mutant(
+        "planner-fork-parent",
+        "        why.append(KeepReason.FORK_PARENT)\n",
+        "        pass\n",
+        (*PLANNER_TESTS, TIMELINE_FORKS),
+        "retention keeps a checkpoint a forked job still needs",
     ),
 )

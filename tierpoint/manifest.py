@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
 )
 from pydantic_core import PydanticCustomError
+from tierpoint_client.paths import NAME_PATTERN
 
 from tierpoint.errors import InvalidJobName, ManifestTooLarge, UnsafePath
 from tierpoint.json_types import NO_NUL, JsonInt, text_value
@@ -38,7 +39,6 @@ from tierpoint.storage.paths import (
     validate_relative_path,
 )
 from tierpoint.storage.paths import MAX_STEP as MAX_STEP  # the API's bound on steps too
-from tierpoint.tier_config import NAME_PATTERN
 
 # Branches of one job are numbered from 1; a rollback adds one (a Postgres integer).
 MAX_BRANCH = 2**31 - 1

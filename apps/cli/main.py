@@ -23,6 +23,7 @@ from apps.cli import (
     serve,
     show,
     status,
+    timeline,
     tokens,
     usage,
     watch,
@@ -82,6 +83,11 @@ app.command("restore")(restore.restore)
 app.command("usage")(usage.usage)
 app.command("quarantine")(quarantine.quarantine)
 app.command("unquarantine")(quarantine.unquarantine)
+app.command("rollback")(timeline.rollback)
+app.command("branches")(timeline.branches)
+app.command("verdict")(timeline.verdict)
+app.command("fork")(timeline.fork)
+app.command("lineage")(timeline.lineage)
 app.command("reconcile")(reconcile.reconcile)
 app.command("nodes")(nodes.nodes)
 app.command("node-lost")(nodes.node_lost)

@@ -26,6 +26,7 @@ class Sizes:
     history: tuple[int, int]  # retention_snapshot: the job's checkpoints, shards per checkpoint
     replicas: tuple[int, ...]  # replica_writes: the replicas written per run
     scale: tuple[int, ...]  # scale: simulated nodes per run
+    timeline: tuple[int, int] = (1_000_000, 10_000)  # timeline: checkpoints, branches
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
@@ -63,6 +64,7 @@ class Sizes:
             history=(100, 10),
             replicas=(20, 1_000),
             scale=(10,),
+            timeline=(20_000, 200),
         )
 
 
@@ -176,6 +178,12 @@ def _retention_snapshot(env: Env, s: Sizes) -> Scenario:
     return RetentionSnapshot(env.work / "retention-snapshot", *s.history)
 
 
+def _timeline(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.timeline import Timeline
+
+    return Timeline(env.work / "timeline", *s.timeline, reads=s.reads)
+
+
 def _replica_writes(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.replica_writes import ReplicaWrites
 
@@ -210,4 +218,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "retention_snapshot": _retention_snapshot,
     "replica_writes": _replica_writes,
     "scale": _scale,
+    "timeline": _timeline,
 }

@@ -84,7 +84,7 @@ async def restorable(
 
 
 async def test_a_step_saved_again_after_a_rollback_has_its_own_files_on_every_tier(
-    peer_settings: Settings, client: Client, services: Services, engine: Any
+    peer_settings: Settings, client: Client, services: Services, engine: Any, tmp_path: Path
 ) -> None:
     settings = peer_settings
     tiers = settings.tier_names()
@@ -126,10 +126,7 @@ async def test_a_step_saved_again_after_a_rollback_has_its_own_files_on_every_ti
             tiers, "restorable"
         )
         restored = await asyncio.to_thread(
-            TierpointClient(api, token=train).restore,
-            job,
-            Path(settings.tier("lustre").root).parent / f"restore-{job}",
-            tier="s3",
+            TierpointClient(api, token=train).restore, job, tmp_path / "restore", tier="s3"
         )
         assert restored.step == 20
 

@@ -28,6 +28,7 @@ def branch_to_save_on(session: Session, job: str, job_id: int, asked: int | None
         select(Job.current_branch).where(Job.id == job_id).with_for_update(read=True)
     )
     assert current is not None
+    # guard: register-on-left-branch
     if asked is None or asked == current:
         return int(current)
     if asked > current:
@@ -35,7 +36,6 @@ def branch_to_save_on(session: Session, job: str, job_id: int, asked: int | None
             f"job {job!r} has no branch {asked} (its current branch is {current})",
             extra={"current_branch": current},
         )
-    # guard: register-on-left-branch
     raise BranchSuperseded(
         f"branch {asked} of job {job!r} is no longer current: a rollback started branch "
         f"{current}; load its latest and save there",

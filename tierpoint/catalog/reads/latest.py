@@ -123,7 +123,8 @@ def _candidate_query(
     q = (
         select(m.c.step, m.c.checkpoint_id)
         .join(Checkpoint, Checkpoint.id == m.c.checkpoint_id)
-        .where(Checkpoint.quarantine_reason.is_(None), timeline.where(), ~unverified)
+        # The timeline's filter was applied by the scan of `m` (`_tier_copies`).
+        .where(Checkpoint.quarantine_reason.is_(None), ~unverified)
         .order_by(m.c.step.desc())
         .limit(1)
     )

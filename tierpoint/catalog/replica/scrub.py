@@ -94,7 +94,7 @@ def targets(session: Session, replica_ids: Sequence[int]) -> list[ScrubTarget]:
         .where(Replica.id.in_(list(replica_ids)))
         .order_by(Replica.id)
     ).all()
-    return [ScrubTarget(*r) for r in rows]
+    return [ScrubTarget(*r[:9], branch=r[9]) for r in rows]
 
 
 def _add(session: Session, tier: str, **counts: Any) -> None:

@@ -176,9 +176,9 @@ def rollback(
     job_id, current = row.id, row.current_branch
     head = _branch(session, job_id, current)
     if head.parent is not None and head.from_step == step and from_branch != current:
+        # guard: rollback-race-loser
         if head.created_by == actor and from_branch in (None, head.parent):
             return RollbackResult(job, False, _view(head, current), [])
-        # guard: rollback-race-loser
         raise RollbackConflict(
             f"another rollback of job {job!r} to step {step} won: branch {current}, by "
             f"{head.created_by}",

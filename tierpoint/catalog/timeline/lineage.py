@@ -187,4 +187,5 @@ def fork(
         actor=actor,
         detail={"step": parent_step, "child": job},
     )
+    assert forked_at is not None
     return ForkResult(job, True, parent.id, forked_at, actor)

@@ -139,7 +139,9 @@ class VerdictIn(_In):
     at_step: int | None = Field(
         default=None, ge=0, le=2**53 - 1, description="The training step that measured it."
     )
-    detail: str | None = Field(default=None, min_length=1, max_length=MAX_REASON_CHARS)
+    detail: str | None = Field(
+        default=None, min_length=1, max_length=MAX_REASON_CHARS, pattern=_TEXT
+    )
 
 
 class LineageNodeOut(_Out):

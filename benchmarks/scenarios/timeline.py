@@ -50,7 +50,7 @@ INSERT INTO checkpoint (job_id, branch, step, superseded_by, health, total_bytes
 SELECT %(job)s, b.branch, b.first + k,
        CASE WHEN b.branch < %(nb)s AND k > %(per)s - %(back)s THEN b.branch + 1 END,
        CASE WHEN (b.first + k) %% %(good)s = 0 THEN 'good' END,
-       100, 1, md5((b.branch * 1000003 + k)::text) || md5(k::text), now(),
+       100, 1, md5((b.branch::bigint * 1000003 + k)::text) || md5(k::text), now(),
        now() - interval '1 second' * (%(total)s - (b.branch - 1) * %(per)s - k)
 FROM b, generate_series(1, %(per)s) k
 """
@@ -177,20 +177,19 @@ class Timeline(Scenario):
                 {"rollback p50": percentile(took, 0.5), "rollback p99": percentile(took, 0.99)}
             )
 
-        ms = {"unit": "ms"}
         return [
             Method(
                 "latest, latest?health=good",
                 reads,
                 (
-                    Row("latest p50", metric="latest p50", **ms),
-                    Row("latest p99", metric="latest p99", **ms),
-                    Row("latest?health=good p50", metric="latest?health=good p50", **ms),
+                    Row("latest p50", metric="latest p50", unit="ms"),
+                    Row("latest p99", metric="latest p99", unit="ms"),
+                    Row("latest?health=good p50", metric="latest?health=good p50", unit="ms"),
                     Row(
                         "latest?health=good p99",
                         metric="latest?health=good p99",
                         baseline="latest p99",
-                        **ms,
+                        unit="ms",
                     ),
                 ),
             ),
@@ -198,8 +197,8 @@ class Timeline(Scenario):
                 "rollback",
                 rollbacks,
                 (
-                    Row("rollback p50", metric="rollback p50", **ms),
-                    Row("rollback p99", metric="rollback p99", **ms),
+                    Row("rollback p50", metric="rollback p50", unit="ms"),
+                    Row("rollback p99", metric="rollback p99", unit="ms"),
                 ),
             ),
         ]

@@ -212,6 +212,8 @@ def check_latest(stack: Stack, model: Model, token: str, *, settled: bool) -> No
             continue
         assert r.status_code == 200, r.text
         body = r.json()
+        # Invariant 7: never superseded, never marked bad while quarantined (checked below).
+        assert body["checkpoint"]["superseded_by"] is None, body["checkpoint"]
         lease = body.get("lease")
         try:
             _check_plan(stack, model, body)
@@ -220,6 +222,21 @@ def check_latest(stack: Stack, model: Model, token: str, *, settled: bool) -> No
                 path = f"/v1/jobs/{model.job}/checkpoints/{body['step']}/leases/{lease['id']}"
                 rel = stack.api.call("DELETE", path, token)
                 assert rel.status_code == 204, rel.text
+
+
+def check_known_good(stack: Stack, model: Model, token: str) -> None:
+    """latest?health=good answers only a checkpoint the guard certified good, never one it
+    later found bad or suspect, never a quarantined one."""
+    r = stack.api.call(
+        "GET", f"/v1/jobs/{model.job}/checkpoints/latest", token, params={"health": "good"}
+    )
+    if r.status_code == 404:
+        assert code(r) == "no_restorable_checkpoint", r.text
+        return
+    assert r.status_code == 200, r.text
+    sm = model.steps.get(r.json()["step"])
+    assert sm is not None and sm.verdict == "good", f"latest?health=good offers {r.json()['step']}"
+    assert not (sm.quarantined or sm.train_quarantined), f"offers quarantined step {sm.step}"
 
 
 def _check_plan(stack: Stack, model: Model, body: dict[str, Any]) -> None:

@@ -36,6 +36,11 @@ class StatefulMachine(DataRules, OpsRules):
         if self.model.steps:
             checks.check_latest(self.stack, self.model, self.train, settled=False)
 
+    @invariant()
+    def known_good_latest_is_good(self) -> None:
+        if self.model.steps:
+            checks.check_known_good(self.stack, self.model, self.train)
+
     @rule()
     def settle(self) -> None:
         """Let every workflow of the job end (copies, repairs, verifications, one more

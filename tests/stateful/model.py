@@ -87,6 +87,8 @@ class StepModel:
     damaged_tiers: set[str] = field(default_factory=set)
     # (tier, path) whose bytes the test changed or removed and the store has not been told of.
     damage: set[tuple[str, str]] = field(default_factory=set)
+    # Its health verdict (docs/timeline.md): a bad one quarantines it as evidence.
+    verdict: str | None = None
 
     @property
     def protected(self) -> bool:

@@ -106,6 +106,30 @@ class OpsRules(MachineBase):
             sm.train_quarantined = True
         self.model.count(f"quarantine by {scope}")
 
+    @precondition(lambda self: self.model.steps)
+    @rule(pick=st.integers(0, 63), verdict=st.sampled_from(("good", "suspect", "bad")))
+    def verdict(self, pick: int, verdict: str) -> None:
+        """The training loop's guard judges a checkpoint it loaded: bad is final and quarantines
+        it as evidence; good and suspect only change what latest?health=good answers."""
+        sm = self.pick(pick)
+        assert sm is not None
+        body = {"verdict": verdict, "metric": "loss", "value": "NaN" if verdict == "bad" else 1.0}
+        before = self.fingerprint()
+        r = self.call("PUT", self.cp_path(sm.step, "/verdict"), "train", json=body)
+        if sm.verdict == "bad" and verdict != "bad":
+            assert (r.status_code, code(r)) == (409, "verdict_conflict"), r.text
+            assert self.fingerprint() == before, "a refused verdict changed something"
+            self.model.count("verdict refused: bad is final")
+            return
+        assert r.status_code == 200, r.text
+        assert r.json()["health"]["verdict"] == verdict, r.text
+        if verdict == "bad" and sm.verdict != "bad":
+            assert r.json()["quarantine_reason"].startswith("verdict bad"), r.text
+            sm.quarantined = True
+            self.protect(sm, "quarantine")
+        sm.verdict = verdict
+        self.model.count(f"verdict {verdict}")
+
     # Preconditions read only what the drawn steps decide (never an answer of the stack), so
     # Hypothesis can replay a failing sequence: "nothing held" is a no-op inside the rule.
     @precondition(lambda self: self.model.steps)

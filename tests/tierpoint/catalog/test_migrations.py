@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from tests.helpers.services import Services, fresh_database
 from tierpoint.catalog import migrate
+from tierpoint.catalog.checkpoint.registration import register_checkpoint
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import (
     Base,
@@ -21,6 +22,10 @@ from tierpoint.catalog.models import (
     TierCopy,
 )
 from tierpoint.catalog.node.registry import upsert_node
+from tierpoint.catalog.reads.latest import latest_restorable
+from tierpoint.errors import CheckpointConflict
+from tierpoint.manifest import Manifest, ShardSpec
+from tierpoint.tier_config import TierConfig, TierKind
 
 
 @pytest.fixture
@@ -158,5 +163,73 @@ def test_local_copies_a_lost_holder_failed_are_restorable_again(empty_url: str) 
             assert usage == [("ssd", 1)], usage
             (event,) = s.execute(select(Event.checkpoint_id, Event.kind, Event.actor)).all()
             assert tuple(event) == (intact, "promoted", "migration")
+    finally:
+        engine.dispose()
+
+
+def test_a_catalog_from_before_branches_upgrades_with_its_checkpoints_on_branch_one(
+    empty_url: str,
+) -> None:
+    """Migration 0016 on a catalog with a job's history: every checkpoint is on branch 1 and on
+    the timeline, nothing else of it changes, the newest is still latest restorable with the
+    same plan, and a step is still saved once (the same manifest again is the same checkpoint,
+    another one a conflict)."""
+    migrate.upgrade(empty_url, "0015")
+    engine = make_sync_engine(empty_url)
+    cols = "c.id, c.step, c.created_at, c.metadata, c.pinned, c.manifest_digest, c.total_bytes"
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("INSERT INTO job (name) VALUES ('old-run')")
+            for step in (100, 200, 300):
+                conn.exec_driver_sql(
+                    "INSERT INTO checkpoint (job_id, step, total_bytes, shard_count, "
+                    "manifest_digest, metadata) SELECT id, %s, 5, 1, %s, '{\"loss\": 1.5}' "
+                    "FROM job WHERE name = 'old-run'",
+                    (step, f"digest-{step}"),
+                )
+                conn.exec_driver_sql(
+                    "INSERT INTO shard (checkpoint_id, ordinal, path, size, checksum, node_id) "
+                    "SELECT id, 0, 'model.bin', 5, '0badf00d', 'node-a' FROM checkpoint "
+                    "WHERE step = %s",
+                    (step,),
+                )
+                conn.exec_driver_sql(
+                    "INSERT INTO checkpoint_tier (checkpoint_id, tier, job_id, step, state, "
+                    "restorable_at) SELECT id, 'lustre', job_id, step, 'restorable', now() "
+                    "FROM checkpoint WHERE step = %s",
+                    (step,),
+                )
+                conn.exec_driver_sql(
+                    "INSERT INTO replica (shard_id, checkpoint_id, tier, state, location, "
+                    "bytes_done, verified_at) SELECT s.id, s.checkpoint_id, 'lustre', "
+                    "'verified', '/lustre/old-run/' || %s || '/model.bin', 5, now() "
+                    "FROM shard s JOIN checkpoint c ON c.id = s.checkpoint_id WHERE c.step = %s",
+                    (str(step), step),
+                )
+            before = conn.exec_driver_sql(f"SELECT {cols} FROM checkpoint c ORDER BY c.id").all()
+        engine.dispose()
+
+        migrate.upgrade(empty_url)
+        engine = make_sync_engine(empty_url)
+        with engine.connect() as conn:
+            after = conn.exec_driver_sql(f"SELECT {cols} FROM checkpoint c ORDER BY c.id").all()
+            timeline = conn.exec_driver_sql(
+                "SELECT branch, superseded_by, parent_id, health FROM checkpoint"
+            ).all()
+            branches = conn.exec_driver_sql("SELECT number, parent, from_step FROM branch").all()
+            current = conn.exec_driver_sql("SELECT current_branch FROM job").scalar_one()
+        assert after == before
+        assert set(timeline) == {(1, None, None, None)}
+        assert branches == [(1, None, None)] and current == 1
+
+        lustre = TierConfig(name="lustre", kind=TierKind.SHARED, root="/lustre")
+        with Session(engine) as s:
+            latest = latest_restorable(s, "old-run", [lustre])
+            assert latest.step == 300 and latest.checkpoint.branch == 1
+            assert [e.location for e in latest.plan] == ["/lustre/old-run/300/model.bin"]
+            shard = ShardSpec(path="model.bin", size=5, crc32c=None, node="node-a")
+            upsert_node(s, "node-a", {})
+            with pytest.raises(CheckpointConflict):
+                register_checkpoint(s, "old-run", Manifest(step=300, shards=[shard]), ["lustre"])
     finally:
         engine.dispose()

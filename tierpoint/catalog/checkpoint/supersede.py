@@ -12,15 +12,13 @@ from tierpoint.catalog.locks import EVERY_TIER_COPY, lock_in_order
 from tierpoint.catalog.models import Checkpoint, Event, TierCopy
 
 
-def supersede_after(
-    session: Session, job_id: int, step: int, by_branch: int, *, actor: str | None
-) -> list[int]:
-    """Every checkpoint of the job's timeline after `step` becomes superseded by `by_branch`;
-    returns their steps, oldest first. The caller holds the job's row FOR UPDATE (no checkpoint
-    joins the timeline meanwhile); the checkpoints and their tier copies are locked here in the
-    catalog's order, so a retention flip or a lease on one of them is ordered with it. No copy is
-    touched: a copy in flight goes on, a lease keeps holding."""
-    ids = list(
+def lock_for_rollback(session: Session, job_id: int, step: int, target_id: int) -> list[int]:
+    """Lock, in the catalog's order, a rollback's target and every checkpoint of the job's
+    timeline after `step` with their tier copies; returns the latter's ids. The caller holds the
+    job's row FOR UPDATE (no checkpoint joins the timeline meanwhile). A retention expiry of one
+    of them (which locks its row first) is ordered with the rollback: the rollback sees a
+    target's copy already `expiring`, or the expiry's re-check sees the new timeline."""
+    after = list(
         session.scalars(
             select(Checkpoint.id).where(
                 Checkpoint.job_id == job_id,
@@ -29,9 +27,18 @@ def supersede_after(
             )
         )
     )
+    lock_in_order(session, checkpoints=[target_id, *after], tier_copies=EVERY_TIER_COPY)
+    return after
+
+
+def supersede(
+    session: Session, job_id: int, ids: list[int], step: int, by_branch: int, *, actor: str | None
+) -> list[int]:
+    """The checkpoints `ids` (locked by `lock_for_rollback`) become superseded by `by_branch`;
+    returns their steps, oldest first. No copy is touched: a copy in flight goes on, a lease
+    keeps holding."""
     if not ids:
         return []
-    lock_in_order(session, checkpoints=ids, tier_copies=EVERY_TIER_COPY)
     rows = session.execute(
         update(Checkpoint)
         .where(Checkpoint.id.in_(ids), Checkpoint.superseded_by.is_(None))
@@ -42,17 +49,18 @@ def supersede_after(
     session.execute(
         update(TierCopy).where(TierCopy.checkpoint_id.in_(done)).values(superseded=True)
     )
-    session.execute(
-        insert(Event),
-        [
-            {
-                "kind": EventKind.SUPERSEDED.value,
-                "checkpoint_id": r.id,
-                "job_id": job_id,
-                "actor": actor,
-                "detail": {"step": r.step, "by_branch": by_branch, "rollback_to": step},
-            }
-            for r in rows
-        ],
-    )
+    if rows:
+        session.execute(
+            insert(Event),
+            [
+                {
+                    "kind": EventKind.SUPERSEDED.value,
+                    "checkpoint_id": r.id,
+                    "job_id": job_id,
+                    "actor": actor,
+                    "detail": {"step": r.step, "by_branch": by_branch, "rollback_to": step},
+                }
+                for r in rows
+            ],
+        )
     return sorted(r.step for r in rows)

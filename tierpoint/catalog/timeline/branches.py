@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy import exists, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.checkpoint.supersede import supersede_after
+from tierpoint.catalog.checkpoint.supersede import lock_for_rollback, supersede
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import no_checkpoint, no_job
 from tierpoint.catalog.models import RESTORABLE, Branch, Checkpoint, Job, TierCopy
@@ -191,6 +191,9 @@ def rollback(
             extra={"winner": _winner(head, current)},
         )
     target = _target(session, job, job_id, step)
+    after = lock_for_rollback(session, job_id, step, target.id)
+    # Judged under the lock: a retention expiry of it either committed (and is seen) or waits.
+    session.refresh(target)
     require_restorable(session, job, target)
     number = int(
         session.scalar(select(func.max(Branch.number)).where(Branch.job_id == job_id)) or 0
@@ -207,7 +210,7 @@ def rollback(
             reason=reason,
         )
     )
-    superseded = supersede_after(session, job_id, step, number, actor=actor)
+    superseded = supersede(session, job_id, after, step, number, actor=actor)
     session.execute(update(Job).where(Job.id == job_id).values(current_branch=number))
     record(
         session,

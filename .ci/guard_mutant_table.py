@@ -920,6 +920,40 @@ MUTANTS: tuple[Mutant, ...] = (
         "a striped peer read verifies the bytes left in memory (a head read to decide among "
         "them), not the stripe's copy of them that it dropped",
     ),
+    # ---- the training side of a run's timeline -----------------------------------------------
+    Mutant(
+        "writer-resaves-only-superseded",
+        "        if found.superseded_by is not None:\n",
+        "        if True:\n",
+        (
+            "tests/client/torch/test_timeline_dcp.py::"
+            "test_a_load_that_rolls_back_saves_the_steps_after_it_again",
+        ),
+        "a step still on the job's timeline is refused before any rank writes over its files; "
+        "only one a rollback superseded is saved again",
+    ),
+    Mutant(
+        "writer-branch-directory",
+        "        directory = step_dir(self.step, self.branch or 1)\n",
+        "        directory = str(self.step)\n",
+        (
+            "tests/client/torch/test_timeline_dcp.py::"
+            "test_a_load_that_rolls_back_saves_the_steps_after_it_again",
+        ),
+        "a step saved again on a later branch is written to its branch's own directory, never "
+        "over the files of the checkpoint it supersedes",
+    ),
+    Mutant(
+        "guard-nan-inf-is-a-failure",
+        "        if not math.isfinite(value):\n",
+        "        if False:\n",
+        (
+            "tests/client/test_guard.py::"
+            "test_a_diverging_step_marks_the_loaded_checkpoint_bad_and_exits",
+        ),
+        "a NaN or Inf loss or grad norm after a load marks the loaded checkpoint bad and stops "
+        "the run, so no restart loads it again",
+    ),
     # ---- the peer tier: placement, the data endpoint, a lost holder ----------------------------
     Mutant(
         "peer-ring-never-self",

@@ -410,8 +410,12 @@ async function renderJob(tiers) {
     const byTier = Object.fromEntries(c.tiers.map((t) => [t.tier, t]));
     return el(
       "tr",
-      { "data-step": String(c.step) },
-      el("td", { class: "step" }, el("b", { text: String(c.step) }), c.pinned ? el("span", { class: "muted", text: " pinned" }) : "",
+      { "data-step": String(c.step), "data-branch": String(c.branch || 1), class: c.superseded_by ? "superseded" : "" },
+      el("td", { class: "step" }, el("b", { text: String(c.step) }),
+        c.branch > 1 ? el("span", { class: "branch", text: ` b${c.branch}` }) : "",
+        c.superseded_by ? el("span", { class: "muted", text: " superseded" }) : "",
+        c.health ? el("span", { class: `pill ${c.health.verdict === "bad" ? "bad" : c.health.verdict}`, text: c.health.verdict }) : "",
+        c.pinned ? el("span", { class: "muted", text: " pinned" }) : "",
         c.deleted_at ? el("span", { class: "pill bad deleted", text: "deleted", title: `deleted ${ago(c.deleted_at)}` }) : ""),
       el("td", { text: ago(c.created_at) }),
       el("td", { class: "num", text: bytes(c.total_bytes) }),
@@ -431,6 +435,7 @@ async function renderJob(tiers) {
     );
   });
   fill(document.querySelector("#matrix tbody"), rows, tiers.length + 3, "no checkpoints");
+  renderTimeline(selectedJob, await timelineData(selectedJob), document.getElementById("timeline"));
 }
 
 // A job's page is the URL #job=<name>: shared, bookmarked, and kept across a reload.

@@ -7,10 +7,10 @@ import dataclasses
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
-from tierpoint_client.errors import NotFoundError
+from tierpoint_client.errors import NotFoundError, TierpointError
 from tierpoint_client.models import (
     Checkpoint,
     LatestCheckpoint,
@@ -20,6 +20,8 @@ from tierpoint_client.models import (
     TierInfo,
 )
 from tierpoint_client.paths import check_no_path_conflict
+from tierpoint_client.timeline import CheckpointRef
+from tierpoint_client.timeline_api import TimelineApi
 from tierpoint_client.transport import ApiTls, RetryPolicy, Transport
 
 A = TypeVar("A", bound="Api")
@@ -29,9 +31,10 @@ def _job(job: str) -> str:
     return quote(job, safe="")
 
 
-class Api:
-    """The API's requests. Thread-safe: every call opens its own HTTP request. `Client` adds what
-    takes more than one request, or work on this machine (hashing, restoring)."""
+class Api(TimelineApi):
+    """The API's requests (a run's timeline's in `TimelineApi`). Thread-safe: every call opens
+    its own HTTP request. `Client` adds what takes more than one request, or work on this
+    machine (hashing, restoring)."""
 
     def __init__(
         self,
@@ -65,26 +68,44 @@ class Api:
         step: int,
         shards: Sequence[ShardSpec | Mapping[str, Any]],
         metadata: Mapping[str, Any] | None = None,
+        *,
+        branch: int | None = None,
+        parent: CheckpointRef | None = None,
+        provenance: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Register shards whose sizes and checksums the caller already has (e.g. computed while
         writing). Entries are ShardSpec or dicts with path, size, crc32c (or None), node.
+
+        `branch`: the branch the run saves on (None: the job's current one; a branch a rollback
+        has left since, ConflictError `branch_superseded`). `parent`: the checkpoint the run had
+        loaded (None: the step before it on the job's timeline). `provenance`: `config_hash`,
+        `code_version`, `data_cursor`.
 
         Manifests gathered from several nodes are checked here for paths that cannot all be
         files (`a` on one node, `a/b` on another): ManifestError, before any request."""
         entries = [_shard_json(s) for s in shards]
         check_no_path_conflict(e["path"] for e in entries if isinstance(e["path"], str))
-        body = {
+        body: dict[str, Any] = {
             "step": step,
             "shards": entries,
             "metadata": dict(metadata or {}),
         }
+        if branch is not None:
+            body["branch"] = int(branch)
+        if parent is not None:
+            body["parent"] = parent.to_json()
+        if provenance is not None:
+            body["provenance"] = dict(provenance)
         resp = self._http.request("POST", f"/v1/jobs/{_job(job)}/checkpoints", body=body)
         result: dict[str, Any] = resp.body
         return result
 
-    def checkpoint(self, job: str, step: int) -> Checkpoint:
-        """One checkpoint with its per-tier state and per-shard replicas."""
-        resp = self._http.request("GET", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}")
+    def checkpoint(self, job: str, step: int, *, branch: int | None = None) -> Checkpoint:
+        """One checkpoint with its per-tier state and per-shard replicas: the one at `step` on
+        the job's timeline (else the newest superseded one), or the one saved on `branch`."""
+        resp = self._http.request(
+            "GET", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}", query={"branch": branch}
+        )
         return Checkpoint.from_json(resp.body)
 
     def checkpoints(
@@ -118,8 +139,14 @@ class Api:
         lease_ttl: int | None = None,
         owner: str | None = None,
         holder: str | None = None,
+        branch: int | None = None,
+        health: Literal["good"] | None = None,
     ) -> LatestCheckpoint | None:
         """The newest restorable checkpoint with its restore plan, or None if there is none.
+
+        The newest of the job's timeline (never a superseded checkpoint); with `branch`, of that
+        branch's own timeline; with `health="good"`, the newest certified good, walking back
+        across tiers and branches.
 
         `tier` restricts the answer to copies on that tier; `node` lets the local copies on that
         node count (pass this node's id when restarting on the same machine). With `lease_ttl`
@@ -132,7 +159,14 @@ class Api:
             resp = self._http.request(
                 "GET",
                 f"/v1/jobs/{_job(job)}/checkpoints/latest",
-                query={"tier": tier, "node": node, "lease_ttl": lease_ttl, "holder": owner},
+                query={
+                    "tier": tier,
+                    "node": node,
+                    "lease_ttl": lease_ttl,
+                    "holder": owner,
+                    "branch": branch,
+                    "health": health,
+                },
             )
         except NotFoundError as e:
             if e.code == "no_restorable_checkpoint":
@@ -150,14 +184,20 @@ class Api:
         node: str | None = None,
         owner: str | None = None,
         holder: str | None = None,
+        branch: int | None = None,
+        health: Literal["good"] | None = None,
     ) -> RestoreStart | None:
         """One request for all a reader needs: the step (`step`, or the latest restorable one,
-        chosen as `latest(tier, node)` chooses it), a restore lease of `lease_ttl` seconds on it
-        (release it with `release_lease`), and the checkpoint with every copy of every file and
-        the tiers. None when no step is restorable; ConflictError `not_leasable` when `step` is
-        restorable from no tier. `owner`: who takes the lease, free text (`holder`: its earlier
-        name, deprecated)."""
+        chosen as `latest(tier, node, branch, health)` chooses it), a restore lease of
+        `lease_ttl` seconds on it (release it with `release_lease`), and the checkpoint with
+        every copy of every file and the tiers. None when no step is restorable; ConflictError
+        `not_leasable` when `step` is restorable from no tier. `owner`: who takes the lease,
+        free text (`holder`: its earlier name, deprecated)."""
         owner = _owner(owner, holder)
+        if branch is not None or health is not None:
+            if step is not None:
+                raise ValueError("give `step` (of the job's timeline) or `branch`/`health`")
+            return self._start_by_latest(job, lease_ttl, tier, node, owner, branch, health)
         body: dict[str, Any] = {"ttl_seconds": lease_ttl}
         for key, value in (("step", step), ("tier", tier), ("node", node), ("holder", owner)):
             if value is not None:
@@ -169,6 +209,31 @@ class Api:
                 return None
             raise
         return RestoreStart.from_json(resp.body)
+
+    def _start_by_latest(
+        self,
+        job: str,
+        lease_ttl: int,
+        tier: str | None,
+        node: str | None,
+        owner: str | None,
+        branch: int | None,
+        health: Literal["good"] | None,
+    ) -> RestoreStart | None:
+        """`start_restore` by branch or health, which `POST .../restores` does not take yet:
+        `latest` chooses and leases in one transaction, then the checkpoint (read under that
+        lease, so every copy listed stays) and the tiers; three requests, still O(1) a load."""
+        latest = self.latest(
+            job, tier, node, lease_ttl=lease_ttl, owner=owner, branch=branch, health=health
+        )
+        if latest is None:
+            return None
+        if latest.lease is None:  # asked for with lease_ttl: a server that ignored it
+            raise TierpointError(f"{job}: latest answered without the lease it was asked for")
+        found = latest.checkpoint
+        detail = self.checkpoint(latest.job, latest.step, branch=found.branch)
+        tiers = tuple(self.tiers())
+        return RestoreStart(latest.job, latest.step, latest.lease, detail, tiers, latest.skipped)
 
     def create_lease(
         self,

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tierpoint_client.timeline import CheckpointRef, Health
+
 
 def _dt(value: Any) -> datetime | None:
     if value is None:
@@ -138,6 +140,15 @@ class Checkpoint:
     tiers: tuple[TierCopy, ...]
     # Only GET /v1/jobs/{job}/checkpoints/{step} lists the shards.
     shards: tuple[Shard, ...] | None = None
+    # Its place in the run's timeline (timeline.py): the branch it was saved on, the branch
+    # whose rollback superseded it (None: on the job's timeline), its health verdict, the
+    # checkpoint the run had loaded before writing it, and where it came from.
+    id: int | None = None
+    branch: int = 1
+    superseded_by: int | None = None
+    health: Health | None = None
+    parent: CheckpointRef | None = None
+    provenance: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Checkpoint:
@@ -153,7 +164,17 @@ class Checkpoint:
             shard_count=int(d.get("shard_count", 0)),
             tiers=tuple(TierCopy.from_json(t) for t in d.get("tiers") or ()),
             shards=tuple(Shard.from_json(s) for s in shards) if shards is not None else None,
+            id=int(d["id"]) if d.get("id") is not None else None,
+            branch=int(d.get("branch") or 1),
+            superseded_by=int(d["superseded_by"]) if d.get("superseded_by") is not None else None,
+            health=Health.from_json(d["health"]) if d.get("health") else None,
+            parent=CheckpointRef.from_json(d["parent"]) if d.get("parent") else None,
+            provenance=d.get("provenance"),
         )
+
+    @property
+    def ref(self) -> CheckpointRef:
+        return CheckpointRef(self.job, self.step, self.branch, self.id)
 
     def tier(self, name: str) -> TierCopy | None:
         return next((t for t in self.tiers if t.tier == name), None)
@@ -268,6 +289,9 @@ class LatestCheckpoint:
     lease: Lease | None = None
     # The tier the answer was restricted to (`latest(tier=...)`): its restore reads that tier only.
     tier: str | None = None
+    # A forked job with no restorable checkpoint of its own: this is its fork parent, of the
+    # parent job (`job` names it), read where it is.
+    fork_parent: bool = False
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> LatestCheckpoint:
@@ -279,6 +303,7 @@ class LatestCheckpoint:
             plan=tuple(PlanEntry.from_json(p) for p in d.get("plan") or ()),
             skipped=tuple(Skipped.from_json(s) for s in d.get("skipped") or ()),
             lease=Lease.from_json(lease) if isinstance(lease, dict) else None,
+            fork_parent=bool(d.get("fork_parent", False)),
         )
 
     @property

@@ -4,6 +4,8 @@
     torchrun --nproc-per-node 2 examples/train_resume/train.py --job demo
     kill -KILL $(cat .tierpoint/demo.pids)    # a crash of exactly this run
     kill -KILL $(cat .tierpoint/demo.nodes/node-1.pids)    # node-1 fails: its ranks alone
+    torchrun ... train.py --job demo --nan-at 130    # the loss goes NaN after a resume
+    torchrun ... train.py --job demo --load good --rollback    # back to the newest good one
 
 Every `--every` steps the ranks save the model, the optimizer and the step with
 `dcp.async_save(..., storage_writer=TierpointWriter(...))` and train on while it is written. On
@@ -13,6 +15,12 @@ that was never interrupted. It prints a digest of the state at every checkpoint,
 and at the end, so you can see that for yourself (the digests themselves depend on the machine's
 CPU kernels, which the first line names; they are the same for a resumed and an uninterrupted
 run on one machine).
+
+After a load, a guard (`tierpoint_client.guard.TrainingGuard`) watches the next `--guard-steps`
+steps' loss and gradient norm against those the checkpoint recorded: NaN, Inf or a spike marks
+the loaded checkpoint bad (it is never loaded again) and the ranks exit with code 75; healthy
+steps mark it good. `--load good --rollback` then loads the newest checkpoint certified good and
+rolls the job back to it, so the run trains and saves the steps after it again, on a new branch.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from tierpoint_client import Client, NotFoundError
+from tierpoint_client.guard import TrainingGuard
 from tierpoint_client.torch import TierpointReader, TierpointWriter
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -117,28 +126,29 @@ def say(message: str) -> None:
         print(message, flush=True)
 
 
-def resume(
-    job: str, node: str, model: nn.Module, optimizer: torch.optim.Optimizer
-) -> tuple[int, int]:
-    """Load the job's latest restorable checkpoint into model and optimizer. Returns its step (0:
-    none) and the job's newest registered step, which may not have become restorable before the
-    crash: a step is saved once, so the run trains past it again without saving it."""
-    facts: list[Any] = [None, None]
+def newest_saved(job: str) -> int:
+    """The newest step registered on the job's timeline (0: none), which may not have become
+    restorable before the crash: a step is saved once, so the run trains past it again without
+    saving it. Steps a rollback superseded are off the timeline: they are saved again."""
+    steps: list[Any] = [0]
     if dist.get_rank() == 0:  # rank 0 asks, so that every rank takes the same branch
         client = Client.from_env()
-        try:
-            newest = next(client.checkpoints(job, page_size=1), None)
-        except NotFoundError:  # a job that never registered a checkpoint
-            newest = None
-        facts = [client.latest(job, node=node) is not None, newest.step if newest else 0]
-    dist.broadcast_object_list(facts, src=0)
-    restorable, newest_step = facts
-    if not restorable:
-        say(f"{job}: no restorable checkpoint, starting from step 0")
-        return 0, newest_step
+        with contextlib.suppress(NotFoundError):  # a job that never registered a checkpoint
+            on_timeline = (c for c in client.checkpoints(job) if c.superseded_by is None)
+            steps[0] = next((c.step for c in on_timeline), 0)
+    dist.broadcast_object_list(steps, src=0)
+    return int(steps[0])
+
+
+def resume(
+    reader: TierpointReader, node: str, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> int:
+    """Load the job's checkpoint (as `reader` chooses it) into model and optimizer. Returns its
+    step, 0 when the job has none (its first run)."""
     state = state_of(model, optimizer, 0)  # the shapes to load into
-    reader = TierpointReader(job, node=node)
-    dcp.load(state, storage_reader=reader)
+    if reader.load(state) is None:
+        say(f"{reader.job}: no restorable checkpoint, starting from step 0")
+        return 0
     set_state_dict(
         model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
     )
@@ -147,8 +157,16 @@ def resume(
     read = ", ".join(f"{path} from {where}" for path, where in sorted(stats.files.items()))
     kept = f"; kept {', '.join(sorted(stats.repopulated))} on {node}" if stats.repopulated else ""
     state_now = digest(state_of(model, optimizer, step))
-    say(f"resumed from step {step} (state {state_now}; read {read}{kept})")
-    return step, newest_step
+    loaded = reader.loaded
+    where = f" of branch {loaded.ref.branch}" if loaded and loaded.ref.branch != 1 else ""
+    say(f"resumed from step {step}{where} (state {state_now}; read {read}{kept})")
+    return step
+
+
+def grad_norm(model: nn.Module) -> float:
+    """The gradients' global L2 norm (DDP has all-reduced them: the same on every rank)."""
+    norms = [p.grad.norm() for p in model.parameters() if p.grad is not None]
+    return float(torch.stack(norms).norm())
 
 
 def main() -> None:
@@ -158,6 +176,22 @@ def main() -> None:
     p.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     p.add_argument("--step-time", type=float, default=0.1, help="sleep per step (time to kill it)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--load",
+        choices=["latest", "good"],
+        default="latest",
+        help="resume from the latest restorable checkpoint, or the newest certified good one",
+    )
+    p.add_argument(
+        "--rollback",
+        action="store_true",
+        help="roll the job back to the checkpoint loaded: the steps after it are trained and "
+        "saved again on a new branch",
+    )
+    p.add_argument(
+        "--guard-steps", type=int, default=5, help="steps the guard watches after a load"
+    )
+    p.add_argument("--nan-at", type=int, help="make the weights NaN at this step (a divergence)")
     p.add_argument(
         "--pid-file",
         help="where this run's pids go (default: .tierpoint/JOB.pids, from the current dir)",
@@ -184,14 +218,23 @@ def main() -> None:
     # holds everywhere: a resumed run ends on the digest of a run of the same job that never
     # stopped, on the same machine and kernels.
     say(f"torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()}")
-    step, saved_before = resume(args.job, node, model, optimizer)
+    health = "good" if args.load == "good" else None
+    reader = TierpointReader(args.job, node=node, health=health, rollback=args.rollback)
+    step = resume(reader, node, model, optimizer)
+    saved_before = newest_saved(args.job)
+    guard = TrainingGuard(reader.loaded, steps=args.guard_steps)
     pending = None
     while step < args.steps:
         step += 1
+        if step == args.nan_at:
+            with torch.no_grad():
+                next(model.parameters()).fill_(float("nan"))
         x, y = batch(args.seed, step, dist.get_rank())
         loss = nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
+        norm = grad_norm(model)
+        guard.check(step, loss=loss.item(), grad_norm=norm)
         optimizer.step()
         if step % args.every == 0 and step <= saved_before:
             say(f"step {step}: saved by an earlier run")
@@ -200,7 +243,8 @@ def main() -> None:
                 pending.result()  # one save in flight at a time
             state = state_of(model, optimizer, step)
             say(f"step {step}: loss {loss.item():.6f}, checkpointing (state {digest(state)})")
-            writer = TierpointWriter(args.job, step, node=node, metadata={"loss": loss.item()})
+            recorded = {"loss": loss.item(), "grad_norm": norm}  # what a guard compares with
+            writer = TierpointWriter(args.job, step, node=node, metadata=recorded)
             pending = dcp.async_save(state, storage_writer=writer, process_group=save_group)
         time.sleep(args.step_time)
     if pending is not None:

@@ -27,6 +27,7 @@ from tierpoint_client.sources import (
     ranged_read,
     verified_copies,
 )
+from tierpoint_client.timeline import step_dir
 from tierpoint_client.torch._files import AtomicFile, local_tier
 
 # Reports a copy the catalog lists whose bytes did not verify: (entry, reason).
@@ -87,7 +88,7 @@ class CheckpointFiles:
         self._report = report
         self.local = LocalTier(
             self.job,
-            self.step,
+            step_dir(self.step, checkpoint.branch),
             tiers,
             node=node,
             tier=tier,
@@ -258,7 +259,7 @@ class LocalTier:
     def __init__(
         self,
         job: str,
-        step: int,
+        directory: str,
         tiers: Sequence[TierInfo],
         *,
         node: str | None,
@@ -271,7 +272,9 @@ class LocalTier:
         self.node = node
         self.dir: Path | None = None
         if node is not None and local is not None and local.root is not None:
-            self.dir = Path(local.root.replace("{node}", node)) / job / str(step)
+            # Where the writer puts the checkpoint's files (`step_dir`: the step, on a branch
+            # after a rollback `<step>.b<branch>`).
+            self.dir = Path(local.root.replace("{node}", node)) / job / directory
         # Whether a cached copy may be read: the local tier is among the tiers read.
         self._usable = local is not None and (tier is None or tier == local.name)
         self._repopulate = repopulate

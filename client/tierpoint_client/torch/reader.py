@@ -1,32 +1,31 @@
 """`TierpointReader`: a DCP StorageReader that loads the latest restorable checkpoint of a job (or
-a given step) from the fastest verified copy of each file, under one restore lease per load."""
+a given step, the newest of a branch, the newest certified good) from the fastest verified copy
+of each file, under one restore lease per load."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import os
-import pickle
 import socket
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
 from tierpoint_client.client import Client
-from tierpoint_client.errors import (
-    ConflictError,
-    NotFoundError,
-    NoVerifiedCopyError,
-    TierpointError,
-)
-from tierpoint_client.models import Checkpoint, PlanEntry, RestoreStart, TierInfo
+from tierpoint_client.errors import NotFoundError, TierpointError
+from tierpoint_client.models import Checkpoint, PlanEntry, TierInfo
+from tierpoint_client.timeline import Loaded
+from tierpoint_client.torch import _run
+from tierpoint_client.torch._choose import Choice, Chosen, choose
 from tierpoint_client.torch._copies import CheckpointFiles, ReadOptions, ReadStats
 from tierpoint_client.torch._files import (
     METADATA_FILE,
@@ -37,22 +36,6 @@ from tierpoint_client.torch._files import (
 )
 from tierpoint_client.torch._kept import RankNode, record_kept
 from tierpoint_client.torch._load import FileLoad
-
-
-@dataclass
-class _Chosen:
-    step: int
-    metadata: Metadata
-    # This rank's sources: the coordinator's from the whole checkpoint; another rank's from what
-    # the coordinator sent with its load plan (None until then).
-    files: CheckpointFiles | None
-    # The load's one lease, held by the coordinator alone (None on the other ranks, and once
-    # released).
-    lease_id: int | None
-    # The coordinator's answer from the server: every file's copies, for every rank's plan.
-    start: RestoreStart | None = None
-    # The coordinator's `.metadata` as read and verified (kept on its node once recorded).
-    metadata_bytes: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -91,6 +74,14 @@ class TierpointReader(StorageReader):
     at least `min_ranged_size` bytes of which a rank needs at most half are read in ranges, each
     item verified against its own crc32c from the verified `.metadata`. `stats` says what was read
     from where.
+
+    `branch=N` loads the newest checkpoint of branch N's own timeline; `health="good"` the newest
+    certified good (walking back across tiers and branches). With `rollback`, a load of a step
+    that the job's timeline goes on past rolls the job back to it (a new branch; the steps after
+    it superseded, never deleted), so the run saves them again. What was loaded (`loaded`) is
+    the parent of the job's next `TierpointWriter` save in this process, and the branch it saves
+    on. A job's first run has nothing to load: `load(state)` then returns None (plain `dcp.load`
+    raises DCP's CheckpointException, a BaseException, quoting `no_restorable_checkpoint`).
     """
 
     def __init__(
@@ -105,17 +96,27 @@ class TierpointReader(StorageReader):
         process_group: Any = None,
         repopulate: bool = True,
         min_ranged_size: int = ReadOptions.min_ranged_size,
+        branch: int | None = None,
+        health: Literal["good"] | None = None,
+        rollback: bool = False,
     ) -> None:
         super().__init__()
         self.job = job
         self.step = step
+        self.branch = branch
+        self.health = health
+        self.rollback = rollback
+        # Nothing was restorable (every rank knows it): `load` then returns None.
+        self.found_nothing = False
+        self._prechosen = False
         self._client = client
         self.node = resolve_node(node, required=False)
         self.tier = tier
         self.lease_ttl = lease_ttl
         self.process_group = process_group
         self.options = ReadOptions(repopulate=repopulate, min_ranged_size=min_ranged_size)
-        self.chosen: _Chosen | None = None
+        self._choice()  # refuse options that contradict each other before any request
+        self.chosen: Chosen | None = None
         self.storage_data: dict[Any, TierpointStorageInfo] = {}
         # Whether this load's ranks coordinate through collectives (every rank alike).
         self._collective = False
@@ -124,6 +125,11 @@ class TierpointReader(StorageReader):
     def checkpoint_id(self) -> str:
         step = self.chosen.step if self.chosen is not None else self.step
         return f"{SCHEME}{self.job}" + (f"/{step}" if step is not None else "")
+
+    @property
+    def loaded(self) -> Loaded | None:
+        """The checkpoint the last load read (every rank), with its writer's metadata."""
+        return self.chosen.loaded if self.chosen is not None else None
 
     @property
     def stats(self) -> ReadStats:
@@ -147,6 +153,20 @@ class TierpointReader(StorageReader):
         self._drop_lease()
         self.chosen = None
         self._collective = False
+        self.found_nothing = False
+        self._prechosen = False
+
+    def load(self, state_dict: dict[str, Any], *, planner: Any = None) -> int | None:
+        """`dcp.load(state_dict, storage_reader=self)` for a run that may be the job's first:
+        the step loaded, or None when the job has nothing to load (`state_dict` untouched, no
+        exception: start from scratch). Every rank calls it and gets the same answer."""
+        self.reset()
+        if not self._coordinate():
+            return None
+        self._prechosen = True
+        dcp.load(state_dict, storage_reader=self, planner=planner, process_group=self.process_group)
+        assert self.chosen is not None
+        return self.chosen.step
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
@@ -154,31 +174,10 @@ class TierpointReader(StorageReader):
 
     def read_metadata(self, *args: Any) -> Metadata:
         # No **kwargs: DCP would retry a failed read as per-rank metadata, which we never write.
-        group = self.process_group
-        self._collective = False
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
-            self.chosen = self._choose()
-        elif dist.get_rank(group) == 0:
-            self._collective = True
-            payload: list[Any]
-            try:
-                self.chosen = self._choose()
-                payload = [("ok", self.chosen.step, self.chosen.metadata)]
-            except Exception as e:
-                # The other ranks wait in the broadcast: they must hear of the failure too.
-                dist.broadcast_object_list([("error", repr(e))], src=_global(group, 0), group=group)
-                raise
-            # Only the metadata: each rank's sources go with its load plan.
-            dist.broadcast_object_list(payload, src=_global(group, 0), group=group)
-        else:
-            self._collective = True
-            received: list[Any] = [None]
-            dist.broadcast_object_list(received, src=_global(group, 0), group=group)
-            message = received[0]
-            if message[0] != "ok":
-                raise TierpointError(f"the coordinator could not choose a checkpoint: {message[1]}")
-            _, step, metadata = message
-            self.chosen = _Chosen(step, metadata, None, None)
+        if not self._prechosen and not self._coordinate():
+            raise self._nothing()
+        self._prechosen = False
+        assert self.chosen is not None
         metadata = self.chosen.metadata
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
@@ -240,63 +239,61 @@ class TierpointReader(StorageReader):
 
     # -- choosing the checkpoint -----------------------------------------------------------
 
-    def _choose(self) -> _Chosen:
-        """The coordinator's one request: step, lease and every copy; then `.metadata`, or
-        (without `step`) the next older step when no copy of it verifies."""
-        start = self._start(self.step)
-        if start is None:
-            raise NotFoundError(
-                404,
-                "no_restorable_checkpoint",
-                f"job {self.job!r} has no restorable checkpoint"
-                + (f" on tier {self.tier!r}" if self.tier else ""),
-            )
-        while True:
-            try:
-                files = self._files(start.checkpoint, start.tiers)
-                raw = files.read_all(METADATA_FILE)
-                metadata = pickle.loads(raw)
-                if not isinstance(metadata, Metadata):
-                    raise TierpointError(
-                        f"{self.job}/{start.step}: {METADATA_FILE} is not DCP metadata"
-                    )
-                return _Chosen(start.step, metadata, files, start.lease.id, start, raw)
-            except NoVerifiedCopyError as e:
-                self.client.release_lease(self.job, start.step, start.lease.id)
-                if self.step is not None:
-                    raise
-                older = self._older(start.step)
-                if older is None:
-                    raise
-                warnings.warn(
-                    f"tierpoint: {e}; loading the next older restorable step {older.step} instead",
-                    stacklevel=2,
-                )
-                start = older
-
-    def _start(self, step: int | None) -> RestoreStart | None:
-        # The node counts only where the server chooses the step (a given step needs no node).
-        node = self.node if step is None else None
-        return self.client.start_restore(
-            self.job, self.lease_ttl, step=step, tier=self.tier, node=node, owner=self._owner()
+    def _choice(self) -> Choice:
+        return Choice(
+            self.job, self.step, self.branch, self.health, self.tier, self.node, self.lease_ttl
         )
 
-    def _older(self, step: int) -> RestoreStart | None:
-        """The newest restorable step before `step` that can still be leased, started."""
-        steps = sorted(
-            (
-                cp.step
-                for cp in self.client.checkpoints(self.job, state="restorable", tier=self.tier)
-                if cp.step < step
-            ),
-            reverse=True,
-        )
-        for candidate in steps:
+    def _nothing(self) -> NotFoundError:
+        self.found_nothing = True
+        what = self._choice().describe()
+        return NotFoundError(404, "no_restorable_checkpoint", f"{what}: no restorable checkpoint")
+
+    def _coordinate(self) -> bool:
+        """The coordinator chooses the checkpoint and tells every rank which (its metadata
+        only: each rank's sources go with its load plan), or that there is none (False). What
+        was loaded is recorded for the process's next save of the job (`_run`)."""
+        group = self.process_group
+        self._collective = False
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+            self.chosen = self._choose()
+        elif dist.get_rank(group) == 0:
+            self._collective = True
             try:
-                return self._start(candidate)
-            except ConflictError:
-                continue  # expired or quarantined since it was listed
-        return None
+                self.chosen = self._choose()
+            except Exception as e:
+                # The other ranks wait in the broadcast: they must hear of the failure too.
+                word = "none" if self.found_nothing else "error"
+                dist.broadcast_object_list([(word, repr(e))], src=_global(group, 0), group=group)
+                raise
+            c = self.chosen
+            payload = [("ok", c.step, c.metadata, c.loaded, c.branch)] if c else [("none", "")]
+            dist.broadcast_object_list(payload, src=_global(group, 0), group=group)
+        else:
+            self._collective = True
+            received: list[Any] = [None]
+            dist.broadcast_object_list(received, src=_global(group, 0), group=group)
+            message = received[0]
+            if message[0] == "none":
+                self.found_nothing = True
+            elif message[0] != "ok":
+                raise TierpointError(f"the coordinator could not choose a checkpoint: {message[1]}")
+            else:
+                _, step, metadata, loaded, branch = message
+                self.chosen = Chosen(step, metadata, None, None, loaded=loaded, branch=branch)
+        if self.chosen is None:
+            return False
+        if self.chosen.loaded is not None:
+            branch = self.chosen.branch
+            _run.loaded(self.job, self.chosen.loaded.ref, branch.number if branch else None)
+        return True
+
+    def _choose(self) -> Chosen | None:
+        chosen = choose(
+            self.client, self._choice(), self._owner(), self._files, rollback=self.rollback
+        )
+        self.found_nothing = chosen is None
+        return chosen
 
     def _files(
         self,
@@ -361,10 +358,15 @@ class TierpointReader(StorageReader):
         self._drop_lease()
 
     def _drop_lease(self) -> None:
-        chosen = self.chosen
-        if chosen is not None and chosen.lease_id is not None:
+        if self.chosen is not None:
+            self._drop_lease_of(self.chosen)
+
+    def _drop_lease_of(self, chosen: Chosen) -> None:
+        if chosen.lease_id is not None:
             lease_id, chosen.lease_id = chosen.lease_id, None
-            self.client.release_lease(self.job, chosen.step, lease_id)
+            # The checkpoint's own job: a fork's first load leases its parent's.
+            job = chosen.start.job if chosen.start is not None else self.job
+            self.client.release_lease(job, chosen.step, lease_id)
 
 
 def _global(group: Any, rank: int) -> int:

@@ -29,6 +29,8 @@ from tierpoint_client.errors import (
 from tierpoint_client.hashing import combine, crc32c_hex, update
 from tierpoint_client.models import ShardSpec
 from tierpoint_client.paths import validate_job_name
+from tierpoint_client.timeline import CheckpointRef, step_dir
+from tierpoint_client.torch import _run
 from tierpoint_client.torch._files import (
     METADATA_FILE,
     SCHEME,
@@ -44,11 +46,17 @@ class TierpointWriter(StorageWriter):
     """Save a DCP checkpoint as `job`/`step` of tierpoint.
 
     Every rank writes one file, `__<rank>_0.distcp`, under its own node's local-tier root
-    (`<root>/<job>/<step>/`), computing its crc32c while writing. The coordinator's `finish`
-    writes DCP's `.metadata` next to its own file and registers every file (with its node, size
-    and crc32c) in one request; tierpoint then copies the checkpoint to the shared tier and S3.
-    DCP calls `finish` only when every rank's `write_data` succeeded, so a failed save registers
-    nothing.
+    (`<root>/<job>/<step>/`; `<step>.b<branch>/` on a branch after a rollback), computing its
+    crc32c while writing. The coordinator's `finish` writes DCP's `.metadata` next to its own
+    file and registers every file (with its node, size and crc32c) in one request; tierpoint
+    then copies the checkpoint to the shared tier and S3. DCP calls `finish` only when every
+    rank's `write_data` succeeded, so a failed save registers nothing.
+
+    The checkpoint records its parent: `parent`, else the checkpoint this process's run loaded
+    with `TierpointReader` (then the one it saved last), else none (the server takes the step
+    before it on the job's timeline). It is saved on `branch`, else the branch that load
+    answered (its rollback's, with `rollback`), else the job's current one. `provenance`:
+    `config_hash`, `code_version`, `data_cursor`.
     """
 
     def __init__(
@@ -59,6 +67,9 @@ class TierpointWriter(StorageWriter):
         client: Client | None = None,
         node: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        branch: int | None = None,
+        parent: CheckpointRef | None = None,
+        provenance: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         # Files go to <root>/<job>/<step>/ before the server sees the name: refuse what it would.
@@ -67,6 +78,12 @@ class TierpointWriter(StorageWriter):
         self._client = client
         self._node = node
         self.metadata = dict(metadata or {})
+        self.provenance = dict(provenance) if provenance is not None else None
+        # Taken now, in the process that made the writer (DCP may save from another).
+        run = _run.point(self.job)
+        self.parent = parent if parent is not None else run.parent
+        self.branch = branch if branch is not None else run.branch
+        self._step_dir: str | None = None
         self.save_id = uuid.uuid4().hex
         self.is_coordinator = False
         self.rank: int | None = None
@@ -93,7 +110,7 @@ class TierpointWriter(StorageWriter):
         if self._root is None:
             # Saves without collectives: one tier lookup per writer, not one per file.
             self._root = _root_of(_local_root_template(self.client), self.node)
-        return self._root / self.job / str(self.step)
+        return self._root / self.job / (self._step_dir or step_dir(self.step, self.branch or 1))
 
     # -- StorageWriter ---------------------------------------------------------------------
 
@@ -126,12 +143,17 @@ class TierpointWriter(StorageWriter):
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         self._refuse_disagreeing_ranks(plans)
         self._refuse_registered_step()
+        self._choose_branch()
         # The coordinator alone asks the server for the tiers and hands every rank the local
-        # tier's root with its plan: the API's work per save does not grow with the ranks.
+        # tier's root and the checkpoint's directory with its plan: the API's work per save does
+        # not grow with the ranks.
         root = _local_root_template(self.client)
+        # guard: writer-branch-directory
+        directory = step_dir(self.step, self.branch or 1)
+        self._step_dir = directory
         # The coordinator names every rank's file, so no two ranks can pick the same name.
         return [
-            dataclasses.replace(p, storage_data=_RankPlan(f"__{i}_", root))
+            dataclasses.replace(p, storage_data=_RankPlan(f"__{i}_", root, directory))
             for i, p in enumerate(plans)
         ]
 
@@ -140,6 +162,7 @@ class TierpointWriter(StorageWriter):
         if isinstance(planned, _RankPlan):
             prefix = planned.prefix
             self._root = _root_of(planned.root, self.node)
+            self._step_dir = planned.directory
         else:
             # Saves without collectives plan on each rank alone: the rank names its file.
             prefix = f"__{self.rank if self.rank is not None else 0}_"
@@ -173,8 +196,18 @@ class TierpointWriter(StorageWriter):
             raise
         shards = [*files.values(), ShardSpec(METADATA_FILE, size, crc, node)]
         self.registered = self.client.register_manifest(
-            self.job, self.step, shards, metadata=self.metadata
+            self.job,
+            self.step,
+            shards,
+            metadata=self.metadata,
+            branch=self.branch,
+            parent=self.parent,
+            provenance=self.provenance,
         )
+        # The next save of this run descends from this one.
+        branch = int(self.registered.get("branch") or self.branch or 1)
+        saved = CheckpointRef(self.job, self.step, branch, self.registered.get("id"))
+        _run.saved(self.job, saved, branch)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -202,18 +235,36 @@ class TierpointWriter(StorageWriter):
             )
 
     def _refuse_registered_step(self) -> None:
-        """A step is written once: saving it again would overwrite the files of a registered
-        checkpoint (DCP's `.metadata` differs on every save) before registration refused it.
-        The coordinator checks before any rank writes; DCP fails the save on every rank."""
+        """A step is written once on the job's timeline: saving it again would overwrite the
+        files of a registered checkpoint (DCP's `.metadata` differs on every save) before
+        registration refused it. One that a rollback superseded is off the timeline: the step
+        is saved again, in its branch's own directory. The coordinator checks before any rank
+        writes; DCP fails the save on every rank."""
         try:
-            self.client.checkpoint(self.job, self.step)
+            found = self.client.checkpoint(self.job, self.step)
         except NotFoundError:
+            return
+        # guard: writer-resaves-only-superseded
+        if found.superseded_by is not None:
             return
         raise ConflictError(
             409,
             "checkpoint_conflict",
-            f"{self.job}/{self.step} is already registered: a step is saved once",
+            f"{self.job}/{self.step} is already registered: a step is saved once on a job's "
+            f"timeline. To train from an earlier step again, roll back to it: load it with "
+            f"TierpointReader({self.job!r}, step=S, rollback=True), or `tierpoint rollback "
+            f"{self.job} S`",
         )
+
+    def _choose_branch(self) -> None:
+        """The branch of a writer that neither was given one nor follows a load: the job's
+        current one (a new job's first, unnamed)."""
+        if self.branch is not None:
+            return
+        try:
+            self.branch = self.client.branches(self.job).current
+        except NotFoundError:
+            self.branch = None  # a job not saved yet: its first branch
 
     def _write_file(self, name: str, plan: SavePlan, planner: SavePlanner) -> list[WriteResult]:
         node = self.node
@@ -263,6 +314,7 @@ class _RankPlan:
 
     prefix: str  # the rank's file name, less its `0.distcp`
     root: str  # the local tier's root, `{node}` not yet replaced
+    directory: str  # the checkpoint's under the job's: `step_dir(step, branch)`
 
 
 def _local_root_template(client: Client) -> str:

@@ -32,10 +32,11 @@ from tests.helpers.scrape import http_get, parse
 from tests.helpers.tokens import bearer
 
 FILES = {"__0_0.distcp", "__1_0.distcp", ".metadata"}
-# What a save and a load cost the API at any world size: the coordinator's step check, tier
-# lookup and registration; the one request that starts a load and the lease's release (and, when
-# a rank keeps another node's file on its node, the one request that records those files).
-SAVE_REQUESTS, LOAD_REQUESTS, KEEPING = 3, 2, 1
+# What a save and a load cost the API at any world size: the coordinator's step check, the job's
+# current branch (a writer that followed no load asks it), tier lookup and registration; the one
+# request that starts a load, the branch the run then saves on, and the lease's release (and,
+# when a rank keeps another node's file on its node, the one request that records those files).
+SAVE_REQUESTS, LOAD_REQUESTS, KEEPING = 4, 3, 1
 
 
 async def api_requests(stack: Stack) -> float:

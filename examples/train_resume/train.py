@@ -33,7 +33,7 @@ import shutil
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -218,7 +218,7 @@ def main() -> None:
     # holds everywhere: a resumed run ends on the digest of a run of the same job that never
     # stopped, on the same machine and kernels.
     say(f"torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()}")
-    health = "good" if args.load == "good" else None
+    health: Literal["good"] | None = "good" if args.load == "good" else None
     reader = TierpointReader(args.job, node=node, health=health, rollback=args.rollback)
     step = resume(reader, node, model, optimizer)
     saved_before = newest_saved(args.job)

@@ -37,6 +37,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "retention_snapshot",
         "replica_writes",
         "leases",
+        "timeline",
     ),
     # On one dev stack and the torch venv.
     "dcp": (

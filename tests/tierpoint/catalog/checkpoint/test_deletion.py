@@ -19,7 +19,9 @@ from tierpoint.states import TierState
 
 def _checkpoint(session: Session) -> tuple[int, str]:
     cp, _shard = one_shard_checkpoint(session, f"node-{uuid.uuid4().hex[:8]}")
-    job = session.scalar(select(Job.name).join(Checkpoint).where(Checkpoint.id == cp))
+    job = session.scalar(
+        select(Job.name).join(Checkpoint, Checkpoint.job_id == Job.id).where(Checkpoint.id == cp)
+    )
     assert job is not None
     return cp, job
 

@@ -33,6 +33,11 @@ from tests.client.torch.ranks import require_torch_venv
 ROOT = Path(__file__).resolve().parents[2]
 # The section of examples/train_resume/README.md that runs on a stack of its own.
 PEER_SECTION = "When a node is lost: resume on a spare node from its peer copy"
+# Its runs end on purpose with the guard's exit code (torchrun reports 1): the same walk runs
+# end to end, exit codes checked, in tests/client/torch/test_train_resume_nan.py.
+NAN_SECTION = (
+    "When the loss goes NaN after a resume: the guard, and a rollback to the newest good step"
+)
 # Commands that run until Ctrl-C (the test runs `dev` itself) or run the whole test suite.
 LONG_RUNNING = {("python3", "bootstrap.py", "dev"), ("python3", "bootstrap.py", "test")}
 TIMEOUT = 600.0  # per command: a hang guard
@@ -52,11 +57,12 @@ HARNESS_FILES = {".readme-env", ".readme-env-bg", ".readme-bg.log", ".dev.log"}
 
 def blocks(page: str, lang: str, section: str | None = None) -> list[str]:
     """The page's fenced blocks in `lang`: those of its `## section` only, or (None) those of
-    every section but PEER_SECTION, which runs against a stack of its own."""
+    every section but PEER_SECTION, which runs against a stack of its own, and NAN_SECTION."""
     text = (ROOT / page).read_text()
     parts = HEADING.split(text)  # [intro, title, body, title, body, ...]
     titled = [("", parts[0]), *zip(parts[1::2], parts[2::2], strict=True)]
-    wanted = [b for t, b in titled if (t == section if section else t != PEER_SECTION)]
+    apart = (PEER_SECTION, NAN_SECTION)
+    wanted = [b for t, b in titled if (t == section if section else t not in apart)]
     assert wanted, f"{page} has no section {section!r}"
     return [textwrap.dedent(m[3]) for body in wanted for m in FENCE.finditer(body) if m[2] == lang]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -67,6 +67,39 @@ def get_openapi_schema(app: FastAPI) -> dict[str, Any]:
 
 def create_app(settings: Settings) -> FastAPI:
     metrics = ApiMetrics()
+    app = FastAPI(
+        title="tierpoint",
+        summary="Tiered checkpoint storage for large-model training.",
+        version="0.1.0",
+        lifespan=_lifespan(settings, metrics),
+        generate_unique_id_function=_operation_id,
+        # Served by api/routers/api_docs.py with assets of its own: FastAPI's pages use a CDN.
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.metrics = metrics
+    _install_openapi(app, settings)
+    problems.install(app)
+    _include_routes(app)
+    # Outermost last: the observer sees every response, including refused oversize bodies.
+    app.add_middleware(
+        BodySizeLimit,
+        max_manifest_bytes=settings.max_manifest_bytes,
+        max_request_bytes=settings.max_request_bytes,
+        metrics=metrics,
+    )
+    app.add_middleware(RequestObserver, metrics=metrics)
+    _check_gated(app)
+    return app
+
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+def _lifespan(settings: Settings, metrics: ApiMetrics) -> Lifespan:
+    """What the API holds while it serves: the catalog engine, the Temporal link, the token
+    cache, the catalog gauges' refresher and the metrics listener; all released on shutdown."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -114,18 +147,12 @@ def create_app(settings: Settings) -> FastAPI:
                     await refresher
             await engine.dispose()
 
-    app = FastAPI(
-        title="tierpoint",
-        summary="Tiered checkpoint storage for large-model training.",
-        version="0.1.0",
-        lifespan=lifespan,
-        generate_unique_id_function=_operation_id,
-        # Served by api/routers/api_docs.py with assets of its own: FastAPI's pages use a CDN.
-        docs_url=None,
-        redoc_url=None,
-        openapi_url="/openapi.json",
-    )
-    app.state.metrics = metrics
+    return lifespan
+
+
+def _install_openapi(app: FastAPI, settings: Settings) -> None:
+    """The OpenAPI document, built once on first request: problem schemas, the configured tiers
+    and the security schemes added to what FastAPI generates."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -135,7 +162,9 @@ def create_app(settings: Settings) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    problems.install(app)
+
+
+def _include_routes(app: FastAPI) -> None:
     # Before the checkpoints router: its `{job:path}/checkpoints/{step}` must not see `/events`.
     app.include_router(operations.router)
     app.include_router(failures.router)
@@ -158,16 +187,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.mount("/ui", dashboard.assets(), name="ui")
     app.include_router(api_docs.router)
     app.mount(api_docs.ASSETS_URL, api_docs.assets(), name="docs-assets")
-    # Outermost last: the observer sees every response, including refused oversize bodies.
-    app.add_middleware(
-        BodySizeLimit,
-        max_manifest_bytes=settings.max_manifest_bytes,
-        max_request_bytes=settings.max_request_bytes,
-        metrics=metrics,
-    )
-    app.add_middleware(RequestObserver, metrics=metrics)
-    _check_gated(app)
-    return app
 
 
 def _check_gated(app: FastAPI) -> None:

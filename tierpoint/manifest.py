@@ -9,8 +9,6 @@ messages.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import math
 import operator
 from collections.abc import Sequence
@@ -21,14 +19,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    TypeAdapter,
     ValidationError,
     field_validator,
 )
 from pydantic_core import PydanticCustomError
 from tierpoint_client.paths import NAME_PATTERN
 
-from tierpoint.errors import InvalidJobName, ManifestTooLarge, UnsafePath
+from tierpoint.errors import InvalidJobName, UnsafePath
 from tierpoint.json_types import NO_NUL, JsonInt, text_value
 from tierpoint.storage.checksum import crc32c_hex, parse_crc32c
 from tierpoint.storage.paths import (
@@ -320,63 +317,14 @@ def check_job_name(job: str) -> str:
         raise InvalidJobName(str(exc)) from None
 
 
-def check_limits(manifest: Manifest, *, max_shards: int, max_metadata_bytes: int) -> None:
-    """The deployment's size limits (Settings), checked after the manifest parsed and before
-    anything is written."""
-    if len(manifest.shards) > max_shards:
-        raise ManifestTooLarge(
-            f"the manifest has {len(manifest.shards)} shards; the limit is {max_shards}",
-            errors=[_limit_error("shards", f"more than {max_shards} shards")],
-        )
-    size = metadata_bytes(manifest.metadata)
-    if manifest.provenance is not None:
-        size += metadata_bytes(manifest.provenance.model_dump(exclude_none=True))
-    # guard: metadata-limit
-    if size > max_metadata_bytes:
-        raise ManifestTooLarge(
-            f"metadata is {size} bytes as JSON; the limit is {max_metadata_bytes} bytes "
-            "(keep large data in the checkpoint's files)",
-            errors=[_limit_error("metadata", f"{size} bytes, over {max_metadata_bytes}")],
-        )
-
-
-def metadata_bytes(metadata: dict[str, Any]) -> int:
-    """Size of the metadata as stored: compact JSON, UTF-8."""
-    return len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode())
-
-
-def _limit_error(field: str, message: str) -> dict[str, str]:
-    return {"field": field, "location": "body", "message": message, "code": "too_large"}
-
-
-def canonical_shards(shards: Sequence[ShardSpec]) -> bytes:
-    """The bytes the manifest digest is taken over: the shards sorted by path, nothing else, so
-    metadata or shard order do not make a retried registration look different."""
-    # A shard's __dict__ is exactly its four fields (extra="forbid"), so it serializes as the
-    # dict {crc32c, node, path, size} would, without building one per shard.
-    rows = [s.__dict__ for s in sorted(shards, key=_by_path)]
-    return json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-_by_path = operator.attrgetter("path")
-_SHARDS = TypeAdapter(list[ShardSpec])
-
-
-def shards_json(shards: Sequence[ShardSpec]) -> bytes:
-    """The shards as a JSON array of objects (path, size, crc32c, node), serialized by
-    pydantic-core in one call."""
-    return _SHARDS.dump_json(list(shards))
-
-
-def manifest_digest(shards: Sequence[ShardSpec]) -> str:
-    return hashlib.sha256(canonical_shards(shards)).hexdigest()
-
-
 # The fast path of parsing a manifest: what almost every manifest is (integers as JSON integers,
 # crc32c in lower case) checked by pydantic-core alone, and the per-shard checks that need Python
 # done in one loop over all shards instead of a validator call per field. It refuses a superset
 # of what Manifest refuses and yields the same values; whatever it refuses is validated again by
 # Manifest, which alone says what is wrong (the errors and their codes).
+_by_path = operator.attrgetter("path")
+
+
 class _FastShard(ShardSpec):
     path: str = Field(strict=True)
     size: int = Field(strict=True, ge=0, le=MAX_BYTES)

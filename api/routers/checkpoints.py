@@ -29,7 +29,8 @@ from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads import checkpoints
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.json_types import Text
-from tierpoint.manifest import MAX_BRANCH, check_limits, parse_manifest_json
+from tierpoint.manifest import MAX_BRANCH, parse_manifest_json
+from tierpoint.manifest_limits import check_limits
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 from tierpoint.states import TierState
 

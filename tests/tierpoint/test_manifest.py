@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.helpers.properties import examples
-from tierpoint.manifest import Manifest, manifest_digest, parse_manifest_json, shards_json
+from tierpoint.manifest import Manifest, parse_manifest_json
+from tierpoint.manifest_digest import manifest_digest, shards_json
 
 MAX_INT64 = 2**63 - 1
 

@@ -21,7 +21,8 @@ from tierpoint.catalog.models import Branch, Checkpoint, Event, Job, Node, TierC
 from tierpoint.catalog.tier_copy.machine import REGISTER_TIER_COPIES_SQL, REGISTERED_STATE
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.errors import CheckpointBeingDeleted, CheckpointConflict, UnknownNode
-from tierpoint.manifest import Manifest, manifest_digest, shards_json
+from tierpoint.manifest import Manifest
+from tierpoint.manifest_digest import manifest_digest, shards_json
 from tierpoint.states import TierState
 
 # One statement whatever the shard count: the shards travel as one JSON document that Postgres

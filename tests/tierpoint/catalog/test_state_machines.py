@@ -1,7 +1,8 @@
 """The tier copy's and the replica's state machines, as the catalog runs them: every state change
 a lifecycle, a retry, a repair, damage, a node declared lost, retention and an admin's deletion
 make is a move of the transition tables (watched by triggers on the real tables, whatever code
-path wrote it), the docs show the tables as they are, and the lock order holds."""
+path wrote it), and the docs show the tables as they are. A move's own rules (its sources, the
+lock it needs) are tested beside it, tier_copy/test_machine.py; the lock order, test_locks.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from tierpoint.catalog.checkpoint.deletion import delete_checkpoints
 from tierpoint.catalog.checkpoint.registration import register_checkpoint
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.job.lookup import checkpoint_head
-from tierpoint.catalog.locks import Locked, lock_in_order
 from tierpoint.catalog.models import Replica, Shard
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.catalog.policy.policies import assign_policy, create_policy
@@ -183,27 +183,6 @@ def test_every_state_change_the_catalog_makes_is_a_move_of_its_table(watched: Se
     assert ("pending", "expiring") in moves["checkpoint_tier"]
     # Every move of the tier copy's table was made by this scene.
     assert moves["checkpoint_tier"] == _allowed_tier_copy_moves()
-
-
-def test_a_tier_copy_is_moved_only_by_a_writer_holding_its_lock(session: Session) -> None:
-    scene = Scene(session)
-    cid = scene.register(1, scene.a, ["ssd"])
-    with pytest.raises(AssertionError, match="without their lock"):
-        tier_copies.move(session, Locked(), tier_copies.Move.RETRIED, [(cid, "ssd")])
-    held = lock_in_order(session, tier_copies=[(cid, "ssd")])
-    # A move's source states bound what it changes: a pending copy is not "retried".
-    assert tier_copies.move(session, held, tier_copies.Move.RETRIED, [(cid, "ssd")]) == []
-
-
-def test_rows_are_locked_only_in_the_catalogs_order(session: Session) -> None:
-    scene = Scene(session)
-    cid = scene.register(1, scene.a, ["ssd"])
-    held = lock_in_order(session, tier_copies=[(cid, "ssd")])
-    with pytest.raises(AssertionError, match="out of the catalog's order"):
-        lock_in_order(session, checkpoints=[cid], into=held)
-    with pytest.raises(AssertionError, match="out of the catalog's order"):
-        lock_in_order(session, tier_copies=[(cid, "ssd")], into=held)
-    lock_in_order(session, replicas=[0], into=held)  # later kinds may follow
 
 
 def _markdown(rows: list[tuple[str, str, str, str]]) -> str:

@@ -1090,7 +1090,7 @@ MUTANTS: tuple[Mutant, ...] = (
         """            Replica.tier.in_(list(tiers)),
 """,
         (
-            "tests/workflows/test_peer_rereplicate_below.py::"
+            "tests/workflows/test_peer.py::"
             "test_a_lost_nodes_shards_are_copied_again_from_the_tiers_below",
         ),
         "a lost node's shards are copied again only from a tier below that holds them verified "

@@ -1,7 +1,8 @@
-"""A node and the holder of its peer copy both lost: the peer copy is made again from the tier
-below that holds the shards verified (the shared tier, else S3) onto a new holder chosen by
-placement, read back from that holder's device, and the peer tier promoted again. With no tier
-below holding them, the tier stays failed and the failures view says why.
+"""`PeerRereplicate` (workflows/peer.py). A node and the holder of its peer copy both lost: the
+peer copy is made again from the tier below that holds the shards verified (the shared tier, else
+S3) onto a new holder chosen by placement, read back from that holder's device, and the peer tier
+promoted again. With no tier below holding them, the tier stays failed and the failures view says
+why.
 
 Real services (Temporal dev server, Postgres, moto, the API in the test process); the nodes'
 workers and the shared worker in the test process, over real data endpoints."""

@@ -1,4 +1,6 @@
-"""`VerifyCheckpoint` on a node-local tier: the replicas of both nodes are read on each node's own
+"""The workflows of workflows/scrub.py (the scheduled scrub itself: test_integrity_schedules.py).
+
+`VerifyCheckpoint` on a node-local tier: the replicas of both nodes are read on each node's own
 queue, a flipped byte on one node is found (marked corrupt, the tier demoted), and with one replica
 per pick and two picks per run the workflow continues as new and still counts every replica once:
 its history stays bounded however many shards a checkpoint has."""

@@ -49,7 +49,7 @@ PATH_TESTS = (
 WRONG_CRC = (
     "tests/workflows/test_checkpoint_lifecycle.py::test_shard_with_wrong_checksum_is_never_promoted"
 )
-ROTTING = "tests/activities/test_lifecycle.py::test_source_rotting_after_seal_is_caught_by_the_copy"
+ROTTING = "tests/activities/test_copy.py::test_source_rotting_after_seal_is_caught_by_the_copy"
 REBUILD_PLANNER = "tests/tierpoint/retention/test_planner_rebuild.py"
 REBUILD_CATALOG = "tests/tierpoint/catalog/holds/test_rebuild.py"
 AUTH = "tests/api/test_auth.py"
@@ -156,6 +156,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/workflows/test_delete_after_a_failed_seal.py::"
             "test_a_delete_after_a_failed_seal_keeps_the_files_the_job_wrote_since",
+            "tests/activities/test_seal.py::"
+            "test_a_seal_verifies_the_registered_bytes_and_refuses_others",
         ),
         "a file the seal found not as registered (the job's, written again) is never deleted as "
         "if the catalog had verified it",

@@ -1208,7 +1208,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "register-on-left-branch",
         "    if asked is None or asked == current:\n",
         "    if True:\n",
-        (TIMELINE_ROLLBACK,),
+        (
+            TIMELINE_ROLLBACK,
+            "tests/tierpoint/catalog/checkpoint/test_placement_on_timeline.py::"
+            "test_a_registration_is_saved_on_the_current_branch_only",
+        ),
         "a writer still running on a branch a rollback left cannot add to the timeline",
     ),
     Mutant(

@@ -179,3 +179,28 @@ def job_row(session: Session, policy_id: int | None = None) -> Job:
     session.add(job)
     session.flush()
     return job
+
+
+def checkpoint_row(
+    session: Session, job_id: int, step: int, tiers: tuple[str, ...] = ("ssd",), branch: int = 1
+) -> int:
+    """A checkpoint of `job_id` at `step` on `branch`, with no shards and a pending tier copy on
+    each of `tiers`; returns its id."""
+    cp = session.scalar(
+        insert(Checkpoint)
+        .values(
+            job_id=job_id,
+            step=step,
+            branch=branch,
+            total_bytes=0,
+            shard_count=0,
+            manifest_digest=f"d{step}",
+        )
+        .returning(Checkpoint.id)
+    )
+    assert cp is not None
+    for tier in tiers:
+        session.execute(
+            insert(TierCopy).values(checkpoint_id=cp, tier=tier, job_id=job_id, step=step)
+        )
+    return cp

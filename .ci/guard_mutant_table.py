@@ -1240,7 +1240,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "verdict-transitions",
         "    if (before, verdict) not in TRANSITIONS:\n",
         "    if False:\n",
-        ("tests/api/test_verdicts.py::test_bad_quarantines_and_latest_good_walks_back",),
+        (
+            "tests/api/test_verdicts.py::test_bad_quarantines_and_latest_good_walks_back",
+            "tests/tierpoint/catalog/timeline/test_verdicts.py::"
+            "test_verdicts_move_by_the_table_and_bad_is_final",
+        ),
         "a bad verdict is final",
     ),
     Mutant(

@@ -848,6 +848,8 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_retry_without_a_verified_source_is_refused_and_changes_nothing",
             "tests/api/test_failures_after_restart.py::"
             "test_after_a_restart_only_the_lost_checkpoints_fail_and_are_acknowledged_by_reason",
+            "tests/tierpoint/catalog/tier_copy/test_retry.py::"
+            "test_a_retry_is_refused_only_where_it_cannot_help",
         ),
         "a retry whose run must pass an expired tier would leave the failed tier pending for good",
     ),
@@ -860,6 +862,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/api/test_failures_after_restart.py::"
             "test_a_retry_while_a_repair_copies_the_copy_back_is_refused_and_said",
+            "tests/tierpoint/catalog/tier_copy/test_retry.py::"
+            "test_a_retry_is_refused_only_where_it_cannot_help",
         ),
         "a retry while a repair copies the copy back would run a second copy of the same shards "
         "beside the repair's",

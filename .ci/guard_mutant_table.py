@@ -1032,7 +1032,11 @@ MUTANTS: tuple[Mutant, ...] = (
 """,
         """            Replica.node_id == node,
 """,
-        (PEER_ENDPOINT,),
+        (
+            PEER_ENDPOINT,
+            "tests/tierpoint/catalog/replica/test_placement.py::"
+            "test_a_node_serves_only_its_own_verified_copies",
+        ),
         "the data endpoint serves only copies that were verified, never bytes a seal found bad",
     ),
     Mutant(
@@ -1098,6 +1102,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/workflows/test_peer.py::"
             "test_a_lost_nodes_shards_are_copied_again_from_the_tiers_below",
+            "tests/tierpoint/catalog/replica/test_placement.py::"
+            "test_the_shards_a_tier_still_lacks_and_where_they_can_be_read_again",
         ),
         "a lost node's shards are copied again only from a tier below that holds them verified "
         "(a corrupt copy there is passed over for the next tier down)",

@@ -20,14 +20,9 @@ MIRRORED = ("tierpoint/catalog", "activities", "workflows")
 # module can never join it without a review seeing it.
 NOT_YET_MIRRORED = frozenset(
     {
-        "activities/observe.py",
         "activities/reconcile.py",
         "activities/retention.py",
         "activities/scrub.py",
-        "activities/stores.py",
-        "tierpoint/catalog/checkpoint/registration.py",
-        "tierpoint/catalog/engine.py",
-        "tierpoint/catalog/policy/policies.py",
         "tierpoint/catalog/reads/checkpoints.py",
         "tierpoint/catalog/reads/copies.py",
         "tierpoint/catalog/reads/operator.py",
@@ -35,10 +30,8 @@ NOT_YET_MIRRORED = frozenset(
         "tierpoint/catalog/reads/overview.py",
         "tierpoint/catalog/reads/skipped.py",
         "tierpoint/catalog/reads/views.py",
-        "tierpoint/catalog/replica/placement.py",
         "tierpoint/catalog/tier_copy/expiry.py",
         "tierpoint/catalog/tier_copy/failures.py",
-        "tierpoint/catalog/tier_copy/retry.py",
         "tierpoint/catalog/timeline/branches.py",
         "tierpoint/catalog/timeline/lineage.py",
         "workflows/reconcile.py",

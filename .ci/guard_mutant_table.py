@@ -1236,7 +1236,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "rollback-target-restorable",
         "    if why is not None:\n",
         "    if False:\n",
-        (TIMELINE_ROLLBACK,),
+        (
+            TIMELINE_ROLLBACK,
+            "tests/tierpoint/catalog/timeline/test_branches.py::"
+            "test_a_rollback_to_a_step_it_cannot_use_is_refused",
+        ),
         "a rollback goes back only to a checkpoint that can be restored",
     ),
     Mutant(

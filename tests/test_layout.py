@@ -32,8 +32,6 @@ NOT_YET_MIRRORED = frozenset(
         "tierpoint/catalog/reads/views.py",
         "tierpoint/catalog/tier_copy/expiry.py",
         "tierpoint/catalog/tier_copy/failures.py",
-        "tierpoint/catalog/timeline/branches.py",
-        "tierpoint/catalog/timeline/lineage.py",
         "workflows/reconcile.py",
     }
 )

@@ -30,7 +30,6 @@ NOT_YET_MIRRORED = frozenset(
         "tierpoint/catalog/reads/overview.py",
         "tierpoint/catalog/reads/skipped.py",
         "tierpoint/catalog/reads/views.py",
-        "tierpoint/catalog/tier_copy/expiry.py",
         "tierpoint/catalog/tier_copy/failures.py",
         "workflows/reconcile.py",
     }

@@ -1,0 +1,141 @@
+"""Retention's expiries in the catalog, on a real catalog: the plan of what to expire now, an
+expiry begun only when a fresh plan under the row locks still wants the copy gone (a pin taken
+since keeps it), continued and never turned back once begun, the copy's registered files named
+for the delete with their identities, and the finish that makes replicas and tier copy
+`expired` with the rule the expiry began with."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from tierpoint.catalog.checkpoint.registration import register_checkpoint
+from tierpoint.catalog.engine import catalog_now
+from tierpoint.catalog.events import EventKind
+from tierpoint.catalog.models import Checkpoint, Event, Replica, Shard
+from tierpoint.catalog.node.registry import upsert_node
+from tierpoint.catalog.policy.policies import assign_policy, create_policy
+from tierpoint.catalog.replica.machine import ReplicaWrite, upsert_replicas
+from tierpoint.catalog.tier_copy.expiry import (
+    begin_expiry,
+    finish_expiry,
+    hold_for_delete,
+    plan_expiries,
+    record_kept,
+    registered_copies,
+)
+from tierpoint.catalog.tier_copy.promotion import promote
+from tierpoint.contract.retention import BeginState
+from tierpoint.manifest import Manifest, ShardSpec
+from tierpoint.retention.policy import Policy, TierRef
+from tierpoint.states import ReplicaState
+from tierpoint.tier_config import TierKind
+
+TIERS = [TierRef("ssd", TierKind.LOCAL), TierRef("lustre", TierKind.SHARED)]
+
+
+def _job(session: Session) -> tuple[str, str]:
+    """A job whose policy keeps the newest local copy only, and its node."""
+    job, node = f"expiry-{uuid.uuid4().hex[:8]}", f"node-{uuid.uuid4().hex[:8]}"
+    upsert_node(session, node, {})
+    create_policy(
+        session,
+        job,
+        Policy.from_spec({"kinds": {"local": {"keep_last": 1}}}),
+        default=False,
+        actor="test",
+    )
+    assign_policy(session, job, job, actor="test")
+    return job, node
+
+
+def _restorable(session: Session, job: str, node: str, step: int) -> int:
+    """A checkpoint of one shard on `node`, restorable on ssd and on lustre."""
+    shard = ShardSpec(path="model.bin", size=10, crc32c="0badf00d", node=node)
+    cp = register_checkpoint(session, job, Manifest(step=step, shards=[shard]), ["ssd", "lustre"])
+    sid = session.scalar(select(Shard.id).where(Shard.checkpoint_id == cp.checkpoint_id))
+    assert sid is not None
+    verified = ReplicaState.VERIFIED
+    for tier, at in (("ssd", node), ("lustre", None)):
+        write = ReplicaWrite(sid, verified, f"/{tier}/{step}", at, 10, identity=f"{tier}-{step}")
+        upsert_replicas(session, cp.checkpoint_id, tier, [write])
+    assert promote(session, cp.checkpoint_id, "ssd", ["lustre"], None).state == "restorable"
+    assert promote(session, cp.checkpoint_id, "lustre", [], None).state == "restorable"
+    return cp.checkpoint_id
+
+
+def _replica_states(session: Session, cp: int) -> list[str]:
+    return list(
+        session.scalars(
+            select(Replica.state).where(Replica.checkpoint_id == cp).order_by(Replica.tier)
+        )
+    )
+
+
+def test_an_expiry_is_planned_begun_under_a_fresh_plan_and_finished(session: Session) -> None:
+    job, node = _job(session)
+    one = _restorable(session, job, node, 1)
+    _restorable(session, job, node, 2)
+    now = catalog_now(session)
+
+    planned = plan_expiries(session, job, TIERS, now, limit=10)
+    assert [(t.checkpoint_id, t.tier, t.rule, t.nodes) for t in planned.tasks] == [
+        (one, "ssd", "not_kept", [node])
+    ]
+    assert not planned.more and planned.policy.startswith(f"{job} v1")
+
+    # A pin taken after the plan wins: the expiry does not begin.
+    session.execute(update(Checkpoint).where(Checkpoint.id == one).values(pinned=True))
+    kept = begin_expiry(session, job, one, "ssd", TIERS, now)
+    assert kept.state is BeginState.SKIPPED and "kept now" in (kept.reason or "")
+    session.execute(update(Checkpoint).where(Checkpoint.id == one).values(pinned=False))
+
+    begun = begin_expiry(session, job, one, "ssd", TIERS, now)
+    assert (begun.state, begun.rule) == (BeginState.EXPIRING, "not_kept")
+    assert _replica_states(session, one) == ["verified", "expiring"]  # lustre, ssd
+    # Begun is continued, never turned back, whatever the plan says now.
+    again = begin_expiry(session, job, one, "ssd", TIERS, now)
+    assert (again.state, again.rule) == (BeginState.EXPIRING, "not_kept")
+    assert plan_expiries(session, job, TIERS, now, limit=10).tasks[0].checkpoint_id == one
+
+    assert hold_for_delete(session, one, "ssd") == "expiring"
+    (copy,) = registered_copies(session, one, "ssd", node)
+    assert (copy.path, copy.size, copy.crc32c, copy.identity) == (
+        "model.bin",
+        10,
+        "0badf00d",
+        "ssd-1",
+    )
+    # Another node's delete of this copy may remove nothing of it.
+    assert registered_copies(session, one, "ssd", f"{node}-other") == []
+    record_kept(session, one, "ssd", node, ["model.bin"])
+
+    assert finish_expiry(session, one, "ssd") == "expired"
+    assert _replica_states(session, one) == ["verified", "expired"]
+    assert finish_expiry(session, one, "ssd") == "expired"  # nothing left to do
+    assert begin_expiry(session, job, one, "ssd", TIERS, now).state is BeginState.EXPIRED
+    events = session.execute(
+        select(Event.kind, Event.detail).where(Event.checkpoint_id == one).order_by(Event.id)
+    ).all()
+    kinds = [e.kind for e in events]
+    assert kinds[-3:] == [EventKind.EXPIRING, EventKind.KEPT, EventKind.EXPIRED]
+    assert events[-1].detail == {"rule": "not_kept"}
+
+
+def test_an_expiry_of_a_copy_that_is_not_restorable_never_begins(session: Session) -> None:
+    job, node = _job(session)
+    one = _restorable(session, job, node, 1)
+    now = catalog_now(session)
+    # The newest checkpoint is kept: nothing to expire.
+    assert plan_expiries(session, job, TIERS, now, limit=10).tasks == []
+    kept = begin_expiry(session, job, one, "ssd", TIERS, now)
+    assert kept.state is BeginState.SKIPPED
+    missing = begin_expiry(session, job, one, "s3", TIERS, now)
+    assert missing.state is BeginState.SKIPPED
+    assert missing.reason == "the tier copy on 's3' is missing"
+    gone = begin_expiry(session, job, -1, "ssd", TIERS, now)
+    assert gone.state is BeginState.SKIPPED and "is gone" in (gone.reason or "")
+    assert finish_expiry(session, one, "ssd") == "restorable"
+    assert _replica_states(session, one) == ["verified", "verified"]

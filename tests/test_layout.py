@@ -29,7 +29,6 @@ NOT_YET_MIRRORED = frozenset(
         "tierpoint/catalog/reads/operator.py",
         "tierpoint/catalog/reads/overview.py",
         "tierpoint/catalog/reads/skipped.py",
-        "tierpoint/catalog/tier_copy/failures.py",
         "workflows/reconcile.py",
     }
 )

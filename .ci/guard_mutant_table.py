@@ -604,7 +604,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "delete-tier-copy-check",
         "            if state != TierState.EXPIRING.value:\n",
         "            if False:\n",
-        (f"{RET_E2E}::test_crash_between_begin_and_delete_is_finished_by_the_next_run",),
+        (
+            f"{RET_E2E}::test_crash_between_begin_and_delete_is_finished_by_the_next_run",
+            "tests/activities/test_retention.py::"
+            "test_an_expiry_runs_plan_begin_delete_per_node_and_finish",
+        ),
         "the delete activity refuses a copy whose marker is not expiring",
     ),
     Mutant(

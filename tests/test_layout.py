@@ -22,7 +22,6 @@ MIRRORED = ("tierpoint/catalog", "activities", "workflows")
 NOT_YET_MIRRORED = frozenset(
     {
         "activities/reconcile.py",
-        "activities/scrub.py",
         "tierpoint/catalog/reads/checkpoints.py",
         "tierpoint/catalog/reads/copies.py",
         "tierpoint/catalog/reads/operator.py",

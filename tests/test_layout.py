@@ -21,7 +21,6 @@ MIRRORED = ("tierpoint/catalog", "activities", "workflows")
 # module can never join it without a review seeing it.
 NOT_YET_MIRRORED = frozenset(
     {
-        "activities/reconcile.py",
         "tierpoint/catalog/reads/checkpoints.py",
         "tierpoint/catalog/reads/copies.py",
         "tierpoint/catalog/reads/operator.py",

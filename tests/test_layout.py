@@ -26,7 +26,6 @@ NOT_YET_MIRRORED = frozenset(
         "tierpoint/catalog/reads/operator.py",
         "tierpoint/catalog/reads/overview.py",
         "tierpoint/catalog/reads/skipped.py",
-        "workflows/reconcile.py",
     }
 )
 

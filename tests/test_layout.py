@@ -25,7 +25,6 @@ NOT_YET_MIRRORED = frozenset(
         "tierpoint/catalog/reads/copies.py",
         "tierpoint/catalog/reads/operator.py",
         "tierpoint/catalog/reads/overview.py",
-        "tierpoint/catalog/reads/skipped.py",
     }
 )
 

@@ -29,8 +29,9 @@ from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads import checkpoints
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.json_types import Text
-from tierpoint.manifest import MAX_BRANCH, parse_manifest_json
+from tierpoint.manifest import MAX_BRANCH
 from tierpoint.manifest_limits import check_limits
+from tierpoint.manifest_parse import parse_manifest_json
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 from tierpoint.states import TierState
 

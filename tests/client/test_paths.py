@@ -19,7 +19,7 @@ from tierpoint_client.paths import (
 )
 
 from tests.helpers.properties import examples
-from tierpoint.manifest import parse_manifest_json
+from tierpoint.manifest_parse import parse_manifest_json
 from tierpoint.storage.paths import is_partial_name
 from tierpoint.storage.paths import partial_name as servers
 

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.helpers.properties import examples
-from tierpoint.manifest import Manifest, parse_manifest_json
+from tierpoint.manifest import Manifest
 from tierpoint.manifest_digest import manifest_digest, shards_json
+from tierpoint.manifest_parse import parse_manifest_json
 
 MAX_INT64 = 2**63 - 1
 

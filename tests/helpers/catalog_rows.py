@@ -186,7 +186,7 @@ def checkpoint_row(
 ) -> int:
     """A checkpoint of `job_id` at `step` on `branch`, with no shards and a pending tier copy on
     each of `tiers`; returns its id."""
-    cp = session.scalar(
+    cp: int | None = session.scalar(
         insert(Checkpoint)
         .values(
             job_id=job_id,

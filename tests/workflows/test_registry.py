@@ -23,6 +23,7 @@ def _defined() -> dict[str, type]:
                 continue
             definition = workflow._Definition.from_class(value)
             if definition is not None:
+                assert definition.name is not None, f"{value.__name__} has no workflow name"
                 assert definition.name not in found, f"two workflows named {definition.name}"
                 found[definition.name] = value
     return found
@@ -30,7 +31,7 @@ def _defined() -> dict[str, type]:
 
 def test_every_workflow_the_package_defines_is_registered_once() -> None:
     defined = _defined()
-    registered = [workflow._Definition.must_from_class(w).name for w in WORKFLOWS]
+    registered = [str(workflow._Definition.must_from_class(w).name) for w in WORKFLOWS]
     assert len(set(registered)) == len(registered), registered
     assert set(registered) == set(defined), (
         f"defined, not registered: {sorted(set(defined) - set(registered))}; "

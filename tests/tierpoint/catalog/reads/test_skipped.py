@@ -26,7 +26,7 @@ TIERS = [SSD, LUSTRE]
 
 def _step(session: Session, job_id: int, step: int, node: str, shards: int = 2) -> int:
     upsert_node(session, node, {})
-    cp = session.scalar(
+    cp: int | None = session.scalar(
         insert(Checkpoint)
         .values(job_id=job_id, step=step, total_bytes=10, shard_count=shards, manifest_digest="d")
         .returning(Checkpoint.id)

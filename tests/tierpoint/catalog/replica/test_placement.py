@@ -7,6 +7,7 @@ still have to handle."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
@@ -52,7 +53,7 @@ def _checkpoint(session: Session) -> tuple[int, str, str, list[int]]:
 
 
 def _write(
-    session: Session, cp: int, tier: str, writes: list[tuple[int, ReplicaState, str | None]]
+    session: Session, cp: int, tier: str, writes: Sequence[tuple[int, ReplicaState, str | None]]
 ) -> None:
     upsert_replicas(
         session, cp, tier, [ReplicaWrite(s, st, f"/{tier}/{s}", n, 10) for s, st, n in writes]

@@ -101,14 +101,29 @@ def remove(save: Save, name: str) -> None:
 
 
 def commit(client: Client, save: Save) -> None:
+    """DCP's commit: every rank's files that `.metadata` names, and `.metadata`."""
     names = _files_of((save.directory / METADATA_FILE).read_bytes(), save)
-    shards = []
-    for name in [*sorted(names), METADATA_FILE]:
-        rec = _writes.lookup(save.job, save.step, name)
-        shards.append(ShardSpec(name, rec.size, rec.crc32c, rec.node))
+    _register(client, save, [*sorted(names), METADATA_FILE])
+
+
+def commit_written(client: Client, save: Save) -> None:
+    """An fsspec transaction's commit (Lightning's save): the files this process wrote."""
+    _register(client, save, sorted(_writes.names(save.job, save.step)))
+
+
+def abandon(save: Save) -> None:
+    """A save whose files were all discarded: nothing of it stays staged or recorded."""
     with _lock:
         _saves.pop((save.job, save.step), None)
     _writes.forget_step(save.job, save.step)
+
+
+def _register(client: Client, save: Save, names: list[str]) -> None:
+    shards = []
+    for name in names:
+        rec = _writes.lookup(save.job, save.step, name)
+        shards.append(ShardSpec(name, rec.size, rec.crc32c, rec.node))
+    abandon(save)
     client.register_manifest(save.job, save.step, shards)
 
 

@@ -146,8 +146,11 @@ def _files_of(raw: bytes, save: Save) -> set[str]:
 
 
 def _refuse_registered(client: Client, job: str, step: int) -> None:
-    """A step is saved once (DCP would overwrite a registered checkpoint's files before the
-    registration refused it). A token that may not use the job is refused here too (403)."""
+    """A token that may not register the job's checkpoints (a `read` token, another job's) is
+    refused (403) by the registration's own rule. A step is saved once (DCP would overwrite a
+    registered checkpoint's files before the registration refused it)."""
+    # guard: fs-save-authorized
+    client.authorize_registration(job)
     try:
         client.checkpoint(job, step)
     except NotFoundError:

@@ -54,6 +54,7 @@ class _SaveTransaction(Transaction):  # type: ignore[misc]
                 _saves.abandon(save)
             raise
         for save in saves.values():
+            # guard: fs-transaction-discard-registers-nothing
             if commit:
                 _saves.commit_written(client_for(fs.settings), save)
             else:

@@ -410,8 +410,10 @@ def main(argv: Sequence[str]) -> int:
         _say(f"{TRAINERS_VENV.name}/ holds {TORCH}, {', '.join(TRAINERS)} and the client")
         return 0
     if command == "mutants":
-        # Some guards are in the torch client: their tests run ranks in the torch venv.
+        # Some guards are in the torch client and the tierpoint:// filesystem: their tests run
+        # ranks in the torch venv, and trainers in the trainers venv.
         sync_torch_venv()
+        sync_trainers_venv()
         python = str(_venv_bin(VENV, "python"))
         return subprocess.run([python, str(ROOT / ".ci" / "guard_mutants.py"), *rest]).returncode
     tierpoint = str(_venv_bin(VENV, "tierpoint"))

@@ -10,6 +10,7 @@
                                              checks, no Temporal, S3 or processes): ~a minute
     python3 bootstrap.py mutants [ARGS]      the guard mutation check (.ci/guard_mutants.py)
     python3 bootstrap.py torch-venv          only make ./.venv-torch (below)
+    python3 bootstrap.py trainers-venv       only make ./.venv-trainers (below)
     python3 bootstrap.py COMMAND [ARGS]      any other `tierpoint` command
 
 It uses `uv` from PATH, or installs uv into ./.bootstrap (a venv of this python3), then runs
@@ -24,6 +25,10 @@ benchmarks (`python -m benchmarks`) add `BENCH_EXTRAS` to it on first use (a run
 suite, whose benchmark smoke needs them, adds them beside its static checks). And `test` finds (or,
 as root on Debian, installs) the chromium the dashboard's browser tests drive, and Debian's
 radosgw, pgbouncer and prometheus (promtool), which the deployment tests start themselves.
+
+`test` makes ./.venv-trainers too: torch, the trainers the `tierpoint://` filesystem is tested
+under (torchtitan with triton, Lightning) and the client, ~2.5 GB, kept apart so that the torch
+venv stays small. Where it cannot be built (no package index) their tests skip and say so.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ TORCH = "torch==2.13.0"
 # Only the benchmarks' DCP baseline needs these (`python -m benchmarks` adds them on first use):
 # s3torchconnector's S3StorageWriter/S3StorageReader, with the `dcp` extra's tenacity.
 BENCH_EXTRAS = ("s3torchconnector[dcp]==1.5.0",)
+TRAINERS_VENV = ROOT / ".venv-trainers"
+# The trainers the `tierpoint://` filesystem is tested under, unmodified (tests/client/trainers):
+# torchtitan's own training loop and Lightning Fabric. torchtitan imports triton even on CPU, and
+# pulls datasets, tokenizers, pyarrow, pandas and more: ~2.5 GB, kept out of .venv-torch.
+TRAINERS = ("torchtitan==0.3.0", "triton==3.9.0", "lightning==2.6.6")
 USAGE = __doc__ or ""
 MIN_PYTHON = (3, 11)  # as pyproject.toml requires
 
@@ -135,6 +145,35 @@ def sync_torch_venv() -> None:
     client = ROOT / "client"
     subprocess.run([*pip, "install", "--quiet", "-e", f"{client}[s3,torch]"], check=True)
     key_file.write_text(key)
+
+
+def trainers_venv_key() -> str:
+    digest = hashlib.sha256((ROOT / "client" / "pyproject.toml").read_bytes())
+    digest.update(f"{TORCH} {' '.join(TRAINERS)} {sys.version_info[:2]}".encode())
+    return digest.hexdigest()
+
+
+def sync_trainers_venv() -> bool:
+    """Make .venv-trainers hold TORCH, TRAINERS and the client (editable); a no-op when its key
+    file matches. False, and no venv, when it cannot be built (no package index): the trainer
+    tests then skip and say so."""
+    key_file = TRAINERS_VENV / ".tierpoint-key"
+    key = trainers_venv_key()
+    if key_file.exists() and key_file.read_text() == key:
+        return True
+    _say(f"building {TRAINERS_VENV.name}/ ({TORCH}, {', '.join(TRAINERS)}, the client)")
+    shutil.rmtree(TRAINERS_VENV, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(TRAINERS_VENV)], check=True)
+    pip = [str(_venv_bin(TRAINERS_VENV, "python")), "-m", "pip", "--disable-pip-version-check"]
+    client = ROOT / "client"
+    # One resolution, so that torchtitan's pins (datasets caps fsspec) and the client's agree.
+    install = [*pip, "install", "--quiet", TORCH, "numpy", *TRAINERS, "-e", f"{client}[s3,torch]"]
+    if subprocess.run(install).returncode != 0:
+        _say(f"could not build {TRAINERS_VENV.name}/: the trainer tests will be skipped")
+        shutil.rmtree(TRAINERS_VENV, ignore_errors=True)
+        return False
+    key_file.write_text(key)
+    return True
 
 
 def _apt_install(packages: Sequence[str], *, recommends: bool = True) -> bool:
@@ -359,14 +398,22 @@ def main(argv: Sequence[str]) -> int:
     if command == "test":
         if "--fast" not in rest:  # the torch tests are full-stack: they run ranks as processes
             sync_torch_venv()
+            sync_trainers_venv()
         return run_tests(rest)
     if command == "torch-venv":
         sync_torch_venv()
         _say(f"{TORCH_VENV.name}/ holds {TORCH}, numpy and the client")
         return 0
+    if command == "trainers-venv":
+        if not sync_trainers_venv():
+            return 1
+        _say(f"{TRAINERS_VENV.name}/ holds {TORCH}, {', '.join(TRAINERS)} and the client")
+        return 0
     if command == "mutants":
-        # Some guards are in the torch client: their tests run ranks in the torch venv.
+        # Some guards are in the torch client and the tierpoint:// filesystem: their tests run
+        # ranks in the torch venv, and trainers in the trainers venv.
         sync_torch_venv()
+        sync_trainers_venv()
         python = str(_venv_bin(VENV, "python"))
         return subprocess.run([python, str(ROOT / ".ci" / "guard_mutants.py"), *rest]).returncode
     tierpoint = str(_venv_bin(VENV, "tierpoint"))

@@ -1221,6 +1221,28 @@ MUTANTS: tuple[Mutant, ...] = (
         "a save by tierpoint:// URL never rewrites a registered step's files, nor starts for a "
         "job its token may not use",
     ),
+    Mutant(
+        "fs-save-authorized",
+        "    client.authorize_registration(job)\n",
+        "    pass\n",
+        (
+            "tests/client/torch/test_fsspec_dcp.py::"
+            "test_bad_url_missing_token_and_foreign_job_fail_before_anything_is_written",
+        ),
+        "a save by tierpoint:// URL with a token that may read the job but not register its "
+        "checkpoints fails before a byte is written, not at the registration",
+    ),
+    Mutant(
+        "fs-transaction-discard-registers-nothing",
+        "            if commit:\n",
+        "            if True:\n",
+        (
+            "tests/client/trainers/test_fabric.py::"
+            "test_a_given_up_transaction_registers_and_leaves_nothing",
+        ),
+        "a tierpoint:// save inside an fsspec transaction (Lightning's) that is given up "
+        "registers nothing",
+    ),
     # ---- a run's timeline ----------------------------------------------------------------------
     Mutant(
         "register-on-left-branch",

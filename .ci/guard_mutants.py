@@ -162,11 +162,12 @@ def _copy_tree(repo: Path, scratch: Path) -> None:
         dst = scratch / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(repo / rel, dst, follow_symlinks=False)
-    # The torch tests run their ranks with the repository's torch venv, found beside the tests
-    # (ignored by git, so not copied); PYTHONPATH still points them at the scratch copy's client.
-    torch_venv = repo / ".venv-torch"
-    if torch_venv.is_dir():
-        (scratch / ".venv-torch").symlink_to(torch_venv, target_is_directory=True)
+    # The torch and trainer tests run their processes with the repository's torch and trainers
+    # venvs, found beside the tests (ignored by git, so not copied); PYTHONPATH still points them
+    # at the scratch copy's client.
+    for name in (".venv-torch", ".venv-trainers"):
+        if (repo / name).is_dir():
+            (scratch / name).symlink_to(repo / name, target_is_directory=True)
 
 
 # Postgres and the S3 endpoint, started once for every mutant's run (each run still makes its own

@@ -126,6 +126,13 @@ def _dcp_requests(env: Env, s: Sizes) -> Scenario:
     return DcpRequests(env, (1, 2) if s.mib < 256 else (1, 2, 4, 8, 16))
 
 
+def _torchtitan(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.torchtitan import Torchtitan
+
+    # Tiny runs (CI's smoke): one rank; a second costs a torchtitan start-up.
+    return Torchtitan(env, world=1 if s.mib < 64 else 2)
+
+
 def _checkpoint_visible(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.checkpoint_visible import CheckpointVisible
 
@@ -223,6 +230,7 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "dcp": _dcp,
     "dcp_load": _dcp_load,
     "dcp_requests": _dcp_requests,
+    "torchtitan": _torchtitan,
     "checkpoint_visible": _checkpoint_visible,
     "end_to_end": _end_to_end,
     "restore": _restore,

@@ -51,6 +51,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     # On another dev stack: the lifecycles under load.
     "stack": ("sustained", "orchestration", "scale"),
+    # On a dev stack of its own and the trainers venv: torchtitan's own runs.
+    "trainers": ("torchtitan",),
 }
 
 Doc = dict[str, Any]

@@ -101,14 +101,29 @@ def remove(save: Save, name: str) -> None:
 
 
 def commit(client: Client, save: Save) -> None:
+    """DCP's commit: every rank's files that `.metadata` names, and `.metadata`."""
     names = _files_of((save.directory / METADATA_FILE).read_bytes(), save)
-    shards = []
-    for name in [*sorted(names), METADATA_FILE]:
-        rec = _writes.lookup(save.job, save.step, name)
-        shards.append(ShardSpec(name, rec.size, rec.crc32c, rec.node))
+    _register(client, save, [*sorted(names), METADATA_FILE])
+
+
+def commit_written(client: Client, save: Save) -> None:
+    """An fsspec transaction's commit (Lightning's save): the files this process wrote."""
+    _register(client, save, sorted(_writes.names(save.job, save.step)))
+
+
+def abandon(save: Save) -> None:
+    """A save whose files were all discarded: nothing of it stays staged or recorded."""
     with _lock:
         _saves.pop((save.job, save.step), None)
     _writes.forget_step(save.job, save.step)
+
+
+def _register(client: Client, save: Save, names: list[str]) -> None:
+    shards = []
+    for name in names:
+        rec = _writes.lookup(save.job, save.step, name)
+        shards.append(ShardSpec(name, rec.size, rec.crc32c, rec.node))
+    abandon(save)
     client.register_manifest(save.job, save.step, shards)
 
 
@@ -131,8 +146,11 @@ def _files_of(raw: bytes, save: Save) -> set[str]:
 
 
 def _refuse_registered(client: Client, job: str, step: int) -> None:
-    """A step is saved once (DCP would overwrite a registered checkpoint's files before the
-    registration refused it). A token that may not use the job is refused here too (403)."""
+    """A token that may not register the job's checkpoints (a `read` token, another job's) is
+    refused (403) by the registration's own rule. A step is saved once (DCP would overwrite a
+    registered checkpoint's files before the registration refused it)."""
+    # guard: fs-save-authorized
+    client.authorize_registration(job)
     try:
         client.checkpoint(job, step)
     except NotFoundError:

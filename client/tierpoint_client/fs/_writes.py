@@ -88,6 +88,12 @@ def lookup(job: str, step: int, name: str) -> FileRecord:
     )
 
 
+def names(job: str, step: int) -> set[str]:
+    """The files of a step this process wrote and put in place."""
+    with _lock:
+        return {k[2] for k in _records if k[:2] == (job, step)}
+
+
 def forget_step(job: str, step: int) -> None:
     with _lock:
         for key in [k for k in _records if k[:2] == (job, step)]:
@@ -102,10 +108,13 @@ class StagedFile:
     and the transaction's `commit` or `discard` decides. Leaving with an exception, or being
     collected unclosed, discards: a failed write never takes the file's name."""
 
-    def __init__(self, final: Path, on_commit: Any, *, autocommit: bool = True) -> None:
+    def __init__(
+        self, final: Path, on_commit: Any, *, autocommit: bool = True, owner: Any = None
+    ) -> None:
         self._done = True  # until the temporary file exists, there is nothing to discard
         self._out = AtomicFile(final)
         self._on_commit = on_commit  # (size, crc32c) -> None
+        self.owner = owner  # the save it belongs to, for the transaction that commits it
         self.autocommit = autocommit
         self.closed = False
         self._done = False

@@ -8,7 +8,10 @@ checkpoint storage by a folder string (torchtitan's `--checkpoint.folder`, DCP's
 - reads: the step's fastest verified copy of the file, verified, with fallback (_loads);
 - listing: the catalog's restorable checkpoints only, as `step-<N>` folders, so a trainer's
   "latest" is never a half-written step; a step's files once it is restorable;
-- `rm -r` of a step: a request to delete it that retention carries out (its rules hold).
+- `rm -r` of a step: a request to delete it that retention carries out (its rules hold);
+- an fsspec transaction (Lightning's save: files opened with `autocommit=False`): its commit puts
+  the files in place and registers each step they belong to once, with the files this process
+  wrote of it; a discarded transaction leaves nothing (_SaveTransaction).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import io
 from typing import Any
 
 from fsspec import AbstractFileSystem
+from fsspec.transaction import Transaction
 from fsspec.utils import stringify_path
 
 from tierpoint_client.errors import NotFoundError, TierpointError
@@ -36,8 +40,30 @@ def _dir(name: str) -> dict[str, Any]:
     return {"name": name, "size": 0, "type": "directory"}
 
 
+class _SaveTransaction(Transaction):  # type: ignore[misc]
+    """A save that is not DCP's has no `.metadata` rename to commit it: Lightning writes its one
+    file inside `with fs.transaction:`. The transaction's commit is the save's commit."""
+
+    def complete(self, commit: bool = True) -> None:
+        fs = self.fs
+        saves = {id(f.owner): f.owner for f in self.files if isinstance(f, StagedFile)}
+        try:
+            super().complete(commit)
+        except BaseException:
+            for save in saves.values():
+                _saves.abandon(save)
+            raise
+        for save in saves.values():
+            # guard: fs-transaction-discard-registers-nothing
+            if commit:
+                _saves.commit_written(client_for(fs.settings), save)
+            else:
+                _saves.abandon(save)
+
+
 class TierpointFileSystem(AbstractFileSystem):  # type: ignore[misc]
     protocol = (PROTOCOL,)
+    transaction_type = _SaveTransaction
 
     def __init__(self, *args: Any, **storage_options: Any) -> None:
         super().__init__(*args, **storage_options)
@@ -167,7 +193,8 @@ class TierpointFileSystem(AbstractFileSystem):  # type: ignore[misc]
         save = _saves.begin(self.settings, p)
         final = save.directory / p.file
         final.parent.mkdir(parents=True, exist_ok=True)
-        return StagedFile(final, _saves.on_written(save, p.file), autocommit=autocommit)
+        recorder = _saves.on_written(save, p.file)
+        return StagedFile(final, recorder, autocommit=autocommit, owner=save)
 
     def mv(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> None:
         src = parse(self._strip_protocol(path1))

@@ -169,7 +169,8 @@ def outcome(call: Callable[[], Any]) -> str:
 
 
 def transaction(fs: Any, job: str, step: int) -> dict[str, Any]:
-    """Lightning's `_atomic_save`: a file opened inside `fs.transaction`, committed at its end."""
+    """Lightning's `_atomic_save`: a file opened inside `fs.transaction`, committed (and the
+    step registered) at its end; then another step's, given up."""
     path = f"tierpoint://{job}/step-{step}/state.ckpt"
     directory = local_dir(job, step)
     out: dict[str, Any] = {}
@@ -179,14 +180,17 @@ def transaction(fs: Any, job: str, step: int) -> dict[str, Any]:
             f.write(content(step, "state.ckpt"))
         out["in_transaction"] = sorted(os.listdir(directory))
     out["committed"] = sorted(os.listdir(directory))
+    shards = Client.from_env().checkpoint(job, step).shards or ()
+    out["registered"] = sorted(s.path for s in shards)
     try:
         with fs.transaction:
-            with fs.open(f"{job}/step-{step}/discarded.ckpt", "wb") as f:
+            with fs.open(f"{job}/step-{step + 1}/discarded.ckpt", "wb") as f:
                 f.write(b"never kept")
             raise RuntimeError("the save failed")
     except RuntimeError:
         pass
-    out["after_discard"] = sorted(os.listdir(directory))
+    discarded = local_dir(job, step + 1)
+    out["after_discard"] = sorted(os.listdir(discarded)) if os.path.exists(discarded) else []
     with open(os.path.join(directory, "state.ckpt"), "rb") as r:
         out["bytes_ok"] = r.read() == content(step, "state.ckpt")
     return out

@@ -138,5 +138,6 @@ async def test_a_transaction_puts_its_files_in_place_only_when_it_commits(
     assert "state.ckpt" not in facts["in_transaction"], facts  # staged under a temporary name
     assert len(facts["in_transaction"]) == 1
     assert facts["committed"] == ["state.ckpt"]
-    assert facts["after_discard"] == ["state.ckpt"]  # the failed one left nothing
+    assert facts["registered"] == ["state.ckpt"]  # the commit registered the step
+    assert facts["after_discard"] == []  # the failed one left nothing
     assert facts["bytes_ok"] is True

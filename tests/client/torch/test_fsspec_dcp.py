@@ -111,9 +111,10 @@ async def test_two_ranks_save_by_url_register_once_and_load_back_from_every_tier
         query={"all": "true"},
     )
     assert [x["active"] for x in leases.body["items"]] == [False] * 5, leases.body
-    # The coordinator's step check and registration, and each rank's tier lookup (once per
-    # process); a load: each rank starts one restore and releases its lease.
-    assert (save_requests, load_requests) == (4, 4)
+    # The coordinator's checks (the token may register the job, the step is not registered) and
+    # registration, and each rank's tier lookup (once per process); a load: each rank starts one
+    # restore and releases its lease.
+    assert (save_requests, load_requests) == (5, 4)
 
 
 async def test_one_rank_saves_and_async_saves_by_url(stack: Stack, tmp_path: Path) -> None:
@@ -162,12 +163,15 @@ async def test_bad_url_missing_token_and_foreign_job_fail_before_anything_is_wri
 ) -> None:
     job = new_job("url")
     other = create_token(stack.settings.database_url, scopes=["train:someone-else-"])
+    reader = create_token(stack.settings.database_url, scopes=["read"])
     cases = [
         (f"tierpoint://{job}/latest", {}, "'latest' is not a step folder", 1),
         ("tierpoint://bad job/step-1", {}, "job name 'bad job' is not valid", 1),
         (f"tierpoint://{job}/step-1", {"TIERPOINT_TOKEN": ""}, "needs a token", 2),
         # The coordinator's check fails the save on the other rank too, before it writes.
         (f"tierpoint://{job}/step-1", {"TIERPOINT_TOKEN": other}, "may not do this", 2),
+        # A token that may read every job but register none.
+        (f"tierpoint://{job}/step-1", {"TIERPOINT_TOKEN": reader}, "may not do this", 2),
     ]
     for url, env, message, world in cases:
         reports = await url_ranks(stack, tmp_path, "save", url, 1, world=world, env=env)

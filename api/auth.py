@@ -165,6 +165,10 @@ def require_token() -> Requirement:
 # Taking, renewing and releasing a restore lease: a lease holds the checkpoint's copies, so it is
 # a write that a training job does for its own jobs and an operator for any.
 LEASE_WRITE = require_job(Scope.OPERATE)
+# Registering a checkpoint: the job's own training token, or admin.
+REGISTER = require_job()
+# Reading a job's checkpoints and their copies.
+JOB_READ = require_job(Scope.READ)
 
 
 def api_routes(app: FastAPI) -> list[RouteContext]:

@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from api import background
-from api.auth import LEASE_WRITE, Actor, PrincipalDep, require_job
+from api.auth import LEASE_WRITE, REGISTER, Actor, PrincipalDep, require_job
 from api.deps import JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.pagination import decode_cursor, encode_cursor
@@ -66,7 +66,7 @@ async def manifest_body(job: JobName, request: Request) -> RegisterCheckpoint:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Manifest"}}},
         }
     },
-    dependencies=[Depends(require_job())],
+    dependencies=[Depends(REGISTER)],
 )
 async def register_checkpoint(
     job: JobName,

@@ -17,3 +17,13 @@ class JobOut(BaseModel):
 class JobPage(BaseModel):
     items: list[JobOut]
     next_cursor: str | None
+
+
+class JobAccess(BaseModel):
+    """What the calling token may do with one job: a client checks before it writes a byte."""
+
+    job: str
+    token: str
+    read: bool
+    register: bool
+    lease: bool

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
-from tierpoint_client.errors import InvalidRequestError, NotFoundError, TierpointError
+from tierpoint_client.errors import AuthError, NotFoundError, TierpointError
 from tierpoint_client.models import (
     Checkpoint,
     LatestCheckpoint,
@@ -101,16 +101,20 @@ class Api(TimelineApi):
         return result
 
     def authorize_registration(self, job: str) -> None:
-        """Raises AuthError unless the token may register checkpoints of `job`, registering
-        nothing. The registration route itself answers: the API authorizes every request before
-        it reads a byte of its body (tests/api/test_auth_first.py holds it to that), so a
-        manifest it cannot accept comes back 403 to a token that may not register, else 422. The
-        same rule as the registration's, so the check cannot drift from it."""
-        try:
-            self._http.request("POST", f"/v1/jobs/{_job(job)}/checkpoints", body={})
-        except InvalidRequestError:
+        """Raises AuthError unless the token may register checkpoints of `job`. The API answers
+        by the registration route's own rule (`GET .../access`), so the check cannot drift from
+        it; nothing is written."""
+        resp = self._http.request("GET", f"/v1/jobs/{_job(job)}/access")
+        access: dict[str, Any] = resp.body
+        if access.get("register") is True:
             return
-        raise TierpointError(f"the API registered an empty manifest for {job!r}")
+        raise AuthError(
+            403,
+            "insufficient_scope",
+            f"token {access.get('token')!r} may not do this: register checkpoints of job "
+            f"{job!r}; it needs train:<a prefix of {job!r}> (or admin)",
+            {"required_scope": f"train:{job}"},
+        )
 
     def checkpoint(self, job: str, step: int, *, branch: int | None = None) -> Checkpoint:
         """One checkpoint with its per-tier state and per-shard replicas: the one at `step` on

@@ -181,6 +181,42 @@ async def test_a_training_token_works_on_its_own_jobs_only(
     policy_names.append("pol-trainer")
 
 
+async def test_a_token_asks_what_it_may_do_with_a_job_and_the_answer_is_the_routes_rule(
+    anonymous: httpx.AsyncClient, catalog: Engine, jobs: tuple[str, str]
+) -> None:
+    llama, gpt = jobs
+    suffix = uuid.uuid4().hex[:6]
+    tokens_by_scope = {
+        scope: bearer(create_token(catalog, f"{scope.replace(':', '-')}{suffix}", [scope]))
+        for scope in ("train:llama-", "read", "operate", "admin")
+    }
+    expected = {
+        # (scope, job): (read, register, lease)
+        ("train:llama-", llama): (True, True, True),
+        ("train:llama-", gpt): (False, False, False),
+        ("read", llama): (True, False, False),
+        ("operate", llama): (False, False, True),
+        ("admin", gpt): (True, True, True),
+    }
+    before = _count(catalog)
+    for (scope, job), (read, register, lease) in expected.items():
+        headers = tokens_by_scope[scope]
+        r = await anonymous.get(f"/v1/jobs/{job}/access", headers=headers)
+        assert r.status_code == 200, r.text
+        got = r.json()
+        assert (got["read"], got["register"], got["lease"]) == (read, register, lease), scope
+        assert got["job"] == job and got["token"].endswith(suffix)
+        # The answer is what the routes do: a registration by a token told "no" is refused.
+        reg = await anonymous.post(f"/v1/jobs/{job}/checkpoints", json={}, headers=headers)
+        assert reg.status_code == (422 if register else 403), (scope, job, reg.text)
+    assert _count(catalog) == before
+
+    r = await anonymous.get(f"/v1/jobs/{llama}/access")
+    assert r.status_code == 401 and r.headers["content-type"] == PROBLEM
+    r = await anonymous.get("/v1/jobs/bad%00name/access", headers=tokens_by_scope["admin"])
+    assert r.status_code == 422 and r.headers["content-type"] == PROBLEM, r.text
+
+
 async def test_read_operate_and_admin_tokens(
     anonymous: httpx.AsyncClient, catalog: Engine, jobs: tuple[str, str], policy_names: list[str]
 ) -> None:

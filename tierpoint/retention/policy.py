@@ -9,7 +9,7 @@ A policy is a JSON document stored in `retention_policy.spec`. Its shape (format
 
 The rules for a tier are looked up in that order: by name, then `durable` (for the last tier only),
 then by kind; a tier without rules keeps every checkpoint, except a peer tier. A peer tier named
-`<name>.<k>` (k >= 2: copy k of a peer tier configured with `copies`, tier_config.copy_name)
+`<name>.<k>` (k >= 2: copy k of a peer tier configured with `copies`, config/tiers.py: copy_name)
 without a rule of its own takes the rule of `<name>` when there is one, before `durable` and the
 kind; a peer tier that none of these rules keeps what the local tier it copies keeps (the last
 local tier before it, `Policy.rules`): its copies are that tier's bytes held on other nodes' own
@@ -44,7 +44,7 @@ _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION_RE = re.compile(r"^(?:\d+[wdhms])+$")
 _PART_RE = re.compile(r"(\d+)([wdhms])")
 _DURATION_PATTERN = r"^([0-9]+[wdhms])+$"
-# The name of copy k >= 2 of a peer tier with `copies` (tier_config.copy_name): `<name>.<k>`.
+# The name of copy k >= 2 of a peer tier with `copies` (config/tiers.py: copy_name): `<name>.<k>`.
 _COPY_RE = re.compile(r"^(.+)\.([2-9]|[1-9][0-9]+)$")
 
 

@@ -111,7 +111,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def machine() -> dict[str, Any]:
     return {
         "cpus": os.cpu_count(),
-        "platform": platform.platform(),
+        # Not platform.platform(): it may run `uname -p` in a subprocess on first use.
+        "platform": f"{platform.system()}-{platform.release()}-{platform.machine()}",
         "python": platform.python_version(),
         "load_average": os.getloadavg(),
     }

@@ -23,14 +23,13 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from tierpoint_client.paths import NAME_PATTERN
 
-from tierpoint.errors import InvalidJobName, UnsafePath
+from tierpoint.errors import UnsafePath
 from tierpoint.json_types import NO_NUL, JsonInt, text_value
 from tierpoint.storage.checksum import crc32c_hex, parse_crc32c
 from tierpoint.storage.paths import (
     MAX_PATH_BYTES,
     path_conflict,
     path_conflict_message,
-    validate_name,
     validate_relative_path,
 )
 from tierpoint.storage.paths import MAX_STEP as MAX_STEP  # the API's bound on steps too
@@ -307,10 +306,3 @@ class Manifest(BaseModel):
     @functools.cached_property
     def total_bytes(self) -> int:
         return sum(s.size for s in self.shards)
-
-
-def check_job_name(job: str) -> str:
-    try:
-        return validate_name(job, "job name")
-    except UnsafePath as exc:
-        raise InvalidJobName(str(exc)) from None

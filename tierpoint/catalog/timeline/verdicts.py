@@ -84,7 +84,8 @@ def give_verdict(
         require_job_id(session, job)
         raise no_checkpoint(job, step, branch)
     (locked,) = held.values()
-    row = session.get_one(Checkpoint, locked.id)
+    # Read past the session's identity map: a row it loaded before the lock may be stale.
+    row = session.get_one(Checkpoint, locked.id, populate_existing=True)
     before = row.health
     if before == verdict:
         return False

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from tests.helpers.catalog_rows import checkpoint_row, job_row
@@ -70,3 +70,16 @@ def test_the_quarantine_reason_says_what_the_evidence_says() -> None:
     evidence = {"metric": "grad_norm", "value": "Infinity", "at_step": 3, "detail": "spike"}
     assert quarantine_reason(evidence) == "verdict bad: grad_norm=Infinity at step 3 (spike)"
     assert len(quarantine_reason({"detail": "x" * 2000})) == 1024
+
+
+def test_a_verdict_reads_the_locked_row_not_the_sessions_copy(session: Session) -> None:
+    job = job_row(session)
+    cp = checkpoint_row(session, job.id, 3)
+    held = session.get_one(Checkpoint, cp)  # the session now holds a copy of the row
+    assert held.health is None
+    # Another writer's verdict, which the session's copy of the row does not see.
+    stale = update(Checkpoint).where(Checkpoint.id == cp).values(health="bad")
+    session.execute(stale.execution_options(synchronize_session=False))
+    with pytest.raises(VerdictConflict, match="bad is final"):
+        give_verdict(session, job.name, 3, "good", actor="trainer")
+    assert held.health == "bad"

@@ -162,9 +162,11 @@ def require_token() -> Requirement:
     return Requirement((), job_scoped=False, any_token=True)
 
 
-# Taking, renewing and releasing a restore lease: a lease holds the checkpoint's copies, so it is
-# a write that a training job does for its own jobs and an operator for any.
-LEASE_WRITE = require_job(Scope.OPERATE)
+# A write that a training job does for its own jobs and an operator for any: taking, renewing and
+# releasing a restore lease (a lease holds the checkpoint's copies), and changing a job's
+# timeline (a rollback, a fork, a verdict).
+JOB_WRITE = require_job(Scope.OPERATE)
+LEASE_WRITE = JOB_WRITE
 
 
 def api_routes(app: FastAPI) -> list[RouteContext]:

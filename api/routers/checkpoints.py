@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from api import background
 from api.auth import LEASE_WRITE, Actor, PrincipalDep, require_job
-from api.deps import JobName, SessionDep, StateDep, Step
+from api.deps import BranchQuery, HealthQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
@@ -183,10 +183,7 @@ async def latest_restorable(
             description="The newest on this branch's own timeline (superseded or not).",
         ),
     ] = None,
-    health: Annotated[
-        Literal["good"] | None,
-        Query(description="`good`: the newest checkpoint certified good."),
-    ] = None,
+    health: HealthQuery = None,
 ) -> LatestWithLease:
     """The highest step the caller can restore, with the fastest verified source of each shard,
     and for every newer step why it was not chosen. 404 (`no_restorable_checkpoint`, with the
@@ -227,10 +224,7 @@ async def get_checkpoint(
     session: SessionDep,
     state: StateDep,
     shards: Annotated[bool, Query(description="Include shards and their replicas.")] = True,
-    branch: Annotated[
-        int | None,
-        Query(ge=1, le=MAX_BRANCH, description="The checkpoint saved on this branch."),
-    ] = None,
+    branch: BranchQuery = None,
 ) -> CheckpointDetailOut:
     detail = await session.run_sync(
         checkpoints.get_checkpoint,

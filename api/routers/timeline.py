@@ -10,8 +10,8 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Depends, Query, Response
 
 from api import background
-from api.auth import Actor, PrincipalDep, require_job
-from api.deps import JobName, SessionDep, StateDep, Step
+from api.auth import JOB_WRITE, Actor, PrincipalDep, require_job
+from api.deps import BranchQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.checkpoints import CheckpointOut
@@ -29,16 +29,8 @@ from api.schemas.timeline import (
 from tierpoint.auth import Scope
 from tierpoint.catalog.reads import checkpoints
 from tierpoint.catalog.timeline import branches, lineage, verdicts
-from tierpoint.manifest import MAX_BRANCH
 
 router = APIRouter(prefix="/v1/jobs", tags=["timeline"], route_class=GatedRoute)
-
-BranchQuery = Annotated[
-    int | None,
-    Query(ge=1, le=MAX_BRANCH, description="The checkpoint saved on this branch."),
-]
-# Who may change a job's timeline: its training jobs, operators, admins.
-TIMELINE_WRITE = require_job(Scope.OPERATE)
 
 
 @router.post(
@@ -50,7 +42,7 @@ TIMELINE_WRITE = require_job(Scope.OPERATE)
         **problem_responses(404, 409, 422),
     },
     summary="Roll back to a step: a new branch starts from it",
-    dependencies=[Depends(TIMELINE_WRITE)],
+    dependencies=[Depends(JOB_WRITE)],
 )
 async def rollback(
     job: JobName,
@@ -101,7 +93,7 @@ async def list_branches(job: JobName, session: SessionDep) -> BranchesOut:
         **problem_responses(403, 404, 409, 422),
     },
     summary="Start a new job from another job's checkpoint",
-    dependencies=[Depends(TIMELINE_WRITE)],
+    dependencies=[Depends(JOB_WRITE)],
 )
 async def fork_job(
     job: JobName,
@@ -138,7 +130,7 @@ async def fork_job(
     response_model=CheckpointOut,
     responses=problem_responses(403, 404, 409, 422),
     summary="Mark a checkpoint good, suspect or bad, with evidence",
-    dependencies=[Depends(TIMELINE_WRITE)],
+    dependencies=[Depends(JOB_WRITE)],
 )
 async def give_verdict(
     job: JobName,

@@ -3,7 +3,8 @@ stack: a job's first run loads nothing without an exception; a run that loads an
 with `rollback=True` saves the steps after it again (in the new branch's own directory), each
 checkpoint naming the one the run loaded, then the one it saved, as its parent; without the
 rollback the save is refused with a message that says how to roll back; `health="good"` loads
-the newest certified good checkpoint."""
+the newest certified good checkpoint; a forked job's first load reads its parent's checkpoint
+where it is, and a corrupt copy found there is reported on the parent."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import json
 import uuid
 from pathlib import Path
 from typing import Any
+
+from tierpoint_client import CheckpointRef
 
 from tests.client.torch.ranks import TORCH_PYTHON, WAIT, rank_env
 from tests.helpers.client import Stack
@@ -103,3 +106,36 @@ async def test_health_good_loads_the_newest_certified_checkpoint(
     await asyncio.to_thread(stack.client.give_verdict, job, 10, "good")
     good = await _run(stack, tmp_path, job, "--load", "--health", "good")
     assert good["loaded_ref"] == [job, 10, 1] and good["right_state"], good
+
+
+async def test_a_forks_first_load_reads_the_parent_and_reports_its_corrupt_copy_there(
+    stack: Stack, tmp_path: Path
+) -> None:
+    parent, child = f"pre-{uuid.uuid4().hex[:8]}", f"tune-{uuid.uuid4().hex[:8]}"
+    await _run(stack, tmp_path, parent, "--save", "10")
+    await _restorable(stack, parent, 10)
+    await asyncio.to_thread(stack.client.fork, child, CheckpointRef(parent, 10))
+    # Rot the parent's node-local copy of its data files: the load reads it first.
+    local = stack.local_dir(stack.nodes[0], parent, 10)
+    rotten = sorted(p.name for p in local.iterdir() if p.name != ".metadata")
+    assert rotten
+    for name in rotten:
+        data = bytearray((local / name).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (local / name).write_bytes(bytes(data))
+
+    first = await _run(stack, tmp_path, child, "--load")
+    # The parent's bytes, read from another copy, under the parent's name.
+    assert first["loaded_ref"] == [parent, 10, 1] and first["right_state"], first
+
+    def states() -> dict[str, str]:
+        cp = stack.client.checkpoint(parent, 10)
+        return {s.path: r.state for s in cp.shards or () for r in s.replicas if r.tier == "ssd"}
+
+    # The report was on the parent's checkpoint: the server read that copy back and marked it.
+    deadline = asyncio.get_running_loop().time() + WAIT
+    seen = await asyncio.to_thread(states)
+    while any(seen[n] != "corrupt" for n in rotten):
+        assert asyncio.get_running_loop().time() < deadline, seen
+        await asyncio.sleep(0.5)
+        seen = await asyncio.to_thread(states)

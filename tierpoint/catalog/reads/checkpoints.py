@@ -412,9 +412,10 @@ def list_jobs(
     session: Session, *, limit: int = 100, after_name: str | None = None
 ) -> tuple[list[JobView], str | None]:
     count = select(func.count()).where(Checkpoint.job_id == Job.id).correlate(Job).scalar_subquery()
+    # The newest step of the job's timeline: a rollback's superseded steps are not its progress.
     latest = (
         select(func.max(Checkpoint.step))
-        .where(Checkpoint.job_id == Job.id)
+        .where(Checkpoint.job_id == Job.id, Checkpoint.superseded_by.is_(None))
         .correlate(Job)
         .scalar_subquery()
     )

@@ -1,7 +1,7 @@
 """After a rollback a step may be two checkpoints: the superseded one and the one saved again.
 Every route that acts on one checkpoint of a step takes `?branch=` and acts on that one only,
 never on the other: a restore (and its lease), the cached copies a load records, a pin, a
-purge. Without it, a step names the one on the job's timeline."""
+quarantine, the events, a purge. Without it, a step names the one on the job's timeline."""
 
 from __future__ import annotations
 
@@ -87,6 +87,19 @@ async def test_cached_copies_pins_and_purges_act_on_the_checkpoint_of_their_bran
     assert (await _checkpoint(client, job, 2))["pinned"] is False
     r = await client.delete(pin, params={"branch": 1})
     assert r.status_code == 200 and not (await _checkpoint(client, job, 1))["pinned"]
+
+    quarantine = f"/v1/jobs/{job}/checkpoints/20/quarantine"
+    r = await client.post(quarantine, params={"branch": 1}, json={"reason": "diverged"})
+    assert r.status_code == 200 and r.json()["branch"] == 1, r.text
+    assert (await _checkpoint(client, job, 1))["quarantine_reason"] == "diverged"
+    assert (await _checkpoint(client, job, 2))["quarantine_reason"] is None
+    events = f"/v1/jobs/{job}/checkpoints/20/events"
+    kinds = [e["kind"] for e in (await client.get(events, params={"branch": 1})).json()["items"]]
+    assert "quarantined" in kinds and "pinned" in kinds, kinds
+    kinds = [e["kind"] for e in (await client.get(events)).json()["items"]]
+    assert "quarantined" not in kinds and "pinned" not in kinds, kinds
+    r = await client.delete(quarantine, params={"branch": 1})
+    assert r.status_code == 200 and r.json()["quarantine_reason"] is None, r.text
 
     # The job's own token purges the superseded one; the one saved again stays. The job's newest
     # restorable checkpoint, which a purge never deletes, is the timeline's: the re-saved 20,

@@ -80,6 +80,7 @@ async def start_restore(
         )
         assert found.lease is not None  # asked for with the answer
         # The chosen checkpoint's own job, step and branch: a fork parent's are not the job's.
+        # guard: restore-names-the-fork-parent
         owner, step, branch = found.job, found.step, found.checkpoint.branch
         taken, skipped, inherited = found.lease, found.skipped, found.fork_parent
         detail = await session.run_sync(

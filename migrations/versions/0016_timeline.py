@@ -166,6 +166,7 @@ def _refuse_a_timeline() -> None:
         )
         .one()
     )
+    # guard: downgrade-refuses-a-timeline
     if later:
         raise RuntimeError(
             f"cannot downgrade below 0016: this catalog has rolled back. {shared} checkpoint(s) "

@@ -68,6 +68,7 @@ def checkpoint_key(job: str, step: int, branch: int = 1) -> str:
     on later ones: a step saved again after a rollback is another checkpoint, and its lifecycle,
     repairs, verifications and re-replications are its own, never joined to the superseded
     one's."""
+    # guard: workflow-ids-per-checkpoint
     where = str(step) if branch == 1 else f"{step}.b{branch}"
     return f"{job}/{where}"
 

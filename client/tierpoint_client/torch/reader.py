@@ -342,6 +342,7 @@ class TierpointReader(StorageReader):
 
     def _report_corrupt(self, checkpoint: Checkpoint, entry: PlanEntry, reason: str) -> None:
         """Tell the server, so that it stops handing out the copy; never fails the load."""
+        # guard: reader-reports-on-the-checkpoint-read
         job, step = checkpoint.job, checkpoint.step
         try:
             self.client.report_corrupt_copy(

@@ -165,6 +165,7 @@ def _newest_restorable(session: Session, job_id: int) -> int | None:
         .join(TierCopy, TierCopy.checkpoint_id == Checkpoint.id)
         .where(
             Checkpoint.job_id == job_id,
+            # guard: purge-keeps-the-timelines-newest
             Checkpoint.superseded_by.is_(None),
             Checkpoint.deleted_at.is_(None),
             Checkpoint.quarantine_reason.is_(None),

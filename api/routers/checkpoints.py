@@ -26,7 +26,7 @@ from tierpoint.auth import Scope
 from tierpoint.catalog.checkpoint import registration
 from tierpoint.catalog.holds.leases import MAX_LEASE_SECONDS
 from tierpoint.catalog.node import registry
-from tierpoint.catalog.reads import checkpoints
+from tierpoint.catalog.reads import checkpoint_views, checkpoints
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.json_types import Text
 from tierpoint.manifest import MAX_BRANCH, check_limits, parse_manifest_json
@@ -93,9 +93,9 @@ async def register_checkpoint(
     tiers = state.settings.tiers
     if result.created:
         parents = await session.run_sync(
-            checkpoints.checkpoint_refs, [] if result.parent_id is None else [result.parent_id]
+            checkpoint_views.checkpoint_refs, [] if result.parent_id is None else [result.parent_id]
         )
-        view = checkpoints.registered_view(
+        view = checkpoint_views.registered_view(
             job,
             result.checkpoint_id,
             result.created_at,
@@ -105,7 +105,9 @@ async def register_checkpoint(
             parent=parents.get(result.parent_id) if result.parent_id is not None else None,
         )
     else:
-        view = await session.run_sync(checkpoints.checkpoint_view, job, result.checkpoint_id, tiers)
+        view = await session.run_sync(
+            checkpoint_views.checkpoint_view, job, result.checkpoint_id, tiers
+        )
     if result.created:
         response.status_code = 201
         state.metrics.registrations.labels("created").inc()

@@ -27,7 +27,7 @@ from api.schemas.timeline import (
     VerdictIn,
 )
 from tierpoint.auth import Scope
-from tierpoint.catalog.reads import checkpoints
+from tierpoint.catalog.reads import checkpoint_views, checkpoints
 from tierpoint.catalog.timeline import branches, lineage, verdicts
 
 router = APIRouter(prefix="/v1/jobs", tags=["timeline"], route_class=GatedRoute)
@@ -114,7 +114,7 @@ async def fork_job(
         parent_branch=body.parent.branch,
         actor=actor,
     )
-    refs = await session.run_sync(checkpoints.checkpoint_refs, [result.parent_id])
+    refs = await session.run_sync(checkpoint_views.checkpoint_refs, [result.parent_id])
     response.status_code = 201 if result.created else 200
     return ForkOut(
         job=job,

@@ -167,7 +167,7 @@ async def test_after_a_rollback_the_latest_step_is_the_timelines(
     assert by_tier(row, "steps_behind") == {"ssd": 0, "lustre": 0, "s3": 0}
     assert (row["steps_at_risk_durable"], row["steps_at_risk"]) == (0, 0)
     # The page of jobs that starts just before this one's name.
-    page = {"limit": 1000, "cursor": encode_cursor(job[:-1])}
+    page: dict[str, str | int] = {"limit": 1000, "cursor": encode_cursor(job[:-1])}
     jobs = (await client.get("/v1/jobs", params=page)).json()["items"]
     assert [(j["latest_step"], j["checkpoint_count"]) for j in jobs if j["name"] == job] == [
         (10, 3)

@@ -31,7 +31,7 @@ from tierpoint.catalog.models import (
     Shard,
     TierCopy,
 )
-from tierpoint.catalog.reads.checkpoints import tier_progress
+from tierpoint.catalog.reads.checkpoint_views import tier_progress
 from tierpoint.catalog.reads.operator_views import (
     EventView,
     InFlightView,

@@ -343,8 +343,7 @@ class TierInfo:
 class RestoreStart:
     """The one answer a restore starts from (`Client.start_restore`): the step, the lease held
     on it, the checkpoint with every copy of every file, and the tiers those copies are on.
-    `job` is the checkpoint's own job: a fork's first restore answers its parent's checkpoint
-    (`fork_parent`), whose files, lease and reports are the parent job's."""
+    `job` is the checkpoint's own: a fork's first restore answers its parent's (`fork_parent`)."""
 
     job: str
     step: int

@@ -1,9 +1,9 @@
-"""A step saved again after a rollback is another checkpoint, and every workflow of it is its own:
-an operator verifies the shared tier's copies of both step-20 checkpoints at once (the superseded
-one and the one saved again), each run reads its own checkpoint's files, finds the byte changed
-behind tierpoint's back there, and the repair each one starts copies its own files back. Before,
-both runs were keyed by (job, step): the second joined the first, and one checkpoint stayed
-unread and unrepaired."""
+"""A step saved again after a rollback is another checkpoint, and everything of it is its own: a
+reader's report lands on the checkpoint it names by its branch, and an operator verifies the
+shared tier's copies of both step-20 checkpoints at once (the superseded one and the one saved
+again): each run reads its own checkpoint's files, finds the byte changed behind tierpoint's back
+there, and the repair each one starts copies its own files back. Before, both runs were keyed by
+(job, step): the second joined the first, and one checkpoint stayed unread and unrepaired."""
 
 from __future__ import annotations
 
@@ -70,6 +70,12 @@ async def _save(
     await _until_good(c, job, step, branch)
 
 
+async def _reported(c: httpx.AsyncClient, job: str, branch: int) -> list[str]:
+    r = await c.get(f"/v1/jobs/{job}/checkpoints/20/events", params={"branch": branch})
+    assert r.status_code == 200, r.text
+    return [e["detail"]["path"] for e in r.json()["items"] if e["kind"] == "corrupt_reported"]
+
+
 async def _verify(c: httpx.AsyncClient, job: str, step: int, branch: int) -> dict[str, object]:
     """The answer once the run completed (asking again while it runs joins it)."""
     async with asyncio.timeout(TIMEOUT):
@@ -96,6 +102,17 @@ async def test_both_checkpoints_of_a_step_are_verified_and_repaired_at_once(
             r = await c.post(f"/v1/jobs/{job}/rollback", json={"step": 10, "from_branch": 1})
             assert r.status_code == 201, r.text
             await _save(c, settings, job, 20, 2, again)
+
+            # A reader's report names the checkpoint it read: the superseded one's history has
+            # it, the other's does not (the server reads the copy back: good, nothing changes).
+            r = await c.post(
+                f"/v1/jobs/{job}/checkpoints/20/corrupt-copies",
+                params={"branch": 1},
+                json={"tier": "lustre", "path": "a.bin", "reason": "my read failed"},
+            )
+            assert r.status_code == 202, r.text
+            assert await _reported(c, job, 1) == ["a.bin"]
+            assert await _reported(c, job, 2) == []
 
             # A byte of each step-20 checkpoint's shared-tier copy changes behind our back.
             files = {

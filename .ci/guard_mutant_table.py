@@ -1304,7 +1304,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "fork-reads-parent",
-        "    require_job(Scope.READ).check(principal, body.parent.job)\n",
+        "    JOB_READ.check(principal, body.parent.job)\n",
         "    pass\n",
         (TIMELINE_FORKS,),
         "a fork reads its parent: the token must be allowed to read the parent job",
@@ -1325,5 +1325,58 @@ MUTANTS: tuple[Mutant, ...] = (
         "        pass\n",
         (*PLANNER_TESTS, TIMELINE_FORKS),
         "retention keeps a checkpoint a forked job still needs",
+    ),
+    # ---- a run's timeline: every route, report and workflow names a checkpoint ---------------
+    Mutant(
+        "workflow-ids-per-checkpoint",
+        'where = str(step) if branch == 1 else f"{step}.b{branch}"',
+        "where = str(step)",
+        ("tests/api/test_timeline_workflow_ids.py",),
+        "the two checkpoints of a step saved again after a rollback have workflows of their own: "
+        "a repair or verification of one never joins or signals the other's run",
+    ),
+    Mutant(
+        "restore-names-the-fork-parent",
+        "owner, step, branch = found.job, found.step, found.checkpoint.branch",
+        "owner, step, branch = job, found.step, found.checkpoint.branch",
+        (
+            "tests/client/torch/test_timeline_dcp.py::"
+            "test_a_forks_first_load_reads_the_parent_and_reports_its_corrupt_copy_there",
+        ),
+        "a fork's first restore answers its parent's checkpoint under the parent's job, whose "
+        "files they are: under the child's name a fork's first load fails",
+    ),
+    Mutant(
+        "reader-reports-on-the-checkpoint-read",
+        "job, step = checkpoint.job, checkpoint.step",
+        "job, step = self.job, checkpoint.step",
+        (
+            "tests/client/torch/test_timeline_dcp.py::"
+            "test_a_forks_first_load_reads_the_parent_and_reports_its_corrupt_copy_there",
+        ),
+        "a corrupt copy found while a fork loads its parent is reported on the parent's "
+        "checkpoint, never on the child job",
+    ),
+    Mutant(
+        "purge-keeps-the-timelines-newest",
+        "            Checkpoint.superseded_by.is_(None),\n",
+        "            Checkpoint.id.is_not(None),\n",
+        (
+            "tests/api/test_timeline_addressing.py::"
+            "test_cached_copies_pins_and_purges_act_on_the_checkpoint_of_their_branch",
+        ),
+        "a purge never deletes the job's newest restorable checkpoint of the timeline: a "
+        "superseded step with a higher number is not it",
+    ),
+    Mutant(
+        "downgrade-refuses-a-timeline",
+        "    if later:\n",
+        "    if False:\n",
+        (
+            "tests/tierpoint/catalog/test_migrate.py::"
+            "test_a_catalog_that_rolled_back_refuses_to_go_below_0016_and_keeps_everything",
+        ),
+        "a catalog that rolled back is never downgraded below 0016: the refusal comes before "
+        "anything changes",
     ),
 )

@@ -277,11 +277,11 @@ class RepairActivities:
         """Start (or signal) the repair run of each checkpoint. Returns how many were asked."""
         assert self._client is not None, "repair requests run on the shared worker"
 
-        def names() -> list[tuple[int, str, int]]:
+        def names() -> list[tuple[int, str, int, int]]:
             with self._sessions.begin() as s:
                 return lookup.checkpoint_names(s, inp.checkpoint_ids)
 
         rows = await asyncio.to_thread(names)
-        for cid, job, step in rows:
-            await request_repair(self._client, cid, job, step, inp.reason)
+        for cid, job, step, branch in rows:
+            await request_repair(self._client, cid, job, step, inp.reason, branch)
         return len(rows)

@@ -1,7 +1,7 @@
 """Bearer-token authentication and the scope every route requires.
 
 Every route declares exactly one access dependency, in its decorator:
-`dependencies=[Depends(require(Scope.OPERATE))]`, `Depends(require_job(Scope.READ))` (that scope,
+`dependencies=[Depends(require(Scope.OPERATE))]`, `Depends(JOB_READ)` (that scope,
 or a `train:<prefix>` scope matching the path's job), or `Depends(public)` (health, readiness).
 The route class of every router (api/gate.py) refuses a route without one, and
 tests/api/test_auth.py checks the table in docs/security.md against `describe()`.
@@ -162,9 +162,11 @@ def require_token() -> Requirement:
     return Requirement((), job_scoped=False, any_token=True)
 
 
-# Taking, renewing and releasing a restore lease: a lease holds the checkpoint's copies, so it is
-# a write that a training job does for its own jobs and an operator for any.
-LEASE_WRITE = require_job(Scope.OPERATE)
+# A write that a training job does for its own jobs and an operator for any: taking, renewing and
+# releasing a restore lease (a lease holds the checkpoint's copies), and changing a job's
+# timeline (a rollback, a fork, a verdict).
+JOB_WRITE = require_job(Scope.OPERATE)
+LEASE_WRITE = JOB_WRITE
 # Registering a checkpoint: the job's own training token, or admin.
 REGISTER = require_job()
 # Reading a job's checkpoints and their copies.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Path, Query, Request
 from pydantic import AfterValidator
@@ -18,7 +18,7 @@ from api.token_cache import TokenCache
 from tierpoint.catalog.engine import AsyncEngine, AsyncSession, AsyncSessions
 from tierpoint.config import Settings
 from tierpoint.errors import UnsafePath
-from tierpoint.manifest import MAX_STEP, step_in_range
+from tierpoint.manifest import MAX_BRANCH, MAX_STEP, step_in_range
 from tierpoint.metrics_api import ApiMetrics
 from tierpoint.storage.paths import validate_name
 from tierpoint.tier_config import NAME_RE
@@ -100,4 +100,19 @@ Step = Annotated[
         json_schema_extra={"maximum": MAX_STEP},
     ),
     AfterValidator(step_in_range),
+]
+
+
+# `?branch=N` of a route that names a checkpoint by its step: the one saved on branch N (a step
+# saved again after a rollback is two checkpoints). Absent: the one on the job's timeline, else
+# the newest superseded one (`catalog/locks.py: at_step`).
+BranchQuery = Annotated[
+    int | None,
+    Query(ge=1, le=MAX_BRANCH, description="The checkpoint saved on this branch."),
+]
+# `?health=good` of the routes that choose a job's latest: only checkpoints certified good.
+Health = Literal["good"]
+HealthQuery = Annotated[
+    Health | None,
+    Query(description="`good`: the newest checkpoint certified good."),
 ]

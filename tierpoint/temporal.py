@@ -136,14 +136,17 @@ async def start_lifecycle(client: Client, inp: LifecycleInput, run_id: str | Non
     return True
 
 
-async def start_peer_rereplication(client: Client, inp: RereplicateInput, lost: str) -> None:
-    """Copy again, to new holders, the peer copies the lost node `lost` held. One run at a time
-    per checkpoint: a run under way is signalled instead (signal-with-start), since it may be
-    copying to that very node; it plans again once its copies ended."""
+async def start_peer_rereplication(
+    client: Client, inp: RereplicateInput, lost: str, branch: int = 1
+) -> None:
+    """Copy again, to new holders, the peer copies the lost node `lost` held (of the checkpoint
+    saved at the step on `branch`). One run at a time per checkpoint: a run under way is
+    signalled instead (signal-with-start), since it may be copying to that very node; it plans
+    again once its copies ended."""
     await client.start_workflow(
         REREPLICATE_WORKFLOW,
         inp,
-        id=rereplicate_id(inp.job, inp.step),
+        id=rereplicate_id(inp.job, inp.step, branch),
         task_queue=SHARED_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
@@ -210,14 +213,16 @@ async def request_retention(client: Client, job: str, reason: str) -> None:
 
 
 async def request_repair(
-    client: Client, checkpoint_id: int, job: str, step: int, reason: str
+    client: Client, checkpoint_id: int, job: str, step: int, reason: str, branch: int = 1
 ) -> None:
     """Ask for a repair run of one checkpoint's damaged copies (signal-with-start of
-    `checkpoint/<job>/<step>/repair`): requests during a run coalesce into one more round."""
+    `checkpoint/<job>/<step>/repair`, `<step>.b<N>` on later branches): requests during a run
+    coalesce into one more round. The id names the checkpoint, not the step: a request for
+    another checkpoint of the same step would otherwise only signal this one's run."""
     await client.start_workflow(
         REPAIR_WORKFLOW,
         RepairInput(checkpoint_id=checkpoint_id, job=job, step=step),
-        id=repair_workflow_id(job, step),
+        id=repair_workflow_id(job, step, branch),
         task_queue=SHARED_TASK_QUEUE,
         start_signal=REPAIR_SIGNAL,
         start_signal_args=[RepairRequest(reason=reason)],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from api.auth import Actor, require
-from api.deps import JobName, SessionDep, StateDep, Step
+from api.deps import BranchQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.actions import AcknowledgeIn, AcknowledgeOut, RetryOut, VerifyIn, VerifyOut
@@ -28,7 +28,12 @@ router = APIRouter(prefix="/v1/jobs", tags=["operator actions"], route_class=Gat
     summary="Retry a checkpoint's failed tiers with a new lifecycle run",
 )
 async def retry(
-    job: JobName, step: Step, session: SessionDep, state: StateDep, actor: Actor
+    job: JobName,
+    step: Step,
+    session: SessionDep,
+    state: StateDep,
+    actor: Actor,
+    branch: BranchQuery = None,
 ) -> RetryOut:
     """Failed tiers go back to `pending` and a new lifecycle run copies what is not verified yet
     (verified copies are kept as they are). 409 `nothing_to_retry` when no tier failed or the
@@ -46,6 +51,7 @@ async def retry(
         actor,
         state.settings.tier_names(),
         state.settings.local_tier_names(),
+        branch,
     )
     return RetryOut.model_validate(outcome)
 
@@ -59,7 +65,12 @@ async def retry(
     summary="Read a checkpoint's copy on one tier back now and compare every checksum",
 )
 async def verify(
-    job: JobName, step: Step, body: VerifyIn, state: StateDep, actor: Actor
+    job: JobName,
+    step: Step,
+    body: VerifyIn,
+    state: StateDep,
+    actor: Actor,
+    branch: BranchQuery = None,
 ) -> VerifyOut:
     """Every verified replica there is read back; one that reads wrong is marked `corrupt` (or
     `lost`), the tier leaves `restorable` at once and a repair starts. Answers with the outcome if
@@ -74,6 +85,7 @@ async def verify(
         step,
         body.tier,
         actor,
+        branch=branch,
     )
     return VerifyOut.model_validate(run)
 
@@ -92,6 +104,7 @@ async def acknowledge(
     state: StateDep,
     actor: Actor,
     body: AcknowledgeIn | None = None,
+    branch: BranchQuery = None,
 ) -> AcknowledgeOut:
     """The failures (of one tier, or of every tier) leave the failures view and the jobs' failed
     counts, and stay in the checkpoint's history as `acknowledged` events with the actor. The
@@ -100,5 +113,5 @@ async def acknowledge(
     tier = body.tier if body is not None else None
     if tier is not None:
         state.settings.tier(tier, "body")  # UnknownTier
-    done = await session.run_sync(failures.acknowledge, job, step, tier, actor)
+    done = await session.run_sync(failures.acknowledge, job, step, tier, actor, branch)
     return AcknowledgeOut(job=job, step=step, acknowledged=done)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from api import background
-from api.auth import LEASE_WRITE, REGISTER, Actor, PrincipalDep, require_job
-from api.deps import JobName, SessionDep, StateDep, Step
+from api.auth import JOB_READ, LEASE_WRITE, REGISTER, Actor, PrincipalDep
+from api.deps import BranchQuery, HealthQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
@@ -22,11 +22,10 @@ from api.schemas.checkpoints import (
 )
 from api.schemas.leases import LatestWithLease
 from tierpoint import logs
-from tierpoint.auth import Scope
 from tierpoint.catalog.checkpoint import registration
 from tierpoint.catalog.holds.leases import MAX_LEASE_SECONDS
 from tierpoint.catalog.node import registry
-from tierpoint.catalog.reads import checkpoints
+from tierpoint.catalog.reads import checkpoint_views, checkpoints
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.json_types import Text
 from tierpoint.manifest import MAX_BRANCH
@@ -95,9 +94,9 @@ async def register_checkpoint(
     tiers = state.settings.tiers
     if result.created:
         parents = await session.run_sync(
-            checkpoints.checkpoint_refs, [] if result.parent_id is None else [result.parent_id]
+            checkpoint_views.checkpoint_refs, [] if result.parent_id is None else [result.parent_id]
         )
-        view = checkpoints.registered_view(
+        view = checkpoint_views.registered_view(
             job,
             result.checkpoint_id,
             result.created_at,
@@ -107,7 +106,9 @@ async def register_checkpoint(
             parent=parents.get(result.parent_id) if result.parent_id is not None else None,
         )
     else:
-        view = await session.run_sync(checkpoints.checkpoint_view, job, result.checkpoint_id, tiers)
+        view = await session.run_sync(
+            checkpoint_views.checkpoint_view, job, result.checkpoint_id, tiers
+        )
     if result.created:
         response.status_code = 201
         state.metrics.registrations.labels("created").inc()
@@ -141,7 +142,7 @@ async def register_checkpoint(
     response_model=LatestWithLease,
     responses=problem_responses(404, 409, 422),
     summary="Latest restorable checkpoint and restore plan",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
 )
 async def latest_restorable(
     job: JobName,
@@ -185,10 +186,7 @@ async def latest_restorable(
             description="The newest on this branch's own timeline (superseded or not).",
         ),
     ] = None,
-    health: Annotated[
-        Literal["good"] | None,
-        Query(description="`good`: the newest checkpoint certified good."),
-    ] = None,
+    health: HealthQuery = None,
 ) -> LatestWithLease:
     """The highest step the caller can restore, with the fastest verified source of each shard,
     and for every newer step why it was not chosen. 404 (`no_restorable_checkpoint`, with the
@@ -221,7 +219,7 @@ async def latest_restorable(
     response_model=CheckpointDetailOut,
     responses=problem_responses(404, 422),
     summary="One checkpoint with its tiers and replicas",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
 )
 async def get_checkpoint(
     job: JobName,
@@ -229,10 +227,7 @@ async def get_checkpoint(
     session: SessionDep,
     state: StateDep,
     shards: Annotated[bool, Query(description="Include shards and their replicas.")] = True,
-    branch: Annotated[
-        int | None,
-        Query(ge=1, le=MAX_BRANCH, description="The checkpoint saved on this branch."),
-    ] = None,
+    branch: BranchQuery = None,
 ) -> CheckpointDetailOut:
     detail = await session.run_sync(
         checkpoints.get_checkpoint,
@@ -253,7 +248,7 @@ async def get_checkpoint(
     response_model=CheckpointPage,
     responses=problem_responses(404, 422),
     summary="A job's checkpoints, newest first",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
 )
 async def list_checkpoints(
     job: JobName,

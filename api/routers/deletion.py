@@ -10,7 +10,7 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Query
 
 from api import background
 from api.auth import Actor, require, require_job
-from api.deps import JobName, SessionDep, StateDep, Step
+from api.deps import BranchQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.actions import DeletionOut
@@ -35,10 +35,11 @@ async def _delete(
     tasks: BackgroundTasks,
     *,
     keep_newest: bool = False,
+    branch: int | None = None,
 ) -> DeletionOut:
     out = await session.run_sync(
         lambda s: deletion.delete_checkpoints(
-            s, job, step, actor, force=force, keep_newest=keep_newest
+            s, job, step, actor, force=force, keep_newest=keep_newest, branch=branch
         )
     )
     if out.deleted:
@@ -62,13 +63,14 @@ async def delete_checkpoint(
     actor: Actor,
     tasks: BackgroundTasks,
     force: Force = False,
+    branch: BranchQuery = None,
 ) -> DeletionOut:
     """ "Latest" stops offering it at once; its copies are deleted by the job's retention run
     (asked for now; the periodic sweep otherwise). 409 `checkpoint_protected` while it is
     pinned, held by a restore lease or has a copy in flight, unless `force`. Deleting it again
     does nothing more. Its step may be registered again once every copy is expired (409
     `checkpoint_being_deleted` before)."""
-    return await _delete(job, step, force, session, state, actor, tasks)
+    return await _delete(job, step, force, session, state, actor, tasks, branch=branch)
 
 
 @router.post(
@@ -86,12 +88,15 @@ async def purge_checkpoint(
     state: StateDep,
     actor: Actor,
     tasks: BackgroundTasks,
+    branch: BranchQuery = None,
 ) -> DeletionOut:
     """The job's own token (`train:<job>`) deletes one of its checkpoints as an admin's deletion
     does (its copies through retention's expiry), never with force: 409 `checkpoint_protected`
     while it is pinned, held by a restore lease, has a copy in flight, or is the job's newest
     restorable checkpoint (retention never expires that one either)."""
-    return await _delete(job, step, False, session, state, actor, tasks, keep_newest=True)
+    return await _delete(
+        job, step, False, session, state, actor, tasks, keep_newest=True, branch=branch
+    )
 
 
 @router.delete(
@@ -109,6 +114,7 @@ async def delete_job(
     actor: Actor,
     tasks: BackgroundTasks,
     force: Force = False,
+    branch: BranchQuery = None,
 ) -> DeletionOut:
     """Every checkpoint of the job, as one checkpoint's deletion, all or none: 409
     `checkpoint_protected` names every step that is pinned, leased or in flight unless `force`.

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Path
 from temporalio.client import Client
 
 from api.auth import Actor, require, require_job
-from api.deps import JobName, StateDep, Step
+from api.deps import BranchQuery, JobName, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.integrity import (
@@ -114,10 +114,17 @@ async def reconcile_status(run_id: RunId, state: StateDep) -> ReconcileRunOut:
     summary="Report a copy whose bytes did not match the registered checksum",
 )
 async def report_corrupt_copy(
-    job: JobName, step: Step, body: CorruptCopyIn, state: StateDep, actor: Actor
+    job: JobName,
+    step: Step,
+    body: CorruptCopyIn,
+    state: StateDep,
+    actor: Actor,
+    branch: BranchQuery = None,
 ) -> CorruptCopyOut:
     """The server reads that replica back itself; only a confirmed mismatch marks it `corrupt`,
-    takes its tier out of `restorable` and starts a repair. Reporting again changes nothing."""
+    takes its tier out of `restorable` and starts a repair. Reporting again changes nothing.
+    `branch`: the checkpoint saved at the step on that branch (a reader names the one it read;
+    without it, the one on the job's timeline)."""
     out = await corrupt_reports.report_corrupt_copy(
         state.sessions,
         await state.temporal.client(),
@@ -128,5 +135,6 @@ async def report_corrupt_copy(
         body.path,
         body.reason,
         actor,
+        branch=branch,
     )
     return CorruptCopyOut(**out)

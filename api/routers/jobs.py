@@ -11,7 +11,7 @@ from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
 from api.schemas.jobs import JobAccess, JobOut, JobPage
 from tierpoint.auth import Scope
-from tierpoint.catalog.reads import checkpoints
+from tierpoint.catalog.reads import jobs as job_reads
 from tierpoint.json_types import Text
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=GatedRoute)
@@ -30,7 +30,7 @@ async def list_jobs(
     cursor: Annotated[Text | None, Query(max_length=400)] = None,
 ) -> JobPage:
     after = decode_cursor(cursor, str) if cursor is not None else None
-    jobs, last = await session.run_sync(checkpoints.list_jobs, limit=limit, after_name=after)
+    jobs, last = await session.run_sync(job_reads.list_jobs, limit=limit, after_name=after)
     return JobPage(
         items=[JobOut.model_validate(j) for j in jobs],
         next_cursor=encode_cursor(last) if last is not None else None,

@@ -10,12 +10,11 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Response
 
 from api import background
-from api.auth import LEASE_WRITE, Actor, require_job
-from api.deps import JobName, SessionDep, StateDep, Step
+from api.auth import JOB_READ, LEASE_WRITE, Actor
+from api.deps import BranchQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.leases import CreateLease, Lease, LeaseList, RenewLease
-from tierpoint.auth import Scope
 from tierpoint.catalog.holds import leases as repo
 from tierpoint.manifest import MAX_INT64
 
@@ -33,11 +32,16 @@ LeaseId = Annotated[int, Path(ge=1, le=MAX_INT64, description="Lease id.")]
     dependencies=[Depends(LEASE_WRITE)],
 )
 async def create_lease(
-    job: JobName, step: Step, body: CreateLease, session: SessionDep, actor: Actor
+    job: JobName,
+    step: Step,
+    body: CreateLease,
+    session: SessionDep,
+    actor: Actor,
+    branch: BranchQuery = None,
 ) -> Lease:
     """409 `not_leasable` when the checkpoint is restorable from no tier."""
     lease = await session.run_sync(
-        repo.create_lease, job, step, body.ttl_seconds, body.owner, actor
+        repo.create_lease, job, step, body.ttl_seconds, body.owner, actor, branch=branch
     )
     return Lease.model_validate(lease)
 
@@ -47,15 +51,16 @@ async def create_lease(
     response_model=LeaseList,
     responses=problem_responses(404, 422),
     summary="Leases on a checkpoint (active ones unless all=true)",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
 )
 async def list_leases(
     job: JobName,
     step: Step,
     session: SessionDep,
     all_: Annotated[bool, Query(alias="all", description="Include released and expired.")] = False,
+    branch: BranchQuery = None,
 ) -> LeaseList:
-    leases = await session.run_sync(repo.list_leases, job, step, include_ended=all_)
+    leases = await session.run_sync(repo.list_leases, job, step, include_ended=all_, branch=branch)
     return LeaseList(items=[Lease.model_validate(x) for x in leases])
 
 

@@ -11,8 +11,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from api.auth import require, require_job
-from api.deps import JobName, JobQuery, SessionDep, StateDep, Step
+from api.auth import JOB_READ, require
+from api.deps import BranchQuery, JobName, JobQuery, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
@@ -188,7 +188,7 @@ async def list_nodes(session: SessionDep) -> NodeList:
 
 @router.get(
     "/jobs/{job:path}/checkpoints/{step}/events",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
     response_model=EventPage,
     responses=problem_responses(404, 422),
     summary="A checkpoint's event history, oldest first",
@@ -199,10 +199,11 @@ async def checkpoint_events(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
     cursor: Annotated[Text | None, Query(max_length=400)] = None,
+    branch: BranchQuery = None,
 ) -> EventPage:
     after = decode_cursor(cursor, int) if cursor is not None else None
     views, last = await session.run_sync(
-        operator.checkpoint_events, job, step, limit=limit, after_id=after
+        operator.checkpoint_events, job, step, limit=limit, after_id=after, branch=branch
     )
     return EventPage(
         items=[EventOut.model_validate(v) for v in views],

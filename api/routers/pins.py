@@ -6,7 +6,7 @@ from fastapi import APIRouter, BackgroundTasks, Depends
 
 from api import background
 from api.auth import Actor, require
-from api.deps import JobName, SessionDep, StateDep, Step
+from api.deps import BranchQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.leases import Pin
@@ -23,10 +23,12 @@ router = APIRouter(prefix="/v1/jobs", tags=["pins"], route_class=GatedRoute)
     summary="Pin a checkpoint: it never expires anywhere",
     dependencies=[Depends(require(Scope.OPERATE))],
 )
-async def pin_checkpoint(job: JobName, step: Step, session: SessionDep, actor: Actor) -> Pin:
+async def pin_checkpoint(
+    job: JobName, step: Step, session: SessionDep, actor: Actor, branch: BranchQuery = None
+) -> Pin:
     """409 `copy_expiring` (with `tiers`) while retention is deleting one of its copies: nothing
     is pinned then, as the pin could not keep that copy."""
-    pin = await session.run_sync(pins.set_pinned, job, step, True, actor)
+    pin = await session.run_sync(pins.set_pinned, job, step, True, actor, branch)
     return Pin.model_validate(pin)
 
 
@@ -44,8 +46,9 @@ async def unpin_checkpoint(
     state: StateDep,
     actor: Actor,
     background_tasks: BackgroundTasks,
+    branch: BranchQuery = None,
 ) -> Pin:
-    pin = await session.run_sync(pins.set_pinned, job, step, False, actor)
+    pin = await session.run_sync(pins.set_pinned, job, step, False, actor, branch)
     if pin.changed:
         background_tasks.add_task(background.request_retention, state, [job], "checkpoint unpinned")
     return Pin.model_validate(pin)

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Response
 
 from api import background
-from api.auth import Actor, require, require_job
+from api.auth import JOB_READ, Actor, require
 from api.deps import JobName, SessionDep, StateDep
 from api.gate import GatedRoute
 from api.problems import problem_responses
@@ -176,7 +176,7 @@ async def assign_policy(
     response_model=JobPolicy,
     responses=problem_responses(404, 422),
     summary="The retention policy that applies to a job",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
 )
 async def job_policy_of(job: JobName, session: SessionDep) -> JobPolicy:
     return JobPolicy.of(job, await resolve_policy(session, job))

@@ -11,7 +11,7 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Query
 
 from api import background
 from api.auth import Actor, PrincipalDep, require, require_job
-from api.deps import ApiState, JobName, SessionDep, StateDep, Step
+from api.deps import ApiState, BranchQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.checkpoints import CheckpointOut
@@ -24,9 +24,16 @@ from tierpoint.tier_config import NAME_RE
 router = APIRouter(prefix="/v1/jobs", tags=["quarantine"], route_class=GatedRoute)
 
 
-async def _answer(state: ApiState, session: SessionDep, job: str, step: int) -> CheckpointOut:
+async def _answer(
+    state: ApiState, session: SessionDep, job: str, step: int, branch: int | None
+) -> CheckpointOut:
     detail = await session.run_sync(
-        checkpoints.get_checkpoint, job, step, state.settings.tiers, include_shards=False
+        checkpoints.get_checkpoint,
+        job,
+        step,
+        state.settings.tiers,
+        include_shards=False,
+        branch=branch,
     )
     return CheckpointOut.model_validate(detail)
 
@@ -46,6 +53,7 @@ async def quarantine_checkpoint(
     state: StateDep,
     actor: Actor,
     principal: PrincipalDep,
+    branch: BranchQuery = None,
 ) -> CheckpointOut:
     """Latest restorable then serves the next best checkpoint and says why in `skipped`.
     Idempotent: the same request again changes nothing; a new reason replaces the old one.
@@ -64,8 +72,9 @@ async def quarantine_checkpoint(
         actor=actor,
         # guard: quarantine-evidence-needs-operate
         evidence=principal.has(Scope.OPERATE),
+        branch=branch,
     )
-    out = await _answer(state, session, job, step)
+    out = await _answer(state, session, job, step, branch)
     return out
 
 
@@ -89,12 +98,15 @@ async def lift_quarantine(
             pattern=NAME_RE.pattern, description="Only this tier's copy; absent: the checkpoint."
         ),
     ] = None,
+    branch: BranchQuery = None,
 ) -> CheckpointOut:
     """Idempotent: lifting a quarantine that is not there changes nothing."""
     if tier is not None:
         state.settings.tier(tier)  # UnknownTier
-    changed = await session.run_sync(set_quarantine, job, step, None, tier=tier, actor=actor)
-    out = await _answer(state, session, job, step)
+    changed = await session.run_sync(
+        set_quarantine, job, step, None, tier=tier, actor=actor, branch=branch
+    )
+    out = await _answer(state, session, job, step, branch)
     if changed:
         # The copies are ordinary again: retention may now expire what its rules do not keep.
         background_tasks.add_task(background.request_retention, state, [job], "quarantine lifted")

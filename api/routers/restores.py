@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from api.auth import LEASE_WRITE, Actor, PrincipalDep, require_job
-from api.deps import JobName, SessionDep, StateDep, Step
+from api.auth import JOB_READ, LEASE_WRITE, Actor, PrincipalDep, require_job
+from api.deps import BranchQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.restores import (
@@ -34,7 +34,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["leases"], route_class=GatedRoute)
     response_model=RestoreOut,
     responses=problem_responses(404, 409, 422),
     summary="Start a restore: the step, a lease on it, and every copy of its files",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
 )
 async def start_restore(
     job: JobName,
@@ -44,16 +44,19 @@ async def start_restore(
     principal: PrincipalDep,
     actor: Actor,
 ) -> RestoreOut:
-    """Without `step`: the latest step the caller can restore (as `GET .../checkpoints/latest`
-    chooses it, `tier` and `node` included), 404 `no_restorable_checkpoint` when there is none.
-    With `step`: that step, 404 `checkpoint_not_found` or 409 `not_leasable` when it is
-    restorable from no tier. Either way a restore lease is taken on it in the same transaction
-    as the answer is read (release it with `DELETE .../leases/{id}` when the restore is done),
-    and the answer carries the checkpoint with every shard's replicas and the tier
-    configuration: all a reader needs to read any file from its fastest verified copy.
-    422 `unknown_tier`, `unknown_node` for a tier not configured or a node no worker reported
-    from. The token needs what reading the checkpoint and taking a lease need: train:<job>,
-    or read and operate."""
+    """Without `step`: the latest checkpoint the caller can restore, as `GET
+    .../checkpoints/latest` chooses it (`tier`, `node`, `branch`, `health` included), 404
+    `no_restorable_checkpoint` when there is none. With `step`: the checkpoint at that step (on
+    `branch` when given, else the one on the job's timeline), 404 `checkpoint_not_found` or 409
+    `not_leasable` when it is restorable from no tier. Either way a restore lease is taken on it
+    in the same transaction as the answer is read (release it with `DELETE .../leases/{id}` when
+    the restore is done), and the answer carries the checkpoint with every shard's replicas and
+    the tier configuration: all a reader needs to read any file from its fastest verified copy.
+    A forked job with no restorable checkpoint of its own answers its fork parent's checkpoint
+    (`fork_parent`): `job`, `step` and `branch` are the parent's, whose files they are, and the
+    lease is on it. 422 `unknown_tier`, `unknown_node` for a tier not configured or a node no
+    worker reported from. The token needs what reading the checkpoint and taking a lease need:
+    train:<job>, or read and operate."""
     # guard: restore-without-lease-scope
     LEASE_WRITE.check(principal, job)
     if body.tier is not None:
@@ -61,22 +64,42 @@ async def start_restore(
     if body.node is not None:
         await session.run_sync(registry.require_known, body.node)
     tiers = state.settings.tiers
+    # Either way the checkpoint is read under the lease, which keeps every copy listed from
+    # expiring.
     if body.step is None:
         lease = LeaseRequest(body.ttl_seconds, body.owner, actor)
         found = await latest_with_lease(
-            session, job, tiers, tier=body.tier, node=body.node, lease=lease
+            session,
+            job,
+            tiers,
+            tier=body.tier,
+            node=body.node,
+            lease=lease,
+            branch=body.branch,
+            good=body.health == "good",
         )
-        step, taken, skipped = found.step, found.lease, found.skipped
-        assert taken is not None  # asked for with the answer
+        assert found.lease is not None  # asked for with the answer
+        # The chosen checkpoint's own job, step and branch: a fork parent's are not the job's.
+        # guard: restore-names-the-fork-parent
+        owner, step, branch = found.job, found.step, found.checkpoint.branch
+        taken, skipped, inherited = found.lease, found.skipped, found.fork_parent
+        detail = await session.run_sync(
+            checkpoints.get_checkpoint, owner, step, tiers, branch=branch
+        )
     else:
-        step, skipped = body.step, []
-        taken = await session.run_sync(create_lease, job, step, body.ttl_seconds, body.owner, actor)
-    # Read under the lease, which keeps every copy listed from expiring.
-    detail = await session.run_sync(checkpoints.get_checkpoint, job, step, tiers)
+        owner, step, skipped, inherited = job, body.step, [], False
+        taken = await session.run_sync(
+            create_lease, job, step, body.ttl_seconds, body.owner, actor, branch=body.branch
+        )
+        detail = await session.run_sync(
+            checkpoints.get_checkpoint, job, step, tiers, branch=body.branch
+        )
     return RestoreOut.model_validate(
         {
-            "job": job,
+            "job": owner,
             "step": step,
+            "branch": detail.branch,
+            "fork_parent": inherited,
             "lease": taken,
             "checkpoint": detail,
             "tiers": [TierOut.of(t) for t in tiers],
@@ -94,7 +117,12 @@ async def start_restore(
     dependencies=[Depends(require_job(Scope.OPERATE))],
 )
 async def record_cached(
-    job: JobName, step: Step, body: CachedCopiesIn, session: SessionDep, state: StateDep
+    job: JobName,
+    step: Step,
+    body: CachedCopiesIn,
+    session: SessionDep,
+    state: StateDep,
+    branch: BranchQuery = None,
 ) -> CachedCopiesOut:
     """A load's coordinator, once for all its ranks and before any writes one: the files each
     node will keep on its local tier although the catalog holds no copy of them there (another
@@ -103,13 +131,14 @@ async def record_cached(
     node's own files are left out (they are the catalog's copies), and nothing is recorded once
     the copy on the tier is being expired. Recording again changes nothing. 422 for a tier that
     is not local (`unknown_tier`, `validation_error`), an unknown node (`unknown_node`) or a
-    path that is no file of the checkpoint (`validation_error`). The token needs what a restore
-    lease needs: train:<job>, or operate."""
+    path that is no file of the checkpoint (`validation_error`). `branch`: the checkpoint saved
+    at the step on that branch (a load names the one it read; without it, the one on the job's
+    timeline). The token needs what a restore lease needs: train:<job>, or operate."""
     wanted: dict[str, list[str]] = {}
     for entry in body.copies:
         wanted.setdefault(entry.node, []).extend(entry.paths)
     recorded = await session.run_sync(
-        record_cached_copies, state.settings, job, step, body.tier, wanted
+        record_cached_copies, state.settings, job, step, body.tier, wanted, branch
     )
     return CachedCopiesOut(
         tier=body.tier,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends
 
-from api.auth import require_job
+from api.auth import JOB_READ
 from api.deps import JobName, SessionDep, StateDep
 from api.gate import GatedRoute
 from api.problems import problem_responses
@@ -21,7 +21,6 @@ from api.schemas.retention import (
     TierUsageOut,
     Usage,
 )
-from tierpoint.auth import Scope
 from tierpoint.retention import tier_refs
 from tierpoint.services.retention import evaluate, parse_policy
 
@@ -33,7 +32,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["retention"], route_class=GatedRoute
     response_model=DryRun,
     responses=problem_responses(404, 422),
     summary="Dry run: what retention would expire now, where, and why",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
 )
 async def retention_plan(
     job: JobName,
@@ -78,7 +77,7 @@ async def retention_plan(
     response_model=Usage,
     responses=problem_responses(404, 422),
     summary="Bytes and checkpoints per tier for a job, now and after retention",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
 )
 async def job_usage(job: JobName, session: SessionDep, state: StateDep) -> Usage:
     found = await evaluate(session, job, tier_refs(state.settings.tiers))

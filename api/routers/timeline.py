@@ -10,8 +10,8 @@ from typing import Annotated
 from fastapi import APIRouter, BackgroundTasks, Depends, Query, Response
 
 from api import background
-from api.auth import Actor, PrincipalDep, require_job
-from api.deps import JobName, SessionDep, StateDep, Step
+from api.auth import JOB_READ, JOB_WRITE, Actor, PrincipalDep
+from api.deps import BranchQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
 from api.problems import problem_responses
 from api.schemas.checkpoints import CheckpointOut
@@ -26,19 +26,10 @@ from api.schemas.timeline import (
     RollbackOut,
     VerdictIn,
 )
-from tierpoint.auth import Scope
-from tierpoint.catalog.reads import checkpoints
+from tierpoint.catalog.reads import checkpoint_views, checkpoints
 from tierpoint.catalog.timeline import branches, lineage, verdicts
-from tierpoint.manifest import MAX_BRANCH
 
 router = APIRouter(prefix="/v1/jobs", tags=["timeline"], route_class=GatedRoute)
-
-BranchQuery = Annotated[
-    int | None,
-    Query(ge=1, le=MAX_BRANCH, description="The checkpoint saved on this branch."),
-]
-# Who may change a job's timeline: its training jobs, operators, admins.
-TIMELINE_WRITE = require_job(Scope.OPERATE)
 
 
 @router.post(
@@ -50,7 +41,7 @@ TIMELINE_WRITE = require_job(Scope.OPERATE)
         **problem_responses(404, 409, 422),
     },
     summary="Roll back to a step: a new branch starts from it",
-    dependencies=[Depends(TIMELINE_WRITE)],
+    dependencies=[Depends(JOB_WRITE)],
 )
 async def rollback(
     job: JobName,
@@ -85,7 +76,7 @@ async def rollback(
     response_model=BranchesOut,
     responses=problem_responses(404, 422),
     summary="A job's branches",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
 )
 async def list_branches(job: JobName, session: SessionDep) -> BranchesOut:
     current, items = await session.run_sync(branches.list_branches, job)
@@ -101,7 +92,7 @@ async def list_branches(job: JobName, session: SessionDep) -> BranchesOut:
         **problem_responses(403, 404, 409, 422),
     },
     summary="Start a new job from another job's checkpoint",
-    dependencies=[Depends(TIMELINE_WRITE)],
+    dependencies=[Depends(JOB_WRITE)],
 )
 async def fork_job(
     job: JobName,
@@ -113,7 +104,7 @@ async def fork_job(
 ) -> ForkOut:
     """The token must also read the parent job (`read`, or a `train:` scope covering it)."""
     # guard: fork-reads-parent
-    require_job(Scope.READ).check(principal, body.parent.job)
+    JOB_READ.check(principal, body.parent.job)
     result = await session.run_sync(
         lineage.fork,
         job,
@@ -122,7 +113,7 @@ async def fork_job(
         parent_branch=body.parent.branch,
         actor=actor,
     )
-    refs = await session.run_sync(checkpoints.checkpoint_refs, [result.parent_id])
+    refs = await session.run_sync(checkpoint_views.checkpoint_refs, [result.parent_id])
     response.status_code = 201 if result.created else 200
     return ForkOut(
         job=job,
@@ -138,7 +129,7 @@ async def fork_job(
     response_model=CheckpointOut,
     responses=problem_responses(403, 404, 409, 422),
     summary="Mark a checkpoint good, suspect or bad, with evidence",
-    dependencies=[Depends(TIMELINE_WRITE)],
+    dependencies=[Depends(JOB_WRITE)],
 )
 async def give_verdict(
     job: JobName,
@@ -179,7 +170,7 @@ async def give_verdict(
     response_model=LineageOut,
     responses=problem_responses(404, 422),
     summary="A checkpoint's ancestry and descendants",
-    dependencies=[Depends(require_job(Scope.READ))],
+    dependencies=[Depends(JOB_READ)],
 )
 async def checkpoint_lineage(
     job: JobName,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class JobOut(BaseModel):
@@ -10,8 +10,11 @@ class JobOut(BaseModel):
 
     name: str
     created_at: datetime
-    checkpoint_count: int
-    latest_step: int | None
+    checkpoint_count: int = Field(description="every checkpoint registered, superseded included")
+    latest_step: int | None = Field(
+        description="the newest step on the job's timeline (a rollback's superseded steps are "
+        "not counted); none: nothing registered"
+    )
 
 
 class JobPage(BaseModel):

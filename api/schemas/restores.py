@@ -3,15 +3,15 @@ which step, from where, under which lease."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.schemas.checkpoints import CheckpointDetailOut, SkippedOut
 from api.schemas.leases import Lease, TtlSeconds
 from api.schemas.tiers import TierOut
 from tierpoint.json_types import JsonInt, Text
-from tierpoint.manifest import StepInt
+from tierpoint.manifest import MAX_BRANCH, StepInt
 
 _NAME = r"^[^\x00-\x1f\x7f]+$"
 ShardPath = Annotated[Text, Field(min_length=1, max_length=4096)]
@@ -25,6 +25,18 @@ class StartRestore(BaseModel):
 
     step: StepInt | None = Field(
         default=None, description="The step to restore; absent: the latest restorable one."
+    )
+    branch: JsonInt | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_BRANCH,
+        description="With `step`: the checkpoint saved at that step on this branch. Without: the "
+        "newest of this branch's own timeline (superseded or not), as `latest?branch=` answers.",
+    )
+    health: Literal["good"] | None = Field(
+        default=None,
+        description="Without `step`: the newest checkpoint certified good, as "
+        "`latest?health=good` answers.",
     )
     tier: Text | None = Field(
         default=None,
@@ -47,10 +59,26 @@ class StartRestore(BaseModel):
         description="Who takes the lease (free text, e.g. the restarting job and its size).",
     )
 
+    @model_validator(mode="after")
+    def _step_or_health(self) -> StartRestore:
+        # A step names one checkpoint; "certified good" chooses one: asking both is ambiguous.
+        if self.step is not None and self.health is not None:
+            raise ValueError("give `step` (and `branch`) or `health`, not both")
+        return self
+
 
 class RestoreOut(BaseModel):
-    job: str
+    job: str = Field(
+        description="the job whose checkpoint this is: a fork's first restore answers its "
+        "parent's (`fork_parent`), whose files are the parent job's"
+    )
     step: int
+    branch: int = Field(description="the branch the checkpoint was saved on (its files' directory)")
+    fork_parent: bool = Field(
+        default=False,
+        description="true: the job asked about has no restorable checkpoint of its own yet, and "
+        "this is the checkpoint it was forked from (of the job named in `job`), read where it is",
+    )
     lease: Lease = Field(description="held on the step until released or expired")
     checkpoint: CheckpointDetailOut = Field(
         description="the step with every shard and every copy of it: where each file can be read"

@@ -46,12 +46,16 @@ class Fallback:
                 f"crc32c {err.expected_crc32c}"
             )
             with contextlib.suppress(TierpointError):
-                self._api.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
+                self._api.report_corrupt_copy(
+                    job, step, entry.tier, entry.path, reason, branch=self._latest.checkpoint.branch
+                )
         if self._only_tier is not None:
             return None
         with self._lock:
             if self._detail is None:
-                self._detail = self._api.checkpoint(job, step)
+                self._detail = self._api.checkpoint(
+                    job, step, branch=self._latest.checkpoint.branch
+                )
             detail = self._detail
         shard = next((s for s in detail.shards or () if s.path == entry.path), None)
         if shard is None:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
-from tierpoint_client.errors import AuthError, NotFoundError, TierpointError
+from tierpoint_client.errors import AuthError, NotFoundError
 from tierpoint_client.models import (
     Checkpoint,
     LatestCheckpoint,
@@ -203,21 +203,27 @@ class Api(TimelineApi):
         branch: int | None = None,
         health: Literal["good"] | None = None,
     ) -> RestoreStart | None:
-        """One request for all a reader needs: the step (`step`, or the latest restorable one,
-        chosen as `latest(tier, node, branch, health)` chooses it), a restore lease of
-        `lease_ttl` seconds on it (release it with `release_lease`), and the checkpoint with
-        every copy of every file and the tiers. None when no step is restorable; ConflictError
-        `not_leasable` when `step` is restorable from no tier. `owner`: who takes the lease,
-        free text (`holder`: its earlier name, deprecated)."""
+        """One request for all a reader needs: the checkpoint (at `step`, on `branch` when
+        given; or the latest restorable one, chosen as `latest(tier, node, branch, health)`
+        chooses it), a restore lease of `lease_ttl` seconds on it (release it with
+        `release_lease`), and the checkpoint with every copy of every file and the tiers. A
+        forked job with no restorable checkpoint of its own answers its fork parent's
+        (`fork_parent`; `job`, `step` and `branch` are the parent's). None when no step is
+        restorable; ConflictError `not_leasable` when `step` is restorable from no tier.
+        `owner`: who takes the lease, free text (`holder`: its earlier name, deprecated)."""
         owner = _owner(owner, holder)
-        if branch is not None or health is not None:
-            if step is not None:
-                raise ValueError("give `step` (of the job's timeline) or `branch`/`health`")
-            return self._start_by_latest(job, lease_ttl, tier, node, owner, branch, health)
+        if step is not None and health is not None:
+            raise ValueError("give `step` (and `branch`) or `health`, not both")
         body: dict[str, Any] = {"ttl_seconds": lease_ttl}
-        for key, value in (("step", step), ("tier", tier), ("node", node), ("holder", owner)):
-            if value is not None:
-                body[key] = value
+        fields = (
+            ("step", step),
+            ("branch", branch),
+            ("health", health),
+            ("tier", tier),
+            ("node", node),
+            ("holder", owner),
+        )
+        body.update((key, value) for key, value in fields if value is not None)
         try:
             resp = self._http.request("POST", f"/v1/jobs/{_job(job)}/restores", body=body)
         except NotFoundError as e:
@@ -225,31 +231,6 @@ class Api(TimelineApi):
                 return None
             raise
         return RestoreStart.from_json(resp.body)
-
-    def _start_by_latest(
-        self,
-        job: str,
-        lease_ttl: int,
-        tier: str | None,
-        node: str | None,
-        owner: str | None,
-        branch: int | None,
-        health: Literal["good"] | None,
-    ) -> RestoreStart | None:
-        """`start_restore` by branch or health, which `POST .../restores` does not take yet:
-        `latest` chooses and leases in one transaction, then the checkpoint (read under that
-        lease, so every copy listed stays) and the tiers; three requests, still O(1) a load."""
-        latest = self.latest(
-            job, tier, node, lease_ttl=lease_ttl, owner=owner, branch=branch, health=health
-        )
-        if latest is None:
-            return None
-        if latest.lease is None:  # asked for with lease_ttl: a server that ignored it
-            raise TierpointError(f"{job}: latest answered without the lease it was asked for")
-        found = latest.checkpoint
-        detail = self.checkpoint(latest.job, latest.step, branch=found.branch)
-        tiers = tuple(self.tiers())
-        return RestoreStart(latest.job, latest.step, latest.lease, detail, tiers, latest.skipped)
 
     def create_lease(
         self,
@@ -319,34 +300,46 @@ class Api(TimelineApi):
         return Checkpoint.from_json(resp.body)
 
     def report_corrupt_copy(
-        self, job: str, step: int, tier: str, path: str, reason: str
+        self, job: str, step: int, tier: str, path: str, reason: str, *, branch: int | None = None
     ) -> dict[str, Any]:
         """Tell the server that the copy of shard `path` on `tier` did not match its registered
         checksum when read. The server reads that copy back itself; if it confirms the mismatch it
         marks the copy corrupt, stops offering that tier and repairs it from another tier.
         Returns what happened (`replica_state`, `marker_state`, `repair`, `verification`);
-        reporting the same copy again changes nothing."""
+        reporting the same copy again changes nothing. `branch`: the checkpoint read was saved
+        at `step` on that branch (without it: the one on the job's timeline)."""
         resp = self._http.request(
             "POST",
             f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/corrupt-copies",
+            query={"branch": branch},
             body={"tier": tier, "path": path, "reason": reason},
         )
         body: dict[str, Any] = resp.body
         return body
 
     def record_cached_copies(
-        self, job: str, step: int, tier: str, copies: Mapping[str, Iterable[str]]
+        self,
+        job: str,
+        step: int,
+        tier: str,
+        copies: Mapping[str, Iterable[str]],
+        *,
+        branch: int | None = None,
     ) -> dict[str, set[str]]:
         """Before readers keep files of the checkpoint on their nodes' local `tier` (node ->
         paths: files the catalog holds no copy of there), record them, so that the copy's expiry
         on that tier deletes them. Returns node -> the paths recorded, the only ones a reader may
-        keep (a node's own files and a copy being expired are left out). One request for all."""
+        keep (a node's own files and a copy being expired are left out). One request for all.
+        `branch`: the checkpoint read was saved at `step` on that branch."""
         body = {
             "tier": tier,
             "copies": [{"node": n, "paths": sorted(set(p))} for n, p in sorted(copies.items())],
         }
         resp = self._http.request(
-            "POST", f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/cached-copies", body=body
+            "POST",
+            f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/cached-copies",
+            query={"branch": branch},
+            body=body,
         )
         return {c["node"]: set(c["paths"]) for c in resp.body["copies"]}
 

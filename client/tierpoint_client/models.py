@@ -342,7 +342,8 @@ class TierInfo:
 @dataclass(frozen=True)
 class RestoreStart:
     """The one answer a restore starts from (`Client.start_restore`): the step, the lease held
-    on it, the checkpoint with every copy of every file, and the tiers those copies are on."""
+    on it, the checkpoint with every copy of every file, and the tiers those copies are on.
+    `job` is the checkpoint's own: a fork's first restore answers its parent's (`fork_parent`)."""
 
     job: str
     step: int
@@ -350,6 +351,7 @@ class RestoreStart:
     checkpoint: Checkpoint
     tiers: tuple[TierInfo, ...]
     skipped: tuple[Skipped, ...] = ()
+    fork_parent: bool = False
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RestoreStart:
@@ -360,6 +362,7 @@ class RestoreStart:
             checkpoint=Checkpoint.from_json(d["checkpoint"]),
             tiers=tuple(TierInfo.from_json(t) for t in d["tiers"]),
             skipped=tuple(Skipped.from_json(s) for s in d.get("skipped") or ()),
+            fork_parent=bool(d.get("fork_parent", False)),
         )
 
 

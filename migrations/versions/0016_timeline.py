@@ -151,9 +151,34 @@ def upgrade() -> None:
     _tier_copy_columns()
 
 
+def _refuse_a_timeline() -> None:
+    """Only a catalog that never rolled back goes back, checked before anything changes: two
+    checkpoints of one step would break the old unique constraint (and which is which would be
+    lost), and a checkpoint saved on a later branch has its files under `<step>.b<N>`, which the
+    earlier version cannot name. Nothing is deleted to make the downgrade pass."""
+    shared, later = (
+        op.get_bind()
+        .execute(
+            sa.text(
+                "SELECT count(*) FILTER (WHERE n > 1), count(*) FILTER (WHERE branch > 1) FROM "
+                "(SELECT branch, count(*) OVER (PARTITION BY job_id, step) AS n FROM checkpoint) c"
+            )
+        )
+        .one()
+    )
+    # guard: downgrade-refuses-a-timeline
+    if later:
+        raise RuntimeError(
+            f"cannot downgrade below 0016: this catalog has rolled back. {shared} checkpoint(s) "
+            f"share a step with another checkpoint of their job, and {later} checkpoint(s) were "
+            "saved on a branch after the first (their files are under <step>.b<N> directories, "
+            "which the earlier version cannot name). Nothing was changed. Stay on this version, "
+            "or restore the catalog from a backup taken before the upgrade to 0016"
+        )
+
+
 def downgrade() -> None:
-    # Only a catalog that never rolled back goes back: two checkpoints of one step would break
-    # the old unique constraint (and the superseded one's files would have no name there).
+    _refuse_a_timeline()
     op.drop_index("ix_checkpoint_tier_latest", table_name="checkpoint_tier")
     op.create_index(
         "ix_checkpoint_tier_latest",

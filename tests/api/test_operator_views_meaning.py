@@ -2,7 +2,8 @@
 prefix in one and a name in the others); promotion lag is registration -> first promotion (a
 repair's promotion later is not lag); a job's steps at risk count from its newest checkpoint
 restorable on the last tier and on any tier, and a tier's predicted restore time is its
-recovery point's bytes over the read throughput recorded for the tier."""
+recovery point's bytes over the read throughput recorded for the tier; after a rollback, a job's
+latest step and its recovery points are its timeline's, as `latest` answers them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import sessionmaker
 
-from tests.helpers.api import SHARD_BYTES, restorable, seed, set_marker, set_replicas
+from api.pagination import encode_cursor
+from tests.helpers.api import (
+    SHARD_BYTES,
+    manifest,
+    restorable,
+    seed,
+    set_marker,
+    set_replicas,
+    shard,
+)
 from tierpoint.catalog.replica import scrub
 from tierpoint.catalog.tier_copy.promotion import promote
 
@@ -139,3 +149,34 @@ async def test_steps_at_risk_and_the_predicted_restore_time(
     restorable(catalog, job, 30, "ssd", local=True)
     row = await overview_row(client, job)
     assert (row["steps_at_risk_durable"], row["steps_at_risk"]) == (None, 0)
+
+
+async def test_after_a_rollback_the_latest_step_is_the_timelines(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    await seed(client, catalog, job, [10, 20, 30])
+    r = await client.post(f"/v1/jobs/{job}/rollback", json={"step": 10, "from_branch": 1})
+    assert r.status_code == 201, r.text
+    latest = (await client.get(f"/v1/jobs/{job}/checkpoints/latest")).json()
+    assert latest["step"] == 10
+
+    # Steps 20 and 30 are superseded: still counted and held, but no one's latest.
+    row = await overview_row(client, job)
+    assert (row["latest_step"], row["checkpoints"]) == (10, 3)
+    assert by_tier(row, "latest_step") == {"ssd": 10, "lustre": 10, "s3": 10}
+    assert by_tier(row, "steps_behind") == {"ssd": 0, "lustre": 0, "s3": 0}
+    assert (row["steps_at_risk_durable"], row["steps_at_risk"]) == (0, 0)
+    # The page of jobs that starts just before this one's name.
+    page: dict[str, str | int] = {"limit": 1000, "cursor": encode_cursor(job[:-1])}
+    jobs = (await client.get("/v1/jobs", params=page)).json()["items"]
+    assert [(j["latest_step"], j["checkpoint_count"]) for j in jobs if j["name"] == job] == [
+        (10, 3)
+    ]
+
+    # The step saved again on the new branch is the job's latest again.
+    shards = [shard("b2/0", size=SHARD_BYTES), shard("b2/1", size=SHARD_BYTES)]
+    body = manifest(20, shards) | {"branch": 2}
+    r = await client.post(f"/v1/jobs/{job}/checkpoints", json=body)
+    assert r.status_code == 201, r.text
+    row = await overview_row(client, job)
+    assert row["latest_step"] == 20 and by_tier(row, "latest_step")["s3"] == 10

@@ -57,10 +57,12 @@ LEASE_LOCK = RowLock.KEY_SHARE
 
 @dataclass(frozen=True)
 class CheckpointsOf:
-    """A job's checkpoints (only the one at `step`, when given), by the job's id."""
+    """A job's checkpoints (only the one at `step`, when given, on `branch` when given: see
+    `at_step`), by the job's id."""
 
     job_id: int
     step: int | None = None
+    branch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,7 @@ def _lock_checkpoints(
     elif isinstance(which, CheckpointsOf):
         q = q.where(Checkpoint.job_id == which.job_id)
         if which.step is not None:
-            q = q.where(at_step(which.step, None))
+            q = q.where(at_step(which.step, which.branch))
     elif ids := sorted(set(which)):
         q = q.where(Checkpoint.id.in_(ids))
     else:

@@ -14,7 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from tierpoint.contract.common import FailureType, backoff
-from tierpoint.contract.lifecycle import Batch
+from tierpoint.contract.lifecycle import Batch, checkpoint_key
 from tierpoint.tier_config import TierKind
 
 SCRUB_WORKFLOW = "Scrub"
@@ -64,12 +64,12 @@ REPAIR_AGAIN_PATCH = "repair-again-after-source-found-bad"
 READ_RETRY = backoff(timedelta(minutes=2), 20, FailureType.UNKNOWN_TIER, FailureType.WRONG_NODE)
 
 
-def repair_workflow_id(job: str, step: int) -> str:
-    return f"checkpoint/{job}/{step}/repair"
+def repair_workflow_id(job: str, step: int, branch: int = 1) -> str:
+    return f"checkpoint/{checkpoint_key(job, step, branch)}/repair"
 
 
-def verify_checkpoint_workflow_id(job: str, step: int, tier: str) -> str:
-    return f"checkpoint/{job}/{step}/verify/{tier}"
+def verify_checkpoint_workflow_id(job: str, step: int, tier: str, branch: int = 1) -> str:
+    return f"checkpoint/{checkpoint_key(job, step, branch)}/verify/{tier}"
 
 
 class ScrubInput(BaseModel):

@@ -62,12 +62,21 @@ BATCH_RETRY = backoff(
 NODE_LOST_SIGNAL = "node_lost"
 
 
-def workflow_id(job: str, step: int, branch: int = 1) -> str:
-    """A checkpoint's lifecycle: `checkpoint/<job>/<step>` on a job's first branch (as before
-    branches), `checkpoint/<job>/<step>.b<branch>` on later ones: a step saved again after a
-    rollback is another checkpoint, with a lifecycle of its own."""
+def checkpoint_key(job: str, step: int, branch: int = 1) -> str:
+    """How every workflow id names its checkpoint: `<job>/<step>` on a job's first branch (as
+    before branches, so runs started then are still found under their ids), `<job>/<step>.b<N>`
+    on later ones: a step saved again after a rollback is another checkpoint, and its lifecycle,
+    repairs, verifications and re-replications are its own, never joined to the superseded
+    one's."""
+    # guard: workflow-ids-per-checkpoint
     where = str(step) if branch == 1 else f"{step}.b{branch}"
-    return f"checkpoint/{job}/{where}"
+    return f"{job}/{where}"
+
+
+def workflow_id(job: str, step: int, branch: int = 1) -> str:
+    """A checkpoint's lifecycle: `checkpoint/<job>/<step>`, `.b<N>` after the step on later
+    branches (`checkpoint_key`)."""
+    return f"checkpoint/{checkpoint_key(job, step, branch)}"
 
 
 def retry_workflow_id(job: str, step: int, attempt: int, branch: int = 1) -> str:

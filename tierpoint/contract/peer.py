@@ -1,7 +1,8 @@
 """Re-replication of peer copies: `PeerRereplicate` (one run per checkpoint and node loss, id
-`checkpoint/<job>/<step>/peer-replicas`) copies again, to new holders, the peer copies that a
-lost node held, and promotes the peer tiers again. The copies are the lifecycle's own
-(`lifecycle.copy_batch` on each new holder's queue) and so is the promotion (`lifecycle.promote`).
+`checkpoint/<job>/<step>/peer-replicas`, `<step>.b<N>` on later branches) copies again, to new
+holders, the peer copies that a lost node held, and promotes the peer tiers again. The copies
+are the lifecycle's own (`lifecycle.copy_batch` on each new holder's queue) and so is the
+promotion (`lifecycle.promote`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from datetime import timedelta
 from pydantic import BaseModel, Field
 
 from tierpoint.contract.common import backoff
-from tierpoint.contract.lifecycle import Batch, PlanTier
+from tierpoint.contract.lifecycle import Batch, PlanTier, checkpoint_key
 
 REREPLICATE_WORKFLOW = "PeerRereplicate"
 PLAN = "peer.plan"
@@ -19,8 +20,8 @@ PLAN_TIMEOUT = timedelta(seconds=30)
 PLAN_RETRY = backoff(timedelta(minutes=1), 0)
 
 
-def rereplicate_id(job: str, step: int) -> str:
-    return f"checkpoint/{job}/{step}/peer-replicas"
+def rereplicate_id(job: str, step: int, branch: int = 1) -> str:
+    return f"checkpoint/{checkpoint_key(job, step, branch)}/peer-replicas"
 
 
 class RereplicateInput(BaseModel):

@@ -25,11 +25,13 @@ def record_cached_copies(
     step: int,
     tier: str,
     wanted: Mapping[str, Sequence[str]],
+    branch: int | None = None,
 ) -> dict[str, list[str]]:
     """Record node -> paths as files readers keep on those nodes' `tier`; what was recorded.
     Refuses (changing nothing) a tier that is not local (UnknownTier, RequestInvalid), a node no
     worker reported from (UnknownNode), a path that is no shard of the checkpoint
-    (RequestInvalid), an unknown checkpoint (JobNotFound, CheckpointNotFound)."""
+    (RequestInvalid), an unknown checkpoint (JobNotFound, CheckpointNotFound). `branch`: the
+    checkpoint saved at the step on that branch (`locks.at_step`)."""
     if settings.tier(tier, location="body").kind is not TierKind.LOCAL:
         raise RequestInvalid(
             f"tier {tier!r} is not a local tier: readers keep copies on a node's local tier",
@@ -37,7 +39,7 @@ def record_cached_copies(
         )
     for node in sorted(wanted):
         registry.require_known(session, node)
-    checkpoint = find_checkpoint(session, job, step)
+    checkpoint = find_checkpoint(session, job, step, branch=branch)
     unknown = cached_copies.unknown_paths(
         session, checkpoint.id, [p for paths in wanted.values() for p in paths]
     )

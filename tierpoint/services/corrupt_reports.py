@@ -61,11 +61,13 @@ async def report_corrupt_copy(
     path: str,
     reason: str,
     actor: str,
+    *,
+    branch: int | None = None,
 ) -> dict[str, Any]:
     if tier not in settings.tier_names():
         raise CopyNotFound(f"tier {tier!r} is not configured")
     async with sessions() as session:
-        ref = await session.run_sync(find_copy, job, step, tier, path, RECHECK_AFTER)
+        ref = await session.run_sync(find_copy, job, step, tier, path, RECHECK_AFTER, branch)
         if ref.state != ReplicaState.VERIFIED.value:
             return _answer(await session.run_sync(copy_state, ref, tier), f"already {ref.state}")
         if ref.recently_read:

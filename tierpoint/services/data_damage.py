@@ -36,10 +36,10 @@ class RepairRequests:
     def __init__(self, client: Client, loop: asyncio.AbstractEventLoop) -> None:
         self._client, self._loop = client, loop
 
-    def ask(self, checkpoint_id: int, job: str, step: int, reason: str) -> None:
+    def ask(self, checkpoint_id: int, job: str, step: int, reason: str, branch: int = 1) -> None:
         try:
             done = asyncio.run_coroutine_threadsafe(
-                request_repair(self._client, checkpoint_id, job, step, reason), self._loop
+                request_repair(self._client, checkpoint_id, job, step, reason, branch), self._loop
             )
         except RuntimeError:  # the worker is stopping: its loop is closed
             log.warning("repair not requested: the worker is stopping", job=job, step=step)
@@ -87,5 +87,5 @@ class DamagedCopies:
             why=reason,
         )
         if self.repairs is not None:
-            self.repairs.ask(checkpoint_id, ref.job, ref.step, f"{actor}: {reason}")
+            self.repairs.ask(checkpoint_id, ref.job, ref.step, f"{actor}: {reason}", ref.branch)
         return True

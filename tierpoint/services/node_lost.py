@@ -75,12 +75,15 @@ async def rereplicate(client: Client | None, lost: node_lost.NodeLost) -> int:
     if client is None:
         return 0
 
-    async def start(cp: tuple[int, str, int]) -> bool:
-        cid, job, step = cp
+    async def start(cp: tuple[int, str, int, int]) -> bool:
+        cid, job, step, branch = cp
         try:
             await asyncio.wait_for(
                 start_peer_rereplication(
-                    client, RereplicateInput(checkpoint_id=cid, job=job, step=step), lost.node
+                    client,
+                    RereplicateInput(checkpoint_id=cid, job=job, step=step),
+                    lost.node,
+                    branch,
                 ),
                 SIGNAL_TIMEOUT,
             )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from temporalio.client import Client, WorkflowFailureError
 
 from tierpoint import logs
+from tierpoint.catalog.checkpoint.shards import checkpoint_branch
 from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import find_checkpoint
@@ -57,15 +58,19 @@ async def verify_checkpoint(
     tier: str,
     actor: str,
     wait: float = VERIFY_WAIT,
+    *,
+    branch: int | None = None,
 ) -> VerifyRun:
-    """Raises UnknownTier, JobNotFound, CheckpointNotFound, NothingToVerify (no verified replica
+    """The checkpoint at `step` (on `branch` when given, else the one on the job's timeline).
+    Raises UnknownTier, JobNotFound, CheckpointNotFound, NothingToVerify (no verified replica
     there), TemporalUnavailable."""
     kind = settings.tier(tier).kind
     async with sessions() as session:
-        cp = await session.run_sync(find_checkpoint, job, step)
+        cp = await session.run_sync(find_checkpoint, job, step, branch=branch)
         checkpoint_id, job_id = cp.id, cp.job_id
+        saved_on = await session.run_sync(checkpoint_branch, checkpoint_id)
         verified = await session.run_sync(verified_replicas, checkpoint_id, tier)
-    wid = verify_checkpoint_workflow_id(job, step, tier)
+    wid = verify_checkpoint_workflow_id(job, step, tier, saved_on)
     if not verified:
         raise NothingToVerify(f"{job}/{step} has no verified replica on tier {tier!r}")
     if client is None:

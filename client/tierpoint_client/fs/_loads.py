@@ -64,7 +64,9 @@ def _load(settings: Settings, job: str, step: int) -> _Load:
 
     def report(entry: PlanEntry, reason: str) -> None:
         try:
-            client.report_corrupt_copy(job, step, entry.tier, entry.path, reason)
+            client.report_corrupt_copy(
+                job, step, entry.tier, entry.path, reason, branch=start.checkpoint.branch
+            )
         except TierpointError as e:
             warnings.warn(
                 f"tierpoint: could not report the corrupt copy of {job}/{step} {entry.path} "

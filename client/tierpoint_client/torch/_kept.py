@@ -50,7 +50,9 @@ def record_kept(
     if not wanted:
         return {}
     try:
-        return client.record_cached_copies(start.job, start.step, local.name, wanted)
+        return client.record_cached_copies(
+            start.job, start.step, local.name, wanted, branch=start.checkpoint.branch
+        )
     except TierpointError as e:
         warnings.warn(
             f"tierpoint: could not record the files this load keeps on its nodes ({e}); "

@@ -301,7 +301,9 @@ class TierpointReader(StorageReader):
         tiers: Sequence[TierInfo],
         keep: frozenset[str] = frozenset(),
     ) -> CheckpointFiles:
-        report = functools.partial(self._report_corrupt, checkpoint.step)
+        # Reported against the checkpoint read, by its own job and branch: a fork's first load
+        # reads its parent's files, and a step may be saved on several branches.
+        report = functools.partial(self._report_corrupt, checkpoint)
         # Sent to peers' data endpoints; a rank without a client of its own has the coordinator's
         # environment.
         token = (
@@ -338,13 +340,17 @@ class TierpointReader(StorageReader):
         ranks = dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
         return f"dcp-load of {ranks} rank(s), coordinator {socket.gethostname()} pid {os.getpid()}"
 
-    def _report_corrupt(self, step: int, entry: PlanEntry, reason: str) -> None:
+    def _report_corrupt(self, checkpoint: Checkpoint, entry: PlanEntry, reason: str) -> None:
         """Tell the server, so that it stops handing out the copy; never fails the load."""
+        # guard: reader-reports-on-the-checkpoint-read
+        job, step = checkpoint.job, checkpoint.step
         try:
-            self.client.report_corrupt_copy(self.job, step, entry.tier, entry.path, reason)
+            self.client.report_corrupt_copy(
+                job, step, entry.tier, entry.path, reason, branch=checkpoint.branch
+            )
         except TierpointError as e:
             warnings.warn(
-                f"tierpoint: could not report the corrupt copy of {self.job}/{step} {entry.path} "
+                f"tierpoint: could not report the corrupt copy of {job}/{step} {entry.path} "
                 f"on tier {entry.tier} to the server: {e}",
                 stacklevel=2,
             )

@@ -3,7 +3,8 @@ stack: a job's first run loads nothing without an exception; a run that loads an
 with `rollback=True` saves the steps after it again (in the new branch's own directory), each
 checkpoint naming the one the run loaded, then the one it saved, as its parent; without the
 rollback the save is refused with a message that says how to roll back; `health="good"` loads
-the newest certified good checkpoint."""
+the newest certified good checkpoint; a forked job's first load reads its parent's checkpoint
+where it is, and a corrupt copy found there is reported on the parent's checkpoint."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import json
 import uuid
 from pathlib import Path
 from typing import Any
+
+import httpx
+from tierpoint_client import CheckpointRef
 
 from tests.client.torch.ranks import TORCH_PYTHON, WAIT, rank_env
 from tests.helpers.client import Stack
@@ -103,3 +107,42 @@ async def test_health_good_loads_the_newest_certified_checkpoint(
     await asyncio.to_thread(stack.client.give_verdict, job, 10, "good")
     good = await _run(stack, tmp_path, job, "--load", "--health", "good")
     assert good["loaded_ref"] == [job, 10, 1] and good["right_state"], good
+
+
+async def test_a_forks_first_load_reads_the_parent_and_reports_its_corrupt_copy_there(
+    stack: Stack, tmp_path: Path
+) -> None:
+    parent, child = f"pre-{uuid.uuid4().hex[:8]}", f"tune-{uuid.uuid4().hex[:8]}"
+    await _run(stack, tmp_path, parent, "--save", "10")
+    await _restorable(stack, parent, 10)
+    await asyncio.to_thread(stack.client.fork, child, CheckpointRef(parent, 10))
+    # Rot the parent's node-local copy of its data files: the load reads it first.
+    local = stack.local_dir(stack.nodes[0], parent, 10)
+    rotten = sorted(p.name for p in local.iterdir() if p.name != ".metadata")
+    assert rotten
+    for name in rotten:
+        data = bytearray((local / name).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (local / name).write_bytes(bytes(data))
+
+    first = await _run(stack, tmp_path, child, "--load")
+    # The parent's bytes, read from another copy, under the parent's name.
+    assert first["loaded_ref"] == [parent, 10, 1] and first["right_state"], first
+
+    # The report names the parent's checkpoint: its history has it (made during the load, before
+    # the load went on to the next copy). Whether the server's re-read then finds the copy bad
+    # depends on whether it reads before the load writes the verified bytes back over it.
+    reported = await asyncio.to_thread(_events, stack, parent, 10, "corrupt_reported")
+    assert sorted((e["tier"], e["detail"]["path"]) for e in reported) == [
+        ("ssd", name) for name in rotten
+    ], reported
+
+
+def _events(stack: Stack, job: str, step: int, kind: str) -> list[dict[str, Any]]:
+    r = httpx.get(
+        f"{stack.api_url}/v1/jobs/{job}/checkpoints/{step}/events",
+        headers={"authorization": f"Bearer {stack.token}"},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    return [e for e in r.json()["items"] if e["kind"] == kind]

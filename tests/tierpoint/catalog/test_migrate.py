@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, func, insert, inspect, select, update
+from sqlalchemy import Engine, create_engine, func, insert, inspect, select, update
 from sqlalchemy.orm import Session
 
 from tests.helpers.services import fresh_database
@@ -23,6 +25,7 @@ from tierpoint.catalog.models import (
 )
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.catalog.reads.latest import latest_restorable
+from tierpoint.catalog.timeline.branches import rollback
 from tierpoint.errors import CheckpointConflict
 from tierpoint.manifest import Manifest, ShardSpec
 from tierpoint.tier_config import TierConfig, TierKind
@@ -233,3 +236,70 @@ def test_a_catalog_from_before_branches_upgrades_with_its_checkpoints_on_branch_
                 register_checkpoint(s, "old-run", Manifest(step=300, shards=[shard]), ["lustre"])
     finally:
         engine.dispose()
+
+
+def test_a_catalog_that_rolled_back_refuses_to_go_below_0016_and_keeps_everything(
+    empty_url: str,
+) -> None:
+    """Step 20 saved on branch 1, a rollback to 10, step 20 saved again on branch 2: going back
+    to 0015 would have to merge the two step-20 checkpoints (the old unique key) and could not
+    name the second one's files. The downgrade refuses before it changes anything, saying how
+    many checkpoints are in the way and what to do."""
+    migrate.upgrade(empty_url)
+    engine = make_sync_engine(empty_url)
+    try:
+        with Session(engine) as s:
+            upsert_node(s, "node-a", {})
+            for step in (10, 20, 30):
+                shard = ShardSpec(path=f"{step}.bin", size=5, crc32c=None, node="node-a")
+                register_checkpoint(s, "rolled", Manifest(step=step, shards=[shard]), ["lustre"])
+            s.commit()
+            # Step 10 copied to the shared tier, as its lifecycle would leave it.
+            s.execute(
+                update(Replica)
+                .where(Replica.checkpoint_id == _step_id(s, 10))
+                .values(state="verified", verified_at=func.now())
+            )
+            s.execute(
+                update(TierCopy)
+                .where(TierCopy.checkpoint_id == _step_id(s, 10))
+                .values(state="restorable", restorable_at=func.now())
+            )
+            s.commit()
+            rollback(s, "rolled", 10, from_branch=1, reason="loss spike", actor="ops")
+            s.commit()
+            shard = ShardSpec(path="again.bin", size=5, crc32c=None, node="node-a")
+            again = Manifest(step=20, shards=[shard], branch=2)
+            register_checkpoint(s, "rolled", again, ["lustre"])
+            s.commit()
+        before = _catalog_rows(engine)
+        engine.dispose()
+
+        with pytest.raises(RuntimeError) as refused:
+            migrate.downgrade(empty_url, "0015")
+        message = str(refused.value)
+        assert "2 checkpoint(s) share a step" in message, message
+        assert "1 checkpoint(s) were saved on a branch after the first" in message, message
+        assert "backup" in message and "Nothing was changed" in message, message
+
+        engine = make_sync_engine(empty_url)
+        assert _catalog_rows(engine) == before
+        migrate.check_schema(engine)
+    finally:
+        engine.dispose()
+
+
+def _catalog_rows(engine: Engine) -> tuple[list[Any], list[Any], str]:
+    with engine.connect() as conn:
+        checkpoints = conn.exec_driver_sql(
+            "SELECT id, step, branch, superseded_by FROM checkpoint ORDER BY id"
+        ).all()
+        branches = conn.exec_driver_sql("SELECT number, parent, from_step FROM branch").all()
+        version = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one()
+    return list(checkpoints), list(branches), version
+
+
+def _step_id(s: Session, step: int) -> int:
+    found = s.scalar(select(Checkpoint.id).where(Checkpoint.step == step))
+    assert found is not None
+    return found

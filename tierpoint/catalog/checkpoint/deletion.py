@@ -95,8 +95,10 @@ def delete_checkpoints(
     *,
     force: bool,
     keep_newest: bool = False,
+    branch: int | None = None,
 ) -> Deletion:
-    """Send every copy of the job's checkpoint at `step` (None: all its checkpoints) to expiry and
+    """Send every copy of the job's checkpoint at `step` (on `branch` when given: `locks.at_step`;
+    None: all its checkpoints) to expiry and
     mark it deleted, recording one `deleted` event each with `actor`. Raises JobNotFound,
     CheckpointNotFound, CheckpointProtected (pinned, leased or in flight, unless `force`; with
     `keep_newest`, a training job's purge, also the job's newest restorable checkpoint, which
@@ -106,13 +108,13 @@ def delete_checkpoints(
     # The checkpoint rows, then every tier copy of them, as retention's expiry locks them.
     locked = lock_in_order(
         session,
-        checkpoints=CheckpointsOf(job_id, step),
+        checkpoints=CheckpointsOf(job_id, step, branch),
         checkpoint_lock=ACTION_LOCK,
         tier_copies=EVERY_TIER_COPY,
     )
     found = sorted(locked.checkpoints.values(), key=lambda c: c.id)
     if step is not None and not found:
-        raise no_checkpoint(job, step)
+        raise no_checkpoint(job, step, branch)
     already = [r.step for r in found if r.deleted_at is not None]
     undeleted = [(r.id, r.step, r.pinned) for r in found if r.deleted_at is None]
     if not undeleted:
@@ -156,12 +158,15 @@ def delete_checkpoints(
 
 
 def _newest_restorable(session: Session, job_id: int) -> int | None:
-    """The id of the job's newest checkpoint that a restore could use now."""
+    """The id of the job's newest checkpoint that a restore could use now: on its timeline, as
+    `latest` answers (a superseded checkpoint, even of a higher step, is not it)."""
     return session.scalar(
         select(Checkpoint.id)
         .join(TierCopy, TierCopy.checkpoint_id == Checkpoint.id)
         .where(
             Checkpoint.job_id == job_id,
+            # guard: purge-keeps-the-timelines-newest
+            Checkpoint.superseded_by.is_(None),
             Checkpoint.deleted_at.is_(None),
             Checkpoint.quarantine_reason.is_(None),
             TierCopy.state == TierState.RESTORABLE.value,

@@ -103,10 +103,18 @@ def insert_lease(
 
 
 def create_lease(
-    session: Session, job: str, step: int, ttl_seconds: int, owner: str | None, actor: str
+    session: Session,
+    job: str,
+    step: int,
+    ttl_seconds: int,
+    owner: str | None,
+    actor: str,
+    *,
+    branch: int | None = None,
 ) -> LeaseView:
+    """A lease on the checkpoint at `step` (`locks.at_step`: on `branch` when given)."""
     # guard: lease-waits-for-expiry
-    checkpoint_id, job_id, _ = find_checkpoint(session, job, step, lock=LEASE_LOCK)
+    checkpoint_id, job_id, _ = find_checkpoint(session, job, step, branch=branch, lock=LEASE_LOCK)
     if not restorable_tiers(session, checkpoint_id):
         raise NotLeasable(
             f"step {step} of job {job!r} is not restorable from any tier (not yet copied, "
@@ -200,9 +208,14 @@ def release_lease(
 
 
 def list_leases(
-    session: Session, job: str, step: int, *, include_ended: bool = False
+    session: Session,
+    job: str,
+    step: int,
+    *,
+    include_ended: bool = False,
+    branch: int | None = None,
 ) -> list[LeaseView]:
-    checkpoint = find_checkpoint(session, job, step)
+    checkpoint = find_checkpoint(session, job, step, branch=branch)
     lapsed = RestoreLease.expires_at <= func.now()
     q = select(RestoreLease, lapsed).where(RestoreLease.checkpoint_id == checkpoint.id)
     if not include_ended:

@@ -46,11 +46,16 @@ def expiring_tiers(session: Session, checkpoint_id: int) -> list[str]:
     return list(rows.all())
 
 
-def set_pinned(session: Session, job: str, step: int, pinned: bool, actor: str) -> PinView:
-    """Pin or unpin; doing it again changes nothing and records nothing. A pin is refused while
-    a copy is being expired: it could not keep that copy, and a pin that answered yes would be a
-    promise already broken."""
-    checkpoint_id, job_id, was = find_checkpoint(session, job, step, lock=ACTION_LOCK)
+def set_pinned(
+    session: Session, job: str, step: int, pinned: bool, actor: str, branch: int | None = None
+) -> PinView:
+    """Pin or unpin the checkpoint at `step` (on `branch` when given: `locks.at_step`); doing it
+    again changes nothing and records nothing. A pin is refused while a copy is being expired:
+    it could not keep that copy, and a pin that answered yes would be a promise already
+    broken."""
+    checkpoint_id, job_id, was = find_checkpoint(
+        session, job, step, lock=ACTION_LOCK, branch=branch
+    )
     if was == pinned:
         return PinView(job, step, pinned, False)
     # guard: pin-refused-during-expiry

@@ -93,14 +93,16 @@ def job_names(
     return list(session.scalars(stmt))
 
 
-def checkpoint_names(session: Session, checkpoint_ids: Sequence[int]) -> list[tuple[int, str, int]]:
-    """(checkpoint id, job name, step) of each of `checkpoint_ids` that exists."""
+def checkpoint_names(
+    session: Session, checkpoint_ids: Sequence[int]
+) -> list[tuple[int, str, int, int]]:
+    """(checkpoint id, job name, step, branch) of each of `checkpoint_ids` that exists."""
     rows = session.execute(
-        select(Checkpoint.id, Job.name, Checkpoint.step)
+        select(Checkpoint.id, Job.name, Checkpoint.step, Checkpoint.branch)
         .join(Job, Job.id == Checkpoint.job_id)
         .where(Checkpoint.id.in_(list(checkpoint_ids)))
     ).all()
-    return [(r[0], r[1], r[2]) for r in rows]
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
 
 
 @dataclass(frozen=True)

@@ -46,12 +46,19 @@ def verified_replicas(session: Session, checkpoint_id: int, tier: str) -> int:
 
 
 def find_copy(
-    session: Session, job: str, step: int, tier: str, path: str, recheck_after: timedelta
+    session: Session,
+    job: str,
+    step: int,
+    tier: str,
+    path: str,
+    recheck_after: timedelta,
+    branch: int | None = None,
 ) -> CopyRef:
-    """The replica of shard `path` of (job, step) on `tier` (the caller checked the tier is
-    configured); `recently_read` when it was read back within `recheck_after`. Raises
-    JobNotFound, CheckpointNotFound, CopyNotFound."""
-    cp = find_checkpoint(session, job, step)
+    """The replica of shard `path` of the checkpoint at (job, step) (on `branch` when given:
+    `locks.at_step`) on `tier` (the caller checked the tier is configured); `recently_read` when
+    it was read back within `recheck_after`. Raises JobNotFound, CheckpointNotFound,
+    CopyNotFound."""
+    cp = find_checkpoint(session, job, step, branch=branch)
     row = (
         session.execute(
             select(

@@ -27,7 +27,7 @@ from tierpoint.catalog.models import (
     TierCopy,
 )
 from tierpoint.catalog.node import registry
-from tierpoint.catalog.reads.checkpoints import checkpoint_view
+from tierpoint.catalog.reads.checkpoint_views import checkpoint_view
 from tierpoint.catalog.reads.skipped import skipped_above
 from tierpoint.catalog.reads.views import (
     LatestRestorableView,

@@ -31,7 +31,7 @@ from tierpoint.catalog.models import (
     Shard,
     TierCopy,
 )
-from tierpoint.catalog.reads.checkpoints import tier_progress
+from tierpoint.catalog.reads.checkpoint_views import tier_progress
 from tierpoint.catalog.reads.operator_views import (
     EventView,
     InFlightView,
@@ -218,10 +218,17 @@ def nodes(session: Session) -> list[NodeView]:
 
 
 def checkpoint_events(
-    session: Session, job: str, step: int, *, limit: int = 200, after_id: int | None = None
+    session: Session,
+    job: str,
+    step: int,
+    *,
+    limit: int = 200,
+    after_id: int | None = None,
+    branch: int | None = None,
 ) -> tuple[list[EventView], int | None]:
-    """A checkpoint's history, oldest first (keyset on the event id)."""
-    checkpoint_id = (find_checkpoint(session, job, step)).id
+    """A checkpoint's history (the one at `step`, on `branch` when given), oldest first (keyset
+    on the event id)."""
+    checkpoint_id = (find_checkpoint(session, job, step, branch=branch)).id
     q = (
         select(Event.id, Event.kind, Event.tier, Event.actor, Event.detail, Event.created_at)
         .where(Event.checkpoint_id == checkpoint_id)

@@ -90,12 +90,13 @@ class _Page:
 
 
 def _heads(session: Session, ids: Sequence[int]) -> dict[int, Any]:
-    """Each job's newest step, its time and the count of its checkpoints."""
-    # An admin's deleted checkpoints are history, not the job's progress.
+    """Each job's newest step on its timeline, its time and the count of its checkpoints."""
+    # An admin's deleted checkpoints are history, not the job's progress; nor are those a
+    # rollback superseded (they are counted: still listed and held).
     not_deleted = Checkpoint.deleted_at.is_(None)
     latest = (
         select(Checkpoint.step, Checkpoint.created_at)
-        .where(Checkpoint.job_id == Job.id, not_deleted)
+        .where(Checkpoint.job_id == Job.id, not_deleted, Checkpoint.superseded_by.is_(None))
         .order_by(Checkpoint.step.desc())
         .limit(1)
         .lateral("latest")
@@ -114,7 +115,9 @@ def _heads(session: Session, ids: Sequence[int]) -> dict[int, Any]:
 def _recovery_points(
     session: Session, ids: Sequence[int], tiers: Sequence[str]
 ) -> dict[tuple[int, str], Any]:
-    """(job id, tier) -> the newest checkpoint restorable there and not quarantined."""
+    """(job id, tier) -> the newest checkpoint of the job's timeline restorable there and not
+    quarantined: what `latest?tier=` answers (a superseded checkpoint is never a recovery
+    point, as it is never latest)."""
     if not tiers:
         return {}
     t = values(column("tier", String), name="t").data([(n,) for n in tiers])
@@ -126,6 +129,7 @@ def _recovery_points(
             ct.job_id == Job.id,
             ct.state == RESTORABLE,
             ct.tier == t.c.tier,
+            ct.superseded.is_(False),
             ct.quarantine_reason.is_(None),
             Checkpoint.quarantine_reason.is_(None),
         )

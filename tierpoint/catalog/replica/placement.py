@@ -81,15 +81,15 @@ def without_verified_copy(
 
 def placing_peer_copies(
     session: Session, peer_tiers: Sequence[str], checkpoint_id: int | None = None
-) -> list[tuple[int, str, int]]:
-    """(id, job, step) of checkpoints (or only `checkpoint_id`) whose lifecycle has not yet
+) -> list[tuple[int, str, int, int]]:
+    """(id, job, step, branch) of checkpoints (or only `checkpoint_id`) whose lifecycle has not yet
     placed their copy on some peer tier (its tier copy there still `pending`): a copy it planned
     on a node lost since then is not in the catalog yet, and a copy made again meanwhile could
     not see where the lifecycle puts the others."""
     if not peer_tiers:
         return []
     q = (
-        select(Checkpoint.id, Job.name, Checkpoint.step)
+        select(Checkpoint.id, Job.name, Checkpoint.step, Checkpoint.branch)
         .join(TierCopy, TierCopy.checkpoint_id == Checkpoint.id)
         .join(Job, Job.id == Checkpoint.job_id)
         .where(
@@ -101,14 +101,14 @@ def placing_peer_copies(
     )
     if checkpoint_id is not None:
         q = q.where(Checkpoint.id == checkpoint_id)
-    return [(r.id, r.name, r.step) for r in session.execute(q)]
+    return [(r.id, r.name, r.step, r.branch) for r in session.execute(q)]
 
 
 def held_peer_checkpoints(
     session: Session, node: str, peer_tiers: Sequence[str]
-) -> list[tuple[int, str, int]]:
-    """(id, job, step) of checkpoints whose copy on a peer tier `node` held (now lost) and whose
-    tier copy there failed: what re-replication copies again."""
+) -> list[tuple[int, str, int, int]]:
+    """(id, job, step, branch) of checkpoints whose copy on a peer tier `node` held (now lost)
+    and whose tier copy there failed: what re-replication copies again."""
     if not peer_tiers:
         return []
     held = exists().where(
@@ -118,7 +118,7 @@ def held_peer_checkpoints(
         Replica.state == ReplicaState.LOST.value,
     )
     rows = session.execute(
-        select(Checkpoint.id, Job.name, Checkpoint.step)
+        select(Checkpoint.id, Job.name, Checkpoint.step, Checkpoint.branch)
         .join(TierCopy, TierCopy.checkpoint_id == Checkpoint.id)
         .join(Job, Job.id == Checkpoint.job_id)
         .where(
@@ -129,7 +129,7 @@ def held_peer_checkpoints(
         .distinct()
         .order_by(Checkpoint.id)
     )
-    return [(r.id, r.name, r.step) for r in rows]
+    return [(r.id, r.name, r.step, r.branch) for r in rows]
 
 
 def verified_copies(

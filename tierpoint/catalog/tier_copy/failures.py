@@ -191,11 +191,17 @@ class Acknowledged:
 
 
 def acknowledge(
-    session: Session, job: str, step: int, tier: str | None, actor: str
+    session: Session,
+    job: str,
+    step: int,
+    tier: str | None,
+    actor: str,
+    branch: int | None = None,
 ) -> dict[str, str | None]:
-    """Acknowledge the checkpoint's open failures (on `tier`, or on every tier); returns them
-    (tier -> reason). Raises CheckpointNotFound, NothingToAcknowledge. The caller commits."""
-    checkpoint_id, _, _ = find_checkpoint(session, job, step, lock=ACTION_LOCK)
+    """Acknowledge the checkpoint's (at `step`, on `branch` when given) open failures (on
+    `tier`, or on every tier); returns them (tier -> reason). Raises CheckpointNotFound,
+    NothingToAcknowledge. The caller commits."""
+    checkpoint_id, _, _ = find_checkpoint(session, job, step, lock=ACTION_LOCK, branch=branch)
     one = TierCopy.checkpoint_id == checkpoint_id
     done = _acknowledge(session, FailureFilter(job=job, tier=tier), actor, None, one)
     if not done:

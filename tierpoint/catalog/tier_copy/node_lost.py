@@ -45,7 +45,7 @@ class NodeLost:
     tier_copies_failed: int
     checkpoints: list[AffectedCheckpoint] = field(default_factory=list)
     # (id, job, step) of checkpoints whose peer copy the node held: to be copied again elsewhere
-    peer_copies_lost: list[tuple[int, str, int]] = field(default_factory=list)
+    peer_copies_lost: list[tuple[int, str, int, int]] = field(default_factory=list)
 
 
 def mark_lost(
@@ -80,7 +80,7 @@ def mark_lost(
     # node's queue), and re-replicated once their lifecycle has placed the rest.
     # guard: node-lost-tells-lifecycles-placing-peer-copies
     placing = placing_peer_copies(session, peer_tiers)
-    ids = sorted(set(lost_per_checkpoint) | set(pending) | {cp for cp, _, _ in placing})
+    ids = sorted(set(lost_per_checkpoint) | set(pending) | {cp for cp, *_ in placing})
     if not ids:
         if changed:
             record(
@@ -108,7 +108,7 @@ def _record(
     out: NodeLost,
     actor: str,
     peer_tiers: Sequence[str],
-    placing: Sequence[tuple[int, str, int]],
+    placing: Sequence[tuple[int, str, int, int]],
     ids: Sequence[int],
     lost_per_checkpoint: dict[int, int],
     failed_tiers: dict[int, list[str]],

@@ -146,19 +146,20 @@ def _lost_nodes_holding(session: Session, checkpoint_ids: Sequence[int]) -> list
     return [(r[0], r[1]) for r in rows]
 
 
-def lock_failed(session: Session, job: str, step: int) -> RetryTarget:
-    """The checkpoint's tier copies, with the checkpoint row and those tier copies locked until
-    commit, so that no promotion (nor expiry) can move them between the retry's start and its
-    reset (raises JobNotFound, CheckpointNotFound)."""
+def lock_failed(session: Session, job: str, step: int, branch: int | None = None) -> RetryTarget:
+    """The checkpoint's tier copies (the checkpoint at `step`, on `branch` when given:
+    `locks.at_step`), with the checkpoint row and those tier copies locked until commit, so that
+    no promotion (nor expiry) can move them between the retry's start and its reset (raises
+    JobNotFound, CheckpointNotFound)."""
     locked = lock_in_order(
         session,
-        checkpoints=CheckpointAt(job, step),
+        checkpoints=CheckpointAt(job, step, branch),
         checkpoint_lock=ACTION_LOCK,
         tier_copies=EVERY_TIER_COPY,
     )
     if not locked.checkpoints:
         require_job_id(session, job)
-        raise no_checkpoint(job, step)
+        raise no_checkpoint(job, step, branch)
     (checkpoint,) = locked.checkpoints.values()
     checkpoint_id, job_id = checkpoint.id, checkpoint.job_id
     facts = retry_facts(session, [checkpoint_id])[checkpoint_id]

@@ -86,6 +86,6 @@ def test_a_checkpoints_head_and_name_by_id(session: Session) -> None:
     missing = second + 10**9
     assert checkpoint_head(session, missing) is None
     assert sorted(checkpoint_names(session, [first, second, missing])) == [
-        (first, job, 1),
-        (second, job, 2),
+        (first, job, 1, 1),
+        (second, job, 2, 1),
     ]

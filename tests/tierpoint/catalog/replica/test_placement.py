@@ -137,8 +137,8 @@ def test_who_holds_a_nodes_peer_copies_and_what_is_left_to_place_or_copy_again(
 
     assert copy_holders(session, cp, ["peer.1", "peer.2"]) == {owner: {"peer.1": {keeper, copier}}}
     assert copy_holders(session, cp, []) == {}
-    assert (cp, job, 1) in placing_peer_copies(session, ["peer.1", "peer.2"])
+    assert (cp, job, 1, 1) in placing_peer_copies(session, ["peer.1", "peer.2"])
     assert placing_peer_copies(session, ["peer.2"], cp) == []
     assert placing_peer_copies(session, []) == []
-    assert held_peer_checkpoints(session, lost, ["peer.1", "peer.2"]) == [(cp, job, 1)]
+    assert held_peer_checkpoints(session, lost, ["peer.1", "peer.2"]) == [(cp, job, 1, 1)]
     assert held_peer_checkpoints(session, keeper, ["peer.1", "peer.2"]) == []

@@ -40,7 +40,7 @@ def test_a_lost_holder_fails_the_peer_copies_it_held_and_no_local_copy(session: 
     assert states == {"ssd": "restorable", "peer": "failed"}, states
     assert (out.replicas_lost, out.tier_copies_failed) == (1, 1)
     assert [c.checkpoint_id for c in out.checkpoints] == [cp]
-    assert [c for c, _, _ in out.peer_copies_lost] == [cp]
+    assert [c for c, *_ in out.peer_copies_lost] == [cp]
 
     # The writer itself lost: its local copy lost its bytes and fails.
     out = mark_lost(session, writer, ["ssd"], "ops", ["peer"])

@@ -1265,7 +1265,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "planner-fork-parent",
         "        why.append(KeepReason.FORK_PARENT)\n",
         "        pass\n",
-        (*PLANNER_TESTS, TIMELINE_FORKS),
+        (
+            *PLANNER_TESTS,
+            TIMELINE_FORKS,
+            "tests/workflows/test_timeline_races_live.py::"
+            "test_a_fork_racing_the_parents_retention_run_keeps_what_the_child_needs",
+        ),
         "retention keeps a checkpoint a forked job still needs",
     ),
 )

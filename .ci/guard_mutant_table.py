@@ -1217,6 +1217,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "a racing rollback to the same step by another caller is told who won, not taken for ours",
     ),
     Mutant(
+        "rollback-retry-only-before-saves",
+        "        and not _saved_since(session, job_id, current, step)\n",
+        "        and True\n",
+        (
+            f"{TIMELINE_ROLLBACK}::"
+            "test_a_second_rollback_to_the_same_step_after_saving_again_goes_back_again",
+        ),
+        "a rollback to the same step after the run saved again goes back again, not a retry",
+    ),
+    Mutant(
         "rollback-target-restorable",
         "    if why is not None:\n",
         "    if False:\n",

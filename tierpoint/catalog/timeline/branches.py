@@ -190,7 +190,16 @@ def rollback(
     job_id, current = row.id, row.current_branch
     _first_branch(session, job_id)
     head = _branch(session, job_id, current)
-    if head.parent is not None and head.from_step == step and from_branch != current:
+    # The same step again is a retry of the rollback that made the current branch only while
+    # nothing was saved on that branch since: once the run has trained on and saved, going
+    # back to the step again is a new rollback (or, naming the branch it left, a late one).
+    if (
+        head.parent is not None
+        and head.from_step == step
+        and from_branch != current
+        # guard: rollback-retry-only-before-saves
+        and not _saved_since(session, job_id, current, step)
+    ):
         # guard: rollback-race-loser
         if head.created_by == actor and from_branch in (None, head.parent):
             return RollbackResult(job, False, _view(head, current), [])
@@ -243,6 +252,22 @@ def rollback(
     )
     made = _branch(session, job_id, number)
     return RollbackResult(job, True, _view(made, number), superseded)
+
+
+def _saved_since(session: Session, job_id: int, branch: int, step: int) -> bool:
+    """Whether `branch` holds a checkpoint after `step` (one probe of the (job, branch, step)
+    unique index)."""
+    return bool(
+        session.scalar(
+            select(
+                exists().where(
+                    Checkpoint.job_id == job_id,
+                    Checkpoint.branch == branch,
+                    Checkpoint.step > step,
+                )
+            )
+        )
+    )
 
 
 def _winner(head: Branch, current: int) -> dict[str, object]:

@@ -1217,6 +1217,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "a racing rollback to the same step by another caller is told who won, not taken for ours",
     ),
     Mutant(
+        "rollback-job-lock-no-key-update",
+        "with_for_update(key_share=True)\n",
+        "with_for_update()\n",
+        (
+            "tests/api/test_timeline_races.py::"
+            "test_a_rollback_and_a_promotion_of_a_step_it_supersedes_both_commit",
+        ),
+        "a rollback never deadlocks with a promotion's event on the job it rolls back",
+    ),
+    Mutant(
         "rollback-retry-only-before-saves",
         "        and not _saved_since(session, job_id, current, step)\n",
         "        and True\n",

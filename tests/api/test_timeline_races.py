@@ -7,17 +7,23 @@ keeps holding it."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 from sqlalchemy import Engine, text
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.api import seed, set_marker
 from tests.helpers.expiry_races import (
     NEWEST_ON_FAST_TIERS,
+    WAIT_LIMIT,
     begin_judged,
     during_begin,
+    until_waiting,
 )
 from tests.helpers.retention import create_job
+from tierpoint.catalog.locks import lock_in_order
+from tierpoint.catalog.tier_copy.promotion import promote
 from tierpoint.contract.retention import BeginState
 
 
@@ -97,3 +103,51 @@ async def test_a_rollback_to_a_checkpoint_whose_last_copy_is_being_expired_is_re
     branches = (await client.get(f"/v1/jobs/{job}/branches")).json()
     assert branches["current"] == 1 and len(branches["items"]) == 1
     assert (await client.get(f"/v1/jobs/{job}/checkpoints/latest")).json()["step"] == 3
+
+
+async def test_a_rollback_and_a_promotion_of_a_step_it_supersedes_both_commit(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """A lifecycle promotes step 3's lustre copy (the tier copy locked, then its `promoted`
+    event written, whose foreign key takes KEY SHARE on the job's row) while the job rolls back
+    to step 1 (the job's row locked, then the checkpoints after it and their tier copies). The
+    rollback must not hold the job's row in a mode that a foreign-key check waits for: it did
+    (FOR UPDATE), the two waited for each other, and Postgres ended one of them as deadlocked
+    (the API answered 503 `catalog_unavailable`, or the promotion failed and was retried)."""
+    await seed(client, catalog, job, [1, 2])
+    await seed(client, catalog, job, [3], tiers=("ssd",))
+    with catalog.connect() as conn:
+        cid = conn.execute(
+            text(
+                "SELECT c.id FROM checkpoint c JOIN job j ON j.id = c.job_id "
+                "WHERE j.name = :job AND c.step = 3"
+            ),
+            {"job": job},
+        ).scalar_one()
+        conn.execute(
+            text(
+                "INSERT INTO replica (shard_id, checkpoint_id, tier, state, location, bytes_done,"
+                " verified_at) SELECT id, checkpoint_id, 'lustre', 'verified', '/lustre/' || path,"
+                " size, now() FROM shard WHERE checkpoint_id = :c"
+            ),
+            {"c": cid},
+        )
+        conn.commit()
+
+    with Session(catalog) as s:
+        # The promotion's first step: its tier copy locked, as `promote` locks it.
+        lock_in_order(s, tier_copies=[(cid, "lustre")])
+        request = asyncio.ensure_future(
+            client.post(f"/v1/jobs/{job}/rollback", json={"step": 1, "from_branch": 1})
+        )
+        await until_waiting(catalog, request)
+        # ...then the rest of it, the event included, while the rollback waits.
+        outcome = await asyncio.to_thread(promote, s, cid, "lustre", ["s3"], None)
+        s.commit()
+    assert outcome.state == "restorable", outcome
+    r = await asyncio.wait_for(request, WAIT_LIMIT)
+    assert r.status_code == 201, r.text
+    assert r.json()["superseded"] == [2, 3]
+    left = await client.get(f"/v1/jobs/{job}/checkpoints/3", params={"branch": 1})
+    states = {t["tier"]: t["state"] for t in left.json()["tiers"]}
+    assert (left.json()["superseded_by"], states["lustre"]) == (2, "restorable"), left.json()

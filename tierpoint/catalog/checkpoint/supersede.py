@@ -15,9 +15,9 @@ from tierpoint.catalog.models import Checkpoint, Event, TierCopy
 def lock_for_rollback(session: Session, job_id: int, step: int, target_id: int) -> list[int]:
     """Lock, in the catalog's order, a rollback's target and every checkpoint of the job's
     timeline after `step` with their tier copies; returns the latter's ids. The caller holds the
-    job's row FOR UPDATE (no checkpoint joins the timeline meanwhile). A retention expiry of one
-    of them (which locks its row first) is ordered with the rollback: the rollback sees a
-    target's copy already `expiring`, or the expiry's re-check sees the new timeline."""
+    job's row FOR NO KEY UPDATE (no checkpoint joins the timeline meanwhile). A retention expiry
+    of one of them (which locks its row first) is ordered with the rollback: the rollback sees
+    a target's copy already `expiring`, or the expiry's re-check sees the new timeline."""
     after = list(
         session.scalars(
             select(Checkpoint.id).where(

@@ -1,7 +1,7 @@
 """Branches and rollbacks. A rollback to step S starts a new branch from S, makes it the job's
 current one and supersedes the checkpoints after S on the timeline (`checkpoint/supersede.py`),
-in one transaction that locks the job's row first: registrations read the current branch under
-a share lock on it, so none lands on a timeline a rollback is leaving."""
+in one transaction that locks the job's row first (FOR NO KEY UPDATE): registrations read the
+current branch under a share lock on it, so none lands on a timeline a rollback is leaving."""
 
 from __future__ import annotations
 
@@ -182,8 +182,13 @@ def rollback(
 ) -> RollbackResult:
     """Go back to `step`: a new branch from it (docs/api.md, "Roll back"). Idempotent for the
     same step and caller; a rollback that lost a race is refused naming the winner."""
+    # FOR NO KEY UPDATE: it serializes rollbacks and holds off registrations (which read the
+    # current branch FOR SHARE), but not the foreign-key checks of the job's other writers: a
+    # promotion holds its tier copy and then records its event (KEY SHARE on this row), while a
+    # rollback holding the row FOR UPDATE waited for that tier copy (a deadlock; a 503).
     row = session.execute(
-        select(Job.id, Job.current_branch).where(Job.name == job).with_for_update()
+        # guard: rollback-job-lock-no-key-update
+        select(Job.id, Job.current_branch).where(Job.name == job).with_for_update(key_share=True)
     ).one_or_none()
     if row is None:
         raise no_job(job)

@@ -18,6 +18,9 @@ def _int(name: str, default: int) -> int:
 # did (docs/reliability.md has the runs' times).
 EXAMPLES = _int("TIERPOINT_STATEFUL_EXAMPLES", 8)
 STEPS = _int("TIERPOINT_STATEFUL_STEPS", 16)
+# The timeline's machine (timeline.py): fewer examples, each a few saves, rollbacks and a fork.
+TIMELINE_EXAMPLES = _int("TIERPOINT_STATEFUL_TIMELINE_EXAMPLES", 4)
+TIMELINE_STEPS = _int("TIERPOINT_STATEFUL_TIMELINE_STEPS", 16)
 SEED = os.environ.get("TIERPOINT_STATEFUL_SEED")
 # Shrinking a failure re-runs examples of tens of seconds each: TIERPOINT_STATEFUL_SHRINK=0 reports
 # the first failing sequence as found.

@@ -24,11 +24,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from tests.stateful.base import MachineBase
 from tests.stateful.model import LOCAL, ON_NODES, SHARED, crc_hex
@@ -348,11 +350,19 @@ class TimelineMachine(MachineBase):
     def cleanup(self) -> None:
         for job in (self.tl.job, self.tl.child):
             self.stack.terminate_all(job)
-        with self.engine.begin() as conn:
-            conn.execute(text("DELETE FROM job WHERE name LIKE :p"), {"p": self.tl.job + "%"})
-            conn.execute(
-                text("DELETE FROM retention_policy WHERE name LIKE :p"), {"p": self.tl.job + "%"}
-            )
+        for attempt in range(20):
+            # An activity of a terminated workflow may still be writing the job's rows: a
+            # deadlock with it is retried, as the main machine's cleanup does.
+            try:
+                with self.engine.begin() as conn:
+                    p = {"p": self.tl.job + "%"}
+                    conn.execute(text("DELETE FROM job WHERE name LIKE :p"), p)
+                    conn.execute(text("DELETE FROM retention_policy WHERE name LIKE :p"), p)
+                break
+            except OperationalError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
         for job in (self.tl.job, self.tl.child):
             for node in self.model.nodes:
                 for tier in ON_NODES:

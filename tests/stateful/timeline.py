@@ -110,12 +110,16 @@ class TimelineMachine(MachineBase):
 
     # -- rules --------------------------------------------------------------------------------
 
-    @initialize(n=st.integers(2, 3))
-    def first_saves(self, n: int) -> None:
-        """A run that has saved a few checkpoints: every rule has something to act on."""
+    @initialize(n=st.integers(2, 3), rolled=st.sampled_from((True, False)), pick=st.integers(0, 63))
+    def first_saves(self, n: int, rolled: bool, pick: int) -> None:
+        """A run that has saved a few checkpoints and, mostly, rolled back once: every rule has
+        something to act on (the first examples Hypothesis tries are short ones, which seldom
+        reached a rollback by themselves)."""
         for i in range(n):
             self.save(self.tl.job, (i + 1) * 10)
         self.model.count("timeline save")
+        if rolled:
+            self.rollback(pick)
 
     @rule(gap=st.integers(1, 3))
     def save_next(self, gap: int) -> None:

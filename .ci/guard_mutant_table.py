@@ -1263,6 +1263,26 @@ MUTANTS: tuple[Mutant, ...] = (
         "a racing rollback to the same step by another caller is told who won, not taken for ours",
     ),
     Mutant(
+        "rollback-job-lock-no-key-update",
+        "with_for_update(key_share=True)\n",
+        "with_for_update()\n",
+        (
+            "tests/api/test_timeline_races.py::"
+            "test_a_rollback_and_a_promotion_of_a_step_it_supersedes_both_commit",
+        ),
+        "a rollback never deadlocks with a promotion's event on the job it rolls back",
+    ),
+    Mutant(
+        "rollback-retry-only-before-saves",
+        "        and not _saved_since(session, job_id, current, step)\n",
+        "        and True\n",
+        (
+            f"{TIMELINE_ROLLBACK}::"
+            "test_a_second_rollback_to_the_same_step_after_saving_again_goes_back_again",
+        ),
+        "a rollback to the same step after the run saved again goes back again, not a retry",
+    ),
+    Mutant(
         "rollback-target-restorable",
         "    if why is not None:\n",
         "    if False:\n",
@@ -1323,7 +1343,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "planner-fork-parent",
         "        why.append(KeepReason.FORK_PARENT)\n",
         "        pass\n",
-        (*PLANNER_TESTS, TIMELINE_FORKS),
+        (
+            *PLANNER_TESTS,
+            TIMELINE_FORKS,
+            "tests/workflows/test_timeline_races_live.py::"
+            "test_a_fork_racing_the_parents_retention_run_keeps_what_the_child_needs",
+        ),
         "retention keeps a checkpoint a forked job still needs",
     ),
     # ---- a run's timeline: every route, report and workflow names a checkpoint ---------------

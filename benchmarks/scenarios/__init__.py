@@ -28,6 +28,9 @@ class Sizes:
     scale: tuple[int, ...]  # scale: simulated nodes per run
     leases: int  # leases: requests per run, on one checkpoint or spread
     timeline: tuple[int, int] = (1_000_000, 10_000)  # timeline: checkpoints, branches
+    # timeline: rounds of the two reads per run (a p99 of enough samples), a quarter as many
+    # rollbacks
+    timeline_samples: int = 2_000
 
     @classmethod
     def full(cls, mib: int | None = None) -> Sizes:
@@ -68,6 +71,7 @@ class Sizes:
             scale=(10,),
             leases=200,
             timeline=(20_000, 200),
+            timeline_samples=80,
         )
 
 
@@ -191,7 +195,7 @@ def _retention_snapshot(env: Env, s: Sizes) -> Scenario:
 def _timeline(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.timeline import Timeline
 
-    return Timeline(env.work / "timeline", *s.timeline, reads=s.reads)
+    return Timeline(env.work / "timeline", *s.timeline, samples=s.timeline_samples)
 
 
 def _replica_writes(env: Env, s: Sizes) -> Scenario:

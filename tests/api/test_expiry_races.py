@@ -9,10 +9,9 @@ checkpoint still hides it, and says truthfully which copies are going."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 import httpx
 from sqlalchemy import Engine, text
@@ -20,23 +19,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.api import events, seed
+from tests.helpers.expiry_races import (
+    NEWEST_ON_FAST_TIERS,
+    TIERS,
+    WAIT_LIMIT,
+    begin_now,
+    during_begin,
+    until_waiting,
+)
 from tests.helpers.retention import create_job
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.holds import leases, pins
 from tierpoint.catalog.holds.quarantine import set_quarantine
 from tierpoint.catalog.tier_copy.expiry import begin_expiry, finish_expiry
 from tierpoint.contract.retention import BeginResult, BeginState
-from tierpoint.retention.policy import TierRef
-from tierpoint.tier_config import TierKind
-
-TIERS = (
-    TierRef("ssd", TierKind.LOCAL),
-    TierRef("lustre", TierKind.SHARED),
-    TierRef("s3", TierKind.S3),
-)
-# Step 1 is wanted off ssd and lustre (step 2 is newer); s3 keeps everything.
-POLICY = {"tiers": {"ssd": {"keep_last": 1}, "lustre": {"keep_last": 1}}}
-WAIT_LIMIT = 60.0  # seconds: only a bound on a hang, never a timing assertion
 
 
 def _checkpoint_id(catalog: Engine, job: str, step: int) -> int:
@@ -63,56 +59,10 @@ def _markers(catalog: Engine, job: str, step: int) -> dict[str, str]:
         return {tier: state for tier, state in rows}
 
 
-def _lock_waiters(catalog: Engine) -> int:
-    with catalog.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-            ).scalar_one()
-        )
-
-
-async def _until_waiting(catalog: Engine, other: asyncio.Future[Any]) -> None:
-    """Until some backend waits for a row lock; fails if `other` finished without waiting."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_LIMIT
-    while loop.time() < deadline:
-        if other.done():
-            raise AssertionError(f"finished without waiting for the row lock: {other.result()}")
-        if await asyncio.to_thread(_lock_waiters, catalog):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("neither waited for the row lock nor finished")
-
-
 async def _setup(client: httpx.AsyncClient, catalog: Engine, job: str) -> int:
     await seed(client, catalog, job, [1, 2])
-    create_job(sessionmaker(catalog), job, POLICY)
+    create_job(sessionmaker(catalog), job, NEWEST_ON_FAST_TIERS)
     return _checkpoint_id(catalog, job, 1)
-
-
-@contextmanager
-def _begun(catalog: Engine, job: str, cid: int, tier: str) -> Iterator[Session]:
-    """The retention executor's begin, uncommitted: it holds the checkpoint row and its markers
-    and has flipped `tier` to expiring. Committed when the block ends."""
-    with Session(catalog) as s:
-        begun = begin_expiry(s, job, cid, tier, TIERS, datetime.now(UTC))
-        assert begun.state is BeginState.EXPIRING, begun
-        yield s
-        s.commit()
-
-
-async def _during_begin(
-    catalog: Engine, job: str, cid: int, tier: str, call: Awaitable[httpx.Response]
-) -> httpx.Response:
-    """`call` made while the begin holds the row; the begin commits once `call` waits for it."""
-    with _begun(catalog, job, cid, tier):
-        request = asyncio.ensure_future(call)
-        await _until_waiting(catalog, request)
-    return await asyncio.wait_for(request, WAIT_LIMIT)
 
 
 @asynccontextmanager
@@ -126,13 +76,6 @@ async def _api_transaction(catalog: Engine) -> AsyncIterator[AsyncSession]:
         await engine.dispose()
 
 
-def _begin_now(catalog: Engine, job: str, cid: int, tier: str) -> BeginResult:
-    with Session(catalog) as s:
-        result = begin_expiry(s, job, cid, tier, TIERS, datetime.now(UTC))
-        s.commit()
-    return result
-
-
 async def _begin_waiting_for(
     catalog: Engine, job: str, cid: int, take: Callable[[AsyncSession], Awaitable[object]]
 ) -> BeginResult:
@@ -140,8 +83,8 @@ async def _begin_waiting_for(
     expiry waits for it; the transaction commits, then the begin decides."""
     async with _api_transaction(catalog) as s:
         await take(s)
-        begin = asyncio.ensure_future(asyncio.to_thread(_begin_now, catalog, job, cid, "ssd"))
-        await _until_waiting(catalog, begin)
+        begin = asyncio.ensure_future(asyncio.to_thread(begin_now, catalog, job, cid, "ssd"))
+        await until_waiting(catalog, begin)
     return await asyncio.wait_for(begin, WAIT_LIMIT)
 
 
@@ -153,7 +96,7 @@ async def test_a_pin_waiting_for_a_begun_expiry_is_refused_naming_the_tiers(
 ) -> None:
     cid = await _setup(client, catalog, job)
     url = f"/v1/jobs/{job}/checkpoints/1/pin"
-    r = await _during_begin(catalog, job, cid, "ssd", client.put(url))
+    r = await during_begin(catalog, job, cid, "ssd", client.put(url))
     assert r.status_code == 409, r.text
     assert r.headers["content-type"] == "application/problem+json"
     assert r.json()["code"] == "copy_expiring" and r.json()["tiers"] == ["ssd"]
@@ -186,10 +129,10 @@ async def test_a_lease_during_a_begun_expiry_holds_only_what_is_restorable(
 ) -> None:
     cid = await _setup(client, catalog, job)
     url = f"/v1/jobs/{job}/checkpoints/1/leases"
-    r = await _during_begin(catalog, job, cid, "ssd", client.post(url, json={"ttl_seconds": 600}))
+    r = await during_begin(catalog, job, cid, "ssd", client.post(url, json={"ttl_seconds": 600}))
     # Restorable elsewhere: leased, and the lease keeps those copies...
     assert r.status_code == 201, r.text
-    kept = _begin_now(catalog, job, cid, "lustre")
+    kept = begin_now(catalog, job, cid, "lustre")
     assert kept.state is BeginState.SKIPPED and "leased" in (kept.reason or ""), kept
     # ...while the copy whose deletion had begun goes on going (and, not restorable, is never
     # offered to a restore).
@@ -205,7 +148,7 @@ async def test_a_quarantine_during_a_begun_expiry_hides_and_shows_what_goes(
 ) -> None:
     cid = await _setup(client, catalog, job)
     url = f"/v1/jobs/{job}/checkpoints/1/quarantine"
-    tier = await _during_begin(
+    tier = await during_begin(
         catalog, job, cid, "ssd", client.post(url, json={"reason": "bad", "tier": "ssd"})
     )
     assert tier.status_code == 409 and tier.json()["code"] == "copy_expiring", tier.text
@@ -214,7 +157,7 @@ async def test_a_quarantine_during_a_begun_expiry_hides_and_shows_what_goes(
     states = {t["tier"]: t["state"] for t in whole.json()["tiers"]}
     assert states == {"ssd": "expiring", "lustre": "restorable", "s3": "restorable"}
     # The operator's quarantine keeps every copy that is not already going.
-    kept = _begin_now(catalog, job, cid, "lustre")
+    kept = begin_now(catalog, job, cid, "lustre")
     assert kept.state is BeginState.SKIPPED and "quarantined" in (kept.reason or ""), kept
 
 

@@ -113,6 +113,38 @@ async def test_roll_back_and_save_the_steps_again(
     assert r.json()["current_branch"] == 2
 
 
+async def test_a_second_rollback_to_the_same_step_after_saving_again_goes_back_again(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """A run rolls back to step 10, trains on and saves step 20 again, spikes again and rolls
+    back to step 10 once more. That is a new rollback, not a retry of the first: it supersedes
+    the new step 20 and latest answers step 10 (it was taken for a retry, answered 200 with the
+    old branch, and the job restarted from the step it meant to leave)."""
+    await seed(client, catalog, job, [10, 20], tiers=("lustre",))
+    trainer = as_token(catalog, f"train-{job}", [f"train:{job}"])
+    first = await client.post(f"/v1/jobs/{job}/rollback", json={"step": 10}, headers=trainer)
+    assert first.status_code == 201 and first.json()["superseded"] == [20], first.text
+    r = await client.post(
+        f"/v1/jobs/{job}/checkpoints", json=manifest(20, [shard("again/0")]), headers=trainer
+    )
+    assert r.status_code == 201 and r.json()["branch"] == 2, r.text
+    restorable(catalog, job, 20, "lustre")
+
+    # A request of the first rollback arriving late, naming the branch it left: refused.
+    late = await client.post(
+        f"/v1/jobs/{job}/rollback", json={"step": 10, "from_branch": 1}, headers=trainer
+    )
+    assert (late.status_code, late.json()["code"]) == (409, "rollback_conflict"), late.text
+
+    again = await client.post(f"/v1/jobs/{job}/rollback", json={"step": 10}, headers=trainer)
+    assert again.status_code == 201, again.text
+    assert again.json()["created"] and again.json()["branch"]["number"] == 3
+    assert again.json()["branch"]["parent"] == 2 and again.json()["superseded"] == [20]
+    latest = await _latest(client, job)
+    assert (latest["step"], latest["checkpoint"]["branch"]) == (10, 1)
+    assert _branches(catalog, job) == [(1, None, None), (2, 1, 10), (3, 2, 10)]
+
+
 async def test_racing_rollbacks_one_wins_the_other_is_told_who(
     client: httpx.AsyncClient, catalog: Engine, job: str
 ) -> None:

@@ -8,30 +8,23 @@ keeps holding it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
-from typing import Any
 
 import httpx
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.api import seed, set_marker
-from tests.helpers.retention import create_job
-from tierpoint.catalog.tier_copy.expiry import begin_expiry
-from tierpoint.contract.retention import BeginResult, BeginState
-from tierpoint.retention.policy import TierRef
-from tierpoint.tier_config import TierKind
-
-TIERS = (
-    TierRef("ssd", TierKind.LOCAL),
-    TierRef("lustre", TierKind.SHARED),
-    TierRef("s3", TierKind.S3),
+from tests.helpers.expiry_races import (
+    NEWEST_ON_FAST_TIERS,
+    WAIT_LIMIT,
+    begin_judged,
+    during_begin,
+    until_waiting,
 )
-# The newest checkpoint on ssd and lustre; s3 keeps everything.
-POLICY = {"tiers": {"ssd": {"keep_last": 1}, "lustre": {"keep_last": 1}}}
-WAIT_LIMIT = 60.0  # seconds: only a bound on a hang, never a timing assertion
+from tests.helpers.retention import create_job
+from tierpoint.catalog.locks import lock_in_order
+from tierpoint.catalog.tier_copy.promotion import promote
+from tierpoint.contract.retention import BeginState
 
 
 def _ids(catalog: Engine, job: str) -> dict[int, int]:
@@ -46,62 +39,16 @@ def _ids(catalog: Engine, job: str) -> dict[int, int]:
         return {step: cid for step, cid in rows}
 
 
-def _waiting(catalog: Engine) -> int:
-    with catalog.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-            ).scalar_one()
-        )
-
-
-async def _until_waiting(catalog: Engine, other: asyncio.Future[Any]) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_LIMIT
-    while loop.time() < deadline:
-        if other.done():
-            raise AssertionError(f"finished without waiting for the row lock: {other.result()}")
-        if await asyncio.to_thread(_waiting, catalog):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("neither waited for the row lock nor finished")
-
-
-@contextmanager
-def _begun(catalog: Engine, job: str, cid: int, tier: str) -> Iterator[None]:
-    """Retention's begin, uncommitted: it holds the checkpoint's row and has flipped `tier`'s
-    copy to `expiring`. Committed when the block ends."""
-    with Session(catalog) as s:
-        begun = begin_expiry(s, job, cid, tier, TIERS, datetime.now(UTC))
-        assert begun.state is BeginState.EXPIRING, begun
-        yield
-        s.commit()
-
-
-def _begin(catalog: Engine, job: str, cid: int, tier: str) -> BeginResult:
-    with Session(catalog) as s:
-        result = begin_expiry(s, job, cid, tier, TIERS, datetime.now(UTC))
-        s.rollback()  # judged only: nothing is deleted here
-    return result
-
-
 async def test_a_rollback_waits_for_an_expiry_of_its_target_and_then_keeps_the_timeline(
     client: httpx.AsyncClient, catalog: Engine, job: str
 ) -> None:
     await seed(client, catalog, job, [1, 2, 3])
-    create_job(sessionmaker(catalog), job, POLICY)
+    create_job(sessionmaker(catalog), job, NEWEST_ON_FAST_TIERS)
     ids = _ids(catalog, job)
 
     # Retention expires step 2 from lustre (step 3 is newer) while the job rolls back to it.
-    with _begun(catalog, job, ids[2], "lustre"):
-        request = asyncio.ensure_future(
-            client.post(f"/v1/jobs/{job}/rollback", json={"step": 2, "from_branch": 1})
-        )
-        await _until_waiting(catalog, request)
-    r = await asyncio.wait_for(request, WAIT_LIMIT)
+    rollback = client.post(f"/v1/jobs/{job}/rollback", json={"step": 2, "from_branch": 1})
+    r = await during_begin(catalog, job, ids[2], "lustre", rollback)
     # Its lustre copy is going, its ssd and s3 copies are not: the rollback stands on them.
     assert r.status_code == 201, r.text
     latest = await client.get(f"/v1/jobs/{job}/checkpoints/latest", params={"node": "node-a"})
@@ -110,9 +57,9 @@ async def test_a_rollback_waits_for_an_expiry_of_its_target_and_then_keeps_the_t
 
     # On the new timeline step 2 is the newest: retention keeps its local copy; the superseded
     # step 3 is the one that goes.
-    kept = _begin(catalog, job, ids[2], "ssd")
+    kept = begin_judged(catalog, job, ids[2], "ssd")
     assert kept.state is BeginState.SKIPPED, kept
-    gone = _begin(catalog, job, ids[3], "ssd")
+    gone = begin_judged(catalog, job, ids[3], "ssd")
     assert gone.state is BeginState.EXPIRING, gone
 
 
@@ -120,21 +67,21 @@ async def test_a_lease_on_a_superseded_checkpoint_keeps_holding_it(
     client: httpx.AsyncClient, catalog: Engine, job: str
 ) -> None:
     await seed(client, catalog, job, [1, 2])
-    create_job(sessionmaker(catalog), job, POLICY)
+    create_job(sessionmaker(catalog), job, NEWEST_ON_FAST_TIERS)
     ids = _ids(catalog, job)
     lease = await client.post(f"/v1/jobs/{job}/checkpoints/2/leases", json={"ttl_seconds": 600})
     assert lease.status_code == 201, lease.text
     r = await client.post(f"/v1/jobs/{job}/rollback", json={"step": 1})
     assert r.status_code == 201 and r.json()["superseded"] == [2], r.text
 
-    held = _begin(catalog, job, ids[2], "ssd")
+    held = begin_judged(catalog, job, ids[2], "ssd")
     assert held.state is BeginState.SKIPPED and "leased" in (held.reason or ""), held
     leases = await client.get(f"/v1/jobs/{job}/checkpoints/2/leases")
     assert leases.status_code == 200
     assert [x["id"] for x in leases.json()["items"]] == [lease.json()["id"]]
     released = await client.delete(f"/v1/jobs/{job}/checkpoints/2/leases/{lease.json()['id']}")
     assert released.status_code == 204, released.text
-    assert _begin(catalog, job, ids[2], "ssd").state is BeginState.EXPIRING
+    assert begin_judged(catalog, job, ids[2], "ssd").state is BeginState.EXPIRING
 
 
 async def test_a_rollback_to_a_checkpoint_whose_last_copy_is_being_expired_is_refused(
@@ -150,11 +97,57 @@ async def test_a_rollback_to_a_checkpoint_whose_last_copy_is_being_expired_is_re
             set_marker(catalog, job, step, tier, "expired")
     create_job(sessionmaker(catalog), job, {"tiers": {"lustre": {"keep_last": 1}}})
     ids = _ids(catalog, job)
-    with _begun(catalog, job, ids[2], "lustre"):
-        request = asyncio.ensure_future(client.post(f"/v1/jobs/{job}/rollback", json={"step": 2}))
-        await _until_waiting(catalog, request)
-    r = await asyncio.wait_for(request, WAIT_LIMIT)
+    rollback = client.post(f"/v1/jobs/{job}/rollback", json={"step": 2})
+    r = await during_begin(catalog, job, ids[2], "lustre", rollback)
     assert (r.status_code, r.json()["code"]) == (409, "not_restorable"), r.text
     branches = (await client.get(f"/v1/jobs/{job}/branches")).json()
     assert branches["current"] == 1 and len(branches["items"]) == 1
     assert (await client.get(f"/v1/jobs/{job}/checkpoints/latest")).json()["step"] == 3
+
+
+async def test_a_rollback_and_a_promotion_of_a_step_it_supersedes_both_commit(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """A lifecycle promotes step 3's lustre copy (the tier copy locked, then its `promoted`
+    event written, whose foreign key takes KEY SHARE on the job's row) while the job rolls back
+    to step 1 (the job's row locked, then the checkpoints after it and their tier copies). The
+    rollback must not hold the job's row in a mode that a foreign-key check waits for: it did
+    (FOR UPDATE), the two waited for each other, and Postgres ended one of them as deadlocked
+    (the API answered 503 `catalog_unavailable`, or the promotion failed and was retried)."""
+    await seed(client, catalog, job, [1, 2])
+    await seed(client, catalog, job, [3], tiers=("ssd",))
+    with catalog.connect() as conn:
+        cid = conn.execute(
+            text(
+                "SELECT c.id FROM checkpoint c JOIN job j ON j.id = c.job_id "
+                "WHERE j.name = :job AND c.step = 3"
+            ),
+            {"job": job},
+        ).scalar_one()
+        conn.execute(
+            text(
+                "INSERT INTO replica (shard_id, checkpoint_id, tier, state, location, bytes_done,"
+                " verified_at) SELECT id, checkpoint_id, 'lustre', 'verified', '/lustre/' || path,"
+                " size, now() FROM shard WHERE checkpoint_id = :c"
+            ),
+            {"c": cid},
+        )
+        conn.commit()
+
+    with Session(catalog) as s:
+        # The promotion's first step: its tier copy locked, as `promote` locks it.
+        lock_in_order(s, tier_copies=[(cid, "lustre")])
+        request = asyncio.ensure_future(
+            client.post(f"/v1/jobs/{job}/rollback", json={"step": 1, "from_branch": 1})
+        )
+        await until_waiting(catalog, request)
+        # ...then the rest of it, the event included, while the rollback waits.
+        outcome = await asyncio.to_thread(promote, s, cid, "lustre", ["s3"], None)
+        s.commit()
+    assert outcome.state == "restorable", outcome
+    r = await asyncio.wait_for(request, WAIT_LIMIT)
+    assert r.status_code == 201, r.text
+    assert r.json()["superseded"] == [2, 3]
+    left = await client.get(f"/v1/jobs/{job}/checkpoints/3", params={"branch": 1})
+    states = {t["tier"]: t["state"] for t in left.json()["tiers"]}
+    assert (left.json()["superseded_by"], states["lustre"]) == (2, "restorable"), left.json()

@@ -18,6 +18,10 @@ def _int(name: str, default: int) -> int:
 # did (docs/reliability.md has the runs' times).
 EXAMPLES = _int("TIERPOINT_STATEFUL_EXAMPLES", 8)
 STEPS = _int("TIERPOINT_STATEFUL_STEPS", 16)
+# The timeline's machine (timeline.py): 5 examples of up to 16 steps made 8 rollbacks, 27 refused
+# ones of every kind, 3 steps saved again, 7 verdicts and a fork in 113 s on a loaded machine.
+TIMELINE_EXAMPLES = _int("TIERPOINT_STATEFUL_TIMELINE_EXAMPLES", 5)
+TIMELINE_STEPS = _int("TIERPOINT_STATEFUL_TIMELINE_STEPS", 16)
 SEED = os.environ.get("TIERPOINT_STATEFUL_SEED")
 # Shrinking a failure re-runs examples of tens of seconds each: TIERPOINT_STATEFUL_SHRINK=0 reports
 # the first failing sequence as found.

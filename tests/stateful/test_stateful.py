@@ -5,10 +5,13 @@ store's back, reconciliation, deletes followed by the job writing the step again
 holder, and restores from every tier (while a holder of the copies read dies, while retention
 expires the step), on the real stack with a peer tier of two copies on four nodes (machine.py),
 each step followed by the checks of checks.py and checks_copies.py against the test's own model
-(model.py).
+(model.py). A run's timeline has its own machine on the same stack (timeline.py): saves, rollbacks
+to valid and invalid targets, re-saved steps, verdicts, a fork and the child's saves, retention
+runs, against its own model (timeline_model.py).
 
 CI runs `knobs.EXAMPLES` examples of up to `knobs.STEPS` steps, derandomized (the same
-sequences every run). Longer: `TIERPOINT_STATEFUL_EXAMPLES=200 python3 bootstrap.py test --no-lint
+sequences every run), and `knobs.TIMELINE_EXAMPLES` of `knobs.TIMELINE_STEPS` of the timeline's.
+Longer: `TIERPOINT_STATEFUL_EXAMPLES=200 python3 bootstrap.py test --no-lint
 tests/stateful`; other sequences: add `TIERPOINT_STATEFUL_SEED=N`."""
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tests.stateful.base import MachineBase
 from tests.stateful.machine import StatefulMachine
 from tests.stateful.regressions import REGRESSIONS, Regression, replay
 from tests.stateful.stack import Stack
+from tests.stateful.timeline import TimelineMachine
 from tierpoint.catalog.engine import make_sync_engine
 
 # One example takes tens of seconds (it waits for lifecycles to settle): no deadline, and more
@@ -58,6 +62,19 @@ def report(started: float, stack: Stack) -> None:
         print(f"  {what}: {n}")
 
 
+def _settings(examples: int, steps: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        derandomize=knobs.SEED is None,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate, Phase.shrink] if knobs.SHRINK else [Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(RUN_TIMEOUT)
 def test_random_interleavings_keep_every_invariant(machine: type[StatefulMachine]) -> None:
@@ -68,16 +85,25 @@ def test_random_interleavings_keep_every_invariant(machine: type[StatefulMachine
     try:
         run_state_machine_as_test(
             factory,
-            settings=settings(
-                max_examples=knobs.EXAMPLES,
-                stateful_step_count=knobs.STEPS,
-                derandomize=knobs.SEED is None,
-                deadline=None,
-                database=None,
-                phases=[Phase.generate, Phase.shrink] if knobs.SHRINK else [Phase.generate],
-                suppress_health_check=list(HealthCheck),
-                print_blob=True,
-            ),
+            settings=_settings(knobs.EXAMPLES, knobs.STEPS),
+        )
+    finally:
+        report(started, machine.stack)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT)
+def test_timeline_interleavings_keep_every_invariant(machine: type[StatefulMachine]) -> None:
+    """The timeline's own machine (timeline.py) on the same stack."""
+    started = time.monotonic()
+    MachineBase.totals = {}
+    factory: type[TimelineMachine] = TimelineMachine
+    if knobs.SEED is not None:
+        factory = seed(int(knobs.SEED))(TimelineMachine)
+    try:
+        run_state_machine_as_test(
+            factory,
+            settings=_settings(knobs.TIMELINE_EXAMPLES, knobs.TIMELINE_STEPS),
         )
     finally:
         report(started, machine.stack)

@@ -21,9 +21,10 @@ from tierpoint.manifest import Manifest
 
 def branch_to_save_on(session: Session, job: str, job_id: int, asked: int | None) -> int:
     """The job's current branch, read under a share lock on the job's row: a rollback takes it
-    FOR UPDATE, so a registration either commits before a rollback supersedes (and is
-    superseded with the rest) or sees the new branch. A writer that names a branch no longer
-    current is refused: it still runs on a timeline that a rollback left."""
+    FOR NO KEY UPDATE, which conflicts with it, so a registration either commits before a
+    rollback supersedes (and is superseded with the rest) or sees the new branch. A writer that
+    names a branch no longer current is refused: it still runs on a timeline that a rollback
+    left."""
     current = session.scalar(
         select(Job.current_branch).where(Job.id == job_id).with_for_update(read=True)
     )

@@ -1,7 +1,7 @@
 """Branches and rollbacks. A rollback to step S starts a new branch from S, makes it the job's
 current one and supersedes the checkpoints after S on the timeline (`checkpoint/supersede.py`),
-in one transaction that locks the job's row first: registrations read the current branch under
-a share lock on it, so none lands on a timeline a rollback is leaving."""
+in one transaction that locks the job's row first (FOR NO KEY UPDATE): registrations read the
+current branch under a share lock on it, so none lands on a timeline a rollback is leaving."""
 
 from __future__ import annotations
 
@@ -182,15 +182,29 @@ def rollback(
 ) -> RollbackResult:
     """Go back to `step`: a new branch from it (docs/api.md, "Roll back"). Idempotent for the
     same step and caller; a rollback that lost a race is refused naming the winner."""
+    # FOR NO KEY UPDATE: it serializes rollbacks and holds off registrations (which read the
+    # current branch FOR SHARE), but not the foreign-key checks of the job's other writers: a
+    # promotion holds its tier copy and then records its event (KEY SHARE on this row), while a
+    # rollback holding the row FOR UPDATE waited for that tier copy (a deadlock; a 503).
     row = session.execute(
-        select(Job.id, Job.current_branch).where(Job.name == job).with_for_update()
+        # guard: rollback-job-lock-no-key-update
+        select(Job.id, Job.current_branch).where(Job.name == job).with_for_update(key_share=True)
     ).one_or_none()
     if row is None:
         raise no_job(job)
     job_id, current = row.id, row.current_branch
     _first_branch(session, job_id)
     head = _branch(session, job_id, current)
-    if head.parent is not None and head.from_step == step and from_branch != current:
+    # The same step again is a retry of the rollback that made the current branch only while
+    # nothing was saved on that branch since: once the run has trained on and saved, going
+    # back to the step again is a new rollback (or, naming the branch it left, a late one).
+    if (
+        head.parent is not None
+        and head.from_step == step
+        and from_branch != current
+        # guard: rollback-retry-only-before-saves
+        and not _saved_since(session, job_id, current, step)
+    ):
         # guard: rollback-race-loser
         if head.created_by == actor and from_branch in (None, head.parent):
             return RollbackResult(job, False, _view(head, current), [])
@@ -243,6 +257,22 @@ def rollback(
     )
     made = _branch(session, job_id, number)
     return RollbackResult(job, True, _view(made, number), superseded)
+
+
+def _saved_since(session: Session, job_id: int, branch: int, step: int) -> bool:
+    """Whether `branch` holds a checkpoint after `step` (one probe of the (job, branch, step)
+    unique index)."""
+    return bool(
+        session.scalar(
+            select(
+                exists().where(
+                    Checkpoint.job_id == job_id,
+                    Checkpoint.branch == branch,
+                    Checkpoint.step > step,
+                )
+            )
+        )
+    )
 
 
 def _winner(head: Branch, current: int) -> dict[str, object]:

@@ -2,7 +2,7 @@
 every byte lands where the placement says and is verified, and the reading is handed to the
 threads as one task per thread, each taking the next 4 MiB piece until none is left. A task and a
 future per piece cost the loading thread more than the rest of its work on a busy machine (a
-1 GiB file is some 300 pieces)."""
+1 GiB file of 16 MiB tensors and their biases is some 600 pieces)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,10 @@ is in the page cache) and cold (every file dropped from the page cache first, fs
 POSIX_FADV_DONTNEED), and for tierpoint the local and the shared tier. Each row's ratio is to
 FileSystemReader of the same shape, ranks and cache state, run interleaved with it. From S3 (1
 rank): TierpointReader against S3StorageReader reading whole objects (`sequential`).
+
+Each group of ranks is started, and each (ranks, shape)'s checkpoints saved, when the first method
+that loads them runs (untimed, before it): a run of some methods (`--method`) saves only what they
+load, so a 1 GiB matrix of one group fits a tmpfs work dir (`--dir /dev/shm`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,9 @@ class DcpLoad(Scenario):
         self.job = f"dcp-load-{uuid.uuid4().hex[:6]}"
         self.groups: dict[int, list[Worker]] = {}
         self.nbytes: dict[str, int] = {}
+        # Per (ranks, shape): the files each method reads (by tier, "fs"), once they are saved.
+        self.saved: dict[tuple[int, str], dict[str, list[Path]]] = {}
+        self.s3_saved: set[str] = set()
         self.stack: DevStackProcess | None = None
         self.pg = itertools.count()
 
@@ -71,7 +78,7 @@ class DcpLoad(Scenario):
         return found
 
     def prepare(self) -> list[Method]:
-        python = self.env.torch_python()
+        self.python = self.env.torch_python()
         self.stack = self.env.stack()
         info = self.stack.info
         assert info is not None
@@ -81,11 +88,20 @@ class DcpLoad(Scenario):
         self.s3.create_bucket(Bucket=BUCKET)
         self.work.mkdir(parents=True)
         # Every rank on one node: its local tier has all the files.
-        env = trainer_env(info, self.node)
-        log = self.work.parent / "dcp-worker.log"
+        self.trainer_env = trainer_env(info, self.node)
+        self._group(1)  # the state's sizes, for the rows
+        methods: list[Method] = []
         for world in self.worlds:
+            for shape in SHAPES:
+                methods += self._prepare_shape(world, shape)
+        return methods
+
+    def _group(self, world: int) -> list[Worker]:
+        """The `world` ranks, started (each holding every shape's state) on first use."""
+        if world not in self.groups:
+            log = self.work.parent / "dcp-worker.log"
             pg = self.work / f"pg-{world}"
-            self.groups[world] = [Worker(python, env, log) for _ in range(world)]
+            self.groups[world] = [Worker(self.python, self.trainer_env, log) for _ in range(world)]
             answers = self._all(
                 world,
                 op="init",
@@ -97,41 +113,23 @@ class DcpLoad(Scenario):
                 rank=None,
             )
             self.nbytes = {s: int(answers[0][f"bytes_{s}"]) for s in SHAPES}
-        methods: list[Method] = []
-        for world in self.worlds:
-            for shape in SHAPES:
-                methods += self._prepare_shape(world, shape)
-        return methods
+        return self.groups[world]
 
     def _all(self, group: int, **cmd: Any) -> list[dict[str, Any]]:
         """The same request to every rank of the group of `group` ranks (rank=None: each its
         own), then the answers: a collective needs all ranks in it at once."""
-        workers = self.groups[group]
+        workers = self._group(group)
         for rank, w in enumerate(workers):
             w.send(**{**cmd, "rank": rank} if "rank" in cmd else cmd)
         return [w.receive(cmd["op"]) for w in workers]
 
     def _prepare_shape(self, world: int, shape: str) -> list[Method]:
-        """The checkpoints to load (tierpoint on every tier, FileSystemWriter's, for 1 rank
-        S3StorageWriter's), and the methods that load them."""
-        job = f"{self.job}-{world}r-{shape}"
-        self._all(world, op="save", writer="tierpoint", mode="sync", job=job, step=1, shape=shape)
-        self.client.wait_restorable(job, 1, "lustre", WAIT, 0.1)
-        cp = self.client.wait_restorable(job, 1, "s3", WAIT, 0.1)
-        files = {
-            tier: [
-                Path(r.location)
-                for sh in cp.shards or ()
-                for r in sh.replicas
-                if r.tier == tier and r.location
-            ]
-            for tier in ("ssd", "lustre")
-        }
-        fs_dir = self.work / f"fs-{world}r-{shape}"
-        self._all(world, op="save", writer="fs", mode="sync", path=str(fs_dir), shape=shape)
-        files["fs"] = [p for p in fs_dir.rglob("*") if p.is_file()]
+        """The methods that load the (ranks, shape)'s checkpoints (tierpoint's on the local and
+        the shared tier, FileSystemWriter's, for 1 rank S3StorageWriter's): saved by `_saved`."""
         n = self.nbytes[shape]
         tag = f"{shape}, {world} rank{'s' if world > 1 else ''}"
+        job = f"{self.job}-{world}r-{shape}"
+        fs_dir = self.work / f"fs-{world}r-{shape}"
         methods: list[Method] = []
         for cache in ("hot", "cold"):
             base = f"{tag}, {cache}: {FS}"
@@ -140,7 +138,7 @@ class DcpLoad(Scenario):
                     base,
                     world,
                     (Row(base, "seconds", None, n),),
-                    files["fs"],
+                    (world, shape, "fs"),
                     cache,
                     reader="fs",
                     path=str(fs_dir),
@@ -154,7 +152,7 @@ class DcpLoad(Scenario):
                         label,
                         world,
                         (Row(label, "seconds", base, n),),
-                        files[tier],
+                        (world, shape, tier),
                         cache,
                         reader="tierpoint",
                         job=job,
@@ -167,9 +165,34 @@ class DcpLoad(Scenario):
             methods += self._s3_methods(job, shape, tag, n)
         return methods
 
+    def _saved(self, world: int, shape: str) -> dict[str, list[Path]]:
+        """The (ranks, shape)'s checkpoints, saved on first use: tierpoint's (restorable on every
+        tier, so that no copy runs beside a timed load) and FileSystemWriter's; their files."""
+        key = (world, shape)
+        if key not in self.saved:
+            job = f"{self.job}-{world}r-{shape}"
+            self._all(
+                world, op="save", writer="tierpoint", mode="sync", job=job, step=1, shape=shape
+            )
+            self.client.wait_restorable(job, 1, "lustre", WAIT, 0.1)
+            cp = self.client.wait_restorable(job, 1, "s3", WAIT, 0.1)
+            files = {
+                tier: [
+                    Path(r.location)
+                    for sh in cp.shards or ()
+                    for r in sh.replicas
+                    if r.tier == tier and r.location
+                ]
+                for tier in ("ssd", "lustre")
+            }
+            fs_dir = self.work / f"fs-{world}r-{shape}"
+            self._all(world, op="save", writer="fs", mode="sync", path=str(fs_dir), shape=shape)
+            files["fs"] = [p for p in fs_dir.rglob("*") if p.is_file()]
+            self.saved[key] = files
+        return self.saved[key]
+
     def _s3_methods(self, job: str, shape: str, tag: str, n: int) -> list[Method]:
         prefix = f"s3://{BUCKET}/{shape}/"
-        self._all(1, op="save", writer="s3", mode="sync", path=prefix, shape=shape)
         base = f"{tag}: {S3_SEQ}"
         label = f"{tag}: TierpointReader from S3"
         return [
@@ -177,7 +200,7 @@ class DcpLoad(Scenario):
                 base,
                 1,
                 (Row(base, "seconds", None, n),),
-                [],
+                (1, shape, "s3"),
                 "cold",
                 reader="s3-sequential",
                 path=prefix,
@@ -187,7 +210,7 @@ class DcpLoad(Scenario):
                 label,
                 1,
                 (Row(label, "seconds", base, n),),
-                [],
+                (1, shape, "s3"),
                 "cold",
                 reader="tierpoint",
                 job=job,
@@ -202,10 +225,13 @@ class DcpLoad(Scenario):
         name: str,
         world: int,
         rows: tuple[Row, ...],
-        files: list[Path],
+        reads: tuple[int, str, str],
         cache: str,
         **cmd: Any,
     ) -> Method:
+        """`reads`: (ranks, shape, what): the files of "fs", "ssd", "lustre", or "s3" (S3 has no
+        page cache: always cold)."""
+
         def run() -> Outcome:
             answers = self._all(world, op="load", **cmd)
             if not all(a["equal"] for a in answers):
@@ -213,8 +239,24 @@ class DcpLoad(Scenario):
             # Each rank timed from a common barrier to a common barrier: the job's wait.
             return Outcome({"seconds": max(float(a["seconds"]) for a in answers)})
 
-        before: Callable[[], None] = self._drop_all if cache == "cold" else lambda: _warm(files)
+        def before() -> None:
+            group, shape, what = reads
+            files = self._saved(group, shape)
+            if what == "s3":
+                self._saved_s3(shape)
+            if cache == "cold":
+                self._drop_all()
+            else:
+                _warm(files[what])
+
         return Method(name, run, rows, before=before)
+
+    def _saved_s3(self, shape: str) -> None:
+        """S3StorageWriter's checkpoint of the shape (1 rank), saved on first use."""
+        if shape not in self.s3_saved:
+            prefix = f"s3://{BUCKET}/{shape}/"
+            self._all(1, op="save", writer="s3", mode="sync", path=prefix, shape=shape)
+            self.s3_saved.add(shape)
 
     def _drop_all(self) -> None:
         assert self.stack is not None

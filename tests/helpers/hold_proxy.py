@@ -25,6 +25,8 @@ class HoldProxy:
         self.hold = hold
         self.url = ""
         self._held = 0
+        # Every request's target, in the order the requests arrived.
+        self.seen: list[str] = []
         self._loop = asyncio.new_event_loop()
         self._release = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -57,6 +59,7 @@ class HoldProxy:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while (head := await read_head(reader)) is not None:
+                self.seen.append(head.first[1])
                 if self.hold in head.first[1]:
                     self._held += 1
                     await self._release.wait()

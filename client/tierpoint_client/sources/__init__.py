@@ -7,7 +7,8 @@ The route of a `dcp.load(state, storage_reader=TierpointReader(job))`, module by
   torch/reader.py    read_metadata, on the coordinator only: one request (`Api.start_restore`)
                      chooses the step (the latest restorable one for this node, or `step=`),
                      takes one restore lease for the whole load and lists every copy of every
-                     file and the tiers.
+                     file and the tiers (the job's branches, the one a run then saves on, are
+                     asked for beside it: torch/_choose.py).
   torch/_copies.py   CheckpointFiles: each file's copies, fastest first (`verified_copies`,
                      here), behind a copy this node keeps of it (LocalTier, same module).
                      `.metadata` is read whole (the read below). No copy of it verifies: the

@@ -5,11 +5,14 @@ rolls back, the branch the run then saves on."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import threading
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from torch.distributed.checkpoint.metadata import Metadata
 
@@ -21,12 +24,13 @@ from tierpoint_client.errors import (
     TierpointError,
 )
 from tierpoint_client.models import Checkpoint, RestoreStart, TierInfo
-from tierpoint_client.timeline import Branch, CheckpointRef, Loaded
+from tierpoint_client.timeline import Branch, Branches, CheckpointRef, Loaded
 from tierpoint_client.torch._copies import CheckpointFiles
 from tierpoint_client.torch._files import METADATA_FILE
 
 # The sources of a checkpoint's files as the reader reads them (its `_files`).
 FilesOf = Callable[[Checkpoint, Sequence[TierInfo]], CheckpointFiles]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,11 @@ def choose(
 ) -> Chosen | None:
     """The coordinator's one request: step, lease and every copy; then `.metadata`, or (without
     `step` or `branch`) the next older step when no copy of it verifies; then the branch the run
-    saves on (rolled back to the step with `rollback`). None: nothing restorable."""
+    saves on (rolled back to the step with `rollback`). None: nothing restorable.
+
+    The job's branches are asked for beside the start, not after `.metadata`: the load waits for
+    one round trip instead of two, and the branch is still the one current when it began."""
+    branches = _beside(client.branches, choice.job)
     try:
         found = start(client, choice, choice.step, owner)
     except NotFoundError as e:
@@ -98,7 +106,9 @@ def choose(
     chosen = _read_metadata(client, choice, found, owner, files_of)
     try:
         assert chosen.loaded is not None
-        chosen.branch = save_branch(client, choice.job, chosen.loaded.ref, rollback=rollback)
+        chosen.branch = save_branch(
+            client, choice.job, chosen.loaded.ref, rollback=rollback, listed=branches
+        )
     except BaseException:
         client.release_lease(found.job, chosen.step, found.lease.id)
         chosen.lease_id = None
@@ -179,14 +189,20 @@ def _accepted(cp: Checkpoint, choice: Choice) -> bool:
 
 
 def save_branch(
-    client: Client, job: str, loaded: CheckpointRef, *, rollback: bool
+    client: Client,
+    job: str,
+    loaded: CheckpointRef,
+    *,
+    rollback: bool,
+    listed: Future[Branches] | None = None,
 ) -> Branch | None:
-    """The branch a run that loaded `loaded` saves on: the job's current one; with `rollback`,
-    when the job's timeline goes on past `loaded`, the branch that a rollback to it starts (the
-    steps after it superseded, so the run saves them again). None: a job that has no branch yet
-    (a fork's first load), which saves on its first."""
+    """The branch a run that loaded `loaded` saves on: the job's current one (as `listed`, the
+    job's branches asked for already, says; else asked now); with `rollback`, when the job's
+    timeline goes on past `loaded`, the branch that a rollback to it starts (the steps after it
+    superseded, so the run saves them again). None: a job that has no branch yet (a fork's
+    first load), which saves on its first."""
     try:
-        branches = client.branches(job)
+        branches = listed.result() if listed is not None else client.branches(job)
     except NotFoundError:
         return None
     current = next(b for b in branches.items if b.number == branches.current)
@@ -208,3 +224,17 @@ def _timeline_after(client: Client, job: str, step: int) -> bool:
         if cp.superseded_by is None:
             return cp.step > step
     return False
+
+
+_requests: tuple[int, ThreadPoolExecutor] | None = None
+_requests_lock = threading.Lock()
+
+
+def _beside(call: Callable[[str], T], arg: str) -> Future[T]:
+    """`call(arg)` on a thread of this process's own (a new pool after a fork: a child has none
+    of its parent's threads), for a request whose answer the load needs only later."""
+    global _requests
+    with _requests_lock:
+        if _requests is None or _requests[0] != os.getpid():
+            _requests = (os.getpid(), ThreadPoolExecutor(2, "tierpoint-api"))
+        return _requests[1].submit(call, arg)

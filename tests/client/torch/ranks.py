@@ -36,12 +36,13 @@ def new_job(prefix: str = "dcp") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def rank_env(stack: Stack) -> dict[str, str]:
-    """The environment of a training process on this stack (its node id set by the caller)."""
+def rank_env(stack: Stack, api_url: str | None = None) -> dict[str, str]:
+    """The environment of a training process on this stack (its node id set by the caller),
+    talking to its API at `api_url` (a proxy of it) or its own."""
     env = dict(os.environ)
     env.pop("TIERPOINT_NODE", None)
     env |= {
-        "TIERPOINT_API_URL": stack.api_url,
+        "TIERPOINT_API_URL": api_url or stack.api_url,
         "TIERPOINT_TOKEN": stack.token,
         "OMP_NUM_THREADS": "1",
     }
@@ -66,13 +67,15 @@ async def run_ranks(
     extra: tuple[str, ...] = (),
     nodes: tuple[str, ...] | None = None,
     expect_ok: bool = True,
+    api_url: str | None = None,
 ) -> Ranks:
-    """Run `world` ranks (rank i on node i, or on `nodes[i]`) to completion."""
+    """Run `world` ranks (rank i on node i, or on `nodes[i]`) to completion, talking to the
+    stack's API (or to `api_url`)."""
     run = tmp / f"{action}-{uuid.uuid4().hex[:8]}"
     run.mkdir(parents=True)
     procs = []
     for rank in range(world):
-        env = rank_env(stack) | {"TIERPOINT_NODE": (nodes or stack.nodes)[rank]}
+        env = rank_env(stack, api_url) | {"TIERPOINT_NODE": (nodes or stack.nodes)[rank]}
         cmd = [str(TORCH_PYTHON), str(RANK_SCRIPT), action, "--job", job]
         cmd += ["--rank", str(rank), "--world", str(world), "--init-file", str(run / "pg")]
         cmd += ["--out", str(run / f"rank{rank}.json"), *extra]

@@ -25,7 +25,6 @@ NOT_YET_MIRRORED = frozenset(
         "tierpoint/catalog/reads/jobs.py",
         "tierpoint/catalog/reads/copies.py",
         "tierpoint/catalog/reads/operator.py",
-        "tierpoint/catalog/reads/overview.py",
     }
 )
 

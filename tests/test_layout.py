@@ -22,7 +22,6 @@ MIRRORED = ("tierpoint/catalog", "activities", "workflows")
 NOT_YET_MIRRORED = frozenset(
     {
         # Reads being reshaped now (split, their views changed): their tests follow that work.
-        "tierpoint/catalog/reads/jobs.py",
         "tierpoint/catalog/reads/copies.py",
     }
 )

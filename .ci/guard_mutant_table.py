@@ -823,7 +823,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "tier-view-counts-quarantined-copies",
         "            if m.state == RESTORABLE and m.quarantine_reason is None:\n",
         "            if m.state == RESTORABLE:\n",
-        ("tests/api/test_quarantine.py::test_a_tier_does_not_count_a_corrupt_replica_as_verified",),
+        (
+            "tests/api/test_quarantine.py::test_a_tier_does_not_count_a_corrupt_replica_as_verified",
+            "tests/tierpoint/catalog/reads/test_checkpoint_views.py::"
+            "test_a_restorable_copy_is_whole_but_a_quarantined_one_counts_its_replicas",
+        ),
         "a tier never reports a shard verified that a read proved corrupt",
     ),
     # ---- a training job's quarantine hides; only an operator's holds storage -----------------

@@ -142,9 +142,9 @@ def s3_replica(engine: Engine, checkpoint_id: int) -> tuple[str | None, int]:
 async def upload_heartbeat(
     client: Client, handle: WorkflowHandle[Any, Any]
 ) -> tuple[int, dict[str, Any]]:
-    """(attempt, last heartbeat details) of the pending copy batch as the Temporal server holds
-    them: the details carry the upload id once an attempt has one; (0, {}) when none."""
-    pending = await pending_copy(client, handle)
+    """(attempt, last heartbeat details) of the pending copy batch to s3 as the Temporal server
+    holds them: the details carry the upload id once an attempt has one; (0, {}) when none."""
+    pending = await pending_copy(client, handle, "s3")
     return pending.attempt, pending.details
 
 

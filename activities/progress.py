@@ -58,7 +58,9 @@ class BatchReporter:
         self._read_seconds = 0.0
 
     def heartbeat(self, ordinal: int | None, state: ResumeState | None = None) -> None:
-        details: dict[str, Any] = {"ordinal": ordinal}
+        # The tier it writes: a checkpoint's copies run at once, and its pending activities (what
+        # an operator or a test sees in Temporal) say which copy each is by this alone.
+        details: dict[str, Any] = {"ordinal": ordinal, "tier": self._tier}
         if state is not None:
             details.update(asdict(state))
         activity.heartbeat(details)

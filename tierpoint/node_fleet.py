@@ -8,7 +8,9 @@ grow with the nodes:
 - pollers: one per queue once a process serves more than one node (a node's stages run at most
   a few batches at once; the default of five pollers per queue was 5,000 long polls held open
   against the server for 1,000 nodes);
-- activity slots: a few per queue instead of the single node's sixteen;
+- activity slots: the single node's sixteen per queue while the process's thread cap covers
+  them all (a few nodes: the dev stack's two run their checkpoints' seals and copies as a node of
+  their own would), down to a floor of two per queue for hundreds of nodes;
 - threads: one pool for all the queues, capped, instead of sixteen threads per node. A task that
   finds every thread busy waits in the pool's queue without heartbeating: the cap leaves such a
   wait far below the batch heartbeat timeout at the shard sizes a shared process is for;
@@ -28,8 +30,9 @@ from tierpoint.catalog.node.registry import upsert_nodes
 # A process that serves one node keeps what one node's copies need.
 SINGLE_NODE_SLOTS = 16
 SINGLE_NODE_POLLERS = 5
-# Per queue, when one process serves several nodes: the node stages' window is `parallelism`
-# (4 by default) batches per node, and tiny rehearsal shards make one batch per node.
+# Per queue, when one process serves several nodes: at least this many slots (the node stages'
+# window is `parallelism`, 4 by default, batches per node and checkpoint, and tiny rehearsal
+# shards make one batch per node), more while the thread cap allows.
 SHARED_PROCESS_SLOTS = 2
 SHARED_PROCESS_POLLERS = 1
 # Threads for all the node queues of one process.
@@ -47,10 +50,12 @@ def sizing(nodes: int) -> NodeQueueSizing:
     """How a process serving `nodes` node queues sizes each queue and its thread pool."""
     if nodes <= 1:
         return NodeQueueSizing(SINGLE_NODE_SLOTS, SINGLE_NODE_POLLERS, SINGLE_NODE_SLOTS * nodes)
+    # Slots are what lets one node's batches of different checkpoints run at once (each
+    # checkpoint's window is its own); the threads they run on are the process's bound. Two
+    # slots a queue made a storm of checkpoints on two nodes wait seconds per seal for a slot.
+    slots = max(SHARED_PROCESS_SLOTS, min(SINGLE_NODE_SLOTS, SHARED_PROCESS_THREADS // nodes))
     return NodeQueueSizing(
-        SHARED_PROCESS_SLOTS,
-        SHARED_PROCESS_POLLERS,
-        min(SHARED_PROCESS_SLOTS * nodes, SHARED_PROCESS_THREADS),
+        slots, SHARED_PROCESS_POLLERS, min(slots * nodes, SHARED_PROCESS_THREADS)
     )
 
 

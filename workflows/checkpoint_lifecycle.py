@@ -1,5 +1,6 @@
-"""CheckpointLifecycle: plan -> seal (local tier, on the shards' nodes) -> promote -> for each
-next tier: copy+verify -> promote -> done.
+"""CheckpointLifecycle: plan -> seal (local tier, on the shards' nodes) -> promote -> every next
+tier at once: copy from the sealed tier + verify -> promote -> done. (Histories from before
+FAN_OUT_PATCH copied tier after tier, each from the one before.)
 
 Deterministic: no I/O, no clocks; every catalog write happens in an activity. The history grows
 with batches (ranges of shard ordinals per node), never with shards, and at most
@@ -28,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from tierpoint.contract.integrity import REPAIR_REQUEST, RepairStartInput
     from tierpoint.contract.lifecycle import (
+        FAN_OUT_PATCH,
         LIFECYCLE_WORKFLOW,
         LOCAL_STEPS_PATCH,
         NODE_CHILDREN_PATCH,
@@ -149,22 +151,11 @@ class CheckpointLifecycle:
         outcome = await self._promote(plan, first, later, error)
         result.tiers.append(outcome)
 
-        source = first
-        for i, tier in enumerate(later):
-            if outcome.state is not TierState.RESTORABLE:
-                break
-            self._status.stage = f"copy:{tier.name}"
-            if tier.kind is TierKind.PEER:
-                # A side branch: a peer copy speeds a lost node's restore up but gates nothing,
-                # so its failure (too few serving nodes, a holder lost) fails no later tier, and
-                # the next tier copies from the same source.
-                error = await self._stage(plan, tier, source)
-                result.tiers.append(await self._promote(plan, tier, [], error))
-                continue
-            error = await self._stage(plan, tier, source)
-            outcome = await self._promote(plan, tier, later[i + 1 :], error)
-            result.tiers.append(outcome)
-            source = tier
+        if outcome.state is TierState.RESTORABLE and later:
+            if workflow.patched(FAN_OUT_PATCH):
+                await self._fan_out(plan, first, later, result)
+            else:
+                outcome = await self._chain(plan, first, later, result)
         if outcome.state is not TierState.RESTORABLE:
             # A failed tier's promote activity marked the later tiers failed in its transaction.
             # Any other state (retention took the tier over meanwhile) leaves them pending.
@@ -190,6 +181,49 @@ class CheckpointLifecycle:
         self._status.stage = "done"
         return result
 
+    async def _fan_out(
+        self, plan: LifecyclePlan, source: PlanTier, tiers: list[PlanTier], result: LifecycleResult
+    ) -> None:
+        """Every later tier copies from the sealed tier at once, each through its own window
+        of `parallelism` (the node's read bandwidth limit is shared by all readers of its
+        local tier), and is promoted on its own: a copy waits for nothing but its verified
+        source, and a tier that fails fails no other. Each copy is verified on its own tier as
+        in the chain; only its source differs (the sealed tier, the fastest verified one)."""
+        self._status.stage = "copy:" + "+".join(t.name for t in tiers)
+        self._status.batches_total = self._status.batches_done = 0
+
+        async def copy(tier: PlanTier) -> TierOutcome:
+            error = await self._stage(plan, tier, source)
+            return await self._promote(plan, tier, [], error)
+
+        result.tiers.extend(await asyncio.gather(*(copy(t) for t in tiers)))
+
+    async def _chain(
+        self, plan: LifecyclePlan, first: PlanTier, later: list[PlanTier], result: LifecycleResult
+    ) -> TierOutcome:
+        """Histories from before the fan-out: tier after tier, each copied from the one before
+        (a peer tier from the same source, a side branch); a failed tier fails the later ones.
+        Returns the last outcome on the chain."""
+        outcome = result.tiers[-1]
+        source = first
+        for i, tier in enumerate(later):
+            if outcome.state is not TierState.RESTORABLE:
+                break
+            self._status.stage = f"copy:{tier.name}"
+            self._status.batches_total = self._status.batches_done = 0
+            if tier.kind is TierKind.PEER:
+                # A side branch: a peer copy speeds a lost node's restore up but gates nothing,
+                # so its failure (too few serving nodes, a holder lost) fails no later tier, and
+                # the next tier copies from the same source.
+                error = await self._stage(plan, tier, source)
+                result.tiers.append(await self._promote(plan, tier, [], error))
+                continue
+            error = await self._stage(plan, tier, source)
+            outcome = await self._promote(plan, tier, later[i + 1 :], error)
+            result.tiers.append(outcome)
+            source = tier
+        return outcome
+
     async def _stage(
         self, plan: LifecyclePlan, tier: PlanTier, source: PlanTier | None
     ) -> str | None:
@@ -198,8 +232,7 @@ class CheckpointLifecycle:
         all_batches = plan.batches
         if tier.kind is TierKind.PEER:
             all_batches, unplaced = plan.peer_batches(tier.name)
-        self._status.batches_total = len(all_batches)
-        self._status.batches_done = 0
+        self._status.batches_total += len(all_batches)
         size = plan.batches_per_child
 
         def stage(batches: list[Batch]) -> StageInput:

@@ -175,6 +175,8 @@ class Dcp(Scenario):
                 Row(f"{TP} {verb}", "blocking", f"{S3} {verb}", n),
                 Row(f"{TP} {verb} (vs local disk)", "blocking", f"{FS} {verb}", n),
                 Row(f"{TP} {verb}: restorable on S3", "on_s3", s3_done, n),
+                # What the shared tier's copy costs beside a save to a file system.
+                Row(f"{TP} {verb}: restorable on the shared tier", "on_shared", f"{FS} {verb}", n),
             ),
             FS: (Row(f"{FS} {verb}", "blocking", None, n),),
             S3: (Row(f"{S3} {verb}", "blocking", None, n),),
@@ -216,17 +218,26 @@ class Dcp(Scenario):
         assert self.worker is not None
         step = next(self.steps)
         r = self.worker.ask(op="save", writer="tierpoint", mode=mode, job=self.job, step=step)
-        on_s3 = self._restorable_on_s3(self.job, step) - float(r["start"])
-        return Outcome({"blocking": r["blocking"], "total": r["total"], "on_s3": on_s3})
+        on_shared, on_s3 = self._restorable_at(self.job, step)
+        return Outcome(
+            {
+                "blocking": r["blocking"],
+                "total": r["total"],
+                "on_s3": on_s3 - float(r["start"]),
+                "on_shared": on_shared - float(r["start"]),
+            }
+        )
 
-    def _restorable_on_s3(self, job: str, step: int) -> float:
-        """The catalog's time at which `job`/`step` became restorable on S3 (epoch seconds),
-        waiting for the shared tier too so that no copy runs on into the next measurement."""
+    def _restorable_at(self, job: str, step: int) -> tuple[float, float]:
+        """The catalog's times at which `job`/`step` became restorable on the shared tier and
+        on S3 (epoch seconds), waiting for both so that no copy runs on into the next
+        measurement."""
         self.client.wait_restorable(job, step, "lustre", WAIT, 0.1)
         cp = self.client.wait_restorable(job, step, "s3", WAIT, 0.1)
-        state = cp.tier("s3")
-        assert state is not None and state.restorable_at is not None
-        return state.restorable_at.timestamp()
+        at = [cp.tier(t) for t in ("lustre", "s3")]
+        assert all(s is not None and s.restorable_at is not None for s in at), cp
+        shared, s3 = (s.restorable_at.timestamp() for s in at if s and s.restorable_at)
+        return shared, s3
 
     def _floor(self) -> Outcome:
         assert self.worker is not None

@@ -5,6 +5,12 @@ checkpoints as often as the store keeps up). The figure is the window divided by
 checkpoints that became restorable on S3 inside it (seconds per checkpoint; 60 / it is
 checkpoints per minute); the rest drain, untimed, after the window.
 
+The storm: `STORM` checkpoints of the same shape, written first (untimed), then registered back to
+back with nothing waiting in between, each until restorable on S3: seconds per checkpoint from
+the first registration to the last one restorable on S3 (60 / it is checkpoints per minute), and
+the p99 of the registrations made during it. Retention runs as it does in the stack (a request
+per promotion).
+
 The baseline does the raw work of each checkpoint in the same window, one after another: the same
 writes, `cp -r` + `sync` of both nodes' shards to the shared root, boto3 `upload_file` of the four
 files. The CPU columns (and `cpu_cores` in the JSON: API + workers are one process in the dev
@@ -34,6 +40,8 @@ INFLIGHT = 16  # enough that the stack, not this bound, sets the rate
 POLL = 0.05
 RAW = "raw: write + cp+sync + boto3 upload, one at a time"
 TP = "tierpoint: registered -> restorable on S3"
+STORM = 100
+STORMED = f"tierpoint storm: {STORM} registered back to back -> all on S3"
 
 
 class Sustained(Scenario):
@@ -75,6 +83,15 @@ class Sustained(Scenario):
                 (
                     Row(TP, "per_checkpoint", RAW),
                     Row("tierpoint: registration -> S3, median of one", "latency"),
+                ),
+                after=lambda: self._forget(),
+            ),
+            Method(
+                STORMED,
+                self._storm,
+                (
+                    Row(STORMED, "per_checkpoint", RAW),
+                    Row("tierpoint storm: registration p99", "register_p99"),
                 ),
                 after=lambda: self._forget(),
             ),
@@ -144,6 +161,37 @@ class Sustained(Scenario):
             {
                 "per_checkpoint": self.window / max(len(on_s3), 1),
                 "latency": lat[len(lat) // 2] if lat else float("nan"),
+            }
+        )
+
+    def _storm(self) -> Outcome:
+        assert self.stack is not None
+        stack, job = self.stack, self.job
+        steps = [next(self.steps) for _ in range(STORM)]
+        written = {step: self._write(job, step) for step in steps}
+        took: list[float] = []
+        start = time.time()
+        for step in steps:
+            t = time.perf_counter()
+            stack.register(job, step, written[step])
+            took.append(time.perf_counter() - t)
+        for step in steps:
+            stack.client.wait_restorable(job, step, "s3", WAIT, POLL)
+        wanted = set(steps)
+        on_s3 = [
+            t.restorable_at.timestamp()
+            for cp in stack.client.checkpoints(job)
+            if cp.step in wanted
+            for t in cp.tiers
+            if t.tier == "s3" and t.restorable_at is not None
+        ]
+        if len(on_s3) != STORM:
+            raise RuntimeError(f"{len(on_s3)} of {STORM} storm checkpoints restorable on S3")
+        took.sort()
+        return Outcome(
+            {
+                "per_checkpoint": (max(on_s3) - start) / STORM,
+                "register_p99": took[min(len(took) - 1, int(0.99 * len(took)))],
             }
         )
 

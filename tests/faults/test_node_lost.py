@@ -1,9 +1,9 @@
 """A node declared lost in the middle of a lifecycle: its worker process is SIGKILLed while it
-copies a shard to the shared tier (the machine is gone), then an operator declares the node lost
-through the API. The lifecycle waiting on the node's task queue stops waiting and fails the
-tiers it could not reach with a clear reason; an older checkpoint that got to lustre and s3 before
-the loss stays restorable there, and latest restorable falls back to it. Nothing that was on a
-durable tier is lost; what was only on the lost node's disk is reported lost, not restorable.
+copies a shard to the shared tier and to s3 (the machine is gone), then an operator declares the
+node lost through the API. The lifecycle waiting on the node's task queue stops waiting and fails
+the tiers it could not reach with a clear reason; an older checkpoint that got to lustre and s3
+before the loss stays restorable there, and latest restorable falls back to it. Nothing that was on
+a durable tier is lost; what was only on the lost node's disk is reported lost, not restorable.
 
 By construction, not by timing: the lost node's shard is read off its ssd at 4 MiB/s (16 MiB,
 ~4 s to copy), its worker is killed only once the catalog shows the copy to lustre under way, and
@@ -138,6 +138,9 @@ async def test_node_declared_lost_mid_copy_stops_waiting_and_falls_back(
             assert lost_worker.kill() == -9
         state, done = await asyncio.to_thread(lost_copy, engine, two)
         assert state == "copying" and done < BIG, f"{TOO_LATE} ({state}, {done})"
+        # Its copy to s3 reads the same ssd under the same limit.
+        state, _ = await asyncio.to_thread(replica, engine, two.checkpoint_id, LOST, "s3")
+        assert state != "verified", TOO_LATE
 
         async for api in running_client(create_app(settings)):
             declared = await api.post(
@@ -159,11 +162,12 @@ async def test_node_declared_lost_mid_copy_stops_waiting_and_falls_back(
             latest = await api.get(f"/v1/jobs/{job}/checkpoints/latest")
             on_alive = await api.get(f"/v1/jobs/{job}/checkpoints/latest", params={"node": ALIVE})
 
-    # The lifecycle stopped waiting: lustre failed naming the lost node, s3 followed it.
+    # The lifecycle stopped waiting: lustre and s3, both copied from the nodes' ssd at once,
+    # failed naming the lost node.
     outcome = {t.tier: (t.state, t.reason or "") for t in second.tiers}
-    assert outcome["lustre"][0] == "failed", outcome
-    assert f"node {LOST} was declared lost" in outcome["lustre"][1], outcome
-    assert outcome["s3"] == ("failed", "source tier lustre failed"), outcome
+    for tier in ("lustre", "s3"):
+        assert outcome[tier][0] == "failed", outcome
+        assert f"node {LOST} was declared lost" in outcome[tier][1], outcome
     markers_two = marker_states(engine, two.checkpoint_id)
     assert markers_two == {"ssd": "failed", "lustre": "failed", "s3": "failed"}, markers_two
     assert reasons(engine, two.checkpoint_id)["ssd"] == (

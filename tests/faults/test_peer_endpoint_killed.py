@@ -89,7 +89,7 @@ async def test_data_endpoint_killed_mid_copy_resumes_from_the_heartbeat(
                 assert loop.time() < deadline, f"peer copy never got under way:\n{first.output()}"
                 copy = peer_copies(sessions, seeded.checkpoint_id).get(SHARD)
                 assert copy is None or copy.state != "verified", TOO_LATE
-                pending = await pending_copy(client, handle)
+                pending = await pending_copy(client, handle, "peer")
                 if copy and copy.state == "copying" and copy.bytes_done and pending.offset:
                     break
                 await asyncio.sleep(POLL)
@@ -103,7 +103,7 @@ async def test_data_endpoint_killed_mid_copy_resumes_from_the_heartbeat(
         assert os.listdir(held_dir) == [partial_name(SHARD)]
         # The holder keeps trying the dead endpoint meanwhile (attempt 2 or later), and none of
         # its tries takes the cut body for the file.
-        while (pending := await pending_copy(client, handle)).attempt < 2:
+        while (pending := await pending_copy(client, handle, "peer")).attempt < 2:
             assert loop.time() < deadline, "the copy was not retried after the endpoint died"
             await asyncio.sleep(POLL)
         assert replica_states(sessions, seeded.checkpoint_id, "ssd") == ["verified"]

@@ -106,7 +106,7 @@ async def test_postgres_down_while_copy_runs_retries_and_resumes(
                 assert loop.time() < deadline, "the copy to lustre never got under way"
                 state, done = await asyncio.to_thread(lustre_replica, engine, cp)
                 assert state != "verified", TOO_LATE
-                pending = await pending_copy(client, handle)
+                pending = await pending_copy(client, handle, "lustre")
                 if state == "copying" and done > 0 and pending.offset > 0:
                     break
                 await asyncio.sleep(POLL)
@@ -120,7 +120,7 @@ async def test_postgres_down_while_copy_runs_retries_and_resumes(
             failures: dict[int, str] = {}
 
             async def two_failed() -> bool:
-                p = await pending_copy(client, handle)
+                p = await pending_copy(client, handle, "lustre")
                 assert p != NO_COPY, TOO_LATE
                 if p.attempt >= 2:
                     failures[p.attempt - 1] = p.last_failure

@@ -4,11 +4,11 @@ times the silent attempt out on its heartbeat and retries it, the retry continue
 from the last heartbeat instead of sending the shard again, and the checkpoint ends restorable on
 s3 with the exact bytes and no upload left behind, while the catalog agrees with every tier.
 
-The other fault, an endpoint that comes back empty, is test_s3_outage_mid_upload.py. By
-construction as there: six 5 MiB parts read off lustre at 3 MB/s, the endpoint paused only once
-the catalog shows the upload under way and the server holds its upload id and an offset, and
-resumed only once an attempt has timed out. The heartbeat timeout (10 s) is well under botocore's
-read timeout (60 s), so it is Temporal, not the S3 client, that notices the hang."""
+The other fault, an endpoint that comes back empty, is test_s3_outage_mid_upload.py. By construction
+as there: six 5 MiB parts read off the node's ssd at 3 MB/s, the endpoint paused only once the
+catalog shows the upload under way and the server holds its upload id and an offset, and resumed
+only once an attempt has timed out. The heartbeat timeout (10 s) is well under botocore's read
+timeout (60 s), so it is Temporal, not the S3 client, that notices the hang."""
 
 from __future__ import annotations
 
@@ -83,15 +83,15 @@ async def test_s3_endpoint_hung_mid_multipart_upload_times_out_and_resumes_same_
             read_limit=READ_LIMIT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
         )
-        cfg, shared_cfg, data, key = up.cfg, up.shared_cfg, up.data, up.key
+        cfg, node_cfg, data, key = up.cfg, up.node_cfg, up.data, up.key
         job, step, cp = up.job, up.step, up.checkpoint_id
         handle = client.get_workflow_handle(workflow_id(job, step), result_type=LifecycleResult)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + OVERALL_TIMEOUT
 
         async with (
-            running_workers(cfg, client, nodes=NODES[:1], shared=False),
-            running_workers(shared_cfg, client, nodes=[], shared=True),
+            running_workers(node_cfg, client, nodes=NODES[:1], shared=False),
+            running_workers(cfg, client, nodes=[], shared=True),
         ):
             await start_lifecycle(client, LifecycleInput(checkpoint_id=cp, job=job, step=step))
             upload_id, resume_offset = await upload_under_way(

@@ -9,10 +9,11 @@ resume point (upload id, offset) that the endpoint denies (NoSuchBucket until th
 again, then NoSuchUpload), and must start over instead of failing on it until it gives up.
 A hung endpoint (SIGSTOP) is a different fault, not covered here.
 
-By construction, not by timing: the shard is six 5 MiB parts sent one at a time, read off lustre
-at 3 MB/s (~10 s for the upload); the endpoint is stopped only once the catalog shows the upload
-under way and the Temporal server holds a heartbeat with its upload id and an offset, and the test
-fails saying so if the upload was too far along by then."""
+By construction, not by timing: the shard is six 5 MiB parts sent one at a time, read off the
+node's ssd at 3 MB/s (10 s or more for the upload: the copy to lustre reads under the same
+limit); the endpoint is stopped only once the catalog shows the upload under way and the
+Temporal server holds a heartbeat with its upload id and an offset, and the test fails saying so
+if the upload was too far along by then."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ from tierpoint.temporal import connect, start_lifecycle
 PART = 5 * 1024 * 1024  # S3's smallest part
 SHARD = "big.bin"
 SHARD_SIZE = 6 * PART
-# Reads off lustre (the s3 stage's source) at 3 MB/s: a part every ~1.7 s.
+# Reads off the node's ssd (the s3 stage's source) at 3 MB/s: a part every ~1.7 s or slower
+# (the copy to lustre reads under the same limit).
 READ_LIMIT = 3_000_000
 # Well above botocore's own retries of one request (~15 s at most), so the outage fails the
 # attempt rather than timing it out; the worker sends heartbeats every tenth of it.
@@ -87,15 +89,15 @@ async def test_s3_endpoint_replaced_mid_multipart_upload_restarts_upload(
             read_limit=READ_LIMIT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
         )
-        cfg, shared_cfg, data, key = up.cfg, up.shared_cfg, up.data, up.key
+        cfg, node_cfg, data, key = up.cfg, up.node_cfg, up.data, up.key
         job, step, cp = up.job, up.step, up.checkpoint_id
         handle = client.get_workflow_handle(workflow_id(job, step), result_type=LifecycleResult)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + OVERALL_TIMEOUT
 
         async with (
-            running_workers(cfg, client, nodes=NODES[:1], shared=False),
-            running_workers(shared_cfg, client, nodes=[], shared=True),
+            running_workers(node_cfg, client, nodes=NODES[:1], shared=False),
+            running_workers(cfg, client, nodes=[], shared=True),
         ):
             await start_lifecycle(client, LifecycleInput(checkpoint_id=cp, job=job, step=step))
 
@@ -118,7 +120,7 @@ async def test_s3_endpoint_replaced_mid_multipart_upload_restarts_upload(
             failures = await failed_attempts(handle, 2)
             print(f"upload while S3 is down: {failures}")
             states = await asyncio.to_thread(marker_states, engine, cp)
-            assert states["lustre"] == "restorable" and states["s3"] != "restorable"
+            assert states["s3"] != "restorable", states
 
             # A fresh, empty endpoint on the same address: the upload and its parts are gone.
             revived = MotoS3Server(port=moto.port)

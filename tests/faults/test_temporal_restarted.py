@@ -1,7 +1,7 @@
 """The Temporal server restarted while a lifecycle uploads a shard to S3, then the catalog's
 Postgres restarted while the same upload still runs: the workflow execution survives both (same
 run, its history kept in the server's SQLite file), the workers carry on without a restart of
-their own (the shared one, which runs the workflow and the upload, is a process of its own), and
+their own (the node's, which uploads from its local copy, is a process of its own), and
 the checkpoint ends restorable on every tier with the original bytes.
 
 The session's Temporal server is shared by every test module, so this test runs a dev server of
@@ -9,7 +9,7 @@ its own on a database file (what `tierpoint dev` does) and stops and starts it o
 Postgres alone going away mid-copy, with retries failing while it is down, is
 test_postgres_outage_mid_copy.py; here both come back, one after the other.
 
-By construction, not by timing: six 5 MiB parts read off lustre at 3 MB/s by the shared worker
+By construction, not by timing: six 5 MiB parts read off the node's ssd at 3 MB/s by its worker
 (~10 s); Temporal is stopped only once the catalog shows the upload under way and the server holds
 its upload id and an offset, Postgres only once Temporal is back, and each step first checks that
 the upload is still under way, failing with TOO_LATE if it is not."""
@@ -79,14 +79,14 @@ async def test_temporal_then_postgres_restarted_mid_upload_lifecycle_completes(
             read_limit=READ_LIMIT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
         )
-        cfg, shared_cfg, data = up.cfg, up.shared_cfg, up.data
+        cfg, node_cfg, data = up.cfg, up.node_cfg, up.data
         cp, job, step = up.checkpoint_id, up.job, up.step
         loop = asyncio.get_running_loop()
         deadline = loop.time() + OVERALL_TIMEOUT
-        # The shared worker, which runs the workflow and the upload, is a process of its own; the
-        # node's worker runs in the test (its part, seal and the copy to lustre, is done by then).
-        async with running_workers(cfg, client, nodes=NODES[:1], shared=False):
-            with worker_process(shared_cfg, None, tmp_path / "shared-worker.log") as shared_worker:
+        # The node's worker, which uploads (the copies fan out from its local copy), is a process
+        # of its own; the shared worker, which runs the workflow, runs in the test.
+        async with running_workers(cfg, client, nodes=[], shared=True):
+            with worker_process(node_cfg, NODES[0], tmp_path / "node-worker.log") as node_worker:
                 await start_lifecycle(client, LifecycleInput(checkpoint_id=cp, job=job, step=step))
                 handle = client.get_workflow_handle(
                     workflow_id(job, step), result_type=LifecycleResult
@@ -118,7 +118,7 @@ async def test_temporal_then_postgres_restarted_mid_upload_lifecycle_completes(
                     f"temporal restart {t1 - t0:.1f}s, postgres restart {t2 - t1:.1f}s, "
                     f"then lifecycle done in {loop.time() - t2:.1f}s"
                 )
-                assert shared_worker.alive(), f"died with a restart:\n{shared_worker.output()}"
+                assert node_worker.alive(), f"died with a restart:\n{node_worker.output()}"
 
         assert [(t.tier, t.state) for t in result.tiers] == [
             ("ssd", "restorable"),

@@ -125,7 +125,7 @@ async def test_node_worker_sigkilled_mid_copy_resumes_from_last_heartbeat(
                 assert_no_partial_under_final_name(final, SHARD_SIZE)
                 state, done = lustre_replica(sessions, seeded.checkpoint_id)
                 assert state != "verified", TOO_LATE
-                pending = await pending_copy(client, handle)
+                pending = await pending_copy(client, handle, "lustre")
                 if pending.heartbeat_at:
                     heartbeats.add(pending.heartbeat_at)
                 heartbeat_offset = pending.offset
@@ -155,7 +155,7 @@ async def test_node_worker_sigkilled_mid_copy_resumes_from_last_heartbeat(
                     assert loop.time() < deadline, f"lifecycle did not finish:\n{second.output()}"
                     assert_no_partial_under_final_name(final, SHARD_SIZE)
                     if resumed_at is None:
-                        pending = await pending_copy(client, handle)
+                        pending = await pending_copy(client, handle, "lustre")
                         if (
                             pending.attempt >= 2
                             and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED

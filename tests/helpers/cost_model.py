@@ -95,25 +95,22 @@ class Checkpoint:
 
     @property
     def workflow_tasks_min(self) -> int:
-        """Completions of one stage's window may share a workflow task: the seal and the copy off
-        the local tier run on the nodes' queues (w at once), the later copies on the shared
-        queue (p at once): 1 + 2·ceil(b/w) + (T-2)·ceil(b/p)."""
+        """Completions of one stage's window may share a workflow task: the seal runs on the
+        nodes' queues (w at once), then every later tier copies off the sealed copy at once,
+        each through its own window, so the copies' completions may share tasks too:
+        1 + 2·ceil(b/w)."""
         node_stages = min(self.tiers, 2)
-        return (
-            1
-            + node_stages * math.ceil(self.batches / self.node_window)
-            + (self.tiers - node_stages) * math.ceil(self.batches / self.parallelism)
-        )
+        return 1 + node_stages * math.ceil(self.batches / self.node_window)
 
     def history_events(self, workflow_tasks: int) -> int:
         """3 events per activity (scheduled, started, completed), one marker per local activity,
-        3 per workflow task, and 4: execution started, execution completed, the patch marker and
-        its search attribute."""
-        return 3 * self.activities + self.local_activities + 3 * workflow_tasks + 4
+        3 per workflow task, and 6: execution started, execution completed, the two patch markers
+        (local steps, the fan-out) and their search attribute updates."""
+        return 3 * self.activities + self.local_activities + 3 * workflow_tasks + 6
 
     @property
     def history_events_max(self) -> int:
-        """The documented bound, 6·A + L + 7."""
+        """The documented bound, 6·A + L + 9."""
         return self.history_events(self.workflow_tasks_max)
 
     @property
@@ -139,10 +136,10 @@ class Checkpoint:
 FORMULAS = {
     "lifecycle activities": ("A = T·b", "L = 1 + 2·T"),
     "lifecycle history events": (
-        "3·A + L + 3·W + 4",
+        "3·A + L + 3·W + 6",
         "W <= 1 + A",
-        "W >= 1 + 2·ceil(b/w) + (T-2)·ceil(b/p)",
-        "6·A + L + 7",
+        "W >= 1 + 2·ceil(b/w)",
+        "6·A + L + 9",
     ),
     "catalog rows written": ("1 + S + S·T + T + E",),
     "catalog events `E`": ("1 + b + 2·b·(T-1) + T",),

@@ -142,9 +142,9 @@ def s3_replica(engine: Engine, checkpoint_id: int) -> tuple[str | None, int]:
 async def upload_heartbeat(
     client: Client, handle: WorkflowHandle[Any, Any]
 ) -> tuple[int, dict[str, Any]]:
-    """(attempt, last heartbeat details) of the pending copy batch as the Temporal server holds
-    them: the details carry the upload id once an attempt has one; (0, {}) when none."""
-    pending = await pending_copy(client, handle)
+    """(attempt, last heartbeat details) of the pending copy batch to s3 as the Temporal server
+    holds them: the details carry the upload id once an attempt has one; (0, {}) when none."""
+    pending = await pending_copy(client, handle, "s3")
     return pending.attempt, pending.details
 
 
@@ -170,11 +170,12 @@ async def failed_attempts(handle: WorkflowHandle[Any, Any], n: int) -> list[str]
 @dataclass(frozen=True)
 class SlowUpload:
     """A one-shard checkpoint on the first node whose s3 stage is a slow multipart upload to a
-    test-owned endpoint: `cfg` for the node worker, `shared_cfg` (lustre read at `read_limit`)
-    for the shared worker that uploads, so the node's own copy to lustre stays fast."""
+    test-owned endpoint: `cfg` for the shared worker (the workflows), `node_cfg` (the local tier
+    read at `read_limit`) for the node's worker, which uploads: the copies fan out from the
+    node's local copy (its copy to lustre shares the limit)."""
 
     cfg: Settings
-    shared_cfg: Settings
+    node_cfg: Settings
     job: str
     step: int
     checkpoint_id: int
@@ -209,16 +210,16 @@ def slow_upload(
             "batch_heartbeat_timeout_seconds": heartbeat_timeout,
         }
     )
-    slow_lustre = cfg.tier("lustre").model_copy(update={"read_bandwidth_limit": read_limit})
-    shared_cfg = cfg.model_copy(
-        update={"tiers": [t if t.name != "lustre" else slow_lustre for t in cfg.tiers]}
+    slow_local = cfg.tier("ssd").model_copy(update={"read_bandwidth_limit": read_limit})
+    node_cfg = cfg.model_copy(
+        update={"tiers": [t if t.name != "ssd" else slow_local for t in cfg.tiers]}
     )
     data = os.urandom(size)
     seeded = seed_checkpoint(
         cfg, sessionmaker(engine), new_job(), step, [ShardSpec(NODES[0], path, data, crc_hex(data))]
     )
     key = f"{s3_tier.prefix}{seeded.job}/{seeded.step}/{path}"
-    return SlowUpload(cfg, shared_cfg, seeded.job, seeded.step, seeded.checkpoint_id, key, data)
+    return SlowUpload(cfg, node_cfg, seeded.job, seeded.step, seeded.checkpoint_id, key, data)
 
 
 async def upload_under_way(

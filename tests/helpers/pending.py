@@ -33,8 +33,11 @@ class PendingCopy:
 NO_COPY = PendingCopy(0, 0)
 
 
-async def pending_copy(client: Client, handle: WorkflowHandle[Any, Any]) -> PendingCopy:
-    """The workflow's pending copy batch, NO_COPY when none is pending."""
+async def pending_copy(
+    client: Client, handle: WorkflowHandle[Any, Any], tier: str | None = None
+) -> PendingCopy:
+    """The workflow's pending copy batch (to `tier`: the one whose last heartbeat names it, as the
+    copies of a checkpoint run at once), NO_COPY when none is pending."""
     desc = await handle.describe()
     for pa in desc.raw_description.pending_activities:
         if pa.activity_type.name != COPY_BATCH:
@@ -44,6 +47,8 @@ async def pending_copy(client: Client, handle: WorkflowHandle[Any, Any]) -> Pend
             decoded = await client.data_converter.decode(pa.heartbeat_details.payloads)
             if decoded and isinstance(decoded[-1], dict):
                 details = decoded[-1]
+        if tier is not None and details.get("tier") != tier:
+            continue
         at = 0.0
         if pa.HasField("last_heartbeat_time"):
             at = pa.last_heartbeat_time.ToDatetime().timestamp()

@@ -172,8 +172,9 @@ async def test_costs_of_one_checkpoint_match_the_cost_model(
         E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: a,
         E.EVENT_TYPE_ACTIVITY_TASK_STARTED: a,
         E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: a,
-        E.EVENT_TYPE_MARKER_RECORDED: local + 1,
-        E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES: 1,
+        # The local activities' markers and two patch markers (local steps, the fan-out).
+        E.EVENT_TYPE_MARKER_RECORDED: local + 2,
+        E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES: 2,
         E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: 1,
     }
     assert model.workflow_tasks_min <= tasks <= model.workflow_tasks_max

@@ -5,7 +5,6 @@ and a node declared lost reaches every child that holds its batches."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
@@ -74,9 +73,10 @@ async def test_stage_with_many_batches_runs_in_child_workflows(
         if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
     ]
     assert len(children) == 3 * 3  # three stages (seal, copy, copy) of ceil(8 / 3) children
-    # The stages on the nodes' queues (seal on ssd, ssd -> lustre) start all their children at
-    # once, each node keeping its own window; the shared one (lustre -> s3) one after the other,
-    # so that its one window holds.
+    # Every stage runs on the nodes' queues (the seal on ssd, and both copies, which read the
+    # sealed ssd copy), so each starts all its children at once, each node keeping its own window.
+    # (A stage on the shared queue runs them one after the other so that its one window holds;
+    # the lifecycle's copies had one before they fanned out from the sealed tier.)
     started: dict[str, int] = {}
     done: dict[str, int] = {}
     for i, e in enumerate(history.events):
@@ -87,10 +87,7 @@ async def test_stage_with_many_batches_runs_in_child_workflows(
             done[attrs.workflow_execution.workflow_id] = i
     for stage in ("seal-ssd", "copy-lustre", "copy-s3"):
         ids = [f"{handle.id}/{stage}/{n}" for n in range(3)]
-        at_once = max(started[c] for c in ids) < min(done[c] for c in ids)
-        assert at_once == (stage != "copy-s3"), stage
-        if stage == "copy-s3":
-            assert all(done[a] < started[b] for a, b in itertools.pairwise(ids))
+        assert max(started[c] for c in ids) < min(done[c] for c in ids), stage
     queued, local = activities_run(history)
     # plan, and per tier a promote and a retention request, all local; batches ran in the
     # children

@@ -4,10 +4,10 @@ tier demoted in one transaction (never quarantined, which would keep repair away
 good), and the lifecycle asks for the checkpoint's repair, which copies the shard again from a
 tier that holds it verified and promotes the demoted tier and the one the copy could not fill.
 
-The copy here is an operator's retry of an S3 copy that had failed, run after one byte of the
-shared-tier file it reads from rotted. (That the tier is demoted and counted right the moment the
-copy finds it is shown without workers by tests/activities/test_lifecycle.py and
-tests/api/test_quarantine.py.)
+The copy here is an operator's retry of an S3 copy that had failed, run after one byte of the node's
+local file it reads from rotted (copies fan out from the sealed local tier). (That the tier is
+demoted and counted right the moment the copy finds it is shown without workers by
+tests/activities/test_lifecycle.py and tests/api/test_quarantine.py.)
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ async def test_a_copy_finding_its_source_corrupt_demotes_it_and_repair_heals_it(
         job, step, cp = seeded.job, seeded.step, seeded.checkpoint_id
         rotten = seeded.shards[0]
         _s3_copy_failed_earlier(engine, cp)
-        flip_file(cfg, "lustre", seeded, rotten)
+        flip_file(cfg, "ssd", seeded, rotten)
 
         async for api in running_client(create_app(cfg)):
             async with running_workers(cfg, client):
@@ -82,31 +82,31 @@ async def test_a_copy_finding_its_source_corrupt_demotes_it_and_repair_heals_it(
                 assert {t.tier: t.state for t in result.tiers}["s3"] == "failed", result
                 if recording_histories():
                     await record_history(client, run_id, "lifecycle_repairs_its_source")
-                # The repair the lifecycle asked for copies from the node's ssd.
+                # The repair the lifecycle asked for copies from lustre.
                 repaired = await repair_result(client, seeded)
             assert {t.tier: t.state for t in repaired.tiers} == {
-                "lustre": "restorable",
+                "ssd": "restorable",
                 "s3": "restorable",
             }, repaired
 
             # Found and demoted as a scrub's finding is (never quarantined), then repaired.
             kinds = [(k, t) for k, t, _ in events(engine, cp, "corrupt", "quarantined")]
-            assert ("corrupt", "lustre") in kinds and ("quarantined", "lustre") not in kinds
-            found = next(d for k, t, d in events(engine, cp, "corrupt") if t == "lustre")
+            assert ("corrupt", "ssd") in kinds and ("quarantined", "ssd") not in kinds
+            found = next(d for k, t, d in events(engine, cp, "corrupt") if t == "ssd")
             assert found["marker_demoted"] is True and found["count"] == 1, found
-            lustre = [
-                k
-                for k, t, _ in events(engine, cp, "corrupt", "repaired", "promoted")
-                if t == "lustre"
+            ssd = [
+                k for k, t, _ in events(engine, cp, "corrupt", "repaired", "promoted") if t == "ssd"
             ]
-            assert lustre == ["promoted", "corrupt", "repaired", "promoted"], lustre
+            assert ssd == ["promoted", "corrupt", "repaired", "promoted"], ssd
             repairs = {t: d for k, t, d in events(engine, cp, "repaired")}
-            assert set(repairs) == {"lustre", "s3"}, repairs
-            assert all(d["sources"] == {"ssd": 1} for d in repairs.values()), repairs
+            assert set(repairs) == {"ssd", "s3"}, repairs
+            # The damaged ssd copy from lustre; s3 from the fastest tier verified by then.
+            assert repairs["ssd"]["sources"] == {"lustre": 1}, repairs
+            assert repairs["s3"]["sources"] in ({"ssd": 1}, {"lustre": 1}), repairs
 
             assert marker_states(engine, cp) == dict.fromkeys(("ssd", "lustre", "s3"), "restorable")
-            assert replica_states(engine, cp)[("lustre", rotten.path)] == "verified"
-            assert shard_file(cfg, "lustre", None, job, step, rotten.path).read_bytes() == (
+            assert replica_states(engine, cp)[("ssd", rotten.path)] == "verified"
+            assert shard_file(cfg, "ssd", rotten.node, job, step, rotten.path).read_bytes() == (
                 rotten.data
             )
             s3 = s3_client(services)
@@ -114,8 +114,8 @@ async def test_a_copy_finding_its_source_corrupt_demotes_it_and_repair_heals_it(
             assert body["Body"].read() == rotten.data
             r = await api.get(f"/v1/jobs/{job}/checkpoints/{step}")
             tiers = {t["tier"]: t for t in r.json()["tiers"]}
-            assert tiers["lustre"]["quarantine_reason"] is None, tiers
-            r = await api.get(f"/v1/jobs/{job}/checkpoints/latest", params={"tier": "lustre"})
+            assert tiers["ssd"]["quarantine_reason"] is None, tiers
+            r = await api.get(f"/v1/jobs/{job}/checkpoints/latest", params={"tier": "s3"})
             assert r.status_code == 200 and r.json()["step"] == step, r.text
         checked = assert_catalog_matches_tiers(cfg, engine, [cp])
         assert checked.restorable == dict.fromkeys(("ssd", "lustre", "s3"), 1)

@@ -7,7 +7,8 @@ To record new histories (after an intended, versioned change), run the recording
 issue_scenario or crash_between"`): each lands beside the old one as `NAME@LABEL.json` (the
 `@contract` ones were recorded after the Temporal contract got its one home, the `@local-steps`
 ones after plan, promote and the retention requests became local activities, `@node-children`
-after the children of a stage on the nodes' queues began to run at once). Old histories stay.
+after the children of a stage on the nodes' queues began to run at once, `@fan-out` after every
+copy began to read the sealed tier at once). Old histories stay.
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ def test_every_workflow_has_a_recorded_history() -> None:
         "peer_rereplicate_from_below",
         # Copies made again from another peer tier's copy on its holder (the local one expired).
         "peer_rereplicate_from_peer",
+        # Every copy from the sealed tier at once, in the parent and in children, and the
+        # repair asked for after a copy found the sealed copy corrupt.
+        "lifecycle_two_nodes@fan-out",
+        "lifecycle_in_children@fan-out",
+        "stage_child@fan-out",
+        "lifecycle_repairs_its_source@fan-out",
     } <= set(HISTORIES)
 
 

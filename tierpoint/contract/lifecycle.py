@@ -33,6 +33,9 @@ NODE_CHILDREN_PATCH = "node-stage-children-at-once"
 # A copy that found its source replica corrupt makes the lifecycle ask for the checkpoint's repair
 # when it ends (histories recorded before ended without that request).
 SOURCE_REPAIR_PATCH = "repair-after-source-found-corrupt"
+# Every later tier copies from the sealed tier at once, each promoted on its own (histories
+# recorded before copied tier after tier, each from the one before).
+FAN_OUT_PATCH = "copies-fan-out-from-the-sealed-tier"
 
 # Beyond this many batches in a stage (one node has at least one batch, so this is about the
 # number of nodes), the stage runs in child workflows of this many batches each. At 1,000 (the
@@ -227,12 +230,13 @@ class LifecycleResult(BaseModel):
 class LifecycleStatus(BaseModel):
     """The answer to the workflow's `status` query."""
 
-    # "starting", "plan", "seal:<tier>", "copy:<tier>", "promote:<tier>", "done"
+    # "starting", "plan", "seal:<tier>", "copy:<tier>[+<tier>...]" (the tiers copied at once),
+    # "promote:<tier>", "done"
     stage: str
     tiers_done: list[str] = Field(default_factory=list)
     tiers_failed: list[str] = Field(default_factory=list)
-    batches_total: int = 0
-    batches_done: int = 0  # of the current stage
+    batches_total: int = 0  # of the current stage (of all its tiers, when they copy at once)
+    batches_done: int = 0
 
 
 class StageInput(BaseModel):

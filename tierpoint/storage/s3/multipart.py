@@ -314,7 +314,7 @@ class MultipartUploads:
                         index = free.pop()
                         length = min(part_size, size - offset)
                         view = memoryview(buffers[index])[:length]
-                        n = read_full(source, view)
+                        n = read_full(source, view, lambda: report(prefix.offset, prefix.crc))
                         if n < length:
                             raise SourceSizeMismatch(
                                 f"source of {ref.path!r} ended at {offset + n} bytes, "

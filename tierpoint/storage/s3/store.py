@@ -188,15 +188,22 @@ class S3Store:
             raise ValueError("size must be >= 0")
         part_size = part_size_for(self.config, size)
         if size <= part_size:
-            return self._put_whole(ref, source, size, resume)
+            return self._put_whole(ref, source, size, resume, progress)
         return self.uploads.upload(ref, self.key(ref), source, size, part_size, resume, progress)
 
     def _put_whole(
-        self, ref: ShardRef, source: ByteSource, size: int, resume: ResumeState | None
+        self,
+        ref: ShardRef,
+        source: ByteSource,
+        size: int,
+        resume: ResumeState | None,
+        progress: ProgressFn | None,
     ) -> CopyResult:
         position_source(source, resume.offset if resume else 0, 0)
         buf = bytearray(size)
-        n = read_full(source, memoryview(buf))
+        # Nothing to resume from inside one PutObject: a heartbeat at offset 0 while reading.
+        tick = None if progress is None else lambda: progress(ResumeState(offset=0, crc=0))
+        n = read_full(source, memoryview(buf), tick)
         if n < size:
             raise SourceSizeMismatch(f"source of {ref.path!r} ended at {n} bytes, expected {size}")
         check_source_end(ref, source, size)

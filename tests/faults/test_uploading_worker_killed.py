@@ -1,16 +1,18 @@
-"""The shared worker process (workflows, lustre -> s3) SIGKILLed in the middle of a multipart
-upload loses nothing: a new shared worker process resumes the same upload from the killed
-attempt's last heartbeat, sends only the parts that were not finished, completes that upload id,
-and leaves no other upload behind; every tier ends restorable with the original bytes.
+"""The worker process that uploads to S3 (the node's: copies fan out from its local copy, ssd ->
+s3) SIGKILLed in the middle of a multipart upload loses nothing: a new worker process for the node
+resumes the same upload from the killed attempt's last heartbeat, sends only the parts that were
+not finished, completes that upload id, and leaves no other upload behind; every tier ends
+restorable with the original bytes. The workflows run on a shared worker that lives on.
 
-The node-worker half of this fault (SIGKILL mid-copy to the shared tier) is
-test_worker_killed.py. What S3 received is read from the endpoint itself: moto's request log
-lists every request it answered, with its upload id and part number.
+The same fault mid-copy to the shared tier is test_worker_killed.py. What S3 received is read
+from the endpoint itself: moto's request log lists every request it answered, with its upload id
+and part number.
 
-By construction, not by timing: six 5 MiB parts read off lustre at 3 MB/s by the first worker
-(a part every ~1.7 s); the kill waits until the catalog shows the upload under way and the
-Temporal server holds its upload id and an offset, and fails saying so if the upload was too far
-along by then. The second worker reads at full speed."""
+By construction, not by timing: six 5 MiB parts read off the node's ssd at 6 MB/s by the first
+worker, shared with its copy to lustre while both run (a part every ~1.7 s); the kill waits until
+the catalog shows the upload under way and the Temporal server holds its upload id and an offset,
+and fails saying so if the upload was too far along by then. The second worker reads at full
+speed."""
 
 from __future__ import annotations
 
@@ -45,14 +47,16 @@ from tierpoint.temporal import connect, start_lifecycle
 PART = 5 * 1024 * 1024
 SHARD = "big.bin"
 SHARD_SIZE = 6 * PART
-READ_LIMIT = 3_000_000
+# Shared by the node's two copies off its ssd (to lustre and to s3) while both run: each keeps a
+# heartbeat per 8 MiB chunk well inside HEARTBEAT_TIMEOUT.
+READ_LIMIT = 6_000_000
 # How long Temporal waits for the dead worker's heartbeat before handing the attempt on; the
 # worker heartbeats every tenth of it.
 HEARTBEAT_TIMEOUT = 8.0
 TOO_LATE = "the upload was nearly done before the worker could be killed: slow it (READ_LIMIT)"
 
 
-async def test_shared_worker_sigkilled_mid_multipart_upload_resumes_same_upload(
+async def test_uploading_worker_sigkilled_mid_multipart_upload_resumes_same_upload(
     settings: Settings, tmp_path: Path
 ) -> None:
     bucket = f"tp-fault-{uuid.uuid4().hex[:12]}"
@@ -77,13 +81,13 @@ async def test_shared_worker_sigkilled_mid_multipart_upload_resumes_same_upload(
             read_limit=READ_LIMIT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
         )
-        cfg, shared_cfg, data, key = up.cfg, up.shared_cfg, up.data, up.key
+        cfg, node_cfg, data, key = up.cfg, up.node_cfg, up.data, up.key
         job, step, cp = up.job, up.step, up.checkpoint_id
         handle = client.get_workflow_handle(workflow_id(job, step), result_type=LifecycleResult)
         deadline = asyncio.get_running_loop().time() + OVERALL_TIMEOUT
 
-        async with running_workers(cfg, client, nodes=NODES[:1], shared=False):
-            with worker_process(shared_cfg, None, tmp_path / "shared-1.log") as first:
+        async with running_workers(cfg, client, nodes=[], shared=True):
+            with worker_process(node_cfg, NODES[0], tmp_path / "node-1.log") as first:
                 await start_lifecycle(client, LifecycleInput(checkpoint_id=cp, job=job, step=step))
                 upload_id, offset = await upload_under_way(
                     client, handle, engine, cp, deadline=deadline, too_late=TOO_LATE
@@ -97,7 +101,7 @@ async def test_shared_worker_sigkilled_mid_multipart_upload_resumes_same_upload(
             assert state == "copying" and done < SHARD_SIZE, f"{TOO_LATE} ({state}, {done})"
             assert len(finished) >= offset // PART, finished
 
-            with worker_process(cfg, None, tmp_path / "shared-2.log") as second:
+            with worker_process(cfg, NODES[0], tmp_path / "node-2.log") as second:
                 result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
                 assert second.alive(), second.output()
 

@@ -1215,8 +1215,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "fs-step-saved-once",
-        "    if _writes.is_coordinator():\n",
-        "    if False:\n",
+        "            _refuse_registered(client, path.job, path.step)\n",
+        "            pass\n",
         (
             "tests/client/torch/test_fsspec_dcp.py::test_a_registered_step_is_not_saved_again",
             "tests/client/torch/test_fsspec_dcp.py::"

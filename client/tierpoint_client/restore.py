@@ -192,7 +192,7 @@ def restore_plan(
         raise TierpointError("the restore plan names a shard twice")
     check_no_path_conflict(paths)
     dest = Destination.survey(dest_dir, paths, existing)
-    sources = Sources(tiers, plan, token)
+    sources = Sources(tiers, token)
     tracker = _Progress(sum(e.size for e in plan), progress)
     staging = dest.begin()
     stop = threading.Event()

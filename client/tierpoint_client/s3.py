@@ -129,7 +129,8 @@ def _session(info: TierInfo) -> boto3.session.Session:
             p = info.credentials_env
             raise MissingCredentialsError(
                 f"tier {info.name!r} is read with the keys in {p}_ACCESS_KEY_ID and "
-                f"{p}_SECRET_ACCESS_KEY, and they are not both set"
+                f"{p}_SECRET_ACCESS_KEY, which this process's environment lacks: set both to "
+                "read its copies"
             )
         return boto3.session.Session(
             aws_access_key_id=key, aws_secret_access_key=secret, aws_session_token=token

@@ -49,18 +49,29 @@ def begin(settings: Settings, path: FsPath) -> Save:
     """The save of `path`'s step, started on its first makedirs or open for writing. On the
     coordinator (rank 0, or a process without torch.distributed) the step is checked first: the
     token may write the job and the step is not registered. DCP makes that check, made while it
-    plans the save, fail the save on every rank before any rank writes."""
+    plans the save, fail the save on every rank before any rank writes. The coordinator then
+    hands the local tier's root to the other ranks, which ask the server nothing."""
     assert path.step is not None
     found = saving(path.job, path.step)
     if found is not None:
         return found
     client = client_for(settings)
     node = settings.require_node()
-    # guard: fs-step-saved-once
     if _writes.is_coordinator():
-        _refuse_registered(client, path.job, path.step)
+        try:
+            # guard: fs-step-saved-once
+            _refuse_registered(client, path.job, path.step)
+            root = _root(client, settings)
+        except BaseException:
+            # The other ranks wait for the root: they must not wait in vain (they ask the server
+            # themselves; DCP fails the save with this error on every rank).
+            _writes.publish_root(path.job, path.step, None)
+            raise
+        _writes.publish_root(path.job, path.step, root)
+    else:
+        root = _root(client, settings, (path.job, path.step))
     # Created by the first file written: a save that fails while DCP plans it leaves nothing.
-    directory = Path(_root(client, settings).replace("{node}", node)) / path.job / str(path.step)
+    directory = Path(root.replace("{node}", node)) / path.job / str(path.step)
     save = Save(path.job, path.step, directory, node)
     with _lock:
         return _saves.setdefault((path.job, path.step), save)
@@ -162,15 +173,20 @@ def _refuse_registered(client: Client, job: str, step: int) -> None:
     )
 
 
-def _root(client: Client, settings: Settings) -> str:
+def _root(client: Client, settings: Settings, save: tuple[str, int] | None = None) -> str:
+    """The local tier's root, asked of the server once per process and API. A rank other than
+    the coordinator first takes the one the coordinator handed over for the save `save` (through
+    torch.distributed's store): a save then costs no request per rank, at any world size."""
     key = settings.api_url or ""
     with _lock:
         found = _roots.get(key)
+    if found is None and save is not None:
+        found = _writes.published_root(*save)
     if found is None:
         tier = local_tier(client.tiers())
         if tier is None or tier.root is None:
             raise TierpointError("the tierpoint server has no local tier to write checkpoints to")
         found = tier.root
-        with _lock:
-            _roots[key] = found
+    with _lock:
+        _roots.setdefault(key, found)
     return found

@@ -16,6 +16,7 @@ import json
 import sys
 import threading
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -24,6 +25,9 @@ from tierpoint_client.errors import TierpointError
 from tierpoint_client.torch._files import AtomicFile
 
 _STORE_PREFIX = "tierpoint-fs"
+# How long a rank waits for the coordinator to hand over the local tier's root before it asks the
+# server itself (a cost, never a correctness matter: the root is the same either way).
+ROOT_WAIT = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,37 @@ def distributed() -> Any | None:
 def is_coordinator() -> bool:
     dist = distributed()
     return dist is None or dist.get_rank() == 0
+
+
+def publish_root(job: str, step: int, root: str | None) -> None:
+    """The coordinator hands the local tier's root to the other ranks of the save (None: it has
+    none to hand; each rank asks the server itself)."""
+    dist = distributed()
+    if dist is not None:
+        store = dist.distributed_c10d._get_default_store()
+        store.set(_root_key(job, step), json.dumps(root))
+
+
+def published_root(job: str, step: int) -> str | None:
+    """The root the coordinator handed over for this save. Every rank of a DCP save opens its
+    files, the coordinator among them, so it comes; a rank that saves on its own (no coordinator
+    takes part) stops waiting after ROOT_WAIT and asks the server itself."""
+    dist = distributed()
+    if dist is None:
+        return None
+    store = dist.distributed_c10d._get_default_store()
+    key = _root_key(job, step)
+    try:
+        store.wait([key], ROOT_WAIT)
+    except RuntimeError:  # timed out (torch's DistStoreError is one)
+        return None
+    root = json.loads(store.get(key))
+    return root if isinstance(root, str) else None
+
+
+def _root_key(job: str, step: int) -> str:
+    # Not under _key's prefix: no file name of the step can collide with it.
+    return f"{_STORE_PREFIX}-root/{job}/{step}"
 
 
 def record(job: str, step: int, name: str, rec: FileRecord) -> None:

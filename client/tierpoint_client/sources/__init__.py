@@ -90,23 +90,17 @@ __all__ = [
 
 
 class Sources:
-    """Opens plan entries for reading. One boto3 client per S3 tier, made up front for the S3
-    copies given (a fallback may name another tier's later); a peer copy is read from its
-    holder's data endpoint with `token` (the API token: the endpoint accepts a token whose scopes
-    cover the job)."""
+    """Opens plan entries for reading. One boto3 client per S3 tier, made when a copy on it is
+    first opened, never before: a node without an S3 tier's keys reads its local, peer or shared
+    copies, and the missing keys (MissingCredentialsError, a SourceError naming what to set) fail
+    only a read that reaches the S3 copy. A peer copy is read from its holder's data endpoint
+    with `token` (the API token: the endpoint accepts a token whose scopes cover the job)."""
 
-    def __init__(
-        self,
-        tiers: Mapping[str, TierInfo],
-        entries: Iterable[PlanEntry] = (),
-        token: str | None = None,
-    ) -> None:
+    def __init__(self, tiers: Mapping[str, TierInfo], token: str | None = None) -> None:
         self._tiers = dict(tiers)
         self._token = token
         self._s3: dict[str, S3Client] = {}
         self._lock = threading.Lock()
-        for tier in sorted({e.tier for e in entries if e.kind == "s3"}):
-            self._client(tier)
 
     def open(self, entry: PlanEntry) -> Source:
         """The source that reads `entry`; SourceError for a tier this client cannot read."""

@@ -107,8 +107,7 @@ class CheckpointFiles:
                 found.insert(0, _Copy(cached, cached=True))
             self.copies[shard.path] = found
             self.sizes[shard.path] = shard.size
-        every = [c.entry for copies in self.copies.values() for c in copies]
-        self._sources = Sources({t.name: t for t in tiers}, every, token)
+        self._sources = Sources({t.name: t for t in tiers}, token)
 
     def read(
         self, path: str, into: Placement, items: Mapping[Range, str | None] | None = None

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,14 +69,17 @@ async def run_ranks(
     nodes: tuple[str, ...] | None = None,
     expect_ok: bool = True,
     api_url: str | None = None,
+    env: Mapping[str, str | None] | None = None,
 ) -> Ranks:
     """Run `world` ranks (rank i on node i, or on `nodes[i]`) to completion, talking to the
-    stack's API (or to `api_url`)."""
+    stack's API (or to `api_url`); `env` changes their environment (None: a variable unset)."""
     run = tmp / f"{action}-{uuid.uuid4().hex[:8]}"
     run.mkdir(parents=True)
     procs = []
     for rank in range(world):
-        env = rank_env(stack, api_url) | {"TIERPOINT_NODE": (nodes or stack.nodes)[rank]}
+        node = (nodes or stack.nodes)[rank]
+        rank_vars: dict[str, str | None] = {**rank_env(stack, api_url), "TIERPOINT_NODE": node}
+        rank_vars |= env or {}
         cmd = [str(TORCH_PYTHON), str(RANK_SCRIPT), action, "--job", job]
         cmd += ["--rank", str(rank), "--world", str(world), "--init-file", str(run / "pg")]
         cmd += ["--out", str(run / f"rank{rank}.json"), *extra]
@@ -86,7 +90,7 @@ async def run_ranks(
         procs.append(
             await asyncio.create_subprocess_exec(
                 *cmd,
-                env=env,
+                env={k: v for k, v in rank_vars.items() if v is not None},
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
             )

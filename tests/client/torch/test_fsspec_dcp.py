@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from tests.helpers.tokens import create_token
 
 RANK_SCRIPT = Path(__file__).with_name("url_rank.py")
 FILES = {"__0_0.distcp", "__1_0.distcp", ".metadata"}
+# A save by URL, at any world size: the coordinator's two checks, its tier lookup, the registration.
+SAVE_REQUESTS = 4
 
 
 async def url_ranks(
@@ -38,7 +41,7 @@ async def url_ranks(
     step: int,
     *,
     world: int,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run `world` ranks (rank i on node i) to completion; their reports, in rank order."""
     run = tmp / f"{action}-{uuid.uuid4().hex[:8]}"
@@ -48,7 +51,8 @@ async def url_ranks(
         cmd = [str(TORCH_PYTHON), str(RANK_SCRIPT), action, "--url", url, "--step", str(step)]
         cmd += ["--rank", str(rank), "--world", str(world), "--init-file", str(run / "pg")]
         cmd += ["--out", str(run / f"rank{rank}.json")]
-        rank_vars = rank_env(stack) | {"TIERPOINT_NODE": stack.nodes[rank]} | (env or {})
+        rank_vars: dict[str, str | None] = {**rank_env(stack), "TIERPOINT_NODE": stack.nodes[rank]}
+        rank_vars |= env or {}
         procs.append(
             await asyncio.create_subprocess_exec(
                 *cmd,
@@ -111,10 +115,30 @@ async def test_two_ranks_save_by_url_register_once_and_load_back_from_every_tier
         query={"all": "true"},
     )
     assert [x["active"] for x in leases.body["items"]] == [False] * 5, leases.body
-    # The coordinator's checks (the token may register the job, the step is not registered) and
-    # registration, and each rank's tier lookup (once per process); a load: each rank starts one
-    # restore and releases its lease.
-    assert (save_requests, load_requests) == (5, 4)
+    # A save: the coordinator's checks (the token may register the job, the step is not
+    # registered), its tier lookup and the registration; a load: each rank starts one restore
+    # and releases its lease.
+    assert (save_requests, load_requests) == (SAVE_REQUESTS, 4)
+
+
+async def test_saves_by_url_cost_the_same_requests_at_every_world_size(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The ranks other than the coordinator ask the API nothing: the coordinator hands them the
+    local tier's root through torch.distributed's store, as they hand it their files. Each save
+    here is a fresh process per rank (a restarted job, a process-based async save's), the case
+    where a rank would otherwise look the tiers up again."""
+    job = new_job("url")
+    counts = []
+    for step, world in ((6, 2), (7, 2), (9, 1)):
+        before = await api_requests(stack)
+        ok(
+            await url_ranks(
+                stack, tmp_path, "save", f"tierpoint://{job}/step-{step}", step, world=world
+            )
+        )
+        counts.append(await api_requests(stack) - before)
+    assert counts == [SAVE_REQUESTS] * 3
 
 
 async def test_one_rank_saves_and_async_saves_by_url(stack: Stack, tmp_path: Path) -> None:

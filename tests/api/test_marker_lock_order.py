@@ -24,6 +24,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from tests.helpers.api import seed, set_marker, set_replicas
+from tests.helpers.expiry_races import lock_waiters
 from tierpoint.catalog.tier_copy.expiry import hold_for_delete
 from tierpoint.catalog.tier_copy.promotion import PromoteOutcome, promote
 
@@ -43,18 +44,6 @@ def _checkpoint_id(catalog: Engine, job: str, step: int) -> int:
     return cid
 
 
-def _lock_waiters(catalog: Engine) -> int:
-    with catalog.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-            ).scalar_one()
-        )
-
-
 async def _until_waiting(catalog: Engine, request: asyncio.Future[httpx.Response]) -> None:
     """Until some backend waits for a lock (the API's); fails if the request answered first."""
     loop = asyncio.get_running_loop()
@@ -62,7 +51,7 @@ async def _until_waiting(catalog: Engine, request: asyncio.Future[httpx.Response
     while loop.time() < deadline:
         if request.done():
             raise AssertionError(f"answered without waiting for the marker: {request.result()}")
-        if await asyncio.to_thread(_lock_waiters, catalog):
+        if await asyncio.to_thread(lock_waiters, catalog):
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the request neither waited for the marker nor answered")
@@ -160,6 +149,6 @@ async def test_nothing_the_api_does_waits_on_a_delete_in_progress(
     with Session(catalog) as deleting:
         assert hold_for_delete(deleting, cid, "s3") == "restorable"
         r = await asyncio.wait_for(call(client, job), WAIT_LIMIT)
-        assert _lock_waiters(catalog) == 0
+        assert lock_waiters(catalog) == 0
         deleting.rollback()
     assert r.status_code == status, r.text

@@ -14,11 +14,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from tests.helpers.expiry_races import lock_waiters
 from tests.helpers.lifecycle import running_workers
 from tests.helpers.retention import (
     NODES,
@@ -62,18 +63,6 @@ async def _take(s: AsyncSession, kind: str, job: str, step: int) -> int | None:
     return lease.id
 
 
-def _lock_waiters(catalog: Engine) -> int:
-    with catalog.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-            ).scalar_one()
-        )
-
-
 async def _until_begin_waits(client: Client, catalog: Engine, job: str) -> None:
     """Until a catalog session waits for a row lock (the begin activity, for the checkpoint row
     the pin holds); fails if the retention run ends first, i.e. it never waited."""
@@ -81,7 +70,7 @@ async def _until_begin_waits(client: Client, catalog: Engine, job: str) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + WAIT_LIMIT
     while loop.time() < deadline:
-        if await asyncio.to_thread(_lock_waiters, catalog):
+        if await asyncio.to_thread(lock_waiters, catalog):
             return
         desc = await handle.describe()
         if desc.status != WorkflowExecutionStatus.RUNNING:

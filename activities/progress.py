@@ -108,7 +108,7 @@ class BatchReporter:
     def write(self, s: Session) -> None:
         """What is pending, in the caller's transaction: a batch's first writes go out with the
         reads that planned them, its last with its events (a round trip and a commit each is
-        what a batch of tiny shards costs; docs/architecture.md, "A batch's transactions")."""
+        what a batch of tiny shards costs; docs/architecture.md, "Cost per checkpoint")."""
         fill_checksums(s, self._checksums)
         upsert_replicas(s, self._checkpoint_id, self._tier, self._writes)
         set_bytes_done(s, self._tier, self._bytes_done)

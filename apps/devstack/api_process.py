@@ -8,7 +8,8 @@ The stack binds the API's socket (a busy port fails before anything starts) and 
 the stack's secrets, which neither a command line nor the environment of a process should
 show). The child writes one line on the ready pipe when it serves (its lifespan ran: catalog and
 Temporal checked): its metrics port. It dies with the stack (SIGTERM when the stack dies, even
-by SIGKILL, as the stack's servers do) and stops gracefully on SIGTERM or Ctrl-C."""
+by SIGKILL, as the stack's servers do) and stops gracefully on the SIGTERM the stack sends it
+when it stops."""
 
 from __future__ import annotations
 
@@ -48,6 +49,9 @@ class ApiProcess:
                 [sys.executable, "-m", "apps.devstack.api_process", *args],
                 stdin=subprocess.PIPE,
                 pass_fds=(fd, ready_w),
+                # Out of the terminal's process group, as the stack's servers: Ctrl-C reaches
+                # the stack alone, which stops the API first, then the workers.
+                start_new_session=True,
                 preexec_fn=die_with_parent_preexec(),  # resolved before the fork
             )
         finally:
@@ -98,7 +102,7 @@ class ApiProcess:
 
 
 def _serve(settings: Settings, sock: socket.socket, ready: int, log_level: str) -> None:
-    """The child: the API on the inherited socket until SIGTERM or SIGINT."""
+    """The child: the API on the inherited socket until SIGTERM."""
     import uvicorn
 
     from api.app import create_app

@@ -795,9 +795,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- a copy's finding of a corrupt source: the scrub's outcome -----------------------------
     Mutant(
         "copy-source-found-corrupt-demotes",
-        "                mark_damaged_shards(s, tier, errors, ReplicaState.CORRUPT, "
+        "            mark_damaged_shards(s, tier, errors, ReplicaState.CORRUPT, "
         """f"copy to {self._tier}")\n""",
-        "                pass\n",
+        "            pass\n",
         (ROTTING,),
         "a source replica a copy found corrupt is marked and its tier demoted",
     ),

@@ -366,14 +366,21 @@ class Source:
     shards: list[BatchShard]
 
 
-def copy_to(dest: Destination, sources: Sequence[Source]) -> list[BatchCopy]:
-    """Copy + verify each source's shards to `dest`. Every shard's replica there is `copying` in
-    the catalog (one write) before the first byte moves, so the operator views show the whole
-    batch in flight. Returns the copies, one per source, for what they resumed and rewrote."""
+def mark_copying(dest: Destination, sources: Sequence[Source]) -> None:
+    """Every shard's replica on `dest` becomes `copying`, queued on the reporter: the caller writes
+    it in the transaction that read the batch, or `copy_to` flushes it before the first byte
+    moves, so the operator views show the whole batch in flight."""
     for source in sources:
         for sh in source.shards:
             location = dest.store.location(ShardRef(dest.job, dest.step, sh.path, dest.branch))
             dest.reporter.replica(ReplicaWrite(sh.id, ReplicaState.COPYING, location, dest.node))
+
+
+def copy_to(dest: Destination, sources: Sequence[Source]) -> list[BatchCopy]:
+    """Copy + verify each source's shards to `dest`, after `mark_copying` (written here if the
+    caller has not). What the copies found is left on the reporter for the caller's last
+    transaction (`BatchReporter.finish`), with its events. Returns the copies, one per source,
+    for what they resumed and rewrote."""
     dest.reporter.flush()
     copies = []
     for source in sources:
@@ -393,5 +400,4 @@ def copy_to(dest: Destination, sources: Sequence[Source]) -> list[BatchCopy]:
         )
         copy.run(source.shards)
         copies.append(copy)
-    dest.reporter.finish()
     return copies

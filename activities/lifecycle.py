@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
 from tierpoint.catalog.checkpoint.shards import batch_shards, checkpoint_branch
-from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds import rebuild
 from tierpoint.catalog.job.lookup import checkpoint_head, job_id_of_checkpoint
@@ -50,7 +50,7 @@ from tierpoint.storage.s3.layout import KeyLayout
 from tierpoint.tier_config import TierConfig, TierKind
 
 from . import observe
-from .copy import Destination, Source, copy_to
+from .copy import Destination, Source, copy_to, mark_copying
 from .planning import plan_lifecycle
 from .progress import BatchReporter, resume_details
 from .registration import on_node_queue
@@ -88,14 +88,12 @@ class LifecycleActivities:
         self._stores = stores
         self._node = node
 
-    def _refuse_lost_node(self, batch_node: str, *tiers: TierConfig) -> None:
+    def _refuse_lost_node(self, s: Session, batch_node: str, *tiers: TierConfig) -> None:
         """Work on a node declared lost never succeeds: its local tier is gone for good, even if
         a worker still answers its queue."""
         if not any(t.on_nodes for t in tiers):
             return
-        with self._sessions.begin() as s:
-            lost = registry.is_lost(s, batch_node)
-        if lost:
+        if registry.is_lost(s, batch_node):
             raise ApplicationError(
                 f"node {batch_node} was declared lost",
                 type=FailureType.NODE_LOST,
@@ -128,25 +126,30 @@ class LifecycleActivities:
             return self._seal(inp)
 
     def _seal(self, inp: SealInput) -> BatchResult:
+        """Two transactions whatever the batch holds: one reads it, one records what the seal
+        found with its events (more only when the seal outlasts the reporter's interval)."""
         tier = self._stores.tier(inp.tier)
         b = inp.batch
         store = self._store(tier, b.node)
-        self._refuse_lost_node(b.node, tier)
         with self._sessions.begin() as s:
+            self._refuse_lost_node(s, b.node, tier)
             shards = batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, tier.name)
             branch = checkpoint_branch(s, inp.checkpoint_id)
         result = BatchResult(shards=len(shards))
+        reporter = self._reporter(inp.checkpoint_id, tier.name)
         BatchSeal(
             job=inp.job,
             step=inp.step,
             tier=tier,
             store=store,
             node=b.node if tier.kind is TierKind.LOCAL else None,
-            reporter=self._reporter(inp.checkpoint_id, tier.name),
+            reporter=reporter,
             result=result,
             branch=branch,
         ).run(shards)
-        self._batch_events(inp.checkpoint_id, tier.name, EventKind.SEALED, b, result)
+        with self._sessions.begin() as s:
+            reporter.finish(s)
+            self._batch_events(s, inp.checkpoint_id, tier.name, EventKind.SEALED, b, result)
         metrics.BYTES_SEALED.labels(tier.name).inc(result.bytes)
         metrics.SHARDS_VERIFIED.labels(tier.name).inc(result.verified - result.skipped)
         metrics.CORRUPT_FOUND.labels(tier.name).inc(result.corrupt)
@@ -173,73 +176,85 @@ class LifecycleActivities:
             return self._copy(inp)
 
     def _copy(self, inp: CopyInput) -> BatchResult:
+        """Two transactions whatever the batch holds: one reads it and marks every replica
+        `copying`, one records what the copy found with its events (more only when the copy
+        outlasts the reporter's interval)."""
         info = activity.info()
         b = inp.batch
         src_tier = self._stores.tier(inp.source)
         dst_tier = self._stores.tier(inp.destination)
-        src: ShardSource
+        reporter = self._reporter(inp.checkpoint_id, dst_tier.name)
         with self._sessions.begin() as s:
-            layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
-            if dst_tier.kind is TierKind.PEER:
-                # Maybe a re-replication's batch: it renews the hold on what it reads from.
-                rebuild.renew(s, inp.checkpoint_id)
-        if dst_tier.kind is TierKind.PEER:
-            # Runs on the holder's queue and pulls the copy over its node's endpoint.
-            if b.holder is None or b.holder == b.node:
-                raise ApplicationError(
-                    f"a copy to peer tier {dst_tier.name} needs a holder other than {b.node}",
-                    type=FailureType.WRONG_NODE,
-                    non_retryable=True,
-                )
-            dst_node: str | None = b.holder
-            dst = self._store(dst_tier, b.holder)
-            self._refuse_lost_node(b.holder, dst_tier)
-            if src_tier.on_nodes:
-                # The shards' node's local copy, or another peer tier's copy on its holder
-                # (re-replication), over that node's endpoint.
-                serving = b.source_node or b.node
-                self._refuse_lost_node(serving, src_tier)
-                src = self._peer_source(src_tier, serving)
-            else:  # re-replication from the shared tier or S3, as repair reads them
-                src = self._store(src_tier, b.node, layouts.get(src_tier.name))
-        else:
-            dst_node = b.node if dst_tier.kind is TierKind.LOCAL else None
-            src = self._store(src_tier, b.node, layouts.get(src_tier.name))
-            dst = self._store(dst_tier, b.node, layouts.get(dst_tier.name))
-            self._refuse_lost_node(b.node, src_tier, dst_tier)
-        with self._sessions.begin() as s:
+            src, dst, dst_node = self._ends(s, inp, src_tier, dst_tier)
             shards = batch_shards(
                 s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name, src_tier.name
             )
-            branch = checkpoint_branch(s, inp.checkpoint_id)
-        result = BatchResult(shards=len(shards))
-        todo = [sh for sh in shards if sh.state != ReplicaState.VERIFIED]
-        result.skipped = result.verified = len(shards) - len(todo)
-        dest = Destination(
-            job=inp.job,
-            step=inp.step,
-            tier=dst_tier,
-            store=dst,
-            node=dst_node,
-            reporter=self._reporter(inp.checkpoint_id, dst_tier.name),
-            result=result,
-            heartbeat_details=resume_details(info.heartbeat_details),
-            attempt=info.attempt,
-            branch=branch,
-        )
+            result = BatchResult(shards=len(shards))
+            todo = [sh for sh in shards if sh.state != ReplicaState.VERIFIED]
+            result.skipped = result.verified = len(shards) - len(todo)
+            dest = Destination(
+                job=inp.job,
+                step=inp.step,
+                tier=dst_tier,
+                store=dst,
+                node=dst_node,
+                reporter=reporter,
+                result=result,
+                heartbeat_details=resume_details(info.heartbeat_details),
+                attempt=info.attempt,
+                branch=checkpoint_branch(s, inp.checkpoint_id),
+            )
+            source = Source(src_tier, src, todo)
+            mark_copying(dest, [source])
+            reporter.write(s)
         started = time.monotonic()
-        (copy,) = copy_to(dest, [Source(src_tier, src, todo)])
+        (copy,) = copy_to(dest, [source])
         metrics.observe_copy(dst_tier.name, result.bytes, time.monotonic() - started)
         extra = {"source": src_tier.name, "attempt": info.attempt, "resumed": copy.resumed}
         if copy.recopied:
             extra["recopied"] = copy.recopied
-        self._batch_events(inp.checkpoint_id, dst_tier.name, EventKind.COPIED, b, result, extra)
+        with self._sessions.begin() as s:
+            reporter.finish(s)
+            self._batch_events(
+                s, inp.checkpoint_id, dst_tier.name, EventKind.COPIED, b, result, extra
+            )
+        metrics.SHARDS_VERIFIED.labels(dst_tier.name).inc(result.verified - result.skipped)
         observe.batch("batch copied and verified", result, source=src_tier.name)
         return result
 
-    def _peer_source(self, tier: TierConfig, node: str) -> PeerSource:
-        with self._sessions.begin() as s:
-            url = registry.data_urls(s, [node]).get(node)
+    def _ends(
+        self, s: Session, inp: CopyInput, src_tier: TierConfig, dst_tier: TierConfig
+    ) -> tuple[ShardSource, TierStore, str | None]:
+        """The batch's source and destination stores, and the node of the destination's
+        replicas (None off the nodes), refusing a node declared lost."""
+        b = inp.batch
+        layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
+        if dst_tier.kind is not TierKind.PEER:
+            self._refuse_lost_node(s, b.node, src_tier, dst_tier)
+            src = self._store(src_tier, b.node, layouts.get(src_tier.name))
+            dst = self._store(dst_tier, b.node, layouts.get(dst_tier.name))
+            return src, dst, b.node if dst_tier.kind is TierKind.LOCAL else None
+        # Maybe a re-replication's batch: it renews the hold on what it reads from.
+        rebuild.renew(s, inp.checkpoint_id)
+        # Runs on the holder's queue and pulls the copy over its node's endpoint.
+        if b.holder is None or b.holder == b.node:
+            raise ApplicationError(
+                f"a copy to peer tier {dst_tier.name} needs a holder other than {b.node}",
+                type=FailureType.WRONG_NODE,
+                non_retryable=True,
+            )
+        peer = self._store(dst_tier, b.holder)
+        self._refuse_lost_node(s, b.holder, dst_tier)
+        if not src_tier.on_nodes:  # re-replication from the shared tier or S3, as repair reads
+            return self._store(src_tier, b.node, layouts.get(src_tier.name)), peer, b.holder
+        # The shards' node's local copy, or another peer tier's copy on its holder
+        # (re-replication), over that node's endpoint.
+        serving = b.source_node or b.node
+        self._refuse_lost_node(s, serving, src_tier)
+        return self._peer_source(s, src_tier, serving), peer, b.holder
+
+    def _peer_source(self, s: Session, tier: TierConfig, node: str) -> PeerSource:
+        url = registry.data_urls(s, [node]).get(node)
         if url is None:
             # Retried: the node's worker may be restarting, and reports its endpoint when up.
             raise ApplicationError(f"node {node} serves no data endpoint", type="NoDataEndpoint")
@@ -268,6 +283,7 @@ class LifecycleActivities:
 
     def _batch_events(
         self,
+        s: Session,
         checkpoint_id: int,
         tier: str,
         kind: EventKind,
@@ -287,36 +303,33 @@ class LifecycleActivities:
             "bytes": result.bytes,
             **(extra or {}),
         }
-        with self._sessions.begin() as s:
-            job_id = job_id_of_checkpoint(s, checkpoint_id)
+        job_id = job_id_of_checkpoint(s, checkpoint_id)
+        record(
+            s,
+            kind,
+            checkpoint_id=checkpoint_id,
+            job_id=job_id,
+            tier=tier,
+            actor=ACTOR,
+            detail=detail,
+        )
+        if kind is EventKind.COPIED and result.verified > result.skipped:
             record(
                 s,
-                kind,
+                EventKind.VERIFIED,
                 checkpoint_id=checkpoint_id,
                 job_id=job_id,
                 tier=tier,
                 actor=ACTOR,
-                detail=detail,
+                detail={"node": batch.node, "verified": result.verified - result.skipped},
             )
-            if kind is EventKind.COPIED and result.verified > result.skipped:
-                record(
-                    s,
-                    EventKind.VERIFIED,
-                    checkpoint_id=checkpoint_id,
-                    job_id=job_id,
-                    tier=tier,
-                    actor=ACTOR,
-                    detail={"node": batch.node, "verified": result.verified - result.skipped},
-                )
-            if result.corrupt:
-                record(
-                    s,
-                    EventKind.CORRUPT,
-                    checkpoint_id=checkpoint_id,
-                    job_id=job_id,
-                    tier=tier,
-                    actor=ACTOR,
-                    detail={"count": result.corrupt, "examples": result.problems},
-                )
-        if kind is EventKind.COPIED:
-            metrics.SHARDS_VERIFIED.labels(tier).inc(result.verified - result.skipped)
+        if result.corrupt:
+            record(
+                s,
+                EventKind.CORRUPT,
+                checkpoint_id=checkpoint_id,
+                job_id=job_id,
+                tier=tier,
+                actor=ACTOR,
+                detail={"count": result.corrupt, "examples": result.problems},
+            )

@@ -1,8 +1,10 @@
 """Heartbeats and catalog writes of a batch activity, at a bounded rate.
 
 Replica states and bytes-done of a batch accumulate here and reach the catalog in one transaction
-at most every `interval` seconds (and at the end), so a batch of 500 tiny shards costs a handful
-of round trips, not 500.
+at most every `interval` seconds, so a batch of 500 tiny shards costs a handful of round trips,
+not 500. The first writes (every replica `copying`) and the last (every outcome) go out in the
+batch activity's own transactions, the one that read the batch and the one that records its
+events, so a batch that takes less than `interval` costs two transactions in all.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from temporalio import activity
 
 from tierpoint.catalog.checkpoint.shards import fill_checksums
-from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.replica import scrub
 from tierpoint.catalog.replica.machine import ReplicaWrite, set_bytes_done, upsert_replicas
 from tierpoint.catalog.tier_copy.damage import mark_damaged_shards
@@ -91,27 +93,41 @@ class BatchReporter:
         if time.monotonic() - self._last_flush >= self._interval:
             self.flush()
 
+    def _pending(self) -> bool:
+        return bool(self._checksums or self._writes or self._bytes_done or self._corrupt_elsewhere)
+
     def flush(self) -> None:
+        """What is pending, in a transaction of its own; none when nothing is (the writes went
+        out with the batch's reads, or nothing changed since the last flush)."""
+        if not self._pending():
+            self._last_flush = time.monotonic()
+            return
         with self._sessions.begin() as s:
-            fill_checksums(s, self._checksums)
-            upsert_replicas(s, self._checkpoint_id, self._tier, self._writes)
-            set_bytes_done(s, self._tier, self._bytes_done)
-            for tier, errors in self._corrupt_elsewhere.items():
-                # That tier was promoted on bytes that have gone bad since: the same finding as a
-                # scrub's, with the same outcome (its tier copy demoted, so readers skip it and
-                # repair copies it again).
-                # guard: copy-source-found-corrupt-demotes
-                mark_damaged_shards(s, tier, errors, ReplicaState.CORRUPT, f"copy to {self._tier}")
+            self.write(s)
+
+    def write(self, s: Session) -> None:
+        """What is pending, in the caller's transaction: a batch's first writes go out with the
+        reads that planned them, its last with its events (a round trip and a commit each is
+        what a batch of tiny shards costs; docs/architecture.md, "Cost per checkpoint")."""
+        fill_checksums(s, self._checksums)
+        upsert_replicas(s, self._checkpoint_id, self._tier, self._writes)
+        set_bytes_done(s, self._tier, self._bytes_done)
+        for tier, errors in self._corrupt_elsewhere.items():
+            # That tier was promoted on bytes that have gone bad since: the same finding as a
+            # scrub's, with the same outcome (its tier copy demoted, so readers skip it and
+            # repair copies it again).
+            # guard: copy-source-found-corrupt-demotes
+            mark_damaged_shards(s, tier, errors, ReplicaState.CORRUPT, f"copy to {self._tier}")
         self._checksums.clear()
         self._writes.clear()
         self._bytes_done.clear()
         self._corrupt_elsewhere.clear()
         self._last_flush = time.monotonic()
 
-    def finish(self) -> None:
-        """The batch's last flush, with what its reads measured."""
-        self.flush()
+    def finish(self, s: Session) -> None:
+        """The batch's last writes, with what its reads measured, in the caller's transaction
+        (the one that records the batch's events)."""
+        self.write(s)
         if self._read_bytes > 0:
-            with self._sessions.begin() as s:
-                scrub.record_reads(s, self._tier, self._read_bytes, self._read_seconds)
+            scrub.record_reads(s, self._tier, self._read_bytes, self._read_seconds)
             self._read_bytes, self._read_seconds = 0, 0.0

@@ -45,7 +45,7 @@ from tierpoint.temporal import request_repair
 from tierpoint.tier_config import TierConfig, TierKind
 
 from .batching import batch_size
-from .copy import Destination, Source, copy_to
+from .copy import Destination, Source, copy_to, mark_copying
 from .progress import BatchReporter, resume_details
 from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
@@ -165,11 +165,13 @@ class RepairActivities:
             return dest.result
         todo, sources, lost = found
         dest.result.shards = len(todo)
-        copies = copy_to(dest, self._by_source(dest, b.node, todo, sources, lost, layouts))
+        by_source = self._by_source(dest, b.node, todo, sources, lost, layouts)
+        mark_copying(dest, by_source)
+        copies = copy_to(dest, by_source)
         used: dict[str, int] = defaultdict(int)
         for c in copies:
             used[c.src_tier.name] += c.verified
-        self._record(inp, dst_tier, dest.result, dict(used), info.attempt)
+        self._record(inp, dest, dict(used), info.attempt)
         return dest.result
 
     def _damaged(
@@ -243,15 +245,12 @@ class RepairActivities:
         ]
 
     def _record(
-        self,
-        inp: RepairCopyInput,
-        tier: TierConfig,
-        result: BatchResult,
-        used: dict[str, int],
-        attempt: int,
+        self, inp: RepairCopyInput, dest: Destination, used: dict[str, int], attempt: int
     ) -> None:
-        b = inp.batch
+        """What the copies found, with the batch's event, in one transaction."""
+        b, tier, result = inp.batch, dest.tier, dest.result
         with self._sessions.begin() as s:
+            dest.reporter.finish(s)
             record(
                 s,
                 EventKind.REPAIRED,

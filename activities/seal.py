@@ -3,6 +3,7 @@ it lies and compared with what was registered; a match becomes a verified replic
 registered without a checksum gets the one computed here), anything else a corrupt one.
 
 Bad bytes are an outcome, never an exception: the batch goes on and the promotion names them.
+The outcomes wait on the reporter for the activity's last transaction, the one with its events.
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ class BatchSeal:
                 continue
             self._seal_one(sh)
             self.reporter.flush_if_due()
-        self.reporter.finish()
 
     def _seal_one(self, sh: BatchShard) -> None:
         ref = ShardRef(self.job, self.step, sh.path, self.branch)

@@ -71,13 +71,16 @@ class DevStackProcess:
         return self.info
 
     def pids(self) -> dict[str, tuple[int, bool]]:
-        """The API and workers (one process), moto, Temporal and Postgres (with its backends)."""
+        """The workers (the stack's own process), its API (a process of its own), moto, Temporal
+        and Postgres (with its backends)."""
         if self.proc is None:
             return {}
-        found = {"api+workers": (self.proc.pid, False)}
+        found = {"workers": (self.proc.pid, False)}
         for child in children_of(self.proc.pid):
             line = cmdline(child)
-            if "moto_server" in line:
+            if "apps.devstack.api_process" in line:
+                found["api"] = (child, False)
+            elif "moto_server" in line:
                 found["moto"] = (child, False)
             elif "temporal" in line:
                 found["temporal"] = (child, False)

@@ -68,7 +68,7 @@ class Fleet:
 
         info = stack.info
         assert info is not None and info.token is not None and info.metrics_url is not None
-        self.stack, self.api_label = stack, "api+workers"
+        self.stack = stack
         self.work.mkdir(parents=True)
         variables = stack_env(stack.data_dir)
         self.env = subprocess_env({**variables, "TIERPOINT_LOG_LEVEL": "WARNING"})

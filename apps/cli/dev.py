@@ -117,13 +117,15 @@ def _ready(stack: "DevStack", info: StackInfo, origin: str) -> None:
     console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
-async def _serve(stack: "DevStack", origin: str) -> None:
+async def _serve(stack: "DevStack", origin: str, log_level: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stack.serve(stop, on_ready=lambda info: _ready(stack, info, origin))
+        await stack.serve(
+            stop, on_ready=lambda info: _ready(stack, info, origin), log_level=log_level
+        )
     finally:
         if stop.is_set():
             console.print("stopping: API, workers, then S3, Temporal and Postgres ...")
@@ -206,7 +208,7 @@ def dev(
     try:
         with console.status("starting the dev stack ...") as status:
             stack.start_services(step=lambda what: status.update(f"starting {what} ..."))
-        asyncio.run(_serve(stack, requested.origin))
+        asyncio.run(_serve(stack, requested.origin, log_level))
     except KeyboardInterrupt:
         console.print("interrupted: stopping ...")
     except Exception as exc:

@@ -102,7 +102,7 @@ def _start_on_free_ports(
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent_preexec() -> Callable[[], None] | None:
+def die_with_parent_preexec() -> Callable[[], None] | None:
     """A preexec_fn that makes the child get SIGTERM when the process that started it dies, even
     by SIGKILL (Linux `PR_SET_PDEATHSIG`). It must be used from the thread that lives as long as
     the process (the main thread): the signal follows the death of the forking thread. Everything
@@ -249,7 +249,7 @@ class TemporalDevServer:
     # (which stops it after its workers), not the server directly.
     detach: bool = False
     # Dies with the process that started it, even when that one is killed (see
-    # _die_with_parent_preexec: start it from the main thread).
+    # die_with_parent_preexec: start it from the main thread).
     die_with_parent: bool = False
     # Server dynamic config (`--dynamic-config-value KEY=VALUE`), e.g. task queue partitions.
     dynamic_config: tuple[str, ...] = ()
@@ -308,7 +308,7 @@ class TemporalDevServer:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=self.detach,
-            preexec_fn=_die_with_parent_preexec() if self.die_with_parent else None,
+            preexec_fn=die_with_parent_preexec() if self.die_with_parent else None,
         )
 
     def stop(self) -> None:
@@ -362,7 +362,7 @@ class MotoS3Server:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=self.detach,
-            preexec_fn=_die_with_parent_preexec() if self.die_with_parent else None,
+            preexec_fn=die_with_parent_preexec() if self.die_with_parent else None,
         )
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:

@@ -17,16 +17,16 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import boto3
-import uvicorn
 from botocore.exceptions import ClientError
 
+from apps.devstack.api_process import ApiProcess
 from apps.devstack.env_file import stack_env_text
 from apps.devstack.facts import (
     BUCKET,
@@ -65,14 +65,6 @@ def _write_atomic(path: Path, content: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(content)
     tmp.replace(path)
-
-
-class _EmbeddedUvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: the stack decides when and in what order to stop."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 @dataclass
@@ -215,10 +207,15 @@ class DevStack:
 
     # -- workers and API (one asyncio loop) --------------------------------------------------
 
-    async def serve(self, stop: asyncio.Event, on_ready: Callable[[StackInfo], None]) -> None:
-        """Run the workers and the API until `stop` is set, then stop them: API first (no new
-        registrations), then the workers (graceful: running activities finish or heartbeat)."""
-        from api.app import create_app
+    async def serve(
+        self,
+        stop: asyncio.Event,
+        on_ready: Callable[[StackInfo], None],
+        log_level: str = "INFO",
+    ) -> None:
+        """Run the workers (here) and the API (in a process of its own: api_process.py) until
+        `stop` is set, then stop them: API first (no new registrations), then the workers
+        (graceful: running activities finish or heartbeat)."""
         from apps.worker import run_workers
         from tierpoint.temporal import connect
 
@@ -235,13 +232,14 @@ class DevStack:
         sock = self._api_socket or self.bind_api()
         self._api_socket = None
         port = sock.getsockname()[1]
-        app = create_app(settings)
-        server = _EmbeddedUvicorn(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        api = ApiProcess(settings, sock, log_level)
+        api.start()
+        sock.close()  # the API process holds its own copy
+        api_ended = asyncio.create_task(asyncio.to_thread(api.wait), name="api")
         freeze_long_lived()
-        api = asyncio.create_task(server.serve(sockets=[sock]), name="api")
         stopping = asyncio.create_task(stop.wait(), name="stop")
         try:
-            await self._until_ready(server, since, [workers, api, stopping])
+            await self._until_ready(api, since, [workers, api_ended, stopping])
             if stop.is_set():
                 return
             s3 = self._s3_facts()
@@ -252,26 +250,26 @@ class DevStack:
                 settings, self.nodes, f"http://127.0.0.1:{port}", self.token, s3
             )
             self.info = dataclasses.replace(
-                self.info, metrics_url=f"http://127.0.0.1:{app.state.metrics_port}/metrics"
+                self.info, metrics_url=f"http://127.0.0.1:{api.metrics_port}/metrics"
             )
             _write_atomic(self.paths.stack_env, stack_env_text(self.info, settings, self.data_dir))
             _write_atomic(self.paths.stack_json, json.dumps(self.info.to_json(), indent=2) + "\n")
             on_ready(self.info)
             done, _ = await asyncio.wait(
-                [workers, api, stopping], return_when=asyncio.FIRST_COMPLETED
+                [workers, api_ended, stopping], return_when=asyncio.FIRST_COMPLETED
             )
             for task in done:
+                if task is workers:
+                    task.result()  # a worker crash ends the stack with its error
                 if task is not stopping:
-                    task.result()  # a worker or API crash ends the stack with its error
                     raise RuntimeError(f"the {task.get_name()} stopped unexpectedly")
         finally:
             self.remove_facts()
-            server.should_exit = True
-            await _settle(api)
+            await asyncio.to_thread(api.stop)
+            await _settle(api_ended)
             workers_stop.set()
             await _settle(workers)
             stopping.cancel()
-            sock.close()
 
     def _catalog_now(self) -> datetime:
         assert self.settings is not None
@@ -292,10 +290,11 @@ class DevStack:
             engine.dispose()
 
     async def _until_ready(
-        self, server: uvicorn.Server, since: datetime, tasks: list[asyncio.Task[Any]]
+        self, api: ApiProcess, since: datetime, tasks: list[asyncio.Task[Any]]
     ) -> None:
-        """The API answers and every node's worker has reported in (so the API accepts its
-        shards). A task that ends first (a crash, or a stop request) ends the wait."""
+        """The API serves and every node's worker has reported in (so the API accepts its
+        shards). A task that ends first (a crash, the API's exit, or a stop request) ends the
+        wait."""
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             for task in tasks:
@@ -304,7 +303,7 @@ class DevStack:
                         return
                     task.result()
                     raise RuntimeError(f"the {task.get_name()} stopped while starting")
-            if server.started and await asyncio.to_thread(self._nodes_reported, since):
+            if api.serving() and await asyncio.to_thread(self._nodes_reported, since):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the stack was not ready within {READY_TIMEOUT:.0f}s")

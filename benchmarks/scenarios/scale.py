@@ -15,7 +15,7 @@ above 1 is a cost that grows faster than the nodes):
   counts them the same way);
 - the catalog's rows for the checkpoint; API requests (its own counter);
 - CPU seconds of Temporal, Postgres (with its backends), the API, the node workers, the shared
-  worker (one process with the API on the dev stack) and moto during the run, and the node
+  worker (on the dev stack: the stack's own process) and moto during the run, and the node
   workers' peak RSS;
 - the paper model's figures for the same shape (tests/helpers/cost_model.py), each measured
   total compared to them;

@@ -13,9 +13,9 @@ per promotion).
 
 The baseline does the raw work of each checkpoint in the same window, one after another: the same
 writes, `cp -r` + `sync` of both nodes' shards to the shared root, boto3 `upload_file` of the four
-files. The CPU columns (and `cpu_cores` in the JSON: API + workers are one process in the dev
-stack, then Temporal, Postgres with its backends, the stack's moto, this process) say what
-limits the rate.
+files. The CPU columns (and `cpu_cores` in the JSON: the dev stack's workers, its API in a
+process of its own, Temporal, Postgres with its backends, the stack's moto, this process) say
+what limits the rate.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def _end_to_end(doc: Doc) -> None:
 def _sustained(doc: Doc) -> None:
     # The sustained rate says which of the stack's processes were busy.
     cores = doc["scenarios"]["sustained"]["rows"][-1]["cpu_cores"]
-    assert {"api+workers", "temporal", "postgres", "moto"} <= set(cores)
+    assert {"api", "workers", "temporal", "postgres", "moto"} <= set(cores)
 
 
 def _catalog_reads(doc: Doc) -> None:

@@ -34,7 +34,7 @@ GONE_TIMEOUT = 60.0  # a hang guard: a server that outlives its stack never goes
 
 
 def _servers(dev: DevProcess) -> dict[str, int]:
-    """The stack's Temporal and moto (its children) and Postgres (daemonized by pg_ctl)."""
+    """The stack's Temporal, moto and API (its children) and Postgres (daemonized by pg_ctl)."""
     found: dict[str, int] = {}
     for child in psutil.Process(dev.proc.pid).children(recursive=True):
         cmdline = " ".join(child.cmdline())
@@ -42,8 +42,10 @@ def _servers(dev: DevProcess) -> dict[str, int]:
             found["temporal"] = child.pid
         elif "moto_server" in cmdline:
             found["moto"] = child.pid
+        elif "apps.devstack.api_process" in cmdline:
+            found["api"] = child.pid
     found["postgres"] = _postmaster(dev.data_dir)
-    assert set(found) == {"temporal", "moto", "postgres"}, found
+    assert set(found) == {"temporal", "moto", "api", "postgres"}, found
     return found
 
 
@@ -88,8 +90,9 @@ def test_sigkill_leaves_no_server_and_a_restart_stops_the_postgres_it_left(root:
     finally:
         os.kill(dev.proc.pid, signal.SIGKILL)
         dev.proc.wait()
-    # Temporal and moto die with the stack that started them.
-    _wait_gone({left["temporal"], left["moto"]}, dev.log)
+    # Temporal, moto and the API die with the stack that started them (the API's port is free
+    # for the next stack).
+    _wait_gone({left["temporal"], left["moto"], left["api"]}, dev.log)
 
     # A kill -9 leaves the stack's facts behind: wait for the new stack's.
     again = start_dev(dev.data_dir, root / "dev-2.log", stale=dev.info)

@@ -32,6 +32,7 @@ from tests.helpers.integrity import (
     s3_key,
 )
 from tests.helpers.lifecycle import (
+    activities_run,
     record_history,
     recording_histories,
     running_workers,
@@ -42,6 +43,7 @@ from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.models import Replica, Shard, TierCopy
 from tierpoint.catalog.tier_copy.damage import mark_damaged_shards
 from tierpoint.config import Settings
+from tierpoint.contract.integrity import REPAIR_REQUEST
 from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.states import ReplicaState
 from tierpoint.temporal import request_repair, start_lifecycle
@@ -80,6 +82,9 @@ async def test_a_copy_finding_its_source_corrupt_demotes_it_and_repair_heals_it(
                 handle = client.get_workflow_handle(run_id, result_type=LifecycleResult)
                 result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
                 assert {t.tier: t.state for t in result.tiers}["s3"] == "failed", result
+                # The lifecycle itself asked for the repair before it returned.
+                queued, local = activities_run(await handle.fetch_history())
+                assert queued[REPAIR_REQUEST] >= 1, (queued, local)
                 if recording_histories():
                     await record_history(client, run_id, "lifecycle_repairs_its_source")
                 # The repair the lifecycle asked for copies from lustre.

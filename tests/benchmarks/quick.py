@@ -221,6 +221,9 @@ def _scale(doc: Doc) -> None:
     storm = "10 nodes: restart storm of 80 ranks, API requests"
     assert scale[f"{storm}: per-rank (before)"]["median"] == 2 + 2 * 80
     assert scale[f"{storm}: coordinator only (after)"]["median"] == 2
+    failed = "10 nodes: restart storm of 80 ranks, requests failed after retries"
+    assert scale[f"{failed}: per-rank (before)"]["median"] == 0
+    assert scale[f"{failed}: coordinator only (after)"]["median"] == 0
 
 
 def _leases(doc: Doc) -> None:

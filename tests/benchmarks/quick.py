@@ -234,6 +234,7 @@ def _leases(doc: Doc) -> None:
     for method in (one, "restores of the latest checkpoint"):
         assert leases[f"{method}: 5xx answers"]["values"] == [0] * doc["repeats"]
         assert leases[f"{method}: other failures"]["values"] == [0] * doc["repeats"]
+        assert leases[f"{method}: API CPU per request"]["median"] > 0
 
 
 def _page_cache(doc: Doc) -> None:

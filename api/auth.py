@@ -70,7 +70,8 @@ async def authenticate(
 PrincipalDep = Annotated[Principal, Depends(authenticate)]
 
 
-def _actor(principal: PrincipalDep) -> str:
+async def _actor(principal: PrincipalDep) -> str:
+    # A coroutine so that FastAPI calls it on the event loop, not through its thread pool.
     return principal.name
 
 

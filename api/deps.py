@@ -41,7 +41,13 @@ def get_state(request: Request) -> ApiState:
     return state
 
 
-StateDep = Annotated[ApiState, Depends(get_state)]
+async def _state(request: Request) -> ApiState:
+    # A coroutine, not a plain function: FastAPI runs a plain function dependency in its thread
+    # pool, a hop to another thread and back for every request that names the state.
+    return get_state(request)
+
+
+StateDep = Annotated[ApiState, Depends(_state)]
 
 
 async def get_session(state: StateDep) -> AsyncIterator[AsyncSession]:

@@ -9,7 +9,10 @@ median / baseline median, so below 1 is faster than the baseline.
 
 A run that raises is a failed run, reported with its error beside the other methods' numbers
 (its rows' medians are those of the runs that did not fail, none when all did); the other
-methods and rounds run on. A measurement that fails is a result too, never the end of the run.
+methods and rounds run on. A run may also fail in part (`Outcome.failed`: one measurement of
+several, such as a restart storm after a checkpoint's costs): then only the rows of that part
+fail, and the run's other rows keep their numbers. A measurement that fails is a result too,
+never the end of the run.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class Outcome:
     # CPU seconds the method's own processes spent, when they report it themselves.
     cpu: dict[str, float] = field(default_factory=dict)
     rss_mib: float | None = None
+    # Parts of the run that failed: metric prefix -> error. A row whose metric starts with the
+    # prefix (and that the run did not measure) failed in this run; the others did not.
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,8 @@ class Run:
     error: str | None = None  # why it failed: the exception's type and message
 
 
-def _error(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """An exception as a failed row shows it: its type and the first line of its message."""
     first = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {first[0][:300]}" if first else type(exc).__name__
 
@@ -129,7 +136,7 @@ def _run_once(m: Method, watched: Callable[[], Watched]) -> Run:
         if m.after is not None:
             m.after()
     except Exception as exc:
-        return Run(m.name, None, time.perf_counter() - t0, {}, _error(exc))
+        return Run(m.name, None, time.perf_counter() - t0, {}, error_text(exc))
     return Run(m.name, outcome, wall, cpu)
 
 
@@ -142,16 +149,32 @@ def _cores(runs: list[Run]) -> dict[str, float]:
     }
 
 
-def _failures(runs: list[Run]) -> str | None:
-    """'k of n runs failed: <first error>', or None when none did."""
-    failed = [r for r in runs if r.outcome is None]
-    if not failed:
+def _part_error(run: Run, metric: str) -> str | None:
+    """Why `run` has no value for `metric`: the run's error, or that of its failed part."""
+    if run.outcome is None:
+        return run.error
+    if metric in run.outcome.metrics:
         return None
-    return f"{len(failed)} of {len(runs)} runs failed: {failed[0].error}"
+    for prefix, error in run.outcome.failed.items():
+        if metric.startswith(prefix):
+            return error
+    raise KeyError(f"{run.method}: the run measured no {metric!r} and no part of it failed")
+
+
+def _failures(runs: list[Run], metric: str) -> str | None:
+    """'k of n runs failed: <first error>' for the row of `metric`, or None when none did."""
+    errors = [e for r in runs if (e := _part_error(r, metric)) is not None]
+    if not errors:
+        return None
+    return f"{len(errors)} of {len(runs)} runs failed: {errors[0]}"
 
 
 def _row(m: Method, row: Row, ok: list[Run], failed: str | None) -> dict[str, Any]:
-    values = [r.outcome.metrics[row.metric] for r in ok if r.outcome is not None]
+    values = [
+        r.outcome.metrics[row.metric]
+        for r in ok
+        if r.outcome is not None and row.metric in r.outcome.metrics
+    ]
     median = statistics.median(values) if values else None
     rss = [r.outcome.rss_mib for r in ok if r.outcome is not None and r.outcome.rss_mib is not None]
     return {
@@ -177,7 +200,7 @@ def summarize(scenario: Scenario, methods: list[Method], runs: list[Run]) -> dic
     for m in methods:
         mine = by_method[m.name]
         ok = [r for r in mine if r.outcome is not None]
-        rows += [_row(m, row, ok, _failures(mine)) for row in m.rows]
+        rows += [_row(m, row, ok, _failures(mine, row.metric)) for row in m.rows]
     medians = {r["label"]: r["median"] for r in rows}
     for r in rows:
         base = r["baseline"]
@@ -196,7 +219,7 @@ def failed_scenario(scenario: Scenario, error: BaseException) -> dict[str, Any]:
         "summary": scenario.summary,
         "params": {},
         "rows": [],
-        "failed": f"preparing failed: {_error(error)}",
+        "failed": f"preparing failed: {error_text(error)}",
     }
 
 

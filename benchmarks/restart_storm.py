@@ -12,7 +12,9 @@ rank's from a pool of threads with a client and a connection each), in two call 
 
 `ready` is the time until every rank holds what it needs to start reading; the releases come
 after it, as they do after a load's reads. The storage reads (`.metadata`, the files) are not
-part of it: they do not touch the API."""
+part of it: they do not touch the API. A rank whose lease or release fails after the client's
+retries is counted (`failed`) and the others go on, as the other nodes of a job would; a
+coordinator's failure ends the storm (no rank has a step to lease), which raises."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tierpoint_client import Client
+from tierpoint_client.errors import TierpointError
 
 PATTERNS = ("per-rank", "coordinator")
 LEASE_TTL = 1800
@@ -35,6 +38,7 @@ CONCURRENCY = 64
 @dataclass
 class _Timed:
     latencies: list[float] = field(default_factory=list)
+    failed: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -45,12 +49,21 @@ class _Timed:
             with self.lock:
                 self.latencies.append(time.perf_counter() - t0)
 
+    def rank(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A rank's call: its failure (after the client's retries) counted, None returned."""
+        try:
+            return self.call(fn, *args)
+        except TierpointError:
+            with self.lock:
+                self.failed += 1
+            return None
+
 
 def storm(
     clients: Callable[[], Client], job: str, ranks: int, node: str, pattern: str
 ) -> dict[str, float]:
     """One restart of `ranks` ranks in `pattern`: seconds until every rank is ready, until every
-    lease is released, the requests sent and their p50/p99 latency (ms)."""
+    lease is released, the requests sent, those that failed, and their p50/p99 latency (ms)."""
     timed = _Timed()
     local = threading.local()
 
@@ -67,13 +80,13 @@ def storm(
             latest = timed.call(coordinator.latest, job, node=node, lease_ttl=LEASE_TTL)
             step = latest.step
             timed.call(coordinator.checkpoint, job, step)
-            leases = [latest.lease.id]
-            leases += pool.map(
-                lambda r: timed.call(client().create_lease, job, step, LEASE_TTL, f"rank {r}").id,
+            taken = pool.map(
+                lambda r: timed.rank(client().create_lease, job, step, LEASE_TTL, f"rank {r}"),
                 range(1, ranks),
             )
+            leases = [latest.lease.id, *(lease.id for lease in taken if lease is not None)]
             ready = time.perf_counter() - t0
-            list(pool.map(lambda lid: timed.call(client().release_lease, job, step, lid), leases))
+            list(pool.map(lambda lid: timed.rank(client().release_lease, job, step, lid), leases))
         elif pattern == "coordinator":
             start = timed.call(coordinator.start_restore, job, LEASE_TTL, node=node)
             ready = time.perf_counter() - t0
@@ -86,6 +99,7 @@ def storm(
         "ready": ready,
         "done": done,
         "requests": float(len(ms)),
+        "failed": float(timed.failed),
         "p50": statistics.median(ms),
         "p99": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
     }

@@ -14,9 +14,12 @@ set-based (benchmarks/catalog_fill.py) with restorable checkpoints.
 
 Rows: p50, p99 and max latency (ms), the answers that were 5xx and the other failures (counts),
 the p50 of the first and the last tenth of a run's requests (a cost that grows with the leases
-held shows as a ratio above 1), and the mean number of the catalog's backends waiting for a lock
-while the run lasts (what serialises the requests, if anything does). After each run its leases
-and their events are deleted (untimed), so every run starts from the same catalog.
+held shows as a ratio above 1), the mean number of the catalog's backends waiting for a lock
+while the run lasts (what serialises the requests, if anything does), and the CPU the API
+process and Postgres spent per request (what bounds the latency once nothing waits: with 64 in
+flight, a request waits for the 63 others' CPU on whatever share of a core the API gets).
+After each run its leases and their events are deleted (untimed), so every run starts from the
+same catalog.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from apps.devstack.services import EmbeddedPostgres, free_port
 from benchmarks.catalog_fill import Catalog, fill, home_node, job_name
 from benchmarks.env import Env, tierpoint_env, wait_for_api
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
+from benchmarks.procs import cpu_seconds
 from benchmarks.scenarios.register_latency import percentile
 from tierpoint.catalog import migrate
 from tierpoint.catalog.engine import make_sync_engine
@@ -66,6 +70,8 @@ METRICS = {
     "p50 first tenth": ("p50 of the first tenth", "ms"),
     "p50 last tenth": ("p50 of the last tenth", "ms"),
     "lock waiters": ("backends waiting for a lock (mean)", "n"),
+    "api cpu": ("API CPU per request", "ms"),
+    "postgres cpu": ("Postgres CPU per request", "ms"),
 }
 
 
@@ -175,7 +181,9 @@ class Leases(Scenario):
             t.start()
         try:
             start.wait(START_TIMEOUT)
+            cpu_before = self._cpu()  # after every thread's warm-up request
             waiting = self._lock_waiters(threads)
+            cpu = {k: (v - cpu_before[k]) * 1000 / self.leases for k, v in self._cpu().items()}
         finally:
             stop.set()
             start.abort()  # a thread still warming up must not wait for the others
@@ -195,8 +203,15 @@ class Leases(Scenario):
                 "p50 first tenth": percentile(ms[:tenth], 0.5),
                 "p50 last tenth": percentile(ms[-tenth:], 0.5),
                 "lock waiters": waiting,
+                "api cpu": cpu["api"],
+                "postgres cpu": cpu["postgres"],
             }
         )
+
+    def _cpu(self) -> dict[str, float]:
+        """CPU seconds of the API process and of Postgres with its backends: what a request
+        costs whatever share of the machine the run got (its latency depends on that share)."""
+        return {k: cpu_seconds(pid, tree=tree) for k, (pid, tree) in self.watched().items()}
 
     def _lock_waiters(self, threads: list[threading.Thread]) -> float:
         """Until the threads are done: the mean number of the catalog's backends waiting for a

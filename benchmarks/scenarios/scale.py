@@ -44,7 +44,7 @@ from tierpoint_client.models import ShardSpec
 from benchmarks import pg_statements
 from benchmarks.env import Env
 from benchmarks.fleet import JOB_PREFIX, Fleet
-from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
+from benchmarks.harness import Method, Outcome, Row, Scenario, Watched, error_text
 from benchmarks.procs import cpu_seconds
 from benchmarks.restart_storm import PATTERNS, storm
 from benchmarks.scenarios.memory import reset_peak, status_kib
@@ -87,6 +87,7 @@ STORM = (
     ("every rank ready", "ready", "s"),
     ("leases released", "done", "s"),
     ("API requests", "requests", "n"),
+    ("requests failed after retries", "failed", "n"),
     ("API p50", "p50", "ms"),
     ("API p99", "p99", "ms"),
     ("API CPU", "cpu api", "s"),
@@ -256,8 +257,9 @@ class Scale(Scenario):
         metrics.update(model_figures(n))
         for key in [k for k in metrics if not k.startswith("model ")]:
             metrics[f"{key}/node"] = metrics[key] / n
-        metrics.update(self._storms(job, n))
-        return Outcome(metrics)
+        storms, failed = self._storms(job, n)
+        metrics.update(storms)
+        return Outcome(metrics, failed=failed)
 
     def _idle(self, n: int) -> dict[str, float]:
         """Each process's CPU over `self.idle` seconds with every node polling and nothing in
@@ -267,22 +269,29 @@ class Scale(Scenario):
         after, seconds = self._cpu(), time.monotonic() - start
         return {f"idle {k}": (after[k] - before[k]) * 3600 / n / seconds for k in before}
 
-    def _storms(self, job: str, n: int) -> dict[str, float]:
+    def _storms(self, job: str, n: int) -> tuple[dict[str, float], dict[str, str]]:
         """Both patterns of the restart storm on the checkpoint just made restorable, in an order
-        that alternates from run to run; the API's and Postgres' CPU of each."""
+        that alternates from run to run; the API's and Postgres' CPU of each. A pattern that
+        fails is that pattern's failure (its rows), not the run's: the checkpoint's costs and the
+        other pattern keep their numbers."""
         self.storm_runs += 1
         order = PATTERNS if self.storm_runs % 2 else PATTERNS[::-1]
         found: dict[str, float] = {}
+        failed: dict[str, str] = {}
         for pattern in order:
             before = self._cpu()
-            result = storm(
-                self.fleet.new_client, job, RANKS_PER_NODE * n, self.nodes(n)[0], pattern
-            )
+            try:
+                result = storm(
+                    self.fleet.new_client, job, RANKS_PER_NODE * n, self.nodes(n)[0], pattern
+                )
+            except Exception as exc:
+                failed[f"storm {pattern} "] = error_text(exc)
+                continue
             after = self._cpu()
             result["cpu api"] = after[self.fleet.api_label] - before[self.fleet.api_label]
             result["cpu postgres"] = after["postgres"] - before["postgres"]
             found.update({f"storm {pattern} {k}": v for k, v in result.items()})
-        return found
+        return found, failed
 
     def _restorable(self, job: str, step: int) -> dict[str, float]:
         """Seconds from the checkpoint's registration to restorable on each tier (the catalog's

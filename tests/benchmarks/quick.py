@@ -221,6 +221,9 @@ def _scale(doc: Doc) -> None:
     storm = "10 nodes: restart storm of 80 ranks, API requests"
     assert scale[f"{storm}: per-rank (before)"]["median"] == 2 + 2 * 80
     assert scale[f"{storm}: coordinator only (after)"]["median"] == 2
+    failed = "10 nodes: restart storm of 80 ranks, requests failed after retries"
+    assert scale[f"{failed}: per-rank (before)"]["median"] == 0
+    assert scale[f"{failed}: coordinator only (after)"]["median"] == 0
 
 
 def _leases(doc: Doc) -> None:
@@ -231,6 +234,7 @@ def _leases(doc: Doc) -> None:
     for method in (one, "restores of the latest checkpoint"):
         assert leases[f"{method}: 5xx answers"]["values"] == [0] * doc["repeats"]
         assert leases[f"{method}: other failures"]["values"] == [0] * doc["repeats"]
+        assert leases[f"{method}: API CPU per request"]["median"] > 0
 
 
 def _page_cache(doc: Doc) -> None:

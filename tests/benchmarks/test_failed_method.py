@@ -132,3 +132,34 @@ def test_the_run_reports_every_scenario_and_exits_non_zero(
     printed = capsys.readouterr().out
     assert "unprepared: a scenario whose services never came up: preparing failed" in printed
     assert "1 of 1 runs failed" in printed
+
+
+def test_a_part_that_fails_keeps_the_numbers_of_the_runs_other_parts() -> None:
+    """The scale scenario's shape: one run measures a checkpoint's costs, then restart storms on
+    it; a storm that fails is reported on its own rows, and the costs and the other storm keep
+    their numbers."""
+    outcomes = iter(
+        [
+            Outcome(
+                {"restorable": 4.0, "storm coordinator p99": 0.2},
+                failed={"storm per-rank ": "CatalogGone: 503 catalog_unavailable"},
+            ),
+            Outcome({"restorable": 6.0, "storm coordinator p99": 0.4, "storm per-rank p99": 0.8}),
+        ]
+    )
+    rows = (
+        Row("restorable", "restorable"),
+        Row("per-rank p99", "storm per-rank p99"),
+        Row("coordinator p99", "storm coordinator p99", baseline="per-rank p99"),
+    )
+    method = Method("1,000 nodes", lambda: next(outcomes), rows)
+    result = summarize(Storm(), [method], run_methods([method], 2, dict))
+    found = {r["label"]: r for r in result["rows"]}
+    assert found["restorable"]["values"] == [4.0, 6.0] and found["restorable"]["failed"] is None
+    assert found["coordinator p99"]["values"] == [0.2, 0.4]
+    assert found["coordinator p99"]["failed"] is None
+    per_rank = found["per-rank p99"]
+    assert per_rank["values"] == [0.8]
+    assert per_rank["failed"] == "1 of 2 runs failed: CatalogGone: 503 catalog_unavailable"
+    assert found["coordinator p99"]["ratio"] == pytest.approx(0.3 / 0.8)
+    assert any_failed({"scale": result})

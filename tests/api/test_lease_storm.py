@@ -1,0 +1,124 @@
+"""A whole job restarting at once: every rank (or every node's `tierpoint restore`) asks for a
+restore lease on the same checkpoint together. Each request is answered 201 without waiting for
+another's row lock or for a thread of the API's pool: FastAPI runs a plain-function dependency
+in that pool (40 threads), so a request that needs one queues behind every other request that
+does, whatever the catalog could answer, and pays two thread switches when it gets one."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import threading
+from typing import Any
+
+import anyio.to_thread
+import httpx
+from fastapi.dependencies.models import Dependant
+from sqlalchemy import Engine, text
+
+from api.app import create_app
+from api.auth import api_routes
+from tests.helpers.api import events, seed
+from tierpoint.config import Settings
+
+RANKS = 200
+WAIT_LIMIT = 120.0  # seconds: only a bound on a hang, never a timing assertion
+
+
+def _lock_waiters(catalog: Engine) -> int:
+    with catalog.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+            ).scalar_one()
+        )
+
+
+async def _storm_while_the_pool_is_busy(
+    client: httpx.AsyncClient, catalog: Engine, url: str
+) -> list[httpx.Response]:
+    """`RANKS` lease requests sent at once while other work holds every thread of the pool;
+    fails as soon as one of them waits for a thread or a backend waits for a row lock."""
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    threads = int(limiter.total_tokens)
+    loop = asyncio.get_running_loop()
+    free, all_busy, holding = threading.Event(), asyncio.Event(), itertools.count(1)
+
+    def hold() -> None:
+        if next(holding) == threads:
+            loop.call_soon_threadsafe(all_busy.set)
+        free.wait()
+
+    busy = [asyncio.ensure_future(anyio.to_thread.run_sync(hold)) for _ in range(threads)]
+    deadline = loop.time() + WAIT_LIMIT
+    try:
+        await asyncio.wait_for(all_busy.wait(), WAIT_LIMIT)
+        requests = [
+            asyncio.ensure_future(client.post(url, json={"ttl_seconds": 600, "holder": f"r{i}"}))
+            for i in range(RANKS)
+        ]
+        while not all(r.done() for r in requests):
+            stats = limiter.statistics()
+            assert stats.tasks_waiting == 0, (
+                f"{stats.tasks_waiting} lease requests waited for a thread of the API's pool"
+            )
+            assert _lock_waiters(catalog) == 0, "a lease request waited for a row lock"
+            assert loop.time() < deadline, "the lease requests neither answered nor waited"
+            await asyncio.sleep(0.01)
+        return [r.result() for r in requests]
+    finally:
+        free.set()
+        await asyncio.gather(*busy)
+
+
+async def test_a_restart_storm_of_leases_on_one_checkpoint_is_answered_without_waiting(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    await seed(client, catalog, job, [10], tiers=("lustre",))
+    url = f"/v1/jobs/{job}/checkpoints/10/leases"
+    answers = await _storm_while_the_pool_is_busy(client, catalog, url)
+    assert [r.status_code for r in answers] == [201] * RANKS, [
+        r.text for r in answers if r.status_code != 201
+    ][:3]
+    active = (await client.get(url)).json()["items"]
+    assert sorted(x["holder"] for x in active) == sorted(f"r{i}" for i in range(RANKS))
+    assert len({x["id"] for x in active}) == RANKS
+    created = [e for e in events(catalog, "leased", job=job) if e["detail"]["action"] == "created"]
+    assert len(created) == RANKS
+
+
+def _in_thread_pool(call: Any) -> bool:
+    """Whether FastAPI runs `call` (a dependency or an endpoint) in its thread pool."""
+    if call is None:
+        return False
+    own = inspect.iscoroutinefunction(call) or inspect.isasyncgenfunction(call)
+    method = inspect.getattr_static(type(call), "__call__", None)
+    return not (own or inspect.iscoroutinefunction(method))
+
+
+def _pooled(dependant: Dependant) -> set[str]:
+    found = set()
+    for sub in dependant.dependencies:
+        if _in_thread_pool(sub.call):
+            found.add(getattr(sub.call, "__qualname__", repr(sub.call)))
+        found |= _pooled(sub)
+    return found
+
+
+def test_no_route_needs_a_thread_of_the_pool(catalog_settings: Settings) -> None:
+    """Every route's endpoint and dependencies run on the event loop (the lease storm above shows
+    what one plain function costs)."""
+    app = create_app(catalog_settings)
+    routes = api_routes(app)
+    assert routes
+    pooled = {
+        f"{route.path_format}: {name}"
+        for route in routes
+        for name in _pooled(route.dependant)
+        | ({"the endpoint"} if _in_thread_pool(route.dependant.call) else set())
+    }
+    assert not pooled, sorted(pooled)[:10]

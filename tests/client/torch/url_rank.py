@@ -56,7 +56,8 @@ def resume_step(folder: str) -> int:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["save", "async_save", "process_save", "load", "folder_save"])
+    actions = ["save", "async_save", "process_save", "load", "folder_save", "resume"]
+    p.add_argument("action", choices=actions)
     p.add_argument("--url", required=True, help="folder_save: a folder, `{node}` its node's id")
     p.add_argument("--step", type=int, required=True, help="the state's step")
     p.add_argument("--rank", type=int, default=0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import os
 import socket
 import threading
@@ -25,6 +26,7 @@ from tierpoint_client.errors import ConflictError, TierpointError
 from tierpoint_client.fs import _shared
 from tierpoint_client.fs._config import Settings, client_for
 from tierpoint_client.models import PlanEntry, RestoreStart
+from tierpoint_client.sources import Pread, Segment
 from tierpoint_client.torch._copies import CheckpointFiles
 
 
@@ -41,13 +43,44 @@ _lock = threading.Lock()
 _loads: dict[tuple[Settings, str, int], _Load] = {}
 
 
-def read(settings: Settings, job: str, step: int, name: str) -> bytes:
-    """The verified bytes of one file of a restorable step; FileNotFoundError when the step is
-    not restorable or has no such file."""
+def open_file(settings: Settings, job: str, step: int, name: str) -> io.BytesIO:
+    """One file of a restorable step, opened for reading: read whole and verified, then served
+    from memory; FileNotFoundError when the step is not restorable or has no such file."""
     load = _load(settings, job, step)
-    if name not in load.files.sizes:
+    size = load.files.sizes.get(name)
+    if size is None:
         raise FileNotFoundError(f"tierpoint://{job}/step-{step}/{name}")
-    return load.files.read_all(name)
+    into = _InMemory(size)
+    try:
+        load.files.read(name, into)
+    finally:
+        into.release()
+    return into.file
+
+
+class _InMemory:
+    """A placement of the whole file straight into the buffer of the in-memory file that serves
+    its reads: the read that verifies the file is the only pass that moves its bytes (before,
+    they went into a buffer of their own, then were copied into the file DCP reads)."""
+
+    def __init__(self, size: int) -> None:
+        self.file = io.BytesIO()
+        if size:
+            self.file.seek(size - 1)
+            self.file.write(b"\0")
+            self.file.seek(0)
+        self._view: memoryview | None = None
+
+    def segments(self, pread: Pread) -> list[Segment]:
+        self.release()  # a copy that failed: the next one is read over it
+        self._view = self.file.getbuffer()
+        return [Segment(0, len(self._view), self._view)]
+
+    def release(self) -> None:
+        # The file cannot be closed while its buffer is exported.
+        if self._view is not None:
+            self._view.release()
+            self._view = None
 
 
 def _load(settings: Settings, job: str, step: int) -> _Load:

@@ -16,7 +16,6 @@ checkpoint storage by a folder string (torchtitan's `--checkpoint.folder`, DCP's
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -197,7 +196,7 @@ class TierpointFileSystem(AbstractFileSystem):  # type: ignore[misc]
         if p.step is None or p.file is None:
             raise IsADirectoryError(f"{path}: a file is tierpoint://<job>/step-<N>/<file>")
         if mode == "rb":
-            return io.BytesIO(_loads.read(self.settings, p.job, p.step, p.file))
+            return _loads.open_file(self.settings, p.job, p.step, p.file)
         if mode not in ("wb", "xb"):
             raise NotImplementedError(f"tierpoint:// opens files 'rb' or 'wb', not {mode!r}")
         save = _saves.begin(self.settings, p)

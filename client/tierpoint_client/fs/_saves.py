@@ -14,11 +14,8 @@ from __future__ import annotations
 import os
 import pickle
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 from tierpoint_client.client import Client
 from tierpoint_client.errors import ConflictError, NotFoundError, TierpointError
@@ -45,7 +42,6 @@ class Save:
     node: str
 
 
-T = TypeVar("T")
 _lock = threading.Lock()
 _saves: dict[tuple[str, int], Save] = {}
 _roots: dict[str, str] = {}  # API URL -> the local tier's root, `{node}` not yet replaced
@@ -70,11 +66,9 @@ def begin(settings: Settings, path: FsPath) -> Save:
     node = settings.require_node()
     if _writes.is_coordinator():
         try:
-            # The tier lookup beside the checks: the ranks wait for one round trip, not three.
-            looked_up = _beside(_root, client, settings)
             # guard: fs-step-saved-once
             _refuse_registered(client, path.job, path.step)
-            root = looked_up.result()
+            root = _root(client, settings)
         except BaseException:
             # The other ranks wait for the root: they must not wait in vain (they ask the server
             # themselves; DCP fails the save with this error on every rank).
@@ -178,37 +172,17 @@ def _refuse_registered(client: Client, job: str, step: int) -> None:
     """A token that may not register the job's checkpoints (a `read` token, another job's) is
     refused (403) by the registration's own rule. A step is saved once (DCP would overwrite a
     registered checkpoint's files before the registration refused it)."""
-    registered = _beside(_registered, client, job, step)  # asked at once, judged after
     # guard: fs-save-authorized
     client.authorize_registration(job)
-    if not registered.result():
+    try:
+        client.checkpoint(job, step)
+    except NotFoundError:
         return
     raise ConflictError(
         409,
         "checkpoint_conflict",
         f"{job}/step-{step} is already registered: a step is saved once",
     )
-
-
-def _registered(client: Client, job: str, step: int) -> bool:
-    try:
-        client.checkpoint(job, step)
-    except NotFoundError:
-        return False
-    return True
-
-
-_pool: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def _beside(call: Callable[..., T], *args: Any) -> Future[T]:
-    """`call(*args)` on a thread of this process's own (a new pool after a fork: a child, such
-    as a process-based async save's, has none of its parent's threads)."""
-    global _pool
-    with _lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(2, "tierpoint-fs"))
-        return _pool[1].submit(call, *args)
 
 
 def _root(client: Client, settings: Settings, save: tuple[str, int] | None = None) -> str:

@@ -9,8 +9,8 @@ and loads it (its training loop then has nothing left to do, and it saves nothin
 torchtitan's own, from its log ("Last step checkpoint completed in", "Finished loading the
 checkpoint in": the save and the load alone, without the process's start-up); the requests are
 the API's count over each whole run, so the load's include torchtitan's resume probes (a listing
-of the job and two probes per step folder, every rank). Untimed between the two: the checkpoint
-becomes restorable on the local tier.
+of the job and two probes per step folder, made by every rank and asked of the API by the
+coordinator alone). Untimed between the two: the checkpoint becomes restorable on the local tier.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 is written, and its commit.
 
 DCP's commit point is the rename of `.metadata.tmp` to `.metadata`, made by the coordinator once
-every rank has closed its data files. That rename registers the checkpoint, in one request, with
+every rank has closed its data files. That rename puts `.metadata` in place as TierpointWriter
+writes it (so either reader loads the step) and registers the checkpoint, in one request, with
 every file that `.metadata` names (each with the size, crc32c and node its rank recorded, see
 _writes) and `.metadata` itself. From then on it is an ordinary checkpoint: tierpoint seals it,
 copies it down the tiers, verifies every copy and applies retention, as for TierpointWriter.
@@ -22,7 +23,13 @@ from tierpoint_client.fs import _writes
 from tierpoint_client.fs._config import Settings, client_for
 from tierpoint_client.fs._paths import FsPath
 from tierpoint_client.models import ShardSpec
-from tierpoint_client.torch._files import METADATA_FILE, fsync_dir, local_tier
+from tierpoint_client.torch._files import (
+    METADATA_FILE,
+    AtomicFile,
+    fsync_dir,
+    local_tier,
+    stored_items,
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,9 @@ class _Recorder:
 
 def rename(settings: Settings, save: Save, src: str, dst: str) -> None:
     """Rename a file of the save on this node; renaming it to `.metadata` commits the save."""
+    if dst == METADATA_FILE:
+        commit(client_for(settings), save, src)
+        return
     rec = _writes.lookup(save.job, save.step, src)
     target = save.directory / dst
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -101,8 +111,6 @@ def rename(settings: Settings, save: Save, src: str, dst: str) -> None:
     fsync_dir(target.parent)
     _writes.forget(save.job, save.step, src)
     _writes.record(save.job, save.step, dst, rec)
-    if dst == METADATA_FILE:
-        commit(client_for(settings), save)
 
 
 def remove(save: Save, name: str) -> None:
@@ -111,10 +119,32 @@ def remove(save: Save, name: str) -> None:
     _writes.forget(save.job, save.step, name)
 
 
-def commit(client: Client, save: Save) -> None:
-    """DCP's commit: every rank's files that `.metadata` names, and `.metadata`."""
-    names = _files_of((save.directory / METADATA_FILE).read_bytes(), save)
-    _register(client, save, [*sorted(names), METADATA_FILE])
+def commit(client: Client, save: Save, staged: str) -> None:
+    """DCP's commit, `staged` (its `.metadata.tmp`) becoming `.metadata`. What DCP wrote there
+    records each item by file, offset and length only; `.metadata` records it as TierpointWriter
+    does, with its file's node, size and crc32c (every rank's record, from the store), so that
+    TierpointReader loads the step as well as a load by URL does. Then the checkpoint is
+    registered with every file `.metadata` names, and `.metadata`."""
+    where = f"{save.job}/step-{save.step}"
+    metadata = pickle.loads((save.directory / staged).read_bytes())  # written a moment ago
+    files: dict[str, _writes.FileRecord] = {}
+
+    def file_of(name: str) -> tuple[str, int, str]:
+        rec = files[name] = files.get(name) or _writes.lookup(save.job, save.step, name)
+        return rec.node, rec.size, rec.crc32c
+
+    # An error here fails the save before anything is registered.
+    metadata.storage_data = stored_items(getattr(metadata, "storage_data", None), file_of, where)
+    out = AtomicFile(save.directory / METADATA_FILE)
+    try:
+        out.write(pickle.dumps(metadata))
+        size, crc = out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    remove(save, staged)
+    _writes.record(save.job, save.step, METADATA_FILE, _writes.FileRecord(size, crc, save.node))
+    _register(client, save, [*sorted(files), METADATA_FILE])
 
 
 def commit_written(client: Client, save: Save) -> None:
@@ -136,24 +166,6 @@ def _register(client: Client, save: Save, names: list[str]) -> None:
         shards.append(ShardSpec(name, rec.size, rec.crc32c, rec.node))
     abandon(save)
     client.register_manifest(save.job, save.step, shards)
-
-
-def _files_of(raw: bytes, save: Save) -> set[str]:
-    """The data files DCP's metadata names (every rank's, on whatever node)."""
-    metadata = pickle.loads(raw)  # written by this process a moment ago
-    storage = getattr(metadata, "storage_data", None)
-    if not isinstance(storage, dict):
-        raise TierpointError(
-            f"{save.job}/step-{save.step}: {METADATA_FILE} is not DCP checkpoint metadata; "
-            "nothing was registered"
-        )
-    names = {getattr(info, "relative_path", None) for info in storage.values()}
-    if None in names:
-        raise TierpointError(
-            f"{save.job}/step-{save.step}: {METADATA_FILE} names its files in a form this "
-            "filesystem does not know; nothing was registered"
-        )
-    return {n for n in names if isinstance(n, str)}
 
 
 def _refuse_registered(client: Client, job: str, step: int) -> None:

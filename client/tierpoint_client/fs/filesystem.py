@@ -16,7 +16,6 @@ checkpoint storage by a folder string (torchtitan's `--checkpoint.folder`, DCP's
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -24,7 +23,7 @@ from fsspec.transaction import Transaction
 from fsspec.utils import stringify_path
 
 from tierpoint_client.errors import NotFoundError, TierpointError
-from tierpoint_client.fs import _loads, _saves
+from tierpoint_client.fs import _loads, _saves, _shared
 from tierpoint_client.fs._config import Settings, client_for
 from tierpoint_client.fs._paths import PROTOCOL, FsPath, parse, step_folder, strip
 from tierpoint_client.fs._writes import StagedFile
@@ -77,19 +76,29 @@ class TierpointFileSystem(AbstractFileSystem):  # type: ignore[misc]
 
     # -- reading the catalog ---------------------------------------------------------------
 
-    def _checkpoint(self, job: str, step: int) -> Checkpoint | None:
-        try:
-            cp = client_for(self.settings).checkpoint(job, step)
-        except NotFoundError:
-            return None
-        return cp if _restorable(cp) else None
+    # A trainer's ranks probe alike (torchtitan's resume, every rank): the coordinator asks the
+    # catalog and the other ranks take its answers (_shared), so every rank resumes the same step
+    # and a resume costs the API the same at any world size.
+
+    def _checkpoint(self, job: str, step: int, *, shared: bool = True) -> Checkpoint | None:
+        def ask() -> Checkpoint | None:
+            try:
+                cp = client_for(self.settings).checkpoint(job, step)
+            except NotFoundError:
+                return None
+            return cp if _restorable(cp) else None
+
+        return _shared.once(f"checkpoint/{job}/{step}", ask)[0] if shared else ask()
 
     def _steps(self, job: str) -> list[int]:
-        try:
-            listed = client_for(self.settings).checkpoints(job, state="restorable")
-            return sorted(cp.step for cp in listed if _restorable(cp))
-        except NotFoundError:
-            return []
+        def ask() -> list[int]:
+            try:
+                listed = client_for(self.settings).checkpoints(job, state="restorable")
+                return sorted(cp.step for cp in listed if _restorable(cp))
+            except NotFoundError:
+                return []
+
+        return _shared.once(f"steps/{job}", ask)[0]
 
     def ls(self, path: Any, detail: bool = True, **kwargs: Any) -> list[Any]:
         p = parse(self._strip_protocol(path))
@@ -187,7 +196,7 @@ class TierpointFileSystem(AbstractFileSystem):  # type: ignore[misc]
         if p.step is None or p.file is None:
             raise IsADirectoryError(f"{path}: a file is tierpoint://<job>/step-<N>/<file>")
         if mode == "rb":
-            return io.BytesIO(_loads.read(self.settings, p.job, p.step, p.file))
+            return _loads.open_file(self.settings, p.job, p.step, p.file)
         if mode not in ("wb", "xb"):
             raise NotImplementedError(f"tierpoint:// opens files 'rb' or 'wb', not {mode!r}")
         save = _saves.begin(self.settings, p)
@@ -231,7 +240,8 @@ class TierpointFileSystem(AbstractFileSystem):  # type: ignore[misc]
                 )
             _saves.remove(save, p.file)
             return
-        if self._checkpoint(p.job, p.step) is None:
+        # The coordinator's own question (torchtitan purges from rank 0 alone): not shared.
+        if self._checkpoint(p.job, p.step, shared=False) is None:
             raise FileNotFoundError(shown)
         client_for(self.settings).purge(p.job, p.step)
 

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from torch.distributed.checkpoint.metadata import Metadata
 
@@ -26,7 +26,7 @@ from tierpoint_client.errors import (
 from tierpoint_client.models import Checkpoint, RestoreStart, TierInfo
 from tierpoint_client.timeline import Branch, Branches, CheckpointRef, Loaded
 from tierpoint_client.torch._copies import CheckpointFiles
-from tierpoint_client.torch._files import METADATA_FILE
+from tierpoint_client.torch._files import METADATA_FILE, stored_items
 
 # The sources of a checkpoint's files as the reader reads them (its `_files`).
 FilesOf = Callable[[Checkpoint, Sequence[TierInfo]], CheckpointFiles]
@@ -129,6 +129,7 @@ def _read_metadata(
                     f"{found.job}/{found.step}: {METADATA_FILE} is not DCP metadata"
                 )
             cp = found.checkpoint
+            metadata.storage_data = _items(metadata, cp)
             loaded = Loaded(cp.ref, dict(cp.metadata))
             return Chosen(found.step, metadata, files, found.lease.id, found, raw, loaded)
         except NoVerifiedCopyError as e:
@@ -143,6 +144,22 @@ def _read_metadata(
                 stacklevel=3,
             )
             found = before
+
+
+def _items(metadata: Metadata, cp: Checkpoint) -> dict[Any, Any]:
+    """The items' records as the reader reads them; those a save by URL wrote before it
+    recorded them as TierpointWriter does take their file's node, size and crc32c from the
+    catalog (every byte is verified against the catalog's crc32c anyway)."""
+    shards = {s.path: s for s in cp.shards or ()}
+    where = f"{cp.job}/{cp.step}"
+
+    def file_of(name: str) -> tuple[str, int, str]:
+        shard = shards.get(name)
+        if shard is None:
+            raise TierpointError(f"{where}: {METADATA_FILE} names {name!r}, not a file of it")
+        return shard.node, shard.size, shard.crc32c or ""
+
+    return stored_items(metadata.storage_data, file_of, where)
 
 
 def start(client: Client, choice: Choice, step: int | None, owner: str) -> RestoreStart | None:

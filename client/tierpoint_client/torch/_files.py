@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tierpoint_client.errors import TierpointError
 from tierpoint_client.hashing import combine, crc32c_hex, update
@@ -38,6 +39,11 @@ class TierpointStorageInfo:
     whole file's, as registered, so a reader can verify any copy of it. `item_crc32c` is the crc32c
     of the item's own `length` bytes: a reader that fetches only some items of a file verifies
     each against it (None in checkpoints written before it existed: those are read whole).
+
+    It is also DCP's own record of an item (its `_StorageInfo`: `relative_path`, `offset`,
+    `length`, `transform_descriptors`), so that DCP's FileSystemReader, the reader of a load by
+    `tierpoint://` URL, reads a checkpoint TierpointWriter wrote; and a save by URL records its
+    items in this form too (see `stored_items`). One checkpoint, either reader.
     """
 
     path: str
@@ -47,6 +53,48 @@ class TierpointStorageInfo:
     file_size: int
     crc32c: str
     item_crc32c: str | None = None
+    # DCP's storage extensions the item's bytes went through (e.g. a compression), as DCP names
+    # them; None for plain bytes. Records pickled before it existed read the class's None.
+    transform_descriptors: tuple[str, ...] | None = None
+
+    @property
+    def relative_path(self) -> str:
+        return self.path
+
+
+def stored_items(
+    storage_data: object, file_of: Callable[[str], tuple[str, int, str]], where: str
+) -> dict[Any, TierpointStorageInfo]:
+    """`.metadata`'s records of its items as TierpointStorageInfo, whichever writer made them:
+    TierpointWriter's as they are; DCP's own (`relative_path`, `offset`, `length`: a save by
+    URL before both writers recorded alike) completed with their file's (node, size, crc32c)
+    from `file_of`. TierpointError naming `where` for anything else."""
+    if not isinstance(storage_data, dict):
+        raise TierpointError(f"{where}: {METADATA_FILE} is not DCP checkpoint metadata")
+    out: dict[Any, TierpointStorageInfo] = {}
+    for index, info in storage_data.items():
+        if isinstance(info, TierpointStorageInfo):
+            out[index] = info
+            continue
+        name = getattr(info, "relative_path", None)
+        offset, length = getattr(info, "offset", None), getattr(info, "length", None)
+        if not (isinstance(name, str) and isinstance(offset, int) and isinstance(length, int)):
+            raise TierpointError(
+                f"{where}: {METADATA_FILE} records an item in a form tierpoint does not know "
+                f"({type(info).__name__})"
+            )
+        node, size, crc = file_of(name)
+        transforms = getattr(info, "transform_descriptors", None)
+        out[index] = TierpointStorageInfo(
+            name,
+            offset,
+            length,
+            node,
+            size,
+            crc,
+            transform_descriptors=tuple(transforms) if transforms else None,
+        )
+    return out
 
 
 def parse_checkpoint_id(checkpoint_id: object) -> tuple[str, int | None] | None:

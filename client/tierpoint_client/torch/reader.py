@@ -189,6 +189,15 @@ class TierpointReader(StorageReader):
     ) -> None:
         if metadata.storage_data is None:
             raise TierpointError(f"{self.checkpoint_id}: metadata without storage data")
+        transformed = sorted(
+            {i.path for i in metadata.storage_data.values() if i.transform_descriptors}
+        )
+        if transformed:
+            raise TierpointError(
+                f"{self.checkpoint_id}: {', '.join(transformed)} hold items stored through "
+                "DCP's storage extensions, which TierpointReader does not undo; load it by "
+                "URL (dcp.load(state, checkpoint_id='tierpoint://<job>/step-<N>'))"
+            )
         self.storage_data = metadata.storage_data
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:

@@ -13,6 +13,8 @@ import atexit
 import faulthandler
 import json
 import os
+import posixpath
+import re
 import sys
 import warnings
 from typing import Any
@@ -22,14 +24,41 @@ import torch.distributed.checkpoint as dcp
 
 # The script's own folder is on its path (no `tests` package in the torch venv).
 from dcp_rank import distributed, mismatches, original, template  # type: ignore[import-not-found]
+from fsspec.core import url_to_fs
+from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from torch.distributed.device_mesh import init_device_mesh
 
 
+def resume_step(folder: str) -> int:
+    """The step torchtitan (0.3.0, its CheckpointManager's load) resumes from `folder`, asked
+    of the filesystem exactly as it asks, on every rank: whether the folder exists, whether it
+    is a folder, its listing, two probes per `step-N` entry (DCP's `.metadata`, HF's index),
+    and whether the chosen step is a folder. -1: none."""
+    fs, path = url_to_fs(folder)
+    if not fs.exists(path) or not fs.isdir(path):
+        return -1
+    steps = []
+    for entry in fs.ls(path, detail=False):
+        name = posixpath.basename(entry.rstrip("/"))
+        m = re.search(r"step-(\d+)", name)
+        if m is None:
+            continue
+        dcp_file = fs.isfile(posixpath.join(path, name, ".metadata"))
+        hf_file = fs.isfile(posixpath.join(path, name, "model.safetensors.index.json"))
+        if dcp_file or hf_file:
+            steps.append(int(m[1]))
+    step = max(steps, default=-1)
+    if step >= 0 and not fs.isdir(posixpath.join(path, f"step-{step}")):
+        raise FileNotFoundError(f"step-{step}")
+    return step
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["save", "async_save", "process_save", "load"])
-    p.add_argument("--url", required=True)
+    actions = ["save", "async_save", "process_save", "load", "folder_save", "resume"]
+    p.add_argument("action", choices=actions)
+    p.add_argument("--url", required=True, help="folder_save: a folder, `{node}` its node's id")
     p.add_argument("--step", type=int, required=True, help="the state's step")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=1)
@@ -47,12 +76,23 @@ def main() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            if args.action == "load":
+            if args.action == "resume":
+                step = resume_step(args.url)
+                report["resumed"] = step
+                state = template(step, mesh)
+                dcp.load(state, checkpoint_id=f"{args.url}/step-{step}")
+                report["mismatches"] = mismatches(state, original(step))
+            elif args.action == "load":
                 state = template(args.step, mesh)
                 dcp.load(state, checkpoint_id=args.url)
                 report["mismatches"] = mismatches(state, original(args.step))
             elif args.action == "save":
                 dcp.save(distributed(original(args.step), mesh), checkpoint_id=args.url)
+            elif args.action == "folder_save":
+                # DCP's own files in a plain folder, as every save by URL wrote them before
+                # tierpoint:// recorded its files as TierpointWriter does.
+                writer = FileSystemWriter(args.url.replace("{node}", os.environ["TIERPOINT_NODE"]))
+                dcp.save(distributed(original(args.step), mesh), storage_writer=writer)
             else:
                 state = distributed(original(args.step), mesh)
                 # A process-based save writes from a fresh interpreter per rank, which knows

@@ -458,6 +458,26 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a manifest naming a file above another ('a' and 'a/b') is refused on both sides",
     ),
+    # ---- erasure-coded stripes ---------------------------------------------------------------
+    Mutant(
+        "erasure-stripe-crc",
+        "        if crc32c_hex(crc) != stripes[i].crc32c:\n",
+        "        if False:\n",
+        ("tests/client/test_erasure_codec.py::test_a_stripe_with_a_flipped_byte_is_never_used",),
+        "a stripe whose bytes fail its crc32c is treated as lost and the file decoded from the "
+        "others: a flipped byte in a stripe (and in the file decoded from it) never reaches a "
+        "restore",
+    ),
+    Mutant(
+        "erasure-file-crc",
+        "    if written != file_size or crc32c_hex(file_crc) != file_crc32c:\n",
+        "    if written != file_size:\n",
+        (
+            "tests/client/test_erasure_codec.py::"
+            "test_a_decode_that_does_not_match_the_registered_crc_publishes_nothing",
+        ),
+        "a decoded file is checked against the shard's registered crc32c before it is published",
+    ),
     # ---- restores: what they read, and from where ---------------------------------------------
     Mutant(
         "restore-tier-only",

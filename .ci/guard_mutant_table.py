@@ -478,6 +478,27 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a decoded file is checked against the shard's registered crc32c before it is published",
     ),
+    Mutant(
+        "stripe-set-whole",
+        "    return holders if len(holders) == code.width else None\n",
+        "    return holders\n",
+        (
+            "tests/tierpoint/test_peer_code_config.py::"
+            "test_a_stripe_set_goes_to_k_plus_m_distinct_nodes_in_distinct_domains",
+        ),
+        "a node's stripe set is placed on k+m distinct nodes or not at all: on fewer, one "
+        "node's loss could take more than m stripes of the set",
+    ),
+    Mutant(
+        "code-refused-at-start",
+        "            if (problem := placement.unplaceable(name, code, known)) is not None:\n",
+        "            if False:\n",
+        (
+            "tests/apps/test_worker_coded_tier.py::"
+            "test_a_code_wider_than_the_cluster_stops_the_shared_worker_at_start",
+        ),
+        "a coded peer tier the cluster cannot place is refused when the shared worker starts",
+    ),
     # ---- restores: what they read, and from where ---------------------------------------------
     Mutant(
         "restore-tier-only",

@@ -18,6 +18,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
+from activities import placement
 from activities.lifecycle import LifecycleActivities
 from activities.peer import PeerActivities
 from activities.reconcile import ReconcileActivities
@@ -36,6 +37,7 @@ from tierpoint.catalog.engine import (
     transact_in_thread,
 )
 from tierpoint.catalog.migrate import check_schema
+from tierpoint.catalog.node import registry as node_registry
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
 from tierpoint.services import data_damage, data_endpoint
@@ -248,8 +250,29 @@ class _Wiring:
         ]
         return workers, functools.partial(asyncio.to_thread, report_in)
 
+    def check_codes(self) -> None:
+        """ValueError, said at start, for a coded peer tier the cluster cannot place: every
+        checkpoint's copy to it would fail. Checked by the shared worker, which places them."""
+        coded = [(t.name, t.stripe_code) for t in self.settings.peer_tiers() if t.stripe_code]
+        if not coded:
+            return
+        with self.sessions.begin() as s:
+            known = node_registry.known_count(s)
+        for name, code in coded:
+            # guard: code-refused-at-start
+            if (problem := placement.unplaceable(name, code, known)) is not None:
+                raise ValueError(problem)
+            # The lifecycle's copy to a peer tier makes whole copies: until it encodes and pulls
+            # stripes, running it would fill a coded tier with full copies (the memory the code
+            # is there to save) and call them stripes. Refuse rather than do that.
+            raise ValueError(
+                f"peer tier {name!r} keeps {code}: this version places and codes stripes but "
+                "its lifecycle does not copy them to their holders yet; use copies for now"
+            )
+
     async def shared_worker(self) -> Worker:
         settings = self.settings
+        await asyncio.to_thread(self.check_codes)
         # Periodic retention for time-based rules; idempotent, so every shared worker does it.
         await ensure_sweep_schedule(self.client, settings.retention_sweep_interval)
         await ensure_integrity_schedules(

@@ -137,6 +137,12 @@ def serving_nodes(session: Session) -> list[str]:
     )
 
 
+def known_count(session: Session) -> int:
+    """How many nodes have ever reported in, the ones declared lost included: the size of the
+    cluster that configuration is checked against (a loss is not a configuration error)."""
+    return int(session.scalar(select(func.count()).select_from(Node)) or 0)
+
+
 def lost_nodes(session: Session, nodes: Sequence[str]) -> set[str]:
     """Which of these nodes are declared lost (no lock: see `lost_among` for one)."""
     return set(

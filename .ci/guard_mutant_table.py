@@ -499,6 +499,37 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a coded peer tier the cluster cannot place is refused when the shared worker starts",
     ),
+    Mutant(
+        "stripe-verified-only-when-it-matches",
+        "        matches = and_(Stripe.size == r.size, Stripe.crc32c == r.crc32c)\n",
+        "        matches = Stripe.size == r.size\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_stripes.py::"
+            "test_a_stripe_is_verified_only_when_its_holder_reads_back_what_was_cut",
+        ),
+        "a stripe is verified only when its holder read back the size and crc32c the encoder cut",
+    ),
+    Mutant(
+        "coded-copy-needs-k-stripes",
+        "    not_decodable = sorted(s for s, n in counts.items() if n < code.k)\n",
+        "    not_decodable = sorted(s for s, n in counts.items() if n < code.k - 1)\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_stripes.py::"
+            "test_a_coded_copy_stays_restorable_through_m_lost_holders_and_not_one_more",
+        ),
+        "a coded copy is restorable only while every shard keeps k verified stripes on holders "
+        "not lost (invariant 1 for stripes)",
+    ),
+    Mutant(
+        "node-lost-loses-its-stripes",
+        "    stripes.lose_on_node(session, node, reason)\n",
+        "    pass\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_stripes.py::"
+            "test_a_coded_copy_stays_restorable_through_m_lost_holders_and_not_one_more",
+        ),
+        "a node declared lost takes the stripes it held with it",
+    ),
     # ---- restores: what they read, and from where ---------------------------------------------
     Mutant(
         "restore-tier-only",

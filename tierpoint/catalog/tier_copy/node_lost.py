@@ -21,6 +21,7 @@ from tierpoint.catalog.replica.machine import Move as ReplicaMove
 from tierpoint.catalog.replica.machine import lose_on_node
 from tierpoint.catalog.replica.machine import sources as replica_sources
 from tierpoint.catalog.replica.placement import held_peer_checkpoints, placing_peer_copies
+from tierpoint.catalog.stripe import machine as stripes
 from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.errors import NodeNotFound
 from tierpoint.states import ReplicaState, TierState
@@ -70,6 +71,9 @@ def mark_lost(
     # copies that may fail are locked before the replicas move, in the catalog's order.
     _lock_tier_copies_at_stake(session, locked, node, local_tiers, peer_tiers)
     lost_rows = lose_on_node(session, locked, node, reason)
+    # The stripes it held of coded peer tiers go with it: a set stays decodable while k remain.
+    # guard: node-lost-loses-its-stripes
+    stripes.lose_on_node(session, node, reason)
     lost_per_checkpoint: dict[int, int] = {}
     for cp, _ in lost_rows:
         lost_per_checkpoint[cp] = lost_per_checkpoint.get(cp, 0) + 1

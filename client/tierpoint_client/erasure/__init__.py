@@ -2,10 +2,12 @@
 
 code: the code, parsed and validated in one place; stripes: the stripe format and the streaming
 encode and decode, every stripe and the whole file checked by crc32c; files: the same over files,
-written atomically, a corrupt stripe left out and the file decoded from the others.
+written atomically, a corrupt stripe left out and the file decoded from the others; fetch: a
+file restored from stripes wherever they are held, any k read in parallel, data stripes first.
 """
 
 from .code import MAX_WIDTH, Code, InvalidCodeError, parse_code
+from .fetch import StripeRef, restore_file
 from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path, encode_path
 from .stripes import (
     SEGMENT_BYTES,
@@ -26,8 +28,10 @@ __all__ = [
     "StripeCorruptError",
     "StripeFile",
     "StripeInfo",
+    "StripeRef",
     "decode_path",
     "encode_path",
     "parse_code",
+    "restore_file",
     "stripe_size",
 ]

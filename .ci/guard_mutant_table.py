@@ -491,13 +491,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "code-refused-at-start",
-        "            if (problem := placement.unplaceable(name, code, known)) is not None:\n",
-        "            if False:\n",
+        "        if (problem := unplaceable(tier.name, code, known_nodes)) is not None:\n",
+        "        if False:\n",
         (
-            "tests/apps/test_worker_coded_tier.py::"
+            "tests/apps/test_coded_tier_start.py::"
             "test_a_code_wider_than_the_cluster_stops_the_shared_worker_at_start",
         ),
-        "a coded peer tier the cluster cannot place is refused when the shared worker starts",
+        "a coded peer tier the cluster cannot place is refused when the shared worker or the API "
+        "starts",
     ),
     Mutant(
         "stripe-verified-only-when-it-matches",

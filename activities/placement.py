@@ -128,11 +128,6 @@ def holders_by_tier(
     return out
 
 
-def nodes_needed(code: Code) -> int:
-    """The fewest nodes that can hold a coded tier: a node's k+m stripes on k+m others."""
-    return code.width + 1
-
-
 def stripe_holders(
     node: str,
     serving: Sequence[str],
@@ -144,15 +139,3 @@ def stripe_holders(
     holders = preference(node, sorted(set(serving)), domains)[: code.width]
     # guard: stripe-set-whole
     return holders if len(holders) == code.width else None
-
-
-def unplaceable(tier: str, code: Code, known_nodes: int) -> str | None:
-    """Why a coded tier cannot be placed on a cluster of `known_nodes` nodes, or None."""
-    if known_nodes >= nodes_needed(code):
-        return None
-    return (
-        f"peer tier {tier!r} keeps {code}: each node's {code.width} stripes go to {code.width} "
-        f"other nodes, so it needs at least {nodes_needed(code)} nodes, and the catalog knows "
-        f"{known_nodes}. Use a narrower code (k+m at most {max(known_nodes - 1, 0)}), copies, "
-        "or start this worker once every node's worker has reported in"
-    )

@@ -18,7 +18,6 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
-from activities import placement
 from activities.lifecycle import LifecycleActivities
 from activities.peer import PeerActivities
 from activities.reconcile import ReconcileActivities
@@ -40,7 +39,7 @@ from tierpoint.catalog.migrate import check_schema
 from tierpoint.catalog.node import registry as node_registry
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
-from tierpoint.services import data_damage, data_endpoint
+from tierpoint.services import coded_tiers, data_damage, data_endpoint
 from tierpoint.services.lifecycle_start import start_unstarted
 from tierpoint.storage.peer_http import pull_tls
 from tierpoint.temporal import ensure_integrity_schedules, ensure_sweep_schedule
@@ -251,24 +250,11 @@ class _Wiring:
         return workers, functools.partial(asyncio.to_thread, report_in)
 
     def check_codes(self) -> None:
-        """ValueError, said at start, for a coded peer tier the cluster cannot place: every
-        checkpoint's copy to it would fail. Checked by the shared worker, which places them."""
-        coded = [(t.name, t.stripe_code) for t in self.settings.peer_tiers() if t.stripe_code]
-        if not coded:
-            return
-        with self.sessions.begin() as s:
-            known = node_registry.known_count(s)
-        for name, code in coded:
-            # guard: code-refused-at-start
-            if (problem := placement.unplaceable(name, code, known)) is not None:
-                raise ValueError(problem)
-            # The lifecycle's copy to a peer tier makes whole copies: until it encodes and pulls
-            # stripes, running it would fill a coded tier with full copies (the memory the code
-            # is there to save) and call them stripes. Refuse rather than do that.
-            raise ValueError(
-                f"peer tier {name!r} keeps {code}: this version places and codes stripes but "
-                "its lifecycle does not copy them to their holders yet; use copies for now"
-            )
+        """ValueError, said at start, for coded peer tiers this process must not run with
+        (tierpoint.services.coded_tiers): the shared worker places them."""
+        if coded_tiers.coded(self.settings):
+            with self.sessions.begin() as s:
+                coded_tiers.check(self.settings, node_registry.known_count(s))
 
     async def shared_worker(self) -> Worker:
         settings = self.settings

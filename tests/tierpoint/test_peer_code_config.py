@@ -11,8 +11,9 @@ import pytest
 from pydantic import ValidationError
 from tierpoint_client.erasure import Code
 
-from activities.placement import nodes_needed, stripe_holders, unplaceable
+from activities.placement import stripe_holders
 from tierpoint.config import Settings
+from tierpoint.services.coded_tiers import nodes_needed, unplaceable
 
 SSD = {"name": "ssd", "kind": "local", "root": "/nvme/{node}/ssd"}
 
@@ -76,3 +77,5 @@ def test_a_code_wider_than_the_cluster_is_said_to_be_unplaceable() -> None:
     assert problem is not None
     assert "needs at least 11 nodes, and the catalog knows 10" in problem
     assert "k+m at most 9" in problem
+    # A catalog that knows no node yet (a fresh cluster) cannot be judged.
+    assert unplaceable("peer", Code(8, 2), 0) is None

@@ -1,5 +1,6 @@
-"""A coded peer tier the cluster cannot hold is refused when the shared worker starts, with what
-it needs; one it can hold is refused for what this version cannot do yet, never run as copies."""
+"""A coded peer tier the cluster cannot hold is refused when the shared worker or the API starts,
+with what it needs; one it can hold is refused for what this version cannot do yet, never run as
+copies."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from typing import Any
 
 import pytest
 from pydantic import SecretStr
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 
+from api.app import create_app
 from apps.worker import run_workers
+from tierpoint.catalog.models import Node
 from tierpoint.config import Settings
 from tierpoint.tier_config import TierConfig
 
@@ -45,3 +50,21 @@ async def test_a_placeable_code_is_refused_rather_than_copied_whole(
     nodes = [f"coded-{i}" for i in range(4)]
     with pytest.raises(ValueError, match=r"does not copy them to their holders yet"):
         await _start(coded, client, nodes)
+
+
+async def test_the_api_refuses_a_code_wider_than_the_cluster_it_knows(
+    settings: Settings, client: Client, sessions: sessionmaker[Session], tmp_path: Any
+) -> None:
+    # The nodes report in (and the shared worker refuses the code, as above).
+    nodes = [f"api-coded-{i}" for i in range(3)]
+    with pytest.raises(ValueError, match="needs at least"):
+        await _start(_coded(settings, "rs(8,2)", tmp_path), client, nodes)
+    with sessions() as s:
+        known = s.scalar(select(func.count()).select_from(Node))
+    assert known is not None and 0 < known < 11
+    app = create_app(_coded(settings, "rs(8,2)", tmp_path))
+    with pytest.raises(
+        ValueError, match=rf"needs at least 11 nodes, and the catalog knows {known}"
+    ):
+        async with app.router.lifespan_context(app):
+            pass

@@ -205,3 +205,14 @@ def expire(session: Session, how: Move, copies: Iterable[tuple[int, str]]) -> in
         .values(state=target.value, updated_at=func.now())
     )
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+def describe() -> list[tuple[str, str, str, str]]:
+    """The transition table as the docs show it: (move, from, to, why) per move."""
+    order = list(ReplicaState)
+
+    def states(given: Iterable[ReplicaState | None]) -> str:
+        ranked = sorted(given, key=lambda s: -1 if s is None else order.index(s))
+        return " or ".join("(none)" if s is None else f"`{s.value}`" for s in ranked)
+
+    return [(m.value, states(t.sources), states(t.targets), t.why) for m, t in TRANSITIONS.items()]

@@ -479,6 +479,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "a decoded file is checked against the shard's registered crc32c before it is published",
     ),
     Mutant(
+        "stripe-read-error-is-a-lost-stripe",
+        "    except (OSError, HTTPException, TierpointError) as e:\n",
+        "    except OSError as e:\n",
+        ("tests/client/test_erasure_fetch.py::test_a_stripe_cut_off_in_transit_is_read_around",),
+        "a stripe that cannot be read (a holder dying mid-reply) is treated as lost and another "
+        "stripe read in its place, never the end of the restore",
+    ),
+    Mutant(
         "stripe-set-whole",
         "    return holders if len(holders) == code.width else None\n",
         "    return holders\n",

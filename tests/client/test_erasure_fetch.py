@@ -5,18 +5,21 @@ another read in its place; with more than m gone nothing is written and nothing 
 from __future__ import annotations
 
 import functools
+import http.client
+import io
 import random
 import threading
 import urllib.request
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 import crc32c
 import pytest
 from tierpoint_client.erasure import Code, NotEnoughStripesError, encode_path
 from tierpoint_client.erasure.fetch import StripeRef, restore_file
+from tierpoint_client.transport import sized_readinto
 
 from apps.devstack.services import free_port
 
@@ -27,6 +30,19 @@ SIZE = 9 * 1024 * 1024 + 12345  # three segments, the last one short
 class _Quiet(SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+    def do_GET(self) -> None:
+        if not self.path.endswith("-cut"):
+            super().do_GET()
+            return
+        # The holder dies mid-reply: the whole stripe's length announced, half of it sent.
+        body = (Path(self.directory) / self.path.strip("/").removesuffix("-cut")).read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])
+        self.wfile.flush()
+        self.close_connection = True
 
 
 @pytest.fixture
@@ -56,6 +72,30 @@ def _set(served: Path, base: str) -> tuple[bytes, str, list[StripeRef]]:
 
 def _open(ref: StripeRef) -> BinaryIO:
     return cast(BinaryIO, urllib.request.urlopen(ref.where, timeout=60))
+
+
+class _Body(io.RawIOBase):
+    """A GET's body read as the client's transports read one: a body cut off before its
+    Content-Length is an IncompleteRead, never the end of the stripe."""
+
+    def __init__(self, resp: http.client.HTTPResponse) -> None:
+        self._resp = resp
+        self._readinto = sized_readinto(resp)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        return self._readinto(memoryview(b).cast("B"))
+
+    def close(self) -> None:
+        self._resp.close()
+        super().close()
+
+
+def _open_checked(ref: StripeRef) -> BinaryIO:
+    resp = urllib.request.urlopen(ref.where, timeout=60)
+    return cast(BinaryIO, io.BufferedReader(_Body(resp)))
 
 
 def _left_behind(folder: Path) -> list[str]:
@@ -104,3 +144,16 @@ def test_more_than_m_stripes_gone_writes_nothing(holders: tuple[Path, str], tmp_
         restore_file(CODE, SIZE, crc, refs, _open, dest)
     assert sorted(e.value.rejected) == [1, 3, 4]
     assert not dest.exists() and _left_behind(tmp_path) == []
+
+
+def test_a_stripe_cut_off_in_transit_is_read_around(
+    holders: tuple[Path, str], tmp_path: Path
+) -> None:
+    served, base = holders
+    data, crc, refs = _set(served, base)
+    refs = [refs[0], StripeRef(1, refs[1].crc32c, f"{base}/s1-cut"), *refs[2:]]
+    dest = tmp_path / "restored"
+    got = restore_file(CODE, SIZE, crc, refs, _open_checked, dest)
+    assert sorted(got.used) == [0, 2, 3, 4] and list(got.rejected) == [1]
+    assert "IncompleteRead" in got.rejected[1]
+    assert dest.read_bytes() == data and _left_behind(tmp_path) == []

@@ -17,9 +17,11 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http.client import HTTPException
 from pathlib import Path
 from typing import BinaryIO
 
+from ..errors import TierpointError
 from ..hashing import crc32c_hex, update
 from .code import Code
 from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path
@@ -55,8 +57,10 @@ def _fetch(
                     return f"stripe {ref.index} from {ref.where}: longer than {expected} bytes"
                 crc = update(crc, chunk)
                 out.write(chunk)
-    except OSError as e:
-        return f"stripe {ref.index} from {ref.where}: {e}"
+    # guard: stripe-read-error-is-a-lost-stripe
+    except (OSError, HTTPException, TierpointError) as e:
+        # Cannot be read: refused, reset, cut off mid-body (IncompleteRead), a source's error.
+        return f"stripe {ref.index} from {ref.where}: {e!r}"
     if size != expected or crc32c_hex(crc) != ref.crc32c:
         return (
             f"stripe {ref.index} from {ref.where}: {size} bytes, crc32c {crc32c_hex(crc)}; "

@@ -539,6 +539,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a node declared lost takes the stripes it held with it",
     ),
+    Mutant(
+        "stripes-staged-only-from-registered-bytes",
+        "            if crc32c_hex(reader.crc) != crc32c:\n",
+        "            if False:\n",
+        ("tests/activities/test_encode.py::test_a_file_changed_after_its_seal_stages_no_stripe",),
+        "a node's encoder stages and places stripes only from a file whose bytes, read in the "
+        "same pass, are the registered crc32c",
+    ),
     # ---- restores: what they read, and from where ---------------------------------------------
     Mutant(
         "restore-tier-only",

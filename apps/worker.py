@@ -18,6 +18,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
+from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.peer import PeerActivities
 from activities.reconcile import ReconcileActivities
@@ -153,6 +154,7 @@ def activity_objects(
         RepairActivities(sessions, settings, stores, node=node, client=client),
         ReconcileActivities(sessions, settings, stores, node=node),
         PeerActivities(sessions, settings, stores, node=node),
+        EncodeActivities(sessions, settings, stores, node=node),
     )
 
 

@@ -1,0 +1,16 @@
+"""A coded peer tier's copy stage: the activities that cut a node's files into stripes and move
+them to their holders."""
+
+from __future__ import annotations
+
+from tierpoint.contract.lifecycle import BatchInput
+
+ENCODE_BATCH = "stripes.encode_batch"
+
+
+class EncodeInput(BatchInput):
+    """Cut the batch's shards (sealed on `source`, the node's local tier) into the stripes of
+    the coded peer tier `tier`; runs on the shards' node's queue."""
+
+    source: str
+    tier: str

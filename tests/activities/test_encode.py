@@ -2,11 +2,13 @@
 a real catalog and real files: each sealed file is cut into k+m stripes staged on its node,
 each stripe placed pending on the holder placement names with the size and crc32c of the staged
 bytes, and any k of them give the file back; a file changed after its seal stages nothing; a run
-again reads nothing; a symlink planted in the staging area is never followed."""
+again reads nothing; a symlink planted in the staging area is never followed; reconciliation
+knows the staging area and reports only what the catalog does not."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from tierpoint_client.erasure.files import StripeFile, decode_path
 from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.placement import stripe_holders
+from activities.reconcile import ReconcileActivities
 from activities.stores import Stores
 from tests.helpers.lifecycle import (
     ShardSpec,
@@ -32,8 +35,10 @@ from tests.helpers.lifecycle import (
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
+from tierpoint.contract.integrity import ReconcileScanInput, ReconcileUnit
 from tierpoint.contract.lifecycle import Batch, BatchResult, PlanInput, SealInput
 from tierpoint.contract.stripes import EncodeInput
+from tierpoint.storage.paths import PARTIAL_SUFFIX
 from tierpoint.storage.posix.staging import STAGING_DIR
 from tierpoint.tier_config import TierConfig, TierKind
 
@@ -168,3 +173,33 @@ def test_a_symlink_planted_in_the_staging_area_is_not_followed(
         _encode(coded, sessions, cp, job)
     assert isinstance(caught.value, ApplicationError) and caught.value.non_retryable
     assert list(outside.iterdir()) == []
+
+
+def test_reconciliation_knows_the_staging_area_and_reports_only_what_the_catalog_does_not(
+    coded: Settings, sessions: sessionmaker[Session]
+) -> None:
+    cp, job, shards = _sealed(coded, sessions, 5000)
+    assert _encode(coded, sessions, cp, job).verified == 3
+    acts = ReconcileActivities(sessions, coded, Stores(coded), node="node-a")
+    env = ActivityEnvironment()
+    unit = ReconcileUnit(tier="coded", kind=TierKind.PEER, node="node-a")
+    scan = ReconcileScanInput(unit=unit, grace_seconds=3600)
+    clean = env.run(acts.scan, scan)
+    # The area and the 3 x 3 stripes staged in it are the catalog's: nothing is reported.
+    assert clean.counts == {} and clean.scanned >= 9, clean
+
+    staged = _staged(coded, job, 2, shards[0].path)
+    stray = staged.parent / "notes.txt"
+    stray.write_text("nobody registered this")
+    temp = staged.parent / f".abandoned{PARTIAL_SUFFIX}"
+    temp.write_bytes(b"half a stripe")
+    old = time.time() - 7200
+    os.utime(temp, (old, old))
+    report = env.run(acts.scan, scan)
+    assert report.counts == {"extra": 1, "abandoned_temp": 1}, report
+    assert any("notes.txt" in e for e in report.examples["extra"])
+
+    repaired = env.run(acts.scan, scan.model_copy(update={"repair": True}))
+    assert repaired.cleaned == 1 and not temp.exists()
+    # Never deleted: the stray file nobody registered, and the staged stripes.
+    assert stray.exists() and staged.exists()

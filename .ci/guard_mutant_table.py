@@ -540,6 +540,28 @@ MUTANTS: tuple[Mutant, ...] = (
         "a node declared lost takes the stripes it held with it",
     ),
     Mutant(
+        "promote-coded-copy-whole",
+        "    if got.promotable and stage_error is None:\n",
+        "    if got.restorable and stage_error is None:\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_stripes.py::"
+            "test_a_coded_copy_is_promoted_through_its_stripes_only_when_every_set_is_whole",
+        ),
+        "a coded copy is promoted only when every shard has all k+m stripes verified on holders "
+        "not lost",
+    ),
+    Mutant(
+        "coded-copy-fails-only-below-k",
+        "        if not coverage(coded[tier], verified_stripes(session, cp, tier)).restorable:\n",
+        "        if False:\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_stripes.py::"
+            "test_a_lost_holder_fails_a_restorable_coded_copy_only_below_k_stripes",
+        ),
+        "a coded copy down to fewer than k verified stripes in a set is no longer restorable: "
+        "latest and the restore go to the next tier",
+    ),
+    Mutant(
         "stripes-staged-only-from-registered-bytes",
         "            if crc32c_hex(reader.crc) != crc32c:\n",
         "            if False:\n",

@@ -75,6 +75,10 @@ def _sources(move: Move) -> list[str]:
     return sorted(s.value for s in TRANSITIONS[move].sources if s is not None)
 
 
+# The states a stripe leaves when its holder is declared lost.
+NODE_LOST_SOURCES = _sources(Move.NODE_LOST)
+
+
 @dataclass(frozen=True)
 class PlacedStripe:
     shard_id: int

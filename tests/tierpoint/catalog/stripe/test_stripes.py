@@ -10,11 +10,12 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 from tierpoint_client.erasure import Code
 
-from tierpoint.catalog.models import Checkpoint, Job, Shard, Stripe
+from tierpoint.catalog.models import Checkpoint, Job, Shard, Stripe, TierCopy
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.catalog.stripe import machine as stripes
 from tierpoint.catalog.stripe.coverage import coverage, verified_stripes
 from tierpoint.catalog.tier_copy.node_lost import mark_lost
+from tierpoint.catalog.tier_copy.promotion import promote
 
 CODE = Code(4, 2)
 TIER = "stripes"
@@ -112,3 +113,58 @@ def test_expiring_a_coded_copy_moves_every_one_of_its_stripes(session: Session) 
     assert stripes.expire(session, stripes.Move.EXPIRED, [(cp, TIER)]) == 12
     states = session.scalars(select(Stripe.state).where(Stripe.checkpoint_id == cp)).all()
     assert set(states) == {"expired"}
+
+
+def _tier_copy(session: Session, cp: int) -> None:
+    job_id, step = session.execute(
+        select(Checkpoint.job_id, Checkpoint.step).where(Checkpoint.id == cp)
+    ).one()
+    session.execute(insert(TierCopy).values(checkpoint_id=cp, tier=TIER, job_id=job_id, step=step))
+
+
+def _state(session: Session, cp: int) -> tuple[str, str | None]:
+    state, reason = session.execute(
+        select(TierCopy.state, TierCopy.reason).where(
+            TierCopy.checkpoint_id == cp, TierCopy.tier == TIER
+        )
+    ).one()
+    return state, reason
+
+
+def test_a_coded_copy_is_promoted_through_its_stripes_only_when_every_set_is_whole(
+    session: Session,
+) -> None:
+    cp, shards, holders = _checkpoint(session, 2)
+    _tier_copy(session, cp)
+    for shard in shards:
+        stripes.place(session, cp, TIER, str(CODE), _placed(shard, holders))
+    # Every stripe but one of the second shard read back right: k+m - 1 is not whole.
+    results = [stripes.ReadBack(s, i, 100 + i, f"{i:08x}") for s in shards for i in range(6)]
+    stripes.read_back(session, TIER, results[:-1])
+    out = promote(session, cp, TIER, [], None, CODE)
+    assert out.state == "failed" and out.reason is not None
+    assert f"1 of 2 shards have fewer than 6 verified stripes on {TIER} (rs(4,2))" in out.reason
+
+    stripes.read_back(session, TIER, results[-1:])
+    assert promote(session, cp, TIER, [], None, CODE).state == "restorable"
+
+
+def test_a_lost_holder_fails_a_restorable_coded_copy_only_below_k_stripes(
+    session: Session,
+) -> None:
+    cp, shards, holders = _checkpoint(session, 2)
+    _tier_copy(session, cp)
+    for shard in shards:
+        stripes.place(session, cp, TIER, str(CODE), _placed(shard, holders))
+    _read_back_all(session, shards)
+    assert promote(session, cp, TIER, [], None, CODE).state == "restorable"
+    # m = 2 holders lost: every set keeps k = 4, the copy is still what a restore reads.
+    for lost in holders[:2]:
+        out = mark_lost(session, lost, ["ssd"], "test", [TIER], {TIER: CODE})
+        assert out.tier_copies_failed == 0
+        assert _state(session, cp)[0] == "restorable"
+    # One more: 3 < k stripes per set, the copy fails and says why.
+    out = mark_lost(session, holders[2], ["ssd"], "test", [TIER], {TIER: CODE})
+    assert out.tier_copies_failed == 1 and [c.checkpoint_id for c in out.checkpoints] == [cp]
+    state, reason = _state(session, cp)
+    assert state == "failed" and holders[2] in (reason or "")

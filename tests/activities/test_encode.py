@@ -3,7 +3,8 @@ a real catalog and real files: each sealed file is cut into k+m stripes staged o
 each stripe placed pending on the holder placement names with the size and crc32c of the staged
 bytes, and any k of them give the file back; a file changed after its seal stages nothing; a run
 again reads nothing; a symlink planted in the staging area is never followed; reconciliation
-knows the staging area and reports only what the catalog does not."""
+knows the staging area and reports only what the catalog does not; expiring the coded copy
+removes the stripes staged on the shards' node."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.placement import stripe_holders
 from activities.reconcile import ReconcileActivities
+from activities.retention import RetentionActivities
 from activities.stores import Stores
 from tests.helpers.lifecycle import (
     ShardSpec,
@@ -32,11 +34,14 @@ from tests.helpers.lifecycle import (
     seed_checkpoint,
     shard_file,
 )
+from tests.helpers.retention import create_job
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.node.registry import upsert_node
+from tierpoint.catalog.stripe import machine as stripe_machine
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import ReconcileScanInput, ReconcileUnit
-from tierpoint.contract.lifecycle import Batch, BatchResult, PlanInput, SealInput
+from tierpoint.contract.lifecycle import Batch, BatchResult, PlanInput, PromoteInput, SealInput
+from tierpoint.contract.retention import DeleteInput, ExpiryInput
 from tierpoint.contract.stripes import EncodeInput
 from tierpoint.storage.paths import PARTIAL_SUFFIX
 from tierpoint.storage.posix.staging import STAGING_DIR
@@ -203,3 +208,44 @@ def test_reconciliation_knows_the_staging_area_and_reports_only_what_the_catalog
     assert repaired.cleaned == 1 and not temp.exists()
     # Never deleted: the stray file nobody registered, and the staged stripes.
     assert stray.exists() and staged.exists()
+
+
+def test_expiring_a_coded_copy_removes_its_stripes_staged_on_the_shards_node(
+    coded: Settings, sessions: sessionmaker[Session]
+) -> None:
+    cp, job, shards = _sealed(coded, sessions, 5000)
+    assert _encode(coded, sessions, cp, job).verified == 3
+    create_job(sessions, job, {"tiers": {"coded": {"keep_last": 0}}})
+    # What the holders' read-back records once they pulled their stripes (the copy's next step).
+    with sessions.begin() as s:
+        rows = s.execute(
+            select(Stripe.shard_id, Stripe.stripe_index, Stripe.size, Stripe.crc32c).where(
+                Stripe.checkpoint_id == cp
+            )
+        ).all()
+        stripe_machine.read_back(s, "coded", [stripe_machine.ReadBack(*r) for r in rows])
+    lifecycle = LifecycleActivities(sessions, coded, Stores(coded))
+    promoted = ActivityEnvironment().run(
+        lifecycle.promote, PromoteInput(checkpoint_id=cp, tier="coded")
+    )
+    assert promoted.state == "restorable", promoted
+    # The checkpoint's other copies settled: its local copy restorable, the rest given up.
+    for tier, error in (("ssd", None), ("lustre", "not in this test"), ("s3", "nor this")):
+        ActivityEnvironment().run(
+            lifecycle.promote, PromoteInput(checkpoint_id=cp, tier=tier, stage_error=error)
+        )
+    stores = Stores(coded)
+    shared = RetentionActivities(sessions, coded, stores)
+    on_a = RetentionActivities(sessions, coded, stores, node="node-a")
+    begun = shared.begin_expiry(ExpiryInput(job=job, checkpoint_id=cp, tier="coded"))
+    assert begun.state == "expiring", begun
+    staged = [_staged(coded, job, i, sh.path) for sh in shards for i in range(CODE.width)]
+    stray = staged[0].parent / "notes.txt"
+    stray.write_text("nobody registered this")
+    assert all(f.exists() for f in staged)
+
+    on_a.delete_copy(DeleteInput(job=job, checkpoint_id=cp, step=5, tier="coded", node="node-a"))
+    assert [f for f in staged if f.exists()] == []
+    assert stray.exists()  # only what the encoder recorded is deleted
+    # The job's own files on its local tier are not the coded copy's.
+    assert all(shard_file(coded, "ssd", "node-a", job, 5, sh.path).exists() for sh in shards)

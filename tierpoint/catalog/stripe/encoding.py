@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard, Stripe
 from tierpoint.states import ReplicaState
+from tierpoint.storage.base import RecordedCopy
 from tierpoint.storage.paths import step_dir
 
 
@@ -106,3 +107,21 @@ def staged_names(session: Session, node: str, tier: str, job: str) -> set[tuple[
         )
     )
     return {(index, step_dir(step, branch), path) for index, step, branch, path in rows}
+
+
+def staged_copies(
+    session: Session, checkpoint_id: int, tier: str, node: str
+) -> dict[int, list[RecordedCopy]]:
+    """Stripe index -> the checkpoint's stripes on `tier` of `node`'s shards as the encoder
+    recorded them (each shard's path, the stripe's size and crc32c): what expiring the copy may
+    delete from the node's staging area, and nothing else."""
+    rows = session.execute(
+        select(Stripe.stripe_index, Shard.path, Stripe.size, Stripe.crc32c)
+        .join(Shard, Shard.id == Stripe.shard_id)
+        .where(Stripe.checkpoint_id == checkpoint_id, Stripe.tier == tier, Shard.node_id == node)
+        .order_by(Shard.ordinal, Stripe.stripe_index)
+    )
+    out: dict[int, list[RecordedCopy]] = {}
+    for index, path, size, crc in rows:
+        out.setdefault(index, []).append(RecordedCopy(path, size, crc))
+    return out

@@ -562,6 +562,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "latest and the restore go to the next tier",
     ),
     Mutant(
+        "staged-stripe-served-while-placed",
+        "            Stripe.state.in_(PULLABLE),\n",
+        "            Stripe.state.is_not(None),\n",
+        (
+            "tests/tierpoint/test_data_endpoint_stripes.py::"
+            "test_staged_stripes_are_served_to_their_holders_as_the_catalog_places_them",
+        ),
+        "a node serves a staged stripe only while the catalog places it there for its holder: "
+        "not once its copy's expiry began",
+    ),
+    Mutant(
         "stripes-staged-only-from-registered-bytes",
         "            if crc32c_hex(reader.crc) != crc32c:\n",
         "            if False:\n",

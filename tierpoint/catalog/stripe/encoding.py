@@ -13,6 +13,14 @@ from tierpoint.states import ReplicaState
 from tierpoint.storage.base import RecordedCopy
 from tierpoint.storage.paths import step_dir
 
+# A staged stripe is served to its holder while it is placed and not yet given up.
+PULLABLE = [
+    ReplicaState.PENDING.value,
+    ReplicaState.COPYING.value,
+    ReplicaState.VERIFIED.value,
+    ReplicaState.CORRUPT.value,
+]
+
 
 @dataclass(frozen=True)
 class Placed:
@@ -125,3 +133,29 @@ def staged_copies(
     for index, path, size, crc in rows:
         out.setdefault(index, []).append(RecordedCopy(path, size, crc))
     return out
+
+
+def staged_size(
+    session: Session, node: str, tier: str, index: int, job: str, step: int, branch: int, path: str
+) -> int | None:
+    """The size the encoder recorded for stripe `index` of `node`'s shard `path`, while the
+    catalog has it placed there for its holder to pull (not lost, not expiring or expired);
+    None for anything else."""
+    return session.scalar(
+        select(Stripe.size)
+        .join(Shard, Shard.id == Stripe.shard_id)
+        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(
+            Job.name == job,
+            Checkpoint.step == step,
+            Checkpoint.branch == branch,
+            Checkpoint.deleted_at.is_(None),
+            Shard.path == path,
+            Shard.node_id == node,
+            Stripe.tier == tier,
+            Stripe.stripe_index == index,
+            # guard: staged-stripe-served-while-placed
+            Stripe.state.in_(PULLABLE),
+        )
+    )

@@ -573,6 +573,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "not once its copy's expiry began",
     ),
     Mutant(
+        "stripe-judged-by-the-holders-read-back",
+        '        crc = back.crc32c or "missing"\n',
+        "        crc = stripe.crc32c\n",
+        (
+            "tests/activities/test_pull.py::"
+            "test_a_stripe_rotten_in_the_staging_area_is_never_verified",
+        ),
+        "a pulled stripe is recorded with what its holder read back from its device, so it is "
+        "verified only when those are the encoder's bytes",
+    ),
+    Mutant(
         "stripes-staged-only-from-registered-bytes",
         "            if crc32c_hex(reader.crc) != crc32c:\n",
         "            if False:\n",

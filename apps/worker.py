@@ -21,6 +21,7 @@ from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.peer import PeerActivities
+from activities.pull import PullActivities
 from activities.reconcile import ReconcileActivities
 from activities.registration import activities_of
 from activities.repair import RepairActivities
@@ -155,6 +156,7 @@ def activity_objects(
         ReconcileActivities(sessions, settings, stores, node=node),
         PeerActivities(sessions, settings, stores, node=node),
         EncodeActivities(sessions, settings, stores, node=node),
+        PullActivities(sessions, settings, stores, node=node),
     )
 
 

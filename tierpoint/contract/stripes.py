@@ -14,3 +14,13 @@ class EncodeInput(BatchInput):
 
     source: str
     tier: str
+
+
+PULL_BATCH = "stripes.pull_batch"
+
+
+class PullInput(BatchInput):
+    """Pull the stripes of the batch's shards (of `batch.node`) that the coded tier `tier`
+    places on `batch.holder`, from the shards' node's staging area; runs on the holder's queue."""
+
+    tier: str

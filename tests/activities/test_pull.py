@@ -1,0 +1,142 @@
+"""The holders' pull of a coded tier's stripes (activities/pull.py), each on its holder's worker,
+from the shards' node's real data endpoint over HTTP, on a real catalog and real files: every
+stripe lands under its holder's root with the encoder's bytes, is verified by its read-back from
+the holder's device, and the coded copy is promoted; any k of the held stripes give the file
+back; a stripe rotten at rest in the staging area is read again, never verified, and the copy is
+not promoted; a pull run again reads nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.testing import ActivityEnvironment
+from tierpoint_client.erasure.files import StripeFile, decode_path
+from tierpoint_client.peer import PEERS
+
+from activities.lifecycle import LifecycleActivities
+from activities.placement import stripe_holders
+from activities.pull import PullActivities
+from activities.stores import Stores
+from tests.helpers.coded_tier import CODE, NODES, STEP, coded_settings, encode, sealed, staged_file
+from tests.helpers.lifecycle import ShardSpec, crc_hex
+from tierpoint.catalog.models import Shard, Stripe
+from tierpoint.catalog.node.registry import upsert_node
+from tierpoint.config import Settings
+from tierpoint.contract.lifecycle import Batch, BatchResult, PromoteInput
+from tierpoint.contract.stripes import PullInput
+from tierpoint.services.data_endpoint import DataServer, serve
+
+SECRET = "tp_worker-credential-of-this-test"
+
+
+@pytest.fixture
+def coded(catalog_settings: Settings, tmp_path: Path) -> Settings:
+    return coded_settings(catalog_settings, tmp_path, data_token=SECRET)
+
+
+@pytest.fixture
+def server(coded: Settings, sessions: sessionmaker[Session]) -> Iterator[DataServer]:
+    srv = serve(coded, sessions, "node-a", 0)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    PEERS.close()
+
+
+def _holders() -> list[str]:
+    holders = stripe_holders("node-a", NODES, CODE)
+    assert holders is not None
+    return holders
+
+
+def _pull(
+    settings: Settings, sessions: sessionmaker[Session], cp: int, job: str, holder: str
+) -> BatchResult:
+    acts = PullActivities(sessions, settings, Stores(settings), node=holder)
+    batch = Batch(node="node-a", first=0, last=2, holder=holder)
+    inp = PullInput(checkpoint_id=cp, job=job, step=STEP, batch=batch, tier="coded")
+    return ActivityEnvironment().run(acts.pull_batch, inp)
+
+
+def _promote(settings: Settings, sessions: sessionmaker[Session], cp: int) -> str:
+    acts = LifecycleActivities(sessions, settings, Stores(settings))
+    out = ActivityEnvironment().run(acts.promote, PromoteInput(checkpoint_id=cp, tier="coded"))
+    return str(out.state)
+
+
+def _states(sessions: sessionmaker[Session], cp: int) -> dict[tuple[str, int], str]:
+    with sessions() as s:
+        rows = s.execute(
+            select(Shard.path, Stripe.stripe_index, Stripe.state)
+            .join(Shard, Shard.id == Stripe.shard_id)
+            .where(Stripe.checkpoint_id == cp)
+        )
+        return {(p, i): st for p, i, st in rows}
+
+
+def _ready(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer, size: int
+) -> tuple[int, str, list[ShardSpec]]:
+    cp, job, shards = sealed(coded, sessions, size)
+    with sessions.begin() as s:
+        upsert_node(s, "node-a", {}, data_url=server.url)
+    assert encode(coded, sessions, cp, job).verified == 3
+    return cp, job, shards
+
+
+def test_holders_pull_their_stripes_and_the_coded_copy_is_promoted(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer, tmp_path: Path
+) -> None:
+    cp, job, shards = _ready(coded, sessions, server, 5 * 1024 * 1024 + 7)
+    holders = _holders()
+    for holder in holders:
+        got = _pull(coded, sessions, cp, job, holder)
+        assert (got.shards, got.verified, got.corrupt) == (3, 3, 0), got
+    assert set(_states(sessions, cp).values()) == {"verified"}
+    for sh in shards:
+        for i, holder in enumerate(holders):
+            held = coded.tier("coded").root_for(holder) / job / str(STEP) / sh.path
+            assert held.read_bytes() == staged_file(coded, job, i, sh.path).read_bytes()
+    assert _promote(coded, sessions, cp) == "restorable"
+
+    # Any k held stripes give the file back: parity and the second data stripe.
+    sh = shards[2]
+    files = [
+        StripeFile(
+            i,
+            coded.tier("coded").root_for(holders[i]) / job / str(STEP) / sh.path,
+            crc_hex(staged_file(coded, job, i, sh.path).read_bytes()),
+        )
+        for i in (2, 1)
+    ]
+    out = tmp_path / "decoded"
+    decode_path(CODE, len(sh.data), crc_hex(sh.data), files, out)
+    assert out.read_bytes() == sh.data
+
+    again = _pull(coded, sessions, cp, job, holders[0])
+    assert (again.verified, again.skipped, again.bytes) == (3, 3, 0), again
+
+
+def test_a_stripe_rotten_in_the_staging_area_is_never_verified(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer
+) -> None:
+    cp, job, shards = _ready(coded, sessions, server, 200_000)
+    holders = _holders()
+    rotten = staged_file(coded, job, 1, shards[0].path)
+    data = bytearray(rotten.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    rotten.write_bytes(bytes(data))
+    got = _pull(coded, sessions, cp, job, holders[1])
+    assert (got.verified, got.corrupt) == (2, 1), got
+    assert shards[0].path in got.problems[0]
+    for holder in (holders[0], holders[2]):
+        assert _pull(coded, sessions, cp, job, holder).verified == 3
+    states = _states(sessions, cp)
+    assert states[(shards[0].path, 1)] == "corrupt"
+    assert [k for k, v in states.items() if v != "verified"] == [(shards[0].path, 1)]
+    # The set is not whole: the coded copy is not promoted.
+    assert _promote(coded, sessions, cp) == "failed"

@@ -584,6 +584,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "verified only when those are the encoder's bytes",
     ),
     Mutant(
+        "unstage-only-whole-sets",
+        "            whole = [sh.id for sh in shards if counts.get(sh.id, 0) >= code.width]\n",
+        "            whole = [sh.id for sh in shards]\n",
+        (
+            "tests/activities/test_pull.py::"
+            "test_a_stripe_rotten_in_the_staging_area_is_never_verified",
+        ),
+        "a shard's staged stripes leave the staging area only once its whole set is verified on "
+        "its holders: a holder whose pull failed can still pull again",
+    ),
+    Mutant(
         "stripes-staged-only-from-registered-bytes",
         "            if crc32c_hex(reader.crc) != crc32c:\n",
         "            if False:\n",

@@ -17,13 +17,15 @@ from tierpoint_client.erasure import Code
 from tierpoint_client.erasure.stripes import StripeInfo
 
 from tierpoint import logs
+from tierpoint.catalog.checkpoint.shards import batch_shards, checkpoint_branch
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.stripe import encoding, machine
+from tierpoint.catalog.stripe.coverage import verified_stripes
 from tierpoint.config import Settings
 from tierpoint.contract.common import FailureType
 from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
-from tierpoint.contract.stripes import ENCODE_BATCH, EncodeInput
+from tierpoint.contract.stripes import ENCODE_BATCH, UNSTAGE_BATCH, EncodeInput
 from tierpoint.errors import UnknownTier, UnsafePath
 from tierpoint.storage.base import ChecksumMismatch, ShardRef, SourceSizeMismatch, TierStore
 from tierpoint.storage.posix.staging import StripeStaging
@@ -107,6 +109,31 @@ class EncodeActivities:
             skipped=result.skipped,
             corrupt=result.corrupt,
         )
+        return result
+
+    @on_node_queue
+    @activity.defn(name=UNSTAGE_BATCH)
+    def unstage_batch(self, inp: EncodeInput) -> BatchResult:
+        """Drop from the staging area the stripes of the batch's shards whose every stripe is
+        verified on a holder not lost: each only while it holds the bytes the encoder recorded.
+        A set not whole yet keeps all its staged stripes (a holder may still pull again)."""
+        _, coded, code = self._tiers(inp)
+        b = inp.batch
+        with self._sessions.begin() as s:
+            shards = batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, coded.name)
+            branch = checkpoint_branch(s, inp.checkpoint_id)
+            counts = verified_stripes(s, inp.checkpoint_id, coded.name)
+            # guard: unstage-only-whole-sets
+            whole = [sh.id for sh in shards if counts.get(sh.id, 0) >= code.width]
+            staged = encoding.staged_copies(s, inp.checkpoint_id, coded.name, b.node, whole)
+        staging = StripeStaging(coded, b.node)
+        result = BatchResult(shards=len(shards), verified=len(whole))
+        for index, copies in staged.items():
+            activity.heartbeat(index)
+            done = staging.store(index).delete_checkpoint(inp.job, inp.step, copies, branch)
+            result.skipped += len(done.kept)
+            result.problems.extend(f"{p}: kept, not the recorded stripe" for p in done.kept)
+        del result.problems[PROBLEM_EXAMPLES:]
         return result
 
 

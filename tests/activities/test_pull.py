@@ -3,7 +3,8 @@ from the shards' node's real data endpoint over HTTP, on a real catalog and real
 stripe lands under its holder's root with the encoder's bytes, is verified by its read-back from
 the holder's device, and the coded copy is promoted; any k of the held stripes give the file
 back; a stripe rotten at rest in the staging area is read again, never verified, and the copy is
-not promoted; a pull run again reads nothing."""
+not promoted; a pull run again reads nothing; the staging area gives up the stripes of every set
+verified whole, and only those."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from temporalio.testing import ActivityEnvironment
 from tierpoint_client.erasure.files import StripeFile, decode_path
 from tierpoint_client.peer import PEERS
 
+from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.placement import stripe_holders
 from activities.pull import PullActivities
@@ -27,7 +29,7 @@ from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import Batch, BatchResult, PromoteInput
-from tierpoint.contract.stripes import PullInput
+from tierpoint.contract.stripes import EncodeInput, PullInput
 from tierpoint.services.data_endpoint import DataServer, serve
 
 SECRET = "tp_worker-credential-of-this-test"
@@ -60,6 +62,13 @@ def _pull(
     batch = Batch(node="node-a", first=0, last=2, holder=holder)
     inp = PullInput(checkpoint_id=cp, job=job, step=STEP, batch=batch, tier="coded")
     return ActivityEnvironment().run(acts.pull_batch, inp)
+
+
+def _unstage(settings: Settings, sessions: sessionmaker[Session], cp: int, job: str) -> BatchResult:
+    acts = EncodeActivities(sessions, settings, Stores(settings), node="node-a")
+    batch = Batch(node="node-a", first=0, last=2)
+    inp = EncodeInput(checkpoint_id=cp, job=job, step=STEP, batch=batch, source="ssd", tier="coded")
+    return ActivityEnvironment().run(acts.unstage_batch, inp)
 
 
 def _promote(settings: Settings, sessions: sessionmaker[Session], cp: int) -> str:
@@ -120,6 +129,13 @@ def test_holders_pull_their_stripes_and_the_coded_copy_is_promoted(
     again = _pull(coded, sessions, cp, job, holders[0])
     assert (again.verified, again.skipped, again.bytes) == (3, 3, 0), again
 
+    # Every set verified on its holders: the staging area gives its stripes up.
+    stray = staged_file(coded, job, 0, "notes.txt")
+    stray.write_text("nobody registered this")
+    assert _unstage(coded, sessions, cp, job).verified == 3
+    staged = [staged_file(coded, job, i, s.path) for s in shards for i in range(CODE.width)]
+    assert [f for f in staged if f.exists()] == [] and stray.exists()
+
 
 def test_a_stripe_rotten_in_the_staging_area_is_never_verified(
     coded: Settings, sessions: sessionmaker[Session], server: DataServer
@@ -138,5 +154,10 @@ def test_a_stripe_rotten_in_the_staging_area_is_never_verified(
     states = _states(sessions, cp)
     assert states[(shards[0].path, 1)] == "corrupt"
     assert [k for k, v in states.items() if v != "verified"] == [(shards[0].path, 1)]
-    # The set is not whole: the coded copy is not promoted.
+    # The set is not whole: the coded copy is not promoted, and its staged stripes stay for
+    # another pull; the whole sets' go.
     assert _promote(coded, sessions, cp) == "failed"
+    assert _unstage(coded, sessions, cp, job).verified == 2
+    for sh in shards:
+        kept = [staged_file(coded, job, i, sh.path).exists() for i in range(CODE.width)]
+        assert kept == [sh is shards[0]] * CODE.width, sh.path

@@ -47,4 +47,5 @@ def test_every_activity_of_the_contract_is_served_and_node_queues_serve_their_ow
         integrity.RECONCILE_SCAN,
         stripes.ENCODE_BATCH,
         stripes.PULL_BATCH,
+        stripes.UNSTAGE_BATCH,
     }

@@ -6,11 +6,13 @@ from __future__ import annotations
 from tierpoint.contract.lifecycle import BatchInput
 
 ENCODE_BATCH = "stripes.encode_batch"
+UNSTAGE_BATCH = "stripes.unstage_batch"
 
 
 class EncodeInput(BatchInput):
     """Cut the batch's shards (sealed on `source`, the node's local tier) into the stripes of
-    the coded peer tier `tier`; runs on the shards' node's queue."""
+    the coded peer tier `tier` (and, once the holders verified them, drop them from the staging
+    area: `UNSTAGE_BATCH`); runs on the shards' node's queue."""
 
     source: str
     tier: str

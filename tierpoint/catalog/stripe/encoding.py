@@ -3,6 +3,7 @@ stripes, with the stripes already placed for each; and what its staging area may
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -118,17 +119,24 @@ def staged_names(session: Session, node: str, tier: str, job: str) -> set[tuple[
 
 
 def staged_copies(
-    session: Session, checkpoint_id: int, tier: str, node: str
+    session: Session,
+    checkpoint_id: int,
+    tier: str,
+    node: str,
+    shards: Collection[int] | None = None,
 ) -> dict[int, list[RecordedCopy]]:
-    """Stripe index -> the checkpoint's stripes on `tier` of `node`'s shards as the encoder
-    recorded them (each shard's path, the stripe's size and crc32c): what expiring the copy may
-    delete from the node's staging area, and nothing else."""
-    rows = session.execute(
+    """Stripe index -> the checkpoint's stripes on `tier` of `node`'s shards (only `shards`
+    when given) as the encoder recorded them (each shard's path, the stripe's size and crc32c):
+    what may be deleted from the node's staging area, and nothing else."""
+    q = (
         select(Stripe.stripe_index, Shard.path, Stripe.size, Stripe.crc32c)
         .join(Shard, Shard.id == Stripe.shard_id)
         .where(Stripe.checkpoint_id == checkpoint_id, Stripe.tier == tier, Shard.node_id == node)
         .order_by(Shard.ordinal, Stripe.stripe_index)
     )
+    if shards is not None:
+        q = q.where(Shard.id.in_(list(shards)))
+    rows = session.execute(q)
     out: dict[int, list[RecordedCopy]] = {}
     for index, path, size, crc in rows:
         out.setdefault(index, []).append(RecordedCopy(path, size, crc))

@@ -123,19 +123,14 @@ class ReconcileActivities:
             if i < start:
                 continue
             activity.heartbeat(i)
-            self._job(report, lister, tier, node, job, grace, inp.repair, i)
             if staging:
                 assert node is not None
-                reconcile_staging.scan_job(
-                    self._sessions,
-                    tier,
-                    node,
-                    job,
-                    report,
-                    grace=grace,
-                    repair=inp.repair,
-                    note=_note,
+                # A coded tier holds stripes, never replicas: they are the stripe table's.
+                reconcile_staging.scan_coded_job(
+                    self._sessions, tier, node, job, report, grace, inp.repair, _note
                 )
+            else:
+                self._job(report, lister, tier, node, job, grace, inp.repair, i)
         report.cleaned += lister.abandoned_uploads(report, inp.job, grace)
         return report
 

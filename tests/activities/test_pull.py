@@ -4,7 +4,8 @@ stripe lands under its holder's root with the encoder's bytes, is verified by it
 the holder's device, and the coded copy is promoted; any k of the held stripes give the file
 back; a stripe rotten at rest in the staging area is read again, never verified, and the copy is
 not promoted; a pull run again reads nothing; the staging area gives up the stripes of every set
-verified whole, and only those."""
+verified whole, and only those; reconciliation on a holder knows the stripes it holds, reports
+one missing or of the wrong size and with repair records it lost or corrupt."""
 
 from __future__ import annotations
 
@@ -22,15 +23,18 @@ from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.placement import stripe_holders
 from activities.pull import PullActivities
+from activities.reconcile import ReconcileActivities
 from activities.stores import Stores
 from tests.helpers.coded_tier import CODE, NODES, STEP, coded_settings, encode, sealed, staged_file
 from tests.helpers.lifecycle import ShardSpec, crc_hex
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
+from tierpoint.contract.integrity import ReconcileScanInput, ReconcileUnit
 from tierpoint.contract.lifecycle import Batch, BatchResult, PromoteInput
 from tierpoint.contract.stripes import EncodeInput, PullInput
 from tierpoint.services.data_endpoint import DataServer, serve
+from tierpoint.tier_config import TierKind
 
 SECRET = "tp_worker-credential-of-this-test"
 
@@ -161,3 +165,32 @@ def test_a_stripe_rotten_in_the_staging_area_is_never_verified(
     for sh in shards:
         kept = [staged_file(coded, job, i, sh.path).exists() for i in range(CODE.width)]
         assert kept == [sh is shards[0]] * CODE.width, sh.path
+
+
+def test_reconciliation_on_a_holder_knows_its_stripes_and_marks_the_damaged(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer
+) -> None:
+    cp, job, shards = _ready(coded, sessions, server, 50_000)
+    holder = _holders()[0]
+    assert _pull(coded, sessions, cp, job, holder).verified == 3
+    acts = ReconcileActivities(sessions, coded, Stores(coded), node=holder)
+    env = ActivityEnvironment()
+    unit = ReconcileUnit(tier="coded", kind=TierKind.PEER, node=holder)
+    scan = ReconcileScanInput(unit=unit, job=job, grace_seconds=3600)
+    clean = env.run(acts.scan, scan)
+    assert (clean.counts, clean.checked) == ({}, 3), clean
+
+    root = coded.tier("coded").root_for(holder) / job / str(STEP)
+    (root / shards[0].path).unlink()
+    (root / shards[1].path).write_bytes(b"short")
+    stray = root / "notes.txt"
+    stray.write_text("nobody registered this")
+    report = env.run(acts.scan, scan)
+    assert report.counts == {"missing": 1, "wrong_size": 1, "extra": 1}, report
+    assert set(_states(sessions, cp).values()) == {"verified", "pending"}
+
+    repaired = env.run(acts.scan, scan.model_copy(update={"repair": True}))
+    assert repaired.marked == 2 and stray.exists()
+    states = _states(sessions, cp)
+    assert (states[(shards[0].path, 0)], states[(shards[1].path, 0)]) == ("lost", "corrupt")
+    assert states[(shards[2].path, 0)] == "verified"

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.models import Checkpoint, Job, Shard, Stripe
 from tierpoint.states import ReplicaState
+from tierpoint.storage.paths import step_dir
 
 
 @dataclass(frozen=True)
@@ -75,3 +76,40 @@ def to_pull(
         .order_by(Shard.ordinal)
     )
     return PullSet(head.name, head.step, head.branch, [ToPull(*r) for r in rows])
+
+
+@dataclass(frozen=True)
+class Held:
+    shard_id: int
+    index: int
+    size: int
+    state: str
+
+
+def held_stripes(session: Session, holder: str, tier: str, job: str) -> dict[tuple[str, str], Held]:
+    """(checkpoint directory, shard path) -> the stripe of it that `holder` holds on `tier`, for
+    `job`'s checkpoints (not expired): the names its root of the tier may hold for the job."""
+    rows = session.execute(
+        select(
+            Checkpoint.step,
+            Checkpoint.branch,
+            Shard.path,
+            Stripe.shard_id,
+            Stripe.stripe_index,
+            Stripe.size,
+            Stripe.state,
+        )
+        .join(Shard, Shard.id == Stripe.shard_id)
+        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(
+            Job.name == job,
+            Stripe.tier == tier,
+            Stripe.node_id == holder,
+            Stripe.state != ReplicaState.EXPIRED.value,
+        )
+    )
+    return {
+        (step_dir(step, branch), path): Held(sid, index, size, state)
+        for step, branch, path, sid, index, size, state in rows
+    }

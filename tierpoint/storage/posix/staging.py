@@ -75,6 +75,10 @@ class StripeStaging:
         root = str(self.root / str(index))
         return PosixStore(self.tier.model_copy(update={"root": root}), self.node)
 
+    def holder_store(self) -> PosixStore:
+        """The node's store of the tier itself: the stripes it holds for other nodes."""
+        return PosixStore(self.tier, self.node)
+
     def size(self, index: int, ref: ShardRef) -> int | None:
         return self.store(index).size(ref)
 

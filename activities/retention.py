@@ -20,6 +20,7 @@ from tierpoint.catalog.checkpoint.shards import checkpoint_branch
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.job import lookup
 from tierpoint.catalog.stripe import encoding as stripe_encoding
+from tierpoint.catalog.stripe import pulling
 from tierpoint.catalog.tier_copy import expiry as repo
 from tierpoint.catalog.tier_copy import key_layouts
 from tierpoint.config import Settings
@@ -167,6 +168,9 @@ class RetentionActivities:
                     non_retryable=True,
                 )
             copies = repo.registered_copies(s, inp.checkpoint_id, inp.tier, inp.node)
+            if tier.stripe_code is not None and inp.node is not None:
+                # A coded copy's bytes on a holder are the stripes it holds of others' shards.
+                copies += pulling.held_copies(s, inp.checkpoint_id, tier.name, inp.node)
             branch = checkpoint_branch(s, inp.checkpoint_id)
             layout = key_layouts.on_tier(s, [inp.checkpoint_id], inp.tier).get(inp.checkpoint_id)
             store = self._stores.get(tier, inp.node, layout)

@@ -5,7 +5,8 @@ the holder's device, and the coded copy is promoted; any k of the held stripes g
 back; a stripe rotten at rest in the staging area is read again, never verified, and the copy is
 not promoted; a pull run again reads nothing; the staging area gives up the stripes of every set
 verified whole, and only those; reconciliation on a holder knows the stripes it holds, reports
-one missing or of the wrong size and with repair records it lost or corrupt."""
+one missing or of the wrong size and with repair records it lost or corrupt; an expiry of the
+coded copy visits every holder and deletes the stripes it holds, and only those."""
 
 from __future__ import annotations
 
@@ -24,14 +25,17 @@ from activities.lifecycle import LifecycleActivities
 from activities.placement import stripe_holders
 from activities.pull import PullActivities
 from activities.reconcile import ReconcileActivities
+from activities.retention import RetentionActivities
 from activities.stores import Stores
 from tests.helpers.coded_tier import CODE, NODES, STEP, coded_settings, encode, sealed, staged_file
 from tests.helpers.lifecycle import ShardSpec, crc_hex
+from tests.helpers.retention import create_job
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import ReconcileScanInput, ReconcileUnit
 from tierpoint.contract.lifecycle import Batch, BatchResult, PromoteInput
+from tierpoint.contract.retention import DeleteInput, ExpiryInput, RetentionPlanInput
 from tierpoint.contract.stripes import EncodeInput, PullInput
 from tierpoint.services.data_endpoint import DataServer, serve
 from tierpoint.tier_config import TierKind
@@ -194,3 +198,42 @@ def test_reconciliation_on_a_holder_knows_its_stripes_and_marks_the_damaged(
     states = _states(sessions, cp)
     assert (states[(shards[0].path, 0)], states[(shards[1].path, 0)]) == ("lost", "corrupt")
     assert states[(shards[2].path, 0)] == "verified"
+
+
+def test_expiring_a_coded_copy_deletes_its_stripes_on_every_holder(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer
+) -> None:
+    cp, job, shards = _ready(coded, sessions, server, 40_000)
+    holders = _holders()
+    for holder in holders:
+        assert _pull(coded, sessions, cp, job, holder).verified == 3
+    assert _promote(coded, sessions, cp) == "restorable"
+    lifecycle = LifecycleActivities(sessions, coded, Stores(coded))
+    for tier, error in (("ssd", None), ("lustre", "not in this test"), ("s3", "nor this")):
+        ActivityEnvironment().run(
+            lifecycle.promote, PromoteInput(checkpoint_id=cp, tier=tier, stage_error=error)
+        )
+    create_job(sessions, job, {"tiers": {"coded": {"keep_last": 0}}})
+    stores = Stores(coded)
+    shared = RetentionActivities(sessions, coded, stores)
+    (task,) = shared.plan(RetentionPlanInput(job=job)).tasks
+    # The shards' node (its staging area) and every holder.
+    assert (task.tier, sorted(task.nodes)) == ("coded", sorted(["node-a", *holders]))
+    assert shared.begin_expiry(ExpiryInput(job=job, checkpoint_id=cp, tier="coded")).state == (
+        "expiring"
+    )
+    held = [
+        coded.tier("coded").root_for(h) / job / str(STEP) / sh.path
+        for h in holders
+        for sh in shards
+    ]
+    stray = held[0].parent / "notes.txt"
+    stray.write_text("nobody registered this")
+    for node in task.nodes:
+        on = RetentionActivities(sessions, coded, stores, node=node)
+        on.delete_copy(DeleteInput(job=job, checkpoint_id=cp, step=STEP, tier="coded", node=node))
+    assert [f for f in held if f.exists()] == [] and stray.exists()
+    assert shared.finish_expiry(ExpiryInput(job=job, checkpoint_id=cp, tier="coded")).state == (
+        "expired"
+    )
+    assert set(_states(sessions, cp).values()) == {"expired"}

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from tierpoint.catalog.models import Checkpoint, Job, Shard, Stripe
 from tierpoint.states import ReplicaState
+from tierpoint.storage.base import RecordedCopy
 from tierpoint.storage.paths import step_dir
 
 
@@ -113,3 +114,15 @@ def held_stripes(session: Session, holder: str, tier: str, job: str) -> dict[tup
         (step_dir(step, branch), path): Held(sid, index, size, state)
         for step, branch, path, sid, index, size, state in rows
     }
+
+
+def held_copies(session: Session, checkpoint_id: int, tier: str, holder: str) -> list[RecordedCopy]:
+    """The checkpoint's stripes on `tier` that `holder` holds, each at its shard's path with the
+    size and crc32c the encoder recorded: what expiring the copy may delete there."""
+    rows = session.execute(
+        select(Shard.path, Stripe.size, Stripe.crc32c)
+        .join(Shard, Shard.id == Stripe.shard_id)
+        .where(Stripe.checkpoint_id == checkpoint_id, Stripe.tier == tier, Stripe.node_id == holder)
+        .order_by(Shard.ordinal)
+    )
+    return [RecordedCopy(path, size, crc) for path, size, crc in rows]

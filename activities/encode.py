@@ -85,12 +85,17 @@ class EncodeActivities:
                 f"checkpoint {inp.checkpoint_id} is not in the catalog",
                 FailureType.CHECKPOINT_NOT_FOUND,
             )
-        holders = stripe_holders(node, serving, code, domains)
+        holders = inp.holders or stripe_holders(node, serving, code, domains)
         if holders is None:
             # Retried: nodes that have not reported in lately may come back.
             raise ApplicationError(
                 f"{code} on tier {coded.name} needs {code.width} serving nodes besides {node}; "
                 f"{len(set(serving) - {node})} serve"
+            )
+        if len(set(holders)) != code.width or node in holders:
+            raise _refused(
+                f"{code} needs {code.width} distinct holders other than {node}, not {holders}",
+                FailureType.UNKNOWN_TIER,
             )
         result = BatchResult(shards=len(found.shards))
         store = self._stores.get(source, node)

@@ -235,7 +235,7 @@ class TierConfig(BaseModel):
         "the file back; (k+m)/k of the files' bytes on the holders instead of K times. k >= 2, "
         "m >= 1, k+m <= 32. Needs k+m+1 nodes; `copies` (above 1) or `code`, not both. Not "
         "served yet: the API and the shared worker refuse to start with a coded tier until "
-        "the lifecycle copies stripes (docs/architecture.md, the coded peer tier).",
+        "the restore reads stripes (docs/architecture.md, the coded peer tier).",
     )
     copy_of: str | None = Field(
         default=None,

@@ -43,12 +43,12 @@ async def test_a_code_wider_than_the_cluster_stops_the_shared_worker_at_start(
         await _start(coded, client, nodes)
 
 
-async def test_a_placeable_code_is_refused_rather_than_copied_whole(
+async def test_a_placeable_code_is_refused_while_the_restore_does_not_read_stripes(
     settings: Settings, client: Client, tmp_path: Any
 ) -> None:
     coded = _coded(settings, "rs(2,1)", tmp_path)
     nodes = [f"coded-{i}" for i in range(4)]
-    with pytest.raises(ValueError, match=r"does not copy them to their holders yet"):
+    with pytest.raises(ValueError, match=r"its restore does not read them yet"):
         await _start(coded, client, nodes)
 
 

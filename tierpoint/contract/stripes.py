@@ -16,6 +16,9 @@ class EncodeInput(BatchInput):
 
     source: str
     tier: str
+    # The stripe holders the lifecycle's plan chose, stripe i on the i-th; None: the encoder
+    # places them by the same rule now.
+    holders: list[str] | None = None
 
 
 PULL_BATCH = "stripes.pull_batch"

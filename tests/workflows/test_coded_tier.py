@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -24,6 +24,7 @@ from tierpoint_client.erasure.files import StripeFile, decode_path
 from activities.registration import activities_of
 from activities.stores import Stores
 from apps.worker import activity_objects
+from tests.helpers.faults import db_now, workers_reported_in
 from tests.helpers.lifecycle import (
     crc_hex,
     markers,
@@ -60,7 +61,11 @@ def settings(settings: Settings, tmp_path: Path) -> Settings:
 
 
 async def test_the_lifecycle_cuts_pulls_verifies_and_promotes_a_coded_copy(
-    settings: Settings, sessions: sessionmaker[Session], client: Client, tmp_path: Path
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    client: Client,
+    engine: Engine,
+    tmp_path: Path,
 ) -> None:
     job = new_job()
     # Two segments and a bit: stripes span a segment boundary.
@@ -77,8 +82,12 @@ async def test_the_lifecycle_cuts_pulls_verifies_and_promotes_a_coded_copy(
         activity_executor=executor,
     )
     try:
-        async with running_workers(settings, client, nodes=NODES, shared=False), shared:
-            result, _ = await run_lifecycle(client, seeded)
+        since = db_now(engine)
+        async with running_workers(settings, client, nodes=NODES, shared=False):
+            # The plan places stripes on the nodes serving when it runs: all four, reported in.
+            await workers_reported_in(engine, NODES, since)
+            async with shared:
+                result, _ = await run_lifecycle(client, seeded)
     finally:
         executor.shutdown(wait=False)
     outcome = {t.tier: t.state.value for t in result.tiers}

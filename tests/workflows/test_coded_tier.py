@@ -2,7 +2,9 @@
 with their data endpoints, a real Temporal server, the catalog with its migrations. Each node's
 sealed files are cut into stripes on the node, every holder pulls its stripe over the data
 endpoint and reads it back, the coded copy is promoted through its stripes, and the staging
-areas are emptied; any k held stripes give each file back, byte for byte.
+areas are emptied; any k held stripes give each file back, byte for byte, and a stripe with a
+flipped byte is read around; a declared-lost holder leaves the copy restorable while every set
+keeps k stripes, and a second one that takes a set below k fails it.
 
 The shared worker is built here from the project's own activity objects and workflows: the
 project's shared worker still refuses a coded tier at start (the restore does not read stripes
@@ -34,9 +36,11 @@ from tests.helpers.lifecycle import (
     running_workers,
     seed_checkpoint,
 )
+from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE
+from tierpoint.services import node_lost
 from tierpoint.storage.posix.staging import STAGING_DIR
 from tierpoint.tier_config import TierConfig, TierKind
 from workflows.registry import WORKFLOWS
@@ -120,3 +124,34 @@ async def test_the_lifecycle_cuts_pulls_verifies_and_promotes_a_coded_copy(
     for node in SOURCES:
         staging = coded.root_for(node) / STAGING_DIR
         assert [p for p in staging.rglob("*") if p.is_file()] == []
+
+    # A flipped byte in one held stripe at rest: caught by its crc32c, read around.
+    sh = shards[0]
+    held = {r.stripe_index: r for r in rows if r.path == sh.path}
+    every = [
+        StripeFile(i, coded.root_for(r.node_id) / job / "1" / sh.path, r.crc32c)
+        for i, r in held.items()
+    ]
+    rotten = every[0].path.read_bytes()
+    every[0].path.write_bytes(bytes([rotten[0] ^ 0x01]) + rotten[1:])
+    out = tmp_path / "read-around"
+    used = decode_path(CODE, len(sh.data), crc_hex(sh.data), every, out)
+    assert out.read_bytes() == sh.data and 0 in used.rejected
+
+    # Holders declared lost, as an operator does: through m of a set's holders the coded copy
+    # stays restorable; one more and it is not, and says which node took it below k.
+    async def declare(node: str) -> None:
+        engine_async = make_async_engine(settings.database_url, pool_size=1)
+        try:
+            async with async_sessions(engine_async).begin() as s:
+                await node_lost.declare(s, settings, node, "test")
+        finally:
+            await engine_async.dispose()
+
+    # node-c holds a stripe of both sets (the third node of both rings): each keeps k.
+    assert {by_shard[r.path].node for r in rows if r.node_id == "node-c"} == set(SOURCES)
+    await declare("node-c")
+    assert markers(sessions, seeded.checkpoint_id)["coded"][0] == "restorable"
+    await declare("node-d")
+    state, reason = markers(sessions, seeded.checkpoint_id)["coded"]
+    assert state == "failed" and "node-d" in (reason or ""), (state, reason)

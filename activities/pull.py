@@ -7,8 +7,10 @@ that is the size and crc32c the encoder recorded.
 
 A stripe whose bytes arrive other than the encoder recorded is taken back and read again (a
 flip in transit is not the stripe's fault); still wrong after that, its read-back records it
-corrupt. A holder or a shards' node that cannot be reached fails the attempt, which is retried;
-stripes already verified are not read again.
+corrupt. A stripe the shards' node does not serve (gone from its staging area, or not its
+recorded size there) is reported and left as it is: its set is not whole, so the copy is not
+promoted. A holder or a shards' node that cannot be reached fails the attempt, which is
+retried; stripes already verified are not read again.
 """
 
 from __future__ import annotations
@@ -99,7 +101,15 @@ class PullActivities:
                     continue
                 staged = f"{tier.name}{STRIPE_MARK}{stripe.index}"
                 source = PeerSource(url, staged, secret, tls)
-                self._pull(inp, found, stripe, source, store, result)
+                try:
+                    self._pull(inp, found, stripe, source, store, result)
+                except FileNotFoundError as exc:
+                    # Not served: gone from the staging area or not its recorded size there.
+                    # No retry of this pull brings it back (an encode run again does), so the
+                    # stripe stays as it is, and its set not whole fails the copy's promotion.
+                    result.corrupt += 1
+                    if len(result.problems) < PROBLEM_EXAMPLES:
+                        result.problems.append(f"{stripe.path} stripe {stripe.index}: {exc}")
         except UnsafePath as exc:
             raise _refused(str(exc), FailureType.UNSAFE_PATH) from exc
         log.info(

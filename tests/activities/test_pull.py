@@ -237,3 +237,16 @@ def test_expiring_a_coded_copy_deletes_its_stripes_on_every_holder(
         "expired"
     )
     assert set(_states(sessions, cp).values()) == {"expired"}
+
+
+def test_a_stripe_gone_from_the_staging_area_is_reported_and_the_others_pulled(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer
+) -> None:
+    cp, job, shards = _ready(coded, sessions, server, 30_000)
+    holder = _holders()[2]
+    staged_file(coded, job, 2, shards[1].path).unlink()
+    got = _pull(coded, sessions, cp, job, holder)
+    # Reported at once, not retried: no pull brings a stripe back to the staging area.
+    assert (got.verified, got.corrupt) == (2, 1), got
+    assert shards[1].path in got.problems[0]
+    assert _states(sessions, cp)[(shards[1].path, 2)] == "pending"

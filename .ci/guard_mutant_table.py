@@ -513,7 +513,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        matches = and_(Stripe.size == r.size, Stripe.crc32c == r.crc32c)\n",
         "        matches = Stripe.size == r.size\n",
         (
-            "tests/tierpoint/catalog/stripe/test_stripes.py::"
+            "tests/tierpoint/catalog/stripe/test_machine.py::"
             "test_a_stripe_is_verified_only_when_its_holder_reads_back_what_was_cut",
         ),
         "a stripe is verified only when its holder read back the size and crc32c the encoder cut",
@@ -523,7 +523,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    not_decodable = sorted(s for s, n in counts.items() if n < code.k)\n",
         "    not_decodable = sorted(s for s, n in counts.items() if n < code.k - 1)\n",
         (
-            "tests/tierpoint/catalog/stripe/test_stripes.py::"
+            "tests/tierpoint/catalog/stripe/test_coverage.py::"
             "test_a_coded_copy_stays_restorable_through_m_lost_holders_and_not_one_more",
         ),
         "a coded copy is restorable only while every shard keeps k verified stripes on holders "
@@ -534,7 +534,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    stripes.lose_on_node(session, node, reason)\n",
         "    pass\n",
         (
-            "tests/tierpoint/catalog/stripe/test_stripes.py::"
+            "tests/tierpoint/catalog/stripe/test_coverage.py::"
             "test_a_coded_copy_stays_restorable_through_m_lost_holders_and_not_one_more",
         ),
         "a node declared lost takes the stripes it held with it",
@@ -544,7 +544,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if got.promotable and stage_error is None:\n",
         "    if got.restorable and stage_error is None:\n",
         (
-            "tests/tierpoint/catalog/stripe/test_stripes.py::"
+            "tests/tierpoint/catalog/stripe/test_coverage.py::"
             "test_a_coded_copy_is_promoted_through_its_stripes_only_when_every_set_is_whole",
         ),
         "a coded copy is promoted only when every shard has all k+m stripes verified on holders "
@@ -555,7 +555,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if not coverage(coded[tier], verified_stripes(session, cp, tier)).restorable:\n",
         "        if False:\n",
         (
-            "tests/tierpoint/catalog/stripe/test_stripes.py::"
+            "tests/tierpoint/catalog/stripe/test_coverage.py::"
             "test_a_lost_holder_fails_a_restorable_coded_copy_only_below_k_stripes",
         ),
         "a coded copy down to fewer than k verified stripes in a set is no longer restorable: "

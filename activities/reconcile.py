@@ -48,7 +48,7 @@ from tierpoint.storage.s3.store import S3Store
 from tierpoint.tier_config import TierConfig, TierKind
 
 from . import reconcile_staging
-from .reconcile_walk import Entry, walk
+from .reconcile_staging import Entry, walk
 from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
 

@@ -15,7 +15,9 @@ and an encoder's temp file older than the grace period is reported abandoned (re
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.stripe import machine, pulling
@@ -26,9 +28,24 @@ from tierpoint.storage.paths import is_partial_name
 from tierpoint.storage.posix.staging import STAGING_DIR, StripeStaging
 from tierpoint.tier_config import TierConfig
 
-from .reconcile_walk import walk
-
 Note = Callable[[TierReport, Finding, str], None]
+
+# (name relative to the job's directory or prefix, size, modified at as epoch seconds)
+Entry = tuple[str, int, float]
+
+
+def walk(top: Path) -> Iterator[Entry]:
+    """Every non-directory under top (symlinks are not followed), relative to it; a size of -1
+    for what is not a regular file."""
+    for dirpath, _dirs, files in os.walk(top, followlinks=False):
+        for f in files:
+            full = os.path.join(dirpath, f)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue
+            size = st.st_size if stat.S_ISREG(st.st_mode) else -1
+            yield os.path.relpath(full, top).replace(os.sep, "/"), size, st.st_mtime
 
 
 def _indexes(staging: StripeStaging, report: TierReport, note: Note) -> list[int]:

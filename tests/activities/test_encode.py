@@ -9,7 +9,6 @@ removes the stripes staged on the shards' node."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from tierpoint_client.erasure.files import StripeFile, decode_path
 
 from activities.lifecycle import LifecycleActivities
 from activities.placement import stripe_holders
-from activities.reconcile import ReconcileActivities
 from activities.retention import RetentionActivities
 from activities.stores import Stores
 from tests.helpers.coded_tier import CODE, NODES, coded_settings, encode, sealed, staged_file
@@ -33,11 +31,8 @@ from tests.helpers.retention import create_job
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.stripe import machine as stripe_machine
 from tierpoint.config import Settings
-from tierpoint.contract.integrity import ReconcileScanInput, ReconcileUnit
 from tierpoint.contract.lifecycle import PromoteInput
 from tierpoint.contract.retention import DeleteInput, ExpiryInput
-from tierpoint.storage.paths import PARTIAL_SUFFIX
-from tierpoint.tier_config import TierKind
 
 
 @pytest.fixture
@@ -125,36 +120,6 @@ def test_a_symlink_planted_in_the_staging_area_is_not_followed(
         encode(coded, sessions, cp, job)
     assert isinstance(caught.value, ApplicationError) and caught.value.non_retryable
     assert list(outside.iterdir()) == []
-
-
-def test_reconciliation_knows_the_staging_area_and_reports_only_what_the_catalog_does_not(
-    coded: Settings, sessions: sessionmaker[Session]
-) -> None:
-    cp, job, shards = sealed(coded, sessions, 5000)
-    assert encode(coded, sessions, cp, job).verified == 3
-    acts = ReconcileActivities(sessions, coded, Stores(coded), node="node-a")
-    env = ActivityEnvironment()
-    unit = ReconcileUnit(tier="coded", kind=TierKind.PEER, node="node-a")
-    scan = ReconcileScanInput(unit=unit, grace_seconds=3600)
-    clean = env.run(acts.scan, scan)
-    # The area and the 3 x 3 stripes staged in it are the catalog's: nothing is reported.
-    assert clean.counts == {} and clean.scanned >= 9, clean
-
-    staged = staged_file(coded, job, 2, shards[0].path)
-    stray = staged.parent / "notes.txt"
-    stray.write_text("nobody registered this")
-    temp = staged.parent / f".abandoned{PARTIAL_SUFFIX}"
-    temp.write_bytes(b"half a stripe")
-    old = time.time() - 7200
-    os.utime(temp, (old, old))
-    report = env.run(acts.scan, scan)
-    assert report.counts == {"extra": 1, "abandoned_temp": 1}, report
-    assert any("notes.txt" in e for e in report.examples["extra"])
-
-    repaired = env.run(acts.scan, scan.model_copy(update={"repair": True}))
-    assert repaired.cleaned == 1 and not temp.exists()
-    # Never deleted: the stray file nobody registered, and the staged stripes.
-    assert stray.exists() and staged.exists()
 
 
 def test_expiring_a_coded_copy_removes_its_stripes_staged_on_the_shards_node(

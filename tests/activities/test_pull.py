@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.testing import ActivityEnvironment
 from tierpoint_client.erasure.files import StripeFile, decode_path
@@ -22,23 +21,25 @@ from tierpoint_client.peer import PEERS
 
 from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
-from activities.placement import stripe_holders
-from activities.pull import PullActivities
-from activities.reconcile import ReconcileActivities
 from activities.retention import RetentionActivities
 from activities.stores import Stores
-from tests.helpers.coded_tier import CODE, NODES, STEP, coded_settings, encode, sealed, staged_file
-from tests.helpers.lifecycle import ShardSpec, crc_hex
+from tests.helpers.coded_tier import (
+    CODE,
+    STEP,
+    coded_settings,
+    holders_a,
+    pull,
+    ready,
+    staged_file,
+    stripe_states,
+)
+from tests.helpers.lifecycle import crc_hex
 from tests.helpers.retention import create_job
-from tierpoint.catalog.models import Shard, Stripe
-from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
-from tierpoint.contract.integrity import ReconcileScanInput, ReconcileUnit
 from tierpoint.contract.lifecycle import Batch, BatchResult, PromoteInput
 from tierpoint.contract.retention import DeleteInput, ExpiryInput, RetentionPlanInput
-from tierpoint.contract.stripes import EncodeInput, PullInput
+from tierpoint.contract.stripes import EncodeInput
 from tierpoint.services.data_endpoint import DataServer, serve
-from tierpoint.tier_config import TierKind
 
 SECRET = "tp_worker-credential-of-this-test"
 
@@ -57,21 +58,6 @@ def server(coded: Settings, sessions: sessionmaker[Session]) -> Iterator[DataSer
     PEERS.close()
 
 
-def _holders() -> list[str]:
-    holders = stripe_holders("node-a", NODES, CODE)
-    assert holders is not None
-    return holders
-
-
-def _pull(
-    settings: Settings, sessions: sessionmaker[Session], cp: int, job: str, holder: str
-) -> BatchResult:
-    acts = PullActivities(sessions, settings, Stores(settings), node=holder)
-    batch = Batch(node="node-a", first=0, last=2, holder=holder)
-    inp = PullInput(checkpoint_id=cp, job=job, step=STEP, batch=batch, tier="coded")
-    return ActivityEnvironment().run(acts.pull_batch, inp)
-
-
 def _unstage(settings: Settings, sessions: sessionmaker[Session], cp: int, job: str) -> BatchResult:
     acts = EncodeActivities(sessions, settings, Stores(settings), node="node-a")
     batch = Batch(node="node-a", first=0, last=2)
@@ -85,35 +71,15 @@ def _promote(settings: Settings, sessions: sessionmaker[Session], cp: int) -> st
     return str(out.state)
 
 
-def _states(sessions: sessionmaker[Session], cp: int) -> dict[tuple[str, int], str]:
-    with sessions() as s:
-        rows = s.execute(
-            select(Shard.path, Stripe.stripe_index, Stripe.state)
-            .join(Shard, Shard.id == Stripe.shard_id)
-            .where(Stripe.checkpoint_id == cp)
-        )
-        return {(p, i): st for p, i, st in rows}
-
-
-def _ready(
-    coded: Settings, sessions: sessionmaker[Session], server: DataServer, size: int
-) -> tuple[int, str, list[ShardSpec]]:
-    cp, job, shards = sealed(coded, sessions, size)
-    with sessions.begin() as s:
-        upsert_node(s, "node-a", {}, data_url=server.url)
-    assert encode(coded, sessions, cp, job).verified == 3
-    return cp, job, shards
-
-
 def test_holders_pull_their_stripes_and_the_coded_copy_is_promoted(
     coded: Settings, sessions: sessionmaker[Session], server: DataServer, tmp_path: Path
 ) -> None:
-    cp, job, shards = _ready(coded, sessions, server, 5 * 1024 * 1024 + 7)
-    holders = _holders()
+    cp, job, shards = ready(coded, sessions, server, 5 * 1024 * 1024 + 7)
+    holders = holders_a()
     for holder in holders:
-        got = _pull(coded, sessions, cp, job, holder)
+        got = pull(coded, sessions, cp, job, holder)
         assert (got.shards, got.verified, got.corrupt) == (3, 3, 0), got
-    assert set(_states(sessions, cp).values()) == {"verified"}
+    assert set(stripe_states(sessions, cp).values()) == {"verified"}
     for sh in shards:
         for i, holder in enumerate(holders):
             held = coded.tier("coded").root_for(holder) / job / str(STEP) / sh.path
@@ -134,7 +100,7 @@ def test_holders_pull_their_stripes_and_the_coded_copy_is_promoted(
     decode_path(CODE, len(sh.data), crc_hex(sh.data), files, out)
     assert out.read_bytes() == sh.data
 
-    again = _pull(coded, sessions, cp, job, holders[0])
+    again = pull(coded, sessions, cp, job, holders[0])
     assert (again.verified, again.skipped, again.bytes) == (3, 3, 0), again
 
     # Every set verified on its holders: the staging area gives its stripes up.
@@ -148,18 +114,18 @@ def test_holders_pull_their_stripes_and_the_coded_copy_is_promoted(
 def test_a_stripe_rotten_in_the_staging_area_is_never_verified(
     coded: Settings, sessions: sessionmaker[Session], server: DataServer
 ) -> None:
-    cp, job, shards = _ready(coded, sessions, server, 200_000)
-    holders = _holders()
+    cp, job, shards = ready(coded, sessions, server, 200_000)
+    holders = holders_a()
     rotten = staged_file(coded, job, 1, shards[0].path)
     data = bytearray(rotten.read_bytes())
     data[len(data) // 2] ^= 0x40
     rotten.write_bytes(bytes(data))
-    got = _pull(coded, sessions, cp, job, holders[1])
+    got = pull(coded, sessions, cp, job, holders[1])
     assert (got.verified, got.corrupt) == (2, 1), got
     assert shards[0].path in got.problems[0]
     for holder in (holders[0], holders[2]):
-        assert _pull(coded, sessions, cp, job, holder).verified == 3
-    states = _states(sessions, cp)
+        assert pull(coded, sessions, cp, job, holder).verified == 3
+    states = stripe_states(sessions, cp)
     assert states[(shards[0].path, 1)] == "corrupt"
     assert [k for k, v in states.items() if v != "verified"] == [(shards[0].path, 1)]
     # The set is not whole: the coded copy is not promoted, and its staged stripes stay for
@@ -171,42 +137,13 @@ def test_a_stripe_rotten_in_the_staging_area_is_never_verified(
         assert kept == [sh is shards[0]] * CODE.width, sh.path
 
 
-def test_reconciliation_on_a_holder_knows_its_stripes_and_marks_the_damaged(
-    coded: Settings, sessions: sessionmaker[Session], server: DataServer
-) -> None:
-    cp, job, shards = _ready(coded, sessions, server, 50_000)
-    holder = _holders()[0]
-    assert _pull(coded, sessions, cp, job, holder).verified == 3
-    acts = ReconcileActivities(sessions, coded, Stores(coded), node=holder)
-    env = ActivityEnvironment()
-    unit = ReconcileUnit(tier="coded", kind=TierKind.PEER, node=holder)
-    scan = ReconcileScanInput(unit=unit, job=job, grace_seconds=3600)
-    clean = env.run(acts.scan, scan)
-    assert (clean.counts, clean.checked) == ({}, 3), clean
-
-    root = coded.tier("coded").root_for(holder) / job / str(STEP)
-    (root / shards[0].path).unlink()
-    (root / shards[1].path).write_bytes(b"short")
-    stray = root / "notes.txt"
-    stray.write_text("nobody registered this")
-    report = env.run(acts.scan, scan)
-    assert report.counts == {"missing": 1, "wrong_size": 1, "extra": 1}, report
-    assert set(_states(sessions, cp).values()) == {"verified", "pending"}
-
-    repaired = env.run(acts.scan, scan.model_copy(update={"repair": True}))
-    assert repaired.marked == 2 and stray.exists()
-    states = _states(sessions, cp)
-    assert (states[(shards[0].path, 0)], states[(shards[1].path, 0)]) == ("lost", "corrupt")
-    assert states[(shards[2].path, 0)] == "verified"
-
-
 def test_expiring_a_coded_copy_deletes_its_stripes_on_every_holder(
     coded: Settings, sessions: sessionmaker[Session], server: DataServer
 ) -> None:
-    cp, job, shards = _ready(coded, sessions, server, 40_000)
-    holders = _holders()
+    cp, job, shards = ready(coded, sessions, server, 40_000)
+    holders = holders_a()
     for holder in holders:
-        assert _pull(coded, sessions, cp, job, holder).verified == 3
+        assert pull(coded, sessions, cp, job, holder).verified == 3
     assert _promote(coded, sessions, cp) == "restorable"
     lifecycle = LifecycleActivities(sessions, coded, Stores(coded))
     for tier, error in (("ssd", None), ("lustre", "not in this test"), ("s3", "nor this")):
@@ -236,17 +173,17 @@ def test_expiring_a_coded_copy_deletes_its_stripes_on_every_holder(
     assert shared.finish_expiry(ExpiryInput(job=job, checkpoint_id=cp, tier="coded")).state == (
         "expired"
     )
-    assert set(_states(sessions, cp).values()) == {"expired"}
+    assert set(stripe_states(sessions, cp).values()) == {"expired"}
 
 
 def test_a_stripe_gone_from_the_staging_area_is_reported_and_the_others_pulled(
     coded: Settings, sessions: sessionmaker[Session], server: DataServer
 ) -> None:
-    cp, job, shards = _ready(coded, sessions, server, 30_000)
-    holder = _holders()[2]
+    cp, job, shards = ready(coded, sessions, server, 30_000)
+    holder = holders_a()[2]
     staged_file(coded, job, 2, shards[1].path).unlink()
-    got = _pull(coded, sessions, cp, job, holder)
+    got = pull(coded, sessions, cp, job, holder)
     # Reported at once, not retried: no pull brings a stripe back to the staging area.
     assert (got.verified, got.corrupt) == (2, 1), got
     assert shards[1].path in got.problems[0]
-    assert _states(sessions, cp)[(shards[1].path, 2)] == "pending"
+    assert stripe_states(sessions, cp)[(shards[1].path, 2)] == "pending"

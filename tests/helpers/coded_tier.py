@@ -5,18 +5,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.testing import ActivityEnvironment
 from tierpoint_client.erasure import Code
 
 from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
+from activities.placement import stripe_holders
+from activities.pull import PullActivities
 from activities.stores import Stores
 from tests.helpers.lifecycle import ShardSpec, new_job, random_shards, seed_checkpoint
+from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import Batch, BatchResult, PlanInput, SealInput
-from tierpoint.contract.stripes import EncodeInput
+from tierpoint.contract.stripes import EncodeInput, PullInput
+from tierpoint.services.data_endpoint import DataServer
 from tierpoint.storage.posix.staging import STAGING_DIR
 from tierpoint.tier_config import TierConfig, TierKind
 
@@ -72,3 +77,41 @@ def encode(settings: Settings, sessions: sessionmaker[Session], cp: int, job: st
 def staged_file(settings: Settings, job: str, index: int, path: str) -> Path:
     root = settings.tier("coded").root_for("node-a")
     return root / STAGING_DIR / str(index) / job / str(STEP) / path
+
+
+def holders_a() -> list[str]:
+    """The holders of node-a's stripe set, stripe i on the i-th."""
+    holders = stripe_holders("node-a", NODES, CODE)
+    assert holders is not None
+    return holders
+
+
+def pull(
+    settings: Settings, sessions: sessionmaker[Session], cp: int, job: str, holder: str
+) -> BatchResult:
+    """The pull of node-a's batch, run on `holder`'s worker."""
+    acts = PullActivities(sessions, settings, Stores(settings), node=holder)
+    batch = Batch(node="node-a", first=0, last=2, holder=holder)
+    inp = PullInput(checkpoint_id=cp, job=job, step=STEP, batch=batch, tier="coded")
+    return ActivityEnvironment().run(acts.pull_batch, inp)
+
+
+def stripe_states(sessions: sessionmaker[Session], cp: int) -> dict[tuple[str, int], str]:
+    with sessions() as s:
+        rows = s.execute(
+            select(Shard.path, Stripe.stripe_index, Stripe.state)
+            .join(Shard, Shard.id == Stripe.shard_id)
+            .where(Stripe.checkpoint_id == cp)
+        )
+        return {(p, i): st for p, i, st in rows}
+
+
+def ready(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer, size: int
+) -> tuple[int, str, list[ShardSpec]]:
+    """Sealed, encoded on node-a, whose data endpoint `server` is."""
+    cp, job, shards = sealed(coded, sessions, size)
+    with sessions.begin() as s:
+        upsert_node(s, "node-a", {}, data_url=server.url)
+    assert encode(coded, sessions, cp, job).verified == 3
+    return cp, job, shards

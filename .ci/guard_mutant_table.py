@@ -458,6 +458,150 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a manifest naming a file above another ('a' and 'a/b') is refused on both sides",
     ),
+    # ---- erasure-coded stripes ---------------------------------------------------------------
+    Mutant(
+        "erasure-stripe-crc",
+        "        if crc32c_hex(crc) != stripes[i].crc32c:\n",
+        "        if False:\n",
+        ("tests/client/test_erasure_codec.py::test_a_stripe_with_a_flipped_byte_is_never_used",),
+        "a stripe whose bytes fail its crc32c is treated as lost and the file decoded from the "
+        "others: a flipped byte in a stripe (and in the file decoded from it) never reaches a "
+        "restore",
+    ),
+    Mutant(
+        "erasure-file-crc",
+        "    if written != file_size or crc32c_hex(file_crc) != file_crc32c:\n",
+        "    if written != file_size:\n",
+        (
+            "tests/client/test_erasure_codec.py::"
+            "test_a_decode_that_does_not_match_the_registered_crc_publishes_nothing",
+        ),
+        "a decoded file is checked against the shard's registered crc32c before it is published",
+    ),
+    Mutant(
+        "stripe-read-error-is-a-lost-stripe",
+        "    except (OSError, HTTPException, TierpointError) as e:\n",
+        "    except OSError as e:\n",
+        ("tests/client/test_erasure_fetch.py::test_a_stripe_cut_off_in_transit_is_read_around",),
+        "a stripe that cannot be read (a holder dying mid-reply) is treated as lost and another "
+        "stripe read in its place, never the end of the restore",
+    ),
+    Mutant(
+        "stripe-set-whole",
+        "    return holders if len(holders) == code.width else None\n",
+        "    return holders\n",
+        (
+            "tests/tierpoint/test_peer_code_config.py::"
+            "test_a_stripe_set_goes_to_k_plus_m_distinct_nodes_in_distinct_domains",
+        ),
+        "a node's stripe set is placed on k+m distinct nodes or not at all: on fewer, one "
+        "node's loss could take more than m stripes of the set",
+    ),
+    Mutant(
+        "code-refused-at-start",
+        "        if (problem := unplaceable(tier.name, code, known_nodes)) is not None:\n",
+        "        if False:\n",
+        (
+            "tests/apps/test_coded_tier_start.py::"
+            "test_a_code_wider_than_the_cluster_stops_the_shared_worker_at_start",
+        ),
+        "a coded peer tier the cluster cannot place is refused when the shared worker or the API "
+        "starts",
+    ),
+    Mutant(
+        "stripe-verified-only-when-it-matches",
+        "        matches = and_(Stripe.size == r.size, Stripe.crc32c == r.crc32c)\n",
+        "        matches = Stripe.size == r.size\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_machine.py::"
+            "test_a_stripe_is_verified_only_when_its_holder_reads_back_what_was_cut",
+        ),
+        "a stripe is verified only when its holder read back the size and crc32c the encoder cut",
+    ),
+    Mutant(
+        "coded-copy-needs-k-stripes",
+        "    not_decodable = sorted(s for s, n in counts.items() if n < code.k)\n",
+        "    not_decodable = sorted(s for s, n in counts.items() if n < code.k - 1)\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_coverage.py::"
+            "test_a_coded_copy_stays_restorable_through_m_lost_holders_and_not_one_more",
+        ),
+        "a coded copy is restorable only while every shard keeps k verified stripes on holders "
+        "not lost (invariant 1 for stripes)",
+    ),
+    Mutant(
+        "node-lost-loses-its-stripes",
+        "    stripes.lose_on_node(session, node, reason)\n",
+        "    pass\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_coverage.py::"
+            "test_a_coded_copy_stays_restorable_through_m_lost_holders_and_not_one_more",
+        ),
+        "a node declared lost takes the stripes it held with it",
+    ),
+    Mutant(
+        "promote-coded-copy-whole",
+        "    if got.promotable and stage_error is None:\n",
+        "    if got.restorable and stage_error is None:\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_coverage.py::"
+            "test_a_coded_copy_is_promoted_through_its_stripes_only_when_every_set_is_whole",
+        ),
+        "a coded copy is promoted only when every shard has all k+m stripes verified on holders "
+        "not lost",
+    ),
+    Mutant(
+        "coded-copy-fails-only-below-k",
+        "        if not coverage(coded[tier], verified_stripes(session, cp, tier)).restorable:\n",
+        "        if False:\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_coverage.py::"
+            "test_a_lost_holder_fails_a_restorable_coded_copy_only_below_k_stripes",
+        ),
+        "a coded copy down to fewer than k verified stripes in a set is no longer restorable: "
+        "latest and the restore go to the next tier",
+    ),
+    Mutant(
+        "staged-stripe-served-while-placed",
+        "            Stripe.state.in_(PULLABLE),\n",
+        "            Stripe.state.is_not(None),\n",
+        (
+            "tests/tierpoint/test_data_endpoint_stripes.py::"
+            "test_staged_stripes_are_served_to_their_holders_as_the_catalog_places_them",
+        ),
+        "a node serves a staged stripe only while the catalog places it there for its holder: "
+        "not once its copy's expiry began",
+    ),
+    Mutant(
+        "stripe-judged-by-the-holders-read-back",
+        '        crc = back.crc32c or "missing"\n',
+        "        crc = stripe.crc32c\n",
+        (
+            "tests/activities/test_pull.py::"
+            "test_a_stripe_rotten_in_the_staging_area_is_never_verified",
+        ),
+        "a pulled stripe is recorded with what its holder read back from its device, so it is "
+        "verified only when those are the encoder's bytes",
+    ),
+    Mutant(
+        "unstage-only-whole-sets",
+        "            whole = [sh.id for sh in shards if counts.get(sh.id, 0) >= code.width]\n",
+        "            whole = [sh.id for sh in shards]\n",
+        (
+            "tests/activities/test_pull.py::"
+            "test_a_stripe_rotten_in_the_staging_area_is_never_verified",
+        ),
+        "a shard's staged stripes leave the staging area only once its whole set is verified on "
+        "its holders: a holder whose pull failed can still pull again",
+    ),
+    Mutant(
+        "stripes-staged-only-from-registered-bytes",
+        "            if crc32c_hex(reader.crc) != crc32c:\n",
+        "            if False:\n",
+        ("tests/activities/test_encode.py::test_a_file_changed_after_its_seal_stages_no_stripe",),
+        "a node's encoder stages and places stripes only from a file whose bytes, read in the "
+        "same pass, are the registered crc32c",
+    ),
     # ---- restores: what they read, and from where ---------------------------------------------
     Mutant(
         "restore-tier-only",

@@ -268,7 +268,11 @@ class LifecycleActivities:
     def promote(self, inp: PromoteInput) -> PromoteResult:
         with metrics.timed(PROMOTE), self._sessions.begin() as s:
             head = checkpoint_head(s, inp.checkpoint_id)
-            outcome = promote(s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error)
+            # A coded tier's copy is promoted through its stripes' coverage.
+            code = next((t.stripe_code for t in self._settings.tiers if t.name == inp.tier), None)
+            outcome = promote(
+                s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error, code
+            )
             # In the promoting transaction, so that now() is the tier copy's restorable_at; only
             # for the first promotion (a repair's is not a promotion lag).
             lag = (

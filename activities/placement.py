@@ -18,12 +18,19 @@ that list that holds none of the node's copies on the other peer tiers, the doma
 counting as used: K copies stay on K distinct nodes (and domains, while there are enough) however
 the ring changed since the others were placed. When no such serving node is left the copy is not
 made, rather than put beside another copy that one node's loss would take with it (`assign`).
+
+A peer tier that keeps erasure-coded stripes (`code = "rs(k,m)"`) places a node's stripe set by
+the same list: stripe i on its i-th node, so the k+m stripes are on k+m distinct nodes, in
+distinct domains while there are that many (`stripe_holders`). A set is placed whole or not at
+all: on fewer nodes, one node's loss could take more than m of its stripes.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Collection, Iterable, Mapping, Sequence
+
+from tierpoint_client.erasure import Code
 
 
 def preference(
@@ -119,3 +126,16 @@ def holders_by_tier(
         for tier, holder in assign(n, serving, tiers, domains, (kept or {}).get(n, {})).items():
             out[tier][n] = holder
     return out
+
+
+def stripe_holders(
+    node: str,
+    serving: Sequence[str],
+    code: Code,
+    domains: Mapping[str, str | None] | None = None,
+) -> list[str] | None:
+    """The holders of `node`'s stripe set, stripe i on the i-th: the first k+m nodes of its
+    preference list; None while fewer than k+m other nodes serve."""
+    holders = preference(node, sorted(set(serving)), domains)[: code.width]
+    # guard: stripe-set-whole
+    return holders if len(holders) == code.width else None

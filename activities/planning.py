@@ -7,8 +7,11 @@ what the lifecycle writes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
+
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
+from tierpoint_client.erasure import Code
 
 from tierpoint import logs
 from tierpoint.catalog.checkpoint.shards import shard_ordinals_by_node
@@ -27,7 +30,7 @@ from tierpoint.storage.s3.layout import layout_in_force
 from tierpoint.tier_config import TierConfig, TierKind
 
 from .batching import batch_size, plan_batches
-from .placement import holders_by_tier
+from .placement import holders_by_tier, stripe_holders
 
 log = logs.get(__name__)
 
@@ -69,6 +72,11 @@ def plan_lifecycle(sessions: Sessions, settings: Settings, inp: PlanInput) -> Li
     # order, so a step that skips a peer tier moves no other tier's copies.
     placed_on = holders_by_tier(sources, serving, configured, domains, kept)
     holders = {t.name: placed_on[t.name] for t in peers}
+    stripes = {
+        t.name: _stripe_holders(sources, serving, t.stripe_code, domains)
+        for t in peers
+        if t.stripe_code is not None
+    }
     size = batch_size(settings, len(ordinals))
     # Split by bytes for the stages on the nodes' queues (the seal, and the copy off the
     # local tier), whose windows are per node: a shared tier's large window (an S3 tier
@@ -87,13 +95,32 @@ def plan_lifecycle(sessions: Sessions, settings: Settings, inp: PlanInput) -> Li
         step=head.step,
         shard_count=len(ordinals),
         total_bytes=head.total_bytes,
-        tiers=[PlanTier(name=t.name, kind=t.kind, parallelism=t.parallelism) for t in tiers],
+        tiers=[
+            PlanTier(name=t.name, kind=t.kind, parallelism=t.parallelism, code=t.code)
+            for t in tiers
+        ],
         batches=batches,
         batches_per_child=BATCHES_PER_CHILD,
         batch_heartbeat_seconds=settings.batch_heartbeat_timeout_seconds,
         lost_nodes=lost,
         holders=holders,
+        stripe_holders=stripes,
     )
+
+
+def _stripe_holders(
+    sources: Iterable[str],
+    serving: Sequence[str],
+    code: Code,
+    domains: Mapping[str, str | None],
+) -> dict[str, list[str]]:
+    """Each source node's stripe holders; a node without enough other serving nodes has none."""
+    out = {}
+    for n in sorted(set(sources)):
+        holders = stripe_holders(n, serving, code, domains)
+        if holders is not None:
+            out[n] = holders
+    return out
 
 
 def _targets(settings: Settings, session: Session, head: CheckpointHead) -> list[TierConfig]:

@@ -14,11 +14,9 @@ One activity per unit, heartbeating the index of the job it is at, so a retry re
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
@@ -43,11 +41,14 @@ from tierpoint.contract.integrity import (
 )
 from tierpoint.states import ReplicaState
 from tierpoint.storage.paths import is_partial_name, parse_step_dir
+from tierpoint.storage.posix.staging import STAGING_DIR
 from tierpoint.storage.posix.store import PosixStore
 from tierpoint.storage.s3.layout import is_spread_dir
 from tierpoint.storage.s3.store import S3Store
 from tierpoint.tier_config import TierConfig, TierKind
 
+from . import reconcile_staging
+from .reconcile_staging import Entry, walk
 from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
 
@@ -58,8 +59,6 @@ log = logs.get(__name__)
 
 # Entries listed between heartbeats (one S3 page).
 HEARTBEAT_EVERY = 1000
-# (name relative to the job's directory or prefix, size, modified at as epoch seconds)
-Entry = tuple[str, int, float]
 
 
 def _note(report: TierReport, finding: Finding, what: str) -> None:
@@ -67,19 +66,6 @@ def _note(report: TierReport, finding: Finding, what: str) -> None:
     examples = report.examples.setdefault(finding.value, [])
     if len(examples) < REPORT_EXAMPLES:
         examples.append(what)
-
-
-def _walk(top: Path) -> Iterator[Entry]:
-    """Every non-directory under top (symlinks are not followed), relative to it."""
-    for dirpath, _dirs, files in os.walk(top, followlinks=False):
-        for f in files:
-            full = os.path.join(dirpath, f)
-            try:
-                st = os.lstat(full)
-            except FileNotFoundError:
-                continue
-            size = st.st_size if stat.S_ISREG(st.st_mode) else -1
-            yield os.path.relpath(full, top).replace(os.sep, "/"), size, st.st_mtime
 
 
 class ReconcileActivities:
@@ -119,6 +105,7 @@ class ReconcileActivities:
         grace = time.time() - inp.grace_seconds
         with self._sessions.begin() as s:
             jobs = lookup.job_names(s, only=inp.job)
+        staging = tier.stripe_code is not None and node is not None
         if tier.kind is TierKind.S3:
             lister: _Lister = _S3Lister(self._stores, tier, inp.repair)
         else:
@@ -127,7 +114,8 @@ class ReconcileActivities:
             lister = _PosixLister(store)
         if inp.job is None:
             for name in lister.top_level():
-                if name not in jobs:
+                # A coded tier's staging area is scanned job by job with the jobs' own.
+                if name not in jobs and not (staging and name == STAGING_DIR):
                     _note(report, Finding.EXTRA, f"{name} (not a job of the catalog)")
         details = activity.info().heartbeat_details
         start = int(details[-1]) if details else 0
@@ -135,7 +123,14 @@ class ReconcileActivities:
             if i < start:
                 continue
             activity.heartbeat(i)
-            self._job(report, lister, tier, node, job, grace, inp.repair, i)
+            if staging:
+                assert node is not None
+                # A coded tier holds stripes, never replicas: they are the stripe table's.
+                reconcile_staging.scan_coded_job(
+                    self._sessions, tier, node, job, report, grace, inp.repair, _note
+                )
+            else:
+                self._job(report, lister, tier, node, job, grace, inp.repair, i)
         report.cleaned += lister.abandoned_uploads(report, inp.job, grace)
         return report
 
@@ -228,7 +223,7 @@ class _PosixLister(_Lister):
         top = self.root / job
         if os.path.islink(top) or not top.is_dir():
             return iter(())
-        return _walk(top)
+        return walk(top)
 
     def remove_temp(self, job: str, rel: str) -> int:
         return int(self.store.remove_temp(job, rel))

@@ -19,6 +19,8 @@ from tierpoint import logs
 from tierpoint.catalog.checkpoint.shards import checkpoint_branch
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.job import lookup
+from tierpoint.catalog.stripe import encoding as stripe_encoding
+from tierpoint.catalog.stripe import pulling
 from tierpoint.catalog.tier_copy import expiry as repo
 from tierpoint.catalog.tier_copy import key_layouts
 from tierpoint.config import Settings
@@ -40,7 +42,8 @@ from tierpoint.contract.retention import (
 from tierpoint.errors import JobNotFound
 from tierpoint.retention.policy import tier_refs
 from tierpoint.states import TierState
-from tierpoint.storage.base import LEFT_EXAMPLES
+from tierpoint.storage.base import LEFT_EXAMPLES, RecordedCopy
+from tierpoint.storage.posix.staging import StripeStaging
 from tierpoint.temporal import request_retention
 
 from .registration import on_node_queue
@@ -64,6 +67,25 @@ def _policy_error(job: str, exc: ValidationError) -> ApplicationError:
         type=FailureType.INVALID_POLICY,
         non_retryable=True,
     )
+
+
+def _delete_staged(
+    staging: StripeStaging,
+    inp: DeleteInput,
+    staged: dict[int, list[RecordedCopy]],
+    branch: int,
+) -> None:
+    """A coded copy's stripes still staged on the shards' node go with the copy: each only
+    while it holds the bytes the encoder recorded."""
+    for index, copies in staged.items():
+        done = staging.store(index).delete_checkpoint(inp.job, inp.step, copies, branch)
+        if done.kept or done.left:
+            log.warning(
+                "staged stripes kept",
+                **_where(inp),
+                index=index,
+                examples=[*done.kept, *done.left][:LEFT_EXAMPLES],
+            )
 
 
 class RetentionActivities:
@@ -146,6 +168,9 @@ class RetentionActivities:
                     non_retryable=True,
                 )
             copies = repo.registered_copies(s, inp.checkpoint_id, inp.tier, inp.node)
+            if tier.stripe_code is not None and inp.node is not None:
+                # A coded copy's bytes on a holder are the stripes it holds of others' shards.
+                copies += pulling.held_copies(s, inp.checkpoint_id, tier.name, inp.node)
             branch = checkpoint_branch(s, inp.checkpoint_id)
             layout = key_layouts.on_tier(s, [inp.checkpoint_id], inp.tier).get(inp.checkpoint_id)
             store = self._stores.get(tier, inp.node, layout)
@@ -155,6 +180,9 @@ class RetentionActivities:
             done = store.delete_checkpoint(inp.job, inp.step, copies, branch)
             if done.kept:
                 repo.record_kept(s, inp.checkpoint_id, inp.tier, inp.node, done.kept)
+            if tier.stripe_code is not None and inp.node is not None:
+                staged = stripe_encoding.staged_copies(s, inp.checkpoint_id, tier.name, inp.node)
+                _delete_staged(StripeStaging(tier, inp.node), inp, staged, branch)
         log.info("copy deleted", **_where(inp), shards=done.deleted)
         if done.kept:
             log.warning(

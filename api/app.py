@@ -45,9 +45,11 @@ from api.token_cache import TokenCache
 from tierpoint import logs
 from tierpoint.catalog.engine import async_sessions, make_async_engine
 from tierpoint.catalog.migrate import check_schema_async
+from tierpoint.catalog.node import registry as node_registry
 from tierpoint.config import Settings
 from tierpoint.manifest import Manifest
 from tierpoint.metrics_api import ApiMetrics
+from tierpoint.services import coded_tiers
 
 log = logs.get(__name__)
 
@@ -109,6 +111,9 @@ def _lifespan(settings: Settings, metrics: ApiMetrics) -> Lifespan:
         try:
             # Refuses an un-migrated or newer catalog with a message that says what to do.
             await check_schema_async(engine)
+            # A coded peer tier this cluster cannot run with is refused here too, saying why.
+            if coded_tiers.coded(settings):
+                coded_tiers.check(settings, await node_registry.known_count_async(engine))
             temporal = TemporalLink(settings)
             # One attempt now; if Temporal is down the API still serves (and registers).
             await temporal.client(force=True)

@@ -18,8 +18,10 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
+from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.peer import PeerActivities
+from activities.pull import PullActivities
 from activities.reconcile import ReconcileActivities
 from activities.registration import activities_of
 from activities.repair import RepairActivities
@@ -36,9 +38,10 @@ from tierpoint.catalog.engine import (
     transact_in_thread,
 )
 from tierpoint.catalog.migrate import check_schema
+from tierpoint.catalog.node import registry as node_registry
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
-from tierpoint.services import data_damage, data_endpoint
+from tierpoint.services import coded_tiers, data_damage, data_endpoint
 from tierpoint.services.lifecycle_start import start_unstarted
 from tierpoint.storage.peer_http import pull_tls
 from tierpoint.temporal import ensure_integrity_schedules, ensure_sweep_schedule
@@ -152,6 +155,8 @@ def activity_objects(
         RepairActivities(sessions, settings, stores, node=node, client=client),
         ReconcileActivities(sessions, settings, stores, node=node),
         PeerActivities(sessions, settings, stores, node=node),
+        EncodeActivities(sessions, settings, stores, node=node),
+        PullActivities(sessions, settings, stores, node=node),
     )
 
 
@@ -248,8 +253,16 @@ class _Wiring:
         ]
         return workers, functools.partial(asyncio.to_thread, report_in)
 
+    def check_codes(self) -> None:
+        """ValueError, said at start, for coded peer tiers this process must not run with
+        (tierpoint.services.coded_tiers): the shared worker places them."""
+        if coded_tiers.coded(self.settings):
+            with self.sessions.begin() as s:
+                coded_tiers.check(self.settings, node_registry.known_count(s))
+
     async def shared_worker(self) -> Worker:
         settings = self.settings
+        await asyncio.to_thread(self.check_codes)
         # Periodic retention for time-based rules; idempotent, so every shared worker does it.
         await ensure_sweep_schedule(self.client, settings.retention_sweep_interval)
         await ensure_integrity_schedules(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Self
 
 from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
+from tierpoint_client.erasure import Code, InvalidCodeError, parse_code
 from tierpoint_client.paths import NAME_PATTERN
 
 # The name rule is the training-side client's (one statement of it): a name the client accepts
@@ -226,6 +227,16 @@ class TierConfig(BaseModel):
         "placement, scrub, re-replication); a retention rule for `<name>` applies to them "
         "unless one names them. Other kinds: 1.",
     )
+    code: str | None = Field(
+        default=None,
+        description='Peer tiers: keep erasure-coded stripes instead of copies, e.g. "rs(8,2)": '
+        "each of a node's local-tier files cut into k data and m parity stripes on k+m other "
+        "nodes (in distinct failure domains while there are that many), any k of which give "
+        "the file back; (k+m)/k of the files' bytes on the holders instead of K times. k >= 2, "
+        "m >= 1, k+m <= 32. Needs k+m+1 nodes; `copies` (above 1) or `code`, not both. Not "
+        "served yet: the API and the shared worker refuse to start with a coded tier until "
+        "the restore reads stripes (docs/architecture.md, the coded peer tier).",
+    )
     copy_of: str | None = Field(
         default=None,
         description="Set by the settings, not in a configuration: on copies 2..K of a peer "
@@ -244,6 +255,17 @@ class TierConfig(BaseModel):
         if not NAME_RE.match(v):
             raise ValueError("tier names are URL-safe: [A-Za-z0-9][A-Za-z0-9._-]{0,127}")
         return v
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        try:
+            # One spelling in every dump and every process: rs(k,m).
+            return str(parse_code(v))
+        except InvalidCodeError as e:
+            raise ValueError(str(e)) from None
 
     @field_validator("tags")
     @classmethod
@@ -282,6 +304,16 @@ class TierConfig(BaseModel):
                 f"copies: peer tiers only, {self.name!r} is {self.kind} (a local tier is one "
                 "copy per node; copies on other nodes are a peer tier after it)"
             )
+        if self.code is not None and self.kind is not TierKind.PEER:
+            raise ValueError(
+                f"code: peer tiers only, {self.name!r} is {self.kind} (stripes are held by "
+                "other nodes)"
+            )
+        if self.code is not None and self.copies != 1:
+            raise ValueError(
+                f"peer tier {self.name!r}: copies = {self.copies} or code = {self.code!r}, not "
+                "both (a code already survives the loss of m holders)"
+            )
         if (self.copy_of is None) != (self.copy_number == 1) or not (
             self.copy_number <= self.copies
         ):
@@ -301,6 +333,11 @@ class TierConfig(BaseModel):
         if self.sse is not ServerSideEncryption.KMS and (self.kms_key_id or self.bucket_key):
             raise ValueError(f'tier {self.name!r}: kms_key_id and bucket_key need sse = "aws:kms"')
         return self
+
+    @property
+    def stripe_code(self) -> Code | None:
+        """The code of a peer tier that keeps stripes; None for one that keeps copies."""
+        return parse_code(self.code) if self.code is not None else None
 
     @property
     def needs_restore_request(self) -> bool:

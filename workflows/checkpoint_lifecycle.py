@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from tierpoint.states import TierState
     from tierpoint.tier_config import TierKind
 
-from workflows.lifecycle_window import LostNodes, on_nodes_queues, run_window
+from workflows.lifecycle_window import LostNodes, on_nodes_queues, run_coded_stage, run_window
 
 R = TypeVar("R")
 
@@ -228,6 +228,12 @@ class CheckpointLifecycle:
         self, plan: LifecyclePlan, tier: PlanTier, source: PlanTier | None
     ) -> str | None:
         """Run a stage's batches; returns why the stage is incomplete, if it is."""
+        if tier.code is not None and source is not None:
+            # Only plans made since coded tiers exist name a code: recorded histories never
+            # come here, so their commands are unchanged.
+            error, damaged = await run_coded_stage(plan, tier, source, self._lost, self._status)
+            self._source_damaged += damaged
+            return error
         unplaced: list[str] = []
         all_batches = plan.batches
         if tier.kind is TierKind.PEER:

@@ -24,11 +24,20 @@ with workflow.unsafe.imports_passed_through():
         Batch,
         BatchResult,
         CopyInput,
+        LifecyclePlan,
         LifecycleStatus,
         PlanTier,
         SealInput,
         StageInput,
         StageResult,
+        StripePhase,
+    )
+    from tierpoint.contract.stripes import (
+        ENCODE_BATCH,
+        PULL_BATCH,
+        UNSTAGE_BATCH,
+        EncodeInput,
+        PullInput,
     )
     from tierpoint.tier_config import TierKind
 
@@ -58,7 +67,45 @@ def _batch_tiers(stage: StageInput) -> tuple[PlanTier, ...]:
     return (stage.tier,) if stage.source is None else (stage.source, stage.tier)
 
 
+def _start_stripes(stage: StageInput, batch: Batch) -> workflow.ActivityHandle[BatchResult]:
+    """A batch of a coded tier's copy stage, on the queue of the node that does it: the shards'
+    node encodes and unstages, the holder (`batch.holder`) pulls."""
+    assert stage.source is not None and stage.stripes is not None
+    arg: EncodeInput | PullInput
+    if stage.stripes is StripePhase.PULL:
+        name = PULL_BATCH
+        arg = PullInput(
+            checkpoint_id=stage.checkpoint_id,
+            job=stage.job,
+            step=stage.step,
+            batch=batch,
+            tier=stage.tier.name,
+        )
+    else:
+        name = ENCODE_BATCH if stage.stripes is StripePhase.ENCODE else UNSTAGE_BATCH
+        arg = EncodeInput(
+            checkpoint_id=stage.checkpoint_id,
+            job=stage.job,
+            step=stage.step,
+            batch=batch,
+            source=stage.source.name,
+            tier=stage.tier.name,
+            holders=stage.stripe_holders.get(batch.node),
+        )
+    return workflow.start_activity(
+        name,
+        arg,
+        result_type=BatchResult,
+        task_queue=_batch_queue(batch, stage.source, stage.tier),
+        start_to_close_timeout=BATCH_TIMEOUT,
+        heartbeat_timeout=timedelta(seconds=stage.batch_heartbeat_seconds),
+        retry_policy=BATCH_RETRY,
+    )
+
+
 def _start_batch(stage: StageInput, batch: Batch) -> workflow.ActivityHandle[BatchResult]:
+    if stage.stripes is not None:
+        return _start_stripes(stage, batch)
     if stage.source is None:
         return workflow.start_activity(
             SEAL_BATCH,
@@ -185,3 +232,52 @@ async def run_window(
         first_failure=failures[0] if failures else None,
         source_damaged=source_damaged,
     )
+
+
+async def run_coded_stage(
+    plan: LifecyclePlan,
+    tier: PlanTier,
+    source: PlanTier,
+    lost: LostNodes,
+    status: LifecycleStatus | None = None,
+) -> tuple[str | None, int]:
+    """A coded tier's copy: every shards' node cuts its batches into stripes, then every holder
+    pulls its own, then each node drops the stripes of the sets verified whole, one window per
+    pass (a pull needs its stripes cut first). Why it is incomplete, if it is, and the shards
+    whose source a batch found damaged."""
+    holders = plan.stripe_holders.get(tier.name, {})
+    encode = [b for b in plan.batches if b.node in holders]
+    pull = [b.model_copy(update={"holder": h}) for b in encode for h in holders[b.node]]
+    if status is not None:
+        status.batches_total += 2 * len(encode) + len(pull)
+    failures: list[str] = []
+    damaged = 0
+    for phase, batches in (
+        (StripePhase.ENCODE, encode),
+        (StripePhase.PULL, pull),
+        (StripePhase.UNSTAGE, encode),
+    ):
+        stage = StageInput(
+            checkpoint_id=plan.checkpoint_id,
+            job=plan.job,
+            step=plan.step,
+            tier=tier,
+            source=source,
+            batches=batches,
+            batch_heartbeat_seconds=plan.batch_heartbeat_seconds,
+            lost_nodes=sorted(lost.nodes),
+            window_per_node=True,
+            stripes=phase,
+            stripe_holders=holders,
+        )
+        done = await run_window(stage, lost, status)
+        damaged += done.source_damaged
+        if done.failures:
+            failures.append(
+                f"{phase}: {done.failures} of {done.batches} batches failed, "
+                f"first: {done.first_failure}"
+            )
+    unplaced = sorted({b.node for b in plan.batches if b.node not in holders})
+    if unplaced:
+        failures.append(f"too few serving nodes to hold the stripes of {', '.join(unplaced)}")
+    return "; ".join(failures) or None, damaged

@@ -224,6 +224,13 @@ def _page_cache(env: Env, s: Sizes) -> Scenario:
     return PageCache(env, s.mib)
 
 
+def _erasure(env: Env, s: Sizes) -> Scenario:
+    from benchmarks.scenarios.erasure import Erasure
+
+    # In memory: the data, its stripes for two codes and a copy of it are held at once.
+    return Erasure(min(s.mib, 256))
+
+
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "copy_posix": _copy_posix,
     "page_cache": _page_cache,
@@ -248,4 +255,5 @@ SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {
     "scale": _scale,
     "leases": _leases,
     "timeline": _timeline,
+    "erasure": _erasure,
 }

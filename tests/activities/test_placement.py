@@ -2,7 +2,8 @@
 statement of its promises: never the node itself, K distances on K distinct nodes while the ring
 is longer than K, every live node holding about as many copies as any other, deterministic; with
 failure domains, K copies in K distinct domains other than the source's whenever there are that
-many, and never fewer copies than without domains. And the peer tier's configuration rules."""
+many, and never fewer copies than without domains; a coded tier's stripe set on k+m distinct
+nodes and domains by the same list, or not at all. And the peer tier's configuration rules."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tierpoint_client.erasure import Code
 
-from activities.placement import assign, holders_by_tier, place, ring_holders
+from activities.placement import assign, holders_by_tier, place, ring_holders, stripe_holders
 from tierpoint.config import Settings
 from tierpoint.tier_config import TierConfig, TierKind
 
@@ -195,3 +197,33 @@ def test_a_peer_tier_needs_a_local_tier_before_it_and_a_root_per_node() -> None:
         peer.root_for(None)
     with pytest.raises(ValueError, match="needs a root"):
         TierConfig(name="peer", kind=TierKind.PEER)
+
+
+@given(
+    labelled=st.dictionaries(NODE, DOMAIN, min_size=1, max_size=14),
+    k=st.integers(2, 6),
+    m=st.integers(1, 3),
+)
+def test_a_stripe_set_spans_k_plus_m_distinct_nodes_and_domains_or_is_not_placed(
+    labelled: dict[str, str | None], k: int, m: int
+) -> None:
+    code = Code(k, m)
+    live = sorted(labelled)
+
+    def domain(n: str) -> str:
+        return labelled[n] or f"own:{n}"
+
+    for node in live:
+        holders = stripe_holders(node, live, code, labelled)
+        if len(live) - 1 < code.width:
+            # On fewer nodes one loss could take more than m stripes: not placed at all.
+            assert holders is None
+            continue
+        assert holders is not None and len(holders) == code.width
+        assert node not in holders and len(set(holders)) == code.width
+        # Stripe i is the i-th holder of the node's copies: the one rule for copies and stripes.
+        assert holders == place([node], live, code.width, labelled)[node]
+        # As many distinct domains other than the node's as the ring offers, up to k+m.
+        others = {domain(n) for n in live if domain(n) != domain(node)}
+        spread = {domain(h) for h in holders} - {domain(node)}
+        assert len(spread) >= min(code.width, len(others))

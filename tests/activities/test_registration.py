@@ -12,7 +12,7 @@ from activities.registration import activities_of
 from activities.stores import Stores
 from apps.worker import activity_objects
 from tierpoint.config import Settings
-from tierpoint.contract import integrity, lifecycle, peer, retention
+from tierpoint.contract import integrity, lifecycle, peer, retention, stripes
 
 
 def _names(fns: list[Any]) -> set[str]:
@@ -20,10 +20,10 @@ def _names(fns: list[Any]) -> set[str]:
 
 
 def _contract_names() -> set[str]:
-    prefixes = ("lifecycle.", "retention.", "scrub.", "repair.", "reconcile.", "peer.")
+    prefixes = ("lifecycle.", "retention.", "scrub.", "repair.", "reconcile.", "peer.", "stripes.")
     return {
         value
-        for module in (lifecycle, retention, integrity, peer)
+        for module in (lifecycle, retention, integrity, peer, stripes)
         for name, value in vars(module).items()
         if name.isupper() and isinstance(value, str) and value.startswith(prefixes)
     }
@@ -45,4 +45,7 @@ def test_every_activity_of_the_contract_is_served_and_node_queues_serve_their_ow
         integrity.SCRUB_BATCH,
         integrity.REPAIR_COPY,
         integrity.RECONCILE_SCAN,
+        stripes.ENCODE_BATCH,
+        stripes.PULL_BATCH,
+        stripes.UNSTAGE_BATCH,
     }

@@ -29,7 +29,15 @@ QUICK = [sys.executable, "-m", "benchmarks", "--quick", "--repeats", "1"]
 
 GROUPS: dict[str, tuple[str, ...]] = {
     # No services of the harness but a moto server of its own.
-    "files": ("copy_posix", "page_cache", "bandwidth_limit", "s3_upload", "s3_shaping", "memory"),
+    "files": (
+        "copy_posix",
+        "page_cache",
+        "bandwidth_limit",
+        "s3_upload",
+        "s3_shaping",
+        "memory",
+        "erasure",
+    ),
     # Each on a Postgres (and API processes) of its own.
     "catalog": (
         "register_latency",
@@ -249,7 +257,21 @@ def _page_cache(doc: Doc) -> None:
         assert cache[f"{label}: older checkpoint's pages cached (%)"]["median"] == older
 
 
+def _erasure(doc: Doc) -> None:
+    # Both codes coded and decoded against the same memcpy; the holders' memory is the stripe
+    # format's, so it is exact: (k+m)/k of the checkpoint, headers included, against 2 copies.
+    erasure = rows(doc, "erasure")
+    for code in ("rs(8,2)", "rs(4,2)"):
+        for what in ("encode", "decode"):
+            assert any(label.startswith(f"{what} {code}") for label in erasure), (what, code)
+    memory = "holders' bytes per checkpoint byte: "
+    assert erasure[memory + "copies = 2"]["median"] == 2
+    assert 1.25 <= erasure[memory + "rs(8,2)"]["median"] < 1.26
+    assert 1.5 <= erasure[memory + "rs(4,2)"]["median"] < 1.51
+
+
 SHAPES: dict[str, Callable[[Doc], None]] = {
+    "erasure": _erasure,
     "leases": _leases,
     "page_cache": _page_cache,
     "recovery": _recovery,

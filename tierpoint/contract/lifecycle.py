@@ -7,6 +7,7 @@ The history grows with batches (ranges of manifest ordinals per node), never wit
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
@@ -110,6 +111,19 @@ class PlanTier(BaseModel):
     name: str
     kind: TierKind
     parallelism: int
+    # A coded peer tier's code ("rs(k,m)"): its copy stage encodes, pulls and unstages stripes
+    # (`StripePhase`). None for every other tier, and in histories recorded before.
+    code: str | None = None
+
+
+class StripePhase(StrEnum):
+    """The three passes of a coded tier's copy stage, in order: each shards' node cuts its
+    files into stripes, each holder pulls its own, each shards' node drops the stripes of the
+    sets verified whole from its staging area."""
+
+    ENCODE = "encode"
+    PULL = "pull"
+    UNSTAGE = "unstage"
 
 
 class Batch(BaseModel):
@@ -158,6 +172,9 @@ class LifecyclePlan(BaseModel):
     lost_nodes: list[str] = Field(default_factory=list)
     # Per peer tier: each source node's holder (activities/placement.py). Empty without peers.
     holders: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # Per coded peer tier: each source node's stripe holders, stripe i on the i-th (placement's
+    # `stripe_holders`); a node without them has too few serving nodes. Empty without one.
+    stripe_holders: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
 
     def peer_batches(self, tier: str) -> tuple[list[Batch], list[str]]:
         """The batches of a copy to peer tier `tier`, each on its holder, and the source nodes
@@ -256,6 +273,10 @@ class StageInput(BaseModel):
     # A stage on the nodes' queues runs `tier.parallelism` batches per node at once, rather than
     # that many across all nodes; False in histories recorded before.
     window_per_node: bool = False
+    # A pass of a coded tier's copy stage; None for every other stage (and before).
+    stripes: StripePhase | None = None
+    # With `stripes`: each source node's stripe holders (`LifecyclePlan.stripe_holders`).
+    stripe_holders: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class StageResult(BaseModel):

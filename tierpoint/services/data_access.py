@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from tierpoint import auth
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.replica import placement
+from tierpoint.catalog.stripe.encoding import staged_size
 from tierpoint.catalog.token import tokens
 from tierpoint.config import Settings
 from tierpoint.errors import (
@@ -28,8 +29,10 @@ from tierpoint.errors import (
     Unauthenticated,
     UnsafePath,
 )
-from tierpoint.storage.base import ShardRef
+from tierpoint.storage.base import ShardRef, TierStore
 from tierpoint.storage.peer_http import parse_data_path
+from tierpoint.storage.posix.staging import StripeStaging
+from tierpoint.tier_config import TierConfig
 
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 # How long a checkpoint's listing of served files answers for it (see data_endpoint's docstring).
@@ -100,6 +103,20 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
             return 0, 0
         raise RangeNotSatisfiable(f"the file has {size} bytes")
     return start, end
+
+
+def staged(
+    sessions: Sessions, tier: TierConfig, node: str, index: int, ref: ShardRef
+) -> tuple[TierStore, int | None]:
+    """The staging store of stripe `index` on `node` and the stripe's size while the catalog
+    has it placed for its holder (None: not served). Only a coded tier stages stripes."""
+    staging = StripeStaging(tier, node)
+    code = tier.stripe_code
+    if code is None or index >= code.width:
+        return staging.store(index), None
+    with sessions.begin() as s:
+        size = staged_size(s, node, tier.name, index, ref.job, ref.step, ref.branch, ref.path)
+    return staging.store(index), size
 
 
 class Listings:

@@ -7,7 +7,10 @@ or `train:<prefix>` of the job). It is checked first: without a valid one a requ
 whatever its path (`data_access.py`). Only a verified copy that the catalog lists on this node's
 tier is served, read through the tier store (no symlink followed below the root, the tier's read
 bandwidth limit shared with every other read off the node); anything else is 404 whether or not
-a file is there. One range per request (`Range: bytes=a-b`, `bytes=a-`) gives 206. Refusals are
+a file is there. A stripe the node's encoder staged for a coded tier's holder
+(`<tier>~<index>`, `peer_http.stripe_url`) is served from the staging area while the catalog
+places it there (not lost, expiring or expired), with the same credential, limits and refusals.
+One range per request (`Range: bytes=a-b`, `bytes=a-`) gives 206. Refusals are
 RFC 9457 problem+json documents with a stable `code`.
 
 The endpoint never promises bytes it does not have: a file that is not its registered size when
@@ -52,11 +55,12 @@ from tierpoint.config import Settings
 from tierpoint.errors import CopyDamaged, CopyNotFound, TierpointError, UnsafePath, problem_body
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, TierStore
+from tierpoint.storage.peer_http import staged_stripe
 from tierpoint.storage.posix.page_cache import drop_cache
 from tierpoint.storage.posix.reader import PosixReader
 from tierpoint.storage.registry import open_store
 
-from .data_access import Listings, authenticate, byte_range, data_path
+from .data_access import Listings, authenticate, byte_range, data_path, staged
 from .data_connections import (
     Connections,
     DeadlineReader,
@@ -178,18 +182,24 @@ class _Handler(BaseHTTPRequestHandler):
             # guard: data-endpoint-credential-first
             who = authenticate(srv.sessions, srv.settings, self.headers.get("Authorization"))
             tier_name, ref = data_path(self.path)
+            tier_name, index = staged_stripe(tier_name)
             who.check(ref.job)
             tier = next((t for t in srv.settings.tiers if t.name == tier_name), None)
             if tier is None or not tier.on_nodes:
                 raise CopyNotFound(f"no local or peer tier {tier_name!r}")
-            size = srv.listings.size(tier.name, ref.job, ref.step, ref.path, ref.branch)
+            if index is None:
+                store: TierStore = open_store(tier, srv.node)
+                size = srv.listings.size(tier.name, ref.job, ref.step, ref.path, ref.branch)
+            else:
+                # A stripe this node staged for its holder: served as the catalog places it.
+                store, size = staged(srv.sessions, tier, srv.node, index, ref)
             if size is None:
                 raise CopyNotFound("no verified copy of it on this node")
             span = byte_range(self.headers.get("Range"), size)
         except TierpointError as exc:
             self._refuse(exc)
             return
-        self._send(tier.name, open_store(tier, srv.node), ref, size, span, who.name)
+        self._send(tier.name, store, ref, size, span, who.name)
 
     def _send(
         self,

@@ -38,7 +38,8 @@ async def declare(
 ) -> node_lost.NodeLost:
     local = [t.name for t in settings.tiers if t.kind is TierKind.LOCAL]
     peer = [t.name for t in settings.peer_tiers()]
-    return await session.run_sync(node_lost.mark_lost, node, local, actor, peer)
+    codes = {t.name: t.stripe_code for t in settings.peer_tiers() if t.stripe_code is not None}
+    return await session.run_sync(node_lost.mark_lost, node, local, actor, peer, codes)
 
 
 async def tell_lifecycles(client: Client | None, lost: node_lost.NodeLost) -> Told:

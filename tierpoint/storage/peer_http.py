@@ -4,6 +4,9 @@ A node worker serves its local and peer tier files at
 `<data_url>/v1/data/<tier>/<job>/<step>/<path>`. A shard path is a POSIX name, not a URL: it is
 percent-encoded whole into the URL here and decoded once by the endpoint, so `?`, `#` and `%`
 stay the characters they are (`shard_url` and `parse_data_path` are inverses).
+
+A stripe its shard's node staged for a coded tier's holder to pull is at the same address with
+`<tier>~<index>` for the tier (`stripe_url`): `~` is in no tier name, so the two never meet.
 """
 
 from __future__ import annotations
@@ -40,6 +43,25 @@ def data_path(tier: str, ref: ShardRef) -> str:
     )
 
 
+STRIPE_MARK = "~"
+
+
+def stripe_url(base: str, tier: str, index: int, ref: ShardRef) -> str:
+    """Where the shard's node serves stripe `index` of it, staged for the holder to pull."""
+    return shard_url(base, f"{tier}{STRIPE_MARK}{index}", ref)
+
+
+def staged_stripe(tier: str) -> tuple[str, int | None]:
+    """(tier, stripe index) of a data path's tier part; the index None for a plain tier.
+    ValueError for an index that is not a plain number."""
+    name, mark, index = tier.partition(STRIPE_MARK)
+    if not mark:
+        return name, None
+    if not (index.isascii() and index.isdigit()) or str(int(index)) != index:
+        raise ValueError("a staged stripe is <tier>~<index>, the index a number")
+    return name, int(index)
+
+
 def parse_data_path(raw: str) -> tuple[str, ShardRef]:
     """(tier, shard) of a request path; ValueError for anything that is not one (the path's
     rules are the manifest's: no `..`, no absolute path, no empty component)."""
@@ -51,7 +73,8 @@ def parse_data_path(raw: str) -> tuple[str, ShardRef]:
     tier, job, where, path = (unquote(p, errors="strict") for p in parts)
     step, branch = parse_step_dir(where)
     ref = ShardRef(validate_name(job), step, validate_relative_path(path), branch)
-    return validate_name(tier), ref
+    validate_name(staged_stripe(tier)[0])
+    return tier, ref
 
 
 class _Body(io.RawIOBase):

@@ -23,6 +23,7 @@ from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.catalog.policy.policies import assign_policy, create_policy
 from tierpoint.catalog.replica import machine as replicas
 from tierpoint.catalog.replica.machine import ReplicaWrite, upsert_replicas
+from tierpoint.catalog.stripe import machine as stripes
 from tierpoint.catalog.tier_copy import machine as tier_copies
 from tierpoint.catalog.tier_copy.damage import mark_damaged
 from tierpoint.catalog.tier_copy.expiry import begin_expiry, finish_expiry
@@ -196,6 +197,7 @@ def _markdown(rows: list[tuple[str, str, str, str]]) -> str:
     [
         ("Moves of a tier copy", tier_copies.describe()),
         ("Moves of a replica", replicas.describe()),
+        ("Moves of a stripe", stripes.describe()),
     ],
 )
 def test_the_docs_show_each_transition_table_as_it_is(

@@ -1,7 +1,8 @@
 """One owner per state machine: no module but `tier_copy/machine.py` writes a tier copy's state
-(or adds or removes a tier copy), and none but `replica/machine.py` writes a replica's state (or
-adds one). Read off the source of every package of the project, so a writer added anywhere, in
-SQLAlchemy, in raw SQL or on an ORM row, fails here."""
+(or adds or removes a tier copy), none but `replica/machine.py` writes a replica's state (or
+adds one), and none but `stripe/machine.py` a stripe's. Read off the source of every package
+of the project, so a writer added anywhere, in SQLAlchemy, in raw SQL or on an ORM row, fails
+here."""
 
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ PACKAGES = ("tierpoint", "api", "activities", "workflows", "apps")
 OWNERS = {
     "tier copy": "tierpoint/catalog/tier_copy/machine.py",
     "replica": "tierpoint/catalog/replica/machine.py",
+    "stripe": "tierpoint/catalog/stripe/machine.py",
 }
 # The ORM classes (and their tables) of each machine.
-CLASSES = {"tier copy": ("TierCopy", "checkpoint_tier"), "replica": ("Replica", "replica")}
+CLASSES = {
+    "tier copy": ("TierCopy", "checkpoint_tier"),
+    "replica": ("Replica", "replica"),
+    "stripe": ("Stripe", "stripe"),
+}
 SQL_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", re.IGNORECASE)
 
 

@@ -10,7 +10,7 @@ it registers them all on `Base.metadata`, which the migrations are checked again
 
 from tierpoint.catalog.models._base import RESTORABLE, VERIFIED, Base
 from tierpoint.catalog.models._checkpoint import Checkpoint, Event, RestoreLease, Shard
-from tierpoint.catalog.models._copies import CachedCopy, Replica, TierCopy
+from tierpoint.catalog.models._copies import CachedCopy, Replica, Stripe, TierCopy
 from tierpoint.catalog.models._fleet import Branch, Job, Node, RetentionPolicy
 from tierpoint.catalog.models._tokens import AccessToken
 from tierpoint.catalog.models._totals import ByteTotal, JobTierUsage, ScrubStats, TierReadStats
@@ -33,6 +33,7 @@ __all__ = [
     "RetentionPolicy",
     "ScrubStats",
     "Shard",
+    "Stripe",
     "TierCopy",
     "TierReadStats",
 ]

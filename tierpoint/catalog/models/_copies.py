@@ -11,6 +11,7 @@ from sqlalchemy import (
     CheckConstraint,
     ForeignKey,
     Index,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -149,4 +150,39 @@ class TierCopy(Base):
             "restorable_at",
             postgresql_where=text("restorable_at IS NOT NULL"),
         ),
+    )
+
+
+class Stripe(Base):
+    """One erasure-coded stripe of one shard on a coded peer tier: stripe `stripe_index` of the
+    shard's file (0..k-1 data, k..k+m-1 parity, tierpoint_client.erasure) held by `node_id`, with
+    the size and crc32c the encoder computed, which the holder's read-back must match. Its state
+    machine is the replica's states, moved only by tierpoint/catalog/stripe/machine.py."""
+
+    __tablename__ = "stripe"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    shard_id: Mapped[int] = mapped_column(ForeignKey("shard.id", ondelete="CASCADE"))
+    # denormalised so that promotion counts a checkpoint's stripes on one index
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoint.id", ondelete="CASCADE"))
+    tier: Mapped[str] = mapped_column(String(128))
+    stripe_index: Mapped[int] = mapped_column(SmallInteger)
+    # the code the set was cut with, e.g. rs(4,2): a tier whose code changes keeps old sets
+    # readable
+    code: Mapped[str] = mapped_column(String(16))
+    node_id: Mapped[str] = mapped_column(ForeignKey("node.id"))
+    size: Mapped[int] = mapped_column(BigInteger)
+    crc32c: Mapped[str] = mapped_column(String(8))
+    state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
+    verified_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+    __table_args__ = (
+        UniqueConstraint("shard_id", "tier", "stripe_index", name="uq_stripe_shard_tier_index"),
+        CheckConstraint(state_check("state", ReplicaState), name="state_valid"),
+        CheckConstraint("stripe_index >= 0 AND stripe_index < 32", name="index_in_set"),
+        CheckConstraint("size >= 0", name="size_nonnegative"),
+        Index("ix_stripe_checkpoint_tier_state", "checkpoint_id", "tier", "state"),
+        Index("ix_stripe_node_state", "node_id", "state"),
     )

@@ -9,8 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import Connection, exists, func, select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.locks import RowLock, lock_in_order
@@ -135,6 +136,17 @@ def serving_nodes(session: Session) -> list[str]:
             .order_by(Node.id)
         )
     )
+
+
+def known_count(session: Session | Connection) -> int:
+    """How many nodes have ever reported in, the ones declared lost included: the size of the
+    cluster that configuration is checked against (a loss is not a configuration error)."""
+    return int(session.scalar(select(func.count()).select_from(Node)) or 0)
+
+
+async def known_count_async(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        return await conn.run_sync(known_count)
 
 
 def lost_nodes(session: Session, nodes: Sequence[str]) -> set[str]:

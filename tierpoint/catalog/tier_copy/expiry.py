@@ -18,12 +18,13 @@ from sqlalchemy.orm import Session
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import job_id_of_checkpoint
 from tierpoint.catalog.locks import EVERY_TIER_COPY, Locked, RowLock, lock_in_order
-from tierpoint.catalog.models import Event, Node, Replica, Shard, TierCopy
+from tierpoint.catalog.models import Event, Node, Replica, Shard, Stripe, TierCopy
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.replica import cached_copies
 from tierpoint.catalog.replica.machine import Move as ReplicaMove
 from tierpoint.catalog.replica.machine import expire
+from tierpoint.catalog.stripe import machine as stripes
 from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.contract.retention import BeginResult, BeginState, ExpiryTask, RetentionPlanResult
 from tierpoint.retention.models import RetentionPlan
@@ -48,9 +49,9 @@ ON_NODES = (TierKind.LOCAL, TierKind.PEER)
 
 
 def _local_nodes(session: Session, checkpoint_id: int, tier: str) -> tuple[str, ...]:
-    """Nodes that may hold the copy: the shards' nodes, any node a replica names and any node a
-    reader kept files on (`cached_copies`), except nodes declared lost (their bytes are
-    unreachable; their replicas are `lost` already)."""
+    """Nodes that may hold the copy: the shards' nodes, any node a replica or a stripe names
+    and any node a reader kept files on (`cached_copies`), except nodes declared lost (their
+    bytes are unreachable; their replicas are `lost` already)."""
     shard_nodes = select(Shard.node_id).where(Shard.checkpoint_id == checkpoint_id)
     replica_nodes = select(Replica.node_id).where(
         Replica.checkpoint_id == checkpoint_id,
@@ -58,7 +59,11 @@ def _local_nodes(session: Session, checkpoint_id: int, tier: str) -> tuple[str, 
         Replica.node_id.is_not(None),
     )
     cached_nodes = cached_copies.nodes_on(checkpoint_id, tier)
-    candidates = set(session.scalars(shard_nodes.union(replica_nodes, cached_nodes)))
+    # A coded tier's stripes are held on other nodes than the shards'.
+    holders = select(Stripe.node_id).where(
+        Stripe.checkpoint_id == checkpoint_id, Stripe.tier == tier
+    )
+    candidates = set(session.scalars(shard_nodes.union(replica_nodes, cached_nodes, holders)))
     lost = set(
         session.scalars(select(Node.id).where(Node.id.in_(candidates), Node.lost_at.is_not(None)))
     )
@@ -169,6 +174,7 @@ def begin_expiry(
     copy = [(checkpoint_id, tier)]
     move(session, locked, Move.EXPIRY_BEGUN, copy, reason=f"{expiry.rule.value}: {expiry.reason}")
     expire(session, locked, ReplicaMove.EXPIRY_BEGUN, copy)
+    stripes.expire(session, stripes.Move.EXPIRY_BEGUN, copy)
     record(
         session,
         EventKind.EXPIRING,
@@ -291,6 +297,7 @@ def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
         return state or "missing"
     copy = [(checkpoint_id, tier)]
     expire(session, locked, ReplicaMove.EXPIRED, copy)
+    stripes.expire(session, stripes.Move.EXPIRED, copy)
     cached_copies.forget(session, checkpoint_id, tier)
     rule = _begun_rule(session, checkpoint_id, tier)
     move(session, locked, Move.EXPIRED, copy)

@@ -5,22 +5,25 @@ and the events say so."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
+from tierpoint_client.erasure import Code
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.locks import Locked, RowLock, lock_in_order
-from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard, TierCopy
+from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, Shard, Stripe, TierCopy
 from tierpoint.catalog.node.registry import lost_reason
 from tierpoint.catalog.replica.machine import Move as ReplicaMove
 from tierpoint.catalog.replica.machine import lose_on_node
 from tierpoint.catalog.replica.machine import sources as replica_sources
 from tierpoint.catalog.replica.placement import held_peer_checkpoints, placing_peer_copies
+from tierpoint.catalog.stripe import machine as stripes
+from tierpoint.catalog.stripe.coverage import coverage, verified_stripes
 from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.errors import NodeNotFound
 from tierpoint.states import ReplicaState, TierState
@@ -54,13 +57,17 @@ def mark_lost(
     local_tiers: Sequence[str],
     actor: str,
     peer_tiers: Sequence[str] = (),
+    codes: Mapping[str, Code] | None = None,
 ) -> NodeLost:
     """Declare `node` lost in the caller's transaction. Its replicas become `lost`; every
     checkpoint with shards on it has its `local_tiers` tier copies, if pending or restorable,
     turned `failed` with the reason, and so has every `peer_tiers` tier copy of a checkpoint
     whose copy there the node held (for re-replication to make again). Only the copies that
     lost bytes fail: the copies other nodes hold of the lost node's shards stay, and so do the
-    local copies of checkpoints of which the node held only peer copies. One `node_lost` event
+    local copies of checkpoints of which the node held only peer copies. A coded peer tier
+    (`codes`: tier -> its code) loses the stripes the node held; its restorable copies fail
+    only once a shard keeps fewer than k verified stripes (any k give the file back), and a
+    pending one is left to its promotion, which needs every set whole. One `node_lost` event
     per affected checkpoint and one for the node.
     Idempotent: again changes nothing and reports the checkpoints still in flight, so that their
     lifecycles can be told again. Raises NodeNotFound for a node that never reported in."""
@@ -68,8 +75,12 @@ def mark_lost(
     reason = lost_reason(node)
     # The node's row is held: no seal or copy writes replicas there until this commits. The tier
     # copies that may fail are locked before the replicas move, in the catalog's order.
-    _lock_tier_copies_at_stake(session, locked, node, local_tiers, peer_tiers)
+    coded = dict(codes or {})
+    _lock_tier_copies_at_stake(session, locked, node, local_tiers, peer_tiers, coded)
     lost_rows = lose_on_node(session, locked, node, reason)
+    # The stripes it held of coded peer tiers go with it: a set stays decodable while k remain.
+    # guard: node-lost-loses-its-stripes
+    stripes.lose_on_node(session, node, reason)
     lost_per_checkpoint: dict[int, int] = {}
     for cp, _ in lost_rows:
         lost_per_checkpoint[cp] = lost_per_checkpoint.get(cp, 0) + 1
@@ -80,7 +91,12 @@ def mark_lost(
     # node's queue), and re-replicated once their lifecycle has placed the rest.
     # guard: node-lost-tells-lifecycles-placing-peer-copies
     placing = placing_peer_copies(session, peer_tiers)
-    ids = sorted(set(lost_per_checkpoint) | set(pending) | {cp for cp, *_ in placing})
+    ids = sorted(
+        set(lost_per_checkpoint)
+        | set(pending)
+        | {cp for cp, *_ in placing}
+        | {cp for cp, _ in _coded_on(session, node, coded)}
+    )
     if not ids:
         if changed:
             record(
@@ -95,6 +111,8 @@ def mark_lost(
     failed_tiers = _fail(session, locked, Move.NODE_LOST, own, local_tiers, reason)
     # guard: lost-holder-fails-peer-tier-copy
     held = _fail_held_peer_copies(session, locked, node, peer_tiers, reason)
+    for cp, tiers in _fail_undecodable(session, locked, node, coded, reason).items():
+        held.setdefault(cp, []).extend(tiers)
     for cp, tiers in held.items():
         failed_tiers.setdefault(cp, []).extend(tiers)
     tier_copies_failed = sum(len(t) for t in failed_tiers.values())
@@ -163,10 +181,11 @@ def _lock_tier_copies_at_stake(
     node: str,
     local_tiers: Sequence[str],
     peer_tiers: Sequence[str],
+    coded: Mapping[str, Code],
 ) -> None:
     """Lock (into `locked`) every tier copy the declaration may fail: the local tier copies of
-    checkpoints with a replica on the node or still pending with shards there, and the peer
-    tier copies whose copy the node holds."""
+    checkpoints with a replica on the node or still pending with shards there, the peer tier
+    copies whose copy the node holds, and the coded copies it holds stripes of."""
     on_node = session.execute(
         select(Replica.checkpoint_id, Replica.tier)
         .where(
@@ -178,7 +197,44 @@ def _lock_tier_copies_at_stake(
     own = {cp for cp, _ in on_node} | set(_pending_with_shards_on(session, node))
     pairs = {(cp, t) for cp in own for t in local_tiers}
     pairs |= {(cp, tier) for cp, tier in on_node if tier in peer_tiers}
+    pairs |= set(_coded_on(session, node, coded))
     lock_in_order(session, tier_copies=pairs, into=locked)
+
+
+def _coded_on(session: Session, node: str, coded: Mapping[str, Code]) -> list[tuple[int, str]]:
+    """(checkpoint id, coded tier) of every coded copy the node holds (or held) stripes of."""
+    if not coded:
+        return []
+    rows = session.execute(
+        select(Stripe.checkpoint_id, Stripe.tier)
+        .where(
+            Stripe.node_id == node,
+            Stripe.tier.in_(sorted(coded)),
+            Stripe.state.in_([*stripes.NODE_LOST_SOURCES, ReplicaState.LOST.value]),
+        )
+        .distinct()
+    )
+    return sorted((cp, tier) for cp, tier in rows)
+
+
+def _fail_undecodable(
+    session: Session, locked: Locked, node: str, coded: Mapping[str, Code], reason: str
+) -> dict[int, list[str]]:
+    """The restorable coded copies the node held stripes of in which some shard now keeps
+    fewer than k verified stripes, turned `failed`, per checkpoint: no restore can decode it."""
+    gone = []
+    for cp, tier in _coded_on(session, node, coded):
+        copy = locked.tier_copies.get((cp, tier))
+        if copy is None or copy.state != TierState.RESTORABLE.value:
+            continue
+        # guard: coded-copy-fails-only-below-k
+        if not coverage(coded[tier], verified_stripes(session, cp, tier)).restorable:
+            gone.append((cp, tier))
+    failed = move(session, locked, Move.HOLDER_LOST, gone, reason=reason)
+    out: dict[int, list[str]] = {}
+    for cp, tier in sorted(failed):
+        out.setdefault(cp, []).append(tier)
+    return out
 
 
 def _pending_with_shards_on(session: Session, node: str) -> Sequence[int]:

@@ -9,12 +9,14 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
+from tierpoint_client.erasure import Code
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.holds.rebuild import release
 from tierpoint.catalog.locks import Locked, lock_in_order
 from tierpoint.catalog.models import VERIFIED, Replica, Shard, TierCopy
 from tierpoint.catalog.replica.placement import not_on_lost_node
+from tierpoint.catalog.stripe.coverage import coverage, verified_stripes
 from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.states import ReplicaState, TierState
 
@@ -40,9 +42,11 @@ def promote(
     tier: str,
     later_tiers: Sequence[str],
     stage_error: str | None,
+    code: Code | None = None,
 ) -> PromoteOutcome:
     """Move the tier copy in the caller's transaction: to `restorable` only if every shard has a
-    verified replica on the tier, else to `failed` with a reason, and the later tiers' with it.
+    verified replica on the tier (on a coded tier, `code`: all k+m stripes verified, the stripe
+    coverage's rule), else to `failed` with a reason, and the later tiers' with it.
     The later tiers' tier copies are locked with this one, in the catalog's order, as they may
     fail with it. Raises LookupError when the checkpoint has no tier copy on `tier`."""
     locked = lock_in_order(session, tier_copies=[(checkpoint_id, t) for t in (tier, *later_tiers)])
@@ -57,6 +61,8 @@ def promote(
     if tier_copy.state not in (TierState.PENDING.value, TierState.FAILED.value):
         # restorable already (a rerun), or retention has taken over.
         return PromoteOutcome(tier_copy.state, tier_copy.reason, changed=False)
+    if code is not None:
+        return _promote_coded(session, locked, checkpoint_id, tier, later_tiers, stage_error, code)
     total, verified = _shard_counts(session, checkpoint_id, tier)
     # guard: promote-count
     if verified == total and stage_error is None:
@@ -70,10 +76,52 @@ def promote(
     if bad:
         examples = ", ".join(_bad_examples(session, checkpoint_id, tier))
         parts.append(f"{bad} of {total} shards have no verified replica on {tier}: {examples}")
+    return _fail_with(session, locked, checkpoint_id, tier, later_tiers, parts, stage_error)
+
+
+def _promote_coded(
+    session: Session,
+    locked: Locked,
+    checkpoint_id: int,
+    tier: str,
+    later_tiers: Sequence[str],
+    stage_error: str | None,
+    code: Code,
+) -> PromoteOutcome:
+    """A coded copy is promoted only with every shard's stripe set whole: verified on holders
+    not lost, all k+m of them (after that it stays restorable while every set keeps k)."""
+    tier_copy = locked.tier_copies[(checkpoint_id, tier)]
+    counts = verified_stripes(session, checkpoint_id, tier)
+    got = coverage(code, counts)
+    # guard: promote-coded-copy-whole
+    if got.promotable and stage_error is None:
+        _mark_restorable(session, locked, checkpoint_id, tier_copy.job_id, tier, len(counts))
+        return PromoteOutcome(
+            TierState.RESTORABLE.value, None, changed=True, first=tier_copy.restorable_at is None
+        )
+    parts = []
+    if got.not_whole:
+        shown = ", ".join(f"shard {s}: {counts[s]}" for s in got.not_whole[:REASON_EXAMPLES])
+        parts.append(
+            f"{len(got.not_whole)} of {len(counts)} shards have fewer than {code.width} "
+            f"verified stripes on {tier} ({code}): {shown}"
+        )
+    return _fail_with(session, locked, checkpoint_id, tier, later_tiers, parts, stage_error)
+
+
+def _fail_with(
+    session: Session,
+    locked: Locked,
+    checkpoint_id: int,
+    tier: str,
+    later_tiers: Sequence[str],
+    parts: list[str],
+    stage_error: str | None,
+) -> PromoteOutcome:
     if stage_error:
         parts.append(stage_error)
     why = "; ".join(parts)
-    job_id = tier_copy.job_id
+    job_id = locked.tier_copies[(checkpoint_id, tier)].job_id
     _fail(session, locked, Move.PROMOTION_FAILED, checkpoint_id, job_id, tier, why)
     source_failed = f"source tier {tier} failed"
     for later in later_tiers:

@@ -1,0 +1,170 @@
+"""Reconciliation of a coded peer tier on a node: the stripes it holds for other nodes under its
+root of the tier, and its staging area (`tierpoint/storage/posix/staging.py`), the stripes its
+encoder cut from the node's own files.
+
+A held stripe is known while the catalog records it on this holder and it has not expired; a
+verified one missing or of another size than recorded is reported, and with `repair` recorded
+lost or corrupt through the stripe machine (`found bad`): its set then counts one stripe fewer.
+
+A staged stripe is known while the catalog records that stripe of one of the node's shards on
+the tier and it has not expired; anything else in the area is reported extra and never deleted,
+and an encoder's temp file older than the grace period is reported abandoned (removed with
+`repair`), as on any POSIX root.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.stripe import machine, pulling
+from tierpoint.catalog.stripe.encoding import staged_names
+from tierpoint.contract.integrity import Finding, TierReport
+from tierpoint.states import ReplicaState
+from tierpoint.storage.paths import is_partial_name
+from tierpoint.storage.posix.staging import STAGING_DIR, StripeStaging
+from tierpoint.tier_config import TierConfig
+
+Note = Callable[[TierReport, Finding, str], None]
+
+# (name relative to the job's directory or prefix, size, modified at as epoch seconds)
+Entry = tuple[str, int, float]
+
+
+def walk(top: Path) -> Iterator[Entry]:
+    """Every non-directory under top (symlinks are not followed), relative to it; a size of -1
+    for what is not a regular file."""
+    for dirpath, _dirs, files in os.walk(top, followlinks=False):
+        for f in files:
+            full = os.path.join(dirpath, f)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue
+            size = st.st_size if stat.S_ISREG(st.st_mode) else -1
+            yield os.path.relpath(full, top).replace(os.sep, "/"), size, st.st_mtime
+
+
+def _indexes(staging: StripeStaging, report: TierReport, note: Note) -> list[int]:
+    """The stripe indexes the area has directories for; any other entry at its top is extra."""
+    try:
+        names = sorted(os.listdir(staging.root))
+    except FileNotFoundError:
+        return []
+    code = staging.tier.stripe_code
+    width = code.width if code is not None else 0
+    found = []
+    for name in names:
+        if name.isascii() and name.isdigit() and int(name) < width and str(int(name)) == name:
+            found.append(int(name))
+        else:
+            note(report, Finding.EXTRA, f"{STAGING_DIR}/{name}")
+    return found
+
+
+def scan_job(
+    sessions: Sessions,
+    tier: TierConfig,
+    node: str,
+    job: str,
+    report: TierReport,
+    *,
+    grace: float,
+    repair: bool,
+    note: Note,
+) -> None:
+    """The staged stripes of `job` on `node`, against the catalog's."""
+    staging = StripeStaging(tier, node)
+    indexes = _indexes(staging, report, note)
+    if not indexes:
+        return
+    with sessions.begin() as s:
+        known = staged_names(s, node, tier.name, job)
+    for index in indexes:
+        top = staging.root / str(index) / job
+        if os.path.islink(top) or not top.is_dir():
+            continue
+        for rel, _size, mtime in walk(top):
+            report.scanned += 1
+            where = f"{STAGING_DIR}/{index}/{job}/{rel}"
+            if is_partial_name(rel.rsplit("/", 1)[-1]):
+                if mtime < grace:
+                    note(report, Finding.ABANDONED_TEMP, where)
+                    if repair:
+                        report.cleaned += int(staging.store(index).remove_temp(job, rel))
+                continue
+            step_s, _, path = rel.partition("/")
+            if (index, step_s, path) not in known:
+                note(report, Finding.EXTRA, where)
+
+
+def scan_held_job(
+    sessions: Sessions,
+    tier: TierConfig,
+    node: str,
+    job: str,
+    report: TierReport,
+    *,
+    grace: float,
+    repair: bool,
+    note: Note,
+) -> None:
+    """The stripes of `job` this node holds on `tier`, against the catalog's."""
+    with sessions.begin() as s:
+        held = pulling.held_stripes(s, node, tier.name, job)
+    store = StripeStaging(tier, node).holder_store()
+    top = store.root / job
+    seen: set[tuple[str, str]] = set()
+    wrong: list[tuple[int, int]] = []
+    if not os.path.islink(top) and top.is_dir():
+        for rel, size, mtime in walk(top):
+            report.scanned += 1
+            if is_partial_name(rel.rsplit("/", 1)[-1]):
+                if mtime < grace:
+                    note(report, Finding.ABANDONED_TEMP, f"{job}/{rel}")
+                    if repair:
+                        report.cleaned += int(store.remove_temp(job, rel))
+                continue
+            step_s, _, path = rel.partition("/")
+            stripe = held.get((step_s, path))
+            if stripe is None:
+                note(report, Finding.EXTRA, f"{job}/{rel}")
+                continue
+            seen.add((step_s, path))
+            if stripe.state == ReplicaState.VERIFIED.value and size != stripe.size:
+                note(report, Finding.WRONG_SIZE, f"{job}/{rel}: {size} != {stripe.size} bytes")
+                wrong.append((stripe.shard_id, stripe.index))
+    missing = []
+    for key, stripe in sorted(held.items()):
+        if stripe.state != ReplicaState.VERIFIED.value:
+            continue
+        report.checked += 1
+        if key not in seen:
+            note(report, Finding.MISSING, f"{job}/{key[0]}/{key[1]}")
+            missing.append((stripe.shard_id, stripe.index))
+    if repair and (missing or wrong):
+        with sessions.begin() as s:
+            report.marked += machine.mark_bad(
+                s, tier.name, missing, ReplicaState.LOST, f"reconcile: missing on {tier.name}"
+            )
+            report.marked += machine.mark_bad(
+                s, tier.name, wrong, ReplicaState.CORRUPT, "reconcile: wrong size"
+            )
+
+
+def scan_coded_job(
+    sessions: Sessions,
+    tier: TierConfig,
+    node: str,
+    job: str,
+    report: TierReport,
+    grace: float,
+    repair: bool,
+    note: Note,
+) -> None:
+    """A coded tier's files of `job` on `node`: the stripes it holds, and those it staged."""
+    scan_held_job(sessions, tier, node, job, report, grace=grace, repair=repair, note=note)
+    scan_job(sessions, tier, node, job, report, grace=grace, repair=repair, note=note)

@@ -1,0 +1,123 @@
+"""A file restored from its stripes wherever they are held: any k of them fetched in parallel,
+each verified as it arrives, then decoded and the file verified, falling back stripe by stripe.
+
+What the restore and the reader do with a coded copy: the plan lists the set's stripes (index,
+size, crc32c, where to read it); `open_stripe` opens one for reading (a holder's data endpoint,
+a file). The k stripes read first are the data stripes, so while their holders live the decode
+only joins them; a stripe that cannot be read (a holder down) or does not match its size or
+crc32c is treated as lost and the next one (a parity stripe) is read instead. Each stripe lands
+in a temporary file beside the destination, which is written only by `decode_path`: nothing
+under its name until the whole file matched its registered crc32c.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http.client import HTTPException
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import TierpointError
+from ..hashing import crc32c_hex, update
+from .code import Code
+from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path
+from .stripes import stripe_size
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class StripeRef:
+    """One stripe of a set as a restore plan lists it: `where` is the caller's (a URL, a path)."""
+
+    index: int
+    crc32c: str
+    where: str
+
+
+def _fetch(
+    code: Code,
+    file_size: int,
+    ref: StripeRef,
+    open_stripe: Callable[[StripeRef], BinaryIO],
+    dest: Path,
+) -> str | None:
+    """Stripe `ref` into `dest`, checked: None when good, else why it is not used."""
+    expected = stripe_size(code, file_size)
+    crc = size = 0
+    try:
+        with open_stripe(ref) as src, open(dest, "wb") as out:
+            while chunk := src.read(CHUNK):
+                size += len(chunk)
+                if size > expected:
+                    return f"stripe {ref.index} from {ref.where}: longer than {expected} bytes"
+                crc = update(crc, chunk)
+                out.write(chunk)
+    # guard: stripe-read-error-is-a-lost-stripe
+    except (OSError, HTTPException, TierpointError) as e:
+        # Cannot be read: refused, reset, cut off mid-body (IncompleteRead), a source's error.
+        return f"stripe {ref.index} from {ref.where}: {e!r}"
+    if size != expected or crc32c_hex(crc) != ref.crc32c:
+        return (
+            f"stripe {ref.index} from {ref.where}: {size} bytes, crc32c {crc32c_hex(crc)}; "
+            f"expected {expected}, {ref.crc32c}"
+        )
+    return None
+
+
+def restore_file(
+    code: Code,
+    file_size: int,
+    file_crc32c: str,
+    stripes: Sequence[StripeRef],
+    open_stripe: Callable[[StripeRef], BinaryIO],
+    dest: Path,
+) -> Decoded:
+    """Fetch k good stripes of `stripes` (data first, k at a time in parallel), decode them into
+    `dest` and check the file; NotEnoughStripesError, and nothing at `dest`, when fewer than k
+    of them are good. The stripes' temporary files are removed whatever happens."""
+    candidates = sorted(stripes, key=lambda s: s.index)
+    rejected: dict[int, str] = {}
+    good: dict[int, StripeFile] = {}
+    temps = {
+        s.index: dest.with_name(f".{dest.name}.stripe{s.index}.{os.getpid()}") for s in stripes
+    }
+    try:
+        with ThreadPoolExecutor(max_workers=code.k) as pool:
+            while len(good) < code.k:
+                left = [s for s in candidates if s.index not in good and s.index not in rejected]
+                batch = left[: code.k - len(good)]
+                if not batch:
+                    raise NotEnoughStripesError(code, rejected, len(stripes))
+                results = pool.map(
+                    lambda s: _fetch(code, file_size, s, open_stripe, temps[s.index]), batch
+                )
+                for ref, problem in zip(batch, list(results), strict=True):
+                    if problem is None:
+                        good[ref.index] = StripeFile(ref.index, temps[ref.index], ref.crc32c)
+                    else:
+                        rejected[ref.index] = problem
+                if len(good) == code.k:
+                    try:
+                        decoded = decode_path(
+                            code, file_size, file_crc32c, list(good.values()), dest
+                        )
+                    except NotEnoughStripesError as e:
+                        # A stripe changed on this disk since it was checked: fetch another.
+                        for index, why in e.rejected.items():
+                            good.pop(index, None)
+                            rejected[index] = why
+                        continue
+                    return Decoded(decoded.used, {**rejected, **decoded.rejected})
+        raise AssertionError("unreachable")  # pragma: no cover
+    finally:
+        for path in temps.values():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+__all__ = ["StripeRef", "restore_file"]

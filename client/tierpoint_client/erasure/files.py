@@ -1,0 +1,118 @@
+"""Stripes as files: encode a file into k+m stripe files, decode a file from any k of them.
+
+Both write under a temporary name in the destination's folder, fsync and rename, so a crash or a
+failed check leaves nothing under a final name (the same rule as every copy in the project).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from .code import Code
+from .stripes import (
+    FileMismatchError,
+    StripeCorruptError,
+    StripeInfo,
+    StripeSource,
+    choose,
+    decode,
+    encode,
+)
+
+
+@contextlib.contextmanager
+def _atomic(dest: Path) -> Iterator[BinaryIO]:
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def encode_path(code: Code, src: Path, dests: Sequence[Path]) -> list[StripeInfo]:
+    """Stripe i of the file `src` written atomically to dests[i]; each stripe's size and crc32c."""
+    if len(dests) != code.width:
+        raise ValueError(f"{code} writes {code.width} stripes, not {len(dests)}")
+    with contextlib.ExitStack() as stack:
+        sinks = [stack.enter_context(_atomic(d)) for d in dests]
+        with open(src, "rb") as f:
+            return encode(code, f, os.fstat(f.fileno()).st_size, sinks)
+
+
+@dataclass(frozen=True)
+class StripeFile:
+    """A stripe held in a file, with the crc32c it must match."""
+
+    index: int
+    path: Path
+    crc32c: str
+
+
+@dataclass
+class Decoded:
+    """Which stripes a decode used, and which it found corrupt and left out."""
+
+    used: list[int]
+    rejected: dict[int, str] = field(default_factory=dict)
+
+
+class NotEnoughStripesError(ValueError):
+    """Fewer than k stripes passed their checks: the file cannot be decoded from this set."""
+
+    def __init__(self, code: Code, rejected: Mapping[int, str], available: int) -> None:
+        self.rejected = dict(rejected)
+        why = "; ".join(f"{msg}" for msg in rejected.values()) or "none rejected"
+        super().__init__(
+            f"{code} needs {code.k} good stripes; {available} available, "
+            f"{len(rejected)} rejected ({why})"
+        )
+
+
+def decode_path(
+    code: Code,
+    file_size: int,
+    file_crc32c: str,
+    stripes: Sequence[StripeFile],
+    dest: Path,
+) -> Decoded:
+    """Decode the file into `dest` (atomically) from k of `stripes`, data stripes first. A stripe
+    that fails its size or crc32c is left out and the decode starts again from the others, so
+    nothing decoded from it reaches `dest`; NotEnoughStripesError when fewer than k are good.
+    A FileMismatchError (every stripe checked, the file not) means the set itself is wrong."""
+    by_index = {s.index: s for s in stripes}
+    rejected: dict[int, str] = {}
+    while True:
+        good = [i for i in by_index if i not in rejected]
+        if len(good) < code.k:
+            raise NotEnoughStripesError(code, rejected, len(by_index))
+        used = choose(code, good)
+        try:
+            _decode_once(code, file_size, file_crc32c, [by_index[i] for i in used], dest)
+        except StripeCorruptError as e:
+            rejected[e.index] = str(e)
+            continue
+        return Decoded(used, rejected)
+
+
+def _decode_once(
+    code: Code, file_size: int, file_crc32c: str, stripes: Sequence[StripeFile], dest: Path
+) -> None:
+    with contextlib.ExitStack() as stack:
+        sources = {
+            s.index: StripeSource(s.index, stack.enter_context(open(s.path, "rb")), s.crc32c)
+            for s in stripes
+        }
+        with _atomic(dest) as out:
+            decode(code, file_size, file_crc32c, sources, out)
+
+
+__all__ = ["Decoded", "FileMismatchError", "NotEnoughStripesError", "StripeFile"]

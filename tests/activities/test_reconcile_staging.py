@@ -1,0 +1,111 @@
+"""Reconciliation of a coded tier on a node (activities/reconcile_staging.py), run on the node's
+worker on a real catalog and real files: its staging area is known and only what the catalog
+does not know there is reported (an abandoned temp file removed with repair, a stray file never);
+on a holder, the stripes it holds are known, one missing or of the wrong size is reported and
+with repair recorded lost or corrupt, a stray file is reported and kept."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.testing import ActivityEnvironment
+from tierpoint_client.peer import PEERS
+
+from activities.reconcile import ReconcileActivities
+from activities.stores import Stores
+from tests.helpers.coded_tier import (
+    STEP,
+    coded_settings,
+    encode,
+    holders_a,
+    pull,
+    ready,
+    sealed,
+    staged_file,
+    stripe_states,
+)
+from tierpoint.config import Settings
+from tierpoint.contract.integrity import ReconcileScanInput, ReconcileUnit
+from tierpoint.services.data_endpoint import DataServer, serve
+from tierpoint.storage.paths import PARTIAL_SUFFIX
+from tierpoint.tier_config import TierKind
+
+SECRET = "tp_worker-credential-of-this-test"
+
+
+@pytest.fixture
+def coded(catalog_settings: Settings, tmp_path: Path) -> Settings:
+    return coded_settings(catalog_settings, tmp_path, data_token=SECRET)
+
+
+@pytest.fixture
+def server(coded: Settings, sessions: sessionmaker[Session]) -> Iterator[DataServer]:
+    srv = serve(coded, sessions, "node-a", 0)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    PEERS.close()
+
+
+def test_reconciliation_knows_the_staging_area_and_reports_only_what_the_catalog_does_not(
+    coded: Settings, sessions: sessionmaker[Session]
+) -> None:
+    cp, job, shards = sealed(coded, sessions, 5000)
+    assert encode(coded, sessions, cp, job).verified == 3
+    acts = ReconcileActivities(sessions, coded, Stores(coded), node="node-a")
+    env = ActivityEnvironment()
+    unit = ReconcileUnit(tier="coded", kind=TierKind.PEER, node="node-a")
+    scan = ReconcileScanInput(unit=unit, grace_seconds=3600)
+    clean = env.run(acts.scan, scan)
+    # The area and the 3 x 3 stripes staged in it are the catalog's: nothing is reported.
+    assert clean.counts == {} and clean.scanned >= 9, clean
+
+    staged = staged_file(coded, job, 2, shards[0].path)
+    stray = staged.parent / "notes.txt"
+    stray.write_text("nobody registered this")
+    temp = staged.parent / f".abandoned{PARTIAL_SUFFIX}"
+    temp.write_bytes(b"half a stripe")
+    old = time.time() - 7200
+    os.utime(temp, (old, old))
+    report = env.run(acts.scan, scan)
+    assert report.counts == {"extra": 1, "abandoned_temp": 1}, report
+    assert any("notes.txt" in e for e in report.examples["extra"])
+
+    repaired = env.run(acts.scan, scan.model_copy(update={"repair": True}))
+    assert repaired.cleaned == 1 and not temp.exists()
+    # Never deleted: the stray file nobody registered, and the staged stripes.
+    assert stray.exists() and staged.exists()
+
+
+def test_reconciliation_on_a_holder_knows_its_stripes_and_marks_the_damaged(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer
+) -> None:
+    cp, job, shards = ready(coded, sessions, server, 50_000)
+    holder = holders_a()[0]
+    assert pull(coded, sessions, cp, job, holder).verified == 3
+    acts = ReconcileActivities(sessions, coded, Stores(coded), node=holder)
+    env = ActivityEnvironment()
+    unit = ReconcileUnit(tier="coded", kind=TierKind.PEER, node=holder)
+    scan = ReconcileScanInput(unit=unit, job=job, grace_seconds=3600)
+    clean = env.run(acts.scan, scan)
+    assert (clean.counts, clean.checked) == ({}, 3), clean
+
+    root = coded.tier("coded").root_for(holder) / job / str(STEP)
+    (root / shards[0].path).unlink()
+    (root / shards[1].path).write_bytes(b"short")
+    stray = root / "notes.txt"
+    stray.write_text("nobody registered this")
+    report = env.run(acts.scan, scan)
+    assert report.counts == {"missing": 1, "wrong_size": 1, "extra": 1}, report
+    assert set(stripe_states(sessions, cp).values()) == {"verified", "pending"}
+
+    repaired = env.run(acts.scan, scan.model_copy(update={"repair": True}))
+    assert repaired.marked == 2 and stray.exists()
+    states = stripe_states(sessions, cp)
+    assert (states[(shards[0].path, 0)], states[(shards[1].path, 0)]) == ("lost", "corrupt")
+    assert states[(shards[2].path, 0)] == "verified"

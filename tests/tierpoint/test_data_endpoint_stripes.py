@@ -1,0 +1,93 @@
+"""A node's data endpoint serves the stripes its encoder staged for a coded tier's holders, on a
+real catalog, real files and a real HTTP server: a stripe the catalog places there is served
+whole or by range to a credential, byte for byte what the encoder recorded; no credential is
+401; a stripe index the code has not, a stray file in the staging area, a stripe of a shard the
+catalog never placed and one whose copy is being expired are 404, whatever lies on disk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from tierpoint_client.peer import PEERS
+
+from tests.helpers.coded_tier import CODE, STEP, coded_settings, encode, sealed, staged_file
+from tests.helpers.lifecycle import crc_hex
+from tierpoint.catalog.models import Shard, Stripe
+from tierpoint.catalog.stripe import machine as stripes
+from tierpoint.config import Settings
+from tierpoint.services.data_endpoint import DataServer, serve
+from tierpoint.storage.base import ShardRef
+from tierpoint.storage.peer_http import stripe_url
+
+SECRET = "tp_worker-credential-of-this-test"
+AUTH = {"Authorization": f"Bearer {SECRET}"}
+GUARD = 30.0  # against a hang, not a performance assertion
+
+
+@pytest.fixture
+def coded(catalog_settings: Settings, tmp_path: Path) -> Settings:
+    return coded_settings(catalog_settings, tmp_path, data_token=SECRET)
+
+
+@pytest.fixture
+def server(coded: Settings, sessions: sessionmaker[Session]) -> Iterator[DataServer]:
+    srv = serve(coded, sessions, "node-a", 0)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    PEERS.close()
+
+
+def test_staged_stripes_are_served_to_their_holders_as_the_catalog_places_them(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer
+) -> None:
+    cp, job, shards = sealed(coded, sessions, 300_000)
+    assert encode(coded, sessions, cp, job).verified == 3
+    with sessions() as s:
+        recorded = {
+            (r.path, r.stripe_index): (r.size, r.crc32c)
+            for r in s.execute(
+                select(Shard.path, Stripe.stripe_index, Stripe.size, Stripe.crc32c)
+                .join(Shard, Shard.id == Stripe.shard_id)
+                .where(Stripe.checkpoint_id == cp)
+            )
+        }
+    base = server.url
+
+    def url(index: int, path: str) -> str:
+        return stripe_url(base, "coded", index, ShardRef(job, STEP, path))
+
+    for sh in shards:
+        for i in range(CODE.width):
+            r = httpx.get(url(i, sh.path), headers=AUTH, timeout=GUARD)
+            assert r.status_code == 200, r.text
+            assert (len(r.content), crc_hex(r.content)) == recorded[(sh.path, i)]
+    whole = staged_file(coded, job, 1, shards[0].path).read_bytes()
+    ranged = httpx.get(url(1, shards[0].path), headers={**AUTH, "Range": "bytes=10-99"})
+    assert ranged.status_code == 206 and ranged.content == whole[10:100]
+
+    assert httpx.get(url(0, shards[0].path), timeout=GUARD).status_code == 401
+    # An index the code has not, though a file lies there.
+    beyond = staged_file(coded, job, CODE.width, shards[0].path)
+    beyond.parent.mkdir(parents=True)
+    beyond.write_bytes(b"not a stripe of rs(2,1)")
+    assert httpx.get(url(CODE.width, shards[0].path), headers=AUTH).status_code == 404
+    # A stray file in the area, under a name no shard has.
+    stray = staged_file(coded, job, 0, "notes.txt")
+    stray.write_text("nobody registered this")
+    r = httpx.get(url(0, "notes.txt"), headers=AUTH, timeout=GUARD)
+    assert r.status_code == 404 and r.headers["content-type"] == "application/problem+json"
+    # A tier that keeps no stripes has none to serve.
+    ssd = stripe_url(base, "ssd", 0, ShardRef(job, STEP, shards[0].path))
+    assert httpx.get(ssd, headers=AUTH, timeout=GUARD).status_code == 404
+
+    # Once the coded copy's expiry begins, its stripes are not handed to anyone.
+    with sessions.begin() as s:
+        stripes.expire(s, stripes.Move.EXPIRY_BEGUN, [(cp, "coded")])
+    assert staged_file(coded, job, 0, shards[0].path).exists()
+    assert httpx.get(url(0, shards[0].path), headers=AUTH, timeout=GUARD).status_code == 404

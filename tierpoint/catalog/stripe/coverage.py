@@ -1,0 +1,61 @@
+"""What a coded peer tier's stripes make restorable: invariant 1 for stripes.
+
+A checkpoint's coded copy is promoted (made restorable) only when every shard has all k+m
+stripes verified on holders not declared lost, and it stays restorable while every shard keeps
+at least k of them: any k verified stripes give the file back, and the decoded file is checked
+against the shard's registered crc32c before a byte is handed on (tierpoint_client.erasure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from tierpoint_client.erasure import Code
+
+from tierpoint.catalog.models import Node, Shard, Stripe
+from tierpoint.states import ReplicaState
+
+
+def verified_stripes(session: Session, checkpoint_id: int, tier: str) -> dict[int, int]:
+    """Shard id -> its stripes on `tier` verified on a holder not declared lost; every shard of
+    the checkpoint is a key (0 for one with none)."""
+    counts = (
+        select(Stripe.shard_id, func.count(func.distinct(Stripe.stripe_index)).label("n"))
+        .join(Node, Node.id == Stripe.node_id)
+        .where(
+            Stripe.checkpoint_id == checkpoint_id,
+            Stripe.tier == tier,
+            Stripe.state == ReplicaState.VERIFIED.value,
+            Node.lost_at.is_(None),
+        )
+        .group_by(Stripe.shard_id)
+        .subquery()
+    )
+    rows = session.execute(
+        select(Shard.id, func.coalesce(counts.c.n, 0))
+        .outerjoin(counts, counts.c.shard_id == Shard.id)
+        .where(Shard.checkpoint_id == checkpoint_id)
+    )
+    return {shard: int(n) for shard, n in rows}
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """A coded copy's standing: promotable (every set whole), restorable (every set decodable),
+    and the shards that hold it back from each."""
+
+    promotable: bool
+    restorable: bool
+    not_whole: list[int]
+    not_decodable: list[int]
+
+
+def coverage(code: Code, counts: Mapping[int, int]) -> Coverage:
+    """The rule, over `verified_stripes`' counts. A checkpoint with no shard is trivially both."""
+    not_whole = sorted(s for s, n in counts.items() if n < code.width)
+    # guard: coded-copy-needs-k-stripes
+    not_decodable = sorted(s for s, n in counts.items() if n < code.k)
+    return Coverage(not not_whole, not not_decodable, not_whole, not_decodable)

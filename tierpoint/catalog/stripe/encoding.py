@@ -1,0 +1,169 @@
+"""What a node's encoder reads from the catalog: the sealed shards of a checkpoint it cuts into
+stripes, with the stripes already placed for each; and what its staging area may hold."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard, Stripe
+from tierpoint.states import ReplicaState
+from tierpoint.storage.base import RecordedCopy
+from tierpoint.storage.paths import step_dir
+
+# A staged stripe is served to its holder while it is placed and not yet given up.
+PULLABLE = [
+    ReplicaState.PENDING.value,
+    ReplicaState.COPYING.value,
+    ReplicaState.VERIFIED.value,
+    ReplicaState.CORRUPT.value,
+]
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A stripe the catalog already records: its holder and what the encoder cut."""
+
+    node: str
+    size: int
+    crc32c: str
+
+
+@dataclass(frozen=True)
+class ToEncode:
+    """A shard of the node, sealed on its local tier, and its stripes already placed."""
+
+    shard_id: int
+    path: str
+    size: int
+    crc32c: str
+    placed: dict[int, Placed] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EncodeSet:
+    job: str
+    step: int
+    branch: int
+    shards: list[ToEncode]
+
+
+def to_encode(
+    session: Session,
+    checkpoint_id: int,
+    node: str,
+    local_tier: str,
+    coded_tier: str,
+    ordinals: tuple[int, int],
+) -> EncodeSet | None:
+    """The checkpoint's shards on `node` with manifest ordinals in [first, last] whose copy on
+    `local_tier` is sealed (verified), in ordinal order; None if the checkpoint is not in the
+    catalog.
+    A shard not sealed is left out: the encoder reads only bytes the catalog verified."""
+    head = session.execute(
+        select(Job.name, Checkpoint.step, Checkpoint.branch)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(Checkpoint.id == checkpoint_id, Checkpoint.deleted_at.is_(None))
+    ).one_or_none()
+    if head is None:
+        return None
+    q = (
+        select(Shard.id, Shard.path, Shard.size, Shard.checksum)
+        .join(Replica, Replica.shard_id == Shard.id)
+        .where(
+            Shard.checkpoint_id == checkpoint_id,
+            Shard.node_id == node,
+            Shard.ordinal.between(*ordinals),
+            Shard.checksum.is_not(None),
+            Replica.tier == local_tier,
+            Replica.state == ReplicaState.VERIFIED.value,
+        )
+        .order_by(Shard.ordinal)
+    )
+    shards = [
+        ToEncode(sid, path, size, checksum or "")
+        for sid, path, size, checksum in session.execute(q)
+    ]
+    if shards:
+        rows = session.execute(
+            select(
+                Stripe.shard_id, Stripe.stripe_index, Stripe.node_id, Stripe.size, Stripe.crc32c
+            ).where(Stripe.tier == coded_tier, Stripe.shard_id.in_([s.shard_id for s in shards]))
+        )
+        by_id = {s.shard_id: s for s in shards}
+        for sid, index, holder, size, crc in rows:
+            by_id[sid].placed[index] = Placed(holder, size, crc)
+    return EncodeSet(head.name, head.step, head.branch, shards)
+
+
+def staged_names(session: Session, node: str, tier: str, job: str) -> set[tuple[int, str, str]]:
+    """(stripe index, checkpoint directory, shard path) of every stripe of `job`'s shards on
+    `node` that the catalog records on `tier` and has not expired: the names a staging area of
+    that node may hold for the job."""
+    rows = session.execute(
+        select(Stripe.stripe_index, Checkpoint.step, Checkpoint.branch, Shard.path)
+        .join(Shard, Shard.id == Stripe.shard_id)
+        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(
+            Job.name == job,
+            Shard.node_id == node,
+            Stripe.tier == tier,
+            Stripe.state != ReplicaState.EXPIRED.value,
+        )
+    )
+    return {(index, step_dir(step, branch), path) for index, step, branch, path in rows}
+
+
+def staged_copies(
+    session: Session,
+    checkpoint_id: int,
+    tier: str,
+    node: str,
+    shards: Collection[int] | None = None,
+) -> dict[int, list[RecordedCopy]]:
+    """Stripe index -> the checkpoint's stripes on `tier` of `node`'s shards (only `shards`
+    when given) as the encoder recorded them (each shard's path, the stripe's size and crc32c):
+    what may be deleted from the node's staging area, and nothing else."""
+    q = (
+        select(Stripe.stripe_index, Shard.path, Stripe.size, Stripe.crc32c)
+        .join(Shard, Shard.id == Stripe.shard_id)
+        .where(Stripe.checkpoint_id == checkpoint_id, Stripe.tier == tier, Shard.node_id == node)
+        .order_by(Shard.ordinal, Stripe.stripe_index)
+    )
+    if shards is not None:
+        q = q.where(Shard.id.in_(list(shards)))
+    rows = session.execute(q)
+    out: dict[int, list[RecordedCopy]] = {}
+    for index, path, size, crc in rows:
+        out.setdefault(index, []).append(RecordedCopy(path, size, crc))
+    return out
+
+
+def staged_size(
+    session: Session, node: str, tier: str, index: int, job: str, step: int, branch: int, path: str
+) -> int | None:
+    """The size the encoder recorded for stripe `index` of `node`'s shard `path`, while the
+    catalog has it placed there for its holder to pull (not lost, not expiring or expired);
+    None for anything else."""
+    return session.scalar(
+        select(Stripe.size)
+        .join(Shard, Shard.id == Stripe.shard_id)
+        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(
+            Job.name == job,
+            Checkpoint.step == step,
+            Checkpoint.branch == branch,
+            Checkpoint.deleted_at.is_(None),
+            Shard.path == path,
+            Shard.node_id == node,
+            Stripe.tier == tier,
+            Stripe.stripe_index == index,
+            # guard: staged-stripe-served-while-placed
+            Stripe.state.in_(PULLABLE),
+        )
+    )

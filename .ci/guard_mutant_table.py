@@ -573,6 +573,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "not once its copy's expiry began",
     ),
     Mutant(
+        "coded-copy-read-by-stripes",
+        "    if entry.code is not None:\n",
+        "    if False:\n",
+        (
+            "tests/client/test_restore_coded.py::"
+            "test_a_coded_copy_is_decoded_from_its_holders_a_rotten_stripe_read_around",
+        ),
+        "the client's restore decodes a coded copy from its stripes",
+    ),
+    Mutant(
+        "coded-copy-short-of-k-falls-back",
+        "    except (NotEnoughStripesError, FileMismatchError) as e:\n",
+        "    except FileMismatchError as e:\n",
+        (
+            "tests/client/test_restore_coded.py::"
+            "test_fewer_than_k_holders_falls_back_to_the_next_tier_or_writes_nothing",
+        ),
+        "a coded copy with fewer than k good stripes is given up like any copy: the next tier "
+        "restores the file",
+    ),
+    Mutant(
         "stripe-judged-by-the-holders-read-back",
         '        crc = back.crc32c or "missing"\n',
         "        crc = stripe.crc32c\n",

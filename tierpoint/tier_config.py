@@ -233,9 +233,10 @@ class TierConfig(BaseModel):
         "each of a node's local-tier files cut into k data and m parity stripes on k+m other "
         "nodes (in distinct failure domains while there are that many), any k of which give "
         "the file back; (k+m)/k of the files' bytes on the holders instead of K times. k >= 2, "
-        "m >= 1, k+m <= 32. Needs k+m+1 nodes; `copies` (above 1) or `code`, not both. Not "
-        "served yet: the API and the shared worker refuse to start with a coded tier until "
-        "the restore reads stripes (docs/architecture.md, the coded peer tier).",
+        "m >= 1, k+m <= 32. Needs k+m+1 nodes (the API and the shared worker refuse to start "
+        "with a code the cluster cannot place); `copies` (above 1) or `code`, not both. A "
+        "restore reads any k stripes from their holders (docs/architecture.md, the coded peer "
+        "tier).",
     )
     copy_of: str | None = Field(
         default=None,

@@ -128,6 +128,14 @@ class CheckpointPage(BaseModel):
     )
 
 
+class PlanStripeOut(_Out):
+    index: int = Field(description="the stripe's index in its set: data stripes first (0..k-1)")
+    node: str = Field(description="the holder")
+    url: str = Field(description="where the holder's data endpoint serves it")
+    size: int
+    crc32c: str = Field(description="the encoder's; a stripe that does not match is not used")
+
+
 class RestorePlanEntryOut(_Out):
     path: str
     size: int
@@ -139,6 +147,16 @@ class RestorePlanEntryOut(_Out):
     bucket: str | None = Field(default=None, description=_BUCKET)
     key: str | None = Field(default=None, description=_KEY)
     url: str | None = Field(default=None, description=_URL)
+    code: str | None = Field(
+        default=None,
+        description='a coded peer copy: its code ("rs(k,m)"); any k of `stripes` give the file '
+        "back, checked against `size` and `crc32c` before a byte is handed on",
+    )
+    stripes: list[PlanStripeOut] | None = Field(
+        default=None,
+        description="a coded peer copy: the stripes verified on holders not declared lost, at "
+        "least k of them",
+    )
 
 
 class SkippedOut(_Out):

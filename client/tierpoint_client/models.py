@@ -191,6 +191,22 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class PlanStripe:
+    """A stripe of a coded peer copy: verified on `node`, read at `url` (its holder's data
+    endpoint); `size` and `crc32c` are the encoder's."""
+
+    index: int
+    node: str
+    url: str
+    size: int
+    crc32c: str
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PlanStripe:
+        return cls(int(d["index"]), d["node"], d["url"], int(d["size"]), d["crc32c"])
+
+
+@dataclass(frozen=True)
 class PlanEntry:
     """Where to read one shard from for a restore: the fastest verified copy.
 
@@ -210,6 +226,9 @@ class PlanEntry:
     key: str | None = None
     # Peer copies: the holding node's data endpoint URL of the file (the server encoded it)
     url: str | None = None
+    # A coded peer copy: its code ("rs(k,m)") and the stripes to read any k of
+    code: str | None = None
+    stripes: tuple[PlanStripe, ...] = ()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PlanEntry:
@@ -224,6 +243,8 @@ class PlanEntry:
             bucket=d.get("bucket"),
             key=d.get("key"),
             url=d.get("url"),
+            code=d.get("code"),
+            stripes=tuple(PlanStripe.from_json(x) for x in d.get("stripes") or ()),
         )
 
     @classmethod

@@ -45,6 +45,7 @@ from tierpoint_client.models import (
 )
 from tierpoint_client.paths import PARTIAL_SUFFIX, check_no_path_conflict, validate_relative_path
 from tierpoint_client.sources import Sources
+from tierpoint_client.sources.coded import restore_coded
 
 ProgressCallback = Callable[[int, int], None]
 # Why a copy was given up: it could not be read, or its bytes did not match.
@@ -104,6 +105,12 @@ def stage_shard(
     """Copy one copy of a shard to `tmp`, fsynced and verified against the registered size and
     crc32c. On any failure `tmp` is removed: SourceError when the copy could not be read,
     ChecksumMismatchError when its bytes do not match; anything else is the destination's."""
+    # A coded copy: decoded from its stripes, written and checked by the decode.
+    # guard: coded-copy-read-by-stripes
+    if entry.code is not None:
+        restore_coded(entry, tmp, sources.token)
+        progress.add(entry.size)
+        return RestoredFile(entry.path, entry.size, entry.crc32c or "", entry.tier, entry.location)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     crc = 0
     size = 0

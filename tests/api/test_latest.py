@@ -95,6 +95,8 @@ async def test_local_only_checkpoint_needs_the_callers_node(
             "bucket": None,
             "key": None,
             "url": None,
+            "code": None,
+            "stripes": None,
         },
         {
             "path": "x/1",
@@ -107,6 +109,8 @@ async def test_local_only_checkpoint_needs_the_callers_node(
             "bucket": None,
             "key": None,
             "url": None,
+            "code": None,
+            "stripes": None,
         },
     ]
 

@@ -1,6 +1,6 @@
 """A coded peer tier the cluster cannot hold is refused when the shared worker or the API starts,
-with what it needs; one it can hold is refused for what this version cannot do yet, never run as
-copies."""
+with what it needs, never run as copies (one it can hold runs: tests/workflows/test_coded_tier.py
+starts the project's shared worker with rs(2,1) on four nodes)."""
 
 from __future__ import annotations
 
@@ -40,15 +40,6 @@ async def test_a_code_wider_than_the_cluster_stops_the_shared_worker_at_start(
     coded = _coded(settings, "rs(4,2)", tmp_path)
     nodes = [f"coded-{i}" for i in range(6)]
     with pytest.raises(ValueError, match=r"needs at least 7 nodes, and the catalog knows 6"):
-        await _start(coded, client, nodes)
-
-
-async def test_a_placeable_code_is_refused_while_the_restore_does_not_read_stripes(
-    settings: Settings, client: Client, tmp_path: Any
-) -> None:
-    coded = _coded(settings, "rs(2,1)", tmp_path)
-    nodes = [f"coded-{i}" for i in range(4)]
-    with pytest.raises(ValueError, match=r"its restore does not read them yet"):
         await _start(coded, client, nodes)
 
 

@@ -2,7 +2,9 @@
 real catalog, real files and a real HTTP server: a stripe the catalog places there is served
 whole or by range to a credential, byte for byte what the encoder recorded; no credential is
 401; a stripe index the code has not, a stray file in the staging area, a stripe of a shard the
-catalog never placed and one whose copy is being expired are 404, whatever lies on disk."""
+catalog never placed and one whose copy is being expired are 404, whatever lies on disk. A
+holder serves the stripe it holds to a restore only while the catalog has it verified there and
+the holder is not declared lost."""
 
 from __future__ import annotations
 
@@ -15,10 +17,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from tierpoint_client.peer import PEERS
 
-from tests.helpers.coded_tier import CODE, STEP, coded_settings, encode, sealed, staged_file
+from tests.helpers.coded_tier import (
+    CODE,
+    STEP,
+    coded_settings,
+    encode,
+    holders_a,
+    pull,
+    ready,
+    sealed,
+    staged_file,
+)
 from tests.helpers.lifecycle import crc_hex
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.stripe import machine as stripes
+from tierpoint.catalog.tier_copy.node_lost import mark_lost
 from tierpoint.config import Settings
 from tierpoint.services.data_endpoint import DataServer, serve
 from tierpoint.storage.base import ShardRef
@@ -91,3 +104,41 @@ def test_staged_stripes_are_served_to_their_holders_as_the_catalog_places_them(
         stripes.expire(s, stripes.Move.EXPIRY_BEGUN, [(cp, "coded")])
     assert staged_file(coded, job, 0, shards[0].path).exists()
     assert httpx.get(url(0, shards[0].path), headers=AUTH, timeout=GUARD).status_code == 404
+
+
+def test_a_holder_serves_the_stripe_it_holds_verified_to_a_restore(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer
+) -> None:
+    cp, job, shards = ready(coded, sessions, server, 300_000)
+    holder = holders_a()[0]
+    held = serve(coded, sessions, holder, 0)
+    try:
+        sh = shards[0]
+
+        def url(index: int) -> str:
+            return stripe_url(held.url, "coded", index, ShardRef(job, STEP, sh.path))
+
+        # Placed, not pulled yet: the holder has nothing verified to serve.
+        assert httpx.get(url(0), headers=AUTH, timeout=GUARD).status_code == 404
+        assert pull(coded, sessions, cp, job, holder).verified == 3
+        with sessions() as s:
+            size, crc = s.execute(
+                select(Stripe.size, Stripe.crc32c)
+                .join(Shard, Shard.id == Stripe.shard_id)
+                .where(Stripe.checkpoint_id == cp, Shard.path == sh.path, Stripe.stripe_index == 0)
+            ).one()
+        r = httpx.get(url(0), headers=AUTH, timeout=GUARD)
+        assert r.status_code == 200, r.text
+        assert (len(r.content), crc_hex(r.content)) == (size, crc)
+        ranged = httpx.get(url(0), headers={**AUTH, "Range": "bytes=5-49"}, timeout=GUARD)
+        assert ranged.status_code == 206 and ranged.content == r.content[5:50]
+        assert httpx.get(url(0), timeout=GUARD).status_code == 401
+        # A stripe of the set it does not hold.
+        assert httpx.get(url(1), headers=AUTH, timeout=GUARD).status_code == 404
+        # Declared lost: what it holds is no longer handed to a restore.
+        with sessions.begin() as s:
+            mark_lost(s, holder, ["ssd"], "test")
+        assert httpx.get(url(0), headers=AUTH, timeout=GUARD).status_code == 404
+    finally:
+        held.shutdown()
+        held.server_close()

@@ -1,8 +1,5 @@
 """The start-up check of coded peer tiers (`code = "rs(k,m)"`), one statement for the API and the
-shared worker: a code the cluster cannot place is refused with what it needs, and, until the
-restore reads stripes, so is any coded tier: the lifecycle makes and promotes a coded copy, but
-`latest` and the client's restore would not read it, so a lost node's files could come only from
-a slower tier while the tier's memory is spent."""
+shared worker: a code the cluster cannot place is refused with what it needs."""
 
 from __future__ import annotations
 
@@ -38,10 +35,6 @@ def refusal(settings: Settings, known_nodes: int) -> str | None:
         # guard: code-refused-at-start
         if (problem := unplaceable(tier.name, code, known_nodes)) is not None:
             return problem
-        return (
-            f"peer tier {tier.name!r} keeps {code}: this version copies stripes to their holders "
-            "but its restore does not read them yet; use copies for now"
-        )
     return None
 
 

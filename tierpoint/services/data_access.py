@@ -19,6 +19,7 @@ from tierpoint import auth
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.replica import placement
 from tierpoint.catalog.stripe.encoding import staged_size
+from tierpoint.catalog.stripe.restoring import held_size
 from tierpoint.catalog.token import tokens
 from tierpoint.config import Settings
 from tierpoint.errors import (
@@ -32,6 +33,7 @@ from tierpoint.errors import (
 from tierpoint.storage.base import ShardRef, TierStore
 from tierpoint.storage.peer_http import parse_data_path
 from tierpoint.storage.posix.staging import StripeStaging
+from tierpoint.storage.registry import open_store
 from tierpoint.tier_config import TierConfig
 
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
@@ -105,18 +107,24 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end
 
 
-def staged(
+def stripe_source(
     sessions: Sessions, tier: TierConfig, node: str, index: int, ref: ShardRef
 ) -> tuple[TierStore, int | None]:
-    """The staging store of stripe `index` on `node` and the stripe's size while the catalog
-    has it placed for its holder (None: not served). Only a coded tier stages stripes."""
+    """Where `node` serves stripe `index` of shard `ref` from, and its size (None: not served).
+    The shard's own node serves it from its staging area while the catalog has it placed for
+    its holder (the holder's pull); its holder serves it from its root of the tier while it
+    holds it verified (a restore). A holder is never the shard's node, so at most one applies.
+    Only a coded tier keeps stripes."""
     staging = StripeStaging(tier, node)
     code = tier.stripe_code
     if code is None or index >= code.width:
         return staging.store(index), None
     with sessions.begin() as s:
         size = staged_size(s, node, tier.name, index, ref.job, ref.step, ref.branch, ref.path)
-    return staging.store(index), size
+        if size is not None:
+            return staging.store(index), size
+        held = held_size(s, node, tier.name, index, ref.job, ref.step, ref.branch, ref.path)
+    return open_store(tier, node), held
 
 
 class Listings:

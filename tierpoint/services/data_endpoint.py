@@ -7,9 +7,10 @@ or `train:<prefix>` of the job). It is checked first: without a valid one a requ
 whatever its path (`data_access.py`). Only a verified copy that the catalog lists on this node's
 tier is served, read through the tier store (no symlink followed below the root, the tier's read
 bandwidth limit shared with every other read off the node); anything else is 404 whether or not
-a file is there. A stripe the node's encoder staged for a coded tier's holder
-(`<tier>~<index>`, `peer_http.stripe_url`) is served from the staging area while the catalog
-places it there (not lost, expiring or expired), with the same credential, limits and refusals.
+a file is there. A coded tier's stripe (`<tier>~<index>`, `peer_http.stripe_url`) is served by
+the shard's node from its staging area while the catalog places it there for its holder (not
+lost, expiring or expired), and by its holder from its root of the tier while the catalog has it
+verified there (a restore's read), with the same credential, limits and refusals.
 One range per request (`Range: bytes=a-b`, `bytes=a-`) gives 206. Refusals are
 RFC 9457 problem+json documents with a stable `code`.
 
@@ -60,7 +61,7 @@ from tierpoint.storage.posix.page_cache import drop_cache
 from tierpoint.storage.posix.reader import PosixReader
 from tierpoint.storage.registry import open_store
 
-from .data_access import Listings, authenticate, byte_range, data_path, staged
+from .data_access import Listings, authenticate, byte_range, data_path, stripe_source
 from .data_connections import (
     Connections,
     DeadlineReader,
@@ -191,8 +192,8 @@ class _Handler(BaseHTTPRequestHandler):
                 store: TierStore = open_store(tier, srv.node)
                 size = srv.listings.size(tier.name, ref.job, ref.step, ref.path, ref.branch)
             else:
-                # A stripe this node staged for its holder: served as the catalog places it.
-                store, size = staged(srv.sessions, tier, srv.node, index, ref)
+                # A stripe staged here for its holder, or held here for a restore.
+                store, size = stripe_source(srv.sessions, tier, srv.node, index, ref)
             if size is None:
                 raise CopyNotFound("no verified copy of it on this node")
             span = byte_range(self.headers.get("Range"), size)

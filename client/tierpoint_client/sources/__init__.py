@@ -102,6 +102,11 @@ class Sources:
         self._s3: dict[str, S3Client] = {}
         self._lock = threading.Lock()
 
+    @property
+    def token(self) -> str | None:
+        """The API token peer copies (and a coded copy's stripes) are read with."""
+        return self._token
+
     def open(self, entry: PlanEntry) -> Source:
         """The source that reads `entry`; SourceError for a tier this client cannot read."""
         if entry.kind in ("local", "shared"):

@@ -28,6 +28,7 @@ from tierpoint.catalog.models import (
 )
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads.checkpoint_views import checkpoint_view
+from tierpoint.catalog.reads.coded_plan import coded_copies
 from tierpoint.catalog.reads.skipped import skipped_above
 from tierpoint.catalog.reads.views import (
     LatestRestorableView,
@@ -145,8 +146,9 @@ def _plan(
     node: str | None,
 ) -> list[RestorePlanEntry] | None:
     """For each shard the fastest verified source among the tiers restorable for this checkpoint:
-    a local replica on the caller's node, else the first restorable non-local tier. None if some
-    shard has no such source (the catalog disagrees with its tier copies)."""
+    a local replica on the caller's node, else the first restorable non-local tier (a coded
+    tier with its stripes, `coded_plan`). None if some shard has no such source (the catalog
+    disagrees with its tier copies)."""
     tier_copies = {
         m.tier: m
         for m in session.execute(
@@ -185,12 +187,38 @@ def _plan(
         select(Shard.id, Shard.path, Shard.size, Shard.checksum, Shard.node_id)
         .where(Shard.checkpoint_id == checkpoint_id)
         .order_by(Shard.ordinal)
+    ).all()
+    coded = coded_copies(
+        session,
+        checkpoint_id,
+        [t for t in usable if t.stripe_code is not None],
+        {s.id: s.path for s in shards},
+        (job, step, branch),
     )
+    # A coded copy short of k stripes for some shard is not offered: the next tier serves it.
+    usable = [t for t in usable if t.stripe_code is None or t.name in coded]
     plan = []
     for s in shards:
         for t in usable:
             if t.kind is TierKind.LOCAL and s.node_id != node:
                 continue
+            if t.name in coded:
+                stripes = coded[t.name][s.id]
+                where = f"{t.stripe_code} stripes on {len(stripes)} holders"
+                plan.append(
+                    RestorePlanEntry(
+                        s.path,
+                        s.size,
+                        s.checksum,
+                        t.name,
+                        t.kind.value,
+                        None,
+                        where,
+                        code=str(t.stripe_code),
+                        stripes=stripes,
+                    )
+                )
+                break
             hit = located.get((s.id, t.name))
             if hit is None or (t.kind is TierKind.LOCAL and hit[1] != node):
                 continue

@@ -85,6 +85,10 @@ class ReplicaView:
     key: str | None = None
     # Peer copies: the holder's data endpoint URL of this file
     url: str | None = None
+    # A coded peer copy: its code ("rs(k,m)") and the stripes a restore may read, any k of which
+    # give the file back (`size` and `crc32c` above are the file's)
+    code: str | None = None
+    stripes: list[PlanStripe] | None = None
 
 
 @dataclass
@@ -109,6 +113,17 @@ class JobView:
     latest_step: int | None
 
 
+@dataclass(frozen=True)
+class PlanStripe:
+    """A stripe of a coded copy a restore may read: verified on `node`, served at `url`."""
+
+    index: int
+    node: str
+    url: str
+    size: int
+    crc32c: str
+
+
 @dataclass
 class RestorePlanEntry:
     path: str
@@ -123,6 +138,10 @@ class RestorePlanEntry:
     key: str | None = None
     # Peer copies: the holder's data endpoint URL of this file
     url: str | None = None
+    # A coded peer copy: its code ("rs(k,m)") and the stripes a restore may read, any k of which
+    # give the file back (`size` and `crc32c` above are the file's)
+    code: str | None = None
+    stripes: list[PlanStripe] | None = None
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """An HTTP proxy in a thread of the test process that passes requests to a backend (moto S3) as
-they are, except that a request whose target contains `hold` waits until `release()`: a client
+they are, except that a request whose target contains `hold` (or any of several) waits until
+`release()`: a client
 stuck in one request for as long as a test needs, e.g. a delete attempt that outlived its timeout
 and is still on its way to S3. Heads and bodies are copied as they are on the wire
 (tests/helpers/s3_proxy_http.py); each request gets its own connection to the backend."""
@@ -18,11 +19,11 @@ UNPACED = Pace(0)
 
 
 class HoldProxy:
-    def __init__(self, backend_url: str, hold: str) -> None:
+    def __init__(self, backend_url: str, hold: str | tuple[str, ...]) -> None:
         parsed = urllib.parse.urlsplit(backend_url)
         assert parsed.hostname is not None and parsed.port is not None
         self.backend = (parsed.hostname, parsed.port)
-        self.hold = hold
+        self.hold = (hold,) if isinstance(hold, str) else hold
         self.url = ""
         self._held = 0
         # Every request's target, in the order the requests arrived.
@@ -60,7 +61,7 @@ class HoldProxy:
         try:
             while (head := await read_head(reader)) is not None:
                 self.seen.append(head.first[1])
-                if self.hold in head.first[1]:
+                if any(h in head.first[1] for h in self.hold):
                     self._held += 1
                     await self._release.wait()
                 if not await self._forward(head, reader, writer):
@@ -102,7 +103,7 @@ class HoldProxy:
 
 
 @contextlib.contextmanager
-def hold_proxy(backend_url: str, hold: str) -> Iterator[HoldProxy]:
+def hold_proxy(backend_url: str, hold: str | tuple[str, ...]) -> Iterator[HoldProxy]:
     proxy = HoldProxy(backend_url, hold)
     proxy.start()
     try:

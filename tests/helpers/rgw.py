@@ -30,6 +30,9 @@ from tierpoint.storage.s3.credentials import env_names
 
 START_TIMEOUT = 120.0  # seconds; a quiet machine needs 3-5
 STOP_GRACE = 10.0
+# A hang guard for one ceph command: its monitor answers in seconds on a quiet machine, and took
+# over a minute to create an OSD while a full test run loaded both cores.
+CEPH_TIMEOUT = 180
 
 # Paxos batches map changes for 1 s by default, and RGW creates its pools one by one at start
 # and on the first bucket and object: ~2 s each. These make the start take seconds, not tens.
@@ -108,7 +111,7 @@ class CephRGW:
 
     def _run(self, *args: str) -> str:
         out = subprocess.run(
-            args, env=self._env(), capture_output=True, text=True, timeout=60, check=False
+            args, env=self._env(), capture_output=True, text=True, timeout=CEPH_TIMEOUT, check=False
         )
         if out.returncode != 0:
             raise RGWStartError(f"{' '.join(args)} failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -157,7 +160,9 @@ class CephRGW:
         self._run(tools["ceph-mon"], "--mkfs", "-i", "a", "--monmap", monmap, "--keyring", keyring)
         self._daemon("mon", tools["ceph-mon"], "-i", "a", "-f")
         osd_uuid = str(uuid.uuid4())
-        osd_id = self._run("ceph", "--connect-timeout", "60", "osd", "new", osd_uuid).strip()
+        osd_id = self._run(
+            "ceph", "--connect-timeout", str(CEPH_TIMEOUT), "osd", "new", osd_uuid
+        ).strip()
         # The OSD boots only with the uuid the monitor registered for its id.
         self._run(tools["ceph-osd"], "-i", osd_id, "--mkfs", "--osd-uuid", osd_uuid)
         self._daemon("osd", tools["ceph-osd"], "-i", osd_id, "-f")

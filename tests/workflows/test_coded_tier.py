@@ -29,6 +29,8 @@ from tests.helpers.lifecycle import (
     markers,
     new_job,
     random_shards,
+    record_history,
+    recording_histories,
     run_lifecycle,
     running_workers,
     seed_checkpoint,
@@ -76,11 +78,13 @@ async def test_the_lifecycle_cuts_pulls_verifies_and_promotes_a_coded_copy(
     async with running_workers(settings, client, nodes=NODES):
         # The plan places stripes on the nodes serving when it runs: all four, reported in.
         await workers_reported_in(engine, NODES, since)
-        result, _ = await run_lifecycle(client, seeded)
+        result, handle = await run_lifecycle(client, seeded)
         outcome = {t.tier: t.state.value for t in result.tiers}
         assert outcome == {"ssd": "restorable", "coded": "restorable", "lustre": "restorable"}, (
             markers(sessions, seeded.checkpoint_id)
         )
+        if recording_histories():
+            await record_history(client, handle.id, "lifecycle_with_coded_tier")
 
         with sessions() as s:
             rows = s.execute(

@@ -26,6 +26,7 @@ from tierpoint.contract.integrity import Finding, TierReport
 from tierpoint.states import ReplicaState
 from tierpoint.storage.paths import is_partial_name
 from tierpoint.storage.posix.staging import STAGING_DIR, StripeStaging
+from tierpoint.storage.posix.store import PosixStore
 from tierpoint.tier_config import TierConfig
 
 Note = Callable[[TierReport, Finding, str], None]
@@ -65,6 +66,32 @@ def _indexes(staging: StripeStaging, report: TierReport, note: Note) -> list[int
     return found
 
 
+def _committed_files(
+    store: PosixStore,
+    job: str,
+    shown: str,
+    report: TierReport,
+    grace: float,
+    repair: bool,
+    note: Note,
+) -> Iterator[tuple[str, int]]:
+    """The files under `job`'s directory of `store` (`shown` in findings), relative to it, each
+    counted scanned, with their sizes. A temp file of ours is not one of them: older than `grace`
+    it is reported abandoned, and removed with `repair`."""
+    top = store.root / job
+    if os.path.islink(top) or not top.is_dir():
+        return
+    for rel, size, mtime in walk(top):
+        report.scanned += 1
+        if is_partial_name(rel.rsplit("/", 1)[-1]):
+            if mtime < grace:
+                note(report, Finding.ABANDONED_TEMP, f"{shown}/{rel}")
+                if repair:
+                    report.cleaned += int(store.remove_temp(job, rel))
+            continue
+        yield rel, size
+
+
 def scan_job(
     sessions: Sessions,
     tier: TierConfig,
@@ -84,21 +111,12 @@ def scan_job(
     with sessions.begin() as s:
         known = staged_names(s, node, tier.name, job)
     for index in indexes:
-        top = staging.root / str(index) / job
-        if os.path.islink(top) or not top.is_dir():
-            continue
-        for rel, _size, mtime in walk(top):
-            report.scanned += 1
-            where = f"{STAGING_DIR}/{index}/{job}/{rel}"
-            if is_partial_name(rel.rsplit("/", 1)[-1]):
-                if mtime < grace:
-                    note(report, Finding.ABANDONED_TEMP, where)
-                    if repair:
-                        report.cleaned += int(staging.store(index).remove_temp(job, rel))
-                continue
+        shown = f"{STAGING_DIR}/{index}/{job}"
+        files = _committed_files(staging.store(index), job, shown, report, grace, repair, note)
+        for rel, _size in files:
             step_s, _, path = rel.partition("/")
             if (index, step_s, path) not in known:
-                note(report, Finding.EXTRA, where)
+                note(report, Finding.EXTRA, f"{shown}/{rel}")
 
 
 def scan_held_job(
@@ -116,27 +134,18 @@ def scan_held_job(
     with sessions.begin() as s:
         held = pulling.held_stripes(s, node, tier.name, job)
     store = StripeStaging(tier, node).holder_store()
-    top = store.root / job
     seen: set[tuple[str, str]] = set()
     wrong: list[tuple[int, int]] = []
-    if not os.path.islink(top) and top.is_dir():
-        for rel, size, mtime in walk(top):
-            report.scanned += 1
-            if is_partial_name(rel.rsplit("/", 1)[-1]):
-                if mtime < grace:
-                    note(report, Finding.ABANDONED_TEMP, f"{job}/{rel}")
-                    if repair:
-                        report.cleaned += int(store.remove_temp(job, rel))
-                continue
-            step_s, _, path = rel.partition("/")
-            stripe = held.get((step_s, path))
-            if stripe is None:
-                note(report, Finding.EXTRA, f"{job}/{rel}")
-                continue
-            seen.add((step_s, path))
-            if stripe.state == ReplicaState.VERIFIED.value and size != stripe.size:
-                note(report, Finding.WRONG_SIZE, f"{job}/{rel}: {size} != {stripe.size} bytes")
-                wrong.append((stripe.shard_id, stripe.index))
+    for rel, size in _committed_files(store, job, job, report, grace, repair, note):
+        step_s, _, path = rel.partition("/")
+        stripe = held.get((step_s, path))
+        if stripe is None:
+            note(report, Finding.EXTRA, f"{job}/{rel}")
+            continue
+        seen.add((step_s, path))
+        if stripe.state == ReplicaState.VERIFIED.value and size != stripe.size:
+            note(report, Finding.WRONG_SIZE, f"{job}/{rel}: {size} != {stripe.size} bytes")
+            wrong.append((stripe.shard_id, stripe.index))
     missing = []
     for key, stripe in sorted(held.items()):
         if stripe.state != ReplicaState.VERIFIED.value:

@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.models import Checkpoint, Job, Shard, Stripe
+from tierpoint.catalog.stripe.encoding import of_job
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import RecordedCopy
 from tierpoint.storage.paths import step_dir
@@ -91,7 +92,7 @@ def held_stripes(session: Session, holder: str, tier: str, job: str) -> dict[tup
     """(checkpoint directory, shard path) -> the stripe of it that `holder` holds on `tier`, for
     `job`'s checkpoints (not expired): the names its root of the tier may hold for the job."""
     rows = session.execute(
-        select(
+        of_job(
             Checkpoint.step,
             Checkpoint.branch,
             Shard.path,
@@ -99,16 +100,9 @@ def held_stripes(session: Session, holder: str, tier: str, job: str) -> dict[tup
             Stripe.stripe_index,
             Stripe.size,
             Stripe.state,
-        )
-        .join(Shard, Shard.id == Stripe.shard_id)
-        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(
-            Job.name == job,
-            Stripe.tier == tier,
-            Stripe.node_id == holder,
-            Stripe.state != ReplicaState.EXPIRED.value,
-        )
+            job=job,
+            tier=tier,
+        ).where(Stripe.node_id == holder, Stripe.state != ReplicaState.EXPIRED.value)
     )
     return {
         (step_dir(step, branch), path): Held(sid, index, size, state)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Checkpoint, Job, Node, Shard, Stripe
+from tierpoint.catalog.models import Node, Stripe
+from tierpoint.catalog.stripe.encoding import named_size
 from tierpoint.states import ReplicaState
 
 
@@ -52,20 +53,10 @@ def held_size(
     read-back matched the encoder's size and crc32c) and is not declared lost; None otherwise:
     what a holder's data endpoint serves to a restore."""
     return session.scalar(
-        select(Stripe.size)
-        .join(Shard, Shard.id == Stripe.shard_id)
-        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
-        .join(Job, Job.id == Checkpoint.job_id)
+        named_size(job=job, step=step, branch=branch, path=path, tier=tier, index=index)
         .join(Node, Node.id == Stripe.node_id)
         .where(
-            Job.name == job,
-            Checkpoint.step == step,
-            Checkpoint.branch == branch,
-            Checkpoint.deleted_at.is_(None),
-            Shard.path == path,
             Stripe.node_id == node,
-            Stripe.tier == tier,
-            Stripe.stripe_index == index,
             Stripe.state == ReplicaState.VERIFIED.value,
             Node.lost_at.is_(None),
         )

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.job.lookup import undeleted_checkpoint_name
 from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard, Stripe
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import RecordedCopy
@@ -67,11 +68,7 @@ def to_encode(
     `local_tier` is sealed (verified), in ordinal order; None if the checkpoint is not in the
     catalog.
     A shard not sealed is left out: the encoder reads only bytes the catalog verified."""
-    head = session.execute(
-        select(Job.name, Checkpoint.step, Checkpoint.branch)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(Checkpoint.id == checkpoint_id, Checkpoint.deleted_at.is_(None))
-    ).one_or_none()
+    head = undeleted_checkpoint_name(session, checkpoint_id)
     if head is None:
         return None
     q = (
@@ -100,7 +97,7 @@ def to_encode(
         by_id = {s.shard_id: s for s in shards}
         for sid, index, holder, size, crc in rows:
             by_id[sid].placed[index] = Placed(holder, size, crc)
-    return EncodeSet(head.name, head.step, head.branch, shards)
+    return EncodeSet(head.job, head.step, head.branch, shards)
 
 
 def of_job(*columns: Any, job: str, tier: str) -> Select[Any]:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Checkpoint, Job, Shard, Stripe
+from tierpoint.catalog.job.lookup import undeleted_checkpoint_name
+from tierpoint.catalog.models import Checkpoint, Shard, Stripe
 from tierpoint.catalog.stripe.encoding import of_job
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import RecordedCopy
@@ -43,11 +44,7 @@ def to_pull(
 ) -> PullSet | None:
     """The stripes on `tier` placed on `holder` of `node`'s shards with manifest ordinals in
     [first, last], not lost nor expiring, in ordinal order; None if the checkpoint is gone."""
-    head = session.execute(
-        select(Job.name, Checkpoint.step, Checkpoint.branch)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(Checkpoint.id == checkpoint_id, Checkpoint.deleted_at.is_(None))
-    ).one_or_none()
+    head = undeleted_checkpoint_name(session, checkpoint_id)
     if head is None:
         return None
     rows = session.execute(
@@ -77,7 +74,7 @@ def to_pull(
         )
         .order_by(Shard.ordinal)
     )
-    return PullSet(head.name, head.step, head.branch, [ToPull(*r) for r in rows])
+    return PullSet(head.job, head.step, head.branch, [ToPull(*r) for r in rows])
 
 
 @dataclass(frozen=True)

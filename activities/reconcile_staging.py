@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from tierpoint.catalog.engine import Sessions
@@ -26,6 +27,7 @@ from tierpoint.contract.integrity import Finding, TierReport
 from tierpoint.states import ReplicaState
 from tierpoint.storage.paths import is_partial_name
 from tierpoint.storage.posix.staging import STAGING_DIR, StripeStaging
+from tierpoint.storage.posix.store import PosixStore
 from tierpoint.tier_config import TierConfig
 
 Note = Callable[[TierReport, Finding, str], None]
@@ -65,69 +67,45 @@ def _indexes(staging: StripeStaging, report: TierReport, note: Note) -> list[int
     return found
 
 
-def scan_job(
-    sessions: Sessions,
-    tier: TierConfig,
-    node: str,
-    job: str,
-    report: TierReport,
-    *,
-    grace: float,
-    repair: bool,
-    note: Note,
-) -> None:
-    """The staged stripes of `job` on `node`, against the catalog's."""
-    staging = StripeStaging(tier, node)
-    indexes = _indexes(staging, report, note)
-    if not indexes:
-        return
-    with sessions.begin() as s:
-        known = staged_names(s, node, tier.name, job)
-    for index in indexes:
-        top = staging.root / str(index) / job
-        if os.path.islink(top) or not top.is_dir():
-            continue
-        for rel, _size, mtime in walk(top):
-            report.scanned += 1
-            where = f"{STAGING_DIR}/{index}/{job}/{rel}"
-            if is_partial_name(rel.rsplit("/", 1)[-1]):
-                if mtime < grace:
-                    note(report, Finding.ABANDONED_TEMP, where)
-                    if repair:
-                        report.cleaned += int(staging.store(index).remove_temp(job, rel))
-                continue
-            step_s, _, path = rel.partition("/")
-            if (index, step_s, path) not in known:
-                note(report, Finding.EXTRA, where)
+@dataclass(frozen=True)
+class _JobScan:
+    """One job's files of a coded tier on a node, against the catalog's, reported on `report`:
+    temp files of ours older than `grace` are abandoned (removed with `repair`, which also records
+    damaged held stripes)."""
 
+    sessions: Sessions
+    tier: TierConfig
+    node: str
+    job: str
+    report: TierReport
+    grace: float
+    repair: bool
+    note: Note
 
-def scan_held_job(
-    sessions: Sessions,
-    tier: TierConfig,
-    node: str,
-    job: str,
-    report: TierReport,
-    *,
-    grace: float,
-    repair: bool,
-    note: Note,
-) -> None:
-    """The stripes of `job` this node holds on `tier`, against the catalog's."""
-    with sessions.begin() as s:
-        held = pulling.held_stripes(s, node, tier.name, job)
-    store = StripeStaging(tier, node).holder_store()
-    top = store.root / job
-    seen: set[tuple[str, str]] = set()
-    wrong: list[tuple[int, int]] = []
-    if not os.path.islink(top) and top.is_dir():
-        for rel, size, mtime in walk(top):
-            report.scanned += 1
-            if is_partial_name(rel.rsplit("/", 1)[-1]):
-                if mtime < grace:
-                    note(report, Finding.ABANDONED_TEMP, f"{job}/{rel}")
-                    if repair:
-                        report.cleaned += int(store.remove_temp(job, rel))
-                continue
+    def staged(self) -> None:
+        """The stripes the node's encoder staged of `job`."""
+        staging = StripeStaging(self.tier, self.node)
+        indexes = _indexes(staging, self.report, self.note)
+        if not indexes:
+            return
+        with self.sessions.begin() as s:
+            known = staged_names(s, self.node, self.tier.name, self.job)
+        for index in indexes:
+            shown = f"{STAGING_DIR}/{index}/{self.job}"
+            for rel, _size in self._committed_files(staging.store(index), shown):
+                step_s, _, path = rel.partition("/")
+                if (index, step_s, path) not in known:
+                    self.note(self.report, Finding.EXTRA, f"{shown}/{rel}")
+
+    def held(self) -> None:
+        """The stripes of `job` the node holds for other nodes."""
+        job, report, note = self.job, self.report, self.note
+        with self.sessions.begin() as s:
+            held = pulling.held_stripes(s, self.node, self.tier.name, job)
+        store = StripeStaging(self.tier, self.node).holder_store()
+        seen: set[tuple[str, str]] = set()
+        wrong: list[tuple[int, int]] = []
+        for rel, size in self._committed_files(store, job):
             step_s, _, path = rel.partition("/")
             stripe = held.get((step_s, path))
             if stripe is None:
@@ -137,22 +115,43 @@ def scan_held_job(
             if stripe.state == ReplicaState.VERIFIED.value and size != stripe.size:
                 note(report, Finding.WRONG_SIZE, f"{job}/{rel}: {size} != {stripe.size} bytes")
                 wrong.append((stripe.shard_id, stripe.index))
-    missing = []
-    for key, stripe in sorted(held.items()):
-        if stripe.state != ReplicaState.VERIFIED.value:
-            continue
-        report.checked += 1
-        if key not in seen:
-            note(report, Finding.MISSING, f"{job}/{key[0]}/{key[1]}")
-            missing.append((stripe.shard_id, stripe.index))
-    if repair and (missing or wrong):
-        with sessions.begin() as s:
-            report.marked += machine.mark_bad(
-                s, tier.name, missing, ReplicaState.LOST, f"reconcile: missing on {tier.name}"
+        missing = []
+        for key, stripe in sorted(held.items()):
+            if stripe.state != ReplicaState.VERIFIED.value:
+                continue
+            report.checked += 1
+            if key not in seen:
+                note(report, Finding.MISSING, f"{job}/{key[0]}/{key[1]}")
+                missing.append((stripe.shard_id, stripe.index))
+        if self.repair and (missing or wrong):
+            self._mark_bad(missing, wrong)
+
+    def _mark_bad(self, missing: list[tuple[int, int]], wrong: list[tuple[int, int]]) -> None:
+        tier = self.tier.name
+        with self.sessions.begin() as s:
+            self.report.marked += machine.mark_bad(
+                s, tier, missing, ReplicaState.LOST, f"reconcile: missing on {tier}"
             )
-            report.marked += machine.mark_bad(
-                s, tier.name, wrong, ReplicaState.CORRUPT, "reconcile: wrong size"
+            self.report.marked += machine.mark_bad(
+                s, tier, wrong, ReplicaState.CORRUPT, "reconcile: wrong size"
             )
+
+    def _committed_files(self, store: PosixStore, shown: str) -> Iterator[tuple[str, int]]:
+        """The files under `job`'s directory of `store` (`shown` in findings), relative to it,
+        each counted scanned, with their sizes. A temp file of ours is not one of them: older
+        than `grace` it is reported abandoned, and removed with `repair`."""
+        top = store.root / self.job
+        if os.path.islink(top) or not top.is_dir():
+            return
+        for rel, size, mtime in walk(top):
+            self.report.scanned += 1
+            if is_partial_name(rel.rsplit("/", 1)[-1]):
+                if mtime < self.grace:
+                    self.note(self.report, Finding.ABANDONED_TEMP, f"{shown}/{rel}")
+                    if self.repair:
+                        self.report.cleaned += int(store.remove_temp(self.job, rel))
+                continue
+            yield rel, size
 
 
 def scan_coded_job(
@@ -166,5 +165,6 @@ def scan_coded_job(
     note: Note,
 ) -> None:
     """A coded tier's files of `job` on `node`: the stripes it holds, and those it staged."""
-    scan_held_job(sessions, tier, node, job, report, grace=grace, repair=repair, note=note)
-    scan_job(sessions, tier, node, job, report, grace=grace, repair=repair, note=note)
+    scan = _JobScan(sessions, tier, node, job, report, grace, repair, note)
+    scan.held()
+    scan.staged()

@@ -1,5 +1,5 @@
 """The tierpoint REST API as the training side calls it: one method per request, its JSON as the
-client's models (`models.py`), its errors as the client's (`errors.py`); nothing else."""
+client's models (`models/`), its errors as the client's (`errors.py`); nothing else."""
 
 from __future__ import annotations
 

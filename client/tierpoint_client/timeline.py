@@ -1,6 +1,6 @@
 """A run's timeline as the API answers it: branches and rollbacks, forks, health verdicts and
 lineage (docs/timeline.md tells what each means). Dataclasses mirroring the JSON, parsed as
-`models.py` parses its shapes."""
+`models/` parses its shapes."""
 
 from __future__ import annotations
 

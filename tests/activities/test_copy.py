@@ -1,4 +1,4 @@
-"""The copy and its read-back (activities/copy.py), run through the lifecycle's activities one by
+"""The copy and its read-back (activities/copy/), run through the lifecycle's activities one by
 one on a real catalog and real tiers, for outcomes a whole workflow cannot time: bytes that rot
 on the source between the seal and the copy, and reruns."""
 

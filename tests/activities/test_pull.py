@@ -10,14 +10,11 @@ coded copy visits every holder and deletes the stripes it holds, and only those.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.testing import ActivityEnvironment
 from tierpoint_client.erasure.files import StripeFile, decode_path
-from tierpoint_client.peer import PEERS
 
 from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
@@ -26,10 +23,11 @@ from activities.stores import Stores
 from tests.helpers.coded_tier import (
     CODE,
     STEP,
-    coded_settings,
+    coded,
     holders_a,
     pull,
     ready,
+    server,
     staged_file,
     stripe_states,
 )
@@ -39,23 +37,10 @@ from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import Batch, BatchResult, PromoteInput
 from tierpoint.contract.retention import DeleteInput, ExpiryInput, RetentionPlanInput
 from tierpoint.contract.stripes import EncodeInput
-from tierpoint.services.data_endpoint import DataServer, serve
+from tierpoint.services.data_endpoint import DataServer
 
-SECRET = "tp_worker-credential-of-this-test"
-
-
-@pytest.fixture
-def coded(catalog_settings: Settings, tmp_path: Path) -> Settings:
-    return coded_settings(catalog_settings, tmp_path, data_token=SECRET)
-
-
-@pytest.fixture
-def server(coded: Settings, sessions: sessionmaker[Session]) -> Iterator[DataServer]:
-    srv = serve(coded, sessions, "node-a", 0)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    PEERS.close()
+# Imported fixtures: the coded tier and node-a's data endpoint.
+__all__ = ["coded", "server"]
 
 
 def _unstage(settings: Settings, sessions: sessionmaker[Session], cp: int, job: str) -> BatchResult:

@@ -8,48 +8,32 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.testing import ActivityEnvironment
-from tierpoint_client.peer import PEERS
 
 from activities.reconcile import ReconcileActivities
 from activities.stores import Stores
 from tests.helpers.coded_tier import (
     STEP,
-    coded_settings,
+    coded,
     encode,
     holders_a,
     pull,
     ready,
     sealed,
+    server,
     staged_file,
     stripe_states,
 )
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import ReconcileScanInput, ReconcileUnit
-from tierpoint.services.data_endpoint import DataServer, serve
+from tierpoint.services.data_endpoint import DataServer
 from tierpoint.storage.paths import PARTIAL_SUFFIX
 from tierpoint.tier_config import TierKind
 
-SECRET = "tp_worker-credential-of-this-test"
-
-
-@pytest.fixture
-def coded(catalog_settings: Settings, tmp_path: Path) -> Settings:
-    return coded_settings(catalog_settings, tmp_path, data_token=SECRET)
-
-
-@pytest.fixture
-def server(coded: Settings, sessions: sessionmaker[Session]) -> Iterator[DataServer]:
-    srv = serve(coded, sessions, "node-a", 0)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    PEERS.close()
+# Imported fixtures: the coded tier and node-a's data endpoint.
+__all__ = ["coded", "server"]
 
 
 def test_reconciliation_knows_the_staging_area_and_reports_only_what_the_catalog_does_not(

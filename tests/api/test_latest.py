@@ -144,9 +144,8 @@ async def test_lost_local_replicas_no_longer_count(
     assert _reasons(gone.json())[10][0] == "ssd: restorable but 1 lost replicas"
 
 
-async def test_plan_picks_fastest_source_and_explains_newer_steps(
-    client: httpx.AsyncClient, catalog: Engine, job: str, settings: Settings
-) -> None:
+async def _steps_held_back(client: httpx.AsyncClient, catalog: Engine, job: str) -> None:
+    """Steps 10 to 40 of two nodes' shards, each newer one held back for another reason."""
     for step in (10, 20, 30, 40):
         await _register(client, job, step, _two_nodes())
     # 10: on every node's ssd and on lustre.
@@ -164,6 +163,11 @@ async def test_plan_picks_fastest_source_and_explains_newer_steps(
     restorable(catalog, job, 40, "lustre")
     set_marker(catalog, job, 40, "lustre", "restorable", quarantine="short read on verify")
 
+
+async def test_plan_picks_fastest_source_and_explains_newer_steps(
+    client: httpx.AsyncClient, catalog: Engine, job: str, settings: Settings
+) -> None:
+    await _steps_held_back(client, catalog, job)
     url = f"/v1/jobs/{job}/checkpoints/latest"
     r = await client.get(url, params={"node": NODE_A})
     assert r.status_code == 200, r.text

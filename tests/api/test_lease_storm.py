@@ -15,27 +15,16 @@ from typing import Any
 import anyio.to_thread
 import httpx
 from fastapi.dependencies.models import Dependant
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from api.app import create_app
 from api.auth import api_routes
 from tests.helpers.api import events, seed
+from tests.helpers.expiry_races import lock_waiters
 from tierpoint.config import Settings
 
 RANKS = 200
 WAIT_LIMIT = 120.0  # seconds: only a bound on a hang, never a timing assertion
-
-
-def _lock_waiters(catalog: Engine) -> int:
-    with catalog.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-            ).scalar_one()
-        )
 
 
 async def _storm_while_the_pool_is_busy(
@@ -66,7 +55,7 @@ async def _storm_while_the_pool_is_busy(
             assert stats.tasks_waiting == 0, (
                 f"{stats.tasks_waiting} lease requests waited for a thread of the API's pool"
             )
-            assert _lock_waiters(catalog) == 0, "a lease request waited for a row lock"
+            assert lock_waiters(catalog) == 0, "a lease request waited for a row lock"
             assert loop.time() < deadline, "the lease requests neither answered nor waited"
             await asyncio.sleep(0.01)
         return [r.result() for r in requests]

@@ -4,14 +4,11 @@ another read in its place; with more than m gone nothing is written and nothing 
 
 from __future__ import annotations
 
-import functools
 import http.client
 import io
 import random
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -22,15 +19,13 @@ from tierpoint_client.erasure.fetch import StripeRef, restore_file
 from tierpoint_client.transport import sized_readinto
 
 from apps.devstack.services import free_port
+from tests.helpers.client import QuietFiles, file_server
 
 CODE = Code(4, 2)
 SIZE = 9 * 1024 * 1024 + 12345  # three segments, the last one short
 
 
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
+class _Quiet(QuietFiles):
     def do_GET(self) -> None:
         if not self.path.endswith("-cut"):
             super().do_GET()
@@ -50,15 +45,8 @@ def holders(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """One HTTP server per test standing in for the holders' endpoints: it serves `served/`."""
     served = tmp_path / "served"
     served.mkdir()
-    handler = functools.partial(_Quiet, directory=str(served))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield served, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with file_server(served, _Quiet) as base:
+        yield served, base
 
 
 def _set(served: Path, base: str) -> tuple[bytes, str, list[StripeRef]]:

@@ -5,11 +5,8 @@ and the next tier's copy restores the file, and without one nothing is written."
 
 from __future__ import annotations
 
-import functools
 import random
-import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import crc32c
@@ -20,15 +17,11 @@ from tierpoint_client.models import PlanEntry, PlanStripe
 from tierpoint_client.restore import restore_plan
 
 from apps.devstack.services import free_port
+from tests.helpers.client import file_server
 
 CODE = Code(2, 1)
 SIZE = 4 * 1024 * 1024 + 777  # two segments, the last one short
 PATH = "rank-0/shard-00000.bin"
-
-
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
@@ -36,14 +29,8 @@ def holder(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """An HTTP server standing in for the holders' data endpoints: it serves `served/`."""
     served = tmp_path / "served"
     served.mkdir()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=served))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield served, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with file_server(served) as base:
+        yield served, base
 
 
 def _coded_entry(tmp_path: Path, served: Path, bases: list[str]) -> tuple[bytes, PlanEntry]:

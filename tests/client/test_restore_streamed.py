@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import http.server
 import os
-import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +18,7 @@ from tierpoint_client.hashing import CHUNK_SIZE
 from tierpoint_client.restore import SourceError, restore_plan
 
 from tests.client.test_restore_plan import _entry, _files_under, _posix_plan, s3_objects
+from tests.helpers.client import QuietFiles, file_server
 from tests.helpers.flip_proxy import flip_proxy
 from tests.helpers.s3_proxy import Shaping, shaping_proxy
 from tests.helpers.services import Services
@@ -171,27 +169,15 @@ def test_an_s3_connection_read_to_its_end_is_reused(tmp_path: Path, services: Se
         )
 
 
+class _Http11(QuietFiles):
+    protocol_version = "HTTP/1.1"
+
+
 @contextlib.contextmanager
 def _file_server(root: Path) -> Iterator[str]:
-    """A plain HTTP/1.1 file server (a peer's data endpoint as the client sees it)."""
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Handler, directory=str(root))
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    """A plain HTTP/1.1 file server (a peer's data endpoint as the client sees it): host:port."""
+    with file_server(root, _Http11) as url:
+        yield url.removeprefix("http://")
 
 
 def _peer_entry(path: str, data: bytes, url: str) -> PlanEntry:

@@ -1,11 +1,15 @@
-"""Helpers of the training-side client tests: the running stack they talk to, and shard trees
-written and read back."""
+"""Helpers of the training-side client tests: the running stack they talk to, shard trees
+written and read back, and a plain file server standing in for holders' data endpoints."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tierpoint_client import Client
@@ -49,3 +53,23 @@ def write_shards(directory: Path, sizes: dict[str, int]) -> dict[str, bytes]:
 def read_tree(root: Path) -> dict[str, bytes]:
     """Every file under root (temporary files included, so leftovers show up)."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+class QuietFiles(SimpleHTTPRequestHandler):
+    """Serves its directory as a data endpoint serves files, without a log line per request."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def file_server(root: Path, handler: type[QuietFiles] = QuietFiles) -> Iterator[str]:
+    """An HTTP server of `root` on a free port of 127.0.0.1 until the block ends: its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

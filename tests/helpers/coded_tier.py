@@ -1,14 +1,21 @@
 """A coded peer tier (rs(2,1), node-a's files, four nodes) on the module's catalog and real
-files: settings, a sealed checkpoint, its encode on node-a, and where node-a stages a stripe."""
+files: settings, a sealed checkpoint, its encode on node-a, and where node-a stages a stripe.
+
+The fixtures `coded` (the settings, with the data endpoints' credential `SECRET`) and `server`
+(node-a's data endpoint, over real HTTP) serve the tests that read stripes over the network: a
+test module imports them by name, and pytest sees them as its own."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.testing import ActivityEnvironment
 from tierpoint_client.erasure import Code
+from tierpoint_client.peer import PEERS
 
 from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
@@ -21,13 +28,14 @@ from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import Batch, BatchResult, PlanInput, SealInput
 from tierpoint.contract.stripes import EncodeInput, PullInput
-from tierpoint.services.data_endpoint import DataServer
+from tierpoint.services.data_endpoint import DataServer, serve
 from tierpoint.storage.posix.staging import STAGING_DIR
 from tierpoint.tier_config import TierConfig, TierKind
 
 CODE = Code(2, 1)
 NODES = ["node-a", "node-b", "node-c", "node-d"]
 STEP = 5
+SECRET = "tp_worker-credential-of-this-test"
 
 
 def coded_settings(settings: Settings, tmp_path: Path, **extra: object) -> Settings:
@@ -115,3 +123,17 @@ def ready(
         upsert_node(s, "node-a", {}, data_url=server.url)
     assert encode(coded, sessions, cp, job).verified == 3
     return cp, job, shards
+
+
+@pytest.fixture
+def coded(catalog_settings: Settings, tmp_path: Path) -> Settings:
+    return coded_settings(catalog_settings, tmp_path, data_token=SECRET)
+
+
+@pytest.fixture
+def server(coded: Settings, sessions: sessionmaker[Session]) -> Iterator[DataServer]:
+    srv = serve(coded, sessions, "node-a", 0)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    PEERS.close()

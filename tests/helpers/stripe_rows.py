@@ -41,6 +41,23 @@ def checkpoint(session: Session, shards: int) -> tuple[int, list[int], list[str]
     return cp, [i for i in ids if i is not None], nodes[1:]
 
 
+def placed_checkpoint(session: Session, shards: int) -> tuple[int, list[int], list[str]]:
+    """`checkpoint`, with the k+m stripes of every shard placed on its holders."""
+    cp, ids, holders = checkpoint(session, shards)
+    for shard in ids:
+        stripes.place(session, cp, TIER, str(CODE), placed(shard, holders))
+    return cp, ids, holders
+
+
+def names(session: Session, cp: int) -> tuple[str, str]:
+    """The job `checkpoint` made for `cp`, and the node its shards are on."""
+    job = session.scalar(
+        select(Job.name).join(Checkpoint, Checkpoint.job_id == Job.id).where(Checkpoint.id == cp)
+    )
+    assert job is not None
+    return job, f"src-{job.removeprefix('job-')}"
+
+
 def placed(shard: int, holders: list[str]) -> list[stripes.PlacedStripe]:
     return [stripes.PlacedStripe(shard, i, h, 100 + i, f"{i:08x}") for i, h in enumerate(holders)]
 

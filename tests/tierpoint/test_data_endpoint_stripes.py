@@ -8,24 +8,21 @@ the holder is not declared lost."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
-import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from tierpoint_client.peer import PEERS
 
 from tests.helpers.coded_tier import (
     CODE,
+    SECRET,
     STEP,
-    coded_settings,
+    coded,
     encode,
     holders_a,
     pull,
     ready,
     sealed,
+    server,
     staged_file,
 )
 from tests.helpers.lifecycle import crc_hex
@@ -37,23 +34,11 @@ from tierpoint.services.data_endpoint import DataServer, serve
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.peer_http import stripe_url
 
-SECRET = "tp_worker-credential-of-this-test"
+# Imported fixtures: the coded tier and node-a's data endpoint.
+__all__ = ["coded", "server"]
+
 AUTH = {"Authorization": f"Bearer {SECRET}"}
 GUARD = 30.0  # against a hang, not a performance assertion
-
-
-@pytest.fixture
-def coded(catalog_settings: Settings, tmp_path: Path) -> Settings:
-    return coded_settings(catalog_settings, tmp_path, data_token=SECRET)
-
-
-@pytest.fixture
-def server(coded: Settings, sessions: sessionmaker[Session]) -> Iterator[DataServer]:
-    srv = serve(coded, sessions, "node-a", 0)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    PEERS.close()
 
 
 def test_staged_stripes_are_served_to_their_holders_as_the_catalog_places_them(

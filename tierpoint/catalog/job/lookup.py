@@ -105,6 +105,24 @@ def checkpoint_names(
     return [(r[0], r[1], r[2], r[3]) for r in rows]
 
 
+class CheckpointName(NamedTuple):
+    """What a checkpoint's files are named by on every tier."""
+
+    job: str
+    step: int
+    branch: int
+
+
+def undeleted_checkpoint_name(session: Session, checkpoint_id: int) -> CheckpointName | None:
+    """The checkpoint's name; None once it is deleted (or if it never was)."""
+    row = session.execute(
+        select(Job.name, Checkpoint.step, Checkpoint.branch)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(Checkpoint.id == checkpoint_id, Checkpoint.deleted_at.is_(None))
+    ).one_or_none()
+    return None if row is None else CheckpointName(row.name, row.step, row.branch)
+
+
 @dataclass(frozen=True)
 class CheckpointHead:
     id: int

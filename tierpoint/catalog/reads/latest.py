@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, exists, or_, select, true, union_all
+from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.job.lookup import job_id_by_name
@@ -28,7 +29,7 @@ from tierpoint.catalog.models import (
 )
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads.checkpoint_views import checkpoint_view
-from tierpoint.catalog.reads.coded_plan import coded_copies
+from tierpoint.catalog.reads.coded_plan import CodedCopy, coded_copies
 from tierpoint.catalog.reads.skipped import skipped_above
 from tierpoint.catalog.reads.views import (
     LatestRestorableView,
@@ -149,36 +150,16 @@ def _plan(
     a local replica on the caller's node, else the first restorable non-local tier (a coded
     tier with its stripes, `coded_plan`). None if some shard has no such source (the catalog
     disagrees with its tier copies)."""
-    tier_copies = {
-        m.tier: m
-        for m in session.execute(
-            select(
-                TierCopy.tier,
-                TierCopy.state,
-                TierCopy.quarantine_reason,
-                TierCopy.key_layout,
-            ).where(TierCopy.checkpoint_id == checkpoint_id)
-        )
-    }
+    layouts = _restorable_copies(session, checkpoint_id)
     usable = [
         t
         for t in sources
-        if (m := tier_copies.get(t.name)) is not None
-        and m.state == RESTORABLE
-        and m.quarantine_reason is None
-        and (t.kind is not TierKind.LOCAL or node is not None)
+        if t.name in layouts and (t.kind is not TierKind.LOCAL or node is not None)
     ]
     if not usable:
         return None
     branch = session.scalar(select(Checkpoint.branch).where(Checkpoint.id == checkpoint_id)) or 1
-    located: dict[tuple[int, str], tuple[str, str | None]] = {}
-    replica_q = select(Replica.shard_id, Replica.tier, Replica.location, Replica.node_id).where(
-        Replica.checkpoint_id == checkpoint_id,
-        Replica.tier.in_([t.name for t in usable]),
-        Replica.state == VERIFIED,
-    )
-    for r in session.execute(replica_q):
-        located[(r.shard_id, r.tier)] = (r.location, r.node_id)
+    located = _verified_replicas(session, checkpoint_id, usable)
     peers = {t.name for t in usable if t.kind is TierKind.PEER}
     urls = registry.data_urls(
         session, {n for (_, t), (_, n) in located.items() if t in peers and n is not None}
@@ -197,54 +178,103 @@ def _plan(
     )
     # A coded copy short of k stripes for some shard is not offered: the next tier serves it.
     usable = [t for t in usable if t.stripe_code is None or t.name in coded]
+    choice = _Sources(job, step, branch, node, usable, layouts, located, urls, coded)
     plan = []
     for s in shards:
-        for t in usable:
-            if t.kind is TierKind.LOCAL and s.node_id != node:
+        entry = choice.entry(s)
+        if entry is None:
+            return None
+        plan.append(entry)
+    return plan
+
+
+def _restorable_copies(session: Session, checkpoint_id: int) -> dict[str, str | None]:
+    """The checkpoint's restorable, unquarantined tier copies: tier -> its recorded key layout."""
+    copies = select(TierCopy.tier, TierCopy.key_layout).where(
+        TierCopy.checkpoint_id == checkpoint_id,
+        TierCopy.state == RESTORABLE,
+        TierCopy.quarantine_reason.is_(None),
+    )
+    return {m.tier: m.key_layout for m in session.execute(copies)}
+
+
+def _verified_replicas(
+    session: Session, checkpoint_id: int, tiers: Sequence[TierConfig]
+) -> dict[tuple[int, str], tuple[str, str | None]]:
+    """(shard id, tier) -> (location, node) of the checkpoint's verified replicas on `tiers`."""
+    replica_q = select(Replica.shard_id, Replica.tier, Replica.location, Replica.node_id).where(
+        Replica.checkpoint_id == checkpoint_id,
+        Replica.tier.in_([t.name for t in tiers]),
+        Replica.state == VERIFIED,
+    )
+    return {(r.shard_id, r.tier): (r.location, r.node_id) for r in session.execute(replica_q)}
+
+
+# A shard as the plan reads it: id, path, size, checksum, node.
+_ShardRow = Row[int, str, int, str | None, str]
+
+
+@dataclass(frozen=True)
+class _Sources:
+    """What a restore plan chooses each shard's source from: the usable tiers, fastest first, with
+    their key layouts, verified replicas, holders' data endpoints and coded copies."""
+
+    job: str
+    step: int
+    branch: int
+    node: str | None
+    tiers: list[TierConfig]
+    layouts: dict[str, str | None]
+    located: dict[tuple[int, str], tuple[str, str | None]]
+    urls: dict[str, str]
+    coded: dict[str, CodedCopy]
+
+    def entry(self, s: _ShardRow) -> RestorePlanEntry | None:
+        """The shard's fastest source, or None if no usable tier has one."""
+        for t in self.tiers:
+            if t.kind is TierKind.LOCAL and s.node_id != self.node:
                 continue
-            if t.name in coded:
-                stripes = coded[t.name][s.id]
+            if t.name in self.coded:
+                stripes = self.coded[t.name][s.id]
                 where = f"{t.stripe_code} stripes on {len(stripes)} holders"
-                plan.append(
-                    RestorePlanEntry(
-                        s.path,
-                        s.size,
-                        s.checksum,
-                        t.name,
-                        t.kind.value,
-                        None,
-                        where,
-                        code=str(t.stripe_code),
-                        stripes=stripes,
-                    )
-                )
-                break
-            hit = located.get((s.id, t.name))
-            if hit is None or (t.kind is TierKind.LOCAL and hit[1] != node):
-                continue
-            url = registry.peer_url(t, urls, hit[1], job, step, s.path, branch)
-            if t.kind is TierKind.PEER and url is None:
-                continue  # its holder serves no endpoint now
-            layout = KeyLayout.parse(tier_copies[t.name].key_layout)
-            bucket, key = s3_object(t, layout, job, step, s.path, branch)
-            plan.append(
-                RestorePlanEntry(
+                return RestorePlanEntry(
                     s.path,
                     s.size,
                     s.checksum,
                     t.name,
                     t.kind.value,
-                    hit[1],
-                    hit[0],
-                    bucket,
-                    key,
-                    url,
+                    None,
+                    where,
+                    code=str(t.stripe_code),
+                    stripes=stripes,
                 )
-            )
-            break
-        else:
+            replica = self._replica(s, t)
+            if replica is not None:
+                return replica
+        return None
+
+    def _replica(self, s: _ShardRow, t: TierConfig) -> RestorePlanEntry | None:
+        """The shard's verified replica on `t` as a source, if there is one the caller can read."""
+        hit = self.located.get((s.id, t.name))
+        if hit is None or (t.kind is TierKind.LOCAL and hit[1] != self.node):
             return None
-    return plan
+        url = registry.peer_url(t, self.urls, hit[1], self.job, self.step, s.path, self.branch)
+        if t.kind is TierKind.PEER and url is None:
+            return None  # its holder serves no endpoint now
+        layout = KeyLayout.parse(self.layouts[t.name])
+        bucket, key = s3_object(t, layout, self.job, self.step, s.path, self.branch)
+        return RestorePlanEntry(
+            s.path,
+            s.size,
+            s.checksum,
+            t.name,
+            t.kind.value,
+            hit[1],
+            hit[0],
+            bucket,
+            key,
+            url,
+        )
 
 
 def latest_restorable(

@@ -10,27 +10,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 from tierpoint_client.erasure import Code
 
 from tierpoint.catalog.models import Node, Shard, Stripe
 from tierpoint.states import ReplicaState
 
+_Q = TypeVar("_Q", bound="Select[*tuple[Any, ...]]")
+
+
+def counting(q: _Q) -> _Q:
+    """`q` kept to the stripes that count for a coded copy: verified on a holder not declared
+    lost. Promotion counts these, a restore plan offers these and a holder serves these."""
+    return q.join(Node, Node.id == Stripe.node_id).where(
+        Stripe.state == ReplicaState.VERIFIED.value, Node.lost_at.is_(None)
+    )
+
 
 def verified_stripes(session: Session, checkpoint_id: int, tier: str) -> dict[int, int]:
     """Shard id -> its stripes on `tier` verified on a holder not declared lost; every shard of
     the checkpoint is a key (0 for one with none)."""
     counts = (
-        select(Stripe.shard_id, func.count(func.distinct(Stripe.stripe_index)).label("n"))
-        .join(Node, Node.id == Stripe.node_id)
-        .where(
-            Stripe.checkpoint_id == checkpoint_id,
-            Stripe.tier == tier,
-            Stripe.state == ReplicaState.VERIFIED.value,
-            Node.lost_at.is_(None),
-        )
+        counting(select(Stripe.shard_id, func.count(func.distinct(Stripe.stripe_index)).label("n")))
+        .where(Stripe.checkpoint_id == checkpoint_id, Stripe.tier == tier)
         .group_by(Stripe.shard_id)
         .subquery()
     )

@@ -1,14 +1,19 @@
 """What a node's encoder reads from the catalog: the sealed shards of a checkpoint it cuts into
-stripes, with the stripes already placed for each; and what its staging area may hold."""
+stripes, with the stripes already placed for each; and what its staging area may hold.
+
+The encoder names each stripe's file after its shard, so a job's stripes are found by those names
+here (`of_job`, `named_size`), for the staging area and for the holders' reads alike."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.job.lookup import undeleted_checkpoint_name
 from tierpoint.catalog.models import Checkpoint, Job, Replica, Shard, Stripe
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import RecordedCopy
@@ -63,11 +68,7 @@ def to_encode(
     `local_tier` is sealed (verified), in ordinal order; None if the checkpoint is not in the
     catalog.
     A shard not sealed is left out: the encoder reads only bytes the catalog verified."""
-    head = session.execute(
-        select(Job.name, Checkpoint.step, Checkpoint.branch)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(Checkpoint.id == checkpoint_id, Checkpoint.deleted_at.is_(None))
-    ).one_or_none()
+    head = undeleted_checkpoint_name(session, checkpoint_id)
     if head is None:
         return None
     q = (
@@ -96,7 +97,35 @@ def to_encode(
         by_id = {s.shard_id: s for s in shards}
         for sid, index, holder, size, crc in rows:
             by_id[sid].placed[index] = Placed(holder, size, crc)
-    return EncodeSet(head.name, head.step, head.branch, shards)
+    return EncodeSet(head.job, head.step, head.branch, shards)
+
+
+def of_job(*columns: Any, job: str, tier: str) -> Select[Any]:
+    """`columns` of `job`'s stripes on `tier`, joined to the names their files lie at (the
+    checkpoint's step and branch, the shard's path): what a staging area, a holder's root and a
+    data endpoint are checked against. The callers say whose stripes and in which states."""
+    return (
+        select(*columns)
+        .join(Shard, Shard.id == Stripe.shard_id)
+        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(Job.name == job, Stripe.tier == tier)
+    )
+
+
+def named_size(
+    *, job: str, step: int, branch: int, path: str, tier: str, index: int
+) -> Select[int]:
+    """The size of stripe `index` of the file at `path` of `job`'s checkpoint `step` on `branch`
+    (not deleted) on `tier`: the stripe a data endpoint is asked for by name."""
+    size: Select[int] = of_job(Stripe.size, job=job, tier=tier)
+    return size.where(
+        Checkpoint.step == step,
+        Checkpoint.branch == branch,
+        Checkpoint.deleted_at.is_(None),
+        Shard.path == path,
+        Stripe.stripe_index == index,
+    )
 
 
 def staged_names(session: Session, node: str, tier: str, job: str) -> set[tuple[int, str, str]]:
@@ -104,16 +133,9 @@ def staged_names(session: Session, node: str, tier: str, job: str) -> set[tuple[
     `node` that the catalog records on `tier` and has not expired: the names a staging area of
     that node may hold for the job."""
     rows = session.execute(
-        select(Stripe.stripe_index, Checkpoint.step, Checkpoint.branch, Shard.path)
-        .join(Shard, Shard.id == Stripe.shard_id)
-        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(
-            Job.name == job,
-            Shard.node_id == node,
-            Stripe.tier == tier,
-            Stripe.state != ReplicaState.EXPIRED.value,
-        )
+        of_job(
+            Stripe.stripe_index, Checkpoint.step, Checkpoint.branch, Shard.path, job=job, tier=tier
+        ).where(Shard.node_id == node, Stripe.state != ReplicaState.EXPIRED.value)
     )
     return {(index, step_dir(step, branch), path) for index, step, branch, path in rows}
 
@@ -150,19 +172,8 @@ def staged_size(
     catalog has it placed there for its holder to pull (not lost, not expiring or expired);
     None for anything else."""
     return session.scalar(
-        select(Stripe.size)
-        .join(Shard, Shard.id == Stripe.shard_id)
-        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(
-            Job.name == job,
-            Checkpoint.step == step,
-            Checkpoint.branch == branch,
-            Checkpoint.deleted_at.is_(None),
-            Shard.path == path,
+        named_size(job=job, step=step, branch=branch, path=path, tier=tier, index=index).where(
             Shard.node_id == node,
-            Stripe.tier == tier,
-            Stripe.stripe_index == index,
             # guard: staged-stripe-served-while-placed
             Stripe.state.in_(PULLABLE),
         )

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Checkpoint, Job, Shard, Stripe
+from tierpoint.catalog.job.lookup import undeleted_checkpoint_name
+from tierpoint.catalog.models import Checkpoint, Shard, Stripe
+from tierpoint.catalog.stripe.encoding import of_job
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import RecordedCopy
 from tierpoint.storage.paths import step_dir
@@ -42,11 +44,7 @@ def to_pull(
 ) -> PullSet | None:
     """The stripes on `tier` placed on `holder` of `node`'s shards with manifest ordinals in
     [first, last], not lost nor expiring, in ordinal order; None if the checkpoint is gone."""
-    head = session.execute(
-        select(Job.name, Checkpoint.step, Checkpoint.branch)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(Checkpoint.id == checkpoint_id, Checkpoint.deleted_at.is_(None))
-    ).one_or_none()
+    head = undeleted_checkpoint_name(session, checkpoint_id)
     if head is None:
         return None
     rows = session.execute(
@@ -76,7 +74,7 @@ def to_pull(
         )
         .order_by(Shard.ordinal)
     )
-    return PullSet(head.name, head.step, head.branch, [ToPull(*r) for r in rows])
+    return PullSet(head.job, head.step, head.branch, [ToPull(*r) for r in rows])
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ def held_stripes(session: Session, holder: str, tier: str, job: str) -> dict[tup
     """(checkpoint directory, shard path) -> the stripe of it that `holder` holds on `tier`, for
     `job`'s checkpoints (not expired): the names its root of the tier may hold for the job."""
     rows = session.execute(
-        select(
+        of_job(
             Checkpoint.step,
             Checkpoint.branch,
             Shard.path,
@@ -99,16 +97,9 @@ def held_stripes(session: Session, holder: str, tier: str, job: str) -> dict[tup
             Stripe.stripe_index,
             Stripe.size,
             Stripe.state,
-        )
-        .join(Shard, Shard.id == Stripe.shard_id)
-        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .where(
-            Job.name == job,
-            Stripe.tier == tier,
-            Stripe.node_id == holder,
-            Stripe.state != ReplicaState.EXPIRED.value,
-        )
+            job=job,
+            tier=tier,
+        ).where(Stripe.node_id == holder, Stripe.state != ReplicaState.EXPIRED.value)
     )
     return {
         (step_dir(step, branch), path): Held(sid, index, size, state)

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Checkpoint, Job, Node, Shard, Stripe
-from tierpoint.states import ReplicaState
+from tierpoint.catalog.models import Stripe
+from tierpoint.catalog.stripe.coverage import counting
+from tierpoint.catalog.stripe.encoding import named_size
 
 
 @dataclass(frozen=True)
@@ -27,16 +28,13 @@ def restorable_stripes(
     session: Session, checkpoint_id: int, tier: str
 ) -> dict[int, list[HeldStripe]]:
     """Shard id -> its stripes on `tier` verified on a holder not declared lost, by index: the
-    same stripes `coverage.verified_stripes` counts, so a plan offers what promotion judged."""
+    same stripes `coverage.verified_stripes` counts (`coverage.counting`), so a plan offers what
+    promotion judged."""
     rows = session.execute(
-        select(Stripe.shard_id, Stripe.stripe_index, Stripe.node_id, Stripe.size, Stripe.crc32c)
-        .join(Node, Node.id == Stripe.node_id)
-        .where(
-            Stripe.checkpoint_id == checkpoint_id,
-            Stripe.tier == tier,
-            Stripe.state == ReplicaState.VERIFIED.value,
-            Node.lost_at.is_(None),
+        counting(
+            select(Stripe.shard_id, Stripe.stripe_index, Stripe.node_id, Stripe.size, Stripe.crc32c)
         )
+        .where(Stripe.checkpoint_id == checkpoint_id, Stripe.tier == tier)
         .order_by(Stripe.shard_id, Stripe.stripe_index)
     )
     out: dict[int, list[HeldStripe]] = {}
@@ -51,22 +49,5 @@ def held_size(
     """The size of stripe `index` of shard `path` while `node` holds it verified (the holder's
     read-back matched the encoder's size and crc32c) and is not declared lost; None otherwise:
     what a holder's data endpoint serves to a restore."""
-    return session.scalar(
-        select(Stripe.size)
-        .join(Shard, Shard.id == Stripe.shard_id)
-        .join(Checkpoint, Checkpoint.id == Stripe.checkpoint_id)
-        .join(Job, Job.id == Checkpoint.job_id)
-        .join(Node, Node.id == Stripe.node_id)
-        .where(
-            Job.name == job,
-            Checkpoint.step == step,
-            Checkpoint.branch == branch,
-            Checkpoint.deleted_at.is_(None),
-            Shard.path == path,
-            Stripe.node_id == node,
-            Stripe.tier == tier,
-            Stripe.stripe_index == index,
-            Stripe.state == ReplicaState.VERIFIED.value,
-            Node.lost_at.is_(None),
-        )
-    )
+    named = named_size(job=job, step=step, branch=branch, path=path, tier=tier, index=index)
+    return session.scalar(counting(named).where(Stripe.node_id == node))

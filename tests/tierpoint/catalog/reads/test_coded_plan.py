@@ -7,19 +7,21 @@ from __future__ import annotations
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from tests.helpers.stripe_rows import CODE, TIER, checkpoint, placed, read_back_all
+from tests.helpers.stripe_rows import (
+    CODE,
+    TIER,
+    placed_checkpoint,
+    read_back_all,
+)
 from tierpoint.catalog.models import Checkpoint, Job, Node
 from tierpoint.catalog.reads.coded_plan import coded_copies
-from tierpoint.catalog.stripe import machine as stripes
 from tierpoint.tier_config import TierConfig, TierKind
 
 CODED = TierConfig(name=TIER, kind=TierKind.PEER, root="/mem/{node}", code=str(CODE))
 
 
 def test_a_coded_copy_is_offered_with_k_stripes_served_and_not_below(session: Session) -> None:
-    cp, shards, holders = checkpoint(session, 2)
-    for shard in shards:
-        stripes.place(session, cp, TIER, str(CODE), placed(shard, holders))
+    cp, shards, holders = placed_checkpoint(session, 2)
     read_back_all(session, shards)
     job, step, branch = session.execute(
         select(Job.name, Checkpoint.step, Checkpoint.branch)

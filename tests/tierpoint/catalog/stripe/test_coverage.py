@@ -10,8 +10,7 @@ from sqlalchemy.orm import Session
 from tests.helpers.stripe_rows import (
     CODE,
     TIER,
-    checkpoint,
-    placed,
+    placed_checkpoint,
     read_back_all,
     tier_copy,
     tier_copy_state,
@@ -26,9 +25,7 @@ from tierpoint.catalog.tier_copy.promotion import promote
 def test_a_coded_copy_stays_restorable_through_m_lost_holders_and_not_one_more(
     session: Session,
 ) -> None:
-    cp, shards, holders = checkpoint(session, 3)
-    for shard in shards:
-        stripes.place(session, cp, TIER, str(CODE), placed(shard, holders))
+    cp, shards, holders = placed_checkpoint(session, 3)
     assert read_back_all(session, shards) == {"verified": 18}
     assert coverage(CODE, verified_stripes(session, cp, TIER)).promotable
 
@@ -50,10 +47,8 @@ def test_a_coded_copy_stays_restorable_through_m_lost_holders_and_not_one_more(
 def test_a_coded_copy_is_promoted_through_its_stripes_only_when_every_set_is_whole(
     session: Session,
 ) -> None:
-    cp, shards, holders = checkpoint(session, 2)
+    cp, shards, _ = placed_checkpoint(session, 2)
     tier_copy(session, cp)
-    for shard in shards:
-        stripes.place(session, cp, TIER, str(CODE), placed(shard, holders))
     # Every stripe but one of the second shard read back right: k+m - 1 is not whole.
     results = [stripes.ReadBack(s, i, 100 + i, f"{i:08x}") for s in shards for i in range(6)]
     stripes.read_back(session, TIER, results[:-1])
@@ -68,10 +63,8 @@ def test_a_coded_copy_is_promoted_through_its_stripes_only_when_every_set_is_who
 def test_a_lost_holder_fails_a_restorable_coded_copy_only_below_k_stripes(
     session: Session,
 ) -> None:
-    cp, shards, holders = checkpoint(session, 2)
+    cp, shards, holders = placed_checkpoint(session, 2)
     tier_copy(session, cp)
-    for shard in shards:
-        stripes.place(session, cp, TIER, str(CODE), placed(shard, holders))
     read_back_all(session, shards)
     assert promote(session, cp, TIER, [], None, CODE).state == "restorable"
     # m = 2 holders lost: every set keeps k = 4, the copy is still what a restore reads.

@@ -5,11 +5,9 @@ expiry or an unstage may delete there."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tests.helpers.stripe_rows import CODE, TIER, checkpoint, placed
-from tierpoint.catalog.models import Checkpoint, Job
+from tests.helpers.stripe_rows import CODE, TIER, checkpoint, names, placed
 from tierpoint.catalog.stripe import machine as stripes
 from tierpoint.catalog.stripe.encoding import staged_copies, staged_names, staged_size
 from tierpoint.catalog.tier_copy.node_lost import mark_lost
@@ -18,11 +16,7 @@ from tierpoint.storage.base import RecordedCopy
 
 def test_a_nodes_staged_stripes_as_the_catalog_places_them(session: Session) -> None:
     cp, (first, second), holders = checkpoint(session, 2)
-    job = session.scalar(
-        select(Job.name).join(Checkpoint, Checkpoint.job_id == Job.id).where(Checkpoint.id == cp)
-    )
-    assert job is not None
-    source = f"src-{job.removeprefix('job-')}"
+    job, source = names(session, cp)
     stripes.place(session, cp, TIER, str(CODE), placed(first, holders))
 
     assert staged_names(session, source, TIER, job) == {(i, "1", "f0") for i in range(6)}

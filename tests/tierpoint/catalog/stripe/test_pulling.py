@@ -4,11 +4,9 @@ expiry may delete there; nothing of another holder's, nothing expired."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tests.helpers.stripe_rows import CODE, TIER, checkpoint, placed
-from tierpoint.catalog.models import Checkpoint, Job
+from tests.helpers.stripe_rows import CODE, TIER, checkpoint, names, placed
 from tierpoint.catalog.stripe import machine as stripes
 from tierpoint.catalog.stripe.pulling import Held, ToPull, held_copies, held_stripes, to_pull
 from tierpoint.storage.base import RecordedCopy
@@ -16,11 +14,7 @@ from tierpoint.storage.base import RecordedCopy
 
 def test_a_holder_reads_only_its_own_stripes(session: Session) -> None:
     cp, (first, second), holders = checkpoint(session, 2)
-    job = session.scalar(
-        select(Job.name).join(Checkpoint, Checkpoint.job_id == Job.id).where(Checkpoint.id == cp)
-    )
-    assert job is not None
-    source = f"src-{job.removeprefix('job-')}"
+    job, source = names(session, cp)
     stripes.place(session, cp, TIER, str(CODE), placed(first, holders))
     holder = holders[2]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tests.helpers.stripe_rows import CODE, TIER, checkpoint, placed
+from tests.helpers.stripe_rows import CODE, TIER, placed_checkpoint
 from tierpoint.catalog.models import Checkpoint, Job
 from tierpoint.catalog.stripe import machine as stripes
 from tierpoint.catalog.stripe.restoring import held_size, restorable_stripes
@@ -14,9 +14,7 @@ from tierpoint.catalog.tier_copy.node_lost import mark_lost
 
 
 def test_only_stripes_verified_on_holders_not_lost_are_read(session: Session) -> None:
-    cp, shards, holders = checkpoint(session, 2)
-    for shard in shards:
-        stripes.place(session, cp, TIER, str(CODE), placed(shard, holders))
+    cp, shards, holders = placed_checkpoint(session, 2)
     # Stripe 1 of the first shard reads back wrong (corrupt); the rest match the encoder.
     results = [
         stripes.ReadBack(s, i, 100 + i, "bad00000" if (s, i) == (shards[0], 1) else f"{i:08x}")

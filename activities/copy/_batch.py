@@ -1,17 +1,11 @@
-"""Copy + verify of one batch of shards to a tier, from the tier before it (the lifecycle) or from
-whichever tier still holds each shard verified (repair): both go through `copy_to`.
-
-Each shard is read once off the source with its crc32c computed in the same pass, written
-atomically by the destination store, then read back from the destination. The read-back of a
-shard runs in a helper thread while the next shard is copied (a pipeline one shard deep): the
-copy is bound by the source and the write, the verify by the destination's reads.
-"""
+"""One source's shards copied to the destination and read back there, one shard deep (the
+pipeline the package describes), with what each copy found recorded on the batch's reporter."""
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,7 +29,7 @@ from tierpoint.storage.base import (
 from tierpoint.storage.peer_http import PeerSource
 from tierpoint.tier_config import TierConfig
 
-from .progress import BatchReporter, resume_state_for
+from ..progress import BatchReporter, resume_state_for
 
 HEARTBEAT_WHILE_WAITING = 5.0
 # A copy whose read-back does not match, from a source that read back right, was damaged on its
@@ -341,63 +335,3 @@ class BatchCopy:
                 copied.identity,
             )
         return True
-
-
-@dataclass(frozen=True)
-class Destination:
-    """Where a batch's shards are copied to, and what the copy reports to."""
-
-    job: str
-    step: int
-    tier: TierConfig
-    store: TierStore
-    node: str | None  # the node of a local tier's replicas
-    reporter: BatchReporter
-    result: BatchResult
-    heartbeat_details: dict[str, Any]
-    attempt: int
-    branch: int = 1
-
-
-@dataclass(frozen=True)
-class Source:
-    tier: TierConfig
-    store: ShardSource
-    shards: list[BatchShard]
-
-
-def mark_copying(dest: Destination, sources: Sequence[Source]) -> None:
-    """Every shard's replica on `dest` becomes `copying`, queued on the reporter: the caller writes
-    it in the transaction that read the batch, or `copy_to` flushes it before the first byte
-    moves, so the operator views show the whole batch in flight."""
-    for source in sources:
-        for sh in source.shards:
-            location = dest.store.location(ShardRef(dest.job, dest.step, sh.path, dest.branch))
-            dest.reporter.replica(ReplicaWrite(sh.id, ReplicaState.COPYING, location, dest.node))
-
-
-def copy_to(dest: Destination, sources: Sequence[Source]) -> list[BatchCopy]:
-    """Copy + verify each source's shards to `dest`, after `mark_copying` (written here if the
-    caller has not). What the copies found is left on the reporter for the caller's last
-    transaction (`BatchReporter.finish`), with its events. Returns the copies, one per source,
-    for what they resumed and rewrote."""
-    dest.reporter.flush()
-    copies = []
-    for source in sources:
-        copy = BatchCopy(
-            job=dest.job,
-            step=dest.step,
-            src_tier=source.tier,
-            dst_tier=dest.tier,
-            src=source.store,
-            dst=dest.store,
-            dst_node=dest.node,
-            reporter=dest.reporter,
-            result=dest.result,
-            heartbeat_details=dest.heartbeat_details,
-            attempt=dest.attempt,
-            branch=dest.branch,
-        )
-        copy.run(source.shards)
-        copies.append(copy)
-    return copies

@@ -28,6 +28,10 @@ class Mutant:
 
 
 RET_E2E = "tests/workflows/test_retention.py"
+CODED_SCRUB = (
+    "tests/faults/test_coded_scrub.py::"
+    "test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k"
+)
 TIMELINE_ROLLBACK = "tests/api/test_rollback.py"
 TIMELINE_FORKS = "tests/api/test_lineage_forks.py"
 PEER_E2E = "tests/workflows/test_peer_tier.py::test_peer_copies_restore_a_lost_nodes_shards"
@@ -1572,5 +1576,37 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a catalog that rolled back is never downgraded below 0016: the refusal comes before "
         "anything changes",
+    ),
+    Mutant(
+        "stripe-found-bad-is-marked",
+        '        if machine.mark_bad(session, tier, [key], state, f"{actor}: {problems[key]}"):\n',
+        "        if False:\n",
+        (
+            "tests/tierpoint/catalog/tier_copy/test_stripe_damage.py::"
+            "test_stripes_found_bad_stop_counting_and_fail_the_copy_only_below_k",
+            CODED_SCRUB,
+        ),
+        "a stripe a scrub (or a holder's check of a reader's report) read back bad is moved out "
+        "of `verified`: coverage never counts it, and a restore is never offered it",
+    ),
+    Mutant(
+        "stripe-damage-fails-copy-below-k",
+        "    if coverage(code, verified_stripes(session, checkpoint_id, tier)).restorable:\n",
+        "    if True:\n",
+        (
+            "tests/tierpoint/catalog/tier_copy/test_stripe_damage.py::"
+            "test_stripes_found_bad_stop_counting_and_fail_the_copy_only_below_k",
+            CODED_SCRUB,
+        ),
+        "a coded copy left below k verified stripes in some set by stripes found bad is no "
+        "longer restorable: latest and the restore go to the next tier",
+    ),
+    Mutant(
+        "stripe-scrub-checks-crc32c",
+        "    if v.crc32c != t.crc32c.lower():\n",
+        "    if False:\n",
+        (CODED_SCRUB,),
+        "a holder's scrub judges each stripe by the encoder's crc32c, not its size alone: a "
+        "flipped byte at rest is found",
     ),
 )

@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tierpoint.catalog.engine import Sessions
-from tierpoint.catalog.stripe import machine, pulling
+from tierpoint.catalog.stripe import pulling
 from tierpoint.catalog.stripe.encoding import staged_names
+from tierpoint.catalog.tier_copy.stripe_damage import mark_stripes_damaged
 from tierpoint.contract.integrity import Finding, TierReport
 from tierpoint.states import ReplicaState
 from tierpoint.storage.paths import is_partial_name
@@ -145,14 +146,18 @@ def scan_held_job(
         if key not in seen:
             note(report, Finding.MISSING, f"{job}/{key[0]}/{key[1]}")
             missing.append((stripe.shard_id, stripe.index))
-    if repair and (missing or wrong):
+    code = tier.stripe_code
+    if repair and (missing or wrong) and code is not None:
+        # Through the one path that fails the coded copy once a set is left below k.
         with sessions.begin() as s:
-            report.marked += machine.mark_bad(
-                s, tier.name, missing, ReplicaState.LOST, f"reconcile: missing on {tier.name}"
-            )
-            report.marked += machine.mark_bad(
-                s, tier.name, wrong, ReplicaState.CORRUPT, "reconcile: wrong size"
-            )
+            for keys, state, why in (
+                (missing, ReplicaState.LOST, f"missing on {tier.name}"),
+                (wrong, ReplicaState.CORRUPT, "wrong size"),
+            ):
+                damage = mark_stripes_damaged(
+                    s, tier.name, code, dict.fromkeys(keys, why), state, "reconcile"
+                )
+                report.marked += damage.marked
 
 
 def scan_coded_job(

@@ -17,6 +17,11 @@ class TierScrubOut(BaseModel):
     tier: str
     bandwidth: int = Field(description="bytes/s the scrub reads from this tier (0: not scrubbed)")
     replicas: int = Field(description="replicas read back good by scrubs, in total")
+    stripes: int = Field(
+        default=0,
+        description="stripes of a coded peer tier read back good on their holders, in total "
+        "(on a coded tier `corrupt` and `lost` count stripes)",
+    )
     bytes: int = Field(description="bytes those reads covered")
     corrupt: int = Field(description="replicas a scrub found corrupt")
     lost: int = Field(description="replicas a scrub found missing")

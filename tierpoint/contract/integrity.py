@@ -102,6 +102,8 @@ class ScrubPickInput(BaseModel):
 
 class ScrubPick(BaseModel):
     replica_ids: list[int] = Field(default_factory=list)
+    # a coded peer tier's unit picks the stripes its holder holds instead
+    stripe_ids: list[int] = Field(default_factory=list)
     bytes: int = 0
     # when picked (ISO 8601, the catalog's clock): a replica scrubbed after it is not counted again
     picked_at: str = ""
@@ -111,6 +113,7 @@ class ScrubBatchInput(BaseModel):
     tier: str
     node: str | None = None
     replica_ids: list[int]
+    stripe_ids: list[int] = Field(default_factory=list)  # read on their holder, `node`
     bandwidth: int
     picked_at: str
     actor: str = "scrub"
@@ -118,6 +121,7 @@ class ScrubBatchInput(BaseModel):
 
 class ScrubBatchResult(BaseModel):
     replicas: int = 0  # read back and good
+    stripes: int = 0  # stripes read back and good; on a coded tier corrupt and lost are stripes
     bytes: int = 0
     corrupt: int = 0
     lost: int = 0
@@ -132,6 +136,7 @@ class ScrubUnitResult(BaseModel):
     node: str | None = None
     batches: int = 0
     replicas: int = 0
+    stripes: int = 0
     bytes: int = 0
     corrupt: int = 0
     lost: int = 0
@@ -140,6 +145,7 @@ class ScrubUnitResult(BaseModel):
 class ScrubResult(BaseModel):
     units: int = 0
     replicas: int = 0
+    stripes: int = 0
     bytes: int = 0
     corrupt: int = 0
     lost: int = 0

@@ -28,6 +28,10 @@ class Mutant:
 
 
 RET_E2E = "tests/workflows/test_retention.py"
+CODED_VIEWS = (
+    "tests/api/test_coded_views.py::"
+    "test_the_views_show_a_coded_tiers_code_coverage_and_the_bytes_it_holds"
+)
 CODED_SCRUB = (
     "tests/faults/test_coded_scrub.py::"
     "test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k"
@@ -1608,5 +1612,20 @@ MUTANTS: tuple[Mutant, ...] = (
         (CODED_SCRUB,),
         "a holder's scrub judges each stripe by the encoder's crc32c, not its size alone: a "
         "flipped byte at rest is found",
+    ),
+    Mutant(
+        "coded-tier-costs-its-stripes",
+        "    return round(held_bytes(tier, nbytes) / GB * price_per_gb_month(tier), 6)\n",
+        "    return round(nbytes / GB * price_per_gb_month(tier), 6)\n",
+        (CODED_VIEWS,),
+        "a coded peer tier is priced for the stripes it holds, (k+m)/k of the files' bytes",
+    ),
+    Mutant(
+        "coverage-view-counts-verified-stripes",
+        "            Stripe.state == ReplicaState.VERIFIED.value,\n",
+        "            Stripe.state != ReplicaState.EXPIRED.value,\n",
+        (CODED_VIEWS,),
+        "the views' coverage of a coded copy counts only verified stripes: a stripe found bad "
+        "shows as a set short of it",
     ),
 )

@@ -32,6 +32,10 @@ CODED_VIEWS = (
     "tests/api/test_coded_views.py::"
     "test_the_views_show_a_coded_tiers_code_coverage_and_the_bytes_it_holds"
 )
+CODED_REPORT = (
+    "tests/faults/test_coded_stripe_report.py::"
+    "test_a_stripe_the_restore_found_corrupt_is_reported_and_confirmed_on_its_holder"
+)
 CODED_SCRUB = (
     "tests/faults/test_coded_scrub.py::"
     "test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k"
@@ -1627,5 +1631,24 @@ MUTANTS: tuple[Mutant, ...] = (
         (CODED_VIEWS,),
         "the views' coverage of a coded copy counts only verified stripes: a stripe found bad "
         "shows as a set short of it",
+    ),
+    Mutant(
+        "reported-stripe-is-read-back-on-its-holder",
+        "    inp = VerifyInput(\n        tier=r.tier, node=ref.holder,",
+        "    inp = VerifyInput(\n        tier=r.tier, node=None,",
+        (CODED_REPORT,),
+        "a reader's report of a stripe is judged by the stripe's holder reading it back from "
+        "its own device, never on the reader's word",
+    ),
+    Mutant(
+        "only-a-mismatched-stripe-is-reported",
+        '        return _Problem(f"stripe {ref.index} from {ref.where}: {e!r}", mismatch=False)\n',
+        '        return _Problem(f"stripe {ref.index} from {ref.where}: {e!r}", mismatch=True)\n',
+        (
+            "tests/client/test_erasure_fetch.py::"
+            "test_holders_down_and_a_flipped_byte_at_rest_are_read_around",
+        ),
+        "a stripe that could not be read (a holder down, a connection cut) is never reported "
+        "as corrupt: it says nothing of the bytes its holder keeps",
     ),
 )

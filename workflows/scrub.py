@@ -189,6 +189,7 @@ class VerifyReplicas:
                 tier=inp.tier,
                 node=inp.node,
                 replica_ids=inp.replica_ids,
+                stripe_ids=inp.stripe_ids,
                 bandwidth=0,
                 picked_at=READ_ALL,
                 actor=inp.actor,

@@ -137,5 +137,6 @@ async def report_corrupt_copy(
         body.reason,
         actor,
         branch=branch,
+        stripe=body.stripe,
     )
     return CorruptCopyOut(**out)

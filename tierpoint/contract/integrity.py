@@ -152,11 +152,13 @@ class ScrubResult(BaseModel):
 
 
 class VerifyInput(BaseModel):
-    """Re-read named replicas now (a reader reported them bad), whatever their age."""
+    """Re-read named replicas (or a coded tier's stripes, on their holder `node`) now (a reader
+    reported them bad), whatever their age."""
 
     tier: str
     node: str | None = None
     replica_ids: list[int]
+    stripe_ids: list[int] = Field(default_factory=list)
     actor: str = "report"
 
 

@@ -152,18 +152,26 @@ class ScrubActivities:
 
     @activity.defn(name=VERIFY_PICK)
     def verify_pick(self, inp: VerifyPickInput) -> VerifyPick:
-        """The next replicas of a checkpoint's copy to verify, one batch per node's queue (a peer
-        copy's: its holder's)."""
-        on_nodes = self._settings.tier(inp.tier).on_nodes
+        """The next replicas (a coded tier: stripes) of a checkpoint's copy to verify, one batch
+        per node's queue (a peer copy's, a stripe's: its holder's)."""
+        tier = self._settings.tier(inp.tier)
+        coded = tier.stripe_code is not None
         with self._sessions.begin() as s:
-            rows = scrub.checkpoint_replicas(
-                s, inp.checkpoint_id, inp.tier, inp.after_id, inp.limit
+            # A coded tier's copy is its stripes, each read on its holder.
+            pick = stripe_scrub.checkpoint_stripes if coded else scrub.checkpoint_replicas
+            rows: list[tuple[int, str | None]] = list(
+                pick(s, inp.checkpoint_id, inp.tier, inp.after_id, inp.limit)
             )
         by_node: dict[str | None, list[int]] = {}
         for rid, node in rows:
-            by_node.setdefault(node if on_nodes else None, []).append(rid)
+            by_node.setdefault(node if tier.on_nodes else None, []).append(rid)
         return VerifyPick(
-            batches=[VerifyBatch(node=n, replica_ids=ids) for n, ids in by_node.items()],
+            batches=[
+                VerifyBatch(node=n, replica_ids=[], stripe_ids=ids)
+                if coded
+                else VerifyBatch(node=n, replica_ids=ids)
+                for n, ids in by_node.items()
+            ],
             last_id=rows[-1][0] if rows else inp.after_id,
             more=len(rows) == inp.limit,
         )

@@ -17,6 +17,7 @@ from temporalio import activity
 from tierpoint_client.erasure import Code
 
 from tierpoint import logs
+from tierpoint import metrics_worker as metrics
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.replica import scrub as replica_scrub
 from tierpoint.catalog.stripe import scrub
@@ -98,6 +99,8 @@ def scrub_stripes(
         state, problem = (
             (ReplicaState.CORRUPT, f"unsafe: {unsafe}") if unsafe else judge_stripe(v, t, inp.tier)
         )
+        result_label = "good" if state is ReplicaState.VERIFIED else state.value
+        metrics.STRIPES_SCRUBBED.labels(inp.tier, result_label).inc()
         if state is ReplicaState.VERIFIED:
             good.append(t.stripe_id)
         else:

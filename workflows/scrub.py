@@ -228,6 +228,7 @@ class VerifyCheckpoint:
                         tier=inp.tier,
                         node=batch.node,
                         replica_ids=batch.replica_ids,
+                        stripe_ids=batch.stripe_ids,
                         bandwidth=0,
                         picked_at=READ_ALL,
                         actor="verify",

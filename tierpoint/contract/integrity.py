@@ -175,8 +175,9 @@ class VerifyOutcome(BaseModel):
     problems: list[str] = Field(default_factory=list)
 
     def add(self, res: ScrubBatchResult) -> None:
-        self.read += res.replicas + res.corrupt + res.lost
-        self.good += res.replicas
+        # On a coded tier what is read is stripes: counted the same way.
+        self.read += res.replicas + res.stripes + res.corrupt + res.lost
+        self.good += res.replicas + res.stripes
         self.corrupt += res.corrupt
         self.lost += res.lost
         self.skipped += res.skipped
@@ -186,7 +187,8 @@ class VerifyOutcome(BaseModel):
 
 
 class VerifyCheckpointInput(BaseModel):
-    """Re-read every verified replica of one checkpoint on one tier, in replica id order."""
+    """Re-read every verified replica (a coded tier: stripe) of one checkpoint on one tier, in
+    id order."""
 
     checkpoint_id: int
     tier: str
@@ -207,6 +209,7 @@ class VerifyPickInput(BaseModel):
 class VerifyBatch(BaseModel):
     node: str | None = None  # the node whose queue reads it (local tier), else the shared queue
     replica_ids: list[int]
+    stripe_ids: list[int] = Field(default_factory=list)  # a coded tier's, on their holder `node`
 
 
 class VerifyPick(BaseModel):

@@ -116,3 +116,22 @@ def record_good(
     nbytes = sum(sizes)
     add_totals(session, tier, stripes=len(sizes), bytes=nbytes, last_scrubbed_at=func.now())
     return len(sizes), nbytes
+
+
+def checkpoint_stripes(
+    session: Session, checkpoint_id: int, tier: str, after_id: int, limit: int
+) -> list[tuple[int, str]]:
+    """The checkpoint's verified stripes on coded tier `tier` after `after_id`: (id, holder), by
+    id (an operator's verification of the copy reads them all, pick by pick)."""
+    rows = session.execute(
+        select(Stripe.id, Stripe.node_id)
+        .where(
+            Stripe.checkpoint_id == checkpoint_id,
+            Stripe.tier == tier,
+            Stripe.state == VERIFIED,
+            Stripe.id > after_id,
+        )
+        .order_by(Stripe.id)
+        .limit(limit)
+    ).all()
+    return [(sid, node) for sid, node in rows]

@@ -96,9 +96,11 @@ def scrub_stripes(
             result.skipped += 1
             continue
         v, unsafe = read(store, ShardRef(t.job, t.step, t.path, t.branch), i)
-        state, problem = (
-            (ReplicaState.CORRUPT, f"unsafe: {unsafe}") if unsafe else judge_stripe(v, t, inp.tier)
-        )
+        if unsafe is not None:
+            # E.g. a symlink out of the root put in place of the stripe: not these bytes.
+            state, problem = ReplicaState.CORRUPT, f"unsafe: {unsafe}"
+        else:
+            state, problem = judge_stripe(v, t, inp.tier)
         result_label = "good" if state is ReplicaState.VERIFIED else state.value
         metrics.STRIPES_SCRUBBED.labels(inp.tier, result_label).inc()
         if state is ReplicaState.VERIFIED:

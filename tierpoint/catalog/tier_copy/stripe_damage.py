@@ -55,12 +55,13 @@ def mark_stripes_damaged(
     if not rows:
         return out
     locked = lock_in_order(session, tier_copies={(r.checkpoint_id, tier) for r in rows})
-    marked: dict[int, list[str]] = defaultdict(list)
+    # checkpoint id -> the (shard id, index) of its stripes moved here
+    marked: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for r in rows:
         key = (r.shard_id, r.stripe_index)
         # guard: stripe-found-bad-is-marked
         if machine.mark_bad(session, tier, [key], state, f"{actor}: {problems[key]}"):
-            marked[r.checkpoint_id].append(f"{r.shard_id}#{r.stripe_index} ({problems[key]})")
+            marked[r.checkpoint_id].append(key)
     paths = dict(
         session.execute(
             select(Shard.id, Shard.path).where(Shard.id.in_({r.shard_id for r in rows}))
@@ -74,7 +75,7 @@ def mark_stripes_damaged(
     for cid, items in sorted(marked.items()):
         out.marked += len(items)
         out.checkpoints.add(cid)
-        examples = [_named(e, paths) for e in items[:EXAMPLES]]
+        examples = [f"{paths[sid]} stripe {i} ({problems[sid, i]})" for sid, i in items[:EXAMPLES]]
         reason = f"{len(items)} stripe(s) {state.value} on {tier} (found by {actor}): " + (
             ", ".join(examples)
         )
@@ -91,13 +92,6 @@ def mark_stripes_damaged(
             detail={"stripes": len(items), "examples": examples, "marker_demoted": demoted},
         )
     return out
-
-
-def _named(example: str, paths: Mapping[int, str]) -> str:
-    """'<shard id>#<index> (why)' as '<path> stripe <index> (why)'."""
-    head, _, why = example.partition(" ")
-    shard, _, index = head.partition("#")
-    return f"{paths.get(int(shard), shard)} stripe {index} {why}"
 
 
 def _demote_below_k(

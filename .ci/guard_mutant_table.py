@@ -1604,6 +1604,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/tierpoint/catalog/tier_copy/test_stripe_damage.py::"
             "test_stripes_found_bad_stop_counting_and_fail_the_copy_only_below_k",
+            "tests/activities/test_reconcile_staging.py::"
+            "test_reconciliation_that_leaves_a_set_below_k_fails_the_restorable_coded_copy",
             CODED_SCRUB,
         ),
         "a coded copy left below k verified stripes in some set by stripes found bad is no "

@@ -28,6 +28,18 @@ class Mutant:
 
 
 RET_E2E = "tests/workflows/test_retention.py"
+CODED_VIEWS = (
+    "tests/api/test_coded_views.py::"
+    "test_the_views_show_a_coded_tiers_code_coverage_and_the_bytes_it_holds"
+)
+CODED_REPORT = (
+    "tests/faults/test_coded_stripe_report.py::"
+    "test_a_stripe_the_restore_found_corrupt_is_reported_and_confirmed_on_its_holder"
+)
+CODED_SCRUB = (
+    "tests/faults/test_coded_scrub.py::"
+    "test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k"
+)
 TIMELINE_ROLLBACK = "tests/api/test_rollback.py"
 TIMELINE_FORKS = "tests/api/test_lineage_forks.py"
 PEER_E2E = "tests/workflows/test_peer_tier.py::test_peer_copies_restore_a_lost_nodes_shards"
@@ -1572,5 +1584,73 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a catalog that rolled back is never downgraded below 0016: the refusal comes before "
         "anything changes",
+    ),
+    Mutant(
+        "stripe-found-bad-is-marked",
+        '        if machine.mark_bad(session, tier, [key], state, f"{actor}: {problems[key]}"):\n',
+        "        if False:\n",
+        (
+            "tests/tierpoint/catalog/tier_copy/test_stripe_damage.py::"
+            "test_stripes_found_bad_stop_counting_and_fail_the_copy_only_below_k",
+            CODED_SCRUB,
+        ),
+        "a stripe a scrub (or a holder's check of a reader's report) read back bad is moved out "
+        "of `verified`: coverage never counts it, and a restore is never offered it",
+    ),
+    Mutant(
+        "stripe-damage-fails-copy-below-k",
+        "    if coverage(code, verified_stripes(session, checkpoint_id, tier)).restorable:\n",
+        "    if True:\n",
+        (
+            "tests/tierpoint/catalog/tier_copy/test_stripe_damage.py::"
+            "test_stripes_found_bad_stop_counting_and_fail_the_copy_only_below_k",
+            "tests/activities/test_reconcile_staging.py::"
+            "test_reconciliation_that_leaves_a_set_below_k_fails_the_restorable_coded_copy",
+            CODED_SCRUB,
+        ),
+        "a coded copy left below k verified stripes in some set by stripes found bad is no "
+        "longer restorable: latest and the restore go to the next tier",
+    ),
+    Mutant(
+        "stripe-scrub-checks-crc32c",
+        "    if v.crc32c != t.crc32c.lower():\n",
+        "    if False:\n",
+        (CODED_SCRUB,),
+        "a holder's scrub judges each stripe by the encoder's crc32c, not its size alone: a "
+        "flipped byte at rest is found",
+    ),
+    Mutant(
+        "coded-tier-costs-its-stripes",
+        "    return round(held_bytes(tier, nbytes) / GB * price_per_gb_month(tier), 6)\n",
+        "    return round(nbytes / GB * price_per_gb_month(tier), 6)\n",
+        (CODED_VIEWS,),
+        "a coded peer tier is priced for the stripes it holds, (k+m)/k of the files' bytes",
+    ),
+    Mutant(
+        "coverage-view-counts-verified-stripes",
+        "        Stripe.state == ReplicaState.VERIFIED.value,\n",
+        "        Stripe.state != ReplicaState.EXPIRED.value,\n",
+        (CODED_VIEWS,),
+        "the views' coverage of a coded copy counts only verified stripes: a stripe found bad "
+        "shows as a set short of it",
+    ),
+    Mutant(
+        "reported-stripe-is-read-back-on-its-holder",
+        "    inp = VerifyInput(\n        tier=r.tier, node=ref.holder,",
+        "    inp = VerifyInput(\n        tier=r.tier, node=None,",
+        (CODED_REPORT,),
+        "a reader's report of a stripe is judged by the stripe's holder reading it back from "
+        "its own device, never on the reader's word",
+    ),
+    Mutant(
+        "only-a-mismatched-stripe-is-reported",
+        '        return _Problem(f"stripe {ref.index} from {ref.where}: {e!r}", mismatch=False)\n',
+        '        return _Problem(f"stripe {ref.index} from {ref.where}: {e!r}", mismatch=True)\n',
+        (
+            "tests/client/test_erasure_fetch.py::"
+            "test_holders_down_and_a_flipped_byte_at_rest_are_read_around",
+        ),
+        "a stripe that could not be read (a holder down, a connection cut) is never reported "
+        "as corrupt: it says nothing of the bytes its holder keeps",
     ),
 )

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierpoint.catalog.engine import Sessions
-from tierpoint.catalog.stripe import machine, pulling
+from tierpoint.catalog.stripe import pulling
 from tierpoint.catalog.stripe.encoding import staged_names
+from tierpoint.catalog.tier_copy.stripe_damage import mark_stripes_damaged
 from tierpoint.contract.integrity import Finding, TierReport
 from tierpoint.states import ReplicaState
 from tierpoint.storage.paths import is_partial_name
@@ -127,14 +128,19 @@ class _JobScan:
             self._mark_bad(missing, wrong)
 
     def _mark_bad(self, missing: list[tuple[int, int]], wrong: list[tuple[int, int]]) -> None:
-        tier = self.tier.name
+        code = self.tier.stripe_code
+        if code is None:
+            return
+        # Through the one path that fails the coded copy once a set is left below k.
         with self.sessions.begin() as s:
-            self.report.marked += machine.mark_bad(
-                s, tier, missing, ReplicaState.LOST, f"reconcile: missing on {tier}"
-            )
-            self.report.marked += machine.mark_bad(
-                s, tier, wrong, ReplicaState.CORRUPT, "reconcile: wrong size"
-            )
+            for keys, state, why in (
+                (missing, ReplicaState.LOST, f"missing on {self.tier.name}"),
+                (wrong, ReplicaState.CORRUPT, "wrong size"),
+            ):
+                damage = mark_stripes_damaged(
+                    s, self.tier.name, code, dict.fromkeys(keys, why), state, "reconcile"
+                )
+                self.report.marked += damage.marked
 
     def _committed_files(self, store: PosixStore, shown: str) -> Iterator[tuple[str, int]]:
         """The files under `job`'s directory of `store` (`shown` in findings), relative to it,

@@ -22,6 +22,7 @@ from tierpoint.catalog.engine import Sessions, catalog_now
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.replica import scrub
 from tierpoint.catalog.replica.scrub import ScrubTarget
+from tierpoint.catalog.stripe import scrub as stripe_scrub
 from tierpoint.catalog.tier_copy import key_layouts
 from tierpoint.catalog.tier_copy.damage import mark_damaged
 from tierpoint.config import Settings
@@ -47,6 +48,7 @@ from tierpoint.storage.base import ShardRef, TierStore, VerifyResult
 from tierpoint.storage.throttle import TokenBucket
 
 from .registration import on_node_queue
+from .scrub_stripes import scrub_stripes
 from .stores import Stores, ensure_reachable
 
 log = logs.get(__name__)
@@ -121,9 +123,22 @@ class ScrubActivities:
 
     @activity.defn(name=SCRUB_PICK)
     def pick(self, inp: ScrubPickInput) -> ScrubPick:
+        coded = self._settings.tier(inp.unit.tier).stripe_code is not None
         with self._sessions.begin() as s:
             now = catalog_now(s)
             cutoff = datetime.fromisoformat(inp.cutoff) if inp.cutoff else now
+            if coded and inp.unit.node is not None:
+                # A coded tier keeps stripes, not replicas: its holder reads those back.
+                ids, nbytes = stripe_scrub.due(
+                    s,
+                    inp.unit.tier,
+                    inp.unit.node,
+                    timedelta(seconds=inp.unit.min_age_seconds),
+                    cutoff,
+                    inp.budget,
+                    inp.limit,
+                )
+                return ScrubPick(stripe_ids=ids, bytes=nbytes, picked_at=cutoff.isoformat())
             ids, nbytes = scrub.due(
                 s,
                 inp.unit.tier,
@@ -137,18 +152,26 @@ class ScrubActivities:
 
     @activity.defn(name=VERIFY_PICK)
     def verify_pick(self, inp: VerifyPickInput) -> VerifyPick:
-        """The next replicas of a checkpoint's copy to verify, one batch per node's queue (a peer
-        copy's: its holder's)."""
-        on_nodes = self._settings.tier(inp.tier).on_nodes
+        """The next replicas (a coded tier: stripes) of a checkpoint's copy to verify, one batch
+        per node's queue (a peer copy's, a stripe's: its holder's)."""
+        tier = self._settings.tier(inp.tier)
+        coded = tier.stripe_code is not None
         with self._sessions.begin() as s:
-            rows = scrub.checkpoint_replicas(
-                s, inp.checkpoint_id, inp.tier, inp.after_id, inp.limit
+            # A coded tier's copy is its stripes, each read on its holder.
+            pick = stripe_scrub.checkpoint_stripes if coded else scrub.checkpoint_replicas
+            rows: list[tuple[int, str | None]] = list(
+                pick(s, inp.checkpoint_id, inp.tier, inp.after_id, inp.limit)
             )
         by_node: dict[str | None, list[int]] = {}
         for rid, node in rows:
-            by_node.setdefault(node if on_nodes else None, []).append(rid)
+            by_node.setdefault(node if tier.on_nodes else None, []).append(rid)
         return VerifyPick(
-            batches=[VerifyBatch(node=n, replica_ids=ids) for n, ids in by_node.items()],
+            batches=[
+                VerifyBatch(node=n, replica_ids=[], stripe_ids=ids)
+                if coded
+                else VerifyBatch(node=n, replica_ids=ids)
+                for n, ids in by_node.items()
+            ],
             last_id=rows[-1][0] if rows else inp.after_id,
             more=len(rows) == inp.limit,
         )
@@ -159,6 +182,16 @@ class ScrubActivities:
         tier = self._stores.tier(inp.tier)
         ensure_reachable(tier, inp.node, self._node)
         bucket = self._bucket(tier.name, inp.node, inp.bandwidth)
+        code = tier.stripe_code
+        if inp.stripe_ids and code is not None:
+            return scrub_stripes(
+                self._sessions,
+                self._stores.get(tier, inp.node),
+                code,
+                inp,
+                lambda store, ref, i: _read(store, ref, bucket, i)[:2],
+                self._settings.progress_interval_seconds,
+            )
         details = activity.info().heartbeat_details
         start = int(details[-1]) if details else 0
         with self._sessions.begin() as s:
@@ -187,11 +220,11 @@ class ScrubActivities:
         return result
 
 
-def _read_back(
-    store: TierStore, t: ScrubTarget, tier: str, bucket: TokenBucket | None, i: int
-) -> tuple[ReplicaState, str | None, float, str | None]:
-    """Read the replica back at the scrub's bandwidth: (state it deserves, why, seconds, which
-    file was read)."""
+def _read(
+    store: TierStore, ref: ShardRef, bucket: TokenBucket | None, i: int
+) -> tuple[VerifyResult | None, str | None, float]:
+    """Read a file back from the device at the scrub's bandwidth: (what was read, or None and
+    why it was not safe to read, seconds)."""
     seen = 0
 
     def progress(total: int) -> None:
@@ -201,15 +234,25 @@ def _read_back(
         seen = total
         activity.heartbeat(i)
 
-    assert t.checksum is not None
     try:
         began = time.monotonic()
-        v = store.checksum(ShardRef(t.job, t.step, t.path, t.branch), progress)
-        took = time.monotonic() - began
-        state, problem = judge(v, t.size, t.checksum, tier)
+        v = store.checksum(ref, progress)
+        return v, None, time.monotonic() - began
     except UnsafePath as exc:
         # E.g. a symlink out of the root put in place of the file: not these bytes.
-        return ReplicaState.CORRUPT, f"unsafe: {exc}", 0.0, None
+        return None, str(exc), 0.0
+
+
+def _read_back(
+    store: TierStore, t: ScrubTarget, tier: str, bucket: TokenBucket | None, i: int
+) -> tuple[ReplicaState, str | None, float, str | None]:
+    """Read the replica back at the scrub's bandwidth: (state it deserves, why, seconds, which
+    file was read)."""
+    assert t.checksum is not None
+    v, unsafe, took = _read(store, ShardRef(t.job, t.step, t.path, t.branch), bucket, i)
+    if v is None:
+        return ReplicaState.CORRUPT, f"unsafe: {unsafe}", 0.0, None
+    state, problem = judge(v, t.size, t.checksum, tier)
     return state, problem, took, v.identity
 
 

@@ -9,6 +9,7 @@ Like the clouds, a GB here is 2^30 bytes and a month is a billing month, not 30 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -40,9 +41,24 @@ def price_per_gb_month(tier: TierConfig) -> float:
     return DEFAULT_PRICE_PER_GB_MONTH[tier.kind]
 
 
+def held_per_byte(tier: TierConfig) -> float:
+    """Bytes the tier holds per byte of the files it keeps: a coded peer tier (k+m)/k, in its
+    stripes (k data and m parity stripes of 1/k of a file each; a stripe's few header bytes per
+    4 MiB segment left out), every other tier 1."""
+    code = tier.stripe_code
+    return 1.0 if code is None else code.width / code.k
+
+
+def held_bytes(tier: TierConfig, nbytes: int) -> int:
+    """The bytes `tier` holds to keep `nbytes` of checkpoint files."""
+    return math.ceil(nbytes * held_per_byte(tier))
+
+
 def monthly_cost(tier: TierConfig, nbytes: int) -> float:
-    """US dollars per month for keeping `nbytes` on `tier`, to a millionth of a dollar."""
-    return round(nbytes / GB * price_per_gb_month(tier), 6)
+    """US dollars per month for keeping `nbytes` of checkpoint files on `tier` (the bytes it
+    holds for them: `held_bytes`), to a millionth of a dollar."""
+    # guard: coded-tier-costs-its-stripes
+    return round(held_bytes(tier, nbytes) / GB * price_per_gb_month(tier), 6)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,12 @@ CORRUPT_FOUND = Counter(
     "Shard replicas whose bytes did not match the registered size or checksum.",
     ["tier"],
 )
+STRIPES_SCRUBBED = Counter(
+    "tierpoint_worker_stripes_scrubbed",
+    "Stripes of a coded peer tier a scrub (or a reader's report) read back on their holder, by "
+    "what the read found: good, corrupt (not the encoder's size or crc32c) or lost (missing).",
+    ["tier", "result"],
+)
 DATA_BYTES_SERVED = Counter(
     "tierpoint_worker_data_bytes_served",
     "Bytes of shard files the node's data endpoint sent to peers and restores, by tier.",

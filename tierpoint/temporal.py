@@ -229,13 +229,16 @@ async def request_repair(
     )
 
 
-def verify_workflow_id(replica_ids: list[int]) -> str:
+def verify_workflow_id(replica_ids: list[int], stripe_ids: list[int] | None = None) -> str:
+    if stripe_ids:
+        return f"verify/stripes/{'-'.join(str(i) for i in sorted(stripe_ids))}"
     return f"verify/{'-'.join(str(i) for i in sorted(replica_ids))}"
 
 
 async def start_verify(client: Client, inp: VerifyInput) -> str:
-    """Re-read replicas now; reports of the same replicas share one run (USE_EXISTING)."""
-    wid = verify_workflow_id(inp.replica_ids)
+    """Re-read replicas (or stripes) now; reports of the same ones share one run
+    (USE_EXISTING)."""
+    wid = verify_workflow_id(inp.replica_ids, inp.stripe_ids)
     await client.start_workflow(
         VERIFY_WORKFLOW,
         inp,

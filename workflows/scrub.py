@@ -1,6 +1,7 @@
 """The scrub: `Scrub` (started by the `tierpoint.scrub` schedule) runs one `ScrubUnit` child per
-tier (and node, for a local or peer tier: a peer unit is the copies one node holds for others);
-a unit picks the replicas read longest ago and reads them back batch by batch at the tier's scrub
+tier (and node, for a local or peer tier: a peer unit is the copies one node holds for others,
+a coded peer tier's unit the stripes it holds); a unit picks the replicas (or stripes) read
+longest ago and reads them back batch by batch at the tier's scrub
 bandwidth until its budget (bandwidth x interval) is spent or nothing is due. `VerifyReplicas`
 reads named replicas back now (a reader reported them bad); `VerifyCheckpoint` reads every
 verified replica of one checkpoint on one tier (an operator asked).
@@ -112,7 +113,8 @@ class ScrubUnitRun:
                 start_to_close_timeout=CATALOG_TIMEOUT,
                 retry_policy=CATALOG_RETRY,
             )
-            if not pick.replica_ids:
+            # Old histories' picks carry no stripe ids: they stop where they stopped.
+            if not pick.replica_ids and not pick.stripe_ids:
                 break
             cutoff = pick.picked_at
             res = await _read_back(
@@ -120,6 +122,7 @@ class ScrubUnitRun:
                     tier=unit.tier,
                     node=unit.node,
                     replica_ids=pick.replica_ids,
+                    stripe_ids=pick.stripe_ids,
                     bandwidth=unit.bandwidth,
                     picked_at=pick.picked_at,
                 ),
@@ -127,6 +130,7 @@ class ScrubUnitRun:
             )
             out.batches += 1
             out.replicas += res.replicas
+            out.stripes += res.stripes
             out.bytes += res.bytes
             out.corrupt += res.corrupt
             out.lost += res.lost
@@ -164,6 +168,7 @@ class Scrub:
                     return
                 total.units += 1
                 total.replicas += res.replicas
+                total.stripes += res.stripes
                 total.bytes += res.bytes
                 total.corrupt += res.corrupt
                 total.lost += res.lost
@@ -184,6 +189,7 @@ class VerifyReplicas:
                 tier=inp.tier,
                 node=inp.node,
                 replica_ids=inp.replica_ids,
+                stripe_ids=inp.stripe_ids,
                 bandwidth=0,
                 picked_at=READ_ALL,
                 actor=inp.actor,
@@ -222,6 +228,7 @@ class VerifyCheckpoint:
                         tier=inp.tier,
                         node=batch.node,
                         replica_ids=batch.replica_ids,
+                        stripe_ids=batch.stripe_ids,
                         bandwidth=0,
                         picked_at=READ_ALL,
                         actor="verify",

@@ -335,13 +335,15 @@ function renderUsage(list) {
     }
     rect(0, Math.max((100 * t.bytes) / scale, t.bytes ? 0.8 : 0), "#2f6fed");
     const space = t.capacity_bytes ? `${bytes(t.free_bytes)} free of ${bytes(t.capacity_bytes)}` : `${t.checkpoints} copies`;
+    // A coded tier holds its stripes, (k+m)/k of the files' bytes: that is what it costs.
+    const held = t.code ? `${bytes(t.held_bytes)} held in stripes · ` : "";
     box.append(
       el(
         "div",
         { class: "usage-row", "data-tier": t.tier },
-        el("div", { class: "name", text: t.tier }, el("small", { text: t.kind })),
+        el("div", { class: "name", text: t.tier }, el("small", { text: t.code ? `${t.kind} ${t.code}` : t.kind })),
         svg,
-        el("div", { class: "figures" }, el("b", { text: bytes(t.bytes) }), el("div", { class: "muted", text: `${space} · ${dollars(t.monthly_cost)}/mo` })),
+        el("div", { class: "figures" }, el("b", { text: bytes(t.bytes) }), el("div", { class: "muted", text: `${held}${space} · ${dollars(t.monthly_cost)}/mo` })),
       ),
     );
     if (t.jobs.length) {
@@ -399,6 +401,22 @@ function stateOf(tier) {
   return tier.quarantine_reason ? "quarantined" : tier.state;
 }
 
+// A coded copy's sets in words: "rs(8,2): 41 of 42 sets whole, 1 degraded (1 stripe short), margin 1".
+function coverageText(c) {
+  const parts = [`${c.whole} of ${c.sets} sets whole`];
+  if (c.degraded) parts.push(`${c.degraded} degraded (${c.stripes_short} stripe${c.stripes_short === 1 ? "" : "s"} short)`);
+  if (c.below_k) parts.push(`${c.below_k} below k`);
+  parts.push(`margin ${c.least_margin === null ? "-" : c.least_margin}`);
+  return `${c.code}: ${parts.join(", ")}`;
+}
+
+// How many more lost stripes the weakest set of a coded copy survives, as a small badge.
+function marginBadge(c) {
+  const kind = c.below_k ? "bad" : c.degraded ? "busy" : "ok";
+  const m = c.least_margin === null ? "-" : String(c.least_margin);
+  return el("span", { class: `pill margin ${kind}`, title: coverageText(c), text: `margin ${m}` });
+}
+
 async function renderJob(tiers) {
   if (!selectedJob) return;
   const page = await api(`/v1/jobs/${encodeURIComponent(selectedJob)}/checkpoints?limit=25`);
@@ -425,12 +443,13 @@ async function renderJob(tiers) {
         const s = stateOf(t);
         const pct = t.progress && t.progress.bytes_total ? Math.floor((100 * t.progress.bytes_done) / t.progress.bytes_total) : 0;
         const label = s === "pending" ? `pending ${pct}%` : s;
-        return el("td", {}, el("span", {
+        const coded = t.coverage && s !== "expiring" && s !== "expired" ? t.coverage : null;
+        return el("td", { class: coded ? "coded" : "" }, el("span", {
           class: `cell ${s}`,
-          title: t.reason || t.quarantine_reason || s,
+          title: [t.reason || t.quarantine_reason || s, coded ? coverageText(coded) : ""].filter(Boolean).join("\n"),
           text: label,
           onclick: () => showDetail(selectedJob, c.step),
-        }));
+        }), coded ? marginBadge(coded) : "");
       }),
     );
   });
@@ -486,7 +505,9 @@ async function showDetail(job, step) {
   const tierRows = cp.tiers.map((t) => el("tr", {},
     el("td", { text: t.tier }),
     el("td", {}, el("span", { class: `cell ${stateOf(t)}`, text: stateOf(t) })),
-    el("td", { class: "grow reason", text: t.reason || t.quarantine_reason || "" }),
+    el("td", { class: "grow reason" },
+      t.coverage ? el("div", { class: "coverage", text: coverageText(t.coverage) }) : "",
+      t.reason || t.quarantine_reason || ""),
     el("td", { text: t.restorable_at ? ago(t.restorable_at) : "-" })));
   const eventRows = events.items.map((e) => el("tr", {},
     el("td", { text: new Date(e.created_at).toLocaleTimeString() }),

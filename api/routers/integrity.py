@@ -61,6 +61,7 @@ async def scrub_status(state: StateDep) -> ScrubOut:
                 tier=v.tier,
                 bandwidth=bandwidth[v.tier],
                 replicas=v.replicas,
+                stripes=v.stripes,
                 bytes=v.bytes,
                 corrupt=v.corrupt,
                 lost=v.lost,
@@ -136,5 +137,6 @@ async def report_corrupt_copy(
         body.reason,
         actor,
         branch=branch,
+        stripe=body.stripe,
     )
     return CorruptCopyOut(**out)

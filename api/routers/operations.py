@@ -34,7 +34,7 @@ from api.schemas.operations import (
 )
 from tierpoint.auth import Scope
 from tierpoint.catalog.reads import operator, overview
-from tierpoint.cost import monthly_cost
+from tierpoint.cost import held_bytes, monthly_cost
 from tierpoint.json_types import Text
 from tierpoint.storage.posix.space import disk_space
 from tierpoint.tier_config import TierKind
@@ -163,7 +163,9 @@ async def tiers_usage(session: SessionDep, state: StateDep) -> TierUsageList:
             TierUsageSummaryOut(
                 tier=t.name,
                 kind=t.kind.value,
+                code=str(t.stripe_code) if t.stripe_code else None,
                 bytes=total,
+                held_bytes=held_bytes(t, total),
                 checkpoints=sum(j.checkpoints for j in jobs),
                 monthly_cost=monthly_cost(t, total),
                 free_bytes=space[0] if space else None,

@@ -28,6 +28,24 @@ class ProgressOut(_Out):
     bytes_done: int
 
 
+class CodedCoverageOut(_Out):
+    """A coded copy's sets (one per shard), counted over the stripes verified on holders not
+    declared lost."""
+
+    code: str = Field(description="the code the tier cuts files with, e.g. `rs(8,2)`")
+    sets: int = Field(description="the checkpoint's sets: one per shard")
+    whole: int = Field(description="sets with all k+m stripes verified")
+    degraded: int = Field(
+        description="sets with k or more verified stripes but not all k+m: still decodable"
+    )
+    stripes_short: int = Field(description="stripes missing from the degraded sets, in total")
+    below_k: int = Field(description="sets with fewer than k verified stripes: no restore decodes")
+    least_margin: int | None = Field(
+        description="the fewest verified stripes of a set minus k: how many more lost stripes "
+        "the weakest set survives (m when whole, negative below k; null without shards)"
+    )
+
+
 class TierStatusOut(_Out):
     tier: str
     kind: TierKind | None = Field(description="null for a tier no longer configured")
@@ -35,7 +53,12 @@ class TierStatusOut(_Out):
     reason: str | None
     quarantine_reason: str | None
     restorable_at: datetime | None
-    progress: ProgressOut
+    progress: ProgressOut = Field(
+        description="on a coded peer tier not restorable, `shards_verified` counts whole sets"
+    )
+    coverage: CodedCoverageOut | None = Field(
+        default=None, description="a coded peer tier's copy: its sets' standing; null otherwise"
+    )
 
 
 class CheckpointOut(_Out):

@@ -17,6 +17,11 @@ class TierScrubOut(BaseModel):
     tier: str
     bandwidth: int = Field(description="bytes/s the scrub reads from this tier (0: not scrubbed)")
     replicas: int = Field(description="replicas read back good by scrubs, in total")
+    stripes: int = Field(
+        default=0,
+        description="stripes of a coded peer tier read back good on their holders, in total "
+        "(on a coded tier `corrupt` and `lost` count stripes)",
+    )
     bytes: int = Field(description="bytes those reads covered")
     corrupt: int = Field(description="replicas a scrub found corrupt")
     lost: int = Field(description="replicas a scrub found missing")
@@ -57,10 +62,19 @@ class CorruptCopyIn(BaseModel):
     tier: Text = Field(min_length=1, max_length=128)
     path: Text = Field(min_length=1, max_length=4096, description="the shard's registered path")
     reason: Text = Field(min_length=1, max_length=1000)
+    stripe: int | None = Field(
+        default=None,
+        ge=0,
+        lt=32,
+        description="on a coded peer tier: the index of the stripe of the shard's set whose "
+        "bytes did not match its crc32c (the plan's `stripes[].index`); its holder reads it back",
+    )
 
 
 class CorruptCopyOut(BaseModel):
-    replica_state: str | None
+    replica_state: str | None = Field(
+        description="the replica's state now (a reported stripe's: the stripe's)"
+    )
     # The wire keeps the field's first name (clients read it).
     tier_copy_state: str | None = Field(serialization_alias="marker_state")
     repair: str = Field(description="started | no verified source | running | pending | not needed")

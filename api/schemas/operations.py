@@ -149,7 +149,14 @@ class JobUsageOut(BaseModel):
 class TierUsageSummaryOut(BaseModel):
     tier: str
     kind: str
+    code: str | None = Field(
+        default=None, description="a coded peer tier's code, e.g. `rs(8,2)`; null otherwise"
+    )
     bytes: int = Field(description="bytes of copies held, all jobs (from the catalog)")
+    held_bytes: int = Field(
+        description="bytes the tier holds for them: `bytes` x (k+m)/k on a coded peer tier (its "
+        "stripes), `bytes` elsewhere; what `monthly_cost` prices"
+    )
     checkpoints: int
     monthly_cost: float
     free_bytes: int | None = Field(

@@ -2,7 +2,17 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from tierpoint.cost import held_per_byte
 from tierpoint.tier_config import TierConfig, TierKind
+
+
+class TierCodeOut(BaseModel):
+    code: str = Field(description="its one spelling, e.g. `rs(8,2)`")
+    k: int = Field(description="data stripes per set: any k of the k+m give a file back")
+    m: int = Field(description="parity stripes per set: the holders of a set it survives losing")
+    overhead: float = Field(
+        description="bytes held on the holders per byte of the files, (k+m)/k: 1.25 for rs(8,2)"
+    )
 
 
 class TierOut(BaseModel):
@@ -38,6 +48,11 @@ class TierOut(BaseModel):
         description="with `copies` > 1: which of the K copies this tier holds, 1..K; null "
         "otherwise",
     )
+    code: TierCodeOut | None = Field(
+        default=None,
+        description='a peer tier configured with `code = "rs(k,m)"`: the erasure code its '
+        "stripes are cut with; null for a tier of whole copies",
+    )
 
     @classmethod
     def of(cls, t: TierConfig) -> TierOut:
@@ -55,4 +70,12 @@ class TierOut(BaseModel):
             copies=t.copies,
             copy_of=t.configured_name if expanded else None,
             copy_number=t.copy_number if expanded else None,
+            code=_code(t),
         )
+
+
+def _code(t: TierConfig) -> TierCodeOut | None:
+    code = t.stripe_code
+    if code is None:
+        return None
+    return TierCodeOut(code=str(code), k=code.k, m=code.m, overhead=held_per_byte(t))

@@ -168,8 +168,8 @@ def acknowledge_hint(failures: dict[str, Any]) -> Text | None:
 
 def usage_table(usage: dict[str, Any]) -> Table:
     table = Table(title="tiers", title_justify="left")
-    for col in ("tier", "kind", "bytes", "checkpoints", "free", "$/month", "largest jobs"):
-        table.add_column(col, justify="right" if col in ("bytes", "$/month") else "left")
+    for col in ("tier", "kind", "bytes", "held", "checkpoints", "free", "$/month", "largest jobs"):
+        table.add_column(col, justify="right" if col in ("bytes", "held", "$/month") else "left")
     for t in usage["items"]:
         free = "-"
         if t["free_bytes"] is not None and t["capacity_bytes"]:
@@ -178,10 +178,13 @@ def usage_table(usage: dict[str, Any]) -> Table:
                 f"({100 * t['free_bytes'] // t['capacity_bytes']}%)"
             )
         top = ", ".join(f"{j['job']} {human_bytes(j['bytes'])}" for j in t["jobs"][:3])
+        # A coded tier holds its stripes, (k+m)/k of the files' bytes (an older API: the bytes).
+        held = t.get("held_bytes", t["bytes"])
         table.add_row(
             t["tier"],
-            t["kind"],
+            f"{t['kind']} {t['code']}" if t.get("code") else t["kind"],
             human_bytes(t["bytes"]),
+            human_bytes(held),
             str(t["checkpoints"]),
             free,
             dollars(t["monthly_cost"]),
@@ -190,8 +193,24 @@ def usage_table(usage: dict[str, Any]) -> Table:
     return table
 
 
+def coverage_text(c: dict[str, Any]) -> Text:
+    """A coded copy's sets in a line: '<code>: W whole, D degraded (S stripes short), B below
+    k, margin N' (the parts that are zero left out, margin always), red below k, yellow while
+    degraded."""
+    parts = [f"{c['whole']} whole"]
+    if c["degraded"]:
+        parts.append(f"{c['degraded']} degraded ({c['stripes_short']} stripes short)")
+    if c["below_k"]:
+        parts.append(f"{c['below_k']} below k")
+    margin = c["least_margin"]
+    parts.append(f"margin {'-' if margin is None else margin}")
+    style = "bold red" if c["below_k"] else "yellow" if c["degraded"] else ""
+    return Text(f"{c['code']} stripes: " + ", ".join(parts), style=style)
+
+
 def checkpoint_tiers_table(cp: dict[str, Any]) -> Table:
-    """Per tier: state, progress, replicas by state (from the shards), when restorable, why not."""
+    """Per tier: state, progress, replicas by state (from the shards; a coded copy's coverage of
+    its sets), when restorable, why not."""
     replicas: dict[str, Counter[str]] = {t["tier"]: Counter() for t in cp["tiers"]}
     for s in cp.get("shards") or []:
         for r in s["replicas"]:
@@ -211,13 +230,16 @@ def checkpoint_tiers_table(cp: dict[str, Any]) -> Table:
             reason.append(f"{where}quarantined: {why}", style="bold red")
             state.append(" (quarantined)", style="bold red")
         counts = replicas.get(t["tier"]) or Counter()
+        held = Text(", ".join(f"{n} {st}" for st, n in sorted(counts.items())) or "-")
+        if t.get("coverage"):
+            held = coverage_text(t["coverage"])
         table.add_row(
             t["tier"],
             t["kind"] or "-",
             state,
             f"{p['shards_verified']}/{p['shards_total']}",
             f"{human_bytes(p['bytes_done'])} / {human_bytes(p['bytes_total'])}",
-            ", ".join(f"{n} {st}" for st, n in sorted(counts.items())) or "-",
+            held,
             stamp(t["restorable_at"]),
             reason,
         )

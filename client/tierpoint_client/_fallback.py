@@ -62,3 +62,19 @@ class Fallback:
             return None
         copies = verified_copies([shard], detail.restorable_tiers(), self._tiers, self._node)
         return next((c for c in copies[shard.path] if c.tier not in tried), None)
+
+    def report_stripe(self, entry: PlanEntry, index: int, reason: str) -> None:
+        """A stripe of a coded copy whose bytes arrived whole and did not match: reported as a
+        copy is (the server reads the stripe back on its holder before it believes it), while
+        the restore goes on decoding from the other stripes. A report that fails is let go."""
+        latest = self._latest
+        with contextlib.suppress(TierpointError):
+            self._api.report_corrupt_copy(
+                latest.job,
+                latest.step,
+                entry.tier,
+                entry.path,
+                f"restore read {reason}",
+                branch=latest.checkpoint.branch,
+                stripe=index,
+            )

@@ -300,22 +300,35 @@ class Api(TimelineApi):
         return Checkpoint.from_json(resp.body)
 
     def report_corrupt_copy(
-        self, job: str, step: int, tier: str, path: str, reason: str, *, branch: int | None = None
+        self,
+        job: str,
+        step: int,
+        tier: str,
+        path: str,
+        reason: str,
+        *,
+        branch: int | None = None,
+        stripe: int | None = None,
     ) -> dict[str, Any]:
         """Tell the server that the copy of shard `path` on `tier` did not match its registered
         checksum when read. The server reads that copy back itself; if it confirms the mismatch it
         marks the copy corrupt, stops offering that tier and repairs it from another tier.
         Returns what happened (`replica_state`, `marker_state`, `repair`, `verification`);
         reporting the same copy again changes nothing. `branch`: the checkpoint read was saved
-        at `step` on that branch (without it: the one on the job's timeline)."""
+        at `step` on that branch (without it: the one on the job's timeline). `stripe`: on a
+        coded tier, the index of the stripe that did not match its crc32c; its holder reads it
+        back, and a confirmed mismatch takes it out of the set's count."""
+        body: dict[str, Any] = {"tier": tier, "path": path, "reason": reason}
+        if stripe is not None:
+            body["stripe"] = stripe
         resp = self._http.request(
             "POST",
             f"/v1/jobs/{_job(job)}/checkpoints/{int(step)}/corrupt-copies",
             query={"branch": branch},
-            body={"tier": tier, "path": path, "reason": reason},
+            body=body,
         )
-        body: dict[str, Any] = resp.body
-        return body
+        answer: dict[str, Any] = resp.body
+        return answer
 
     def record_cached_copies(
         self,

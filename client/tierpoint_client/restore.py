@@ -45,7 +45,7 @@ from tierpoint_client.models import (
 )
 from tierpoint_client.paths import PARTIAL_SUFFIX, check_no_path_conflict, validate_relative_path
 from tierpoint_client.sources import Sources
-from tierpoint_client.sources.coded import restore_coded
+from tierpoint_client.sources.coded import StripeReport, restore_coded
 
 ProgressCallback = Callable[[int, int], None]
 # Why a copy was given up: it could not be read, or its bytes did not match.
@@ -100,15 +100,17 @@ def stage_shard(
     sources: Sources,
     progress: _Progress,
     stop: threading.Event,
+    report_stripe: StripeReport | None = None,
     chunk_size: int = CHUNK_SIZE,
 ) -> RestoredFile:
     """Copy one copy of a shard to `tmp`, fsynced and verified against the registered size and
     crc32c. On any failure `tmp` is removed: SourceError when the copy could not be read,
-    ChecksumMismatchError when its bytes do not match; anything else is the destination's."""
+    ChecksumMismatchError when its bytes do not match; anything else is the destination's. A
+    coded copy's stripes that did not match are given to `report_stripe`."""
     # A coded copy: decoded from its stripes, written and checked by the decode.
     # guard: coded-copy-read-by-stripes
     if entry.code is not None:
-        restore_coded(entry, tmp, sources.token)
+        restore_coded(entry, tmp, sources.token, report_stripe)
         progress.add(entry.size)
         return RestoredFile(entry.path, entry.size, entry.crc32c or "", entry.tier, entry.location)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -179,11 +181,13 @@ def restore_plan(
     existing: Existing = "refuse",
     job: str | None = None,
     step: int | None = None,
+    report_stripe: StripeReport | None = None,
 ) -> PlanRestored:
     """Restore every entry into `dest_dir`, all or nothing.
 
     A copy that cannot be read or does not match is offered to `fallback`, which may name
-    another verified copy of the same shard (and report a bad one); when no copy of a shard is
+    another verified copy of the same shard (and report a bad one; a coded copy's stripe that
+    did not match is given to `report_stripe`); when no copy of a shard is
     left, NoVerifiedCopyError says what each copy tried gave. `existing` says what to do with a
     destination that holds entries already: "refuse" (DestinationNotEmptyError), "overwrite"
     (the checkpoint's files replace theirs, the others stay) or "clean" (the others are removed
@@ -215,7 +219,7 @@ def restore_plan(
                 raise _Stopped
             tmp = staging / f"{index}.{len(tried)}{PARTIAL_SUFFIX}"
             try:
-                restored = stage_shard(source, tmp, sources, tracker, stop)
+                restored = stage_shard(source, tmp, sources, tracker, stop, report_stripe)
             # guard: restore-falls-back-on-read-error
             except (SourceError, ChecksumMismatchError) as err:
                 last = err
@@ -287,13 +291,15 @@ def restore_latest(
         lease = api.create_lease(latest.job, latest.step, lease_ttl, owner())
     with held(api, lease, lease_ttl):
         tiers = {t.name: t for t in api.tiers()}
+        fallback = Fallback(api, latest, tiers, node, only_tier=tier)
         done = restore_plan(
             latest.plan,
             dest_dir,
             tiers,
             workers=workers,
             progress=progress,
-            fallback=Fallback(api, latest, tiers, node, only_tier=tier),
+            fallback=fallback,
+            report_stripe=fallback.report_stripe,
             token=api.token,
             existing=existing,
             job=latest.job,

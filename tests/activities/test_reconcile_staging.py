@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.testing import ActivityEnvironment
 
 from activities.reconcile import ReconcileActivities
 from activities.stores import Stores
 from tests.helpers.coded_tier import (
+    CODE,
     STEP,
     coded,
     encode,
@@ -26,6 +29,8 @@ from tests.helpers.coded_tier import (
     staged_file,
     stripe_states,
 )
+from tierpoint.catalog.models import TierCopy
+from tierpoint.catalog.tier_copy.promotion import promote
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import ReconcileScanInput, ReconcileUnit
 from tierpoint.services.data_endpoint import DataServer
@@ -93,3 +98,44 @@ def test_reconciliation_on_a_holder_knows_its_stripes_and_marks_the_damaged(
     states = stripe_states(sessions, cp)
     assert (states[(shards[0].path, 0)], states[(shards[1].path, 0)]) == ("lost", "corrupt")
     assert states[(shards[2].path, 0)] == "verified"
+
+
+def test_reconciliation_that_leaves_a_set_below_k_fails_the_restorable_coded_copy(
+    coded: Settings, sessions: sessionmaker[Session], server: DataServer
+) -> None:
+    cp, job, shards = ready(coded, sessions, server, 50_000)
+    holders = holders_a()
+    for holder in holders:
+        assert pull(coded, sessions, cp, job, holder).verified == 3
+    with sessions.begin() as s:
+        assert promote(s, cp, "coded", [], None, CODE).state == "restorable"
+    env = ActivityEnvironment()
+
+    def reconcile(holder: str) -> int:
+        acts = ReconcileActivities(sessions, coded, Stores(coded), node=holder)
+        unit = ReconcileUnit(tier="coded", kind=TierKind.PEER, node=holder)
+        scan = ReconcileScanInput(unit=unit, job=job, grace_seconds=3600, repair=True)
+        return env.run(acts.scan, scan).marked
+
+    def held(i: int) -> Path:
+        return coded.tier("coded").root_for(holders[i]) / job / str(STEP) / shards[0].path
+
+    # One stripe of the first set gone: it keeps k = 2, the copy stays what a restore reads.
+    held(0).unlink()
+    assert reconcile(holders[0]) == 1
+    assert _coded_state(sessions, cp) == ("restorable", None)
+    # A second: below k, the copy fails and says which stripe.
+    held(1).unlink()
+    assert reconcile(holders[1]) == 1
+    state, reason = _coded_state(sessions, cp)
+    assert state == "failed" and f"{shards[0].path} stripe 1" in (reason or ""), reason
+
+
+def _coded_state(sessions: sessionmaker[Session], cp: int) -> tuple[str, str | None]:
+    with sessions() as s:
+        row = s.execute(
+            select(TierCopy.state, TierCopy.reason).where(
+                TierCopy.checkpoint_id == cp, TierCopy.tier == "coded"
+            )
+        ).one()
+    return row.state, row.reason

@@ -140,9 +140,10 @@ async def test_jobs_and_tiers(client: httpx.AsyncClient, job: str) -> None:
     assert set(tiers[2]) == {
         *("name", "kind", "root", "bucket", "prefix", "endpoint_url", "region"),
         *("credentials_profile", "credentials_env"),
-        *("copies", "copy_of", "copy_number"),
+        *("copies", "copy_of", "copy_number", "code"),
     }
     assert (tiers[0]["copies"], tiers[0]["copy_of"], tiers[0]["copy_number"]) == (1, None, None)
+    assert tiers[0]["code"] is None
 
 
 async def test_unknown_route_is_a_problem(client: httpx.AsyncClient) -> None:

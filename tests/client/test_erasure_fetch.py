@@ -116,6 +116,8 @@ def test_holders_down_and_a_flipped_byte_at_rest_are_read_around(
     got = restore_file(CODE, SIZE, crc, refs, _open, dest)
     assert sorted(got.used) == [1, 3, 4, 5]
     assert sorted(got.rejected) == [0, 2] and "crc32c" in got.rejected[2]
+    # Only the stripe whose bytes arrived wrong is a mismatch to report, not the holder down.
+    assert list(got.mismatched) == [2]
     assert dest.read_bytes() == data and _left_behind(tmp_path) == []
 
 
@@ -131,6 +133,8 @@ def test_more_than_m_stripes_gone_writes_nothing(holders: tuple[Path, str], tmp_
     with pytest.raises(NotEnoughStripesError) as e:
         restore_file(CODE, SIZE, crc, refs, _open, dest)
     assert sorted(e.value.rejected) == [1, 3, 4]
+    # The rotten and the short one: the one gone (404) says nothing of bytes.
+    assert sorted(e.value.mismatched) == [3, 4]
     assert not dest.exists() and _left_behind(tmp_path) == []
 
 
@@ -143,5 +147,5 @@ def test_a_stripe_cut_off_in_transit_is_read_around(
     dest = tmp_path / "restored"
     got = restore_file(CODE, SIZE, crc, refs, _open_checked, dest)
     assert sorted(got.used) == [0, 2, 3, 4] and list(got.rejected) == [1]
-    assert "IncompleteRead" in got.rejected[1]
+    assert "IncompleteRead" in got.rejected[1] and got.mismatched == {}
     assert dest.read_bytes() == data and _left_behind(tmp_path) == []

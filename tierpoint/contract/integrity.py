@@ -102,6 +102,8 @@ class ScrubPickInput(BaseModel):
 
 class ScrubPick(BaseModel):
     replica_ids: list[int] = Field(default_factory=list)
+    # a coded peer tier's unit picks the stripes its holder holds instead
+    stripe_ids: list[int] = Field(default_factory=list)
     bytes: int = 0
     # when picked (ISO 8601, the catalog's clock): a replica scrubbed after it is not counted again
     picked_at: str = ""
@@ -111,6 +113,7 @@ class ScrubBatchInput(BaseModel):
     tier: str
     node: str | None = None
     replica_ids: list[int]
+    stripe_ids: list[int] = Field(default_factory=list)  # read on their holder, `node`
     bandwidth: int
     picked_at: str
     actor: str = "scrub"
@@ -118,6 +121,7 @@ class ScrubBatchInput(BaseModel):
 
 class ScrubBatchResult(BaseModel):
     replicas: int = 0  # read back and good
+    stripes: int = 0  # stripes read back and good; on a coded tier corrupt and lost are stripes
     bytes: int = 0
     corrupt: int = 0
     lost: int = 0
@@ -132,6 +136,7 @@ class ScrubUnitResult(BaseModel):
     node: str | None = None
     batches: int = 0
     replicas: int = 0
+    stripes: int = 0
     bytes: int = 0
     corrupt: int = 0
     lost: int = 0
@@ -140,17 +145,20 @@ class ScrubUnitResult(BaseModel):
 class ScrubResult(BaseModel):
     units: int = 0
     replicas: int = 0
+    stripes: int = 0
     bytes: int = 0
     corrupt: int = 0
     lost: int = 0
 
 
 class VerifyInput(BaseModel):
-    """Re-read named replicas now (a reader reported them bad), whatever their age."""
+    """Re-read named replicas (or a coded tier's stripes, on their holder `node`) now (a reader
+    reported them bad), whatever their age."""
 
     tier: str
     node: str | None = None
     replica_ids: list[int]
+    stripe_ids: list[int] = Field(default_factory=list)
     actor: str = "report"
 
 
@@ -167,8 +175,9 @@ class VerifyOutcome(BaseModel):
     problems: list[str] = Field(default_factory=list)
 
     def add(self, res: ScrubBatchResult) -> None:
-        self.read += res.replicas + res.corrupt + res.lost
-        self.good += res.replicas
+        # On a coded tier what is read is stripes: counted the same way.
+        self.read += res.replicas + res.stripes + res.corrupt + res.lost
+        self.good += res.replicas + res.stripes
         self.corrupt += res.corrupt
         self.lost += res.lost
         self.skipped += res.skipped
@@ -178,7 +187,8 @@ class VerifyOutcome(BaseModel):
 
 
 class VerifyCheckpointInput(BaseModel):
-    """Re-read every verified replica of one checkpoint on one tier, in replica id order."""
+    """Re-read every verified replica (a coded tier: stripe) of one checkpoint on one tier, in
+    id order."""
 
     checkpoint_id: int
     tier: str
@@ -199,6 +209,7 @@ class VerifyPickInput(BaseModel):
 class VerifyBatch(BaseModel):
     node: str | None = None  # the node whose queue reads it (local tier), else the shared queue
     replica_ids: list[int]
+    stripe_ids: list[int] = Field(default_factory=list)  # a coded tier's, on their holder `node`
 
 
 class VerifyPick(BaseModel):

@@ -20,6 +20,7 @@ from tierpoint.catalog.engine import AsyncSessions
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.catalog.reads.copies import verified_replicas
+from tierpoint.catalog.stripe.scrub import checkpoint_stripes
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import (
     VerifyCheckpointInput,
@@ -69,10 +70,14 @@ async def verify_checkpoint(
         cp = await session.run_sync(find_checkpoint, job, step, branch=branch)
         checkpoint_id, job_id = cp.id, cp.job_id
         saved_on = await session.run_sync(checkpoint_branch, checkpoint_id)
-        verified = await session.run_sync(verified_replicas, checkpoint_id, tier)
+        if settings.tier(tier).stripe_code is None:
+            verified = await session.run_sync(verified_replicas, checkpoint_id, tier)
+        else:  # a coded tier keeps stripes
+            verified = len(await session.run_sync(checkpoint_stripes, checkpoint_id, tier, 0, 1))
     wid = verify_checkpoint_workflow_id(job, step, tier, saved_on)
     if not verified:
-        raise NothingToVerify(f"{job}/{step} has no verified replica on tier {tier!r}")
+        what = "stripe" if settings.tier(tier).stripe_code else "replica"
+        raise NothingToVerify(f"{job}/{step} has no verified {what} on tier {tier!r}")
     if client is None:
         raise TemporalUnavailable("cannot read the copy back now: Temporal is unreachable")
     handle, started = await start_verify_checkpoint(

@@ -39,13 +39,20 @@ class StripeRef:
     where: str
 
 
+@dataclass(frozen=True)
+class _Problem:
+    why: str
+    # the stripe's bytes arrived and were not the encoder's (else it could not be read)
+    mismatch: bool
+
+
 def _fetch(
     code: Code,
     file_size: int,
     ref: StripeRef,
     open_stripe: Callable[[StripeRef], BinaryIO],
     dest: Path,
-) -> str | None:
+) -> _Problem | None:
     """Stripe `ref` into `dest`, checked: None when good, else why it is not used."""
     expected = stripe_size(code, file_size)
     crc = size = 0
@@ -54,18 +61,21 @@ def _fetch(
             while chunk := src.read(CHUNK):
                 size += len(chunk)
                 if size > expected:
-                    return f"stripe {ref.index} from {ref.where}: longer than {expected} bytes"
+                    why = f"stripe {ref.index} from {ref.where}: longer than {expected} bytes"
+                    return _Problem(why, mismatch=True)
                 crc = update(crc, chunk)
                 out.write(chunk)
     # guard: stripe-read-error-is-a-lost-stripe
     except (OSError, HTTPException, TierpointError) as e:
         # Cannot be read: refused, reset, cut off mid-body (IncompleteRead), a source's error.
-        return f"stripe {ref.index} from {ref.where}: {e!r}"
+        # guard: only-a-mismatched-stripe-is-reported
+        return _Problem(f"stripe {ref.index} from {ref.where}: {e!r}", mismatch=False)
     if size != expected or crc32c_hex(crc) != ref.crc32c:
-        return (
+        why = (
             f"stripe {ref.index} from {ref.where}: {size} bytes, crc32c {crc32c_hex(crc)}; "
             f"expected {expected}, {ref.crc32c}"
         )
+        return _Problem(why, mismatch=True)
     return None
 
 
@@ -82,6 +92,7 @@ def restore_file(
     of them are good. The stripes' temporary files are removed whatever happens."""
     candidates = sorted(stripes, key=lambda s: s.index)
     rejected: dict[int, str] = {}
+    mismatched: dict[int, str] = {}
     good: dict[int, StripeFile] = {}
     temps = {
         s.index: dest.with_name(f".{dest.name}.stripe{s.index}.{os.getpid()}") for s in stripes
@@ -92,7 +103,7 @@ def restore_file(
                 left = [s for s in candidates if s.index not in good and s.index not in rejected]
                 batch = left[: code.k - len(good)]
                 if not batch:
-                    raise NotEnoughStripesError(code, rejected, len(stripes))
+                    raise NotEnoughStripesError(code, rejected, len(stripes), mismatched)
                 results = pool.map(
                     lambda s: _fetch(code, file_size, s, open_stripe, temps[s.index]), batch
                 )
@@ -100,7 +111,9 @@ def restore_file(
                     if problem is None:
                         good[ref.index] = StripeFile(ref.index, temps[ref.index], ref.crc32c)
                     else:
-                        rejected[ref.index] = problem
+                        rejected[ref.index] = problem.why
+                        if problem.mismatch:
+                            mismatched[ref.index] = problem.why
                 if len(good) == code.k:
                     try:
                         decoded = decode_path(
@@ -112,7 +125,7 @@ def restore_file(
                             good.pop(index, None)
                             rejected[index] = why
                         continue
-                    return Decoded(decoded.used, {**rejected, **decoded.rejected})
+                    return Decoded(decoded.used, {**rejected, **decoded.rejected}, mismatched)
         raise AssertionError("unreachable")  # pragma: no cover
     finally:
         for path in temps.values():

@@ -59,17 +59,28 @@ class StripeFile:
 
 @dataclass
 class Decoded:
-    """Which stripes a decode used, and which it found corrupt and left out."""
+    """Which stripes a decode used, and which it found corrupt and left out; `mismatched`: those
+    of them whose bytes arrived whole and were not the encoder's (what a reader reports; a
+    stripe that could not be read says nothing of the bytes its holder keeps)."""
 
     used: list[int]
     rejected: dict[int, str] = field(default_factory=dict)
+    mismatched: dict[int, str] = field(default_factory=dict)
 
 
 class NotEnoughStripesError(ValueError):
-    """Fewer than k stripes passed their checks: the file cannot be decoded from this set."""
+    """Fewer than k stripes passed their checks: the file cannot be decoded from this set.
+    `mismatched` as in `Decoded`."""
 
-    def __init__(self, code: Code, rejected: Mapping[int, str], available: int) -> None:
+    def __init__(
+        self,
+        code: Code,
+        rejected: Mapping[int, str],
+        available: int,
+        mismatched: Mapping[int, str] | None = None,
+    ) -> None:
         self.rejected = dict(rejected)
+        self.mismatched = dict(mismatched or {})
         why = "; ".join(f"{msg}" for msg in rejected.values()) or "none rejected"
         super().__init__(
             f"{code} needs {code.k} good stripes; {available} available, "

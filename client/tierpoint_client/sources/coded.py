@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -43,9 +44,17 @@ class _StripeStream(io.RawIOBase):
         super().close()
 
 
-def restore_coded(entry: PlanEntry, dest: Path, token: str | None) -> None:
+# Told of a stripe whose bytes arrived whole and were not the encoder's: (the coded copy's entry,
+# the stripe's index, why).
+StripeReport = Callable[[PlanEntry, int, str], None]
+
+
+def restore_coded(
+    entry: PlanEntry, dest: Path, token: str | None, report: StripeReport | None = None
+) -> None:
     """Decode `entry`'s file into `dest` (written only once it matched); SourceError otherwise,
-    nothing at `dest`."""
+    nothing at `dest`. Each stripe read around because its bytes did not match is given to
+    `report`, whether the file decoded from the others or not."""
     if entry.code is None or entry.crc32c is None:
         raise SourceError(f"the restore plan's coded copy of {entry.path!r} names no code")
     try:
@@ -70,7 +79,17 @@ def restore_coded(entry: PlanEntry, dest: Path, token: str | None) -> None:
 
     refs = [StripeRef(s.index, s.crc32c, s.url) for s in entry.stripes]
     try:
-        restore_file(code, entry.size, entry.crc32c, refs, open_stripe, dest)
+        decoded = restore_file(code, entry.size, entry.crc32c, refs, open_stripe, dest)
     # guard: coded-copy-short-of-k-falls-back
     except (NotEnoughStripesError, FileMismatchError) as e:
+        if isinstance(e, NotEnoughStripesError):
+            _report(entry, e.mismatched, report)
         raise SourceError(f"{entry.tier} coded copy of {entry.path!r}: {e}") from None
+    _report(entry, decoded.mismatched, report)
+
+
+def _report(entry: PlanEntry, mismatched: dict[int, str], report: StripeReport | None) -> None:
+    if report is None:
+        return
+    for index, why in sorted(mismatched.items()):
+        report(entry, index, why)

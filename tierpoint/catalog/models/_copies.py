@@ -175,6 +175,8 @@ class Stripe(Base):
     crc32c: Mapped[str] = mapped_column(String(8))
     state: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
     verified_at: Mapped[datetime | None]
+    # last read back good by its holder's scrub (tierpoint/catalog/stripe/scrub.py)
+    scrubbed_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
@@ -185,4 +187,12 @@ class Stripe(Base):
         CheckConstraint("size >= 0", name="size_nonnegative"),
         Index("ix_stripe_checkpoint_tier_state", "checkpoint_id", "tier", "state"),
         Index("ix_stripe_node_state", "node_id", "state"),
+        # the scrub's queue: per tier and holder, verified stripes read longest ago first
+        Index(
+            "ix_stripe_scrub_due",
+            "tier",
+            "node_id",
+            text("coalesce(scrubbed_at, verified_at)"),
+            postgresql_where=text("state = 'verified'"),
+        ),
     )

@@ -67,6 +67,8 @@ class ScrubStats(Base):
     bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     corrupt: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     lost: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    # stripes of a coded peer tier read back good (its corrupt and lost count stripes)
+    stripes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     last_scrubbed_at: Mapped[datetime | None]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 

@@ -20,6 +20,7 @@ from tierpoint.catalog.reads.views import (
     ProgressView,
     TierView,
 )
+from tierpoint.catalog.stripe.coverage import CodedCoverage, summaries
 from tierpoint.manifest import Manifest
 from tierpoint.states import ReplicaState, TierState
 from tierpoint.tier_config import TierConfig
@@ -111,6 +112,23 @@ def tier_progress(
     return {(r[0], r[1]): (int(r[2]), int(r[3])) for r in rows}
 
 
+def _coded_coverage(
+    session: Session, tier_copies: Sequence[Any], tiers: Sequence[TierConfig]
+) -> dict[tuple[int, str], CodedCoverage]:
+    """(checkpoint id, tier) -> the coverage of each coded copy not expired, one query per
+    coded tier."""
+    out: dict[tuple[int, str], CodedCoverage] = {}
+    for t in tiers:
+        code = t.stripe_code
+        if code is None:
+            continue
+        gone = TierState.EXPIRED.value
+        ids = [m.checkpoint_id for m in tier_copies if m.tier == t.name and m.state != gone]
+        for cp, cover in summaries(session, t.name, code, ids).items():
+            out[(cp, t.name)] = cover
+    return out
+
+
 def views(
     session: Session, job: str, rows: Sequence[Any], tiers: Sequence[TierConfig]
 ) -> list[CheckpointView]:
@@ -140,14 +158,19 @@ def views(
     progress = tier_progress(session, [(m.checkpoint_id, m.tier) for m in counted])
     order = {t.name: i for i, t in enumerate(tiers)}
     kinds = {t.name: t.kind.value for t in tiers}
+    coded = _coded_coverage(session, tier_copies, tiers)
     parents = checkpoint_refs(session, [r.parent_id for r in rows if r.parent_id is not None])
     views = []
     for r in rows:
         tier_views = []
         for m in sorted(by_checkpoint[r.id], key=lambda m: (order.get(m.tier, len(order)), m.tier)):
+            cover = coded.get((r.id, m.tier))
             # guard: tier-view-counts-quarantined-copies
             if m.state == RESTORABLE and m.quarantine_reason is None:
                 verified, done = r.shard_count, r.total_bytes
+            elif cover is not None:
+                # A coded copy has no replicas: a shard is there once its set is whole.
+                verified, done = cover.whole, 0
             else:
                 verified, done = progress.get((r.id, m.tier), (0, 0))
             tier_views.append(
@@ -159,6 +182,7 @@ def views(
                     quarantine_reason=m.quarantine_reason,
                     restorable_at=m.restorable_at,
                     progress=ProgressView(r.shard_count, verified, r.total_bytes, done),
+                    coverage=cover,
                 )
             )
         views.append(

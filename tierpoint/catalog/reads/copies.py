@@ -11,7 +11,7 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.job.lookup import find_checkpoint
-from tierpoint.catalog.models import VERIFIED, Replica, Shard, TierCopy
+from tierpoint.catalog.models import VERIFIED, Replica, Shard, Stripe, TierCopy
 from tierpoint.errors import CopyNotFound
 
 
@@ -94,3 +94,62 @@ def copy_state(session: Session, ref: CopyRef, tier: str) -> CopyState:
         )
     )
     return CopyState(state, tier_copy, int(sources or 0))
+
+
+@dataclass(frozen=True)
+class StripeCopyRef:
+    """One stripe of a shard's set on a coded tier, as a reader's report names it."""
+
+    checkpoint_id: int
+    job_id: int
+    stripe_id: int
+    holder: str
+    state: str
+    recently_read: bool
+
+
+def find_stripe(
+    session: Session,
+    job: str,
+    step: int,
+    tier: str,
+    path: str,
+    index: int,
+    recheck_after: timedelta,
+    branch: int | None = None,
+) -> StripeCopyRef:
+    """Stripe `index` of shard `path`'s set on coded tier `tier`, as `find_copy` finds a
+    replica; `recently_read` when its holder's scrub read it back good within `recheck_after`.
+    Raises JobNotFound, CheckpointNotFound, CopyNotFound."""
+    cp = find_checkpoint(session, job, step, branch=branch)
+    row = session.execute(
+        select(
+            Shard.id,
+            Stripe.id,
+            Stripe.node_id,
+            Stripe.state,
+            Stripe.scrubbed_at > func.now() - recheck_after,
+        )
+        .outerjoin(
+            Stripe,
+            and_(Stripe.shard_id == Shard.id, Stripe.tier == tier, Stripe.stripe_index == index),
+        )
+        .where(Shard.checkpoint_id == cp.id, Shard.path == path)
+    ).one_or_none()
+    if row is None:
+        raise CopyNotFound(f"{job}/{step} has no shard {path!r}")
+    if row[1] is None:
+        raise CopyNotFound(f"{job}/{step}: {path!r} has no stripe {index} on tier {tier!r}")
+    return StripeCopyRef(cp.id, cp.job_id, row[1], row[2], row[3], bool(row[4]))
+
+
+def stripe_state(session: Session, ref: StripeCopyRef, tier: str) -> CopyState:
+    """The stripe's state and its coded copy's; `sources` is 0: a stripe is made again by a
+    rebuild, never copied from another tier."""
+    state = session.scalar(select(Stripe.state).where(Stripe.id == ref.stripe_id))
+    tier_copy = session.scalar(
+        select(TierCopy.state).where(
+            TierCopy.checkpoint_id == ref.checkpoint_id, TierCopy.tier == tier
+        )
+    )
+    return CopyState(state, tier_copy, 0)

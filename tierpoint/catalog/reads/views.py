@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from tierpoint.catalog.holds.leases import LeaseView
+from tierpoint.catalog.stripe.coverage import CodedCoverage
 
 
 @dataclass
@@ -27,6 +28,8 @@ class TierView:
     quarantine_reason: str | None
     restorable_at: datetime | None
     progress: ProgressView
+    # a coded peer tier's copy: its sets' standing (None on other tiers)
+    coverage: CodedCoverage | None = None
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,12 @@ from tierpoint.catalog.models import (
     Replica,
     ScrubStats,
     Shard,
+    Stripe,
     TierReadStats,
 )
 
 _last_read = func.coalesce(Replica.scrubbed_at, Replica.verified_at)
+_stripe_last_read = func.coalesce(Stripe.scrubbed_at, Stripe.verified_at)
 
 
 @dataclass(frozen=True)
@@ -97,13 +99,14 @@ def targets(session: Session, replica_ids: Sequence[int]) -> list[ScrubTarget]:
     return [ScrubTarget(*r[:9], branch=r[9]) for r in rows]
 
 
-def _add(session: Session, tier: str, **counts: Any) -> None:
-    values = {"tier": tier, "replicas": 0, "bytes": 0, "corrupt": 0, "lost": 0, **counts}
+_TOTALS = ("replicas", "stripes", "bytes", "corrupt", "lost")
+
+
+def add_totals(session: Session, tier: str, **counts: Any) -> None:
+    """Add to the tier's scrub totals (`_TOTALS`, and `last_scrubbed_at` when given)."""
+    values = {"tier": tier, **dict.fromkeys(_TOTALS, 0), **counts}
     stmt = insert(ScrubStats).values(**values)
-    set_: dict[str, Any] = {
-        k: getattr(ScrubStats, k) + getattr(stmt.excluded, k)
-        for k in ("replicas", "bytes", "corrupt", "lost")
-    }
+    set_: dict[str, Any] = {k: getattr(ScrubStats, k) + getattr(stmt.excluded, k) for k in _TOTALS}
     set_["updated_at"] = func.now()
     if "last_scrubbed_at" in counts:
         set_["last_scrubbed_at"] = stmt.excluded.last_scrubbed_at
@@ -133,7 +136,7 @@ def record_good(
         select(func.coalesce(func.sum(Shard.size), 0)).where(Shard.id.in_([r[0] for r in rows]))
     )
     nbytes = int(size or 0)
-    _add(session, tier, replicas=len(rows), bytes=nbytes, last_scrubbed_at=func.now())
+    add_totals(session, tier, replicas=len(rows), bytes=nbytes, last_scrubbed_at=func.now())
     return nbytes
 
 
@@ -183,7 +186,7 @@ def read_throughput(session: Session, tiers: Sequence[str]) -> dict[str, float]:
 
 def record_bad(session: Session, tier: str, corrupt: int, lost: int) -> None:
     if corrupt or lost:
-        _add(session, tier, corrupt=corrupt, lost=lost)
+        add_totals(session, tier, corrupt=corrupt, lost=lost)
 
 
 @dataclass(frozen=True)
@@ -194,8 +197,10 @@ class TierScrubView:
     corrupt: int
     lost: int
     last_scrubbed_at: datetime | None
-    # the verified replica read longest ago (its last verification or scrub): how far behind
+    # the verified replica (or stripe, on a coded tier) read longest ago (its last verification
+    # or scrub): how far behind
     oldest_read_at: datetime | None
+    stripes: int = 0
 
 
 def overview(session: Session, tiers: Sequence[str]) -> list[TierScrubView]:
@@ -213,6 +218,13 @@ def overview(session: Session, tiers: Sequence[str]) -> list[TierScrubView]:
             .order_by(_last_read)
             .limit(1)
         )
+        # A coded tier keeps stripes, not replicas.
+        oldest = oldest or session.scalar(
+            select(_stripe_last_read)
+            .where(Stripe.tier == tier, Stripe.state == VERIFIED)
+            .order_by(_stripe_last_read)
+            .limit(1)
+        )
         st = stats.get(tier)
         out.append(
             TierScrubView(
@@ -223,6 +235,7 @@ def overview(session: Session, tiers: Sequence[str]) -> list[TierScrubView]:
                 st.lost if st else 0,
                 st.last_scrubbed_at if st else None,
                 oldest,
+                st.stripes if st else 0,
             )
         )
     return out

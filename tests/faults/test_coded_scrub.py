@@ -1,0 +1,197 @@
+"""The scrub of a coded peer tier (rs(2,1)) on real services: four node workers with their data
+endpoints, the project's shared worker, a real Temporal server, the catalog with its migrations.
+Each holder reads back from its own device the stripes it holds and checks each against the size
+and crc32c its encoder recorded. A stripe with a flipped byte at rest is found, moved `found bad`
+and no longer counted: its set keeps k, so the coded copy stays restorable and the restore plan
+offers the other stripes only. A second rotten stripe of the same set leaves it below k: the
+coded copy fails and `latest` names the next tier. An operator's read-back of the coded copy
+reads every verified stripe on its holder and finds a rotten one as the scrub does. The scrub's
+result, the workers' metrics and `GET /v1/scrub` count stripes, and a scrub run again counts no
+stripe found bad twice."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
+
+from api.app import create_app
+from tests.helpers.api import running_client
+from tests.helpers.faults import OVERALL_TIMEOUT, db_now, workers_reported_in
+from tests.helpers.integrity import integrity_settings, run_scrub
+from tests.helpers.lifecycle import (
+    markers,
+    new_job,
+    random_shards,
+    run_lifecycle,
+    running_workers,
+    seed_checkpoint,
+)
+from tierpoint.catalog.models import Shard, Stripe
+from tierpoint.catalog.reads.latest import latest_restorable
+from tierpoint.catalog.stripe.coverage import verified_stripes
+from tierpoint.config import Settings
+from tierpoint.tier_config import TierConfig, TierKind
+
+SOURCES = ("node-a", "node-b")
+NODES = (*SOURCES, "node-c", "node-d")
+WIDTH = 3  # rs(2,1)
+
+
+@pytest.fixture
+def cfg(settings: Settings, tmp_path: Path) -> Settings:
+    """ssd -> coded -> lustre; only the coded tier is scrubbed, so the findings are its own."""
+    ssd, lustre, _ = integrity_settings(settings).tiers
+    coded = TierConfig(
+        name="coded",
+        kind=TierKind.PEER,
+        root=str(tmp_path / "nodes/{node}/coded"),
+        code="rs(2,1)",
+        scrub_bandwidth=1 << 30,
+    )
+    for node in NODES:
+        (tmp_path / "nodes" / node / "ssd").mkdir(parents=True, exist_ok=True)
+    quiet = [t.model_copy(update={"scrub_bandwidth": 0}) for t in (ssd, lustre)]
+    return Settings.model_validate(
+        {
+            **integrity_settings(settings).model_dump(),
+            "tiers": [quiet[0], coded, quiet[1]],
+            "data_token": "tp_worker-credential-of-this-test",
+        }
+    )
+
+
+class _Counts(dict[str, float]):
+    def __sub__(self, other: _Counts) -> dict[str, float]:
+        return {k: self[k] - other[k] for k in self}
+
+
+def _scrubbed() -> _Counts:
+    """The workers' (in this process) count of coded stripes scrubbed, by what was found."""
+    return _Counts(
+        {
+            r: REGISTRY.get_sample_value(
+                "tierpoint_worker_stripes_scrubbed_total", {"tier": "coded", "result": r}
+            )
+            or 0.0
+            for r in ("good", "corrupt", "lost")
+        }
+    )
+
+
+async def _verify(api: httpx.AsyncClient, job: str) -> dict[str, Any]:
+    """`POST .../verify` of the coded copy, once its run completed (asking again joins it)."""
+    async with asyncio.timeout(OVERALL_TIMEOUT):
+        while True:
+            r = await api.post(f"/v1/jobs/{job}/checkpoints/1/verify", json={"tier": "coded"})
+            assert r.status_code == 202, r.text
+            body = r.json()
+            if body["status"] != "running":
+                assert body["status"] == "completed", body
+                outcome: dict[str, Any] = body["outcome"]
+                return outcome
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+async def test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k(
+    cfg: Settings,
+    sessions: sessionmaker[Session],
+    client: Client,
+    engine: Engine,
+) -> None:
+    job = new_job()
+    shards = random_shards(SOURCES, 2, 300_001)
+    seeded = seed_checkpoint(cfg, sessions, job, 1, shards)
+    cp = seeded.checkpoint_id
+    coded = cfg.tier("coded")
+    since = db_now(engine)
+    async with running_workers(cfg, client, nodes=NODES):
+        await workers_reported_in(engine, NODES, since)
+        await run_lifecycle(client, seeded)
+        assert markers(sessions, cp)["coded"][0] == "restorable", markers(sessions, cp)
+        with sessions() as s:
+            rows = s.execute(
+                select(Stripe.id, Shard.id.label("shard"), Shard.path, Stripe.stripe_index)
+                .add_columns(Stripe.node_id)
+                .join(Shard, Shard.id == Stripe.shard_id)
+                .where(Stripe.checkpoint_id == cp)
+            ).all()
+        assert len(rows) == len(shards) * WIDTH
+        target = shards[0]
+        of_target = sorted((r for r in rows if r.path == target.path), key=lambda r: r.stripe_index)
+
+        def held(i: int) -> Path:
+            return coded.root_for(of_target[i].node_id) / job / "1" / target.path
+
+        counted = _scrubbed()
+        # Every stripe read on its holder, one unit per serving node, nothing found.
+        clean = await run_scrub(client, f"scrub-test/{job}/clean")
+        assert (clean.stripes, clean.corrupt, clean.lost) == (len(rows), 0, 0), clean
+        assert clean.units == len(NODES) and clean.replicas == 0, clean
+        # The workers' metrics count what each read found.
+        assert _scrubbed() - counted == {"good": len(rows), "corrupt": 0, "lost": 0}
+
+        # A byte flipped at rest in one stripe: found, not counted, the set still decodes.
+        _flip(held(0))
+        one = await run_scrub(client, f"scrub-test/{job}/one")
+        assert (one.stripes, one.corrupt, one.lost) == (len(rows) - 1, 1, 0), one
+        with sessions() as s:
+            assert verified_stripes(s, cp, "coded")[of_target[0].shard] == WIDTH - 1
+            state = s.scalar(select(Stripe.state).where(Stripe.id == of_target[0].id))
+            assert state == "corrupt"
+            plan = latest_restorable(s, job, cfg.tiers).plan
+        assert markers(sessions, cp)["coded"][0] == "restorable"
+        entry = next(e for e in plan if e.path == target.path)
+        assert entry.tier == "coded" and entry.stripes is not None
+        assert 0 not in {st.index for st in entry.stripes}, entry
+
+        assert (_scrubbed() - counted)["corrupt"] == 1
+        # The same stripe is not found bad twice.
+        again = await run_scrub(client, f"scrub-test/{job}/again")
+        assert (again.corrupt, again.lost) == (0, 0), again
+
+        # An operator's read-back of the whole coded copy reads every verified stripe on its
+        # holder: a rotten stripe of the other set found as the scrub finds one.
+        other = shards[1]
+        of_other = {r.stripe_index: r for r in rows if r.path == other.path}
+        _flip(coded.root_for(of_other[2].node_id) / job / "1" / other.path)
+        async for api in running_client(create_app(cfg)):
+            outcome = await _verify(api, job)
+        assert (outcome["read"], outcome["good"], outcome["corrupt"]) == (
+            len(rows) - 1,
+            len(rows) - 2,
+            1,
+        ), outcome
+        with sessions() as s:
+            assert verified_stripes(s, cp, "coded")[of_other[2].shard] == WIDTH - 1
+        assert markers(sessions, cp)["coded"][0] == "restorable"
+
+        # A second stripe of the set gone: below k, the coded copy fails, the next tier serves.
+        held(1).unlink()
+        two = await run_scrub(client, f"scrub-test/{job}/two")
+        assert (two.corrupt, two.lost) == (0, 1), two
+        state, reason = markers(sessions, cp)["coded"]
+        assert state == "failed" and "stripe" in (reason or ""), (state, reason)
+        with sessions() as s:
+            plan = latest_restorable(s, job, cfg.tiers).plan
+        assert next(e for e in plan if e.path == target.path).tier == "lustre"
+
+    async for api in running_client(create_app(cfg)):
+        r = await api.get("/v1/scrub")
+        assert r.status_code == 200, r.text
+        view = {t["tier"]: t for t in r.json()["tiers"]}["coded"]
+        good = clean.stripes + one.stripes + again.stripes + outcome["good"] + two.stripes
+        assert (view["stripes"], view["replicas"]) == (good, 0), view
+        assert (view["corrupt"], view["lost"]) == (2, 1), view

@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
     from tierpoint.tier_config import TierKind
 
 from workflows.lifecycle_window import LostNodes, on_nodes_queues, run_coded_stage, run_window
+from workflows.stage_children import StageChildren
 
 R = TypeVar("R")
 
@@ -83,8 +84,7 @@ class CheckpointLifecycle:
     def __init__(self) -> None:
         self._status = LifecycleStatus(stage="starting")
         self._lost = LostNodes()
-        # The stage children running now, which a lost-node signal is passed on to.
-        self._children: list[str] = []
+        self._children = StageChildren(self._status)
         # LOCAL_STEPS_PATCH: catalog steps as local activities, node stages windowed per node.
         self._local_steps = False
         # Shards whose source replica a copy found corrupt.
@@ -97,13 +97,7 @@ class CheckpointLifecycle:
     @workflow.signal(name=NODE_LOST_SIGNAL)
     async def node_lost(self, node: str) -> None:
         self._lost.declare(node)
-        for child in list(self._children):
-            try:
-                await workflow.get_external_workflow_handle(child).signal(NODE_LOST_SIGNAL, node)
-            except Exception as err:
-                # A signal handler that raises fails the workflow task over and over; the
-                # operator repeats the declaration, which signals this workflow again.
-                workflow.logger.warning("node_lost not passed on to %s: %s", child, err)
+        await self._children.pass_on(node)
 
     async def _catalog_step(self, name: str, arg: object, result_type: type[R]) -> R:
         """A step that only reads and writes the catalog (plan, promote). As a local activity it
@@ -258,33 +252,17 @@ class CheckpointLifecycle:
             results = [await run_window(stage(all_batches), self._lost, self._status)]
         else:
             kind = "seal" if source is None else "copy"
-            chunks = [all_batches[i : i + size] for i in range(0, len(all_batches), size)]
-
-            async def child(n: int, chunk: list[Batch]) -> StageResult:
-                child_id = f"{workflow.info().workflow_id}/{kind}-{tier.name}/{n}"
-                self._children.append(child_id)
-                try:
-                    res: StageResult = await workflow.execute_child_workflow(
-                        STAGE_WORKFLOW, stage(chunk), id=child_id, result_type=StageResult
-                    )
-                finally:
-                    self._children.remove(child_id)
-                self._status.batches_done += len(chunk)
-                return res
-
-            if (
+            # Each node copies within its own window, so the children of a stage on the nodes'
+            # queues run at once: one after the other, a stage over 10,000 nodes would have
+            # only one child's nodes working at a time.
+            at_once = (
                 self._local_steps
                 and on_nodes_queues(tier, source)
                 and workflow.patched(NODE_CHILDREN_PATCH)
-            ):
-                # Each node copies within its own window, so the children of a stage on the
-                # nodes' queues run at once: one after the other, a stage over 10,000 nodes
-                # would have only one child's nodes working at a time.
-                results = list(await asyncio.gather(*(child(n, c) for n, c in enumerate(chunks))))
-            else:
-                # On the shared queue the stage's one window of `parallelism` holds only if
-                # the children run one after the other.
-                results = [await child(n, c) for n, c in enumerate(chunks)]
+            )
+            results = await self._children.run(
+                f"{kind}-{tier.name}", all_batches, size, stage, at_once=at_once
+            )
         self._source_damaged += sum(r.source_damaged for r in results)
         if unplaced:
             return f"no live node to hold a copy for nodes {', '.join(unplaced)}"

@@ -9,7 +9,8 @@ nodes' queues; workflows/lifecycle_window.py). Plan, promote and the retention r
 local activities. A stage with more batches than `LifecyclePlan.batches_per_child`
 (checkpoints spread over thousands of nodes) runs its batches in child workflows
 (CheckpointLifecycleStage), so no history grows with nodes either: at once on the nodes' queues
-(each node keeps its own window), one after the other on the shared queue (one window).
+(each node keeps its own window), one after the other on the shared queue (one window). So does
+each pass of a coded tier's copy stage (encode, pull, unstage), the passes one after the other.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from tierpoint.contract.integrity import REPAIR_REQUEST, RepairStartInput
     from tierpoint.contract.lifecycle import (
+        CODED_CHILDREN_PATCH,
         FAN_OUT_PATCH,
         LIFECYCLE_WORKFLOW,
         LOCAL_STEPS_PATCH,
@@ -56,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from tierpoint.tier_config import TierKind
 
 from workflows.lifecycle_window import LostNodes, on_nodes_queues, run_coded_stage, run_window
-from workflows.stage_children import StageChildren
+from workflows.stage_children import StageChildren, merged
 
 R = TypeVar("R")
 
@@ -225,7 +227,14 @@ class CheckpointLifecycle:
         if tier.code is not None and source is not None:
             # Only plans made since coded tiers exist name a code: recorded histories never
             # come here, so their commands are unchanged.
-            error, damaged = await run_coded_stage(plan, tier, source, self._lost, self._status)
+            error, damaged = await run_coded_stage(
+                plan,
+                tier,
+                source,
+                self._lost,
+                lambda stage: self._coded_pass(plan, stage),
+                self._status,
+            )
             self._source_damaged += damaged
             return error
         unplaced: list[str] = []
@@ -271,6 +280,38 @@ class CheckpointLifecycle:
             return None
         first = next(r.first_failure for r in results if r.first_failure)
         return f"{failed} of {len(all_batches)} batches failed, first: {first}"
+
+    async def _coded_pass(self, plan: LifecyclePlan, stage: StageInput) -> StageResult:
+        """One pass of a coded tier's copy stage, in the lifecycle while it has no more batches
+        than a child would, else in children as any stage: encode, pull and unstage are a batch
+        per node (a pull one per holder of each node's set), so at 1,000 nodes rs(8,2) is
+        12,000 activities. A run under way before keeps running every pass here."""
+        size = plan.batches_per_child
+        # guard: coded-passes-in-children
+        # guard: coded-children-behind-patch
+        if len(stage.batches) <= size or not workflow.patched(CODED_CHILDREN_PATCH):
+            return await run_window(stage, self._lost, self._status)
+
+        def slice_of(batches: list[Batch]) -> StageInput:
+            nodes = {b.node for b in batches}
+            return stage.model_copy(
+                update={
+                    "batches": batches,
+                    "lost_nodes": sorted(self._lost.nodes),
+                    # Only its own nodes' holders: the whole map in every child's input would
+                    # grow the lifecycle's history with nodes times children.
+                    "stripe_holders": {n: h for n, h in stage.stripe_holders.items() if n in nodes},
+                }
+            )
+
+        # A holder pulls stripes of several nodes' sets: sorted by the node that runs them, its
+        # pulls share a child and so its one window.
+        batches = sorted(stage.batches, key=lambda b: b.runs_on)
+        # On the nodes' queues, every node in its own window: the children run at once.
+        results = await self._children.run(
+            f"{stage.stripes}-{stage.tier.name}", batches, size, slice_of, at_once=True
+        )
+        return merged(results)
 
     async def _promote(
         self, plan: LifecyclePlan, tier: PlanTier, later: list[PlanTier], error: str | None

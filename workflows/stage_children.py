@@ -1,7 +1,8 @@
 """A stage too large for one history: its batches in child workflows (CheckpointLifecycleStage)
 of at most `LifecyclePlan.batches_per_child` each, so the lifecycle's history holds a few events
-per child instead of a few per batch. The children running now are kept, so that a node declared
-lost reaches the ones holding its batches."""
+per child instead of a few per batch. The seal and the copy stages run here, and so does each pass
+of a coded tier's copy stage. The children running now are kept, so that a node declared lost
+reaches the ones holding its batches."""
 
 from __future__ import annotations
 
@@ -67,3 +68,13 @@ class StageChildren:
         if at_once:
             return list(await asyncio.gather(*(child(n, c) for n, c in enumerate(chunks))))
         return [await child(n, c) for n, c in enumerate(chunks)]
+
+
+def merged(results: list[StageResult]) -> StageResult:
+    """One result for a stage run in several children."""
+    return StageResult(
+        batches=sum(r.batches for r in results),
+        failures=sum(r.failures for r in results),
+        first_failure=next((r.first_failure for r in results if r.first_failure), None),
+        source_damaged=sum(r.source_damaged for r in results),
+    )

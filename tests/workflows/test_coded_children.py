@@ -45,6 +45,7 @@ from tierpoint.contract.lifecycle import (
     PROMOTE,
     LifecycleInput,
     LifecycleResult,
+    LifecycleStatus,
     workflow_id,
 )
 from tierpoint.contract.stripes import PULL_BATCH
@@ -102,6 +103,7 @@ async def test_every_pass_of_a_coded_copy_runs_in_children_of_the_stage(
         history = await handle.fetch_history()
         if recording_histories():
             await record_history(client, handle.id, "lifecycle_coded_many_batches")
+        status = await handle.query("status", result_type=LifecycleStatus)
         children = {
             c: await client.get_workflow_handle(c).fetch_history()
             for c in _children(history)[0]
@@ -110,6 +112,9 @@ async def test_every_pass_of_a_coded_copy_runs_in_children_of_the_stage(
 
     outcome = {t.tier: t.state.value for t in result.tiers}
     assert set(outcome.values()) == {"restorable"}, markers(sessions, seeded.checkpoint_id)
+    # The copies' status counts every batch of the passes run in children: lustre's and s3's 6
+    # each, and the coded tier's 6 + 18 + 6.
+    assert (status.batches_total, status.batches_done) == (42, 42), status
     # The lifecycle's own history: plan, and per tier a promote and a retention request; not one
     # encode, pull or unstage.
     queued, local = activities_run(history)

@@ -986,6 +986,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "a lifecycle whose copy found its source corrupt asks for the checkpoint's repair",
     ),
     Mutant(
+        "coded-passes-in-children",
+        "        if len(stage.batches) <= size or not workflow.patched(CODED_CHILDREN_PATCH):\n",
+        "        if True:\n",
+        ("tests/workflows/test_coded_children.py",),
+        "a coded tier's copy over more batches than a child holds runs each pass in children, so "
+        "the lifecycle's history does not grow with nodes, and a lost node reaches them",
+    ),
+    Mutant(
+        "coded-children-behind-patch",
+        "        if len(stage.batches) <= size or not workflow.patched(CODED_CHILDREN_PATCH):\n",
+        "        if len(stage.batches) <= size:\n",
+        ("tests/workflows/test_replay.py::test_replay[lifecycle_coded_many_batches]",),
+        "a coded run under way before its passes ran in children keeps its commands",
+    ),
+    Mutant(
         "repair-again-after-stale-plan",
         "        return plan.more or (again and workflow.patched(REPAIR_AGAIN_PATCH))\n",
         "        return plan.more\n",

@@ -9,7 +9,8 @@ nodes' queues; workflows/lifecycle_window.py). Plan, promote and the retention r
 local activities. A stage with more batches than `LifecyclePlan.batches_per_child`
 (checkpoints spread over thousands of nodes) runs its batches in child workflows
 (CheckpointLifecycleStage), so no history grows with nodes either: at once on the nodes' queues
-(each node keeps its own window), one after the other on the shared queue (one window).
+(each node keeps its own window), one after the other on the shared queue (one window). So does
+each pass of a coded tier's copy stage (encode, pull, unstage), the passes one after the other.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from tierpoint.contract.integrity import REPAIR_REQUEST, RepairStartInput
     from tierpoint.contract.lifecycle import (
+        CODED_CHILDREN_PATCH,
         FAN_OUT_PATCH,
         LIFECYCLE_WORKFLOW,
         LOCAL_STEPS_PATCH,
@@ -56,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from tierpoint.tier_config import TierKind
 
 from workflows.lifecycle_window import LostNodes, on_nodes_queues, run_coded_stage, run_window
+from workflows.stage_children import StageChildren, merged
 
 R = TypeVar("R")
 
@@ -83,8 +86,7 @@ class CheckpointLifecycle:
     def __init__(self) -> None:
         self._status = LifecycleStatus(stage="starting")
         self._lost = LostNodes()
-        # The stage children running now, which a lost-node signal is passed on to.
-        self._children: list[str] = []
+        self._children = StageChildren(self._status)
         # LOCAL_STEPS_PATCH: catalog steps as local activities, node stages windowed per node.
         self._local_steps = False
         # Shards whose source replica a copy found corrupt.
@@ -97,13 +99,7 @@ class CheckpointLifecycle:
     @workflow.signal(name=NODE_LOST_SIGNAL)
     async def node_lost(self, node: str) -> None:
         self._lost.declare(node)
-        for child in list(self._children):
-            try:
-                await workflow.get_external_workflow_handle(child).signal(NODE_LOST_SIGNAL, node)
-            except Exception as err:
-                # A signal handler that raises fails the workflow task over and over; the
-                # operator repeats the declaration, which signals this workflow again.
-                workflow.logger.warning("node_lost not passed on to %s: %s", child, err)
+        await self._children.pass_on(node)
 
     async def _catalog_step(self, name: str, arg: object, result_type: type[R]) -> R:
         """A step that only reads and writes the catalog (plan, promote). As a local activity it
@@ -231,7 +227,14 @@ class CheckpointLifecycle:
         if tier.code is not None and source is not None:
             # Only plans made since coded tiers exist name a code: recorded histories never
             # come here, so their commands are unchanged.
-            error, damaged = await run_coded_stage(plan, tier, source, self._lost, self._status)
+            error, damaged = await run_coded_stage(
+                plan,
+                tier,
+                source,
+                self._lost,
+                lambda stage: self._coded_pass(plan, stage),
+                self._status,
+            )
             self._source_damaged += damaged
             return error
         unplaced: list[str] = []
@@ -258,33 +261,17 @@ class CheckpointLifecycle:
             results = [await run_window(stage(all_batches), self._lost, self._status)]
         else:
             kind = "seal" if source is None else "copy"
-            chunks = [all_batches[i : i + size] for i in range(0, len(all_batches), size)]
-
-            async def child(n: int, chunk: list[Batch]) -> StageResult:
-                child_id = f"{workflow.info().workflow_id}/{kind}-{tier.name}/{n}"
-                self._children.append(child_id)
-                try:
-                    res: StageResult = await workflow.execute_child_workflow(
-                        STAGE_WORKFLOW, stage(chunk), id=child_id, result_type=StageResult
-                    )
-                finally:
-                    self._children.remove(child_id)
-                self._status.batches_done += len(chunk)
-                return res
-
-            if (
+            # Each node copies within its own window, so the children of a stage on the nodes'
+            # queues run at once: one after the other, a stage over 10,000 nodes would have
+            # only one child's nodes working at a time.
+            at_once = (
                 self._local_steps
                 and on_nodes_queues(tier, source)
                 and workflow.patched(NODE_CHILDREN_PATCH)
-            ):
-                # Each node copies within its own window, so the children of a stage on the
-                # nodes' queues run at once: one after the other, a stage over 10,000 nodes
-                # would have only one child's nodes working at a time.
-                results = list(await asyncio.gather(*(child(n, c) for n, c in enumerate(chunks))))
-            else:
-                # On the shared queue the stage's one window of `parallelism` holds only if
-                # the children run one after the other.
-                results = [await child(n, c) for n, c in enumerate(chunks)]
+            )
+            results = await self._children.run(
+                f"{kind}-{tier.name}", all_batches, size, stage, at_once=at_once
+            )
         self._source_damaged += sum(r.source_damaged for r in results)
         if unplaced:
             return f"no live node to hold a copy for nodes {', '.join(unplaced)}"
@@ -293,6 +280,38 @@ class CheckpointLifecycle:
             return None
         first = next(r.first_failure for r in results if r.first_failure)
         return f"{failed} of {len(all_batches)} batches failed, first: {first}"
+
+    async def _coded_pass(self, plan: LifecyclePlan, stage: StageInput) -> StageResult:
+        """One pass of a coded tier's copy stage, in the lifecycle while it has no more batches
+        than a child would, else in children as any stage: encode, pull and unstage are a batch
+        per node (a pull one per holder of each node's set), so at 1,000 nodes rs(8,2) is
+        12,000 activities. A run under way before keeps running every pass here."""
+        size = plan.batches_per_child
+        # guard: coded-passes-in-children
+        # guard: coded-children-behind-patch
+        if len(stage.batches) <= size or not workflow.patched(CODED_CHILDREN_PATCH):
+            return await run_window(stage, self._lost, self._status)
+
+        def slice_of(batches: list[Batch]) -> StageInput:
+            nodes = {b.node for b in batches}
+            return stage.model_copy(
+                update={
+                    "batches": batches,
+                    "lost_nodes": sorted(self._lost.nodes),
+                    # Only its own nodes' holders: the whole map in every child's input would
+                    # grow the lifecycle's history with nodes times children.
+                    "stripe_holders": {n: h for n, h in stage.stripe_holders.items() if n in nodes},
+                }
+            )
+
+        # A holder pulls stripes of several nodes' sets: sorted by the node that runs them, its
+        # pulls share a child and so its one window.
+        batches = sorted(stage.batches, key=lambda b: b.runs_on)
+        # On the nodes' queues, every node in its own window: the children run at once.
+        results = await self._children.run(
+            f"{stage.stripes}-{stage.tier.name}", batches, size, slice_of, at_once=True
+        )
+        return merged(results)
 
     async def _promote(
         self, plan: LifecyclePlan, tier: PlanTier, later: list[PlanTier], error: str | None

@@ -5,6 +5,7 @@ says so), and the nodes declared lost meanwhile, whose batches are given up."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -239,12 +240,14 @@ async def run_coded_stage(
     tier: PlanTier,
     source: PlanTier,
     lost: LostNodes,
+    run_pass: Callable[[StageInput], Awaitable[StageResult]],
     status: LifecycleStatus | None = None,
 ) -> tuple[str | None, int]:
     """A coded tier's copy: every shards' node cuts its batches into stripes, then every holder
-    pulls its own, then each node drops the stripes of the sets verified whole, one window per
-    pass (a pull needs its stripes cut first). Why it is incomplete, if it is, and the shards
-    whose source a batch found damaged."""
+    pulls its own, then each node drops the stripes of the sets verified whole, each pass run by
+    `run_pass` (a window, or children of it) and done before the next begins (a pull needs its
+    stripes cut first). Why it is incomplete, if it is, and the shards whose source a batch
+    found damaged."""
     holders = plan.stripe_holders.get(tier.name, {})
     encode = [b for b in plan.batches if b.node in holders]
     pull = [b.model_copy(update={"holder": h}) for b in encode for h in holders[b.node]]
@@ -270,7 +273,7 @@ async def run_coded_stage(
             stripes=phase,
             stripe_holders=holders,
         )
-        done = await run_window(stage, lost, status)
+        done = await run_pass(stage)
         damaged += done.source_damaged
         if done.failures:
             failures.append(

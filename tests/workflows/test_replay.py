@@ -4,11 +4,13 @@ already ran in production fails here, before it reaches a cluster. Every history
 
 To record new histories (after an intended, versioned change), run the recording tests with
 `TIERPOINT_RECORD_HISTORY=LABEL` (`pytest tests/workflows -k "two_nodes_become or many_batches or
-issue_scenario or crash_between or cuts_pulls"`): each lands beside the old one as
+issue_scenario or crash_between or cuts_pulls or every_pass"`): each lands beside the old one as
 `NAME@LABEL.json` (the `@contract` ones were recorded after the Temporal contract got its one
 home, the `@local-steps` ones after plan, promote and the retention requests became local
 activities, `@node-children` after the children of a stage on the nodes' queues began to run at
-once, `@fan-out` after every copy began to read the sealed tier at once). Old histories stay.
+once, `@fan-out` after every copy began to read the sealed tier at once, `@coded-children` after
+the passes of a coded tier's copy over many batches began to run in children). Old histories
+stay.
 """
 
 from __future__ import annotations
@@ -106,6 +108,11 @@ def test_every_workflow_has_a_recorded_history() -> None:
         "lifecycle_repairs_its_source@fan-out",
         # A coded peer tier's stage: encode on the shards' nodes, pull on the holders, unstage.
         "lifecycle_with_coded_tier",
+        # Its passes over more batches than a child holds: every batch in the lifecycle (a run
+        # under way before they ran in children), then each pass in children of the stage.
+        "lifecycle_coded_many_batches",
+        "lifecycle_coded_many_batches@coded-children",
+        "stage_child_coded",
     } <= set(HISTORIES)
 
 

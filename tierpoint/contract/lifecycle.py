@@ -37,6 +37,9 @@ SOURCE_REPAIR_PATCH = "repair-after-source-found-corrupt"
 # Every later tier copies from the sealed tier at once, each promoted on its own (histories
 # recorded before copied tier after tier, each from the one before).
 FAN_OUT_PATCH = "copies-fan-out-from-the-sealed-tier"
+# A pass of a coded tier's copy stage with more batches than `batches_per_child` runs in child
+# workflows, as any other stage does (histories recorded before ran every pass in the lifecycle).
+CODED_CHILDREN_PATCH = "coded-stage-passes-in-children"
 
 # Beyond this many batches in a stage (one node has at least one batch, so this is about the
 # number of nodes), the stage runs in child workflows of this many batches each. At 1,000 (the

@@ -102,5 +102,5 @@ async def release_lease(
 ) -> Response:
     _, released = await session.run_sync(repo.release_lease, job, step, lease_id, actor)
     if released:
-        background_tasks.add_task(background.request_retention, state, [job], "lease released")
+        background_tasks.add_task(background.request_retention_when_unleased, state, job, lease_id)
     return Response(status_code=204, background=background_tasks)

@@ -30,7 +30,7 @@ from sqlalchemy import (
     literal,
     select,
 )
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import find_checkpoint
@@ -289,3 +289,17 @@ def list_leases(
         q = q.where(RestoreLease.released_at.is_(None), ~lapsed)
     rows = session.execute(q.order_by(RestoreLease.id)).all()
     return [_view(r[0], job, step, bool(r[1])) for r in rows]
+
+
+def still_leased(session: Session, lease_id: int) -> bool:
+    """Whether the checkpoint of lease `lease_id` has an active lease (that one included). Read
+    after a release commits, by the releaser: of releases committing together, the last to commit
+    reads after every other one's commit, so at least one of them finds the checkpoint unleased."""
+    other = aliased(RestoreLease)
+    held = exists().where(
+        RestoreLease.id == lease_id,
+        other.checkpoint_id == RestoreLease.checkpoint_id,
+        other.released_at.is_(None),
+        other.expires_at > func.now(),
+    )
+    return bool(session.scalar(select(held)))

@@ -85,7 +85,7 @@ async def test_a_restart_storm_of_leases_on_one_checkpoint_is_answered_without_w
     assert [r.status_code for r in answers] == [201] * RANKS, [
         r.text for r in answers if r.status_code != 201
     ][:3]
-    active = (await client.get(url)).json()["items"]
+    active = (await client.get(url, params={"limit": 1000})).json()["items"]
     assert sorted(x["holder"] for x in active) == sorted(f"r{i}" for i in range(RANKS))
     assert len({x["id"] for x in active}) == RANKS
     created = [e for e in events(catalog, "leased", job=job) if e["detail"]["action"] == "created"]

@@ -281,12 +281,20 @@ def list_leases(
     *,
     include_ended: bool = False,
     branch: int | None = None,
+    after: int | None = None,
+    limit: int | None = None,
 ) -> list[LeaseView]:
+    """The checkpoint's leases in id order: those with an id after `after`, at most `limit`
+    (keyset paging: a storm's checkpoint holds thousands)."""
     checkpoint = find_checkpoint(session, job, step, branch=branch)
     lapsed = RestoreLease.expires_at <= func.now()
     q = select(RestoreLease, lapsed).where(RestoreLease.checkpoint_id == checkpoint.id)
     if not include_ended:
         q = q.where(RestoreLease.released_at.is_(None), ~lapsed)
+    if after is not None:
+        q = q.where(RestoreLease.id > after)
+    if limit is not None:
+        q = q.limit(limit)
     rows = session.execute(q.order_by(RestoreLease.id)).all()
     return [_view(r[0], job, step, bool(r[1])) for r in rows]
 

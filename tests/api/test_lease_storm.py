@@ -129,6 +129,36 @@ async def test_a_lease_is_two_statements_to_the_catalog_with_its_event(
     assert datetime.fromisoformat(detail["expires_at"]) == expires
 
 
+async def test_a_storm_after_a_storm_starts_no_catalog_connection(
+    settings: Settings, catalog: Engine, job: str, nodes: tuple[str, str]
+) -> None:
+    """The API keeps the catalog connections a storm opened: a pool that closed those above its
+    first ten when they were returned started a Postgres backend every few dozen requests of a
+    storm, for as long as it lasted."""
+    app = create_app(settings)
+    opened: list[object] = []
+
+    def count(dbapi_connection: Any, _record: Any) -> None:
+        opened.append(dbapi_connection)
+
+    async def storm(client: httpx.AsyncClient, url: str) -> None:
+        sent = [client.post(url, json={"ttl_seconds": 600}) for _ in range(RANKS)]
+        answers = await asyncio.gather(*sent)
+        assert [r.status_code for r in answers] == [201] * RANKS
+
+    async for client in running_client(app):
+        await seed(client, catalog, job, [10], tiers=("lustre",))
+        url = f"/v1/jobs/{job}/checkpoints/10/leases"
+        await storm(client, url)  # opens what the storm needs
+        engine = app.state.tierpoint.engine.sync_engine
+        event.listen(engine, "connect", count)
+        try:
+            await storm(client, url)
+        finally:
+            event.remove(engine, "connect", count)
+    assert opened == []
+
+
 def _in_thread_pool(call: Any) -> bool:
     """Whether FastAPI runs `call` (a dependency or an endpoint) in its thread pool."""
     if call is None:

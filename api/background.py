@@ -56,5 +56,6 @@ async def request_retention_when_unleased(state: ApiState, job: str, lease_id: i
     except Exception as exc:
         log.warning("lease release: leases left unknown", job=job, error=repr(exc))
         held = False
+    # guard: last-release-requests-retention
     if not held:
         await request_retention(state, [job], "lease released")

@@ -101,6 +101,7 @@ def _lease_statement(checked: bool) -> Any:
     ttl = bindparam("ttl_seconds", type_=Integer)
     row = select(checkpoint_id, owner, func.now() + func.make_interval(0, 0, 0, 0, 0, 0, ttl))
     if checked:
+        # guard: lease-only-if-restorable
         row = row.where(_restorable(checkpoint_id))
     table = RestoreLease.__table__
     lease = (

@@ -959,6 +959,29 @@ MUTANTS: tuple[Mutant, ...] = (
         "wait too, but after the read)",
     ),
     Mutant(
+        "lease-only-if-restorable",
+        "row = row.where(_restorable(checkpoint_id))",
+        "row = row",
+        (
+            "tests/tierpoint/catalog/holds/test_leases.py::"
+            "test_only_a_checkpoint_restorable_from_some_tier_is_leased",
+            "tests/api/test_lease_locking.py::test_lease_waits_for_an_expiry_and_is_refused",
+        ),
+        "a lease is inserted only if the checkpoint is restorable from some tier, read in the "
+        "statement after the row lock: nothing to hold is a 409, never a lease on expiring bytes",
+    ),
+    Mutant(
+        "last-release-requests-retention",
+        "if not held:",
+        "if False:",
+        (
+            "tests/workflows/test_retention_lease_release.py::"
+            "test_a_storm_of_releases_asks_once_and_the_last_release_gets_the_copy_expired",
+        ),
+        "the release that leaves a checkpoint unleased asks for the retention run that expires "
+        "what the leases held",
+    ),
+    Mutant(
         "restore-lease-waits-for-expiry",
         "lock_checkpoint(session, best[1], LEASE_LOCK)",
         "None",

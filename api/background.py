@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from api.deps import ApiState
 from tierpoint import logs
 from tierpoint.catalog.engine import transact_async
+from tierpoint.catalog.holds.leases import still_leased
 from tierpoint.contract.lifecycle import LifecycleInput
 from tierpoint.services.lifecycle_start import start_and_record
 from tierpoint.services.retention import request_retention_runs
@@ -42,3 +43,19 @@ async def start_lifecycle(state: ApiState, ref: LifecycleInput) -> None:
 async def request_retention(state: ApiState, jobs: Sequence[str], reason: str) -> None:
     if jobs:
         await request_retention_runs(await state.temporal.client(), jobs, reason)
+
+
+async def request_retention_when_unleased(state: ApiState, job: str, lease_id: int) -> None:
+    """After a lease's release committed: a retention run only if it left its checkpoint with no
+    active lease. A storm's thousands of releases of one checkpoint otherwise each asked Temporal
+    for a run (a signal in the job's retention history apiece) where only the last one can let
+    a copy expire. A release whose read fails asks anyway."""
+    try:
+        async with state.sessions() as session:
+            held = await session.run_sync(still_leased, lease_id)
+    except Exception as exc:
+        log.warning("lease release: leases left unknown", job=job, error=repr(exc))
+        held = False
+    # guard: last-release-requests-retention
+    if not held:
+        await request_retention(state, [job], "lease released")

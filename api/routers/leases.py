@@ -13,9 +13,11 @@ from api import background
 from api.auth import JOB_READ, LEASE_WRITE, Actor
 from api.deps import BranchQuery, JobName, SessionDep, StateDep, Step
 from api.gate import GatedRoute
+from api.pagination import decode_cursor, encode_cursor
 from api.problems import problem_responses
 from api.schemas.leases import CreateLease, Lease, LeaseList, RenewLease
 from tierpoint.catalog.holds import leases as repo
+from tierpoint.json_types import Text
 from tierpoint.manifest import MAX_INT64
 
 router = APIRouter(prefix="/v1/jobs", tags=["leases"], route_class=GatedRoute)
@@ -50,7 +52,7 @@ async def create_lease(
     "/{job:path}/checkpoints/{step}/leases",
     response_model=LeaseList,
     responses=problem_responses(404, 422),
-    summary="Leases on a checkpoint (active ones unless all=true)",
+    summary="Leases on a checkpoint (active ones unless all=true), in id order, a page at a time",
     dependencies=[Depends(JOB_READ)],
 )
 async def list_leases(
@@ -59,9 +61,27 @@ async def list_leases(
     session: SessionDep,
     all_: Annotated[bool, Query(alias="all", description="Include released and expired.")] = False,
     branch: BranchQuery = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[Text | None, Query(max_length=400)] = None,
 ) -> LeaseList:
-    leases = await session.run_sync(repo.list_leases, job, step, include_ended=all_, branch=branch)
-    return LeaseList(items=[Lease.model_validate(x) for x in leases])
+    """`next_cursor` names the next page (null on the last); 422 `invalid_cursor` for a cursor
+    this API did not return."""
+    after = decode_cursor(cursor, int) if cursor is not None else None
+    leases = await session.run_sync(
+        repo.list_leases,
+        job,
+        step,
+        include_ended=all_,
+        branch=branch,
+        after=after,
+        limit=limit + 1,
+    )
+    page = leases[:limit]
+    more = len(leases) > limit
+    return LeaseList(
+        items=[Lease.model_validate(x) for x in page],
+        next_cursor=encode_cursor(page[-1].id) if more else None,
+    )
 
 
 @router.put(
@@ -102,5 +122,5 @@ async def release_lease(
 ) -> Response:
     _, released = await session.run_sync(repo.release_lease, job, step, lease_id, actor)
     if released:
-        background_tasks.add_task(background.request_retention, state, [job], "lease released")
+        background_tasks.add_task(background.request_retention_when_unleased, state, job, lease_id)
     return Response(status_code=204, background=background_tasks)

@@ -49,6 +49,9 @@ class Lease(BaseModel):
 
 class LeaseList(BaseModel):
     items: list[Lease]
+    next_cursor: str | None = Field(
+        default=None, description="the next page's `cursor`; null on the last page"
+    )
 
 
 class Pin(BaseModel):

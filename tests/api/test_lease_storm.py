@@ -10,16 +10,17 @@ import asyncio
 import inspect
 import itertools
 import threading
+from datetime import datetime
 from typing import Any
 
 import anyio.to_thread
 import httpx
 from fastapi.dependencies.models import Dependant
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
 from api.app import create_app
 from api.auth import api_routes
-from tests.helpers.api import events, seed
+from tests.helpers.api import events, running_client, seed
 from tests.helpers.expiry_races import lock_waiters
 from tierpoint.config import Settings
 
@@ -73,11 +74,78 @@ async def test_a_restart_storm_of_leases_on_one_checkpoint_is_answered_without_w
     assert [r.status_code for r in answers] == [201] * RANKS, [
         r.text for r in answers if r.status_code != 201
     ][:3]
-    active = (await client.get(url)).json()["items"]
+    active = (await client.get(url, params={"limit": 1000})).json()["items"]
     assert sorted(x["holder"] for x in active) == sorted(f"r{i}" for i in range(RANKS))
     assert len({x["id"] for x in active}) == RANKS
     created = [e for e in events(catalog, "leased", job=job) if e["detail"]["action"] == "created"]
     assert len(created) == RANKS
+
+
+async def test_a_lease_is_two_statements_to_the_catalog_with_its_event(
+    settings: Settings, catalog: Engine, job: str, nodes: tuple[str, str]
+) -> None:
+    """What a lease costs the API is mostly the statements it builds and sends: a lease is the
+    checkpoint's row lock, then the lease and its event in one statement (and the check that some
+    tier is restorable, read after the lock), whatever a storm's other leases do."""
+    app = create_app(settings)
+    sent: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    async for client in running_client(app):
+        await seed(client, catalog, job, [10], tiers=("lustre",))
+        url = f"/v1/jobs/{job}/checkpoints/10/leases"
+        warm = await client.post(url, json={"ttl_seconds": 60})  # the token is cached after it
+        assert warm.status_code == 201, warm.text
+        engine = app.state.tierpoint.engine.sync_engine
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            r = await client.post(url, json={"ttl_seconds": 600, "holder": "rank-7"})
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        assert r.status_code == 201, r.text
+        assert len(sent) == 2, sent
+    lease = r.json()
+    created = [e for e in events(catalog, "leased", job=job) if e["detail"]["action"] == "created"]
+    detail = created[-1]["detail"]
+    assert (detail["lease_id"], detail["holder"], detail["ttl_seconds"]) == (
+        lease["id"],
+        "rank-7",
+        600,
+    )
+    expires = datetime.fromisoformat(lease["expires_at"])
+    assert datetime.fromisoformat(detail["expires_at"]) == expires
+
+
+async def test_a_storm_after_a_storm_starts_no_catalog_connection(
+    settings: Settings, catalog: Engine, job: str, nodes: tuple[str, str]
+) -> None:
+    """The API keeps the catalog connections a storm opened: a pool that closed those above its
+    first ten when they were returned started a Postgres backend every few dozen requests of a
+    storm, for as long as it lasted."""
+    app = create_app(settings)
+    opened: list[object] = []
+
+    def count(dbapi_connection: Any, _record: Any) -> None:
+        opened.append(dbapi_connection)
+
+    async def storm(client: httpx.AsyncClient, url: str) -> None:
+        sent = [client.post(url, json={"ttl_seconds": 600}) for _ in range(RANKS)]
+        answers = await asyncio.gather(*sent)
+        assert [r.status_code for r in answers] == [201] * RANKS
+
+    async for client in running_client(app):
+        await seed(client, catalog, job, [10], tiers=("lustre",))
+        url = f"/v1/jobs/{job}/checkpoints/10/leases"
+        await storm(client, url)  # opens what the storm needs
+        engine = app.state.tierpoint.engine.sync_engine
+        event.listen(engine, "connect", count)
+        try:
+            await storm(client, url)
+        finally:
+            event.remove(engine, "connect", count)
+    assert opened == []
 
 
 def _in_thread_pool(call: Any) -> bool:

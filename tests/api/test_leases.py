@@ -65,6 +65,48 @@ async def test_lease_create_renew_release(
     await temporal.get_workflow_handle(retention_workflow_id(job)).describe()
 
 
+async def _pages(client: httpx.AsyncClient, url: str, **params: str) -> list[list[int]]:
+    pages: list[list[int]] = []
+    cursor = None
+    while True:
+        query = {**params, **({"cursor": cursor} if cursor is not None else {})}
+        r = await client.get(url, params=query)
+        assert r.status_code == 200, r.text
+        pages.append([x["id"] for x in r.json()["items"]])
+        cursor = r.json()["next_cursor"]
+        if cursor is None:
+            return pages
+
+
+async def test_a_checkpoints_leases_list_a_page_at_a_time(
+    client: httpx.AsyncClient, catalog: Engine, job: str
+) -> None:
+    """A restart storm leaves thousands of leases on one checkpoint: the list comes in pages
+    (limit and an opaque cursor, as every other list), and a cursor this API did not return is a
+    422 problem that reads nothing."""
+    await seed(client, catalog, job, [5])
+    url = f"/v1/jobs/{job}/checkpoints/5/leases"
+    ids = []
+    for rank in range(5):
+        r = await client.post(url, json={"ttl_seconds": 600, "holder": f"rank-{rank}"})
+        ids.append(r.json()["id"])
+    assert (await client.delete(f"{url}/{ids[1]}")).status_code == 204
+    active = [i for i in ids if i != ids[1]]
+    assert await _pages(client, url, limit="3") == [active[:3], active[3:]]
+    assert await _pages(client, url, limit="2", all="true") == [ids[:2], ids[2:4], ids[4:]]
+    assert await _pages(client, url) == [active]
+    before = row_counts(catalog)
+    for bad in ("not-a-cursor", "eyJ2IjoxLCJrIjoiYSJ9", "e30"):  # garbage; a name's key; {}
+        r = await client.get(url, params={"cursor": bad})
+        assert r.status_code == 422, r.text
+        assert r.headers["content-type"].startswith("application/problem+json")
+        assert [e["code"] for e in r.json()["errors"]] == ["invalid_cursor"]
+    for limit in ("0", "1001"):
+        r = await client.get(url, params={"limit": limit})
+        assert r.status_code == 422 and r.json()["code"] == "validation_error", r.text
+    assert row_counts(catalog) == before
+
+
 async def test_expired_lease_cannot_be_renewed_and_no_longer_holds(
     client: httpx.AsyncClient, catalog: Engine, job: str
 ) -> None:

@@ -83,12 +83,14 @@ def _driver_url(url: str) -> tuple[URL, dict[str, int | None]]:
     return parsed.difference_update_query(["prepare_threshold"]), {"prepare_threshold": threshold}
 
 
-def make_async_engine(url: str, pool_size: int = 10) -> AsyncEngine:
+def make_async_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> AsyncEngine:
+    """At most `pool_size + max_overflow` connections; the pool keeps `pool_size` of them open
+    between uses and closes every other one when it is returned."""
     driver_url, connect_args = _driver_url(url)
     return create_async_engine(
         driver_url,
         pool_size=pool_size,
-        max_overflow=20,
+        max_overflow=max_overflow,
         pool_pre_ping=True,
         hide_parameters=True,
         connect_args=connect_args,

@@ -33,9 +33,21 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, exists, or_, select, tuple_
+from sqlalchemy import (
+    BigInteger,
+    BindParameter,
+    ColumnElement,
+    Integer,
+    String,
+    bindparam,
+    exists,
+    or_,
+    select,
+    tuple_,
+)
 from sqlalchemy.orm import Session, aliased
 
 from tierpoint.catalog.models import Checkpoint, Job, Node, Replica, TierCopy
@@ -211,14 +223,14 @@ def _check_order(held: Locked, *asked: bool) -> None:
 def _lock_checkpoints(
     session: Session, which: Collection[int] | CheckpointsOf | CheckpointAt, mode: RowLock | None
 ) -> dict[int, LockedCheckpoint]:
-    q = select(
-        Checkpoint.id, Checkpoint.job_id, Checkpoint.step, Checkpoint.pinned, Checkpoint.deleted_at
-    )
     if isinstance(which, CheckpointAt):
-        q = q.join(Job, Job.id == Checkpoint.job_id).where(
-            Job.name == which.job, at_step(which.step, which.branch)
-        )
-    elif isinstance(which, CheckpointsOf):
+        params: dict[str, Any] = {"at_job": which.job, "at_step": which.step}
+        if which.branch is not None:
+            params["at_branch"] = which.branch
+        rows = session.execute(_checkpoint_at(mode, which.branch is not None), params)
+        return {r.id: LockedCheckpoint(*r) for r in rows}
+    q = _CHECKPOINT_COLUMNS
+    if isinstance(which, CheckpointsOf):
         q = q.where(Checkpoint.job_id == which.job_id)
         if which.step is not None:
             q = q.where(at_step(which.step, which.branch))
@@ -230,12 +242,34 @@ def _lock_checkpoints(
     return {r.id: LockedCheckpoint(*r) for r in rows}
 
 
+_CHECKPOINT_COLUMNS = select(
+    Checkpoint.id, Checkpoint.job_id, Checkpoint.step, Checkpoint.pinned, Checkpoint.deleted_at
+)
+
+
+@cache
+def _checkpoint_at(mode: RowLock | None, on_branch: bool) -> Any:
+    """The statement that finds (and locks) the checkpoint at a step by job name, built once per
+    lock mode: the lookup every lease and restore of a storm makes, where building the statement
+    and its cache key cost more of the API's CPU than sending it."""
+    step = bindparam("at_step", type_=BigInteger)
+    branch = bindparam("at_branch", type_=Integer) if on_branch else None
+    q = (
+        _CHECKPOINT_COLUMNS.join(Job, Job.id == Checkpoint.job_id)
+        .where(Job.name == bindparam("at_job", type_=String), at_step(step, branch))
+        .order_by(Checkpoint.id)
+    )
+    return _with(q, mode, of=Checkpoint)
+
+
 # Built once: an alias builds a proxy of every column of the table, which cost more of the API's
 # CPU than the rest of a lease's request when it was built per call.
 _OTHER = aliased(Checkpoint, name="other_checkpoint")
 
 
-def at_step(step: int, branch: int | None) -> ColumnElement[bool]:
+def at_step(
+    step: int | BindParameter[int], branch: int | BindParameter[int] | None
+) -> ColumnElement[bool]:
     """The checkpoint a caller means by a step (of a job the query names): the one saved on
     `branch`, else the one on the timeline, else the newest superseded one (a correlated
     subquery: one probe of the (job_id, branch, step) index)."""

@@ -14,14 +14,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
 
-from sqlalchemy import exists, func, insert, select
-from sqlalchemy.orm import Session
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Integer,
+    String,
+    Text,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+)
+from sqlalchemy.orm import Session, aliased
 
 from tierpoint.catalog.events import EventKind, record
 from tierpoint.catalog.job.lookup import find_checkpoint
 from tierpoint.catalog.locks import LEASE_LOCK
-from tierpoint.catalog.models import Checkpoint, Job, RestoreLease, TierCopy
+from tierpoint.catalog.models import Checkpoint, Event, Job, RestoreLease, TierCopy
 from tierpoint.errors import (
     LeaseEnded,
     LeaseNotFound,
@@ -63,6 +77,80 @@ def restorable_tiers(session: Session, checkpoint_id: int) -> list[str]:
     return list(rows.all())
 
 
+def _restorable(checkpoint_id: Any) -> ColumnElement[bool]:
+    """The checkpoint is restorable from some tier: `restorable_tiers` as a condition."""
+    quarantined = exists().where(
+        Checkpoint.id == checkpoint_id, Checkpoint.quarantine_reason.is_not(None)
+    )
+    copy = exists().where(
+        TierCopy.checkpoint_id == checkpoint_id,
+        TierCopy.state == TierState.RESTORABLE.value,
+        TierCopy.quarantine_reason.is_(None),
+    )
+    return copy & ~quarantined
+
+
+@cache
+def _lease_statement(checked: bool) -> Any:
+    """One statement for the lease and its event (when `checked`, only if the checkpoint is
+    restorable), built once: a storm's leases each paid more API CPU for building and sending
+    three statements than for the rest of the request. Its snapshot is taken after the row lock
+    of the statement before it, so the check sees every committed flip (module docstring)."""
+    checkpoint_id = bindparam("checkpoint_id", type_=BigInteger)
+    owner = bindparam("owner", type_=Text)
+    ttl = bindparam("ttl_seconds", type_=Integer)
+    row = select(checkpoint_id, owner, func.now() + func.make_interval(0, 0, 0, 0, 0, 0, ttl))
+    if checked:
+        # guard: lease-only-if-restorable
+        row = row.where(_restorable(checkpoint_id))
+    table = RestoreLease.__table__
+    lease = (
+        insert(RestoreLease)
+        .from_select([table.c.checkpoint_id, table.c.holder, table.c.expires_at], row)
+        .returning(RestoreLease.id, RestoreLease.created_at, RestoreLease.expires_at)
+        .cte("lease")
+    )
+    detail = func.jsonb_build_object(
+        "action", "created", "lease_id", lease.c.id, "holder", owner,
+        "ttl_seconds", ttl, "expires_at", func.to_jsonb(lease.c.expires_at),
+    )  # fmt: skip
+    event = insert(Event).from_select(
+        ["kind", "checkpoint_id", "job_id", "actor", "detail"],
+        select(
+            literal(EventKind.LEASED.value),
+            checkpoint_id,
+            bindparam("job_id", type_=BigInteger),
+            bindparam("actor", type_=String),
+            detail,
+        ).select_from(lease),
+    )
+    return select(lease.c.id, lease.c.created_at, lease.c.expires_at).add_cte(event.cte("event"))
+
+
+def _insert(
+    session: Session,
+    checked: bool,
+    key: tuple[int, int],
+    job: str,
+    step: int,
+    ttl_seconds: int,
+    owner: str | None,
+    actor: str,
+) -> LeaseView | None:
+    checkpoint_id, job_id = key
+    params = {
+        "checkpoint_id": checkpoint_id,
+        "job_id": job_id,
+        "owner": owner,
+        "ttl_seconds": ttl_seconds,
+        "actor": actor,
+    }
+    row = session.execute(_lease_statement(checked), params).one_or_none()
+    if row is None:
+        return None
+    return LeaseView(row.id, job, step, owner, row.created_at, row.expires_at, None, True)
+
+
 def insert_lease(
     session: Session,
     checkpoint_id: int,
@@ -74,32 +162,9 @@ def insert_lease(
     actor: str,
 ) -> LeaseView:
     """A new lease on a checkpoint whose row the caller has locked and found restorable."""
-    row = (
-        session.execute(
-            insert(RestoreLease)
-            .values(
-                checkpoint_id=checkpoint_id,
-                owner=owner,
-                expires_at=func.now() + timedelta(seconds=ttl_seconds),
-            )
-            .returning(RestoreLease.id, RestoreLease.created_at, RestoreLease.expires_at)
-        )
-    ).one()
-    record(
-        session,
-        EventKind.LEASED,
-        checkpoint_id=checkpoint_id,
-        job_id=job_id,
-        actor=actor,
-        detail={
-            "action": "created",
-            "lease_id": row.id,
-            "holder": owner,
-            "ttl_seconds": ttl_seconds,
-            "expires_at": row.expires_at.isoformat(),
-        },
-    )
-    return LeaseView(row.id, job, step, owner, row.created_at, row.expires_at, None, True)
+    view = _insert(session, False, (checkpoint_id, job_id), job, step, ttl_seconds, owner, actor)
+    assert view is not None  # inserted unconditionally
+    return view
 
 
 def create_lease(
@@ -112,15 +177,18 @@ def create_lease(
     *,
     branch: int | None = None,
 ) -> LeaseView:
-    """A lease on the checkpoint at `step` (`locks.at_step`: on `branch` when given)."""
+    """A lease on the checkpoint at `step` (`locks.at_step`: on `branch` when given): two
+    statements, the row lock and then the lease with its event if some tier is restorable."""
     # guard: lease-waits-for-expiry
     checkpoint_id, job_id, _ = find_checkpoint(session, job, step, branch=branch, lock=LEASE_LOCK)
-    if not restorable_tiers(session, checkpoint_id):
+    key = (checkpoint_id, job_id)
+    view = _insert(session, True, key, job, step, ttl_seconds, owner, actor)
+    if view is None:
         raise NotLeasable(
             f"step {step} of job {job!r} is not restorable from any tier (not yet copied, "
             "quarantined, or expired): there is nothing a lease could hold"
         )
-    return insert_lease(session, checkpoint_id, job_id, job, step, ttl_seconds, owner, actor)
+    return view
 
 
 def _lease_locked(
@@ -214,11 +282,33 @@ def list_leases(
     *,
     include_ended: bool = False,
     branch: int | None = None,
+    after: int | None = None,
+    limit: int | None = None,
 ) -> list[LeaseView]:
+    """The checkpoint's leases in id order: those with an id after `after`, at most `limit`
+    (keyset paging: a storm's checkpoint holds thousands)."""
     checkpoint = find_checkpoint(session, job, step, branch=branch)
     lapsed = RestoreLease.expires_at <= func.now()
     q = select(RestoreLease, lapsed).where(RestoreLease.checkpoint_id == checkpoint.id)
     if not include_ended:
         q = q.where(RestoreLease.released_at.is_(None), ~lapsed)
+    if after is not None:
+        q = q.where(RestoreLease.id > after)
+    if limit is not None:
+        q = q.limit(limit)
     rows = session.execute(q.order_by(RestoreLease.id)).all()
     return [_view(r[0], job, step, bool(r[1])) for r in rows]
+
+
+def still_leased(session: Session, lease_id: int) -> bool:
+    """Whether the checkpoint of lease `lease_id` has an active lease (that one included). Read
+    after a release commits, by the releaser: of releases committing together, the last to commit
+    reads after every other one's commit, so at least one of them finds the checkpoint unleased."""
+    other = aliased(RestoreLease)
+    held = exists().where(
+        RestoreLease.id == lease_id,
+        other.checkpoint_id == RestoreLease.checkpoint_id,
+        other.released_at.is_(None),
+        other.expires_at > func.now(),
+    )
+    return bool(session.scalar(select(held)))

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.locks import CheckpointAt, RowLock, at_step, lock_in_order
+from tierpoint.catalog.locks import CheckpointAt, RowLock, lock_in_order
 from tierpoint.catalog.models import Checkpoint, Job
 from tierpoint.errors import CheckpointNotFound, JobNotFound
 
@@ -59,18 +59,10 @@ def find_checkpoint(
     the timeline, else the newest superseded one), its row locked in mode `lock` until commit
     (through `locks.lock_in_order`). Raises JobNotFound when no job has that name, else
     CheckpointNotFound."""
-    if lock is not None:
-        at = CheckpointAt(job, step, branch)
-        held = lock_in_order(session, checkpoints=at, checkpoint_lock=lock).checkpoints
-        found = next(iter(held.values()), None)
-        key = None if found is None else CheckpointKey(found.id, found.job_id, found.pinned)
-    else:
-        row = session.execute(
-            select(Checkpoint.id, Checkpoint.job_id, Checkpoint.pinned)
-            .join(Job, Job.id == Checkpoint.job_id)
-            .where(Job.name == job, at_step(step, branch))
-        ).one_or_none()
-        key = None if row is None else CheckpointKey(row.id, row.job_id, row.pinned)
+    at = CheckpointAt(job, step, branch)
+    held = lock_in_order(session, checkpoints=at, checkpoint_lock=lock).checkpoints
+    found = next(iter(held.values()), None)
+    key = None if found is None else CheckpointKey(found.id, found.job_id, found.pinned)
     if key is None:
         # Only the refusal pays for the second lookup; the hot path is one indexed join.
         require_job_id(session, job)

@@ -129,7 +129,17 @@ class RestoreLease(Base):
     expires_at: Mapped[datetime]
     released_at: Mapped[datetime | None]
 
-    __table_args__ = (Index("ix_restore_lease_checkpoint_expires", "checkpoint_id", "expires_at"),)
+    __table_args__ = (
+        # Active leases only: what retention and deletion check, however many were released.
+        Index(
+            "ix_restore_lease_active",
+            "checkpoint_id",
+            "expires_at",
+            postgresql_where=text("released_at IS NULL"),
+        ),
+        # A checkpoint's leases in id order (the listing's pages).
+        Index("ix_restore_lease_checkpoint_id", "checkpoint_id", "id"),
+    )
 
 
 class Event(Base):

@@ -594,6 +594,39 @@ MUTANTS: tuple[Mutant, ...] = (
         "restores the file",
     ),
     Mutant(
+        "coded-copy-read-by-the-reader",
+        "        if entry.code is not None:\n",
+        "        if entry.code is not None and False:\n",
+        (
+            "tests/client/torch/test_dcp_coded.py::"
+            "test_a_load_reads_every_file_from_stripes_and_nothing_from_the_next_tiers",
+        ),
+        "TierpointReader reads a coded copy from its stripes, not as a peer copy it cannot read "
+        "(which would send the load to the next tier)",
+    ),
+    Mutant(
+        "coded-read-reads-around-a-bad-stripe",
+        "            except StripeCorruptError as e:\n",
+        "            except ZeroDivisionError as e:\n",
+        (
+            "tests/client/torch/test_dcp_coded.py::"
+            "test_stripes_that_cannot_be_read_or_do_not_match_are_read_around",
+        ),
+        "a load leaves out a stripe that does not match its crc32c or cannot be read and decodes "
+        "from another, rather than giving up the coded copy",
+    ),
+    Mutant(
+        "coded-read-error-is-a-lost-stripe",
+        "        except (OSError, HTTPException, TierpointError) as e:\n",
+        "        except OSError as e:\n",
+        (
+            "tests/client/torch/test_dcp_coded.py::"
+            "test_stripes_that_cannot_be_read_or_do_not_match_are_read_around",
+        ),
+        "a stripe its holder cannot serve is one lost stripe of the set, read around, not the "
+        "end of the coded copy",
+    ),
+    Mutant(
         "stripe-judged-by-the-holders-read-back",
         '        crc = back.crc32c or "missing"\n',
         "        crc = stripe.crc32c\n",

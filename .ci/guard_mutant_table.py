@@ -482,9 +482,39 @@ MUTANTS: tuple[Mutant, ...] = (
         "stripe-read-error-is-a-lost-stripe",
         "    except (OSError, HTTPException, TierpointError) as e:\n",
         "    except OSError as e:\n",
-        ("tests/client/test_erasure_fetch.py::test_a_stripe_cut_off_in_transit_is_read_around",),
+        (
+            "tests/client/test_erasure_fetch.py::"
+            "test_a_parity_stripe_cut_off_in_transit_is_read_around_too",
+        ),
         "a stripe that cannot be read (a holder dying mid-reply) is treated as lost and another "
         "stripe read in its place, never the end of the restore",
+    ),
+    Mutant(
+        "joined-stripe-read-error-is-a-lost-stripe",
+        "        except (OSError, HTTPException, TierpointError) as e:\n",
+        "        except OSError as e:\n",
+        ("tests/client/test_erasure_fetch.py::test_a_stripe_cut_off_in_transit_is_read_around",),
+        "a data stripe that cannot be read while the file is joined from the data stripes is one "
+        "lost stripe, decoded around with parity, never the end of the restore",
+    ),
+    Mutant(
+        "joined-stripe-crc",
+        "    if crc32c_hex(crc) != ref.crc32c:\n",
+        "    if False:\n",
+        ("tests/client/test_coded_read.py::test_a_data_stripe_with_a_flipped_byte_is_read_around",),
+        "a data stripe joined into the file must match its crc32c, or it is left out and the "
+        "file decoded from the others",
+    ),
+    Mutant(
+        "joined-file-crc",
+        "    if size != file_size or crc32c_hex(crc) != file_crc32c:\n",
+        "    if size != file_size:\n",
+        (
+            "tests/client/test_erasure_fetch.py::"
+            "test_stripes_that_match_but_do_not_give_the_registered_file_write_nothing",
+        ),
+        "a file joined from its data stripes is checked against the shard's registered crc32c "
+        "before it is published",
     ),
     Mutant(
         "stripe-set-whole",
@@ -609,8 +639,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "            except StripeCorruptError as e:\n",
         "            except ZeroDivisionError as e:\n",
         (
-            "tests/client/torch/test_dcp_coded.py::"
-            "test_stripes_that_cannot_be_read_or_do_not_match_are_read_around",
+            "tests/client/test_coded_read.py::"
+            "test_a_stripe_gone_and_one_cut_off_in_transit_are_read_around",
         ),
         "a load leaves out a stripe that does not match its crc32c or cannot be read and decodes "
         "from another, rather than giving up the coded copy",
@@ -620,8 +650,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "        except (OSError, HTTPException, TierpointError) as e:\n",
         "        except OSError as e:\n",
         (
-            "tests/client/torch/test_dcp_coded.py::"
-            "test_stripes_that_cannot_be_read_or_do_not_match_are_read_around",
+            "tests/client/test_coded_read.py::"
+            "test_a_stripe_gone_and_one_cut_off_in_transit_are_read_around",
         ),
         "a stripe its holder cannot serve is one lost stripe of the set, read around, not the "
         "end of the coded copy",

@@ -25,6 +25,7 @@ from ..errors import TierpointError
 from ..hashing import crc32c_hex, update
 from .code import Code
 from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path
+from .join import InFile, join, joinable
 from .stripes import stripe_size
 
 CHUNK = 1 << 20
@@ -69,6 +70,38 @@ def _fetch(
     return None
 
 
+def _joined(
+    code: Code,
+    file_size: int,
+    file_crc32c: str,
+    candidates: Sequence[StripeRef],
+    open_stripe: Callable[[StripeRef], BinaryIO],
+    dest: Path,
+) -> dict[int, str] | None:
+    """`dest` joined from the k data stripes (`join.join`, each read straight to its offsets of
+    a temporary file, renamed into place once every stripe and the file matched): None when it
+    was; else the data stripes that could not be read or did not match (nothing at `dest`)."""
+    data = [s for s in candidates if s.index < code.k]
+    if len(data) < code.k or not joinable(code):
+        return {}
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.joined")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            rejected = join(code, file_size, file_crc32c, data, open_stripe, InFile(fd))
+            if not rejected:
+                os.ftruncate(fd, file_size)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if rejected:
+            return rejected
+        tmp.replace(dest)
+        return None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def restore_file(
     code: Code,
     file_size: int,
@@ -81,7 +114,10 @@ def restore_file(
     `dest` and check the file; NotEnoughStripesError, and nothing at `dest`, when fewer than k
     of them are good. The stripes' temporary files are removed whatever happens."""
     candidates = sorted(stripes, key=lambda s: s.index)
-    rejected: dict[int, str] = {}
+    # Every data stripe listed: the file is their payloads side by side, written as they arrive.
+    rejected = _joined(code, file_size, file_crc32c, candidates, open_stripe, dest)
+    if rejected is None:
+        return Decoded(list(range(code.k)))
     good: dict[int, StripeFile] = {}
     temps = {
         s.index: dest.with_name(f".{dest.name}.stripe{s.index}.{os.getpid()}") for s in stripes

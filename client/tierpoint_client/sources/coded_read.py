@@ -19,6 +19,7 @@ import threading
 import warnings
 from collections.abc import Generator
 from http.client import HTTPException
+from typing import BinaryIO
 
 from tierpoint_client import peer
 from tierpoint_client.erasure import (
@@ -29,6 +30,8 @@ from tierpoint_client.erasure import (
     StripeCorruptError,
     parse_code,
 )
+from tierpoint_client.erasure.fetch import StripeRef
+from tierpoint_client.erasure.join import InMemory, join, joinable
 from tierpoint_client.erasure.stripes import StripeSource, choose, decode, fragment_size
 from tierpoint_client.erasure.stripes import segment_sizes as file_segments
 from tierpoint_client.errors import SourceError, TierpointError
@@ -55,16 +58,7 @@ class _StripeReader(io.RawIOBase):
         super().__init__()
         self.index = stripe.index
         self._where = stripe.url
-        self._one = PlanEntry(
-            f"{entry.path} (stripe {stripe.index})",
-            stripe.size,
-            stripe.crc32c,
-            entry.tier,
-            "peer",
-            stripe.node,
-            stripe.url,
-            url=stripe.url,
-        )
+        self._one = _one(entry, stripe)
         self._token = token
         self._fragments = [fragment_size(code, s) for s in file_segments(entry.size)]
         self._queue: queue.Queue[object] = queue.Queue(AHEAD)
@@ -155,6 +149,39 @@ class _Into(io.RawIOBase):
         return n
 
 
+class _Stream(io.RawIOBase):
+    """One stripe's GET as a file: its `readinto` fills the caller's memory off the socket."""
+
+    def __init__(self, one: PlanEntry, token: str | None) -> None:
+        super().__init__()
+        self._stack = contextlib.ExitStack()
+        self._readinto = self._stack.enter_context(peer.stream(one, token))
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
+        return self._readinto(memoryview(b).cast("B"))
+
+    def close(self) -> None:
+        self._stack.close()
+        super().close()
+
+
+def _one(entry: PlanEntry, stripe: PlanStripe) -> PlanEntry:
+    """A stripe as the copy of a file the peer transport reads."""
+    return PlanEntry(
+        f"{entry.path} (stripe {stripe.index})",
+        stripe.size,
+        stripe.crc32c,
+        entry.tier,
+        "peer",
+        stripe.node,
+        stripe.url,
+        url=stripe.url,
+    )
+
+
 class CodedSource:
     def __init__(self, entry: PlanEntry, token: str | None) -> None:
         self.entry = entry
@@ -169,6 +196,28 @@ class CodedSource:
         stream = io.BytesIO(self.decoded())
         stream_into(stream.readinto, self.entry, placement, copy)
 
+    def _joined(self, code: Code, buffer: bytearray) -> dict[int, str] | None:
+        """The file joined from its k data stripes straight into `buffer` (`erasure.join`):
+        None when every stripe and the file matched; else the data stripes left out, and why."""
+        entry = self.entry
+        assert entry.crc32c is not None
+        data = [s for s in entry.stripes if s.index < code.k]
+        if len(data) < code.k or not joinable(code):
+            return {}
+        refs = [StripeRef(s.index, s.crc32c, s.url) for s in data]
+        by_index = {s.index: s for s in data}
+
+        def open_stripe(ref: StripeRef) -> BinaryIO:
+            return _Stream(_one(entry, by_index[ref.index]), self.token)  # type: ignore[return-value]
+
+        try:
+            rejected = join(
+                code, entry.size, entry.crc32c, refs, open_stripe, InMemory(memoryview(buffer))
+            )
+        except FileMismatchError as e:
+            raise SourceError(f"{entry.tier} coded copy of {entry.path!r}: {e}") from None
+        return rejected or None
+
     def decoded(self) -> memoryview:
         """The file, decoded from k good stripes and checked against its registered size and
         crc32c; SourceError when fewer than k are good or the set does not give the file."""
@@ -180,8 +229,15 @@ class CodedSource:
         except InvalidCodeError as e:
             raise SourceError(f"the coded copy of {entry.path!r}: {e}") from None
         by_index = {s.index: s for s in entry.stripes}
-        rejected: dict[int, str] = {}
         buffer = bytearray(entry.size)
+        rejected = self._joined(code, buffer)
+        if rejected is None:
+            return memoryview(buffer)
+        for why in rejected.values():
+            warnings.warn(
+                f"tierpoint: {entry.path} on tier {entry.tier}: {why}; reading another stripe",
+                stacklevel=2,
+            )
         while True:
             good = [i for i in by_index if i not in rejected]
             if len(good) < code.k:

@@ -6,16 +6,22 @@ cannot be read (SourceError), and nothing decoded from a bad stripe is handed on
 
 from __future__ import annotations
 
+import functools
+import http.server
 import random
+import re
+import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import crc32c
 import pytest
 from tierpoint_client.erasure import Code, encode_path
 from tierpoint_client.errors import SourceError
 from tierpoint_client.models import PlanEntry, PlanStripe
-from tierpoint_client.sources import Sources
+from tierpoint_client.sources import Pread, Segment, Sources
 from tierpoint_client.sources.coded_read import CodedSource
 
 from tests.client.test_erasure_fetch import holders  # noqa: F401  (the holders' server)
@@ -24,11 +30,13 @@ CODE = Code(4, 2)
 SIZE = 9 * 1024 * 1024 + 12345  # three segments, the last one short
 
 
-def _entry(served: Path, base: str, cut: tuple[int, ...] = ()) -> tuple[bytes, PlanEntry]:
+def _entry(
+    served: Path, base: str, cut: tuple[int, ...] = (), code: Code = CODE
+) -> tuple[bytes, PlanEntry]:
     data = random.Random(11).randbytes(SIZE)
     src = served.parent / "original"
     src.write_bytes(data)
-    infos = encode_path(CODE, src, [served / f"s{i}" for i in range(CODE.width)])
+    infos = encode_path(code, src, [served / f"s{i}" for i in range(code.width)])
     stripes = tuple(
         PlanStripe(
             i.index,
@@ -47,7 +55,7 @@ def _entry(served: Path, base: str, cut: tuple[int, ...] = ()) -> tuple[bytes, P
         "peer",
         None,
         f"{CODE} stripes",
-        code=str(CODE),
+        code=str(code),
         stripes=stripes,
     )
     return data, entry
@@ -67,6 +75,16 @@ def test_every_data_stripe_there_the_file_is_joined_from_them(
 ) -> None:
     served, base = holders
     data, entry = _entry(served, base)
+    got, warned = _read(entry)
+    assert got == data and warned == []
+
+
+def test_stripes_whose_fragments_are_longer_than_a_read_are_joined_whole(
+    holders: tuple[Path, str],  # noqa: F811
+) -> None:
+    # rs(2,1): each data stripe carries 2 MiB of every 4 MiB segment, read a piece at a time.
+    served, base = holders
+    data, entry = _entry(served, base, code=Code(2, 1))
     got, warned = _read(entry)
     assert got == data and warned == []
 
@@ -110,3 +128,120 @@ def test_a_data_stripe_with_a_flipped_byte_is_read_around(
     got, warned = _read(entry)
     assert got == data
     assert len(warned) == 1 and "stripe 1" in warned[0] and "crc32c" in warned[0], warned
+
+
+class _Ranged(http.server.SimpleHTTPRequestHandler):
+    """A holder's endpoint as the reader meets it: whole GETs and one `Range` per request,
+    each request counted by kind."""
+
+    protocol_version = "HTTP/1.1"
+    asked: ClassVar[list[str]] = []
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = Path(self.directory) / self.path.strip("/")
+        data = path.read_bytes()
+        wanted = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+        if wanted is None:
+            _Ranged.asked.append("whole")
+            self.send_response(200)
+            body = data
+        else:
+            _Ranged.asked.append("range")
+            start, end = int(wanted[1]), min(int(wanted[2]), len(data) - 1)
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            body = data[start : end + 1]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def ranged_holders(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    served = tmp_path / "served"
+    served.mkdir()
+    _Ranged.asked.clear()
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Ranged, directory=str(served))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield served, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Items:
+    """A placement as DCP's load makes one: each item's first 4 KiB read first (`pread`) to
+    decide where its bytes go, then every byte of the file into one memory."""
+
+    def __init__(self, size: int, items: list[int]) -> None:
+        self.memory = memoryview(bytearray(size))
+        self.items = items
+
+    def segments(self, pread: Pread) -> Iterator[Segment]:
+        # Lazily, as DCP's placement: a head is read once every byte before it is placed.
+        pos = 0
+        for start in self.items:
+            if start > pos:
+                yield Segment(pos, start - pos, self.memory[pos:start])
+            head = pread(start, 4096)
+            self.memory[start : start + len(head)] = head
+            yield Segment(start, len(head), self.memory[start : start + len(head)], True)
+            pos = start + len(head)
+        yield Segment(pos, len(self.memory) - pos, self.memory[pos:])
+
+
+BIG = 33 * 1024 * 1024 + 777  # above the reader's STRIPED_MIN: placed straight from stripes
+ITEMS = [0, 5 * 1024 * 1024 + 3, 4 * 1024 * 1024 * 3 - 100]  # one across a stripe's boundary
+
+
+def _big(served: Path, base: str) -> tuple[bytes, PlanEntry]:
+    data = random.Random(13).randbytes(BIG)
+    src = served.parent / "original"
+    src.write_bytes(data)
+    infos = encode_path(CODE, src, [served / f"s{i}" for i in range(CODE.width)])
+    stripes = tuple(
+        PlanStripe(i.index, f"node-{i.index}", f"{base}/s{i.index}", i.size, i.crc32c)
+        for i in infos
+    )
+    crc = f"{crc32c.crc32c(data):08x}"
+    return data, PlanEntry(
+        "big.distcp", BIG, crc, "coded", "peer", None, "s", code=str(CODE), stripes=stripes
+    )
+
+
+def test_a_large_file_lands_from_its_data_stripes_straight_in_place(
+    ranged_holders: tuple[Path, str],
+) -> None:
+    served, base = ranged_holders
+    data, entry = _big(served, base)
+    placement = _Items(BIG, ITEMS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Sources({}, "a-token").open(entry).read_into(placement, None)
+    assert bytes(placement.memory) == data and caught == []
+    # One ranged GET per item's head (one more for the head across two stripes), then one GET
+    # of each data stripe: nothing read twice into a buffer of the file.
+    assert sorted(_Ranged.asked) == ["range"] * (len(ITEMS) + 1) + ["whole"] * CODE.k
+
+
+def test_a_large_file_with_a_rotten_data_stripe_is_decoded_around_it(
+    ranged_holders: tuple[Path, str],
+) -> None:
+    served, base = ranged_holders
+    data, entry = _big(served, base)
+    rotten = bytearray((served / "s2").read_bytes())
+    rotten[-5] ^= 0x01
+    (served / "s2").write_bytes(rotten)
+    placement = _Items(BIG, ITEMS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Sources({}, "a-token").open(entry).read_into(placement, None)
+    assert bytes(placement.memory) == data
+    assert [str(w.message) for w in caught if "stripe 2" in str(w.message)], caught

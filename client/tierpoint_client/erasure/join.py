@@ -44,12 +44,14 @@ class StripeRef(Protocol):
 
 
 class Target(Protocol):
-    """Where the file's bytes go: `into` gives the memory bytes [offset, offset + n) of the file
-    are read into, `landed` is told once they are there."""
+    """Where the file's bytes go: `into` gives the memory the file's bytes from `offset` are
+    read into (at most `n` bytes, fewer up to a boundary of its own); `landed` is told once they
+    are there and gives the bytes the file holds there, which the file's crc32c covers (`view`
+    itself, or what a placement read there before: the stripe's bytes were then dropped)."""
 
     def into(self, offset: int, n: int) -> memoryview: ...
 
-    def landed(self, offset: int, view: memoryview) -> None: ...
+    def landed(self, offset: int, view: memoryview) -> memoryview: ...
 
 
 class InMemory:
@@ -61,8 +63,8 @@ class InMemory:
     def into(self, offset: int, n: int) -> memoryview:
         return self.buffer[offset : offset + n]
 
-    def landed(self, offset: int, view: memoryview) -> None:
-        return None
+    def landed(self, offset: int, view: memoryview) -> memoryview:
+        return view
 
 
 class InFile:
@@ -74,10 +76,12 @@ class InFile:
     def into(self, offset: int, n: int) -> memoryview:
         return chunk_buffer(SCRATCH)[:n]
 
-    def landed(self, offset: int, view: memoryview) -> None:
-        while view:
-            written = os.pwrite(self.fd, view, offset)
-            view, offset = view[written:], offset + written
+    def landed(self, offset: int, view: memoryview) -> memoryview:
+        left, at = view, offset
+        while left:
+            written = os.pwrite(self.fd, left, at)
+            left, at = left[written:], at + written
+        return view
 
 
 @functools.cache
@@ -124,15 +128,18 @@ def _stripe(
         parts = [(None, HEADER), (offset + start, land), (None, payload - land)]
         for at, n in parts:
             while n:
-                step = min(n, SCRATCH)
-                view = target.into(at, step) if at is not None else chunk_buffer(SCRATCH)[:step]
-                if _read(readinto, view) < step:
+                view = target.into(at, min(n, SCRATCH)) if at is not None else None
+                if view is None:
+                    view = chunk_buffer(SCRATCH)[: min(n, SCRATCH)]
+                step = len(view)
+                if not step or _read(readinto, view) < step:
                     raise _Bad(f"shorter than its {stripe_size(code, file_size)} bytes")
                 piece = update(0, view)
                 crc = combine(crc, piece, step)
                 if at is not None:
-                    target.landed(at, view)
-                    pieces.append((at, step, piece))
+                    held = target.landed(at, view)
+                    pieces.append((at, step, piece if held is view else update(0, held)))
+                    at += step
                 n -= step
         offset += segment
     if _read(readinto, memoryview(bytearray(1))):

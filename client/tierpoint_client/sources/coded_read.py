@@ -17,7 +17,7 @@ import io
 import queue
 import threading
 import warnings
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from http.client import HTTPException
 from typing import BinaryIO
 
@@ -31,12 +31,14 @@ from tierpoint_client.erasure import (
     parse_code,
 )
 from tierpoint_client.erasure.fetch import StripeRef
-from tierpoint_client.erasure.join import InMemory, join, joinable
+from tierpoint_client.erasure.join import InMemory, Target, join, joinable
 from tierpoint_client.erasure.stripes import StripeSource, choose, decode, fragment_size
 from tierpoint_client.erasure.stripes import segment_sizes as file_segments
 from tierpoint_client.errors import SourceError, TierpointError
 from tierpoint_client.models import PlanEntry, PlanStripe
 from tierpoint_client.sources.base import Placement, Sink
+from tierpoint_client.sources.coded_placed import NotPlaced, placed, stripe_entry
+from tierpoint_client.sources.peer_endpoint import STRIPED_MIN
 from tierpoint_client.sources.placing import stream_into
 from tierpoint_client.transport import read_full
 
@@ -58,7 +60,7 @@ class _StripeReader(io.RawIOBase):
         super().__init__()
         self.index = stripe.index
         self._where = stripe.url
-        self._one = _one(entry, stripe)
+        self._one = stripe_entry(entry, stripe)
         self._token = token
         self._fragments = [fragment_size(code, s) for s in file_segments(entry.size)]
         self._queue: queue.Queue[object] = queue.Queue(AHEAD)
@@ -168,20 +170,6 @@ class _Stream(io.RawIOBase):
         super().close()
 
 
-def _one(entry: PlanEntry, stripe: PlanStripe) -> PlanEntry:
-    """A stripe as the copy of a file the peer transport reads."""
-    return PlanEntry(
-        f"{entry.path} (stripe {stripe.index})",
-        stripe.size,
-        stripe.crc32c,
-        entry.tier,
-        "peer",
-        stripe.node,
-        stripe.url,
-        url=stripe.url,
-    )
-
-
 class CodedSource:
     def __init__(self, entry: PlanEntry, token: str | None) -> None:
         self.entry = entry
@@ -193,27 +181,51 @@ class CodedSource:
             yield data[start : start + chunk_size]
 
     def read_into(self, placement: Placement, copy: Sink | None) -> None:
-        stream = io.BytesIO(self.decoded())
-        stream_into(stream.readinto, self.entry, placement, copy)
+        code = self._code()
+        left: dict[int, str] = {}
+        if copy is None and self.entry.size >= STRIPED_MIN:
+            # Straight into place where the placement can be made from the data stripes: below
+            # STRIPED_MIN the placement's head reads (a GET each) cost more than the buffer.
+            try:
+                target = placed(self.entry, code, self._data(code), self.token, placement)
+            except NotPlaced:
+                target = None
+            if target is not None:
+                joined = self._joined(code, target)
+                if joined is None:
+                    return
+                left = joined
+        data = self._decoded(code, left)
+        stream_into(_reader(data), self.entry, placement, copy)
 
-    def _joined(self, code: Code, buffer: bytearray) -> dict[int, str] | None:
-        """The file joined from its k data stripes straight into `buffer` (`erasure.join`):
-        None when every stripe and the file matched; else the data stripes left out, and why."""
+    def _code(self) -> Code:
+        entry = self.entry
+        if entry.code is None or entry.crc32c is None:
+            raise SourceError(f"the coded copy of {entry.path!r} names no code or crc32c")
+        try:
+            return parse_code(entry.code)
+        except InvalidCodeError as e:
+            raise SourceError(f"the coded copy of {entry.path!r}: {e}") from None
+
+    def _data(self, code: Code) -> dict[int, PlanStripe]:
+        return {s.index: s for s in self.entry.stripes if s.index < code.k}
+
+    def _joined(self, code: Code, target: Target) -> dict[int, str] | None:
+        """The file joined from its k data stripes into `target` (`erasure.join`): None when
+        every stripe and the file matched; else the data stripes left out, and why ({}: not
+        every data stripe is listed)."""
         entry = self.entry
         assert entry.crc32c is not None
-        data = [s for s in entry.stripes if s.index < code.k]
+        data = self._data(code)
         if len(data) < code.k or not joinable(code):
             return {}
-        refs = [StripeRef(s.index, s.crc32c, s.url) for s in data]
-        by_index = {s.index: s for s in data}
+        refs = [StripeRef(s.index, s.crc32c, s.url) for s in data.values()]
 
         def open_stripe(ref: StripeRef) -> BinaryIO:
-            return _Stream(_one(entry, by_index[ref.index]), self.token)  # type: ignore[return-value]
+            return _Stream(stripe_entry(entry, data[ref.index]), self.token)  # type: ignore[return-value]
 
         try:
-            rejected = join(
-                code, entry.size, entry.crc32c, refs, open_stripe, InMemory(memoryview(buffer))
-            )
+            rejected = join(code, entry.size, entry.crc32c, refs, open_stripe, target)
         except FileMismatchError as e:
             raise SourceError(f"{entry.tier} coded copy of {entry.path!r}: {e}") from None
         return rejected or None
@@ -221,22 +233,24 @@ class CodedSource:
     def decoded(self) -> memoryview:
         """The file, decoded from k good stripes and checked against its registered size and
         crc32c; SourceError when fewer than k are good or the set does not give the file."""
+        return self._decoded(self._code(), {})
+
+    def _decoded(self, code: Code, rejected: dict[int, str]) -> memoryview:
+        """The file in a buffer of its own: joined from the data stripes unless `rejected` names
+        data stripes left out already, else decoded from k good stripes with parity."""
         entry = self.entry
-        if entry.code is None or entry.crc32c is None:
-            raise SourceError(f"the coded copy of {entry.path!r} names no code or crc32c")
-        try:
-            code = parse_code(entry.code)
-        except InvalidCodeError as e:
-            raise SourceError(f"the coded copy of {entry.path!r}: {e}") from None
+        assert entry.crc32c is not None
         by_index = {s.index: s for s in entry.stripes}
         buffer = bytearray(entry.size)
-        rejected = self._joined(code, buffer)
-        if rejected is None:
-            return memoryview(buffer)
+        if not rejected:
+            joined = self._joined(code, InMemory(memoryview(buffer)))
+            if joined is None:
+                return memoryview(buffer)
+            rejected = joined
         for why in rejected.values():
             warnings.warn(
                 f"tierpoint: {entry.path} on tier {entry.tier}: {why}; reading another stripe",
-                stacklevel=2,
+                stacklevel=3,
             )
         while True:
             good = [i for i in by_index if i not in rejected]
@@ -270,3 +284,17 @@ class CodedSource:
             except Exception as e:  # pyeclib refused fragments whose stripes all matched
                 raise SourceError(f"{entry.tier} coded copy of {entry.path!r}: {e!r}") from None
             return memoryview(buffer)
+
+
+def _reader(data: memoryview) -> Callable[[memoryview], int]:
+    """A `readinto` of `data`, front to back, without a copy of it."""
+    pos = 0
+
+    def readinto(view: memoryview) -> int:
+        nonlocal pos
+        n = min(len(view), len(data) - pos)
+        view[:n] = data[pos : pos + n]
+        pos += n
+        return n
+
+    return readinto

@@ -611,6 +611,11 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_a_coded_copy_is_decoded_from_its_holders_a_rotten_stripe_read_around",
         ),
         "the client's restore decodes a coded copy from its stripes",
+        known_survivor="without the branch a coded copy is read through Sources.open as any "
+        "copy, and Sources.open reads it with CodedSource (the reader's source), which decodes "
+        "and checks it into memory: the restore still reads the stripes and publishes only "
+        "checked bytes; the branch saves the file-sized buffer (the stripes are joined into "
+        "the staged file)",
     ),
     Mutant(
         "coded-copy-short-of-k-falls-back",
@@ -633,6 +638,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "TierpointReader reads a coded copy from its stripes, not as a peer copy it cannot read "
         "(which would send the load to the next tier)",
+    ),
+    Mutant(
+        "placed-stripes-hash-held-bytes",
+        "            return part.view[rel : rel + len(view)]\n",
+        "            return view\n",
+        (
+            "tests/client/test_coded_read.py::"
+            "test_a_head_flipped_in_transit_never_reaches_the_tensors",
+        ),
+        "bytes a placement read to decide (a tensor's head) are checked by the file's crc32c as "
+        "they lie in the tensors, not as the stripe sent them again",
     ),
     Mutant(
         "coded-read-reads-around-a-bad-stripe",

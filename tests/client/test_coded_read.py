@@ -136,6 +136,7 @@ class _Ranged(http.server.SimpleHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     asked: ClassVar[list[str]] = []
+    flip_ranges: ClassVar[bool] = False  # a byte of every ranged reply flipped in transit
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -154,6 +155,8 @@ class _Ranged(http.server.SimpleHTTPRequestHandler):
             self.send_response(206)
             self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
             body = data[start : end + 1]
+            if _Ranged.flip_ranges:
+                body = bytes([body[0] ^ 0x20]) + body[1:]
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -164,6 +167,7 @@ def ranged_holders(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     served = tmp_path / "served"
     served.mkdir()
     _Ranged.asked.clear()
+    _Ranged.flip_ranges = False
     server = http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), functools.partial(_Ranged, directory=str(served))
     )
@@ -245,3 +249,16 @@ def test_a_large_file_with_a_rotten_data_stripe_is_decoded_around_it(
         Sources({}, "a-token").open(entry).read_into(placement, None)
     assert bytes(placement.memory) == data
     assert [str(w.message) for w in caught if "stripe 2" in str(w.message)], caught
+
+
+def test_a_head_flipped_in_transit_never_reaches_the_tensors(
+    ranged_holders: tuple[Path, str],
+) -> None:
+    served, base = ranged_holders
+    _, entry = _big(served, base)
+    _Ranged.flip_ranges = True
+    placement = _Items(BIG, ITEMS)
+    # The stripes themselves are good; the bytes the placement read to decide are not: the
+    # file they make does not match, and the copy is given up (the reader reads the next one).
+    with pytest.raises(SourceError, match="crc32c"):
+        Sources({}, "a-token").open(entry).read_into(placement, None)

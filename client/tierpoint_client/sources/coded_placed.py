@@ -64,7 +64,10 @@ class Placed:
     def landed(self, offset: int, view: memoryview) -> memoryview:
         part, rel = self._at(offset)
         if part.filled and part.view is not None:
-            return part.view[rel : rel + len(view)]  # what the file's crc32c covers here
+            # What the file's crc32c covers here: the bytes the placement holds, not the
+            # stripe's copy of them (dropped), so a head read wrong fails the file.
+            # guard: placed-stripes-hash-held-bytes
+            return part.view[rel : rel + len(view)]
         return view
 
 

@@ -1,11 +1,15 @@
 """A coded copy as TierpointReader's source reads it (`sources.coded_read.CodedSource`), its
-stripes served over HTTP by several holders (rs(4,2)): with every data stripe there the file is
-joined from them; a data stripe gone is made up from parity, and a parity stripe cut off in
-transit then is read around too, each with a warning; with more than m gone the copy is one that
-cannot be read (SourceError), and nothing decoded from a bad stripe is handed on."""
+stripes served over HTTP by several holders (rs(4,2), and rs(2,1) whose fragments are longer
+than one read): with every data stripe there the file is joined from them, and a large file's
+data stripes land straight in the placement's memory (its heads one ranged GET each, a head
+flipped in transit failing the file); a holder down, a data stripe gone or flipped, and a parity
+stripe then cut off in transit are read around with a warning each; with more than m bad the
+copy is one that cannot be read (SourceError), and nothing decoded from a bad stripe is handed
+on."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import http.server
 import random
@@ -24,6 +28,7 @@ from tierpoint_client.models import PlanEntry, PlanStripe
 from tierpoint_client.sources import Pread, Segment, Sources
 from tierpoint_client.sources.coded_read import CodedSource
 
+from apps.devstack.services import free_port
 from tests.client.test_erasure_fetch import holders  # noqa: F401  (the holders' server)
 
 CODE = Code(4, 2)
@@ -262,3 +267,14 @@ def test_a_head_flipped_in_transit_never_reaches_the_tensors(
     # file they make does not match, and the copy is given up (the reader reads the next one).
     with pytest.raises(SourceError, match="crc32c"):
         Sources({}, "a-token").open(entry).read_into(placement, None)
+
+
+def test_a_holder_down_is_read_around(holders: tuple[Path, str]) -> None:  # noqa: F811
+    served, base = holders
+    data, entry = _entry(served, base)
+    # Nothing listens where data stripe 3's holder serves: its connection is refused.
+    down = f"http://127.0.0.1:{free_port()}/s3"
+    stripes = tuple(dataclasses.replace(s, url=down) if s.index == 3 else s for s in entry.stripes)
+    got, warned = _read(dataclasses.replace(entry, stripes=stripes))
+    assert got == data
+    assert len(warned) == 1 and f"stripe 3 from {down}" in warned[0], warned

@@ -1,13 +1,15 @@
 """A file restored from its stripes wherever they are held: any k of them fetched in parallel,
 each verified as it arrives, then decoded and the file verified, falling back stripe by stripe.
 
-What the restore and the reader do with a coded copy: the plan lists the set's stripes (index,
+What the client's restore does with a coded copy: the plan lists the set's stripes (index,
 size, crc32c, where to read it); `open_stripe` opens one for reading (a holder's data endpoint,
-a file). The k stripes read first are the data stripes, so while their holders live the decode
-only joins them; a stripe that cannot be read (a holder down) or does not match its size or
-crc32c is treated as lost and the next one (a parity stripe) is read instead. Each stripe lands
-in a temporary file beside the destination, which is written only by `decode_path`: nothing
-under its name until the whole file matched its registered crc32c.
+a file). The k stripes read first are the data stripes: while every one of them is good the file
+is joined from them, their payloads written at their offsets of a temporary file as they arrive
+(`join`), and renamed into place once they and the file matched. A stripe that cannot be read
+(a holder down) or does not match its size or crc32c is treated as lost and the next one (a
+parity stripe) is read instead: each lands in a temporary file beside the destination, which is
+written only by `decode_path`. Either way nothing is under its name until the whole file matched
+its registered crc32c.
 """
 
 from __future__ import annotations

@@ -15,14 +15,17 @@ import http.server
 import random
 import re
 import threading
+import urllib.request
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import BinaryIO, ClassVar, cast
 
 import crc32c
 import pytest
 from tierpoint_client.erasure import Code, encode_path
+from tierpoint_client.erasure.fetch import StripeRef
+from tierpoint_client.erasure.join import InMemory, join
 from tierpoint_client.errors import SourceError
 from tierpoint_client.models import PlanEntry, PlanStripe
 from tierpoint_client.sources import Pread, Segment, Sources
@@ -278,3 +281,31 @@ def test_a_holder_down_is_read_around(holders: tuple[Path, str]) -> None:  # noq
     got, warned = _read(dataclasses.replace(entry, stripes=stripes))
     assert got == data
     assert len(warned) == 1 and f"stripe 3 from {down}" in warned[0], warned
+
+
+def test_a_join_says_which_stripes_did_not_match_and_which_could_not_be_read(
+    holders: tuple[Path, str],  # noqa: F811
+) -> None:
+    # What a caller reports (bytes that arrived and were not the encoder's) against what says
+    # nothing of the bytes (a holder down).
+    served, base = holders
+    _, entry = _entry(served, base)
+    rotten = bytearray((served / "s1").read_bytes())
+    rotten[7] ^= 0x01
+    (served / "s1").write_bytes(rotten)
+    down = f"http://127.0.0.1:{free_port()}/s2"
+    refs = [
+        StripeRef(s.index, s.crc32c, down if s.index == 2 else s.url)
+        for s in entry.stripes
+        if s.index < CODE.k
+    ]
+
+    def open_stripe(ref: StripeRef) -> BinaryIO:
+        return cast(BinaryIO, urllib.request.urlopen(ref.where, timeout=60))
+
+    assert entry.crc32c is not None
+    buffer = memoryview(bytearray(SIZE))
+    left = join(CODE, SIZE, entry.crc32c, refs, open_stripe, InMemory(buffer))
+    assert sorted(left) == [1, 2]
+    assert left[1].mismatch and "crc32c" in left[1].why
+    assert not left[2].mismatch

@@ -27,7 +27,7 @@ from ..errors import TierpointError
 from ..hashing import crc32c_hex, update
 from .code import Code
 from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path
-from .join import InFile, join, joinable
+from .join import InFile, Left, join, joinable
 from .stripes import stripe_size
 
 CHUNK = 1 << 20
@@ -79,7 +79,7 @@ def _joined(
     candidates: Sequence[StripeRef],
     open_stripe: Callable[[StripeRef], BinaryIO],
     dest: Path,
-) -> dict[int, str] | None:
+) -> dict[int, Left] | None:
     """`dest` joined from the k data stripes (`join.join`, each read straight to its offsets of
     a temporary file, renamed into place once every stripe and the file matched): None when it
     was; else the data stripes that could not be read or did not match (nothing at `dest`)."""
@@ -117,9 +117,10 @@ def restore_file(
     of them are good. The stripes' temporary files are removed whatever happens."""
     candidates = sorted(stripes, key=lambda s: s.index)
     # Every data stripe listed: the file is their payloads side by side, written as they arrive.
-    rejected = _joined(code, file_size, file_crc32c, candidates, open_stripe, dest)
-    if rejected is None:
+    dropped = _joined(code, file_size, file_crc32c, candidates, open_stripe, dest)
+    if dropped is None:
         return Decoded(list(range(code.k)))
+    rejected = {index: stripe.why for index, stripe in dropped.items()}
     good: dict[int, StripeFile] = {}
     temps = {
         s.index: dest.with_name(f".{dest.name}.stripe{s.index}.{os.getpid()}") for s in stripes

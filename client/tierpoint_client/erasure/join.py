@@ -18,6 +18,7 @@ import functools
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from http.client import HTTPException
 from typing import BinaryIO, Protocol, TypeVar
 
@@ -150,6 +151,16 @@ def _stripe(
     return pieces
 
 
+@dataclass(frozen=True)
+class Left:
+    """A data stripe left out of the join: why, and whether its bytes arrived and were not the
+    encoder's (`mismatch`: worth reporting) or it could not be read (a holder down says nothing
+    of the bytes)."""
+
+    why: str
+    mismatch: bool
+
+
 class _Bad(Exception):
     """This stripe cannot be used: why."""
 
@@ -161,7 +172,7 @@ def join(
     data: Sequence[R],
     open_stripe: Callable[[R], BinaryIO],
     target: Target,
-) -> dict[int, str]:
+) -> dict[int, Left]:
     """The file from its k data stripes `data`, read at once into `target` and checked: {} when
     every stripe and the file matched; else the stripes that could not be read or did not match,
     and why (the caller decodes from the others and parity; `target` then holds no file).
@@ -169,24 +180,24 @@ def join(
     if sorted(r.index for r in data) != list(range(code.k)):
         raise ValueError(f"{code} joins data stripes 0..{code.k - 1}")
 
-    def one(ref: R) -> list[Piece] | str:
+    def one(ref: R) -> list[Piece] | Left:
         try:
             with open_stripe(ref) as src:
                 return _stripe(code, file_size, ref, src, target)
         except _Bad as e:
-            return f"stripe {ref.index} from {ref.where}: {e}"
+            return Left(f"stripe {ref.index} from {ref.where}: {e}", mismatch=True)
         # guard: joined-stripe-read-error-is-a-lost-stripe
         except (OSError, HTTPException, TierpointError) as e:
-            return f"stripe {ref.index} from {ref.where}: {e!r}"
+            return Left(f"stripe {ref.index} from {ref.where}: {e!r}", mismatch=False)
 
     with ThreadPoolExecutor(code.k, "tierpoint-stripe") as pool:
         results = list(pool.map(one, data))
-    rejected = {r.index: got for r, got in zip(data, results, strict=True) if isinstance(got, str)}
-    if rejected:
-        return rejected
+    left = {r.index: got for r, got in zip(data, results, strict=True) if isinstance(got, Left)}
+    if left:
+        return left
     crc = 0
     size = 0
-    for at, n, piece in sorted(p for got in results if not isinstance(got, str) for p in got):
+    for at, n, piece in sorted(p for got in results if not isinstance(got, Left) for p in got):
         if at != size:
             raise FileMismatchError(f"the stripes' pieces leave a gap at byte {size}")
         crc = combine(crc, piece, n)
@@ -200,4 +211,4 @@ def join(
     return {}
 
 
-__all__ = ["HEADER", "InFile", "InMemory", "Target", "join", "joinable"]
+__all__ = ["HEADER", "InFile", "InMemory", "Left", "Target", "join", "joinable"]

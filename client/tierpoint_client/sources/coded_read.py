@@ -225,10 +225,10 @@ class CodedSource:
             return _Stream(stripe_entry(entry, data[ref.index]), self.token)  # type: ignore[return-value]
 
         try:
-            rejected = join(code, entry.size, entry.crc32c, refs, open_stripe, target)
+            left = join(code, entry.size, entry.crc32c, refs, open_stripe, target)
         except FileMismatchError as e:
             raise SourceError(f"{entry.tier} coded copy of {entry.path!r}: {e}") from None
-        return rejected or None
+        return {index: stripe.why for index, stripe in left.items()} or None
 
     def decoded(self) -> memoryview:
         """The file, decoded from k good stripes and checked against its registered size and

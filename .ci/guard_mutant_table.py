@@ -494,9 +494,39 @@ MUTANTS: tuple[Mutant, ...] = (
         "stripe-read-error-is-a-lost-stripe",
         "    except (OSError, HTTPException, TierpointError) as e:\n",
         "    except OSError as e:\n",
-        ("tests/client/test_erasure_fetch.py::test_a_stripe_cut_off_in_transit_is_read_around",),
+        (
+            "tests/client/test_erasure_fetch.py::"
+            "test_a_parity_stripe_cut_off_in_transit_is_read_around_too",
+        ),
         "a stripe that cannot be read (a holder dying mid-reply) is treated as lost and another "
         "stripe read in its place, never the end of the restore",
+    ),
+    Mutant(
+        "joined-stripe-read-error-is-a-lost-stripe",
+        "        except (OSError, HTTPException, TierpointError) as e:\n",
+        "        except OSError as e:\n",
+        ("tests/client/test_erasure_fetch.py::test_a_stripe_cut_off_in_transit_is_read_around",),
+        "a data stripe that cannot be read while the file is joined from the data stripes is one "
+        "lost stripe, decoded around with parity, never the end of the restore",
+    ),
+    Mutant(
+        "joined-stripe-crc",
+        "    if crc32c_hex(crc) != ref.crc32c:\n",
+        "    if False:\n",
+        ("tests/client/test_coded_read.py::test_a_data_stripe_with_a_flipped_byte_is_read_around",),
+        "a data stripe joined into the file must match its crc32c, or it is left out and the "
+        "file decoded from the others",
+    ),
+    Mutant(
+        "joined-file-crc",
+        "    if size != file_size or crc32c_hex(crc) != file_crc32c:\n",
+        "    if size != file_size:\n",
+        (
+            "tests/client/test_erasure_fetch.py::"
+            "test_stripes_that_match_but_do_not_give_the_registered_file_write_nothing",
+        ),
+        "a file joined from its data stripes is checked against the shard's registered crc32c "
+        "before it is published",
     ),
     Mutant(
         "stripe-set-whole",
@@ -593,6 +623,11 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_a_coded_copy_is_decoded_from_its_holders_a_rotten_stripe_read_around",
         ),
         "the client's restore decodes a coded copy from its stripes",
+        known_survivor="without the branch a coded copy is read through Sources.open as any "
+        "copy, and Sources.open reads it with CodedSource (the reader's source), which decodes "
+        "and checks it into memory: the restore still reads the stripes and publishes only "
+        "checked bytes; the branch saves the file-sized buffer (the stripes are joined into "
+        "the staged file)",
     ),
     Mutant(
         "coded-copy-short-of-k-falls-back",
@@ -604,6 +639,50 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a coded copy with fewer than k good stripes is given up like any copy: the next tier "
         "restores the file",
+    ),
+    Mutant(
+        "coded-copy-read-by-the-reader",
+        "        if entry.code is not None:\n",
+        "        if entry.code is not None and False:\n",
+        (
+            "tests/client/torch/test_dcp_coded.py::"
+            "test_a_load_reads_every_file_from_stripes_and_nothing_from_the_next_tiers",
+        ),
+        "TierpointReader reads a coded copy from its stripes, not as a peer copy it cannot read "
+        "(which would send the load to the next tier)",
+    ),
+    Mutant(
+        "placed-stripes-hash-held-bytes",
+        "            return part.view[rel : rel + len(view)]\n",
+        "            return view\n",
+        (
+            "tests/client/test_coded_read.py::"
+            "test_a_head_flipped_in_transit_never_reaches_the_tensors",
+        ),
+        "bytes a placement read to decide (a tensor's head) are checked by the file's crc32c as "
+        "they lie in the tensors, not as the stripe sent them again",
+    ),
+    Mutant(
+        "coded-read-reads-around-a-bad-stripe",
+        "            except StripeCorruptError as e:\n",
+        "            except ZeroDivisionError as e:\n",
+        (
+            "tests/client/test_coded_read.py::"
+            "test_a_stripe_gone_and_one_cut_off_in_transit_are_read_around",
+        ),
+        "a load leaves out a stripe that does not match its crc32c or cannot be read and decodes "
+        "from another, rather than giving up the coded copy",
+    ),
+    Mutant(
+        "coded-read-error-is-a-lost-stripe",
+        "        except (OSError, HTTPException, TierpointError) as e:\n",
+        "        except OSError as e:\n",
+        (
+            "tests/client/test_coded_read.py::"
+            "test_a_stripe_gone_and_one_cut_off_in_transit_are_read_around",
+        ),
+        "a stripe its holder cannot serve is one lost stripe of the set, read around, not the "
+        "end of the coded copy",
     ),
     Mutant(
         "stripe-judged-by-the-holders-read-back",
@@ -1012,7 +1091,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "coded-passes-in-children",
         "        if len(stage.batches) <= size or not workflow.patched(CODED_CHILDREN_PATCH):\n",
         "        if True:\n",
-        ("tests/workflows/test_coded_children.py",),
+        ("tests/workflows/test_stage_children.py",),
         "a coded tier's copy over more batches than a child holds runs each pass in children, so "
         "the lifecycle's history does not grow with nodes, and a lost node reaches them",
     ),

@@ -79,9 +79,10 @@ class Fleet:
         self.api_url, self.token, self.metrics_url = info.api_url, info.token, info.metrics_url
         self.client = self.new_client()
 
-    def start(self, peer_token: str | None = None) -> None:
+    def start(self, peer_token: str | None = None, code: str | None = None) -> None:
         """Services of its own, every one a process; with `peer_token`, a peer tier after the
-        local one, its workers' data endpoints taking that credential."""
+        local one, its workers' data endpoints taking that credential; with `code` too, a coded
+        peer tier (`coded`, stripes of that code) after it."""
         self.work.mkdir(parents=True)
         os.chmod(self.work, 0o755)  # the embedded Postgres runs as its own user when we are root
         self.pg = EmbeddedPostgres(self.work / "pg")
@@ -114,6 +115,18 @@ class Fleet:
             *(
                 [{"name": "peer", "kind": "peer", "root": str(self.work / "peer" / "{node}")}]
                 if peer_token
+                else []
+            ),
+            *(
+                [
+                    {
+                        "name": "coded",
+                        "kind": "peer",
+                        "root": str(self.work / "coded" / "{node}"),
+                        "code": code,
+                    }
+                ]
+                if peer_token and code
                 else []
             ),
             {"name": "lustre", "kind": "shared", "root": str(self.work / "lustre")},

@@ -13,6 +13,8 @@ from api.problems import problem_responses
 from api.schemas.restores import (
     CachedCopiesIn,
     CachedCopiesOut,
+    CodedCopyOut,
+    CodedFileOut,
     NodeCachedCopies,
     RestoreOut,
     StartRestore,
@@ -22,6 +24,8 @@ from tierpoint.auth import Scope
 from tierpoint.catalog.holds.leases import create_lease
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads import checkpoints
+from tierpoint.catalog.reads.coded_plan import restore_coded_copies
+from tierpoint.catalog.reads.views import PlanStripe
 from tierpoint.services.cached_copies import record_cached_copies
 from tierpoint.services.restore import LeaseRequest, latest_with_lease
 
@@ -50,8 +54,10 @@ async def start_restore(
     `branch` when given, else the one on the job's timeline), 404 `checkpoint_not_found` or 409
     `not_leasable` when it is restorable from no tier. Either way a restore lease is taken on it
     in the same transaction as the answer is read (release it with `DELETE .../leases/{id}` when
-    the restore is done), and the answer carries the checkpoint with every shard's replicas and
-    the tier configuration: all a reader needs to read any file from its fastest verified copy.
+    the restore is done), and the answer carries the checkpoint with every shard's replicas, its
+    restorable coded copies with the stripes to read (`coded`: a coded tier keeps stripes, not
+    replicas) and the tier configuration: all a reader needs to read any file from its fastest
+    verified copy.
     A forked job with no restorable checkpoint of its own answers its fork parent's checkpoint
     (`fork_parent`): `job`, `step` and `branch` are the parent's, whose files they are, and the
     lease is on it. 422 `unknown_tier`, `unknown_node` for a tier not configured or a node no
@@ -94,6 +100,7 @@ async def start_restore(
         detail = await session.run_sync(
             checkpoints.get_checkpoint, job, step, tiers, branch=body.branch
         )
+    coded = _coded(await session.run_sync(restore_coded_copies, detail, tiers))
     return RestoreOut.model_validate(
         {
             "job": owner,
@@ -104,9 +111,24 @@ async def start_restore(
             "checkpoint": detail,
             "tiers": [TierOut.of(t) for t in tiers],
             "skipped": skipped,
+            "coded": coded,
         },
         from_attributes=True,
     )
+
+
+def _coded(found: dict[str, tuple[str, dict[str, list[PlanStripe]]]]) -> list[CodedCopyOut]:
+    return [
+        CodedCopyOut(
+            tier=tier,
+            code=code,
+            files=[
+                CodedFileOut.model_validate({"path": p, "stripes": s}, from_attributes=True)
+                for p, s in files.items()
+            ],
+        )
+        for tier, (code, files) in found.items()
+    ]
 
 
 @router.post(

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from api.schemas.checkpoints import CheckpointDetailOut, SkippedOut
+from api.schemas.checkpoints import CheckpointDetailOut, PlanStripeOut, SkippedOut
 from api.schemas.leases import Lease, TtlSeconds
 from api.schemas.tiers import TierOut
 from tierpoint.json_types import JsonInt, Text
@@ -67,6 +67,20 @@ class StartRestore(BaseModel):
         return self
 
 
+class CodedFileOut(BaseModel):
+    path: str
+    stripes: list[PlanStripeOut] = Field(
+        description="the stripes verified on holders not declared lost that serve an endpoint "
+        "now, at least k of them"
+    )
+
+
+class CodedCopyOut(BaseModel):
+    tier: str
+    code: str = Field(description='its code ("rs(k,m)"): any k of a file\'s stripes give it back')
+    files: list[CodedFileOut]
+
+
 class RestoreOut(BaseModel):
     job: str = Field(
         description="the job whose checkpoint this is: a fork's first restore answers its "
@@ -86,6 +100,12 @@ class RestoreOut(BaseModel):
     tiers: list[TierOut] = Field(description="the configured tiers, fastest first")
     skipped: list[SkippedOut] = Field(
         description="without `step`: every newer step, and why it was not chosen"
+    )
+    coded: list[CodedCopyOut] = Field(
+        default_factory=list,
+        description="the checkpoint's restorable coded copies (a coded peer tier keeps stripes, "
+        "not replicas) as the restore plan offers them: per file, the stripes to read any k of. "
+        "A coded copy short of k served stripes for some file is not listed",
     )
 
 

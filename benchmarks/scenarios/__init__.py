@@ -228,7 +228,7 @@ def _erasure(env: Env, s: Sizes) -> Scenario:
     from benchmarks.scenarios.erasure import Erasure
 
     # In memory: the data, its stripes for two codes and a copy of it are held at once.
-    return Erasure(min(s.mib, 256))
+    return Erasure(min(s.mib, 256), env)
 
 
 SCENARIOS: dict[str, Callable[[Env, Sizes], Scenario]] = {

@@ -9,8 +9,11 @@ go to sinks that drop them, so what is timed is the codec and its checksums, not
 
 Memory: the bytes the holders keep per byte of checkpoint, rs(k,2) against `copies = 2`, the
 two surviving the same two lost holders; computed from the stripe format (its headers and
-padding included), not sampled. A restore from stripes against a restore from a full peer copy is
-not measured yet: the lifecycle does not place stripes on holders in this version.
+padding included), not sampled.
+
+Restore, from STACK_FROM bytes up (a stack of its own: erasure_restore): a lost node's files
+restored by the client from k holders' stripes against the same restore from a holder's full
+copy, and `TierpointReader` loading the state from stripes against from the full copy.
 """
 
 from __future__ import annotations
@@ -24,10 +27,15 @@ from typing import Any
 from tierpoint_client.erasure import Code, stripe_size
 from tierpoint_client.erasure.stripes import StripeSource, decode, encode, segment_sizes
 
-from benchmarks.harness import Method, Outcome, Row, Scenario
+from benchmarks.env import Env
+from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
+from benchmarks.scenarios.erasure_restore import CodedRestore
 
 MiB = 1024 * 1024
 CODES = (Code(8, 2), Code(4, 2))
+# Runs of at least this many bytes measure the restore rows too, on a stack of their own (seven
+# node workers, the torch venv): the CI smoke's tiny run measures the codec alone.
+STACK_FROM = 64 * MiB
 
 
 class _Drop(io.RawIOBase):
@@ -51,14 +59,23 @@ class Erasure(Scenario):
     name = "erasure"
     summary = "rs(k,m) encode/decode per core against memcpy; holder memory against copies = 2"
 
-    def __init__(self, mib: int) -> None:
+    def __init__(self, mib: int, env: Env | None = None) -> None:
         self.nbytes = mib * MiB
+        self.restore = (
+            CodedRestore(env, env.work / "erasure", mib)
+            if env is not None and self.nbytes >= STACK_FROM
+            else None
+        )
         self.data = b""
         self.stripes: dict[Code, list[bytes]] = {}
         self.crc = ""
 
     def params(self) -> dict[str, Any]:
-        return {"mib": self.nbytes // MiB, "codes": [str(c) for c in CODES], "threads": 1}
+        found = {"mib": self.nbytes // MiB, "codes": [str(c) for c in CODES], "threads": 1}
+        return found | (self.restore.params() if self.restore is not None else {})
+
+    def watched(self) -> Watched:
+        return self.restore.watched() if self.restore is not None else {}
 
     def prepare(self) -> list[Method]:
         import crc32c
@@ -84,6 +101,8 @@ class Erasure(Scenario):
                     Method(label, run, (Row(label, baseline="memcpy", nbytes=self.nbytes),))
                 )
         methods.append(self._memory())
+        if self.restore is not None:
+            methods += self.restore.prepare()
         return methods
 
     def _memcpy(self) -> Outcome:
@@ -139,3 +158,5 @@ class Erasure(Scenario):
     def close(self) -> None:
         self.data = b""
         self.stripes.clear()
+        if self.restore is not None:
+            self.restore.close()

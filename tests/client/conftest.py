@@ -86,8 +86,10 @@ async def _running_stack(
     peer: bool = False,
     s3_tier: TierConfig | None = None,
     same_tiers_as: Stack | None = None,
+    code: str | None = None,
 ) -> AsyncIterator[Stack]:
-    """`s3_tier`: the s3 tier instead of one on the session's moto (another endpoint);
+    """`code`: the peer tier (`peer`) keeps stripes of that code instead of copies;
+    `s3_tier`: the s3 tier instead of one on the session's moto (another endpoint);
     `same_tiers_as`: the nodes and tiers of that (stopped) stack, on the catalog `migrated_url`."""
     from apps.worker import run_workers
 
@@ -109,7 +111,9 @@ async def _running_stack(
         settings = settings.model_copy(update={"tiers": [*fast, s3_tier]})
     if peer and same_tiers_as is None:
         ssd, *rest = settings.tiers
-        copies = TierConfig(name="peer", kind=TierKind.PEER, root=str(root / "nodes/{node}/peer"))
+        copies = TierConfig(
+            name="peer", kind=TierKind.PEER, root=str(root / "nodes/{node}/peer"), code=code
+        )
         settings = settings.model_copy(
             update={"tiers": [ssd, copies, *rest], "data_token": SecretStr(uuid.uuid4().hex)}
         )
@@ -163,5 +167,22 @@ async def peer_stack(
     root = tmp_path_factory.mktemp("client-peer-stack")
     async with _running_stack(
         services, migrated_url, temporal_namespace, root, ("node-a", "node-b", "node-c"), True
+    ) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def coded_stack(
+    services: Services,
+    migrated_url: str,
+    temporal_namespace: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[Stack]:
+    """Five nodes and a coded peer tier, rs(2,1), after the local one: each node's files cut
+    into two data stripes and a parity stripe held by three other nodes."""
+    root = tmp_path_factory.mktemp("client-coded-stack")
+    nodes = ("node-a", "node-b", "node-c", "node-d", "node-e")
+    async with _running_stack(
+        services, migrated_url, temporal_namespace, root, nodes, True, code="rs(2,1)"
     ) as running:
         yield running

@@ -14,7 +14,7 @@ from typing import Any, BinaryIO, cast
 
 import crc32c
 import pytest
-from tierpoint_client.erasure import Code, NotEnoughStripesError, encode_path
+from tierpoint_client.erasure import Code, FileMismatchError, NotEnoughStripesError, encode_path
 from tierpoint_client.erasure.fetch import StripeRef, restore_file
 from tierpoint_client.transport import sized_readinto
 
@@ -149,3 +149,32 @@ def test_a_stripe_cut_off_in_transit_is_read_around(
     assert sorted(got.used) == [0, 2, 3, 4] and list(got.rejected) == [1]
     assert "IncompleteRead" in got.rejected[1] and got.mismatched == {}
     assert dest.read_bytes() == data and _left_behind(tmp_path) == []
+
+
+def test_a_parity_stripe_cut_off_in_transit_is_read_around_too(
+    holders: tuple[Path, str], tmp_path: Path
+) -> None:
+    served, base = holders
+    data, crc, refs = _set(served, base)
+    # Data stripe 0 gone from its holder: parity stripe 4 is read instead, and its holder dies
+    # mid-reply: parity stripe 5 makes up the set.
+    (served / "s0").unlink()
+    refs = [*refs[:4], StripeRef(4, refs[4].crc32c, f"{base}/s4-cut"), refs[5]]
+    dest = tmp_path / "restored"
+    got = restore_file(CODE, SIZE, crc, refs, _open_checked, dest)
+    assert sorted(got.used) == [1, 2, 3, 5] and sorted(got.rejected) == [0, 4]
+    assert "IncompleteRead" in got.rejected[4]
+    assert dest.read_bytes() == data and _left_behind(tmp_path) == []
+
+
+def test_stripes_that_match_but_do_not_give_the_registered_file_write_nothing(
+    holders: tuple[Path, str], tmp_path: Path
+) -> None:
+    served, base = holders
+    _, crc, refs = _set(served, base)
+    # Every stripe the encoder's, the file registered with another crc32c: the set is not it.
+    wrong = f"{int(crc, 16) ^ 1:08x}"
+    dest = tmp_path / "restored"
+    with pytest.raises(FileMismatchError):
+        restore_file(CODE, SIZE, wrong, refs, _open, dest)
+    assert not dest.exists() and _left_behind(tmp_path) == []

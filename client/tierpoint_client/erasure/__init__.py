@@ -3,7 +3,8 @@
 code: the code, parsed and validated in one place; stripes: the stripe format and the streaming
 encode and decode, every stripe and the whole file checked by crc32c; files: the same over files,
 written atomically, a corrupt stripe left out and the file decoded from the others; fetch: a
-file restored from stripes wherever they are held, any k read in parallel, data stripes first.
+file restored from stripes wherever they are held, any k read in parallel, data stripes first;
+join: a file from its k data stripes alone, each stripe's payloads straight to their place.
 """
 
 from .code import MAX_WIDTH, Code, InvalidCodeError, parse_code

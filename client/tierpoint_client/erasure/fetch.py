@@ -1,13 +1,15 @@
 """A file restored from its stripes wherever they are held: any k of them fetched in parallel,
 each verified as it arrives, then decoded and the file verified, falling back stripe by stripe.
 
-What the restore and the reader do with a coded copy: the plan lists the set's stripes (index,
+What the client's restore does with a coded copy: the plan lists the set's stripes (index,
 size, crc32c, where to read it); `open_stripe` opens one for reading (a holder's data endpoint,
-a file). The k stripes read first are the data stripes, so while their holders live the decode
-only joins them; a stripe that cannot be read (a holder down) or does not match its size or
-crc32c is treated as lost and the next one (a parity stripe) is read instead. Each stripe lands
-in a temporary file beside the destination, which is written only by `decode_path`: nothing
-under its name until the whole file matched its registered crc32c.
+a file). The k stripes read first are the data stripes: while every one of them is good the file
+is joined from them, their payloads written at their offsets of a temporary file as they arrive
+(`join`), and renamed into place once they and the file matched. A stripe that cannot be read
+(a holder down) or does not match its size or crc32c is treated as lost and the next one (a
+parity stripe) is read instead: each lands in a temporary file beside the destination, which is
+written only by `decode_path`. Either way nothing is under its name until the whole file matched
+its registered crc32c.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..errors import TierpointError
 from ..hashing import crc32c_hex, update
 from .code import Code
 from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path
+from .join import InFile, Left, join, joinable
 from .stripes import stripe_size
 
 CHUNK = 1 << 20
@@ -79,6 +82,38 @@ def _fetch(
     return None
 
 
+def _joined(
+    code: Code,
+    file_size: int,
+    file_crc32c: str,
+    candidates: Sequence[StripeRef],
+    open_stripe: Callable[[StripeRef], BinaryIO],
+    dest: Path,
+) -> dict[int, Left] | None:
+    """`dest` joined from the k data stripes (`join.join`, each read straight to its offsets of
+    a temporary file, renamed into place once every stripe and the file matched): None when it
+    was; else the data stripes that could not be read or did not match (nothing at `dest`)."""
+    data = [s for s in candidates if s.index < code.k]
+    if len(data) < code.k or not joinable(code):
+        return {}
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.joined")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            rejected = join(code, file_size, file_crc32c, data, open_stripe, InFile(fd))
+            if not rejected:
+                os.ftruncate(fd, file_size)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if rejected:
+            return rejected
+        tmp.replace(dest)
+        return None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def restore_file(
     code: Code,
     file_size: int,
@@ -91,8 +126,12 @@ def restore_file(
     `dest` and check the file; NotEnoughStripesError, and nothing at `dest`, when fewer than k
     of them are good. The stripes' temporary files are removed whatever happens."""
     candidates = sorted(stripes, key=lambda s: s.index)
-    rejected: dict[int, str] = {}
-    mismatched: dict[int, str] = {}
+    # Every data stripe listed: the file is their payloads side by side, written as they arrive.
+    dropped = _joined(code, file_size, file_crc32c, candidates, open_stripe, dest)
+    if dropped is None:
+        return Decoded(list(range(code.k)))
+    rejected = {index: stripe.why for index, stripe in dropped.items()}
+    mismatched = {index: stripe.why for index, stripe in dropped.items() if stripe.mismatch}
     good: dict[int, StripeFile] = {}
     temps = {
         s.index: dest.with_name(f".{dest.name}.stripe{s.index}.{os.getpid()}") for s in stripes

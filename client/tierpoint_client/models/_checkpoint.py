@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tierpoint_client.timeline import CheckpointRef, Health
+
+if TYPE_CHECKING:
+    from ._restore import PlanEntry
 
 
 def wire_time(value: Any) -> datetime | None:
@@ -112,6 +115,9 @@ class Shard:
     crc32c: str | None
     node: str
     replicas: tuple[Replica, ...]
+    # Its coded copies (a coded peer tier keeps stripes, not replicas), as a restore's start
+    # lists them (`RestoreStart`): each a plan entry with its code and stripes.
+    coded: tuple[PlanEntry, ...] = ()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Shard:

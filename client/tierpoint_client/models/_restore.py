@@ -4,6 +4,8 @@ restored."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -201,11 +203,45 @@ class RestoreStart:
             job=d["job"],
             step=int(d["step"]),
             lease=Lease.from_json(d["lease"]),
-            checkpoint=Checkpoint.from_json(d["checkpoint"]),
+            checkpoint=_with_coded(Checkpoint.from_json(d["checkpoint"]), d.get("coded") or ()),
             tiers=tuple(TierInfo.from_json(t) for t in d["tiers"]),
             skipped=tuple(Skipped.from_json(s) for s in d.get("skipped") or ()),
             fork_parent=bool(d.get("fork_parent", False)),
         )
+
+
+def _with_coded(cp: Checkpoint, coded: Sequence[dict[str, Any]]) -> Checkpoint:
+    """`cp` with each shard's coded copies (the restore's `coded`: per tier, per file, the
+    stripes): a file's sources are then all on its shard."""
+    if not coded or cp.shards is None:
+        return cp
+    by_path: dict[str, list[PlanEntry]] = {}
+    for copy in coded:
+        for f in copy["files"]:
+            by_path.setdefault(f["path"], []).append(
+                PlanEntry(
+                    f["path"],
+                    0,
+                    None,
+                    copy["tier"],
+                    "peer",
+                    None,
+                    f"{copy['code']} stripes on {len(f['stripes'])} holders",
+                    code=copy["code"],
+                    stripes=tuple(PlanStripe.from_json(x) for x in f["stripes"]),
+                )
+            )
+    shards = tuple(
+        dataclasses.replace(
+            s,
+            coded=tuple(
+                dataclasses.replace(e, size=s.size, crc32c=s.crc32c)
+                for e in by_path.get(s.path, ())
+            ),
+        )
+        for s in cp.shards
+    )
+    return dataclasses.replace(cp, shards=shards)
 
 
 @dataclass(frozen=True)

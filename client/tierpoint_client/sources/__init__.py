@@ -25,6 +25,8 @@ The route of a `dcp.load(state, storage_reader=TierpointReader(job))`, module by
                            local, shared  posix_file.FileSource: placed, positional reads on the
                                           reader threads straight into place (in order when a
                                           local copy is written as it goes);
+                           peer, coded    coded_read.CodedSource: any k of the stripes from
+                                          their holders, decoded into one buffer, checked;
                            peer           peer_endpoint.PeerSource: from the holder's data
                                           endpoint, in stripes of ranged GETs straight into place
                                           (32 MiB and more, no local copy written), else one GET
@@ -67,6 +69,7 @@ from tierpoint_client.sources.base import (
     Sink,
     Source,
 )
+from tierpoint_client.sources.coded_read import CodedSource
 from tierpoint_client.sources.peer_endpoint import PeerSource
 from tierpoint_client.sources.posix_file import FileSource
 from tierpoint_client.sources.s3_object import S3Source, coalesce
@@ -111,6 +114,9 @@ class Sources:
         """The source that reads `entry`; SourceError for a tier this client cannot read."""
         if entry.kind in ("local", "shared"):
             return FileSource(entry)
+        # guard: coded-copy-read-by-the-reader
+        if entry.code is not None:
+            return CodedSource(entry, self._token)
         if entry.kind == "peer":
             return PeerSource(entry, self._token)
         if entry.kind == "s3":
@@ -141,22 +147,28 @@ def verified_copies(
     tier: str | None = None,
 ) -> dict[str, list[PlanEntry]]:
     """Per shard path, the catalog's copies of it that a reader on `node` may read, fastest
-    first: its verified replicas on the `restorable` tiers of the server's config (only `tier`,
-    when given), in the tiers' configured order; a node-local replica only on its own node."""
+    first: its verified replicas and coded copies (`Shard.coded`) on the `restorable` tiers of
+    the server's config (only `tier`, when given), in the tiers' configured order; a node-local
+    replica only on its own node."""
     order = {t.name: i for i, t in enumerate(tiers)}
     kinds = {t.name: t.kind for t in tiers}
+
+    def offered(name: str) -> bool:
+        return name in kinds and name in restorable and (tier is None or name == tier)
+
     found: dict[str, list[PlanEntry]] = {}
     for shard in shards:
-        copies = found[shard.path] = []
-        for r in sorted(shard.replicas, key=lambda r: order.get(r.tier, len(order))):
-            kind = kinds.get(r.tier)
-            if r.state != "verified" or not r.location or r.tier not in restorable:
-                continue
-            if kind is None or (tier is not None and r.tier != tier):
-                continue
-            if kind == "local" and (node is None or r.node != node):
-                continue
-            copies.append(PlanEntry.of_replica(shard, r, kind))
+        copies = [
+            PlanEntry.of_replica(shard, r, kinds[r.tier])
+            for r in shard.replicas
+            if r.state == "verified"
+            and r.location
+            and offered(r.tier)
+            and (kinds[r.tier] != "local" or (node is not None and r.node == node))
+        ]
+        # A coded copy (stripes, not a replica) is a source in its tier's place like any other.
+        copies += [c for c in shard.coded if offered(c.tier)]
+        found[shard.path] = sorted(copies, key=lambda c: order[c.tier])
     return found
 
 

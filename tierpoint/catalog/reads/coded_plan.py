@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.models import RESTORABLE, Shard
 from tierpoint.catalog.node import registry
-from tierpoint.catalog.reads.views import PlanStripe
+from tierpoint.catalog.reads.views import CheckpointDetailView, PlanStripe
 from tierpoint.catalog.stripe.restoring import restorable_stripes
 from tierpoint.storage.base import ShardRef
 from tierpoint.storage.peer_http import stripe_url
@@ -54,3 +56,30 @@ def coded_copies(
         if all(len(stripes) >= code.k for stripes in copy.values()):
             out[tier.name] = copy
     return out
+
+
+def restore_coded_copies(
+    session: Session,
+    detail: CheckpointDetailView,
+    tiers: Sequence[TierConfig],
+) -> dict[str, tuple[str, dict[str, list[PlanStripe]]]]:
+    """What a restore's start sends a reader that reads file by file (`TierpointReader`): per
+    coded tier whose copy of the checkpoint is restorable and not quarantined, its code and, per
+    file path, the stripes it may read, as the restore plan offers them (`coded_copies`). A
+    coded tier keeps stripes, not replicas: its copy is among no shard's replicas."""
+    usable = {t.tier for t in detail.tiers if t.state == RESTORABLE and not t.quarantine_reason}
+    coded = [t for t in tiers if t.stripe_code is not None and t.name in usable]
+    if not coded:
+        return {}
+    shards = {
+        r.id: r.path
+        for r in session.execute(
+            select(Shard.id, Shard.path).where(Shard.checkpoint_id == detail.id)
+        )
+    }
+    ref = (detail.job, detail.step, detail.branch)
+    codes = {t.name: str(t.stripe_code) for t in coded}
+    return {
+        tier: (codes[tier], {shards[shard_id]: stripes for shard_id, stripes in copy.items()})
+        for tier, copy in coded_copies(session, detail.id, coded, shards, ref).items()
+    }

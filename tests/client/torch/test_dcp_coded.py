@@ -1,0 +1,119 @@
+"""TierpointReader loads from a coded peer copy (rs(2,1)) on the real stack: two ranks save, the
+lifecycle cuts each node's files into stripes that three other nodes pull and verify, and ranks
+restarted on other nodes load every file from k stripes read off the holders' data endpoints,
+decoded and verified, before the shared tier and S3 (which hold them too). A stripe a holder
+cannot serve, and one with a flipped byte, are read around; with m+1 stripes of each file gone
+the load reads the next tier."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import boto3
+from sqlalchemy import select
+from tierpoint_client import Checkpoint
+
+from tests.client.torch.ranks import assert_loaded, new_job, ranks, s3_key, wait_everywhere
+from tests.helpers.client import Stack
+from tierpoint.catalog.engine import make_sync_engine, sync_sessions
+from tierpoint.catalog.models import Shard, Stripe
+
+TIERS = ("ssd", "peer", "lustre", "s3")
+
+
+async def _saved(stack: Stack, tmp_path: Path, job: str, step: int) -> Checkpoint:
+    await ranks(stack, tmp_path, "save", job, world=2, step=step)
+    return await wait_everywhere(stack, job, step, TIERS)
+
+
+def _held(stack: Stack, cp: Checkpoint) -> dict[str, dict[int, Path]]:
+    """Per file, where each of its stripes lies on its holder's device, by index."""
+    engine = make_sync_engine(stack.settings.database_url, pool_size=1)
+    try:
+        with sync_sessions(engine)() as s:
+            rows = s.execute(
+                select(Shard.path, Stripe.stripe_index, Stripe.node_id)
+                .join(Shard, Shard.id == Stripe.shard_id)
+                .where(Stripe.checkpoint_id == cp.id, Stripe.state == "verified")
+            ).all()
+    finally:
+        engine.dispose()
+    root = stack.settings.tier("peer")
+    held: dict[str, dict[int, Path]] = {}
+    for path, index, node in rows:
+        held.setdefault(path, {})[index] = root.root_for(node) / cp.job / str(cp.step) / path
+    return held
+
+
+async def _load(
+    stack: Stack, tmp_path: Path, job: str, step: int, nodes: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """Two ranks restarted on `nodes`, keeping nothing on them (each load reads the tiers)."""
+    return await ranks(
+        stack, tmp_path, "load", job, world=2, step=step, nodes=nodes, extra=("--no-repopulate",)
+    )
+
+
+async def test_a_load_reads_every_file_from_stripes_and_nothing_from_the_next_tiers(
+    coded_stack: Stack, tmp_path: Path
+) -> None:
+    stack = coded_stack
+    job, step = new_job(), 3
+    cp = await _saved(stack, tmp_path, job, step)
+    held = _held(stack, cp)
+    assert set(held) == {s.path for s in cp.shards or ()}
+    assert all(len(stripes) == 3 for stripes in held.values()), held
+    # The next tiers' copies gone (the catalog still lists them): a load that read any of
+    # them would fail.
+    shutil.rmtree(stack.shared_dir(job, step))
+    s3 = boto3.client("s3", endpoint_url=stack.settings.tier("s3").endpoint_url)
+    for shard in cp.shards or ():
+        bucket, key = s3_key(cp, shard.path)
+        s3.delete_object(Bucket=bucket, Key=key)
+
+    # The ranks restart on nodes that hold none of the files on their local tier.
+    _, _, node_c, node_d, _ = stack.nodes
+    loaded = await _load(stack, tmp_path, job, step, (node_c, node_d))
+    assert_loaded(loaded, step)
+    for report in loaded:
+        assert set(report["stats"]["files"].values()) == {"peer"}, report
+        assert report["warnings"] == [], report
+
+
+async def test_stripes_that_cannot_be_read_or_do_not_match_are_read_around(
+    coded_stack: Stack, tmp_path: Path
+) -> None:
+    stack = coded_stack
+    job, step = new_job(), 4
+    cp = await _saved(stack, tmp_path, job, step)
+    held = _held(stack, cp)
+    files = sorted(held)
+    # Every file loses one stripe: a data stripe its holder cannot serve (gone from its device)
+    # or one with a flipped byte (its holder serves it, its crc32c does not match).
+    for n, path in enumerate(files):
+        stripe = held[path][n % 2]
+        if n % 2:
+            was = stripe.read_bytes()
+            stripe.write_bytes(was[:-1] + bytes([was[-1] ^ 0x01]))
+        else:
+            stripe.unlink()
+    _, _, node_c, node_d, node_e = stack.nodes
+    loaded = await _load(stack, tmp_path, job, step, (node_e, node_d))
+    assert_loaded(loaded, step)
+    for report in loaded:
+        assert set(report["stats"]["files"].values()) == {"peer"}, report
+        # Each stripe read around is said, with why.
+        around = [w for w in report["warnings"] if "reading another stripe" in w]
+        assert len(around) == len(report["stats"]["files"]), report
+
+    # m + 1 = 2 stripes of every file gone: the coded copy cannot give them, the shared tier does.
+    for path in files:
+        for index, stripe in held[path].items():
+            if index == 2 and stripe.exists():
+                stripe.unlink()
+    loaded = await _load(stack, tmp_path, job, step, (node_c, node_e))
+    assert_loaded(loaded, step)
+    for report in loaded:
+        assert set(report["stats"]["files"].values()) == {"lustre"}, report

@@ -7,17 +7,19 @@ requests with the parent's; one on its parent's pool waits forever for threads i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import multiprocessing
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from tierpoint_client import PlanEntry, TierInfo
+from tierpoint_client import PlanEntry, TierInfo, build_manifest
 from tierpoint_client import s3 as client_s3
 from tierpoint_client.hashing import CHUNK_SIZE
 from tierpoint_client.peer import PEERS
@@ -28,7 +30,7 @@ from tierpoint_client.sources.posix_file import FileSource
 
 from tests.client.test_placed_read_tasks import Whole, written
 from tests.client.test_restore_plan import _entry, _files_under, s3_objects
-from tests.helpers.client import QuietFiles, file_server
+from tests.helpers.client import QuietFiles, Stack, file_server, read_tree, write_shards
 from tests.helpers.s3_proxy import Shaping, ShapingProxy, shaping_proxy
 from tests.helpers.services import Services
 
@@ -40,6 +42,8 @@ MiB = 1024 * 1024
 _FORK = multiprocessing.get_context("fork")
 # A child that has not answered by then hangs: its reads take well under a second.
 HUNG = 120.0
+# How long the lifecycle may take to make a checkpoint restorable on S3: a hang guard only.
+WAIT = 300.0
 
 
 def in_child(work: Callable[[], T]) -> T:
@@ -208,3 +212,29 @@ def test_a_fork_while_a_reader_thread_holds_the_clients_locks_leaves_the_child_r
         with inside(PEERS._lock, client_s3._S3_CLIENTS_LOCK, placing._pools_lock):
             assert in_child(lambda: copies.restore("child")) == copies.data
         assert copies.restore("parent-again") == copies.data
+
+
+async def test_a_forked_child_restores_a_checkpoint_through_the_api(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The trainer's `Client`, made and used before the fork: the child asks the API for the
+    plan and a lease and restores from S3 and the shared tier; the parent restores on after."""
+    client, node = stack.client, stack.nodes[0]
+    job = f"fork-{uuid.uuid4().hex[:10]}"
+    local = stack.local_dir(node, job, 1)
+    shards = write_shards(local, {"a.bin": 3 * MiB + 1, "sub/b.bin": 1000})
+    await asyncio.to_thread(client.register_manifest, job, 1, build_manifest(local, node))
+    await asyncio.to_thread(client.wait_restorable, job, 1, "s3", WAIT, 0.2)
+
+    def restore(dest: str, tier: str) -> dict[str, bytes]:
+        result = client.restore(job, tmp_path / dest, tier=tier, workers=2)
+        assert (result.job, result.step, result.tiers_used) == (job, 1, {tier: len(shards)})
+        return read_tree(tmp_path / dest)
+
+    def scenario() -> None:
+        assert restore("parent", "s3") == shards
+        child = in_child(lambda: (restore("child-s3", "s3"), restore("child-lustre", "lustre")))
+        assert child == (shards, shards)
+        assert restore("parent-again", "s3") == shards
+
+    await asyncio.to_thread(scenario)

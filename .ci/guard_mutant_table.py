@@ -1692,4 +1692,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "a forked child starts its own reader threads: its parent's pool, whose threads it does "
         "not have, never runs a task",
     ),
+    Mutant(
+        "fork-forgets-api-pool",
+        "os.register_at_fork(after_in_child=_forget_requests)\n",
+        "_forget_requests.__name__\n",
+        (
+            "tests/client/torch/test_dcp_fork.py::"
+            "test_a_trainer_forked_after_a_load_loads_in_the_child_and_on_in_the_parent",
+        ),
+        "a load in a forked child asks the API beside its reads on threads of its own, never on "
+        "its parent's pool (whose threads it does not have) or behind its parent's lock",
+    ),
 )

@@ -254,6 +254,7 @@ def _forget_requests() -> None:
     _requests, _requests_lock = None, threading.Lock()
 
 
+# guard: fork-forgets-api-pool
 os.register_at_fork(after_in_child=_forget_requests)
 
 

@@ -48,6 +48,7 @@ PEER_ENDPOINT = (
     "test_the_data_endpoint_serves_only_registered_verified_files_to_credentials_and_expires"
 )
 RECHECK = "tests/workflows/test_retention_recheck.py"
+FORK_SAFETY = "tests/client/test_fork_safety.py::"
 TRIGGER = "tests/workflows/test_lifecycle_requests_retention.py"
 PLANNER_TESTS = (
     "tests/tierpoint/retention/test_planner_examples.py",
@@ -1769,5 +1770,39 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a stripe that could not be read (a holder down, a connection cut) is never reported "
         "as corrupt: it says nothing of the bytes its holder keeps",
+    ),
+    Mutant(
+        "fork-forgets-peer-connections",
+        "        os.register_at_fork(after_in_child=forget)\n",
+        "        del forget\n",
+        (f"{FORK_SAFETY}test_a_forked_child_reads_peer_and_s3_copies_on_connections_of_its_own",),
+        "a forked child never sends on its parent's kept connections to a data endpoint (two "
+        "readers of one socket)",
+    ),
+    Mutant(
+        "fork-forgets-s3-clients",
+        "os.register_at_fork(after_in_child=_forget_clients)\n",
+        "_forget_clients.__name__\n",
+        (f"{FORK_SAFETY}test_a_forked_child_reads_peer_and_s3_copies_on_connections_of_its_own",),
+        "a forked child never reads S3 on its parent's pooled connections",
+    ),
+    Mutant(
+        "fork-forgets-reader-pools",
+        "os.register_at_fork(after_in_child=_forget_pools)\n",
+        "_forget_pools.__name__\n",
+        (f"{FORK_SAFETY}test_a_forked_child_reads_on_reader_threads_of_its_own",),
+        "a forked child starts its own reader threads: its parent's pool, whose threads it does "
+        "not have, never runs a task",
+    ),
+    Mutant(
+        "fork-forgets-api-pool",
+        "os.register_at_fork(after_in_child=_forget_requests)\n",
+        "_forget_requests.__name__\n",
+        (
+            "tests/client/torch/test_dcp_fork.py::"
+            "test_a_trainer_forked_after_a_load_loads_in_the_child_and_on_in_the_parent",
+        ),
+        "a load in a forked child asks the API beside its reads on threads of its own, never on "
+        "its parent's pool (whose threads it does not have) or behind its parent's lock",
     ),
 )

@@ -13,6 +13,7 @@ import ssl
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from urllib.parse import urlsplit
 
@@ -39,7 +40,17 @@ class DataConnections:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._idle: dict[_Endpoint, list[tuple[float, http.client.HTTPConnection]]] = {}
-        self._pid = os.getpid()
+        # A forked child (a DataLoader's worker) sending on its parent's sockets would interleave
+        # its requests with the parent's on one connection: it starts with none, and a new lock
+        # (a parent's thread may have held this one at the fork, and never releases it there).
+        me = weakref.ref(self)
+
+        def forget() -> None:
+            if (conns := me()) is not None:
+                conns._forget_parent()
+
+        # guard: fork-forgets-peer-connections
+        os.register_at_fork(after_in_child=forget)
 
     @contextlib.contextmanager
     def get(self, url: str, headers: Mapping[str, str]) -> Iterator[http.client.HTTPResponse]:
@@ -92,7 +103,6 @@ class DataConnections:
         stale: list[http.client.HTTPConnection] = []
         found = None
         with self._lock:
-            self._forked()
             conns = self._idle.get(endpoint, [])
             while conns:
                 since, conn = conns.pop()
@@ -106,18 +116,17 @@ class DataConnections:
 
     def _put(self, endpoint: _Endpoint, conn: http.client.HTTPConnection) -> None:
         with self._lock:
-            self._forked()
             conns = self._idle.setdefault(endpoint, [])
             if len(conns) < IDLE_PER_ENDPOINT:
                 conns.append((time.monotonic(), conn))
                 return
         conn.close()
 
-    def _forked(self) -> None:
-        """In a forked child, forget the parent's sockets (without closing them: they are the
-        parent's too)."""
-        if os.getpid() != self._pid:
-            self._idle, self._pid = {}, os.getpid()
+    def _forget_parent(self) -> None:
+        """In a forked child: forget the parent's sockets. Closing the child's copies of them
+        (as collected) sends nothing: the parent's connections stay open and its own."""
+        self._lock = threading.Lock()
+        self._idle = {}
 
 
 # The node worker's settings of the same names: a training job on a node is given them alike.

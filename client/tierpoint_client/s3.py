@@ -88,19 +88,29 @@ _S3_CLIENTS: dict[tuple[Any, ...], S3Client] = {}
 _S3_CLIENTS_LOCK = threading.Lock()
 
 
+def _forget_clients() -> None:
+    """In a forked child: the parent's clients keep its connections, which a child's requests
+    would share with the parent's (two readers of one socket). The child makes its own; a new
+    lock, as a parent's thread may have held this one at the fork."""
+    global _S3_CLIENTS, _S3_CLIENTS_LOCK
+    _S3_CLIENTS, _S3_CLIENTS_LOCK = {}, threading.Lock()
+
+
+# guard: fork-forgets-s3-clients
+os.register_at_fork(after_in_child=_forget_clients)
+
+
 def client_for(info: TierInfo) -> S3Client:
     """The process's client for the tier's endpoint: made once and shared (boto3's clients are
     thread-safe; making one reads botocore's endpoint and service models, which cost a large
-    part of a small load). A new one after a fork, or when the AWS settings in the environment
-    (credentials, profile, retries) have changed."""
+    part of a small load). A new one in a forked child, or when the AWS settings in the
+    environment (credentials, profile, retries) have changed."""
     aws = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
     who = (info.credentials_profile, info.credentials_env, _tier_env(info))
-    key = (os.getpid(), info.endpoint_url, info.region, aws, who)
+    key = (info.endpoint_url, info.region, aws, who)
     with _S3_CLIENTS_LOCK:
         client = _S3_CLIENTS.get(key)
         if client is None:
-            if any(k[0] != key[0] for k in _S3_CLIENTS):
-                _S3_CLIENTS.clear()  # a forked child: the parent's connections are not its own
             client = _S3_CLIENTS[key] = _new_client(info)
         return client
 

@@ -52,7 +52,6 @@ moves the verified files into place.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -102,8 +101,6 @@ class Sources:
     def __init__(self, tiers: Mapping[str, TierInfo], token: str | None = None) -> None:
         self._tiers = dict(tiers)
         self._token = token
-        self._s3: dict[str, S3Client] = {}
-        self._lock = threading.Lock()
 
     @property
     def token(self) -> str | None:
@@ -127,16 +124,12 @@ class Sources:
         )
 
     def _client(self, tier: str) -> S3Client:
-        with self._lock:
-            client = self._s3.get(tier)
-            if client is None:
-                info = self._tiers.get(tier)
-                if info is None:
-                    raise SourceError(
-                        f"the restore plan names tier {tier!r}, which GET /v1/tiers lacks"
-                    )
-                client = self._s3[tier] = s3.client_for(info)
-            return client
+        # Asked of the process's clients at each open, never kept here: a Sources made before a
+        # fork and used in the child gets the child's own client, not its parent's connections.
+        info = self._tiers.get(tier)
+        if info is None:
+            raise SourceError(f"the restore plan names tier {tier!r}, which GET /v1/tiers lacks")
+        return s3.client_for(info)
 
 
 def verified_copies(

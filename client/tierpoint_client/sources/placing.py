@@ -5,6 +5,7 @@ which read pieces (or stripes of them) in parallel."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -109,6 +110,19 @@ def stream_into(
 
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
+
+
+def _forget_pools() -> None:
+    """In a forked child: none of the parent's threads exist there, and a pool whose threads sat
+    idle at the fork counts them still, so it starts none and a task handed to it never runs. The
+    child starts its own pools; a new lock, as a parent's thread may have held this one at the
+    fork (and never releases it in the child)."""
+    global _pools, _pools_lock
+    _pools, _pools_lock = {}, threading.Lock()
+
+
+# guard: fork-forgets-reader-pools
+os.register_at_fork(after_in_child=_forget_pools)
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:

@@ -243,15 +243,26 @@ def _timeline_after(client: Client, job: str, step: int) -> bool:
     return False
 
 
-_requests: tuple[int, ThreadPoolExecutor] | None = None
+_requests: ThreadPoolExecutor | None = None
 _requests_lock = threading.Lock()
 
 
+def _forget_requests() -> None:
+    """In a forked child, which has none of its parent's threads: a pool of its own, made when
+    first used, and a new lock (a parent's thread may have held this one at the fork)."""
+    global _requests, _requests_lock
+    _requests, _requests_lock = None, threading.Lock()
+
+
+# guard: fork-forgets-api-pool
+os.register_at_fork(after_in_child=_forget_requests)
+
+
 def _beside(call: Callable[[str], T], arg: str) -> Future[T]:
-    """`call(arg)` on a thread of this process's own (a new pool after a fork: a child has none
-    of its parent's threads), for a request whose answer the load needs only later."""
+    """`call(arg)` on a thread of this process's own, for a request whose answer the load needs
+    only later."""
     global _requests
     with _requests_lock:
-        if _requests is None or _requests[0] != os.getpid():
-            _requests = (os.getpid(), ThreadPoolExecutor(2, "tierpoint-api"))
-        return _requests[1].submit(call, arg)
+        if _requests is None:
+            _requests = ThreadPoolExecutor(2, "tierpoint-api")
+        return _requests.submit(call, arg)

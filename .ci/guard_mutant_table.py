@@ -519,6 +519,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "a stripe is verified only when its holder read back the size and crc32c the encoder cut",
     ),
     Mutant(
+        "stripe-never-re-placed-beside-its-set",
+        "            other.node_id == m.node,\n",
+        "            other.node_id == m.node, other.id.is_(None),\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_re_placing.py::"
+            "test_a_stripe_is_never_re_placed_onto_a_holder_of_its_set_nor_from_a_good_state",
+        ),
+        "a rebuild never moves a stripe onto a node that holds another stripe of its set: one "
+        "node's loss would take both",
+    ),
+    Mutant(
         "coded-copy-needs-k-stripes",
         "    not_decodable = sorted(s for s, n in counts.items() if n < code.k)\n",
         "    not_decodable = sorted(s for s, n in counts.items() if n < code.k - 1)\n",

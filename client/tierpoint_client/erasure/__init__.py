@@ -7,7 +7,7 @@ file restored from stripes wherever they are held, any k read in parallel, data 
 """
 
 from .code import MAX_WIDTH, Code, InvalidCodeError, parse_code
-from .fetch import StripeRef, restore_file
+from .fetch import StripeRef, rebuild_stripe, restore_file
 from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path, encode_path
 from .stripes import (
     SEGMENT_BYTES,
@@ -32,6 +32,7 @@ __all__ = [
     "decode_path",
     "encode_path",
     "parse_code",
+    "rebuild_stripe",
     "restore_file",
     "stripe_size",
 ]

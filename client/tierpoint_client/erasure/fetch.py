@@ -24,7 +24,7 @@ from typing import BinaryIO
 from ..errors import TierpointError
 from ..hashing import crc32c_hex, update
 from .code import Code
-from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path
+from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path, rebuild_path
 from .stripes import stripe_size
 
 CHUNK = 1 << 20
@@ -80,6 +80,43 @@ def restore_file(
     """Fetch k good stripes of `stripes` (data first, k at a time in parallel), decode them into
     `dest` and check the file; NotEnoughStripesError, and nothing at `dest`, when fewer than k
     of them are good. The stripes' temporary files are removed whatever happens."""
+
+    def use(good: list[StripeFile]) -> Decoded:
+        return decode_path(code, file_size, file_crc32c, good, dest)
+
+    return _with_k_good(code, file_size, stripes, open_stripe, dest, use)
+
+
+def rebuild_stripe(
+    code: Code,
+    file_size: int,
+    file_crc32c: str,
+    stripes: Sequence[StripeRef],
+    open_stripe: Callable[[StripeRef], BinaryIO],
+    index: int,
+    dest: Path,
+) -> Decoded:
+    """Stripe `index` of the file cut again into `dest` from k good stripes of the others,
+    fetched and checked as `restore_file` fetches them (`files.rebuild_path`: the decoded file
+    checked against its registered size and crc32c before anything is at `dest`);
+    `Decoded.rebuilt` says what was cut. NotEnoughStripesError when fewer than k are good."""
+
+    def use(good: list[StripeFile]) -> Decoded:
+        return rebuild_path(code, file_size, file_crc32c, good, index, dest)
+
+    others = [s for s in stripes if s.index != index]
+    return _with_k_good(code, file_size, others, open_stripe, dest, use)
+
+
+def _with_k_good(
+    code: Code,
+    file_size: int,
+    stripes: Sequence[StripeRef],
+    open_stripe: Callable[[StripeRef], BinaryIO],
+    dest: Path,
+    use: Callable[[list[StripeFile]], Decoded],
+) -> Decoded:
+    """`use` on k stripes fetched good, fetching others for any it or the fetch finds bad."""
     candidates = sorted(stripes, key=lambda s: s.index)
     rejected: dict[int, str] = {}
     good: dict[int, StripeFile] = {}
@@ -103,16 +140,15 @@ def restore_file(
                         rejected[ref.index] = problem
                 if len(good) == code.k:
                     try:
-                        decoded = decode_path(
-                            code, file_size, file_crc32c, list(good.values()), dest
-                        )
+                        done = use(list(good.values()))
                     except NotEnoughStripesError as e:
                         # A stripe changed on this disk since it was checked: fetch another.
                         for index, why in e.rejected.items():
                             good.pop(index, None)
                             rejected[index] = why
                         continue
-                    return Decoded(decoded.used, {**rejected, **decoded.rejected})
+                    done.rejected = {**rejected, **done.rejected}
+                    return done
         raise AssertionError("unreachable")  # pragma: no cover
     finally:
         for path in temps.values():
@@ -120,4 +156,4 @@ def restore_file(
                 path.unlink()
 
 
-__all__ = ["StripeRef", "restore_file"]
+__all__ = ["StripeRef", "rebuild_stripe", "restore_file"]

@@ -530,6 +530,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "node's loss would take both",
     ),
     Mutant(
+        "rebuilt-stripe-is-the-encoders",
+        "            if cut_as != (stripe.size, stripe.crc32c):\n",
+        "            if cut_as[0] != stripe.size:\n",
+        (
+            "tests/activities/test_rebuild.py::"
+            "test_a_stripe_cut_again_other_than_the_encoder_recorded_is_never_written",
+        ),
+        "a stripe cut again by a rebuild is kept only when it is the size and crc32c the encoder "
+        "recorded",
+    ),
+    Mutant(
+        "rebuild-never-onto-a-holder-of-the-set",
+        "    options = preference(node, sorted(set(serving)), domains, held)\n",
+        "    options = preference(node, sorted(set(serving)), domains, ())\n",
+        (
+            "tests/activities/test_rebuild.py::"
+            "test_a_lost_holders_stripes_are_cut_again_on_a_node_holding_none_of_the_set",
+        ),
+        "a lost stripe's new holder holds no other stripe of its set",
+    ),
+    Mutant(
         "coded-copy-needs-k-stripes",
         "    not_decodable = sorted(s for s, n in counts.items() if n < code.k)\n",
         "    not_decodable = sorted(s for s, n in counts.items() if n < code.k - 1)\n",

@@ -551,6 +551,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "a lost stripe's new holder holds no other stripe of its set",
     ),
     Mutant(
+        "node-lost-rebuilds-coded-copies",
+        "    remade = [*placing, *_coded_to_rebuild(session, node, coded)]\n",
+        "    remade = list(placing)\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_coverage.py::"
+            "test_every_loss_of_a_holder_names_the_coded_copy_for_its_rebuild",
+        ),
+        "a node's loss starts (or tells) the rebuild of every coded copy it held stripes of",
+    ),
+    Mutant(
         "coded-copy-needs-k-stripes",
         "    not_decodable = sorted(s for s, n in counts.items() if n < code.k)\n",
         "    not_decodable = sorted(s for s, n in counts.items() if n < code.k - 1)\n",

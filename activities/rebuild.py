@@ -13,7 +13,8 @@ back from the device, and recorded `read back` with what that read found: the st
 verifies it only when those are the encoder's.
 
 A set that has fewer than k readable stripes now (holders down, not lost) fails the attempt,
-which is retried; stripes verified already are not cut again.
+which is retried; one that the catalog has below k is reported and left (no retry brings its
+stripes back); stripes verified already are not cut again.
 """
 
 from __future__ import annotations
@@ -132,10 +133,16 @@ class RebuildActivities:
                     result.skipped += 1
                     result.verified += 1
                     continue
+                kept = [h for h in held.get(stripe.shard_id, []) if h.index != stripe.index]
+                if len(kept) < code.k:
+                    # Below k in the catalog: nothing can cut it again, and no retry mends that.
+                    why = f"fewer than {code.k} verified stripes of its set are left"
+                    _problem(result, f"{stripe.path} stripe {stripe.index}: {why}")
+                    continue
+                # Their holders' endpoints now; one down is read around, and a set short of k
+                # readable stripes is retried.
                 others = [
-                    StripeRef(h.index, h.crc32c, urls[h.node])
-                    for h in held.get(stripe.shard_id, [])
-                    if h.index != stripe.index and h.node in urls
+                    StripeRef(h.index, h.crc32c, urls[h.node]) for h in kept if h.node in urls
                 ]
                 file = files.get(stripe.shard_id)
                 if file is None:

@@ -118,6 +118,7 @@ def mark_lost(
     tier_copies_failed = sum(len(t) for t in failed_tiers.values())
     out = NodeLost(node, lost_at, changed, replicas_lost, tier_copies_failed)
     # Re-replicated besides the peer copies it held: its restorable coded copies' stripes.
+    # guard: node-lost-rebuilds-coded-copies
     remade = [*placing, *_coded_to_rebuild(session, node, coded)]
     _record(session, out, actor, peer_tiers, remade, ids, lost_per_checkpoint, failed_tiers)
     return out
@@ -222,9 +223,11 @@ def _coded_on(session: Session, node: str, coded: Mapping[str, Code]) -> list[tu
 def _coded_to_rebuild(
     session: Session, node: str, coded: Mapping[str, Code]
 ) -> list[tuple[int, str, int, int]]:
-    """(id, job, step, branch) of the checkpoints whose restorable coded copy the node held
-    stripes of: a re-replication rebuilds them on live nodes. A copy that failed (a set below
-    k) is left: nothing can cut its stripes again, and the next tier serves it."""
+    """(id, job, step, branch) of the checkpoints whose coded copy (restorable or failed) the
+    node held stripes of: a re-replication rebuilds a restorable one on live nodes, and a run
+    under way is told of the loss, whatever its copy's state now, so that none waits on the
+    node's queue. A failed copy (a set below k) is not rebuilt (the plan leaves it: nothing can
+    cut its stripes again), and the next tier serves it."""
     ids = sorted({cp for cp, tier in _coded_on(session, node, coded)})
     if not ids:
         return []
@@ -235,7 +238,7 @@ def _coded_to_rebuild(
         .where(
             Checkpoint.id.in_(ids),
             TierCopy.tier.in_(sorted(coded)),
-            TierCopy.state == TierState.RESTORABLE.value,
+            TierCopy.state.in_([TierState.RESTORABLE.value, TierState.FAILED.value]),
         )
         .distinct()
     )

@@ -52,11 +52,11 @@ def coded_stage(
     unplaced: set[str] = set()
     below_k = 0
     for st in sets:
-        live = [m for m in st.members if m.node not in lost]
-        if sum(m.state == ReplicaState.VERIFIED.value for m in live) < code.k:
+        not_lost = [m for m in st.members if m.node not in lost]
+        if sum(m.state == ReplicaState.VERIFIED.value for m in not_lost) < code.k:
             below_k += 1
             continue
-        held = {m.node for m in live}
+        held = {m.node for m in not_lost}
         for m in st.members:
             if m.state not in _GONE:
                 continue

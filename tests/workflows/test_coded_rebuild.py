@@ -202,8 +202,8 @@ async def test_lost_holders_stripes_are_rebuilt_through_a_second_loss_and_m_plus
         tiers, got = await asyncio.to_thread(restore, "spare-4")
         assert tiers == {"lustre"} and got == every_file
 
-        live = [n for n in NODES if n not in {lost, held_back, *doomed}]
-        async with running_workers(settings, client, nodes=live, shared=False):
+        left = [n for n in NODES if n not in {lost, held_back, *doomed}]
+        async with running_workers(settings, client, nodes=left, shared=False):
             await rebuilt()
         assert markers(sessions, seeded.checkpoint_id)["coded"][0] == "failed"
         verified = [

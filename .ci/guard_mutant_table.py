@@ -1308,8 +1308,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "rereplicate-plans-again-after-loss",
         "            workflow.continue_as_new(inp)\n",
         "            pass\n",
-        ("tests/faults/test_peer_holder_lost_during_rereplication.py",),
-        "a new holder lost during re-replication is replaced, so the checkpoint gets its copy back",
+        (
+            "tests/faults/test_peer_holder_lost_during_rereplication.py",
+            "tests/workflows/test_coded_rebuild.py",
+        ),
+        "a new holder lost during re-replication is replaced, so the checkpoint gets its copy back "
+        "(a coded copy its lost stripes)",
     ),
     Mutant(
         "rereplicate-below-verified-only",

@@ -144,12 +144,13 @@ async def test_lost_holders_stripes_are_rebuilt_through_a_second_loss_and_m_plus
         }
 
     async with contextlib.AsyncExitStack() as shared:
-        nodes = contextlib.AsyncExitStack()
+        # Each group of node workers is stopped on its own below, and with the rest on any failure.
+        nodes = await shared.enter_async_context(contextlib.AsyncExitStack())
         others = [n for n in NODES if n != held_back]
         await nodes.enter_async_context(
             running_workers(settings, client, nodes=others, shared=False)
         )
-        spare = contextlib.AsyncExitStack()
+        spare = await shared.enter_async_context(contextlib.AsyncExitStack())
         await spare.enter_async_context(
             running_workers(settings, client, nodes=[held_back], shared=False)
         )

@@ -555,7 +555,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    remade = [*placing, *_coded_to_rebuild(session, node, coded)]\n",
         "    remade = list(placing)\n",
         (
-            "tests/tierpoint/catalog/stripe/test_coverage.py::"
+            "tests/tierpoint/catalog/stripe/test_re_placing.py::"
             "test_every_loss_of_a_holder_names_the_coded_copy_for_its_rebuild",
         ),
         "a node's loss starts (or tells) the rebuild of every coded copy it held stripes of",

@@ -84,21 +84,3 @@ def test_a_lost_holder_fails_a_restorable_coded_copy_only_below_k_stripes(
     assert out.tier_copies_failed == 1 and [c.checkpoint_id for c in out.checkpoints] == [cp]
     state, reason = tier_copy_state(session, cp)
     assert state == "failed" and holders[2] in (reason or "")
-
-
-def test_every_loss_of_a_holder_names_the_coded_copy_for_its_rebuild(
-    session: Session,
-) -> None:
-    """A holder's loss names the checkpoint for a re-replication: a restorable copy is rebuilt,
-    and one that the loss failed is named too, so that a rebuild under way is told (its batches
-    on that node cancelled) and plans again, finding nothing to rebuild."""
-    cp, shards, holders = checkpoint(session, 2)
-    tier_copy(session, cp)
-    for shard in shards:
-        stripes.place(session, cp, TIER, str(CODE), placed(shard, holders))
-    read_back_all(session, shards)
-    assert promote(session, cp, TIER, [], None, CODE).state == "restorable"
-    for lost in holders[:3]:
-        out = mark_lost(session, lost, ["ssd"], "test", [TIER], {TIER: CODE})
-        assert [c[0] for c in out.peer_copies_lost] == [cp], lost
-    assert tier_copy_state(session, cp)[0] == "failed"

@@ -1,17 +1,28 @@
 """A lost or corrupt stripe moved to a new holder for its rebuild (machine.re_place) on a real
 catalog: only from `lost` or `corrupt`, keeping the encoder's size and crc32c, never onto a node
-that holds another stripe of its set, and verified there only by a read-back of those bytes."""
+that holds another stripe of its set, and verified there only by a read-back of those bytes; and
+every holder's loss names its coded copy for the rebuild."""
 
 from __future__ import annotations
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tests.helpers.stripe_rows import CODE, TIER, checkpoint, placed, read_back_all
+from tests.helpers.stripe_rows import (
+    CODE,
+    TIER,
+    checkpoint,
+    placed,
+    read_back_all,
+    tier_copy,
+    tier_copy_state,
+)
 from tierpoint.catalog.models import Stripe
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.catalog.stripe import machine as stripes
 from tierpoint.catalog.stripe.coverage import coverage, verified_stripes
+from tierpoint.catalog.tier_copy.node_lost import mark_lost
+from tierpoint.catalog.tier_copy.promotion import promote
 from tierpoint.states import ReplicaState
 
 
@@ -73,3 +84,21 @@ def test_a_stripe_is_never_re_placed_onto_a_holder_of_its_set_nor_from_a_good_st
 def test_describe_shows_the_re_placed_move() -> None:
     rows = {move: (src, dst) for move, src, dst, _ in stripes.describe()}
     assert rows["re-placed"] == ("`corrupt` or `lost`", "`pending`")
+
+
+def test_every_loss_of_a_holder_names_the_coded_copy_for_its_rebuild(
+    session: Session,
+) -> None:
+    """A holder's loss names the checkpoint for a re-replication: a restorable copy is rebuilt,
+    and one that the loss failed is named too, so that a rebuild under way is told (its batches
+    on that node cancelled) and plans again, finding nothing to rebuild."""
+    cp, shards, holders = checkpoint(session, 2)
+    tier_copy(session, cp)
+    for shard in shards:
+        stripes.place(session, cp, TIER, str(CODE), placed(shard, holders))
+    read_back_all(session, shards)
+    assert promote(session, cp, TIER, [], None, CODE).state == "restorable"
+    for lost in holders[:3]:
+        out = mark_lost(session, lost, ["ssd"], "test", [TIER], {TIER: CODE})
+        assert [c[0] for c in out.peer_copies_lost] == [cp], lost
+    assert tier_copy_state(session, cp)[0] == "failed"

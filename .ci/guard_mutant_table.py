@@ -562,6 +562,48 @@ MUTANTS: tuple[Mutant, ...] = (
         "a stripe is verified only when its holder read back the size and crc32c the encoder cut",
     ),
     Mutant(
+        "stripe-never-re-placed-beside-its-set",
+        "            other.node_id == m.node,\n",
+        "            other.node_id == m.node, other.id.is_(None),\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_re_placing.py::"
+            "test_a_stripe_is_never_re_placed_onto_a_holder_of_its_set_nor_from_a_good_state",
+        ),
+        "a rebuild never moves a stripe onto a node that holds another stripe of its set: one "
+        "node's loss would take both",
+    ),
+    Mutant(
+        "rebuilt-stripe-is-the-encoders",
+        "            if cut_as != (stripe.size, stripe.crc32c):\n",
+        "            if cut_as[0] != stripe.size:\n",
+        (
+            "tests/activities/test_rebuild.py::"
+            "test_a_stripe_cut_again_other_than_the_encoder_recorded_is_never_written",
+        ),
+        "a stripe cut again by a rebuild is kept only when it is the size and crc32c the encoder "
+        "recorded",
+    ),
+    Mutant(
+        "rebuild-never-onto-a-holder-of-the-set",
+        "    options = preference(node, sorted(set(serving)), domains, held)\n",
+        "    options = preference(node, sorted(set(serving)), domains, ())\n",
+        (
+            "tests/activities/test_rebuild.py::"
+            "test_a_lost_holders_stripes_are_cut_again_on_a_node_holding_none_of_the_set",
+        ),
+        "a lost stripe's new holder holds no other stripe of its set",
+    ),
+    Mutant(
+        "node-lost-rebuilds-coded-copies",
+        "    remade = [*placing, *_coded_to_rebuild(session, node, coded)]\n",
+        "    remade = list(placing)\n",
+        (
+            "tests/tierpoint/catalog/stripe/test_re_placing.py::"
+            "test_every_loss_of_a_holder_names_the_coded_copy_for_its_rebuild",
+        ),
+        "a node's loss starts (or tells) the rebuild of every coded copy it held stripes of",
+    ),
+    Mutant(
         "coded-copy-needs-k-stripes",
         "    not_decodable = sorted(s for s, n in counts.items() if n < code.k)\n",
         "    not_decodable = sorted(s for s, n in counts.items() if n < code.k - 1)\n",
@@ -1396,8 +1438,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "rereplicate-plans-again-after-loss",
         "            workflow.continue_as_new(inp)\n",
         "            pass\n",
-        ("tests/faults/test_peer_holder_lost_during_rereplication.py",),
-        "a new holder lost during re-replication is replaced, so the checkpoint gets its copy back",
+        (
+            "tests/faults/test_peer_holder_lost_during_rereplication.py",
+            "tests/workflows/test_coded_rebuild.py",
+        ),
+        "a new holder lost during re-replication is replaced, so the checkpoint gets its copy back "
+        "(a coded copy its lost stripes)",
     ),
     Mutant(
         "rereplicate-below-verified-only",

@@ -21,6 +21,7 @@ from tierpoint.contract.peer import PLAN, PeerPlan, PeerStage, RereplicateInput
 from tierpoint.tier_config import TierConfig, TierKind
 
 from .batching import batch_size, plan_batches
+from .peer_coded import coded_stage
 from .placement import holders_by_tier
 from .stores import Stores
 
@@ -60,7 +61,9 @@ class PeerActivities:
 
     @activity.defn(name=PLAN)
     def plan(self, inp: RereplicateInput) -> PeerPlan:
-        peers = self._settings.peer_tiers()
+        # A coded tier's copy is rebuilt stripe by stripe (peer_coded.py), never copied whole.
+        every = self._settings.peer_tiers()
+        peers = [t for t in every if t.stripe_code is None]
         out = PeerPlan(
             checkpoint_id=inp.checkpoint_id,
             job=inp.job,
@@ -76,7 +79,7 @@ class PeerActivities:
                     type=FailureType.CHECKPOINT_NOT_FOUND,
                     non_retryable=True,
                 )
-            names = [t.name for t in peers]
+            names = [t.name for t in every]
             placing = placement.placing_peer_copies(s, names, inp.checkpoint_id)
             # guard: rereplication-waits-for-the-lifecycle
             if placing and activity.info().attempt < PLACING_ATTEMPTS:
@@ -88,7 +91,7 @@ class PeerActivities:
                     type=PLACING,
                     next_retry_delay=PLACING_RETRY,
                 )
-            failed = repair.tiers_to_rereplicate(s, inp.checkpoint_id, names)
+            failed = repair.tiers_to_rereplicate(s, inp.checkpoint_id, [t.name for t in peers])
             missing = {t: placement.without_verified_copy(s, inp.checkpoint_id, t) for t in failed}
             remade = [t for t in peers if t.name in missing]
             sources = {n for rows in missing.values() for n, _, _ in rows}
@@ -110,6 +113,22 @@ class PeerActivities:
                 reads = {src for (src, _), _ in runs_of[tier.name]}
                 # guard: rereplication-holds-its-sources
                 rebuild.hold_sources(s, inp.checkpoint_id, tier.name, reads, now)
+            coded = [
+                stage
+                for t in every
+                if t.stripe_code is not None
+                and (
+                    stage := coded_stage(
+                        s,
+                        self._settings,
+                        inp.checkpoint_id,
+                        t,
+                        _plan_tier(self._source_of(t)),
+                        t.stripe_code,
+                    )
+                )
+                is not None
+            ]
         out.lost_nodes = sorted(lost)
         # Each source node's new holders, tier by tier: none beside another copy of its shards.
         new_holders = holders_by_tier(sources, serving, [t.name for t in remade], domains, kept)
@@ -117,6 +136,7 @@ class PeerActivities:
             out.stages.append(
                 self._stage(tier, missing[tier.name], runs_of[tier.name], new_holders[tier.name])
             )
+        out.stages.extend(coded)
         return out
 
     def _stage(

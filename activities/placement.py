@@ -139,3 +139,17 @@ def stripe_holders(
     holders = preference(node, sorted(set(serving)), domains)[: code.width]
     # guard: stripe-set-whole
     return holders if len(holders) == code.width else None
+
+
+def rehome(
+    node: str,
+    serving: Sequence[str],
+    held: Collection[str],
+    domains: Mapping[str, str | None] | None = None,
+) -> str | None:
+    """The new holder of a stripe of `node`'s set whose holder was lost (a rebuild): the first
+    node of `node`'s preference list that holds no stripe of the set (`held`: the serving nodes
+    that do), their domains counting as used; None when no such serving node is left."""
+    # guard: rebuild-never-onto-a-holder-of-the-set
+    options = preference(node, sorted(set(serving)), domains, held)
+    return options[0] if options else None

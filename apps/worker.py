@@ -22,6 +22,7 @@ from activities.encode import EncodeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.peer import PeerActivities
 from activities.pull import PullActivities
+from activities.rebuild import RebuildActivities
 from activities.reconcile import ReconcileActivities
 from activities.registration import activities_of
 from activities.repair import RepairActivities
@@ -157,6 +158,7 @@ def activity_objects(
         PeerActivities(sessions, settings, stores, node=node),
         EncodeActivities(sessions, settings, stores, node=node),
         PullActivities(sessions, settings, stores, node=node),
+        RebuildActivities(sessions, settings, stores, node=node),
     )
 
 

@@ -36,9 +36,11 @@ with workflow.unsafe.imports_passed_through():
     from tierpoint.contract.stripes import (
         ENCODE_BATCH,
         PULL_BATCH,
+        REBUILD_BATCH,
         UNSTAGE_BATCH,
         EncodeInput,
         PullInput,
+        RebuildInput,
     )
     from tierpoint.tier_config import TierKind
 
@@ -70,12 +72,14 @@ def _batch_tiers(stage: StageInput) -> tuple[PlanTier, ...]:
 
 def _start_stripes(stage: StageInput, batch: Batch) -> workflow.ActivityHandle[BatchResult]:
     """A batch of a coded tier's copy stage, on the queue of the node that does it: the shards'
-    node encodes and unstages, the holder (`batch.holder`) pulls."""
+    node encodes and unstages, the holder (`batch.holder`) pulls; in a re-replication the new
+    holder cuts its stripes again."""
     assert stage.source is not None and stage.stripes is not None
     arg: EncodeInput | PullInput
-    if stage.stripes is StripePhase.PULL:
-        name = PULL_BATCH
-        arg = PullInput(
+    if stage.stripes in (StripePhase.PULL, StripePhase.REBUILD):
+        rebuild = stage.stripes is StripePhase.REBUILD
+        name = REBUILD_BATCH if rebuild else PULL_BATCH
+        arg = (RebuildInput if rebuild else PullInput)(
             checkpoint_id=stage.checkpoint_id,
             job=stage.job,
             step=stage.step,

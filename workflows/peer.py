@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         PromoteInput,
         PromoteResult,
         StageInput,
+        StripePhase,
     )
     from tierpoint.contract.peer import (
         PLAN,
@@ -81,6 +82,9 @@ class PeerRereplicate:
                     batch_heartbeat_seconds=plan.batch_heartbeat_seconds,
                     lost_nodes=plan.lost_nodes,
                     window_per_node=True,
+                    # A coded tier's stage cuts its lost stripes again on their new holders;
+                    # only plans made since coded tiers are rebuilt name a code.
+                    stripes=StripePhase.REBUILD if stage.tier.code is not None else None,
                 ),
                 lost,
             )

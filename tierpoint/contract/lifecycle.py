@@ -127,6 +127,9 @@ class StripePhase(StrEnum):
     ENCODE = "encode"
     PULL = "pull"
     UNSTAGE = "unstage"
+    # Not a pass of the copy stage: a re-replication's, each new holder cutting again the
+    # stripes lost with their holder (`PeerRereplicate`).
+    REBUILD = "rebuild"
 
 
 class Batch(BaseModel):

@@ -29,3 +29,12 @@ class PullInput(BatchInput):
     places on `batch.holder`, from the shards' node's staging area; runs on the holder's queue."""
 
     tier: str
+
+
+REBUILD_BATCH = "stripes.rebuild_batch"
+
+
+class RebuildInput(PullInput):
+    """Cut again the stripes of the batch's shards (of `batch.node`) that the coded tier `tier`
+    re-placed on `batch.holder`, from k other stripes of each set read off their holders' data
+    endpoints; runs on the new holder's queue."""

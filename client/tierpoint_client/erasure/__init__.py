@@ -8,7 +8,7 @@ join: a file from its k data stripes alone, each stripe's payloads straight to t
 """
 
 from .code import MAX_WIDTH, Code, InvalidCodeError, parse_code
-from .fetch import StripeRef, restore_file
+from .fetch import StripeRef, rebuild_stripe, restore_file
 from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path, encode_path
 from .stripes import (
     SEGMENT_BYTES,
@@ -33,6 +33,7 @@ __all__ = [
     "decode_path",
     "encode_path",
     "parse_code",
+    "rebuild_stripe",
     "restore_file",
     "stripe_size",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.client import HTTPException
@@ -26,7 +26,7 @@ from typing import BinaryIO
 from ..errors import TierpointError
 from ..hashing import crc32c_hex, update
 from .code import Code
-from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path
+from .files import Decoded, NotEnoughStripesError, StripeFile, decode_path, rebuild_path
 from .join import InFile, Left, join, joinable
 from .stripes import stripe_size
 
@@ -125,11 +125,53 @@ def restore_file(
     """Fetch k good stripes of `stripes` (data first, k at a time in parallel), decode them into
     `dest` and check the file; NotEnoughStripesError, and nothing at `dest`, when fewer than k
     of them are good. The stripes' temporary files are removed whatever happens."""
-    candidates = sorted(stripes, key=lambda s: s.index)
+
     # Every data stripe listed: the file is their payloads side by side, written as they arrive.
+    candidates = sorted(stripes, key=lambda s: s.index)
     dropped = _joined(code, file_size, file_crc32c, candidates, open_stripe, dest)
     if dropped is None:
         return Decoded(list(range(code.k)))
+
+    def use(good: list[StripeFile]) -> Decoded:
+        return decode_path(code, file_size, file_crc32c, good, dest)
+
+    return _with_k_good(code, file_size, stripes, open_stripe, dest, use, dropped)
+
+
+def rebuild_stripe(
+    code: Code,
+    file_size: int,
+    file_crc32c: str,
+    stripes: Sequence[StripeRef],
+    open_stripe: Callable[[StripeRef], BinaryIO],
+    index: int,
+    dest: Path,
+) -> Decoded:
+    """Stripe `index` of the file cut again into `dest` from k good stripes of the others,
+    fetched and checked as `restore_file` fetches them (`files.rebuild_path`: the decoded file
+    checked against its registered size and crc32c before anything is at `dest`);
+    `Decoded.rebuilt` says what was cut. NotEnoughStripesError when fewer than k are good."""
+
+    def use(good: list[StripeFile]) -> Decoded:
+        return rebuild_path(code, file_size, file_crc32c, good, index, dest)
+
+    others = [s for s in stripes if s.index != index]
+    return _with_k_good(code, file_size, others, open_stripe, dest, use)
+
+
+def _with_k_good(
+    code: Code,
+    file_size: int,
+    stripes: Sequence[StripeRef],
+    open_stripe: Callable[[StripeRef], BinaryIO],
+    dest: Path,
+    use: Callable[[list[StripeFile]], Decoded],
+    dropped: Mapping[int, Left] | None = None,
+) -> Decoded:
+    """`use` on k stripes fetched good, fetching others for any it or the fetch finds bad;
+    `dropped`: stripes a join already found bad, never fetched again."""
+    candidates = sorted(stripes, key=lambda s: s.index)
+    dropped = dropped or {}
     rejected = {index: stripe.why for index, stripe in dropped.items()}
     mismatched = {index: stripe.why for index, stripe in dropped.items() if stripe.mismatch}
     good: dict[int, StripeFile] = {}
@@ -155,16 +197,16 @@ def restore_file(
                             mismatched[ref.index] = problem.why
                 if len(good) == code.k:
                     try:
-                        decoded = decode_path(
-                            code, file_size, file_crc32c, list(good.values()), dest
-                        )
+                        done = use(list(good.values()))
                     except NotEnoughStripesError as e:
                         # A stripe changed on this disk since it was checked: fetch another.
                         for index, why in e.rejected.items():
                             good.pop(index, None)
                             rejected[index] = why
                         continue
-                    return Decoded(decoded.used, {**rejected, **decoded.rejected}, mismatched)
+                    done.rejected = {**rejected, **done.rejected}
+                    done.mismatched = {**mismatched, **done.mismatched}
+                    return done
         raise AssertionError("unreachable")  # pragma: no cover
     finally:
         for path in temps.values():
@@ -172,4 +214,4 @@ def restore_file(
                 path.unlink()
 
 
-__all__ = ["StripeRef", "restore_file"]
+__all__ = ["StripeRef", "rebuild_stripe", "restore_file"]

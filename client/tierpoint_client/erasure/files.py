@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -22,6 +22,7 @@ from .stripes import (
     choose,
     decode,
     encode,
+    rebuild,
 )
 
 
@@ -66,6 +67,8 @@ class Decoded:
     used: list[int]
     rejected: dict[int, str] = field(default_factory=dict)
     mismatched: dict[int, str] = field(default_factory=dict)
+    # A rebuild's: the stripe it cut again (its size and crc32c).
+    rebuilt: StripeInfo | None = None
 
 
 class NotEnoughStripesError(ValueError):
@@ -99,6 +102,44 @@ def decode_path(
     that fails its size or crc32c is left out and the decode starts again from the others, so
     nothing decoded from it reaches `dest`; NotEnoughStripesError when fewer than k are good.
     A FileMismatchError (every stripe checked, the file not) means the set itself is wrong."""
+
+    def once(sources: Mapping[int, StripeSource], out: BinaryIO) -> None:
+        decode(code, file_size, file_crc32c, sources, out)
+
+    return _from_k_good(code, stripes, dest, once)
+
+
+def rebuild_path(
+    code: Code,
+    file_size: int,
+    file_crc32c: str,
+    stripes: Sequence[StripeFile],
+    index: int,
+    dest: Path,
+) -> Decoded:
+    """Stripe `index` cut again into `dest` (atomically) from k of the other `stripes`, with the
+    rules of `decode_path`: a stripe that fails its check is left out and the work starts again
+    from the others, nothing reaches `dest` unless the decoded file matched its registered size
+    and crc32c. `Decoded.rebuilt` is the stripe's size and crc32c, for the caller to compare
+    with the encoder's."""
+    rebuilt: list[StripeInfo] = []
+
+    def once(sources: Mapping[int, StripeSource], out: BinaryIO) -> None:
+        rebuilt.append(rebuild(code, file_size, file_crc32c, sources, index, out))
+
+    decoded = _from_k_good(code, [s for s in stripes if s.index != index], dest, once)
+    decoded.rebuilt = rebuilt[-1]
+    return decoded
+
+
+def _from_k_good(
+    code: Code,
+    stripes: Sequence[StripeFile],
+    dest: Path,
+    once: Callable[[Mapping[int, StripeSource], BinaryIO], None],
+) -> Decoded:
+    """`once` over k of `stripes` (data first) into `dest`, atomically, again without each stripe
+    found corrupt until it returns; NotEnoughStripesError when fewer than k are good."""
     by_index = {s.index: s for s in stripes}
     rejected: dict[int, str] = {}
     while True:
@@ -107,23 +148,26 @@ def decode_path(
             raise NotEnoughStripesError(code, rejected, len(by_index))
         used = choose(code, good)
         try:
-            _decode_once(code, file_size, file_crc32c, [by_index[i] for i in used], dest)
+            with contextlib.ExitStack() as stack:
+                sources = {
+                    i: StripeSource(
+                        i, stack.enter_context(open(by_index[i].path, "rb")), by_index[i].crc32c
+                    )
+                    for i in used
+                }
+                with _atomic(dest) as out:
+                    once(sources, out)
         except StripeCorruptError as e:
             rejected[e.index] = str(e)
             continue
         return Decoded(used, rejected)
 
 
-def _decode_once(
-    code: Code, file_size: int, file_crc32c: str, stripes: Sequence[StripeFile], dest: Path
-) -> None:
-    with contextlib.ExitStack() as stack:
-        sources = {
-            s.index: StripeSource(s.index, stack.enter_context(open(s.path, "rb")), s.crc32c)
-            for s in stripes
-        }
-        with _atomic(dest) as out:
-            decode(code, file_size, file_crc32c, sources, out)
-
-
-__all__ = ["Decoded", "FileMismatchError", "NotEnoughStripesError", "StripeFile"]
+__all__ = [
+    "Decoded",
+    "FileMismatchError",
+    "NotEnoughStripesError",
+    "StripeFile",
+    "decode_path",
+    "rebuild_path",
+]

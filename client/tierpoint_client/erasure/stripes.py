@@ -15,7 +15,7 @@ while it goes, and the caller publishes the result only when all of them match (
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -145,6 +145,41 @@ def decode(
     FileMismatchError. A stripe's crc32c covers all of it, so only its end proves it: `out` may
     hold bytes decoded from a bad stripe when this raises, and the caller publishes `out` only
     when it returns (decode_path does)."""
+    for data in _decoded(code, file_size, file_crc32c, stripes):
+        out.write(data)
+
+
+def rebuild(
+    code: Code,
+    file_size: int,
+    file_crc32c: str,
+    stripes: Mapping[int, StripeSource],
+    index: int,
+    out: BinaryIO,
+) -> StripeInfo:
+    """Stripe `index` cut again from exactly k other stripes into `out`: each segment decoded,
+    then coded again and only its fragment `index` kept. The same checks as `decode` (every
+    stripe read and the decoded file), and the same rule: `out` is good only when this returns.
+    The codec is deterministic, so the result is the encoder's stripe: the caller compares the
+    size and crc32c returned with the ones the encoder recorded before it keeps the bytes."""
+    if not 0 <= index < code.width or index in stripes:
+        raise ValueError(f"{code} has no stripe {index} to rebuild from {sorted(stripes)}")
+    driver = _driver(code)
+    crc = size = 0
+    for data in _decoded(code, file_size, file_crc32c, stripes):
+        fragment = driver.encode(data)[index]
+        out.write(fragment)
+        crc = update(crc, fragment)
+        size += len(fragment)
+    return StripeInfo(index, size, crc32c_hex(crc))
+
+
+def _decoded(
+    code: Code, file_size: int, file_crc32c: str, stripes: Mapping[int, StripeSource]
+) -> Iterator[bytes]:
+    """The file's segments decoded from exactly k stripes, in order; once the last is taken,
+    every stripe's size and crc32c and the file's are checked (StripeCorruptError,
+    FileMismatchError), so a caller's work is good only when the iteration ends cleanly."""
     if len(stripes) != code.k:
         raise ValueError(f"{code} decodes from exactly {code.k} stripes, not {len(stripes)}")
     driver = _driver(code)
@@ -170,7 +205,7 @@ def decode(
             _drain(stripes, crcs)
             _check_crcs(stripes, crcs)
             raise
-        out.write(data)
+        yield data
         file_crc = update(file_crc, data)
         written += len(data)
     for i in used:

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import and_, case, func, or_, tuple_, update
+from sqlalchemy import and_, case, exists, func, or_, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from tierpoint.catalog.models import Stripe
 from tierpoint.states import ReplicaState
@@ -33,6 +33,7 @@ class Move(StrEnum):
     READ_BACK = "read back"
     FOUND_BAD = "found bad"
     NODE_LOST = "node lost"
+    RE_PLACED = "re-placed"
     EXPIRY_BEGUN = "expiry begun"
     EXPIRED = "expired"
 
@@ -65,6 +66,12 @@ TRANSITIONS: Mapping[Move, Transition] = {
     ),
     Move.NODE_LOST: _t(
         [PENDING, COPYING, VERIFIED, CORRUPT], [LOST], "its holder was declared lost"
+    ),
+    Move.RE_PLACED: _t(
+        [LOST, CORRUPT],
+        [PENDING],
+        "a rebuild gave it a new holder, which holds no other stripe of its set, to cut it "
+        "again from k others",
     ),
     Move.EXPIRY_BEGUN: _t(NOT_EXPIRED, [EXPIRING], "retention begins deleting its tier copy"),
     Move.EXPIRED: _t(NOT_EXPIRED, [EXPIRED], "retention deleted its tier copy's stripes"),
@@ -190,6 +197,49 @@ def lose_on_node(session: Session, node: str, reason: str) -> int:
         .values(state=LOST.value, error=reason, updated_at=func.now())
     )
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+@dataclass(frozen=True)
+class NewHolder:
+    shard_id: int
+    index: int
+    node: str
+
+
+def re_place(session: Session, tier: str, moves: Sequence[NewHolder]) -> int:
+    """Move each lost or corrupt stripe to its new holder, pending its rebuild there; how many
+    moved. A stripe in another state (verified, pending elsewhere: a rebuild placed it already)
+    stays, and so does one whose new holder holds another stripe of its set: two stripes of a
+    set on one node would both go with that node, and would lie under one name there."""
+    moved = 0
+    for m in moves:
+        other = aliased(Stripe)
+        beside = exists().where(
+            other.shard_id == m.shard_id,
+            other.tier == tier,
+            # guard: stripe-never-re-placed-beside-its-set
+            other.node_id == m.node,
+            other.stripe_index != m.index,
+        )
+        result = session.execute(
+            update(Stripe)
+            .where(
+                Stripe.shard_id == m.shard_id,
+                Stripe.tier == tier,
+                Stripe.stripe_index == m.index,
+                Stripe.state.in_(_sources(Move.RE_PLACED)),
+                ~beside,
+            )
+            .values(
+                node_id=m.node,
+                state=PENDING.value,
+                verified_at=None,
+                error=None,
+                updated_at=func.now(),
+            )
+        )
+        moved += int(getattr(result, "rowcount", 0) or 0)
+    return moved
 
 
 def expire(session: Session, how: Move, copies: Iterable[tuple[int, str]]) -> int:

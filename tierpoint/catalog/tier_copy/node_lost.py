@@ -117,7 +117,10 @@ def mark_lost(
         failed_tiers.setdefault(cp, []).extend(tiers)
     tier_copies_failed = sum(len(t) for t in failed_tiers.values())
     out = NodeLost(node, lost_at, changed, replicas_lost, tier_copies_failed)
-    _record(session, out, actor, peer_tiers, placing, ids, lost_per_checkpoint, failed_tiers)
+    # Re-replicated besides the peer copies it held: its restorable coded copies' stripes.
+    # guard: node-lost-rebuilds-coded-copies
+    remade = [*placing, *_coded_to_rebuild(session, node, coded)]
+    _record(session, out, actor, peer_tiers, remade, ids, lost_per_checkpoint, failed_tiers)
     return out
 
 
@@ -126,7 +129,7 @@ def _record(
     out: NodeLost,
     actor: str,
     peer_tiers: Sequence[str],
-    placing: Sequence[tuple[int, str, int, int]],
+    remade: Sequence[tuple[int, str, int, int]],
     ids: Sequence[int],
     lost_per_checkpoint: dict[int, int],
     failed_tiers: dict[int, list[str]],
@@ -135,7 +138,7 @@ def _record(
     node = out.node
     # Asked again on every declaration, so that repeating it re-starts what Temporal missed.
     out.peer_copies_lost = sorted(
-        set(held_peer_checkpoints(session, node, peer_tiers)) | set(placing)
+        set(held_peer_checkpoints(session, node, peer_tiers)) | set(remade)
     )
     for cp, job_id, job, step, in_flight, branch in _affected(session, ids):
         out.checkpoints.append(AffectedCheckpoint(cp, job, step, bool(in_flight), branch))
@@ -215,6 +218,31 @@ def _coded_on(session: Session, node: str, coded: Mapping[str, Code]) -> list[tu
         .distinct()
     )
     return sorted((cp, tier) for cp, tier in rows)
+
+
+def _coded_to_rebuild(
+    session: Session, node: str, coded: Mapping[str, Code]
+) -> list[tuple[int, str, int, int]]:
+    """(id, job, step, branch) of the checkpoints whose coded copy (restorable or failed) the
+    node held stripes of: a re-replication rebuilds a restorable one on live nodes, and a run
+    under way is told of the loss, whatever its copy's state now, so that none waits on the
+    node's queue. A failed copy (a set below k) is not rebuilt (the plan leaves it: nothing can
+    cut its stripes again), and the next tier serves it."""
+    ids = sorted({cp for cp, tier in _coded_on(session, node, coded)})
+    if not ids:
+        return []
+    rows = session.execute(
+        select(Checkpoint.id, Job.name, Checkpoint.step, Checkpoint.branch)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .join(TierCopy, TierCopy.checkpoint_id == Checkpoint.id)
+        .where(
+            Checkpoint.id.in_(ids),
+            TierCopy.tier.in_(sorted(coded)),
+            TierCopy.state.in_([TierState.RESTORABLE.value, TierState.FAILED.value]),
+        )
+        .distinct()
+    )
+    return [(r.id, r.name, r.step, r.branch) for r in rows]
 
 
 def _fail_undecodable(

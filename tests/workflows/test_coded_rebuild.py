@@ -1,0 +1,226 @@
+"""A coded peer tier (rs(4,2) over eleven nodes) rebuilt after lost nodes, on the real stack: the
+node workers with their data endpoints, the project's shared worker, a real Temporal server, the
+catalog with its migrations, the API's declaration of a lost node (the catalog's move, then the
+re-replication started or signalled).
+
+A rank's node is lost: the coded copy stays restorable and the rank's files are restored on a
+spare from stripes, byte for byte. The rebuild re-places the stripes the node held on the next
+node of their set's ring holding none of the set, whose worker is stopped: the rebuild waits on
+its queue. That new holder is declared lost during the rebuild: the restore still gives every
+byte, and the rebuild places its stripes again elsewhere, with the stripes the new holder held
+itself. Then every set is whole (k+m verified, on k+m distinct live nodes, none the shard's own).
+Three holders of one set lost with no node worker serving: the set is below k, the coded copy is
+failed and not offered, the shared tier serves the restore, and that set is not rebuilt."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
+from tierpoint_client.erasure import Code
+from tierpoint_client.models import PlanEntry
+from tierpoint_client.restore import restore_plan
+
+from api.schemas.checkpoints import RestorePlanEntryOut
+from tests.helpers.faults import db_now, eventually, workers_reported_in
+from tests.helpers.lifecycle import (
+    markers,
+    new_job,
+    random_shards,
+    run_lifecycle,
+    running_workers,
+    seed_checkpoint,
+)
+from tierpoint.catalog.engine import async_sessions, make_async_engine
+from tierpoint.catalog.models import Node, Shard, Stripe
+from tierpoint.catalog.reads.latest import latest_restorable
+from tierpoint.config import Settings
+from tierpoint.contract.peer import rereplicate_id
+from tierpoint.services import node_lost
+from tierpoint.tier_config import TierConfig, TierKind
+
+CODE = Code(4, 2)
+NODES = tuple(f"node-{i:02d}" for i in range(11))
+RANKS = NODES[:4]
+WORKER_SECRET = "tp_worker-credential-of-this-test"
+RESULT_TIMEOUT = 120.0
+
+
+@pytest.fixture
+def settings(settings: Settings, tmp_path: Path) -> Settings:
+    ssd, lustre, _ = settings.tiers
+    coded = TierConfig(
+        name="coded", kind=TierKind.PEER, root=str(tmp_path / "nodes/{node}/coded"), code=str(CODE)
+    )
+    for node in NODES:
+        (tmp_path / "nodes" / node / "ssd").mkdir(parents=True, exist_ok=True)
+    return Settings.model_validate(
+        {**settings.model_dump(), "tiers": [ssd, coded, lustre], "data_token": WORKER_SECRET}
+    )
+
+
+class Stripes:
+    """The coded copy's stripe rows as the catalog has them."""
+
+    def __init__(self, sessions: sessionmaker[Session], checkpoint_id: int) -> None:
+        self._sessions, self._cp = sessions, checkpoint_id
+
+    def rows(self) -> list[tuple[str, str, int, str, str, bool]]:
+        """(shard path, shard node, index, holder, state, holder lost) of every stripe."""
+        with self._sessions() as s:
+            return [
+                (r.path, r.shard_node, r.stripe_index, r.node_id, r.state, r.lost_at is not None)
+                for r in s.execute(
+                    select(
+                        Shard.path,
+                        Shard.node_id.label("shard_node"),
+                        Stripe.stripe_index,
+                        Stripe.node_id,
+                        Stripe.state,
+                        Node.lost_at,
+                    )
+                    .join(Shard, Shard.id == Stripe.shard_id)
+                    .join(Node, Node.id == Stripe.node_id)
+                    .where(Stripe.checkpoint_id == self._cp)
+                )
+            ]
+
+    def holders(self, rank: str) -> set[str]:
+        return {h for _, node, _, h, _, _ in self.rows() if node == rank}
+
+    def whole(self) -> bool:
+        """Every set: k+m verified stripes on k+m distinct live nodes, none the shard's own."""
+        sets: dict[str, list[tuple[str, int, str, str, bool]]] = {}
+        for path, node, index, holder, state, lost in self.rows():
+            sets.setdefault(path, []).append((node, index, holder, state, lost))
+        return all(
+            len(members) == CODE.width
+            and all(st == "verified" and not lost for _, _, _, st, lost in members)
+            and len({h for _, _, h, _, _ in members}) == CODE.width
+            and all(h != node for node, _, h, _, _ in members)
+            for members in sets.values()
+        )
+
+
+async def test_lost_holders_stripes_are_rebuilt_through_a_second_loss_and_m_plus_one_is_not(
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    client: Client,
+    engine: Engine,
+    tmp_path: Path,
+) -> None:
+    job = new_job()
+    shards = random_shards(RANKS, 2, 300_000)
+    every_file = {sh.path: sh.data for sh in shards}
+    seeded = seed_checkpoint(settings, sessions, job, 1, shards)
+    stripes = Stripes(sessions, seeded.checkpoint_id)
+    lost, held_back = "node-01", "node-07"
+    since = db_now(engine)
+
+    async def declare(node: str) -> None:
+        """As the API's declaration does: the catalog's move committed, then the rebuild."""
+        engine_async = make_async_engine(settings.database_url, pool_size=1)
+        try:
+            async with async_sessions(engine_async).begin() as s:
+                declared = await node_lost.declare(s, settings, node, "test")
+        finally:
+            await engine_async.dispose()
+        await node_lost.rereplicate(client, declared)
+
+    async def rebuilt() -> None:
+        handle = client.get_workflow_handle(rereplicate_id(job, 1))
+        await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+    def restore(dest: str) -> tuple[set[str], dict[str, bytes]]:
+        plan = _plan(settings, sessions, job)
+        restore_plan(plan, tmp_path / dest, {}, token=WORKER_SECRET)
+        return {e.tier for e in plan}, {
+            e.path: (tmp_path / dest / e.path).read_bytes() for e in plan
+        }
+
+    async with contextlib.AsyncExitStack() as shared:
+        # Each group of node workers is stopped on its own below, and with the rest on any failure.
+        nodes = await shared.enter_async_context(contextlib.AsyncExitStack())
+        others = [n for n in NODES if n != held_back]
+        await nodes.enter_async_context(
+            running_workers(settings, client, nodes=others, shared=False)
+        )
+        spare = await shared.enter_async_context(contextlib.AsyncExitStack())
+        await spare.enter_async_context(
+            running_workers(settings, client, nodes=[held_back], shared=False)
+        )
+        await workers_reported_in(engine, NODES, since)
+        # The shared worker refuses a code the nodes it knows cannot hold: it starts after them.
+        await shared.enter_async_context(running_workers(settings, client, nodes=(), shared=True))
+        result, _ = await run_lifecycle(client, seeded)
+        assert {t.tier: t.state.value for t in result.tiers}["coded"] == "restorable"
+        assert stripes.whole()
+        # node-01 holds a stripe of node-00's set, and node-07 is the next node of node-00's
+        # ring that holds none of it: the rebuild's new holder.
+        assert lost in stripes.holders("node-00") and held_back not in stripes.holders("node-00")
+
+        # node-07's worker stops: the rebuild's batch waits on its queue (it reported in lately,
+        # so the plan counts it as serving).
+        await spare.aclose()
+        await declare(lost)
+        assert markers(sessions, seeded.checkpoint_id)["coded"][0] == "restorable"
+
+        async def re_placed() -> bool:
+            rows = await asyncio.to_thread(stripes.rows)
+            moved = [r for r in rows if r[1] == "node-00" and r[3] == held_back]
+            return len(moved) == 2 and {r[4] for r in moved} == {"pending"}
+
+        await eventually("node-01's stripes of node-00's set re-placed on node-07", re_placed)
+        # The lost rank's files (and every other) restored on a spare from the stripes.
+        tiers, got = await asyncio.to_thread(restore, "spare-1")
+        assert tiers == {"coded"} and got == every_file
+
+        # The new holder is lost during the rebuild: its stripes are placed again.
+        await declare(held_back)
+        tiers, got = await asyncio.to_thread(restore, "spare-2")
+        assert tiers == {"coded"} and got == every_file
+        await rebuilt()
+        assert stripes.whole(), stripes.rows()
+        assert not {lost, held_back} & {r[3] for r in stripes.rows()}
+        assert markers(sessions, seeded.checkpoint_id)["coded"][0] == "restorable"
+        tiers, got = await asyncio.to_thread(restore, "spare-3")
+        assert tiers == {"coded"} and got == every_file
+
+        # No node worker serves: three holders of node-02's set lost before any rebuild can run.
+        await nodes.aclose()
+        # node-03 and the last two: every other set keeps k (the others hold at most two of them).
+        doomed = ["node-03", *sorted(stripes.holders("node-02"))[-2:]]
+        assert "node-03" in stripes.holders("node-02")
+        for node in doomed:
+            await declare(node)
+        state, reason = markers(sessions, seeded.checkpoint_id)["coded"]
+        assert state == "failed", (state, reason)
+        tiers, got = await asyncio.to_thread(restore, "spare-4")
+        assert tiers == {"lustre"} and got == every_file
+
+        left = [n for n in NODES if n not in {lost, held_back, *doomed}]
+        async with running_workers(settings, client, nodes=left, shared=False):
+            await rebuilt()
+        assert markers(sessions, seeded.checkpoint_id)["coded"][0] == "failed"
+        verified = [
+            r for r in stripes.rows() if r[1] == "node-02" and r[4] == "verified" and not r[5]
+        ]
+        assert len(verified) == 2 * (CODE.width - len(doomed))
+        tiers, _ = await asyncio.to_thread(restore, "spare-5")
+        assert tiers == {"lustre"}
+
+
+def _plan(settings: Settings, sessions: sessionmaker[Session], job: str) -> list[PlanEntry]:
+    """The restore plan of the job's latest checkpoint for a reader on no node of the job (a
+    spare), as the API sends it and the client reads it."""
+    with sessions() as s:
+        latest = latest_restorable(s, job, settings.tiers)
+    return [
+        PlanEntry.from_json(RestorePlanEntryOut.model_validate(e).model_dump(mode="json"))
+        for e in latest.plan
+    ]

@@ -6,7 +6,10 @@ registration is a few milliseconds of CPU that a training job waits for: measure
 (docs/benchmarks.md, "Registration p99 in the storm"), a registration spent most of its time
 runnable but not running. So once the API process has started (it keeps the priority it was
 started with), the stack lowers its own threads to `WORKER_NICE`; the threads a worker starts
-later inherit it from the thread that starts them (Linux keeps a nice value per thread).
+later inherit it from the thread that starts them (Linux keeps a nice value per thread). Where
+the kernel groups threads by session first (Linux's autogroup), the API, in a session of its own,
+is a group apart from the workers anyway, and the nice value ranks the workers against the rest
+of the stack's session (the job or benchmark started beside it).
 
 This is the dev stack's choice for one machine. A deployment runs the API and the workers on
 separate machines (docs/deployment.md), where nothing here applies; where they must share one, the

@@ -55,3 +55,23 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def sched_seconds(pid: int) -> tuple[float, float]:
+    """(on a CPU, runnable but waiting for one) of `pid`'s live threads, from the scheduler's
+    own accounting (/proc/PID/task/TID/schedstat): the wait is what a loaded machine adds to a
+    request. A thread that ended takes its share with it, so compare spans of a process whose
+    threads live on (a server's). (0, 0) once gone or where the kernel keeps no schedstat."""
+    ran = waited = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0, 0.0
+    for task in tasks:
+        try:
+            fields = (task / "schedstat").read_text().split()
+        except OSError:
+            continue
+        ran += int(fields[0])
+        waited += int(fields[1])
+    return ran / 1e9, waited / 1e9

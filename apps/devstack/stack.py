@@ -38,6 +38,7 @@ from apps.devstack.facts import (
 )
 from apps.devstack.ownership import DataDirClaim
 from apps.devstack.paths import StackPaths
+from apps.devstack.priority import lower_own_priority
 from apps.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
 from apps.devstack.settings import build_settings
 from apps.devstack.tiers import DEFAULT_TIERS, complete_tiers, on_stack_s3
@@ -215,7 +216,8 @@ class DevStack:
     ) -> None:
         """Run the workers (here) and the API (in a process of its own: api_process.py) until
         `stop` is set, then stop them: API first (no new registrations), then the workers
-        (graceful: running activities finish or heartbeat)."""
+        (graceful: running activities finish or heartbeat). The workers run at a lower CPU
+        priority than the API (priority.py)."""
         from apps.worker import run_workers
         from tierpoint.temporal import connect
 
@@ -235,6 +237,8 @@ class DevStack:
         api = ApiProcess(settings, sock, log_level)
         api.start()
         sock.close()  # the API process holds its own copy
+        # After the API's fork, which keeps the priority the stack was started with.
+        lower_own_priority()
         api_ended = asyncio.create_task(asyncio.to_thread(api.wait), name="api")
         freeze_long_lived()
         stopping = asyncio.create_task(stop.wait(), name="stop")

@@ -8,8 +8,10 @@ checkpoints per minute); the rest drain, untimed, after the window.
 The storm: `STORM` checkpoints of the same shape, written first (untimed), then registered back to
 back with nothing waiting in between, each until restorable on S3: seconds per checkpoint from
 the first registration to the last one restorable on S3 (60 / it is checkpoints per minute), and
-the p99 of the registrations made during it. Retention runs as it does in the stack (a request
-per promotion).
+the p99 of the registrations made during it, and where a registration's time went: the API
+process's CPU and its time runnable but waiting for a core (the scheduler's own accounting),
+per registration, beside the mean. Retention runs as it does in the stack (a request per
+promotion).
 
 The baseline does the raw work of each checkpoint in the same window, one after another: the same
 writes, `cp -r` + `sync` of both nodes' shards to the shared root, boto3 `upload_file` of the four
@@ -31,6 +33,7 @@ from tierpoint_client.models import ShardSpec
 
 from benchmarks.env import Env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
+from benchmarks.procs import sched_seconds
 from benchmarks.scenarios.stack_ckpt import WAIT, Stack, cp_sync, manifest, write_shards
 
 KiB = 1024
@@ -92,6 +95,9 @@ class Sustained(Scenario):
                 (
                     Row(STORMED, "per_checkpoint", RAW),
                     Row("tierpoint storm: registration p99", "register_p99"),
+                    Row("tierpoint storm: registration mean", "register_mean"),
+                    Row("tierpoint storm: API CPU per registration", "api_cpu"),
+                    Row("tierpoint storm: API waiting for a CPU, per registration", "api_wait"),
                 ),
                 after=lambda: self._forget(),
             ),
@@ -170,11 +176,14 @@ class Sustained(Scenario):
         steps = [next(self.steps) for _ in range(STORM)]
         written = {step: self._write(job, step) for step in steps}
         took: list[float] = []
+        api = stack.process.pids().get("api", (0, False))[0]
+        ran, waited = sched_seconds(api)
         start = time.time()
         for step in steps:
             t = time.perf_counter()
             stack.register(job, step, written[step])
             took.append(time.perf_counter() - t)
+        ran_after, waited_after = sched_seconds(api)
         for step in steps:
             stack.client.wait_restorable(job, step, "s3", WAIT, POLL)
         wanted = set(steps)
@@ -192,6 +201,9 @@ class Sustained(Scenario):
             {
                 "per_checkpoint": (max(on_s3) - start) / STORM,
                 "register_p99": took[min(len(took) - 1, int(0.99 * len(took)))],
+                "register_mean": sum(took) / len(took),
+                "api_cpu": (ran_after - ran) / STORM,
+                "api_wait": (waited_after - waited) / STORM,
             }
         )
 

@@ -175,6 +175,10 @@ def _sustained(doc: Doc) -> None:
     # The sustained rate says which of the stack's processes were busy.
     cores = doc["scenarios"]["sustained"]["rows"][-1]["cpu_cores"]
     assert {"api", "workers", "temporal", "postgres", "moto"} <= set(cores)
+    # The storm says where a registration's time went: the API's CPU and its wait for one.
+    storm = rows(doc, "sustained")
+    for row in ("registration mean", "API CPU per registration", "API waiting for a CPU"):
+        assert any(label.startswith(f"tierpoint storm: {row}") for label in storm), storm
 
 
 def _catalog_reads(doc: Doc) -> None:

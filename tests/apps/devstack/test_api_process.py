@@ -2,7 +2,9 @@
 answered while the process of every node's worker cannot run at all (here: SIGSTOPped, the
 extreme of workers whose threads hold the GIL through a storm of checkpoints), and the lifecycle
 takes the checkpoint over once the workers run again. SIGKILL of the stack takes its API down
-with it (tests/apps/devstack/test_dev_killed.py). Real processes, real signals."""
+with it (tests/apps/devstack/test_dev_killed.py). The workers yield the CPU to the API: every
+thread of the workers' process, those its activities started included, runs at a lower priority
+than the API's. Real processes, real signals."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from apps.devstack.priority import WORKER_NICE
 from tests.apps.devstack.test_dev_stack_e2e import DevProcess, _tail, start_dev
 
 # Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
@@ -39,20 +42,56 @@ def dev() -> Iterator[DevProcess]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_a_registration_is_answered_while_the_workers_process_is_stopped(dev: DevProcess) -> None:
+def _shard_body(dev: DevProcess, job: str, step: int) -> dict[str, object]:
     node, local = next(iter(dev.info.nodes.items()))
-    job, step = f"api-process-{uuid.uuid4().hex[:6]}", 1
     data = os.urandom(64 * 1024)
     shard = Path(local) / job / str(step) / "rank-0.bin"
     shard.parent.mkdir(parents=True)
     shard.write_bytes(data)
-    body = {
+    return {
         "step": step,
         "shards": [
             {"path": "rank-0.bin", "size": len(data), "crc32c": f"{crc32c.crc32c(data):08x}"}
             | {"node": node}
         ],
     }
+
+
+def _wait_on_s3(dev: DevProcess, job: str, step: int) -> dict[str, str]:
+    deadline = time.monotonic() + RESTORABLE_TIMEOUT
+    with dev.api() as api:
+        while True:
+            tiers = {
+                t["tier"]: t["state"]
+                for t in api.get(f"/v1/jobs/{job}/checkpoints/{step}").json()["tiers"]
+            }
+            if tiers.get("s3") == "restorable":
+                return tiers
+            assert time.monotonic() < deadline, (tiers, _tail(dev.log))
+            time.sleep(0.5)
+
+
+def _api_pid(dev: DevProcess) -> int:
+    children = Path(f"/proc/{dev.proc.pid}/task/{dev.proc.pid}/children").read_text().split()
+    for child in children:
+        if b"apps.devstack.api_process" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return int(child)
+    raise AssertionError(f"no API process among the stack's children {children}")
+
+
+def _thread_nices(pid: int) -> dict[int, int]:
+    nices = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        # The nice value is the 19th field; the name before it is in parentheses and may hold
+        # spaces.
+        stat = (task / "stat").read_text()
+        nices[int(task.name)] = int(stat.rsplit(")", 1)[1].split()[16])
+    return nices
+
+
+def test_a_registration_is_answered_while_the_workers_process_is_stopped(dev: DevProcess) -> None:
+    job, step = f"api-process-{uuid.uuid4().hex[:6]}", 1
+    body = _shard_body(dev, job, step)
 
     os.kill(dev.proc.pid, signal.SIGSTOP)
     try:
@@ -66,15 +105,24 @@ def test_a_registration_is_answered_while_the_workers_process_is_stopped(dev: De
         os.kill(dev.proc.pid, signal.SIGCONT)
 
     # The workers run again: the lifecycle that the API started takes the checkpoint to S3.
-    deadline = time.monotonic() + RESTORABLE_TIMEOUT
-    with dev.api() as api:
-        while True:
-            tiers = {
-                t["tier"]: t["state"]
-                for t in api.get(f"/v1/jobs/{job}/checkpoints/{step}").json()["tiers"]
-            }
-            if tiers.get("s3") == "restorable":
-                break
-            assert time.monotonic() < deadline, (tiers, _tail(dev.log))
-            time.sleep(0.5)
+    tiers = _wait_on_s3(dev, job, step)
     assert set(tiers.values()) == {"restorable"}, tiers
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads threads from /proc")
+def test_the_workers_yield_the_cpu_to_the_api(dev: DevProcess) -> None:
+    started_at = os.getpriority(os.PRIO_PROCESS, 0)
+    assert started_at < WORKER_NICE, "run the test at a priority above the workers' own"
+    # A checkpoint through every tier first: the threads that seal and copy it, started after
+    # the stack lowered its priority, are among those checked.
+    job, step = f"api-priority-{uuid.uuid4().hex[:6]}", 1
+    with dev.api() as api:
+        resp = api.post(f"/v1/jobs/{job}/checkpoints", json=_shard_body(dev, job, step))
+        assert resp.status_code == 201, resp.text
+    _wait_on_s3(dev, job, step)
+
+    workers = _thread_nices(dev.proc.pid)
+    assert len(workers) > 1, workers
+    assert set(workers.values()) == {WORKER_NICE}, workers
+    api_threads = _thread_nices(_api_pid(dev))
+    assert set(api_threads.values()) == {started_at}, api_threads

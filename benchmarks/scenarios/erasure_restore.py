@@ -68,6 +68,7 @@ class CodedRestore:
             "restore": f"{CODE} against one full copy (copies = 1), {NODES} nodes, one process",
             "restore files": {e.path: e.size for e in self.plans.get("peer", ())},
             "load": f"{TENSORS} float32 tensors, TierpointReader(tier=..., repopulate=False)",
+            "rebuild": "node 1 of a group of 9 lost: node 0's full copy and a stripe of each file",
         }
 
     def watched(self) -> Watched:

@@ -15,6 +15,9 @@ as a spare node restores them after node 0 is lost, in the same run:
 - `TierpointReader` (`dcp.load` into memory in the torch venv, repopulation off, `tier=` so every
   byte comes from the tier asked for) from the full copy against the same load from stripes.
 
+Then one of a node's holders declared lost: the time until its full copies and its stripes are
+verified again on new holders (erasure_rebuild).
+
 Page caches of the stack's files are dropped before each run. On this machine every "network" is
 loopback and every holder the same disk: the ratios say what the software costs.
 """
@@ -35,6 +38,7 @@ from benchmarks.fleet import JOB_PREFIX, Fleet
 from benchmarks.harness import Method, Outcome, Row, Watched
 from benchmarks.scenarios.copy_posix import drop_cache
 from benchmarks.scenarios.dcp import Worker
+from benchmarks.scenarios.erasure_rebuild import CodedRebuild
 
 CODE = "rs(4,2)"
 NODES = 7  # k+m+1: the shard's node and six holders
@@ -64,6 +68,7 @@ class CodedRestore:
             "restore": f"{CODE} against one full copy (copies = 1), {NODES} nodes, one process",
             "restore files": {e.path: e.size for e in self.plans.get("peer", ())},
             "load": f"{TENSORS} float32 tensors, TierpointReader(tier=..., repopulate=False)",
+            "rebuild": "node 1 of a group of 9 lost: node 0's full copy and a stripe of each file",
         }
 
     def watched(self) -> Watched:
@@ -127,6 +132,7 @@ class CodedRestore:
                 (Row(LOAD_CODED, baseline=LOAD_COPY, nbytes=n),),
                 before=self._drop,
             ),
+            *CodedRebuild(fleet, self.mib).methods(),
         ]
 
     @property

@@ -130,6 +130,8 @@ async def test_corrupted_source_raises_and_leaves_no_final_file(
     client = stack.client
     job, step = _job(), 3
     shards = await _two_node_checkpoint(stack, job, step)
+    # The shared tier's copy and S3's run side by side: wait for both.
+    await asyncio.to_thread(client.wait_restorable, job, step, "lustre", WAIT, 0.2)
     await asyncio.to_thread(client.wait_restorable, job, step, "s3", WAIT, 0.2)
 
     victim = "model/rank1.bin"

@@ -45,6 +45,8 @@ async def test_restore_reports_a_corrupt_copy_and_reads_another(
     shards = write_shards(stack.local_dir(node, job, step), {"a.bin": 300_000, "b.bin": 70_000})
     manifest = build_manifest(stack.local_dir(node, job, step), node)
     await asyncio.to_thread(client.register_manifest, job, step, manifest)
+    # The shared tier's copy and S3's run side by side: wait for both.
+    await asyncio.to_thread(client.wait_restorable, job, step, "lustre", WAIT)
     await asyncio.to_thread(client.wait_restorable, job, step, "s3", WAIT)
 
     # A good copy reported bad: re-read, not confirmed, nothing changes; at once again: not

@@ -54,6 +54,8 @@ async def test_a_restore_reads_on_from_the_shared_tier_when_the_peer_holder_is_d
                 tp = TierpointClient(api, token=trainer)
                 manifest = build_manifest(local, source)
                 await asyncio.to_thread(tp.register_manifest, job, step, manifest)
+                # The shared tier's copy and S3's run side by side: wait for both.
+                await asyncio.to_thread(tp.wait_restorable, job, step, "lustre", WAIT, 0.2)
                 cp = await asyncio.to_thread(tp.wait_restorable, job, step, "s3", WAIT, 0.2)
                 assert {t.tier: t.state for t in cp.tiers}["peer"] == "restorable"
                 latest = await asyncio.to_thread(tp.latest, job)

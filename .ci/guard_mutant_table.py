@@ -1812,7 +1812,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '        return _Problem(f"stripe {ref.index} from {ref.where}: {e!r}", mismatch=True)\n',
         (
             "tests/client/test_erasure_fetch.py::"
-            "test_holders_down_and_a_flipped_byte_at_rest_are_read_around",
+            "test_a_parity_stripes_holder_down_is_read_around_and_not_reported",
         ),
         "a stripe that could not be read (a holder down, a connection cut) is never reported "
         "as corrupt: it says nothing of the bytes its holder keeps",

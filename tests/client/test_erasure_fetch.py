@@ -121,6 +121,27 @@ def test_holders_down_and_a_flipped_byte_at_rest_are_read_around(
     assert dest.read_bytes() == data and _left_behind(tmp_path) == []
 
 
+def test_a_parity_stripes_holder_down_is_read_around_and_not_reported(
+    holders: tuple[Path, str], tmp_path: Path
+) -> None:
+    served, base = holders
+    data, crc, refs = _set(served, base)
+    # A data stripe rotted, so the file is decoded with parity; the first parity stripe's holder
+    # is down (nothing listens on its port).
+    rotten = bytearray((served / "s1").read_bytes())
+    rotten[len(rotten) // 3] ^= 0x04
+    (served / "s1").write_bytes(rotten)
+    down = f"http://127.0.0.1:{free_port()}/s4"
+    refs = [*refs[:4], StripeRef(4, refs[4].crc32c, down), refs[5]]
+    dest = tmp_path / "restored"
+    got = restore_file(CODE, SIZE, crc, refs, _open, dest)
+    assert sorted(got.used) == [0, 2, 3, 5]
+    assert sorted(got.rejected) == [1, 4]
+    # The holder down says nothing of the bytes it keeps: only the rotten stripe is reported.
+    assert list(got.mismatched) == [1]
+    assert dest.read_bytes() == data and _left_behind(tmp_path) == []
+
+
 def test_more_than_m_stripes_gone_writes_nothing(holders: tuple[Path, str], tmp_path: Path) -> None:
     served, base = holders
     _, crc, refs = _set(served, base)

@@ -235,7 +235,8 @@ class TierConfig(BaseModel):
         "the file back; (k+m)/k of the files' bytes on the holders instead of K times. k >= 2, "
         "m >= 1, k+m <= 32. Needs k+m+1 nodes (the API and the shared worker refuse to start "
         "with a code the cluster cannot place); `copies` (above 1) or `code`, not both. A "
-        "restore reads any k stripes from their holders (docs/architecture.md, the coded peer "
+        "restore reads any k stripes from their holders, and a node declared lost has its "
+        "stripes rebuilt on live nodes from k others (docs/architecture.md, the coded peer "
         "tier).",
     )
     copy_of: str | None = Field(

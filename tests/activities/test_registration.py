@@ -48,4 +48,5 @@ def test_every_activity_of_the_contract_is_served_and_node_queues_serve_their_ow
         stripes.ENCODE_BATCH,
         stripes.PULL_BATCH,
         stripes.UNSTAGE_BATCH,
+        stripes.REBUILD_BATCH,
     }

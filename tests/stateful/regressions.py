@@ -37,10 +37,10 @@ class Regression:
 
 
 REGRESSIONS = (
-    # Found by the stateful test (a CI run, not shrunk): node a's holder and then another node
-    # lost, policies revised and checkpoints registered, deleted and leased after; at the end the
-    # peer tier's second copy (`peer.2`, kept by the policy) of step 1's file has no copy on the
-    # one live node left, and no other peer copy of it is left either. Not diagnosed yet.
+    # Found by the stateful test (a CI run, not shrunk): two of node a's three peers lost, so
+    # step 1's second peer copy (`peer.2`) fails and cannot be made again on the one live node
+    # left, which holds its first peer copy (never two copies on one node); the tightened policy
+    # then expires that first copy, and nothing plans `peer.2` again on the node it freed.
     Regression(
         "second_peer_copy_missing_after_two_losses_and_policy_changes",
         (
@@ -94,8 +94,8 @@ REGRESSIONS = (
                 },
             ),
         ),
-        known_bug="after two lost nodes and a tightened policy, a kept peer copy is not made "
-        "again on the live node left (not diagnosed)",
+        known_bug="a peer copy failed for want of a free node is not made again when retention "
+        "expires another peer copy on that node and frees it",
     ),
     Regression(
         "expiry_keeps_unregistered_files",

@@ -25,7 +25,7 @@ from tierpoint_client.errors import SourceError
 from tierpoint_client.models import PlanEntry
 
 
-class _StripeStream(io.RawIOBase):
+class StripeStream(io.RawIOBase):
     """One stripe's GET as a file: its `readinto` fills the caller's memory off the socket."""
 
     def __init__(self, entry: PlanEntry, token: str | None) -> None:
@@ -75,7 +75,7 @@ def restore_coded(
             stripe.url,
             url=stripe.url,
         )
-        return io.BufferedReader(_StripeStream(one, token))
+        return io.BufferedReader(StripeStream(one, token))
 
     refs = [StripeRef(s.index, s.crc32c, s.url) for s in entry.stripes]
     try:

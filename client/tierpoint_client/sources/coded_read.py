@@ -37,6 +37,7 @@ from tierpoint_client.erasure.stripes import segment_sizes as file_segments
 from tierpoint_client.errors import SourceError, TierpointError
 from tierpoint_client.models import PlanEntry, PlanStripe
 from tierpoint_client.sources.base import Placement, Sink
+from tierpoint_client.sources.coded import StripeStream
 from tierpoint_client.sources.coded_placed import NotPlaced, placed, stripe_entry
 from tierpoint_client.sources.peer_endpoint import STRIPED_MIN
 from tierpoint_client.sources.placing import stream_into
@@ -151,25 +152,6 @@ class _Into(io.RawIOBase):
         return n
 
 
-class _Stream(io.RawIOBase):
-    """One stripe's GET as a file: its `readinto` fills the caller's memory off the socket."""
-
-    def __init__(self, one: PlanEntry, token: str | None) -> None:
-        super().__init__()
-        self._stack = contextlib.ExitStack()
-        self._readinto = self._stack.enter_context(peer.stream(one, token))
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
-        return self._readinto(memoryview(b).cast("B"))
-
-    def close(self) -> None:
-        self._stack.close()
-        super().close()
-
-
 class CodedSource:
     def __init__(self, entry: PlanEntry, token: str | None) -> None:
         self.entry = entry
@@ -222,7 +204,7 @@ class CodedSource:
         refs = [StripeRef(s.index, s.crc32c, s.url) for s in data.values()]
 
         def open_stripe(ref: StripeRef) -> BinaryIO:
-            return _Stream(stripe_entry(entry, data[ref.index]), self.token)  # type: ignore[return-value]
+            return StripeStream(stripe_entry(entry, data[ref.index]), self.token)  # type: ignore[return-value]
 
         try:
             left = join(code, entry.size, entry.crc32c, refs, open_stripe, target)

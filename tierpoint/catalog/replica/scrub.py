@@ -4,7 +4,7 @@ the API shows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -66,9 +66,15 @@ def due(
     )
     if node is not None:
         q = q.where(Replica.node_id == node)
+    return within_budget(session.execute(q), budget)
+
+
+def within_budget(rows: Iterable[tuple[int, int]], budget: int) -> tuple[list[int], int]:
+    """The leading (id, size) rows whose sizes fit `budget` (always the first, so that one item
+    larger than a budget is still read), and their total."""
     ids: list[int] = []
     total = 0
-    for rid, size in session.execute(q):
+    for rid, size in rows:
         if ids and total + size > budget:
             break
         ids.append(rid)

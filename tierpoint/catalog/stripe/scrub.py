@@ -13,7 +13,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.models import Checkpoint, Job, Shard, Stripe
-from tierpoint.catalog.replica.scrub import add_totals
+from tierpoint.catalog.replica.scrub import add_totals, within_budget
 from tierpoint.states import ReplicaState
 
 VERIFIED = ReplicaState.VERIFIED.value
@@ -60,14 +60,7 @@ def due(
         .order_by(_last_read, Stripe.id)
         .limit(limit)
     )
-    ids: list[int] = []
-    total = 0
-    for sid, size in session.execute(q):
-        if ids and total + size > budget:
-            break
-        ids.append(sid)
-        total += size
-    return ids, total
+    return within_budget(session.execute(q), budget)
 
 
 def targets(session: Session, stripe_ids: Sequence[int]) -> list[StripeTarget]:

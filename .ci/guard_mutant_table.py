@@ -209,6 +209,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "a promotion must start the job's retention run (nothing else may be needed)",
     ),
     Mutant(
+        "expiry-replans-failed-peer-copies",
+        "        if remake is not None:\n",
+        "        if remake is not None and False:\n",
+        (
+            "tests/workflows/test_peer_retention.py::"
+            "test_a_peer_copy_failed_for_want_of_a_node_is_made_when_an_expiry_frees_one",
+        ),
+        "a peer copy failed for want of a free node must be made again once an expiry frees one",
+    ),
+    Mutant(
         "lifecycle-no-request",
         """            if self._local_steps or workflow.patched(RETENTION_PATCH):
                 await self._request_retention(plan, tier)

@@ -19,13 +19,16 @@ from tierpoint import logs
 from tierpoint.catalog.checkpoint.shards import checkpoint_branch
 from tierpoint.catalog.engine import Sessions
 from tierpoint.catalog.job import lookup
+from tierpoint.catalog.reads.checkpoint_views import checkpoint_refs
+from tierpoint.catalog.reads.views import CheckpointRefView
 from tierpoint.catalog.stripe import encoding as stripe_encoding
 from tierpoint.catalog.stripe import pulling
 from tierpoint.catalog.tier_copy import expiry as repo
-from tierpoint.catalog.tier_copy import key_layouts
+from tierpoint.catalog.tier_copy import key_layouts, repair
 from tierpoint.config import Settings
 from tierpoint.contract import retention as c
 from tierpoint.contract.common import FailureType
+from tierpoint.contract.peer import RereplicateInput
 from tierpoint.contract.retention import (
     BeginResult,
     BeginState,
@@ -44,7 +47,7 @@ from tierpoint.retention.policy import tier_refs
 from tierpoint.states import TierState
 from tierpoint.storage.base import LEFT_EXAMPLES, RecordedCopy
 from tierpoint.storage.posix.staging import StripeStaging
-from tierpoint.temporal import request_retention
+from tierpoint.temporal import request_retention, start_peer_replan
 
 from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
@@ -197,10 +200,31 @@ class RetentionActivities:
     # ---------------------------------------------------------------- finish
 
     @activity.defn(name=c.FINISH)
-    def finish_expiry(self, inp: ExpiryInput) -> FinishResult:
+    async def finish_expiry(self, inp: ExpiryInput) -> FinishResult:
+        state, remake = await asyncio.to_thread(self._finish, inp)
+        # Asked on every attempt that finds the copy expired, so a retry after a start that
+        # failed asks again; a run under way plans again instead of starting twice.
+        # guard: expiry-replans-failed-peer-copies
+        if remake is not None:
+            await start_peer_replan(
+                self._need_client(),
+                RereplicateInput(checkpoint_id=remake.id, job=remake.job, step=remake.step),
+                remake.branch,
+            )
+        return FinishResult(state=state)
+
+    def _finish(self, inp: ExpiryInput) -> tuple[str, CheckpointRefView | None]:
+        """The copy expired, and the checkpoint to re-replicate when it was a peer copy: a
+        failed peer copy of the same checkpoint may have failed for want of a node not holding
+        the shards' other copies, which this expiry just freed."""
+        peers = [t.name for t in self._settings.peer_tiers()]
         with self._sessions.begin() as s:
             state = repo.finish_expiry(s, inp.checkpoint_id, inp.tier)
-        return FinishResult(state=state)
+            if state != TierState.EXPIRED.value or inp.tier not in peers:
+                return state, None
+            if not repair.tiers_to_rereplicate(s, inp.checkpoint_id, peers):
+                return state, None
+            return state, checkpoint_refs(s, [inp.checkpoint_id]).get(inp.checkpoint_id)
 
     # ---------------------------------------------------------------- triggers
 

@@ -57,7 +57,12 @@ from tierpoint.contract.lifecycle import (
     LifecycleInput,
     workflow_id,
 )
-from tierpoint.contract.peer import REREPLICATE_WORKFLOW, RereplicateInput, rereplicate_id
+from tierpoint.contract.peer import (
+    REPLAN_SIGNAL,
+    REREPLICATE_WORKFLOW,
+    RereplicateInput,
+    rereplicate_id,
+)
 from tierpoint.contract.retention import (
     REQUEST_SIGNAL,
     RETENTION_WORKFLOW,
@@ -152,6 +157,21 @@ async def start_peer_rereplication(
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         start_signal=NODE_LOST_SIGNAL,
         start_signal_args=[lost],
+    )
+
+
+async def start_peer_replan(client: Client, inp: RereplicateInput, branch: int = 1) -> None:
+    """Copy again the checkpoint's peer copies that failed, now that a node may be free for them
+    (its other peer copy there expired). A run under way is told to plan again once its copies
+    ended, as for a lost node."""
+    await client.start_workflow(
+        REREPLICATE_WORKFLOW,
+        inp,
+        id=rereplicate_id(inp.job, inp.step, branch),
+        task_queue=SHARED_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        start_signal=REPLAN_SIGNAL,
     )
 
 

@@ -8,7 +8,11 @@ activity; the copies are the lifecycle's own batch activities through the same w
 A node declared lost while a run is under way (a new holder among them) is signalled to the run,
 as to a lifecycle: its batches are cancelled rather than retried on a queue no worker will serve
 again, the tiers are promoted with what was verified, and the run continues as new, so the next
-plan places the shards still lacking a copy on the serving nodes of then."""
+plan places the shards still lacking a copy on the serving nodes of then.
+
+Retention's expiry of a peer copy starts a run too (or tells the one under way to plan again)
+when the checkpoint has a failed peer copy: that copy may have failed for want of a node free of
+the shards' other copies, and the expiry freed one."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         PLAN,
         PLAN_RETRY,
         PLAN_TIMEOUT,
+        REPLAN_SIGNAL,
         REREPLICATE_WORKFLOW,
         PeerPlan,
         RereplicateInput,
@@ -45,6 +50,8 @@ class PeerRereplicate:
         self._lost = LostNodes()
         # Nodes declared lost after this run planned: its plan may have placed copies on them.
         self._lost_since_plan: set[str] = set()
+        # Asked to plan again since this run planned: a node its plan could not use may be free.
+        self._replan = False
 
     @workflow.signal(name=NODE_LOST_SIGNAL)
     def node_lost(self, node: str) -> None:
@@ -54,11 +61,17 @@ class PeerRereplicate:
             self._lost_since_plan.add(node)
         self._lost.declare(node)
 
+    @workflow.signal(name=REPLAN_SIGNAL)
+    def replan(self) -> None:
+        # Runs recorded before this signal existed never received it: no patch needed.
+        self._replan = True
+
     @workflow.run
     async def run(self, inp: RereplicateInput) -> list[PromoteResult]:
         # A loss signalled so far (with the start, by the declaration that started this run)
         # committed before the plan reads the catalog: the plan knows it.
         self._lost_since_plan.clear()
+        self._replan = False
         plan: PeerPlan = await workflow.execute_activity(
             PLAN,
             inp,
@@ -113,9 +126,10 @@ class PeerRereplicate:
                     retry_policy=CATALOG_RETRY,
                 )
             )
-        if self._lost_since_plan:
+        if self._lost_since_plan or self._replan:
             # Promoted above with what was verified; the next run plans the rest again on the
-            # nodes alive now. Bounded: each run follows the loss of a node not lost before.
+            # nodes alive and free now. Bounded: each run follows the loss of a node not lost
+            # before, or the expiry of a peer copy that freed a node.
             # guard: rereplicate-plans-again-after-loss
             workflow.continue_as_new(inp)
         return outcomes

@@ -10,6 +10,7 @@ coded copy visits every holder and deletes the stripes it holds, and only those.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -155,9 +156,10 @@ def test_expiring_a_coded_copy_deletes_its_stripes_on_every_holder(
         on = RetentionActivities(sessions, coded, stores, node=node)
         on.delete_copy(DeleteInput(job=job, checkpoint_id=cp, step=STEP, tier="coded", node=node))
     assert [f for f in held if f.exists()] == [] and stray.exists()
-    assert shared.finish_expiry(ExpiryInput(job=job, checkpoint_id=cp, tier="coded")).state == (
-        "expired"
+    finished = asyncio.run(
+        shared.finish_expiry(ExpiryInput(job=job, checkpoint_id=cp, tier="coded"))
     )
+    assert finished.state == "expired"
     assert set(stripe_states(sessions, cp).values()) == {"expired"}
 
 

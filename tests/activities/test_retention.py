@@ -5,6 +5,8 @@ recorded), and the finish; a delete that comes after the finish deletes nothing.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -63,7 +65,7 @@ def test_an_expiry_runs_plan_begin_delete_per_node_and_finish(
         ).all()
     assert [(k["node"], k["shards"]) for k in kept] == [("node-b", 1)]
 
-    finished = shared.finish_expiry(ExpiryInput(job=job, checkpoint_id=cp, tier="ssd"))
+    finished = asyncio.run(shared.finish_expiry(ExpiryInput(job=job, checkpoint_id=cp, tier="ssd")))
     assert finished.state == "expired"
     assert tier_copy_states(sessions, cp)["ssd"] == "expired"
     # A late attempt (a retry that outlived its timeout) finds the copy expired: nothing goes.

@@ -40,7 +40,7 @@ REGRESSIONS = (
     # Found by the stateful test (a CI run, not shrunk): two of node a's three peers lost, so
     # step 1's second peer copy (`peer.2`) fails and cannot be made again on the one live node
     # left, which holds its first peer copy (never two copies on one node); the tightened policy
-    # then expires that first copy, and nothing plans `peer.2` again on the node it freed.
+    # then expires that first copy, which frees the node: the expiry asks for `peer.2` again.
     Regression(
         "second_peer_copy_missing_after_two_losses_and_policy_changes",
         (
@@ -94,8 +94,6 @@ REGRESSIONS = (
                 },
             ),
         ),
-        known_bug="a peer copy failed for want of a free node is not made again when retention "
-        "expires another peer copy on that node and frees it",
     ),
     Regression(
         "expiry_keeps_unregistered_files",

@@ -10,24 +10,28 @@ workers and data endpoints."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from tierpoint_client import Client as TierpointClient
 
 from api.app import create_app
 from tests.helpers.cli import serving
-from tests.helpers.lifecycle import running_workers
+from tests.helpers.lifecycle import RESULT_TIMEOUT, running_workers
 from tests.helpers.peer_faults import peer_settings, wait_for_endpoints, write_and_register
 from tests.helpers.retention import create_job, markers, settle, steps_on_disk
 from tests.helpers.services import fresh_database
 from tests.helpers.tokens import bearer, create_token
+from tierpoint.catalog.models import Checkpoint, Job, Replica
 from tierpoint.config import Settings
+from tierpoint.contract.peer import rereplicate_id
 
 STEPS = (1, 2, 3, 4)
 
@@ -104,3 +108,46 @@ async def test_peer_copies_expire_with_the_local_tiers_rule(
     else:
         assert len(inherited) == copies, notes
         assert "it keeps what 'ssd' keeps (keep_last=1)" in inherited[0], notes
+
+
+async def test_a_peer_copy_failed_for_want_of_a_node_is_made_when_an_expiry_frees_one(
+    settings: Settings, sessions: sessionmaker[Session], client: Client, tmp_path: Path
+) -> None:
+    """Two peer copies of node a's shards and one other node: the second copy of each step
+    fails (never beside the first). When retention expires step 1's first copy, b is free of
+    step 1's shards: step 1's second copy is made there. Step 2's, beside its first, is not."""
+    tag = uuid.uuid4().hex[:8]
+    nodes = [f"{tag}-a", f"{tag}-b"]
+    cfg = peer_settings(settings, tmp_path, nodes, below=("s3",), copies=2)
+    job = f"peerfree-{tag}"
+    create_job(
+        sessions,
+        job,
+        {"tiers": {"peer": {"keep_last": 1}, "peer.2": {"keep_last": 2}}},
+    )
+    trainer_token = create_token(cfg.database_url, scopes=[f"train:{job}"])
+    async with running_workers(cfg, client, nodes=nodes), serving(create_app(cfg)) as api:
+        await wait_for_endpoints(sessions, nodes, 60)
+        trainer = TierpointClient(api, token=trainer_token)
+        await write_and_register(trainer, client, cfg, job, 1, nodes[:1])
+        await settle(client, job)
+        assert markers(sessions, job)[(1, "peer.2")] == "failed"
+        await write_and_register(trainer, client, cfg, job, 2, nodes[:1])
+        await settle(client, job)
+        # Started by the expiry's finish, before the retention run ended.
+        remade = client.get_workflow_handle(rereplicate_id(job, 1))
+        await asyncio.wait_for(remade.result(), RESULT_TIMEOUT)
+        state = markers(sessions, job)
+
+    assert state[(1, "peer")] == "expired", state
+    assert state[(1, "peer.2")] == "restorable", state
+    assert state[(2, "peer")] == "restorable", state
+    assert state[(2, "peer.2")] == "failed", state
+    with sessions() as s:
+        holders = s.scalars(
+            select(Replica.node_id)
+            .join(Checkpoint, Checkpoint.id == Replica.checkpoint_id)
+            .join(Job, Job.id == Checkpoint.job_id)
+            .where(Job.name == job, Checkpoint.step == 1, Replica.tier == "peer.2")
+        )
+        assert set(holders) == {nodes[1]}

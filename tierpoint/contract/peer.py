@@ -15,6 +15,9 @@ from tierpoint.contract.common import backoff
 from tierpoint.contract.lifecycle import Batch, PlanTier, checkpoint_key
 
 REREPLICATE_WORKFLOW = "PeerRereplicate"
+# Plan again once the copies under way ended: nodes a failed peer copy could not use may be free
+# (another peer copy of the checkpoint expired on them).
+REPLAN_SIGNAL = "replan"
 PLAN = "peer.plan"
 PLAN_TIMEOUT = timedelta(seconds=30)
 PLAN_RETRY = backoff(timedelta(minutes=1), 0)

@@ -148,22 +148,19 @@ async def start_peer_rereplication(
     saved at the step on `branch`). One run at a time per checkpoint: a run under way is
     signalled instead (signal-with-start), since it may be copying to that very node; it plans
     again once its copies ended."""
-    await client.start_workflow(
-        REREPLICATE_WORKFLOW,
-        inp,
-        id=rereplicate_id(inp.job, inp.step, branch),
-        task_queue=SHARED_TASK_QUEUE,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        start_signal=NODE_LOST_SIGNAL,
-        start_signal_args=[lost],
-    )
+    await _start_peer_run(client, inp, branch, NODE_LOST_SIGNAL, [lost])
 
 
 async def start_peer_replan(client: Client, inp: RereplicateInput, branch: int = 1) -> None:
     """Copy again the checkpoint's peer copies that failed, now that a node may be free for them
     (its other peer copy there expired). A run under way is told to plan again once its copies
     ended, as for a lost node."""
+    await _start_peer_run(client, inp, branch, REPLAN_SIGNAL, [])
+
+
+async def _start_peer_run(
+    client: Client, inp: RereplicateInput, branch: int, signal: str, args: list[str]
+) -> None:
     await client.start_workflow(
         REREPLICATE_WORKFLOW,
         inp,
@@ -171,7 +168,8 @@ async def start_peer_replan(client: Client, inp: RereplicateInput, branch: int =
         task_queue=SHARED_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        start_signal=REPLAN_SIGNAL,
+        start_signal=signal,
+        start_signal_args=args,
     )
 
 

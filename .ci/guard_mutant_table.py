@@ -745,6 +745,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "nothing of the bytes its holder keeps",
     ),
     Mutant(
+        "load-reports-no-stripe-it-could-not-read",
+        "                if not isinstance(e, _Unreadable):\n",
+        "                if True:\n",
+        (
+            "tests/client/test_coded_read.py::"
+            "test_only_the_stripes_whose_bytes_did_not_match_are_reported",
+        ),
+        "a stripe the decode could not read (a holder down, a reply cut off) is not reported: "
+        "the holder's bytes may be good",
+    ),
+    Mutant(
         "stripe-judged-by-the-holders-read-back",
         '        crc = back.crc32c or "missing"\n',
         "        crc = stripe.crc32c\n",

@@ -286,6 +286,7 @@ class CodedSource:
             # guard: coded-read-reads-around-a-bad-stripe
             except StripeCorruptError as e:
                 rejected[e.index] = str(e)
+                # guard: load-reports-no-stripe-it-could-not-read
                 if not isinstance(e, _Unreadable):
                     mismatched[e.index] = str(e)
                 warnings.warn(

@@ -36,6 +36,7 @@ CODED_REPORT = (
     "tests/faults/test_coded_stripe_report.py::"
     "test_a_stripe_the_restore_found_corrupt_is_reported_and_confirmed_on_its_holder"
 )
+CODED_LOAD = "tests/client/torch/test_dcp_coded.py::"
 CODED_SCRUB = (
     "tests/faults/test_coded_scrub.py::"
     "test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k"
@@ -736,6 +737,33 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a stripe its holder cannot serve is one lost stripe of the set, read around, not the "
         "end of the coded copy",
+    ),
+    Mutant(
+        "load-reports-a-stripe-it-read-around",
+        "            report_mismatched(entry, mismatched, self.report)\n",
+        "            report_mismatched(entry, {}, self.report)\n",
+        (f"{CODED_LOAD}test_a_stripe_flipped_in_transit_is_reported_read_back_good_and_kept",),
+        "a stripe a load read around because its bytes did not match is reported, as a restore "
+        "reports it, so its holder reads it back",
+    ),
+    Mutant(
+        "load-reports-only-a-mismatched-stripe",
+        "        mismatched = {i: stripe.why for i, stripe in left.items() if stripe.mismatch}\n",
+        "        mismatched = {i: stripe.why for i, stripe in left.items()}\n",
+        (f"{CODED_LOAD}test_stripes_that_cannot_be_read_or_do_not_match_are_read_around",),
+        "a stripe a load could not read (its holder cannot serve it) is not reported: that says "
+        "nothing of the bytes its holder keeps",
+    ),
+    Mutant(
+        "load-reports-no-stripe-it-could-not-read",
+        "                if not isinstance(e, _Unreadable):\n",
+        "                if True:\n",
+        (
+            "tests/client/test_coded_read.py::"
+            "test_only_the_stripes_whose_bytes_did_not_match_are_reported",
+        ),
+        "a stripe the decode could not read (a holder down, a reply cut off) is not reported: "
+        "the holder's bytes may be good",
     ),
     Mutant(
         "stripe-judged-by-the-holders-read-back",

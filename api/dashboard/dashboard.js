@@ -509,6 +509,7 @@ async function showDetail(job, step) {
       t.coverage ? el("div", { class: "coverage", text: coverageText(t.coverage) }) : "",
       t.reason || t.quarantine_reason || ""),
     el("td", { text: t.restorable_at ? ago(t.restorable_at) : "-" })));
+  const stripes = await stripesSections(job, step, cp);
   const eventRows = events.items.map((e) => el("tr", {},
     el("td", { text: new Date(e.created_at).toLocaleTimeString() }),
     el("td", { text: e.kind }),
@@ -519,6 +520,7 @@ async function showDetail(job, step) {
     kv,
     el("h4", { text: "tiers" }),
     el("table", {}, el("tbody", {}, ...tierRows)),
+    ...stripes,
     el("h4", { text: `events (${events.items.length})` }),
     el("table", { id: "events" }, el("tbody", {}, ...eventRows)),
   );

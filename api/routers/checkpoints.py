@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Depends, Query, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
@@ -19,14 +19,17 @@ from api.schemas.checkpoints import (
     CheckpointOut,
     CheckpointPage,
     RegisterCheckpoint,
+    ShardStripesOut,
+    ShardStripesPage,
 )
 from api.schemas.leases import LatestWithLease
 from tierpoint import logs
 from tierpoint.catalog.checkpoint import registration
 from tierpoint.catalog.holds.leases import MAX_LEASE_SECONDS
 from tierpoint.catalog.node import registry
-from tierpoint.catalog.reads import checkpoint_views, checkpoints
+from tierpoint.catalog.reads import checkpoint_views, checkpoints, stripes
 from tierpoint.contract.lifecycle import LifecycleInput
+from tierpoint.errors import TierNotCoded
 from tierpoint.json_types import Text
 from tierpoint.manifest import MAX_BRANCH
 from tierpoint.manifest_limits import check_limits
@@ -282,4 +285,35 @@ async def list_checkpoints(
     return CheckpointPage(
         items=[CheckpointOut.model_validate(i) for i in items],
         next_cursor=encode_cursor(next_step) if next_step is not None else None,
+    )
+
+
+@router.get(
+    "/{job:path}/checkpoints/{step}/tiers/{tier}/stripes",
+    response_model=ShardStripesPage,
+    responses=problem_responses(404, 422),
+    summary="A checkpoint's coded copy on a tier, shard by shard with its stripes",
+    dependencies=[Depends(JOB_READ)],
+)
+async def list_stripes(
+    job: JobName,
+    step: Step,
+    tier: Annotated[Text, Path(description="A coded peer tier.")],
+    session: SessionDep,
+    state: StateDep,
+    branch: BranchQuery = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Shards per page.")] = 50,
+    cursor: Annotated[Text | None, Query(max_length=200)] = None,
+) -> ShardStripesPage:
+    """Each shard's stripes on `tier` (index, holder, state, size, crc32c): where the copy's
+    `coverage` comes from. Shards with no stripes yet are listed with none."""
+    if state.settings.tier(tier, "path").code is None:
+        raise TierNotCoded.named(tier)
+    after = decode_cursor(cursor, int) if cursor is not None else None
+    items, last = await session.run_sync(
+        stripes.shard_stripes, job, step, tier, branch=branch, limit=limit, after=after
+    )
+    return ShardStripesPage(
+        items=[ShardStripesOut.model_validate(i) for i in items],
+        next_cursor=encode_cursor(last) if last is not None else None,
     )

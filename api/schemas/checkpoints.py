@@ -198,3 +198,39 @@ class LatestRestorableOut(_Out):
         description="true: the job asked about has no restorable checkpoint of its own yet, and "
         "this is the checkpoint it was forked from (of the job named in `job`), read where it is",
     )
+
+
+class StripeOut(_Out):
+    index: int = Field(description="the stripe's index in its set: data stripes first (0..k-1)")
+    node: str = Field(description="the holder")
+    holder_lost: bool = Field(
+        description="the holder is declared lost: the stripe no longer counts, whatever `state`"
+    )
+    state: ReplicaState = Field(
+        description="verified stripes on holders not lost count towards the set; `corrupt`: "
+        "found bad (a scrub, or a reader's report its holder confirmed by reading it back)"
+    )
+    size: int
+    crc32c: str = Field(description="the encoder's; a stripe that does not match is not used")
+    verified_at: datetime | None
+    scrubbed_at: datetime | None = Field(
+        default=None, description="when the holder last read it back and found it good"
+    )
+    error: str | None
+
+
+class ShardStripesOut(_Out):
+    path: str
+    size: int
+    node: str = Field(description="the node that wrote the shard")
+    code: str | None = Field(
+        description='the code its set was cut with ("rs(k,m)"); null while it has no stripes'
+    )
+    stripes: list[StripeOut] = Field(description="by index; an index with no row is not held")
+
+
+class ShardStripesPage(BaseModel):
+    items: list[ShardStripesOut] = Field(description="shards in the manifest's order")
+    next_cursor: str | None = Field(
+        description="pass as cursor= for the next page; null at the end"
+    )

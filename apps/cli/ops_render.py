@@ -265,6 +265,34 @@ def shards_table(cp: dict[str, Any]) -> Table:
     return table
 
 
+def stripes_table(cp: dict[str, Any], tier: str, shards: list[dict[str, Any]]) -> Table:
+    """A coded copy's stripes: one row per shard, one column per stripe index, each cell the
+    holder and the stripe's state; a stripe that does not count (not verified, or on a holder
+    declared lost) is marked."""
+    width = max((s["index"] + 1 for sh in shards for s in sh["stripes"]), default=0)
+    title = f"{cp['job']} step {cp['step']}: stripes on {tier}"
+    table = Table(title=title, title_justify="left")
+    table.add_column("path", overflow="fold")
+    table.add_column("code")
+    for i in range(width):
+        table.add_column(f"stripe {i}", overflow="fold")
+    for sh in shards:
+        by_index = {s["index"]: s for s in sh["stripes"]}
+        cells = []
+        for i in range(width):
+            s = by_index.get(i)
+            if s is None:
+                cells.append(Text("not held", style="red"))
+                continue
+            cell = Text(f"{s['node']} ")
+            cell.append_text(state_text(s["state"]))
+            if s["holder_lost"]:
+                cell.append(" (holder lost)", style="bold red")
+            cells.append(cell)
+        table.add_row(sh["path"], sh["code"] or "-", *cells)
+    return table
+
+
 def _event_detail(d: dict[str, Any]) -> str:
     parts = []
     for k, v in d.items():

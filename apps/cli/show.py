@@ -1,6 +1,7 @@
 """`tierpoint show JOB STEP` (also `tierpoint checkpoints show`): one checkpoint at a glance: its
 tiers with state, progress and replicas by state, what happened to it (its events, latest last),
-and with `--shards` every shard with its replicas."""
+with `--shards` every shard with its replicas, and with `--stripes` every stripe of its coded
+copies (holder and state per index)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from apps.cli.ops_render import (
     print_json,
     shards_table,
     stamp,
+    stripes_table,
 )
 from apps.cli.policy import Api
 from apps.cli.render import human_bytes
@@ -49,6 +51,22 @@ def all_events(api: Api, job: str, step: int) -> list[dict[str, Any]]:
     return out
 
 
+def all_stripes(api: Api, job: str, step: int, tier: str) -> list[dict[str, Any]]:
+    """Every shard of the checkpoint with its stripes on `tier`, page by page."""
+    out: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, str | int] = {"limit": PAGE}
+        if cursor is not None:
+            params["cursor"] = cursor
+        path = f"{checkpoint_path(job, step)}/tiers/{quote(tier, safe='')}/stripes"
+        page = api.call("GET", f"{path}?{urlencode(params)}")
+        out.extend(page["items"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return out
+
+
 def show(
     job: JobArg,
     step: StepArg,
@@ -58,6 +76,10 @@ def show(
     shards: Annotated[
         bool, typer.Option("--shards", help="Also every shard with its replicas per tier.")
     ] = False,
+    stripes: Annotated[
+        bool,
+        typer.Option("--stripes", help="Also every stripe of its coded copies: holder, state."),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the answers as JSON.")] = False,
     api_url: ApiUrlOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
@@ -66,8 +88,11 @@ def show(
     api = Api(api_url, data_dir)
     cp = api.call("GET", checkpoint_path(job, step))
     history = all_events(api, job, step)
+    # A coded copy is one whose tier copy has a coverage.
+    coded = [t["tier"] for t in cp["tiers"] if t.get("coverage")] if stripes else []
+    held = {tier: all_stripes(api, job, step, tier) for tier in coded}
     if as_json:
-        print_json({"checkpoint": cp, "events": history})
+        print_json({"checkpoint": cp, "events": history, **({"stripes": held} if stripes else {})})
         return
     head = Text.assemble(
         (f"{cp['job']} ", "bold"),
@@ -87,6 +112,8 @@ def show(
     console.print(checkpoint_tiers_table(cp))
     if shards:
         console.print(shards_table(cp))
+    for tier, listed in held.items():
+        console.print(stripes_table(cp, tier, listed))
     shown = history[-events:] if events else []
     title = f"events ({len(shown)} of {len(history)}, latest last)"
     console.print(events_table(shown, title))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 
 from tierpoint_client.api import Api
 from tierpoint_client.errors import ChecksumMismatchError, SourceError, TierpointError
@@ -64,17 +65,31 @@ class Fallback:
         return next((c for c in copies[shard.path] if c.tier not in tried), None)
 
     def report_stripe(self, entry: PlanEntry, index: int, reason: str) -> None:
-        """A stripe of a coded copy whose bytes arrived whole and did not match: reported as a
-        copy is (the server reads the stripe back on its holder before it believes it), while
-        the restore goes on decoding from the other stripes. A report that fails is let go."""
+        """A stripe of a coded copy whose bytes arrived whole and did not match
+        (`report_stripe`); the restore goes on decoding from the other stripes."""
         latest = self._latest
-        with contextlib.suppress(TierpointError):
-            self._api.report_corrupt_copy(
-                latest.job,
-                latest.step,
-                entry.tier,
-                entry.path,
-                f"restore read {reason}",
-                branch=latest.checkpoint.branch,
-                stripe=index,
-            )
+        branch = latest.checkpoint.branch
+        report_stripe(
+            self._api, latest.job, latest.step, branch, entry, index, f"restore read {reason}"
+        )
+
+
+def report_stripe(
+    api: Api, job: str, step: int, branch: int | None, entry: PlanEntry, index: int, reason: str
+) -> None:
+    """Tell the server of a stripe of the coded copy `entry` that a read left out because its
+    bytes arrived whole and did not match (`reason`: who read what): the one report of a
+    stripe, the restore's and `TierpointReader`'s alike. The server reads the stripe back on its
+    holder before it believes it (a stripe damaged on the wire is good at rest and stays); a
+    report that fails is said in a warning and let go, never failing the read that decoded
+    around the stripe."""
+    try:
+        api.report_corrupt_copy(
+            job, step, entry.tier, entry.path, reason, branch=branch, stripe=index
+        )
+    except (TierpointError, OSError) as e:
+        warnings.warn(
+            f"tierpoint: could not report stripe {index} of {job}/{step} {entry.path} on tier "
+            f"{entry.tier} to the server: {e}",
+            stacklevel=2,
+        )

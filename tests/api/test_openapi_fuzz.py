@@ -80,15 +80,16 @@ async def live_api(fuzz_settings: Settings) -> AsyncIterator[str]:
 
 # Refusals of schema-valid requests that no JSON schema can express: a node that never reported in,
 # a cursor this API did not mint, a policy document whose rules contradict each other or name a
-# tier that is not configured, two shards with one path (uniqueness of one member across items),
-# one shard's path a directory of another's (`a` and `a/b`), shards whose sizes add up to more
-# than 2^63 - 1.
+# tier that is not configured, the stripes of a tier that keeps whole copies, two shards with one
+# path (uniqueness of one member across items), one shard's path a directory of another's (`a`
+# and `a/b`), shards whose sizes add up to more than 2^63 - 1.
 # Each is still a 422 problem with its code; any other refusal fails the check.
 SEMANTIC_REFUSALS = frozenset({"unknown_node", "invalid_policy"})
 SEMANTIC_FIELD_CODES = frozenset(
     {
         "invalid_cursor",
         "unknown_tier",
+        "tier_not_coded",
         "invalid_policy",
         "duplicate_path",
         "path_conflict",

@@ -3,9 +3,9 @@ stripes served over HTTP by several holders (rs(4,2), and rs(2,1) whose fragment
 than one read): with every data stripe there the file is joined from them, and a large file's
 data stripes land straight in the placement's memory (its heads one ranged GET each, a head
 flipped in transit failing the file); a holder down, a data stripe gone or flipped, and a parity
-stripe then cut off in transit are read around with a warning each; with more than m bad the
-copy is one that cannot be read (SourceError), and nothing decoded from a bad stripe is handed
-on."""
+stripe then cut off in transit are read around with a warning each, and only the stripes whose
+bytes arrived and did not match are reported; with more than m bad the copy is one that cannot
+be read (SourceError), and nothing decoded from a bad stripe is handed on."""
 
 from __future__ import annotations
 
@@ -69,6 +69,17 @@ def _entry(
     return data, entry
 
 
+def _reporting(entry: PlanEntry) -> tuple[bytes, list[int]]:
+    """The file, and the stripes the read reported, by index, in the order reported."""
+    reported: list[int] = []
+    source = Sources({}, "a-token", lambda e, index, why: reported.append(index)).open(entry)
+    assert isinstance(source, CodedSource)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = bytes(source.decoded())
+    return got, reported
+
+
 def _read(entry: PlanEntry) -> tuple[bytes, list[str]]:
     source = Sources({}, "a-token").open(entry)
     assert isinstance(source, CodedSource)
@@ -110,6 +121,25 @@ def test_a_stripe_gone_and_one_cut_off_in_transit_are_read_around(
     # Each stripe read around said, in the order it was found out.
     assert len(warned) == 2, warned
     assert "stripe 0 from" in warned[0] and "stripe 4" in warned[1], warned
+
+
+def test_only_the_stripes_whose_bytes_did_not_match_are_reported(
+    holders: tuple[Path, str],  # noqa: F811
+) -> None:
+    served, base = holders
+    # Data stripe 0 gone from its holder, parity stripe 4 cut off mid-reply: neither could be
+    # read, which says nothing of the bytes their holders keep. Nothing is reported.
+    data, entry = _entry(served, base, cut=(4,))
+    (served / "s0").unlink()
+    assert _reporting(entry) == (data, [])
+    # Data stripe 1 flipped (left out of the join), then parity stripe 4 flipped (left out of
+    # the decode that replaced it): both reported, once the file decoded from 0, 2, 3 and 5.
+    data, entry = _entry(served, base)
+    for i in (1, 4):
+        rotten = bytearray((served / f"s{i}").read_bytes())
+        rotten[len(rotten) // 2] ^= 0x10
+        (served / f"s{i}").write_bytes(rotten)
+    assert _reporting(entry) == (data, [1, 4])
 
 
 def test_more_than_m_stripes_bad_is_a_copy_that_cannot_be_read(

@@ -2,7 +2,9 @@
 against the real API and catalog: the job's matrix shows the coded copy's state with the margin
 of its weakest set beside it (a stripe found bad: degraded, margin 0), the checkpoint's detail
 says how its sets stand, and the tiers panel gives the tier's code and the bytes its stripes
-hold, (k+m)/k of the files. The screenshot goes to docs/images, the copy the docs show."""
+hold, (k+m)/k of the files; the detail lists each shard's stripes by index with its holder, a
+stripe found bad or on a lost holder marked. The screenshots go to docs/images, the copies the
+docs show."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 from playwright.async_api import Browser
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, update
+from sqlalchemy.orm import Session
 
 from api.app import create_app
 from tests.dashboard.test_dashboard import WAIT_MS, browser, chromium
@@ -20,6 +23,7 @@ from tests.helpers.api import manifest, restorable, shard
 from tests.helpers.cli import serving
 from tests.helpers.coded_views import coded_copy, own_holders, with_coded_tier
 from tests.helpers.tokens import bearer, create_token
+from tierpoint.catalog.models import Node
 from tierpoint.config import Settings
 
 __all__ = ["browser", "chromium"]
@@ -78,3 +82,52 @@ async def test_the_job_page_shows_a_coded_copys_state_and_margin(
     detail = page.locator("#detail-body")
     await detail.locator(".coverage").wait_for(timeout=WAIT_MS)
     assert await detail.locator(".coverage").inner_text() == title
+
+
+async def test_the_checkpoint_detail_shows_each_stripe_with_its_holder_and_state(
+    url: str,
+    browser: Browser,
+    catalog: Engine,
+    job: str,
+    nodes: tuple[str, str],
+    holders: list[str],
+) -> None:
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    admin = create_token(catalog, f"admin-{job}", ["admin"])
+    body = manifest(1, [shard("a.bin", node=nodes[0], size=40 * MiB), shard("b.bin", size=MiB)])
+    async with httpx.AsyncClient(base_url=url, headers=bearer(admin)) as api:
+        r = await api.post(f"/v1/jobs/{job}/checkpoints", json=body)
+        assert r.status_code == 201, r.text
+    restorable(catalog, job, 1, "ssd", local=True)
+    coded_copy(catalog, job, 1, holders)
+    # The parity stripes' holder declared lost: its stripes stay verified but no longer count.
+    with Session(catalog) as s, s.begin():
+        s.execute(update(Node).where(Node.id == holders[2]).values(lost_at=func.now()))
+
+    page = await open_job(browser, url, admin, job)
+    cell = page.locator('#matrix tr[data-step="1"] td.coded .cell')
+    await cell.wait_for(timeout=WAIT_MS)
+    await cell.click()
+    table = page.locator('#detail-body table.stripes[data-tier="coded"]')
+    await table.wait_for(timeout=WAIT_MS)
+    heads = [h.strip() for h in await table.locator("thead th").all_text_contents()]
+    assert heads == ["shard", "data 0", "data 1", "parity 0"], heads
+
+    async def stripes(path: str) -> list[tuple[str, str]]:
+        cells = table.locator(f'tr[data-path="{path}"] .stripe')
+        texts = await cells.all_inner_texts()
+        kinds = [(await cells.nth(i).get_attribute("class") or "") for i in range(len(texts))]
+        return [(t, k.replace("stripe ", "")) for t, k in zip(texts, kinds, strict=True)]
+
+    # Stripe 0 of a.bin found bad by the scrub, the parity holder lost: both marked, each why.
+    assert await stripes("a.bin") == [
+        (f"{holders[0]} · corrupt", "bad"),
+        (holders[1], "ok"),
+        (f"{holders[2]} · holder lost", "bad"),
+    ]
+    assert await stripes("b.bin") == [
+        (holders[0], "ok"),
+        (holders[1], "ok"),
+        (f"{holders[2]} · holder lost", "bad"),
+    ]
+    await page.locator("#detail").screenshot(path=str(IMAGES / "dashboard-coded-stripes.png"))

@@ -62,6 +62,26 @@ class UnknownTier(TierpointError):
         )
 
 
+class TierNotCoded(TierpointError):
+    code = "tier_not_coded"
+    status = 422
+    title = "Not a coded tier"
+
+    @classmethod
+    def named(cls, tier: str, location: str = "path") -> TierNotCoded:
+        return cls(
+            f"tier {tier!r} keeps whole copies, not stripes",
+            errors=[
+                {
+                    "field": "tier",
+                    "location": location,
+                    "message": f"tier {tier!r} has no code",
+                    "code": cls.code,
+                }
+            ],
+        )
+
+
 class RequestInvalid(TierpointError):
     code = "validation_error"
     status = 422

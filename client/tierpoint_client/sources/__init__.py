@@ -68,6 +68,7 @@ from tierpoint_client.sources.base import (
     Sink,
     Source,
 )
+from tierpoint_client.sources.coded import StripeReport
 from tierpoint_client.sources.coded_read import CodedSource
 from tierpoint_client.sources.peer_endpoint import PeerSource
 from tierpoint_client.sources.posix_file import FileSource
@@ -98,9 +99,17 @@ class Sources:
     only a read that reaches the S3 copy. A peer copy is read from its holder's data endpoint
     with `token` (the API token: the endpoint accepts a token whose scopes cover the job)."""
 
-    def __init__(self, tiers: Mapping[str, TierInfo], token: str | None = None) -> None:
+    def __init__(
+        self,
+        tiers: Mapping[str, TierInfo],
+        token: str | None = None,
+        report_stripe: StripeReport | None = None,
+    ) -> None:
+        """`report_stripe` is told of each stripe of a coded copy read around because its bytes
+        did not match (`coded.StripeReport`)."""
         self._tiers = dict(tiers)
         self._token = token
+        self._report_stripe = report_stripe
 
     @property
     def token(self) -> str | None:
@@ -113,7 +122,7 @@ class Sources:
             return FileSource(entry)
         # guard: coded-copy-read-by-the-reader
         if entry.code is not None:
-            return CodedSource(entry, self._token)
+            return CodedSource(entry, self._token, self._report_stripe)
         if entry.kind == "peer":
             return PeerSource(entry, self._token)
         if entry.kind == "s3":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -83,12 +83,16 @@ def restore_coded(
     # guard: coded-copy-short-of-k-falls-back
     except (NotEnoughStripesError, FileMismatchError) as e:
         if isinstance(e, NotEnoughStripesError):
-            _report(entry, e.mismatched, report)
+            report_mismatched(entry, e.mismatched, report)
         raise SourceError(f"{entry.tier} coded copy of {entry.path!r}: {e}") from None
-    _report(entry, decoded.mismatched, report)
+    report_mismatched(entry, decoded.mismatched, report)
 
 
-def _report(entry: PlanEntry, mismatched: dict[int, str], report: StripeReport | None) -> None:
+def report_mismatched(
+    entry: PlanEntry, mismatched: Mapping[int, str], report: StripeReport | None
+) -> None:
+    """Each stripe a read of `entry` left out because its bytes did not match, to `report` (a
+    stripe that could not be read is not given: a holder down says nothing of its bytes)."""
     if report is None:
         return
     for index, why in sorted(mismatched.items()):

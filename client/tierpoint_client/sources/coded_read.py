@@ -31,13 +31,13 @@ from tierpoint_client.erasure import (
     parse_code,
 )
 from tierpoint_client.erasure.fetch import StripeRef
-from tierpoint_client.erasure.join import InMemory, Target, join, joinable
+from tierpoint_client.erasure.join import InMemory, Left, Target, join, joinable
 from tierpoint_client.erasure.stripes import StripeSource, choose, decode, fragment_size
 from tierpoint_client.erasure.stripes import segment_sizes as file_segments
 from tierpoint_client.errors import SourceError, TierpointError
 from tierpoint_client.models import PlanEntry, PlanStripe
 from tierpoint_client.sources.base import Placement, Sink
-from tierpoint_client.sources.coded import StripeStream
+from tierpoint_client.sources.coded import StripeReport, StripeStream, report_mismatched
 from tierpoint_client.sources.coded_placed import NotPlaced, placed, stripe_entry
 from tierpoint_client.sources.peer_endpoint import STRIPED_MIN
 from tierpoint_client.sources.placing import stream_into
@@ -50,6 +50,11 @@ _END = object()
 
 class _Stop(Exception):
     """The decode no longer wants this stripe."""
+
+
+class _Unreadable(StripeCorruptError):
+    """A stripe that could not be read (a holder down, a reply cut off): lost to this read, but
+    nothing is said of the bytes its holder keeps, so it is not reported."""
 
 
 class _StripeReader(io.RawIOBase):
@@ -103,7 +108,7 @@ class _StripeReader(io.RawIOBase):
             # Cannot be read (a holder down, a stripe it no longer serves, a reply cut off):
             # this stripe is lost, the decode reads another.
             with contextlib.suppress(_Stop):
-                self._put(StripeCorruptError(self.index, f"from {self._where}: {e}"))
+                self._put(_Unreadable(self.index, f"from {self._where}: {e}"))
         except BaseException as e:  # anything else ends the read, never hangs the decode
             with contextlib.suppress(_Stop):
                 self._put(e)
@@ -153,9 +158,15 @@ class _Into(io.RawIOBase):
 
 
 class CodedSource:
-    def __init__(self, entry: PlanEntry, token: str | None) -> None:
+    """`report`: told of each stripe read around because its bytes did not match, whether the
+    file then decoded from the others or not (`coded.report_mismatched`)."""
+
+    def __init__(
+        self, entry: PlanEntry, token: str | None, report: StripeReport | None = None
+    ) -> None:
         self.entry = entry
         self.token = token
+        self.report = report
 
     def chunks(self, chunk_size: int) -> Generator[memoryview, None, None]:
         data = self.decoded()
@@ -164,7 +175,7 @@ class CodedSource:
 
     def read_into(self, placement: Placement, copy: Sink | None) -> None:
         code = self._code()
-        left: dict[int, str] = {}
+        left: dict[int, Left] = {}
         if copy is None and self.entry.size >= STRIPED_MIN:
             # Straight into place where the placement can be made from the data stripes: below
             # STRIPED_MIN the placement's head reads (a GET each) cost more than the buffer.
@@ -192,10 +203,10 @@ class CodedSource:
     def _data(self, code: Code) -> dict[int, PlanStripe]:
         return {s.index: s for s in self.entry.stripes if s.index < code.k}
 
-    def _joined(self, code: Code, target: Target) -> dict[int, str] | None:
+    def _joined(self, code: Code, target: Target) -> dict[int, Left] | None:
         """The file joined from its k data stripes into `target` (`erasure.join`): None when
-        every stripe and the file matched; else the data stripes left out, and why ({}: not
-        every data stripe is listed)."""
+        every stripe and the file matched; else the data stripes left out, why, and whether they
+        did not match ({}: not every data stripe is listed)."""
         entry = self.entry
         assert entry.crc32c is not None
         data = self._data(code)
@@ -210,25 +221,44 @@ class CodedSource:
             left = join(code, entry.size, entry.crc32c, refs, open_stripe, target)
         except FileMismatchError as e:
             raise SourceError(f"{entry.tier} coded copy of {entry.path!r}: {e}") from None
-        return {index: stripe.why for index, stripe in left.items()} or None
+        return left or None
 
     def decoded(self) -> memoryview:
         """The file, decoded from k good stripes and checked against its registered size and
         crc32c; SourceError when fewer than k are good or the set does not give the file."""
         return self._decoded(self._code(), {})
 
-    def _decoded(self, code: Code, rejected: dict[int, str]) -> memoryview:
-        """The file in a buffer of its own: joined from the data stripes unless `rejected` names
-        data stripes left out already, else decoded from k good stripes with parity."""
+    def _decoded(self, code: Code, left: dict[int, Left]) -> memoryview:
+        """The file in a buffer of its own: joined from the data stripes unless `left` names
+        data stripes left out already, else decoded from k good stripes with parity. The
+        stripes left out because they did not match go to `report` once the read is done."""
         entry = self.entry
         assert entry.crc32c is not None
-        by_index = {s.index: s for s in entry.stripes}
         buffer = bytearray(entry.size)
-        if not rejected:
+        if not left:
             joined = self._joined(code, InMemory(memoryview(buffer)))
             if joined is None:
                 return memoryview(buffer)
-            rejected = joined
+            left = joined
+        # guard: load-reports-only-a-mismatched-stripe
+        mismatched = {i: stripe.why for i, stripe in left.items() if stripe.mismatch}
+        try:
+            return self._around(
+                code, buffer, {i: stripe.why for i, stripe in left.items()}, mismatched
+            )
+        finally:
+            # guard: load-reports-a-stripe-it-read-around
+            report_mismatched(entry, mismatched, self.report)
+
+    def _around(
+        self, code: Code, buffer: bytearray, rejected: dict[int, str], mismatched: dict[int, str]
+    ) -> memoryview:
+        """Decoded into `buffer` from k stripes not `rejected`, parity among them; each stripe
+        then found bad is added to `rejected` (and to `mismatched` unless it could not be read)
+        and the decode starts again."""
+        entry = self.entry
+        assert entry.crc32c is not None
+        by_index = {s.index: s for s in entry.stripes}
         for why in rejected.values():
             warnings.warn(
                 f"tierpoint: {entry.path} on tier {entry.tier}: {why}; reading another stripe",
@@ -256,6 +286,9 @@ class CodedSource:
             # guard: coded-read-reads-around-a-bad-stripe
             except StripeCorruptError as e:
                 rejected[e.index] = str(e)
+                # guard: load-reports-no-stripe-it-could-not-read
+                if not isinstance(e, _Unreadable):
+                    mismatched[e.index] = str(e)
                 warnings.warn(
                     f"tierpoint: {entry.path} on tier {entry.tier}: {e}; reading another stripe",
                     stacklevel=2,

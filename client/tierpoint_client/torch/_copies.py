@@ -27,6 +27,7 @@ from tierpoint_client.sources import (
     ranged_read,
     verified_copies,
 )
+from tierpoint_client.sources.coded import StripeReport
 from tierpoint_client.timeline import step_dir
 from tierpoint_client.torch._files import AtomicFile, local_tier
 
@@ -76,10 +77,12 @@ class CheckpointFiles:
         report: CorruptReport | None = None,
         keep: frozenset[str] = frozenset(),
         token: str | None = None,
+        report_stripe: StripeReport | None = None,
     ) -> None:
         """`checkpoint` may list only the files to be read. `keep`: the files of other nodes
         this node may keep on its local tier, as the server recorded them (`allow_keeping`).
-        `token` is sent to the data endpoints of peer copies."""
+        `token` is sent to the data endpoints of peer copies. `report_stripe` is told of each
+        stripe of a coded copy read around because its bytes did not match."""
         if checkpoint.shards is None:
             raise TierpointError("the checkpoint was read without its shards")
         self.job, self.step = checkpoint.job, checkpoint.step
@@ -107,7 +110,7 @@ class CheckpointFiles:
                 found.insert(0, _Copy(cached, cached=True))
             self.copies[shard.path] = found
             self.sizes[shard.path] = shard.size
-        self._sources = Sources({t.name: t for t in tiers}, token)
+        self._sources = Sources({t.name: t for t in tiers}, token, report_stripe)
 
     def read(
         self, path: str, into: Placement, items: Mapping[Range, str | None] | None = None

@@ -20,6 +20,7 @@ from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
+from tierpoint_client._fallback import report_stripe
 from tierpoint_client.client import Client
 from tierpoint_client.errors import NotFoundError, TierpointError
 from tierpoint_client.models import Checkpoint, PlanEntry, TierInfo
@@ -313,6 +314,7 @@ class TierpointReader(StorageReader):
         # Reported against the checkpoint read, by its own job and branch: a fork's first load
         # reads its parent's files, and a step may be saved on several branches.
         report = functools.partial(self._report_corrupt, checkpoint)
+        stripe = functools.partial(self._report_stripe, checkpoint)
         # Sent to peers' data endpoints; a rank without a client of its own has the coordinator's
         # environment.
         token = (
@@ -327,6 +329,7 @@ class TierpointReader(StorageReader):
             report=report,
             keep=keep,
             token=token,
+            report_stripe=stripe,
         )
 
     def _rank_files(self, plan: LoadPlan) -> CheckpointFiles:
@@ -363,6 +366,14 @@ class TierpointReader(StorageReader):
                 f"on tier {entry.tier} to the server: {e}",
                 stacklevel=2,
             )
+
+    def _report_stripe(
+        self, checkpoint: Checkpoint, entry: PlanEntry, index: int, why: str
+    ) -> None:
+        """A stripe the load read around because its bytes did not match: reported as the
+        restore reports one (its holder reads it back before the server believes it)."""
+        job, step, branch = checkpoint.job, checkpoint.step, checkpoint.branch
+        report_stripe(self.client, job, step, branch, entry, index, f"load read {why}")
 
     def _release(self) -> None:
         """Every rank's last step of a load, whether its reads succeeded or not: the coordinator

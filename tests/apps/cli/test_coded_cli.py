@@ -72,3 +72,45 @@ async def test_show_and_status_give_a_coded_copys_coverage_and_held_bytes(
     coded = usage["coded"]
     assert coded["held_bytes"] == math.ceil(coded["bytes"] * 3 / 2) > 0, coded
     assert human_bytes(coded["held_bytes"]) in tier and human_bytes(coded["bytes"]) in tier, tier
+
+
+async def test_show_with_stripes_lists_each_shards_stripes_by_holder_and_state(
+    stack: tuple[str, httpx.AsyncClient],
+    catalog: Engine,
+    job: str,
+    nodes: tuple[str, str],
+    holders: list[str],
+) -> None:
+    url, api = stack
+    body = manifest(1, [shard("a.bin", node=nodes[0], size=4 * MiB), shard("b.bin", size=MiB)])
+    assert (await api.post(f"/v1/jobs/{job}/checkpoints", json=body)).status_code == 201
+    restorable(catalog, job, 1, "ssd", local=True)
+    coded_copy(catalog, job, 1, holders)
+    token = create_token(catalog, scopes=("read",))
+
+    shown = await asyncio.wait_for(
+        run_cli(url, "show", job, "1", "--stripes", token=token), TIMEOUT
+    )
+    assert shown.exit_code == 0, shown.output
+    rows = {
+        cells[0]: cells[2:]
+        for ln in shown.output.splitlines()
+        if (cells := [c.strip() for c in ln.strip("│ ").split("│")])[0] in ("a.bin", "b.bin")
+    }
+    # Stripe 0 of a.bin found bad by the scrub: its holder and state say so.
+    assert rows["a.bin"] == [
+        f"{holders[0]} corrupt",
+        f"{holders[1]} verified",
+        f"{holders[2]} verified",
+    ]
+    assert rows["b.bin"] == [f"{h} verified" for h in holders]
+
+    as_json = await asyncio.wait_for(
+        run_cli(url, "show", job, "1", "--stripes", "--json", token=token), TIMEOUT
+    )
+    assert as_json.exit_code == 0, as_json.output
+    listed = json.loads(as_json.output)["stripes"]["coded"]
+    assert [(s["path"], [x["state"] for x in s["stripes"]]) for s in listed] == [
+        ("a.bin", ["corrupt", "verified", "verified"]),
+        ("b.bin", ["verified"] * 3),
+    ]

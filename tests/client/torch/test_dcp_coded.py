@@ -3,11 +3,18 @@ lifecycle cuts each node's files into stripes that three other nodes pull and ve
 restarted on other nodes load every file from k stripes read off the holders' data endpoints,
 decoded and verified, before the shared tier and S3 (which hold them too). A stripe a holder
 cannot serve, and one with a flipped byte, are read around; with m+1 stripes of each file gone
-the load reads the next tier."""
+the load reads the next tier.
+
+A stripe read around because its bytes did not match is reported as the restore reports one: its
+holder reads it back, and only a stripe bad at rest is moved `corrupt`; one damaged on the wire
+(a real proxy process in front of its holder's data endpoint) is reported, read back good and
+kept, and one its holder cannot serve is not reported at all."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +22,21 @@ import boto3
 from sqlalchemy import select
 from tierpoint_client import Checkpoint
 
-from tests.client.torch.ranks import assert_loaded, new_job, ranks, s3_key, wait_everywhere
+from tests.client.torch.ranks import (
+    WAIT,
+    assert_loaded,
+    new_job,
+    ranks,
+    run_ranks,
+    s3_key,
+    wait_everywhere,
+)
 from tests.helpers.client import Stack
+from tests.helpers.flip_proxy import flip_proxy
+from tests.helpers.integrity import events
+from tests.helpers.rewrite_proxy import rewrite_proxy
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
-from tierpoint.catalog.models import Shard, Stripe
+from tierpoint.catalog.models import Node, Shard, Stripe
 
 TIERS = ("ssd", "peer", "lustre", "s3")
 
@@ -45,6 +63,60 @@ def _held(stack: Stack, cp: Checkpoint) -> dict[str, dict[int, Path]]:
     for path, index, node in rows:
         held.setdefault(path, {})[index] = root.root_for(node) / cp.job / str(cp.step) / path
     return held
+
+
+def _stripes(stack: Stack, cp: Checkpoint) -> dict[tuple[str, int], tuple[str, str, bool]]:
+    """(file, index) -> (holder, state, read back since it was verified)."""
+    engine = make_sync_engine(stack.settings.database_url, pool_size=1)
+    try:
+        with sync_sessions(engine)() as s:
+            rows = s.execute(
+                select(
+                    Shard.path,
+                    Stripe.stripe_index,
+                    Stripe.node_id,
+                    Stripe.state,
+                    Stripe.scrubbed_at,
+                )
+                .join(Shard, Shard.id == Stripe.shard_id)
+                .where(Stripe.checkpoint_id == cp.id)
+            ).all()
+    finally:
+        engine.dispose()
+    return {(r.path, r.stripe_index): (r.node_id, r.state, r.scrubbed_at is not None) for r in rows}
+
+
+def _reported(stack: Stack, cp: Checkpoint) -> list[tuple[str, int]]:
+    """The stripes reported to the server, (file, index), in the order reported."""
+    engine = make_sync_engine(stack.settings.database_url, pool_size=1)
+    try:
+        assert cp.id is not None
+        found = events(engine, cp.id, "corrupt_reported")
+    finally:
+        engine.dispose()
+    return sorted((d["path"], d["stripe"]) for _, _, d in found if "stripe" in d)
+
+
+def _data_url(stack: Stack, node: str) -> str:
+    engine = make_sync_engine(stack.settings.database_url, pool_size=1)
+    try:
+        with sync_sessions(engine)() as s:
+            url = s.scalar(select(Node.data_url).where(Node.id == node))
+    finally:
+        engine.dispose()
+    assert url is not None
+    return url
+
+
+async def _read_back(stack: Stack, cp: Checkpoint, stripes: list[tuple[str, int]]) -> None:
+    """Until each of `stripes` was read back on its holder (moved, or found good): a report's
+    read-back may outlast the report's answer."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            now = await asyncio.to_thread(_stripes, stack, cp)
+            if all(now[s][1] != "verified" or now[s][2] for s in stripes):
+                return
+            await asyncio.sleep(0.2)
 
 
 async def _load(
@@ -107,6 +179,14 @@ async def test_stripes_that_cannot_be_read_or_do_not_match_are_read_around(
         # Each stripe read around is said, with why.
         around = [w for w in report["warnings"] if "reading another stripe" in w]
         assert len(around) == len(report["stats"]["files"]), report
+    # The flipped stripes were reported, read back on their holders and moved; the ones gone
+    # were not reported (a holder that cannot serve a stripe says nothing of its bytes).
+    flipped = [(path, n % 2) for n, path in enumerate(files) if n % 2]
+    assert _reported(stack, cp) == flipped
+    await _read_back(stack, cp, flipped)
+    now = _stripes(stack, cp)
+    for n, path in enumerate(files):
+        assert now[(path, n % 2)][1] == ("corrupt" if n % 2 else "verified"), now
 
     # m + 1 = 2 stripes of every file gone: the coded copy cannot give them, the shared tier does.
     for path in files:
@@ -117,3 +197,48 @@ async def test_stripes_that_cannot_be_read_or_do_not_match_are_read_around(
     assert_loaded(loaded, step)
     for report in loaded:
         assert set(report["stats"]["files"].values()) == {"lustre"}, report
+
+
+async def test_a_stripe_flipped_in_transit_is_reported_read_back_good_and_kept(
+    coded_stack: Stack, tmp_path: Path
+) -> None:
+    stack = coded_stack
+    job, step = new_job(), 5
+    cp = await _saved(stack, tmp_path, job, step)
+    before = _stripes(stack, cp)
+    first = sorted(held for held in _held(stack, cp))[0]
+    holder = before[(first, 0)][0]
+    # Every stripe this holder serves gets a byte flipped on its way to the ranks, never at rest:
+    # the ranks are handed the proxy's address for it (each file has at most one stripe there).
+    real = _data_url(stack, holder)
+    backend = urllib.parse.urlsplit(real).netloc
+    through = sorted(k for k, (node, _, _) in before.items() if node == holder)
+    with (
+        flip_proxy(backend, -1) as flips,
+        rewrite_proxy(stack.api_url, f"{real}/", f"{flips.url}/") as api,
+    ):
+        *_, node_d, node_e = stack.nodes
+        loaded = await run_ranks(
+            stack,
+            tmp_path,
+            "load",
+            job,
+            world=2,
+            step=step,
+            nodes=(node_e, node_d),
+            extra=("--no-repopulate",),
+            api_url=api,
+        )
+        seen = flips.stats()
+    assert_loaded(loaded.reports, step)
+    for report in loaded.reports:
+        assert set(report["stats"]["files"].values()) == {"peer"}, report
+    assert seen["flipped"] >= 1, seen
+    # Every stripe the ranks read from that holder was reported; each was read back on the
+    # holder, found good, and kept: the coded copy is whole.
+    reported = _reported(stack, cp)
+    assert (first, 0) in reported and set(reported) <= set(through), (reported, through)
+    await _read_back(stack, cp, reported)
+    now = _stripes(stack, cp)
+    assert {k: v[1] for k, v in now.items()} == dict.fromkeys(before, "verified"), now
+    assert all(now[k][2] for k in reported), now

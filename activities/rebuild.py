@@ -12,6 +12,10 @@ pull does, it is written atomically at the shard's name under this node's root o
 back from the device, and recorded `read back` with what that read found: the stripe machine
 verifies it only when those are the encoder's.
 
+A batch cuts two stripes at a time (`FILES_AT_ONCE`): one file's decode, write and read-back run
+beside the next one's reads, and a holder slow to answer for one file holds back one of them, not
+the batch.
+
 A set that has fewer than k readable stripes now (holders down, not lost) fails the attempt,
 which is retried; one that the catalog has below k is reported and left (no retry brings its
 stripes back); stripes verified already are not cut again.
@@ -22,6 +26,8 @@ from __future__ import annotations
 import contextvars
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, cast
 
@@ -57,6 +63,31 @@ log = logs.get(__name__)
 
 # Retried: a set whose holders are down now (not lost) may be readable again shortly.
 SHORT_OF_K = "StripesShortOfK"
+
+
+# Stripes cut at once in a batch: one file's decode and read-back beside the next one's reads,
+# as a copy batch reads one shard back while it copies the next.
+FILES_AT_ONCE = 2
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """A stripe of the batch to cut again: its place in the batch (for heartbeats), its row,
+    its file's registered size and crc32c, and the stripes of its set to read it from."""
+
+    n: int
+    stripe: pulling.ToPull
+    file: rebuilding.File
+    others: list[StripeRef]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What cutting one stripe found: verified on the holder, or why not."""
+
+    verified: bool
+    problem: str | None
+    bytes: int = 0
 
 
 def _refused(message: str, kind: FailureType) -> ApplicationError:
@@ -125,34 +156,29 @@ class RebuildActivities:
             )
         result = BatchResult(shards=len(found.stripes))
         store = self._stores.get(tier, b.holder)
-        short: list[str] = []
+        cuts: list[_Cut] = []
+        for n, stripe in enumerate(found.stripes):
+            if stripe.state == ReplicaState.VERIFIED.value:
+                result.skipped += 1
+                result.verified += 1
+                continue
+            kept = [h for h in held.get(stripe.shard_id, []) if h.index != stripe.index]
+            if len(kept) < code.k:
+                # Below k in the catalog: nothing can cut it again, and no retry mends that.
+                why = f"fewer than {code.k} verified stripes of its set are left"
+                _problem(result, f"{stripe.path} stripe {stripe.index}: {why}")
+                continue
+            file = files.get(stripe.shard_id)
+            if file is None:
+                # Not sealed with a crc32c: nothing to check a decode against.
+                _problem(result, f"{stripe.path}: no registered crc32c")
+                continue
+            # Their holders' endpoints now; one down is read around, and a set short of k
+            # readable stripes is retried.
+            others = [StripeRef(h.index, h.crc32c, urls[h.node]) for h in kept if h.node in urls]
+            cuts.append(_Cut(n, stripe, file, others))
         try:
-            for n, stripe in enumerate(found.stripes):
-                activity.heartbeat(n)
-                if stripe.state == ReplicaState.VERIFIED.value:
-                    result.skipped += 1
-                    result.verified += 1
-                    continue
-                kept = [h for h in held.get(stripe.shard_id, []) if h.index != stripe.index]
-                if len(kept) < code.k:
-                    # Below k in the catalog: nothing can cut it again, and no retry mends that.
-                    why = f"fewer than {code.k} verified stripes of its set are left"
-                    _problem(result, f"{stripe.path} stripe {stripe.index}: {why}")
-                    continue
-                # Their holders' endpoints now; one down is read around, and a set short of k
-                # readable stripes is retried.
-                others = [
-                    StripeRef(h.index, h.crc32c, urls[h.node]) for h in kept if h.node in urls
-                ]
-                file = files.get(stripe.shard_id)
-                if file is None:
-                    # Not sealed with a crc32c: nothing to check a decode against.
-                    _problem(result, f"{stripe.path}: no registered crc32c")
-                    continue
-                try:
-                    self._rebuild(inp.tier, code, file, found, stripe, others, store, result, n)
-                except NotEnoughStripesError as exc:
-                    short.append(f"{stripe.path} stripe {stripe.index}: {exc}")
+            short = self._cut_all(inp.tier, code, found, store, cuts, result)
         except UnsafePath as exc:
             raise _refused(str(exc), FailureType.UNSAFE_PATH) from exc
         log.info(
@@ -185,18 +211,49 @@ class RebuildActivities:
 
         return open_stripe
 
-    def _rebuild(
+    def _cut_all(
         self,
         tier: str,
         code: Code,
-        file: rebuilding.File,
         found: pulling.PullSet,
-        stripe: pulling.ToPull,
-        others: list[StripeRef],
         store: TierStore,
+        cuts: list[_Cut],
         result: BatchResult,
-        n: int,
-    ) -> None:
+    ) -> list[str]:
+        """Every stripe of `cuts` cut again, FILES_AT_ONCE at a time, what each found added to
+        `result` in the batch's order; the stripes whose set had fewer than k readable others."""
+        short: list[str] = []
+        pool = ThreadPoolExecutor(max_workers=FILES_AT_ONCE, thread_name_prefix="tierpoint-cut")
+        try:
+            # Each in a copy of the activity's context, so that its reads can heartbeat.
+            futures = [
+                pool.submit(
+                    contextvars.copy_context().run, self._rebuild, tier, code, found, c, store
+                )
+                for c in cuts
+            ]
+            for cut, future in zip(cuts, futures, strict=True):
+                try:
+                    done = future.result()
+                except NotEnoughStripesError as exc:
+                    short.append(f"{cut.stripe.path} stripe {cut.stripe.index}: {exc}")
+                    continue
+                result.bytes += done.bytes
+                result.verified += done.verified
+                result.corrupt += not done.verified
+                if done.problem is not None:
+                    _problem(result, done.problem)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return short
+
+    def _rebuild(
+        self, tier: str, code: Code, found: pulling.PullSet, cut: _Cut, store: TierStore
+    ) -> _Outcome:
+        """One stripe cut again and, when it is the encoder's, written and read back."""
+        stripe, file, n = cut.stripe, cut.file, cut.n
+        activity.heartbeat(n)
+        others = cut.others
         ref = found_ref(found, stripe)
         ctx = contextvars.copy_context()
 
@@ -204,7 +261,7 @@ class RebuildActivities:
             ctx.copy().run(activity.heartbeat, n)
 
         with tempfile.TemporaryDirectory(prefix="tierpoint-rebuild-") as tmp:
-            cut = Path(tmp) / "stripe"
+            dest = Path(tmp) / "stripe"
             try:
                 done = rebuild_stripe(
                     code,
@@ -213,29 +270,24 @@ class RebuildActivities:
                     others,
                     self._opener(tier, ref, beat),
                     stripe.index,
-                    cut,
+                    dest,
                 )
             except FileMismatchError as exc:
                 # Every stripe read matched its crc32c, the file did not: the set is wrong.
-                result.corrupt += 1
-                _problem(result, f"{stripe.path} stripe {stripe.index}: {exc}")
-                return
+                return _Outcome(False, f"{stripe.path} stripe {stripe.index}: {exc}")
             assert done.rebuilt is not None
             cut_as = (done.rebuilt.size, done.rebuilt.crc32c)
             # guard: rebuilt-stripe-is-the-encoders
             if cut_as != (stripe.size, stripe.crc32c):
                 # Never kept: only the encoder's bytes may be recorded for this stripe.
-                result.corrupt += 1
-                _problem(
-                    result,
+                return _Outcome(
+                    False,
                     f"{stripe.path} stripe {stripe.index}: cut again to {done.rebuilt.size} "
                     f"bytes, crc32c {done.rebuilt.crc32c}; the encoder's {stripe.size}, "
                     f"{stripe.crc32c}",
                 )
-                return
-            with open(cut, "rb") as f:
+            with open(dest, "rb") as f:
                 written = store.write(ref, f, stripe.size, None, None)
-        result.bytes += written.size
         # What the holder's device holds now, not what was cut: the stripe machine judges it.
         back = store.verify(ref, stripe.size, stripe.crc32c)
         size = back.size if back.size is not None else -1
@@ -243,10 +295,8 @@ class RebuildActivities:
         with self._sessions.begin() as s:
             moved = machine.read_back(s, tier, [read])
         if moved.get(ReplicaState.VERIFIED.value):
-            result.verified += 1
-        else:
-            result.corrupt += 1
-            _problem(result, f"{stripe.path} stripe {stripe.index}: {back.reason}")
+            return _Outcome(True, None, written.size)
+        return _Outcome(False, f"{stripe.path} stripe {stripe.index}: {back.reason}", written.size)
 
 
 def _problem(result: BatchResult, what: str) -> None:

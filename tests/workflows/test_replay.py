@@ -100,6 +100,8 @@ def test_every_workflow_has_a_recorded_history() -> None:
         "peer_rereplicate_from_below",
         # Copies made again from another peer tier's copy on its holder (the local one expired).
         "peer_rereplicate_from_peer",
+        # A full-copy tier copied again and a coded tier's stripes cut again, at the same time.
+        "peer_rereplicate_with_coded",
         # Every copy from the sealed tier at once, in the parent and in children, and the
         # repair asked for after a copy found the sealed copy corrupt.
         "lifecycle_two_nodes@fan-out",

@@ -1,0 +1,293 @@
+"""A coded peer tier's new holder killed (SIGKILL) while its rebuild batch transfers, on real
+services: the new holder a real `tierpoint worker` process with its data endpoint, the other node
+workers and the project's shared worker in the test process, a real Temporal server, the catalog
+with its migrations.
+
+rs(2,1) over six nodes a..f: node a's files are cut into stripes held by b, c and d. b is declared
+lost, and the rebuild re-places its stripes on e (the next node of a's ring holding none of the
+set), whose worker process reads the other two off c's and d's endpoints (slowed, so the batch is
+caught mid-way) and is killed once the fetched bytes are seen in its scratch area. Then either
+- e's worker is started again: the batch is retried on e's queue once its heartbeat times out,
+  and the stripes end verified on e; or
+- e is declared lost: the running rebuild is told, plans again, and cuts the stripes on f.
+Either way every set is whole on live nodes, every file is restored from stripes byte for byte
+(one decode from the rebuilt stripe itself), no holder's directory keeps a file the catalog does
+not name (no temp file of the killed attempt), every stripe the catalog has verified holds the
+encoder's bytes on its holder's device, and a restarted holder keeps none of the killed attempt's
+scratch."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import Client
+from tierpoint_client.erasure import Code
+from tierpoint_client.erasure.files import StripeFile, decode_path
+from tierpoint_client.models import PlanEntry
+from tierpoint_client.restore import restore_plan
+
+from api.schemas.checkpoints import RestorePlanEntryOut
+from tests.helpers.faults import OVERALL_TIMEOUT, db_now, eventually, workers_reported_in
+from tests.helpers.lifecycle import (
+    RESULT_TIMEOUT,
+    ShardSpec,
+    crc_hex,
+    markers,
+    new_job,
+    random_shards,
+    run_lifecycle,
+    running_workers,
+    seed_checkpoint,
+)
+from tests.helpers.peer_faults import data_url, wait_for_endpoints
+from tests.helpers.services import with_tier
+from tests.helpers.worker_process import worker_process
+from tierpoint.catalog.engine import async_sessions, make_async_engine
+from tierpoint.catalog.models import Node, Shard, Stripe
+from tierpoint.catalog.reads.latest import latest_restorable
+from tierpoint.config import Settings
+from tierpoint.contract.peer import rereplicate_id
+from tierpoint.services import node_lost
+from tierpoint.storage.posix.staging import STAGING_DIR
+from tierpoint.tier_config import TierConfig, TierKind
+
+CODE = Code(2, 1)
+SECRET = "tp_worker-credential-of-this-test"
+# One file of six segments and a bit: each stripe ~12 MiB, more than a loopback socket's buffer
+# takes at once.
+FILE_BYTES = 24 * 1024 * 1024 + 4099
+# Once the copy is made, c's and d's endpoints send at 2 MiB/s: each stripe's fetch takes
+# seconds, so the killed batch is caught with part of a stripe fetched.
+READ_LIMIT = 2 * 1024 * 1024
+# How soon the killed attempt is retried on the restarted worker.
+HEARTBEAT_TIMEOUT = 5.0
+TOO_LATE = "the rebuild on e finished before e could be killed: slow c and d (READ_LIMIT)"
+
+
+class Row(NamedTuple):
+    path: str
+    stripe_index: int
+    holder: str
+    state: str
+    lost: bool
+    size: int
+    crc32c: str
+
+
+class Rows:
+    """The coded copy's stripe rows as the catalog has them."""
+
+    def __init__(self, sessions: sessionmaker[Session], checkpoint_id: int) -> None:
+        self._sessions, self._cp = sessions, checkpoint_id
+
+    def __call__(self) -> list[Row]:
+        with self._sessions() as s:
+            return [
+                Row(
+                    r.path, r.stripe_index, r.node_id, r.state, r.lost_at is not None, r.size, r.crc
+                )
+                for r in s.execute(
+                    select(
+                        Shard.path,
+                        Stripe.stripe_index,
+                        Stripe.node_id,
+                        Stripe.state,
+                        Node.lost_at,
+                        Stripe.size,
+                        Stripe.crc32c.label("crc"),
+                    )
+                    .join(Shard, Shard.id == Stripe.shard_id)
+                    .join(Node, Node.id == Stripe.node_id)
+                    .where(Stripe.checkpoint_id == self._cp)
+                )
+            ]
+
+    def on(self, node: str) -> list[Row]:
+        return [r for r in self() if r.holder == node]
+
+
+def _settings(settings: Settings, tmp_path: Path, nodes: list[str]) -> Settings:
+    ssd, lustre, _ = settings.tiers
+    coded = TierConfig(
+        name="coded", kind=TierKind.PEER, root=str(tmp_path / "nodes/{node}/coded"), code=str(CODE)
+    )
+    for node in nodes:
+        (tmp_path / "nodes" / node / "ssd").mkdir(parents=True, exist_ok=True)
+    return Settings.model_validate(
+        {
+            **settings.model_dump(),
+            "tiers": [ssd, coded, lustre],
+            "data_token": SECRET,
+            "batch_heartbeat_timeout_seconds": HEARTBEAT_TIMEOUT,
+        }
+    )
+
+
+def _files(root: Path) -> set[str]:
+    """Every file under a holder's root of the tier, its staging area aside."""
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and p.relative_to(root).parts[0] != STAGING_DIR
+    }
+
+
+def _scratch(tmp: Path) -> dict[str, int]:
+    """Files under a worker process's TMPDIR, with their sizes."""
+    return {str(p.relative_to(tmp)): p.stat().st_size for p in tmp.rglob("*") if p.is_file()}
+
+
+def _plan(settings: Settings, sessions: sessionmaker[Session], job: str) -> list[PlanEntry]:
+    with sessions() as s:
+        latest = latest_restorable(s, job, settings.tiers)
+    return [
+        PlanEntry.from_json(RestorePlanEntryOut.model_validate(e).model_dump(mode="json"))
+        for e in latest.plan
+    ]
+
+
+@pytest.mark.parametrize("then", ["restarted", "declared lost"])
+async def test_a_new_holder_killed_mid_rebuild(
+    then: str,
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    client: Client,
+    engine: Engine,
+    tmp_path: Path,
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    # Sorted ids form the ring: a's stripes go to b, c, d; a new holder of b's is e, then f.
+    a, b, c, d, e, f = (f"{tag}-{x}" for x in "abcdef")
+    nodes = [a, b, c, d, e, f]
+    base = _settings(settings, tmp_path, nodes)
+    slow = with_tier(base, "coded", read_bandwidth_limit=READ_LIMIT)
+    shards = random_shards([a], 1, FILE_BYTES)
+    every_file = {sh.path: sh.data for sh in shards}
+    seeded = seed_checkpoint(base, sessions, new_job(), 1, shards)
+    job, cp = seeded.job, seeded.checkpoint_id
+    rows = Rows(sessions, cp)
+    e_tmp = tmp_path / "e-tmp"
+    e_tmp.mkdir()
+    since = db_now(engine)
+
+    async def declare(node: str) -> None:
+        """As the API's declaration does: the catalog's move committed, then the rebuild."""
+        engine_async = make_async_engine(base.database_url, pool_size=1)
+        try:
+            async with async_sessions(engine_async).begin() as s:
+                declared = await node_lost.declare(s, base, node, "test")
+        finally:
+            await engine_async.dispose()
+        await node_lost.rereplicate(client, declared)
+
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(running_workers(base, client, [a, b, f], shared=False))
+        holders = await stack.enter_async_context(contextlib.AsyncExitStack())
+        await holders.enter_async_context(running_workers(base, client, nodes=[c, d], shared=False))
+        killed = stack.enter_context(
+            worker_process(base, e, tmp_path / "e.log", env={"TMPDIR": str(e_tmp)})
+        )
+        await workers_reported_in(engine, tuple(nodes), since)
+        # The shared worker refuses a code the nodes it knows cannot hold: it starts after them.
+        await stack.enter_async_context(running_workers(base, client, nodes=(), shared=True))
+        result, _ = await run_lifecycle(client, seeded)
+        assert {t.tier: t.state.value for t in result.tiers}["coded"] == "restorable"
+        assert {r.holder for r in rows()} == {b, c, d}
+
+        # c and d serve their stripes slowly from now on: e's fetch of them is caught mid-way.
+        served = {n: data_url(sessions, n) for n in (c, d)}
+        await holders.aclose()
+        await stack.enter_async_context(running_workers(slow, client, nodes=[c, d], shared=False))
+        for n in (c, d):
+            await wait_for_endpoints(sessions, [n], OVERALL_TIMEOUT, not_=served[n])
+        await declare(b)
+
+        async def transferring() -> bool:
+            """Part of a stripe of e's batch fetched: some of its bytes in e's scratch, not all."""
+            on_e = await asyncio.to_thread(rows.on, e)
+            assert not on_e or {r.state for r in on_e} != {"verified"}, TOO_LATE
+            fetched = await asyncio.to_thread(_scratch, e_tmp)
+            return any(0 < n < min(r.size for r in on_e) for n in fetched.values())
+
+        await eventually("e fetching the stripes it rebuilds", transferring)
+        assert killed.kill() == -9, killed.output()
+        assert {r.state for r in rows.on(e)} != {"verified"}, TOO_LATE
+        # The killed attempt's half-fetched stripes, as it left them.
+        assert _scratch(e_tmp), killed.output()
+
+        if then == "restarted":
+            # Serves e's queue and endpoint until the end: the restore reads e's stripes.
+            again = stack.enter_context(
+                worker_process(base, e, tmp_path / "e-again.log", env={"TMPDIR": str(e_tmp)})
+            )
+            new_holder, live_nodes = e, [a, c, d, e, f]
+        else:
+            await declare(e)
+            new_holder, live_nodes = f, [a, c, d, f]
+        handle = client.get_workflow_handle(rereplicate_id(job, 1))
+        await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+        if then == "restarted":
+            assert again.alive(), again.output()
+            # The restarted holder keeps nothing of the attempt killed on it.
+            assert _scratch(e_tmp) == {}
+
+        _assert_whole_and_clean(base, rows(), job, {new_holder, c, d}, live_nodes)
+        assert markers(sessions, cp)["coded"][0] == "restorable"
+        _assert_decodes_from_rebuilt(base, rows(), job, shards, new_holder, tmp_path)
+        # The client's restore on a spare, from the holders' endpoints.
+        plan = _plan(base, sessions, job)
+        assert {entry.tier for entry in plan} == {"coded"}
+        await asyncio.to_thread(restore_plan, plan, tmp_path / "spare", {}, token=SECRET)
+        assert {p: (tmp_path / "spare" / p).read_bytes() for p in every_file} == every_file
+
+
+def _assert_whole_and_clean(
+    settings: Settings, final: list[Row], job: str, holders: set[str], live_nodes: list[str]
+) -> None:
+    """Every set whole on `holders`; every stripe the catalog has verified holds the encoder's
+    bytes on its holder's device; no live node keeps a file the catalog does not name there (no
+    temp file of the killed attempt, on e or wherever the stripes went; a lost node's device is
+    given up, and its endpoint serves nothing)."""
+    tier = settings.tier("coded")
+    for path in {r.path for r in final}:
+        live = [r for r in final if r.path == path and r.state == "verified" and not r.lost]
+        assert len(live) == CODE.width and {r.holder for r in live} == holders, final
+    for r in final:
+        if r.state == "verified" and not r.lost:
+            held = (tier.root_for(r.holder) / job / "1" / r.path).read_bytes()
+            assert (len(held), crc_hex(held)) == (r.size, r.crc32c), r
+    for node in live_nodes:
+        named = {f"{job}/1/{r.path}" for r in final if r.holder == node}
+        assert _files(tier.root_for(node)) <= named, node
+
+
+def _assert_decodes_from_rebuilt(
+    settings: Settings,
+    final: list[Row],
+    job: str,
+    shards: list[ShardSpec],
+    new_holder: str,
+    tmp_path: Path,
+) -> None:
+    """Each file decoded from its rebuilt stripe and one other, off their holders' devices."""
+    tier = settings.tier("coded")
+    for sh in shards:
+        good = [r for r in final if r.path == sh.path and r.state == "verified" and not r.lost]
+        held = {r.stripe_index: r for r in good}
+        rebuilt = next(i for i, r in held.items() if r.holder == new_holder)
+        other = next(i for i in held if i != rebuilt)
+        files = [
+            StripeFile(i, tier.root_for(held[i].holder) / job / "1" / sh.path, held[i].crc32c)
+            for i in (rebuilt, other)
+        ]
+        out = tmp_path / "decoded" / sh.path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        decode_path(CODE, len(sh.data), crc_hex(sh.data), files, out)
+        assert out.read_bytes() == sh.data

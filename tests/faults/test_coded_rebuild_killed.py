@@ -3,13 +3,13 @@ services: the new holder a real `tierpoint worker` process with its data endpoin
 workers and the project's shared worker in the test process, a real Temporal server, the catalog
 with its migrations.
 
-rs(2,1) over six nodes a..f: node a's files are cut into stripes held by b, c and d. b is declared
-lost, and the rebuild re-places its stripes on e (the next node of a's ring holding none of the
+rs(2,1) over six nodes a..f: node a's file is cut into stripes held by b, c and d. b is declared
+lost, and the rebuild re-places its stripe on e (the next node of a's ring holding none of the
 set), whose worker process reads the other two off c's and d's endpoints (slowed, so the batch is
-caught mid-way) and is killed once the fetched bytes are seen in its scratch area. Then either
+caught mid-way) and is killed once part of a stripe is seen in its scratch area. Then either
 - e's worker is started again: the batch is retried on e's queue once its heartbeat times out,
-  and the stripes end verified on e; or
-- e is declared lost: the running rebuild is told, plans again, and cuts the stripes on f.
+  and the stripe ends verified on e; or
+- e is declared lost: the running rebuild is told, plans again, and cuts the stripe on f.
 Either way every set is whole on live nodes, every file is restored from stripes byte for byte
 (one decode from the rebuilt stripe itself), no holder's directory keeps a file the catalog does
 not name (no temp file of the killed attempt), every stripe the catalog has verified holds the
@@ -22,18 +22,23 @@ import asyncio
 import contextlib
 import uuid
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
-from tierpoint_client.erasure import Code
 from tierpoint_client.erasure.files import StripeFile, decode_path
-from tierpoint_client.models import PlanEntry
-from tierpoint_client.restore import restore_plan
 
-from api.schemas.checkpoints import RestorePlanEntryOut
+from tests.helpers.coded_tier import (
+    CODE,
+    SECRET,
+    StripeRow,
+    coded_settings,
+    declare_lost,
+    restore_on_spare,
+    spare_plan,
+    stripe_rows,
+)
 from tests.helpers.faults import OVERALL_TIMEOUT, db_now, eventually, workers_reported_in
 from tests.helpers.lifecycle import (
     RESULT_TIMEOUT,
@@ -49,17 +54,10 @@ from tests.helpers.lifecycle import (
 from tests.helpers.peer_faults import data_url, wait_for_endpoints
 from tests.helpers.services import with_tier
 from tests.helpers.worker_process import worker_process
-from tierpoint.catalog.engine import async_sessions, make_async_engine
-from tierpoint.catalog.models import Node, Shard, Stripe
-from tierpoint.catalog.reads.latest import latest_restorable
 from tierpoint.config import Settings
 from tierpoint.contract.peer import rereplicate_id
-from tierpoint.services import node_lost
 from tierpoint.storage.posix.staging import STAGING_DIR
-from tierpoint.tier_config import TierConfig, TierKind
 
-CODE = Code(2, 1)
-SECRET = "tp_worker-credential-of-this-test"
 # One file of six segments and a bit: each stripe ~12 MiB, more than a loopback socket's buffer
 # takes at once.
 FILE_BYTES = 24 * 1024 * 1024 + 4099
@@ -71,63 +69,9 @@ HEARTBEAT_TIMEOUT = 5.0
 TOO_LATE = "the rebuild on e finished before e could be killed: slow c and d (READ_LIMIT)"
 
 
-class Row(NamedTuple):
-    path: str
-    stripe_index: int
-    holder: str
-    state: str
-    lost: bool
-    size: int
-    crc32c: str
-
-
-class Rows:
-    """The coded copy's stripe rows as the catalog has them."""
-
-    def __init__(self, sessions: sessionmaker[Session], checkpoint_id: int) -> None:
-        self._sessions, self._cp = sessions, checkpoint_id
-
-    def __call__(self) -> list[Row]:
-        with self._sessions() as s:
-            return [
-                Row(
-                    r.path, r.stripe_index, r.node_id, r.state, r.lost_at is not None, r.size, r.crc
-                )
-                for r in s.execute(
-                    select(
-                        Shard.path,
-                        Stripe.stripe_index,
-                        Stripe.node_id,
-                        Stripe.state,
-                        Node.lost_at,
-                        Stripe.size,
-                        Stripe.crc32c.label("crc"),
-                    )
-                    .join(Shard, Shard.id == Stripe.shard_id)
-                    .join(Node, Node.id == Stripe.node_id)
-                    .where(Stripe.checkpoint_id == self._cp)
-                )
-            ]
-
-    def on(self, node: str) -> list[Row]:
-        return [r for r in self() if r.holder == node]
-
-
-def _settings(settings: Settings, tmp_path: Path, nodes: list[str]) -> Settings:
-    ssd, lustre, _ = settings.tiers
-    coded = TierConfig(
-        name="coded", kind=TierKind.PEER, root=str(tmp_path / "nodes/{node}/coded"), code=str(CODE)
-    )
-    for node in nodes:
-        (tmp_path / "nodes" / node / "ssd").mkdir(parents=True, exist_ok=True)
-    return Settings.model_validate(
-        {
-            **settings.model_dump(),
-            "tiers": [ssd, coded, lustre],
-            "data_token": SECRET,
-            "batch_heartbeat_timeout_seconds": HEARTBEAT_TIMEOUT,
-        }
-    )
+def _good(rows: list[StripeRow]) -> list[StripeRow]:
+    """The stripes verified on holders not lost: the ones a set counts."""
+    return [r for r in rows if r.state == "verified" and not r.holder_lost]
 
 
 def _files(root: Path) -> set[str]:
@@ -144,15 +88,6 @@ def _scratch(tmp: Path) -> dict[str, int]:
     return {str(p.relative_to(tmp)): p.stat().st_size for p in tmp.rglob("*") if p.is_file()}
 
 
-def _plan(settings: Settings, sessions: sessionmaker[Session], job: str) -> list[PlanEntry]:
-    with sessions() as s:
-        latest = latest_restorable(s, job, settings.tiers)
-    return [
-        PlanEntry.from_json(RestorePlanEntryOut.model_validate(e).model_dump(mode="json"))
-        for e in latest.plan
-    ]
-
-
 @pytest.mark.parametrize("then", ["restarted", "declared lost"])
 async def test_a_new_holder_killed_mid_rebuild(
     then: str,
@@ -166,26 +101,32 @@ async def test_a_new_holder_killed_mid_rebuild(
     # Sorted ids form the ring: a's stripes go to b, c, d; a new holder of b's is e, then f.
     a, b, c, d, e, f = (f"{tag}-{x}" for x in "abcdef")
     nodes = [a, b, c, d, e, f]
-    base = _settings(settings, tmp_path, nodes)
+    base = coded_settings(
+        settings,
+        tmp_path,
+        nodes=nodes,
+        below=("lustre",),
+        data_token=SECRET,
+        batch_heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT,
+    )
     slow = with_tier(base, "coded", read_bandwidth_limit=READ_LIMIT)
     shards = random_shards([a], 1, FILE_BYTES)
     every_file = {sh.path: sh.data for sh in shards}
     seeded = seed_checkpoint(base, sessions, new_job(), 1, shards)
     job, cp = seeded.job, seeded.checkpoint_id
-    rows = Rows(sessions, cp)
+
+    def rows() -> list[StripeRow]:
+        return stripe_rows(sessions, cp)
+
+    def on_e() -> list[StripeRow]:
+        return [r for r in rows() if r.holder == e]
+
     e_tmp = tmp_path / "e-tmp"
     e_tmp.mkdir()
     since = db_now(engine)
 
     async def declare(node: str) -> None:
-        """As the API's declaration does: the catalog's move committed, then the rebuild."""
-        engine_async = make_async_engine(base.database_url, pool_size=1)
-        try:
-            async with async_sessions(engine_async).begin() as s:
-                declared = await node_lost.declare(s, base, node, "test")
-        finally:
-            await engine_async.dispose()
-        await node_lost.rereplicate(client, declared)
+        await declare_lost(base, node, client)
 
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(running_workers(base, client, [a, b, f], shared=False))
@@ -211,14 +152,14 @@ async def test_a_new_holder_killed_mid_rebuild(
 
         async def transferring() -> bool:
             """Part of a stripe of e's batch fetched: some of its bytes in e's scratch, not all."""
-            on_e = await asyncio.to_thread(rows.on, e)
-            assert not on_e or {r.state for r in on_e} != {"verified"}, TOO_LATE
+            held = await asyncio.to_thread(on_e)
+            assert not held or {r.state for r in held} != {"verified"}, TOO_LATE
             fetched = await asyncio.to_thread(_scratch, e_tmp)
-            return any(0 < n < min(r.size for r in on_e) for n in fetched.values())
+            return any(0 < n < min(r.size for r in held) for n in fetched.values())
 
         await eventually("e fetching the stripes it rebuilds", transferring)
         assert killed.kill() == -9, killed.output()
-        assert {r.state for r in rows.on(e)} != {"verified"}, TOO_LATE
+        assert {r.state for r in on_e()} != {"verified"}, TOO_LATE
         # The killed attempt's half-fetched stripes, as it left them.
         assert _scratch(e_tmp), killed.output()
 
@@ -242,14 +183,13 @@ async def test_a_new_holder_killed_mid_rebuild(
         assert markers(sessions, cp)["coded"][0] == "restorable"
         _assert_decodes_from_rebuilt(base, rows(), job, shards, new_holder, tmp_path)
         # The client's restore on a spare, from the holders' endpoints.
-        plan = _plan(base, sessions, job)
+        plan = spare_plan(base, sessions, job)
         assert {entry.tier for entry in plan} == {"coded"}
-        await asyncio.to_thread(restore_plan, plan, tmp_path / "spare", {}, token=SECRET)
-        assert {p: (tmp_path / "spare" / p).read_bytes() for p in every_file} == every_file
+        assert await asyncio.to_thread(restore_on_spare, plan, tmp_path / "spare") == every_file
 
 
 def _assert_whole_and_clean(
-    settings: Settings, final: list[Row], job: str, holders: set[str], live_nodes: list[str]
+    settings: Settings, final: list[StripeRow], job: str, holders: set[str], live_nodes: list[str]
 ) -> None:
     """Every set whole on `holders`; every stripe the catalog has verified holds the encoder's
     bytes on its holder's device; no live node keeps a file the catalog does not name there (no
@@ -257,12 +197,11 @@ def _assert_whole_and_clean(
     given up, and its endpoint serves nothing)."""
     tier = settings.tier("coded")
     for path in {r.path for r in final}:
-        live = [r for r in final if r.path == path and r.state == "verified" and not r.lost]
+        live = [r for r in _good(final) if r.path == path]
         assert len(live) == CODE.width and {r.holder for r in live} == holders, final
-    for r in final:
-        if r.state == "verified" and not r.lost:
-            held = (tier.root_for(r.holder) / job / "1" / r.path).read_bytes()
-            assert (len(held), crc_hex(held)) == (r.size, r.crc32c), r
+    for r in _good(final):
+        held = (tier.root_for(r.holder) / job / "1" / r.path).read_bytes()
+        assert (len(held), crc_hex(held)) == (r.size, r.crc32c), r
     for node in live_nodes:
         named = {f"{job}/1/{r.path}" for r in final if r.holder == node}
         assert _files(tier.root_for(node)) <= named, node
@@ -270,7 +209,7 @@ def _assert_whole_and_clean(
 
 def _assert_decodes_from_rebuilt(
     settings: Settings,
-    final: list[Row],
+    final: list[StripeRow],
     job: str,
     shards: list[ShardSpec],
     new_holder: str,
@@ -279,8 +218,7 @@ def _assert_decodes_from_rebuilt(
     """Each file decoded from its rebuilt stripe and one other, off their holders' devices."""
     tier = settings.tier("coded")
     for sh in shards:
-        good = [r for r in final if r.path == sh.path and r.state == "verified" and not r.lost]
-        held = {r.stripe_index: r for r in good}
+        held = {r.stripe_index: r for r in _good(final) if r.path == sh.path}
         rebuilt = next(i for i, r in held.items() if r.holder == new_holder)
         other = next(i for i in held if i != rebuilt)
         files = [

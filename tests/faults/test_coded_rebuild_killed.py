@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ from tests.helpers.lifecycle import (
 )
 from tests.helpers.peer_faults import data_url, wait_for_endpoints
 from tests.helpers.services import with_tier
-from tests.helpers.worker_process import worker_process
+from tests.helpers.worker_process import WorkerProcess, worker_process
 from tierpoint.config import Settings
 from tierpoint.contract.peer import rereplicate_id
 from tierpoint.storage.posix.staging import STAGING_DIR
@@ -150,18 +151,13 @@ async def test_a_new_holder_killed_mid_rebuild(
             await wait_for_endpoints(sessions, [n], OVERALL_TIMEOUT, not_=served[n])
         await declare(b)
 
-        async def transferring() -> bool:
-            """Part of a stripe of e's batch fetched: some of its bytes in e's scratch, not all."""
-            held = await asyncio.to_thread(on_e)
-            assert not held or {r.state for r in held} != {"verified"}, TOO_LATE
-            fetched = await asyncio.to_thread(_scratch, e_tmp)
-            return any(0 < n < min(r.size for r in held) for n in fetched.values())
-
-        await eventually("e fetching the stripes it rebuilds", transferring)
-        assert killed.kill() == -9, killed.output()
-        assert {r.state for r in on_e()} != {"verified"}, TOO_LATE
-        # The killed attempt's half-fetched stripes, as it left them.
+        await _kill_mid_fetch(killed, on_e, e_tmp)
+        # The killed attempt's half-fetched stripes, as it left them: in its scratch, nothing
+        # under e's root of the tier, and e's stripe not offered to a reader.
         assert _scratch(e_tmp), killed.output()
+        assert _files(base.tier("coded").root_for(e)) == set()
+        offered = {st.node for entry in spare_plan(base, sessions, job) for st in entry.stripes}
+        assert offered == {c, d}, offered
 
         if then == "restarted":
             # Serves e's queue and endpoint until the end: the restore reads e's stripes.
@@ -186,6 +182,23 @@ async def test_a_new_holder_killed_mid_rebuild(
         plan = spare_plan(base, sessions, job)
         assert {entry.tier for entry in plan} == {"coded"}
         assert await asyncio.to_thread(restore_on_spare, plan, tmp_path / "spare") == every_file
+
+
+async def _kill_mid_fetch(
+    killed: WorkerProcess, on_e: Callable[[], list[StripeRow]], scratch: Path
+) -> None:
+    """SIGKILL the new holder's worker once part of a stripe of its batch is in its scratch:
+    some of the stripe's bytes fetched, not all."""
+
+    async def transferring() -> bool:
+        held = await asyncio.to_thread(on_e)
+        assert not held or {r.state for r in held} != {"verified"}, TOO_LATE
+        fetched = await asyncio.to_thread(_scratch, scratch)
+        return any(0 < n < min(r.size for r in held) for n in fetched.values())
+
+    await eventually("the new holder fetching the stripes it rebuilds", transferring)
+    assert killed.kill() == -9, killed.output()
+    assert {r.state for r in on_e()} != {"verified"}, TOO_LATE
 
 
 def _assert_whole_and_clean(

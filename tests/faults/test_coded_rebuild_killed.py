@@ -194,7 +194,7 @@ async def _kill_mid_fetch(
         held = await asyncio.to_thread(on_e)
         assert not held or {r.state for r in held} != {"verified"}, TOO_LATE
         fetched = await asyncio.to_thread(_scratch, scratch)
-        return any(0 < n < min(r.size for r in held) for n in fetched.values())
+        return any(0 < n < min((r.size for r in held), default=0) for n in fetched.values())
 
     await eventually("the new holder fetching the stripes it rebuilds", transferring)
     assert killed.kill() == -9, killed.output()

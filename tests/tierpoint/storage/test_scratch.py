@@ -1,6 +1,7 @@
 """Scratch directories (a rebuild's fetched stripes) in real processes: one whose process was
 killed (SIGKILL) is reclaimed by the next attempt; one a live process holds is never touched,
-and its process removes it when done; an area planted as a symlink is refused."""
+and its process removes it when done; an area planted as a symlink is not used (nothing under
+its target touched) and stops nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.worker_process import REPO
-from tierpoint.errors import UnsafePath
 from tierpoint.storage.posix.scratch import scratch_dir
 
 AREA = "tierpoint-test-scratch"
@@ -77,11 +77,14 @@ def test_a_killed_attempts_scratch_is_reclaimed_by_the_next_and_a_live_ones_is_n
     assert list((tmp / AREA).iterdir()) == []
 
 
-def test_an_area_planted_as_a_symlink_is_refused(tmp: Path) -> None:
+def test_an_area_planted_as_a_symlink_is_not_used_and_stops_nothing(tmp: Path) -> None:
     elsewhere = tmp / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "attempt-victim").mkdir()
     (tmp / AREA).symlink_to(elsewhere)
-    with pytest.raises(UnsafePath), scratch_dir(AREA):
-        pass
-    assert (elsewhere / "attempt-victim").is_dir()
+    with scratch_dir(AREA) as mine:
+        assert mine.is_dir() and not any(mine.iterdir())
+        assert mine.resolve().parent == tmp.resolve()
+    assert not mine.exists()
+    # Nothing under the link's target was reclaimed, nor anything made there.
+    assert [p.name for p in elsewhere.iterdir()] == ["attempt-victim"]

@@ -7,8 +7,9 @@ each one lies in an area of its own kind (`<temp dir>/<area>/attempt-*`) and is 
 by the attempt using it for as long as it lives; the kernel drops the lock with the process.
 Each new attempt first removes the directories in its area that no process holds: a worker
 restarted on the node reclaims what the killed one left the first time it needs scratch again.
-Nothing else in the area is touched, and an area that is not a directory of this user's
-(a symlink or another user's directory planted in a shared /tmp) is refused.
+Nothing else in the area is touched. An area that is not a directory of this user's (a symlink
+or another user's directory planted in a shared /tmp) is not used, nor may it stop a rebuild: the
+attempt takes a private directory as before, which only it removes, and the log says so.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from tierpoint import logs
 from tierpoint.errors import UnsafePath
+
+log = logs.get(__name__)
 
 _ATTEMPT = "attempt-"
 
@@ -66,7 +70,13 @@ def _reclaim(area: Path) -> None:
 def scratch_dir(area_name: str) -> Iterator[Path]:
     """A new, empty directory of this attempt's alone in the area `area_name`, removed on the
     way out; the area's directories left by attempts that died are removed first."""
-    area = _area(area_name)
+    try:
+        area = _area(area_name)
+    except UnsafePath as exc:
+        log.warning("scratch area not used", reason=str(exc))
+        with tempfile.TemporaryDirectory(prefix=f"{area_name}-") as private:
+            yield Path(private)
+        return
     area_fd = _open_dir(area)
     try:
         # One attempt at a time creates or reclaims: a directory just made is locked before any

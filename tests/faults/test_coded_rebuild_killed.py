@@ -14,12 +14,16 @@ Either way every set is whole on live nodes, every file is restored from stripes
 (one decode from the rebuilt stripe itself), no holder's directory keeps a file the catalog does
 not name (no temp file of the killed attempt), every stripe the catalog has verified holds the
 encoder's bytes on its holder's device, and a restarted holder keeps none of the killed attempt's
-scratch."""
+scratch.
+
+And the other holder a rebuild meets: c, one of the holders e reads from, killed while it sends
+its stripe; e's attempt is retried until c's worker is back, then the same checks hold."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +44,13 @@ from tests.helpers.coded_tier import (
     spare_plan,
     stripe_rows,
 )
-from tests.helpers.faults import OVERALL_TIMEOUT, db_now, eventually, workers_reported_in
+from tests.helpers.faults import (
+    OVERALL_TIMEOUT,
+    db_now,
+    eventually,
+    wait_for_retry,
+    workers_reported_in,
+)
 from tests.helpers.lifecycle import (
     RESULT_TIMEOUT,
     ShardSpec,
@@ -57,6 +67,7 @@ from tests.helpers.services import with_tier
 from tests.helpers.worker_process import WorkerProcess, worker_process
 from tierpoint.config import Settings
 from tierpoint.contract.peer import rereplicate_id
+from tierpoint.contract.stripes import REBUILD_BATCH
 from tierpoint.storage.posix.staging import STAGING_DIR
 
 # One file of six segments and a bit: each stripe ~12 MiB, more than a loopback socket's buffer
@@ -182,6 +193,71 @@ async def test_a_new_holder_killed_mid_rebuild(
         plan = spare_plan(base, sessions, job)
         assert {entry.tier for entry in plan} == {"coded"}
         assert await asyncio.to_thread(restore_on_spare, plan, tmp_path / "spare") == every_file
+
+
+async def test_a_holder_read_from_killed_mid_rebuild_is_read_again_once_back(
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    client: Client,
+    engine: Engine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The other holder a rebuild meets killed: c, one of the two holders e cuts b's stripe from,
+    is SIGKILLed while it sends its stripe. e's attempt finds the set short of k readable stripes
+    and fails, retried (c is down, not declared lost); once c's worker is back (its endpoint at a
+    new address), the stripe is cut and verified on e, and nothing half-fetched is left."""
+    tag = uuid.uuid4().hex[:8]
+    a, b, c, d, e, f = (f"{tag}-{x}" for x in "abcdef")
+    nodes = [a, b, c, d, e, f]
+    base = coded_settings(settings, tmp_path, nodes=nodes, below=("lustre",), data_token=SECRET)
+    shards = random_shards([a], 1, FILE_BYTES)
+    seeded = seed_checkpoint(base, sessions, new_job(), 1, shards)
+    job, cp = seeded.job, seeded.checkpoint_id
+    # e's worker runs in this process: its scratch in a temp directory of the test's.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    e_scratch = tmp_path / "tmp" / "tierpoint-rebuild"
+    since = db_now(engine)
+
+    def on_e() -> list[StripeRow]:
+        return [r for r in stripe_rows(sessions, cp) if r.holder == e]
+
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(running_workers(base, client, [a, b, d, e, f], False))
+        source = stack.enter_context(worker_process(base, c, tmp_path / "c.log"))
+        await workers_reported_in(engine, tuple(nodes), since)
+        await stack.enter_async_context(running_workers(base, client, nodes=(), shared=True))
+        result, _ = await run_lifecycle(client, seeded)
+        assert {t.tier: t.state.value for t in result.tiers}["coded"] == "restorable"
+        # c serves its stripe slowly from now on: e's fetch of it is caught mid-way.
+        served = data_url(sessions, c)
+        source.kill()
+        source = stack.enter_context(
+            worker_process(
+                with_tier(base, "coded", read_bandwidth_limit=READ_LIMIT), c, tmp_path / "c2.log"
+            )
+        )
+        await wait_for_endpoints(sessions, [c], OVERALL_TIMEOUT, not_=served)
+        await declare_lost(base, b, client)
+        await _kill_mid_fetch(source, on_e, e_scratch)
+
+        handle = client.get_workflow_handle(rereplicate_id(job, 1))
+        failure = await wait_for_retry(handle, REBUILD_BATCH)
+        assert "readable others" in failure, failure
+        served = data_url(sessions, c)
+        stack.enter_context(worker_process(base, c, tmp_path / "c3.log"))
+        await wait_for_endpoints(sessions, [c], OVERALL_TIMEOUT, not_=served)
+        await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+        assert _scratch(e_scratch) == {}
+        final = stripe_rows(sessions, cp)
+        _assert_whole_and_clean(base, final, job, {e, c, d}, [a, c, d, e, f])
+        assert markers(sessions, cp)["coded"][0] == "restorable"
+        _assert_decodes_from_rebuilt(base, final, job, shards, e, tmp_path)
+        plan = spare_plan(base, sessions, job)
+        restored = await asyncio.to_thread(restore_on_spare, plan, tmp_path / "spare")
+        assert restored == {sh.path: sh.data for sh in shards}
 
 
 async def _kill_mid_fetch(

@@ -28,6 +28,7 @@ class Mutant:
 
 
 RET_E2E = "tests/workflows/test_retention.py"
+SCRATCH = "tests/tierpoint/storage/test_scratch.py::"
 CODED_VIEWS = (
     "tests/api/test_coded_views.py::"
     "test_the_views_show_a_coded_tiers_code_coverage_and_the_bytes_it_holds"
@@ -593,6 +594,27 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         "a stripe cut again by a rebuild is kept only when it is the size and crc32c the encoder "
         "recorded",
+    ),
+    Mutant(
+        "abandoned-scratch-reclaimed",
+        "            shutil.rmtree(entry.path, ignore_errors=True)\n",
+        "            pass\n",
+        (
+            f"{SCRATCH}test_a_killed_attempts_scratch_is_reclaimed_by_the_next_and_a_live_ones_is_not",
+            "tests/faults/test_coded_rebuild_killed.py::"
+            "test_a_new_holder_killed_mid_rebuild[restarted]",
+        ),
+        "a rebuild's scratch left by a killed worker (a file's worth of fetched stripes) is "
+        "reclaimed by the next rebuild on the node",
+    ),
+    Mutant(
+        "live-scratch-never-reclaimed",
+        "                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
+        "                pass\n",
+        (
+            f"{SCRATCH}test_a_killed_attempts_scratch_is_reclaimed_by_the_next_and_a_live_ones_is_not",
+        ),
+        "a scratch directory that a live attempt holds is never reclaimed under it",
     ),
     Mutant(
         "rebuild-never-onto-a-holder-of-the-set",

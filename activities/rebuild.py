@@ -24,11 +24,9 @@ stripes back); stripes verified already are not cut again.
 from __future__ import annotations
 
 import contextvars
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO, cast
 
 from temporalio import activity
@@ -53,6 +51,7 @@ from tierpoint.errors import UnknownTier, UnsafePath
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, TierStore
 from tierpoint.storage.peer_http import STRIPE_MARK, PeerSource, pull_tls
+from tierpoint.storage.posix.scratch import scratch_dir
 from tierpoint.tier_config import TierConfig
 
 from .pull import found_ref
@@ -63,6 +62,8 @@ log = logs.get(__name__)
 
 # Retried: a set whose holders are down now (not lost) may be readable again shortly.
 SHORT_OF_K = "StripesShortOfK"
+# The rebuilds' scratch area in the worker's temp directory.
+_SCRATCH = "tierpoint-rebuild"
 
 
 # Stripes cut at once in a batch: one file's decode and read-back beside the next one's reads,
@@ -260,8 +261,10 @@ class RebuildActivities:
         def beat() -> None:
             ctx.copy().run(activity.heartbeat, n)
 
-        with tempfile.TemporaryDirectory(prefix="tierpoint-rebuild-") as tmp:
-            dest = Path(tmp) / "stripe"
+        # The k stripes fetched and the one cut: a scratch directory that a rebuild after this
+        # one reclaims if this worker is killed before it removes it.
+        with scratch_dir(_SCRATCH) as tmp:
+            dest = tmp / "stripe"
             try:
                 done = rebuild_stripe(
                     code,

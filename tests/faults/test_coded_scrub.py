@@ -24,48 +24,37 @@ from temporalio.client import Client
 
 from api.app import create_app
 from tests.helpers.api import running_client
-from tests.helpers.faults import OVERALL_TIMEOUT, db_now, workers_reported_in
+from tests.helpers.coded_tier import NODES, SECRET, coded_settings, coded_stack
+from tests.helpers.faults import OVERALL_TIMEOUT
 from tests.helpers.integrity import integrity_settings, run_scrub
 from tests.helpers.lifecycle import (
     markers,
     new_job,
     random_shards,
     run_lifecycle,
-    running_workers,
     seed_checkpoint,
 )
+from tests.helpers.services import with_tier
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.reads.latest import latest_restorable
 from tierpoint.catalog.stripe.coverage import verified_stripes
 from tierpoint.config import Settings
-from tierpoint.tier_config import TierConfig, TierKind
 
 SOURCES = ("node-a", "node-b")
-NODES = (*SOURCES, "node-c", "node-d")
 WIDTH = 3  # rs(2,1)
 
 
 @pytest.fixture
 def cfg(settings: Settings, tmp_path: Path) -> Settings:
     """ssd -> coded -> lustre; only the coded tier is scrubbed, so the findings are its own."""
-    ssd, lustre, _ = integrity_settings(settings).tiers
-    coded = TierConfig(
-        name="coded",
-        kind=TierKind.PEER,
-        root=str(tmp_path / "nodes/{node}/coded"),
-        code="rs(2,1)",
-        scrub_bandwidth=1 << 30,
+    coded = coded_settings(
+        integrity_settings(settings),
+        tmp_path,
+        below=("lustre",),
+        tier={"scrub_bandwidth": 1 << 30},
+        data_token=SECRET,
     )
-    for node in NODES:
-        (tmp_path / "nodes" / node / "ssd").mkdir(parents=True, exist_ok=True)
-    quiet = [t.model_copy(update={"scrub_bandwidth": 0}) for t in (ssd, lustre)]
-    return Settings.model_validate(
-        {
-            **integrity_settings(settings).model_dump(),
-            "tiers": [quiet[0], coded, quiet[1]],
-            "data_token": "tp_worker-credential-of-this-test",
-        }
-    )
+    return with_tier(coded, "lustre", scrub_bandwidth=0)
 
 
 class _Counts(dict[str, float]):
@@ -116,9 +105,7 @@ async def test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k
     seeded = seed_checkpoint(cfg, sessions, job, 1, shards)
     cp = seeded.checkpoint_id
     coded = cfg.tier("coded")
-    since = db_now(engine)
-    async with running_workers(cfg, client, nodes=NODES):
-        await workers_reported_in(engine, NODES, since)
+    async with coded_stack(cfg, client, engine, NODES):
         await run_lifecycle(client, seeded)
         assert markers(sessions, cp)["coded"][0] == "restorable", markers(sessions, cp)
         with sessions() as s:

@@ -21,36 +21,25 @@ from tierpoint_client.errors import NotFoundError
 
 from api.app import create_app
 from tests.helpers.cli import serving
-from tests.helpers.faults import db_now, workers_reported_in
+from tests.helpers.coded_tier import NODES, SECRET, coded_settings, coded_stack
 from tests.helpers.integrity import events
 from tests.helpers.lifecycle import (
     markers,
     new_job,
     random_shards,
     run_lifecycle,
-    running_workers,
     seed_checkpoint,
 )
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.config import Settings
-from tierpoint.tier_config import TierConfig, TierKind
 
 SOURCES = ("node-a", "node-b")
-NODES = (*SOURCES, "node-c", "node-d")
 
 
 @pytest.fixture
 def cfg(settings: Settings, tmp_path: Path) -> Settings:
-    ssd, lustre, _ = settings.tiers
-    coded = TierConfig(
-        name="coded", kind=TierKind.PEER, root=str(tmp_path / "nodes/{node}/coded"), code="rs(2,1)"
-    )
-    for node in NODES:
-        (tmp_path / "nodes" / node / "ssd").mkdir(parents=True, exist_ok=True)
-    return Settings.model_validate(
-        {**settings.model_dump(), "tiers": [ssd, coded, lustre], "data_token": "tp_worker-of-test"}
-    )
+    return coded_settings(settings, tmp_path, below=("lustre",), data_token=SECRET)
 
 
 def _stripes(sessions: sessionmaker[Session], cp: int) -> dict[tuple[str, int], tuple[str, str]]:
@@ -76,9 +65,7 @@ async def test_a_stripe_the_restore_found_corrupt_is_reported_and_confirmed_on_i
     seeded = seed_checkpoint(cfg, sessions, job, 1, shards)
     cp = seeded.checkpoint_id
     trainer = create_token(cfg.database_url, scopes=[f"train:{job}"])
-    since = db_now(engine)
-    async with running_workers(cfg, client, nodes=NODES):
-        await workers_reported_in(engine, NODES, since)
+    async with coded_stack(cfg, client, engine, NODES):
         await run_lifecycle(client, seeded)
         assert markers(sessions, cp)["coded"][0] == "restorable"
         target, other = shards

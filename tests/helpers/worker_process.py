@@ -11,7 +11,7 @@ import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -48,11 +48,13 @@ class WorkerProcess:
         log: Path,
         file_size_limit: int | None = None,
         open_files_limit: int | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """`file_size_limit`: the process may write no file larger (RLIMIT_FSIZE): a write past
         it fails with EFBIG, as a write to a full device fails with ENOSPC (Python ignores the
         SIGXFSZ that would otherwise end the process). `open_files_limit`: the descriptors it
-        may hold at once (RLIMIT_NOFILE), as a small `ulimit -n` of a node sets it."""
+        may hold at once (RLIMIT_NOFILE), as a small `ulimit -n` of a node sets it. `env`: more
+        variables of its environment (a TMPDIR of its own, whose scratch files a test watches)."""
         self.log = log
         nodes = [node] if isinstance(node, str) else list(node or [])
         args = [a for n in nodes for a in ("--node", n)]
@@ -62,7 +64,7 @@ class WorkerProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "apps.cli.main", "worker", *args],
                 cwd=REPO,
-                env=settings_env(settings),
+                env={**settings_env(settings), **(env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -109,8 +111,9 @@ def worker_process(
     log: Path,
     file_size_limit: int | None = None,
     open_files_limit: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[WorkerProcess]:
-    worker = WorkerProcess(settings, node, log, file_size_limit, open_files_limit)
+    worker = WorkerProcess(settings, node, log, file_size_limit, open_files_limit, env)
     try:
         yield worker
     finally:

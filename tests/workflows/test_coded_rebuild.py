@@ -19,14 +19,20 @@ import contextlib
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
 from tierpoint_client.erasure import Code
-from tierpoint_client.models import PlanEntry
-from tierpoint_client.restore import restore_plan
 
-from api.schemas.checkpoints import RestorePlanEntryOut
+from tests.helpers.coded_tier import (
+    SECRET,
+    StripeRow,
+    coded_settings,
+    declare_lost,
+    restore_on_spare,
+    spare_plan,
+    stripe_rows,
+)
 from tests.helpers.faults import db_now, eventually, workers_reported_in
 from tests.helpers.lifecycle import (
     markers,
@@ -36,31 +42,19 @@ from tests.helpers.lifecycle import (
     running_workers,
     seed_checkpoint,
 )
-from tierpoint.catalog.engine import async_sessions, make_async_engine
-from tierpoint.catalog.models import Node, Shard, Stripe
-from tierpoint.catalog.reads.latest import latest_restorable
 from tierpoint.config import Settings
 from tierpoint.contract.peer import rereplicate_id
-from tierpoint.services import node_lost
-from tierpoint.tier_config import TierConfig, TierKind
 
 CODE = Code(4, 2)
 NODES = tuple(f"node-{i:02d}" for i in range(11))
 RANKS = NODES[:4]
-WORKER_SECRET = "tp_worker-credential-of-this-test"
 RESULT_TIMEOUT = 120.0
 
 
 @pytest.fixture
 def settings(settings: Settings, tmp_path: Path) -> Settings:
-    ssd, lustre, _ = settings.tiers
-    coded = TierConfig(
-        name="coded", kind=TierKind.PEER, root=str(tmp_path / "nodes/{node}/coded"), code=str(CODE)
-    )
-    for node in NODES:
-        (tmp_path / "nodes" / node / "ssd").mkdir(parents=True, exist_ok=True)
-    return Settings.model_validate(
-        {**settings.model_dump(), "tiers": [ssd, coded, lustre], "data_token": WORKER_SECRET}
+    return coded_settings(
+        settings, tmp_path, code=CODE, nodes=NODES, below=("lustre",), data_token=SECRET
     )
 
 
@@ -70,39 +64,22 @@ class Stripes:
     def __init__(self, sessions: sessionmaker[Session], checkpoint_id: int) -> None:
         self._sessions, self._cp = sessions, checkpoint_id
 
-    def rows(self) -> list[tuple[str, str, int, str, str, bool]]:
-        """(shard path, shard node, index, holder, state, holder lost) of every stripe."""
-        with self._sessions() as s:
-            return [
-                (r.path, r.shard_node, r.stripe_index, r.node_id, r.state, r.lost_at is not None)
-                for r in s.execute(
-                    select(
-                        Shard.path,
-                        Shard.node_id.label("shard_node"),
-                        Stripe.stripe_index,
-                        Stripe.node_id,
-                        Stripe.state,
-                        Node.lost_at,
-                    )
-                    .join(Shard, Shard.id == Stripe.shard_id)
-                    .join(Node, Node.id == Stripe.node_id)
-                    .where(Stripe.checkpoint_id == self._cp)
-                )
-            ]
+    def rows(self) -> list[StripeRow]:
+        return stripe_rows(self._sessions, self._cp)
 
     def holders(self, rank: str) -> set[str]:
-        return {h for _, node, _, h, _, _ in self.rows() if node == rank}
+        return {r.holder for r in self.rows() if r.shard_node == rank}
 
     def whole(self) -> bool:
         """Every set: k+m verified stripes on k+m distinct live nodes, none the shard's own."""
-        sets: dict[str, list[tuple[str, int, str, str, bool]]] = {}
-        for path, node, index, holder, state, lost in self.rows():
-            sets.setdefault(path, []).append((node, index, holder, state, lost))
+        sets: dict[str, list[StripeRow]] = {}
+        for r in self.rows():
+            sets.setdefault(r.path, []).append(r)
         return all(
             len(members) == CODE.width
-            and all(st == "verified" and not lost for _, _, _, st, lost in members)
-            and len({h for _, _, h, _, _ in members}) == CODE.width
-            and all(h != node for node, _, h, _, _ in members)
+            and all(r.state == "verified" and not r.holder_lost for r in members)
+            and len({r.holder for r in members}) == CODE.width
+            and all(r.holder != r.shard_node for r in members)
             for members in sets.values()
         )
 
@@ -124,24 +101,15 @@ async def test_lost_holders_stripes_are_rebuilt_through_a_second_loss_and_m_plus
 
     async def declare(node: str) -> None:
         """As the API's declaration does: the catalog's move committed, then the rebuild."""
-        engine_async = make_async_engine(settings.database_url, pool_size=1)
-        try:
-            async with async_sessions(engine_async).begin() as s:
-                declared = await node_lost.declare(s, settings, node, "test")
-        finally:
-            await engine_async.dispose()
-        await node_lost.rereplicate(client, declared)
+        await declare_lost(settings, node, client)
 
     async def rebuilt() -> None:
         handle = client.get_workflow_handle(rereplicate_id(job, 1))
         await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
 
     def restore(dest: str) -> tuple[set[str], dict[str, bytes]]:
-        plan = _plan(settings, sessions, job)
-        restore_plan(plan, tmp_path / dest, {}, token=WORKER_SECRET)
-        return {e.tier for e in plan}, {
-            e.path: (tmp_path / dest / e.path).read_bytes() for e in plan
-        }
+        plan = spare_plan(settings, sessions, job)
+        return {e.tier for e in plan}, restore_on_spare(plan, tmp_path / dest)
 
     async with contextlib.AsyncExitStack() as shared:
         # Each group of node workers is stopped on its own below, and with the rest on any failure.
@@ -172,8 +140,8 @@ async def test_lost_holders_stripes_are_rebuilt_through_a_second_loss_and_m_plus
 
         async def re_placed() -> bool:
             rows = await asyncio.to_thread(stripes.rows)
-            moved = [r for r in rows if r[1] == "node-00" and r[3] == held_back]
-            return len(moved) == 2 and {r[4] for r in moved} == {"pending"}
+            moved = [r for r in rows if r.shard_node == "node-00" and r.holder == held_back]
+            return len(moved) == 2 and {r.state for r in moved} == {"pending"}
 
         await eventually("node-01's stripes of node-00's set re-placed on node-07", re_placed)
         # The lost rank's files (and every other) restored on a spare from the stripes.
@@ -186,7 +154,7 @@ async def test_lost_holders_stripes_are_rebuilt_through_a_second_loss_and_m_plus
         assert tiers == {"coded"} and got == every_file
         await rebuilt()
         assert stripes.whole(), stripes.rows()
-        assert not {lost, held_back} & {r[3] for r in stripes.rows()}
+        assert not {lost, held_back} & {r.holder for r in stripes.rows()}
         assert markers(sessions, seeded.checkpoint_id)["coded"][0] == "restorable"
         tiers, got = await asyncio.to_thread(restore, "spare-3")
         assert tiers == {"coded"} and got == every_file
@@ -208,19 +176,10 @@ async def test_lost_holders_stripes_are_rebuilt_through_a_second_loss_and_m_plus
             await rebuilt()
         assert markers(sessions, seeded.checkpoint_id)["coded"][0] == "failed"
         verified = [
-            r for r in stripes.rows() if r[1] == "node-02" and r[4] == "verified" and not r[5]
+            r
+            for r in stripes.rows()
+            if r.shard_node == "node-02" and r.state == "verified" and not r.holder_lost
         ]
         assert len(verified) == 2 * (CODE.width - len(doomed))
         tiers, _ = await asyncio.to_thread(restore, "spare-5")
         assert tiers == {"lustre"}
-
-
-def _plan(settings: Settings, sessions: sessionmaker[Session], job: str) -> list[PlanEntry]:
-    """The restore plan of the job's latest checkpoint for a reader on no node of the job (a
-    spare), as the API sends it and the client reads it."""
-    with sessions() as s:
-        latest = latest_restorable(s, job, settings.tiers)
-    return [
-        PlanEntry.from_json(RestorePlanEntryOut.model_validate(e).model_dump(mode="json"))
-        for e in latest.plan
-    ]

@@ -12,14 +12,21 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from tierpoint_client.erasure.files import StripeFile, decode_path
 
-from tests.helpers.coded_tier import CODE, NODES, SECRET, coded_settings
-from tests.helpers.faults import db_now, workers_reported_in
+from tests.helpers.coded_tier import (
+    CODE,
+    NODES,
+    SECRET,
+    coded_settings,
+    coded_stack,
+    declare_lost,
+    stripe_rows,
+)
 from tests.helpers.lifecycle import (
     RESULT_TIMEOUT,
     activities_run,
@@ -30,12 +37,9 @@ from tests.helpers.lifecycle import (
     record_history,
     recording_histories,
     run_lifecycle,
-    running_workers,
     seed_checkpoint,
 )
 from tests.workflows.test_lifecycle_window import children_of_three
-from tierpoint.catalog.engine import async_sessions, make_async_engine
-from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.config import Settings
 from tierpoint.contract import retention as retention_contract
@@ -96,9 +100,7 @@ async def test_every_pass_of_a_coded_copy_runs_in_children_of_the_stage(
 ) -> None:
     shards = random_shards(SOURCES, PER_NODE, 3000)
     seeded = seed_checkpoint(coded, sessions, new_job(), 4, shards)
-    since = db_now(engine)
-    async with running_workers(coded, client, nodes=NODES):
-        await workers_reported_in(engine, tuple(NODES), since)
+    async with coded_stack(coded, client, engine, NODES):
         result, handle = await run_lifecycle(client, seeded)
         history = await handle.fetch_history()
         if recording_histories():
@@ -136,12 +138,7 @@ async def test_every_pass_of_a_coded_copy_runs_in_children_of_the_stage(
     # A holder's pulls of both nodes' sets in one child: one window per holder.
     assert all(len(set(_queues(h).values())) == 1 for h in children.values())
 
-    with sessions() as s:
-        rows = s.execute(
-            select(Shard.path, Stripe.stripe_index, Stripe.node_id, Stripe.crc32c, Stripe.state)
-            .join(Shard, Shard.id == Stripe.shard_id)
-            .where(Stripe.checkpoint_id == seeded.checkpoint_id)
-        ).all()
+    rows = stripe_rows(sessions, seeded.checkpoint_id)
     assert len(rows) == len(shards) * CODE.width
     assert {r.state for r in rows} == {"verified"}
     tier = coded.tier("coded")
@@ -149,7 +146,7 @@ async def test_every_pass_of_a_coded_copy_runs_in_children_of_the_stage(
         held = {r.stripe_index: r for r in rows if r.path == sh.path}
         files = [
             StripeFile(
-                i, tier.root_for(held[i].node_id) / seeded.job / "4" / sh.path, held[i].crc32c
+                i, tier.root_for(held[i].holder) / seeded.job / "4" / sh.path, held[i].crc32c
             )
             for i in (CODE.k + CODE.m - 1, 0)
         ]
@@ -209,9 +206,7 @@ async def test_a_holder_lost_while_pulling_reaches_the_children_waiting_on_it(
     seeded = seed_checkpoint(coded, sessions, new_job(), 6, shards)
     with sessions.begin() as s:
         upsert_node(s, gone, {})
-    since = db_now(engine)
-    async with running_workers(coded, client, nodes=alive):
-        await workers_reported_in(engine, tuple(alive), since)
+    async with coded_stack(coded, client, engine, alive):
         await start_lifecycle(
             client,
             LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=seeded.job, step=seeded.step),
@@ -219,12 +214,7 @@ async def test_a_holder_lost_while_pulling_reaches_the_children_waiting_on_it(
         wid = workflow_id(seeded.job, seeded.step)
         waiting = await _pulling_on(client, wid, gone)
         assert waiting != wid, "the lifecycle ran the pull pass itself"
-        engine_async = make_async_engine(coded.database_url, pool_size=1)
-        try:
-            async with async_sessions(engine_async).begin() as s:
-                lost = await node_lost.declare(s, coded, gone, "test")
-        finally:
-            await engine_async.dispose()
+        lost = await declare_lost(coded, gone)
         assert (await node_lost.tell_lifecycles(client, lost)).signalled == 1
         handle = client.get_workflow_handle(wid, result_type=LifecycleResult)
         result = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)

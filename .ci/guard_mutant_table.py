@@ -1786,6 +1786,31 @@ MUTANTS: tuple[Mutant, ...] = (
         "longer restorable: latest and the restore go to the next tier",
     ),
     Mutant(
+        "stripe-found-bad-asks-rebuild",
+        "    ask_rebuild(inp.tier, {t.checkpoint_id for t in todo})\n",
+        "    pass\n",
+        (
+            "tests/faults/test_coded_stripe_repair.py::"
+            "test_a_stripe_the_scrub_finds_bad_is_cut_again_and_the_copy_stays_restorable",
+            CODED_SCRUB,
+        ),
+        "a stripe a holder's scrub (or an operator's verify, or a confirmed report) found bad is "
+        "cut again by its copy's rebuild, asked for once the move is committed: never left bad "
+        "until a node is lost",
+    ),
+    Mutant(
+        "repair-asks-rebuild-of-bad-stripes",
+        "                stripe_rebuild.ask_due(\n",
+        "                (lambda *_: None)(\n",
+        (
+            "tests/faults/test_coded_stripe_repair.py::"
+            "test_an_operators_verify_and_a_repair_cut_a_coded_copys_bad_stripes_again",
+        ),
+        "a repair of a checkpoint routes its coded copy's stripes found bad to the copy's "
+        "rebuild (the one home of a coded copy's redundancy): a finding whose own ask was lost "
+        "is cut again",
+    ),
+    Mutant(
         "stripe-scrub-checks-crc32c",
         "    if v.crc32c != t.crc32c.lower():\n",
         "    if False:\n",

@@ -1811,6 +1811,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "is cut again",
     ),
     Mutant(
+        "coded-rebuild-holds-its-own-copy",
+        "    _hold(session, checkpoint_id, tier, [tier], now)\n",
+        "    release(session, checkpoint_id, tier)\n",
+        (
+            "tests/faults/test_coded_stripe_repair.py::"
+            "test_retention_keeps_a_coded_copy_while_its_rebuild_reads_its_stripes",
+        ),
+        "retention never expires a coded copy while its rebuild reads the copy's own stripes to "
+        "cut the lost or bad ones again: the rebuild's plan holds the copy itself",
+    ),
+    Mutant(
         "stripe-scrub-checks-crc32c",
         "    if v.crc32c != t.crc32c.lower():\n",
         "    if False:\n",

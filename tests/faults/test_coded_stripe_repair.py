@@ -9,7 +9,8 @@ the encoder's crc32c; the coded copy stays restorable throughout, and a restore 
 gives the files back byte for byte. An operator's verify of the coded copy does the same for a
 stripe it reads back bad. A stripe marked bad whose ask was lost (its finder died after the
 commit) is cut again when a repair of the checkpoint is asked for: the repair routes a coded
-copy's bad stripes to the same rebuild."""
+copy's bad stripes to the same rebuild. And retention, under a policy tightened while a rebuild
+reads the copy's stripes, keeps the copy until the rebuild ends."""
 
 from __future__ import annotations
 
@@ -41,8 +42,10 @@ from tests.helpers.lifecycle import (
     running_workers,
     seed_checkpoint,
 )
+from tests.helpers.retention import create_job, set_policy, settle, wait_for
+from tests.helpers.retention import markers as retention_markers
 from tests.helpers.tokens import create_token
-from tierpoint.catalog.models import Shard, Stripe
+from tierpoint.catalog.models import Job, Shard, Stripe, TierCopy
 from tierpoint.catalog.tier_copy.stripe_damage import mark_stripes_damaged
 from tierpoint.config import Settings
 from tierpoint.contract.peer import rereplicate_id
@@ -241,3 +244,73 @@ async def test_an_operators_verify_and_a_repair_cut_a_coded_copys_bad_stripes_ag
         assert markers(sessions, cp)["coded"][0] == "restorable"
         await _restore(cfg, seeded, tmp_path / "after")
     _never_failed(engine, cp)
+
+
+def _hold(sessions: sessionmaker[Session], job: str, step: int) -> list[str] | None:
+    with sessions() as s:
+        return s.scalar(
+            select(TierCopy.rebuild_from)
+            .join(Job, Job.id == TierCopy.job_id)
+            .where(Job.name == job, TierCopy.step == step, TierCopy.tier == "coded")
+        )
+
+
+async def _retention_plan(cfg: Settings, job: str) -> dict[str, Any]:
+    async for api in running_client(create_app(cfg)):
+        r = await api.post(f"/v1/jobs/{job}/retention/plan")
+        assert r.status_code == 200, r.text
+        plan: dict[str, Any] = r.json()["plan"]
+        return plan
+    raise AssertionError("the API did not start")
+
+
+async def test_retention_keeps_a_coded_copy_while_its_rebuild_reads_its_stripes(
+    cfg: Settings,
+    sessions: sessionmaker[Session],
+    client: Client,
+    engine: Engine,
+) -> None:
+    """A policy tightened while a rebuild cuts a stripe again from the copy's other stripes: the
+    copy is kept (`rebuild_source`) until the rebuild ends, which it does, verified; then the
+    policy has its way."""
+    job = new_job()
+    policy_id = create_job(sessions, job, {})
+    one, two = (
+        seed_checkpoint(cfg, sessions, job, step, random_shards(["node-a"], 2, SIZE))
+        for step in (1, 2)
+    )
+    since = db_now(engine)
+    async with running_workers(cfg, client, nodes=NODES):
+        await workers_reported_in(engine, NODES, since)
+        for seeded in (one, two):
+            await run_lifecycle(client, seeded)
+    path = one.shards[0].path
+    before = _set_of(sessions, one.checkpoint_id, path)[0]
+    _flip(_at(cfg, before.holder, job, path))
+
+    # node-e, the one node free of the set, is reported in but its worker is away: the stripe
+    # re-placed on it waits there to be cut again.
+    async with running_workers(cfg, client, nodes=NODES[:-1]):
+        outcome = await _verify(cfg, job)
+        assert outcome["corrupt"] == 1, outcome
+        await wait_for(lambda: _set_of(sessions, one.checkpoint_id, path)[0].holder == "node-e")
+        assert _hold(sessions, job, 1) == ["coded"]
+
+        # The policy now keeps only tagged checkpoints on the coded tier (none is): step 1's
+        # copy is kept while its rebuild reads it, step 2's goes.
+        set_policy(sessions, policy_id, {"tiers": {"coded": {"keep_tags": ["kept"]}}})
+        plan = await _retention_plan(cfg, job)
+        keeps = {(k["tier"], k["step"]): k["reasons"] for k in plan["keeps"]}
+        assert keeps[("coded", 1)] == ["rebuild_source"], plan
+        await settle(client, job)
+        state = retention_markers(sessions, job)
+        assert (state[(1, "coded")], state[(2, "coded")]) == ("restorable", "expired"), state
+
+        async with running_workers(cfg, client, nodes=NODES[-1:], shared=False):
+            await _rebuilt(client, job)
+            _cut_again(cfg, sessions, one, before)
+            assert _hold(sessions, job, 1) is None
+            # Rebuilt: the hold is gone, and so is the copy the policy no longer wants.
+            await settle(client, job)
+            await wait_for(lambda: retention_markers(sessions, job)[(1, "coded")] == "expired")
+    _never_failed(engine, one.checkpoint_id)

@@ -131,13 +131,19 @@ class _JobScan:
                 missing.append((stripe.shard_id, stripe.index))
         if self.repair and (missing or wrong):
             self._mark_bad(missing, wrong)
+        if self.repair:
+            # Committed: the rebuild cuts them again, as it does what the scrub finds. Read from
+            # the catalog, so an attempt retried after a failed ask (its stripes no longer
+            # verified, so not found again) asks again.
+            with self.sessions.begin() as s:
+                bad = pulling.found_bad_on(s, self.node, self.tier.name, job)
+            self.ask_rebuild(self.tier.name, bad)
 
     def _mark_bad(self, missing: list[tuple[int, int]], wrong: list[tuple[int, int]]) -> None:
         code = self.tier.stripe_code
         if code is None:
             return
         # Through the one path that fails the coded copy once a set is left below k.
-        marked: set[int] = set()
         with self.sessions.begin() as s:
             for keys, state, why in (
                 (missing, ReplicaState.LOST, f"missing on {self.tier.name}"),
@@ -147,9 +153,6 @@ class _JobScan:
                     s, self.tier.name, code, dict.fromkeys(keys, why), state, "reconcile"
                 )
                 self.report.marked += damage.marked
-                marked |= damage.checkpoints
-        # Committed: their rebuild cuts them again, as it does what the scrub finds.
-        self.ask_rebuild(self.tier.name, marked)
 
     def _committed_files(self, store: PosixStore, shown: str) -> Iterator[tuple[str, int]]:
         """The files under `job`'s directory of `store` (`shown` in findings), relative to it,

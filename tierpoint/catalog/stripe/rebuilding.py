@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Shard, Stripe, TierCopy
+from tierpoint.catalog.models import Node, Shard, Stripe, TierCopy
 from tierpoint.states import ReplicaState, TierState
 
 
@@ -41,8 +41,9 @@ def copy_state(session: Session, checkpoint_id: int, tier: str) -> str | None:
 
 def due(session: Session, tier: str, checkpoint_ids: Iterable[int]) -> list[int]:
     """Of `checkpoint_ids`, those whose restorable coded copy on `tier` has a stripe found bad
-    (corrupt, or lost): the stripes its rebuild's plan cuts again. A copy that failed (some set
-    below k) has nothing to cut them from, and one expiring is retention's."""
+    (corrupt, or lost) on a holder not declared lost: the stripes its rebuild's plan cuts again.
+    A lost node's stripes are its declaration's to ask for (`services/node_lost.py`); a copy that
+    failed (some set below k) has nothing to cut them from, and one expiring is retention's."""
     ids = sorted(set(checkpoint_ids))
     if not ids:
         return []
@@ -53,10 +54,12 @@ def due(session: Session, tier: str, checkpoint_ids: Iterable[int]) -> list[int]
                 TierCopy,
                 (TierCopy.checkpoint_id == Stripe.checkpoint_id) & (TierCopy.tier == Stripe.tier),
             )
+            .join(Node, Node.id == Stripe.node_id)
             .where(
                 Stripe.checkpoint_id.in_(ids),
                 Stripe.tier == tier,
                 Stripe.state.in_([ReplicaState.CORRUPT.value, ReplicaState.LOST.value]),
+                Node.lost_at.is_(None),
                 TierCopy.state == TierState.RESTORABLE.value,
             )
             .distinct()

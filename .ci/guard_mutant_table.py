@@ -1811,6 +1811,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "is cut again",
     ),
     Mutant(
+        "reconcile-asks-rebuild-of-bad-stripes",
+        "            self.ask_rebuild(self.tier.name, bad)\n",
+        "            pass\n",
+        (
+            "tests/activities/test_reconcile_staging.py::"
+            "test_reconciliation_that_leaves_a_set_below_k_fails_the_restorable_coded_copy",
+        ),
+        "a stripe reconciliation records found bad on its holder is cut again by its copy's "
+        "rebuild, asked for after the commit and again by a retry",
+    ),
+    Mutant(
         "coded-rebuild-holds-its-own-copy",
         "    _hold(session, checkpoint_id, tier, [tier], now)\n",
         "    release(session, checkpoint_id, tier)\n",

@@ -137,6 +137,7 @@ class _JobScan:
             # verified, so not found again) asks again.
             with self.sessions.begin() as s:
                 bad = pulling.found_bad_on(s, self.node, self.tier.name, job)
+            # guard: reconcile-asks-rebuild-of-bad-stripes
             self.ask_rebuild(self.tier.name, bad)
 
     def _mark_bad(self, missing: list[tuple[int, int]], wrong: list[tuple[int, int]]) -> None:

@@ -1836,6 +1836,53 @@ MUTANTS: tuple[Mutant, ...] = (
         "longer restorable: latest and the restore go to the next tier",
     ),
     Mutant(
+        "stripe-found-bad-asks-rebuild",
+        "    ask_rebuild(inp.tier, {t.checkpoint_id for t in todo})\n",
+        "    pass\n",
+        (
+            "tests/faults/test_coded_stripe_repair.py::"
+            "test_a_stripe_the_scrub_finds_bad_is_cut_again_and_the_copy_stays_restorable",
+            CODED_SCRUB,
+        ),
+        "a stripe a holder's scrub (or an operator's verify, or a confirmed report) found bad is "
+        "cut again by its copy's rebuild, asked for once the move is committed: never left bad "
+        "until a node is lost",
+    ),
+    Mutant(
+        "repair-asks-rebuild-of-bad-stripes",
+        "                stripe_rebuild.ask_due(\n",
+        "                (lambda *_: None)(\n",
+        (
+            "tests/faults/test_coded_stripe_repair.py::"
+            "test_an_operators_verify_and_a_repair_cut_a_coded_copys_bad_stripes_again",
+        ),
+        "a repair of a checkpoint routes its coded copy's stripes found bad to the copy's "
+        "rebuild (the one home of a coded copy's redundancy): a finding whose own ask was lost "
+        "is cut again",
+    ),
+    Mutant(
+        "reconcile-asks-rebuild-of-bad-stripes",
+        "            self.ask_rebuild(self.tier.name, bad)\n",
+        "            pass\n",
+        (
+            "tests/activities/test_reconcile_staging.py::"
+            "test_reconciliation_that_leaves_a_set_below_k_fails_the_restorable_coded_copy",
+        ),
+        "a stripe reconciliation records found bad on its holder is cut again by its copy's "
+        "rebuild, asked for after the commit and again by a retry",
+    ),
+    Mutant(
+        "coded-rebuild-holds-its-own-copy",
+        "    _hold(session, checkpoint_id, tier, [tier], now)\n",
+        "    release(session, checkpoint_id, tier)\n",
+        (
+            "tests/faults/test_coded_stripe_repair.py::"
+            "test_retention_keeps_a_coded_copy_while_its_rebuild_reads_its_stripes",
+        ),
+        "retention never expires a coded copy while its rebuild reads the copy's own stripes to "
+        "cut the lost or bad ones again: the rebuild's plan holds the copy itself",
+    ),
+    Mutant(
         "stripe-scrub-checks-crc32c",
         "    if v.crc32c != t.crc32c.lower():\n",
         "    if False:\n",

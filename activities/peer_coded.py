@@ -2,7 +2,8 @@
 `peer.plan`: in a restorable coded copy every stripe lost with its holder (or found corrupt) is
 given a new holder, which holds no stripe of its set (placement's rule, `placement.rehome`), and
 moved there in the catalog (`re-placed`); the batches then cut each one again on its new holder
-(`stripes.rebuild_batch`, activities/rebuild.py).
+(`stripes.rebuild_batch`, activities/rebuild.py), reading the copy's other stripes, which the plan
+holds against retention until the stage's promotion (`holds/rebuild.py`).
 
 A copy that is not restorable is not rebuilt: some set kept fewer than k verified stripes, so
 nothing can cut its stripes again, and the next tier serves the checkpoint."""
@@ -10,10 +11,12 @@ nothing can cut its stripes again, and the next tier serves the checkpoint."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from tierpoint_client.erasure import Code
 
 from tierpoint.catalog.engine import Session
+from tierpoint.catalog.holds.rebuild import hold_own_stripes
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.stripe import machine, rebuilding
 from tierpoint.config import Settings
@@ -76,6 +79,10 @@ def coded_stage(
                 work.setdefault((st.node, m.node), []).append((st.node, st.ordinal, st.size))
     if not work and not unplaced and not below_k:
         return None
+    if work:
+        # Its stripes are what the batches read: retention keeps the copy until the stage's
+        # promotion releases it (under the checkpoint's row lock, which the caller holds).
+        hold_own_stripes(session, checkpoint_id, tier.name, datetime.now(UTC))
     return PeerStage(
         tier=PlanTier(name=tier.name, kind=tier.kind, parallelism=tier.parallelism, code=str(code)),
         source=source,

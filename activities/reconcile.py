@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,7 @@ from tierpoint.contract.integrity import (
     ReconcileUnit,
     TierReport,
 )
+from tierpoint.services import stripe_rebuild
 from tierpoint.states import ReplicaState
 from tierpoint.storage.paths import is_partial_name, parse_step_dir
 from tierpoint.storage.posix.staging import STAGING_DIR
@@ -75,11 +76,16 @@ class ReconcileActivities:
         settings: Settings,
         stores: Stores,
         node: str | None = None,
+        rebuilds: stripe_rebuild.RebuildRequests | None = None,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
         self._stores = stores
         self._node = node
+        self._rebuilds = rebuilds
+
+    def _ask_rebuild(self, tier: str, checkpoint_ids: Iterable[int]) -> None:
+        stripe_rebuild.ask_due(self._sessions, self._rebuilds, tier, checkpoint_ids)
 
     @activity.defn(name=RECONCILE_PLAN)
     def plan(self, inp: ReconcileInput) -> ReconcilePlan:
@@ -127,7 +133,15 @@ class ReconcileActivities:
                 assert node is not None
                 # A coded tier holds stripes, never replicas: they are the stripe table's.
                 reconcile_staging.scan_coded_job(
-                    self._sessions, tier, node, job, report, grace, inp.repair, _note
+                    self._sessions,
+                    tier,
+                    node,
+                    job,
+                    report,
+                    grace,
+                    inp.repair,
+                    _note,
+                    self._ask_rebuild,
                 )
             else:
                 self._job(report, lister, tier, node, job, grace, inp.repair, i)

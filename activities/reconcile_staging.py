@@ -9,14 +9,15 @@ lost or corrupt through the stripe machine (`found bad`): its set then counts on
 A staged stripe is known while the catalog records that stripe of one of the node's shards on
 the tier and it has not expired; anything else in the area is reported extra and never deleted,
 and an encoder's temp file older than the grace period is reported abandoned (removed with
-`repair`), as on any POSIX root.
+`repair`), as on any POSIX root. Stripes recorded found bad are cut again by their copy's
+rebuild, asked for once the move is committed (`tierpoint/services/stripe_rebuild.py`).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,9 @@ from tierpoint.storage.posix.store import PosixStore
 from tierpoint.tier_config import TierConfig
 
 Note = Callable[[TierReport, Finding, str], None]
+# Asks for the rebuild of those of the checkpoints whose coded copy on the tier has stripes found
+# bad (`activities/scrub.py: ScrubActivities.ask_rebuild`), after the commit.
+AskRebuild = Callable[[str, Iterable[int]], None]
 
 # (name relative to the job's directory or prefix, size, modified at as epoch seconds)
 Entry = tuple[str, int, float]
@@ -82,6 +86,7 @@ class _JobScan:
     grace: float
     repair: bool
     note: Note
+    ask_rebuild: AskRebuild
 
     def staged(self) -> None:
         """The stripes the node's encoder staged of `job`."""
@@ -126,6 +131,14 @@ class _JobScan:
                 missing.append((stripe.shard_id, stripe.index))
         if self.repair and (missing or wrong):
             self._mark_bad(missing, wrong)
+        if self.repair:
+            # Committed: the rebuild cuts them again, as it does what the scrub finds. Read from
+            # the catalog, so an attempt retried after a failed ask (its stripes no longer
+            # verified, so not found again) asks again.
+            with self.sessions.begin() as s:
+                bad = pulling.found_bad_on(s, self.node, self.tier.name, job)
+            # guard: reconcile-asks-rebuild-of-bad-stripes
+            self.ask_rebuild(self.tier.name, bad)
 
     def _mark_bad(self, missing: list[tuple[int, int]], wrong: list[tuple[int, int]]) -> None:
         code = self.tier.stripe_code
@@ -169,8 +182,9 @@ def scan_coded_job(
     grace: float,
     repair: bool,
     note: Note,
+    ask_rebuild: AskRebuild,
 ) -> None:
     """A coded tier's files of `job` on `node`: the stripes it holds, and those it staged."""
-    scan = _JobScan(sessions, tier, node, job, report, grace, repair, note)
+    scan = _JobScan(sessions, tier, node, job, report, grace, repair, note, ask_rebuild)
     scan.held()
     scan.staged()

@@ -37,6 +37,7 @@ from tierpoint.contract.integrity import (
     RepairStartInput,
 )
 from tierpoint.contract.lifecycle import PROBLEM_EXAMPLES, BatchResult
+from tierpoint.services import stripe_rebuild
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardSource, TierStore
 from tierpoint.storage.peer_http import PeerSource, pull_tls
@@ -68,12 +69,14 @@ class RepairActivities:
         stores: Stores,
         node: str | None = None,
         client: Client | None = None,
+        rebuilds: stripe_rebuild.RebuildRequests | None = None,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
         self._stores = stores
         self._node = node
         self._client = client
+        self._rebuilds = rebuilds
 
     def _store(self, tier: TierConfig, batch_node: str, layouts: dict[str, KeyLayout]) -> TierStore:
         ensure_reachable(tier, batch_node, self._node)
@@ -100,7 +103,7 @@ class RepairActivities:
         with self._sessions.begin() as s:
             head = checkpoint_head(s, inp.checkpoint_id)
             count = head.shard_count if head is not None else 0
-            return repair.plan_repair(
+            out = repair.plan_repair(
                 s,
                 inp.checkpoint_id,
                 self._settings.tiers,
@@ -108,6 +111,15 @@ class RepairActivities:
                 batch_size(self._settings, count or 0),
                 inp.limit,
             )
+        # A coded copy's stripes found bad are cut again by its rebuild, the one home of a coded
+        # copy's redundancy (a lost node's, a scrub's findings): asked for on every attempt.
+        for tier in self._settings.tiers:
+            if tier.stripe_code is not None:
+                # guard: repair-asks-rebuild-of-bad-stripes
+                stripe_rebuild.ask_due(
+                    self._sessions, self._rebuilds, tier.name, [inp.checkpoint_id]
+                )
+        return out
 
     def _source(
         self, src: repair.ShardSources, dst: TierConfig, lost: set[str]

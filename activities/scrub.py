@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -43,6 +44,7 @@ from tierpoint.contract.integrity import (
     VerifyPickInput,
 )
 from tierpoint.errors import UnsafePath
+from tierpoint.services import stripe_rebuild
 from tierpoint.states import ReplicaState
 from tierpoint.storage.base import ShardRef, TierStore, VerifyResult
 from tierpoint.storage.throttle import TokenBucket
@@ -75,9 +77,11 @@ class ScrubActivities:
         settings: Settings,
         stores: Stores,
         node: str | None = None,
+        rebuilds: stripe_rebuild.RebuildRequests | None = None,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
+        self._rebuilds = rebuilds
         self._stores = stores
         self._node = node
         self._lock = threading.Lock()
@@ -93,6 +97,9 @@ class ScrubActivities:
             if bucket is None:
                 bucket = self._buckets[key] = TokenBucket(rate)
             return bucket
+
+    def _ask_rebuild(self, tier: str, checkpoint_ids: Iterable[int]) -> None:
+        stripe_rebuild.ask_due(self._sessions, self._rebuilds, tier, checkpoint_ids)
 
     @activity.defn(name=SCRUB_PLAN)
     def plan(self) -> ScrubPlan:
@@ -191,6 +198,7 @@ class ScrubActivities:
                 inp,
                 lambda store, ref, i: _read(store, ref, bucket, i)[:2],
                 self._settings.progress_interval_seconds,
+                self._ask_rebuild,
             )
         details = activity.info().heartbeat_details
         start = int(details[-1]) if details else 0

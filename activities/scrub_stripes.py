@@ -3,14 +3,16 @@ device (at the tier's scrub bandwidth, through the same read as a replica's) and
 the size and crc32c the encoder recorded. A stripe that reads back wrong is moved `found bad`
 (`corrupt`; missing: `lost`) at once, and its coded copy fails if some set is left below k
 (`tierpoint/catalog/tier_copy/stripe_damage.py`); one read back good gets `scrubbed_at` and is
-counted in the tier's totals. Idempotent as the replica scrub: a retried batch resumes at the
-stripe its last heartbeat named, and a stripe already counted for this pick is not counted
-again."""
+counted in the tier's totals. Once what it found is committed, the rebuild of every checkpoint
+of the batch with stripes found bad is asked for (`tierpoint/services/stripe_rebuild.py`), which
+cuts them again. Idempotent as the replica scrub: a retried batch resumes at the stripe its last
+heartbeat named, a stripe already counted for this pick is not counted again, and the rebuild is
+asked for again (read from the catalog, not from this attempt's findings)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from temporalio import activity
@@ -32,6 +34,9 @@ log = logs.get(__name__)
 # The replica scrub's throttled read of one file at a heartbeat index: what the device holds,
 # or None and why (a path that is not safe to read).
 Read = Callable[[TierStore, ShardRef, int], tuple[VerifyResult | None, str | None]]
+# Asks for the rebuild of those of the checkpoints whose coded copy on the tier has stripes found
+# bad, after the commit.
+AskRebuild = Callable[[str, Iterable[int]], None]
 
 
 def judge_stripe(v: VerifyResult | None, t: StripeTarget, tier: str) -> tuple[ReplicaState, str]:
@@ -53,9 +58,11 @@ def scrub_stripes(
     inp: ScrubBatchInput,
     read: Read,
     write_every: float,
+    ask_rebuild: AskRebuild,
 ) -> ScrubBatchResult:
     """Read back the batch's stripes on their holder (this worker's node), writing what was
-    found at least every `write_every` seconds and at once for a stripe found bad."""
+    found at least every `write_every` seconds and at once for a stripe found bad; then ask for
+    the rebuild of the batch's checkpoints with stripes found bad."""
     details = activity.info().heartbeat_details
     start = int(details[-1]) if details else 0
     with sessions.begin() as s:
@@ -111,6 +118,10 @@ def scrub_stripes(
         if time.monotonic() - since >= write_every:
             write()
     write()
+    # After the commit, on every attempt: one retried after a failed ask skips the stripes it
+    # marked (not verified any more) but reads them as due from the catalog.
+    # guard: stripe-found-bad-asks-rebuild
+    ask_rebuild(inp.tier, {t.checkpoint_id for t in todo})
     return result
 
 

@@ -42,7 +42,7 @@ from tierpoint.catalog.migrate import check_schema
 from tierpoint.catalog.node import registry as node_registry
 from tierpoint.config import Settings
 from tierpoint.contract.common import SHARED_TASK_QUEUE, node_task_queue
-from tierpoint.services import coded_tiers, data_damage, data_endpoint
+from tierpoint.services import coded_tiers, data_damage, data_endpoint, stripe_rebuild
 from tierpoint.services.lifecycle_start import start_unstarted
 from tierpoint.storage.peer_http import pull_tls
 from tierpoint.temporal import ensure_integrity_schedules, ensure_sweep_schedule
@@ -147,14 +147,15 @@ def activity_objects(
     *,
     node: str | None = None,
     client: Client | None = None,
+    rebuilds: stripe_rebuild.RebuildRequests | None = None,
 ) -> tuple[object, ...]:
     """One object of each activity class, for `node`'s queue or (None) the shared one."""
     return (
         LifecycleActivities(sessions, settings, stores, node=node),
         RetentionActivities(sessions, settings, stores, node=node, client=client),
-        ScrubActivities(sessions, settings, stores, node=node),
-        RepairActivities(sessions, settings, stores, node=node, client=client),
-        ReconcileActivities(sessions, settings, stores, node=node),
+        ScrubActivities(sessions, settings, stores, node=node, rebuilds=rebuilds),
+        RepairActivities(sessions, settings, stores, node=node, client=client, rebuilds=rebuilds),
+        ReconcileActivities(sessions, settings, stores, node=node, rebuilds=rebuilds),
         PeerActivities(sessions, settings, stores, node=node),
         EncodeActivities(sessions, settings, stores, node=node),
         PullActivities(sessions, settings, stores, node=node),
@@ -216,8 +217,13 @@ class _Wiring:
                     self.settings,
                     self.stores,
                     node=node,
-                    # Only the shared worker's may start workflows (retention, repair requests).
+                    # Only the shared worker's may start workflows (retention, repair requests);
+                    # a holder's scrub and reconciliation ask for the rebuild of the stripes
+                    # they find bad, as its data endpoint asks for a repair.
                     client=self.client if node is None else None,
+                    rebuilds=stripe_rebuild.RebuildRequests(
+                        self.client, asyncio.get_running_loop()
+                    ),
                 ),
                 node_queue=node is not None,
             ),

@@ -2,16 +2,19 @@
 worker on a real catalog and real files: its staging area is known and only what the catalog
 does not know there is reported (an abandoned temp file removed with repair, a stray file never);
 on a holder, the stripes it holds are known, one missing or of the wrong size is reported and
-with repair recorded lost or corrupt, a stray file is reported and kept."""
+with repair recorded lost or corrupt (and the coded copy's rebuild asked for, which cuts it again),
+a stray file is reported and kept."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import ActivityEnvironment
 
 from activities.reconcile import ReconcileActivities
@@ -29,12 +32,16 @@ from tests.helpers.coded_tier import (
     staged_file,
     stripe_states,
 )
+from tests.helpers.services import Services
 from tierpoint.catalog.models import TierCopy
 from tierpoint.catalog.tier_copy.promotion import promote
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import ReconcileScanInput, ReconcileUnit
+from tierpoint.contract.peer import rereplicate_id
 from tierpoint.services.data_endpoint import DataServer
+from tierpoint.services.stripe_rebuild import RebuildRequests
 from tierpoint.storage.paths import PARTIAL_SUFFIX
+from tierpoint.temporal import connect
 from tierpoint.tier_config import TierKind
 
 # Imported fixtures: the coded tier and node-a's data endpoint.
@@ -100,8 +107,12 @@ def test_reconciliation_on_a_holder_knows_its_stripes_and_marks_the_damaged(
     assert states[(shards[2].path, 0)] == "verified"
 
 
-def test_reconciliation_that_leaves_a_set_below_k_fails_the_restorable_coded_copy(
-    coded: Settings, sessions: sessionmaker[Session], server: DataServer
+async def test_reconciliation_that_leaves_a_set_below_k_fails_the_restorable_coded_copy(
+    coded: Settings,
+    sessions: sessionmaker[Session],
+    server: DataServer,
+    services: Services,
+    temporal_namespace: str,
 ) -> None:
     cp, job, shards = ready(coded, sessions, server, 50_000)
     holders = holders_a()
@@ -110,23 +121,35 @@ def test_reconciliation_that_leaves_a_set_below_k_fails_the_restorable_coded_cop
     with sessions.begin() as s:
         assert promote(s, cp, "coded", [], None, CODE).state == "restorable"
     env = ActivityEnvironment()
+    # The node worker's: asks on this loop with a real Temporal client, from the scan's thread.
+    on = {"temporal_address": services.temporal_address, "temporal_namespace": temporal_namespace}
+    client = await connect(coded.model_copy(update=on))
+    rebuilds = RebuildRequests(client, asyncio.get_running_loop())
 
-    def reconcile(holder: str) -> int:
-        acts = ReconcileActivities(sessions, coded, Stores(coded), node=holder)
+    async def reconcile(holder: str) -> int:
+        acts = ReconcileActivities(sessions, coded, Stores(coded), node=holder, rebuilds=rebuilds)
         unit = ReconcileUnit(tier="coded", kind=TierKind.PEER, node=holder)
         scan = ReconcileScanInput(unit=unit, job=job, grace_seconds=3600, repair=True)
-        return env.run(acts.scan, scan).marked
+        return (await asyncio.to_thread(env.run, acts.scan, scan)).marked
 
     def held(i: int) -> Path:
         return coded.tier("coded").root_for(holders[i]) / job / str(STEP) / shards[0].path
 
-    # One stripe of the first set gone: it keeps k = 2, the copy stays what a restore reads.
+    # One stripe of the first set gone: it keeps k = 2, the copy stays what a restore reads, and
+    # its rebuild is asked for (no worker runs it here: it is told it was not needed).
     held(0).unlink()
-    assert reconcile(holders[0]) == 1
+    assert await reconcile(holders[0]) == 1
     assert _coded_state(sessions, cp) == ("restorable", None)
+    rebuild = client.get_workflow_handle(rereplicate_id(job, STEP))
+    assert (await rebuild.describe()).status is WorkflowExecutionStatus.RUNNING
+    await rebuild.terminate("the test's: no worker runs it")
+    # Run again (as a retry after an ask that failed): nothing new found, the rebuild asked again.
+    assert await reconcile(holders[0]) == 0
+    assert (await rebuild.describe()).status is WorkflowExecutionStatus.RUNNING
+    await rebuild.terminate("the test's: no worker runs it")
     # A second: below k, the copy fails and says which stripe.
     held(1).unlink()
-    assert reconcile(holders[1]) == 1
+    assert await reconcile(holders[1]) == 1
     state, reason = _coded_state(sessions, cp)
     assert state == "failed" and f"{shards[0].path} stripe 1" in (reason or ""), reason
 

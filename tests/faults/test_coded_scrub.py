@@ -1,13 +1,14 @@
 """The scrub of a coded peer tier (rs(2,1)) on real services: four node workers with their data
 endpoints, the project's shared worker, a real Temporal server, the catalog with its migrations.
 Each holder reads back from its own device the stripes it holds and checks each against the size
-and crc32c its encoder recorded. A stripe with a flipped byte at rest is found, moved `found bad`
-and no longer counted: its set keeps k, so the coded copy stays restorable and the restore plan
-offers the other stripes only. A second rotten stripe of the same set leaves it below k: the
-coded copy fails and `latest` names the next tier. An operator's read-back of the coded copy
-reads every verified stripe on its holder and finds a rotten one as the scrub does. The scrub's
-result, the workers' metrics and `GET /v1/scrub` count stripes, and a scrub run again counts no
-stripe found bad twice."""
+and crc32c its encoder recorded. A stripe with a flipped byte at rest is found and moved `found
+bad`: its set keeps k, so the coded copy stays restorable, and the checkpoint's rebuild that the
+scrub asked for cuts the stripe again (on four nodes none is free of the set: on its own holder,
+over the bad file), verified with the encoder's crc32c. An operator's read-back of the coded
+copy reads every verified stripe on its holder and finds a rotten one as the scrub does. Two
+stripes of one set gone at once leave it below k: the coded copy fails and `latest` names the
+next tier. The scrub's result, the workers' metrics and `GET /v1/scrub` count stripes, and a
+scrub run again counts no stripe found bad twice."""
 
 from __future__ import annotations
 
@@ -21,12 +22,13 @@ from prometheus_client import REGISTRY
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.client import Client
+from tierpoint_client.hashing import file_crc32c
 
 from api.app import create_app
 from tests.helpers.api import running_client
 from tests.helpers.coded_tier import NODES, SECRET, coded_settings, coded_stack
 from tests.helpers.faults import OVERALL_TIMEOUT
-from tests.helpers.integrity import integrity_settings, run_scrub
+from tests.helpers.integrity import events, integrity_settings, run_scrub
 from tests.helpers.lifecycle import (
     markers,
     new_job,
@@ -37,8 +39,8 @@ from tests.helpers.lifecycle import (
 from tests.helpers.services import with_tier
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.reads.latest import latest_restorable
-from tierpoint.catalog.stripe.coverage import verified_stripes
 from tierpoint.config import Settings
+from tierpoint.contract.peer import rereplicate_id
 
 SOURCES = ("node-a", "node-b")
 WIDTH = 3  # rs(2,1)
@@ -88,6 +90,29 @@ async def _verify(api: httpx.AsyncClient, job: str) -> dict[str, Any]:
                 return outcome
 
 
+async def _rebuilt(client: Client, job: str) -> None:
+    """The checkpoint's rebuild (its latest run), asked for by whoever found a stripe bad, ended."""
+    handle = client.get_workflow_handle(rereplicate_id(job, 1))
+    await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
+
+
+def _whole_again(
+    sessions: sessionmaker[Session], cfg: Settings, cp: int, job: str, path: str
+) -> None:
+    """Every stripe of the shard at `path` verified with the encoder's crc32c, each file on its
+    holder those bytes."""
+    with sessions() as s:
+        rows = s.execute(
+            select(Stripe.node_id, Stripe.state, Stripe.crc32c)
+            .join(Shard, Shard.id == Stripe.shard_id)
+            .where(Stripe.checkpoint_id == cp, Shard.path == path)
+        ).all()
+    assert sorted(state for _, state, _ in rows) == ["verified"] * WIDTH, rows
+    for node, _, crc in rows:
+        _, read = file_crc32c(cfg.tier("coded").root_for(node) / job / "1" / path)
+        assert read == crc, (node, read, crc)
+
+
 def _flip(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -130,22 +155,19 @@ async def test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k
         # The workers' metrics count what each read found.
         assert _scrubbed() - counted == {"good": len(rows), "corrupt": 0, "lost": 0}
 
-        # A byte flipped at rest in one stripe: found, not counted, the set still decodes.
+        # A byte flipped at rest in one stripe: found and moved `found bad`, the set still
+        # decodes; the rebuild the scrub asked for cuts it again on its holder.
         _flip(held(0))
         one = await run_scrub(client, f"scrub-test/{job}/one")
         assert (one.stripes, one.corrupt, one.lost) == (len(rows) - 1, 1, 0), one
-        with sessions() as s:
-            assert verified_stripes(s, cp, "coded")[of_target[0].shard] == WIDTH - 1
-            state = s.scalar(select(Stripe.state).where(Stripe.id == of_target[0].id))
-            assert state == "corrupt"
-            plan = latest_restorable(s, job, cfg.tiers).plan
+        found = [d for _, t, d in events(engine, cp, "corrupt") if t == "coded"]
+        assert [d["stripes"] for d in found] == [1], found
         assert markers(sessions, cp)["coded"][0] == "restorable"
-        entry = next(e for e in plan if e.path == target.path)
-        assert entry.tier == "coded" and entry.stripes is not None
-        assert 0 not in {st.index for st in entry.stripes}, entry
+        await _rebuilt(client, job)
+        _whole_again(sessions, cfg, cp, job, target.path)
 
         assert (_scrubbed() - counted)["corrupt"] == 1
-        # The same stripe is not found bad twice.
+        # The same stripe is not found bad twice: cut again, it reads back good.
         again = await run_scrub(client, f"scrub-test/{job}/again")
         assert (again.corrupt, again.lost) == (0, 0), again
 
@@ -157,20 +179,23 @@ async def test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k
         async for api in running_client(create_app(cfg)):
             outcome = await _verify(api, job)
         assert (outcome["read"], outcome["good"], outcome["corrupt"]) == (
+            len(rows),
             len(rows) - 1,
-            len(rows) - 2,
             1,
         ), outcome
-        with sessions() as s:
-            assert verified_stripes(s, cp, "coded")[of_other[2].shard] == WIDTH - 1
         assert markers(sessions, cp)["coded"][0] == "restorable"
+        await _rebuilt(client, job)
+        _whole_again(sessions, cfg, cp, job, other.path)
 
-        # A second stripe of the set gone: below k, the coded copy fails, the next tier serves.
+        # Two stripes of the set gone: below k, the coded copy fails, the next tier serves.
+        held(0).unlink()
         held(1).unlink()
         two = await run_scrub(client, f"scrub-test/{job}/two")
-        assert (two.corrupt, two.lost) == (0, 1), two
+        assert (two.corrupt, two.lost) == (0, 2), two
         state, reason = markers(sessions, cp)["coded"]
         assert state == "failed" and "stripe" in (reason or ""), (state, reason)
+        # A rebuild the first of them asked for (if it was found first) has nothing to cut from.
+        await _rebuilt(client, job)
         with sessions() as s:
             plan = latest_restorable(s, job, cfg.tiers).plan
         assert next(e for e in plan if e.path == target.path).tier == "lustre"
@@ -181,4 +206,4 @@ async def test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k
         view = {t["tier"]: t for t in r.json()["tiers"]}["coded"]
         good = clean.stripes + one.stripes + again.stripes + outcome["good"] + two.stripes
         assert (view["stripes"], view["replicas"]) == (good, 0), view
-        assert (view["corrupt"], view["lost"]) == (2, 1), view
+        assert (view["corrupt"], view["lost"]) == (2, 2), view

@@ -2,10 +2,10 @@
 node workers with their data endpoints, the shared worker, a real Temporal server, the API under
 uvicorn, the client in this process): a held data stripe with a flipped byte at rest is read
 around by the client's restore (bytes equal), reported with its index, read back on its holder
-by the server, and only then moved `found bad`; the coded copy keeps k and stays restorable. A
-report of a stripe whose bytes are good is read back and changes nothing: the server never takes
-the reader's word alone. A stripe named on a tier of whole copies is refused and changes
-nothing."""
+by the server, and only then moved `found bad`; the coded copy keeps k and stays restorable, and
+the rebuild the holder's read asked for cuts the stripe again. A report of a stripe whose bytes
+are good is read back and changes nothing: the server never takes the reader's word alone. A
+stripe named on a tier of whole copies is refused and changes nothing."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tierpoint_client.errors import NotFoundError
 from api.app import create_app
 from tests.helpers.cli import serving
 from tests.helpers.coded_tier import NODES, SECRET, coded_settings, coded_stack
+from tests.helpers.faults import OVERALL_TIMEOUT
 from tests.helpers.integrity import events
 from tests.helpers.lifecycle import (
     markers,
@@ -33,6 +34,7 @@ from tests.helpers.lifecycle import (
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.config import Settings
+from tierpoint.contract.peer import rereplicate_id
 
 SOURCES = ("node-a", "node-b")
 
@@ -84,11 +86,16 @@ async def test_a_stripe_the_restore_found_corrupt_is_reported_and_confirmed_on_i
             )
             for sh in shards:
                 assert (tmp_path / "restore" / sh.path).read_bytes() == sh.data
-            # Reported, read back on the holder, confirmed: no longer counted.
-            assert _stripes(sessions, cp)[(target.path, 0)] == (holder, "corrupt")
+            # Reported, read back on the holder, confirmed: moved `found bad`; the rebuild that
+            # the holder's read asked for cut it again there (no other node is free of the set).
+            found = [d for _, t, d in events(engine, cp, "corrupt") if t == "coded"]
+            assert [d["stripes"] for d in found] == [1], found
             assert markers(sessions, cp)["coded"][0] == "restorable"
             (reported,) = [d for _, t, d in events(engine, cp, "corrupt_reported") if t == "coded"]
             assert (reported["path"], reported["stripe"]) == (target.path, 0), reported
+            handle = client.get_workflow_handle(rereplicate_id(job, 1))
+            await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
+            assert _stripes(sessions, cp)[(target.path, 0)] == (holder, "verified")
 
             # A report of a good stripe: read back on its holder, found good, nothing moves.
             answer = await asyncio.to_thread(
@@ -97,11 +104,12 @@ async def test_a_stripe_the_restore_found_corrupt_is_reported_and_confirmed_on_i
             assert answer["verification"] == "not confirmed", answer
             assert answer["replica_state"] == "verified", answer
             assert _stripes(sessions, cp)[(other.path, 1)][1] == "verified"
-            # The confirmed one again: already moved, nothing read.
+            # The confirmed one again, since cut again: read back good, nothing moves.
             again = await asyncio.to_thread(
                 tp.report_corrupt_copy, job, 1, "coded", target.path, "again", stripe=0
             )
-            assert again["verification"] == "already corrupt", again
+            assert again["verification"] == "not confirmed", again
+            assert _stripes(sessions, cp)[(target.path, 0)] == (holder, "verified")
 
             # A stripe on a tier of whole copies: refused, nothing recorded.
             with pytest.raises(NotFoundError) as refused:
@@ -109,4 +117,4 @@ async def test_a_stripe_the_restore_found_corrupt_is_reported_and_confirmed_on_i
                     tp.report_corrupt_copy, job, 1, "ssd", other.path, "no", stripe=0
                 )
             assert refused.value.code == "copy_not_found"
-            assert len(events(engine, cp, "corrupt_reported")) == 2
+            assert len(events(engine, cp, "corrupt_reported")) == 3

@@ -121,10 +121,11 @@ def expects(c: CheckpointInfo, tier: str) -> bool:
 
 
 def rebuilds_from(c: CheckpointInfo, tier: str) -> bool:
-    """Another tier's copy of `c` is being made again (re-replication, repair) from `tier`: its
-    rebuild's hold names `tier`, and that copy is failed and not quarantined."""
+    """A copy of `c` is being made again from `tier`: another tier's (re-replication, repair),
+    whose rebuild's hold names `tier` and which is failed and not quarantined; or the copy on
+    `tier` itself, a coded copy cut again from its own stripes, whose hold names its tier."""
     return any(
-        other != tier and tier in copy.rebuild_from and being_rebuilt(copy)
+        tier in copy.rebuild_from and (other == tier or being_rebuilt(copy))
         for other, copy in c.copies.items()
     )
 

@@ -126,10 +126,10 @@ def protections(
     # Only while the rebuild is under way: its promotion (made or given up) clears the hold and a
     # rebuild that stopped without one lets it lapse, so a copy that can no longer be re-made
     # does not hold its sources forever.
+    # A coded copy cut again from its own stripes holds itself, whatever its state.
     if any(
-        t.name in other.rebuild_from and rebuilding(other)
+        t.name in other.rebuild_from and (rebuilding(other) or name == t.name)
         for name, other in c.copies.items()
-        if name != t.name
     ):
         # guard: planner-rebuild-source
         why.append(KeepReason.REBUILD_SOURCE)

@@ -97,6 +97,32 @@ def test_the_tier_a_peer_copy_is_made_again_from_stays_until_the_copy_is_made() 
     assert {(1, "lustre"), (1, "peer"), (1, "ssd")} <= gone
 
 
+def test_a_coded_copy_cut_again_from_its_own_stripes_stays_until_its_rebuild_ends() -> None:
+    """A restorable coded copy whose rebuild cuts its bad stripes again from its other stripes
+    holds its own tier: a policy that wants it gone keeps it (`rebuild_source`) until the
+    rebuild's promotion releases the hold, and then expires it."""
+    coded = good().model_copy(update={"rebuild_from": frozenset({"peer"})})
+    held = snapshot(
+        checkpoint(1, {"ssd": good(), "peer": coded, "lustre": good(), "s3": good()}),
+        checkpoint(2, {"ssd": good(), "peer": good(), "lustre": good(), "s3": good()}),
+        tiers=PEER_TIERS,
+    )
+    gone, kept = _decisions(held)
+    assert (1, "peer") not in gone
+    assert kept[(1, "peer")] == (KeepReason.REBUILD_SOURCE,)
+
+    released = held.model_copy(
+        update={
+            "checkpoints": tuple(
+                c.model_copy(update={"copies": {**c.copies, "peer": good()}})
+                for c in held.checkpoints
+            )
+        }
+    )
+    gone, _ = _decisions(released)
+    assert (1, "peer") in gone
+
+
 def test_a_held_copy_never_stands_in_for_the_lasting_last_copy() -> None:
     """The peer tier keeps step 1 (a rule that keeps everything there) while it is re-made from
     lustre; lustre and S3 no longer want it. The hold ends with the rebuild, so it is S3's copy,

@@ -1,5 +1,8 @@
 """The sources of a copy being made again: while re-replication or repair re-makes a checkpoint's
-copy on one tier from its copies on other tiers, retention keeps those (`rebuild_source`).
+copy on one tier from its copies on other tiers, retention keeps those (`rebuild_source`). A
+coded copy's rebuild reads the copy itself (its stripes on their holders cut the lost or bad ones
+again): it holds its own tier (`hold_own_stripes`), so retention keeps the copy until the rebuild
+ends rather than deleting stripes a rebuild is reading.
 
 The plan of the rebuild records them on the tier copy being re-made (`rebuild_from`) with a time
 limit (`rebuild_until`), under the checkpoint's row lock, the lock retention's `begin_expiry`
@@ -35,6 +38,17 @@ def hold_sources(
     if not names:
         release(session, checkpoint_id, tier)
         return
+    _hold(session, checkpoint_id, tier, names, now)
+
+
+def hold_own_stripes(session: Session, checkpoint_id: int, tier: str, now: datetime) -> None:
+    """Record that the coded copy on `tier` is being cut again from its own stripes: it is its
+    rebuild's source (whatever its state: a restorable copy is the one rebuilt)."""
+    # guard: coded-rebuild-holds-its-own-copy
+    _hold(session, checkpoint_id, tier, [tier], now)
+
+
+def _hold(session: Session, checkpoint_id: int, tier: str, names: list[str], now: datetime) -> None:
     session.execute(
         update(TierCopy)
         .where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)

@@ -107,6 +107,21 @@ def held_stripes(session: Session, holder: str, tier: str, job: str) -> dict[tup
     }
 
 
+def found_bad_on(session: Session, holder: str, tier: str, job: str) -> list[int]:
+    """The checkpoints of `job` with a stripe on `tier` that `holder` holds and that was found
+    bad there (`corrupt` or `lost`): what its rebuild cuts again."""
+    rows = session.scalars(
+        of_job(Stripe.checkpoint_id, job=job, tier=tier)
+        .where(
+            Stripe.node_id == holder,
+            Stripe.state.in_([ReplicaState.CORRUPT.value, ReplicaState.LOST.value]),
+        )
+        .distinct()
+        .order_by(Stripe.checkpoint_id)
+    )
+    return list(rows)
+
+
 def held_copies(session: Session, checkpoint_id: int, tier: str, holder: str) -> list[RecordedCopy]:
     """The checkpoint's stripes on `tier` that `holder` holds, each at its shard's path with the
     size and crc32c the encoder recorded: what expiring the copy may delete there."""

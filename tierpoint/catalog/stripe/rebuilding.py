@@ -1,4 +1,5 @@
-"""What a rebuild of a coded copy reads from the catalog: each shard's stripe set as it stands
+"""What a rebuild of a coded copy reads from the catalog: which checkpoints have stripes for it to
+cut again (`due`, asked by whoever found a stripe bad); each shard's stripe set as it stands
 (which index each node holds, in which state), for the plan that gives lost stripes new holders;
 and, for the new holder, what each file must decode to and where its other stripes are held."""
 
@@ -10,8 +11,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierpoint.catalog.models import Shard, Stripe, TierCopy
-from tierpoint.states import ReplicaState
+from tierpoint.catalog.models import Node, Shard, Stripe, TierCopy
+from tierpoint.states import ReplicaState, TierState
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,35 @@ class StripeSet:
 def copy_state(session: Session, checkpoint_id: int, tier: str) -> str | None:
     return session.scalar(
         select(TierCopy.state).where(TierCopy.checkpoint_id == checkpoint_id, TierCopy.tier == tier)
+    )
+
+
+def due(session: Session, tier: str, checkpoint_ids: Iterable[int]) -> list[int]:
+    """Of `checkpoint_ids`, those whose restorable coded copy on `tier` has a stripe found bad
+    (corrupt, or lost) on a holder not declared lost: the stripes its rebuild's plan cuts again.
+    A lost node's stripes are its declaration's to ask for (`services/node_lost.py`); a copy that
+    failed (some set below k) has nothing to cut them from, and one expiring is retention's."""
+    ids = sorted(set(checkpoint_ids))
+    if not ids:
+        return []
+    return list(
+        session.scalars(
+            select(Stripe.checkpoint_id)
+            .join(
+                TierCopy,
+                (TierCopy.checkpoint_id == Stripe.checkpoint_id) & (TierCopy.tier == Stripe.tier),
+            )
+            .join(Node, Node.id == Stripe.node_id)
+            .where(
+                Stripe.checkpoint_id.in_(ids),
+                Stripe.tier == tier,
+                Stripe.state.in_([ReplicaState.CORRUPT.value, ReplicaState.LOST.value]),
+                Node.lost_at.is_(None),
+                TierCopy.state == TierState.RESTORABLE.value,
+            )
+            .distinct()
+            .order_by(Stripe.checkpoint_id)
+        )
     )
 
 

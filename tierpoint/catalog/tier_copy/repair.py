@@ -5,7 +5,8 @@ Repair touches only tier copies that are `failed` (demoted for damage, or a copy
 `restorable`; never `pending` (the lifecycle is still at work there) nor `expiring`/`expired`
 (retention let the copy go: repair must not resurrect it). It re-copies a tier only if retention
 would keep a good copy there (the pure planner, asked about the checkpoint as if the copy were
-good), and only shards that another tier holds verified.
+good), and only shards that another tier holds verified. A coded copy is not re-copied: its
+stripes found bad are its rebuild's (`activities/peer_coded.py`), which repair asks for.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tierpoint.catalog.node.registry import lost_nodes
 from tierpoint.catalog.policy.assigned import policy_for_job
 from tierpoint.catalog.policy.snapshot import take_snapshot
 from tierpoint.catalog.replica.placement import not_on_lost_node
+from tierpoint.catalog.stripe import rebuilding
 from tierpoint.contract.integrity import RepairBatch, RepairPlan, RepairTier
 from tierpoint.contract.lifecycle import Batch
 from tierpoint.retention import models as planned
@@ -178,6 +180,12 @@ def plan_repair(
     budget = limit
     for dst in tiers:
         m = tier_copies.get(dst.name)
+        if dst.stripe_code is not None:
+            # A coded copy holds stripes, never replicas: its stripes found bad are cut again by
+            # its rebuild (activities/peer_coded.py), which the repair's activity asks for.
+            if m is not None and rebuilding.due(session, dst.name, [checkpoint_id]):
+                out.left.append(f"{dst.name}: its stripes found bad are cut again by its rebuild")
+            continue
         bad = [s for s in shards if dst.name not in s.verified]
         if m is None or not bad:
             continue

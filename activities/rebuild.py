@@ -41,6 +41,7 @@ from tierpoint_client.erasure import (
 
 from tierpoint import logs
 from tierpoint.catalog.engine import Sessions
+from tierpoint.catalog.holds import rebuild as rebuild_holds
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.stripe import machine, pulling, rebuilding, restoring
 from tierpoint.config import Settings
@@ -144,6 +145,8 @@ class RebuildActivities:
         with self._sessions.begin() as s:
             if registry.is_lost(s, b.holder):
                 raise _refused(f"node {b.holder} was declared lost", FailureType.NODE_LOST)
+            # The copy's own stripes are what this batch reads: its hold on them lasts on.
+            rebuild_holds.renew(s, inp.checkpoint_id)
             found = pulling.to_pull(
                 s, inp.checkpoint_id, tier.name, b.node, b.holder, (b.first, b.last)
             )

@@ -8,10 +8,11 @@ verified, and the set is whole; a set with fewer than k readable others now fail
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
@@ -32,7 +33,7 @@ from tests.helpers.coded_tier import (
     staged_file,
     stripe_states,
 )
-from tierpoint.catalog.models import Node, Shard, Stripe
+from tierpoint.catalog.models import Node, Shard, Stripe, TierCopy
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.catalog.stripe.coverage import coverage, verified_stripes
 from tierpoint.catalog.tier_copy.node_lost import mark_lost
@@ -135,9 +136,24 @@ def test_a_lost_holders_stripes_are_cut_again_on_a_node_holding_none_of_the_set(
         ("node-a", SPARE, "coded")
     }
     assert {st for (_, i), st in stripe_states(sessions, cp).items() if i == 1} == {"pending"}
+    # The plan holds the copy the rebuild reads, its own stripes; a batch renews that hold, as a
+    # copy batch renews its sources': a rebuild longer than one hold is never expired under it.
+    with sessions.begin() as s:
+        s.execute(
+            update(TierCopy)
+            .where(TierCopy.checkpoint_id == cp, TierCopy.tier == "coded")
+            .values(rebuild_until=func.now())
+        )
     for batch in stage.batches:
         got = _rebuild(coded, sessions, cp, job, batch)
         assert (got.verified, got.corrupt) == (got.shards, 0), got
+    with sessions() as s:
+        held, lasts = s.execute(
+            select(
+                TierCopy.rebuild_from, TierCopy.rebuild_until > func.now() + timedelta(hours=1)
+            ).where(TierCopy.checkpoint_id == cp, TierCopy.tier == "coded")
+        ).one()
+    assert held == ["coded"] and lasts, (held, lasts)
     for p in paths:
         assert _held(coded, SPARE, job, p).read_bytes() == originals[p]
     assert set(stripe_states(sessions, cp).values()) == {"verified"}

@@ -3,17 +3,23 @@ files on two nodes' local roots and a shared root, real workers (apps.worker.run
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
-from temporalio.client import Client
+from temporalio.client import Client, ScheduleDescription, ScheduleHandle
 
 from activities.retention import RetentionActivities
 from activities.stores import Stores
-from tests.helpers.lifecycle import record_history, recording_histories, running_workers
+from tests.helpers.lifecycle import (
+    RESULT_TIMEOUT,
+    record_history,
+    recording_histories,
+    running_workers,
+)
 from tests.helpers.retention import (
     NODES,
     create_job,
@@ -274,7 +280,7 @@ async def test_sweep_schedule_exists_is_idempotent_and_requests_runs(
     create_job(sessions, job, KEEP_ALL)
     async with running_workers(settings, client, nodes=()):
         handle = client.get_schedule_handle(SWEEP_SCHEDULE_ID)
-        desc = await handle.describe()
+        desc = await _described(handle)
         action = desc.schedule.action
         assert getattr(action, "workflow", None) == SWEEP_WORKFLOW
         assert [i.every for i in desc.schedule.spec.intervals] == [
@@ -292,6 +298,22 @@ async def test_sweep_schedule_exists_is_idempotent_and_requests_runs(
         await _wait_for_workflow(client, retention_workflow_id(job))
         result = await settle(client, job, request=False)
         assert result.expired == 0
+
+
+async def _described(handle: ScheduleHandle) -> ScheduleDescription:
+    """The schedule as Temporal describes it, once there: the shared worker makes it as it
+    starts, after `running_workers` has begun (in a session where no test made it before, the
+    first describe may come first)."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    async with asyncio.timeout(RESULT_TIMEOUT):
+        while True:
+            try:
+                return await handle.describe()
+            except RPCError as err:
+                if err.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+            await asyncio.sleep(0.2)
 
 
 async def _wait_for_workflow(client: Client, workflow_id: str) -> None:

@@ -1,7 +1,8 @@
 """Reading what the retention planner needs from the catalog: one job's checkpoints, their copies
-on each tier with their replicas' totals, and leases (the policy: `assigned.py`).
+on each tier with their replicas' totals (a coded peer tier's, its stripes'), and leases (the
+policy: `assigned.py`).
 
-Four indexed queries per job, whatever the number of shards. For a snapshot consistent across them
+Six indexed queries per job, whatever the number of shards. For a snapshot consistent across them
 (the executor's case), run in a REPEATABLE READ transaction; the executor must still re-check each
 expiry when it flips the tier copy, since pins and leases can arrive after the snapshot.
 """
@@ -27,6 +28,7 @@ from tierpoint.catalog.models import (
     TierCopy,
 )
 from tierpoint.catalog.policy.assigned import AssignedPolicy, policy_for_job
+from tierpoint.catalog.policy.stripe_totals import stripe_totals
 from tierpoint.retention import models as planned
 from tierpoint.retention.models import CheckpointInfo, RetentionPlan, RetentionSnapshot
 from tierpoint.retention.planner import plan
@@ -144,6 +146,8 @@ def _copies(
         ).where(TierCopy.job_id == job_id, TierCopy.tier.in_(names))
     ).all()
     replica_totals = _replica_totals(session, job_id, names)
+    # A coded copy has stripes, not replicas: it is whole while every shard keeps k of them.
+    replica_totals |= stripe_totals(session, job_id, names, shard_counts)
     copies: dict[int, dict[str, planned.TierCopy]] = {}
     for m in tier_copies:
         verified, nbytes, on_lost = replica_totals.get((m.checkpoint_id, m.tier), (0, 0, 0))

@@ -221,6 +221,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "a peer copy failed for want of a free node must be made again once an expiry frees one",
     ),
     Mutant(
+        "retention-coded-copy-needs-k-stripes",
+        "        if n >= ks.get((cp, tier), n + 1):\n",
+        "        if True:\n",
+        (
+            "tests/tierpoint/catalog/policy/test_stripe_totals.py::"
+            "test_a_coded_copy_counts_as_verified_while_every_shard_keeps_k_stripes",
+        ),
+        "a coded copy with a shard below k stripes must not count as an intact copy to retention",
+    ),
+    Mutant(
         "lifecycle-no-request",
         """            if self._local_steps or workflow.patched(RETENTION_PATCH):
                 await self._request_retention(plan, tier)

@@ -73,6 +73,7 @@ def stripe_totals(
     for cp, tier, n in session.execute(
         select(per_shard.c.checkpoint_id, per_shard.c.tier, per_shard.c.n)
     ):
+        # guard: retention-coded-copy-needs-k-stripes
         if n >= ks.get((cp, tier), n + 1):
             decodable[(cp, tier)] = decodable.get((cp, tier), 0) + 1
     return {

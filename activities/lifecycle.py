@@ -21,7 +21,6 @@ from tierpoint.catalog.checkpoint.shards import batch_checkpoint, batch_shards
 from tierpoint.catalog.engine import Session, Sessions
 from tierpoint.catalog.events import EventKind, record_together
 from tierpoint.catalog.holds import rebuild
-from tierpoint.catalog.job.lookup import checkpoint_head
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads import metrics as metric_reads
 from tierpoint.catalog.tier_copy.promotion import ACTOR, promote
@@ -272,17 +271,20 @@ class LifecycleActivities:
     @activity.defn(name=PROMOTE)
     def promote(self, inp: PromoteInput) -> PromoteResult:
         with metrics.timed(PROMOTE), self._sessions.begin() as s:
-            head = checkpoint_head(s, inp.checkpoint_id)
+            # In the promoting transaction, so that its age is the tier copy's lag (below).
+            found = metric_reads.head_and_age(s, inp.checkpoint_id)
+            head = found[0] if found is not None else None
             # A coded tier's copy is promoted through its stripes' coverage.
             code = next((t.stripe_code for t in self._settings.tiers if t.name == inp.tier), None)
             outcome = promote(
                 s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error, code
             )
-            # In the promoting transaction, so that now() is the tier copy's restorable_at; only
-            # for the first promotion (a repair's is not a promotion lag).
+            # Only for the first promotion (a repair's is not a promotion lag).
             lag = (
-                metric_reads.seconds_since_registration(s, inp.checkpoint_id)
-                if outcome.first and outcome.state == TierState.RESTORABLE.value
+                found[1]
+                if found is not None
+                and outcome.first
+                and outcome.state == TierState.RESTORABLE.value
                 else None
             )
         observe.promotion(head, inp.tier, outcome, lag)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine, event, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,7 +19,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.lifecycle import LifecycleActivities
 from activities.stores import Stores
 from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint
-from tierpoint.catalog.models import Checkpoint, Event, Replica
+from tierpoint.catalog.models import Checkpoint, Event, Replica, TierCopy
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import CopyInput, PlanInput, PromoteInput, SealInput
 
@@ -156,3 +158,39 @@ def test_a_tiny_batch_reads_its_checkpoint_once(
         ("verified", "lustre"),
     ]
     assert {e.job_id for e in events} == {job_id}
+
+
+def test_a_promotion_reads_its_checkpoint_once_and_observes_its_lag_from_that_read(
+    settings: Settings, engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """A storm checkpoint is promoted once per tier: its head (for the log) and its age (the
+    promotion lag) come from one read, in the promoting transaction, so the lag observed is the
+    tier copy's restorable_at - created_at to the microsecond."""
+    seeded = seed_checkpoint(settings, sessions, new_job(), 1, random_shards(["node-a"], 2, 1024))
+    cp, job, step = seeded.checkpoint_id, seeded.job, seeded.step
+    acts = LifecycleActivities(sessions, settings, Stores(settings), node="node-a")
+    env = ActivityEnvironment()
+    (batch,) = env.run(acts.plan, PlanInput(checkpoint_id=cp)).batches
+    env.run(
+        acts.seal_batch, SealInput(checkpoint_id=cp, job=job, step=step, batch=batch, tier="ssd")
+    )
+
+    lag_sum = "tierpoint_worker_promotion_lag_seconds_sum"
+    before = REGISTRY.get_sample_value(lag_sum, {"tier": "ssd"}) or 0.0
+    with statements(engine) as promoting:
+        promoted = env.run(
+            acts.promote, PromoteInput(checkpoint_id=cp, tier="ssd", later_tiers=["lustre"])
+        )
+    assert promoted.state == "restorable"
+    reads = [sql for sql in promoting if " FROM checkpoint " in f"{' '.join(sql.split())} "]
+    assert len(reads) == 1, reads
+    observed = (REGISTRY.get_sample_value(lag_sum, {"tier": "ssd"}) or 0.0) - before
+    with sessions() as s:
+        created = s.scalar(select(Checkpoint.created_at).where(Checkpoint.id == cp))
+        restorable = s.scalar(
+            select(TierCopy.restorable_at).where(
+                TierCopy.checkpoint_id == cp, TierCopy.tier == "ssd"
+            )
+        )
+    assert created is not None and restorable is not None
+    assert observed == pytest.approx((restorable - created).total_seconds(), abs=1e-6)

@@ -17,14 +17,12 @@ from temporalio.exceptions import ApplicationError
 
 from tierpoint import logs
 from tierpoint import metrics_worker as metrics
-from tierpoint.catalog.checkpoint.shards import batch_shards, checkpoint_branch
+from tierpoint.catalog.checkpoint.shards import batch_checkpoint, batch_shards
 from tierpoint.catalog.engine import Session, Sessions
-from tierpoint.catalog.events import EventKind, record
+from tierpoint.catalog.events import EventKind, record_together
 from tierpoint.catalog.holds import rebuild
-from tierpoint.catalog.job.lookup import checkpoint_head, job_id_of_checkpoint
 from tierpoint.catalog.node import registry
 from tierpoint.catalog.reads import metrics as metric_reads
-from tierpoint.catalog.tier_copy import key_layouts
 from tierpoint.catalog.tier_copy.promotion import ACTOR, promote
 from tierpoint.config import Settings
 from tierpoint.contract.common import FailureType
@@ -134,7 +132,7 @@ class LifecycleActivities:
         with self._sessions.begin() as s:
             self._refuse_lost_node(s, b.node, tier)
             shards = batch_shards(s, inp.checkpoint_id, b.node, b.first, b.last, tier.name)
-            branch = checkpoint_branch(s, inp.checkpoint_id)
+            checkpoint = batch_checkpoint(s, inp.checkpoint_id)
         result = BatchResult(shards=len(shards))
         reporter = self._reporter(inp.checkpoint_id, tier.name)
         BatchSeal(
@@ -145,11 +143,11 @@ class LifecycleActivities:
             node=b.node if tier.kind is TierKind.LOCAL else None,
             reporter=reporter,
             result=result,
-            branch=branch,
+            branch=checkpoint.branch,
         ).run(shards)
         with self._sessions.begin() as s:
             reporter.finish(s)
-            self._batch_events(s, inp.checkpoint_id, tier.name, EventKind.SEALED, b, result)
+            self._batch_events(s, inp.checkpoint_id, checkpoint.job_id, tier.name, b, result)
         metrics.BYTES_SEALED.labels(tier.name).inc(result.bytes)
         metrics.SHARDS_VERIFIED.labels(tier.name).inc(result.verified - result.skipped)
         metrics.CORRUPT_FOUND.labels(tier.name).inc(result.corrupt)
@@ -185,7 +183,8 @@ class LifecycleActivities:
         dst_tier = self._stores.tier(inp.destination)
         reporter = self._reporter(inp.checkpoint_id, dst_tier.name)
         with self._sessions.begin() as s:
-            src, dst, dst_node = self._ends(s, inp, src_tier, dst_tier)
+            checkpoint = batch_checkpoint(s, inp.checkpoint_id)
+            src, dst, dst_node = self._ends(s, inp, src_tier, dst_tier, checkpoint.layouts)
             shards = batch_shards(
                 s, inp.checkpoint_id, b.node, b.first, b.last, dst_tier.name, src_tier.name
             )
@@ -202,7 +201,7 @@ class LifecycleActivities:
                 result=result,
                 heartbeat_details=resume_details(info.heartbeat_details),
                 attempt=info.attempt,
-                branch=checkpoint_branch(s, inp.checkpoint_id),
+                branch=checkpoint.branch,
             )
             source = Source(src_tier, src, todo)
             mark_copying(dest, [source])
@@ -216,19 +215,24 @@ class LifecycleActivities:
         with self._sessions.begin() as s:
             reporter.finish(s)
             self._batch_events(
-                s, inp.checkpoint_id, dst_tier.name, EventKind.COPIED, b, result, extra
+                s, inp.checkpoint_id, checkpoint.job_id, dst_tier.name, b, result, extra
             )
         metrics.SHARDS_VERIFIED.labels(dst_tier.name).inc(result.verified - result.skipped)
         observe.batch("batch copied and verified", result, source=src_tier.name)
         return result
 
     def _ends(
-        self, s: Session, inp: CopyInput, src_tier: TierConfig, dst_tier: TierConfig
+        self,
+        s: Session,
+        inp: CopyInput,
+        src_tier: TierConfig,
+        dst_tier: TierConfig,
+        layouts: dict[str, KeyLayout],
     ) -> tuple[ShardSource, TierStore, str | None]:
-        """The batch's source and destination stores, and the node of the destination's
+        """The batch's source and destination stores (each naming objects in the layout the
+        catalog recorded for the checkpoint's copy there), and the node of the destination's
         replicas (None off the nodes), refusing a node declared lost."""
         b = inp.batch
-        layouts = key_layouts.of_checkpoint(s, inp.checkpoint_id)
         if dst_tier.kind is not TierKind.PEER:
             self._refuse_lost_node(s, b.node, src_tier, dst_tier)
             src = self._store(src_tier, b.node, layouts.get(src_tier.name))
@@ -267,17 +271,20 @@ class LifecycleActivities:
     @activity.defn(name=PROMOTE)
     def promote(self, inp: PromoteInput) -> PromoteResult:
         with metrics.timed(PROMOTE), self._sessions.begin() as s:
-            head = checkpoint_head(s, inp.checkpoint_id)
+            # In the promoting transaction, so that its age is the tier copy's lag (below).
+            found = metric_reads.head_and_age(s, inp.checkpoint_id)
+            head = found[0] if found is not None else None
             # A coded tier's copy is promoted through its stripes' coverage.
             code = next((t.stripe_code for t in self._settings.tiers if t.name == inp.tier), None)
             outcome = promote(
                 s, inp.checkpoint_id, inp.tier, inp.later_tiers, inp.stage_error, code
             )
-            # In the promoting transaction, so that now() is the tier copy's restorable_at; only
-            # for the first promotion (a repair's is not a promotion lag).
+            # Only for the first promotion (a repair's is not a promotion lag).
             lag = (
-                metric_reads.seconds_since_registration(s, inp.checkpoint_id)
-                if outcome.first and outcome.state == TierState.RESTORABLE.value
+                found[1]
+                if found is not None
+                and outcome.first
+                and outcome.state == TierState.RESTORABLE.value
                 else None
             )
         observe.promotion(head, inp.tier, outcome, lag)
@@ -289,13 +296,16 @@ class LifecycleActivities:
         self,
         s: Session,
         checkpoint_id: int,
+        job_id: int | None,
         tier: str,
-        kind: EventKind,
         batch: Batch,
         result: BatchResult,
-        extra: dict[str, object] | None = None,
+        copied: dict[str, object] | None = None,
     ) -> None:
-        """One event per batch (and one more if it found corruption), never one per shard."""
+        """One event per batch (and one more each for what a copy verified and for corruption
+        found), never one per shard, in one statement. `copied`: a copy's own detail (a seal's
+        batch is None)."""
+        kind = EventKind.SEALED if copied is None else EventKind.COPIED
         detail: dict[str, object] = {
             "node": batch.node,
             "first": batch.first,
@@ -305,35 +315,20 @@ class LifecycleActivities:
             "skipped": result.skipped,
             "corrupt": result.corrupt,
             "bytes": result.bytes,
-            **(extra or {}),
+            **(copied or {}),
         }
-        job_id = job_id_of_checkpoint(s, checkpoint_id)
-        record(
-            s,
-            kind,
-            checkpoint_id=checkpoint_id,
-            job_id=job_id,
-            tier=tier,
-            actor=ACTOR,
-            detail=detail,
-        )
+        events: list[tuple[EventKind, dict[str, object]]] = [(kind, detail)]
         if kind is EventKind.COPIED and result.verified > result.skipped:
-            record(
-                s,
-                EventKind.VERIFIED,
-                checkpoint_id=checkpoint_id,
-                job_id=job_id,
-                tier=tier,
-                actor=ACTOR,
-                detail={"node": batch.node, "verified": result.verified - result.skipped},
+            events.append(
+                (
+                    EventKind.VERIFIED,
+                    {"node": batch.node, "verified": result.verified - result.skipped},
+                )
             )
         if result.corrupt:
-            record(
-                s,
-                EventKind.CORRUPT,
-                checkpoint_id=checkpoint_id,
-                job_id=job_id,
-                tier=tier,
-                actor=ACTOR,
-                detail={"count": result.corrupt, "examples": result.problems},
+            events.append(
+                (EventKind.CORRUPT, {"count": result.corrupt, "examples": result.problems})
             )
+        record_together(
+            s, events, checkpoint_id=checkpoint_id, job_id=job_id, tier=tier, actor=ACTOR
+        )

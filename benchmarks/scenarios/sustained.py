@@ -10,8 +10,10 @@ back with nothing waiting in between, each until restorable on S3: seconds per c
 the first registration to the last one restorable on S3 (60 / it is checkpoints per minute), and
 the p99 of the registrations made during it, and where a registration's time went: the API
 process's CPU and its time runnable but waiting for a core (the scheduler's own accounting),
-per registration, beside the mean. Retention runs as it does in the stack (a request per
-promotion).
+per registration, beside the mean; and the CPU each of the stack's processes spent over the
+storm (from the first registration until the last checkpoint is restorable on S3) per
+checkpoint, the API's including this client's polling for S3. Retention runs as it does in the
+stack (a request per promotion).
 
 The baseline does the raw work of each checkpoint in the same window, one after another: the same
 writes, `cp -r` + `sync` of both nodes' shards to the shared root, boto3 `upload_file` of the four
@@ -33,7 +35,7 @@ from tierpoint_client.models import ShardSpec
 
 from benchmarks.env import Env
 from benchmarks.harness import Method, Outcome, Row, Scenario, Watched
-from benchmarks.procs import sched_seconds
+from benchmarks.procs import cpu_seconds, sched_seconds
 from benchmarks.scenarios.stack_ckpt import WAIT, Stack, cp_sync, manifest, write_shards
 
 KiB = 1024
@@ -45,6 +47,9 @@ RAW = "raw: write + cp+sync + boto3 upload, one at a time"
 TP = "tierpoint: registered -> restorable on S3"
 STORM = 100
 STORMED = f"tierpoint storm: {STORM} registered back to back -> all on S3"
+# The stack's processes whose CPU per storm checkpoint is a row (DevStackProcess.pids).
+STACK_PROCESSES = ("workers", "temporal", "api", "postgres", "moto")
+CPU_ROW = "tierpoint storm: CPU per checkpoint"
 
 
 class Sustained(Scenario):
@@ -98,6 +103,8 @@ class Sustained(Scenario):
                     Row("tierpoint storm: registration mean", "register_mean"),
                     Row("tierpoint storm: API CPU per registration", "api_cpu"),
                     Row("tierpoint storm: API waiting for a CPU, per registration", "api_wait"),
+                    Row(f"{CPU_ROW}, the stack's processes", "cpu_stack"),
+                    *(Row(f"{CPU_ROW}, {name}", f"cpu_{name}") for name in STACK_PROCESSES),
                 ),
                 after=lambda: self._forget(),
             ),
@@ -176,7 +183,9 @@ class Sustained(Scenario):
         steps = [next(self.steps) for _ in range(STORM)]
         written = {step: self._write(job, step) for step in steps}
         took: list[float] = []
-        api = stack.process.pids().get("api", (0, False))[0]
+        procs = {n: p for n, p in stack.process.pids().items() if n in STACK_PROCESSES}
+        cpu = {n: cpu_seconds(pid, tree=tree) for n, (pid, tree) in procs.items()}
+        api = procs.get("api", (0, False))[0]
         ran, waited = sched_seconds(api)
         start = time.time()
         for step in steps:
@@ -186,6 +195,9 @@ class Sustained(Scenario):
         ran_after, waited_after = sched_seconds(api)
         for step in steps:
             stack.client.wait_restorable(job, step, "s3", WAIT, POLL)
+        spent = {
+            n: (cpu_seconds(pid, tree=tree) - cpu[n]) / STORM for n, (pid, tree) in procs.items()
+        }
         wanted = set(steps)
         on_s3 = [
             t.restorable_at.timestamp()
@@ -204,6 +216,8 @@ class Sustained(Scenario):
                 "register_mean": sum(took) / len(took),
                 "api_cpu": (ran_after - ran) / STORM,
                 "api_wait": (waited_after - waited) / STORM,
+                "cpu_stack": sum(spent.values()),
+                **{f"cpu_{n}": spent.get(n, float("nan")) for n in STACK_PROCESSES},
             }
         )
 

@@ -179,6 +179,14 @@ def _sustained(doc: Doc) -> None:
     storm = rows(doc, "sustained")
     for row in ("registration mean", "API CPU per registration", "API waiting for a CPU"):
         assert any(label.startswith(f"tierpoint storm: {row}") for label in storm), storm
+    # And what a storm checkpoint costs each of the stack's processes, and all of them.
+    per_process = {
+        name: storm[f"tierpoint storm: CPU per checkpoint, {name}"]["median"]
+        for name in ("workers", "temporal", "api", "postgres", "moto")
+    }
+    assert all(cpu > 0 for cpu in per_process.values()), per_process
+    stack_cpu = storm["tierpoint storm: CPU per checkpoint, the stack's processes"]["median"]
+    assert stack_cpu >= max(per_process.values()), (stack_cpu, per_process)
 
 
 def _catalog_reads(doc: Doc) -> None:

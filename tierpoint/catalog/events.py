@@ -3,6 +3,7 @@ sync sessions, the API with `await session.run_sync(record, ...)` on its async o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -74,3 +75,19 @@ def record(
     detail: dict[str, Any] | None = None,
 ) -> None:
     session.execute(insert(Event).values(_row(kind, checkpoint_id, job_id, tier, actor, detail)))
+
+
+def record_together(
+    session: Session,
+    events: Sequence[tuple[EventKind, dict[str, Any]]],
+    *,
+    checkpoint_id: int | None,
+    job_id: int | None,
+    tier: str | None,
+    actor: str | None,
+) -> None:
+    """Several events of one checkpoint's tier (kind, detail) in one statement, in order: a batch
+    activity's outcome, where a storm of tiny checkpoints pays per round trip."""
+    if events:
+        rows = [_row(kind, checkpoint_id, job_id, tier, actor, detail) for kind, detail in events]
+        session.execute(insert(Event).values(rows))

@@ -10,7 +10,8 @@ from typing import cast
 from sqlalchemy import Executable, Table, and_, bindparam, null, select, update
 from sqlalchemy.orm import Session, aliased
 
-from tierpoint.catalog.models import Checkpoint, Replica, Shard
+from tierpoint.catalog.models import Checkpoint, Replica, Shard, TierCopy
+from tierpoint.storage.s3.layout import KeyLayout
 
 _shard_table = cast(Table, Shard.__table__)
 
@@ -25,6 +26,33 @@ class BatchShard:
     node_id: str
     source_state: str | None  # replica state on the source tier (None: no replica)
     state: str | None  # replica state on the tier being written (None: no replica yet)
+
+
+@dataclass(frozen=True)
+class BatchCheckpoint:
+    """What a batch activity needs of its checkpoint besides the shards."""
+
+    job_id: int | None  # None: the checkpoint is gone
+    branch: int  # the job's branch it was saved on: its directory on every tier
+    layouts: dict[str, KeyLayout]  # the key layout of its copy on each tier with a tier copy
+
+
+def batch_checkpoint(session: Session, checkpoint_id: int) -> BatchCheckpoint:
+    """The checkpoint's job, branch and key layouts in one statement: a storm of tiny
+    checkpoints pays per round trip (`key_layouts.of_checkpoint` says what a layout is)."""
+    rows = session.execute(
+        select(Checkpoint.job_id, Checkpoint.branch, TierCopy.tier, TierCopy.key_layout)
+        .outerjoin(TierCopy, TierCopy.checkpoint_id == Checkpoint.id)
+        .where(Checkpoint.id == checkpoint_id)
+    ).all()
+    if not rows:
+        return BatchCheckpoint(job_id=None, branch=1, layouts={})
+    branch = rows[0].branch
+    return BatchCheckpoint(
+        job_id=rows[0].job_id,
+        branch=1 if branch is None else int(branch),
+        layouts={r.tier: KeyLayout.parse(r.key_layout) for r in rows if r.tier is not None},
+    )
 
 
 def checkpoint_branch(session: Session, checkpoint_id: int) -> int:

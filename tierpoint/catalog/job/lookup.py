@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, Select, select
 from sqlalchemy.orm import Session
 
 from tierpoint.catalog.locks import CheckpointAt, RowLock, lock_in_order
@@ -125,8 +125,9 @@ class CheckpointHead:
     total_bytes: int
 
 
-def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | None:
-    row = session.execute(
+def head_query(checkpoint_id: int, *extra: ColumnElement[Any]) -> Select[Any]:
+    """The columns of a CheckpointHead, in its order, then `extra`."""
+    return (
         select(
             Checkpoint.id,
             Checkpoint.job_id,
@@ -134,8 +135,13 @@ def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | No
             Checkpoint.step,
             Checkpoint.shard_count,
             Checkpoint.total_bytes,
+            *extra,
         )
         .join(Job, Job.id == Checkpoint.job_id)
         .where(Checkpoint.id == checkpoint_id)
-    ).one_or_none()
+    )
+
+
+def checkpoint_head(session: Session, checkpoint_id: int) -> CheckpointHead | None:
+    row = session.execute(head_query(checkpoint_id)).one_or_none()
     return None if row is None else CheckpointHead(*row)

@@ -1,27 +1,29 @@
 """Catalog reads behind Prometheus metrics that the operator views do not already give: the
-promotion lag of one checkpoint (workers) and the pending tier copies per tier (the API's
-refresher). Both are bounded: one row by primary key, and the pending tier copies, which a
-partial index holds apart however large the catalog grows."""
+promotion lag of one checkpoint, read with its head (workers), and the pending tier copies per
+tier (the API's refresher). Both are bounded: one row by primary key, and the pending tier
+copies, which a partial index holds apart however large the catalog grows."""
 
 from __future__ import annotations
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from tierpoint.catalog.job.lookup import CheckpointHead, head_query
 from tierpoint.catalog.models import Checkpoint, TierCopy
 from tierpoint.states import TierState
 
 
-def seconds_since_registration(session: Session, checkpoint_id: int) -> float | None:
-    """now() - the checkpoint's registration, in the caller's transaction: called in the
-    transaction that promoted a tier copy, it is that tier copy's registration -> restorable lag
-    (now() is the transaction's start time, the value its restorable_at got)."""
-    value = session.scalar(
-        select(func.extract("epoch", func.now() - Checkpoint.created_at)).where(
-            Checkpoint.id == checkpoint_id
-        )
-    )
-    return None if value is None else max(float(value), 0.0)
+def head_and_age(session: Session, checkpoint_id: int) -> tuple[CheckpointHead, float] | None:
+    """The checkpoint's head and now() - its registration, in one statement of the caller's
+    transaction: in the transaction that promotes a tier copy, the age is that copy's
+    registration -> restorable lag (now() is the transaction's start time, the value its
+    restorable_at gets, whichever statement reads it). None if the checkpoint is gone."""
+    age = func.extract("epoch", func.now() - Checkpoint.created_at)
+    row = session.execute(head_query(checkpoint_id, age)).one_or_none()
+    if row is None:
+        return None
+    *head, age = row
+    return CheckpointHead(*head), max(float(age), 0.0)
 
 
 def pending_tier_copies_by_tier(session: Session) -> dict[str, int]:

@@ -1,5 +1,5 @@
-"""The catalog reads behind Prometheus metrics, on a real catalog: a checkpoint's age in the
-reader's transaction, and the pending tier copies per tier."""
+"""The catalog reads behind Prometheus metrics, on a real catalog: a checkpoint's head with its
+age in the reader's transaction, and the pending tier copies per tier."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from sqlalchemy import func, text, update
 from sqlalchemy.orm import Session
 
 from tests.helpers.catalog_rows import checkpoint_row, job_row
+from tierpoint.catalog.job.lookup import checkpoint_head
 from tierpoint.catalog.models import Checkpoint, TierCopy
-from tierpoint.catalog.reads.metrics import pending_tier_copies_by_tier, seconds_since_registration
+from tierpoint.catalog.reads.metrics import head_and_age, pending_tier_copies_by_tier
 
 
 def test_the_age_of_a_checkpoint_is_counted_from_its_registration_to_the_transaction(
@@ -23,9 +24,9 @@ def test_the_age_of_a_checkpoint_is_counted_from_its_registration_to_the_transac
         .values(created_at=func.now() - text("interval '1 hour'"))
     )
     # now() is the transaction's start: the promotion's own transaction reads its lag exactly.
-    assert seconds_since_registration(session, now) == 0.0
-    assert seconds_since_registration(session, hour_ago) == 3600.0
-    assert seconds_since_registration(session, -1) is None
+    assert head_and_age(session, now) == (checkpoint_head(session, now), 0.0)
+    assert head_and_age(session, hour_ago) == (checkpoint_head(session, hour_ago), 3600.0)
+    assert head_and_age(session, -1) is None
 
 
 def test_pending_tier_copies_are_counted_per_tier(session: Session) -> None:

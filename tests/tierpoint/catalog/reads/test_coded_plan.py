@@ -10,11 +10,14 @@ from sqlalchemy.orm import Session
 from tests.helpers.stripe_rows import (
     CODE,
     TIER,
+    names,
     placed_checkpoint,
     read_back_all,
+    tier_copy,
 )
-from tierpoint.catalog.models import Checkpoint, Job, Node
-from tierpoint.catalog.reads.coded_plan import coded_copies
+from tierpoint.catalog.models import RESTORABLE, Checkpoint, Job, Node, TierCopy
+from tierpoint.catalog.reads.checkpoints import get_checkpoint
+from tierpoint.catalog.reads.coded_plan import coded_copies, restore_coded_copies
 from tierpoint.tier_config import TierConfig, TierKind
 
 CODED = TierConfig(name=TIER, kind=TierKind.PEER, root="/mem/{node}", code=str(CODE))
@@ -46,3 +49,38 @@ def test_a_coded_copy_is_offered_with_k_stripes_served_and_not_below(session: Se
     # One fewer: no shard has k stripes that a restore could read, so the tier is not offered.
     serving(holders[: CODE.k - 1])
     assert coded_copies(session, cp, [CODED], paths, (job, step, branch)) == {}
+
+
+def test_a_quarantined_coded_copy_is_offered_to_no_reader(session: Session) -> None:
+    """An operator's quarantine of the coded tier's copy (its stripes suspect) keeps every
+    reader off it, as for a full copy: `TierpointReader`'s restore start lists it no more, and
+    lifting the quarantine offers it again."""
+    cp, shards, holders = placed_checkpoint(session, 2)
+    read_back_all(session, shards)
+    tier_copy(session, cp)
+    session.execute(
+        update(TierCopy)
+        .where(TierCopy.checkpoint_id == cp, TierCopy.tier == TIER)
+        .values(state=RESTORABLE)
+    )
+    for n in holders:
+        session.execute(update(Node).where(Node.id == n).values(data_url=f"http://{n}:1"))
+    job, _ = names(session, cp)
+
+    def offered() -> set[str]:
+        detail = get_checkpoint(session, job, 1, [CODED])
+        return set(restore_coded_copies(session, detail, [CODED]))
+
+    assert offered() == {TIER}
+    session.execute(
+        update(TierCopy)
+        .where(TierCopy.checkpoint_id == cp, TierCopy.tier == TIER)
+        .values(quarantine_reason="stripes suspect")
+    )
+    assert offered() == set()
+    session.execute(
+        update(TierCopy)
+        .where(TierCopy.checkpoint_id == cp, TierCopy.tier == TIER)
+        .values(quarantine_reason=None)
+    )
+    assert offered() == {TIER}

@@ -105,9 +105,6 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "recheck-kept-now",
         """    if expiry is None:
-        keep = next(
-            (k for k in fresh.keeps if k.checkpoint_id == checkpoint_id and k.tier == tier), None
-        )
         why = ", ".join(keep.reasons) if keep is not None else "not planned any more"
         return BeginResult(state=BeginState.SKIPPED, reason=f"kept now: {why}")
 """,

@@ -2,14 +2,15 @@
 one expiry (restorable -> expiring, committed before any byte is deleted; expiring -> expired after
 the bytes are gone).
 
-Every function runs in the caller's transaction and is idempotent. `begin_expiry` decides again,
+Every function runs in the caller's transaction and is idempotent. `begin_expiries` decides again,
 under row locks, with the same pure planner the dry run uses: a snapshot taken earlier (the plan
-activity's) may be stale by then (a pin, a lease, a quarantine, a failed promotion elsewhere).
+activity's) may be stale by then (a pin, a lease, a quarantine, a failed promotion elsewhere). It
+takes a round's copies at once, so the whole job is planned again once a round, not once a copy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, and_, case, func, null, select, text
@@ -27,7 +28,7 @@ from tierpoint.catalog.replica.machine import expire
 from tierpoint.catalog.stripe import machine as stripes
 from tierpoint.catalog.tier_copy.machine import Move, move
 from tierpoint.contract.retention import BeginResult, BeginState, ExpiryTask, RetentionPlanResult
-from tierpoint.retention.models import RetentionPlan
+from tierpoint.retention.models import Expiry, Keep, RetentionPlan
 from tierpoint.retention.planner import plan
 from tierpoint.retention.policy import TierRef
 from tierpoint.states import TierState
@@ -107,23 +108,22 @@ def plan_expiries(
     )
 
 
-def _lock(session: Session, checkpoint_id: int) -> Locked | None:
-    """Lock the checkpoint row and all its tier copies, in this order, until commit. The row lock
-    serialises with pins and with lease inserts (their foreign key check takes KEY SHARE on the
-    row); the tier copies' locks with promotions and quarantines of other tiers, which the
-    re-check reads. None if the checkpoint is gone."""
-    locked = lock_in_order(
+def _lock(session: Session, checkpoint_ids: Collection[int]) -> Locked:
+    """Lock the checkpoint rows and all their tier copies, in the catalog's order (by id), until
+    commit. The row lock serialises with pins and with lease inserts (their foreign key check
+    takes KEY SHARE on the row); the tier copies' locks with promotions and quarantines of other
+    tiers, which the re-check reads. A checkpoint that is gone is not in `checkpoints`."""
+    return lock_in_order(
         session,
-        checkpoints=[checkpoint_id],
+        checkpoints=sorted(set(checkpoint_ids)),
         # guard: recheck-row-lock
         checkpoint_lock=RowLock.UPDATE,
         tier_copies=EVERY_TIER_COPY,
     )
-    return locked if locked.checkpoints else None
 
 
-def _states(locked: Locked) -> dict[str, str]:
-    return {tier: c.state for (_, tier), c in locked.tier_copies.items()}
+def _states(locked: Locked, checkpoint_id: int) -> dict[str, str]:
+    return {tier: c.state for (cid, tier), c in locked.tier_copies.items() if cid == checkpoint_id}
 
 
 def begin_expiry(
@@ -134,47 +134,88 @@ def begin_expiry(
     tiers: Sequence[TierRef],
     now: datetime,
 ) -> BeginResult:
-    """Move the tier copy and its replicas to `expiring` if retention still wants it gone, judged
-    now under locks by the planner over a fresh snapshot. The caller commits before it deletes a
-    byte (invariant 3). An `expiring` tier copy is an expiry begun earlier: it is continued, never
-    turned back."""
-    locked = _lock(session, checkpoint_id)
-    if locked is None:
+    """`begin_expiries` for one copy."""
+    return begin_expiries(session, job, [(checkpoint_id, tier)], tiers, now)[0]
+
+
+def begin_expiries(
+    session: Session,
+    job: str,
+    copies: Sequence[tuple[int, str]],
+    tiers: Sequence[TierRef],
+    now: datetime,
+) -> list[BeginResult]:
+    """Move each tier copy (checkpoint id, tier) of the job and its replicas to `expiring` if
+    retention still wants it gone, judged now under locks by the planner over a fresh snapshot;
+    the results in the order of `copies`. Every checkpoint named is locked first, then the job
+    is planned once for all of them: a pin, lease, quarantine or rebuild hold committed before
+    the locks were taken is in the snapshot, and none can be taken on these checkpoints until
+    the caller commits. One plan's expiries are safe together (the planner's properties), so the
+    copies of a round need no plan each. The caller commits before it deletes a byte (invariant
+    3). An `expiring` tier copy is an expiry begun earlier: it is continued, never turned back."""
+    wanted = list(dict.fromkeys(copies))
+    locked = _lock(session, [cid for cid, _ in wanted])
+    kinds = {t.name: t.kind for t in tiers}
+    judged: dict[tuple[int, str], BeginResult] = {}
+    undecided: list[tuple[int, str]] = []
+    for copy in wanted:
+        if (result := _already(session, locked, copy, kinds)) is not None:
+            judged[copy] = result
+        else:
+            undecided.append(copy)
+    if undecided:
+        fresh = job_plan(session, job, tiers, now)
+        expiries = {(e.checkpoint_id, e.tier): e for e in fresh.expiries}
+        keeps = {(k.checkpoint_id, k.tier): k for k in fresh.keeps}
+        for copy in undecided:
+            judged[copy] = _begin(session, locked, copy, expiries.get(copy), keeps.get(copy))
+    return [judged[copy] for copy in copies]
+
+
+def _already(
+    session: Session, locked: Locked, copy: tuple[int, str], kinds: dict[str, TierKind]
+) -> BeginResult | None:
+    """What the copy's state alone decides, under its locks; None: the fresh plan decides."""
+    checkpoint_id, tier = copy
+    if checkpoint_id not in locked.checkpoints:
         return BeginResult(state=BeginState.SKIPPED, reason=f"checkpoint {checkpoint_id} is gone")
-    state = _states(locked).get(tier)
+    state = _states(locked, checkpoint_id).get(tier)
     if state == TierState.EXPIRING.value:
         return BeginResult(
             state=BeginState.EXPIRING, rule=_begun_rule(session, checkpoint_id, tier)
         )
     if state == TierState.EXPIRED.value:
         return BeginResult(state=BeginState.EXPIRED)
-    kinds = {t.name: t.kind for t in tiers}
     # A failed copy on a node tier is planned only when a lost node took part of it (the fresh
-    # plan below decides); any other failed copy is the operator's.
+    # plan decides); any other failed copy is the operator's.
     if state != TierState.RESTORABLE.value and not (
         state == TierState.FAILED.value and kinds.get(tier) in ON_NODES
     ):
         return BeginResult(
             state=BeginState.SKIPPED, reason=f"the tier copy on {tier!r} is {state or 'missing'}"
         )
+    return None
 
-    fresh = job_plan(session, job, tiers, now)
-    expiry = next(
-        (e for e in fresh.expiries if e.checkpoint_id == checkpoint_id and e.tier == tier), None
-    )
+
+def _begin(
+    session: Session,
+    locked: Locked,
+    copy: tuple[int, str],
+    expiry: Expiry | None,
+    keep: Keep | None,
+) -> BeginResult:
+    """Flip the copy to `expiring` if the fresh plan (`expiry`) still wants it gone."""
+    checkpoint_id, tier = copy
     # guard: recheck-kept-now
     if expiry is None:
-        keep = next(
-            (k for k in fresh.keeps if k.checkpoint_id == checkpoint_id and k.tier == tier), None
-        )
         why = ", ".join(keep.reasons) if keep is not None else "not planned any more"
         return BeginResult(state=BeginState.SKIPPED, reason=f"kept now: {why}")
 
     job_id = job_id_of_checkpoint(session, checkpoint_id)
-    copy = [(checkpoint_id, tier)]
-    move(session, locked, Move.EXPIRY_BEGUN, copy, reason=f"{expiry.rule.value}: {expiry.reason}")
-    expire(session, locked, ReplicaMove.EXPIRY_BEGUN, copy)
-    stripes.expire(session, stripes.Move.EXPIRY_BEGUN, copy)
+    moved = [copy]
+    move(session, locked, Move.EXPIRY_BEGUN, moved, reason=f"{expiry.rule.value}: {expiry.reason}")
+    expire(session, locked, ReplicaMove.EXPIRY_BEGUN, moved)
+    stripes.expire(session, stripes.Move.EXPIRY_BEGUN, moved)
     record(
         session,
         EventKind.EXPIRING,
@@ -289,10 +330,10 @@ def finish_expiry(session: Session, checkpoint_id: int, tier: str) -> str:
     session.execute(text(f"SET LOCAL lock_timeout = '{FINISH_LOCK_WAIT_MS}ms'"))
     # guard: finish-waits-for-deletes
     session.execute(select(func.pg_advisory_xact_lock(_delete_lock(checkpoint_id, tier))))
-    locked = _lock(session, checkpoint_id)
-    if locked is None:
+    locked = _lock(session, [checkpoint_id])
+    if checkpoint_id not in locked.checkpoints:
         return "gone"
-    state = _states(locked).get(tier)
+    state = _states(locked, checkpoint_id).get(tier)
     if state != TierState.EXPIRING.value:
         return state or "missing"
     copy = [(checkpoint_id, tier)]

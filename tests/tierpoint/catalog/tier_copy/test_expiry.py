@@ -19,6 +19,7 @@ from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.catalog.policy.policies import assign_policy, create_policy
 from tierpoint.catalog.replica.machine import ReplicaWrite, upsert_replicas
 from tierpoint.catalog.tier_copy.expiry import (
+    begin_expiries,
     begin_expiry,
     finish_expiry,
     hold_for_delete,
@@ -122,6 +123,44 @@ def test_an_expiry_is_planned_begun_under_a_fresh_plan_and_finished(session: Ses
     kinds = [e.kind for e in events]
     assert kinds[-3:] == [EventKind.EXPIRING, EventKind.KEPT, EventKind.EXPIRED]
     assert events[-1].detail == {"rule": "not_kept"}
+
+
+def test_a_rounds_expiries_begin_together_under_one_fresh_plan(session: Session) -> None:
+    """A round's copies are begun at once, each judged by the one plan made under their locks:
+    a pin taken after the round was planned keeps its copy, the others begin, a copy begun
+    earlier is continued, and each answer stands where its copy was asked."""
+    job, node = _job(session)
+    one, two, three = (_restorable(session, job, node, step) for step in (1, 2, 3))
+    _restorable(session, job, node, 4)
+    now = catalog_now(session)
+    planned = plan_expiries(session, job, TIERS, now, limit=10)
+    assert [(t.checkpoint_id, t.tier) for t in planned.tasks] == [
+        (one, "ssd"),
+        (two, "ssd"),
+        (three, "ssd"),
+    ]
+    assert begin_expiry(session, job, one, "ssd", TIERS, now).state is BeginState.EXPIRING
+    session.execute(update(Checkpoint).where(Checkpoint.id == two).values(pinned=True))
+
+    asked = [(three, "ssd"), (two, "ssd"), (one, "ssd"), (-1, "ssd"), (three, "lustre")]
+    results = begin_expiries(session, job, asked, TIERS, now)
+    assert [(r.state, r.rule) for r in results] == [
+        (BeginState.EXPIRING, "not_kept"),
+        (BeginState.SKIPPED, None),
+        (BeginState.EXPIRING, "not_kept"),
+        (BeginState.SKIPPED, None),
+        (BeginState.SKIPPED, None),
+    ]
+    assert "kept now" in (results[1].reason or "") and "pinned" in (results[1].reason or "")
+    assert "is gone" in (results[3].reason or "")
+    assert _replica_states(session, two) == ["verified", "verified"]
+    assert _replica_states(session, three) == ["verified", "expiring"]
+    expiring = session.scalars(
+        select(Event.checkpoint_id).where(
+            Event.kind == EventKind.EXPIRING, Event.checkpoint_id.in_([one, two, three])
+        )
+    ).all()
+    assert sorted(expiring) == [one, three]
 
 
 def test_an_expiry_of_a_copy_that_is_not_restorable_never_begins(session: Session) -> None:

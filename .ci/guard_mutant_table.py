@@ -980,11 +980,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "workflow-delete-before-begin",
         """        try:
-            begun: BeginResult = await workflow.execute_activity(
+            begun: BeginRoundResult = await workflow.execute_activity(
 """,
         """        try:
-            await self._delete(job, task)
-            begun: BeginResult = await workflow.execute_activity(
+            await asyncio.gather(*(self._delete(job, t) for t in tasks))
+            begun: BeginRoundResult = await workflow.execute_activity(
 """,
         (f"{RET_E2E}::test_lease_blocks_expiry_until_released_or_timed_out",),
         "bytes are deleted only after the marker is expiring (committed)",

@@ -1,5 +1,6 @@
-"""Retention activities: plan the job's expiries, and run each one as begin (tier copy -> expiring,
-committed) -> delete the bytes (local tiers on their node's queue) -> finish (-> expired).
+"""Retention activities: plan the job's expiries, begin a round's at once (tier copies -> expiring,
+committed), and run each one on as delete the bytes (local tiers on their node's queue) -> finish
+(-> expired).
 
 Catalog and storage activities are sync (they run in the worker's thread pool); the ones that ask
 Temporal for a retention run are async. Every one may run twice with the same outcome.
@@ -31,7 +32,10 @@ from tierpoint.contract.common import FailureType
 from tierpoint.contract.peer import RereplicateInput
 from tierpoint.contract.retention import (
     BeginResult,
+    BeginRoundInput,
+    BeginRoundResult,
     BeginState,
+    CopyRef,
     DeleteInput,
     ExpiryInput,
     FinishResult,
@@ -127,22 +131,34 @@ class RetentionActivities:
 
     @activity.defn(name=c.BEGIN)
     def begin_expiry(self, inp: ExpiryInput) -> BeginResult:
+        """One copy: what a run recorded before rounds began at once asks for."""
+        copy = CopyRef(checkpoint_id=inp.checkpoint_id, tier=inp.tier)
+        return self._begin(inp.job, [copy])[0]
+
+    @activity.defn(name=c.BEGIN_ROUND)
+    def begin_round(self, inp: BeginRoundInput) -> BeginRoundResult:
+        return BeginRoundResult(results=self._begin(inp.job, inp.copies))
+
+    def _begin(self, job: str, copies: list[CopyRef]) -> list[BeginResult]:
         tiers = tier_refs(self._settings.tiers)
+        wanted = [(r.checkpoint_id, r.tier) for r in copies]
         try:
             with self._sessions.begin() as s:
-                out = repo.begin_expiry(s, inp.job, inp.checkpoint_id, inp.tier, tiers, _now())
+                out = repo.begin_expiries(s, job, wanted, tiers, _now())
         except JobNotFound:
-            return BeginResult(state=BeginState.SKIPPED, reason=f"job {inp.job!r} is gone")
+            gone = BeginResult(state=BeginState.SKIPPED, reason=f"job {job!r} is gone")
+            return [gone] * len(wanted)
         except ValidationError as exc:
-            raise _policy_error(inp.job, exc) from exc
-        if out.state is BeginState.SKIPPED:
-            log.info(
-                "expiry skipped",
-                job=inp.job,
-                checkpoint_id=inp.checkpoint_id,
-                tier=inp.tier,
-                reason=out.reason,
-            )
+            raise _policy_error(job, exc) from exc
+        for (checkpoint_id, tier), result in zip(wanted, out, strict=True):
+            if result.state is BeginState.SKIPPED:
+                log.info(
+                    "expiry skipped",
+                    job=job,
+                    checkpoint_id=checkpoint_id,
+                    tier=tier,
+                    reason=result.reason,
+                )
         return out
 
     # ---------------------------------------------------------------- delete

@@ -3,7 +3,8 @@ periodic workflow the `tierpoint.retention-sweep` schedule starts to request a r
 
 JobRetention loops while requests are pending: requests that arrive during a pass set one flag, so
 any number of them coalesce into one more pass. A pass plans (at most EXPIRIES_PER_ROUND expiries a
-round) and runs each expiry as begin -> delete -> finish; it plans again after any round that
+round), begins the round's expiries at once (one activity, one fresh plan under their row locks)
+and runs each begun one as delete -> finish; it plans again after any round that
 finished something (a quota may want more once bytes are gone) and stops at a round with nothing
 to do or no progress (a deletion that keeps failing is left `expiring` for the next request). The
 run ends when idle, or continues as new to keep its history bounded.
@@ -34,7 +35,10 @@ with workflow.unsafe.imports_passed_through():
         SWEEP_REASON,
         SWEEP_WORKFLOW,
         BeginResult,
+        BeginRoundInput,
+        BeginRoundResult,
         BeginState,
+        CopyRef,
         DeleteInput,
         ExpiryInput,
         ExpiryTask,
@@ -56,6 +60,8 @@ with workflow.unsafe.imports_passed_through():
 EXPIRY_WINDOW = 8
 # Reasons kept for the status query.
 REASONS_KEPT = 10
+# Runs from before it begin each copy of a round on its own, planning the whole job each time.
+BEGIN_ROUND_PATCH = "retention-begins-a-round-at-once"
 
 
 @workflow.defn(name=RETENTION_WORKFLOW)
@@ -125,29 +131,64 @@ class JobRetention:
             self._status.policy = batch.policy
             if not batch.tasks:
                 return rounds
-            done = await asyncio.gather(*(self._windowed(window, job, t) for t in batch.tasks))
+            done = await self._round(window, job, batch.tasks)
             if not any(done) or rounds >= rounds_per_run:
                 if rounds >= rounds_per_run and any(done):
                     self._requested = True  # more to do: the run continues (as new) with it
                 return rounds
 
-    async def _windowed(self, window: asyncio.Semaphore, job: str, task: ExpiryTask) -> bool:
-        async with window:
-            return await self._expire(job, task)
-
-    async def _expire(self, job: str, task: ExpiryTask) -> bool:
-        """begin -> delete -> finish for one copy; True when it ended `expired`."""
-        ref = ExpiryInput(job=job, checkpoint_id=task.checkpoint_id, tier=task.tier)
+    async def _round(
+        self, window: asyncio.Semaphore, job: str, tasks: list[ExpiryTask]
+    ) -> list[bool]:
+        """The round's expiries; True for each that ended `expired`. Their copies are begun at
+        once, under one fresh plan (the job planned once a round, not once a copy); a run
+        recorded before that begins each copy on its own."""
+        if not workflow.patched(BEGIN_ROUND_PATCH):
+            return await asyncio.gather(*(self._windowed(window, job, t, None) for t in tasks))
+        copies = [CopyRef(checkpoint_id=t.checkpoint_id, tier=t.tier) for t in tasks]
         # guard: workflow-delete-before-begin
         try:
-            begun: BeginResult = await workflow.execute_activity(
-                c.BEGIN,
-                ref,
-                result_type=BeginResult,
+            begun: BeginRoundResult = await workflow.execute_activity(
+                c.BEGIN_ROUND,
+                BeginRoundInput(job=job, copies=copies),
+                result_type=BeginRoundResult,
                 task_queue=SHARED_TASK_QUEUE,
                 start_to_close_timeout=CATALOG_TIMEOUT,
                 retry_policy=CATALOG_RETRY,
             )
+        except ActivityError as err:
+            # Nothing began (one transaction): the copies stay as they are for the next run.
+            self._status.failed += len(tasks)
+            self._status.last_failure = f"begin: {error_message(err)}"
+            return [False] * len(tasks)
+        return await asyncio.gather(
+            *(self._windowed(window, job, t, b) for t, b in zip(tasks, begun.results, strict=True))
+        )
+
+    async def _windowed(
+        self, window: asyncio.Semaphore, job: str, task: ExpiryTask, begun: BeginResult | None
+    ) -> bool:
+        async with window:
+            return await self._expire(job, task, begun)
+
+    async def _begin(self, ref: ExpiryInput) -> BeginResult:
+        begun: BeginResult = await workflow.execute_activity(
+            c.BEGIN,
+            ref,
+            result_type=BeginResult,
+            task_queue=SHARED_TASK_QUEUE,
+            start_to_close_timeout=CATALOG_TIMEOUT,
+            retry_policy=CATALOG_RETRY,
+        )
+        return begun
+
+    async def _expire(self, job: str, task: ExpiryTask, begun: BeginResult | None) -> bool:
+        """begin (unless the round began it) -> delete -> finish for one copy; True when it
+        ended `expired`."""
+        ref = ExpiryInput(job=job, checkpoint_id=task.checkpoint_id, tier=task.tier)
+        try:
+            if begun is None:
+                begun = await self._begin(ref)
             if begun.state is BeginState.SKIPPED:
                 self._status.skipped += 1
                 self._status.last_skip = f"step {task.step} on {task.tier}: {begun.reason}"

@@ -9,8 +9,8 @@ issue_scenario or crash_between or cuts_pulls or every_pass"`): each lands besid
 home, the `@local-steps` ones after plan, promote and the retention requests became local
 activities, `@node-children` after the children of a stage on the nodes' queues began to run at
 once, `@fan-out` after every copy began to read the sealed tier at once, `@coded-children` after
-the passes of a coded tier's copy over many batches began to run in children). Old histories
-stay.
+the passes of a coded tier's copy over many batches began to run in children, `@round-begin` after
+retention began a round's expiries in one activity). Old histories stay.
 """
 
 from __future__ import annotations
@@ -115,6 +115,8 @@ def test_every_workflow_has_a_recorded_history() -> None:
         "lifecycle_coded_many_batches",
         "lifecycle_coded_many_batches@coded-children",
         "stage_child_coded",
+        # A retention round's expiries begun at once, under one plan.
+        "job_retention_resumes@round-begin",
     } <= set(HISTORIES)
 
 

@@ -39,6 +39,8 @@ from tierpoint.catalog.models import Event, Job, RestoreLease
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import workflow_id
 from tierpoint.contract.retention import (
+    BEGIN,
+    BEGIN_ROUND,
     SWEEP_SCHEDULE_ID,
     SWEEP_WORKFLOW,
     DeleteInput,
@@ -207,7 +209,16 @@ async def test_crash_between_begin_and_delete_is_finished_by_the_next_run(
         outcome = await settle(client, job)
         if recording_histories():
             await record_history(client, retention_workflow_id(job), "job_retention_resumes")
+        history = await client.get_workflow_handle(retention_workflow_id(job)).fetch_history()
     assert outcome.expired == 3 and outcome.failed == 0
+    # The round's three copies, the unfinished one among them, were begun by one activity: the
+    # job was planned again once for the round, not once a copy.
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled.count(BEGIN_ROUND) == 1 and BEGIN not in scheduled, scheduled
     state = markers(sessions, job)
     assert {step: st for (step, tier), st in state.items() if tier == "ssd"} == {
         1: "expired",

@@ -187,7 +187,7 @@ async def expiries_waiting(client: Client, engine: Engine, job: str) -> None:
     async with asyncio.timeout(WAIT):
         while True:
             pending = (await handle.describe()).raw_description.pending_activities
-            begins = [a for a in pending if a.activity_type.name == rc.BEGIN]
+            begins = [a for a in pending if a.activity_type.name in (rc.BEGIN, rc.BEGIN_ROUND)]
             if begins and await asyncio.to_thread(lock_waiters, engine) > 0:
                 return
             await asyncio.sleep(0.05)

@@ -19,6 +19,8 @@ SWEEP_REASON = "periodic sweep"
 
 PLAN = "retention.plan"
 BEGIN = "retention.begin_expiry"
+# A round's copies begun at once, under one fresh plan (runs recorded earlier begin each copy).
+BEGIN_ROUND = "retention.begin_round"
 DELETE = "retention.delete_copy"
 FINISH = "retention.finish_expiry"
 REQUEST = "retention.request"
@@ -101,6 +103,21 @@ class BeginResult(BaseModel):
     state: BeginState
     rule: str | None = None
     reason: str | None = None
+
+
+class CopyRef(BaseModel):
+    checkpoint_id: int
+    tier: str
+
+
+class BeginRoundInput(BaseModel):
+    job: str
+    copies: list[CopyRef] = Field(default_factory=list)
+
+
+class BeginRoundResult(BaseModel):
+    # one per copy asked, in its order
+    results: list[BeginResult] = Field(default_factory=list)
 
 
 class DeleteInput(BaseModel):

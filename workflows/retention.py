@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from tierpoint.tier_config import TierKind
 
-# Expiries in flight at once within a round (each locks its own checkpoint row).
+# Expiries deleting and finishing at once within a round (each finish locks its own checkpoint row).
 EXPIRY_WINDOW = 8
 # Reasons kept for the status query.
 REASONS_KEPT = 10

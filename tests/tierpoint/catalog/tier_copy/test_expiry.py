@@ -1,19 +1,24 @@
 """Retention's expiries in the catalog, on a real catalog: the plan of what to expire now, an
 expiry begun only when a fresh plan under the row locks still wants the copy gone (a pin taken
-since keeps it), continued and never turned back once begun, the copy's registered files named
+since keeps it; a round's copies begun together, each under the one plan made once their rows
+are locked), continued and never turned back once begun, the copy's registered files named
 for the delete with their identities, and the finish that makes replicas and tier copy
 `expired` with the rule the expiry began with."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import select, update
+from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
+from tests.helpers.expiry_races import WAIT_LIMIT, lock_waiters
 from tierpoint.catalog.checkpoint.registration import register_checkpoint
 from tierpoint.catalog.engine import catalog_now
 from tierpoint.catalog.events import EventKind
+from tierpoint.catalog.holds import pins
 from tierpoint.catalog.models import Checkpoint, Event, Replica, Shard
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.catalog.policy.policies import assign_policy, create_policy
@@ -28,7 +33,7 @@ from tierpoint.catalog.tier_copy.expiry import (
     registered_copies,
 )
 from tierpoint.catalog.tier_copy.promotion import promote
-from tierpoint.contract.retention import BeginState
+from tierpoint.contract.retention import BeginResult, BeginState
 from tierpoint.manifest import Manifest, ShardSpec
 from tierpoint.retention.policy import Policy, TierRef
 from tierpoint.states import ReplicaState
@@ -161,6 +166,44 @@ def test_a_rounds_expiries_begin_together_under_one_fresh_plan(session: Session)
         )
     ).all()
     assert sorted(c for c in expiring if c is not None) == [one, three]
+
+
+def _begin_round(catalog: Engine, job: str, copies: list[tuple[int, str]]) -> list[BeginResult]:
+    with Session(catalog) as s, s.begin():
+        return begin_expiries(s, job, copies, TIERS, catalog_now(s))
+
+
+def test_a_pin_committed_while_a_round_waits_keeps_its_copy_and_the_rest_begin(
+    catalog_engine: Engine,
+) -> None:
+    """The round's begin locks every checkpoint of the round before it plans: a pin in flight on
+    one of them (the API's own catalog function, its transaction holding the row) makes the round
+    wait, and once the pin commits the round's one plan sees it, keeps that copy and begins the
+    others."""
+    with Session(catalog_engine) as s, s.begin():
+        job, node = _job(s)
+        one, two, three = (_restorable(s, job, node, step) for step in (1, 2, 3))
+        _restorable(s, job, node, 4)
+    copies = [(one, "ssd"), (two, "ssd"), (three, "ssd")]
+    with ThreadPoolExecutor(1) as pool:
+        with Session(catalog_engine) as pinning, pinning.begin():
+            assert pins.set_pinned(pinning, job, 2, True, actor="test").changed
+            round_ = pool.submit(_begin_round, catalog_engine, job, copies)
+            deadline = time.monotonic() + WAIT_LIMIT  # a bound on a hang, not an assertion
+            while not lock_waiters(catalog_engine) and not round_.done():
+                assert time.monotonic() < deadline, "the round neither waited nor finished"
+                time.sleep(0.05)
+            assert not round_.done(), f"the round did not wait for the pin: {round_.result()}"
+        results = round_.result(timeout=WAIT_LIMIT)
+    assert [r.state for r in results] == [
+        BeginState.EXPIRING,
+        BeginState.SKIPPED,
+        BeginState.EXPIRING,
+    ]
+    assert "pinned" in (results[1].reason or "")
+    with Session(catalog_engine) as s:
+        assert _replica_states(s, two) == ["verified", "verified"]
+        assert _replica_states(s, one) == _replica_states(s, three) == ["verified", "expiring"]
 
 
 def test_an_expiry_of_a_copy_that_is_not_restorable_never_begins(session: Session) -> None:

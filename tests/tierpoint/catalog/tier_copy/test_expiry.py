@@ -11,7 +11,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, event, select, update
 from sqlalchemy.orm import Session
 
 from tests.helpers.expiry_races import WAIT_LIMIT, lock_waiters
@@ -204,6 +204,28 @@ def test_a_pin_committed_while_a_round_waits_keeps_its_copy_and_the_rest_begin(
     with Session(catalog_engine) as s:
         assert _replica_states(s, two) == ["verified", "verified"]
         assert _replica_states(s, one) == _replica_states(s, three) == ["verified", "expiring"]
+
+
+def test_a_rounds_begin_reads_the_whole_job_once_however_many_copies(
+    catalog_engine: Engine,
+) -> None:
+    """The cost the round exists for, counted rather than timed: the job's snapshot (its one
+    statement that reads the leases) runs once for the round's five copies, not once a copy."""
+    with Session(catalog_engine) as s, s.begin():
+        job, node = _job(s)
+        ids = [_restorable(s, job, node, step) for step in range(1, 7)]
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    event.listen(catalog_engine, "before_cursor_execute", seen)
+    try:
+        results = _begin_round(catalog_engine, job, [(cid, "ssd") for cid in ids[:5]])
+    finally:
+        event.remove(catalog_engine, "before_cursor_execute", seen)
+    assert [r.state for r in results] == [BeginState.EXPIRING] * 5
+    assert sum("restore_lease" in st for st in statements) == 1, statements
 
 
 def test_an_expiry_of_a_copy_that_is_not_restorable_never_begins(session: Session) -> None:

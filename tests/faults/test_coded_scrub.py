@@ -12,11 +12,8 @@ scrub run again counts no stripe found bad twice."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine, select
@@ -26,8 +23,14 @@ from tierpoint_client.hashing import file_crc32c
 
 from api.app import create_app
 from tests.helpers.api import running_client
-from tests.helpers.coded_tier import NODES, SECRET, coded_settings, coded_stack
-from tests.helpers.faults import OVERALL_TIMEOUT
+from tests.helpers.coded_tier import (
+    NODES,
+    SECRET,
+    coded_settings,
+    coded_stack,
+    rebuilt,
+    verify_coded,
+)
 from tests.helpers.integrity import events, integrity_settings, run_scrub
 from tests.helpers.lifecycle import (
     markers,
@@ -40,7 +43,6 @@ from tests.helpers.services import with_tier
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.catalog.reads.latest import latest_restorable
 from tierpoint.config import Settings
-from tierpoint.contract.peer import rereplicate_id
 
 SOURCES = ("node-a", "node-b")
 WIDTH = 3  # rs(2,1)
@@ -75,25 +77,6 @@ def _scrubbed() -> _Counts:
             for r in ("good", "corrupt", "lost")
         }
     )
-
-
-async def _verify(api: httpx.AsyncClient, job: str) -> dict[str, Any]:
-    """`POST .../verify` of the coded copy, once its run completed (asking again joins it)."""
-    async with asyncio.timeout(OVERALL_TIMEOUT):
-        while True:
-            r = await api.post(f"/v1/jobs/{job}/checkpoints/1/verify", json={"tier": "coded"})
-            assert r.status_code == 202, r.text
-            body = r.json()
-            if body["status"] != "running":
-                assert body["status"] == "completed", body
-                outcome: dict[str, Any] = body["outcome"]
-                return outcome
-
-
-async def _rebuilt(client: Client, job: str) -> None:
-    """The checkpoint's rebuild (its latest run), asked for by whoever found a stripe bad, ended."""
-    handle = client.get_workflow_handle(rereplicate_id(job, 1))
-    await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
 
 
 def _whole_again(
@@ -163,7 +146,7 @@ async def test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k
         found = [d for _, t, d in events(engine, cp, "corrupt") if t == "coded"]
         assert [d["stripes"] for d in found] == [1], found
         assert markers(sessions, cp)["coded"][0] == "restorable"
-        await _rebuilt(client, job)
+        await rebuilt(client, job)
         _whole_again(sessions, cfg, cp, job, target.path)
 
         assert (_scrubbed() - counted)["corrupt"] == 1
@@ -177,14 +160,14 @@ async def test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k
         of_other = {r.stripe_index: r for r in rows if r.path == other.path}
         _flip(coded.root_for(of_other[2].node_id) / job / "1" / other.path)
         async for api in running_client(create_app(cfg)):
-            outcome = await _verify(api, job)
+            outcome = await verify_coded(api, job)
         assert (outcome["read"], outcome["good"], outcome["corrupt"]) == (
             len(rows),
             len(rows) - 1,
             1,
         ), outcome
         assert markers(sessions, cp)["coded"][0] == "restorable"
-        await _rebuilt(client, job)
+        await rebuilt(client, job)
         _whole_again(sessions, cfg, cp, job, other.path)
 
         # Two stripes of the set gone: below k, the coded copy fails, the next tier serves.
@@ -195,7 +178,7 @@ async def test_the_scrub_reads_each_stripe_on_its_holder_and_fails_a_set_below_k
         state, reason = markers(sessions, cp)["coded"]
         assert state == "failed" and "stripe" in (reason or ""), (state, reason)
         # A rebuild the first of them asked for (if it was found first) has nothing to cut from.
-        await _rebuilt(client, job)
+        await rebuilt(client, job)
         with sessions() as s:
             plan = latest_restorable(s, job, cfg.tiers).plan
         assert next(e for e in plan if e.path == target.path).tier == "lustre"

@@ -31,7 +31,8 @@ from tierpoint_client.hashing import file_crc32c
 from api.app import create_app
 from tests.helpers.api import running_client
 from tests.helpers.cli import serving
-from tests.helpers.faults import OVERALL_TIMEOUT, db_now, workers_reported_in
+from tests.helpers.coded_tier import rebuilt, verify_coded
+from tests.helpers.faults import db_now, workers_reported_in
 from tests.helpers.integrity import events, integrity_settings, repair_result, run_scrub
 from tests.helpers.lifecycle import (
     Seeded,
@@ -48,7 +49,6 @@ from tests.helpers.tokens import create_token
 from tierpoint.catalog.models import Job, Shard, Stripe, TierCopy
 from tierpoint.catalog.tier_copy.stripe_damage import mark_stripes_damaged
 from tierpoint.config import Settings
-from tierpoint.contract.peer import rereplicate_id
 from tierpoint.states import ReplicaState
 from tierpoint.temporal import request_repair
 from tierpoint.tier_config import TierConfig, TierKind
@@ -127,12 +127,6 @@ async def _restorable_coded_copy(
         yield seeded
 
 
-async def _rebuilt(client: Client, job: str) -> None:
-    """The checkpoint's rebuild, asked for by whoever found the stripe bad, has ended."""
-    handle = client.get_workflow_handle(rereplicate_id(job, 1))
-    await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
-
-
 def _cut_again(
     cfg: Settings, sessions: sessionmaker[Session], seeded: Seeded, before: Held
 ) -> None:
@@ -183,7 +177,7 @@ async def test_a_stripe_the_scrub_finds_bad_is_cut_again_and_the_copy_stays_rest
         # Read while the rebuild may be under way: whatever stripes are offered give the bytes.
         await _restore(cfg, seeded, tmp_path / "during")
 
-        await _rebuilt(client, job)
+        await rebuilt(client, job)
         _cut_again(cfg, sessions, seeded, before)
         assert markers(sessions, cp)["coded"][0] == "restorable"
         await _restore(cfg, seeded, tmp_path / "after")
@@ -194,18 +188,9 @@ async def test_a_stripe_the_scrub_finds_bad_is_cut_again_and_the_copy_stays_rest
 
 
 async def _verify(cfg: Settings, job: str) -> dict[str, Any]:
-    """An operator's `POST .../verify` of the coded copy, once its run completed (asking again
-    joins it)."""
+    """An operator's `POST .../verify` of the coded copy through an API of its own."""
     async for api in running_client(create_app(cfg)):
-        async with asyncio.timeout(OVERALL_TIMEOUT):
-            while True:
-                r = await api.post(f"/v1/jobs/{job}/checkpoints/1/verify", json={"tier": "coded"})
-                assert r.status_code == 202, r.text
-                body = r.json()
-                if body["status"] != "running":
-                    assert body["status"] == "completed", body
-                    outcome: dict[str, Any] = body["outcome"]
-                    return outcome
+        return await verify_coded(api, job)
     raise AssertionError("the API did not start")
 
 
@@ -225,7 +210,7 @@ async def test_an_operators_verify_and_a_repair_cut_a_coded_copys_bad_stripes_ag
         _flip(_at(cfg, first.holder, job, path))
         outcome = await _verify(cfg, job)
         assert outcome["corrupt"] == 1, outcome
-        await _rebuilt(client, job)
+        await rebuilt(client, job)
         _cut_again(cfg, sessions, seeded, first)
 
         # A stripe marked bad whose finder died before it asked: a repair of the checkpoint
@@ -239,7 +224,7 @@ async def test_an_operators_verify_and_a_repair_cut_a_coded_copys_bad_stripes_ag
         await request_repair(client, cp, job, 1, "asked by the test")
         repaired = await repair_result(client, seeded)
         assert repaired.checkpoint_id == cp, repaired
-        await _rebuilt(client, job)
+        await rebuilt(client, job)
         _cut_again(cfg, sessions, seeded, second)
         assert markers(sessions, cp)["coded"][0] == "restorable"
         await _restore(cfg, seeded, tmp_path / "after")
@@ -307,7 +292,7 @@ async def test_retention_keeps_a_coded_copy_while_its_rebuild_reads_its_stripes(
         assert (state[(1, "coded")], state[(2, "coded")]) == ("restorable", "expired"), state
 
         async with running_workers(cfg, client, nodes=NODES[-1:], shared=False):
-            await _rebuilt(client, job)
+            await rebuilt(client, job)
             _cut_again(cfg, sessions, one, before)
             assert _hold(sessions, job, 1) is None
             # Rebuilt: the hold is gone, and so is the copy the policy no longer wants.

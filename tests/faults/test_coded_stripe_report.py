@@ -21,8 +21,7 @@ from tierpoint_client.errors import NotFoundError
 
 from api.app import create_app
 from tests.helpers.cli import serving
-from tests.helpers.coded_tier import NODES, SECRET, coded_settings, coded_stack
-from tests.helpers.faults import OVERALL_TIMEOUT
+from tests.helpers.coded_tier import NODES, SECRET, coded_settings, coded_stack, rebuilt
 from tests.helpers.integrity import events
 from tests.helpers.lifecycle import (
     markers,
@@ -34,7 +33,6 @@ from tests.helpers.lifecycle import (
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.models import Shard, Stripe
 from tierpoint.config import Settings
-from tierpoint.contract.peer import rereplicate_id
 
 SOURCES = ("node-a", "node-b")
 
@@ -93,8 +91,7 @@ async def test_a_stripe_the_restore_found_corrupt_is_reported_and_confirmed_on_i
             assert markers(sessions, cp)["coded"][0] == "restorable"
             (reported,) = [d for _, t, d in events(engine, cp, "corrupt_reported") if t == "coded"]
             assert (reported["path"], reported["stripe"]) == (target.path, 0), reported
-            handle = client.get_workflow_handle(rereplicate_id(job, 1))
-            await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
+            await rebuilt(client, job)
             assert _stripes(sessions, cp)[(target.path, 0)] == (holder, "verified")
 
             # A report of a good stripe: read back on its holder, found good, nothing moves.

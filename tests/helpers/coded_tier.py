@@ -15,11 +15,13 @@ stripe rows as the catalog has them (`stripe_rows`), and a restore on a spare (`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import httpx
 import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -36,7 +38,7 @@ from activities.placement import stripe_holders
 from activities.pull import PullActivities
 from activities.stores import Stores
 from api.schemas.checkpoints import RestorePlanEntryOut
-from tests.helpers.faults import db_now, workers_reported_in
+from tests.helpers.faults import OVERALL_TIMEOUT, db_now, workers_reported_in
 from tests.helpers.lifecycle import (
     ShardSpec,
     new_job,
@@ -51,6 +53,7 @@ from tierpoint.catalog.reads.latest import latest_restorable
 from tierpoint.catalog.tier_copy.node_lost import NodeLost
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import Batch, BatchResult, PlanInput, SealInput
+from tierpoint.contract.peer import rereplicate_id
 from tierpoint.contract.stripes import EncodeInput, PullInput
 from tierpoint.services import node_lost
 from tierpoint.services.data_endpoint import DataServer, serve
@@ -258,3 +261,23 @@ def restore_on_spare(plan: list[PlanEntry], dest: Path, token: str = SECRET) -> 
     """The client's restore of `plan` into `dest`: the files it put there, by path."""
     restore_plan(plan, dest, {}, token=token)
     return {e.path: (dest / e.path).read_bytes() for e in plan}
+
+
+async def rebuilt(client: Client, job: str, step: int = 1) -> None:
+    """The checkpoint's rebuild (its latest run), asked for by whoever found a stripe bad, ended."""
+    handle = client.get_workflow_handle(rereplicate_id(job, step))
+    await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
+
+
+async def verify_coded(api: httpx.AsyncClient, job: str) -> dict[str, Any]:
+    """An operator's `POST .../verify` of step 1's coded copy, once its run completed (asking
+    again joins it)."""
+    async with asyncio.timeout(OVERALL_TIMEOUT):
+        while True:
+            r = await api.post(f"/v1/jobs/{job}/checkpoints/1/verify", json={"tier": "coded"})
+            assert r.status_code == 202, r.text
+            body = r.json()
+            if body["status"] != "running":
+                assert body["status"] == "completed", body
+                outcome: dict[str, Any] = body["outcome"]
+                return outcome

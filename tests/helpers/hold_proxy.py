@@ -26,6 +26,8 @@ class HoldProxy:
         self.hold = (hold,) if isinstance(hold, str) else hold
         self.url = ""
         self._held = 0
+        # The held requests' client connections, to tell whether each client still waits.
+        self._held_readers: list[asyncio.StreamReader] = []
         # Every request's target, in the order the requests arrived.
         self.seen: list[str] = []
         self._loop = asyncio.new_event_loop()
@@ -47,6 +49,10 @@ class HoldProxy:
         """Requests waiting for `release()` (or released since)."""
         return self._held
 
+    def still_waiting(self) -> int:
+        """Held requests whose client has not closed its connection (given up) since."""
+        return sum(1 for r in self._held_readers if not r.at_eof())
+
     def release(self) -> None:
         self._loop.call_soon_threadsafe(self._release.set)
 
@@ -63,6 +69,7 @@ class HoldProxy:
                 self.seen.append(head.first[1])
                 if any(h in head.first[1] for h in self.hold):
                     self._held += 1
+                    self._held_readers.append(reader)
                     await self._release.wait()
                 if not await self._forward(head, reader, writer):
                     break

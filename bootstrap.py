@@ -312,7 +312,9 @@ def parallel_args(pytest_args: Sequence[str]) -> list[str]:
     workers = os.environ.get("TIERPOINT_TEST_WORKERS", "3")
     if workers in ("0", "1"):
         return []
-    return ["-n", workers, "--dist", "loadfile"]
+    # A worker that crashes fails the run at once: xdist's replacement worker has hung the run
+    # until CI's time limit instead.
+    return ["-n", workers, "--dist", "loadfile", "--max-worker-restart=0"]
 
 
 # The fast tier: the tests that need nothing but the pytest process and a migrated Postgres

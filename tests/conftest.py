@@ -26,6 +26,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+import structlog
 from _pytest.nodeid import coerce_node_id
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -57,6 +58,19 @@ from tierpoint.temporal import connect
 
 tiers.install()
 assert properties.FAST  # its Hypothesis profile is registered before the plugin loads one
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Exceptions logged in the tests' own processes are printed as plain tracebacks, as every
+    process of ours prints them (tierpoint/logs.py). structlog's default renderer formats them
+    with rich and every frame's locals; walking the frames of an in-process API that is shutting
+    down at a test's end has crashed an xdist worker in CPython's frame code."""
+    processors = list(structlog.get_config()["processors"])
+    if processors and isinstance(processors[-1], structlog.dev.ConsoleRenderer):
+        processors[-1] = structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback
+        )
+        structlog.configure(processors=processors)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the tier marks given here

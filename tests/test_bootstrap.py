@@ -87,8 +87,20 @@ def test_the_whole_suite_keeps_whole_modules_on_its_workers(
     """The tier marks select nothing out of a plain run: it runs every test, as before."""
     monkeypatch.delenv("TIERPOINT_TEST_WORKERS", raising=False)
     bootstrap = _bootstrap_module()
-    assert bootstrap.pytest_command([])[1:] == ["-n", "3", "--dist", "loadfile"]
-    assert bootstrap.pytest_command(["--no-lint"])[1:] == ["-n", "3", "--dist", "loadfile"]
+    assert bootstrap.pytest_command([])[1:] == [
+        "-n",
+        "3",
+        "--dist",
+        "loadfile",
+        "--max-worker-restart=0",
+    ]
+    assert bootstrap.pytest_command(["--no-lint"])[1:] == [
+        "-n",
+        "3",
+        "--dist",
+        "loadfile",
+        "--max-worker-restart=0",
+    ]
 
 
 def test_a_selection_keeps_the_workers_and_named_tests_run_in_one_process(
@@ -98,7 +110,7 @@ def test_a_selection_keeps_the_workers_and_named_tests_run_in_one_process(
     bootstrap = _bootstrap_module()
     # The value of -m or -k names no test.
     assert bootstrap.pytest_command(["-m", "catalog"])[1:] == [
-        *("-n", "3", "--dist", "loadfile"),
+        *("-n", "3", "--dist", "loadfile", "--max-worker-restart=0"),
         *("-m", "catalog"),
     ]
     assert bootstrap.pytest_command(["tests/test_tiers.py", "-x"])[1:] == [

@@ -9,15 +9,12 @@ fixed, so the run is the same each time and stays short; the case count is print
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, settings
 from schemathesis import Case, CheckContext
 from schemathesis.config import SchemathesisConfig
@@ -27,8 +24,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from sqlalchemy.orm import Session
 
 from api.app import create_app
-from apps.devstack.services import free_port
 from tests.helpers.api import NODE_A, NODE_B
+from tests.helpers.cli import serving
 from tests.helpers.services import Services, make_bucket, make_settings
 from tierpoint.catalog.engine import make_sync_engine
 from tierpoint.catalog.node.registry import upsert_node
@@ -63,19 +60,8 @@ def fuzz_settings(
 
 @pytest.fixture(scope="module")
 async def live_api(fuzz_settings: Settings) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(fuzz_settings), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="fuzz-api", daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the API server exited while starting"
-        await asyncio.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await asyncio.to_thread(thread.join)
+    async with serving(create_app(fuzz_settings)) as url:
+        yield url
 
 
 # Refusals of schema-valid requests that no JSON schema can express: a node that never reported in,

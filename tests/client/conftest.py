@@ -21,9 +21,8 @@ from pydantic import SecretStr
 from sqlalchemy import select
 from tierpoint_client import Client, RetryPolicy
 
-from apps.devstack.services import free_port
 from tests.helpers.client import Stack
-from tests.helpers.services import Services, make_bucket, make_settings
+from tests.helpers.services import Services, listening_socket, make_bucket, make_settings
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
@@ -36,11 +35,16 @@ class _ApiServer:
     def __init__(self, settings: Settings) -> None:
         from api.app import create_app
 
-        self.port = free_port()
+        self.socket = listening_socket()
+        self.port = self.socket.getsockname()[1]
         self.app = create_app(settings)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="tierpoint-api", daemon=True)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning"))
+        self.thread = threading.Thread(
+            target=self.server.run,
+            kwargs={"sockets": [self.socket]},
+            name="tierpoint-api",
+            daemon=True,
+        )
 
     async def start(self) -> str:
         self.thread.start()
@@ -57,6 +61,7 @@ class _ApiServer:
     async def stop(self) -> None:
         self.server.should_exit = True
         await asyncio.to_thread(self.thread.join)
+        self.socket.close()
 
 
 async def _wait_nodes_known(settings: Settings, nodes: tuple[str, ...]) -> None:

@@ -16,17 +16,18 @@ import uvicorn
 from fastapi import FastAPI
 
 from api.app import create_app
-from apps.devstack.services import free_port
+from tests.helpers.services import listening_socket
 from tierpoint.config import Settings
 
 
 @asynccontextmanager
 async def serving(app: FastAPI) -> AsyncIterator[str]:
     """The app (lifespan included) served by uvicorn on a free 127.0.0.1 port; yields its URL."""
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    sock = listening_socket()
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
         while not server.started:
@@ -36,6 +37,7 @@ async def serving(app: FastAPI) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await asyncio.to_thread(thread.join)
+        sock.close()
 
 
 @pytest.fixture

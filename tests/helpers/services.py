@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import Sequence
@@ -207,3 +208,13 @@ def with_tier(settings: Settings, name: str, **changes: Any) -> Settings:
     """`settings` with tier `name` changed (a read limit, say), every other tier as it is."""
     tiers = [t.model_copy(update=changes) if t.name == name else t for t in settings.tiers]
     return settings.model_copy(update={"tiers": tiers})
+
+
+def listening_socket() -> socket.socket:
+    """A socket bound to a free 127.0.0.1 port, for a server started in the test's own process
+    (`uvicorn.Server.run(sockets=[...])`). Held from the pick on: a port picked, released and
+    bound later was once taken in between by the app's own metrics endpoint, bound to port 0."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock

@@ -8,6 +8,10 @@ set-based (benchmarks/catalog_fill.py) with restorable checkpoints.
 - `leases, each on another checkpoint` (the baseline): the same requests spread round-robin over
   a job's checkpoints, so that no two in flight share one;
 - `leases on one checkpoint`: every request on the job's newest checkpoint;
+- `releases of the leases on one checkpoint`: as many leases on the newest checkpoint taken first
+  (untimed, the same way), then each released (`DELETE .../leases/{id}`, oldest first, as a
+  restart storm's ranks finish in about the order they started), compared to taking them: the
+  second half of a per-rank restart storm, and what a release costs beside a lease;
 - `restores of the latest checkpoint`: `POST .../restores`, the step, its lease and every copy of
   its files in one request, compared to `latest restorable, no lease`, the same choice and plan
   without the lease.
@@ -58,6 +62,7 @@ TTL = 1800
 JOB = 1  # the job whose checkpoints are leased
 SPREAD = "leases, each on another checkpoint"
 ONE = "leases on one checkpoint"
+RELEASES = "releases of the leases on one checkpoint"
 RESTORES = "restores of the latest checkpoint"
 LATEST = "latest restorable, no lease"
 # metric -> (what, unit)
@@ -130,21 +135,46 @@ class Leases(Scenario):
         def latest(_: int) -> tuple[str, str, dict[str, Any] | None]:
             return "GET", f"/v1/jobs/{job}/checkpoints/latest?node={home_node(JOB)}", None
 
+        taken: list[int] = []
+
+        def release(i: int) -> tuple[str, str, dict[str, Any] | None]:
+            return "DELETE", f"/v1/jobs/{job}/checkpoints/{newest}/leases/{taken[i]}", None
+
+        def take() -> None:
+            """Untimed: the leases the releases end, taken as the leases method takes them."""
+            self._storm(one)
+            with psycopg.connect(self.url.replace("+psycopg", "", 1)) as conn:
+                rows = conn.execute(
+                    "SELECT id FROM restore_lease WHERE released_at IS NULL ORDER BY id"
+                ).fetchall()
+            taken[:] = [int(r[0]) for r in rows]
+            if len(taken) != self.leases:
+                raise RuntimeError(f"{len(taken)} leases taken of {self.leases}")
+
         return [
             self._method(SPREAD, spread, None),
             self._method(ONE, one, SPREAD),
+            self._method(RELEASES, release, ONE, before=take),
             self._method(LATEST, latest, None),
             self._method(RESTORES, restores, LATEST),
         ]
 
-    def _method(self, name: str, request: Request, baseline: str | None) -> Method:
+    def _method(
+        self,
+        name: str,
+        request: Request,
+        baseline: str | None,
+        before: Callable[[], None] | None = None,
+    ) -> Method:
         rows = []
         for metric, (what, unit) in METRICS.items():
             base = f"{baseline}: {what}" if baseline is not None else None
             if metric == "p50 last tenth":
                 base = f"{name}: p50 of the first tenth"
             rows.append(Row(f"{name}: {what}", metric, base, unit=unit))
-        return Method(name, lambda: self._storm(request), tuple(rows), after=self._forget)
+        return Method(
+            name, lambda: self._storm(request), tuple(rows), before=before, after=self._forget
+        )
 
     def _storm(self, request: Request) -> Outcome:
         """`leases` requests, `concurrency` at a time, each thread on a connection of its own

@@ -251,7 +251,9 @@ def _leases(doc: Doc) -> None:
     leases = rows(doc, "leases")
     one = "leases on one checkpoint"
     assert leases[f"{one}: p99"]["baseline"] == "leases, each on another checkpoint: p99"
-    for method in (one, "restores of the latest checkpoint"):
+    releases = "releases of the leases on one checkpoint"
+    assert leases[f"{releases}: p99"]["baseline"] == f"{one}: p99"
+    for method in (one, releases, "restores of the latest checkpoint"):
         assert leases[f"{method}: 5xx answers"]["values"] == [0] * doc["repeats"]
         assert leases[f"{method}: other failures"]["values"] == [0] * doc["repeats"]
         assert leases[f"{method}: API CPU per request"]["median"] > 0

@@ -11,14 +11,6 @@ the kernel groups threads by session first (Linux's autogroup), the API, in a se
 is a group apart from the workers anyway, and the nice value ranks the workers against the rest
 of the stack's session (the job or benchmark started beside it).
 
-Temporal's dev server and moto, which serve the workers' batches (and the API's lifecycle starts,
-after its responses), go the same way: each runs in a session of its own, so under autogroup each
-was a group as heavy as the API's, and a registration waited behind them. Their sessions' groups
-and threads are lowered to `WORKER_NICE` once started (`lower_service_priority`): in a storm on
-two cores a registration waited 6-8 ms for a core instead of 22-26 ms, and the storm ran no slower
-(docs/benchmarks.md, "The storm on a quiet machine"). Postgres is left as it is: the API's
-statements are its work too.
-
 This is the dev stack's choice for one machine. A deployment runs the API and the workers on
 separate machines (docs/deployment.md), where nothing here applies; where they must share one, the
 service manager's own priority settings do this job (e.g. systemd's `Nice=`).
@@ -28,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from pathlib import Path
 
 # Nice 10 weighs a thread at about a tenth of one at nice 0 (the kernel's weights: 110 vs 1024):
@@ -36,9 +27,6 @@ from pathlib import Path
 WORKER_NICE = 10
 
 _TASKS = Path("/proc/self/task")
-# Without CAP_SYS_ADMIN the kernel takes one autogroup nice change per 100 ms (EAGAIN otherwise).
-_AUTOGROUP_TRIES = 20
-_AUTOGROUP_WAIT = 0.11
 
 
 def lower_own_priority(nice: int = WORKER_NICE) -> None:
@@ -54,25 +42,3 @@ def lower_own_priority(nice: int = WORKER_NICE) -> None:
             current = os.getpriority(os.PRIO_PROCESS, tid)
             if current < nice:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
-
-
-def lower_service_priority(pid: int, nice: int = WORKER_NICE) -> bool:
-    """A service the stack started as the leader of a session of its own (Temporal, moto): every
-    thread of it to at least `nice`, and its session's scheduling group (Linux's autogroup) to
-    `nice`. True when the group was lowered; False where there is no autogroup (another OS, or
-    `sched_autogroup_enabled` off: the threads' nice then ranks the service by itself) or the
-    service has gone."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        # PRIO_PGRP reaches every thread of the process group the service leads.
-        if os.getpriority(os.PRIO_PGRP, pid) < nice:
-            os.setpriority(os.PRIO_PGRP, pid, nice)
-    autogroup = Path(f"/proc/{pid}/autogroup")
-    for _ in range(_AUTOGROUP_TRIES):
-        try:
-            autogroup.write_text(f"{nice}\n")
-            return True
-        except BlockingIOError:
-            time.sleep(_AUTOGROUP_WAIT)
-        except OSError:  # no such file: no autogroup, or the process is gone
-            return False
-    return False

@@ -38,7 +38,7 @@ from apps.devstack.facts import (
 )
 from apps.devstack.ownership import DataDirClaim
 from apps.devstack.paths import StackPaths
-from apps.devstack.priority import lower_own_priority, lower_service_priority
+from apps.devstack.priority import lower_own_priority
 from apps.devstack.services import EmbeddedPostgres, MotoS3Server, TemporalDevServer
 from apps.devstack.settings import build_settings
 from apps.devstack.tiers import DEFAULT_TIERS, complete_tiers, on_stack_s3
@@ -154,10 +154,6 @@ class DevStack:
         step("S3 (moto)")
         self.moto.start(log_file=self.paths.logs / "moto.log")
         self._claim.record("moto", self.moto.pid)
-        # Both serve the workers: they yield the CPU to the API's requests, as the workers do.
-        for service in (self.temporal.pid, self.moto.pid):
-            if service is not None:
-                lower_service_priority(service)
         s3 = self._s3_facts()
         tiers = complete_tiers(self.tiers, self.paths, len(self.nodes), s3)
         for bucket in sorted({BUCKET} | {t.bucket or BUCKET for t in tiers if on_stack_s3(t, s3)}):

@@ -73,26 +73,12 @@ def _wait_restorable(dev: DevProcess, job: str, step: int) -> None:
             time.sleep(0.5)
 
 
-def _child_pid(dev: DevProcess, command: bytes) -> int:
-    """The stack's child whose command line holds `command`."""
+def _api_pid(dev: DevProcess) -> int:
     children = Path(f"/proc/{dev.proc.pid}/task/{dev.proc.pid}/children").read_text().split()
     for child in children:
-        if command in Path(f"/proc/{child}/cmdline").read_bytes():
+        if b"apps.devstack.api_process" in Path(f"/proc/{child}/cmdline").read_bytes():
             return int(child)
-    raise AssertionError(f"no {command!r} among the stack's children {children}")
-
-
-def _api_pid(dev: DevProcess) -> int:
-    return _child_pid(dev, b"apps.devstack.api_process")
-
-
-def _autogroup_nice(pid: int) -> int | None:
-    """The nice value of the process's autogroup; None where the kernel has none."""
-    autogroup = Path(f"/proc/{pid}/autogroup")
-    if not autogroup.exists():
-        return None
-    # "/autogroup-42 nice 10"
-    return int(autogroup.read_text().split()[-1])
+    raise AssertionError(f"no API process among the stack's children {children}")
 
 
 def _thread_nices(pid: int) -> dict[int, int]:
@@ -141,12 +127,3 @@ def test_the_workers_yield_the_cpu_to_the_api(dev: DevProcess) -> None:
     assert set(workers.values()) == {WORKER_NICE}, workers
     api_threads = _thread_nices(_api_pid(dev))
     assert set(api_threads.values()) == {started_at}, api_threads
-    # Temporal and moto serve the workers: in sessions of their own, they yield as the workers do,
-    # their threads and, where the kernel groups by session, their session's group; the API's
-    # session stays as it started.
-    for service in (b"temporal", b"moto_server"):
-        pid = _child_pid(dev, service)
-        threads = _thread_nices(pid)
-        assert set(threads.values()) == {WORKER_NICE}, (service, threads)
-        assert _autogroup_nice(pid) in (None, WORKER_NICE), service
-    assert _autogroup_nice(_api_pid(dev)) in (None, 0)

@@ -1,8 +1,7 @@
 """The dev stack's workers yield the CPU (apps/devstack/priority.py): every thread of the process
 goes to the workers' nice value, threads started afterwards inherit it, and a process started
-lower than that stays where it was. A service in a session of its own (Temporal, moto) goes to
-it with every thread it has, and so does its session's scheduling group where Linux has one.
-Each case is a real process of its own, so the test's own priority never changes."""
+lower than that stays where it was. Each case is a real process of its own, so the test's own
+priority never changes."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.devstack.priority import WORKER_NICE, lower_service_priority
+from apps.devstack.priority import WORKER_NICE
 
 # Starts processes itself (derivation sees only fixtures): tests/helpers/tiers.py.
 pytestmark = pytest.mark.full_stack
@@ -74,35 +73,3 @@ def test_every_thread_runs_at_the_workers_nice_those_started_later_too() -> None
 def test_a_process_started_lower_stays_lower() -> None:
     lower = WORKER_NICE + 5
     assert _run(lower) == {"early": lower, "late": lower, "main": lower}
-
-
-# A service as the stack starts one: a session of its own, threads running before it is lowered.
-SERVICE = """
-import threading, time
-for _ in range(3):
-    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
-print("up", flush=True)
-time.sleep(60)
-"""
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux: a nice value per thread")
-def test_a_service_in_a_session_of_its_own_yields_with_every_thread_and_its_group() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SERVICE], stdout=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "up\n"
-        grouped = lower_service_priority(proc.pid)
-        tasks = Path(f"/proc/{proc.pid}/task")
-        nices = {int(t.name): os.getpriority(os.PRIO_PROCESS, int(t.name)) for t in tasks.iterdir()}
-        assert len(nices) == 4, nices
-        assert set(nices.values()) == {WORKER_NICE}, nices
-        autogroup = Path(f"/proc/{proc.pid}/autogroup")
-        assert grouped == autogroup.exists()
-        if grouped:
-            # "/autogroup-42 nice 10"
-            assert autogroup.read_text().split()[-1] == str(WORKER_NICE)
-    finally:
-        proc.kill()
-        proc.wait(10)

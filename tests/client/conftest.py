@@ -8,7 +8,6 @@ the session's shared Temporal server.
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,52 +15,19 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-import uvicorn
 from pydantic import SecretStr
 from sqlalchemy import select
 from tierpoint_client import Client, RetryPolicy
 
+from api.app import create_app
 from tests.helpers.client import Stack
-from tests.helpers.services import Services, listening_socket, make_bucket, make_settings
+from tests.helpers.services import InProcessServer, Services, make_bucket, make_settings
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
 from tierpoint.config import Settings
 from tierpoint.temporal import connect
 from tierpoint.tier_config import TierConfig, TierKind
-
-
-class _ApiServer:
-    def __init__(self, settings: Settings) -> None:
-        from api.app import create_app
-
-        self.socket = listening_socket()
-        self.port = self.socket.getsockname()[1]
-        self.app = create_app(settings)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning"))
-        self.thread = threading.Thread(
-            target=self.server.run,
-            kwargs={"sockets": [self.socket]},
-            name="tierpoint-api",
-            daemon=True,
-        )
-
-    async def start(self) -> str:
-        self.thread.start()
-        while not self.server.started:
-            if not self.thread.is_alive():
-                raise RuntimeError("the API server exited while starting")
-            await asyncio.sleep(0.05)
-        return f"http://127.0.0.1:{self.port}"
-
-    def idle(self) -> bool:
-        # uvicorn runs each request, its background tasks included, as one task of this set.
-        return not self.server.server_state.tasks
-
-    async def stop(self) -> None:
-        self.server.should_exit = True
-        await asyncio.to_thread(self.thread.join)
-        self.socket.close()
 
 
 async def _wait_nodes_known(settings: Settings, nodes: tuple[str, ...]) -> None:
@@ -128,7 +94,7 @@ async def _running_stack(
     workers = asyncio.create_task(
         run_workers(settings, temporal, nodes=nodes, shared=True, stop=stop)
     )
-    api = _ApiServer(settings)
+    api = InProcessServer(create_app(settings))
     try:
         api_url = await api.start()
         await asyncio.wait_for(_wait_nodes_known(settings, nodes), 120)

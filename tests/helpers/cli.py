@@ -6,38 +6,26 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from api.app import create_app
-from tests.helpers.services import listening_socket
+from tests.helpers.services import InProcessServer
 from tierpoint.config import Settings
 
 
 @asynccontextmanager
 async def serving(app: FastAPI) -> AsyncIterator[str]:
     """The app (lifespan included) served by uvicorn on a free 127.0.0.1 port; yields its URL."""
-    sock = listening_socket()
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    server = InProcessServer(app)
     try:
-        while not server.started:
-            assert thread.is_alive(), "the API server exited while starting"
-            await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
+        yield await server.start()
     finally:
-        server.should_exit = True
-        await asyncio.to_thread(thread.join)
-        sock.close()
+        await server.stop()
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 import boto3
 import psycopg
+import uvicorn
 from temporalio.client import Client
 
 from apps.devstack.services import MotoS3Server
@@ -210,11 +212,35 @@ def with_tier(settings: Settings, name: str, **changes: Any) -> Settings:
     return settings.model_copy(update={"tiers": tiers})
 
 
-def listening_socket() -> socket.socket:
-    """A socket bound to a free 127.0.0.1 port, for a server started in the test's own process
-    (`uvicorn.Server.run(sockets=[...])`). Held from the pick on: a port picked, released and
-    bound later was once taken in between by the app's own metrics endpoint, bound to port 0."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    return sock
+class InProcessServer:
+    """An ASGI app served by uvicorn on a thread of the test's own process, on a 127.0.0.1 port
+    whose socket is held from the pick on: a port picked, released and bound later was once taken
+    in between by the app's own metrics endpoint, bound to port 0."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", 0))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
+
+    async def start(self) -> str:
+        """Serving (lifespan included); returns its URL."""
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the API server exited while starting")
+            await asyncio.sleep(0.05)
+        return f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+
+    def idle(self) -> bool:
+        # uvicorn runs each request, its background tasks included, as one task of this set.
+        return not self.server.server_state.tasks
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await asyncio.to_thread(self.thread.join)
+        self.socket.close()

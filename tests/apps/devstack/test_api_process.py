@@ -67,7 +67,7 @@ def _wait_restorable(dev: DevProcess, job: str, step: int) -> None:
                 t["tier"]: t["state"]
                 for t in api.get(f"/v1/jobs/{job}/checkpoints/{step}").json()["tiers"]
             }
-            if tiers.get("s3") == "restorable" and set(tiers.values()) == {"restorable"}:
+            if set(tiers.values()) == {"restorable"}:
                 return
             assert time.monotonic() < deadline, (tiers, _tail(dev.log))
             time.sleep(0.5)

@@ -22,6 +22,7 @@ from tierpoint_client import Client, RetryPolicy
 from api.app import create_app
 from tests.helpers.client import Stack
 from tests.helpers.services import InProcessServer, Services, make_bucket, make_settings
+from tests.helpers.stuck import busy_threads
 from tests.helpers.tokens import create_token
 from tierpoint.catalog.engine import make_sync_engine, sync_sessions
 from tierpoint.catalog.models import Node
@@ -106,11 +107,27 @@ async def _running_stack(
             retry=RetryPolicy(attempts=4, initial_backoff=0.1),
         )
         metrics_port = api.app.state.metrics_port  # make_settings serves them on a free port
-        yield Stack(settings, api_url, client, nodes, token, metrics_port, api.idle)
+        yield Stack(settings, api_url, client, nodes, token, metrics_port, api.idle, temporal)
     finally:
         stop.set()
         await api.stop()
-        await workers
+        await _stopped(workers)
+
+
+# Running activities get 5 s to finish on stop (run_workers' graceful shutdown); the rest are
+# cancelled and return at their next heartbeat.
+STOP_WITHIN = 120.0
+
+
+async def _stopped(workers: asyncio.Task[None]) -> None:
+    """The workers' end, or a failure naming what holds them: a worker that never stops would
+    otherwise hold the module until pytest's timeout, and say nothing of why."""
+    try:
+        await asyncio.wait_for(asyncio.shield(workers), STOP_WITHIN)
+    except TimeoutError:
+        raise RuntimeError(
+            f"the stack's workers did not stop within {STOP_WITHIN:.0f} s: {busy_threads()}"
+        ) from None
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -40,7 +40,7 @@ async def _checkpoint(stack: Stack, job: str, step: int) -> None:
     write_shards(directory, {"model.bin": 1000 + step})
     meta = {"loss": 1.0, "grad_norm": 2.0}
     await asyncio.to_thread(stack.client.register, job, step, directory, node, meta)
-    await asyncio.to_thread(stack.client.wait_restorable, job, step, "lustre", WAIT, 0.2)
+    await stack.wait_restorable(job, step, "lustre", WAIT)
 
 
 async def _train(stack: Stack, job: str, step: int, values: list[list[object]]) -> tuple[int, str]:

@@ -21,8 +21,8 @@ async def _checkpoint(stack: Stack, job: str, step: int) -> dict[str, bytes]:
     shards = write_shards(directory, {"model.bin": 4096 + step, "optim.bin": 100})
     await asyncio.to_thread(stack.client.register, job, step, directory, node)
     # The shared tier's copy and S3's run side by side: wait for both.
-    await asyncio.to_thread(stack.client.wait_restorable, job, step, "lustre", WAIT, 0.2)
-    await asyncio.to_thread(stack.client.wait_restorable, job, step, "s3", WAIT, 0.2)
+    await stack.wait_restorable(job, step, "lustre", WAIT)
+    await stack.wait_restorable(job, step, "s3", WAIT)
     return shards
 
 

@@ -48,7 +48,7 @@ async def _checkpoint(stack: Stack) -> tuple[str, int, dict[str, bytes]]:
     await asyncio.to_thread(stack.client.register_manifest, job, step, build_manifest(local, node))
     # The copies to the shared tier and S3 run side by side: either may finish first.
     for tier in ("lustre", "s3"):
-        await asyncio.to_thread(stack.client.wait_restorable, job, step, tier, WAIT, 0.2)
+        await stack.wait_restorable(job, step, tier, WAIT)
     return job, step, shards
 
 

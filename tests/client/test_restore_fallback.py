@@ -29,7 +29,7 @@ async def _checkpoint(stack: Stack) -> tuple[str, int, dict[str, bytes]]:
     local = stack.local_dir(node, job, step)
     shards = write_shards(local, {"model/rank0.bin": MIB, GONE: 2 * MIB + 3, "meta.json": 40})
     await asyncio.to_thread(stack.client.register_manifest, job, step, build_manifest(local, node))
-    await asyncio.to_thread(stack.client.wait_restorable, job, step, "s3", WAIT, 0.2)
+    await stack.wait_restorable(job, step, "s3", WAIT)
     return job, step, shards
 
 

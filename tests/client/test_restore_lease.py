@@ -35,7 +35,7 @@ async def _register(stack: Stack, job: str, step: int) -> dict[str, bytes]:
     local = stack.local_dir(node, job, step)
     shards = write_shards(local, {"a.bin": 2 * MIB, "b.bin": MIB + 1})
     await asyncio.to_thread(stack.client.register_manifest, job, step, build_manifest(local, node))
-    await asyncio.to_thread(stack.client.wait_restorable, job, step, "s3", WAIT, 0.2)
+    await stack.wait_restorable(job, step, "s3", WAIT)
     return shards
 
 

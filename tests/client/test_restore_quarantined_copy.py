@@ -31,8 +31,8 @@ async def test_a_fallback_skips_a_copy_quarantined_on_its_tier(
     shards = write_shards(local, {"model/rank0.bin": 4096, GONE: 70_000, "meta.json": 40})
     await asyncio.to_thread(stack.client.register_manifest, job, step, build_manifest(local, node))
     # The shared tier's copy and S3's run side by side: wait for both.
-    await asyncio.to_thread(stack.client.wait_restorable, job, step, "lustre", WAIT, 0.2)
-    await asyncio.to_thread(stack.client.wait_restorable, job, step, "s3", WAIT, 0.2)
+    await stack.wait_restorable(job, step, "lustre", WAIT)
+    await stack.wait_restorable(job, step, "s3", WAIT)
     # The shared tier's copy is held to be bad; the node's own copy of one shard is gone.
     await asyncio.to_thread(stack.client.quarantine, job, step, "bad load from lustre", "lustre")
     (local / GONE).unlink()

@@ -25,7 +25,7 @@ async def _checkpoint(stack: Stack) -> tuple[str, int, dict[str, bytes]]:
     shards = write_shards(local, {"a.bin": 3 * MIB, "b.bin": MIB})
     await asyncio.to_thread(stack.client.register_manifest, job, step, build_manifest(local, node))
     for tier in ("lustre", "s3"):
-        await asyncio.to_thread(stack.client.wait_restorable, job, step, tier, WAIT, 0.2)
+        await stack.wait_restorable(job, step, tier, WAIT)
     return job, step, shards
 
 

@@ -54,7 +54,7 @@ async def test_lifecycle_and_restore_from_s3(
     shards = write_shards(local, {"model/0.distcp": 17 * MIB + 3, "model/1.distcp": MIB, "x": 0})
     await asyncio.to_thread(stack.client.register_manifest, job, step, build_manifest(local, node))
     for tier in ("lustre", "s3"):
-        await asyncio.to_thread(stack.client.wait_restorable, job, step, tier, WAIT, 0.2)
+        await stack.wait_restorable(job, step, tier, WAIT)
 
     cp = await asyncio.to_thread(stack.client.checkpoint, job, step)
     s3_copies = [r for s in cp.shards or () for r in s.replicas if r.tier == "s3"]

@@ -23,7 +23,7 @@ async def _save(stack: Stack, job: str, step: int) -> None:
     write_shards(directory, {"model.bin": 4096 + step})
     await asyncio.to_thread(stack.client.register, job, step, directory, node)
     # On the shared tier: what `latest` without a node reads.
-    await asyncio.to_thread(stack.client.wait_restorable, job, step, "lustre", WAIT, 0.2)
+    await stack.wait_restorable(job, step, "lustre", WAIT)
 
 
 async def _save_on(
@@ -38,7 +38,7 @@ async def _save_on(
     await asyncio.to_thread(
         stack.client.register_manifest, job, step, shards, branch=branch, parent=parent
     )
-    await asyncio.to_thread(stack.client.wait_restorable, job, step, "lustre", WAIT, 0.2)
+    await stack.wait_restorable(job, step, "lustre", WAIT)
 
 
 async def test_rollback_branch_resave_latest_verdicts_and_lineage(stack: Stack) -> None:

@@ -52,7 +52,7 @@ async def _checkpoint(stack: Stack, job: str, step: int) -> dict[str, bytes]:
     manifest = build_manifest(local, stack.nodes[0])
     await asyncio.to_thread(stack.client.register_manifest, job, step, manifest)
     for tier in ("lustre", "s3"):
-        await asyncio.to_thread(stack.client.wait_restorable, job, step, tier, WAIT, 0.2)
+        await stack.wait_restorable(job, step, tier, WAIT)
     return shards
 
 

@@ -82,6 +82,6 @@ async def test_the_job_migrates_as_owner_and_the_pods_run_as_the_application_rol
         manifest = build_manifest(local, node)
         await asyncio.to_thread(stack.client.register_manifest, job, step, manifest)
         for tier in ("lustre", "s3"):
-            await asyncio.to_thread(stack.client.wait_restorable, job, step, tier, WAIT, 0.2)
+            await stack.wait_restorable(job, step, tier, WAIT)
         await asyncio.to_thread(stack.client.restore, job, tmp_path / "restored", tier="s3")
         assert read_tree(tmp_path / "restored") == shards

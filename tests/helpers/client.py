@@ -3,6 +3,7 @@ written and read back, and a plain file server standing in for holders' data end
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
@@ -12,8 +13,10 @@ from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tierpoint_client import Client
+from temporalio.client import Client as TemporalClient
+from tierpoint_client import Checkpoint, Client
 
+from tests.helpers.stuck import lifecycle_report
 from tierpoint.config import Settings
 
 
@@ -30,6 +33,26 @@ class Stack:
     # True while the API runs no request: it counts one in its metrics only once the request's
     # background work (e.g. a retention request after a lease's release) is done too.
     api_idle: Callable[[], bool]
+    # The stack's own connection to Temporal: what a wait that ran out says about the lifecycle.
+    temporal: TemporalClient
+
+    async def wait_restorable(
+        self,
+        job: str,
+        step: int,
+        tier: str,
+        seconds: float = 300.0,
+    ) -> Checkpoint:
+        """The client's wait on the checkpoint (of the job's current branch); when it runs out,
+        the TimeoutError says what its lifecycle is doing."""
+        try:
+            return await asyncio.to_thread(
+                self.client.wait_restorable, job, step, tier, seconds, 0.2
+            )
+        except TimeoutError as e:
+            cp = await asyncio.to_thread(self.client.checkpoint, job, step)
+            report = await lifecycle_report(self.temporal, job, step, cp.branch)
+            raise TimeoutError(f"{e}: {report}") from e
 
     def local_dir(self, node: str, job: str, step: int) -> Path:
         return self.settings.tier("ssd").root_for(node) / job / str(step)

@@ -120,7 +120,7 @@ async def wait_everywhere(
     """The checkpoint once it is restorable on each of `tiers`."""
     cp = None
     for tier in tiers:
-        cp = await asyncio.to_thread(stack.client.wait_restorable, job, step, tier, WAIT, 0.2)
+        cp = await stack.wait_restorable(job, step, tier, WAIT)
     detail = await asyncio.to_thread(stack.client.checkpoint, job, step)
     assert cp is not None and detail.shards is not None
     return detail

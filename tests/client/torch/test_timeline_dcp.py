@@ -46,7 +46,7 @@ async def _run(stack: Stack, tmp: Path, job: str, *args: str) -> dict[str, Any]:
 
 async def _restorable(stack: Stack, job: str, *steps: int) -> None:
     for step in steps:
-        await asyncio.to_thread(stack.client.wait_restorable, job, step, "lustre", WAIT, 0.2)
+        await stack.wait_restorable(job, step, "lustre", WAIT)
 
 
 async def test_a_first_run_loads_nothing_and_raises_nothing(stack: Stack, tmp_path: Path) -> None:

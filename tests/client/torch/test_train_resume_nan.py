@@ -33,7 +33,7 @@ async def _fails(stack: Stack, job: str, *args: str) -> str:
 
 async def _restorable(stack: Stack, job: str, *steps: int) -> None:
     for step in steps:
-        await asyncio.to_thread(stack.client.wait_restorable, job, step, "lustre", WAIT, 0.2)
+        await stack.wait_restorable(job, step, "lustre", WAIT)
 
 
 async def test_a_nan_after_a_resume_is_rolled_back_to_the_newest_good_checkpoint(

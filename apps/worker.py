@@ -29,6 +29,7 @@ from activities.repair import RepairActivities
 from activities.retention import RetentionActivities
 from activities.scrub import ScrubActivities
 from activities.stores import Stores
+from apps.worker_stalls import tolerate_stalls
 from tierpoint import logs, metrics_worker, node_fleet
 from tierpoint.catalog.engine import (
     Engine,
@@ -208,36 +209,38 @@ class _Wiring:
             server.server_close()
 
     def worker(self, task_queue: str, node: str | None, **options: Any) -> Worker:
-        return Worker(
-            self.client,
-            task_queue=task_queue,
-            activities=activities_of(
-                *activity_objects(
-                    self.sessions,
-                    self.settings,
-                    self.stores,
-                    node=node,
-                    # Only the shared worker's may start workflows (retention, repair requests);
-                    # a holder's scrub and reconciliation ask for the rebuild of the stripes
-                    # they find bad, as its data endpoint asks for a repair.
-                    client=self.client if node is None else None,
-                    rebuilds=stripe_rebuild.RebuildRequests(
-                        self.client, asyncio.get_running_loop()
+        return tolerate_stalls(
+            Worker(
+                self.client,
+                task_queue=task_queue,
+                activities=activities_of(
+                    *activity_objects(
+                        self.sessions,
+                        self.settings,
+                        self.stores,
+                        node=node,
+                        # Only the shared worker's may start workflows (retention, repair requests);
+                        # a holder's scrub and reconciliation ask for the rebuild of the stripes
+                        # they find bad, as its data endpoint asks for a repair.
+                        client=self.client if node is None else None,
+                        rebuilds=stripe_rebuild.RebuildRequests(
+                            self.client, asyncio.get_running_loop()
+                        ),
                     ),
+                    node_queue=node is not None,
                 ),
-                node_queue=node is not None,
-            ),
-            activity_executor=self.executor,
-            max_heartbeat_throttle_interval=heartbeat_throttle(self.settings),
-            graceful_shutdown_timeout=self.graceful_shutdown,
-            # Workflows run outside Temporal's sandbox: the SDK enters it (compiling a snippet of
-            # source) for every payload of every activation, a fifth of the workers' CPU in a
-            # storm of small checkpoints (docs/benchmarks.md). What it would catch is held by
-            # other means: workflows import only the contract (the import contracts), call no
-            # clock, randomness or I/O (tests/workflows/test_determinism_rules.py), and every
-            # committed history replays under the sandbox (tests/workflows/test_replay.py).
-            workflow_runner=UnsandboxedWorkflowRunner(),
-            **{"max_concurrent_activities": ACTIVITY_THREADS, **options},
+                activity_executor=self.executor,
+                max_heartbeat_throttle_interval=heartbeat_throttle(self.settings),
+                graceful_shutdown_timeout=self.graceful_shutdown,
+                # Workflows run outside Temporal's sandbox: the SDK enters it (compiling a snippet of
+                # source) for every payload of every activation, a fifth of the workers' CPU in a
+                # storm of small checkpoints (docs/benchmarks.md). What it would catch is held by
+                # other means: workflows import only the contract (the import contracts), call no
+                # clock, randomness or I/O (tests/workflows/test_determinism_rules.py), and every
+                # committed history replays under the sandbox (tests/workflows/test_replay.py).
+                workflow_runner=UnsandboxedWorkflowRunner(),
+                **{"max_concurrent_activities": ACTIVITY_THREADS, **options},
+            )
         )
 
     async def node_workers(

@@ -179,3 +179,40 @@ def test_no_route_needs_a_thread_of_the_pool(catalog_settings: Settings) -> None
         | ({"the endpoint"} if _in_thread_pool(route.dependant.call) else set())
     }
     assert not pooled, sorted(pooled)[:10]
+
+
+async def test_a_release_is_three_statements_to_the_catalog_with_its_event(
+    settings: Settings, catalog: Engine, job: str, nodes: tuple[str, str]
+) -> None:
+    """A job's restart releases every lease it took: a release is the lease's row lock, then its
+    end with its event in one statement, then (after the commit, in the request's background
+    work) whether the checkpoint is still leased."""
+    app = create_app(settings)
+    sent: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    async for client in running_client(app):
+        await seed(client, catalog, job, [10], tiers=("lustre",))
+        url = f"/v1/jobs/{job}/checkpoints/10/leases"
+        held = await client.post(url, json={"ttl_seconds": 600, "holder": "rank-7"})
+        assert held.status_code == 201, held.text
+        lease = held.json()
+        engine = app.state.tierpoint.engine.sync_engine
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            # The ASGI transport answers once the background work is done too.
+            r = await client.delete(f"{url}/{lease['id']}")
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        assert r.status_code == 204, r.text
+        assert len(sent) == 3, sent
+        ended = (await client.get(url, params={"all": "true"})).json()["items"]
+        again = await client.delete(f"{url}/{lease['id']}")
+        assert again.status_code == 204, again.text
+    assert [(x["id"], x["released_at"] is not None) for x in ended] == [(lease["id"], True)]
+    released = [e["detail"] for e in events(catalog, "leased", job=job)]
+    assert [d for d in released if d["action"] == "released"] == [
+        {"action": "released", "lease_id": lease["id"]}
+    ]

@@ -232,12 +232,13 @@ class _Wiring:
                 activity_executor=self.executor,
                 max_heartbeat_throttle_interval=heartbeat_throttle(self.settings),
                 graceful_shutdown_timeout=self.graceful_shutdown,
-                # Workflows run outside Temporal's sandbox: the SDK enters it (compiling a snippet of
-                # source) for every payload of every activation, a fifth of the workers' CPU in a
-                # storm of small checkpoints (docs/benchmarks.md). What it would catch is held by
-                # other means: workflows import only the contract (the import contracts), call no
-                # clock, randomness or I/O (tests/workflows/test_determinism_rules.py), and every
-                # committed history replays under the sandbox (tests/workflows/test_replay.py).
+                # Workflows run outside Temporal's sandbox: the SDK enters it (compiling a
+                # snippet of source) for every payload of every activation, a fifth of the
+                # workers' CPU in a storm of small checkpoints (docs/benchmarks.md). What it
+                # would catch is held by other means: workflows import only the contract (the
+                # import contracts), call no clock, randomness or I/O
+                # (tests/workflows/test_determinism_rules.py), and every committed history
+                # replays under the sandbox (tests/workflows/test_replay.py).
                 workflow_runner=UnsandboxedWorkflowRunner(),
                 **{"max_concurrent_activities": ACTIVITY_THREADS, **options},
             )

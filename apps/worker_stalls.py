@@ -7,8 +7,8 @@ process is starved of CPU: a busy machine, a container at its CPU quota, a burst
 threads holding the GIL. On such a worker the detector fails tasks of lifecycles that were not
 stuck, and each failed task is retried by replaying the history on a machine that is still busy:
 the suite's own runs on a two-core machine logged such failures, and a timeline test whose
-lifecycles' activations were made to stall six times for 2.6 s ran 20-64 s instead of 10-15. A real deadlock in a
-workflow is still caught, later.
+lifecycles' activations were made to stall six times for 2.6 s ran 20-64 s instead of 10-15. A
+real deadlock in a workflow is still caught, later.
 
 The SDK has no option for this (the Go and Java SDKs do); the attribute it reads is set here, and
 `tolerate_stalls` refuses to start a worker if an SDK upgrade renamed it rather than silently

@@ -15,13 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Integer,
     String,
+    Table,
     Text,
     bindparam,
     exists,
@@ -222,7 +223,7 @@ def _release_statement() -> Any:
     """The lease's end and its event in one statement, built once (the caller holds the lease's
     row lock): a job's restart releases as many leases as it took, each a round trip less."""
     lease_id = bindparam("lease_id", type_=BigInteger)
-    table = RestoreLease.__table__
+    table = cast(Table, RestoreLease.__table__)
     released = (
         update(table)
         .where(table.c.id == lease_id)

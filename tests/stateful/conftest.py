@@ -130,7 +130,7 @@ def stateful_stack(
             for scope in ("admin", "read", "operate")
         }
         answers = Answers()
-        api = Api(api_proc.url, answers)
+        api = Api(api_proc.url, answers, api_proc.log)
         yield Stack(settings, api, tokens, nodes, holders, temporal, loop, answers, logs)
     finally:
         for p in procs:

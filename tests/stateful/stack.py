@@ -52,10 +52,22 @@ class Answers:
 class Api:
     """The API over HTTP; every answer is checked to be 2xx, or 4xx problem+json."""
 
-    def __init__(self, url: str, answers: Answers) -> None:
+    def __init__(self, url: str, answers: Answers, log: Path | None = None) -> None:
         self.url = url
         self.http = httpx.Client(base_url=url, timeout=120.0)
         self.answers = answers
+        # The API process's log: a 5xx's cause is there (its answer says only "retry later").
+        self.log = log
+
+    def _cause(self) -> str:
+        """The API log's last warning or error lines: what a 5xx answer does not say."""
+        if self.log is None:
+            return ""
+        with contextlib.suppress(OSError):
+            lines = self.log.read_text(errors="replace").splitlines()
+            said = [ln for ln in lines if "warning" in ln or "error" in ln.lower()]
+            return " | API log: " + " / ".join(said[-3:])[-1500:] if said else ""
+        return ""
 
     def call(
         self,
@@ -83,7 +95,7 @@ class Api:
             time.sleep(TEMPORAL_BACKOFF)
         where = f"{method} {path} -> {r.status_code}: {r.text[:600]}"
         if r.status_code >= 500:
-            raise ServerError(f"5xx answer: {where}")
+            raise ServerError(f"5xx answer: {where}{self._cause()}")
         if r.status_code >= 400:
             ctype = r.headers.get("content-type", "")
             if not ctype.startswith(PROBLEM):

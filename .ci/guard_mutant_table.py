@@ -659,6 +659,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "not lost (invariant 1 for stripes)",
     ),
     Mutant(
+        "node-lost-locks-checkpoints-first",
+        "    lock_in_order(\n"
+        "        session,\n"
+        "        checkpoints=sorted({cp for cp, _ in pairs}),\n",
+        "    lock_in_order(\n        session,\n        checkpoints=(),\n",
+        (
+            "tests/tierpoint/catalog/tier_copy/test_node_lost.py::"
+            "test_a_declaration_and_a_retention_holding_the_checkpoint_do_not_deadlock",
+        ),
+        "a node's loss declaration waits for retention's hold on a checkpoint before it holds the "
+        "checkpoint's tier copies, instead of closing a cycle with it",
+    ),
+    Mutant(
         "node-lost-loses-its-stripes",
         "    stripes.lose_on_node(session, node, reason)\n",
         "    pass\n",

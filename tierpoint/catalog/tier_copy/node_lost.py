@@ -201,7 +201,17 @@ def _lock_tier_copies_at_stake(
     pairs = {(cp, t) for cp in own for t in local_tiers}
     pairs |= {(cp, tier) for cp, tier in on_node if tier in peer_tiers}
     pairs |= set(_coded_on(session, node, coded))
-    lock_in_order(session, tier_copies=pairs, into=locked)
+    # The checkpoints' rows first, FOR KEY SHARE: the declaration's events take that lock (their
+    # foreign key) after it holds the tier copies, and retention holds a row FOR UPDATE while it
+    # waits for the row's tier copies; taken after them, the two waited for each other.
+    # guard: node-lost-locks-checkpoints-first
+    lock_in_order(
+        session,
+        checkpoints=sorted({cp for cp, _ in pairs}),
+        checkpoint_lock=RowLock.KEY_SHARE,
+        tier_copies=pairs,
+        into=locked,
+    )
 
 
 def _coded_on(session: Session, node: str, coded: Mapping[str, Code]) -> list[tuple[int, str]]:

@@ -3,12 +3,16 @@ and nothing else."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import insert, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine, insert, select
+from sqlalchemy.orm import Session, sessionmaker
 
 from tests.helpers.catalog_rows import one_shard_checkpoint, write_replica
+from tests.helpers.expiry_races import WAIT_LIMIT, lock_waiters
+from tierpoint.catalog.locks import EVERY_TIER_COPY, RowLock, lock_in_order
 from tierpoint.catalog.models import Checkpoint, TierCopy
 from tierpoint.catalog.node.registry import upsert_node
 from tierpoint.catalog.replica.machine import ReplicaWrite, upsert_replicas
@@ -51,3 +55,35 @@ def test_a_lost_holder_fails_the_peer_copies_it_held_and_no_local_copy(session: 
         )
         == TierState.FAILED.value
     )
+
+
+def test_a_declaration_and_a_retention_holding_the_checkpoint_do_not_deadlock(
+    sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    """Retention locks a checkpoint's row FOR UPDATE, then its tier copies (two statements of
+    `expiry._lock`); a declaration of a node lost between them waits for the row before it holds
+    a tier copy. Holding the tier copies first, it waited for the row only when its events' foreign
+    key took KEY SHARE there, while retention waited for the tier copy: Postgres ended one of them
+    as deadlocked (the API answered the declaration 503)."""
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    with sessions.begin() as s:
+        cp, shard = one_shard_checkpoint(s, node)
+        write_replica(s, cp, shard, node, ReplicaState.VERIFIED)
+        assert promote(s, cp, "ssd", [], None).state == TierState.RESTORABLE.value
+
+    def declare() -> int:
+        with sessions.begin() as s:
+            return mark_lost(s, node, ["ssd"], "ops").tier_copies_failed
+
+    with sessions() as retention, ThreadPoolExecutor(1) as pool:
+        held = lock_in_order(retention, checkpoints=[cp], checkpoint_lock=RowLock.UPDATE)
+        declared = pool.submit(declare)
+        deadline = time.monotonic() + WAIT_LIMIT
+        while not lock_waiters(engine):
+            assert not declared.done(), declared.result()
+            assert time.monotonic() < deadline, "the declaration never waited for the row"
+            time.sleep(0.05)
+        lock_in_order(retention, tier_copies=EVERY_TIER_COPY, into=held)
+        assert held.tier_copies[(cp, "ssd")].state == TierState.RESTORABLE.value
+        retention.commit()
+        assert declared.result(timeout=WAIT_LIMIT) == 1

@@ -10,11 +10,14 @@ import asyncio
 import inspect
 import itertools
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import anyio.to_thread
 import httpx
+from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from sqlalchemy import Engine, event
 
@@ -26,6 +29,22 @@ from tierpoint.config import Settings
 
 RANKS = 200
 WAIT_LIMIT = 120.0  # seconds: only a bound on a hang, never a timing assertion
+
+
+@contextmanager
+def statements_sent(app: FastAPI) -> Iterator[list[str]]:
+    """The statements the app sends to the catalog while the block runs."""
+    sent: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    engine = app.state.tierpoint.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
 
 
 async def _storm_while_the_pool_is_busy(
@@ -88,22 +107,13 @@ async def test_a_lease_is_two_statements_to_the_catalog_with_its_event(
     checkpoint's row lock, then the lease and its event in one statement (and the check that some
     tier is restorable, read after the lock), whatever a storm's other leases do."""
     app = create_app(settings)
-    sent: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        sent.append(statement)
-
     async for client in running_client(app):
         await seed(client, catalog, job, [10], tiers=("lustre",))
         url = f"/v1/jobs/{job}/checkpoints/10/leases"
         warm = await client.post(url, json={"ttl_seconds": 60})  # the token is cached after it
         assert warm.status_code == 201, warm.text
-        engine = app.state.tierpoint.engine.sync_engine
-        event.listen(engine, "before_cursor_execute", count)
-        try:
+        with statements_sent(app) as sent:
             r = await client.post(url, json={"ttl_seconds": 600, "holder": "rank-7"})
-        finally:
-            event.remove(engine, "before_cursor_execute", count)
         assert r.status_code == 201, r.text
         assert len(sent) == 2, sent
     lease = r.json()
@@ -188,24 +198,15 @@ async def test_a_release_is_three_statements_to_the_catalog_with_its_event(
     end with its event in one statement, then (after the commit, in the request's background
     work) whether the checkpoint is still leased."""
     app = create_app(settings)
-    sent: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        sent.append(statement)
-
     async for client in running_client(app):
         await seed(client, catalog, job, [10], tiers=("lustre",))
         url = f"/v1/jobs/{job}/checkpoints/10/leases"
         held = await client.post(url, json={"ttl_seconds": 600, "holder": "rank-7"})
         assert held.status_code == 201, held.text
         lease = held.json()
-        engine = app.state.tierpoint.engine.sync_engine
-        event.listen(engine, "before_cursor_execute", count)
-        try:
+        with statements_sent(app) as sent:
             # The ASGI transport answers once the background work is done too.
             r = await client.delete(f"{url}/{lease['id']}")
-        finally:
-            event.remove(engine, "before_cursor_execute", count)
         assert r.status_code == 204, r.text
         assert len(sent) == 3, sent
         ended = (await client.get(url, params={"all": "true"})).json()["items"]

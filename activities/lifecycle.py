@@ -54,6 +54,7 @@ from .progress import BatchReporter, resume_details
 from .registration import on_node_queue
 from .seal import BatchSeal
 from .stores import Stores, ensure_reachable
+from .tier_reads import TierReads
 
 log = logs.get(__name__)
 
@@ -85,6 +86,7 @@ class LifecycleActivities:
         self._settings = settings
         self._stores = stores
         self._node = node
+        self._reads = TierReads()
 
     def _refuse_lost_node(self, s: Session, batch_node: str, *tiers: TierConfig) -> None:
         """Work on a node declared lost never succeeds: its local tier is gone for good, even if
@@ -156,7 +158,11 @@ class LifecycleActivities:
 
     def _reporter(self, checkpoint_id: int, tier: str) -> BatchReporter:
         return BatchReporter(
-            self._sessions, checkpoint_id, tier, self._settings.progress_interval_seconds
+            self._sessions,
+            checkpoint_id,
+            tier,
+            self._settings.progress_interval_seconds,
+            self._reads,
         )
 
     # ---------------------------------------------------------------- copy + verify

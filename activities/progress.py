@@ -15,9 +15,9 @@ from typing import Any
 
 from temporalio import activity
 
+from activities.tier_reads import TierReads
 from tierpoint.catalog.checkpoint.shards import fill_checksums
 from tierpoint.catalog.engine import Session, Sessions
-from tierpoint.catalog.replica import scrub
 from tierpoint.catalog.replica.machine import ReplicaWrite, set_bytes_done, upsert_replicas
 from tierpoint.catalog.tier_copy.damage import mark_damaged_shards
 from tierpoint.states import ReplicaState
@@ -44,8 +44,16 @@ def resume_state_for(details: dict[str, Any], ordinal: int) -> ResumeState | Non
 
 
 class BatchReporter:
-    def __init__(self, sessions: Sessions, checkpoint_id: int, tier: str, interval: float) -> None:
+    def __init__(
+        self,
+        sessions: Sessions,
+        checkpoint_id: int,
+        tier: str,
+        interval: float,
+        reads: TierReads,
+    ) -> None:
         self._sessions = sessions
+        self._reads = reads
         self._checkpoint_id = checkpoint_id
         self._tier = tier
         self._interval = interval
@@ -54,8 +62,8 @@ class BatchReporter:
         self._bytes_done: dict[int, int] = {}
         self._corrupt_elsewhere: dict[str, dict[int, str]] = {}
         self._checksums: dict[int, str] = {}
-        # Whole shards read back off this tier at full speed: (bytes, seconds), written once at
-        # the end of the batch (`finish`), one upsert of the tier's row per batch, not per flush.
+        # Whole shards read back off this tier at full speed: (bytes, seconds), added to the
+        # tier's read throughput once, at the end of the batch (`finish`), not per flush.
         self._read_bytes = 0
         self._read_seconds = 0.0
 
@@ -128,6 +136,5 @@ class BatchReporter:
         """The batch's last writes, with what its reads measured, in the caller's transaction
         (the one that records the batch's events)."""
         self.write(s)
-        if self._read_bytes > 0:
-            scrub.record_reads(s, self._tier, self._read_bytes, self._read_seconds)
-            self._read_bytes, self._read_seconds = 0, 0.0
+        self._reads.record(s, self._tier, self._read_bytes, self._read_seconds)
+        self._read_bytes, self._read_seconds = 0, 0.0

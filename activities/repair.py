@@ -50,6 +50,7 @@ from .copy import Destination, Source, copy_to, mark_copying
 from .progress import BatchReporter, resume_details
 from .registration import on_node_queue
 from .stores import Stores, ensure_reachable
+from .tier_reads import TierReads
 
 log = logs.get(__name__)
 
@@ -77,6 +78,7 @@ class RepairActivities:
         self._node = node
         self._client = client
         self._rebuilds = rebuilds
+        self._reads = TierReads()
 
     def _store(self, tier: TierConfig, batch_node: str, layouts: dict[str, KeyLayout]) -> TierStore:
         ensure_reachable(tier, batch_node, self._node)
@@ -165,6 +167,7 @@ class RepairActivities:
                 inp.checkpoint_id,
                 dst_tier.name,
                 self._settings.progress_interval_seconds,
+                self._reads,
             ),
             result=BatchResult(),
             heartbeat_details=resume_details(info.heartbeat_details),

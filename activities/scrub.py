@@ -52,6 +52,7 @@ from tierpoint.storage.throttle import TokenBucket
 from .registration import on_node_queue
 from .scrub_stripes import scrub_stripes
 from .stores import Stores, ensure_reachable
+from .tier_reads import TierReads
 
 log = logs.get(__name__)
 
@@ -84,6 +85,7 @@ class ScrubActivities:
         self._rebuilds = rebuilds
         self._stores = stores
         self._node = node
+        self._reads = TierReads()
         self._lock = threading.Lock()
         self._buckets: dict[tuple[str, str | None, int], TokenBucket] = {}
 
@@ -221,10 +223,11 @@ class ScrubActivities:
             else:
                 found.bad(t, state, problem)
             if found.any_bad():
-                found.write(self._sessions)  # demote at once: no reader is sent to bytes known bad
+                # Demoted at once: no reader is sent to bytes known bad.
+                found.write(self._sessions, self._reads)
             elif time.monotonic() - found.since >= self._settings.progress_interval_seconds:
-                found.write(self._sessions)
-        found.write(self._sessions)
+                found.write(self._sessions, self._reads)
+        found.write(self._sessions, self._reads)
         return result
 
 
@@ -307,13 +310,13 @@ class _Found:
     def any_bad(self) -> bool:
         return any(self.problems.values())
 
-    def write(self, sessions: Sessions) -> None:
+    def write(self, sessions: Sessions, reads: TierReads) -> None:
         result = self.result
         with sessions.begin() as s:
             result.bytes += scrub.record_good(s, self.tier, self.replica_ids, self.picked_at)
             # guard: read-back-records-identity
             scrub.record_identities(s, self.identities)
-            scrub.record_reads(s, self.tier, self.read_bytes, self.read_seconds)
+            reads.record(s, self.tier, self.read_bytes, self.read_seconds)
             for state, problems in self.problems.items():
                 damage = mark_damaged(s, problems, state, self.actor)
                 result.damaged = sorted(set(result.damaged) | damage.checkpoints)

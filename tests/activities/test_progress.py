@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from temporalio.testing import ActivityEnvironment
 
 from activities.progress import BatchReporter, resume_details, resume_state_for
+from activities.tier_reads import TierReads
 from tests.helpers.lifecycle import new_job, random_shards, seed_checkpoint
 from tierpoint.catalog.models import Replica, Shard
 from tierpoint.catalog.replica.machine import ReplicaWrite
@@ -36,7 +37,7 @@ def test_writes_wait_for_the_flush_and_heartbeats_carry_the_resume_point(
         return None if row is None else (row[0], row[1])
 
     # An interval no test reaches: only an explicit flush writes.
-    reporter = BatchReporter(sessions, cp, "lustre", interval=3600.0)
+    reporter = BatchReporter(sessions, cp, "lustre", interval=3600.0, reads=TierReads())
     beats: list[tuple[Any, ...]] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *details: beats.append(details)

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from functools import cache
+from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy import BigInteger, Float, String, Table, bindparam, exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -178,6 +179,50 @@ def record_reads(session: Session, tier: str, nbytes: int, seconds: float) -> No
             },
         )
     )
+
+
+@cache
+def _add_reads_unless_busy() -> Any:
+    """The tier's row locked SKIP LOCKED and added to in one statement, with whether the row
+    exists; built once. Bind names are not column names: an UPDATE takes those as SET values."""
+    table = cast(Table, TierReadStats.__table__)
+    tier = bindparam("read_tier", type_=String)
+    target = (
+        select(table.c.tier).where(table.c.tier == tier).with_for_update(skip_locked=True)
+    ).cte("target")
+    added = (
+        update(table)
+        .where(table.c.tier == target.c.tier)
+        .values(
+            bytes=table.c.bytes + bindparam("read_bytes", type_=BigInteger),
+            seconds=table.c.seconds + bindparam("read_seconds", type_=Float),
+            updated_at=func.now(),
+        )
+        .returning(table.c.tier)
+        .cte("added")
+    )
+    return select(
+        select(func.count()).select_from(added).scalar_subquery().label("added"),
+        exists().where(table.c.tier == tier).label("present"),
+    )
+
+
+def add_reads_unless_busy(session: Session, tier: str, nbytes: int, seconds: float) -> bool:
+    """`record_reads` without waiting: False, and nothing written, when another transaction
+    holds the tier's row. Every batch of every node ends by adding its reads to that one row,
+    in the transaction that records its events: waiting for it put those transactions in one
+    queue (at 1,000 nodes, 950 of Postgres' 960 s of statement time in a checkpoint)."""
+    if nbytes <= 0 or seconds <= 0:
+        return True
+    params = {"read_tier": tier, "read_bytes": nbytes, "read_seconds": seconds}
+    row = session.execute(_add_reads_unless_busy(), params).one()
+    if row.added:
+        return True
+    if not row.present:
+        # The tier's first read: its row is inserted (a first read elsewhere may be inserting it).
+        record_reads(session, tier, nbytes, seconds)
+        return True
+    return False
 
 
 def read_throughput(session: Session, tiers: Sequence[str]) -> dict[str, float]:

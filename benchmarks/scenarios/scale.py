@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import statistics
 import sys
 import time
 import uuid
@@ -38,6 +39,7 @@ from typing import Any
 
 import crc32c
 from sqlalchemy import select
+from temporalio.api.enums.v1 import EventType as E
 from temporalio.client import Client as TemporalClient
 from temporalio.contrib.pydantic import pydantic_data_converter
 from tierpoint_client.models import ShardSpec
@@ -94,6 +96,29 @@ STORM = (
     ("API CPU", "cpu api", "s"),
     ("Postgres CPU", "cpu postgres", "s"),
 )
+
+
+def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
+    """How long the checkpoint's activity tasks waited from scheduled to started (each one's
+    last attempt, as its history records it), in seconds: a task left on a queue shows here, not
+    in any process's CPU."""
+    scheduled: dict[tuple[int, int], float] = {}
+    waits: list[float] = []
+    for i, h in enumerate(histories):
+        for e in h.events:
+            if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                scheduled[i, e.event_id] = e.event_time.ToDatetime().timestamp()
+            elif e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                key = (i, e.activity_task_started_event_attributes.scheduled_event_id)
+                waits.append(e.event_time.ToDatetime().timestamp() - scheduled[key])
+    if not waits:
+        return {}
+    waits.sort()
+    return {
+        "activity wait p50": statistics.median(waits),
+        "activity wait p99": waits[min(len(waits) - 1, int(len(waits) * 0.99))],
+        "activity wait max": waits[-1],
+    }
 
 
 def model_figures(nodes: int) -> dict[str, float]:
@@ -179,6 +204,9 @@ class Scale(Scenario):
         for p in self.cpu_labels:
             base = f"{per}: idle CPU {p} per node-hour" if per else None
             rows.append(Row(f"{label}: idle CPU {p} per node-hour", f"idle {p}", base))
+        for q in ("p50", "p99", "max"):
+            what = f"activity tasks' wait for a worker, {q}"
+            rows.append(Row(f"{label}: {what}", f"activity wait {q}", unit="s"))
         rows.append(Row(f"{label}: node worker peak RSS (largest process)", "rss", unit="MiB"))
         rows.append(per_node("node worker RSS", "rss total", "MiB"))
         return tuple(rows + self._storm_rows(n))
@@ -251,6 +279,7 @@ class Scale(Scenario):
             lifecycle_histories(self.temporal, job, step)
         )
         metrics.update(history_counts(histories))
+        metrics.update(activity_waits(histories))
         metrics["retention_events"] = sum(len(h.events) for h in retention)
         metrics.update(catalog_counts(self.fleet.engine, job, step))
         rss = [status_kib(pid, "VmHWM" if reset else "VmRSS") / 1024 for pid in workers]

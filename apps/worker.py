@@ -30,6 +30,7 @@ from activities.retention import RetentionActivities
 from activities.scrub import ScrubActivities
 from activities.stores import Stores
 from apps.worker_stalls import tolerate_stalls
+from apps.worker_threads import shield_thread_starts
 from tierpoint import logs, metrics_worker, node_fleet
 from tierpoint.catalog.engine import (
     Engine,
@@ -209,6 +210,7 @@ class _Wiring:
             server.server_close()
 
     def worker(self, task_queue: str, node: str | None, **options: Any) -> Worker:
+        shield_thread_starts()
         return tolerate_stalls(
             Worker(
                 self.client,

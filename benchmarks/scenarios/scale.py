@@ -102,18 +102,24 @@ def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
     """How long the checkpoint's activity tasks waited from scheduled to started (each one's
     last attempt, as its history records it), in seconds: a task left on a queue shows here, not
     in any process's CPU."""
-    scheduled: dict[tuple[int, int], float] = {}
-    waits: list[float] = []
+    scheduled: dict[tuple[int, int], tuple[float, str]] = {}
+    found: list[tuple[float, str]] = []
     for i, h in enumerate(histories):
         for e in h.events:
             if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                scheduled[i, e.event_id] = e.event_time.ToDatetime().timestamp()
+                a = e.activity_task_scheduled_event_attributes
+                what = f"{a.activity_type.name} on {a.task_queue.name}"
+                scheduled[i, e.event_id] = (e.event_time.ToDatetime().timestamp(), what)
             elif e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-                key = (i, e.activity_task_started_event_attributes.scheduled_event_id)
-                waits.append(e.event_time.ToDatetime().timestamp() - scheduled[key])
-    if not waits:
+                at, what = scheduled[i, e.activity_task_started_event_attributes.scheduled_event_id]
+                found.append((e.event_time.ToDatetime().timestamp() - at, what))
+    if not found:
         return {}
-    waits.sort()
+    found.sort()
+    slowest = ", ".join(f"{what} {wait:.1f} s" for wait, what in found[-5:][::-1])
+    # Which tasks waited longest: what a fix has to look at first.
+    print(f"activity tasks that waited longest: {slowest}", file=sys.stderr)
+    waits = [wait for wait, _ in found]
     return {
         "activity wait p50": statistics.median(waits),
         "activity wait p99": waits[min(len(waits) - 1, int(len(waits) * 0.99))],

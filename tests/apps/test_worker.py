@@ -14,6 +14,7 @@ from temporalio.client import Client
 
 from apps.devstack.services import free_port
 from apps.worker import WORKER_CONNECTIONS, catalog_engine, node_roots, run_workers
+from apps.worker_threads import shielded
 from tests.helpers.lifecycle import NODES, new_job, random_shards, running_workers, seed_checkpoint
 from tests.helpers.services import Services, fresh_database
 from tierpoint.catalog.migrate import SchemaMismatch
@@ -54,6 +55,7 @@ async def test_node_workers_report_in_with_their_local_roots(
             await asyncio.sleep(0.1)
         async with httpx.AsyncClient() as http:
             exposed = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert shielded()  # threads the activities start survive the SDK's cancellation
     assert "tierpoint_worker_bytes_copied_total" in exposed
     assert "tierpoint_worker_activity_seconds" in exposed
     assert set(rows) == set(NODES)

@@ -130,9 +130,12 @@ def check_rows(doc: Doc) -> None:
             # time not.
             zero_ok = r["unit"] == "n" or "CPU" in r["label"]
             assert all(v > 0 or (zero_ok and v == 0) for v in r["values"]), (name, r)
+        medians = {r["label"]: r["median"] for r in rows}
         for r in compared:
-            if (r["unit"] == "n" or "CPU" in r["label"]) and not r["median"]:
-                continue  # a count (or a CPU reading) of 0: no ratio
+            if (r["unit"] == "n" or "CPU" in r["label"]) and not (
+                r["median"] and medians[r["baseline"]]
+            ):
+                continue  # a count (or a CPU reading) of 0, or one against 0: no ratio
             assert r["ratio"] is not None and r["ratio"] > 0, (name, r)
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import statistics
 import sys
 import time
 import uuid
@@ -57,6 +56,7 @@ from benchmarks.scenarios.orchestration import (
     history_counts,
     lifecycle_histories,
 )
+from benchmarks.scenarios.register_latency import percentile
 from tests.helpers.cost_model import Checkpoint as Model
 from tierpoint.catalog.models import Checkpoint, Job, TierCopy
 from tierpoint.contract.lifecycle import workflow_id
@@ -99,9 +99,9 @@ STORM = (
 
 
 def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
-    """How long the checkpoint's activity tasks waited from scheduled to started (each one's
-    last attempt, as its history records it), in seconds: a task left on a queue shows here, not
-    in any process's CPU."""
+    """Seconds from each of the checkpoint's activity tasks' scheduled event to its started
+    event. The started event is the last attempt's, so a retried task counts its failed attempts
+    too: time no process's CPU shows."""
     scheduled: dict[tuple[int, int], tuple[float, str]] = {}
     found: list[tuple[float, str]] = []
     for i, h in enumerate(histories):
@@ -121,8 +121,8 @@ def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
     print(f"activity tasks that waited longest: {slowest}", file=sys.stderr)
     waits = [wait for wait, _ in found]
     return {
-        "activity wait p50": statistics.median(waits),
-        "activity wait p99": waits[min(len(waits) - 1, int(len(waits) * 0.99))],
+        "activity wait p50": percentile(waits, 0.5),
+        "activity wait p99": percentile(waits, 0.99),
         "activity wait max": waits[-1],
     }
 

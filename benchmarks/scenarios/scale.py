@@ -101,9 +101,11 @@ STORM = (
 def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
     """Seconds from each of the checkpoint's activity tasks' scheduled event to its started
     event. The started event is the last attempt's, so a retried task counts its failed attempts
-    too: time no process's CPU shows."""
+    too: time no process's CPU shows. Also how many tasks ran more than once, and their failed
+    attempts (the attempt number of each started event)."""
     scheduled: dict[tuple[int, int], tuple[float, str]] = {}
     found: list[tuple[float, str]] = []
+    retried = failed_attempts = 0
     for i, h in enumerate(histories):
         for e in h.events:
             if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -111,8 +113,11 @@ def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
                 what = f"{a.activity_type.name} on {a.task_queue.name}"
                 scheduled[i, e.event_id] = (e.event_time.ToDatetime().timestamp(), what)
             elif e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-                at, what = scheduled[i, e.activity_task_started_event_attributes.scheduled_event_id]
+                started = e.activity_task_started_event_attributes
+                at, what = scheduled[i, started.scheduled_event_id]
                 found.append((e.event_time.ToDatetime().timestamp() - at, what))
+                retried += started.attempt > 1
+                failed_attempts += max(0, started.attempt - 1)
     if not found:
         return {}
     found.sort()
@@ -124,6 +129,8 @@ def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
         "activity wait p50": percentile(waits, 0.5),
         "activity wait p99": percentile(waits, 0.99),
         "activity wait max": waits[-1],
+        "activity tasks retried": retried,
+        "activity attempts failed": failed_attempts,
     }
 
 
@@ -213,6 +220,12 @@ class Scale(Scenario):
         for q in ("p50", "p99", "max"):
             what = f"activity tasks' wait for a worker, {q}"
             rows.append(Row(f"{label}: {what}", f"activity wait {q}", unit="s"))
+        rows.append(
+            Row(f"{label}: activity tasks run more than once", "activity tasks retried", unit="n")
+        )
+        rows.append(
+            Row(f"{label}: activity attempts that failed", "activity attempts failed", unit="n")
+        )
         rows.append(Row(f"{label}: node worker peak RSS (largest process)", "rss", unit="MiB"))
         rows.append(per_node("node worker RSS", "rss total", "MiB"))
         return tuple(rows + self._storm_rows(n))

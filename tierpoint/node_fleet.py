@@ -2,18 +2,21 @@
 
 In production a node worker serves its own node. A rehearsal on one machine (and a host that
 stands in for several nodes) runs one process for hundreds of nodes' queues; Temporal polls one
-queue per poll, so such a process still needs a poller per queue, but nothing else of it has to
-grow with the nodes:
+queue per poll, so such a process still needs a poller per queue, and a thread for each queue's
+slot once it serves more than 64 nodes; nothing else of it has to grow with the nodes:
 
 - pollers: one per queue once a process serves more than one node (a node's stages run at most
   a few batches at once; the default of five pollers per queue was 5,000 long polls held open
   against the server for 1,000 nodes);
-- activity slots: the single node's sixteen per queue while the process's thread cap covers
-  them all (a few nodes: the dev stack's two run their checkpoints' seals and copies as a node of
-  their own would), down to a floor of two per queue for hundreds of nodes;
-- threads: one pool for all the queues, capped, instead of sixteen threads per node. A task that
-  finds every thread busy waits in the pool's queue without heartbeating: the cap leaves such a
-  wait far below the batch heartbeat timeout at the shard sizes a shared process is for;
+- activity slots and threads: one pool for all the queues, with a thread for every slot. The
+  single node's sixteen slots per queue while 64 threads cover them all (a few nodes: the dev
+  stack's two run their checkpoints' seals and copies as a node of their own would), fewer as
+  the nodes grow, down to one per queue, and beyond 64 nodes one thread per queue. Never more
+  slots than threads: a task the SDK takes into a slot is started as far as the server knows,
+  and one waiting in the pool's queue for a thread cannot heartbeat. At 1,000 simulated nodes
+  (250 queues and 64 threads a process, two slots a queue) up to 174 tasks a process were
+  started with 64 threads to run them, and the ones that waited past the batch heartbeat
+  timeout were timed out and run again;
 - the catalog: every node reports in with one statement per round, not one per node;
 - stores: one per (tier, node), opened on first use and shared (`activities.stores.Stores`).
 """
@@ -30,12 +33,9 @@ from tierpoint.catalog.node.registry import upsert_nodes
 # A process that serves one node keeps what one node's copies need.
 SINGLE_NODE_SLOTS = 16
 SINGLE_NODE_POLLERS = 5
-# Per queue, when one process serves several nodes: at least this many slots (the node stages'
-# window is `parallelism`, 4 by default, batches per node and checkpoint, and tiny rehearsal
-# shards make one batch per node), more while the thread cap allows.
-SHARED_PROCESS_SLOTS = 2
 SHARED_PROCESS_POLLERS = 1
-# Threads for all the node queues of one process.
+# Threads for all the node queues of one process while they give every queue a slot; a process
+# of more nodes has one thread per queue.
 SHARED_PROCESS_THREADS = 64
 
 
@@ -51,12 +51,10 @@ def sizing(nodes: int) -> NodeQueueSizing:
     if nodes <= 1:
         return NodeQueueSizing(SINGLE_NODE_SLOTS, SINGLE_NODE_POLLERS, SINGLE_NODE_SLOTS * nodes)
     # Slots are what lets one node's batches of different checkpoints run at once (each
-    # checkpoint's window is its own); the threads they run on are the process's bound. Two
-    # slots a queue made a storm of checkpoints on two nodes wait seconds per seal for a slot.
-    slots = max(SHARED_PROCESS_SLOTS, min(SINGLE_NODE_SLOTS, SHARED_PROCESS_THREADS // nodes))
-    return NodeQueueSizing(
-        slots, SHARED_PROCESS_POLLERS, min(slots * nodes, SHARED_PROCESS_THREADS)
-    )
+    # checkpoint's window is its own): two slots a queue made a storm of checkpoints on two nodes
+    # wait seconds per seal for a slot. Each has its thread (the module's docstring says why).
+    slots = max(1, min(SINGLE_NODE_SLOTS, SHARED_PROCESS_THREADS // nodes))
+    return NodeQueueSizing(slots, SHARED_PROCESS_POLLERS, slots * nodes)
 
 
 def report_in(

@@ -1,7 +1,9 @@
 """A worker process serving a few nodes' queues (the dev stack's two nodes, a host standing in for
 a few) runs as many batches of one node at once as a worker of that node alone would, within the
 process's thread cap: checkpoints registered back to back each seal on the node at once instead of
-queueing two at a time behind each other (the sizing is tierpoint/node_fleet.py's).
+queueing two at a time behind each other (the sizing is tierpoint/node_fleet.py's). And a process
+serving more nodes than its threads cover never takes a task it has no thread for: such a task is
+started as far as the server knows, and cannot heartbeat while it waits.
 
 By construction, not by timing: the node's local tier is read at 256 KiB/s, shared by every seal
 on it, so each of the four 1 MiB seals takes seconds once running; the test waits until the
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from temporalio.api.enums.v1 import PendingActivityState
@@ -21,6 +24,7 @@ from temporalio.client import Client
 from tests.helpers.faults import eventually
 from tests.helpers.lifecycle import ShardSpec, crc_hex, new_job, running_workers, seed_checkpoint
 from tests.helpers.services import with_tier
+from tierpoint import node_fleet
 from tierpoint.catalog.models import TierCopy
 from tierpoint.config import Settings
 from tierpoint.contract.lifecycle import SEAL_BATCH, LifecycleInput, LifecycleResult, workflow_id
@@ -77,3 +81,51 @@ async def test_a_process_serving_two_nodes_runs_a_nodes_batches_at_once(
         await eventually(f"{SEALS} seals of node-a running at once", all_sealing)
         results = await asyncio.gather(*(h.result() for h in handles))
     assert all(t.state == "restorable" for r in results for t in r.tiers), results
+
+
+async def test_a_process_serving_more_nodes_than_its_threads_cover_takes_no_task_it_cannot_run(
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Three nodes against a cap of four threads stand in for 250 nodes against 64: one thread
+    # per slot leaves a slot a node; two slots a node (six) would have run on four threads.
+    monkeypatch.setattr(node_fleet, "SHARED_PROCESS_THREADS", 4)
+    nodes = ["node-a", "node-b", "node-c"]
+    threads = node_fleet.sizing(len(nodes)).threads
+    slow = with_tier(settings, "ssd", read_bandwidth_limit=READ_LIMIT)
+    seeded = []
+    for node in nodes:
+        for _ in range(2):
+            data = os.urandom(SIZE // 2)
+            shard = ShardSpec(node, "rank-0.bin", data, crc_hex(data))
+            seeded.append(seed_checkpoint(slow, sessions, new_job(), 1, [shard]))
+    handles = [
+        client.get_workflow_handle(workflow_id(s.job, s.step), result_type=LifecycleResult)
+        for s in seeded
+    ]
+
+    async def started_seals() -> int:
+        running = 0
+        for h in handles:
+            for pa in (await h.describe()).raw_description.pending_activities:
+                started = pa.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                running += pa.activity_type.name == SEAL_BATCH and started
+        return running
+
+    async with running_workers(slow, client, nodes=nodes):
+        for s in seeded:
+            await start_lifecycle(
+                client, LifecycleInput(checkpoint_id=s.checkpoint_id, job=s.job, step=s.step)
+            )
+        results = asyncio.gather(*(h.result() for h in handles))
+        most = 0
+        while not results.done():
+            most = max(most, await started_seals())
+            assert most <= threads, f"{most} seals started on a process of {threads} threads"
+            await asyncio.sleep(0.05)
+        done = await results
+    assert all(t.state == "restorable" for r in done for t in r.tiers), done
+    # Not vacuous: the seals did run side by side, one per node.
+    assert most == threads, most

@@ -15,8 +15,11 @@ from tierpoint.tier_config import TierConfig
 
 
 class Stores:
-    def __init__(self, settings: Settings) -> None:
+    """`threads`: the process's activity threads, each of which may use a store at once."""
+
+    def __init__(self, settings: Settings, threads: int = 0) -> None:
         self._settings = settings
+        self._threads = threads
         self._lock = threading.Lock()
         self._open: dict[tuple[str, str | None], TierStore] = {}
 
@@ -31,7 +34,7 @@ class Stores:
         with self._lock:
             store = self._open.get(key)
             if store is None:
-                store = open_store(tier, key[1])
+                store = open_store(tier, key[1], threads=self._threads)
                 self._open[key] = store
         return store if layout is None else keyed(store, layout)
 

@@ -328,13 +328,17 @@ async def run_workers(
         if metrics_port is not None:
             metrics_server = metrics_worker.serve(metrics_port, metrics_host)
             log.info("worker metrics served", host=metrics_host, port=metrics_server.server_port)
-        executor = ThreadPoolExecutor(
-            max_workers=node_fleet.sizing(len(nodes)).threads
-            + (ACTIVITY_THREADS + LOCAL_ACTIVITY_THREADS) * int(shared),
-            thread_name_prefix="tierpoint-activity",
-        )
+        threads = node_fleet.sizing(len(nodes)).threads + (
+            ACTIVITY_THREADS + LOCAL_ACTIVITY_THREADS
+        ) * int(shared)
+        executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tierpoint-activity")
         wiring = _Wiring(
-            settings, client, sync_sessions(engine), Stores(settings), executor, graceful_shutdown
+            settings,
+            client,
+            sync_sessions(engine),
+            Stores(settings, threads),
+            executor,
+            graceful_shutdown,
         )
         try:
             await _run(wiring, nodes, shared, stop)

@@ -82,13 +82,18 @@ def read_limiter(tier: TierConfig, node_id: str | None) -> TokenBucket | None:
         return limiter
 
 
-def open_store(tier: TierConfig, node_id: str | None, layout: KeyLayout | None = None) -> TierStore:
+def open_store(
+    tier: TierConfig, node_id: str | None, layout: KeyLayout | None = None, threads: int = 0
+) -> TierStore:
     """The backend of a tier; a local tier is per node and needs node_id. An S3 store names
     objects only once it has a key layout (`layout`, or `keyed` later): the one the catalog
-    recorded for the checkpoint at hand."""
+    recorded for the checkpoint at hand. `threads`: how many threads of the process may use it
+    at once, each keeping one of the S3 client's connections while its request runs."""
     limiter = read_limiter(tier, node_id)
     if tier.kind is TierKind.S3:
-        pool = max(32, tier.multipart_concurrency * tier.parallelism * 2)
+        # A request beyond the pool opens a connection of its own and closes it after: a process
+        # serving 250 nodes' queues on 250 threads did that for one S3 request in eleven.
+        pool = max(32, tier.multipart_concurrency * tier.parallelism * 2, threads)
         client = s3_client(
             tier.endpoint_url, tier.region, pool, tier.retry_mode, tier.max_attempts, tier
         )

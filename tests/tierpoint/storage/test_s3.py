@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import io
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -339,3 +342,27 @@ def test_part_buffers_are_bounded_and_reused_without_leaking_bytes(
     assert object_bytes(raw_s3, s3_store, ref) == second
     assert result.crc32c == crc32c_hex(crc32c_of(second))
     assert s3_store.verify(ref, len(second), result.crc32c).ok
+
+
+@pytest.mark.parametrize("threads", [48])
+def test_a_store_keeps_a_connection_for_every_thread_of_its_process(
+    s3_tier: TierConfig, threads: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process serving many nodes' queues runs more activity threads than the tier's own
+    figures size the S3 client's pool for; a request beyond the pool would open a connection of
+    its own and close it after (urllib3 says so: "Connection pool is full")."""
+    store = open_store(s3_tier, None, FLAT, threads=threads)
+    assert isinstance(store, S3Store)
+    barrier = threading.Barrier(threads, timeout=60)
+
+    def put(i: int) -> None:
+        data = random_bytes(1024)
+        barrier.wait()  # every thread's request in flight at once
+        store.write(new_ref(f"many/{i}.bin"), io.BytesIO(data), len(data), None, Progress())
+
+    with (
+        caplog.at_level(logging.WARNING, logger="urllib3.connectionpool"),
+        ThreadPoolExecutor(threads) as pool,
+    ):
+        list(pool.map(put, range(threads * 3)))
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]

@@ -33,12 +33,14 @@ import functools
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import crc32c
 from sqlalchemy import select
 from temporalio.api.enums.v1 import EventType as E
+from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client as TemporalClient
 from temporalio.contrib.pydantic import pydantic_data_converter
 from tierpoint_client.models import ShardSpec
@@ -98,6 +100,15 @@ STORM = (
 )
 
 
+def failure_cause(failure: Any) -> str:
+    """A failure's kind and the first line of its message (a timeout names its type)."""
+    first = failure.message.splitlines()[0][:120] if failure.message else ""
+    if failure.HasField("timeout_failure_info"):
+        kind = TimeoutType.Name(failure.timeout_failure_info.timeout_type)
+        return f"{kind.removeprefix('TIMEOUT_TYPE_').lower()} timeout"
+    return first or "unknown"
+
+
 def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
     """Seconds from each of the checkpoint's activity tasks' scheduled event to its started
     event. The started event is the last attempt's, so a retried task counts its failed attempts
@@ -106,6 +117,7 @@ def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
     scheduled: dict[tuple[int, int], tuple[float, str]] = {}
     found: list[tuple[float, str]] = []
     retried = failed_attempts = 0
+    causes: Counter[str] = Counter()
     for i, h in enumerate(histories):
         for e in h.events:
             if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -118,12 +130,18 @@ def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
                 found.append((e.event_time.ToDatetime().timestamp() - at, what))
                 retried += started.attempt > 1
                 failed_attempts += max(0, started.attempt - 1)
+                if started.attempt > 1:
+                    causes[failure_cause(started.last_failure)] += 1
     if not found:
         return {}
     found.sort()
     slowest = ", ".join(f"{what} {wait:.1f} s" for wait, what in found[-5:][::-1])
     # Which tasks waited longest: what a fix has to look at first.
     print(f"activity tasks that waited longest: {slowest}", file=sys.stderr)
+    if causes:
+        # What a retried task's attempt before its last failed of: the fix depends on it.
+        why = "; ".join(f"{n}x {cause}" for cause, n in causes.most_common(5))
+        print(f"why retried tasks failed before: {why}", file=sys.stderr)
     waits = [wait for wait, _ in found]
     return {
         "activity wait p50": percentile(waits, 0.5),

@@ -70,9 +70,12 @@ LOCAL_ACTIVITY_THREADS = 8
 WORKER_CONNECTIONS = 24
 # The SDK sends heartbeats to the server at most every 0.8 x the heartbeat timeout by default:
 # the server would then see a live copy only just inside its timeout and keep a resume offset up
-# to 0.8 x timeout old. Sending them ten times per timeout leaves a stalled worker most of the
-# timeout and a retry at most a tenth of it to copy again.
-HEARTBEAT_SENDS_PER_TIMEOUT = 10
+# to 0.8 x timeout old. Three times per timeout leaves two heartbeats in a row room to be late
+# and a retry at most a third of it to copy again. Not more often: each heartbeat is an update of
+# the workflow's state on the server, and a child of 250 batches all running, heartbeating ten
+# times per timeout (every 6 s), asked the server for 42 of them a second, one at a time; in a
+# 1,000-node rehearsal they took 6-10 s each and batches were timed out on their heartbeats.
+HEARTBEAT_SENDS_PER_TIMEOUT = 3
 
 
 def heartbeat_throttle(settings: Settings) -> timedelta:

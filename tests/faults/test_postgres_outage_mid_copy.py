@@ -52,7 +52,7 @@ SHARD = "big.bin"
 SHARD_SIZE = 6 * CHUNK
 READ_LIMIT = CHUNK // 2
 # Five chunk intervals: a live copy is never taken for a dead one; heartbeats reach the server
-# every tenth of it.
+# every third of it.
 HEARTBEAT_TIMEOUT = 10.0
 TOO_LATE = "the copy was nearly done before Postgres could be stopped: slow it down (READ_LIMIT)"
 

@@ -42,8 +42,9 @@ CHUNK = 8 * 1024 * 1024  # a POSIX copy heartbeats once per chunk
 SHARD_SIZE = 8 * CHUNK
 # Reads off the node's ssd at one chunk a second: a heartbeat every ~1 s of copy, and a copy of
 # ~8 s, of which the kill takes the first few (the first heartbeat with an offset reaches the
-# server after one chunk and one heartbeat throttle interval, ~2 s). The second worker process
-# reads at full speed: only the first one has to be slow enough to be caught mid-copy.
+# server one heartbeat throttle interval after the first, a third of the timeout: ~3 s). The
+# second worker process reads at full speed: only the first one has to be slow enough to be
+# caught mid-copy.
 READ_LIMIT = CHUNK
 # How long Temporal waits for a killed worker's heartbeat before retrying the batch elsewhere:
 # 8 heartbeat intervals, so a live worker stalled for seconds on a busy machine keeps its attempt.

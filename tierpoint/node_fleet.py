@@ -14,7 +14,7 @@ slot once it serves more than 64 nodes; nothing else of it has to grow with the 
   the nodes grow, down to one per queue, and beyond 64 nodes one thread per queue. Never more
   slots than threads: a task the SDK takes into a slot is started as far as the server knows,
   and one waiting in the pool's queue for a thread cannot heartbeat. At 1,000 simulated nodes
-  (250 queues and 64 threads a process, two slots a queue) up to 174 tasks a process were
+  (250 queues and 64 threads a process, two slots a queue) up to 439 tasks a process were
   started with 64 threads to run them, and the ones that waited past the batch heartbeat
   timeout were timed out and run again;
 - the catalog: every node reports in with one statement per round, not one per node;

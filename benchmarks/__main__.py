@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.only or list(SCENARIOS)
     work = Path(tempfile.mkdtemp(prefix="tierpoint-bench-", dir=args.dir))
     os.chmod(work, 0o755)  # the embedded Postgres runs as its own user when we are root
-    env = Env(work, args.quick)
+    env = Env(work, args.quick, keep=args.keep)
     started = datetime.datetime.now(datetime.UTC)
     doc: dict[str, Any] = {
         "date": started.isoformat(timespec="seconds"),

@@ -105,6 +105,7 @@ class DevStackProcess:
 class Env:
     work: Path
     quick: bool
+    keep: bool = False  # --keep: what the scenarios' own services wrote stays in `work`
     _moto: MotoS3Server | None = None
     _stack: DevStackProcess | None = None
     _torch_python: Path | None = None

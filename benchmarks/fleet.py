@@ -64,8 +64,12 @@ def catalog_connections(nodes: int) -> int:
 
 
 class Fleet:
-    def __init__(self, work: Path) -> None:
+    """`keep`: leave the work dir (every process's log, Temporal's database, the catalog's data)
+    when it closes, as `--keep` asks."""
+
+    def __init__(self, work: Path, keep: bool = False) -> None:
         self.work = work
+        self.keep = keep
         self.pg: EmbeddedPostgres | None = None
         self.temporal: TemporalDevServer | None = None
         self.moto = MotoS3Server()
@@ -235,7 +239,8 @@ class Fleet:
             if self.pg is not None:
                 self.pg.stop()
             # On the dev stack, the shards written to its nodes' roots go with it.
-            shutil.rmtree(self.work, ignore_errors=True)
+            if not self.keep:
+                shutil.rmtree(self.work, ignore_errors=True)
 
     def _now(self) -> object:
         with self.engine.connect() as c:

@@ -56,7 +56,7 @@ class CodedRestore:
 
     def __init__(self, env: Env, work: Path, mib: int) -> None:
         self.env, self.work, self.mib = env, work, mib
-        self.fleet = Fleet(work / "fleet")
+        self.fleet = Fleet(work / "fleet", keep=env.keep)
         self.nodes = [f"coded-{i}" for i in range(NODES)]
         self.job = f"{JOB_PREFIX}erasure-{uuid.uuid4().hex[:6]}"
         self.worker: Worker | None = None

@@ -174,7 +174,7 @@ class Scale(Scenario):
     ) -> None:
         self.env, self.sizes, self.own_services = env, list(sizes), own_services
         self.idle = idle
-        self.fleet = Fleet(env.work / self.name)
+        self.fleet = Fleet(env.work / self.name, keep=env.keep)
         self.loop = asyncio.new_event_loop()
         self.pending: dict[int, tuple[str, list[ShardSpec]]] = {}
         self.storm_runs = 0

@@ -102,11 +102,10 @@ STORM = (
 
 def failure_cause(failure: Any) -> str:
     """A failure's kind and the first line of its message (a timeout names its type)."""
-    first = failure.message.splitlines()[0][:120] if failure.message else ""
     if failure.HasField("timeout_failure_info"):
         kind = TimeoutType.Name(failure.timeout_failure_info.timeout_type)
         return f"{kind.removeprefix('TIMEOUT_TYPE_').lower()} timeout"
-    return first or "unknown"
+    return failure.message.splitlines()[0][:120] if failure.message else "unknown"
 
 
 def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
@@ -116,8 +115,8 @@ def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
     attempts (the attempt number of each started event)."""
     scheduled: dict[tuple[int, int], tuple[float, str]] = {}
     found: list[tuple[float, str]] = []
-    retried = failed_attempts = 0
-    causes: Counter[str] = Counter()
+    failed_attempts = 0
+    causes: Counter[str] = Counter()  # a retried task's attempt before its last: why it failed
     for i, h in enumerate(histories):
         for e in h.events:
             if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -128,10 +127,9 @@ def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
                 started = e.activity_task_started_event_attributes
                 at, what = scheduled[i, started.scheduled_event_id]
                 found.append((e.event_time.ToDatetime().timestamp() - at, what))
-                retried += started.attempt > 1
-                failed_attempts += max(0, started.attempt - 1)
                 if started.attempt > 1:
                     causes[failure_cause(started.last_failure)] += 1
+                    failed_attempts += started.attempt - 1
     if not found:
         return {}
     found.sort()
@@ -139,7 +137,6 @@ def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
     # Which tasks waited longest: what a fix has to look at first.
     print(f"activity tasks that waited longest: {slowest}", file=sys.stderr)
     if causes:
-        # What a retried task's attempt before its last failed of: the fix depends on it.
         why = "; ".join(f"{n}x {cause}" for cause, n in causes.most_common(5))
         print(f"why retried tasks failed before: {why}", file=sys.stderr)
     waits = [wait for wait, _ in found]
@@ -147,7 +144,7 @@ def activity_waits(histories: Sequence[Any]) -> dict[str, float]:
         "activity wait p50": percentile(waits, 0.5),
         "activity wait p99": percentile(waits, 0.99),
         "activity wait max": waits[-1],
-        "activity tasks retried": retried,
+        "activity tasks retried": causes.total(),
         "activity attempts failed": failed_attempts,
     }
 

@@ -344,13 +344,13 @@ def test_part_buffers_are_bounded_and_reused_without_leaking_bytes(
     assert s3_store.verify(ref, len(second), result.crc32c).ok
 
 
-@pytest.mark.parametrize("threads", [48])
 def test_a_store_keeps_a_connection_for_every_thread_of_its_process(
-    s3_tier: TierConfig, threads: int, caplog: pytest.LogCaptureFixture
+    s3_tier: TierConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A process serving many nodes' queues runs more activity threads than the tier's own
     figures size the S3 client's pool for; a request beyond the pool would open a connection of
     its own and close it after (urllib3 says so: "Connection pool is full")."""
+    threads = 48  # more than the tier's figures give: a pool of 32
     store = open_store(s3_tier, None, FLAT, threads=threads)
     assert isinstance(store, S3Store)
     barrier = threading.Barrier(threads, timeout=60)

@@ -18,7 +18,7 @@ import os
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 
 from tests.helpers.faults import eventually
@@ -27,6 +27,7 @@ from tests.helpers.services import with_tier
 from tierpoint import node_fleet
 from tierpoint.catalog.models import TierCopy
 from tierpoint.config import Settings
+from tierpoint.contract.common import node_task_queue
 from tierpoint.contract.lifecycle import SEAL_BATCH, LifecycleInput, LifecycleResult, workflow_id
 from tierpoint.temporal import start_lifecycle
 
@@ -106,26 +107,39 @@ async def test_a_process_serving_more_nodes_than_its_threads_cover_takes_no_task
         for s in seeded
     ]
 
-    async def started_seals() -> int:
-        running = 0
-        for h in handles:
-            for pa in (await h.describe()).raw_description.pending_activities:
-                started = pa.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-                running += pa.activity_type.name == SEAL_BATCH and started
-        return running
-
     async with running_workers(slow, client, nodes=nodes):
         for s in seeded:
             await start_lifecycle(
                 client, LifecycleInput(checkpoint_id=s.checkpoint_id, job=s.job, step=s.step)
             )
-        results = asyncio.gather(*(h.result() for h in handles))
-        most = 0
-        while not results.done():
-            most = max(most, await started_seals())
-            assert most <= threads, f"{most} seals started on a process of {threads} threads"
-            await asyncio.sleep(0.05)
-        done = await results
+        done = await asyncio.gather(*(h.result() for h in handles))
+    # From the server's own record: each seal from the event that started it to the one that
+    # closed it (a sweep of `describe` over the workflows is no snapshot: a seal closed early in
+    # the sweep and the one that took its slot later would both count).
+    node_queues = {node_task_queue(n) for n in nodes}
+    spans: list[tuple[float, int]] = []
+    for h in handles:
+        on_nodes: set[int] = set()  # the batches the node workers' threads run
+        started: dict[int, float] = {}
+        async for e in h.fetch_history_events():
+            at = e.event_time.ToDatetime().timestamp()
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                queue = e.activity_task_scheduled_event_attributes.task_queue.name
+                if queue in node_queues:
+                    on_nodes.add(e.event_id)
+            elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                scheduled = e.activity_task_started_event_attributes.scheduled_event_id
+                if scheduled in on_nodes:
+                    started[scheduled] = at
+            elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                opened = started.get(e.activity_task_completed_event_attributes.scheduled_event_id)
+                if opened is not None:
+                    spans += [(opened, 1), (at, -1)]
+    running = most = 0
+    for _, step in sorted(spans, key=lambda p: (p[0], p[1])):  # a close before an open at a tie
+        running += step
+        most = max(most, running)
+    assert most <= threads, f"{most} batches started on a process of {threads} threads"
     assert all(t.state == "restorable" for r in done for t in r.tiers), done
-    # Not vacuous: the seals did run side by side, one per node.
+    # Not vacuous: the batches did run side by side, one per node.
     assert most == threads, most

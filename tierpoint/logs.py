@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -79,12 +80,49 @@ def configure(level: str = "INFO", json: bool = False) -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(name)s %(message)s")
+    # Libraries' records (stdlib logging) come out as our own lines do: JSON in production, no
+    # colour codes off a terminal.
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *processors],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
     for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)
         if not any(isinstance(f, _MaskFilter) for f in handler.filters):
             handler.addFilter(_MaskFilter())
     # Third-party chatter stays at warnings.
     for noisy in ("botocore", "boto3", "urllib3", "temporalio", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    _forward_temporal_core()
+
+
+_core_forwarded = False
+
+
+def _forward_temporal_core() -> None:
+    """Temporal's core (Rust) writes its warnings straight to stderr, with colour codes whatever
+    the stream is. Forwarded to the `temporalio.core` logger they are lines like any other.
+
+    Must run before the process's first Temporal client or worker: those keep the runtime they
+    started on."""
+    global _core_forwarded
+    if _core_forwarded:
+        return
+    from temporalio.runtime import (
+        LogForwardingConfig,
+        LoggingConfig,
+        Runtime,
+        TelemetryConfig,
+        TelemetryFilter,
+    )
+
+    forwarding = LogForwardingConfig(logger=logging.getLogger("temporalio.core"))
+    filter = TelemetryFilter(core_level="WARN", other_level="ERROR")  # the SDK's default
+    telemetry = TelemetryConfig(logging=LoggingConfig(filter=filter, forwarding=forwarding))
+    # Where a runtime already serves this process's clients, a second would not replace it.
+    with contextlib.suppress(RuntimeError):
+        Runtime.set_default(Runtime(telemetry=telemetry))
+    _core_forwarded = True
 
 
 def get(name: str | None = None) -> structlog.stdlib.BoundLogger:

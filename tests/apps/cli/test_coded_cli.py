@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from api.app import create_app
 from apps.cli.render import human_bytes
 from tests.helpers.api import manifest, restorable, running_client, shard
-from tests.helpers.cli import run_cli, serving
+from tests.helpers.cli import run_cli, run_status, serving
 from tests.helpers.coded_views import coded_copy, own_holders, with_coded_tier
 from tests.helpers.tokens import create_token
 from tierpoint.config import Settings
@@ -61,11 +61,11 @@ async def test_show_and_status_give_a_coded_copys_coverage_and_held_bytes(
     line = next(ln for ln in shown.output.splitlines() if ln.strip("│ ").startswith("coded "))
     assert "rs(2,1) stripes: 1 whole, 1 degraded (1 stripes short), margin 0" in line, line
 
-    status = await asyncio.wait_for(run_cli(url, "status", token=token), TIMEOUT)
+    status = await asyncio.wait_for(run_status(url, token=token), TIMEOUT)
     assert status.exit_code == 0, status.output
     tier = next(ln for ln in status.output.splitlines() if ln.strip("│ ").startswith("coded "))
     assert "peer rs(2,1)" in tier, tier
-    as_json = await asyncio.wait_for(run_cli(url, "status", "--json", token=token), TIMEOUT)
+    as_json = await asyncio.wait_for(run_status(url, "--json", token=token), TIMEOUT)
     assert as_json.exit_code == 0, as_json.output
     usage = {t["tier"]: t for t in json.loads(as_json.output)["tiers_usage"]["items"]}
     # The stripes held for the coded bytes of every job: 1.5 times as many, both in the table.

@@ -23,7 +23,7 @@ from temporalio.client import Client
 
 from api.app import create_app
 from tests.helpers.api import NODE_A, events, manifest, running_client, shard
-from tests.helpers.cli import run_cli, serving
+from tests.helpers.cli import run_cli, run_status, serving
 from tests.helpers.lifecycle import running_workers, shard_file
 from tests.helpers.tokens import create_token
 from tierpoint.config import Settings
@@ -82,6 +82,11 @@ async def states(c: httpx.AsyncClient, job: str, step: int) -> dict[str, str]:
 
 async def cli(url: str, token: str, *args: str) -> tuple[int, str]:
     r = await asyncio.wait_for(run_cli(url, *args, token=token), TIMEOUT)
+    return r.exit_code, r.output
+
+
+async def status_cli(url: str, token: str, *args: str) -> tuple[int, str]:
+    r = await asyncio.wait_for(run_status(url, *args, token=token), TIMEOUT)
     return r.exit_code, r.output
 
 
@@ -160,13 +165,13 @@ async def test_watch_status_show_follow_a_throttled_copy(
     assert out.rstrip().endswith("idle: nothing in flight"), out
     assert await states(c, job, 1) == ALL_RESTORABLE
 
-    code, out = await cli(url, token, "status")
+    code, out = await status_cli(url, token)
     assert code == 0, out
     assert "API /healthz 200" in out and "API /readyz 200" in out, out
     row = next(line for line in out.splitlines() if line.startswith(f"│ {job}"))
     assert row.count("step 1") == 3, row  # its recovery point on every tier
     assert "nothing in flight" in out and "no failures" in out, out
-    code, out = await cli(url, token, "status", "--job", job, "--json")
+    code, out = await status_cli(url, token, "--job", job, "--json")
     assert code == 0, out
     status = parsed(out)
     assert status["readyz"]["status"] == 200 and status["problems"] == []
@@ -228,7 +233,7 @@ async def test_verify_retry_pin_unpin(
     # What the three verifications read is each tier's read throughput: `status` predicts a
     # restore of step 1 from every tier, and nothing trained since it is at risk.
     speeds = read_throughput(catalog)
-    code, out = await cli(url, token, "status", "--job", job, "--json")
+    code, out = await status_cli(url, token, "--job", job, "--json")
     assert code == 0, out
     (row,) = parsed(out)["jobs"]["items"]
     assert (row["steps_at_risk_durable"], row["steps_at_risk"]) == (0, 0), row

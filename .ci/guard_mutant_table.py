@@ -1215,6 +1215,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "a lifecycle whose copy found its source corrupt asks for the checkpoint's repair",
     ),
     Mutant(
+        "stage-sums-source-damage",
+        "                    source_damaged += done.source_damaged\n",
+        "                    source_damaged = done.source_damaged\n",
+        (
+            "tests/workflows/test_repair.py::"
+            "test_a_source_found_corrupt_by_the_batch_that_finishes_first_still_asks_for_repair",
+        ),
+        "a stage counts every batch's finding of a corrupt source, not only the last batch's",
+    ),
+    Mutant(
         "coded-passes-in-children",
         "        if len(stage.batches) <= size or not workflow.patched(CODED_CHILDREN_PATCH):\n",
         "        if True:\n",

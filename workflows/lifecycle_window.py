@@ -213,7 +213,13 @@ async def run_window(
                     for n in needs:
                         lost.track(n, handle)
                 try:
-                    source_damaged += (await handle).source_damaged
+                    done = await handle
+                    # Added once the batch is done: `+= await` reads the sum before the wait,
+                    # and would write over what batches finishing meanwhile added. (Histories
+                    # where that lost a count replay alike: the repair request it should have
+                    # caused is behind a patch that they never recorded.)
+                    # guard: stage-sums-source-damage
+                    source_damaged += done.source_damaged
                 except ActivityError as err:
                     dead = gone()
                     why = lost_reason(dead) if dead is not None else error_message(err)

@@ -68,10 +68,12 @@ async def promoted(
     size: int = 64_000,
     *,
     workers: bool = True,
+    shards: list[ShardSpec] | None = None,
 ) -> Seeded:
-    """A checkpoint on both nodes, restorable on every tier of `cfg` after a real lifecycle, run
-    on workers of its own (`workers=False`: on the caller's, already running)."""
-    shards = random_shards(NODES, per_node, size)
+    """A checkpoint on both nodes (`per_node` shards of `size` bytes each, unless `shards` says
+    otherwise), restorable on every tier of `cfg` after a real lifecycle, run on workers of its
+    own (`workers=False`: on the caller's, already running)."""
+    shards = shards or random_shards(NODES, per_node, size)
     seeded = seed_checkpoint(cfg, sessionmaker(engine), new_job(), 10, shards)
     async with contextlib.AsyncExitStack() as stack:
         if workers:

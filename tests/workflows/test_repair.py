@@ -13,13 +13,16 @@ tests/activities/test_lifecycle.py and tests/api/test_quarantine.py.)
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 
 from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.orm import Session
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
 
 from api.app import create_app
-from tests.helpers.api import running_client
+from tests.helpers.api import NODE_A, NODE_B, running_client
 from tests.helpers.consistency import assert_catalog_matches_tiers
 from tests.helpers.faults import OVERALL_TIMEOUT, marker_states
 from tests.helpers.integrity import (
@@ -32,7 +35,9 @@ from tests.helpers.integrity import (
     s3_key,
 )
 from tests.helpers.lifecycle import (
+    ShardSpec,
     activities_run,
+    crc_hex,
     record_history,
     recording_histories,
     running_workers,
@@ -44,7 +49,12 @@ from tierpoint.catalog.models import Replica, Shard, TierCopy
 from tierpoint.catalog.tier_copy.damage import mark_damaged_shards
 from tierpoint.config import Settings
 from tierpoint.contract.integrity import REPAIR_REQUEST
-from tierpoint.contract.lifecycle import LifecycleInput, LifecycleResult, workflow_id
+from tierpoint.contract.lifecycle import (
+    COPY_BATCH,
+    LifecycleInput,
+    LifecycleResult,
+    workflow_id,
+)
 from tierpoint.states import ReplicaState
 from tierpoint.temporal import request_repair, start_lifecycle
 
@@ -124,6 +134,73 @@ async def test_a_copy_finding_its_source_corrupt_demotes_it_and_repair_heals_it(
             assert r.status_code == 200 and r.json()["step"] == step, r.text
         checked = assert_catalog_matches_tiers(cfg, engine, [cp])
         assert checked.restorable == dict.fromkeys(("ssd", "lustre", "s3"), 1)
+    finally:
+        engine.dispose()
+
+
+def _copies_finished(history: WorkflowHistory, tier: str) -> list[str]:
+    """The nodes whose copy batches to `tier` completed, in the order the server recorded."""
+    nodes: dict[int, str] = {}
+    finished = []
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = e.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == COPY_BATCH:
+                inp = json.loads(attrs.input.payloads[0].data)
+                if inp["destination"] == tier:
+                    nodes[e.event_id] = inp["batch"]["node"]
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            done = e.activity_task_completed_event_attributes.scheduled_event_id
+            if done in nodes:
+                finished.append(nodes[done])
+    return finished
+
+
+async def test_a_source_found_corrupt_by_the_batch_that_finishes_first_still_asks_for_repair(
+    settings: Settings, client: Client
+) -> None:
+    """A stage adds up what its batches found: a batch that found its source corrupt and
+    finished before a clean one still counts. (The sum was once read before each batch's wait
+    and written back after it, so the clean batch finishing last wrote the count back to 0 and
+    the repair was never asked for.) Node a's only shard is small and rotten; node b's is large
+    and read through a bandwidth limit, so node b's copy finishes seconds after node a's."""
+    ssd_limit = 2 * 1024 * 1024
+    cfg = integrity_settings(settings)
+    tiers = [
+        t.model_copy(update={"read_bandwidth_limit": ssd_limit}) if t.name == "ssd" else t
+        for t in cfg.tiers
+    ]
+    cfg = cfg.model_copy(update={"tiers": tiers})
+    small, large = os.urandom(64_000), os.urandom(2 * ssd_limit)
+    shards = [
+        ShardSpec(NODE_A, "rank-0/small.bin", small, crc_hex(small)),
+        ShardSpec(NODE_B, "rank-1/large.bin", large, crc_hex(large)),
+    ]
+    engine = make_sync_engine(cfg.database_url, pool_size=2)
+    try:
+        seeded = await promoted(cfg, client, engine, shards=shards)
+        job, step, cp = seeded.job, seeded.step, seeded.checkpoint_id
+        _s3_copy_failed_earlier(engine, cp)
+        flip_file(cfg, "ssd", seeded, seeded.shards[0])
+
+        async with running_workers(cfg, client):
+            retry = LifecycleInput(checkpoint_id=cp, job=job, step=step)
+            run_id = f"{workflow_id(job, step)}/retry-1"
+            assert await start_lifecycle(client, retry, run_id=run_id)
+            handle = client.get_workflow_handle(run_id, result_type=LifecycleResult)
+            result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
+            assert {t.tier: t.state for t in result.tiers}["s3"] == "failed", result
+            history = await handle.fetch_history()
+            # What the test staged: the copy that found the rotten source finished first.
+            assert _copies_finished(history, "s3") == [NODE_A, NODE_B]
+            queued, local = activities_run(history)
+            assert queued[REPAIR_REQUEST] == 1, (queued, local)
+            repaired = await repair_result(client, seeded)
+        assert {t.tier: t.state for t in repaired.tiers} == {
+            "ssd": "restorable",
+            "s3": "restorable",
+        }, repaired
+        assert marker_states(engine, cp) == dict.fromkeys(("ssd", "lustre", "s3"), "restorable")
     finally:
         engine.dispose()
 

@@ -193,6 +193,8 @@ async def test_a_source_found_corrupt_by_the_batch_that_finishes_first_still_ask
             history = await handle.fetch_history()
             # What the test staged: the copy that found the rotten source finished first.
             assert _copies_finished(history, "s3") == [NODE_A, NODE_B]
+            if recording_histories():
+                await record_history(client, run_id, "lifecycle_source_damage_first")
             queued, local = activities_run(history)
             assert queued[REPAIR_REQUEST] == 1, (queued, local)
             repaired = await repair_result(client, seeded)

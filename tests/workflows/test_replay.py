@@ -4,13 +4,15 @@ already ran in production fails here, before it reaches a cluster. Every history
 
 To record new histories (after an intended, versioned change), run the recording tests with
 `TIERPOINT_RECORD_HISTORY=LABEL` (`pytest tests/workflows -k "two_nodes_become or many_batches or
-issue_scenario or crash_between or cuts_pulls or every_pass"`): each lands beside the old one as
-`NAME@LABEL.json` (the `@contract` ones were recorded after the Temporal contract got its one
-home, the `@local-steps` ones after plan, promote and the retention requests became local
+issue_scenario or crash_between or cuts_pulls or every_pass or finishes_first"`): each lands beside
+the old one as `NAME@LABEL.json` (the `@contract` ones were recorded after the Temporal contract got
+its one home, the `@local-steps` ones after plan, promote and the retention requests became local
 activities, `@node-children` after the children of a stage on the nodes' queues began to run at
-once, `@fan-out` after every copy began to read the sealed tier at once, `@coded-children` after
-the passes of a coded tier's copy over many batches began to run in children, `@round-begin` after
-retention began a round's expiries in one activity). Old histories stay.
+once, `@fan-out` after every copy began to read the sealed tier at once, `@coded-children` after the
+passes of a coded tier's copy over many batches began to run in children, `@round-begin` after
+retention began a round's expiries in one activity, `@count-fixed` after a stage stopped losing a
+batch's finding of a corrupt source: the unlabelled `lifecycle_source_damage_first` lost it, and
+replays without the repair request it should have made). Old histories stay.
 """
 
 from __future__ import annotations

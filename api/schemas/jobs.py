@@ -25,8 +25,12 @@ class JobPage(BaseModel):
 class JobAccess(BaseModel):
     """What the calling token may do with one job: a client checks before it writes a byte."""
 
+    # Named `register` on the wire; `register_` here, since BaseModel has a `register` of its
+    # own (a field by that name shadowed it, and the schema took the method for its default).
+    model_config = ConfigDict(populate_by_name=True)
+
     job: str
     token: str
     read: bool
-    register: bool
+    register_: bool = Field(alias="register")
     lease: bool

@@ -90,6 +90,8 @@ def configure(level: str = "INFO", json: bool = False) -> None:
         handler.setFormatter(formatter)
         if not any(isinstance(f, _MaskFilter) for f in handler.filters):
             handler.addFilter(_MaskFilter())
+    # Python's warnings (a library's deprecation, say) too, rather than bare lines on stderr.
+    logging.captureWarnings(True)
     # Third-party chatter stays at warnings.
     for noisy in ("botocore", "boto3", "urllib3", "temporalio", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

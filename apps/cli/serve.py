@@ -108,6 +108,10 @@ def api(
         host=host or settings.api_host,
         port=settings.api_port if port is None else port,
         log_level=settings.log_level.lower(),
+        # uvicorn's own lines go through our logs (JSON with log_json); each request is logged
+        # once, by the API's middleware, so uvicorn's access line would say it twice.
+        log_config=None,
+        access_log=False,
         **tls_options(settings),
     )
 

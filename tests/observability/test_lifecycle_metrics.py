@@ -167,6 +167,10 @@ async def test_a_lifecycle_shows_on_every_tier_in_metrics_and_logs(
     assert sum(line["bytes"] for line in copies if line["tier"] == "s3") >= total
 
     api_lines = json_lines(api_log)
+    # Every line the API wrote is JSON, uvicorn's own too (its start and stop).
+    written = api_log.read_text().splitlines()
+    assert len(api_lines) == len(written), written
+    assert any(line.get("logger", "").startswith("uvicorn") for line in api_lines), api_lines
     registered = [line for line in api_lines if line["event"] == "checkpoint registered"]
     assert [(line["job"], line["step"], line["created"]) for line in registered] == [
         (job, STEP, True)

@@ -119,7 +119,11 @@ def _serve(settings: Settings, sock: socket.socket, ready: int, log_level: str) 
 
     logs.configure(log_level)
     app = create_app(settings)
-    server = Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    # uvicorn's lines through our logs, as `tierpoint api` has them (apps/cli/serve.py).
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="on", log_config=None, access_log=False
+    )
+    server = Server(config)
     freeze_long_lived()
     server.run(sockets=[sock])
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from typing import Any
 
 from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.orm import Session
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from api.app import create_app
 from tests.helpers.api import NODE_A, NODE_B, running_client
@@ -35,6 +36,7 @@ from tests.helpers.integrity import (
     s3_key,
 )
 from tests.helpers.lifecycle import (
+    Seeded,
     ShardSpec,
     activities_run,
     crc_hex,
@@ -72,6 +74,21 @@ def _s3_copy_failed_earlier(engine: Engine, checkpoint_id: int) -> None:
         )
 
 
+async def _retried_s3_copy_failed(
+    client: Client, seeded: Seeded
+) -> tuple[str, WorkflowHandle[Any, LifecycleResult]]:
+    """An operator's retry of the checkpoint's lifecycle, run to its end: its S3 copy failed,
+    since the copy read a rotten source. Returns the run's id and handle."""
+    job, step = seeded.job, seeded.step
+    retry = LifecycleInput(checkpoint_id=seeded.checkpoint_id, job=job, step=step)
+    run_id = f"{workflow_id(job, step)}/retry-1"
+    assert await start_lifecycle(client, retry, run_id=run_id)
+    handle = client.get_workflow_handle(run_id, result_type=LifecycleResult)
+    result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
+    assert {t.tier: t.state for t in result.tiers}["s3"] == "failed", result
+    return run_id, handle
+
+
 async def test_a_copy_finding_its_source_corrupt_demotes_it_and_repair_heals_it(
     settings: Settings, services: Services, client: Client
 ) -> None:
@@ -86,12 +103,7 @@ async def test_a_copy_finding_its_source_corrupt_demotes_it_and_repair_heals_it(
 
         async for api in running_client(create_app(cfg)):
             async with running_workers(cfg, client):
-                retry = LifecycleInput(checkpoint_id=cp, job=job, step=step)
-                run_id = f"{workflow_id(job, step)}/retry-1"
-                assert await start_lifecycle(client, retry, run_id=run_id)
-                handle = client.get_workflow_handle(run_id, result_type=LifecycleResult)
-                result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
-                assert {t.tier: t.state for t in result.tiers}["s3"] == "failed", result
+                run_id, handle = await _retried_s3_copy_failed(client, seeded)
                 # The lifecycle itself asked for the repair before it returned.
                 queued, local = activities_run(await handle.fetch_history())
                 assert queued[REPAIR_REQUEST] >= 1, (queued, local)
@@ -179,17 +191,12 @@ async def test_a_source_found_corrupt_by_the_batch_that_finishes_first_still_ask
     engine = make_sync_engine(cfg.database_url, pool_size=2)
     try:
         seeded = await promoted(cfg, client, engine, shards=shards)
-        job, step, cp = seeded.job, seeded.step, seeded.checkpoint_id
+        cp = seeded.checkpoint_id
         _s3_copy_failed_earlier(engine, cp)
         flip_file(cfg, "ssd", seeded, seeded.shards[0])
 
         async with running_workers(cfg, client):
-            retry = LifecycleInput(checkpoint_id=cp, job=job, step=step)
-            run_id = f"{workflow_id(job, step)}/retry-1"
-            assert await start_lifecycle(client, retry, run_id=run_id)
-            handle = client.get_workflow_handle(run_id, result_type=LifecycleResult)
-            result = await asyncio.wait_for(handle.result(), OVERALL_TIMEOUT)
-            assert {t.tier: t.state for t in result.tiers}["s3"] == "failed", result
+            run_id, handle = await _retried_s3_copy_failed(client, seeded)
             history = await handle.fetch_history()
             # What the test staged: the copy that found the rotten source finished first.
             assert _copies_finished(history, "s3") == [NODE_A, NODE_B]

@@ -52,6 +52,6 @@ async def job_access(job: JobName, principal: PrincipalDep) -> JobAccess:
         job=job,
         token=principal.name,
         read=JOB_READ.allows(principal, job),
-        register=REGISTER.allows(principal, job),
+        register_=REGISTER.allows(principal, job),
         lease=LEASE_WRITE.allows(principal, job),
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -67,14 +67,19 @@ async def run_cli(
 _CHECK_TIMED_OUT = "no answer within"
 
 
-async def run_status(api_url: str, *args: str, token: str, attempts: int = 5) -> Result:
-    """`tierpoint status ARGS`, asked again (a few times) while the one thing wrong is that
+async def until_ready(run: Callable[[], Awaitable[Result]], attempts: int = 5) -> Result:
+    """`run` (a `tierpoint status`), run again (a few times) while the one thing wrong is that
     /readyz's checks ran past their deadline. The API these tests serve runs in the test's own
     process, beside its workers, so a loaded machine can stall its event loop past the checks'
     3 s with nothing down; a check that fails any other way fails at once."""
     for _ in range(attempts - 1):
-        r = await run_cli(api_url, "status", *args, token=token)
+        r = await run()
         if r.exit_code == 0 or _CHECK_TIMED_OUT not in r.output:
             return r
         await asyncio.sleep(1)
-    return await run_cli(api_url, "status", *args, token=token)
+    return await run()
+
+
+async def run_status(api_url: str, *args: str, token: str) -> Result:
+    """`tierpoint status ARGS`, as `until_ready` runs it."""
+    return await until_ready(lambda: run_cli(api_url, "status", *args, token=token))

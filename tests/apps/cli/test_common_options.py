@@ -4,6 +4,7 @@ value is JSON."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -21,14 +22,14 @@ from apps.cli.dev import dashboard_line
 from apps.cli.render import checkpoint_detail
 from apps.devstack.facts import S3Facts, StackInfo
 from tests.helpers.api import seed
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, until_ready
 from tests.helpers.tokens import create_token
 
 
 async def test_token_works_after_the_subcommand_as_before_it(api_url: str, catalog: Engine) -> None:
     secret = create_token(catalog, scopes=("read",))
     for args in (("--token", secret, "status"), ("status", "--token", secret)):
-        ran = await run_cli(api_url, *args)
+        ran = await until_ready(functools.partial(run_cli, api_url, *args))
         assert ran.exit_code == 0, ran.output
     # Used, not swallowed: a bad one after a subcommand of a group is refused by the API.
     bad = await run_cli(api_url, "checkpoints", "list", "any-job", "--token", "tp_" + "x" * 43)

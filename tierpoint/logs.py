@@ -79,7 +79,7 @@ def configure(level: str = "INFO", json: bool = False) -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(name)s %(message)s")
+    logging.basicConfig(level=level.upper(), stream=sys.stderr)
     # Libraries' records (stdlib logging) come out as our own lines do: JSON in production, no
     # colour codes off a terminal.
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -102,7 +102,7 @@ _core_forwarded = False
 
 
 def _forward_temporal_core() -> None:
-    """Temporal's core (Rust) writes its warnings straight to stderr, with colour codes whatever
+    """Temporal's core (Rust) writes its warnings straight to stdout, with colour codes whatever
     the stream is. Forwarded to the `temporalio.core` logger they are lines like any other.
 
     Must run before the process's first Temporal client or worker: those keep the runtime they
@@ -119,8 +119,8 @@ def _forward_temporal_core() -> None:
     )
 
     forwarding = LogForwardingConfig(logger=logging.getLogger("temporalio.core"))
-    filter = TelemetryFilter(core_level="WARN", other_level="ERROR")  # the SDK's default
-    telemetry = TelemetryConfig(logging=LoggingConfig(filter=filter, forwarding=forwarding))
+    levels = TelemetryFilter(core_level="WARN", other_level="ERROR")  # the SDK's default
+    telemetry = TelemetryConfig(logging=LoggingConfig(filter=levels, forwarding=forwarding))
     # Where a runtime already serves this process's clients, a second would not replace it.
     with contextlib.suppress(RuntimeError):
         Runtime.set_default(Runtime(telemetry=telemetry))

@@ -103,6 +103,8 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 # closed when returned, a restart storm's leases started a Postgres backend every ~30 requests
 # (a connect of the API's, a fork and cold caches of Postgres') for as long as the storm lasted.
 CATALOG_CONNECTIONS = 30
+# How long a request waits for one of them before it is answered 503 `catalog_unavailable`.
+CATALOG_WAIT = 30.0
 
 
 def _lifespan(settings: Settings, metrics: ApiMetrics) -> Lifespan:
@@ -112,7 +114,10 @@ def _lifespan(settings: Settings, metrics: ApiMetrics) -> Lifespan:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_async_engine(
-            settings.database_url, pool_size=CATALOG_CONNECTIONS, max_overflow=0
+            settings.database_url,
+            pool_size=CATALOG_CONNECTIONS,
+            max_overflow=0,
+            pool_timeout=CATALOG_WAIT,
         )
         refresher: asyncio.Task[None] | None = None
         listener: WSGIServer | None = None

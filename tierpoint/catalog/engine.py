@@ -21,6 +21,7 @@ from typing import Protocol, TypeVar
 
 from sqlalchemy import URL, Engine, create_engine, func, make_url, select, text
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, ProgrammingError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -56,8 +57,9 @@ Sessions = sessionmaker[Session]
 AsyncSessions = async_sessionmaker[AsyncSession]
 T = TypeVar("T")
 
-# The driver's "cannot talk to the database" failures: the API answers 503, the CLI one line.
-CATALOG_UNREACHABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+# The driver's "cannot talk to the database" failures, and no connection of the pool freed in
+# time (every one busy, as in a storm on a starved machine): the API answers 503, the CLI one line.
+CATALOG_UNREACHABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
 # A statement named a table or column the database does not have: the catalog is not migrated.
 NotMigrated = ProgrammingError
 
@@ -83,14 +85,18 @@ def _driver_url(url: str) -> tuple[URL, dict[str, int | None]]:
     return parsed.difference_update_query(["prepare_threshold"]), {"prepare_threshold": threshold}
 
 
-def make_async_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> AsyncEngine:
+def make_async_engine(
+    url: str, pool_size: int = 10, max_overflow: int = 20, pool_timeout: float = 30.0
+) -> AsyncEngine:
     """At most `pool_size + max_overflow` connections; the pool keeps `pool_size` of them open
-    between uses and closes every other one when it is returned."""
+    between uses and closes every other one when it is returned. A checkout that waits longer
+    than `pool_timeout` seconds for one raises PoolTimeout."""
     driver_url, connect_args = _driver_url(url)
     return create_async_engine(
         driver_url,
         pool_size=pool_size,
         max_overflow=max_overflow,
+        pool_timeout=pool_timeout,
         pool_pre_ping=True,
         hide_parameters=True,
         connect_args=connect_args,

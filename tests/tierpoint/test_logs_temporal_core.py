@@ -1,5 +1,5 @@
 """Temporal's core (Rust) logs its own warnings. They must come out as our lines do: JSON in
-production, with no colour codes in a file, where before they went straight to stderr coloured."""
+production, with no colour codes in a file, where before they went straight to stdout coloured."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from tierpoint.contract.lifecycle import (
+        CHILD_LOST_CATCH_UP_PATCH,
         NODE_LOST_SIGNAL,
         STAGE_WORKFLOW,
         Batch,
@@ -23,20 +24,34 @@ with workflow.unsafe.imports_passed_through():
 
 
 class StageChildren:
-    def __init__(self, status: LifecycleStatus) -> None:
+    def __init__(self, status: LifecycleStatus, lost: set[str]) -> None:
         self._status = status
+        # The nodes declared lost so far (the lifecycle's own set, kept up to date by it).
+        self._lost = lost
         # The ids of the children running now, which a lost-node signal is passed on to.
         self._running: list[str] = []
 
     async def pass_on(self, node: str) -> None:
         """Tell every running child that `node` was declared lost."""
         for child in list(self._running):
-            try:
-                await workflow.get_external_workflow_handle(child).signal(NODE_LOST_SIGNAL, node)
-            except Exception as err:
-                # A signal handler that raises fails the workflow task over and over; the
-                # operator repeats the declaration, which signals this workflow again.
-                workflow.logger.warning("node_lost not passed on to %s: %s", child, err)
+            await self._signal(child, node)
+
+    async def _signal(self, child: str, node: str) -> None:
+        try:
+            await workflow.get_external_workflow_handle(child).signal(NODE_LOST_SIGNAL, node)
+        except Exception as err:
+            # A signal handler that raises fails the workflow task over and over; the
+            # operator repeats the declaration, which signals this workflow again.
+            workflow.logger.warning("node_lost not passed on to %s: %s", child, err)
+
+    async def _catch_up(self, child: str, told: list[str]) -> None:
+        """Nodes declared lost after the child's input was made and before the child existed:
+        what was passed on meanwhile found no workflow to signal, and the child would wait on a
+        lost node's queue for good. (Histories recorded before replay without these signals.)"""
+        missed = sorted(self._lost - set(told))
+        if missed and workflow.patched(CHILD_LOST_CATCH_UP_PATCH):
+            for node in missed:
+                await self._signal(child, node)
 
     async def run(
         self,
@@ -57,9 +72,13 @@ class StageChildren:
             child_id = f"{workflow.info().workflow_id}/{name}/{n}"
             self._running.append(child_id)
             try:
-                res: StageResult = await workflow.execute_child_workflow(
-                    STAGE_WORKFLOW, slice_of(chunk), id=child_id, result_type=StageResult
+                inp = slice_of(chunk)
+                # Started, then waited for: the same commands as executing it.
+                handle = await workflow.start_child_workflow(
+                    STAGE_WORKFLOW, inp, id=child_id, result_type=StageResult
                 )
+                await self._catch_up(child_id, inp.lost_nodes)
+                res: StageResult = await handle
             finally:
                 self._running.remove(child_id)
             self._status.batches_done += len(chunk)

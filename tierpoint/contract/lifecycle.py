@@ -40,6 +40,9 @@ FAN_OUT_PATCH = "copies-fan-out-from-the-sealed-tier"
 # A pass of a coded tier's copy stage with more batches than `batches_per_child` runs in child
 # workflows, as any other stage does (histories recorded before ran every pass in the lifecycle).
 CODED_CHILDREN_PATCH = "coded-stage-passes-in-children"
+# A stage child is told of the nodes declared lost while it was starting, which the signals
+# passed on meanwhile could not reach (histories recorded before sent it none).
+CHILD_LOST_CATCH_UP_PATCH = "stage-child-told-nodes-lost-while-it-started"
 
 # Beyond this many batches in a stage (one node has at least one batch, so this is about the
 # number of nodes), the stage runs in child workflows of this many batches each. At 1,000 (the

@@ -1225,6 +1225,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "a stage counts every batch's finding of a corrupt source, not only the last batch's",
     ),
     Mutant(
+        "stage-child-catches-up-on-lost-nodes",
+        "        if missed and workflow.patched(CHILD_LOST_CATCH_UP_PATCH):\n",
+        "        if False:\n",
+        ("tests/workflows/test_stage_children_catch_up.py",),
+        "a stage child started after a node was declared lost, which its input does not name, is "
+        "told of it once it exists, rather than waiting on that node's queue for good",
+    ),
+    Mutant(
         "coded-passes-in-children",
         "        if len(stage.batches) <= size or not workflow.patched(CODED_CHILDREN_PATCH):\n",
         "        if True:\n",

@@ -49,6 +49,7 @@ class StageChildren:
         what was passed on meanwhile found no workflow to signal, and the child would wait on a
         lost node's queue for good. (Histories recorded before replay without these signals.)"""
         missed = sorted(self._lost - set(told))
+        # guard: stage-child-catches-up-on-lost-nodes
         if missed and workflow.patched(CHILD_LOST_CATCH_UP_PATCH):
             for node in missed:
                 await self._signal(child, node)

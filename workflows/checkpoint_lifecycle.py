@@ -86,7 +86,7 @@ class CheckpointLifecycle:
     def __init__(self) -> None:
         self._status = LifecycleStatus(stage="starting")
         self._lost = LostNodes()
-        self._children = StageChildren(self._status, self._lost.nodes)
+        self._children = StageChildren(self._status, self._lost)
         # LOCAL_STEPS_PATCH: catalog steps as local activities, node stages windowed per node.
         self._local_steps = False
         # Shards whose source replica a copy found corrupt.

@@ -22,11 +22,13 @@ with workflow.unsafe.imports_passed_through():
         StageResult,
     )
 
+from workflows.lifecycle_window import LostNodes
+
 
 class StageChildren:
-    def __init__(self, status: LifecycleStatus, lost: set[str]) -> None:
+    def __init__(self, status: LifecycleStatus, lost: LostNodes) -> None:
         self._status = status
-        # The nodes declared lost so far (the lifecycle's own set, kept up to date by it).
+        # The lifecycle's own: the nodes declared lost so far.
         self._lost = lost
         # The ids of the children running now, which a lost-node signal is passed on to.
         self._running: list[str] = []
@@ -48,7 +50,7 @@ class StageChildren:
         """Nodes declared lost after the child's input was made and before the child existed:
         what was passed on meanwhile found no workflow to signal, and the child would wait on a
         lost node's queue for good. (Histories recorded before replay without these signals.)"""
-        missed = sorted(self._lost - set(told))
+        missed = sorted(self._lost.nodes - set(told))
         # guard: stage-child-catches-up-on-lost-nodes
         if missed and workflow.patched(CHILD_LOST_CATCH_UP_PATCH):
             for node in missed:

@@ -172,17 +172,23 @@ def recording_histories() -> bool:
 
 
 async def record_history(
-    client: Client, workflow_id: str, name: str, run_id: str | None = None
+    client: Client,
+    workflow_id: str,
+    name: str,
+    run_id: str | None = None,
+    folder: Path = HISTORIES,
 ) -> Path:
     """Save a workflow's history (latest run, or `run_id`'s) with the id it ran under (replay
     compares child workflow ids derived from it). Never over a committed one: every recorded
     history must keep replaying, so a new recording of a scenario goes beside the old, as
-    `name@LABEL.json` with the label from TIERPOINT_RECORD_HISTORY (if not 1) or today's date."""
+    `name@LABEL.json` with the label from TIERPOINT_RECORD_HISTORY (if not 1) or today's date.
+    `folder`: the project's workflows' histories, which test_replay replays, unless a test's own
+    workflow ran it (that test replays it)."""
     history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-    path = HISTORIES / f"{name}.json"
+    path = folder / f"{name}.json"
     if path.exists():
         label = os.environ.get("TIERPOINT_RECORD_HISTORY", "1")
-        path = HISTORIES / f"{name}@{label if label != '1' else date.today().isoformat()}.json"
+        path = folder / f"{name}@{label if label != '1' else date.today().isoformat()}.json"
     path.write_text(
         json.dumps({"workflow_id": workflow_id, **json.loads(history.to_json())}, indent=1)
     )
